@@ -1,0 +1,39 @@
+# sly-agent-q: build, test, package, benchmark.
+# `make test` installs what is missing (Debian packages, npm dependencies) and runs every suite.
+
+BUNDLE := dist/sly-agent-q-server.js
+EMACS  ?= emacs
+
+.PHONY: all build deps test test-server test-cl test-elisp test-e2e lint typecheck run package bench clean
+
+all: build
+
+deps:
+	@scripts/ensure-deps.sh
+
+build: deps $(BUNDLE)
+
+$(BUNDLE): $(shell find server -name '*.ts') package.json scripts/build.mjs
+	node scripts/build.mjs
+
+typecheck: deps
+	npx tsc --noEmit -p .
+
+test: build
+	@scripts/test-all.sh
+
+test-server: build
+	scripts/test-server.sh
+
+test-cl: deps
+	test/cl/run.sh
+
+test-elisp: build
+	test/elisp/run.sh
+
+test-e2e: build
+	test/e2e/run.sh
+
+clean:
+	rm -rf dist
+	find lisp-elisp test -name '*.elc' -delete

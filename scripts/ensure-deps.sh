@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need when it is missing: Debian packages (Emacs, SBCL,
+# SLIME, FiveAM) and the npm dependencies. Safe to run again; does nothing when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(emacs-nox sbcl slime cl-fiveam)
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+# emacs-nox is only one way to have an Emacs; any emacs >= 28 will do.
+if command -v emacs >/dev/null 2>&1; then
+  missing=("${missing[@]/emacs-nox}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: missing ${missing[*]} and no apt-get here; install them by hand." >&2
+    exit 1
+  fi
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "ensure-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  echo "ensure-deps: Node.js 20 or newer is needed (found ${node_major:-none})." >&2
+  exit 1
+fi
+
+# npm ci when node_modules is absent or older than the lock file.
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi

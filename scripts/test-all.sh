@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test suite, prints one summary line per suite and a total.
+# Each suite's runner ends its output with a line "NAME: N passed, N failed[, N skipped]".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh")
+summary=()
+total_pass=0 total_fail=0 total_skip=0 status=0
+
+for entry in "${suites[@]}"; do
+  name=${entry%%:*} script=${entry#*:}
+  if [ ! -x "$script" ]; then
+    summary+=("$name: skipped (no $script yet)")
+    continue
+  fi
+  echo "=== suite $name ($script)"
+  log=$(mktemp)
+  "$script" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  # Sum every "x: N passed, N failed[, N skipped]" line the suite printed (one per backend or file group).
+  read -r p f s < <(grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed' "$log" |
+    sed -E 's/^[^:]+: ([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' |
+    awk '{p+=$1; f+=$2; s+=($3==""?0:$3)} END {print p+0, f+0, s+0}')
+  skips=$(grep -E '^SKIP ' "$log" | sed 's/^SKIP /  skipped: /' || true)
+  rm -f "$log"
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  [ "$rc" -ne 0 ] && status=1
+  total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+  summary+=("$name: $p passed, $f failed, $s skipped (exit $rc)")
+  [ -n "$skips" ] && summary+=("$skips")
+done
+
+echo
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
+echo "$total_pass passed, $total_fail failed"
+exit $status

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The server suite: type check, then vitest (which builds the bundle first). Ends with a summary line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+npx tsc --noEmit -p . || { echo "server: 0 passed, 1 failed (type errors)"; exit 1; }
+report=$(mktemp)
+npx vitest run --reporter=default --reporter=json --outputFile="$report"
+rc=$?
+node -e '
+  const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  console.log(`server: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
+' "$report" 2>/dev/null || echo "server: 0 passed, 1 failed (no report)"
+rm -f "$report"
+exit $rc

@@ -1,0 +1,67 @@
+// Entry point of the bundled server: `node sly-agent-q-server.js [--stdio] [--log-level LEVEL]`.
+// stdout carries only JSON-RPC; everything else goes to stderr.
+
+import { createMessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { Logger } from "./log.js";
+import type { LogLevel } from "./protocol.js";
+import { AgentServer } from "./rpc/server.js";
+import { SERVER_NAME, SERVER_VERSION } from "./version.js";
+
+const HELP = `${SERVER_NAME} ${SERVER_VERSION}: the JSON-RPC server of sly-agent-q, started by Emacs.
+
+Usage: node ${SERVER_NAME}-server.js [options]
+
+Speaks JSON-RPC 2.0 with Content-Length framing on stdin/stdout; logs go to stderr.
+
+Options:
+  --stdio              talk over stdin/stdout (the default and only transport)
+  --log-level LEVEL    debug, info, warn or error (default info)
+  --version            print the version and exit
+  --help               print this help and exit
+
+Environment: ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, OPENAI_API_KEY, OPENAI_BASE_URL
+(the client's configuration may give these instead).
+`;
+
+function main(argv: string[]): void {
+  let level: LogLevel = "info";
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === "--version") {
+      process.stdout.write(`${SERVER_VERSION}\n`);
+      return;
+    } else if (a === "--help" || a === "-h") {
+      process.stdout.write(HELP);
+      return;
+    } else if (a === "--log-level") {
+      const v = argv[++i];
+      if (v !== "debug" && v !== "info" && v !== "warn" && v !== "error") return usage(`--log-level takes debug, info, warn or error, not ${String(v)}`);
+      level = v;
+    } else if (a !== "--stdio") {
+      return usage(`unknown option ${a}`);
+    }
+  }
+  // Nothing but protocol may reach stdout: route stray console output to stderr.
+  console.log = console.info = console.debug = (...args: unknown[]) => process.stderr.write(args.map(String).join(" ") + "\n");
+
+  const logger = new Logger(level);
+  const connection = createMessageConnection(new StreamMessageReader(process.stdin), new StreamMessageWriter(process.stdout));
+  const server = new AgentServer(connection, {
+    logger,
+    onExit: (code) => {
+      server.dispose();
+      process.exit(code);
+    },
+  });
+  process.on("uncaughtException", (err) => logger.error(`uncaught: ${err.stack ?? err.message}`));
+  process.on("unhandledRejection", (err) => logger.error(`unhandled rejection: ${String((err as Error)?.stack ?? err)}`));
+  server.listen();
+  logger.info(`${SERVER_NAME} ${SERVER_VERSION} listening on stdio (node ${process.version})`);
+}
+
+function usage(message: string): void {
+  process.stderr.write(`${SERVER_NAME}: ${message}\n\n${HELP}`);
+  process.exitCode = 2;
+}
+
+main(process.argv.slice(2));

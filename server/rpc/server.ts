@@ -1,0 +1,246 @@
+// The JSON-RPC server: one per connection. It owns the configuration, the registry, the executor and
+// the bridge to Emacs, and answers the protocol's requests (protocol.ts). Chat methods are added by
+// server/agent/ through addRequest/addNotification.
+
+import { appendFile } from "node:fs/promises";
+import { ResponseError, ErrorCodes as RpcErrorCodes, type MessageConnection } from "vscode-jsonrpc/node";
+import { Logger, redact, registerSecret } from "../log.js";
+import {
+  ClientNotifications,
+  ErrorCodes,
+  PROTOCOL_VERSION,
+  Requests,
+  type ClientCapabilities,
+  type Configuration,
+  type EditorContext,
+  type EmacsApprovalParams,
+  type EmacsReplyParams,
+  type InitializeParams,
+  type InitializeResult,
+  type ToolInfo,
+  type ToolsCallParams,
+  type ToolsListParams,
+  type ToolsListResult,
+} from "../protocol.js";
+import { createDefaultRegistry } from "../tools/catalog/index.js";
+import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } from "../tools/executor.js";
+import type { ToolRegistry } from "../tools/registry.js";
+import { SAFETY_LEVELS, type Tool } from "../tools/tool.js";
+import { EmacsBridge } from "./emacs-bridge.js";
+import { SERVER_NAME, SERVER_VERSION } from "../version.js";
+
+export interface ServerOptions {
+  registry?: ToolRegistry;
+  logger?: Logger;
+  /** Called once the client said exit (or the connection closed): the process entry point exits. */
+  onExit?: (code: number) => void;
+}
+
+export class AgentServer {
+  readonly registry: ToolRegistry;
+  readonly logger: Logger;
+  readonly bridge: EmacsBridge;
+  readonly executor: Executor;
+  configuration: Configuration = {};
+  context: EditorContext = {};
+  capabilities: ClientCapabilities = {};
+  initialized = false;
+  private shutdownRequested = false;
+  /** Run when configuration or context change (the agent rebuilds what depends on them). */
+  private readonly configListeners: (() => void)[] = [];
+  private readonly disposers: { dispose(): void }[] = [];
+
+  constructor(
+    readonly connection: MessageConnection,
+    private readonly options: ServerOptions = {},
+  ) {
+    this.registry = options.registry ?? createDefaultRegistry();
+    this.logger = options.logger ?? new Logger();
+    this.bridge = new EmacsBridge((method, params) => void this.connection.sendNotification(method, params));
+    this.executor = new Executor({
+      registry: this.registry,
+      approve: this.approveThroughEmacs,
+      audit: (entry) => this.audit(entry),
+      context: () => ({
+        emacs: this.capabilities.tools || this.capabilities.image ? this.bridge : undefined,
+        currentPackage: this.context.currentPackage,
+      }),
+    });
+    this.registerHandlers();
+  }
+
+  /** Starts reading messages. */
+  listen(): void {
+    this.connection.listen();
+  }
+
+  onConfigurationChange(listener: () => void): void {
+    this.configListeners.push(listener);
+  }
+
+  /** Adds a request handler that requires initialize first and turns any exception into a JSON-RPC error. */
+  addRequest<P, R>(method: string, handler: (params: P) => R | Promise<R>): void {
+    this.disposers.push(
+      this.connection.onRequest(method, async (params: unknown): Promise<unknown> => {
+        if (!this.initialized) throw new ResponseError(ErrorCodes.notInitialized, `Call initialize before ${method}.`);
+        try {
+          return await handler((params ?? {}) as P);
+        } catch (err) {
+          if (err instanceof ResponseError) throw err;
+          this.logger.error(`${method} failed: ${(err as Error)?.stack ?? String(err)}`);
+          throw new ResponseError(RpcErrorCodes.InternalError, `${method} failed: ${redact((err as Error)?.message ?? String(err))}`);
+        }
+      }),
+    );
+  }
+
+  addNotification<P>(method: string, handler: (params: P) => void): void {
+    this.disposers.push(
+      this.connection.onNotification(method, (params: unknown) => {
+        try {
+          handler((params ?? {}) as P);
+        } catch (err) {
+          this.logger.error(`${method} handler failed: ${(err as Error)?.stack ?? String(err)}`);
+        }
+      }),
+    );
+  }
+
+  notify(method: string, params: unknown): void {
+    void this.connection.sendNotification(method, params).catch((err: unknown) => {
+      this.logger.warn(`could not send ${method}: ${String(err)}`);
+    });
+  }
+
+  /** The tools offered to the model under the current configuration. */
+  offeredTools(config: Configuration = this.configuration): Tool[] {
+    return this.registry.list({
+      maxSafetyLevel: config.maxSafetyLevel,
+      categories: config.categories,
+      includeAliases: config.offerAliases,
+    }).filter((t) => this.runtimeAvailable(t));
+  }
+
+  private runtimeAvailable(tool: Tool): boolean {
+    // Before a client says what it can do, list everything; afterwards offer only what can run.
+    if (!this.initialized) return true;
+    if (tool.runtime === "image") return this.capabilities.image !== false;
+    if (tool.runtime === "emacs") return this.capabilities.tools !== false;
+    return true;
+  }
+
+  private registerHandlers(): void {
+    const c = this.connection;
+    c.onRequest(Requests.initialize, (params: InitializeParams | undefined): InitializeResult => {
+      const p = params ?? {};
+      this.capabilities = p.capabilities ?? {};
+      this.applyConfiguration(p.configuration ?? {});
+      this.context = { ...p.context };
+      this.initialized = true;
+      this.logger.info(`initialized by ${p.clientInfo?.name ?? "an unnamed client"} ${p.clientInfo?.version ?? ""}`.trim());
+      return {
+        serverInfo: { name: SERVER_NAME, version: SERVER_VERSION },
+        protocolVersion: PROTOCOL_VERSION,
+        tools: this.offeredTools().map((t) => t.name),
+      };
+    });
+    c.onRequest(Requests.shutdown, () => {
+      this.shutdownRequested = true;
+      this.bridge.close("The server is shutting down.");
+      return null;
+    });
+    c.onNotification(ClientNotifications.exit, () => {
+      this.options.onExit?.(this.shutdownRequested ? 0 : 1);
+    });
+    c.onNotification(ClientNotifications.emacsReply, (params: EmacsReplyParams) => {
+      if (!this.bridge.handleReply(params)) this.logger.debug(`dropped a reply nobody waits for: ${JSON.stringify(params?.id)}`);
+    });
+    c.onNotification(ClientNotifications.contextChange, (params: EditorContext | undefined) => {
+      this.context = { ...this.context, ...stripUndefined(params ?? {}) };
+      this.configListeners.forEach((l) => l());
+    });
+    c.onClose(() => {
+      this.bridge.close("The connection to Emacs is closed.");
+      this.options.onExit?.(this.shutdownRequested ? 0 : 1);
+    });
+    c.onError(([err]) => {
+      this.logger.warn(`protocol error: ${err?.message ?? String(err)}`);
+    });
+
+    this.addRequest(Requests.configurationChange, (params: { configuration?: Configuration }) => {
+      this.applyConfiguration({ ...this.configuration, ...(params.configuration ?? {}) });
+      return { tools: this.offeredTools().map((t) => t.name) };
+    });
+    this.addRequest(Requests.toolsList, (params: ToolsListParams): ToolsListResult => {
+      const offered = new Set(this.offeredTools().map((t) => t.name));
+      const tools = params.all ? this.registry.list({ includeAliases: true }) : this.registry.list({ names: [...offered] });
+      return { tools: tools.map((t) => this.toolInfo(t, offered.has(t.name))) };
+    });
+    this.addRequest(Requests.toolsCall, async (params: ToolsCallParams) => {
+      if (typeof params.name !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "tools/call needs a tool name.");
+      return this.executor.execute({ id: params.id ?? `rpc-${Date.now()}`, name: params.name, arguments: params.arguments ?? {} });
+    });
+  }
+
+  private toolInfo(t: Tool, offered: boolean): ToolInfo {
+    return {
+      name: t.name,
+      description: t.description,
+      safetyLevel: t.safety,
+      effectiveSafetyLevel: this.executor.effectiveSafety(t),
+      categories: [...t.categories],
+      runtime: t.runtime,
+      parameters: t.schema.properties,
+      required: [...t.required],
+      ...(t.aliasOf ? { aliasOf: t.aliasOf } : {}),
+      offered,
+    };
+  }
+
+  private applyConfiguration(config: Configuration): void {
+    const bad = Object.entries(config.safetyOverrides ?? {}).filter(([, v]) => !SAFETY_LEVELS.includes(v));
+    if (bad.length > 0) {
+      throw new ResponseError(ErrorCodes.invalidConfiguration, `Unknown safety level for ${bad.map(([k, v]) => `${k}: ${String(v)}`).join(", ")}; use safe, cautious or dangerous.`);
+    }
+    registerSecret(config.apiKey);
+    this.configuration = config;
+    if (config.logLevel) this.logger.level = config.logLevel;
+    this.executor.options.safetyOverrides = config.safetyOverrides;
+    this.executor.options.defaultTimeoutMs = config.toolTimeoutMs;
+    this.executor.options.maxResultChars = config.maxResultChars;
+    this.configListeners.forEach((l) => l());
+  }
+
+  private readonly approveThroughEmacs: ApprovalFn = async (request, signal): Promise<ApprovalDecision> => {
+    if (!this.capabilities.approvals) {
+      return { decision: "denied", reason: "no approval interface is connected, so dangerous tools cannot run" };
+    }
+    const params: EmacsApprovalParams = {
+      callId: request.callId,
+      tool: request.tool.name,
+      arguments: request.arguments,
+      safetyLevel: request.safetyLevel,
+      description: request.tool.description,
+      ...(request.tags?.conversationId ? { conversationId: request.tags.conversationId } : {}),
+      ...(request.tags?.turnId ? { turnId: request.tags.turnId } : {}),
+    };
+    // No timeout: a user may take their time. The turn's own limits and cancellation apply.
+    return (await this.bridge.call("approval", params as unknown as Record<string, unknown>, { signal })) as ApprovalDecision;
+  };
+
+  private audit(entry: AuditEntry): void {
+    this.logger.info(`audit ${entry.safetyLevel} ${entry.tool} (${entry.decision}) ${redact(JSON.stringify(entry.arguments)).slice(0, 500)}`);
+    const file = this.configuration.auditLogFile;
+    if (file) {
+      appendFile(file, redact(JSON.stringify(entry)) + "\n").catch((err: unknown) => this.logger.warn(`audit log ${file}: ${String(err)}`));
+    }
+  }
+
+  dispose(): void {
+    this.disposers.forEach((d) => d.dispose());
+  }
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

@@ -1,0 +1,242 @@
+// Tools that run in Emacs: buffers, files, navigation and the reviewed file edit (seeds 000 and 003).
+// Emacs owns every buffer, so that a buffer visiting a file is never clobbered behind the user's back.
+// Where the two seeds name one capability twice, the alias maps its parameters onto the primary's.
+
+import { emacsTool, renameArgs } from "../handlers.js";
+import { defineTool, type ParamSpec, type Tool } from "../tool.js";
+
+const EMACS_TIMEOUT_MS = 15_000;
+const emacs = (capability: string, mapArgs?: Parameters<typeof emacsTool>[1]) => ({
+  runtime: "emacs" as const,
+  handler: emacsTool(capability, mapArgs),
+  timeoutMs: EMACS_TIMEOUT_MS,
+});
+
+const filePath: ParamSpec = { type: "string", description: "File path, relative to the project root (or absolute inside it)." };
+const bufferName: ParamSpec = { type: "string", description: "Name of the buffer, as shown in the mode line." };
+const PAGING = "Use offset and limit to read a range of lines.";
+
+export const emacsTools: Tool[] = [
+  defineTool({
+    name: "read_file",
+    description: "Read a file inside the project. Shows the unsaved text when a buffer visits it. Long files are paged by lines.",
+    parameters: {
+      path: filePath,
+      offset: { type: "integer", description: "First line to return, 1-based (default 1).", minimum: 1 },
+      limit: { type: "integer", description: "How many lines to return (default: up to the size cap).", minimum: 1 },
+    },
+    required: ["path"],
+    safety: "safe",
+    categories: ["buffer", "filesystem"],
+    pagingHint: PAGING,
+    ...emacs("read_file"),
+  }),
+  defineTool({
+    name: "file_read",
+    description: "Read the contents of a file inside the project.",
+    parameters: { file_path: filePath },
+    required: ["file_path"],
+    safety: "safe",
+    categories: ["buffer", "filesystem"],
+    aliasOf: "read_file",
+    ...emacs("read_file", renameArgs({ file_path: "path" })),
+  }),
+  defineTool({
+    name: "write_file",
+    description: "Create or overwrite a file inside the project (atomic; a buffer visiting it is updated, never clobbered if modified).",
+    parameters: {
+      path: filePath,
+      content: { type: "string", description: "The complete new content." },
+    },
+    required: ["path", "content"],
+    safety: "dangerous",
+    categories: ["buffer", "filesystem"],
+    ...emacs("write_file"),
+  }),
+  defineTool({
+    name: "file_write",
+    description: "Write content to a file inside the project (creates or overwrites).",
+    parameters: {
+      file_path: filePath,
+      content: { type: "string", description: "Content to write to the file." },
+      append: { type: "boolean", description: "Append to the file instead of overwriting." },
+    },
+    required: ["file_path", "content"],
+    safety: "dangerous",
+    categories: ["buffer", "filesystem"],
+    aliasOf: "write_file",
+    ...emacs("write_file", renameArgs({ file_path: "path" })),
+  }),
+  defineTool({
+    name: "read_buffer",
+    description: "Read an Emacs buffer's text, or a range of it (character positions, 1-based).",
+    parameters: {
+      buffer: { type: "string", description: "Buffer name (default: the buffer the user was last in)." },
+      start: { type: "integer", description: "Start position (optional).", minimum: 1 },
+      end: { type: "integer", description: "End position (optional).", minimum: 1 },
+    },
+    safety: "safe",
+    categories: ["buffer"],
+    pagingHint: "Use start and end to read a range.",
+    ...emacs("read_buffer"),
+  }),
+  defineTool({
+    name: "buffer_get_content",
+    description: "Get the content of a buffer.",
+    parameters: {
+      buffer_name: bufferName,
+      max_lines: { type: "integer", description: "Maximum number of lines to return (optional).", minimum: 1 },
+    },
+    required: ["buffer_name"],
+    safety: "safe",
+    categories: ["buffer"],
+    aliasOf: "read_buffer",
+    ...emacs("read_buffer", renameArgs({ buffer_name: "buffer" })),
+  }),
+  defineTool({
+    name: "write_to_buffer",
+    description: "Insert text into a buffer at a position (default: end of buffer). Does not save.",
+    parameters: {
+      content: { type: "string", description: "Text to insert." },
+      buffer: { type: "string", description: "Buffer name (default: the buffer the user was last in)." },
+      position: { type: "integer", description: "Character position to insert at, 1-based (optional).", minimum: 1 },
+    },
+    required: ["content"],
+    safety: "cautious",
+    categories: ["buffer"],
+    ...emacs("write_to_buffer"),
+  }),
+  defineTool({
+    name: "search_in_buffer",
+    description: "Search a buffer for literal text or a regexp; returns matches with line numbers and context.",
+    parameters: {
+      pattern: { type: "string", description: "Text or Emacs regexp to find." },
+      buffer: { type: "string", description: "Buffer name (default: the buffer the user was last in)." },
+      regex: { type: "boolean", description: "Treat pattern as an Emacs regexp (default false)." },
+      all_matches: { type: "boolean", description: "Return every match, not just the first (default false)." },
+      buffer_name: { type: "string", description: "Same as buffer." },
+      search_text: { type: "string", description: "Same as pattern." },
+      case_sensitive: { type: "boolean", description: "Match case exactly (default false)." },
+    },
+    safety: "safe",
+    categories: ["buffer", "navigation"],
+    ...emacs("search_in_buffer"),
+  }),
+  defineTool({
+    name: "buffer_append",
+    description: "Append text to the end of a buffer. Does not save.",
+    parameters: { buffer_name: bufferName, text: { type: "string", description: "Text to append." } },
+    required: ["buffer_name", "text"],
+    safety: "cautious",
+    categories: ["buffer"],
+    ...emacs("buffer_append"),
+  }),
+  defineTool({
+    name: "buffer_edit",
+    description: "Replace text in a buffer: old_text must occur exactly once. Does not save.",
+    parameters: {
+      buffer_name: bufferName,
+      old_text: { type: "string", description: "Exact text to replace (must be unique in the buffer)." },
+      new_text: { type: "string", description: "Replacement text." },
+    },
+    required: ["buffer_name", "old_text", "new_text"],
+    safety: "cautious",
+    categories: ["buffer"],
+    ...emacs("buffer_edit"),
+  }),
+  defineTool({
+    name: "buffer_create",
+    description: "Create a new buffer (not visiting a file) with initial content.",
+    parameters: {
+      buffer_name: { type: "string", description: "Name for the new buffer." },
+      content: { type: "string", description: "Initial content." },
+      mode: { type: "string", description: "Major mode, e.g. lisp-mode (optional)." },
+    },
+    required: ["buffer_name", "content"],
+    safety: "cautious",
+    categories: ["buffer"],
+    ...emacs("buffer_create"),
+  }),
+  defineTool({
+    name: "buffer_save",
+    description: "Save a buffer to a file inside the project.",
+    parameters: {
+      buffer_name: bufferName,
+      file_path: { type: "string", description: "Where to save, relative to the project root (default: the file it visits)." },
+    },
+    required: ["buffer_name"],
+    safety: "dangerous",
+    categories: ["buffer", "filesystem"],
+    ...emacs("buffer_save"),
+  }),
+  defineTool({
+    name: "buffer_list",
+    description: "List open buffers with their files, modes and whether they are modified.",
+    parameters: { include_hidden: { type: "boolean", description: "Include hidden buffers (names starting with a space)." } },
+    safety: "safe",
+    categories: ["buffer"],
+    ...emacs("buffer_list"),
+  }),
+  defineTool({
+    name: "directory_list",
+    description: "List a directory inside the project.",
+    parameters: {
+      directory_path: { type: "string", description: "Directory, relative to the project root (default: the root)." },
+      recursive: { type: "boolean", description: "List subdirectories recursively." },
+      pattern: { type: "string", description: "Only names matching this wildcard, e.g. *.lisp." },
+    },
+    safety: "safe",
+    categories: ["filesystem"],
+    ...emacs("directory_list"),
+  }),
+  defineTool({
+    name: "current_directory",
+    description: "Get the project root, which relative paths are resolved against.",
+    parameters: {},
+    safety: "safe",
+    categories: ["filesystem"],
+    ...emacs("current_directory"),
+  }),
+  defineTool({
+    name: "file_exists",
+    description: "Check whether a file or directory exists inside the project.",
+    parameters: { path: { type: "string", description: "Path to check." } },
+    required: ["path"],
+    safety: "safe",
+    categories: ["filesystem"],
+    ...emacs("file_exists"),
+  }),
+  defineTool({
+    name: "goto_line",
+    description: "Move point to a line in a buffer and show it to the user.",
+    parameters: {
+      buffer_name: bufferName,
+      line_number: { type: "integer", description: "Line number, 1-based.", minimum: 1 },
+    },
+    required: ["buffer_name", "line_number"],
+    safety: "safe",
+    categories: ["navigation"],
+    ...emacs("goto_line"),
+  }),
+  defineTool({
+    name: "propose_file_edit",
+    description:
+      "Propose a change to a file, shown to the user as a diff reviewed hunk by hunk. Give either new_content, or old_text and new_text. The result says exactly which hunks were applied.",
+    parameters: {
+      path: filePath,
+      new_content: { type: "string", description: "The complete proposed content of the file." },
+      old_text: { type: "string", description: "Exact text to replace (unique in the file)." },
+      new_text: { type: "string", description: "Replacement for old_text." },
+      description: { type: "string", description: "One line telling the user why." },
+      accepted_hunks: {
+        type: "array",
+        items: { type: "integer" },
+        description: "Set by the user's review; leave it out.",
+      },
+    },
+    required: ["path"],
+    safety: "dangerous",
+    categories: ["diff", "filesystem"],
+    ...emacs("propose_file_edit"),
+  }),
+];

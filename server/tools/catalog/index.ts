@@ -1,0 +1,14 @@
+// Every built-in tool, each declared once in the file of its runtime.
+
+import { ToolRegistry } from "../registry.js";
+import type { Tool } from "../tool.js";
+import { emacsTools } from "./emacs.js";
+import { imageTools } from "./image.js";
+
+export const builtinTools: readonly Tool[] = [...imageTools, ...emacsTools];
+
+export function createDefaultRegistry(): ToolRegistry {
+  const registry = new ToolRegistry();
+  for (const tool of builtinTools) registry.register(tool);
+  return registry;
+}

@@ -1,0 +1,349 @@
+// The tool executor (seed 004): one result per call, in order, with matching ids; arguments validated
+// before anything runs; the safety level decides (safe runs, cautious runs and is audited, dangerous
+// waits for an approval); nothing a handler does escapes.
+
+import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import { errorMessage, formatResult, truncate } from "./format.js";
+import type { ToolRegistry } from "./registry.js";
+import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** An object, or a JSON string of one (as OpenAI-style endpoints send them). */
+  arguments: unknown;
+}
+
+export interface ToolResultMetadata {
+  executionTimeMs: number;
+  safetyLevel: SafetyLevel | "unknown";
+  /** True when the call was allowed to run (automatically, by the user, or by a session rule). */
+  approved: boolean;
+}
+
+export interface ToolResult {
+  id: string;
+  name: string;
+  success: boolean;
+  /** Always a string: the result for the model, or the error message on failure. */
+  content: string;
+  /** Set exactly when success is false. */
+  error?: string;
+  metadata: ToolResultMetadata;
+}
+
+export type ApprovalDecision =
+  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean }
+  | { decision: "denied"; reason?: string }
+  | { decision: "modified"; arguments: Record<string, unknown> };
+
+export interface ApprovalRequest {
+  callId: string;
+  /** The caller's tags for this call (conversation and turn ids), passed through. */
+  tags?: Record<string, string>;
+  tool: Tool;
+  arguments: Record<string, unknown>;
+  safetyLevel: SafetyLevel;
+}
+
+export type ApprovalFn = (request: ApprovalRequest, signal: AbortSignal) => Promise<ApprovalDecision>;
+
+export type HookPhase = "before" | "after" | "error";
+export interface HookEvent {
+  phase: HookPhase;
+  call: ToolCall;
+  tool?: Tool;
+  arguments?: Record<string, unknown>;
+  safetyLevel: SafetyLevel | "unknown";
+  result?: ToolResult;
+  tags?: Record<string, string>;
+}
+export type ToolHook = (event: HookEvent) => unknown;
+
+export interface AuditEntry {
+  time: string;
+  callId: string;
+  tool: string;
+  safetyLevel: SafetyLevel;
+  arguments: Record<string, unknown>;
+  decision: "auto" | "approved" | "session" | "modified";
+}
+
+export interface ExecutorOptions {
+  registry: ToolRegistry;
+  /** Asked before a dangerous tool runs. Absent: dangerous tools are denied. */
+  approve?: ApprovalFn;
+  /** The user's trust levels per tool: make eval_form dangerous, or a dangerous tool cautious (auto-approved). */
+  safetyOverrides?: Record<string, SafetyLevel>;
+  defaultTimeoutMs?: number;
+  maxResultChars?: number;
+  audit?: (entry: AuditEntry) => void;
+  hooks?: ToolHook[];
+  /** What handlers get besides the call's own signal and timeout (the Emacs port, the current package). */
+  context?: () => Pick<ToolContext, "emacs" | "currentPackage">;
+}
+
+export interface ExecuteOptions {
+  /** Cancels waiting approvals and running handlers. */
+  signal?: AbortSignal;
+  /** Passed through to approval requests and hook events (e.g. conversationId, turnId). */
+  tags?: Record<string, string>;
+}
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+const DEFAULT_MAX_RESULT_CHARS = 40_000;
+const MAX_ERROR_CHARS = 4_000;
+
+export class Executor {
+  readonly options: ExecutorOptions;
+  private readonly ajv = new Ajv({ allErrors: true, strict: false });
+  private readonly validators = new WeakMap<Tool, ValidateFunction>();
+  /** Tools the user said to always allow for this session. */
+  readonly sessionAllowed = new Set<string>();
+
+  constructor(options: ExecutorOptions) {
+    this.options = { ...options, hooks: [...(options.hooks ?? [])] };
+  }
+
+  addHook(hook: ToolHook): () => void {
+    this.options.hooks!.push(hook);
+    return () => {
+      const i = this.options.hooks!.indexOf(hook);
+      if (i >= 0) this.options.hooks!.splice(i, 1);
+    };
+  }
+
+  effectiveSafety(tool: Tool): SafetyLevel {
+    return this.options.safetyOverrides?.[tool.name] ?? tool.safety;
+  }
+
+  /**
+   * Runs every call and answers each, in the model's order. Adjacent safe calls run concurrently;
+   * anything else is a barrier, so that a safe call after an eval sees what the eval did.
+   */
+  async executeAll(calls: readonly unknown[], opts: ExecuteOptions = {}): Promise<ToolResult[]> {
+    const results: ToolResult[] = new Array(calls.length);
+    let i = 0;
+    while (i < calls.length) {
+      let j = i;
+      while (j < calls.length && this.isSafeCall(calls[j])) j++;
+      if (j > i) {
+        const batch = await Promise.all(calls.slice(i, j).map((c) => this.execute(c, opts)));
+        batch.forEach((r, k) => (results[i + k] = r));
+        i = j;
+      } else {
+        results[i] = await this.execute(calls[i], opts);
+        i++;
+      }
+    }
+    return results;
+  }
+
+  private isSafeCall(call: unknown): boolean {
+    const name = (call as ToolCall | null)?.name;
+    const tool = typeof name === "string" ? this.options.registry.get(name) : undefined;
+    return tool !== undefined && this.effectiveSafety(tool) === "safe";
+  }
+
+  /** Runs one call. Never throws, never rejects. */
+  async execute(rawCall: unknown, opts: ExecuteOptions = {}): Promise<ToolResult> {
+    const started = performance.now();
+    const call = normalizeCall(rawCall);
+    const meta = (safetyLevel: SafetyLevel | "unknown", approved: boolean): ToolResultMetadata => ({
+      executionTimeMs: Math.round((performance.now() - started) * 100) / 100,
+      safetyLevel,
+      approved,
+    });
+    const fail = (message: string, safetyLevel: SafetyLevel | "unknown", approved: boolean, tool?: Tool, args?: Record<string, unknown>): ToolResult => {
+      const error = truncate(message, MAX_ERROR_CHARS);
+      const result: ToolResult = { id: call.id, name: call.name, success: false, content: `Error: ${error}`, error, metadata: meta(safetyLevel, approved) };
+      this.runHooks({ phase: "error", call, tool, arguments: args, safetyLevel, result, tags: opts.tags });
+      return result;
+    };
+
+    // Known as the call proceeds, for the catch-all at the end.
+    let tool: Tool | undefined;
+    let safety: SafetyLevel | "unknown" = "unknown";
+    let approved = false;
+    try {
+      if (call.problem) return fail(call.problem, "unknown", false);
+      tool = this.options.registry.get(call.name);
+      if (!tool) {
+        const near = this.options.registry.closest(call.name);
+        return fail(`Unknown tool "${clip(call.name)}". ${near.length ? `Closest tools: ${near.join(", ")}.` : "No tools are available."}`, "unknown", false);
+      }
+      safety = this.effectiveSafety(tool);
+      let args = parseArguments(call.arguments);
+      if (typeof args === "string") return fail(`Invalid arguments for ${tool.name}: ${args}`, safety, false, tool);
+      const invalid = this.validate(tool, args);
+      if (invalid) return fail(`Invalid arguments for ${tool.name}: ${invalid}`, safety, false, tool, args);
+
+      let decision: AuditEntry["decision"] = "auto";
+      if (safety === "dangerous") {
+        if (this.sessionAllowed.has(tool.name)) {
+          decision = "session";
+        } else {
+          if (!this.options.approve) {
+            return fail(`${tool.name} needs the user's approval and no approval is possible here, so it was not run.`, safety, false, tool, args);
+          }
+          const signal = opts.signal ?? new AbortController().signal;
+          if (signal.aborted) return fail(`${tool.name} was cancelled before it ran.`, safety, false, tool, args);
+          let answer: ApprovalDecision;
+          try {
+            answer = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety }, signal);
+          } catch (err) {
+            return fail(`Approval for ${tool.name} failed: ${errorMessage(err)}. The tool was not run.`, safety, false, tool, args);
+          }
+          switch (answer?.decision) {
+            case "approved":
+              decision = "approved";
+              if (answer.always) this.sessionAllowed.add(tool.name);
+              break;
+            case "modified": {
+              const edited = parseArguments(answer.arguments);
+              const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
+              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${bad}. The tool was not run.`, safety, false, tool, args);
+              args = edited;
+              decision = "modified";
+              break;
+            }
+            case "denied":
+              return fail(`The user denied ${tool.name}${answer.reason ? `: ${answer.reason}` : "."} It was not run.`, safety, false, tool, args);
+            default:
+              return fail(`Approval for ${tool.name} gave no decision, so it was not run.`, safety, false, tool, args);
+          }
+        }
+      }
+      if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, decision);
+
+      approved = true;
+      this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
+      const value = await this.runHandler(tool, args, call.id, opts.signal);
+      const content = truncate(formatResult(value), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
+      const result: ToolResult = { id: call.id, name: tool.name, success: true, content, metadata: meta(safety, true) };
+      this.runHooks({ phase: "after", call, tool, arguments: args, safetyLevel: safety, result, tags: opts.tags });
+      return result;
+    } catch (err) {
+      const message = err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`;
+      return fail(message, safety, approved, tool);
+    }
+  }
+
+  /** Returns undefined when ARGS fit the tool's schema, or a message naming each problem. */
+  validate(tool: Tool, args: Record<string, unknown>): string | undefined {
+    let validate = this.validators.get(tool);
+    if (validate === undefined) {
+      validate = this.ajv.compile(tool.schema) as ValidateFunction;
+      this.validators.set(tool, validate);
+    }
+    if (validate(args)) return undefined;
+    return describeSchemaErrors(validate.errors ?? [], tool);
+  }
+
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal): Promise<unknown> {
+    const timeoutMs = tool.timeoutMs ?? this.options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const controller = new AbortController();
+    const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
+    if (outer?.aborted) throw new ToolError(`${tool.name} was cancelled before it ran.`);
+    outer?.addEventListener("abort", onOuterAbort, { once: true });
+    let timer: NodeJS.Timeout | undefined;
+    const stopped = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const err = new ToolError(`${tool.name} timed out after ${timeoutMs} ms and was stopped.`);
+        controller.abort(err);
+      }, timeoutMs);
+      controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true });
+    });
+    stopped.catch(() => undefined);
+    try {
+      const context: ToolContext = { ...this.options.context?.(), callId, signal: controller.signal, timeoutMs };
+      const running = Promise.resolve().then(() => tool.handler(args, context));
+      running.catch(() => undefined);
+      return await Promise.race([running, stopped]);
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", onOuterAbort);
+      if (!controller.signal.aborted) controller.abort(new ToolError("finished"));
+    }
+  }
+
+  private runHooks(event: HookEvent): void {
+    for (const hook of this.options.hooks ?? []) {
+      try {
+        const r = hook(event);
+        if (r && typeof (r as Promise<unknown>).catch === "function") (r as Promise<unknown>).catch(() => undefined);
+      } catch {
+        // A failing hook never breaks the call (seed 004).
+      }
+    }
+  }
+
+  private auditEntry(callId: string, tool: Tool, safetyLevel: SafetyLevel, args: Record<string, unknown>, decision: AuditEntry["decision"]): void {
+    try {
+      this.options.audit?.({ time: new Date().toISOString(), callId, tool: tool.name, safetyLevel, arguments: args, decision });
+    } catch {
+      // Auditing must not stop the work it records.
+    }
+  }
+}
+
+interface NormalizedCall extends ToolCall {
+  problem?: string;
+}
+
+function normalizeCall(raw: unknown): NormalizedCall {
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
+    return { id: "", name: "", arguments: {}, problem: `A tool call must be an object with id, name and arguments; got ${clip(formatResult(raw))}.` };
+  }
+  const r = raw as Record<string, unknown>;
+  const id = typeof r.id === "string" ? r.id : r.id === undefined || r.id === null ? "" : String(r.id);
+  if (typeof r.name !== "string" || r.name === "") {
+    return { id, name: typeof r.name === "string" ? r.name : "", arguments: r.arguments, problem: "The tool call has no tool name." };
+  }
+  return { id, name: r.name, arguments: r.arguments };
+}
+
+/** An object of arguments, or a message saying why there is none. */
+function parseArguments(raw: unknown): Record<string, unknown> | string {
+  let value = raw;
+  if (value === undefined || value === null || value === "") return {};
+  if (typeof value === "string") {
+    try {
+      value = JSON.parse(value);
+    } catch (err) {
+      return `the arguments are not valid JSON (${errorMessage(err)}). Send a JSON object.`;
+    }
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    return `the arguments must be a JSON object of named parameters, got ${Array.isArray(value) ? "an array" : typeof value}.`;
+  }
+  return value as Record<string, unknown>;
+}
+
+function describeSchemaErrors(errors: ErrorObject[], tool: Tool): string {
+  const expected = Object.keys(tool.schema.properties);
+  const seen = new Set<string>();
+  for (const e of errors) {
+    const param = e.instancePath.replace(/^\//, "").replace(/\//g, ".");
+    let msg: string;
+    switch (e.keyword) {
+      case "required":
+        msg = `missing required parameter "${(e.params as { missingProperty: string }).missingProperty}"`;
+        break;
+      case "additionalProperties":
+        msg = `unknown parameter "${clip((e.params as { additionalProperty: string }).additionalProperty)}" (parameters: ${expected.join(", ") || "none"})`;
+        break;
+      case "type":
+        msg = `parameter "${param}" must be ${(e.params as { type: string }).type}`;
+        break;
+      default:
+        msg = `parameter "${param}" ${e.message ?? "is invalid"}`;
+    }
+    seen.add(msg);
+  }
+  return [...seen].join("; ") + ".";
+}
+
+function clip(s: string, n = 80): string {
+  return s.length > n ? `${s.slice(0, n)}...` : s;
+}

@@ -1,0 +1,48 @@
+// Handler builders: a tool's work runs in Node, in Emacs (buffers, files) or in the Lisp image
+// (through Emacs's SLY/SLIME connection). Declarations pick one of these; none is repeated per tool.
+
+import { ToolError, type ToolContext, type ToolHandler } from "./tool.js";
+
+function requireEmacs(ctx: ToolContext) {
+  if (!ctx.emacs) throw new ToolError("No Emacs client is attached to the server, so buffer, file and image tools cannot run.");
+  return ctx.emacs;
+}
+
+/** Runs in Emacs: the Elisp dispatch table entry CAPABILITY gets ARGS (after MAPARGS). */
+export function emacsTool(capability: string, mapArgs?: (args: Record<string, unknown>) => Record<string, unknown>): ToolHandler {
+  return async (args, ctx) => {
+    const emacs = requireEmacs(ctx);
+    const result = await emacs.call(
+      "tool",
+      { tool: capability, arguments: mapArgs ? mapArgs(args) : args },
+      { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
+    );
+    return unwrapContent(result);
+  };
+}
+
+/** Runs in the Lisp image: lisp-cl/'s (sly-agent-q:call-tool NAME ARGS :package PKG). */
+export function imageTool(name: string): ToolHandler {
+  return async (args, ctx) => {
+    const emacs = requireEmacs(ctx);
+    const params: Record<string, unknown> = { tool: name, arguments: args };
+    if (ctx.currentPackage) params.package = ctx.currentPackage;
+    const result = await emacs.call("image", params, { signal: ctx.signal, timeoutMs: ctx.timeoutMs });
+    return unwrapContent(result);
+  };
+}
+
+/** Emacs answers {content: string}; anything else is shown as it came. */
+function unwrapContent(result: unknown): unknown {
+  if (result && typeof result === "object" && "content" in result) return (result as { content: unknown }).content;
+  return result;
+}
+
+/** Maps the parameter names of an alias onto those of the capability it shares. */
+export function renameArgs(renames: Record<string, string>) {
+  return (args: Record<string, unknown>): Record<string, unknown> => {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(args)) out[renames[k] ?? k] = v;
+    return out;
+  };
+}

@@ -1,0 +1,106 @@
+// The tool registry (seed 002): register, get, list, filter, and schemas for both provider formats.
+
+import { safetyRank, type SafetyLevel, type Tool } from "./tool.js";
+
+export interface ToolFilter {
+  /** Only tools at or below this level. */
+  maxSafetyLevel?: SafetyLevel;
+  /** Only tools with at least one of these categories. */
+  categories?: readonly string[];
+  /** Include alias names (read_file next to file_read); off by default so each capability is offered once. */
+  includeAliases?: boolean;
+  /** Exactly these names, whatever else the filter says (aliases included). */
+  names?: readonly string[];
+}
+
+/** Anthropic Messages API tool format. */
+export interface AnthropicToolSchema {
+  name: string;
+  description: string;
+  input_schema: Tool["schema"];
+}
+
+/** OpenAI function-calling format (seed 003's shape). */
+export interface OpenAIToolSchema {
+  type: "function";
+  function: { name: string; description: string; parameters: Tool["schema"] };
+}
+
+export class ToolRegistry {
+  private readonly tools = new Map<string, Tool>();
+
+  /** Idempotent: a tool of the same name is replaced. */
+  register(tool: Tool): Tool {
+    this.tools.set(tool.name, tool);
+    return tool;
+  }
+
+  get(name: string): Tool | undefined {
+    return this.tools.get(name);
+  }
+
+  names(): string[] {
+    return [...this.tools.keys()];
+  }
+
+  get size(): number {
+    return this.tools.size;
+  }
+
+  /** Tools matching every given filter, in registration order. */
+  list(filter: ToolFilter = {}): Tool[] {
+    const { maxSafetyLevel, categories, includeAliases, names } = filter;
+    return [...this.tools.values()].filter((t) => {
+      if (names) return names.includes(t.name);
+      if (t.aliasOf && !includeAliases) return false;
+      if (maxSafetyLevel && safetyRank(t.safety) > safetyRank(maxSafetyLevel)) return false;
+      if (categories && categories.length > 0 && !t.categories.some((c) => categories.includes(c))) return false;
+      return true;
+    });
+  }
+
+  /** Counts per category, for listings. */
+  categoryCounts(): Record<string, number> {
+    const counts: Record<string, number> = {};
+    for (const t of this.tools.values()) for (const c of t.categories) counts[c] = (counts[c] ?? 0) + 1;
+    return counts;
+  }
+
+  /** Names closest to NAME, best first: what to suggest for an unknown tool. */
+  closest(name: string, n = 3): string[] {
+    return [...this.tools.keys()]
+      .map((candidate) => ({ candidate, d: editDistance(name.toLowerCase(), candidate) }))
+      .sort((a, b) => a.d - b.d || a.candidate.localeCompare(b.candidate))
+      .slice(0, n)
+      .map((x) => x.candidate);
+  }
+}
+
+export function toAnthropicSchema(tool: Tool): AnthropicToolSchema {
+  return { name: tool.name, description: describeForModel(tool), input_schema: tool.schema };
+}
+
+export function toOpenAISchema(tool: Tool): OpenAIToolSchema {
+  return { type: "function", function: { name: tool.name, description: describeForModel(tool), parameters: tool.schema } };
+}
+
+/** The description the model sees, with the safety note it needs to plan (approval can be refused). */
+export function describeForModel(tool: Tool): string {
+  if (tool.safety === "dangerous") return `${tool.description} Requires the user's approval; may be denied.`;
+  return tool.description;
+}
+
+/** Levenshtein distance, with a bonus for substrings so "describe" finds "describe_symbol". */
+function editDistance(a: string, b: string): number {
+  if (a.length > 200) a = a.slice(0, 200);
+  if (b.includes(a) || a.includes(b)) return Math.abs(a.length - b.length) / 4;
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length]!;
+}

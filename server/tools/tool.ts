@@ -1,0 +1,129 @@
+// The tool protocol (seed 001): what a tool is, and the checks a definition must pass at load time.
+
+export type SafetyLevel = "safe" | "cautious" | "dangerous";
+export const SAFETY_LEVELS: readonly SafetyLevel[] = ["safe", "cautious", "dangerous"];
+
+export function safetyRank(level: SafetyLevel): number {
+  return SAFETY_LEVELS.indexOf(level);
+}
+
+export type ParamType = "string" | "boolean" | "number" | "integer" | "object" | "array";
+
+/** One parameter, as JSON Schema. Every parameter carries a description for the model. */
+export interface ParamSpec {
+  type: ParamType;
+  description: string;
+  /** Element schema, required for arrays so that OpenAI-style endpoints accept the schema. */
+  items?: { type: ParamType; description?: string };
+  enum?: readonly (string | number)[];
+  minimum?: number;
+  maximum?: number;
+}
+
+/** Where a handler runs; purely informative for listings and the README's tool table. */
+export type ToolRuntime = "node" | "emacs" | "image";
+
+/** What a running handler may use. */
+export interface ToolContext {
+  /** The id of the call being run (the model's tool_use id). */
+  callId: string;
+  /** Aborted on timeout or cancellation: handlers pass it on to whatever they wait for. */
+  signal: AbortSignal;
+  /** Milliseconds this call may take in all. */
+  timeoutMs: number;
+  /** The way to Emacs (buffer and file tools, the image). Undefined when no client is attached. */
+  emacs?: EmacsPort;
+  /** The REPL's current package, as Emacs last told us; the image helpers' default package. */
+  currentPackage?: string;
+}
+
+/** Calls that wait for Emacs: answered asynchronously (see server/protocol.ts, emacs/call). */
+export interface EmacsPort {
+  call(kind: EmacsCallKind, params: Record<string, unknown>, opts: { signal?: AbortSignal; timeoutMs?: number }): Promise<unknown>;
+}
+export type EmacsCallKind = "tool" | "image" | "approval";
+
+export type ToolHandler = (args: Record<string, unknown>, ctx: ToolContext) => Promise<unknown>;
+
+export interface ToolSpec {
+  name: string;
+  description: string;
+  parameters: Record<string, ParamSpec>;
+  required?: readonly string[];
+  safety: SafetyLevel;
+  categories: readonly string[];
+  runtime: ToolRuntime;
+  handler: ToolHandler;
+  /** Per-tool timeout; the executor's default applies when absent. */
+  timeoutMs?: number;
+  /** Another name for the same capability (read_file / file_read): offered to the model only on request. */
+  aliasOf?: string;
+  /** Told to the model when a long result is cut, e.g. "use offset and limit". */
+  pagingHint?: string;
+}
+
+export interface Tool extends Readonly<Omit<ToolSpec, "required">> {
+  readonly required: readonly string[];
+  /** The JSON Schema of the parameters object. */
+  readonly schema: JsonSchemaObject;
+}
+
+export interface JsonSchemaObject {
+  type: "object";
+  properties: Record<string, ParamSpec>;
+  required: string[];
+  additionalProperties: false;
+}
+
+/** A handler error whose message is meant for the model as it is (no "Tool error" wrapping). */
+export class ToolError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ToolError";
+  }
+}
+
+/** A tool definition that breaks an invariant of seed 001. Thrown at load time. */
+export class ToolDefinitionError extends Error {
+  constructor(tool: string, problem: string) {
+    super(`Invalid tool definition "${tool}": ${problem}`);
+    this.name = "ToolDefinitionError";
+  }
+}
+
+export const TOOL_NAME_PATTERN = /^[a-z][a-z0-9_]*$/;
+const PARAM_TYPES: readonly ParamType[] = ["string", "boolean", "number", "integer", "object", "array"];
+
+/** Checks a definition and freezes it into a Tool. Fails loudly, naming the tool. */
+export function defineTool(spec: ToolSpec): Tool {
+  const name = typeof spec.name === "string" && spec.name !== "" ? spec.name : String(spec.name);
+  const fail = (problem: string): never => {
+    throw new ToolDefinitionError(name, problem);
+  };
+  if (!TOOL_NAME_PATTERN.test(name)) fail(`name must be snake_case (${TOOL_NAME_PATTERN})`);
+  if (typeof spec.description !== "string" || spec.description.trim() === "") fail("description is empty");
+  if (!SAFETY_LEVELS.includes(spec.safety)) fail(`safety must be one of ${SAFETY_LEVELS.join(", ")}, got ${String(spec.safety)}`);
+  if (typeof spec.handler !== "function") fail("handler must be a function");
+  if (!Array.isArray(spec.categories)) fail("categories must be a list");
+  if (spec.parameters === null || typeof spec.parameters !== "object" || Array.isArray(spec.parameters)) {
+    fail("parameters must be an object of parameter specs");
+  }
+  for (const [param, p] of Object.entries(spec.parameters)) {
+    if (!/^[a-z][a-z0-9_]*$/.test(param)) fail(`parameter "${param}" must be snake_case`);
+    if (!p || !PARAM_TYPES.includes(p.type)) fail(`parameter "${param}" has unknown type ${String(p?.type)}`);
+    if (typeof p.description !== "string" || p.description.trim() === "") fail(`parameter "${param}" has no description`);
+    if (p.type === "array" && (!p.items || !PARAM_TYPES.includes(p.items.type))) fail(`array parameter "${param}" needs items with a type`);
+  }
+  const required = [...(spec.required ?? [])];
+  for (const r of required) {
+    if (!Object.prototype.hasOwnProperty.call(spec.parameters, r)) fail(`required parameter "${r}" is not among the parameters`);
+  }
+  if (spec.timeoutMs !== undefined && !(spec.timeoutMs > 0)) fail("timeoutMs must be positive");
+  const schema: JsonSchemaObject = {
+    type: "object",
+    properties: spec.parameters,
+    required,
+    additionalProperties: false,
+  };
+  return Object.freeze({ ...spec, name, required, categories: [...spec.categories], schema });
+}

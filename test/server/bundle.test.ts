@@ -1,0 +1,84 @@
+// The real bundle, spawned as a child process and spoken to over stdio with Content-Length framing.
+
+import { execFileSync } from "node:child_process";
+import { copyFileSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import type { InitializeResult, ToolsListResult } from "../../server/protocol.js";
+import { BUNDLE, frame, startBundle, type BundleProcess } from "./stdio-client.js";
+import { sleep } from "./helpers.js";
+
+let proc: BundleProcess | undefined;
+afterEach(() => {
+  proc?.kill();
+  proc = undefined;
+});
+
+const initParams = { clientInfo: { name: "bundle-test" }, capabilities: { tools: true, image: true, approvals: true } };
+
+describe("the bundled server", () => {
+  it("is one file that runs without node_modules", () => {
+    expect(statSync(BUNDLE).size).toBeGreaterThan(10_000);
+    // Copied alone into an empty directory, far from any node_modules.
+    const dir = mkdtempSync(join(tmpdir(), "sly-agent-q-bundle-"));
+    const alone = join(dir, "server.js");
+    copyFileSync(BUNDLE, alone);
+    const version = execFileSync(process.execPath, [alone, "--version"], { cwd: dir, env: { PATH: process.env.PATH } }).toString().trim();
+    expect(version).toMatch(/^\d+\.\d+\.\d+$/);
+    const help = execFileSync(process.execPath, [alone, "--help"], { cwd: dir }).toString();
+    rmSync(dir, { recursive: true });
+    expect(help).toMatch(/Content-Length/);
+    expect(help).toMatch(/--log-level/);
+  });
+
+  it("rejects an unknown option with a usage message", () => {
+    expect(() => execFileSync(process.execPath, [BUNDLE, "--frobnicate"], { stdio: "pipe" })).toThrow(/unknown option --frobnicate/);
+  });
+
+  it("initializes, lists tools and shuts down cleanly over stdio", async () => {
+    proc = startBundle();
+    const init = await proc.connection.sendRequest<InitializeResult>("initialize", initParams);
+    expect(init.serverInfo.name).toBe("sly-agent-q");
+    expect(init.tools).toContain("describe_symbol");
+    const list = await proc.connection.sendRequest<ToolsListResult>("tools/list", {});
+    expect(list.tools.length).toBe(init.tools.length);
+    await proc.connection.sendRequest("shutdown", null);
+    await proc.connection.sendNotification("exit");
+    expect(await proc.exited).toBe(0);
+  });
+
+  it("answers malformed messages with JSON-RPC errors and keeps serving", async () => {
+    proc = startBundle();
+    await proc.connection.sendRequest("initialize", initParams);
+    // A body that is not JSON, a JSON value that is no message, and a request with a bad id shape.
+    proc.raw(frame("{this is not json"));
+    proc.raw(frame("[1,2,3]"));
+    proc.raw(frame('{"jsonrpc":"2.0","id":{"x":1},"method":"tools/list"}'));
+    proc.raw(frame('{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"nope","arguments":"{bad"}}'));
+    await sleep(100);
+    const list = await proc.connection.sendRequest<ToolsListResult>("tools/list", {});
+    expect(list.tools.length).toBeGreaterThan(10);
+    expect(proc.child.exitCode).toBeNull();
+  });
+
+  it("never prints an API key, and logs go to stderr only", async () => {
+    const secret = "sk-ant-test-SECRET-0123456789";
+    proc = startBundle(["--log-level", "debug"]);
+    // No Emacs capabilities: eval_form fails at once, after its audit line (which logs the arguments).
+    await proc.connection.sendRequest("initialize", { clientInfo: { name: "bundle-test" }, configuration: { apiKey: secret, logLevel: "debug" } });
+    const r = await proc.connection.sendRequest<{ success: boolean; error: string }>("tools/call", { name: "eval_form", arguments: { form: `(print "${secret}")` } });
+    expect(r.error).toMatch(/No Emacs client/);
+    await sleep(50);
+    expect(proc.stderr()).toMatch(/initialized by bundle-test/);
+    expect(proc.stderr()).toMatch(/audit cautious eval_form/);
+    expect(proc.stderr()).not.toContain(secret);
+  });
+
+  it("exits when its stdin closes", async () => {
+    proc = startBundle();
+    await proc.connection.sendRequest("initialize", initParams);
+    proc.child.stdin.end();
+    expect(await proc.exited).not.toBeNull();
+  });
+});
