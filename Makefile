@@ -37,3 +37,7 @@ test-e2e: build
 clean:
 	rm -rf dist
 	find lisp-elisp test -name '*.elc' -delete
+
+# The package archive (dist/sly-agent-q-VERSION.tar) from the MELPA-style recipe.
+package: build
+	$(EMACS) -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package

@@ -1,0 +1,61 @@
+;;; make-package.el --- Build the package archive from the MELPA-style recipe  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; emacs -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package
+;; Reads recipes/sly-agent-q, copies the files its :files spec names (globs, and (DIR GLOB...)
+;; entries placing files in DIR), writes sly-agent-q-pkg.el from the main file's headers, and
+;; tars it all as dist/sly-agent-q-VERSION.tar, which package-install-file installs.
+
+;;; Code:
+
+(require 'package)
+(require 'lisp-mnt)
+(require 'cl-lib)
+
+(defun sly-agent-q-make-package--expand (spec)
+  "Expand one :files SPEC into a list of (SOURCE . DEST-RELATIVE) pairs."
+  (if (stringp spec)
+      (mapcar (lambda (f) (cons f (file-name-nondirectory f)))
+              (or (file-expand-wildcards spec)
+                  (error "Recipe file %s matches nothing (run make build first?)" spec)))
+    (let ((dir (car spec)))
+      (cl-loop for glob in (cdr spec)
+               append (mapcar (lambda (f) (cons f (concat dir "/" (file-name-nondirectory f))))
+                              (or (file-expand-wildcards glob)
+                                  (error "Recipe file %s matches nothing" glob)))))))
+
+(defun sly-agent-q-make-package ()
+  "Build dist/sly-agent-q-VERSION.tar from recipes/sly-agent-q."
+  (let* ((recipe (with-temp-buffer
+                   (insert-file-contents "recipes/sly-agent-q")
+                   (read (current-buffer))))
+         (name (symbol-name (car recipe)))
+         (files (cl-mapcan #'sly-agent-q-make-package--expand (plist-get (cdr recipe) :files)))
+         (files (cl-remove-if (lambda (f) (string-match-p "-test\\.el\\'\\|-pkg\\.el\\'" (car f))) files))
+         (main (or (car (cl-find-if (lambda (f) (equal (cdr f) (concat name ".el"))) files))
+                   (error "No %s.el among the recipe's files" name)))
+         (desc (with-temp-buffer
+                 (insert-file-contents main)
+                 (package-buffer-info)))
+         (version (package-version-join (package-desc-version desc)))
+         (dirname (format "%s-%s" name version))
+         (stage (make-temp-file "sly-agent-q-package" t))
+         (root (expand-file-name dirname stage))
+         (tar (expand-file-name (concat dirname ".tar") "dist")))
+    (make-directory root t)
+    (dolist (f files)
+      (let ((dest (expand-file-name (cdr f) root)))
+        (make-directory (file-name-directory dest) t)
+        (copy-file (car f) dest t)))
+    (package-generate-description-file desc (expand-file-name (concat name "-pkg.el") root))
+    (make-directory "dist" t)
+    (when (file-exists-p tar) (delete-file tar))
+    (let ((default-directory (file-name-as-directory stage)))
+      (unless (zerop (call-process "tar" nil nil nil "-cf" tar dirname))
+        (error "The tar command failed")))
+    (delete-directory stage t)
+    (message "Built %s (%d files)" tar (1+ (length files)))))
+
+(provide 'make-package)
+;;; make-package.el ends here
