@@ -4,6 +4,7 @@
 import { createMessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
 import { Logger } from "./log.js";
 import type { LogLevel } from "./protocol.js";
+import { registerChatHandlers } from "./agent/chat-handlers.js";
 import { AgentServer } from "./rpc/server.js";
 import { SERVER_NAME, SERVER_VERSION } from "./version.js";
 
@@ -53,6 +54,7 @@ function main(argv: string[]): void {
       process.exit(code);
     },
   });
+  registerChatHandlers(server);
   process.on("uncaughtException", (err) => logger.error(`uncaught: ${err.stack ?? err.message}`));
   process.on("unhandledRejection", (err) => logger.error(`unhandled rejection: ${String((err as Error)?.stack ?? err)}`));
   server.listen();

@@ -298,6 +298,8 @@ export interface TurnFinishedParams extends TurnRef {
   conversationUsage: Usage;
   conversationCostUsd: number;
   model: string;
+  /** Set when the model's price is unknown and its cost was counted as 0. */
+  costNote?: string;
 }
 
 export type TurnFailureKind = "cancelled" | "timeout" | "provider" | "auth" | "rate_limit" | "config" | "internal";

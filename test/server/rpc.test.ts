@@ -44,7 +44,9 @@ function harness(): Harness {
     const a = h.answer(p);
     if (a) void pair.client.sendNotification("emacs/reply", { id: p.id, ...a });
   });
-  pair.client.onNotification("emacs/cancel", (p: { id: string; reason: string }) => h.cancels.push(p));
+  pair.client.onNotification("emacs/cancel", (p: { id: string; reason: string }) => {
+    h.cancels.push(p);
+  });
   pair.client.listen();
   server.listen();
   current = h;

@@ -1,0 +1,242 @@
+// The chat methods of the protocol on an AgentServer: chat/send starts a turn and answers at once,
+// chat/cancel stops it, conversation/new and conversation/list manage conversations; every turn
+// reports through chat/* notifications (protocol.ts) and ends with chat/turnFinished or chat/turnFailed.
+
+import { randomUUID } from "node:crypto";
+import { ResponseError, ErrorCodes as RpcErrorCodes } from "vscode-jsonrpc/node";
+import {
+  ErrorCodes,
+  Requests,
+  ServerNotifications,
+  type ApprovalNeededParams,
+  type ChatCancelParams,
+  type ChatCancelResult,
+  type ChatSendParams,
+  type ChatSendResult,
+  type Configuration,
+  type ConversationListResult,
+  type ConversationNewParams,
+  type ConversationNewResult,
+  type TextDeltaParams,
+  type ToolCallParams,
+  type ToolChoice,
+  type ToolResultParams,
+  type TurnFailedParams,
+  type TurnFinishedParams,
+} from "../protocol.js";
+import { ProviderError } from "../llm/errors.js";
+import { redact } from "../log.js";
+import { createProvider, type ResolvedProvider } from "../llm/factory.js";
+import { emptyUsage } from "../llm/provider.js";
+import type { AgentServer } from "../rpc/server.js";
+import { Conversation } from "./conversation.js";
+import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
+import { buildSystemPrompt } from "./system-prompt.js";
+
+export interface ChatOptions {
+  retry?: Partial<RetryPolicy>;
+  /** Overrides the models table's context window (tests). */
+  contextWindow?: number;
+  env?: NodeJS.ProcessEnv;
+}
+
+const DEFAULT_MAX_TOKENS = 8192;
+
+export class ChatService {
+  readonly conversations = new Map<string, Conversation>();
+  private readonly retry: RetryPolicy;
+
+  constructor(
+    private readonly server: AgentServer,
+    private readonly options: ChatOptions = {},
+  ) {
+    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+  }
+
+  register(): this {
+    const s = this.server;
+    s.addRequest(Requests.chatSend, (p: ChatSendParams) => this.send(p));
+    s.addRequest(Requests.chatCancel, (p: ChatCancelParams) => this.cancel(p));
+    s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => ({ conversationId: this.create(p.configuration).id }));
+    s.addRequest(Requests.conversationList, (): ConversationListResult => ({ conversations: [...this.conversations.values()].map((c) => c.summary()) }));
+    s.connection.onClose(() => this.cancelAll());
+    this.announceApprovals();
+    return this;
+  }
+
+  create(configuration: Configuration = {}): Conversation {
+    const c = new Conversation(`c-${randomUUID()}`, { ...configuration });
+    this.conversations.set(c.id, c);
+    return c;
+  }
+
+  send(p: ChatSendParams): ChatSendResult {
+    if (typeof p.text !== "string" || p.text.trim() === "") throw new ResponseError(RpcErrorCodes.InvalidParams, "chat/send needs a non-empty text.");
+    if (p.toolChoice !== undefined && !validToolChoice(p.toolChoice)) {
+      throw new ResponseError(RpcErrorCodes.InvalidParams, 'toolChoice must be "auto", "any", "none" or {"name": TOOL}.');
+    }
+    let conversation: Conversation;
+    if (p.conversationId === undefined || p.conversationId === null) {
+      conversation = this.create();
+    } else {
+      const found = this.conversations.get(p.conversationId);
+      if (!found) throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId}; start one with conversation/new or omit conversationId.`);
+      conversation = found;
+    }
+    if (conversation.running) {
+      throw new ResponseError(ErrorCodes.turnRunning, `A turn (${conversation.running.turnId}) is still running in this conversation; wait for it or cancel it with chat/cancel.`);
+    }
+    const turnId = `t-${randomUUID()}`;
+    const controller = new AbortController();
+    let release!: () => void;
+    const done = new Promise<void>((r) => (release = r));
+    conversation.running = { turnId, controller, done };
+    conversation.turns++;
+    // Started after the answer is on its way, so the client knows the turn id before any notification.
+    setImmediate(() => {
+      this.run(conversation, turnId, p, controller.signal)
+        .catch((err: unknown) => {
+          // run() reports every outcome itself; this is for a bug in it, so the client is not left waiting.
+          this.server.logger.error(`turn ${turnId}: ${(err as Error)?.stack ?? String(err)}`);
+          this.server.notify(ServerNotifications.turnFailed, {
+            conversationId: conversation.id,
+            turnId,
+            kind: "internal",
+            message: redact(`Internal error: ${(err as Error)?.message ?? String(err)}`),
+            usage: emptyUsage(),
+            costUsd: 0,
+          } satisfies TurnFailedParams);
+        })
+        .finally(() => {
+          conversation.running = undefined;
+          release();
+        });
+    });
+    return { conversationId: conversation.id, turnId };
+  }
+
+  cancel(p: ChatCancelParams): ChatCancelResult {
+    for (const c of this.conversations.values()) {
+      const r = c.running;
+      if (!r) continue;
+      if ((p.turnId !== undefined && r.turnId === p.turnId) || (p.turnId === undefined && p.conversationId === c.id)) {
+        r.controller.abort("cancelled");
+        return { cancelled: true };
+      }
+    }
+    return { cancelled: false };
+  }
+
+  cancelAll(): void {
+    for (const c of this.conversations.values()) c.running?.controller.abort("connection closed");
+  }
+
+  private async run(conversation: Conversation, turnId: string, p: ChatSendParams, signal: AbortSignal): Promise<void> {
+    const ref = { conversationId: conversation.id, turnId };
+    const notify = <T>(method: string, params: T) => this.server.notify(method, params);
+    const config: Configuration = { ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) };
+    const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
+
+    let resolved: ResolvedProvider;
+    try {
+      resolved = createProvider(config, this.options.env);
+    } catch (err) {
+      const message = err instanceof ProviderError ? err.message : String(err);
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message, usage: emptyUsage(), costUsd: 0 });
+      return;
+    }
+    const tools = this.server.offeredTools(config);
+    const system = buildSystemPrompt({
+      tools,
+      safetyOf: (t) => this.server.executor.effectiveSafety(t),
+      currentPackage: context.currentPackage,
+      projectRoot: context.projectRoot ?? config.projectRoot,
+    });
+    const outcome: TurnOutcome = await runTurn({
+      conversation,
+      turnId,
+      text: p.text,
+      executor: this.server.executor,
+      signal,
+      settings: {
+        provider: resolved.provider,
+        model: resolved.model,
+        system,
+        tools,
+        toolChoice: p.toolChoice ?? "auto",
+        maxTokens: config.maxTokens ?? DEFAULT_MAX_TOKENS,
+        ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
+        maxSteps: config.maxSteps ?? DEFAULT_MAX_STEPS,
+        turnTimeoutMs: config.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS,
+        retry: this.retry,
+        ...(this.options.contextWindow ? { contextWindow: this.options.contextWindow } : {}),
+      },
+      events: {
+        retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
+        textDelta: (text) => notify<TextDeltaParams>(ServerNotifications.textDelta, { ...ref, text }),
+        toolCall: (call, safetyLevel) =>
+          notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
+        toolResult: (r) =>
+          notify<ToolResultParams>(ServerNotifications.toolResult, {
+            ...ref,
+            callId: r.id,
+            name: r.name,
+            success: r.success,
+            content: r.content,
+            ...(r.error !== undefined ? { error: r.error } : {}),
+            executionTimeMs: r.metadata.executionTimeMs,
+            approved: r.metadata.approved,
+          }),
+      },
+    });
+    conversation.record(outcome.usage, outcome.costUsd);
+    if (outcome.status === "finished") {
+      notify<TurnFinishedParams>(ServerNotifications.turnFinished, {
+        ...ref,
+        stopReason: outcome.stopReason,
+        text: outcome.text,
+        steps: outcome.steps,
+        usage: outcome.usage,
+        costUsd: outcome.costUsd,
+        conversationUsage: { ...conversation.usage },
+        conversationCostUsd: conversation.costUsd,
+        model: outcome.model,
+        ...(outcome.costNote ? { costNote: outcome.costNote } : {}),
+      });
+    } else {
+      if (outcome.kind !== "cancelled") this.server.logger.warn(`turn ${turnId} failed (${outcome.kind}): ${outcome.message}`);
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd });
+    }
+  }
+
+  /**
+   * Tells the client which call waits for the user, with the turn it belongs to. The approval request
+   * itself goes to Emacs through the executor's approve function; this wraps it without changing it.
+   */
+  private announceApprovals(): void {
+    const executor = this.server.executor;
+    const inner = executor.options.approve;
+    if (!inner) return;
+    executor.options.approve = (request, signal) => {
+      const { conversationId, turnId } = request.tags ?? {};
+      if (conversationId && turnId && this.server.capabilities.approvals) {
+        this.server.notify(ServerNotifications.approvalNeeded, { conversationId, turnId, callId: request.callId, name: request.tool.name } satisfies ApprovalNeededParams);
+      }
+      return inner(request, signal);
+    };
+  }
+}
+
+/** Registers the chat methods on SERVER. */
+export function registerChatHandlers(server: AgentServer, options: ChatOptions = {}): ChatService {
+  return new ChatService(server, options).register();
+}
+
+function validToolChoice(tc: unknown): tc is ToolChoice {
+  if (tc === "auto" || tc === "any" || tc === "none") return true;
+  return tc !== null && typeof tc === "object" && typeof (tc as { name?: unknown }).name === "string";
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

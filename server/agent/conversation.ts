@@ -1,0 +1,120 @@
+// A conversation: its history in the provider-neutral format, kept valid for both APIs at every
+// moment a request can be built from it (roles alternate, every tool call has exactly one result),
+// plus its usage, cost and the turn that is running, if any.
+
+import type { Configuration, ConversationSummary, Usage } from "../protocol.js";
+import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
+
+export interface RunningTurn {
+  turnId: string;
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+export class Conversation {
+  readonly messages: Message[] = [];
+  usage: Usage = emptyUsage();
+  costUsd = 0;
+  turns = 0;
+  running: RunningTurn | undefined;
+
+  constructor(
+    readonly id: string,
+    /** Overrides of the server's configuration for this conversation (model, provider...). */
+    readonly configuration: Configuration = {},
+  ) {}
+
+  /**
+   * Adds the user's text. When the history already ends with a user message (the last turn was
+   * cancelled or failed before the model answered, or stopped at the step limit after tool results)
+   * the text joins it, so that roles keep alternating.
+   */
+  addUserText(text: string): void {
+    const block: TextBlock = { type: "text", text };
+    const last = this.messages[this.messages.length - 1];
+    if (last?.role === "user") last.content.push(block);
+    else this.messages.push({ role: "user", content: [block] });
+  }
+
+  /** Adds the model's answer. An empty answer is not kept: both APIs reject empty messages. */
+  addAssistant(content: AssistantMessage["content"]): void {
+    const kept = content
+      .filter((b) => b.type !== "text" || b.text !== "")
+      // A name the model made up outside the APIs' pattern would make every later request fail;
+      // the executor still sees (and reports) the original.
+      .map((b) => (b.type === "tool_use" && !VALID_NAME.test(b.name) ? { ...b, name: b.name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64) || "unnamed_tool" } : b));
+    if (kept.length === 0) return;
+    this.messages.push({ role: "assistant", content: kept });
+  }
+
+  /**
+   * Answers every tool call of the last assistant message, in its order. A call with no result
+   * (the turn was cancelled before it ran) gets a synthetic error result, so the history stays valid.
+   */
+  addToolResults(results: readonly { id: string; content: string; success: boolean }[], missing = "The call was cancelled before it returned a result."): void {
+    const last = this.messages[this.messages.length - 1];
+    if (last?.role !== "assistant") return;
+    const byId = new Map(results.map((r) => [r.id, r]));
+    const blocks: ToolResultBlock[] = last.content.flatMap((b) => {
+      if (b.type !== "tool_use") return [];
+      const r = byId.get(b.id);
+      return [{ type: "tool_result", toolUseId: b.id, content: r ? r.content : missing, isError: r ? !r.success : true }];
+    });
+    if (blocks.length > 0) this.messages.push({ role: "user", content: blocks });
+  }
+
+  record(usage: Usage, costUsd: number): void {
+    this.usage = addUsage(this.usage, usage);
+    this.costUsd = Math.round((this.costUsd + costUsd) * 1e6) / 1e6;
+  }
+
+  summary(): ConversationSummary {
+    return { conversationId: this.id, turns: this.turns, usage: { ...this.usage }, costUsd: this.costUsd, running: this.running !== undefined };
+  }
+}
+
+const SHORTENED_KEEP = 300;
+const VALID_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+/** Rough token count: about four characters per token in code and English. */
+export function estimateTokens(text: string): number {
+  return Math.ceil(text.length / 4);
+}
+
+export function estimateMessages(messages: readonly Message[]): number {
+  let chars = 0;
+  for (const m of messages) {
+    for (const b of m.content) {
+      chars += 20;
+      if (b.type === "text") chars += b.text.length;
+      else if (b.type === "tool_result") chars += b.content.length;
+      else chars += b.name.length + JSON.stringify(b.input).length;
+    }
+  }
+  return Math.ceil(chars / 4);
+}
+
+/**
+ * Shortens long tool results of earlier steps, oldest first, until the history fits BUDGET tokens.
+ * The results of the latest step are kept whole: the model is about to read them. Returns how many
+ * results were shortened.
+ */
+export function fitToBudget(messages: Message[], budgetTokens: number): number {
+  let total = estimateMessages(messages);
+  if (total <= budgetTokens) return 0;
+  let shortened = 0;
+  const lastUser = messages.map((m) => m.role).lastIndexOf("user");
+  for (let i = 0; i < messages.length && total > budgetTokens; i++) {
+    const m = messages[i]!;
+    if (m.role !== "user" || i === lastUser) continue;
+    for (const b of m.content) {
+      if (b.type !== "tool_result" || b.content.length <= SHORTENED_KEEP * 2) continue;
+      const before = b.content.length;
+      b.content = `${b.content.slice(0, SHORTENED_KEEP)}\n[... shortened: ${before - SHORTENED_KEEP} of ${before} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
+      total -= Math.floor((before - b.content.length) / 4);
+      shortened++;
+      if (total <= budgetTokens) break;
+    }
+  }
+  return shortened;
+}

@@ -1,0 +1,193 @@
+// The Anthropic Messages API through @anthropic-ai/sdk, streamed. Text deltas are passed on as they
+// arrive; tool_use inputs are assembled from their input_json_delta pieces and parsed once the block
+// stops (a piece on its own is not JSON). The SDK's own retries are off: the loop retries, so that
+// nothing already shown to the user is sent twice.
+
+import Anthropic from "@anthropic-ai/sdk";
+import type { StopReason, Usage } from "../protocol.js";
+import { MalformedStreamError, toProviderError, type ErrorContext } from "./errors.js";
+import {
+  emptyUsage,
+  parseToolArguments,
+  type ChatRequest,
+  type ChatResponse,
+  type LLMProvider,
+  type Message,
+  type StreamHandlers,
+  type StreamedToolCall,
+} from "./provider.js";
+
+export interface AnthropicOptions {
+  apiKey: string;
+  baseUrl?: string;
+  /** Per-request HTTP timeout in ms. */
+  timeoutMs?: number;
+}
+
+const DEFAULT_BASE_URL = "https://api.anthropic.com";
+
+export class AnthropicProvider implements LLMProvider {
+  readonly name = "anthropic" as const;
+  private readonly client: Anthropic;
+  private readonly baseUrl: string;
+
+  constructor(options: AnthropicOptions) {
+    this.baseUrl = options.baseUrl || DEFAULT_BASE_URL;
+    // Key and base URL are always passed, so the SDK reads no environment or credential files of its own.
+    this.client = new Anthropic({ apiKey: options.apiKey, baseURL: this.baseUrl, maxRetries: 0, timeout: options.timeoutMs ?? 600_000, logLevel: "off" });
+  }
+
+  async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
+    const ctx: ErrorContext = { provider: "anthropic", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or ANTHROPIC_API_KEY" };
+    try {
+      const stream = await this.client.messages.create(toParams(request), { signal });
+      return await readStream(stream, handlers, request.model);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      throw toProviderError(err, ctx);
+    }
+  }
+}
+
+function toParams(request: ChatRequest): Anthropic.MessageCreateParamsStreaming {
+  const tools: Anthropic.Tool[] = request.tools.map((t) => ({
+    name: t.name,
+    description: t.description,
+    input_schema: t.inputSchema as unknown as Anthropic.Tool.InputSchema,
+  }));
+  // Cache the stable prefix (tools, system prompt): later steps of a turn re-read it at a tenth of the price.
+  const lastTool = tools[tools.length - 1];
+  if (lastTool) lastTool.cache_control = { type: "ephemeral" };
+  const params: Anthropic.MessageCreateParamsStreaming = {
+    model: request.model,
+    max_tokens: request.maxTokens,
+    messages: request.messages.map(toMessageParam),
+    stream: true,
+  };
+  // ...and the conversation so far: the next step of the loop re-sends all of it plus one exchange.
+  const lastBlock = params.messages[params.messages.length - 1]?.content;
+  if (Array.isArray(lastBlock) && lastBlock.length > 0) {
+    const block = lastBlock[lastBlock.length - 1]!;
+    if (block.type === "text" || block.type === "tool_result") block.cache_control = { type: "ephemeral" };
+  }
+  if (request.system) params.system = [{ type: "text", text: request.system, cache_control: { type: "ephemeral" } }];
+  if (tools.length > 0) {
+    params.tools = tools;
+    const tc = request.toolChoice;
+    params.tool_choice = tc === "auto" ? { type: "auto" } : tc === "any" ? { type: "any" } : tc === "none" ? { type: "none" } : { type: "tool", name: tc.name };
+  }
+  // The SDK's types no longer list temperature (deprecated for newer models); it is sent only when the
+  // user configured one, and a model that refuses it answers 400 with the API's own explanation.
+  if (request.temperature !== undefined) (params as unknown as Record<string, unknown>).temperature = request.temperature;
+  return params;
+}
+
+function toMessageParam(m: Message): Anthropic.MessageParam {
+  if (m.role === "assistant") {
+    return {
+      role: "assistant",
+      content: m.content.map((b): Anthropic.ContentBlockParam =>
+        b.type === "text" ? { type: "text", text: b.text } : { type: "tool_use", id: b.id, name: b.name, input: b.input },
+      ),
+    };
+  }
+  return {
+    role: "user",
+    content: m.content.map((b): Anthropic.ContentBlockParam =>
+      b.type === "text" ? { type: "text", text: b.text } : { type: "tool_result", tool_use_id: b.toolUseId, content: b.content || "(empty)", is_error: b.isError },
+    ),
+  };
+}
+
+type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string } | { kind: "other" };
+
+async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
+  const blocks: Block[] = [];
+  const usage: Usage = emptyUsage();
+  let model = requestedModel;
+  let stopReason: StopReason = "other";
+  let started = false;
+  let stopped = false;
+  for await (const event of stream) {
+    switch (event.type) {
+      case "message_start": {
+        started = true;
+        model = event.message.model || model;
+        const u = event.message.usage;
+        usage.inputTokens = u.input_tokens ?? 0;
+        usage.outputTokens = u.output_tokens ?? 0;
+        usage.cacheWriteTokens = u.cache_creation_input_tokens ?? 0;
+        usage.cacheReadTokens = u.cache_read_input_tokens ?? 0;
+        break;
+      }
+      case "content_block_start": {
+        const b = event.content_block;
+        if (b.type === "text") {
+          blocks[event.index] = { kind: "text", text: b.text ?? "" };
+          if (b.text) handlers.onText(b.text);
+        } else if (b.type === "tool_use") {
+          blocks[event.index] = { kind: "tool", id: b.id, name: b.name, json: "" };
+        } else {
+          // Thinking and server-tool blocks are not requested; whatever comes is not replayed.
+          blocks[event.index] = { kind: "other" };
+        }
+        break;
+      }
+      case "content_block_delta": {
+        const b = blocks[event.index];
+        const d = event.delta;
+        if (!b) throw new MalformedStreamError(`a delta for content block ${event.index}, which was never started`);
+        if (d.type === "text_delta" && b.kind === "text") {
+          b.text += d.text;
+          handlers.onText(d.text);
+        } else if (d.type === "input_json_delta" && b.kind === "tool") {
+          b.json += d.partial_json;
+        }
+        break;
+      }
+      case "content_block_stop":
+        break;
+      case "message_delta": {
+        stopReason = mapStopReason(event.delta.stop_reason);
+        const u = event.usage;
+        // message_delta's counts are cumulative: they replace those of message_start.
+        if (u.output_tokens != null) usage.outputTokens = u.output_tokens;
+        if (u.input_tokens != null) usage.inputTokens = u.input_tokens;
+        if (u.cache_creation_input_tokens != null) usage.cacheWriteTokens = u.cache_creation_input_tokens;
+        if (u.cache_read_input_tokens != null) usage.cacheReadTokens = u.cache_read_input_tokens;
+        break;
+      }
+      case "message_stop":
+        stopped = true;
+        break;
+    }
+  }
+  if (!started || !stopped) throw new MalformedStreamError(started ? "the stream ended before message_stop" : "the stream ended before message_start");
+
+  const content: ChatResponse["content"] = [];
+  const toolCalls: StreamedToolCall[] = [];
+  for (const b of blocks) {
+    if (!b || b.kind === "other") continue;
+    if (b.kind === "text") {
+      if (b.text !== "") content.push({ type: "text", text: b.text });
+    } else {
+      const input = parseToolArguments(b.json);
+      toolCalls.push({ id: b.id, name: b.name, rawArguments: b.json, input });
+      content.push({ type: "tool_use", id: b.id, name: b.name, input: input ?? {} });
+    }
+  }
+  return { content, toolCalls, stopReason, usage, model };
+}
+
+function mapStopReason(r: string | null | undefined): StopReason {
+  switch (r) {
+    case "end_turn":
+    case "max_tokens":
+    case "stop_sequence":
+    case "tool_use":
+    case "refusal":
+      return r;
+    default:
+      return "other";
+  }
+}

@@ -1,0 +1,147 @@
+// OpenAI-compatible chat completions (OpenAI, Ollama, OpenRouter, llama.cpp's server) through the
+// openai SDK, streamed, in the function-calling format. Tool calls arrive as fragments keyed by
+// index (the id and name in the first, argument text in the rest) and are joined here.
+
+import OpenAI from "openai";
+import type { StopReason } from "../protocol.js";
+import { MalformedStreamError, toProviderError, type ErrorContext } from "./errors.js";
+import {
+  emptyUsage,
+  parseToolArguments,
+  type ChatRequest,
+  type ChatResponse,
+  type LLMProvider,
+  type Message,
+  type StreamHandlers,
+  type StreamedToolCall,
+} from "./provider.js";
+
+export interface OpenAIOptions {
+  /** Local servers (Ollama, llama.cpp) need none; a placeholder is sent then. */
+  apiKey?: string;
+  baseUrl?: string;
+  timeoutMs?: number;
+}
+
+const DEFAULT_BASE_URL = "https://api.openai.com/v1";
+
+export class OpenAIProvider implements LLMProvider {
+  readonly name = "openai" as const;
+  private readonly client: OpenAI;
+  private readonly baseUrl: string;
+  /** OpenAI's own endpoint wants max_completion_tokens; compatible servers know max_tokens. */
+  private readonly isOpenAI: boolean;
+
+  constructor(options: OpenAIOptions) {
+    this.baseUrl = options.baseUrl || DEFAULT_BASE_URL;
+    this.isOpenAI = /^https:\/\/api\.openai\.com\b/.test(this.baseUrl);
+    this.client = new OpenAI({ apiKey: options.apiKey || "none", baseURL: this.baseUrl, maxRetries: 0, timeout: options.timeoutMs ?? 600_000, logLevel: "off" });
+  }
+
+  async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
+    const ctx: ErrorContext = { provider: "openai", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or OPENAI_API_KEY" };
+    try {
+      const stream = await this.client.chat.completions.create(this.toParams(request), { signal });
+      return await readStream(stream, handlers, request.model);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      throw toProviderError(err, ctx);
+    }
+  }
+
+  private toParams(request: ChatRequest): OpenAI.ChatCompletionCreateParamsStreaming {
+    const params: OpenAI.ChatCompletionCreateParamsStreaming = {
+      model: request.model,
+      messages: toMessages(request.system, request.messages),
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    if (this.isOpenAI) params.max_completion_tokens = request.maxTokens;
+    else params.max_tokens = request.maxTokens;
+    if (request.tools.length > 0) {
+      params.tools = request.tools.map((t) => ({
+        type: "function" as const,
+        function: { name: t.name, description: t.description, parameters: t.inputSchema as unknown as Record<string, unknown> },
+      }));
+      const tc = request.toolChoice;
+      params.tool_choice = tc === "auto" ? "auto" : tc === "any" ? "required" : tc === "none" ? "none" : { type: "function", function: { name: tc.name } };
+    }
+    if (request.temperature !== undefined) params.temperature = request.temperature;
+    return params;
+  }
+}
+
+export function toMessages(system: string, messages: readonly Message[]): OpenAI.ChatCompletionMessageParam[] {
+  const out: OpenAI.ChatCompletionMessageParam[] = [];
+  if (system) out.push({ role: "system", content: system });
+  for (const m of messages) {
+    if (m.role === "assistant") {
+      const text = m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+      const calls = m.content.flatMap((b) =>
+        b.type === "tool_use" ? [{ id: b.id, type: "function" as const, function: { name: b.name, arguments: JSON.stringify(b.input) } }] : [],
+      );
+      out.push({ role: "assistant", content: text || null, ...(calls.length > 0 ? { tool_calls: calls } : {}) });
+    } else {
+      // Tool results become tool messages right after the assistant's calls; text follows as a user message.
+      for (const b of m.content) {
+        if (b.type === "tool_result") out.push({ role: "tool", tool_call_id: b.toolUseId, content: b.content || "(empty)" });
+      }
+      const text = m.content.filter((b) => b.type === "text").map((b) => b.text).join("\n\n");
+      if (text) out.push({ role: "user", content: text });
+    }
+  }
+  return out;
+}
+
+async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
+  let text = "";
+  const calls: { id: string; name: string; json: string }[] = [];
+  const usage = emptyUsage();
+  let model = requestedModel;
+  let finish: string | null = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    if (chunk.model) model = chunk.model;
+    if (chunk.usage) {
+      const cached = chunk.usage.prompt_tokens_details?.cached_tokens ?? 0;
+      // prompt_tokens counts the cached ones too; they are priced apart.
+      usage.inputTokens = Math.max(0, (chunk.usage.prompt_tokens ?? 0) - cached);
+      usage.cacheReadTokens = cached;
+      usage.outputTokens = chunk.usage.completion_tokens ?? 0;
+    }
+    const choice = chunk.choices?.[0];
+    if (!choice) continue;
+    const delta = choice.delta ?? {};
+    if (typeof delta.content === "string" && delta.content !== "") {
+      text += delta.content;
+      handlers.onText(delta.content);
+    }
+    for (const tc of delta.tool_calls ?? []) {
+      const i = tc.index ?? calls.length;
+      const call = (calls[i] ??= { id: "", name: "", json: "" });
+      if (tc.id) call.id = tc.id;
+      if (tc.function?.name) call.name += tc.function.name;
+      if (tc.function?.arguments) call.json += tc.function.arguments;
+    }
+    if (choice.finish_reason) finish = choice.finish_reason;
+  }
+  if (chunks === 0) throw new MalformedStreamError("the stream ended without any chunk");
+  if (finish === null) throw new MalformedStreamError("the stream ended without a finish_reason");
+
+  const content: ChatResponse["content"] = [];
+  if (text !== "") content.push({ type: "text", text });
+  const toolCalls: StreamedToolCall[] = [];
+  calls.forEach((c, i) => {
+    if (!c) return;
+    // Some local servers send no id; one is made so that the result can be matched.
+    // Ids go back to the API in history, where Anthropic (after a provider switch) allows only [a-zA-Z0-9_-].
+    const id = c.id ? c.id.replace(/[^a-zA-Z0-9_-]/g, "_") : `call_${Date.now().toString(36)}_${i}`;
+    const input = parseToolArguments(c.json);
+    toolCalls.push({ id, name: c.name, rawArguments: c.json, input });
+    content.push({ type: "tool_use", id, name: c.name, input: input ?? {} });
+  });
+  const stopReason: StopReason =
+    finish === "tool_calls" || finish === "function_call" ? "tool_use" : finish === "length" ? "max_tokens" : finish === "content_filter" ? "refusal" : finish === "stop" ? "end_turn" : "other";
+  return { content, toolCalls, stopReason: toolCalls.length > 0 && stopReason === "end_turn" ? "tool_use" : stopReason, usage, model };
+}

@@ -1,0 +1,109 @@
+// The one interface every LLM provider implements, and the provider-neutral message format the
+// conversation is kept in. Each provider translates this format to its wire format and back, so a
+// conversation can be sent to either and the agent loop never sees a provider's types.
+
+import type { ProviderName, StopReason, ToolChoice, Usage } from "../protocol.js";
+import type { JsonSchemaObject } from "../tools/tool.js";
+
+export interface TextBlock {
+  type: "text";
+  text: string;
+}
+
+export interface ToolUseBlock {
+  type: "tool_use";
+  id: string;
+  name: string;
+  /** Always an object: arguments that did not parse are kept as {} (the error result says why). */
+  input: Record<string, unknown>;
+}
+
+export interface ToolResultBlock {
+  type: "tool_result";
+  toolUseId: string;
+  content: string;
+  isError: boolean;
+}
+
+export interface UserMessage {
+  role: "user";
+  /** Tool results first (the order both APIs expect), then any text. */
+  content: (TextBlock | ToolResultBlock)[];
+}
+
+export interface AssistantMessage {
+  role: "assistant";
+  content: (TextBlock | ToolUseBlock)[];
+}
+
+export type Message = UserMessage | AssistantMessage;
+
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  inputSchema: JsonSchemaObject;
+}
+
+export interface ChatRequest {
+  model: string;
+  system: string;
+  messages: readonly Message[];
+  tools: readonly ToolDefinition[];
+  toolChoice: ToolChoice;
+  maxTokens: number;
+  temperature?: number;
+}
+
+/** A tool call as the stream delivered it. */
+export interface StreamedToolCall {
+  id: string;
+  name: string;
+  /** The arguments' JSON text as streamed. */
+  rawArguments: string;
+  /** The parsed arguments; undefined when rawArguments is not a JSON object. */
+  input: Record<string, unknown> | undefined;
+}
+
+export interface ChatResponse {
+  /** Text and tool calls in the order the model produced them. */
+  content: AssistantMessage["content"];
+  toolCalls: StreamedToolCall[];
+  stopReason: StopReason;
+  usage: Usage;
+  model: string;
+}
+
+export interface StreamHandlers {
+  /** Called for every text delta as it arrives. */
+  onText(delta: string): void;
+}
+
+export interface LLMProvider {
+  readonly name: ProviderName;
+  /** One streamed request. Rejects with a ProviderError (errors.ts); aborting SIGNAL aborts the HTTP stream. */
+  stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse>;
+}
+
+export function emptyUsage(): Usage {
+  return { inputTokens: 0, outputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0 };
+}
+
+export function addUsage(a: Usage, b: Usage): Usage {
+  return {
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
+    cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
+  };
+}
+
+/** Parses streamed tool arguments; "" means no arguments. */
+export function parseToolArguments(raw: string): Record<string, unknown> | undefined {
+  if (raw.trim() === "") return {};
+  try {
+    const v: unknown = JSON.parse(raw);
+    return v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
