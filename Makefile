@@ -41,3 +41,7 @@ clean:
 # The package archive (dist/sly-agent-q-VERSION.tar) from the MELPA-style recipe.
 package: build
 	$(EMACS) -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package
+
+# Set up and start the product: Emacs in the terminal, SBCL under SLIME, the chat open.
+run:
+	@scripts/run.sh

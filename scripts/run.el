@@ -1,0 +1,88 @@
+;;; run.el --- Start sly-agent-q from a source checkout: SBCL, SLIME, the chat  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Loaded by scripts/run.sh (`make run') into `emacs -nw -Q -L lisp-elisp'.
+;; Starts SBCL through SLIME (SLY instead when SLY_DIR names a SLY checkout),
+;; turns on `sly-agent-q-lisp-mode' in Lisp buffers, and opens the chat
+;; next to the REPL.  When no way to reach a model is configured, the chat
+;; says how to give one.
+;;
+;; Environment: SLY_AGENT_Q_PROVIDER (anthropic or openai),
+;; SLY_AGENT_Q_BASE_URL, SLY_AGENT_Q_MODEL, ANTHROPIC_API_KEY,
+;; OPENAI_API_KEY, SLY_DIR.
+
+;;; Code:
+
+(require 'package)
+(require 'sly-agent-q)
+
+(defun sly-agent-q-run--load-lisp-mode ()
+  "Load SLY from SLY_DIR, else SLIME from the load path or the system's packages.
+Return the symbol `sly', `slime' or nil."
+  (let ((sly-dir (getenv "SLY_DIR")))
+    (cond
+     ((and sly-dir (file-directory-p sly-dir)
+           (progn (add-to-list 'load-path (expand-file-name sly-dir))
+                  (require 'sly nil t)))
+      'sly)
+     ((require 'slime nil t) 'slime)
+     (t
+      ;; Under -Q the system's package directories (Debian's site-lisp/elpa) are not active.
+      (let ((version-dir (file-name-directory (directory-file-name data-directory))))
+        (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
+                         (expand-file-name "../site-lisp/elpa" version-dir)))
+          (when (file-directory-p d) (add-to-list 'package-directory-list d t))))
+      (package-initialize)
+      (and (require 'slime nil t) 'slime)))))
+
+(defun sly-agent-q-run--model-configured-p ()
+  "Non-nil when the agent has some way to reach a model."
+  (or sly-agent-q-api-key
+      sly-agent-q-base-url
+      (getenv "ANTHROPIC_API_KEY")
+      (getenv "OPENAI_API_KEY")
+      (ignore-errors (sly-agent-q--api-key))))
+
+(defconst sly-agent-q-run--no-key-help
+  "No model is configured yet.  Either:
+  - export ANTHROPIC_API_KEY=... before `make run', or put
+    \"machine api.anthropic.com password KEY\" in ~/.authinfo.gpg;
+  - or use a local OpenAI-compatible server such as Ollama:
+    SLY_AGENT_Q_PROVIDER=openai SLY_AGENT_Q_BASE_URL=http://localhost:11434/v1 \\
+    SLY_AGENT_Q_MODEL=qwen2.5-coder make run
+Then ask, for example: \"Describe the function MAPCAR\"."
+  "What the chat says when no model is configured.")
+
+(defun sly-agent-q-run ()
+  "Start the Lisp, then open the chat next to the REPL."
+  (let ((provider (getenv "SLY_AGENT_Q_PROVIDER"))
+        (base-url (getenv "SLY_AGENT_Q_BASE_URL"))
+        (model (getenv "SLY_AGENT_Q_MODEL")))
+    (when (and provider (not (string-empty-p provider))) (setq sly-agent-q-provider provider))
+    (when (and base-url (not (string-empty-p base-url))) (setq sly-agent-q-base-url base-url))
+    (when (and model (not (string-empty-p model))) (setq sly-agent-q-model model)))
+  (add-hook 'lisp-mode-hook #'sly-agent-q-lisp-mode)
+  (let ((mode (sly-agent-q-run--load-lisp-mode))
+        (chat (sly-agent-q)))
+    (delete-other-windows (get-buffer-window chat))
+    (with-current-buffer chat
+      (sly-agent-q-chat-notice
+       (pcase mode
+         ('sly "Starting SBCL with SLY...")
+         ('slime "Starting SBCL with SLIME...")
+         (_ "Neither SLY nor SLIME was found: image tools will not work until one is connected.")))
+      (unless (sly-agent-q-run--model-configured-p)
+        (sly-agent-q-chat-notice sly-agent-q-run--no-key-help)))
+    (when mode
+      (setq inferior-lisp-program "sbcl")
+      ;; The REPL opens in the other window; the chat keeps the selected one.
+      (save-selected-window
+        (split-window-right)
+        (other-window 1)
+        (if (eq mode 'sly) (funcall 'sly) (funcall 'slime))))))
+
+(sly-agent-q-run)
+
+(provide 'run)
+;;; run.el ends here
