@@ -1,0 +1,186 @@
+;;;; backend.lisp --- reach SLYNK or SWANK without naming either at read time.
+;;;
+;;; Portability comes from the backend layer that SLY and SLIME already
+;;; ship: SLYNK-BACKEND / SWANK/BACKEND (arglists, definitions, xref,
+;;; backtraces, threads, compiler-condition hooks) and SLYNK-MOP /
+;;; SWANK-MOP (the MOP).  Which of the two is loaded is only known when
+;;; these helpers are loaded, possibly after them, so every call goes
+;;; through FIND-SYMBOL + FUNCALL.  No source file of ours mentions a
+;;; backend package at read time: the same fasl serves both.
+
+(in-package #:sly-agent-q)
+
+(defparameter *backend-candidates*
+  ;; SLYNK first: when both are loaded either would do, and SLY's
+  ;; users are more likely to have both.  Each entry: a name for
+  ;; messages, the backend package, the MOP package.
+  '(("SLYNK" "SLYNK-BACKEND" "SLYNK-MOP")
+    ("SWANK" "SWANK/BACKEND" "SWANK-MOP")
+    ("SWANK" "SWANK-BACKEND" "SWANK-MOP"))
+  "Backends we know, in order of preference.")
+
+(defvar *backend* nil
+  "The backend in use: an entry of *BACKEND-CANDIDATES*, or NIL when
+neither SLYNK nor SWANK has been found yet.")
+
+(defun detect-backend ()
+  "Return the first loaded backend of *BACKEND-CANDIDATES*, or NIL."
+  (find-if (lambda (entry)
+             (and (find-package (second entry))
+                  (find-package (third entry))))
+           *backend-candidates*))
+
+(defun ensure-backend ()
+  "Return the backend entry, detecting it now if needed.
+Detection is repeated while none is found, so loading SWANK or SLYNK
+after these helpers still works."
+  (or *backend*
+      (setf *backend* (detect-backend))))
+
+(defun backend-name ()
+  "The name of the backend in use (\"SLYNK\" or \"SWANK\"), or NIL."
+  (first (ensure-backend)))
+
+(define-condition backend-missing (error)
+  ((what :initarg :what :reader backend-missing-what))
+  (:report (lambda (c stream)
+             (format stream "~A is not available: this tool needs SLYNK (SLY) ~
+                             or SWANK (SLIME) loaded in the image, and a backend ~
+                             that implements it."
+                     (backend-missing-what c)))))
+
+(defparameter *fallback-mop-packages* '("SB-MOP" "CLOSER-MOP")
+  "MOP packages to use when neither SLYNK-MOP nor SWANK-MOP is loaded.")
+
+(defun backend-symbol (name &optional (which :backend))
+  "The symbol NAME (a string) of the backend package (WHICH :BACKEND)
+or of its MOP package (:MOP), or NIL."
+  (let* ((entry (ensure-backend))
+         (package (cond (entry (find-package (if (eq which :mop) (third entry) (second entry))))
+                        ((eq which :mop) (some #'find-package *fallback-mop-packages*)))))
+    (and package (values (find-symbol name package)))))
+
+(defun backend-implemented-p (name)
+  "True if the backend function NAME exists and the backend implements it.
+Definterfaces without an implementation for this Lisp are listed in the
+backend's *UNIMPLEMENTED-INTERFACES*; calling those either signals or
+does something trivial (SPAWN, for instance, may not spawn)."
+  (let ((symbol (backend-symbol name))
+        (unimplemented (backend-symbol "*UNIMPLEMENTED-INTERFACES*")))
+    (and symbol
+         (fboundp symbol)
+         (not (and unimplemented
+                   (boundp unimplemented)
+                   (member symbol (symbol-value unimplemented)))))))
+
+(defun bcall (name &rest args)
+  "Call the backend function NAME (a string) with ARGS."
+  (let ((symbol (backend-symbol name)))
+    (unless (and symbol (fboundp symbol))
+      (error 'backend-missing :what (format nil "The backend function ~A" name)))
+    (apply symbol args)))
+
+(defun mop (name &rest args)
+  "Call the MOP function NAME (a string) through SLYNK-MOP / SWANK-MOP."
+  (let ((symbol (backend-symbol name :mop)))
+    (unless (and symbol (fboundp symbol))
+      (error 'backend-missing :what (format nil "The MOP function ~A" name)))
+    (apply symbol args)))
+
+(defun backend-type (name)
+  "The backend's condition or class named NAME, as a symbol, or NIL."
+  (let ((symbol (backend-symbol name)))
+    (and symbol (find-class symbol nil) symbol)))
+
+
+;;;; Threads and locks
+
+(defun threads-available-p ()
+  "True if the backend can spawn and interrupt threads here."
+  (and (backend-implemented-p "SPAWN")
+       (backend-implemented-p "INTERRUPT-THREAD")
+       (backend-implemented-p "CURRENT-THREAD")))
+
+(defun make-backend-lock (name)
+  "A lock from the backend, or NIL when it has none (then no locking)."
+  (when (backend-implemented-p "MAKE-LOCK")
+    (ignore-errors (bcall "MAKE-LOCK" :name name))))
+
+(defun call-with-backend-lock (lock function)
+  "Call FUNCTION holding LOCK (see MAKE-BACKEND-LOCK)."
+  (if (and lock (backend-implemented-p "CALL-WITH-LOCK-HELD"))
+      (bcall "CALL-WITH-LOCK-HELD" lock function)
+      (funcall function)))
+
+
+;;;; Source locations
+;;;
+;;; The backend describes where things are defined with location lists
+;;; such as (:LOCATION (:FILE "/x.lisp") (:POSITION 123) (:SNIPPET "..."))
+;;; or (:ERROR "message").  The model wants a file and a line.
+
+(defun location-file (location)
+  "The file of a backend LOCATION, or NIL."
+  (when (and (consp location) (eq (first location) :location))
+    (let ((buffer (second location)))
+      (case (and (consp buffer) (first buffer))
+        (:file (second buffer))
+        (:buffer-and-file (third buffer))))))
+
+(defun location-char-position (location)
+  "The 1-based character position of a backend LOCATION, or NIL."
+  (when (and (consp location) (eq (first location) :location))
+    (let ((position (third location)))
+      (when (consp position)
+        (case (first position)
+          (:position (and (integerp (second position)) (second position)))
+          (:offset (and (integerp (second position))
+                        (integerp (third position))
+                        (+ (second position) (third position)))))))))
+
+(defun file-line-at (file position)
+  "The 1-based line of the 1-based character POSITION in FILE, or NIL."
+  (ignore-errors
+   (with-open-file (in file :direction :input :if-does-not-exist nil)
+     (when in
+       (let ((line 1))
+         (dotimes (i (max 0 (1- position)) line)
+           (let ((char (read-char in nil nil)))
+             (cond ((null char) (return nil))
+                   ((char= char #\Newline) (incf line))))))))))
+
+(defun format-location (location)
+  "A short description of a backend LOCATION for the model."
+  (cond
+    ((and (consp location) (eq (first location) :error))
+     (format nil "source unknown (~A)" (second location)))
+    ((not (and (consp location) (eq (first location) :location)))
+     "source unknown")
+    (t
+     (let ((file (location-file location))
+           (position (location-char-position location))
+           (buffer (second location)))
+       (cond
+         ((and file (not (ignore-errors (probe-file file))))
+          (format nil "~A (file not found)" file))
+         (file
+          (let ((line (and position (file-line-at file position))))
+            (cond (line (format nil "~A:~D" file line))
+                  (position (format nil "~A, character ~D" file position))
+                  (t file))))
+         ((and (consp buffer) (eq (first buffer) :buffer))
+          (format nil "Emacs buffer ~A~@[, character ~D~]" (second buffer) position))
+         ((and (consp buffer) (eq (first buffer) :source-form))
+          "a form evaluated without a source file")
+         (t "source unknown"))))))
+
+(defun definitions-of (name)
+  "The backend's definitions of NAME: a list of (DSPEC LOCATION), or NIL."
+  (when (backend-implemented-p "FIND-DEFINITIONS")
+    (let ((result (ignore-errors (bcall "FIND-DEFINITIONS" name))))
+      (and (listp result) result))))
+
+(defun source-location-of (object)
+  "The backend's source location of OBJECT (a method, class...), or NIL."
+  (when (backend-implemented-p "FIND-SOURCE-LOCATION")
+    (ignore-errors (bcall "FIND-SOURCE-LOCATION" object))))

@@ -1,0 +1,406 @@
+;;;; compile.lisp --- compile_form and get_compilation_notes.
+;;;
+;;; compile_form gives the model what C-c C-c gives a programmer: the
+;;; file compiler's checks.  The forms are written to a temporary file,
+;;; compiled with COMPILE-FILE inside the backend's compilation hooks
+;;; (which turn every warning and note into a compiler condition with a
+;;; source position, so each note can name the form it belongs to), and
+;;; the fasl is loaded.
+;;;
+;;; Unlike C-c C-c, nothing is loaded when compilation reports an error
+;;; (SBCL would otherwise load a function whose body signals "compiled
+;;; program error"): the model is told plainly that the previous
+;;; definitions are unchanged.  Warnings alone do not prevent loading.
+
+(in-package #:sly-agent-q)
+
+(defvar *cache-directory* nil
+  "The directory load.lisp keeps our fasls in, or NIL.  Temporary files
+of compile_form go to its tmp/ subdirectory when it is writable.")
+
+(defvar *compilation-notes* nil
+  "What the most recent compile_form reported: a plist with :PACKAGE
+:FORM :SUMMARY :NOTES (a list of note lines) :TIME.")
+
+(defparameter *notes-limit* 50
+  "The most notes one compile result lists.")
+
+
+;;;; Temporary files
+
+(defvar *temporary-directory* nil
+  "Cached result of TEMPORARY-DIRECTORY.")
+
+(defun writable-directory-p (directory)
+  (ignore-errors
+   (ensure-directories-exist directory)
+   (let ((probe (merge-pathnames (format nil "probe-~D.tmp" (random 1000000)) directory)))
+     (with-open-file (out probe :direction :output :if-exists :supersede)
+       (write-line "probe" out))
+     (delete-file probe)
+     t)))
+
+(defun temporary-directory ()
+  "A writable directory for compile_form's temporary files."
+  (or *temporary-directory*
+      (setf *temporary-directory*
+            (or (let ((dir (and *cache-directory*
+                                (merge-pathnames (make-pathname :directory '(:relative "tmp"))
+                                                 *cache-directory*))))
+                  (and dir (writable-directory-p dir) dir))
+                #+sbcl
+                (let ((tmp (sb-ext:posix-getenv "TMPDIR")))
+                  (and tmp (plusp (length tmp))
+                       (let ((dir (pathname (concatenate 'string (string-right-trim "/" tmp) "/"))))
+                         (and (writable-directory-p dir) dir))))
+                #p"/tmp/"))))
+
+(defvar *temporary-random-state* (make-random-state t))
+
+(defun temporary-source-file (text)
+  "Write TEXT to a fresh temporary .lisp file; return its pathname."
+  (loop repeat 20
+        do (let* ((path (merge-pathnames
+                         (make-pathname :name (format nil "sly-agent-q-compile-~36R-~36R"
+                                                      (get-universal-time)
+                                                      (random (expt 36 6) *temporary-random-state*))
+                                        :type "lisp")
+                         (temporary-directory)))
+                  ;; Leave WITH-OPEN-FILE normally: a non-local exit
+                  ;; would close the stream with :ABORT T, deleting it.
+                  (created (with-open-file (out path :direction :output :if-exists nil
+                                                     :if-does-not-exist :create
+                                                     :external-format :utf-8)
+                             (when out
+                               (write-string text out)
+                               t))))
+             (when created
+               (return-from temporary-source-file path))))
+  (fail "compile_form could not create a temporary file in ~A." (temporary-directory)))
+
+
+;;;; Notes
+
+(defstruct (note (:constructor make-note (severity message position phase)))
+  severity   ; :error :read-error :warning :style-warning :note ...
+  message
+  position   ; 0-based character index in the text, or NIL
+  phase)     ; :compile or :load
+
+(defun error-severity-p (severity)
+  (member severity '(:error :read-error :fatal)))
+
+(defun severity-label (severity)
+  (case severity
+    (:read-error "READ ERROR")
+    (:error "ERROR")
+    (:warning "WARNING")
+    (:style-warning "STYLE-WARNING")
+    (:note "NOTE")
+    (:redefinition "REDEFINITION")
+    (t (substitute #\Space #\- (string-upcase (princ-to-string severity))))))
+
+(defun redefinition-p (condition)
+  "True for the warnings an implementation gives for redefining a
+function or method: expected when fixing code, noise to the model."
+  #+sbcl (typep condition 'sb-kernel:redefinition-warning)
+  #-sbcl (search "redefin" (string-downcase (ignore-errors (princ-to-string condition)))))
+
+(defun location-text-index (location)
+  "The 0-based index in the compiled text of a backend LOCATION in our
+temporary file.  The SBCL backends of SLYNK and SWANK count characters
+(they re-read the file to find the form), so no octet conversion."
+  (let ((position (location-char-position location)))
+    (and position (max 0 (1- position)))))
+
+(defun form-index-at (spans index)
+  "The 0-based index of the span (of SPANS) containing the character
+INDEX, or of the last one starting before it."
+  (when (and index spans)
+    (or (position-if (lambda (span) (and (<= (car span) index) (< index (cdr span)))) spans)
+        (position-if (lambda (span) (<= (car span) index)) spans :from-end t))))
+
+(defun note-line (note spans text)
+  "A line describing NOTE for the model."
+  (let ((form (form-index-at spans (note-position note))))
+    (format nil "~A~:[~; while loading~]~@[ in form ~A~]: ~A"
+            (severity-label (note-severity note))
+            (eq (note-phase note) :load)
+            (and form
+                 (let ((span (nth form spans)))
+                   (format nil "~D (line ~D: ~A)" (1+ form)
+                           (line-of text (or (note-position note) (car span)))
+                           (form-excerpt text (car span) (cdr span) 50))))
+            (let ((message (note-message note)))
+              (if (find #\Newline message)
+                  (format nil "~%~A" (indent message "    "))
+                  message)))))
+
+
+;;;; Compiling and loading
+
+(defun compiler-condition-p (condition)
+  (let ((type (backend-type "COMPILER-CONDITION")))
+    (and type (typep condition type))))
+
+(defun compile-collecting (source fasl notes)
+  "COMPILE-FILE SOURCE into FASL, pushing a NOTE for every compiler
+condition onto the list in the car of NOTES (whose cdr is the text).
+Returns COMPILE-FILE's three values and the compiler's printed output."
+  (let ((located '())                   ; originals of compiler conditions
+        (pending '())                   ; warnings not (yet) seen as one
+        (hooks (backend-implemented-p "CALL-WITH-COMPILATION-HOOKS"))
+        (log (make-string-output-stream)))
+    (flet ((record (severity message location)
+             (push (make-note severity (clean-message message)
+                              (and location (location-text-index location))
+                              :compile)
+                   (car notes))))
+      (multiple-value-bind (output warnings-p failure-p)
+          (handler-bind
+              ((condition
+                 (lambda (c)
+                   (cond
+                     ((compiler-condition-p c)
+                      (let ((original (ignore-errors (bcall "ORIGINAL-CONDITION" c)))
+                            (severity (ignore-errors (bcall "SEVERITY" c))))
+                        (push original located)
+                        (unless (or (eq severity :redefinition)
+                                    (and original (redefinition-p original)))
+                          (record (or severity :warning)
+                                  (or (ignore-errors (bcall "MESSAGE" c))
+                                      (condition-message c))
+                                  (ignore-errors (bcall "LOCATION" c))))))
+                     ((typep c 'warning)
+                      ;; The backend's hook resignals a warning before
+                      ;; it signals the compiler condition that locates
+                      ;; it: muffling it then would lose the location.
+                      ;; So muffle only once it has been located, or
+                      ;; when there is no hook to locate it.
+                      (cond ((member c located)
+                             (muffle-warning c))
+                            ((not hooks)
+                             (unless (redefinition-p c)
+                               (record (if (typep c 'style-warning) :style-warning :warning)
+                                       (condition-message c) nil))
+                             (muffle-warning c))
+                            (t (pushnew c pending))))
+                     ;; Compiler notes (SBCL's are not warnings) are
+                     ;; recorded through the backend; don't print them.
+                     ((find-restart 'muffle-warning c)
+                      (invoke-restart (find-restart 'muffle-warning c)))))))
+            (flet ((compile-it ()
+                     ;; The compiler's own report duplicates the notes;
+                     ;; it is kept for diagnosis only.
+                     (let ((*standard-output* log)
+                           (*error-output* log)
+                           (*compile-verbose* nil)
+                           (*compile-print* nil))
+                       ;; A unit of its own, so that warnings deferred to
+                       ;; its end (undefined functions and variables)
+                       ;; are reported here even if the caller is
+                       ;; inside a unit.
+                       (with-compilation-unit (:override t)
+                         (compile-file source :output-file fasl :external-format :utf-8)))))
+              (if hooks
+                  (bcall "CALL-WITH-COMPILATION-HOOKS" #'compile-it)
+                  (compile-it))))
+        ;; Warnings the backend never located.
+        (dolist (c (reverse pending))
+          (unless (or (member c located) (redefinition-p c))
+            (record (if (typep c 'style-warning) :style-warning :warning)
+                    (condition-message c) nil)))
+        (values output warnings-p failure-p (get-output-stream-string log))))))
+
+(defun load-collecting (fasl notes)
+  "LOAD FASL, recording load-time warnings as NOTEs."
+  (handler-bind ((warning (lambda (w)
+                            (unless (redefinition-p w)
+                              (push (make-note (if (typep w 'style-warning) :style-warning :warning)
+                                               (condition-message w) nil :load)
+                                    (car notes)))
+                            (muffle-warning w))))
+    (let ((*load-verbose* nil) (*load-print* nil))
+      (load fasl))))
+
+(defun compile-text (text package)
+  "Compile and load TEXT in PACKAGE; return the result text or signal."
+  (multiple-value-bind (spans scan-error scan-start) (scan-forms text)
+    (when (typep scan-error 'end-of-file)
+      (let ((message (unbalanced-message text scan-start (1+ (length spans)))))
+        (note-compile-failure text package "READ ERROR" message (list message))
+        (fail "~A Nothing was compiled or loaded." message)))
+    (when (and (null spans) (null scan-error))
+      (fail "The code is empty: give one or more top-level forms."))
+    (let* ((source (temporary-source-file text))
+           (fasl (compile-file-pathname source))
+           (notes (cons '() text))
+           (phase :compile)
+           (fasl-written nil)
+           (failure-p nil)
+           (loaded nil)
+           (compiler-log "")
+           (outcome nil))
+      (unwind-protect
+           (setf outcome
+                 (run-user-code
+                  (lambda ()
+                    (let ((*package* package))
+                      (multiple-value-bind (output warnings failure log)
+                          (compile-collecting source fasl notes)
+                        (declare (ignore warnings))
+                        (setf fasl-written output
+                              failure-p failure
+                              compiler-log log))
+                      (when (and fasl-written
+                                 (notany (lambda (n) (error-severity-p (note-severity n)))
+                                         (car notes))
+                                 ;; A failure with nothing to show for it
+                                 ;; is an error we could not see.
+                                 (not (and failure-p (null (car notes)))))
+                        (setf phase :load)
+                        (load-collecting fasl notes)
+                        (setf loaded t))))))
+        (ignore-errors (delete-file source))
+        (ignore-errors (when (probe-file fasl) (delete-file fasl))))
+      (report-compilation text package spans (reverse (car notes))
+                          outcome phase fasl-written failure-p loaded compiler-log))))
+
+(defparameter *compile-time-operators*
+  '("DEFMACRO" "DEFINE-COMPILER-MACRO" "DEFPACKAGE" "EVAL-WHEN" "DEFCONSTANT"
+    "DEFINE-SYMBOL-MACRO" "DEFTYPE" "DEFSTRUCT")
+  "Operators whose top-level forms COMPILE-FILE (partly) evaluates while
+compiling, so they take effect even when the file is not loaded.")
+
+(defun compile-time-forms (text spans)
+  "Short descriptions of the forms of TEXT headed by *COMPILE-TIME-OPERATORS*."
+  (loop for (start . end) in spans
+        for head = (let* ((open (and (char= (char text start) #\() start))
+                          (from (and open (1+ open)))
+                          (to (and from (position-if (lambda (c) (or (blank-char-p c)
+                                                                     (member c '(#\( #\)))))
+                                                     text :start from :end end))))
+                     (and from (string-upcase (subseq text from (or to end)))))
+        when (and head (member head *compile-time-operators* :test #'string=))
+          collect (form-excerpt text start end 40)))
+
+(defun note-compile-failure (text package type message note-lines &key backtrace output id)
+  "Record a failed compile_form as the last error and as the notes."
+  (let ((id (or id (record-history "compile_form" (package-name package) text
+                                   (format nil "FAILED: ~A" (first-line message 200)) nil))))
+    (record-error :tool "compile_form" :package (package-name package) :form text :id id
+                  :type type :message message :while "compiling and loading"
+                  :backtrace backtrace :output output)
+    (setf *compilation-notes*
+          (list :package (package-name package) :form text :summary message
+                :notes note-lines :time (get-universal-time)))))
+
+(defun report-compilation (text package spans notes outcome phase fasl-written failure-p loaded
+                           compiler-log)
+  "The result text of compile_form, or a TOOL-FAILURE."
+  (let* ((note-lines (mapcar (lambda (note) (note-line note spans text)) notes))
+         (counts (let ((errors 0) (warnings 0) (others 0))
+                   (dolist (note notes (list errors warnings others))
+                     (cond ((error-severity-p (note-severity note)) (incf errors))
+                           ((member (note-severity note) '(:warning :style-warning)) (incf warnings))
+                           (t (incf others))))))
+         (forms-text
+           (with-output-to-string (out)
+             (loop for (start . end) in spans
+                   for i from 1
+                   do (format out "  ~D. ~A~%" i (form-excerpt text start end 70)))))
+         (notes-text
+           (with-output-to-string (out)
+             (loop for line in note-lines
+                   for i below *notes-limit*
+                   do (format out "  ~A~%" line))
+             (when (> (length note-lines) *notes-limit*)
+               (format out "  ... and ~D more~%" (- (length note-lines) *notes-limit*)))))
+         (output (and outcome (outcome-output outcome)))
+         (where (format nil "in package ~A" (package-name package))))
+    (destructuring-bind (errors warnings others) counts
+      (flet ((failure (type summary &key backtrace)
+               (let ((message
+                       (with-output-to-string (out)
+                         (format out "~A~%Forms:~%~A" summary forms-text)
+                         (when note-lines
+                           (format out "Errors, warnings and notes:~%~A" notes-text))
+                         (when backtrace
+                           (format out "Backtrace (innermost first):~%~A" (format-backtrace backtrace)))
+                         (when (and (null note-lines) (plusp (length compiler-log)))
+                           ;; Nothing explains the failure: show what
+                           ;; the compiler printed.
+                           (format out "Compiler output:~%~A~%" (cap compiler-log 2000 "output")))
+                         (when (and output (plusp (length output)))
+                           (format out "Output:~%~A~%" output)))))
+                 (note-compile-failure text package type summary note-lines
+                                       :backtrace backtrace :output output)
+                 (error 'tool-failure :message (string-right-trim '(#\Newline) message)))))
+        (cond
+          ((outcome-timed-out outcome)
+           (failure "TIMEOUT"
+                    (format nil "compile_form timed out after ~A s while ~:[compiling~;loading~] ~A ~
+                                 and was interrupted. ~:[Nothing was loaded.~;Loading stopped part ~
+                                 way: top-level forms before the one running were loaded, later ~
+                                 ones were not.~]"
+                            (outcome-seconds outcome) (eq phase :load) where (eq phase :load))
+                    :backtrace (outcome-backtrace outcome)))
+          ((and (outcome-condition outcome) (eq phase :compile))
+           (failure (outcome-type outcome)
+                    (format nil "Compilation ~A was aborted by ~A: ~A~%Nothing was loaded; ~
+                                 previous definitions (if any) are unchanged."
+                            where (outcome-type outcome) (outcome-message outcome))
+                    :backtrace (outcome-backtrace outcome)))
+          ((outcome-condition outcome)
+           (failure (outcome-type outcome)
+                    (format nil "Compiled ~A, but loading failed with ~A: ~A~%Top-level forms ~
+                                 before the failing one were loaded; it and later ones were not."
+                            where (outcome-type outcome) (outcome-message outcome))
+                    :backtrace (outcome-backtrace outcome)))
+          ((or (plusp errors) (not fasl-written) (and failure-p (not loaded)))
+           (failure "COMPILE-ERROR"
+                    (format nil "Compilation failed ~A~:[~;~:* with ~A~]~@[ and ~A~]. Nothing was ~
+                                 loaded: the definitions in this code were not changed in the image ~
+                                 (previous definitions, if any, remain in effect).~@[ Exception: ~
+                                 the file compiler already evaluated ~{~A~^, ~} while compiling.~] ~
+                                 Fix the errors and compile again."
+                            where
+                            (and (plusp errors) (plural errors "error"))
+                            (and (plusp warnings) (plural warnings "warning"))
+                            (compile-time-forms text spans))))
+          (t
+           (let ((summary (format nil "Compiled and loaded ~A ~A~:[~;~:*, with ~{~A~^ and ~}~]."
+                                  (plural (length spans) "form") where
+                                  (remove nil (list (and (plusp warnings) (plural warnings "warning"))
+                                                    (and (plusp others) (plural others "note")))))))
+             (record-history "compile_form" (package-name package) text summary t)
+             (setf *compilation-notes*
+                   (list :package (package-name package) :form text :summary summary
+                         :notes note-lines :time (get-universal-time)))
+             (with-output-to-string (out)
+               (format out "~A~%Forms:~%~A" summary forms-text)
+               (if note-lines
+                   (format out "Warnings and notes:~%~A~:[~;(The code was loaded despite the ~
+                                warnings; fix them and compile again if they matter.)~%~]"
+                           notes-text (plusp warnings))
+                   (format out "No warnings or notes.~%"))
+               (when (and output (plusp (length output)))
+                 (format out "Output while loading:~%~A~%" output))))))))))
+
+(define-tool "compile_form" ((form "form" :string :required t)
+                             (package "package" :string))
+  "Compile FORM's top-level forms with the file compiler and load them."
+  (compile-text form (tool-package package)))
+
+(define-tool "get_compilation_notes" ()
+  "The warnings and notes of the most recent compile_form."
+  (let ((notes *compilation-notes*))
+    (if (null notes)
+        "No compile_form has run yet."
+        (destructuring-bind (&key package form summary notes time &allow-other-keys) notes
+          (with-output-to-string (out)
+            (format out "Most recent compile_form (in package ~A, ~A):~%~A~%Code:~%~A~%"
+                    package (time-ago time) summary (indent (cap form 800 "code") "  "))
+            (if notes
+                (format out "Errors, warnings and notes:~%~{  ~A~%~}" notes)
+                (format out "It produced no warnings or notes.~%")))))))

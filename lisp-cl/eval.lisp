@@ -1,0 +1,526 @@
+;;;; eval.lisp --- running the model's code: eval_form, eval_in_package,
+;;;; get_last_error, get_repl_history.
+;;;
+;;; User code runs under RUN-USER-CODE, which
+;;;
+;;;  - captures *STANDARD-OUTPUT*, *ERROR-OUTPUT* and *TRACE-OUTPUT*, up
+;;;    to *OUTPUT-LIMIT* characters (a capped stream, so a printing loop
+;;;    cannot fill the heap), and gives it an empty *STANDARD-INPUT* (a
+;;;    READ-LINE must fail, not wait for the user's REPL);
+;;;  - traps every serious condition and every entry into the debugger
+;;;    (BREAK, INVOKE-DEBUGGER), recording type, message and backtrace,
+;;;    so the user's debugger never pops up;
+;;;  - interrupts the code after a timeout: a watcher thread, spawned
+;;;    through the backend, interrupts the evaluating thread, which
+;;;    records where it was and throws out of the user code.  Unwinding
+;;;    runs UNWIND-PROTECT cleanups and releases locks, so the image
+;;;    stays usable.
+
+(in-package #:sly-agent-q)
+
+(defvar *output-limit* 4000
+  "The most characters of printed output an evaluation keeps.")
+
+(defvar *history-limit* 100
+  "The most entries the REPL history of these tools keeps.")
+
+(defparameter *backtrace-limit* 25
+  "The most frames a recorded backtrace keeps.")
+
+(defparameter *backtrace-shown* 12
+  "The most frames an error result shows (get_last_error shows all kept).")
+
+(defvar *history* '()
+  "Recent evaluations through these tools, newest first: plists with
+:ID :TOOL :PACKAGE :FORM :RESULT :OK :TIME.")
+
+(defvar *history-counter* 0
+  "The id of the most recent history entry.")
+
+(defvar *last-error* nil
+  "The last error of eval_form, eval_in_package or compile_form: a plist
+with :TOOL :PACKAGE :FORM :TYPE :MESSAGE :WHILE :BACKTRACE :OUTPUT :ID.")
+
+(defvar *state-lock* nil
+  "Guards *HISTORY* and *LAST-ERROR*: tools may run in several threads.")
+
+(defun call-with-state-lock (function)
+  (unless *state-lock*
+    (setf *state-lock* (make-backend-lock "sly-agent-q state")))
+  (call-with-backend-lock *state-lock* function))
+
+
+;;;; Captured output
+
+(defstruct (sink (:constructor make-sink (limit)))
+  "Where captured output goes: the first LIMIT characters are kept, the
+rest only counted."
+  (limit 0)
+  (buffer (make-string-output-stream))
+  (kept 0)
+  (dropped 0))
+
+(defun sink-write (sink string)
+  (let* ((room (max 0 (- (sink-limit sink) (sink-kept sink))))
+         (n (length string))
+         (keep (min n room)))
+    (when (plusp keep)
+      (write-string string (sink-buffer sink) :end keep)
+      (incf (sink-kept sink) keep))
+    (incf (sink-dropped sink) (- n keep))))
+
+(defun sink-text (sink)
+  "The captured text, with a note if some was dropped."
+  (let ((text (get-output-stream-string (sink-buffer sink))))
+    (if (plusp (sink-dropped sink))
+        (format nil "~A~%[... output truncated: ~D more characters not kept]"
+                text (sink-dropped sink))
+        text)))
+
+(defun make-capture-stream (sink)
+  "An output stream writing into SINK.  The backend's stream calls us
+with chunks, so nothing beyond the limit is ever kept; without one, a
+string stream whose text is cut afterwards."
+  (or (and (backend-implemented-p "MAKE-OUTPUT-STREAM")
+           (ignore-errors
+            (bcall "MAKE-OUTPUT-STREAM" (lambda (string) (sink-write sink string)))))
+      (sink-buffer sink)))
+
+(defun finish-capture (stream sink)
+  "Flush STREAM into SINK; return the captured text."
+  (unless (eq stream (sink-buffer sink))
+    (ignore-errors (finish-output stream)))
+  (sink-text sink))
+
+
+;;;; Backtraces
+
+(defparameter *machinery-frame-markers*
+  '("(ERROR " "(CERROR " "(SIGNAL " "(WARN " "(BREAK" "(INVOKE-DEBUGGER "
+    "(SB-KERNEL:" "(SB-KERNEL::" "(SB-INT:" "(SB-DEBUG:" "(SB-DEBUG::"
+    "(SB-THREAD:" "(SB-THREAD::" "((FLET SB-THREAD::" "((FLET SB-UNIX::" "((LAMBDA () :IN SB-THREAD"
+    "(SB-UNIX:" "(SB-UNIX::" "(SB-SYS:" "(SB-IMPL::" "(\"foreign function"
+    "((FLET \"WITHOUT-INTERRUPTS" "((FLET SB-KERNEL::" "(SB-DI:" "(SB-DI::"
+    "(\"bogus stack frame\"")
+  "Beginnings of printed frames that belong to the condition system,
+signal handling or thread interruption: dropped from the top of a
+backtrace, where they sit above the user's frames.")
+
+(defun our-frame-p (text)
+  "True for frames of sly-agent-q or of the SLYNK/SWANK backend."
+  (or (search "SLY-AGENT-Q" text)
+      (search "SWANK" text)
+      (search "SLYNK" text)))
+
+(defun machinery-frame-p (text)
+  (some (lambda (marker)
+          (and (>= (length text) (length marker))
+               (string= marker text :end2 (length marker))))
+        *machinery-frame-markers*))
+
+(defun loader-frame-p (text)
+  "True for the frames of LOAD running a fasl, or of the compiler,
+below the user's code (the compiler's macroexpansion and compile-time
+evaluation of the user's forms, the loader's top-level forms)."
+  (some (lambda (marker)
+          (and (>= (length text) (length marker))
+               (string= marker text :end2 (length marker))))
+        '("(SB-FASL::" "((LAMBDA NIL :IN SB-FASL::" "((LAMBDA () :IN SB-FASL::"
+          "(SB-C::" "((FLET SB-C::" "((LAMBDA (SB-KERNEL:FORM" "(COMPILE-FILE ")))
+
+(defun frame-text (frame)
+  (handler-case
+      (let ((*print-length* 8)
+            (*print-level* 4)
+            (*print-pretty* nil)
+            (*print-circle* t)
+            (*print-readably* nil))
+        (first-line (with-output-to-string (out) (bcall "PRINT-FRAME" frame out)) 240))
+    (serious-condition () "#<frame not printable>")))
+
+(defun capture-backtrace (&optional (limit *backtrace-limit*))
+  "The frames of the user's code on the current stack, innermost first,
+as strings: frames of ours and of the signalling machinery above it are
+dropped, and so is everything below the code we evaluated.  NIL if the
+backend cannot compute a backtrace."
+  (when (and (backend-implemented-p "CALL-WITH-DEBUGGING-ENVIRONMENT")
+             (backend-implemented-p "COMPUTE-BACKTRACE"))
+    (handler-case
+        (let ((texts (bcall "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                            (lambda ()
+                              (mapcar #'frame-text (bcall "COMPUTE-BACKTRACE" 0 200))))))
+          ;; Above the user's code: our handler, the backend, the signal.
+          (loop while (and texts (or (our-frame-p (first texts))
+                                     (machinery-frame-p (first texts))))
+                do (pop texts))
+          ;; Below it: our evaluation loop (or the loader running a
+          ;; compiled file) and whatever called CALL-TOOL.
+          (let ((end (or (position-if (lambda (text) (or (our-frame-p text) (loader-frame-p text)))
+                                      texts :start (min 1 (length texts)))
+                         (length texts))))
+            (subseq texts 0 (min end limit))))
+      (serious-condition () nil))))
+
+(defun format-backtrace (frames &optional (limit *backtrace-shown*))
+  (with-output-to-string (out)
+    (loop for frame in frames
+          for i below limit
+          do (format out "  ~D: ~A~%" i frame))
+    (when (> (length frames) limit)
+      (format out "  ... ~D more frames (get_last_error shows up to ~D)~%"
+              (- (length frames) limit) *backtrace-limit*))))
+
+
+;;;; Timeouts
+
+(defun watch-deadline (state seconds worker interrupt)
+  "In the watcher thread: wait until STATE is no longer :RUNNING or
+SECONDS have passed; in the latter case interrupt WORKER with INTERRUPT."
+  (handler-case
+      (let ((deadline (+ (get-internal-real-time)
+                         (round (* seconds internal-time-units-per-second)))))
+        (loop while (eq (car state) :running)
+              do (when (>= (get-internal-real-time) deadline)
+                   (bcall "INTERRUPT-THREAD" worker interrupt)
+                   (return))
+                 (sleep 0.05)))
+    ;; Never let the user's debugger pop up in our watcher thread.
+    (serious-condition () nil)))
+
+(defun call-with-timeout (seconds thunk on-timeout)
+  "Call THUNK.  If it is still running after SECONDS, call ON-TIMEOUT in
+THUNK's thread, at the point where it was interrupted, then unwind out
+of THUNK.  Returns true if it timed out.  Without thread support in the
+backend, SBCL's own timer is used; elsewhere THUNK runs unbounded."
+  (cond
+    ((null seconds)
+     (funcall thunk)
+     nil)
+    ((threads-available-p)
+     (let ((state (list :running))
+           (tag (list 'timeout))
+           (timed-out t)
+           (worker (bcall "CURRENT-THREAD")))
+       (catch tag
+         (unwind-protect
+              (progn
+                (bcall "SPAWN"
+                       (lambda ()
+                         (watch-deadline
+                          state seconds worker
+                          (lambda ()
+                            ;; Runs in the worker.  The check is made
+                            ;; here, in the worker itself, so an
+                            ;; interrupt arriving after THUNK finished
+                            ;; does nothing.
+                            (when (eq (car state) :running)
+                              (setf (car state) :timed-out)
+                              (ignore-errors (funcall on-timeout))
+                              (throw tag nil)))))
+                       :name "sly-agent-q timeout watcher")
+                (funcall thunk)
+                (setf timed-out nil))
+           (setf (car state) :done)))
+       timed-out))
+    #+sbcl
+    (t
+     (handler-case (progn (sb-ext:with-timeout seconds (funcall thunk)) nil)
+       (sb-ext:timeout () (ignore-errors (funcall on-timeout)) t)))
+    #-sbcl
+    (t
+     (funcall thunk)
+     nil)))
+
+
+;;;; Running user code
+
+(defstruct (outcome (:constructor make-outcome ()))
+  "What happened when user code ran."
+  (output "")
+  ;; When a serious condition or the debugger stopped it:
+  (condition nil)
+  (type nil)
+  (message nil)
+  (backtrace nil)
+  ;; When the timeout stopped it:
+  (timed-out nil)
+  (seconds nil))
+
+(defun call-trapping-conditions (thunk outcome)
+  "Call THUNK.  An unhandled serious condition, or any entry into the
+debugger, is recorded in OUTCOME and unwinds THUNK.  Returns true if
+THUNK finished normally."
+  (let ((tag (list 'trapped))
+        (finished nil))
+    (flet ((trap (condition)
+             (setf (outcome-condition outcome) condition
+                   (outcome-type outcome) (condition-type-label condition)
+                   (outcome-message outcome) (condition-message condition)
+                   (outcome-backtrace outcome) (capture-backtrace))
+             (throw tag nil)))
+      (catch tag
+        (call-with-debugger-trap
+         #'trap
+         (lambda ()
+           ;; Handlers inside THUNK (COMPILE-FILE's among them) run
+           ;; first; we only see what none of them handled.
+           (handler-bind ((serious-condition #'trap))
+             (funcall thunk)
+             (setf finished t))))))
+    finished))
+
+(defun run-user-code (thunk &key (timeout *call-timeout*))
+  "Run THUNK, user code, with output captured, conditions trapped and
+TIMEOUT seconds allowed.  Returns an OUTCOME."
+  (let* ((outcome (make-outcome))
+         (sink (make-sink *output-limit*))
+         (stream (make-capture-stream sink))
+         (empty (make-string-input-stream ""))
+         (io (make-two-way-stream empty stream)))
+    (setf (outcome-timed-out outcome)
+          (call-with-timeout
+           timeout
+           (lambda ()
+             (let ((*standard-output* stream)
+                   (*error-output* stream)
+                   (*trace-output* stream)
+                   (*standard-input* empty)
+                   (*query-io* io)
+                   (*debug-io* io)
+                   (*terminal-io* io))
+               (call-trapping-conditions thunk outcome)))
+           (lambda ()
+             (setf (outcome-backtrace outcome) (capture-backtrace)))))
+    (setf (outcome-seconds outcome) timeout)
+    (setf (outcome-output outcome) (finish-capture stream sink))
+    outcome))
+
+
+(defun call-guarding-user-code (what function)
+  "Call FUNCTION, which may run user code incidentally (PRINT-OBJECT
+methods of values it shows), under the timeout and condition trap of
+RUN-USER-CODE; return its value or FAIL saying what went wrong."
+  (let* ((value nil)
+         (outcome (run-user-code (lambda () (setf value (funcall function))))))
+    (cond ((outcome-timed-out outcome)
+           (fail "~A timed out after ~A s (printing a value may not terminate)."
+                 what (outcome-seconds outcome)))
+          ((outcome-condition outcome)
+           (fail "~A failed: ~A: ~A" what (outcome-type outcome) (outcome-message outcome)))
+          (t value))))
+
+
+;;;; History and the last error
+
+(defun record-history (tool package form result ok)
+  "Add an entry to the history; return its id."
+  (call-with-state-lock
+   (lambda ()
+     (let ((id (incf *history-counter*)))
+       ;; Capped, so that a hundred big evaluations stay small.
+       (push (list :id id :tool tool :package package :form (cap form 4000 "code")
+                   :result (cap result 1000 "result") :ok ok :time (get-universal-time))
+             *history*)
+       (when (> (length *history*) *history-limit*)
+         (setf *history* (subseq *history* 0 (max 0 *history-limit*))))
+       id))))
+
+(defun record-error (&rest plist &key form &allow-other-keys)
+  "Make PLIST the last error."
+  (let ((plist (list* :form (and form (cap form 4000 "code")) plist)))
+    (call-with-state-lock
+     (lambda () (setf *last-error* (list* :time (get-universal-time) plist))))))
+
+(defun values-text (values package)
+  "The printed VALUES, for a result."
+  (let ((*package* package))
+    (case (length values)
+      (0 "No values.")
+      (1 (format nil "Value: ~A" (print-value (first values))))
+      (t (format nil "Values (~D):~%~{~A~^~%~}" (length values)
+                 (mapcar (lambda (v) (indent (print-value v) "  ")) values))))))
+
+(defun values-summary (values package)
+  "A one-line summary of VALUES, for the history."
+  (let ((*package* package))
+    (if values
+        (format nil "=> ~{~A~^, ~}"
+                (mapcar (lambda (v) (first-line (print-value v :limit 300) 200)) values))
+        "=> no values")))
+
+(defun evaluate-text (tool text package)
+  "Read and evaluate every form of TEXT in PACKAGE; return the result text
+or signal TOOL-FAILURE."
+  (multiple-value-bind (spans scan-error scan-start) (scan-forms text)
+    (when (typep scan-error 'end-of-file)
+      (fail "~A Nothing was evaluated." (unbalanced-message text scan-start (1+ (length spans)))))
+    (when (and (null spans) (null scan-error))
+      (fail "The code is empty: give one or more Lisp forms."))
+    (let* ((form-count (if scan-error nil (length spans)))
+           (values '())
+           (current 0)
+           (current-start 0)
+           (phase :read)
+           (final-package package)
+           (values-text nil)
+           (summary nil)
+           (outcome
+             (run-user-code
+              (lambda ()
+                (let ((*package* package)
+                      (position 0))
+                  (loop
+                    (setf position (skip-blank text position))
+                    (when (>= position (length text)) (return))
+                    (setf phase :read
+                          current (1+ current)
+                          current-start position)
+                    (multiple-value-bind (form end) (read-from-string text t nil :start position)
+                      (setf position end
+                            phase :eval)
+                      (setf values (multiple-value-list (eval form)))))
+                  (setf final-package *package*)
+                  ;; Printing runs the user's PRINT-OBJECT methods: it
+                  ;; is user code too, under the same timeout.
+                  (setf phase :print
+                        values-text (values-text values final-package)
+                        summary (values-summary values final-package)))))))
+      (labels ((where ()
+                 (format nil "form ~D~@[ of ~D~] (line ~D: ~A) in package ~A"
+                         current form-count (line-of text current-start)
+                         (form-excerpt text current-start (length text) 60)
+                         (package-name package)))
+               (output-part (title)
+                 (let ((output (outcome-output outcome)))
+                   (if (plusp (length output))
+                       (format nil "~%~A:~%~A" title output)
+                       "")))
+               (doing ()
+                 (ecase phase
+                   (:read "reading")
+                   (:eval "evaluating")
+                   (:print "printing the values of")))
+               (completed-part ()
+                 (if (and (> current 1) (not (eq phase :print)))
+                     (format nil "~%Forms 1 to ~D completed before that." (1- current))
+                     "")))
+        (cond
+          ((outcome-timed-out outcome)
+           (let ((id (record-history tool (package-name package) text
+                                     (format nil "TIMEOUT after ~A s" (outcome-seconds outcome))
+                                     nil)))
+             (record-error :tool tool :package (package-name package) :form text :id id
+                           :type "TIMEOUT"
+                           :message (format nil "timed out after ~A s" (outcome-seconds outcome))
+                           :while (format nil "~A ~A" (doing) (where))
+                           :backtrace (outcome-backtrace outcome)
+                           :output (outcome-output outcome)))
+           (error 'tool-failure
+                  :message
+                  (with-output-to-string (out)
+                    (format out "Evaluation timed out after ~A s and was interrupted, ~A ~A.~A~%"
+                            (outcome-seconds outcome) (doing) (where) (completed-part))
+                    (format out "The image is still usable; side effects made before the ~
+                                 interruption remain.")
+                    (when (outcome-backtrace outcome)
+                      (format out "~%Where it was when interrupted (innermost first):~%~A"
+                              (format-backtrace (outcome-backtrace outcome))))
+                    (write-string (output-part "Output before the interruption") out))))
+          ((outcome-condition outcome)
+           (let* ((reading (eq phase :read))
+                  (backtrace (if reading nil (outcome-backtrace outcome)))
+                  (id (record-history tool (package-name package) text
+                                      (format nil "ERROR ~A: ~A" (outcome-type outcome)
+                                              (first-line (outcome-message outcome) 200))
+                                      nil)))
+             (record-error :tool tool :package (package-name package) :form text :id id
+                           :type (outcome-type outcome)
+                           :message (outcome-message outcome)
+                           :while (format nil "~A ~A" (doing) (where))
+                           :backtrace backtrace
+                           :output (outcome-output outcome))
+             (error 'tool-failure
+                    :message
+                    (with-output-to-string (out)
+                      (format out "~:[Error~;Reader error~] while ~A ~A:~%~A: ~A~A"
+                              reading (doing) (where)
+                              (outcome-type outcome) (outcome-message outcome)
+                              (completed-part))
+                      (when backtrace
+                        (format out "~%Backtrace (innermost first):~%~A"
+                                (string-right-trim '(#\Newline) (format-backtrace backtrace))))
+                      (write-string (output-part "Output before the error") out)
+                      (format out "~%(get_last_error shows this again.)")))))
+          (t
+           (record-history tool (package-name package) text summary t)
+           (with-output-to-string (out)
+             (when (> current 1)
+               (format out "Evaluated ~D forms in package ~A; values of the last form:~%"
+                       current (package-name package)))
+             (write-string values-text out)
+             (write-string (output-part "Output") out)
+             (unless (eq final-package package)
+               (format out "~%Note: the code changed *PACKAGE* (to ~A) for this call only."
+                       (package-name final-package))))))))))
+
+(define-tool "eval_form" ((form "form" :string :required t)
+                          (package "package" :string))
+  "Evaluate every form of FORM in PACKAGE."
+  (evaluate-text "eval_form" form (tool-package package)))
+
+(define-tool "eval_in_package" ((form "form" :string :required t)
+                                (package "package" :string :required t))
+  "Evaluate every form of FORM with *PACKAGE* bound to PACKAGE."
+  (evaluate-text "eval_in_package" form (tool-package package :required t)))
+
+
+;;;; get_last_error, get_repl_history
+
+(define-tool "get_last_error" ()
+  "The last error of eval_form, eval_in_package or compile_form."
+  (let ((last (call-with-state-lock (lambda () *last-error*))))
+    (if (null last)
+        "No error recorded yet."
+        (destructuring-bind (&key tool package form type message while backtrace output id time
+                             &allow-other-keys)
+            last
+          (with-output-to-string (out)
+            (format out "Last error, from ~A in package ~A~@[ (history entry ~D)~]~@[, ~A~]:~%"
+                    tool package id (and time (time-ago time)))
+            (format out "Condition: ~A~%Message: ~A~%" type message)
+            (when while (format out "While: ~A~%" while))
+            (format out "Code:~%~A~%" (indent (cap form 1500 "code") "  "))
+            (when backtrace
+              (format out "Backtrace (innermost first):~%~A"
+                      (format-backtrace backtrace *backtrace-limit*)))
+            (when (and output (plusp (length output)))
+              (format out "Output before the error:~%~A~%" (cap output 1500 "output"))))))))
+
+(defun time-ago (universal-time)
+  (let ((seconds (max 0 (- (get-universal-time) universal-time))))
+    (cond ((< seconds 2) "just now")
+          ((< seconds 120) (format nil "~D seconds ago" seconds))
+          ((< seconds 7200) (format nil "~D minutes ago" (round seconds 60)))
+          (t (format nil "~D hours ago" (round seconds 3600))))))
+
+(define-tool "get_repl_history" ((limit "limit" :integer))
+  "The most recent LIMIT (default 10) evaluations made through these tools."
+  (when (and limit (< limit 1))
+    (fail "\"limit\" must be at least 1, but got ~D." limit))
+  (let* ((history (call-with-state-lock (lambda () (copy-list *history*))))
+         (limit (or limit 10))
+         (shown (reverse (subseq history 0 (min limit (length history))))))
+    (if (null history)
+        "No evaluations recorded yet (only eval_form, eval_in_package and compile_form calls are recorded)."
+        (with-output-to-string (out)
+          (format out "~:[The~;The last~] ~A of ~A (oldest first; ~D kept at most):~%"
+                  (< (length shown) (length history))
+                  (plural (length shown) "entry" "entries")
+                  (plural *history-counter* "evaluation")
+                  *history-limit*)
+          (dolist (entry shown)
+            (destructuring-bind (&key id tool package form result &allow-other-keys) entry
+              (format out "[~D] ~A in ~A:~%~A~%~A~%"
+                      id tool package
+                      (indent (cap form 400 "code") "    ")
+                      (indent (cap result 400 "result") "    "))))))))

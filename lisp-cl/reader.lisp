@@ -1,0 +1,114 @@
+;;;; reader.lisp --- reading code the model sends, safely.
+;;;
+;;; Tools that only look at code (macroexpand_form) read it with
+;;; *READ-EVAL* bound to NIL, so "#." is refused instead of run.  The
+;;; tools that run code first scan the whole text with *READ-SUPPRESS*
+;;; (which interns nothing and evaluates no "#."), so that unbalanced
+;;; parentheses are reported before the first form has run.
+
+(in-package #:sly-agent-q)
+
+(defun blank-char-p (char)
+  (member char '(#\Space #\Tab #\Newline #\Return #\Linefeed #\Page)))
+
+(defun skip-blank (text start)
+  "The index of the first character at or after START in TEXT that is
+neither whitespace nor inside a comment.  Second value: true if TEXT
+ends inside a #| comment."
+  (let ((i start) (n (length text)))
+    (loop
+      (cond ((>= i n) (return (values n nil)))
+            ((blank-char-p (char text i)) (incf i))
+            ((char= (char text i) #\;)
+             (setf i (or (position #\Newline text :start i) n)))
+            ((and (char= (char text i) #\#) (< (1+ i) n) (char= (char text (1+ i)) #\|))
+             ;; #| ... |# nests.
+             (let ((depth 1))
+               (incf i 2)
+               (loop while (and (< i n) (plusp depth))
+                     do (cond ((and (< (1+ i) n) (char= (char text i) #\|)
+                                    (char= (char text (1+ i)) #\#))
+                               (decf depth) (incf i 2))
+                              ((and (< (1+ i) n) (char= (char text i) #\#)
+                                    (char= (char text (1+ i)) #\|))
+                               (incf depth) (incf i 2))
+                              (t (incf i))))
+               (when (plusp depth) (return (values n t)))))
+            (t (return (values i nil)))))))
+
+(defun line-of (text position)
+  "The 1-based line of the 0-based POSITION in TEXT."
+  (1+ (count #\Newline text :end (min position (length text)))))
+
+(defun form-excerpt (text start end &optional (max 80))
+  "The first line of the form between START and END in TEXT, shortened."
+  (first-line (subseq text start (min end (length text))) max))
+
+(defun scan-forms (text)
+  "Find the top-level forms of TEXT without interning or evaluating.
+Returns a list of (START . END) spans, and, if the scan stopped early,
+the reader condition and the start of the form it stopped in."
+  (let ((*read-suppress* t)
+        (*read-eval* nil)
+        (spans '())
+        (position 0))
+    (loop
+      (multiple-value-bind (start in-comment) (skip-blank text position)
+        (when in-comment
+          (return (values (nreverse spans)
+                          (make-condition 'end-of-file :stream nil)
+                          start)))
+        (when (>= start (length text))
+          (return (values (nreverse spans) nil nil)))
+        (handler-case
+            (multiple-value-bind (object end) (read-from-string text t nil :start start)
+              (declare (ignore object))
+              (push (cons start end) spans)
+              (setf position end))
+          (error (c)
+            (return (values (nreverse spans) c start))))))))
+
+(defun unbalanced-message (text start form-number)
+  "The message for TEXT ending inside the form FORM-NUMBER starting at START."
+  (format nil "The code ends inside form ~D (starting at line ~D: ~A): unbalanced ~
+               parentheses, or an unterminated string, |symbol| or #| comment."
+          form-number (line-of text start) (form-excerpt text start (length text) 60)))
+
+(defun read-error-message (condition text start)
+  "The message for CONDITION, signalled while reading the form at START."
+  (format nil "~:[The code~;~:*~A~] does not read: ~A: ~A"
+          (and start (format nil "The form at line ~D (~A)"
+                             (line-of text start) (form-excerpt text start (length text) 60)))
+          (condition-type-label condition)
+          (condition-message condition)))
+
+(defun read-form-for-inspection (text package &key (tool "This tool"))
+  "Read exactly one form from TEXT in PACKAGE, with *READ-EVAL* NIL.
+\"#.\" is refused: this reader is for tools that promise not to
+evaluate.  Reading may intern the symbols of the form in PACKAGE, as
+the REPL's reader would."
+  (let ((start (skip-blank text 0)))
+    (when (>= start (length text))
+      (fail "The form is empty: give one Lisp form as text."))
+    (multiple-value-bind (form end)
+        (handler-case
+            (let ((*package* package)
+                  (*read-eval* nil)
+                  (*read-suppress* nil))
+              (read-from-string text t nil :start start))
+          (end-of-file ()
+            (fail "~A" (unbalanced-message text start 1)))
+          (reader-error (c)
+            (if (search "#." text)
+                (fail "~A refuses #. (read-time evaluation): it reads code without ~
+                       evaluating it. Remove the #. (write the form it would produce), or ~
+                       use eval_form if evaluating is what you want."
+                      tool)
+                (fail "~A" (read-error-message c text start))))
+          (error (c)
+            (fail "~A" (read-error-message c text start))))
+      (let ((rest (skip-blank text end)))
+        (when (< rest (length text))
+          (fail "~A takes exactly one form, but there is more after the first: ~A"
+                tool (form-excerpt text rest (length text) 60))))
+      form)))

@@ -1,0 +1,151 @@
+;;;; text.lisp --- printing for the model: bounded, never failing.
+;;;
+;;; Every result goes to a language model with a limited context, so
+;;; everything we print is capped, and printing can never fail: user
+;;; objects with broken PRINT-OBJECT methods, circular structure or
+;;; megabyte strings are all reduced to something short.
+
+(in-package #:sly-agent-q)
+
+(defvar *result-limit* 8000
+  "The most characters one tool result (content or error message) may have.
+Longer results are cut, with a note saying how much was cut.")
+
+(defvar *value-limit* 2000
+  "The most characters one printed value may take.")
+
+(defparameter *print-length-cap* 50
+  "*PRINT-LENGTH* while printing for the model.")
+
+(defparameter *print-level-cap* 6
+  "*PRINT-LEVEL* while printing for the model.")
+
+(defun cap (string limit &optional (what "text"))
+  "STRING cut to at most LIMIT characters, with a note when cut."
+  (let ((total (length string)))
+    (if (<= total limit)
+        string
+        (let* ((note-length 80)
+               (keep (max 0 (- limit note-length))))
+          (format nil "~A~%[... ~A truncated: ~D of ~D characters shown]"
+                  (subseq string 0 keep) what keep total)))))
+
+(defmacro with-model-printing ((&optional (package '*package*)) &body body)
+  "Run BODY with printer variables set for compact, safe output.
+Symbols print relative to PACKAGE, so the model sees the names it
+would type there."
+  `(let ((*package* ,package)
+         (*print-length* *print-length-cap*)
+         (*print-level* *print-level-cap*)
+         (*print-circle* t)
+         (*print-readably* nil)
+         (*print-escape* t)
+         (*print-pretty* t)
+         (*print-right-margin* 100)
+         (*print-lines* nil)
+         (*print-base* 10)
+         (*print-radix* nil)
+         (*print-array* t)
+         (*print-gensym* t))
+     ,@body))
+
+(defun unprintable (object condition)
+  "A placeholder for OBJECT whose printing signalled CONDITION."
+  (let ((type (ignore-errors (prin1-to-string (type-of object))))
+        (why (ignore-errors (princ-to-string condition))))
+    (format nil "#<unprintable ~A: ~A>"
+            (or type "object")
+            (if why (first-line why 100) "error while printing"))))
+
+(defun print-value (object &key (limit *value-limit*) (pretty t))
+  "OBJECT printed as by PRIN1 under WITH-MODEL-PRINTING (the caller
+binds the package), at most LIMIT characters.  Never signals."
+  (handler-case
+      (with-model-printing (*package*)
+        (setf *print-pretty* pretty)
+        (if (and (stringp object) (> (length object) limit))
+            (format nil "~S [a string of ~D characters; first ~D shown]"
+                    (subseq object 0 limit) (length object) limit)
+            (cap (prin1-to-string object) limit "value")))
+    (serious-condition (c) (unprintable object c))))
+
+(defun princ-value (object &key (limit *value-limit*))
+  "OBJECT printed as by PRINC, at most LIMIT characters.  Never signals."
+  (handler-case
+      (with-model-printing (*package*)
+        (cap (princ-to-string object) limit "value"))
+    (serious-condition (c) (unprintable object c))))
+
+(defun symbol-label (symbol &optional (package (find-package "KEYWORD")))
+  "SYMBOL printed as it would be read from PACKAGE.  The default, the
+KEYWORD package, gives fully qualified names such as MY-APP::FOO."
+  (handler-case
+      (let ((*package* package)
+            (*print-escape* t)
+            (*print-readably* nil)
+            (*print-pretty* nil)
+            (*print-case* :upcase))
+        (prin1-to-string symbol))
+    (serious-condition () (ignore-errors (symbol-name symbol)))))
+
+(defun first-line (string &optional (max 120))
+  "The first line of STRING, cut to MAX characters."
+  (let* ((string (string-trim '(#\Space #\Tab #\Newline #\Return) string))
+         (end (or (position #\Newline string) (length string))))
+    (if (> end max)
+        (concatenate 'string (subseq string 0 (max 0 (- max 3))) "...")
+        (subseq string 0 end))))
+
+(defun indent (string &optional (prefix "  "))
+  "STRING with PREFIX before every line."
+  (with-output-to-string (out)
+    (let ((start 0))
+      (loop
+        (let ((end (position #\Newline string :start start)))
+          (write-string prefix out)
+          (write-string string out :start start :end end)
+          (if end
+              (progn (terpri out) (setf start (1+ end)))
+              (return)))))))
+
+(defun clean-message (text)
+  "TEXT, a condition report, without the stream details reader errors
+add (noise to the model, which sent a string) and without blank lines."
+  (with-output-to-string (out)
+    (let ((first t))
+      (dolist (line (split-lines (string-trim '(#\Space #\Newline) text)))
+        (let ((trimmed (string-left-trim '(#\Space #\Tab) line)))
+          (unless (or (zerop (length trimmed))
+                      (and (>= (length trimmed) 7) (string= "Stream:" trimmed :end2 7)))
+            (unless first (terpri out))
+            (setf first nil)
+            (write-string line out)))))))
+
+(defun condition-message (condition)
+  "The report of CONDITION, cleaned by CLEAN-MESSAGE.  Never signals."
+  (clean-message
+   (handler-case (let ((*print-readably* nil)
+                       (*print-length* *print-length-cap*)
+                       (*print-level* *print-level-cap*))
+                   (princ-to-string condition))
+     (serious-condition (c)
+       (format nil "[the condition's report failed: ~A]"
+               (unprintable condition c))))))
+
+(defun condition-type-label (condition)
+  "The qualified name of CONDITION's type, e.g. SB-INT:SIMPLE-PARSE-ERROR."
+  (let ((type (type-of condition)))
+    (if (symbolp type)
+        (symbol-label type)
+        (princ-value type))))
+
+(defun split-lines (string)
+  "The lines of STRING, as a list."
+  (loop for start = 0 then (1+ end)
+        for end = (position #\Newline string :start start)
+        collect (subseq string start end)
+        while end))
+
+(defun plural (n singular &optional plural)
+  "\"N SINGULAR\" or \"N PLURAL\"."
+  (format nil "~D ~A" n (if (= n 1) singular (or plural (concatenate 'string singular "s")))))

@@ -1,0 +1,785 @@
+;;; sly-agent-q-diff.el --- Hunk-by-hunk review of the agent's file edits  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026  The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The propose_file_edit tool, in two steps:
+;;
+;; 1. Review.  The approvals code calls `sly-agent-q-diff-review' with
+;;    the tool's arguments.  It computes the proposal as a unified
+;;    diff of hunks and shows it in a `sly-agent-q-diff-review-mode'
+;;    buffer (derived from `diff-mode'), where the user accepts or
+;;    rejects each hunk, then finishes (C-c C-c) or aborts (C-c C-k).
+;;    The decision goes to the callback: "modified" with the original
+;;    arguments plus :accepted_hunks, or "denied".  When
+;;    `sly-agent-q-approval-function' is set (scripted approvers,
+;;    tests), it is asked instead of showing the buffer.
+;;
+;; 2. Apply.  The capability propose_file_edit (see
+;;    `sly-agent-q-diff-apply-proposal') computes the same hunks from
+;;    the same text and proposal again, applies exactly the accepted
+;;    ones, through the visiting buffer if there is one, and says
+;;    which.  If the text changed since the review, nothing is applied.
+;;
+;; Hunks are computed here in Lisp (Myers' algorithm on lines, three
+;; lines of context, as GNU diff -u), so review and apply always agree
+;; and no external program is needed.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'diff-mode)
+(require 'button)
+(require 'sly-agent-q-files)
+
+(defvar sly-agent-q-approval-function)
+
+(defcustom sly-agent-q-diff-context-lines 3
+  "Lines of unchanged context around each hunk of a proposed edit."
+  :type 'integer
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-diff-display-function #'pop-to-buffer
+  "Function called with the review buffer to show it to the user."
+  :type 'function
+  :group 'sly-agent-q-tools)
+
+(defconst sly-agent-q-diff--max-cost 1000
+  "Edit distance beyond which a region is diffed as one replacement.")
+
+;;;; Line diff
+
+(defun sly-agent-q-diff--myers (a b)
+  "Return the matched pairs (I . J) of a shortest edit from A to B.
+A and B are vectors of integers.  The pairs ascend.  When A and B
+differ by more than `sly-agent-q-diff--max-cost' edits, return
+nil, which makes them one change."
+  (let* ((n (length a)) (m (length b)) (max (+ n m)) (off (1+ max))
+         (v (make-vector (+ 3 (* 2 max)) 0))
+         (limit (min max sly-agent-q-diff--max-cost))
+         (trace nil) (found nil) (d 0))
+    (unless (or (zerop n) (zerop m))
+      (while (and (not found) (<= d limit))
+        (let ((k (- d)))
+          (while (and (not found) (<= k d))
+            (let* ((x (if (or (= k (- d))
+                              (and (/= k d)
+                                   (< (aref v (+ off k -1)) (aref v (+ off k 1)))))
+                          (aref v (+ off k 1))
+                        (1+ (aref v (+ off k -1)))))
+                   (y (- x k)))
+              (while (and (< x n) (< y m) (= (aref a x) (aref b y)))
+                (setq x (1+ x) y (1+ y)))
+              (aset v (+ off k) x)
+              (when (and (>= x n) (>= y m))
+                (setq found t)))
+            (setq k (+ k 2))))
+        (push (substring v (- off d) (+ off d 1)) trace)
+        (unless found (setq d (1+ d))))
+      (when found
+        (let ((x n) (y m) (matches nil))
+          (cl-loop for dd downfrom d to 1
+                   for prev in (cdr trace)
+                   do (let* ((k (- x y))
+                             (base (1- dd))
+                             (prev-k (if (or (= k (- dd))
+                                             (and (/= k dd)
+                                                  (< (aref prev (+ base k -1))
+                                                     (aref prev (+ base k 1)))))
+                                         (1+ k)
+                                       (1- k)))
+                             (prev-x (aref prev (+ base prev-k)))
+                             (prev-y (- prev-x prev-k)))
+                        (while (and (> x prev-x) (> y prev-y))
+                          (setq x (1- x) y (1- y))
+                          (push (cons x y) matches))
+                        (setq x prev-x y prev-y)))
+          (while (and (> x 0) (> y 0))
+            (setq x (1- x) y (1- y))
+            (push (cons x y) matches))
+          matches)))))
+
+(defun sly-agent-q-diff--changes (a b)
+  "Return the changed regions between line vectors A and B.
+Each is (OLD-START OLD-END NEW-START NEW-END), 0-based, end excluded."
+  (let* ((n (length a)) (m (length b)) (pre 0) (suf 0))
+    (while (and (< pre n) (< pre m) (equal (aref a pre) (aref b pre)))
+      (cl-incf pre))
+    (while (and (< suf (- n pre)) (< suf (- m pre))
+                (equal (aref a (- n suf 1)) (aref b (- m suf 1))))
+      (cl-incf suf))
+    (let* ((table (make-hash-table :test #'equal))
+           (ids (lambda (vec from to)
+                  (let ((out (make-vector (- to from) 0)))
+                    (dotimes (i (- to from))
+                      (let ((line (aref vec (+ from i))))
+                        (aset out i (or (gethash line table)
+                                        (puthash line (hash-table-count table)
+                                                 table)))))
+                    out)))
+           (ma (funcall ids a pre (- n suf)))
+           (mb (funcall ids b pre (- m suf)))
+           (changes nil) (i 0) (j 0))
+      (dolist (match (sly-agent-q-diff--myers ma mb))
+        (when (or (< i (car match)) (< j (cdr match)))
+          (push (list (+ pre i) (+ pre (car match)) (+ pre j) (+ pre (cdr match)))
+                changes))
+        (setq i (1+ (car match)) j (1+ (cdr match))))
+      (when (or (< i (length ma)) (< j (length mb)))
+        (push (list (+ pre i) (+ pre (length ma)) (+ pre j) (+ pre (length mb)))
+              changes))
+      (nreverse changes))))
+
+(defun sly-agent-q-diff--range (start count)
+  "Return the unified-diff range of COUNT lines from 0-based START."
+  (cond ((= count 0) (format "%d,0" start))
+        ((= count 1) (format "%d" (1+ start)))
+        (t (format "%d,%d" (1+ start) count))))
+
+(defun sly-agent-q-diff--hunk-lines (prefix lines from to)
+  "Return LINES FROM..TO (excluded) as diff lines starting with PREFIX."
+  (let ((out nil))
+    (cl-loop for i from from below to
+             do (let ((line (aref lines i)))
+                  (push (if (string-suffix-p "\n" line)
+                            (concat prefix line)
+                          (concat prefix line "\n\\ No newline at end of file\n"))
+                        out)))
+    (apply #'concat (nreverse out))))
+
+(defun sly-agent-q-diff-hunks (a b &optional context)
+  "Return the hunks turning line vector A into line vector B.
+CONTEXT is the number of context lines (default
+`sly-agent-q-diff-context-lines').  Each hunk is a plist with keys
+:index (1-based), :old-start, :old-end, :new-start, :new-end (0-based
+line indexes, end excluded, context included), :changes (the
+changed regions inside, see `sly-agent-q-diff--changes'), :header
+\(the @@ line) and :text (the hunk's diff lines)."
+  (let* ((c (or context sly-agent-q-diff-context-lines))
+         (n (length a)) (groups nil) (current nil) (index 0))
+    (dolist (change (sly-agent-q-diff--changes a b))
+      (if (and current (<= (- (nth 0 change) (nth 1 (car current))) (* 2 c)))
+          (push change current)
+        (when current (push (nreverse current) groups))
+        (setq current (list change))))
+    (when current (push (nreverse current) groups))
+    (mapcar
+     (lambda (group)
+       (let* ((first (car group)) (last (car (last group)))
+              (os (max 0 (- (nth 0 first) c)))
+              (oe (min n (+ (nth 1 last) c)))
+              (ns (- (nth 2 first) (- (nth 0 first) os)))
+              (ne (+ (nth 3 last) (- oe (nth 1 last))))
+              (i os) (parts nil))
+         (dolist (change group)
+           (push (sly-agent-q-diff--hunk-lines " " a i (nth 0 change)) parts)
+           (push (sly-agent-q-diff--hunk-lines "-" a (nth 0 change) (nth 1 change)) parts)
+           (push (sly-agent-q-diff--hunk-lines "+" b (nth 2 change) (nth 3 change)) parts)
+           (setq i (nth 1 change)))
+         (push (sly-agent-q-diff--hunk-lines " " a i oe) parts)
+         (list :index (cl-incf index)
+               :old-start os :old-end oe :new-start ns :new-end ne
+               :changes group
+               :header (format "@@ -%s +%s @@"
+                               (sly-agent-q-diff--range os (- oe os))
+                               (sly-agent-q-diff--range ns (- ne ns)))
+               :text (apply #'concat (nreverse parts)))))
+     (nreverse groups))))
+
+(defun sly-agent-q-diff--apply-hunks (a b hunks accepted)
+  "Return the text of A with the hunks of HUNKS whose index is in ACCEPTED.
+A and B are the line vectors HUNKS were computed from."
+  (let ((parts nil) (i 0))
+    (dolist (hunk hunks)
+      (when (memq (plist-get hunk :index) accepted)
+        (cl-loop for k from i below (plist-get hunk :old-start)
+                 do (push (aref a k) parts))
+        (cl-loop for k from (plist-get hunk :new-start) below (plist-get hunk :new-end)
+                 do (push (aref b k) parts))
+        (setq i (plist-get hunk :old-end))))
+    (cl-loop for k from i below (length a) do (push (aref a k) parts))
+    (apply #'concat (nreverse parts))))
+
+;;;; Proposals
+
+(defun sly-agent-q-diff--string-arg (args key)
+  "Return the string argument KEY of ARGS, or nil; signal if not a string."
+  (let ((value (plist-get args key)))
+    (cond ((or (null value) (eq value :json-false)) nil)
+          ((stringp value) value)
+          (t (sly-agent-q--fail "Parameter %s must be a string."
+                                (substring (symbol-name key) 1))))))
+
+(defun sly-agent-q-diff-proposal (args)
+  "Compute the proposal of propose_file_edit ARGS, a plist.
+Return a plist with keys :file (resolved), :rel (relative name),
+:current (see `sly-agent-q-files-current-text'), :old and :new (the
+texts), :a and :b (their lines), :hunks (see `sly-agent-q-diff-hunks')
+and :description.  Signal `sly-agent-q-tool-error' when ARGS are
+unusable."
+  (let* ((path (sly-agent-q-diff--string-arg args :path))
+         (new-content (sly-agent-q-diff--string-arg args :new_content))
+         (old-text (sly-agent-q-diff--string-arg args :old_text))
+         (new-text (sly-agent-q-diff--string-arg args :new_text))
+         (description (sly-agent-q-diff--string-arg args :description)))
+    (unless path (sly-agent-q--fail "Parameter path is required."))
+    (cond ((and new-content (or old-text new-text))
+           (sly-agent-q--fail
+            "Give either new_content, or old_text and new_text, not both."))
+          ((and (null new-content) (null old-text))
+           (sly-agent-q--fail
+            "Give new_content (the whole new file), or old_text and new_text."))
+          ((and old-text (null new-text))
+           (sly-agent-q--fail
+            "old_text needs new_text (use \"\" to delete old_text).")))
+    (let* ((file (sly-agent-q-files-resolve path t))
+           (rel (sly-agent-q-files-relative file))
+           (current (sly-agent-q-files-current-text file))
+           (old (plist-get current :text))
+           (new (if new-content
+                    new-content
+                  (unless (or (plist-get current :exists) (plist-get current :buffer))
+                    (sly-agent-q--fail
+                     "%s does not exist; to create it, give new_content." rel))
+                  (let ((pos (sly-agent-q--unique-occurrence old-text old rel)))
+                    (concat (substring old 0 pos) new-text
+                            (substring old (+ pos (length old-text)))))))
+           (a (sly-agent-q-files-split-lines old))
+           (b (sly-agent-q-files-split-lines new)))
+      (list :file file :rel rel :current current :old old :new new
+            :a a :b b :hunks (sly-agent-q-diff-hunks a b)
+            :description description))))
+
+(defun sly-agent-q-diff-unified (proposal &optional hunks)
+  "Return PROPOSAL's HUNKS (default: all) as one unified diff."
+  (let ((rel (plist-get proposal :rel)))
+    (concat (format "--- a/%s\n+++ b/%s\n" rel rel)
+            (mapconcat (lambda (h) (concat (plist-get h :header) "\n" (plist-get h :text)))
+                       (or hunks (plist-get proposal :hunks)) ""))))
+
+;; What was reviewed: the key is the file and the proposal's arguments,
+;; the value the hash of the text the hunks were computed from.
+(defvar sly-agent-q-diff--reviews (make-hash-table :test #'equal)
+  "Proposals reviewed and not applied yet: key -> (BASE-HASH . HUNKS).")
+
+(defun sly-agent-q-diff--key (file args)
+  "Return the review key of ARGS proposing an edit of FILE."
+  (list file (plist-get args :new_content) (plist-get args :old_text)
+        (plist-get args :new_text)))
+
+(defun sly-agent-q-diff--remember (args proposal)
+  "Remember that PROPOSAL, from ARGS, is being reviewed."
+  (puthash (sly-agent-q-diff--key (plist-get proposal :file) args)
+           (cons (secure-hash 'sha1 (plist-get proposal :old))
+                 (length (plist-get proposal :hunks)))
+           sly-agent-q-diff--reviews))
+
+(defun sly-agent-q-diff--forget (args)
+  "Forget the review of ARGS, if any."
+  (let ((file (ignore-errors
+                (sly-agent-q-files-resolve (plist-get args :path)))))
+    (when file
+      (remhash (sly-agent-q-diff--key file args) sly-agent-q-diff--reviews))))
+
+(defun sly-agent-q-diff--accepted (args count)
+  "Return the sorted list of hunk numbers accepted in ARGS, out of COUNT."
+  (let ((value (plist-get args :accepted_hunks)))
+    (if (or (null value) (eq value :json-false))
+        (number-sequence 1 count)
+      (unless (or (vectorp value) (listp value))
+        (sly-agent-q--fail "accepted_hunks must be an array of hunk numbers."))
+      (let ((numbers (delete-dups (append value nil))))
+        (dolist (n numbers)
+          (unless (and (integerp n) (<= 1 n count))
+            (sly-agent-q--fail
+             "accepted_hunks contains %S, but the proposal has %d hunk%s (numbered from 1)."
+             n count (if (= count 1) "" "s"))))
+        (sort numbers #'<)))))
+
+(defun sly-agent-q-diff--apply-in-buffer (buffer proposal accepted)
+  "Apply the ACCEPTED hunks of PROPOSAL to BUFFER, whose text it was computed from."
+  (let* ((a (plist-get proposal :a))
+         (b (plist-get proposal :b))
+         (starts (make-vector (1+ (length a)) 1)))
+    (dotimes (i (length a))
+      (aset starts (1+ i) (+ (aref starts i) (length (aref a i)))))
+    (with-current-buffer buffer
+      (save-restriction
+        (widen)
+        (save-excursion
+          ;; Replace only the changed lines, from the end, so that point
+          ;; and markers in unchanged text stay where they are.
+          (dolist (hunk (reverse (plist-get proposal :hunks)))
+            (when (memq (plist-get hunk :index) accepted)
+              (dolist (change (reverse (plist-get hunk :changes)))
+                (let ((from (aref starts (nth 0 change)))
+                      (to (aref starts (nth 1 change)))
+                      (text (mapconcat #'identity
+                                       (cl-subseq b (nth 2 change) (nth 3 change))
+                                       "")))
+                  (goto-char from)
+                  (delete-region from to)
+                  (insert text))))))))))
+
+(defun sly-agent-q-diff--numbers (numbers)
+  "Return NUMBERS as \"1, 3\"."
+  (mapconcat #'number-to-string numbers ", "))
+
+(defun sly-agent-q-diff-apply-proposal (args)
+  "Run the capability propose_file_edit with ARGS; return the model's answer.
+Apply the hunks listed in :accepted_hunks (all when absent) and say
+exactly which were applied.  Signal `sly-agent-q-tool-error' when
+nothing can be applied."
+  (let* ((proposal (sly-agent-q-diff-proposal args))
+         (file (plist-get proposal :file))
+         (rel (plist-get proposal :rel))
+         (key (sly-agent-q-diff--key file args))
+         (reviewed (gethash key sly-agent-q-diff--reviews))
+         (hunks (plist-get proposal :hunks))
+         (count (length hunks)))
+    (remhash key sly-agent-q-diff--reviews)
+    (when (and reviewed
+               (not (equal (car reviewed)
+                           (secure-hash 'sha1 (plist-get proposal :old)))))
+      (sly-agent-q--fail
+       "%s changed after the user reviewed the proposed edit, so nothing was applied.  Read it again and propose the edit anew."
+       rel))
+    (if (zerop count)
+        (format "No change: the proposal is identical to the current text of %s." rel)
+      (let ((accepted (sly-agent-q-diff--accepted args count)))
+        (if (null accepted)
+            (format "No hunk was accepted; nothing was applied to %s." rel)
+          (let* ((current (plist-get proposal :current))
+                 (buffer (plist-get current :buffer))
+                 (rejected (cl-set-difference (number-sequence 1 count) accepted))
+                 (note ""))
+            (if buffer
+                (let ((was-modified (plist-get current :modified)))
+                  (unless was-modified
+                    ;; It will be saved: refuse what its coding cannot hold
+                    ;; before touching it.
+                    (sly-agent-q--check-encodable
+                     (sly-agent-q-diff--apply-hunks (plist-get proposal :a)
+                                                    (plist-get proposal :b)
+                                                    hunks accepted)
+                     (plist-get current :coding) file))
+                  (sly-agent-q-diff--apply-in-buffer buffer proposal accepted)
+                  (if was-modified
+                      (setq note (format " in buffer %s, which had unsaved changes, so it was not saved"
+                                         (buffer-name buffer)))
+                    (condition-case err
+                        (sly-agent-q-files-save-buffer buffer)
+                      (sly-agent-q-tool-error
+                       (sly-agent-q--fail
+                        "The accepted hunks (%s) were applied in buffer %s, but saving it to %s failed: %s  The buffer holds the change, unsaved."
+                        (sly-agent-q-diff--numbers accepted) (buffer-name buffer) rel
+                        (cadr err))))
+                    (setq note (format " (through buffer %s, saved)" (buffer-name buffer)))))
+              (sly-agent-q-files-write-atomically
+               file
+               (sly-agent-q-diff--apply-hunks (plist-get proposal :a) (plist-get proposal :b)
+                                              hunks accepted)
+               (plist-get current :coding))
+              (let ((visiting (sly-agent-q-files-visiting-buffer file)))
+                (when visiting
+                  (sly-agent-q-files-revert-buffer visiting)
+                  (setq note (format " (buffer %s reverted)" (buffer-name visiting))))))
+            (if rejected
+                (format "Applied hunk%s %s of %d to %s%s (rejected: %s)."
+                        (if (cdr accepted) "s" "") (sly-agent-q-diff--numbers accepted)
+                        count rel note (sly-agent-q-diff--numbers rejected))
+              (format "Applied all %d hunk%s to %s%s." count (if (= count 1) "" "s")
+                      rel note))))))))
+
+;;;; Review
+
+(cl-defstruct (sly-agent-q-diff--review
+               (:constructor sly-agent-q-diff--make-review)
+               (:copier nil))
+  "A review of a proposed edit in progress."
+  args proposal states callback done)
+
+(defvar-local sly-agent-q-diff--current nil
+  "The `sly-agent-q-diff--review' shown in this buffer.")
+
+(defun sly-agent-q-diff--once (callback args)
+  "Return a function calling CALLBACK with a decision once, for ARGS.
+Later calls do nothing.  Errors in CALLBACK are reported, not signalled.
+A denied decision forgets the review of ARGS."
+  (let ((called nil))
+    (lambda (decision)
+      (unless called
+        (setq called t)
+        (when (equal (plist-get decision :decision) "denied")
+          (ignore-errors (sly-agent-q-diff--forget args)))
+        (condition-case err
+            (funcall callback decision)
+          (error (message "sly-agent-q: the review callback failed: %s"
+                          (error-message-string err))))))))
+
+(defun sly-agent-q-diff--decision (args accepted)
+  "Return the decision for ARGS when the hunks ACCEPTED are accepted."
+  (if accepted
+      (list :decision "modified"
+            :arguments (plist-put (copy-sequence args) :accepted_hunks
+                                  (vconcat (sort (copy-sequence accepted) #'<))))
+    (list :decision "denied" :reason "The user rejected every hunk")))
+
+(defun sly-agent-q-diff--normalize (args decision)
+  "Return the decision of an approval function DECISION for ARGS.
+DECISION may also be just (:accepted_hunks [N ...])."
+  (let ((kind (plist-get decision :decision))
+        (hunks (plist-get decision :accepted_hunks)))
+    (cond
+     ((and (member kind '(nil "modified")) hunks (not (plist-get decision :arguments)))
+      (sly-agent-q-diff--decision args (append hunks nil)))
+     ((member kind '("approved" "denied" "modified")) decision)
+     (t (list :decision "denied"
+              :reason (format "The approver gave no usable decision: %S" decision))))))
+
+(defun sly-agent-q-diff-review (args callback)
+  "Ask the user to review the propose_file_edit call with ARGS, hunk by hunk.
+ARGS is the tool's argument plist.  CALLBACK is called once with the
+decision: (:decision \"modified\" :arguments ARGS+:accepted_hunks) or
+\(:decision \"denied\" :reason ...).  When
+`sly-agent-q-approval-function' is non-nil it is called with a
+request plist (:tool :arguments :path :description :hunks :diff)
+and a callback instead of showing the review buffer.  A proposal
+that cannot be computed, or changes nothing, is answered at once
+with no hunk accepted, so that the tool itself tells the model why.
+Return the review buffer, or nil when none was shown.  Never
+signals."
+  (let ((once (sly-agent-q-diff--once callback args)))
+    (condition-case err
+        (let* ((proposal (sly-agent-q-diff-proposal args))
+               (hunks (plist-get proposal :hunks)))
+          (sly-agent-q-diff--remember args proposal)
+          (cond
+           ((null hunks)
+            (funcall once (list :decision "modified"
+                                :arguments (plist-put (copy-sequence args)
+                                                      :accepted_hunks []))))
+           ((and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function)
+            (funcall sly-agent-q-approval-function
+                     (list :tool "propose_file_edit"
+                           :arguments args
+                           :path (plist-get proposal :rel)
+                           :description (plist-get proposal :description)
+                           :hunks (vconcat
+                                   (mapcar (lambda (h)
+                                             (list :index (plist-get h :index)
+                                                   :header (plist-get h :header)
+                                                   :text (plist-get h :text)))
+                                           hunks))
+                           :diff (sly-agent-q-diff-unified proposal))
+                     (lambda (decision)
+                       (funcall once (sly-agent-q-diff--normalize args decision))))
+            nil)
+           (t (sly-agent-q-diff--show args proposal once))))
+      (sly-agent-q-tool-error
+       ;; Let the tool run and report the problem itself, applying nothing.
+       (ignore err)
+       (funcall once (list :decision "modified"
+                           :arguments (plist-put (copy-sequence args)
+                                                 :accepted_hunks [])))
+       nil)
+      (error
+       (funcall once (list :decision "denied"
+                           :reason (format "The proposed edit could not be reviewed: %s"
+                                           (error-message-string err))))
+       nil))))
+
+(defvar sly-agent-q-diff-review-mode-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map special-mode-map)
+    (define-key map "a" #'sly-agent-q-diff-accept-hunk)
+    (define-key map "r" #'sly-agent-q-diff-reject-hunk)
+    (define-key map "A" #'sly-agent-q-diff-accept-all)
+    (define-key map "R" #'sly-agent-q-diff-reject-all)
+    (define-key map "n" #'sly-agent-q-diff-next-hunk)
+    (define-key map "p" #'sly-agent-q-diff-previous-hunk)
+    (define-key map "\t" #'forward-button)
+    (define-key map [backtab] #'backward-button)
+    (define-key map "g" #'sly-agent-q-diff-redisplay)
+    (define-key map (kbd "RET") #'sly-agent-q-diff-goto-source)
+    (define-key map "o" #'sly-agent-q-diff-goto-source)
+    (define-key map "q" #'sly-agent-q-diff-abort)
+    (define-key map (kbd "C-c C-c") #'sly-agent-q-diff-finish)
+    (define-key map (kbd "C-c C-k") #'sly-agent-q-diff-abort)
+    map)
+  "Keymap of `sly-agent-q-diff-review-mode'.")
+
+(define-derived-mode sly-agent-q-diff-review-mode diff-mode "Agent-Q-Review"
+  "Review a change the agent proposes, hunk by hunk.
+\<sly-agent-q-diff-review-mode-map>
+\[sly-agent-q-diff-accept-hunk] accepts the hunk at point,
+\[sly-agent-q-diff-reject-hunk] rejects it.
+\[sly-agent-q-diff-accept-all] accepts every hunk,
+\[sly-agent-q-diff-reject-all] rejects every hunk.
+\[sly-agent-q-diff-finish] sends the accepted hunks to the agent;
+undecided hunks count as rejected.
+\[sly-agent-q-diff-abort] rejects the whole edit.
+
+\{sly-agent-q-diff-review-mode-map}"
+  ;; `diff-mode' binds `diff-mode-shared-map' over the local map in
+  ;; read-only buffers; it would shadow the review's own keys.
+  (setq minor-mode-overriding-map-alist
+        (cl-remove 'buffer-read-only minor-mode-overriding-map-alist :key #'car))
+  (font-lock-add-keywords
+   nil '(("^## Hunk [0-9]+ of [0-9]+: \\(ACCEPTED\\)" 1 'success t)
+         ("^## Hunk [0-9]+ of [0-9]+: \\(REJECTED\\)" 1 'error t)
+         ("^## Hunk [0-9]+ of [0-9]+: \\(PENDING\\)" 1 'warning t)))
+  (setq-local diff-update-on-the-fly nil)
+  (setq-local diff-font-lock-syntax 'hunk-only)
+  (remove-hook 'after-change-functions #'diff-after-change-function t)
+  (remove-hook 'post-command-hook #'diff-post-command-hook t)
+  (setq-local revert-buffer-function
+              (lambda (&rest _) (sly-agent-q-diff-redisplay)))
+  (setq-local sly-agent-q-protected-buffer t)
+  (setq buffer-read-only t)
+  (add-hook 'kill-buffer-hook #'sly-agent-q-diff--killed nil t))
+
+;; `define-derived-mode' gave the map `diff-mode-map' as parent, whose
+;; editing keys would corrupt the review; keep only `special-mode-map'.
+(set-keymap-parent sly-agent-q-diff-review-mode-map special-mode-map)
+
+(defun sly-agent-q-diff--show (args proposal callback)
+  "Show PROPOSAL of ARGS in a review buffer; CALLBACK gets the decision."
+  (let* ((root (sly-agent-q-tools-project-root))
+         (buffer (generate-new-buffer
+                  (format "*sly-agent-q-diff: %s*" (plist-get proposal :rel)))))
+    (with-current-buffer buffer
+      (sly-agent-q-diff-review-mode)
+      (setq default-directory root)
+      (setq sly-agent-q-diff--current
+            (sly-agent-q-diff--make-review
+             :args args :proposal proposal :callback callback
+             :states (make-vector (length (plist-get proposal :hunks)) 'pending)))
+      (sly-agent-q-diff-redisplay)
+      (goto-char (point-min))
+      (sly-agent-q-diff-next-hunk))
+    (funcall sly-agent-q-diff-display-function buffer)
+    buffer))
+
+(defun sly-agent-q-diff--review-here ()
+  "Return the review of the current buffer, or signal a user error."
+  (let ((review sly-agent-q-diff--current))
+    (unless (and review (not (sly-agent-q-diff--review-done review)))
+      (user-error "No review in progress in this buffer"))
+    review))
+
+(defun sly-agent-q-diff--button (label action help)
+  "Insert a button LABEL calling ACTION with no argument, with tooltip HELP."
+  (insert-text-button label 'action (lambda (_) (funcall action))
+                      'follow-link t 'help-echo help))
+
+(defun sly-agent-q-diff-redisplay ()
+  "Redraw the review buffer, keeping point on the same line."
+  (interactive)
+  (let* ((review (sly-agent-q-diff--review-here))
+         (proposal (sly-agent-q-diff--review-proposal review))
+         (states (sly-agent-q-diff--review-states review))
+         (hunks (plist-get proposal :hunks))
+         (line (line-number-at-pos))
+         (column (current-column))
+         (inhibit-read-only t))
+    (erase-buffer)
+    (insert (propertize (format "Proposed edit of %s" (plist-get proposal :rel))
+                        'face 'bold))
+    (when (plist-get proposal :description)
+      (insert ": " (plist-get proposal :description)))
+    (insert "\n")
+    (when (plist-get (plist-get proposal :current) :modified)
+      (insert "(computed against the unsaved text of buffer "
+              (buffer-name (plist-get (plist-get proposal :current) :buffer)) ")\n"))
+    (insert (substitute-command-keys
+             "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
+    (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
+    (insert " ")
+    (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
+    (insert " ")
+    (sly-agent-q-diff--button "[Finish]" #'sly-agent-q-diff-finish
+                              "Send the decision; undecided hunks count as rejected")
+    (insert " ")
+    (sly-agent-q-diff--button "[Abort]" #'sly-agent-q-diff-abort "Reject the whole edit")
+    (insert "\n\n")
+    (let ((rel (plist-get proposal :rel)))
+      (insert (format "--- a/%s\n+++ b/%s\n" rel rel)))
+    (dolist (hunk hunks)
+      (let* ((index (plist-get hunk :index))
+             (state (aref states (1- index)))
+             (start (point)))
+        (insert (propertize (format "## Hunk %d of %d: %s " index (length hunks)
+                                    (upcase (symbol-name state)))
+                            'face (pcase state
+                                    ('accepted 'success)
+                                    ('rejected 'error)
+                                    (_ 'warning))))
+        (sly-agent-q-diff--button "[Accept]" (lambda () (sly-agent-q-diff-accept-hunk index))
+                                  "Accept this hunk")
+        (insert " ")
+        (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
+                                  "Reject this hunk")
+        (insert "\n" (plist-get hunk :header) "\n" (plist-get hunk :text))
+        (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
+    (let ((decided (cl-count 'pending states :test-not #'eq)))
+      (insert (format "\n## %d of %d hunks decided, %d accepted.\n" decided (length hunks)
+                      (cl-count 'accepted states))))
+    (goto-char (point-min))
+    (forward-line (1- line))
+    (move-to-column column)))
+
+(defun sly-agent-q-diff--hunk-at-point ()
+  "Return the number of the hunk at point, or signal a user error."
+  (or (get-text-property (point) 'sly-agent-q-diff-hunk)
+      (user-error "Point is not on a hunk")))
+
+(defun sly-agent-q-diff--set (index state)
+  "Set hunk INDEX (nil: the one at point) to STATE and redisplay."
+  (let* ((review (sly-agent-q-diff--review-here))
+         (index (or index (sly-agent-q-diff--hunk-at-point)))
+         (states (sly-agent-q-diff--review-states review)))
+    (unless (and (integerp index) (<= 1 index (length states)))
+      (user-error "No hunk %s" index))
+    (aset states (1- index) state)
+    (sly-agent-q-diff-redisplay)
+    index))
+
+(defun sly-agent-q-diff--goto-hunk (index)
+  "Move point to the status line of hunk INDEX; return non-nil if found."
+  (let ((pos (point-min)) found)
+    (while (and (not found)
+                (setq pos (next-single-property-change pos 'sly-agent-q-diff-hunk)))
+      (when (eql (get-text-property pos 'sly-agent-q-diff-hunk) index)
+        (setq found pos)))
+    (when found (goto-char found))))
+
+(defun sly-agent-q-diff-accept-hunk (&optional index)
+  "Accept hunk INDEX, by default the hunk at point, and move to the next."
+  (interactive)
+  (let ((index (sly-agent-q-diff--set index 'accepted)))
+    (sly-agent-q-diff--goto-hunk index)
+    (sly-agent-q-diff-next-hunk)))
+
+(defun sly-agent-q-diff-reject-hunk (&optional index)
+  "Reject hunk INDEX, by default the hunk at point, and move to the next."
+  (interactive)
+  (let ((index (sly-agent-q-diff--set index 'rejected)))
+    (sly-agent-q-diff--goto-hunk index)
+    (sly-agent-q-diff-next-hunk)))
+
+(defun sly-agent-q-diff-goto-source ()
+  "Show the file of the review at the line of the hunk at point."
+  (interactive)
+  (let* ((review (sly-agent-q-diff--review-here))
+         (proposal (sly-agent-q-diff--review-proposal review))
+         (index (sly-agent-q-diff--hunk-at-point))
+         (hunk (nth (1- index) (plist-get proposal :hunks)))
+         (file (plist-get proposal :file))
+         (buffer (or (sly-agent-q-files-visiting-buffer file)
+                     (and (file-exists-p file) (find-file-noselect file))
+                     (user-error "%s does not exist yet" (plist-get proposal :rel))))
+         (window (display-buffer buffer)))
+    (with-current-buffer buffer
+      (save-restriction
+        (widen)
+        (goto-char (point-min))
+        (forward-line (plist-get hunk :old-start))
+        (when window (set-window-point window (point)))))))
+
+(defun sly-agent-q-diff-accept-all ()
+  "Accept every hunk."
+  (interactive)
+  (fillarray (sly-agent-q-diff--review-states (sly-agent-q-diff--review-here)) 'accepted)
+  (sly-agent-q-diff-redisplay))
+
+(defun sly-agent-q-diff-reject-all ()
+  "Reject every hunk."
+  (interactive)
+  (fillarray (sly-agent-q-diff--review-states (sly-agent-q-diff--review-here)) 'rejected)
+  (sly-agent-q-diff-redisplay))
+
+(defun sly-agent-q-diff-next-hunk ()
+  "Move to the next hunk's status line; return its number."
+  (interactive)
+  (let ((here (get-text-property (point) 'sly-agent-q-diff-hunk)))
+    (if here
+        (unless (sly-agent-q-diff--goto-hunk (1+ here))
+          (message "No more hunks"))
+      (let ((next (next-single-property-change (point) 'sly-agent-q-diff-hunk)))
+        (if next (goto-char next) (message "No more hunks"))))
+    (get-text-property (point) 'sly-agent-q-diff-hunk)))
+
+(defun sly-agent-q-diff-previous-hunk ()
+  "Move to the previous hunk's status line."
+  (interactive)
+  (let ((here (get-text-property (point) 'sly-agent-q-diff-hunk)))
+    (unless (sly-agent-q-diff--goto-hunk (max 1 (1- (or here 2))))
+      (message "No previous hunk"))))
+
+(defun sly-agent-q-diff--end (decision)
+  "End the review of the current buffer with DECISION and close it."
+  (let* ((review (sly-agent-q-diff--review-here))
+         (buffer (current-buffer)))
+    (setf (sly-agent-q-diff--review-done review) t)
+    (funcall (sly-agent-q-diff--review-callback review) decision)
+    (when (buffer-live-p buffer)
+      (let ((window (get-buffer-window buffer)))
+        (if window
+            (quit-window t window)
+          (kill-buffer buffer))))))
+
+(defun sly-agent-q-diff-finish ()
+  "Send the accepted hunks to the agent; undecided hunks count as rejected."
+  (interactive)
+  (let* ((review (sly-agent-q-diff--review-here))
+         (states (sly-agent-q-diff--review-states review))
+         (accepted (cl-loop for i from 1 to (length states)
+                            when (eq (aref states (1- i)) 'accepted) collect i)))
+    (sly-agent-q-diff--end
+     (sly-agent-q-diff--decision (sly-agent-q-diff--review-args review) accepted))))
+
+(defun sly-agent-q-diff-abort ()
+  "Reject the whole proposed edit."
+  (interactive)
+  (sly-agent-q-diff--end
+   (list :decision "denied" :reason "The user aborted the review of the proposed edit")))
+
+(defun sly-agent-q-diff--killed ()
+  "Deny the edit when its review buffer is killed before a decision."
+  (let ((review sly-agent-q-diff--current))
+    (when (and review (not (sly-agent-q-diff--review-done review)))
+      (setf (sly-agent-q-diff--review-done review) t)
+      (funcall (sly-agent-q-diff--review-callback review)
+               (list :decision "denied"
+                     :reason "The user closed the review without deciding")))))
+
+(defun sly-agent-q-diff-review-cancel (buffer)
+  "Close review BUFFER without answering (the server gave up waiting)."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (let ((review sly-agent-q-diff--current))
+        (when review
+          (setf (sly-agent-q-diff--review-done review) t)
+          (ignore-errors (sly-agent-q-diff--forget
+                          (sly-agent-q-diff--review-args review))))))
+    (kill-buffer buffer)))
+
+(provide 'sly-agent-q-diff)
+;;; sly-agent-q-diff.el ends here

@@ -1,0 +1,507 @@
+;;; sly-agent-q-files.el --- Path confinement and atomic writes for sly-agent-q  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026  The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The ground the agent's file tools stand on:
+;;
+;; - Confinement.  Every path the model gives is resolved against the
+;;   project root (`sly-agent-q-project-root', or the root of the
+;;   project of the buffer the user was last in) and refused unless it
+;;   stays inside that root or one of `sly-agent-q-allowed-directories'.
+;;   Symbolic links are followed before the check, and a path that does
+;;   not exist yet is checked through its deepest existing ancestor, so
+;;   that new files can be created but never outside.  Writes are also
+;;   refused under `sly-agent-q-read-only-paths'.
+;;
+;; - Reading.  `sly-agent-q-files-current-text' returns a file's text as
+;;   the user would see it: the visiting buffer's text when there is
+;;   one (unsaved changes included), else the decoded file.
+;;
+;; - Writing.  `sly-agent-q-files-write-atomically' writes into a
+;;   temporary file in the target's directory and renames it over the
+;;   target, keeping the coding system, the file modes and the extended
+;;   attributes of the file it replaces.
+;;
+;; Failures the model can fix are signalled as `sly-agent-q-tool-error'
+;; with a message written for the model.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'project)
+(require 'seq)
+(require 'subr-x)
+
+(defgroup sly-agent-q-tools nil
+  "Buffer, file and navigation tools of the sly-agent-q agent."
+  :prefix "sly-agent-q-"
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-project-root nil
+  "Directory that the agent's relative paths are resolved against.
+Nil means the root of the project (see `project-current') of the
+buffer the user was last in, or that buffer's `default-directory'
+when it belongs to no project.  The agent may read and write only
+inside this root and `sly-agent-q-allowed-directories'."
+  :type '(choice (const :tag "Project of the last buffer" nil)
+                 (directory :tag "Fixed directory"))
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-allowed-directories nil
+  "Directories outside the project root that the agent may also use.
+Paths inside them must be given as absolute file names."
+  :type '(repeat directory)
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-read-only-paths '(".git")
+  "Files and directories the agent may read but never write.
+Relative entries are relative to the project root."
+  :type '(repeat string)
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-private-file-regexps
+  '("/\\.ssh/" "/\\.gnupg/" "/\\.aws/" "/\\.authinfo\\(?:\\.gpg\\)?\\'"
+    "/\\.netrc\\'" "/\\.pgpass\\'" "/\\.password-store/")
+  "Regexps matching true file names the agent may neither read nor write.
+They hold credentials; they are refused even inside the project,
+and so are buffers visiting them."
+  :type '(repeat regexp)
+  :group 'sly-agent-q-tools)
+
+(defun sly-agent-q-files-private-p (file)
+  "Return non-nil when FILE is a file of credentials.
+FILE is a true name; see `sly-agent-q-private-file-regexps'."
+  (let ((file (expand-file-name file)))
+    (cl-some (lambda (re) (string-match-p re file))
+             sly-agent-q-private-file-regexps)))
+
+(defcustom sly-agent-q-max-file-size (* 10 1024 1024)
+  "Largest file, in bytes, that the file tools read into Emacs."
+  :type 'integer
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-new-file-coding-system 'utf-8-unix
+  "Coding system of the files the agent creates."
+  :type 'coding-system
+  :group 'sly-agent-q-tools)
+
+(defvar sly-agent-q-tools-default-buffer-function
+  #'sly-agent-q-tools-last-user-buffer
+  "Function of no arguments returning the buffer the user was last in.
+The tools use it when a call names no buffer, and to find the
+project root when `sly-agent-q-project-root' is nil.  The
+connection code may set it, e.g. to remember the buffer from which
+the user sent the last message.")
+
+(defcustom sly-agent-q-protected-buffer-regexps
+  '("\\`\\*sly-agent-q" "\\`\\*agent-q")
+  "Regexps matching names of buffers the agent must never write.
+The agent's own chat, events and review buffers match the defaults.
+A buffer can also protect itself by setting the buffer-local
+variable `sly-agent-q-protected-buffer' to non-nil."
+  :type '(repeat regexp)
+  :group 'sly-agent-q-tools)
+
+(defvar-local sly-agent-q-protected-buffer nil
+  "Non-nil in a buffer that the agent's tools may not write.")
+
+(define-error 'sly-agent-q-tool-error "Tool error")
+
+(defun sly-agent-q--fail (format-string &rest args)
+  "Signal `sly-agent-q-tool-error' with a message for the model.
+The message is (apply #\\='format FORMAT-STRING ARGS)."
+  (signal 'sly-agent-q-tool-error
+          (list (apply #'format format-string args))))
+
+(defun sly-agent-q--occurrences (needle haystack)
+  "Return the start indexes of every occurrence of NEEDLE in HAYSTACK.
+Matching is literal and case-sensitive; occurrences do not overlap."
+  (let ((start 0) (found nil) pos)
+    (while (and (not (string-empty-p needle))
+                (setq pos (string-search needle haystack start)))
+      (push pos found)
+      (setq start (+ pos (length needle))))
+    (nreverse found)))
+
+(defun sly-agent-q--unique-occurrence (needle haystack what)
+  "Return the index of the only occurrence of NEEDLE in HAYSTACK.
+WHAT names HAYSTACK in the message of the tool error signalled when
+NEEDLE occurs zero or several times."
+  (when (or (not (stringp needle)) (string-empty-p needle))
+    (sly-agent-q--fail "old_text must be a non-empty string."))
+  (let ((found (sly-agent-q--occurrences needle haystack)))
+    (cond
+     ((null found)
+      (sly-agent-q--fail
+       "old_text was not found in %s.  It must match exactly, whitespace and line breaks included; read it again and copy the text."
+       what))
+     ((cdr found)
+      (sly-agent-q--fail
+       "old_text occurs %d times in %s (at lines %s); include more surrounding text so that it matches exactly once."
+       (length found) what
+       (mapconcat (lambda (pos)
+                    (number-to-string (1+ (cl-count ?\n haystack :end pos))))
+                  (seq-take found 10) ", ")))
+     (t (car found)))))
+
+(defun sly-agent-q-files-split-lines (text)
+  "Return the lines of TEXT as a vector, each with its newline.
+Only the last line may lack one."
+  (let ((lines nil) (start 0) (len (length text)))
+    (while (< start len)
+      (let* ((nl (string-search "\n" text start))
+             (end (if nl (1+ nl) len)))
+        (push (substring text start end) lines)
+        (setq start end)))
+    (vconcat (nreverse lines))))
+
+;;;; Buffers
+
+(defun sly-agent-q-hidden-buffer-p (buffer)
+  "Return non-nil when BUFFER is internal (a name with a leading space)."
+  (string-prefix-p " " (buffer-name buffer)))
+
+(defun sly-agent-q-agent-buffer-p (buffer)
+  "Return non-nil when BUFFER is one of the agent's own buffers.
+See `sly-agent-q-protected-buffer-regexps'."
+  (or (buffer-local-value 'sly-agent-q-protected-buffer buffer)
+      (let ((name (buffer-name buffer)))
+        (cl-some (lambda (re) (string-match-p re name))
+                 sly-agent-q-protected-buffer-regexps))))
+
+(defun sly-agent-q-protected-buffer-p (buffer)
+  "Return non-nil when the agent must not write BUFFER.
+That is an internal buffer, a minibuffer or the agent's own."
+  (or (sly-agent-q-hidden-buffer-p buffer)
+      (minibufferp buffer)
+      (sly-agent-q-agent-buffer-p buffer)))
+
+(defun sly-agent-q-tools-last-user-buffer ()
+  "Return the most recent buffer that is neither internal nor the agent's."
+  (or (cl-find-if (lambda (b) (not (sly-agent-q-protected-buffer-p b)))
+                  (buffer-list))
+      (current-buffer)))
+
+(defun sly-agent-q-files-default-buffer ()
+  "Return the buffer the user was last in, a live buffer."
+  (let ((b (ignore-errors (funcall sly-agent-q-tools-default-buffer-function))))
+    (if (buffer-live-p b) b (sly-agent-q-tools-last-user-buffer))))
+
+;;;; Roots and confinement
+
+(defun sly-agent-q-tools-project-root ()
+  "Return the project root the agent works in, as a directory name.
+See `sly-agent-q-project-root'.  The connection code can send it to
+the server as the project root of the editor context."
+  (file-name-as-directory
+   (expand-file-name
+    (or sly-agent-q-project-root
+        (let ((dir (buffer-local-value 'default-directory
+                                       (sly-agent-q-files-default-buffer))))
+          (or (and dir (not (file-remote-p dir))
+                   (let ((project (ignore-errors (project-current nil dir))))
+                     (and project (project-root project))))
+              dir))
+        default-directory))))
+
+(defun sly-agent-q--existing-p (file)
+  "Return non-nil when FILE exists, a dangling symbolic link included."
+  (or (file-exists-p file) (file-symlink-p file)))
+
+(defun sly-agent-q--truename (file)
+  "Return the true name of FILE, which need not exist.
+The deepest existing ancestor of FILE is resolved with
+`file-truename' and the components that do not exist yet are
+appended to it."
+  (let ((file (directory-file-name (expand-file-name file)))
+        (missing nil))
+    (while (and (not (sly-agent-q--existing-p file))
+                (not (equal file (directory-file-name
+                                  (file-name-directory file)))))
+      (push (file-name-nondirectory file) missing)
+      (setq file (directory-file-name (file-name-directory file))))
+    (let ((true (file-truename file)))
+      (dolist (part missing)
+        (setq true (expand-file-name part true)))
+      true)))
+
+(defun sly-agent-q--inside-p (file dir)
+  "Return non-nil when FILE is DIR or inside it (both true names)."
+  (let ((dir (file-name-as-directory dir)))
+    (or (string-prefix-p dir (file-name-as-directory file))
+        (string= (directory-file-name dir) (directory-file-name file)))))
+
+(defun sly-agent-q-files-roots ()
+  "Return the true names of the directories the agent may use.
+The project root comes first."
+  (cons (sly-agent-q--truename (sly-agent-q-tools-project-root))
+        (mapcar #'sly-agent-q--truename sly-agent-q-allowed-directories)))
+
+(defun sly-agent-q-files-relative (file)
+  "Return FILE relative to the project root when inside it, else FILE."
+  (let ((root (sly-agent-q--truename (sly-agent-q-tools-project-root)))
+        (true (sly-agent-q--truename file)))
+    (if (sly-agent-q--inside-p true root)
+        (let ((rel (file-relative-name true root)))
+          (cond ((equal rel ".") "./")
+                ((file-directory-p true) (file-name-as-directory rel))
+                (t rel)))
+      true)))
+
+(defun sly-agent-q-files-resolve (path &optional for-write)
+  "Return the absolute true name of PATH, confined to the agent's roots.
+PATH is relative to the project root, or absolute inside one of the
+roots.  It need not exist.  Signal `sly-agent-q-tool-error' when it
+leaves the roots (through `..', an absolute name or a symbolic
+link), is remote, or, when FOR-WRITE is non-nil, lies under
+`sly-agent-q-read-only-paths'."
+  (unless (and (stringp path) (not (string-empty-p path)))
+    (sly-agent-q--fail "The path must be a non-empty string."))
+  (when (string-match-p "\0" path)
+    (sly-agent-q--fail "The path %S contains a NUL character." path))
+  (when (file-remote-p path)
+    (sly-agent-q--fail
+     "Remote paths such as %s are not supported; use a path inside the project." path))
+  (let* ((root (sly-agent-q-tools-project-root))
+         (roots (sly-agent-q-files-roots))
+         (lexical (expand-file-name (sly-agent-q--literal-path path) root))
+         (true (sly-agent-q--truename lexical)))
+    (when (equal (car roots) "/")
+      (sly-agent-q--fail
+       "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
+       path))
+    (unless (cl-some (lambda (r) (sly-agent-q--inside-p true r)) roots)
+      (sly-agent-q--fail
+       "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
+       path (abbreviate-file-name root)
+       (if (equal true (directory-file-name lexical)) ""
+         (format " (it resolves to %s)" (abbreviate-file-name true)))
+       (if sly-agent-q-allowed-directories
+           (format ", or an absolute path inside %s"
+                   (mapconcat #'abbreviate-file-name
+                              sly-agent-q-allowed-directories ", "))
+         "")))
+    (when (sly-agent-q-files-private-p true)
+      (sly-agent-q--fail
+       "%s holds credentials (sly-agent-q-private-file-regexps); the agent may not use it."
+       path))
+    (when for-write
+      (dolist (ro sly-agent-q-read-only-paths)
+        (let ((ro-true (sly-agent-q--truename (expand-file-name ro root))))
+          (when (sly-agent-q--inside-p true ro-true)
+            (sly-agent-q--fail
+             "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
+             path (sly-agent-q-files-relative ro-true))))))
+    true))
+
+(defun sly-agent-q--literal-path (path)
+  "Return PATH so that `expand-file-name' takes it literally.
+A leading `~' is not the home directory: a path from the model
+means what it says, relative to the root."
+  (if (string-prefix-p "~" path)
+      (concat "./" path)
+    path))
+
+;;;; Reading
+
+(defun sly-agent-q-files-visiting-buffer (file)
+  "Return the live buffer visiting FILE, or nil."
+  (let ((b (find-buffer-visiting file)))
+    (and (buffer-live-p b) b)))
+
+(defun sly-agent-q--check-size (file)
+  "Signal a tool error when FILE is too large to read."
+  (let ((size (file-attribute-size (file-attributes file))))
+    (when (and size (> size sly-agent-q-max-file-size))
+      (sly-agent-q--fail
+       "%s is %d bytes, larger than the %d bytes the agent reads (sly-agent-q-max-file-size)."
+       (sly-agent-q-files-relative file) size sly-agent-q-max-file-size))))
+
+(defun sly-agent-q--normalize-coding (coding)
+  "Return CODING, or a UTF-8 coding with its end-of-line type if undecided."
+  (cond ((null coding) sly-agent-q-new-file-coding-system)
+        ((memq (coding-system-base coding) '(undecided prefer-utf-8))
+         (coding-system-change-text-conversion coding 'utf-8))
+        (t coding)))
+
+(defun sly-agent-q-files-read-disk (file)
+  "Return (TEXT . CODING) of FILE read from disk.
+Signal a tool error when FILE is a directory, unreadable, too large
+or binary."
+  (when (file-directory-p file)
+    (sly-agent-q--fail "%s is a directory; use directory_list."
+                       (sly-agent-q-files-relative file)))
+  (unless (file-readable-p file)
+    (sly-agent-q--fail "%s %s." (sly-agent-q-files-relative file)
+                       (if (file-exists-p file) "is not readable"
+                         "does not exist")))
+  (sly-agent-q--check-size file)
+  (with-temp-buffer
+    (let ((coding-system-for-read nil))
+      (insert-file-contents file))
+    (let ((coding last-coding-system-used))
+      (when (or (memq (coding-system-base coding) '(no-conversion raw-text))
+                (save-excursion (goto-char (point-min))
+                                (search-forward "\0" nil t)))
+        (sly-agent-q--fail "%s looks like a binary file; the agent reads text files only."
+                           (sly-agent-q-files-relative file)))
+      (cons (buffer-substring-no-properties (point-min) (point-max))
+            (sly-agent-q--normalize-coding coding)))))
+
+(defun sly-agent-q--buffer-text (buffer)
+  "Return the whole text of BUFFER, ignoring narrowing, without properties."
+  (with-current-buffer buffer
+    (save-restriction
+      (widen)
+      (buffer-substring-no-properties (point-min) (point-max)))))
+
+(defun sly-agent-q-files-current-text (file)
+  "Return what the user sees as the text of FILE, a plist.
+Keys: :text, :coding, :exists, :buffer (the visiting buffer when its
+text was used, else nil) and :modified (that buffer has unsaved
+changes).  A buffer is used unless it is unmodified and the file on
+disk is newer.  A file that does not exist has empty :text."
+  (let ((buffer (sly-agent-q-files-visiting-buffer file)))
+    (cond
+     ((and buffer
+           (or (buffer-modified-p buffer)
+               (not (file-exists-p file))
+               (verify-visited-file-modtime buffer)))
+      (list :text (sly-agent-q--buffer-text buffer)
+            :coding (sly-agent-q--normalize-coding
+                     (buffer-local-value 'buffer-file-coding-system buffer))
+            :exists (file-exists-p file)
+            :buffer buffer
+            :modified (buffer-modified-p buffer)))
+     ((sly-agent-q--existing-p file)
+      (let ((read (sly-agent-q-files-read-disk file)))
+        (list :text (car read) :coding (cdr read) :exists t
+              :buffer nil :modified nil)))
+     (t (list :text "" :coding sly-agent-q-new-file-coding-system
+              :exists nil :buffer nil :modified nil)))))
+
+;;;; Writing
+
+(defun sly-agent-q--check-encodable (text coding file)
+  "Signal a tool error unless TEXT can be encoded in CODING for FILE."
+  (let ((pos (unencodable-char-position 0 (length text) coding nil text)))
+    (when pos
+      (sly-agent-q--fail
+       "%s is encoded in %s, which cannot represent the character %s at line %d of the new content; the file was not written.  Use only characters of that encoding."
+       (sly-agent-q-files-relative file) coding
+       (string (aref text pos))
+       (1+ (cl-count ?\n text :end pos))))))
+
+(defun sly-agent-q-files-write-atomically (file text &optional coding)
+  "Write TEXT to FILE atomically, encoded in CODING.
+CODING nil means the coding of the existing file, or
+`sly-agent-q-new-file-coding-system' for a new file.  TEXT is
+written into a temporary file in FILE's directory, which is then
+renamed over FILE, so FILE is never left half-written; the
+temporary file is removed when anything fails.  The modes and
+extended attributes of an existing FILE are kept.  Missing parent
+directories are created.  Return the coding system used."
+  (let* ((file (expand-file-name file))
+         (dir (file-name-directory file))
+         (exists (file-exists-p file))
+         (coding (sly-agent-q--normalize-coding
+                  (or coding
+                      (and exists (ignore-errors
+                                    (cdr (sly-agent-q-files-read-disk file)))))))
+         (modes (if exists (file-modes file)
+                  (logand #o666 (default-file-modes))))
+         (attributes (and exists (ignore-errors
+                                   (file-extended-attributes file))))
+         (tmp nil)
+         (done nil))
+    (when (file-directory-p file)
+      (sly-agent-q--fail "%s is a directory." (sly-agent-q-files-relative file)))
+    (sly-agent-q--check-encodable text coding file)
+    (unwind-protect
+        (condition-case err
+            (progn
+              (unless (file-directory-p dir)
+                (make-directory dir t))
+              (setq tmp (make-temp-file
+                         (expand-file-name
+                          (concat "." (file-name-nondirectory file) ".sly-agent-q-")
+                          dir)))
+              (let ((coding-system-for-write coding)
+                    (create-lockfiles nil)
+                    (write-region-annotate-functions nil)
+                    (write-region-post-annotation-function nil))
+                (write-region text nil tmp nil 'silent))
+              (when attributes
+                (ignore-errors (set-file-extended-attributes tmp attributes)))
+              (when modes (set-file-modes tmp modes))
+              (rename-file tmp file t)
+              (setq done t))
+          (file-error
+           (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+                              (sly-agent-q-files-relative file)
+                              (error-message-string err))))
+      (when (and (not done) tmp (file-exists-p tmp))
+        (ignore-errors (delete-file tmp))))
+    coding))
+
+(defun sly-agent-q-files-revert-buffer (buffer)
+  "Revert BUFFER from its file, quietly, keeping its modes."
+  (with-current-buffer buffer
+    (let ((revert-without-query '("."))
+          (inhibit-message t))
+      (revert-buffer t t t))))
+
+(defun sly-agent-q-files-save-buffer (buffer &optional file)
+  "Write BUFFER's whole text atomically to FILE, a resolved file name.
+FILE nil means the file BUFFER visits.  The buffer's coding system
+is kept.  When FILE is the file BUFFER visits, or BUFFER visits no
+file yet, BUFFER is marked unmodified and visits FILE afterwards.
+Return the coding system used."
+  (with-current-buffer buffer
+    (let* ((own (and buffer-file-name (expand-file-name buffer-file-name)))
+           (file (or file own))
+           (same (and own (equal (sly-agent-q--truename own)
+                                 (sly-agent-q--truename file))))
+           (coding (sly-agent-q--normalize-coding
+                    (if (or buffer-file-name
+                            (local-variable-p 'buffer-file-coding-system))
+                        buffer-file-coding-system
+                      sly-agent-q-new-file-coding-system))))
+      (when (and same (file-exists-p file)
+                 (not (verify-visited-file-modtime buffer)))
+        (sly-agent-q--fail
+         "%s changed on disk since buffer %s visited it; saving would overwrite those changes, so nothing was saved.  Ask the user to revert or save the buffer."
+         (sly-agent-q-files-relative file) (buffer-name buffer)))
+      (sly-agent-q-files-write-atomically
+       file (sly-agent-q--buffer-text buffer) coding)
+      (cond
+       (same
+        (set-buffer-modified-p nil)
+        (set-visited-file-modtime))
+       ((null own)
+        (let ((inhibit-message t))
+          (set-visited-file-name file t))
+        (setq buffer-file-coding-system coding)
+        (set-buffer-modified-p nil)
+        (set-visited-file-modtime)))
+      coding)))
+
+(provide 'sly-agent-q-files)
+;;; sly-agent-q-files.el ends here

@@ -1,0 +1,722 @@
+;;; sly-agent-q-tools.el --- Buffer, file and navigation tools of sly-agent-q  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026  The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The Emacs side of the agent's buffer, file and navigation tools.
+;; The server declares the tools (server/tools/catalog/emacs.ts) and
+;; forwards each call as a "capability" with a plist of arguments:
+;;
+;;   (sly-agent-q-tools-call CAPABILITY ARGS CALLBACK)
+;;
+;; looks CAPABILITY up in `sly-agent-q-tools-dispatch-table' and calls
+;; CALLBACK exactly once, with (CONTENT nil) on success or (nil ERROR),
+;; ERROR being a message that tells the model what to fix.  It never
+;; signals and never waits: every capability here is a quick local
+;; operation that finishes before it returns.  The user's review of
+;; propose_file_edit happens before, in `sly-agent-q-diff-review'.
+;;
+;; Paths are confined to the project root (see sly-agent-q-files.el),
+;; long results are paged with a note saying how to read on, and
+;; buffers with unsaved changes are never overwritten.
+;;
+;; For the connection and approvals code:
+;;
+;; - `sly-agent-q-tools-call' answers emacs/call of kind "tool";
+;;   `sly-agent-q-tools-capabilities' lists what it knows.
+;; - `sly-agent-q-diff-review' (sly-agent-q-diff.el) is the approval of
+;;   propose_file_edit.  It returns the review buffer, or nil when it
+;;   answered at once; `sly-agent-q-diff-review-cancel' closes that
+;;   buffer without answering when the server gives up (emacs/cancel).
+;; - `sly-agent-q-tools-default-buffer-function' may be set to return
+;;   the buffer the user was last in (the default is the most recent
+;;   buffer that is neither internal nor the agent's).
+;; - `sly-agent-q-tools-project-root' is the root the tools confine
+;;   paths to; send it to the server as the editor context's root.
+;; - Buffers named by `sly-agent-q-protected-buffer-regexps', or with
+;;   `sly-agent-q-protected-buffer' set, are never written.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'sly-agent-q-files)
+(require 'sly-agent-q-diff)
+
+(defcustom sly-agent-q-tools-max-chars 20000
+  "Most characters of text a buffer or file tool returns in one call.
+Longer text is cut, with a note telling the model how to read on."
+  :type 'integer
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-tools-max-lines 2000
+  "Most lines read_file returns in one call without an explicit limit."
+  :type 'integer
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-tools-max-entries 1000
+  "Most entries directory_list and search_in_buffer return."
+  :type 'integer
+  :group 'sly-agent-q-tools)
+
+(defcustom sly-agent-q-tools-allow-hidden-buffers nil
+  "Non-nil lets the agent read internal buffers (names starting with a space).
+They may hold process output, credentials included; the agent never
+writes them."
+  :type 'boolean
+  :group 'sly-agent-q-tools)
+
+;;;; Dispatch
+
+(defvar sly-agent-q-tools-dispatch-table
+  '(("read_file"         . sly-agent-q-tools--read-file)
+    ("write_file"        . sly-agent-q-tools--write-file)
+    ("read_buffer"       . sly-agent-q-tools--read-buffer)
+    ("write_to_buffer"   . sly-agent-q-tools--write-to-buffer)
+    ("search_in_buffer"  . sly-agent-q-tools--search-in-buffer)
+    ("buffer_append"     . sly-agent-q-tools--buffer-append)
+    ("buffer_edit"       . sly-agent-q-tools--buffer-edit)
+    ("buffer_create"     . sly-agent-q-tools--buffer-create)
+    ("buffer_save"       . sly-agent-q-tools--buffer-save)
+    ("buffer_list"       . sly-agent-q-tools--buffer-list)
+    ("directory_list"    . sly-agent-q-tools--directory-list)
+    ("current_directory" . sly-agent-q-tools--current-directory)
+    ("file_exists"       . sly-agent-q-tools--file-exists)
+    ("goto_line"         . sly-agent-q-tools--goto-line)
+    ("propose_file_edit" . sly-agent-q-diff-apply-proposal))
+  "Alist from capability name to handler.
+A handler takes the argument plist and returns the string for the
+model, or signals `sly-agent-q-tool-error' with a message for it.")
+
+(defun sly-agent-q-tools-capabilities ()
+  "Return the names of the capabilities Emacs answers."
+  (mapcar #'car sly-agent-q-tools-dispatch-table))
+
+(defun sly-agent-q-tools-call (capability args callback)
+  "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
+CAPABILITY is a capability name (see `sly-agent-q-tools-dispatch-table'),
+ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
+CALLBACK is called exactly once, before this function returns, as
+\(CALLBACK CONTENT nil) on success or (CALLBACK nil ERROR-MESSAGE).
+Never signals."
+  (let ((content nil) (message nil))
+    (condition-case err
+        (let ((handler (cdr (assoc capability sly-agent-q-tools-dispatch-table))))
+          (unless handler
+            (sly-agent-q--fail "Emacs has no tool capability %S (it knows: %s)."
+                               capability
+                               (string-join (sly-agent-q-tools-capabilities) ", ")))
+          (unless (and (listp args) (cl-evenp (length args)))
+            (sly-agent-q--fail "The arguments of %s must be a JSON object." capability))
+          (let ((result (funcall handler args)))
+            (setq content (if (stringp result) result (format "%s" result)))))
+      (sly-agent-q-tool-error (setq message (cadr err)))
+      (t (setq message (format "%s failed in Emacs: %s" capability
+                               (error-message-string err)))))
+    (condition-case err
+        (if message
+            (funcall callback nil message)
+          (funcall callback content nil))
+      (t (message "sly-agent-q: the callback of %s failed: %s" capability
+                  (error-message-string err))))
+    nil))
+
+;;;; Arguments
+
+(defun sly-agent-q-tools--param (key)
+  "Return the JSON name of parameter KEY."
+  (substring (symbol-name key) 1))
+
+(defun sly-agent-q-tools--arg (args key type &optional required)
+  "Return argument KEY of ARGS, checked to be of TYPE.
+TYPE is `string', `integer' (at least 1), `boolean' or `array'.  A
+missing argument is nil (an error when REQUIRED); a boolean is t or
+nil (JSON false is :json-false)."
+  (let ((value (plist-get args key)))
+    (when (and (eq value :json-false) (not (eq type 'boolean)))
+      (setq value nil))
+    (cond
+     ((null value)
+      (when required
+        (sly-agent-q--fail "Parameter %s is required." (sly-agent-q-tools--param key)))
+      nil)
+     ((eq type 'boolean)
+      (cond ((eq value t) t)
+            ((eq value :json-false) nil)
+            (t (sly-agent-q--fail "Parameter %s must be true or false."
+                                  (sly-agent-q-tools--param key)))))
+     ((eq type 'string)
+      (if (stringp value) value
+        (sly-agent-q--fail "Parameter %s must be a string." (sly-agent-q-tools--param key))))
+     ((eq type 'integer)
+      (if (and (integerp value) (>= value 1)) value
+        (sly-agent-q--fail "Parameter %s must be an integer of at least 1."
+                           (sly-agent-q-tools--param key))))
+     (t value))))
+
+(defun sly-agent-q-tools--get-buffer (name &optional for-write)
+  "Return the live buffer named NAME, or the user's last buffer when NAME is nil.
+Signal a tool error when there is none, when it is internal, or, if
+FOR-WRITE is non-nil, when the agent may not write it."
+  (let ((buffer (if name (get-buffer name) (sly-agent-q-files-default-buffer))))
+    (unless (buffer-live-p buffer)
+      (sly-agent-q--fail "There is no buffer named %S; buffer_list shows the open buffers."
+                         name))
+    (let ((file (buffer-local-value 'buffer-file-name buffer)))
+      (when (and file (sly-agent-q-files-private-p (file-truename file)))
+        (sly-agent-q--fail "Buffer %s visits a file holding credentials; the agent may not use it."
+                           (buffer-name buffer))))
+    (when (and (sly-agent-q-hidden-buffer-p buffer)
+               (or for-write (not sly-agent-q-tools-allow-hidden-buffers)))
+      (sly-agent-q--fail "%S is an internal Emacs buffer; the agent may not use it."
+                         (buffer-name buffer)))
+    (when for-write
+      (when (sly-agent-q-protected-buffer-p buffer)
+        (sly-agent-q--fail
+         "Buffer %s belongs to the agent's own interface; the agent may not write it."
+         (buffer-name buffer)))
+      (when (buffer-local-value 'buffer-read-only buffer)
+        (sly-agent-q--fail "Buffer %s is read-only." (buffer-name buffer))))
+    buffer))
+
+(defun sly-agent-q-tools--count-lines (text)
+  "Return the number of lines of TEXT (a last line without newline counts)."
+  (+ (cl-count ?\n text)
+     (if (or (string-empty-p text) (string-suffix-p "\n" text)) 0 1)))
+
+(defun sly-agent-q-tools--plural (n word)
+  "Return \"N WORD\" with WORD pluralized for N."
+  (format "%d %s" n
+          (cond ((= n 1) word)
+                ((string-suffix-p "ch" word) (concat word "es"))
+                ((string-suffix-p "ry" word) (concat (substring word 0 -1) "ies"))
+                (t (concat word "s")))))
+
+;;;; Files
+
+(defun sly-agent-q-tools--read-file (args)
+  "Capability read_file: ARGS has :path, optional :offset and :limit (lines)."
+  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
+         (offset (or (sly-agent-q-tools--arg args :offset 'integer) 1))
+         (limit (sly-agent-q-tools--arg args :limit 'integer))
+         (file (sly-agent-q-files-resolve path))
+         (rel (sly-agent-q-files-relative file))
+         (current (sly-agent-q-files-current-text file))
+         (buffer (plist-get current :buffer)))
+    (unless (or (plist-get current :exists) buffer)
+      (sly-agent-q--fail "%s does not exist." rel))
+    (let* ((lines (sly-agent-q-files-split-lines (plist-get current :text)))
+           (total (length lines))
+           (source (cond ((null buffer) "")
+                         ((plist-get current :modified)
+                          (format ", read from buffer %s, which has unsaved changes"
+                                  (buffer-name buffer)))
+                         (t (format ", read from buffer %s" (buffer-name buffer))))))
+      (cond
+       ((zerop total) (format "[%s: empty file%s]" rel source))
+       ((> offset total)
+        (sly-agent-q--fail "%s has %s; offset %d is past the end."
+                           rel (sly-agent-q-tools--plural total "line") offset))
+       (t
+        (let* ((max-lines (or limit sly-agent-q-tools-max-lines))
+               (end (min total (+ offset -1 max-lines)))
+               (parts nil) (chars 0) (i (1- offset)) (cut-line nil))
+          (while (and (< i end)
+                      (or (null parts)
+                          (<= (+ chars (length (aref lines i))) sly-agent-q-tools-max-chars)))
+            (let ((line (aref lines i)))
+              (when (> (length line) sly-agent-q-tools-max-chars)
+                (setq line (substring line 0 sly-agent-q-tools-max-chars)
+                      cut-line (1+ i)))
+              (push line parts)
+              (setq chars (+ chars (length line)) i (1+ i))))
+          (let ((last i))
+            (concat
+             (format "[%s: lines %d-%d of %d%s]\n" rel offset last total source)
+             (apply #'concat (nreverse parts))
+             (when cut-line
+               (format "\n[Line %d is longer than %d characters and was cut.]"
+                       cut-line sly-agent-q-tools-max-chars))
+             (when (< last total)
+               (format "\n[%d more line%s; call read_file with offset %d%s to continue.]"
+                       (- total last) (if (= 1 (- total last)) "" "s")
+                       (1+ last) (if limit (format " and limit %d" limit) "")))))))))))
+
+(defun sly-agent-q-tools--write-file (args)
+  "Capability write_file: ARGS has :path, :content and optional :append."
+  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
+         (content (sly-agent-q-tools--arg args :content 'string t))
+         (append (sly-agent-q-tools--arg args :append 'boolean))
+         (file (sly-agent-q-files-resolve path t))
+         (rel (sly-agent-q-files-relative file))
+         (buffer (sly-agent-q-files-visiting-buffer file))
+         (exists (file-exists-p file))
+         (parent (file-name-directory file))
+         (new-dir (not (file-directory-p parent))))
+    (when (file-directory-p file)
+      (sly-agent-q--fail "%s is a directory." rel))
+    (when (and buffer (buffer-modified-p buffer))
+      (sly-agent-q--fail
+       "Buffer %s visits %s and has unsaved changes, so the file was not written (it would clobber them).  Edit the buffer instead (buffer_edit, write_to_buffer, then buffer_save), or ask the user to save or revert it."
+       (buffer-name buffer) rel))
+    (let* ((disk (and exists
+                      (if append
+                          (sly-agent-q-files-read-disk file)
+                        ;; Only its coding is needed: an unreadable or
+                        ;; binary file is simply replaced.
+                        (ignore-errors (sly-agent-q-files-read-disk file)))))
+           (coding (cond (disk (cdr disk))
+                         (buffer (sly-agent-q--normalize-coding
+                                  (buffer-local-value 'buffer-file-coding-system buffer)))))
+           (text (if (and append disk) (concat (car disk) content) content))
+           (used (sly-agent-q-files-write-atomically file text coding))
+           (notes (list (sly-agent-q-tools--plural
+                         (sly-agent-q-tools--count-lines text) "line"))))
+      (when new-dir
+        (push (format "created directory %s" (sly-agent-q-files-relative parent)) notes))
+      (push (format "%s %s" (if disk "kept encoding" "encoding") used) notes)
+      (when buffer
+        (sly-agent-q-files-revert-buffer buffer)
+        (push (format "buffer %s reverted" (buffer-name buffer)) notes))
+      (format "%s %s to %s%s (%s)."
+              (if (and append exists) "Appended" "Wrote")
+              (sly-agent-q-tools--plural (length content) "character")
+              rel (if exists "" ", a new file")
+              (string-join (nreverse notes) "; ")))))
+
+(defun sly-agent-q-tools--directory-list (args)
+  "Capability directory_list: ARGS has :directory_path, :recursive, :pattern."
+  (let* ((path (or (sly-agent-q-tools--arg args :directory_path 'string) "."))
+         (recursive (sly-agent-q-tools--arg args :recursive 'boolean))
+         (pattern (sly-agent-q-tools--arg args :pattern 'string))
+         (regexp (and pattern (wildcard-to-regexp pattern)))
+         (dir (sly-agent-q-files-resolve path))
+         (rel (sly-agent-q-files-relative dir))
+         (prefix (if (member rel '("./" ".")) "" (file-name-as-directory rel)))
+         (entries nil) (count 0) (more 0))
+    (unless (file-directory-p dir)
+      (sly-agent-q--fail "%s is not a directory%s." rel
+                         (if (file-exists-p dir) "" " (it does not exist)")))
+    (cl-labels
+        ((walk (abs shown)
+               (dolist (name (directory-files abs nil nil t))
+                 (unless (member name '("." ".."))
+                   (let* ((full (expand-file-name name abs))
+                          (link (file-symlink-p full))
+                          (isdir (and (not link) (file-directory-p full)))
+                          (ignored (and isdir (member name vc-directory-exclusion-list)))
+                          (show (concat shown name)))
+                     (when (or (null regexp) (string-match-p regexp name))
+                       (if (>= count sly-agent-q-tools-max-entries)
+                           (cl-incf more)
+                         (cl-incf count)
+                         (push (cond
+                                (link (format "%s -> %s" show link))
+                                (isdir (concat show "/" (if (and recursive ignored) " (not listed)" "")))
+                                (t (format "%s  %d" show
+                                           (or (file-attribute-size (file-attributes full)) 0))))
+                               entries)))
+                     (when (and recursive isdir (not ignored))
+                       (walk full (concat show "/"))))))))
+      (walk dir prefix))
+    (concat
+     (format "[%s%s%s: %s; files show their size in bytes]\n"
+             (if (string-empty-p prefix) "./" prefix)
+             (if recursive ", recursive" "")
+             (if pattern (format ", matching %s" pattern) "")
+             (sly-agent-q-tools--plural (+ count more) "entry"))
+     (string-join (nreverse entries) "\n")
+     (if (> more 0)
+         (format "\n[%d more entries not shown; list a subdirectory or use a pattern.]" more)
+       ""))))
+
+(defun sly-agent-q-tools--current-directory (_args)
+  "Capability current_directory: the project root and the other allowed roots."
+  (concat
+   (format "Project root: %s (relative paths are resolved against it)."
+           (sly-agent-q-tools-project-root))
+   (if sly-agent-q-allowed-directories
+       (format "\nAlso allowed, with absolute paths: %s."
+               (mapconcat #'expand-file-name sly-agent-q-allowed-directories ", "))
+     "")
+   (if sly-agent-q-read-only-paths
+       (format "\nRead-only: %s." (string-join sly-agent-q-read-only-paths ", "))
+     "")))
+
+(defun sly-agent-q-tools--file-exists (args)
+  "Capability file_exists: ARGS has :path."
+  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
+         (file (sly-agent-q-files-resolve path))
+         (rel (sly-agent-q-files-relative file))
+         (attributes (file-attributes file))
+         (buffer (sly-agent-q-files-visiting-buffer file)))
+    (cond
+     ((null attributes)
+      (if buffer
+          (format "No: %s does not exist on disk, but buffer %s visits it (not saved yet)."
+                  rel (buffer-name buffer))
+        (format "No: %s does not exist." rel)))
+     ((eq t (file-attribute-type attributes))
+      (format "Yes: %s is a directory." (file-name-as-directory rel)))
+     (t
+      (format "Yes: %s is a file of %d bytes, modified %s%s."
+              rel (file-attribute-size attributes)
+              (format-time-string "%Y-%m-%d %H:%M:%S"
+                                  (file-attribute-modification-time attributes))
+              (cond ((null buffer) "")
+                    ((buffer-modified-p buffer)
+                     (format "; buffer %s visits it and has unsaved changes"
+                             (buffer-name buffer)))
+                    (t (format "; buffer %s visits it" (buffer-name buffer)))))))))
+
+;;;; Buffers
+
+(defun sly-agent-q-tools--buffer-description (buffer)
+  "Return a short description of BUFFER: name, mode, file, modified flag."
+  (with-current-buffer buffer
+    (format "buffer %s (%s%s%s)" (buffer-name) major-mode
+            (if buffer-file-name
+                (format ", file %s" (sly-agent-q-files-relative buffer-file-name))
+              "")
+            (if (and buffer-file-name (buffer-modified-p)) ", unsaved changes" ""))))
+
+(defun sly-agent-q-tools--read-buffer (args)
+  "Capability read_buffer: ARGS has :buffer, :start, :end and :max_lines."
+  (let* ((name (sly-agent-q-tools--arg args :buffer 'string))
+         (start (or (sly-agent-q-tools--arg args :start 'integer) 1))
+         (end (sly-agent-q-tools--arg args :end 'integer))
+         (max-lines (sly-agent-q-tools--arg args :max_lines 'integer))
+         (buffer (sly-agent-q-tools--get-buffer name)))
+    (with-current-buffer buffer
+      (save-restriction
+        (widen)
+        (let ((size (point-max)))
+          (when (> start size)
+            (sly-agent-q--fail "start %d is past the end of %s (its last position is %d)."
+                               start (buffer-name) size))
+          (setq end (min size (or end size)))
+          (when (< end start)
+            (sly-agent-q--fail "end %d is before start %d." end start))
+          (let ((stop end) (why nil))
+            (when max-lines
+              (save-excursion
+                (goto-char start)
+                (forward-line max-lines)
+                (when (< (point) stop)
+                  (setq stop (point) why (format "max_lines %d" max-lines)))))
+            (when (> (- stop start) sly-agent-q-tools-max-chars)
+              (setq stop (+ start sly-agent-q-tools-max-chars)
+                    why (format "the %d-character limit" sly-agent-q-tools-max-chars)))
+            (concat
+             (format "[%s: characters %d-%d of %d, lines %d-%d of %d]\n"
+                     (sly-agent-q-tools--buffer-description buffer)
+                     start (1- stop) (1- size)
+                     (line-number-at-pos start)
+                     (line-number-at-pos (max start (1- stop)))
+                     (count-lines (point-min) (point-max)))
+             (buffer-substring-no-properties start stop)
+             (when why
+               (format "\n[Cut at position %d by %s: %d more characters; call read_buffer with start %d to read on.]"
+                       stop why (- end stop) stop)))))))))
+
+(defun sly-agent-q-tools--insert (buffer position text)
+  "Insert TEXT in BUFFER at POSITION (nil: the end); return a report."
+  (with-current-buffer buffer
+    (save-restriction
+      (widen)
+      (let ((position (or position (point-max))))
+        (when (> position (point-max))
+          (sly-agent-q--fail
+           "position %d is past the end of buffer %s (its last position is %d)."
+           position (buffer-name) (point-max)))
+        (save-excursion
+          (goto-char position)
+          (insert text))
+        (format "Inserted %s at position %d (line %d) of %s; it is not saved."
+                (sly-agent-q-tools--plural (length text) "character")
+                position (line-number-at-pos position)
+                (sly-agent-q-tools--buffer-description buffer))))))
+
+(defun sly-agent-q-tools--write-to-buffer (args)
+  "Capability write_to_buffer: ARGS has :content, :buffer and :position."
+  (let* ((content (sly-agent-q-tools--arg args :content 'string t))
+         (name (sly-agent-q-tools--arg args :buffer 'string))
+         (position (sly-agent-q-tools--arg args :position 'integer)))
+    (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer name t) position content)))
+
+(defun sly-agent-q-tools--buffer-append (args)
+  "Capability buffer_append: ARGS has :buffer_name and :text."
+  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
+         (text (sly-agent-q-tools--arg args :text 'string t)))
+    (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer name t) nil text)))
+
+(defun sly-agent-q-tools--buffer-edit (args)
+  "Capability buffer_edit: ARGS has :buffer_name, :old_text and :new_text."
+  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
+         (old (sly-agent-q-tools--arg args :old_text 'string t))
+         (new (or (sly-agent-q-tools--arg args :new_text 'string)
+                  (if (plist-member args :new_text) ""
+                    (sly-agent-q--fail "Parameter new_text is required."))))
+         (buffer (sly-agent-q-tools--get-buffer name t)))
+    (with-current-buffer buffer
+      (save-restriction
+        (widen)
+        (let* ((text (buffer-substring-no-properties (point-min) (point-max)))
+               (pos (1+ (sly-agent-q--unique-occurrence
+                         old text (format "buffer %s" (buffer-name))))))
+          (save-excursion
+            (goto-char pos)
+            (delete-region pos (+ pos (length old)))
+            (insert new))
+          (format "Replaced %s with %s at line %d of %s; it is not saved."
+                  (sly-agent-q-tools--plural (length old) "character")
+                  (sly-agent-q-tools--plural (length new) "character")
+                  (line-number-at-pos pos)
+                  (sly-agent-q-tools--buffer-description buffer)))))))
+
+(defun sly-agent-q-tools--major-mode (name)
+  "Return the major mode function named NAME, or signal a tool error."
+  (let ((mode (intern-soft name)))
+    (unless (and mode (fboundp mode)
+                 (string-suffix-p "-mode" name)
+                 (not (memq mode minor-mode-list))
+                 (not (memq mode global-minor-modes)))
+      (sly-agent-q--fail
+       "%s is not a major mode known to this Emacs (e.g. lisp-mode, text-mode)." name))
+    mode))
+
+(defun sly-agent-q-tools--buffer-create (args)
+  "Capability buffer_create: ARGS has :buffer_name, :content and :mode."
+  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
+         (content (or (sly-agent-q-tools--arg args :content 'string) ""))
+         (mode-name (sly-agent-q-tools--arg args :mode 'string))
+         (mode (if mode-name
+                   (sly-agent-q-tools--major-mode mode-name)
+                 (let ((auto (assoc-default name auto-mode-alist #'string-match-p)))
+                   (and (symbolp auto) (fboundp auto) auto)))))
+    (when (or (string-empty-p (string-trim name)) (string-prefix-p " " name))
+      (sly-agent-q--fail "Buffer names must not be empty or start with a space."))
+    (when (cl-some (lambda (re) (string-match-p re name)) sly-agent-q-protected-buffer-regexps)
+      (sly-agent-q--fail "%s is reserved for the agent's own buffers; choose another name."
+                         name))
+    (when (get-buffer name)
+      (sly-agent-q--fail
+       "A buffer named %s already exists; choose another name, or change it with buffer_edit or write_to_buffer."
+       name))
+    (let ((buffer (generate-new-buffer name)))
+      (condition-case err
+          (with-current-buffer buffer
+            (insert content)
+            (when mode (funcall mode))
+            (goto-char (point-min)))
+        (error
+         (kill-buffer buffer)
+         (sly-agent-q--fail "Could not create buffer %s: %s" name
+                            (error-message-string err))))
+      (format "Created buffer %s (%s, %s).  It visits no file: buffer_save with file_path writes it."
+              (buffer-name buffer) (buffer-local-value 'major-mode buffer)
+              (sly-agent-q-tools--plural (sly-agent-q-tools--count-lines content) "line")))))
+
+(defun sly-agent-q-tools--buffer-save (args)
+  "Capability buffer_save: ARGS has :buffer_name and optional :file_path."
+  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
+         (path (sly-agent-q-tools--arg args :file_path 'string))
+         (buffer (sly-agent-q-tools--get-buffer name))
+         (own (buffer-local-value 'buffer-file-name buffer)))
+    (when (sly-agent-q-protected-buffer-p buffer)
+      (sly-agent-q--fail "Buffer %s belongs to the agent's own interface; it cannot be saved."
+                         (buffer-name buffer)))
+    (unless (or path own)
+      (sly-agent-q--fail "Buffer %s visits no file; give file_path to save it."
+                         (buffer-name buffer)))
+    (let* ((file (sly-agent-q-files-resolve (or path own) t))
+           (rel (sly-agent-q-files-relative file))
+           (own-true (and own (sly-agent-q--truename own)))
+           (same (equal own-true file))
+           (other (let ((b (sly-agent-q-files-visiting-buffer file)))
+                    (and b (not (eq b buffer)) b))))
+      (when (file-directory-p file)
+        (sly-agent-q--fail "%s is a directory." rel))
+      (when (and other (buffer-modified-p other))
+        (sly-agent-q--fail
+         "Buffer %s visits %s and has unsaved changes; saving over it would clobber them."
+         (buffer-name other) rel))
+      (if (and same (not (buffer-modified-p buffer)) (file-exists-p file)
+               (verify-visited-file-modtime buffer))
+          (format "Buffer %s has no unsaved changes; %s is up to date." (buffer-name buffer) rel)
+        (let ((old-name (buffer-name buffer))
+              (coding (sly-agent-q-files-save-buffer buffer file))
+              (lines (with-current-buffer buffer
+                       (save-restriction (widen) (count-lines (point-min) (point-max))))))
+          (when other (sly-agent-q-files-revert-buffer other))
+          (format "Saved buffer %s to %s (%s, %s)%s."
+                  old-name rel
+                  (sly-agent-q-tools--plural lines "line") coding
+                  (cond (same "")
+                        (own (format "; the buffer still visits %s, which was not saved"
+                                     (sly-agent-q-files-relative own)))
+                        ((equal old-name (buffer-name buffer))
+                         (format "; the buffer now visits %s" rel))
+                        (t (format "; the buffer now visits %s and is named %s"
+                                   rel (buffer-name buffer))))))))))
+
+(defun sly-agent-q-tools--or-dash (string)
+  "Return STRING, or \"-\" when it is empty."
+  (if (string-empty-p string) "-" string))
+
+(defun sly-agent-q-tools--buffer-list (args)
+  "Capability buffer_list: ARGS has :include_hidden."
+  (let* ((hidden (sly-agent-q-tools--arg args :include_hidden 'boolean))
+         (last (sly-agent-q-files-default-buffer))
+         (lines nil))
+    (dolist (buffer (buffer-list))
+      (when (or hidden (not (sly-agent-q-hidden-buffer-p buffer)))
+        (with-current-buffer buffer
+          (push (format "%s | %s | %s | %s | %d"
+                        (buffer-name)
+                        (if buffer-file-name (sly-agent-q-files-relative buffer-file-name) "-")
+                        major-mode
+                        (sly-agent-q-tools--or-dash
+                         (string-join
+                          (delq nil (list (and buffer-file-name
+                                               (if (buffer-modified-p) "modified" "saved"))
+                                          (and buffer-read-only "read-only")
+                                          (and (eq buffer last) "user's buffer")
+                                          (and (sly-agent-q-hidden-buffer-p buffer)
+                                               "internal")
+                                          (and (sly-agent-q-agent-buffer-p buffer)
+                                               "agent's")))
+                          ", "))
+                        (buffer-size))
+                lines))))
+    (concat (format "%s (name | file | major mode | state | size in characters):\n"
+                    (sly-agent-q-tools--plural (length lines) "buffer"))
+            (string-join (nreverse lines) "\n"))))
+
+;;;; Navigation
+
+(defun sly-agent-q-tools--line-context (line)
+  "Return LINE trimmed to at most 200 characters."
+  (if (> (length line) 200) (concat (substring line 0 200) "...") line))
+
+(defun sly-agent-q-tools--search-in-buffer (args)
+  "Capability search_in_buffer: both seeds' parameters, see the catalog.
+ARGS has :pattern or :search_text, :buffer or :buffer_name,
+:regex, :all_matches and :case_sensitive."
+  (let* ((pattern (sly-agent-q-tools--arg args :pattern 'string))
+         (text (sly-agent-q-tools--arg args :search_text 'string))
+         (name (or (sly-agent-q-tools--arg args :buffer 'string)
+                   (sly-agent-q-tools--arg args :buffer_name 'string)))
+         (regex (sly-agent-q-tools--arg args :regex 'boolean))
+         (all (sly-agent-q-tools--arg args :all_matches 'boolean))
+         (case-sensitive (sly-agent-q-tools--arg args :case_sensitive 'boolean))
+         (needle (or pattern text)))
+    (when (and pattern text (not (equal pattern text)))
+      (sly-agent-q--fail "Give pattern or search_text, not both."))
+    (when (or (null needle) (string-empty-p needle))
+      (sly-agent-q--fail "Give the text to find as pattern (or search_text)."))
+    (when regex
+      (condition-case err
+          (string-match-p needle "")
+        (invalid-regexp
+         (sly-agent-q--fail "pattern is not a valid Emacs regexp: %s"
+                            (error-message-string err)))))
+    (let ((buffer (sly-agent-q-tools--get-buffer name))
+          (matches nil) (count 0)
+          (wanted (if all sly-agent-q-tools-max-entries 1))
+          (done nil))
+      (with-current-buffer buffer
+        (save-restriction
+          (widen)
+          (save-excursion
+            (goto-char (point-min))
+            (let ((case-fold-search (not case-sensitive)))
+              (while (and (not done) (< count 100000)
+                          (if regex
+                              (re-search-forward needle nil t)
+                            (search-forward needle nil t)))
+                (let ((begin (match-beginning 0)) (end (match-end 0)))
+                  (cl-incf count)
+                  (when (<= count wanted)
+                    (save-excursion
+                      (goto-char begin)
+                      (push (format "line %d, column %d: %s"
+                                    (line-number-at-pos begin)
+                                    (current-column)
+                                    (sly-agent-q-tools--line-context
+                                     (buffer-substring-no-properties
+                                      (line-beginning-position) (line-end-position))))
+                            matches)))
+                  ;; An empty match: step over one character, or stop at the end.
+                  (when (= begin end)
+                    (if (eobp) (setq done t) (forward-char 1)))))))))
+      (sly-agent-q-tools--search-report needle regex buffer (nreverse matches) count all))))
+
+(defun sly-agent-q-tools--search-report (needle regex buffer matches count all)
+  "Return the report of a search for NEEDLE in BUFFER.
+REGEX says whether NEEDLE is a regexp, MATCHES are the formatted
+matches found out of COUNT, ALL whether every match was asked for."
+  (let ((what (format "%s %S in buffer %s" (if regex "regexp" "text") needle
+                      (buffer-name buffer))))
+    (cond
+     ((zerop count) (format "No match for %s." what))
+     (t
+      (concat
+       (format "%s for %s%s:\n" (sly-agent-q-tools--plural count "match") what
+               (if (and (not all) (> count 1)) " (the first shown; set all_matches to true to see every one)" ""))
+       (string-join matches "\n")
+       (if (and all (> count (length matches)))
+           (format "\n[%d more matches not shown.]" (- count (length matches)))
+         ""))))))
+
+(defun sly-agent-q-tools--goto-line (args)
+  "Capability goto_line: ARGS has :buffer_name and :line_number."
+  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
+         (line (sly-agent-q-tools--arg args :line_number 'integer t))
+         (buffer (sly-agent-q-tools--get-buffer name))
+         (position nil) (text nil))
+    (with-current-buffer buffer
+      (let ((total (save-restriction (widen) (line-number-at-pos (point-max)))))
+        (when (> line total)
+          (sly-agent-q--fail "Buffer %s has only %s." (buffer-name)
+                             (sly-agent-q-tools--plural total "line")))
+        (save-restriction
+          (widen)
+          (save-excursion
+            (goto-char (point-min))
+            (forward-line (1- line))
+            (setq position (point)
+                  text (buffer-substring-no-properties (point) (line-end-position)))))
+        (when (or (< position (point-min)) (> position (point-max)))
+          (sly-agent-q--fail
+           "Line %d is outside the narrowed part of buffer %s (lines %d-%d); ask the user to widen it."
+           line (buffer-name) (line-number-at-pos (point-min) t)
+           (line-number-at-pos (point-max) t)))
+        (goto-char position)))
+    (let ((window (ignore-errors (display-buffer buffer))))
+      (when (window-live-p window)
+        (set-window-point window position)
+        (ignore-errors (with-selected-window window (recenter))))
+      (format "Point is at line %d of buffer %s%s: %s"
+              line (buffer-name buffer)
+              (if (window-live-p window) " (shown to the user)" "")
+              (sly-agent-q-tools--line-context text)))))
+
+(provide 'sly-agent-q-tools)
+;;; sly-agent-q-tools.el ends here

@@ -1,0 +1,711 @@
+;;;; tests.lisp --- tests of lisp-cl/ (sly-agent-q's image helpers).
+;;;
+;;; Every tool of server/tools/catalog/image.ts, called the way the
+;;; Emacs bridge calls it: (sly-agent-q:call-tool NAME ALIST ...), on
+;;; the MY-APP fixture.  Loaded by run-tests.lisp, which has already
+;;; loaded a backend (SWANK or SLYNK), lisp-cl/ and the fixture.
+
+(defpackage #:sly-agent-q-tests
+  (:use #:common-lisp #:fiveam)
+  (:export #:run-tests))
+
+(in-package #:sly-agent-q-tests)
+
+(def-suite sly-agent-q)
+(in-suite sly-agent-q)
+
+(defvar *test-order* '()
+  "Test names in definition order (FiveAM keeps them in a hash table).")
+
+(defmacro deftest (name &body body)
+  `(progn
+     (setf *test-order* (append (remove ',name *test-order*) (list ',name)))
+     (test ,name ,@body)))
+
+(defvar *root* nil "The project's root directory.")
+(defvar *backend* nil "\"swank\" or \"slynk\".")
+
+
+;;;; Calling tools
+
+(defun tool* (name args &key package timeout)
+  "CALL-TOOL, checking that what comes back is a well-formed result."
+  (let ((result (sly-agent-q:call-tool name args :package package :timeout timeout)))
+    (unless (or (ok-p result) (error-p result))
+      (error "call-tool returned a malformed result: ~S" result))
+    result))
+
+(defun tool (name &rest keys-and-values)
+  "CALL-TOOL NAME with the arguments given as alternating names and values."
+  (tool* name (loop for (key value) on keys-and-values by #'cddr
+                    collect (cons key value))))
+
+(defun ok-p (result)
+  (and (consp result) (= (length result) 4)
+       (eq (getf result :ok) t) (stringp (getf result :content))))
+
+(defun error-p (result)
+  (and (consp result) (= (length result) 4)
+       (member :ok result) (null (getf result :ok)) (stringp (getf result :error))))
+
+(defun text (result)
+  (or (getf result :content) (getf result :error) ""))
+
+(defun has (result &rest strings)
+  "True if the text of RESULT contains every one of STRINGS."
+  (every (lambda (string) (search string (text result))) strings))
+
+(defun occurrences (string result)
+  (loop with text = (text result)
+        for start = (search string text) then (search string text :start2 (1+ start))
+        while start count t))
+
+(defun cl-user-symbol (name)
+  (find-symbol name "COMMON-LISP-USER"))
+
+(defun reload-fixture ()
+  "Restore MY-APP to its original definitions."
+  (let ((*standard-output* (make-broadcast-stream))
+        (*error-output* (make-broadcast-stream)))
+    (handler-bind ((warning #'muffle-warning))
+      (load (merge-pathnames "test/fixtures/my-app/load.lisp" *root*)))))
+
+
+;;;; Loading and the tool table
+
+(deftest loaded-with-the-expected-backend
+  (is (string-equal *backend* (sly-agent-q:backend-name)))
+  (is (equal (sly-agent-q:tool-names)
+             (sort (list "describe_symbol" "apropos_search" "function_arglist" "who_calls"
+                         "who_references" "list_package_symbols" "class_slots"
+                         "class_hierarchy" "method_specializers" "macroexpand_form"
+                         "eval_form" "eval_in_package" "compile_form" "get_last_error"
+                         "get_repl_history" "get_compilation_notes")
+                   #'string<))))
+
+(deftest fasls-are-cached
+  (let ((directory (symbol-value (find-symbol "*CACHE-DIRECTORY*" "SLY-AGENT-Q"))))
+    (is-true directory)
+    (is-true (and directory (probe-file (compile-file-pathname
+                                         (merge-pathnames "eval.lisp" directory)))))))
+
+(deftest get-last-error-when-none
+  (let ((sly-agent-q::*last-error* nil))
+    (let ((r (tool "get_last_error")))
+      (is (ok-p r))
+      (is (string= "No error recorded yet." (text r))))))
+
+
+;;;; describe_symbol
+
+(deftest describe-function
+  (let ((r (tool "describe_symbol" "symbol" "process-data" "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "MY-APP:PROCESS-DATA" "external in MY-APP"
+             "Function: (PROCESS-DATA ITEMS &KEY (SCALE *SCALE*))"
+             "Multiply every number in ITEMS"
+             "(DEFUN PROCESS-DATA)" "my-app.lisp:"))))
+
+(deftest describe-variable-class-generic-macro
+  (let ((r (tool "describe_symbol" "symbol" "my-app:*scale*")))
+    (is (ok-p r))
+    (is (has r "Special variable: global value 1" "Factor by which PROCESS-DATA")))
+  (let ((r (tool "describe_symbol" "symbol" "my-app:my-class")))
+    (is (ok-p r))
+    ;; Names print as they would be read in the tool's package (here CL-USER).
+    (is (has r "Class (STANDARD-CLASS)" "MY-APP:MY-SUBCLASS" "A named collection of numbers"
+             "MY-APP::NAME, MY-APP::ITEMS, MY-APP::CREATED")))
+  (let ((r (tool "describe_symbol" "symbol" "my-app:serialize")))
+    (is (ok-p r))
+    (is (has r "Generic function:" "3 methods" "(INTEGER T)" "(STRING T)" "(LIST T)")))
+  (let ((r (tool "describe_symbol" "symbol" "with-scale" "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "Macro: (WITH-SCALE (FACTOR) &BODY BODY)" "Run BODY with *SCALE* bound")))
+  (let ((r (tool "describe_symbol" "symbol" "if")))
+    (is (ok-p r))
+    (is (has r "Special operator: (IF "))))
+
+(deftest describe-odd-symbols
+  (is (has (tool "describe_symbol" "symbol" ":test") "Keyword"))
+  (is (has (tool "describe_symbol" "symbol" "pi") "Constant: 3.14"))
+  (let ((r (tool "describe_symbol" "symbol" "my-app::string")))
+    ;; Inherited from COMMON-LISP: both a function and a class.
+    (is (ok-p r))
+    (is (has r "Function:" "Class")))
+  (let ((r (tool "describe_symbol" "symbol" "my-app::field")))
+    (is (ok-p r))
+    (is (has r "It names no function"))))
+
+(deftest qualified-names
+  ;; pkg::sym for an internal symbol, pkg:sym accepted too.
+  (is (has (tool "describe_symbol" "symbol" "my-app::split-on-commas")
+           "MY-APP::SPLIT-ON-COMMAS" "internal in MY-APP"))
+  (is (ok-p (tool "describe_symbol" "symbol" "MY-APP:split-on-commas")))
+  ;; The default package is the REPL's, passed as :PACKAGE.
+  (is (ok-p (tool* "describe_symbol" '(("symbol" . "split-on-commas")) :package "MY-APP")))
+  (is (error-p (tool* "describe_symbol" '(("symbol" . "split-on-commas")) :package "CL-USER")))
+  ;; Escapes work as in the reader.
+  (is (ok-p (tool "describe_symbol" "symbol" "my-app::|PROCESS-DATA|")))
+  (is (error-p (tool "describe_symbol" "symbol" "my-app::|process-data|")))
+  (is (ok-p (tool "describe_symbol" "symbol" "my-app::process\\-data")))
+  ;; #'name is accepted for functions.
+  (is (ok-p (tool "function_arglist" "function" "#'my-app:process-data"))))
+
+(deftest readtable-case-is-honoured
+  (let ((*readtable* (copy-readtable nil)))
+    (setf (readtable-case *readtable*) :preserve)
+    (is (error-p (tool "describe_symbol" "symbol" "my-app:process-data")))
+    (is (ok-p (tool "describe_symbol" "symbol" "MY-APP:PROCESS-DATA")))
+    (setf (readtable-case *readtable*) :invert)
+    (is (ok-p (tool "describe_symbol" "symbol" "my-app:process-data")))))
+
+(deftest not-found-with-closest-matches
+  (let ((r (tool "describe_symbol" "symbol" "procss-data" "package" "MY-APP")))
+    (is (error-p r))
+    (is (has r "not found in package MY-APP" "Closest matches in MY-APP: PROCESS-DATA")))
+  ;; Right name, wrong package: say where it is.
+  (let ((r (tool "describe_symbol" "symbol" "process-data" "package" "CL-USER")))
+    (is (error-p r))
+    (is (has r "not found in package COMMON-LISP-USER" "MY-APP:PROCESS-DATA")))
+  ;; Unknown package: the closest package names.
+  (let ((r (tool "describe_symbol" "symbol" "my-ap:process-data")))
+    (is (error-p r))
+    (is (has r "Package" "MY-AP" "not found" "MY-APP")))
+  (let ((r (tool "describe_symbol" "symbol" "foo" "package" "MY-APPP")))
+    (is (error-p r))
+    (is (has r "MY-APP"))))
+
+(deftest lookup-never-interns
+  (dolist (call '(("describe_symbol" "symbol" "saq-never-interned-1")
+                  ("function_arglist" "function" "saq-never-interned-1")
+                  ("who_calls" "function" "saq-never-interned-1")
+                  ("who_references" "variable" "saq-never-interned-1")
+                  ("class_slots" "class" "saq-never-interned-1")
+                  ("method_specializers" "generic_function" "saq-never-interned-1")))
+    (let ((r (apply #'tool (append call '("package" "MY-APP")))))
+      (is (error-p r))
+      (is (has r "SAQ-NEVER-INTERNED-1" "not found"))))
+  (is (null (find-symbol "SAQ-NEVER-INTERNED-1" "MY-APP"))))
+
+
+;;;; apropos_search, function_arglist, list_package_symbols
+
+(deftest apropos
+  (let ((r (tool "apropos_search" "pattern" "process-")))
+    (is (ok-p r))
+    (is (has r "MY-APP:PROCESS-DATA  function" "MY-APP:PROCESS-STRING  function")))
+  (let ((r (tool "apropos_search" "pattern" "SERIAL" "package" "my-app")))
+    (is (ok-p r))
+    (is (has r "2 symbols" "MY-APP:SERIALIZE  generic function" "MY-APP:SERIALIZE-TO-STRING")))
+  (is (has (tool "apropos_search" "pattern" "saq-nothing-like-this") "No symbols contain"))
+  ;; A pattern matching tens of thousands of symbols stays quick and bounded.
+  (let* ((start (get-internal-real-time))
+         (r (tool "apropos_search" "pattern" "e")))
+    (is (ok-p r))
+    (is (has r "more not shown"))
+    (is (< (- (get-internal-real-time) start) (* 5 internal-time-units-per-second))))
+  (is (error-p (tool "apropos_search" "pattern" "x" "package" "NO-SUCH-PACKAGE")))
+  (is (error-p (tool "apropos_search" "pattern" ""))))
+
+(deftest arglists
+  (is (has (tool "function_arglist" "function" "my-app:process-data")
+           "is a function" "Lambda list: (MY-APP::ITEMS &KEY (MY-APP::SCALE MY-APP:*SCALE*))"))
+  (is (has (tool "function_arglist" "function" "with-scale" "package" "MY-APP")
+           "is a macro" "(FACTOR) &BODY BODY"))
+  (is (has (tool "function_arglist" "function" "my-app:serialize")
+           "is a generic function" "(MY-APP::OBJECT STREAM)"))
+  (is (has (tool "function_arglist" "function" "mapcar") "FUNCTION LIST &REST"))
+  (is (has (tool "function_arglist" "function" "(setf my-app:my-class-items)" "package" "MY-APP")
+           "setf function"))
+  (let ((r (tool "function_arglist" "function" "*scale*" "package" "MY-APP")))
+    (is (error-p r))
+    (is (has r "does not name a function" "special variable"))))
+
+(deftest package-symbols
+  (let ((r (tool "list_package_symbols" "package" "my-app")))
+    (is (ok-p r))
+    (is (has r "Package MY-APP" "External symbols (14)" "PROCESS-DATA  function"
+             "MY-CLASS  class" "*SCALE*  special variable" "WITH-SCALE  macro"
+             "internal symbols not listed"))
+    (is (not (has r "SPLIT-ON-COMMAS"))))
+  (let ((r (tool "list_package_symbols" "package" "MY-APP" "include_internal" t)))
+    (is (has r "Internal symbols" "SPLIT-ON-COMMAS  function" "DESCRIBE-SCALE  function")))
+  ;; JSON false may arrive as NIL or as a symbol such as :FALSE.
+  (is (not (has (tool "list_package_symbols" "package" "MY-APP" "include_internal" :false)
+                "SPLIT-ON-COMMAS")))
+  (is (error-p (tool "list_package_symbols" "package" "NO-SUCH-PACKAGE")))
+  ;; A big package is cut, and the result stays within the cap.
+  (let ((r (tool "list_package_symbols" "package" "COMMON-LISP")))
+    (is (ok-p r))
+    (is (<= (length (text r)) sly-agent-q:*result-limit*))
+    (is (has r "External symbols (978)" "listing cut at 300 symbols"))))
+
+
+;;;; Cross references
+
+(deftest xref
+  (let ((r (tool "who_calls" "function" "process-data" "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "Callers of MY-APP:PROCESS-DATA (2" "  PROCESS-STRING  " "  REPORT  "
+             "my-app.lisp:")))
+  (let ((r (tool "who_calls" "function" "my-app:report")))
+    (is (ok-p r))
+    (is (has r "No callers of MY-APP:REPORT are recorded" "cross-reference data exists only")))
+  (let ((r (tool "who_references" "variable" "my-app:*scale*")))
+    (is (ok-p r))
+    (is (has r "Code that reads MY-APP:*SCALE*" "MY-APP:PROCESS-DATA" "MY-APP::DESCRIBE-SCALE")))
+  (let ((r (tool "who_references" "variable" "my-app::split-on-commas")))
+    (is (ok-p r))
+    (is (has r "not currently a global or special variable" "No references"))))
+
+
+;;;; CLOS
+
+(deftest slots
+  (let ((r (tool "class_slots" "class" "my-subclass" "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "4 slots (1 defined here, 3 inherited)"
+             "NAME  (inherited from MY-CLASS)"
+             "initargs: :NAME; initform: \"unnamed\"; type: STRING"
+             "readers: MY-CLASS-NAME"
+             "writers: (SETF MY-CLASS-ITEMS)"
+             "initform: (GET-UNIVERSAL-TIME); type: INTEGER"
+             "PRIORITY  (defined here)" "type: FIXNUM"
+             "documentation: A human-readable name.")))
+  (is (has (tool "class_slots" "class" "integer") "no slots"))
+  (let ((r (tool "class_slots" "class" "my-app:process-data")))
+    (is (error-p r))
+    (is (has r "does not name a class" "function"))))
+
+(deftest hierarchy
+  (let ((r (tool "class_hierarchy" "class" "my-app:my-subclass")))
+    (is (ok-p r))
+    (is (has r "Precedence list: MY-APP:MY-SUBCLASS, MY-APP:MY-CLASS, STANDARD-OBJECT"
+             "Direct superclasses: MY-APP:MY-CLASS" "Direct subclasses: none")))
+  (let ((r (tool "class_hierarchy" "class" "my-class" "package" "MY-APP")))
+    (is (has r "Direct superclasses: STANDARD-OBJECT" "MY-SUBCLASS"))))
+
+(deftest methods
+  (let ((r (tool "method_specializers" "generic_function" "serialize" "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "Lambda list: (OBJECT STREAM)" "3 methods"
+             "(INTEGER T)  ((OBJECT INTEGER) STREAM)" "(STRING T)" "(LIST T)" "my-app.lisp:"))
+    (is (not (has r "MY-CLASS"))))
+  (let ((r (tool "method_specializers" "generic_function" "my-app:process-data")))
+    (is (error-p r))
+    (is (has r "does not name a generic function" "function"))))
+
+
+;;;; macroexpand_form
+
+(defvar cl-user::*saq-read-eval-ran* nil)
+
+(deftest macroexpansion
+  (let ((r (tool "macroexpand_form" "form" "(with-scale (2) (process-data '(1 2)))"
+                 "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "MACROEXPAND-1" "(LET ((*SCALE* 2))")))
+  (let ((r (tool "macroexpand_form" "form" "(my-app:with-scale (2) 1)" "full" t)))
+    (is (has r "MACROEXPAND:" "(LET ((MY-APP:*SCALE* 2))")))
+  (is (has (tool "macroexpand_form" "form" "(my-app:process-data nil)") "Not a macro form"))
+  ;; #. is refused, and not evaluated.
+  (let ((r (tool "macroexpand_form" "form" "(list #.(setf cl-user::*saq-read-eval-ran* t))")))
+    (is (error-p r))
+    (is (has r "refuses #." "read-time evaluation")))
+  (is (null cl-user::*saq-read-eval-ran*))
+  (is (has (tool "macroexpand_form" "form" "(my-app:with-scale (2)") "unbalanced"))
+  (is (has (tool "macroexpand_form" "form" "(a) (b)") "exactly one form"))
+  ;; An error in the macro function comes back as a result.
+  (let ((r (tool "macroexpand_form" "form" "(my-app:with-scale)")))
+    (is (error-p r))
+    (is (has r "Macroexpansion signalled"))))
+
+
+;;;; eval_form and eval_in_package
+
+(deftest eval-values-and-output
+  (is (string= "Value: 6" (text (tool "eval_form" "form" "(+ 1 2 3)"))))
+  (let ((r (tool "eval_form" "form" "(my-app:process-data '(1 2 3) :scale 2)")))
+    (is (ok-p r))
+    (is (has r "Values (2):" "(2 4 6)" "12")))
+  (is (has (tool "eval_form" "form" "(values)") "No values."))
+  (let ((r (tool "eval_form" "form" "(princ \"to-out\") (princ \"to-err\" *error-output*)
+                                    (princ \"to-trace\" *trace-output*) :done")))
+    (is (ok-p r))
+    (is (has r "Evaluated 4 forms" "Value: :DONE" "Output:" "to-out" "to-err" "to-trace")))
+  (let ((r (tool "eval_form" "form" "(warn \"careful now\") 1")))
+    (is (ok-p r))
+    (is (has r "careful now")))
+  ;; Printed readably, with caps.
+  (is (has (tool "eval_form" "form" "\"a \\\"quoted\\\" string\"") "\"a \\\"quoted\\\" string\""))
+  (is (has (tool "eval_form" "form" "(make-list 200 :initial-element 1)") "..."))
+  (is (has (tool "eval_form" "form" "(make-string 100000 :initial-element #\\a)")
+           "a string of 100000 characters"))
+  (is (ok-p (tool "eval_form" "form" "(let ((l (list 1 2))) (setf (cddr l) l) l)"))))
+
+(deftest eval-packages
+  (is (has (tool "eval_form" "form" "(split-on-commas \"a,b\")" "package" "MY-APP")
+           "(\"a\" \"b\")"))
+  (is (has (tool* "eval_form" '(("form" . "(split-on-commas \"a,b\")")) :package "MY-APP")
+           "(\"a\" \"b\")"))
+  (is (has (tool "eval_form" "form" "(package-name *package*)") "COMMON-LISP-USER"))
+  (is (has (tool "eval_in_package" "form" "(package-name *package*)" "package" "my-app")
+           "\"MY-APP\""))
+  (let ((r (tool "eval_in_package" "form" "1")))
+    (is (error-p r))
+    (is (has r "Missing required argument \"package\"")))
+  (let ((r (tool "eval_in_package" "form" "1" "package" "MY-APPP")))
+    (is (error-p r))
+    (is (has r "not found" "MY-APP")))
+  ;; IN-PACKAGE inside the code affects that call only.
+  (let ((before *package*)
+        (r (tool "eval_form" "form" "(in-package :my-app) (split-on-commas \"x\")")))
+    (is (ok-p r))
+    (is (has r "(\"x\")" "for this call only"))
+    (is (eq before *package*))))
+
+(deftest eval-error-and-last-error
+  (let ((r (tool "eval_form" "form" "(my-app:parse-input \"\")")))
+    (is (error-p r))
+    (is (has r "Error while evaluating form 1 of 1" "PARSE-ERROR"
+             "Backtrace" "(MY-APP:PARSE-INPUT \"\")")))
+  (let ((r (tool "get_last_error")))
+    (is (ok-p r))
+    (is (has r "Last error, from eval_form" "Condition:" "PARSE-ERROR" "Message:"
+             "(my-app:parse-input \"\")" "Backtrace (innermost first):" "(MY-APP:PARSE-INPUT \"\")"))))
+
+(defvar cl-user::*saq-side-effect* nil)
+
+(deftest eval-reader-errors
+  (let ((r (tool "eval_form" "form" "(nopkg::foo)")))
+    (is (error-p r))
+    (is (has r "Reader error while reading form 1" "NOPKG")))
+  ;; Unbalanced: nothing at all runs.
+  (let ((r (tool "eval_form" "form" "(setf cl-user::*saq-side-effect* :ran) (+ 1 2")))
+    (is (error-p r))
+    (is (has r "unbalanced" "Nothing was evaluated")))
+  (is (null cl-user::*saq-side-effect*))
+  (is (error-p (tool "eval_form" "form" "   ; only a comment")))
+  ;; A later form that does not read: the earlier ones ran.
+  (let ((r (tool "eval_form" "form" "(setf cl-user::*saq-side-effect* :ran) (nopkg:x)")))
+    (is (has r "form 2 of 2" "Forms 1 to 1 completed")))
+  (is (eq :ran cl-user::*saq-side-effect*)))
+
+(defvar cl-user::*saq-cleanup-ran* nil)
+(defvar cl-user::*saq-lock* (sb-thread:make-mutex :name "saq test lock"))
+
+(deftest eval-timeout
+  (let* ((start (get-internal-real-time))
+         (r (tool* "eval_form" '(("form" . "(loop)")) :timeout 1)))
+    (is (error-p r))
+    (is (has r "timed out after 1 s" "still usable"))
+    (is (< (- (get-internal-real-time) start) (* 10 internal-time-units-per-second))))
+  ;; The image answers afterwards.
+  (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)"))))
+  (is (has (tool "get_last_error") "TIMEOUT"))
+  ;; Unwinding ran the cleanups and released the locks.
+  (let ((r (tool* "eval_form"
+                  '(("form" . "(sb-thread:with-mutex (*saq-lock*)
+                                 (unwind-protect (loop) (setf *saq-cleanup-ran* t)))"))
+                  :timeout 1)))
+    (is (has r "timed out")))
+  (is (eq t cl-user::*saq-cleanup-ran*))
+  (is (null (sb-thread:mutex-owner cl-user::*saq-lock*)))
+  ;; A fast evaluation is not disturbed by its (now finished) watcher.
+  (is (ok-p (tool* "eval_form" '(("form" . "(sleep 0.2) :fine")) :timeout 1))))
+
+(deftest eval-timeout-in-another-thread
+  ;; As from a SLYNK/SWANK worker thread.
+  (let* ((result nil)
+         (thread (sb-thread:make-thread
+                  (lambda ()
+                    (setf result (tool* "eval_form" '(("form" . "(loop (sleep 0.01))")) :timeout 1)))
+                  :name "saq test worker")))
+    (sb-thread:join-thread thread :default nil :timeout 30)
+    (is (error-p result))
+    (is (has result "timed out"))))
+
+(defclass cl-user::saq-unprintable () ())
+(defmethod print-object ((object cl-user::saq-unprintable) stream)
+  (error "this object refuses to print"))
+
+(defclass cl-user::saq-slow-printer () ())
+(defmethod print-object ((object cl-user::saq-slow-printer) stream)
+  (loop (sleep 0.01)))
+
+(defvar cl-user::*saq-slow-value* (make-instance 'cl-user::saq-slow-printer))
+
+(deftest printing-values-is-under-the-timeout
+  (let ((r (tool* "eval_form" '(("form" . "(make-instance 'saq-slow-printer)")) :timeout 1)))
+    (is (error-p r))
+    (is (has r "timed out" "printing the values of form 1")))
+  ;; describe_symbol prints values too.
+  (let ((r (tool* "describe_symbol" '(("symbol" . "*saq-slow-value*")) :timeout 1)))
+    (is (error-p r))
+    (is (has r "describe_symbol timed out"))))
+
+(deftest eval-never-enters-the-debugger
+  (is (has (tool "eval_form" "form" "(break \"stop here\")") "stop here"))
+  (is (has (tool "eval_form" "form" "(invoke-debugger (make-condition 'simple-error :format-control \"direct\"))")
+           "direct"))
+  (is (error-p (tool "eval_form" "form" "(throw 'no-such-tag 1)")))
+  (is (has (tool "eval_form" "form" "(abort)") "aborted"))
+  (is (has (tool "eval_form" "form" "(read-line)") "END-OF-FILE"))
+  (is (has (tool "eval_form" "form" "(error 'type-error :datum 1 :expected-type 'string)")
+           "TYPE-ERROR"))
+  ;; Twice: the image must survive a second exhaustion too.
+  (dotimes (i 2)
+    (let ((r (tool "eval_form" "form" "(labels ((f (n) (1+ (f n)))) (f 1))")))
+      (is (error-p r))
+      (is (has r "exhausted"))))
+  ;; Printing the value fails: the result says so instead.
+  (is (has (tool "eval_form" "form" "(make-instance 'saq-unprintable)") "unprintable"))
+  (is (has (tool "eval_form" "form" "(+ 40 2)") "42")))
+
+(deftest eval-output-is-capped
+  (let ((r (tool "eval_form" "form" "(dotimes (i 5000) (princ \"0123456789\")) :done")))
+    (is (ok-p r))
+    (is (has r "output truncated" "Value: :DONE"))
+    (is (<= (length (text r)) sly-agent-q:*result-limit*))))
+
+
+;;;; compile_form and get_compilation_notes
+
+(deftest compile-and-load
+  (let ((r (tool "compile_form" "form" "(defun saq-double (x) (* 2 x))
+(defun saq-quadruple (x) (saq-double (saq-double x)))")))
+    (is (ok-p r))
+    (is (has r "Compiled and loaded 2 forms" "No warnings or notes")))
+  (is (has (tool "eval_form" "form" "(saq-quadruple 3)") "Value: 12"))
+  ;; Compiled with the file compiler: xref data exists for it.
+  (is (has (tool "who_calls" "function" "saq-double") "SAQ-QUADRUPLE")))
+
+(deftest compile-warnings-are-captured
+  (let ((r (tool "compile_form" "form" "(defun saq-ok (x) x)
+(defun saq-warns (x) (+ x saq-undefined-variable))")))
+    (is (ok-p r))
+    (is (has r "with 1 warning" "WARNING in form 2 (line 2" "undefined variable"
+             "SAQ-UNDEFINED-VARIABLE" "loaded despite the warnings")))
+  (let ((r (tool "get_compilation_notes")))
+    (is (ok-p r))
+    (is (has r "undefined variable" "saq-warns")))
+  (let ((r (tool "compile_form" "form" "(defun saq-calls-nothing () (saq-no-such-function 1))")))
+    (is (has r "STYLE-WARNING" "undefined function"))))
+
+(deftest compile-error-loads-nothing
+  (is (ok-p (tool "compile_form" "form" "(defun saq-half () :old)")))
+  (let ((r (tool "compile_form" "form" "(defun saq-half () (let ((a 1 2)) a))
+(defun saq-fresh () :new)")))
+    (is (error-p r))
+    (is (has r "Compilation failed" "ERROR in form 1" "malformed" "Nothing was loaded")))
+  ;; The old definition is intact; the good form next to the bad one
+  ;; was not loaded either.
+  (is (eq :old (funcall (cl-user-symbol "SAQ-HALF"))))
+  (is (not (fboundp (cl-user-symbol "SAQ-FRESH"))))
+  (is (has (tool "get_last_error") "compile_form" "Compilation failed"))
+  (is (has (tool "get_compilation_notes") "malformed"))
+  ;; A read error: nothing loaded.
+  (let ((r (tool "compile_form" "form" "(defun saq-read-1 () 1) (defun saq-read-2 () (nopkg::x))")))
+    (is (error-p r))
+    (is (has r "READ ERROR in form 2" "NOPKG" "Nothing was loaded")))
+  (is (not (fboundp (cl-user-symbol "SAQ-READ-1"))))
+  (is (has (tool "compile_form" "form" "(defun saq-unbalanced (") "Nothing was compiled"))
+  ;; What the file compiler evaluates while compiling is said to have run.
+  (is (has (tool "compile_form" "form" "(defmacro saq-m () 1) (defun saq-f () (let ((a 1 2)) a))")
+           "Nothing was loaded" "already evaluated (defmacro saq-m () 1)"))
+  ;; An error at load time: reported with its backtrace.
+  (let ((r (tool "compile_form" "form" "(defparameter *saq-load-fails* (error \"at load\"))")))
+    (is (error-p r))
+    (is (has r "loading failed" "at load"))))
+
+(deftest compile-defines-packages-and-reads-unicode
+  (let ((r (tool "compile_form" "form" "(defpackage #:saq-new (:use #:cl) (:export #:hello))
+(in-package #:saq-new)
+(defun hello () \"héllo wörld\")")))
+    (is (ok-p r))
+    (is (has r "Compiled and loaded 3 forms")))
+  (is (has (tool "eval_form" "form" "(saq-new:hello)") "\"héllo wörld\""))
+  ;; A warning after non-ASCII text is still attributed to its form.
+  (let ((r (tool "compile_form" "form" "(defun saq-ünï () \"ä\")
+(defun saq-after-unicode () saq-unknown-var)")))
+    (is (has r "WARNING in form 2" "SAQ-UNKNOWN-VAR"))))
+
+(deftest compile-timeout
+  (let ((r (tool* "compile_form"
+                  '(("form" . "(defmacro saq-forever () (loop)) (defun saq-never () (saq-forever))"))
+                  :timeout 1)))
+    (is (error-p r))
+    (is (has r "timed out" "Nothing was loaded")))
+  (is (ok-p (tool "compile_form" "form" "(defun saq-after-timeout () t)"))))
+
+
+;;;; get_repl_history
+
+(deftest history
+  (dotimes (i 12) (tool "eval_form" "form" (format nil "(+ ~D 1000)" i)))
+  (let ((r (tool "get_repl_history")))
+    (is (ok-p r))
+    (is (= 10 (occurrences "] eval_form in COMMON-LISP-USER" r)))
+    (is (has r "(+ 11 1000)" "=> 1011" "(+ 2 1000)"))
+    (is (not (has r "(+ 1 1000)"))))
+  (let ((r (tool "get_repl_history" "limit" 2)))
+    (is (= 2 (occurrences "] eval_form in" r)))
+    (is (has r "(+ 10 1000)" "(+ 11 1000)")))
+  (is (= 3 (occurrences "] eval_form in" (tool "get_repl_history" "limit" "3"))))
+  (is (error-p (tool "get_repl_history" "limit" 0)))
+  (is (has (tool "eval_form" "form" "(/ 1 0)") "DIVISION-BY-ZERO"))
+  (is (has (tool "get_repl_history" "limit" 1) "ERROR" "DIVISION-BY-ZERO")))
+
+(deftest history-is-bounded
+  (let ((sly-agent-q:*history-limit* 5))
+    (dotimes (i 8) (tool "eval_form" "form" (format nil "(list ~D :bounded)" i)))
+    (is (= 5 (length sly-agent-q::*history*)))
+    (let ((r (tool "get_repl_history" "limit" 50)))
+      (is (= 5 (occurrences "] eval_form in" r)))
+      (is (has r "(list 7 :bounded)" "(list 3 :bounded)"))
+      (is (not (has r "(list 2 :bounded)"))))))
+
+
+;;;; call-tool never signals
+
+(deftest garbage-in-error-results-out
+  (dolist (call `(("no_such_tool" nil)
+                  (nil nil)
+                  (42 nil)
+                  ("describe_symbol" nil)
+                  ("describe_symbol" "not an alist")
+                  ("describe_symbol" (("symbol" . 42)))
+                  ("describe_symbol" ((42 . "car")))
+                  ("describe_symbol" (("symbol" . "car") . "improper"))
+                  ("describe_symbol" (("symbol" . "car") ("bogus" . 1)))
+                  ("describe_symbol" (("symbol" . "a:b:c")))
+                  ("describe_symbol" (("symbol" . "#:uninterned")))
+                  ("describe_symbol" (("symbol" . "(car)")))
+                  ("describe_symbol" (("symbol" . "")))
+                  ("describe_symbol" (("symbol" . "car") ("package" . 7)))
+                  ("get_repl_history" (("limit" . "many")))
+                  ("get_repl_history" (("limit" . -3)))
+                  ("list_package_symbols" (("package" . "CL") ("include_internal" . "maybe")))
+                  ("eval_form" (("form" . "")))
+                  ("eval_form" (("form" . ,(make-string 3 :initial-element #\())))
+                  ("eval_form" (("form" . (1 2 3))))
+                  ("macroexpand_form" (("form" . "(a) (b)")))
+                  ("get_last_error" (("unexpected" . t)))))
+    (let ((r (apply #'tool* call)))
+      (is (error-p r) "~S should give an error result, got ~S" call r)))
+  (let ((circular (list (cons "symbol" "car"))))
+    (setf (cdr circular) circular)
+    (is (error-p (tool* "describe_symbol" circular))))
+  (is (has (tool "no_such_tool") "Unknown image tool" "describe_symbol"))
+  (is (has (tool "describe_symbol" "symbol" "car" "bogus" 1) "Unknown argument \"bogus\"" "symbol, package"))
+  (is (has (tool "describe_symbol") "Missing required argument \"symbol\""))
+  (is (error-p (tool* "describe_symbol" '(("symbol" . "car")) :package 42)))
+  (is (error-p (tool* "describe_symbol" '(("symbol" . "car")) :package "NO-SUCH-REPL-PACKAGE")))
+  (is (error-p (tool* "eval_form" '(("form" . "1")) :timeout "soon")))
+  (is (error-p (tool* "eval_form" '(("form" . "1")) :timeout -1)))
+  ;; Lenient where it costs nothing: keyword keys, dashes for underscores.
+  (is (ok-p (tool* "describe_symbol" '((:symbol . "car")))))
+  (is (has (tool "list_package_symbols" "package" "MY-APP" "include-internal" t) "SPLIT-ON-COMMAS")))
+
+(deftest concurrent-calls
+  ;; SLYNK/SWANK run each request in its own worker thread.
+  (let* ((before sly-agent-q::*history-counter*)
+         (results (make-array 4 :initial-element nil))
+         (threads (loop for i below 4
+                        collect (let ((i i))
+                                  (sb-thread:make-thread
+                                   (lambda ()
+                                     (setf (aref results i)
+                                           (loop repeat 10
+                                                 collect (tool "eval_form" "form"
+                                                               (format nil "(* ~D 2)" i))
+                                                 collect (tool "describe_symbol"
+                                                               "symbol" "my-app:process-data"))))
+                                   :name (format nil "saq worker ~D" i))))))
+    (dolist (thread threads) (sb-thread:join-thread thread :default nil :timeout 60))
+    (is (every (lambda (list) (and (= 20 (length list)) (every #'ok-p list)))
+               (coerce results 'list)))
+    (is (= (+ before 40) sly-agent-q::*history-counter*))))
+
+(deftest loading-twice-is-harmless
+  (let ((before (length sly-agent-q::*history*)))
+    (let ((*standard-output* (make-broadcast-stream))
+          (*error-output* (make-broadcast-stream)))
+      (load (merge-pathnames "lisp-cl/load.lisp" *root*)))
+    (is (= before (length sly-agent-q::*history*)))
+    (is (string= "Value: 2" (text (tool "eval_form" "form" "(1+ 1)"))))))
+
+
+;;;; The spec's end-to-end scenarios, at the tool level
+
+(deftest scenario-1-describe-process-data
+  (let ((r (tool "describe_symbol" "symbol" "PROCESS-DATA" "package" "MY-APP")))
+    (is (ok-p r))
+    (is (has r "Function:" "Documentation:" "Defined at:"))))
+
+(deftest scenario-2-fix-parse-input
+  (unwind-protect
+       (progn
+         (is (has (tool "describe_symbol" "symbol" "my-app:parse-input") "comma-separated"))
+         (is (error-p (tool "eval_form" "form" "(parse-input \"\")" "package" "MY-APP")))
+         (let ((r (tool "compile_form" "package" "MY-APP" "form"
+                        "(defun parse-input (string)
+  \"Parse STRING, comma-separated integers such as \\\"1, 2, 3\\\", into a list of integers.\"
+  (if (string= \"\" (string-trim \" \" string))
+      '()
+      (mapcar (lambda (field) (parse-integer (string-trim \" \" field)))
+              (split-on-commas string))))")))
+           (is (ok-p r))
+           (is (has r "Compiled and loaded 1 form")))
+         (is (string= "Value: NIL" (text (tool "eval_form" "form" "(parse-input \"\")" "package" "MY-APP"))))
+         (is (has (tool "eval_form" "form" "(parse-input \"1, 2,3\")" "package" "MY-APP") "(1 2 3)")))
+    (reload-fixture)))
+
+(deftest scenario-3-serialize-my-class
+  (let ((gf (symbol-function (find-symbol "SERIALIZE" "MY-APP"))))
+    (unwind-protect
+         (progn
+           (is (has (tool "class_slots" "class" "my-app:my-class") "NAME" "ITEMS"))
+           (is (not (has (tool "method_specializers" "generic_function" "my-app:serialize")
+                         "MY-CLASS")))
+           (is (ok-p (tool "compile_form" "package" "MY-APP" "form"
+                           "(defmethod serialize ((object my-class) stream)
+  (format stream \"{~S: \" (my-class-name object))
+  (serialize (my-class-items object) stream)
+  (write-string \"}\" stream))")))
+           (is (has (tool "eval_form" "package" "MY-APP" "form"
+                          "(serialize-to-string (make-instance 'my-class :name \"n\" :items '(1 2)))")
+                    "\"{\\\"n\\\": [1, 2]}\""))
+           (is (has (tool "method_specializers" "generic_function" "my-app:serialize")
+                    "4 methods" "(MY-APP:MY-CLASS T)")))
+      (let ((method (find-method gf '() (list (find-class (find-symbol "MY-CLASS" "MY-APP"))
+                                               (find-class t))
+                                 nil)))
+        (when method (remove-method gf method))))))
+
+
+;;;; Running
+
+(defun run-tests (&key backend root)
+  "Run every test in definition order; print one line per test and the
+details of failures.  Returns the numbers of passed and failed checks."
+  (let ((*backend* backend)
+        (*root* root)
+        (passed 0)
+        (failed 0)
+        (*test-dribble* (make-broadcast-stream)))
+    (dolist (name *test-order*)
+      (let* ((start (get-internal-real-time))
+             (results (run name))
+             (bad (remove-if (lambda (r) (typep r 'it.bese.fiveam::test-passed)) results))
+             (good (- (length results) (length bad))))
+        (incf passed good)
+        (incf failed (length bad))
+        (format t "~&~:[FAIL~;ok  ~] ~(~A~) (~D check~:P, ~,1Fs)~%"
+                (null bad) name (length results)
+                (/ (- (get-internal-real-time) start) internal-time-units-per-second))
+        (when bad
+          (let ((*test-dribble* *standard-output*))
+            (explain! bad)))
+        (finish-output)))
+    (values passed failed)))

@@ -1,0 +1,485 @@
+;;; sly-agent-q-diff-test.el --- Tests of propose_file_edit and its review  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; ERT tests of sly-agent-q-diff.el: the line diff and its hunks, the
+;; review (through a scripted `sly-agent-q-approval-function' and
+;; through the review buffer's own commands) and the application of
+;; the accepted hunks by the propose_file_edit capability.  Run with (from the repository root):
+;;
+;;   test/elisp/run.sh test/elisp/sly-agent-q-diff-test.el
+;;
+;; which runs Emacs -Q in batch mode with -L lisp-elisp -L test/elisp.
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'sly-agent-q-tools)
+(require 'sly-agent-q-tools-test)
+
+;; The helpers come from sly-agent-q-tools-test.el; its tests run from
+;; that file, not again from this one.
+(dolist (test (ert-select-tests "\\`sly-agent-q-tools-test-" t))
+  (ert-delete-test (ert-test-name test)))
+
+(defvar sly-agent-q-approval-function)
+
+(defvar sly-agent-q-diff-test-request nil
+  "The last request the scripted approver saw.")
+
+(defun sly-agent-q-diff-test-old ()
+  "Return a 30-line text."
+  (sly-agent-q-tools-test--lines 30 "(line %d)\n"))
+
+(defun sly-agent-q-diff-test-new ()
+  "Return the 30-line text, changed in three places far apart."
+  (replace-regexp-in-string
+   "(line 28)" "(line 28 changed)"
+   (replace-regexp-in-string
+    "(line 15)\n" "(line 15)\n(inserted after 15)\n"
+    (replace-regexp-in-string "(line 2)\n" "" (sly-agent-q-diff-test-old) t t)
+    t t)
+   t t))
+
+(defun sly-agent-q-diff-test-expected (hunks)
+  "Return the old text with only the hunks HUNKS applied, among 1, 2 and 3."
+  (let ((text (sly-agent-q-diff-test-old)))
+    (when (memq 1 hunks)
+      (setq text (replace-regexp-in-string "(line 2)\n" "" text t t)))
+    (when (memq 2 hunks)
+      (setq text (replace-regexp-in-string "(line 15)\n" "(line 15)\n(inserted after 15)\n" text t t)))
+    (when (memq 3 hunks)
+      (setq text (replace-regexp-in-string "(line 28)" "(line 28 changed)" text t t)))
+    text))
+
+(defun sly-agent-q-diff-test-review (args &optional approver)
+  "Review ARGS with APPROVER as the approval function; return the decisions."
+  (let ((decisions nil)
+        (sly-agent-q-approval-function approver))
+    (sly-agent-q-diff-review args (lambda (d) (push d decisions)))
+    decisions))
+
+(defun sly-agent-q-diff-test-choose (hunks)
+  "Return an approval function accepting HUNKS, saving its request."
+  (lambda (request callback)
+    (setq sly-agent-q-diff-test-request request)
+    (funcall callback
+             (list :decision "modified"
+                   :arguments (append (plist-get request :arguments)
+                                      (list :accepted_hunks (vconcat hunks)))))))
+
+;;;; The diff
+
+(ert-deftest sly-agent-q-diff-test-hunks-of-three-changes ()
+  (let* ((a (sly-agent-q-files-split-lines (sly-agent-q-diff-test-old)))
+         (b (sly-agent-q-files-split-lines (sly-agent-q-diff-test-new)))
+         (hunks (sly-agent-q-diff-hunks a b)))
+    (should (= 3 (length hunks)))
+    (should (equal '("@@ -1,5 +1,4 @@" "@@ -13,6 +12,7 @@" "@@ -25,6 +25,6 @@")
+                   (mapcar (lambda (h) (plist-get h :header)) hunks)))
+    (should (equal " (line 1)\n-(line 2)\n (line 3)\n (line 4)\n (line 5)\n"
+                   (plist-get (car hunks) :text)))
+    (should (equal (sly-agent-q-diff-test-new)
+                   (sly-agent-q-diff--apply-hunks a b hunks '(1 2 3))))
+    (should (equal (sly-agent-q-diff-test-old)
+                   (sly-agent-q-diff--apply-hunks a b hunks '())))
+    (should (equal (sly-agent-q-diff-test-expected '(1 3))
+                   (sly-agent-q-diff--apply-hunks a b hunks '(1 3))))))
+
+(ert-deftest sly-agent-q-diff-test-same-as-gnu-diff ()
+  (skip-unless (executable-find "diff"))
+  (let ((old-file (make-temp-file "saq-old-" nil nil (sly-agent-q-diff-test-old)))
+        (new-file (make-temp-file "saq-new-" nil nil (sly-agent-q-diff-test-new))))
+    (unwind-protect
+        (let* ((gnu (with-temp-buffer
+                      (call-process "diff" nil t nil "-u" old-file new-file)
+                      (goto-char (point-min))
+                      (forward-line 2)
+                      (buffer-substring (point) (point-max))))
+               (proposal (list :rel "x"
+                               :hunks (sly-agent-q-diff-hunks
+                                       (sly-agent-q-files-split-lines (sly-agent-q-diff-test-old))
+                                       (sly-agent-q-files-split-lines (sly-agent-q-diff-test-new))))))
+          (should (equal gnu (substring (sly-agent-q-diff-unified proposal)
+                                        (length "--- a/x\n+++ b/x\n")))))
+      (delete-file old-file)
+      (delete-file new-file))))
+
+(ert-deftest sly-agent-q-diff-test-no-newline-and-edges ()
+  (let* ((a (sly-agent-q-files-split-lines "a\nb"))
+         (b (sly-agent-q-files-split-lines "a\nb\n"))
+         (hunks (sly-agent-q-diff-hunks a b)))
+    (should (equal '("@@ -1,2 +1,2 @@") (mapcar (lambda (h) (plist-get h :header)) hunks)))
+    (should (equal " a\n-b\n\\ No newline at end of file\n+b\n" (plist-get (car hunks) :text)))
+    (should (equal "a\nb\n" (sly-agent-q-diff--apply-hunks a b hunks '(1)))))
+  ;; From and to empty.
+  (let ((hunks (sly-agent-q-diff-hunks [] (sly-agent-q-files-split-lines "x\ny\n"))))
+    (should (equal "@@ -0,0 +1,2 @@" (plist-get (car hunks) :header))))
+  (let ((hunks (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines "x\n") [])))
+    (should (equal "@@ -1 +0,0 @@" (plist-get (car hunks) :header))))
+  (should-not (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines "same\n")
+                                      (sly-agent-q-files-split-lines "same\n"))))
+
+(ert-deftest sly-agent-q-diff-test-random-round-trips ()
+  ;; For random texts: all hunks give the new text, none the old one,
+  ;; and each hunk's header counts its lines.
+  (let ((state (cl-make-random-state 42)))
+    (dotimes (_ 200)
+      (let* ((gen (lambda ()
+                    (let ((lines nil))
+                      (dotimes (_ (cl-random 40 state))
+                        (push (format "%c\n" (+ ?a (cl-random 5 state))) lines))
+                      (apply #'concat lines))))
+             (old (funcall gen)) (new (funcall gen))
+             (a (sly-agent-q-files-split-lines old))
+             (b (sly-agent-q-files-split-lines new))
+             (hunks (sly-agent-q-diff-hunks a b))
+             (all (mapcar (lambda (h) (plist-get h :index)) hunks)))
+        (should (equal new (sly-agent-q-diff--apply-hunks a b hunks all)))
+        (should (equal old (sly-agent-q-diff--apply-hunks a b hunks nil)))
+        (dolist (h hunks)
+          (let ((text (plist-get h :text)))
+            (should (= (- (plist-get h :old-end) (plist-get h :old-start))
+                       (cl-count-if (lambda (l) (string-match-p "\\`[ -]" l))
+                                    (split-string text "\n" t))))
+            (should (= (- (plist-get h :new-end) (plist-get h :new-start))
+                       (cl-count-if (lambda (l) (string-match-p "\\`[ +]" l))
+                                    (split-string text "\n" t))))))
+        ;; Any subset applies too: hunks are independent.
+        (when (cdr all)
+          (let ((text (sly-agent-q-diff--apply-hunks a b hunks (list (car all)))))
+            (should (stringp text))))))))
+
+;;;; Review by a scripted approver, then apply
+
+(ert-deftest sly-agent-q-diff-test-scripted-accept-1-and-3 ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((args (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
+                       :description "Three changes"))
+           (decisions (sly-agent-q-diff-test-review args (sly-agent-q-diff-test-choose '(1 3))))
+           (decision (car decisions)))
+      (should (= 1 (length decisions)))
+      ;; The request carries the hunks.
+      (should (equal "propose_file_edit" (plist-get sly-agent-q-diff-test-request :tool)))
+      (should (equal "src/a.lisp" (plist-get sly-agent-q-diff-test-request :path)))
+      (let ((hunks (plist-get sly-agent-q-diff-test-request :hunks)))
+        (should (vectorp hunks))
+        (should (= 3 (length hunks)))
+        (should (equal '(1 2 3) (mapcar (lambda (h) (plist-get h :index)) hunks)))
+        (should (equal "@@ -13,6 +12,7 @@" (plist-get (aref hunks 1) :header)))
+        (should (string-match-p "^+(inserted after 15)$" (plist-get (aref hunks 1) :text))))
+      (should (equal "modified" (plist-get decision :decision)))
+      (should (equal [1 3] (plist-get (plist-get decision :arguments) :accepted_hunks)))
+      (should (equal "Three changes" (plist-get (plist-get decision :arguments) :description)))
+      ;; Nothing is written by the review.
+      (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))
+      ;; The tool applies exactly hunks 1 and 3.
+      (let ((out (apply #'sly-agent-q-tools-test--ok "propose_file_edit" (plist-get decision :arguments))))
+        (should (equal "Applied hunks 1, 3 of 3 to src/a.lisp (rejected: 2)." out)))
+      (should (equal (sly-agent-q-diff-test-expected '(1 3)) (sly-agent-q-tools-test--contents "src/a.lisp")))
+      (should-not (sly-agent-q-tools-test--temp-files)))))
+
+(ert-deftest sly-agent-q-diff-test-scripted-short-answers ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new))))
+      ;; Just the hunk numbers.
+      (let ((d (car (sly-agent-q-diff-test-review
+                     args (lambda (_r cb) (funcall cb '(:accepted_hunks [2])))))))
+        (should (equal [2] (plist-get (plist-get d :arguments) :accepted_hunks))))
+      ;; No hunk: denied.
+      (let ((d (car (sly-agent-q-diff-test-review
+                     args (lambda (_r cb) (funcall cb '(:accepted_hunks [])))))))
+        (should (equal '(:decision "denied" :reason "The user rejected every hunk") d)))
+      ;; An approver that answers twice is heard once.
+      (should (= 1 (length (sly-agent-q-diff-test-review
+                            args (lambda (_r cb)
+                                   (funcall cb '(:decision "approved"))
+                                   (funcall cb '(:decision "denied")))))))
+      ;; An approver that signals becomes a denial.
+      (let ((d (car (sly-agent-q-diff-test-review args (lambda (_r _cb) (error "Approver broke"))))))
+        (should (equal "denied" (plist-get d :decision)))
+        (should (string-match-p "Approver broke" (plist-get d :reason)))))))
+
+(ert-deftest sly-agent-q-diff-test-approved-applies-all ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (should (equal "Applied all 3 hunks to a.lisp."
+                   (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
+                                        :new_content (sly-agent-q-diff-test-new))))
+    (should (equal (sly-agent-q-diff-test-new) (sly-agent-q-tools-test--contents "a.lisp")))))
+
+;;;; Review in the review buffer
+
+(defun sly-agent-q-diff-test-open-review (args)
+  "Open the review buffer for ARGS; return (BUFFER . DECISIONS-CELL)."
+  (let* ((cell (list nil))
+         (sly-agent-q-approval-function nil)
+         (sly-agent-q-diff-display-function #'display-buffer)
+         (buffer (sly-agent-q-diff-review args (lambda (d) (push d (car cell))))))
+    (should (bufferp buffer))
+    (should (null (car cell)))
+    (cons buffer cell)))
+
+(ert-deftest sly-agent-q-diff-test-review-buffer-accept-1-and-3 ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((args (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
+                       :description "Three changes"))
+           (opened (sly-agent-q-diff-test-open-review args))
+           (buffer (car opened)) (cell (cdr opened)))
+      (with-current-buffer buffer
+        (should (derived-mode-p 'diff-mode))
+        (should (eq major-mode 'sly-agent-q-diff-review-mode))
+        (should buffer-read-only)
+        (should (string-match-p "Proposed edit of src/a.lisp: Three changes" (buffer-string)))
+        (should (string-match-p "^@@ -13,6 \\+12,7 @@$" (buffer-string)))
+        (should (string-match-p "^## Hunk 2 of 3: PENDING" (buffer-string)))
+        ;; Point starts on hunk 1; accept it at point: point moves to hunk 2.
+        (should (= 1 (get-text-property (point) 'sly-agent-q-diff-hunk)))
+        (sly-agent-q-diff-accept-hunk)
+        (should (= 2 (get-text-property (point) 'sly-agent-q-diff-hunk)))
+        (should (string-match-p "^## Hunk 1 of 3: ACCEPTED" (buffer-string)))
+        ;; Reject hunk 2 at point, then accept hunk 3 with its key.
+        (call-interactively (key-binding "r"))
+        (should (= 3 (get-text-property (point) 'sly-agent-q-diff-hunk)))
+        (call-interactively (key-binding "a"))
+        (should (string-match-p "^## Hunk 2 of 3: REJECTED" (buffer-string)))
+        (should (string-match-p "^## Hunk 3 of 3: ACCEPTED" (buffer-string)))
+        (should (string-match-p "3 of 3 hunks decided, 2 accepted" (buffer-string)))
+        (should (null (car cell)))
+        ;; The per-hunk buttons work too: reject then accept hunk 3.
+        (goto-char (point-min))
+        (re-search-forward "^## Hunk 3 of 3: .*\\[Reject\\]")
+        (push-button (- (point) 2))
+        (should (string-match-p "^## Hunk 3 of 3: REJECTED" (buffer-string)))
+        (goto-char (point-min))
+        (re-search-forward "^## Hunk 3 of 3: .*\\(\\[Accept\\]\\)")
+        (push-button (match-beginning 1))
+        (should (string-match-p "^## Hunk 3 of 3: ACCEPTED" (buffer-string)))
+        ;; RET shows the file at the hunk.
+        (sly-agent-q-diff--goto-hunk 3)
+        (forward-line 2)
+        (call-interactively (key-binding (kbd "RET")))
+        (let ((visiting (find-buffer-visiting (sly-agent-q-tools-test--file "src/a.lisp"))))
+          (should visiting)
+          (should (= 25 (with-current-buffer visiting (line-number-at-pos)))))
+        (sly-agent-q-diff-finish))
+      (should-not (buffer-live-p buffer))
+      (should (= 1 (length (car cell))))
+      (let ((decision (caar cell)))
+        (should (equal "modified" (plist-get decision :decision)))
+        (should (equal [1 3] (plist-get (plist-get decision :arguments) :accepted_hunks)))
+        ;; RET above visited the file, so the edit goes through its buffer.
+        (should (equal "Applied hunks 1, 3 of 3 to src/a.lisp (through buffer a.lisp, saved) (rejected: 2)."
+                       (apply #'sly-agent-q-tools-test--ok "propose_file_edit"
+                              (plist-get decision :arguments)))))
+      (should (equal (sly-agent-q-diff-test-expected '(1 3)) (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
+(ert-deftest sly-agent-q-diff-test-review-buffer-denials ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new))))
+      ;; Reject all, then finish.
+      (let* ((opened (sly-agent-q-diff-test-open-review args)))
+        (with-current-buffer (car opened)
+          (sly-agent-q-diff-accept-hunk 2)
+          (sly-agent-q-diff-reject-all)
+          (call-interactively (key-binding (kbd "C-c C-c"))))
+        (should (equal '((:decision "denied" :reason "The user rejected every hunk"))
+                       (cadr opened))))
+      ;; Undecided hunks count as rejected.
+      (let* ((opened (sly-agent-q-diff-test-open-review args)))
+        (with-current-buffer (car opened)
+          (sly-agent-q-diff-accept-hunk 3)
+          (sly-agent-q-diff-finish))
+        (should (equal [3] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))
+      ;; Accept all, with the header's buttons.
+      (let* ((opened (sly-agent-q-diff-test-open-review args)))
+        (with-current-buffer (car opened)
+          (goto-char (point-min))
+          (push-button (1- (search-forward "[Accept all]")))
+          (should (string-match-p "3 of 3 hunks decided, 3 accepted" (buffer-string)))
+          (goto-char (point-min))
+          (push-button (1- (search-forward "[Finish]"))))
+        (should-not (buffer-live-p (car opened)))
+        (should (equal [1 2 3] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))
+      ;; Abort.
+      (let* ((opened (sly-agent-q-diff-test-open-review args)))
+        (with-current-buffer (car opened)
+          (call-interactively (key-binding (kbd "C-c C-k"))))
+        (should-not (buffer-live-p (car opened)))
+        (should (= 1 (length (cadr opened))))
+        (should (equal "denied" (plist-get (car (cadr opened)) :decision)))
+        (should (string-match-p "aborted" (plist-get (car (cadr opened)) :reason))))
+      ;; Killing the buffer denies, once.
+      (let* ((opened (sly-agent-q-diff-test-open-review args)))
+        (kill-buffer (car opened))
+        (should (= 1 (length (cadr opened))))
+        (should (string-match-p "closed" (plist-get (car (cadr opened)) :reason))))
+      ;; Cancelled by the server: no answer at all.
+      (let* ((opened (sly-agent-q-diff-test-open-review args)))
+        (sly-agent-q-diff-review-cancel (car opened))
+        (should-not (buffer-live-p (car opened)))
+        (should (null (cadr opened))))
+      (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "a.lisp"))))))
+
+;;;; Changes between review and apply
+
+(ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))
+           (decision (car (sly-agent-q-diff-test-review args (sly-agent-q-diff-test-choose '(1 3)))))
+           (changed (concat ";; edited by the user\n" (sly-agent-q-diff-test-old))))
+      (sly-agent-q-tools-test--write "a.lisp" changed)
+      (let ((msg (apply #'sly-agent-q-tools-test--fails "propose_file_edit" (plist-get decision :arguments))))
+        (should (string-match-p "a.lisp changed after the user reviewed the proposed edit, so nothing was applied" msg)))
+      (should (equal changed (sly-agent-q-tools-test--contents "a.lisp"))))))
+
+(ert-deftest sly-agent-q-diff-test-denied-review-is-forgotten ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new))))
+      (sly-agent-q-diff-test-review args (lambda (_r cb) (funcall cb '(:decision "denied"))))
+      ;; The file changes, then the same edit is approved without review.
+      (sly-agent-q-tools-test--write "a.lisp" (concat ";; x\n" (sly-agent-q-diff-test-old)))
+      (should (string-match-p "Applied all"
+                              (apply #'sly-agent-q-tools-test--ok "propose_file_edit" args))))))
+
+;;;; Buffers, old_text, errors
+
+(ert-deftest sly-agent-q-diff-test-old-text-new-text ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" "(defun f (x)\n  (+ x 1))\n")
+    (let* ((args (list :path "a.lisp" :old_text "(+ x 1)" :new_text "(+ x 2)"))
+           (d (car (sly-agent-q-diff-test-review args (sly-agent-q-diff-test-choose '(1))))))
+      (should (equal 1 (length (plist-get sly-agent-q-diff-test-request :hunks))))
+      (should (equal "Applied all 1 hunk to a.lisp."
+                     (apply #'sly-agent-q-tools-test--ok "propose_file_edit" (plist-get d :arguments))))
+      (should (equal "(defun f (x)\n  (+ x 2))\n" (sly-agent-q-tools-test--contents "a.lisp"))))))
+
+(ert-deftest sly-agent-q-diff-test-through-buffers ()
+  (sly-agent-q-tools-test--with-project
+    (let ((file (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))))
+      ;; An unmodified visiting buffer is edited, then saved.
+      (with-current-buffer (find-file-noselect file)
+        (goto-char (point-max))
+        (let ((out (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
+                                        :new_content (sly-agent-q-diff-test-new)
+                                        :accepted_hunks [3])))
+          (should (string-match-p "Applied hunk 3 of 3 to a.lisp (through buffer a.lisp, saved) (rejected: 1, 2)." out)))
+        (should (equal (sly-agent-q-diff-test-expected '(3)) (buffer-string)))
+        (should-not (buffer-modified-p))
+        (should (= (point) (point-max)))
+        (should (equal (sly-agent-q-diff-test-expected '(3)) (sly-agent-q-tools-test--contents "a.lisp")))
+        ;; A modified buffer is edited, and not saved.
+        (goto-char (point-min))
+        (insert ";; user's unsaved line\n")
+        (let* ((proposed (concat ";; user's unsaved line\n" (sly-agent-q-diff-test-new)))
+               (out (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp" :new_content proposed)))
+          (should (string-match-p "in buffer a.lisp, which had unsaved changes, so it was not saved" out))
+          (should (equal proposed (buffer-string)))
+          (should (buffer-modified-p))
+          (should (equal (sly-agent-q-diff-test-expected '(3)) (sly-agent-q-tools-test--contents "a.lisp"))))))))
+
+(ert-deftest sly-agent-q-diff-test-coding-kept ()
+  (sly-agent-q-tools-test--with-project
+    (let ((file (sly-agent-q-tools-test--write "latin.txt" "caf\u00e9\n" 'iso-latin-1-unix)))
+      ;; On disk.
+      (should (string-match-p "Applied all"
+                              (sly-agent-q-tools-test--ok "propose_file_edit" :path "latin.txt"
+                                                          :new_content "caf\u00e9 cr\u00e8me\n")))
+      (should (equal (unibyte-string ?c ?a ?f #xe9 ?\s ?c ?r #xe8 ?m ?e ?\n)
+                     (sly-agent-q-tools-test--bytes "latin.txt")))
+      ;; Through an unmodified buffer, a character latin-1 cannot hold
+      ;; is refused before the buffer is touched.
+      (with-current-buffer (find-file-noselect file)
+        (should (string-match-p "cannot represent"
+                                (sly-agent-q-tools-test--fails "propose_file_edit" :path "latin.txt"
+                                                               :new_content "\u03bb\n")))
+        (should (equal "caf\u00e9 cr\u00e8me\n" (buffer-string)))
+        (should-not (buffer-modified-p))))))
+
+(ert-deftest sly-agent-q-diff-test-errors ()
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" "(a)\n(a)\n")
+    (let ((asked nil))
+      ;; Unusable proposals are answered at once, applying nothing, and the tool explains.
+      (dolist (args (list (list :path "a.lisp" :old_text "(zzz)" :new_text "y")
+                          (list :path "a.lisp" :old_text "(a)" :new_text "(b)")
+                          (list :path "../x.lisp" :new_content "x")
+                          (list :path "a.lisp")
+                          (list :path "a.lisp" :new_content "x" :old_text "(a)" :new_text "y")))
+        (let ((decisions (sly-agent-q-diff-test-review args (lambda (_r _cb) (setq asked t)))))
+          (should (= 1 (length decisions)))
+          (should (equal [] (plist-get (plist-get (car decisions) :arguments) :accepted_hunks)))
+          (apply #'sly-agent-q-tools-test--fails "propose_file_edit" (plist-get (car decisions) :arguments))))
+      (should-not asked))
+    (should (string-match-p "not found"
+                            (sly-agent-q-tools-test--fails "propose_file_edit" :path "a.lisp"
+                                                    :old_text "(zzz)" :new_text "y")))
+    (should (string-match-p "occurs 2 times"
+                            (sly-agent-q-tools-test--fails "propose_file_edit" :path "a.lisp"
+                                                    :old_text "(a)" :new_text "y")))
+    (should (string-match-p "outside"
+                            (sly-agent-q-tools-test--fails "propose_file_edit" :path "../x.lisp"
+                                                    :new_content "x")))
+    (should (string-match-p "does not exist"
+                            (sly-agent-q-tools-test--fails "propose_file_edit" :path "b.lisp"
+                                                    :old_text "x" :new_text "y")))
+    (should (string-match-p "has 1 hunk"
+                            (sly-agent-q-tools-test--fails "propose_file_edit" :path "a.lisp"
+                                                    :new_content "(b)\n" :accepted_hunks [2])))
+    (should (string-match-p "No change"
+                            (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
+                                                 :new_content "(a)\n(a)\n")))
+    (should (string-match-p "No hunk was accepted"
+                            (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
+                                                 :new_content "(b)\n" :accepted_hunks [])))
+    (should (equal "(a)\n(a)\n" (sly-agent-q-tools-test--contents "a.lisp")))))
+
+(ert-deftest sly-agent-q-diff-test-new-file ()
+  (sly-agent-q-tools-test--with-project
+    (let ((d (car (sly-agent-q-diff-test-review (list :path "new/b.lisp" :new_content "(b)\n")
+                                                (sly-agent-q-diff-test-choose '(1))))))
+      (should (equal "@@ -0,0 +1 @@"
+                     (plist-get (aref (plist-get sly-agent-q-diff-test-request :hunks) 0) :header)))
+      (should (string-match-p "Applied all 1 hunk to new/b.lisp"
+                              (apply #'sly-agent-q-tools-test--ok "propose_file_edit" (plist-get d :arguments))))
+      (should (equal "(b)\n" (sly-agent-q-tools-test--contents "new/b.lisp"))))))
+
+;;;; End to end, through the real server
+
+(require 'sly-agent-q-test-helper nil t)
+(declare-function sly-agent-q-test-send "sly-agent-q-test-helper" (text &optional timeout))
+(defvar sly-agent-q-project-root)
+
+(ert-deftest sly-agent-q-diff-test-end-to-end ()
+  "The model proposes a 3-hunk edit; the approver accepts 1 and 3; the server runs it."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let ((script
+           `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                     (input . ((path . "src/a.lisp")
+                                               (new_content . ,(sly-agent-q-diff-test-new))
+                                               (description . "Three changes"))))])
+                        (stop_reason . "tool_use"))
+                       ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
+      (eval
+       `(sly-agent-q-test-with-server ',script
+          (let* ((sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(1 3)))
+                 (outcome (sly-agent-q-test-send "Change it")))
+            (should (eq (plist-get outcome :status) 'finished))
+            (should (string-match-p "Applied hunks 1, 3 of 3 to src/a.lisp (rejected: 2)\\."
+                                    (plist-get outcome :text)))
+            (should (= 3 (length (plist-get sly-agent-q-diff-test-request :hunks))))))
+       t)
+      (should (equal (sly-agent-q-diff-test-expected '(1 3))
+                     (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
+(provide 'sly-agent-q-diff-test)
+;;; sly-agent-q-diff-test.el ends here
