@@ -1,0 +1,319 @@
+;;; sly-agent-q-approval.el --- Approving the agent's dangerous tool calls  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; Before a dangerous tool runs the server sends `emacs/call' of kind
+;; "approval".  Emacs answers with a decision:
+;;
+;;   (:decision "approved")                 run it
+;;   (:decision "approved" :always t)       run it, and this tool from now
+;;                                          on in this session
+;;   (:decision "denied" :reason "...")     do not run it; tell the model why
+;;   (:decision "modified" :arguments ARGS) run it with other arguments
+;;
+;; Who decides: `sly-agent-q-diff-review' for propose_file_edit (the
+;; reviewed file edit, in sly-agent-q-diff.el); otherwise
+;; `sly-agent-q-approval-function' when set (scripts, tests); otherwise
+;; the user, inline in the chat buffer: buttons and the keys y (approve),
+;; n (deny with a reason), e (edit the arguments as JSON), a (always
+;; allow this tool for the session) on the approval.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'button)
+(require 'text-property-search)
+(require 'sly-agent-q-server)
+(require 'sly-agent-q-chat)
+
+(declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback))
+(declare-function sly-agent-q-diff-review-cancel "sly-agent-q-diff" (buffer))
+
+(defcustom sly-agent-q-approval-function nil
+  "Function deciding approvals instead of the interactive UI, or nil.
+nil means ask the user in the chat buffer.  Otherwise it is called
+as (FUNCTION REQUEST CALLBACK): REQUEST is a plist (:tool
+:arguments :safetyLevel :description :callId), CALLBACK must be
+called once, now or later, with a decision plist (:decision
+\"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
+PLIST for \"modified\", :always t to allow the tool for the rest of
+the session)."
+  :type '(choice (const :tag "Ask in the chat buffer" nil) function)
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-approval-display t
+  "Non-nil means show the chat buffer when an approval is needed."
+  :type 'boolean
+  :group 'sly-agent-q)
+
+(cl-defstruct (sly-agent-q-approval (:constructor sly-agent-q--make-approval))
+  "An approval waiting for the user."
+  request callback (status 'pending) detail start end buffer)
+
+(defun sly-agent-q-approval--normalize (decision)
+  "DECISION (a plist from the UI or a user function) as the protocol's object."
+  (let* ((d (plist-get decision :decision))
+         (name (if (symbolp d) (and d (symbol-name d)) d)))
+    (pcase name
+      ("approved" (if (plist-get decision :always)
+                      (list :decision "approved" :always t)
+                    (list :decision "approved")))
+      ("modified" (let ((args (plist-get decision :arguments)))
+                    (list :decision "modified"
+                          :arguments (or args (make-hash-table :test #'equal)))))
+      ("denied" (list :decision "denied"
+                      :reason (format "%s" (or (plist-get decision :reason) "denied by the user"))))
+      (_ (list :decision "denied"
+               :reason (format "the approval function gave an invalid decision: %S" decision))))))
+
+(defun sly-agent-q-approval--request (params)
+  "The approval request plist handed to approval functions, from call PARAMS."
+  (list :tool (plist-get params :tool)
+        :arguments (plist-get params :arguments)
+        :safetyLevel (plist-get params :safetyLevel)
+        :description (plist-get params :description)
+        :callId (plist-get params :callId)))
+
+(defun sly-agent-q-approval--handle-call (call)
+  "Decide the approval CALL.
+The diff review decides for propose_file_edit, else
+`sly-agent-q-approval-function', else the user."
+  (let* ((params (sly-agent-q-call-params call))
+         (request (sly-agent-q-approval--request params))
+         (answered nil)
+         (callback (lambda (decision)
+                     (unless answered
+                       (setq answered t)
+                       (sly-agent-q-call-reply call (sly-agent-q-approval--normalize decision))))))
+    (cond
+     ((and (equal (plist-get params :tool) "propose_file_edit")
+           (fboundp 'sly-agent-q-diff-review))
+      (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback)))
+        (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
+          (sly-agent-q-call-on-cancel
+           call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
+     (sly-agent-q-approval-function
+      (funcall sly-agent-q-approval-function request callback))
+     (t (sly-agent-q-approval--ask call request callback)))))
+
+(setf (alist-get "approval" sly-agent-q-server-call-handlers nil nil #'equal)
+      #'sly-agent-q-approval--handle-call)
+
+;;;; The interactive UI
+
+(defvar sly-agent-q-approval-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map button-map)
+    (define-key map "y" #'sly-agent-q-approve)
+    (define-key map "n" #'sly-agent-q-deny)
+    (define-key map "e" #'sly-agent-q-edit-arguments)
+    (define-key map "a" #'sly-agent-q-approve-always)
+    map)
+  "Keys on an approval in the chat buffer.")
+
+(define-key sly-agent-q-chat-mode-map (kbd "C-c C-a") #'sly-agent-q-approve)
+(define-key sly-agent-q-chat-mode-map (kbd "C-c C-d") #'sly-agent-q-deny)
+(define-key sly-agent-q-chat-mode-map (kbd "C-c C-e") #'sly-agent-q-edit-arguments)
+
+(define-button-type 'sly-agent-q-approval
+  'keymap sly-agent-q-approval-map
+  'follow-link t)
+
+(defun sly-agent-q-approval--ask (call request callback)
+  "Show REQUEST in the chat buffer; CALLBACK gets the decision.
+CALL's cancellation marks it cancelled."
+  (let* ((buf (sly-agent-q-chat-buffer))
+         (approval (sly-agent-q--make-approval :request request :callback callback :buffer buf)))
+    (with-current-buffer buf
+      (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
+      (sly-agent-q-chat--flush)
+      (sly-agent-q-chat--end-segment)
+      (sly-agent-q-chat--fresh-line)
+      (sly-agent-q-chat--at-output
+        (setf (sly-agent-q-approval-start approval) (copy-marker (point) nil))
+        (sly-agent-q-approval--render approval)
+        (setf (sly-agent-q-approval-end approval) (copy-marker (point) nil))))
+    (sly-agent-q-call-on-cancel
+     call (lambda (reason)
+            (when (eq (sly-agent-q-approval-status approval) 'pending)
+              (setf (sly-agent-q-approval-status approval) 'cancelled
+                    (sly-agent-q-approval-detail approval) reason)
+              (sly-agent-q-approval--redraw approval))))
+    (when (and sly-agent-q-approval-display (not noninteractive))
+      (display-buffer buf))
+    (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, or C-c C-a / C-c C-d there)"
+             (plist-get request :tool) (buffer-name buf))))
+
+(defun sly-agent-q-approval--deny-all ()
+  "Deny every approval still waiting in the current buffer (it is being killed)."
+  (save-excursion
+    (goto-char (point-min))
+    (let (match)
+      (while (setq match (text-property-search-forward 'sly-agent-q-approval nil nil))
+        (let ((a (prop-match-value match)))
+          (when (eq (sly-agent-q-approval-status a) 'pending)
+            (setf (sly-agent-q-approval-status a) 'denied)
+            (funcall (sly-agent-q-approval-callback a)
+                     (list :decision "denied" :reason "the user closed the chat buffer"))))))))
+
+(defun sly-agent-q-approval--render (approval)
+  "Insert APPROVAL's text at point."
+  (let* ((request (sly-agent-q-approval-request approval))
+         (tool (plist-get request :tool))
+         (start (point)))
+    (pcase (sly-agent-q-approval-status approval)
+      ('pending
+       (insert (propertize (format "  ⚠ %s (%s) needs your approval:\n" tool
+                                   (plist-get request :safetyLevel))
+                           'face 'warning))
+       (let ((json (sly-agent-q-chat--json (plist-get request :arguments))))
+         (insert (propertize (concat (sly-agent-q-chat--indent
+                                      (if (> (length json) 3000)
+                                          (concat (substring json 0 3000) "\n… (e shows everything)")
+                                        json))
+                                     "\n")
+                             'face 'sly-agent-q-notice-face)))
+       (insert "    ")
+       (dolist (b `(("Approve" sly-agent-q-approve "y")
+                    ("Deny" sly-agent-q-deny "n")
+                    ("Edit arguments" sly-agent-q-edit-arguments "e")
+                    (,(format "Always allow %s" tool) sly-agent-q-approve-always "a")))
+         (let ((cmd (nth 1 b)))
+           (insert-text-button (format "[%s]" (car b))
+                               'type 'sly-agent-q-approval
+                               'action (lambda (_) (funcall cmd approval))
+                               'help-echo (format "%s (key %s)" (car b) (nth 2 b))))
+         (insert " "))
+       (insert (propertize "(y / n / e / a)\n" 'face 'sly-agent-q-notice-face))
+       (add-text-properties start (point) (list 'keymap sly-agent-q-approval-map
+                                                'sly-agent-q-approval approval)))
+      (status
+       (insert (propertize
+                (format "  %s %s%s\n"
+                        (pcase status
+                          ('approved "✓ approved")
+                          ('always "✓ approved (and from now on in this session)")
+                          ('modified "✎ approved with edited arguments")
+                          ('denied "✗ denied")
+                          (_ "– approval withdrawn"))
+                        tool
+                        (let ((d (sly-agent-q-approval-detail approval)))
+                          (if d (format ": %s" d) "")))
+                'face (if (eq status 'denied) 'sly-agent-q-error-face 'sly-agent-q-notice-face)))))))
+
+(defun sly-agent-q-approval--redraw (approval)
+  "Redraw APPROVAL in place."
+  (sly-agent-q-chat-redraw (sly-agent-q-approval-start approval) (sly-agent-q-approval-end approval)
+                           (lambda () (sly-agent-q-approval--render approval))))
+
+(defun sly-agent-q-approval--decide (approval status decision &optional detail)
+  "Record STATUS for APPROVAL and send DECISION (with DETAIL shown)."
+  (unless (eq (sly-agent-q-approval-status approval) 'pending)
+    (user-error "This approval was already answered"))
+  (setf (sly-agent-q-approval-status approval) status
+        (sly-agent-q-approval-detail approval) detail)
+  (sly-agent-q-approval--redraw approval)
+  (funcall (sly-agent-q-approval-callback approval) decision))
+
+(defun sly-agent-q-approval--at-point-or-pending ()
+  "The approval at point, or the oldest pending one in the chat buffer."
+  (or (get-text-property (point) 'sly-agent-q-approval)
+      (let ((buf (sly-agent-q-chat-buffer t)) found)
+        (when buf
+          (with-current-buffer buf
+            (save-excursion
+              (goto-char (point-min))
+              (let (match)
+                (while (and (not found)
+                            (setq match (text-property-search-forward 'sly-agent-q-approval nil nil)))
+                  (let ((a (prop-match-value match)))
+                    (when (eq (sly-agent-q-approval-status a) 'pending)
+                      (setq found a))))))))
+        found)
+      (user-error "No approval is waiting")))
+
+(defun sly-agent-q-approve (&optional approval)
+  "Approve APPROVAL (default: the one at point, or the oldest waiting)."
+  (interactive)
+  (let ((a (or approval (sly-agent-q-approval--at-point-or-pending))))
+    (sly-agent-q-approval--decide a 'approved (list :decision "approved"))))
+
+(defun sly-agent-q-approve-always (&optional approval)
+  "Approve APPROVAL and allow its tool for the rest of the session."
+  (interactive)
+  (let ((a (or approval (sly-agent-q-approval--at-point-or-pending))))
+    (sly-agent-q-approval--decide a 'always (list :decision "approved" :always t))))
+
+(defun sly-agent-q-deny (&optional approval reason)
+  "Deny APPROVAL, telling the model REASON (asked for when interactive)."
+  (interactive)
+  (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
+         (why (or reason (read-string "Reason for the agent (optional): "))))
+    (sly-agent-q-approval--decide a 'denied
+                                  (list :decision "denied"
+                                        :reason (if (string-empty-p why) "denied by the user" why))
+                                  (and (not (string-empty-p why)) why))))
+
+(defvar-local sly-agent-q-approval--editing nil
+  "The approval whose arguments this buffer edits.")
+
+(defvar sly-agent-q-edit-arguments-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "C-c C-c") #'sly-agent-q-edit-arguments-finish)
+    (define-key map (kbd "C-c C-k") #'sly-agent-q-edit-arguments-abort)
+    map)
+  "Keymap of the argument editing buffer.")
+
+(define-minor-mode sly-agent-q-edit-arguments-mode
+  "Editing a tool call's arguments as JSON.
+\\[sly-agent-q-edit-arguments-finish] runs the tool with them,
+\\[sly-agent-q-edit-arguments-abort] goes back."
+  :lighter " Agent-Q-Args"
+  :keymap sly-agent-q-edit-arguments-mode-map)
+
+(defun sly-agent-q-edit-arguments (&optional approval)
+  "Edit APPROVAL's arguments as JSON in a small buffer.
+\\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-arguments-finish] there runs the tool with them."
+  (interactive)
+  (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
+         (request (sly-agent-q-approval-request a))
+         (buf (get-buffer-create "*sly-agent-q arguments*")))
+    (with-current-buffer buf
+      (let ((inhibit-read-only t)) (erase-buffer))
+      (when (fboundp 'js-mode) (js-mode))
+      (insert (sly-agent-q-chat--json (plist-get request :arguments)) "\n")
+      (goto-char (point-min))
+      (sly-agent-q-edit-arguments-mode 1)
+      (setq sly-agent-q-approval--editing a)
+      (setq header-line-format
+            (format " Arguments of %s: C-c C-c run with these, C-c C-k back"
+                    (plist-get request :tool))))
+    (pop-to-buffer buf)))
+
+(defun sly-agent-q-edit-arguments-finish ()
+  "Run the tool with the arguments in this buffer."
+  (interactive)
+  (let ((a sly-agent-q-approval--editing)
+        (args (condition-case err
+                  (json-parse-string (buffer-string) :object-type 'plist
+                                     :null-object nil :false-object :json-false)
+                (error (user-error "Not valid JSON: %s" (error-message-string err))))))
+    (unless (and (listp args) (or (null args) (keywordp (car args))))
+      (user-error "The arguments must be a JSON object"))
+    (unless a (user-error "This buffer edits no approval"))
+    (quit-window t)
+    (sly-agent-q-approval--decide a 'modified (list :decision "modified"
+                                                    :arguments (or args (make-hash-table))))))
+
+(defun sly-agent-q-edit-arguments-abort ()
+  "Leave the arguments unchanged; the approval still waits."
+  (interactive)
+  (quit-window t))
+
+(provide 'sly-agent-q-approval)
+;;; sly-agent-q-approval.el ends here

@@ -1,0 +1,361 @@
+;;; sly-agent-q-bridge.el --- Relay the agent's image calls through SLY or SLIME  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; The server asks for work in the Lisp image with `emacs/call' of kind
+;; "image": {tool, arguments, package}.  This file answers through the
+;; user's SLY or SLIME connection:
+;;
+;; - one code path, with a thin adapter (`sly-agent-q-bridge-adapter')
+;;   holding the few functions that differ between SLY and SLIME;
+;; - on first use per connection it loads lisp-cl/load.lisp into the
+;;   image, then calls (sly-agent-q:call-tool NAME ARGS :package P
+;;   :timeout N), the form built as data from the JSON arguments;
+;; - evaluation is always asynchronous (an :emacs-rex event with our own
+;;   continuation, so an :abort becomes an error reply and never a
+;;   message in the echo area), guarded by a timer; a late answer is
+;;   ignored; a connection that closes fails every pending call.
+;;
+;; Neither SLY nor SLIME is required at load time.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'sly-agent-q-server)
+
+(defvar sly-dispatching-connection)
+(defvar sly-default-connection)
+(defvar sly-buffer-package)
+(defvar sly-net-processes)
+(defvar sly-net-process-close-hooks)
+(defvar slime-dispatching-connection)
+(defvar slime-default-connection)
+(defvar slime-buffer-package)
+(defvar slime-net-processes)
+(defvar slime-net-process-close-hooks)
+(declare-function sly-dispatch-event "ext:sly" (event &optional process))
+(declare-function sly-current-connection "ext:sly" ())
+(declare-function sly-connection-name "ext:sly" (&optional connection))
+(declare-function sly-mrepl--find-buffer "ext:sly-mrepl" (&optional connection thread))
+(declare-function sly-mrepl-guess-package "ext:sly-mrepl" (&optional point interactive))
+(declare-function slime-dispatch-event "ext:slime" (event &optional process))
+(declare-function slime-current-connection "ext:slime" ())
+(declare-function slime-connection-name "ext:slime" (&optional process))
+(declare-function slime-lisp-package "ext:slime-repl" (&optional process))
+
+(defcustom sly-agent-q-image-timeout 50
+  "Seconds an image call may take before Emacs answers with an error.
+The helpers in the image get the same limit; Emacs waits five
+seconds more for their own timeout message."
+  :type 'number
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-helpers-load-timeout 300
+  "Seconds to wait for lisp-cl/load.lisp to compile and load in the image."
+  :type 'number
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-lisp-cl-directory nil
+  "The directory holding the Common Lisp helpers (lisp-cl/load.lisp).
+nil means find it next to this package."
+  :type '(choice (const :tag "Automatic" nil) directory)
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-prefer-sly t
+  "When both SLY and SLIME are connected, non-nil means use SLY."
+  :type 'boolean
+  :group 'sly-agent-q)
+
+(defconst sly-agent-q-bridge-no-lisp-message
+  "No Lisp is connected; start one with M-x sly (or M-x slime)."
+  "The answer to an image call when no Lisp is reachable.")
+
+;;;; The adapter
+
+(cl-defstruct (sly-agent-q-bridge-adapter (:constructor sly-agent-q-bridge--make-adapter))
+  "The functions that differ between SLY and SLIME."
+  name          ; "SLY" or "SLIME"
+  connection    ; () -> the connection (a network process) to use, or nil
+  dispatch      ; (CONN EVENT) -> send an event on CONN
+  repl-package  ; (CONN) -> the REPL's current package name, or nil
+  close-hook)   ; the hook run with a connection when it closes
+
+(defun sly-agent-q-bridge--live (conn)
+  "CONN if it is an open network process."
+  (and (processp conn) (process-live-p conn) conn))
+
+(defun sly-agent-q-bridge--sly-connection ()
+  "SLY's connection to use, or nil."
+  (and (featurep 'sly)
+       (bound-and-true-p sly-net-processes)
+       (sly-agent-q-bridge--live
+        (or (ignore-errors (sly-current-connection)) (car sly-net-processes)))))
+
+(defun sly-agent-q-bridge--slime-connection ()
+  "SLIME's connection to use, or nil."
+  (and (featurep 'slime)
+       (bound-and-true-p slime-net-processes)
+       (sly-agent-q-bridge--live
+        (or (ignore-errors (slime-current-connection)) (car slime-net-processes)))))
+
+(defun sly-agent-q-bridge--sly-dispatch (conn event)
+  "Send EVENT on SLY connection CONN."
+  (let ((sly-dispatching-connection conn))
+    (sly-dispatch-event event)))
+
+(defun sly-agent-q-bridge--slime-dispatch (conn event)
+  "Send EVENT on SLIME connection CONN."
+  (let ((slime-dispatching-connection conn))
+    (slime-dispatch-event event)))
+
+(defun sly-agent-q-bridge--sly-repl-package (conn)
+  "The package of SLY's REPL on CONN, or nil."
+  (let ((buf (and (fboundp 'sly-mrepl--find-buffer)
+                  (ignore-errors (sly-mrepl--find-buffer conn)))))
+    (when (buffer-live-p buf)
+      (let ((pkg (or (buffer-local-value 'sly-buffer-package buf)
+                     (and (fboundp 'sly-mrepl-guess-package)
+                          (with-current-buffer buf
+                            (ignore-errors (sly-mrepl-guess-package (point-max))))))))
+        ;; The REPL's prompt shows the name downcased.
+        (and (stringp pkg)
+             (if (string= pkg (downcase pkg)) (upcase pkg) pkg))))))
+
+(defun sly-agent-q-bridge--slime-repl-package (conn)
+  "The package of SLIME's REPL on CONN, or nil."
+  (and (fboundp 'slime-lisp-package)
+       (ignore-errors (let ((slime-dispatching-connection conn))
+                        (slime-lisp-package conn)))))
+
+(defvar sly-agent-q-bridge-adapters
+  (list (sly-agent-q-bridge--make-adapter
+         :name "SLY"
+         :connection #'sly-agent-q-bridge--sly-connection
+         :dispatch #'sly-agent-q-bridge--sly-dispatch
+         :repl-package #'sly-agent-q-bridge--sly-repl-package
+         :close-hook 'sly-net-process-close-hooks)
+        (sly-agent-q-bridge--make-adapter
+         :name "SLIME"
+         :connection #'sly-agent-q-bridge--slime-connection
+         :dispatch #'sly-agent-q-bridge--slime-dispatch
+         :repl-package #'sly-agent-q-bridge--slime-repl-package
+         :close-hook 'slime-net-process-close-hooks))
+  "The adapters, SLY's first.")
+
+(defun sly-agent-q-bridge-current ()
+  "Return (ADAPTER . CONNECTION) for the Lisp to use.
+Return nil when no Lisp is connected."
+  (let ((adapters (if sly-agent-q-prefer-sly sly-agent-q-bridge-adapters
+                    (reverse sly-agent-q-bridge-adapters))))
+    (cl-loop for a in adapters
+             for conn = (funcall (sly-agent-q-bridge-adapter-connection a))
+             when conn return (cons a conn))))
+
+(defun sly-agent-q-bridge-connected-p ()
+  "Non-nil if a Lisp is connected through SLY or SLIME."
+  (and (sly-agent-q-bridge-current) t))
+
+(defun sly-agent-q-bridge-current-package ()
+  "The current package of the connected Lisp's REPL, or nil."
+  (let ((cur (sly-agent-q-bridge-current)))
+    (and cur (funcall (sly-agent-q-bridge-adapter-repl-package (car cur)) (cdr cur)))))
+
+;;;; Asynchronous evaluation
+
+(defvar sly-agent-q-bridge--pending nil
+  "Pending evaluations: a list of (CONNECTION . FAIL-FUNCTION).")
+
+(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback)
+  "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
+Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
+on an abort, after TIMEOUT seconds, or when the connection closes.
+Return at once."
+  (let* ((done nil) timer entry
+         (finish (lambda (value error)
+                   (unless done
+                     (setq done t)
+                     (when timer (cancel-timer timer))
+                     (setq sly-agent-q-bridge--pending
+                           (delq entry sly-agent-q-bridge--pending))
+                     (sly-agent-q--call-safely callback value error)))))
+    (setq entry (cons conn (lambda (msg) (funcall finish nil msg))))
+    (sly-agent-q-bridge--ensure-close-hook adapter)
+    (push entry sly-agent-q-bridge--pending)
+    (setq timer (run-with-timer
+                 timeout nil
+                 (lambda () (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
+    (condition-case err
+        (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
+                 (list :emacs-rex form package t
+                       (lambda (result)
+                         (pcase result
+                           (`(:ok ,value) (funcall finish value nil))
+                           (`(:abort ,condition)
+                            (funcall finish nil (format "The evaluation in the Lisp image was aborted%s."
+                                                        (if (member condition '(nil "NIL" ""))
+                                                            ""
+                                                          (format ": %s" condition)))))
+                           (_ (funcall finish nil (format "Unexpected answer from the Lisp image: %S" result)))))))
+      (error (funcall finish nil (format "Could not send the call to the Lisp image: %s"
+                                         (error-message-string err)))))
+    nil))
+
+(defvar sly-agent-q-bridge--hooked nil
+  "The close hooks this file added itself to.")
+
+(defun sly-agent-q-bridge--ensure-close-hook (adapter)
+  "Make sure a closing connection of ADAPTER fails what waits on it."
+  (let ((hook (sly-agent-q-bridge-adapter-close-hook adapter)))
+    (unless (memq hook sly-agent-q-bridge--hooked)
+      (push hook sly-agent-q-bridge--hooked)
+      (add-hook hook #'sly-agent-q-bridge--connection-closed))))
+
+(defun sly-agent-q-bridge--connection-closed (conn &rest _)
+  "CONN closed: answer every call pending on it with an error."
+  (process-put conn 'sly-agent-q-helpers nil)
+  (dolist (entry (reverse sly-agent-q-bridge--pending))
+    (when (eq (car entry) conn)
+      (funcall (cdr entry) "The connection to the Lisp image closed during the call (the Lisp may have crashed or been killed)."))))
+
+;;;; Loading the helpers
+
+(defun sly-agent-q-bridge-helpers-file ()
+  "The absolute file name of lisp-cl/load.lisp, or nil if it cannot be found."
+  (if sly-agent-q-lisp-cl-directory
+      (let ((f (expand-file-name "load.lisp" sly-agent-q-lisp-cl-directory)))
+        (and (file-exists-p f) f))
+    (car (sly-agent-q--package-candidates "lisp-cl/load.lisp"))))
+
+(defun sly-agent-q-bridge--load-form (file)
+  "Return a form to load FILE and report how it went, never debugging."
+  `(cl:handler-case
+       (cl:progn
+         (cl:load ,file)
+         (cl:if (cl:find-package "SLY-AGENT-Q")
+                (cl:list :ok t)
+                (cl:list :ok nil :error ,(format "%s did not define the package SLY-AGENT-Q." file))))
+     (cl:serious-condition (c)
+       (cl:list :ok nil :error (cl:format nil "~A: ~A" (cl:type-of c) c)))))
+
+(defun sly-agent-q-bridge-ensure-helpers (adapter conn callback)
+  "Load the helpers into CONN's image through ADAPTER unless done.
+Then call CALLBACK with nil on success or an error message."
+  (let ((state (process-get conn 'sly-agent-q-helpers)))
+    (pcase state
+      ('loaded (funcall callback nil))
+      (`(loading . ,_) (process-put conn 'sly-agent-q-helpers
+                                    (append state (list callback))))
+      (_
+       (let ((file (sly-agent-q-bridge-helpers-file)))
+         (if (not file)
+             (funcall callback "The sly-agent-q Lisp helpers (lisp-cl/load.lisp) cannot be found; set sly-agent-q-lisp-cl-directory.")
+           (process-put conn 'sly-agent-q-helpers (list 'loading callback))
+           (sly-agent-q-bridge-eval
+            adapter conn (sly-agent-q-bridge--load-form file) "CL-USER"
+            sly-agent-q-helpers-load-timeout
+            (lambda (value error)
+              (let* ((ok (and (not error) (plist-get value :ok)))
+                     (msg (unless ok
+                            (format "Loading the sly-agent-q helpers into the image failed: %s"
+                                    (or error (plist-get value :error) "no reason given"))))
+                     (waiting (cdr (process-get conn 'sly-agent-q-helpers))))
+                (process-put conn 'sly-agent-q-helpers (and ok 'loaded))
+                (when msg (message "sly-agent-q: %s" msg))
+                (dolist (cb waiting) (sly-agent-q--call-safely cb msg)))))))))))
+
+;;;; Image calls
+
+(defun sly-agent-q-bridge-json-to-lisp (value)
+  "Turn the parsed JSON VALUE into data for the image.
+Objects (plists) become alists with string keys, arrays lists, false
+and null nil; strings, numbers and t stay."
+  (cond ((eq value :json-false) nil)
+        ((eq value :null) nil)
+        ((vectorp value) (mapcar #'sly-agent-q-bridge-json-to-lisp value))
+        ((and (consp value) (keywordp (car value)))
+         (cl-loop for (k v) on value by #'cddr
+                  collect (cons (substring (symbol-name k) 1)
+                                (sly-agent-q-bridge-json-to-lisp v))))
+        ((consp value) (mapcar #'sly-agent-q-bridge-json-to-lisp value))
+        ((hash-table-p value)
+         (let (out)
+           (maphash (lambda (k v) (push (cons (format "%s" k) (sly-agent-q-bridge-json-to-lisp v)) out))
+                    value)
+           (nreverse out)))
+        ((or (stringp value) (numberp value) (eq value t) (null value)) value)
+        ((symbolp value) (symbol-name value))
+        (t (format "%s" value))))
+
+(defun sly-agent-q-bridge-call-form (tool arguments package timeout)
+  "The form calling helper TOOL with JSON ARGUMENTS in PACKAGE with TIMEOUT.
+Built as data; nothing is pasted into source text.  When the helpers
+package is missing the form answers with an error instead of failing
+to read."
+  `(cl:if (cl:find-package "SLY-AGENT-Q")
+          (cl:funcall (cl:find-symbol "CALL-TOOL" "SLY-AGENT-Q")
+                      ,tool
+                      (quote ,(sly-agent-q-bridge-json-to-lisp arguments))
+                      :package ,package
+                      :timeout ,timeout)
+          (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
+
+(defun sly-agent-q-bridge-call-tool (tool arguments package callback)
+  "Run helper TOOL with ARGUMENTS (a JSON plist) in the image, asynchronously.
+PACKAGE is the package to read and evaluate in (nil: the REPL's).
+CALLBACK gets (CONTENT nil) on success or (nil MESSAGE)."
+  (let ((cur (sly-agent-q-bridge-current)))
+    (if (not cur)
+        (funcall callback nil sly-agent-q-bridge-no-lisp-message)
+      (let ((adapter (car cur)) (conn (cdr cur)))
+        (sly-agent-q-bridge-ensure-helpers
+         adapter conn
+         (lambda (load-error)
+           (cond
+            (load-error (funcall callback nil load-error))
+            ((not (process-live-p conn))
+             (funcall callback nil "The connection to the Lisp image closed."))
+            (t
+             (let* ((pkg (or (and (stringp package) (not (string-empty-p package)) package)
+                             (funcall (sly-agent-q-bridge-adapter-repl-package adapter) conn)
+                             "CL-USER"))
+                    (timeout sly-agent-q-image-timeout))
+               (sly-agent-q-bridge-eval
+                adapter conn (sly-agent-q-bridge-call-form tool arguments pkg timeout)
+                pkg (+ timeout 5)
+                (lambda (value error)
+                  (cond (error (funcall callback nil error))
+                        ((plist-get value :ok)
+                         (funcall callback (format "%s" (or (plist-get value :content) "")) nil))
+                        (t (funcall callback nil (format "%s" (or (plist-get value :error)
+                                                                  "The helper failed without a message."))))))))))))))))
+
+(defun sly-agent-q-bridge--handle-image-call (call)
+  "Answer the server's image CALL through the connected Lisp."
+  (let ((params (sly-agent-q-call-params call)))
+    (sly-agent-q-bridge-call-tool
+     (plist-get params :tool) (plist-get params :arguments) (plist-get params :package)
+     (lambda (content error)
+       (if error
+           (sly-agent-q-call-fail call error)
+         (sly-agent-q-call-reply call (list :content content)))))))
+
+(setf (alist-get "image" sly-agent-q-server-call-handlers nil nil #'equal)
+      #'sly-agent-q-bridge--handle-image-call)
+
+(defun sly-agent-q-bridge--lisp-connected (&rest _)
+  "Tell the server the current package of a Lisp that just connected."
+  (when (sly-agent-q-server-ready-p)
+    (let ((pkg (ignore-errors (sly-agent-q-bridge-current-package))))
+      (when pkg
+        (sly-agent-q-server-notify 'context/change (list :currentPackage pkg))))))
+
+(add-hook 'sly-connected-hook #'sly-agent-q-bridge--lisp-connected)
+(add-hook 'slime-connected-hook #'sly-agent-q-bridge--lisp-connected)
+
+(provide 'sly-agent-q-bridge)
+;;; sly-agent-q-bridge.el ends here

@@ -1,0 +1,916 @@
+;;; sly-agent-q-chat.el --- The sly-agent-q chat buffer  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; The chat buffer *sly-agent-q*: a read-only transcript above an input
+;; area.  RET (or C-c C-c) sends; streamed text is coalesced and inserted
+;; on a short timer; each tool call is a one-line entry that TAB or RET
+;; expands; C-c C-k cancels the running turn; M-p / M-n walk the input
+;; history; the header line shows the model, tokens and cost.
+;;
+;; Scripting: `sly-agent-q-send' sends a message (with an optional
+;; callback) and `sly-agent-q-turn-finished-hook' runs when a turn ends.
+;;
+;; A turn moves through the states sending (chat/send in flight),
+;; running (the server gave it an id) and then ends as finished, failed
+;; or cancelled, exactly once.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'button)
+(require 'jsonrpc)
+(require 'sly-agent-q-server)
+(require 'sly-agent-q-bridge)
+
+(declare-function json-pretty-print-buffer "json" (&optional minimize))
+
+;;;; Options and faces
+
+(defcustom sly-agent-q-chat-buffer-name "*sly-agent-q*"
+  "Name of the chat buffer."
+  :type 'string
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-prompt "> "
+  "The prompt in front of the input area."
+  :type 'string
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-stream-flush-interval 0.05
+  "Seconds between insertions of streamed text.
+Deltas arriving in between are inserted together."
+  :type 'number
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-attachment-max-chars 100000
+  "Largest attachment, in characters; longer text is cut."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-fontify-code-blocks t
+  "Non-nil means fontify Markdown code blocks in answers as Lisp."
+  :type 'boolean
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-turn-finished-hook nil
+  "Functions run when a turn ends, each called with a plist.
+The plist has :status (the symbol `finished', `failed' or
+`cancelled'), :text (the assistant's final text), :message (why it
+failed, if it did), :usage (token counts), :costUsd, :turnId and
+:conversationId."
+  :type 'hook
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-user-face '((t :inherit font-lock-keyword-face :weight bold))
+  "Face of the user's label in the transcript."
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-assistant-face '((t :inherit font-lock-function-name-face :weight bold))
+  "Face of the agent's label in the transcript."
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-notice-face '((t :inherit font-lock-comment-face :slant italic))
+  "Face of notices in the transcript."
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-error-face '((t :inherit error))
+  "Face of errors in the transcript."
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-tool-face '((t :inherit font-lock-constant-face))
+  "Face of tool call entries."
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-prompt-face '((t :inherit minibuffer-prompt))
+  "Face of the input prompt."
+  :group 'sly-agent-q)
+
+(defface sly-agent-q-code-fence-face '((t :inherit shadow))
+  "Face of the ``` lines around code blocks."
+  :group 'sly-agent-q)
+
+;;;; Buffer state
+
+(cl-defstruct (sly-agent-q-turn (:constructor sly-agent-q--make-turn))
+  "One exchange: the user's message and everything until it ends."
+  id conversation-id (status 'sending) callback cancel-requested (start (float-time)))
+
+(cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
+  "A tool call shown in the transcript."
+  call-id name arguments safety (status 'running) content error time-ms
+  approved expanded start end)
+
+(defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
+(defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
+(defvar-local sly-agent-q-chat--output nil "Marker at the end of the transcript.")
+(defvar-local sly-agent-q-chat--input nil "Marker at the start of the input.")
+(defvar-local sly-agent-q-chat--pending "" "Streamed text not inserted yet.")
+(defvar-local sly-agent-q-chat--flush-timer nil "Timer inserting `sly-agent-q-chat--pending'.")
+(defvar-local sly-agent-q-chat--segment nil "Marker at the start of the agent's current text, or nil.")
+(defvar-local sly-agent-q-chat--entries nil "Hash table of tool entries by call id.")
+(defvar-local sly-agent-q-chat--usage nil "The conversation's token usage plist.")
+(defvar-local sly-agent-q-chat--cost nil "The conversation's cost in USD.")
+(defvar-local sly-agent-q-chat--model nil "The model that answered last.")
+(defvar-local sly-agent-q-chat--history nil "Sent messages, newest first.")
+(defvar-local sly-agent-q-chat--history-index nil "Position in the history while walking it.")
+(defvar-local sly-agent-q-chat--history-draft nil "The input before walking the history.")
+(defvar-local sly-agent-q-chat--attachments nil "Context for the next message: plists (:label :text).")
+
+(defconst sly-agent-q-chat--read-only
+  '(read-only t front-sticky (read-only) rear-nonsticky t)
+  "Text properties of transcript text.")
+
+;;;; Mode
+
+(defvar sly-agent-q-chat-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'sly-agent-q-chat-return)
+    (define-key map (kbd "<S-return>") #'newline)
+    (define-key map (kbd "C-j") #'newline)
+    (define-key map (kbd "C-c C-c") #'sly-agent-q-chat-send-input)
+    (define-key map (kbd "C-c C-k") #'sly-agent-q-cancel)
+    (define-key map (kbd "M-p") #'sly-agent-q-chat-previous-input)
+    (define-key map (kbd "M-n") #'sly-agent-q-chat-next-input)
+    (define-key map (kbd "C-c C-n") #'sly-agent-q-new-conversation)
+    (define-key map (kbd "C-c C-f") #'sly-agent-q-attach-file)
+    (define-key map (kbd "C-c C-b") #'sly-agent-q-attach-buffer)
+    map)
+  "Keymap of the chat buffer.")
+
+(define-derived-mode sly-agent-q-chat-mode fundamental-mode "Agent-Q"
+  "Major mode of the sly-agent-q chat buffer.
+Type after the prompt; RET or \\[sly-agent-q-chat-send-input] sends,
+\\[newline] makes a new line, \\[sly-agent-q-cancel] cancels the
+running turn, \\[sly-agent-q-chat-previous-input] and
+\\[sly-agent-q-chat-next-input] walk the input history.  On a tool
+entry TAB or RET shows its details.
+
+\\{sly-agent-q-chat-mode-map}"
+  (setq-local sly-agent-q-chat--entries (make-hash-table :test #'equal))
+  (setq-local truncate-lines nil)
+  (setq-local word-wrap t)
+  (setq-local header-line-format '(:eval (sly-agent-q-chat--header-line)))
+  (let ((inhibit-read-only t))
+    (erase-buffer)
+    (insert (sly-agent-q-chat--notice-string
+             "sly-agent-q: ask about your Lisp image.  RET sends, C-j newline, C-c C-k cancels, M-p/M-n history.")
+            "\n")
+    (add-text-properties (point-min) (point) sly-agent-q-chat--read-only)
+    (let ((prompt-start (point)))
+      (insert (propertize sly-agent-q-prompt
+                          'face 'sly-agent-q-prompt-face
+                          'read-only t 'front-sticky '(read-only) 'rear-nonsticky t
+                          'field 'sly-agent-q-prompt))
+      (setq sly-agent-q-chat--output (copy-marker prompt-start t))
+      (setq sly-agent-q-chat--input (copy-marker (point) nil))))
+  (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
+
+(defun sly-agent-q-chat--on-kill ()
+  "The chat buffer is being killed: stop its timer and its turn."
+  (sly-agent-q-chat--cancel-timer)
+  (let ((turn sly-agent-q-chat--turn))
+    (when (and turn (sly-agent-q-turn-id turn) (sly-agent-q-server-live-p))
+      (ignore-errors
+        (jsonrpc-async-request (sly-agent-q-server-connection) 'chat/cancel
+                               (list :turnId (sly-agent-q-turn-id turn))
+                               :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore)))))
+
+(defun sly-agent-q-chat-buffer (&optional no-create)
+  "The chat buffer; create it unless NO-CREATE."
+  (let ((buf (get-buffer sly-agent-q-chat-buffer-name)))
+    (if (or buf no-create) buf
+      (with-current-buffer (get-buffer-create sly-agent-q-chat-buffer-name)
+        (sly-agent-q-chat-mode)
+        (current-buffer)))))
+
+(defun sly-agent-q-chat--buffers ()
+  "The live chat buffers."
+  (cl-remove-if-not (lambda (b) (eq (buffer-local-value 'major-mode b) 'sly-agent-q-chat-mode))
+                    (buffer-list)))
+
+;;;; Writing into the transcript
+
+(defun sly-agent-q-chat--notice-string (text &optional face)
+  "TEXT as a notice, in FACE (default `sly-agent-q-notice-face')."
+  (propertize text 'face (or face 'sly-agent-q-notice-face)))
+
+(defmacro sly-agent-q-chat--at-output (&rest body)
+  "Run BODY with point at the end of the transcript, which it may extend.
+Everything BODY inserts becomes read-only.  Returns BODY's value."
+  (declare (indent 0) (debug t))
+  (let ((start (make-symbol "start")))
+    `(let ((inhibit-read-only t)
+           (buffer-undo-list t)
+           (,start (marker-position sly-agent-q-chat--output)))
+       (save-excursion
+         (goto-char sly-agent-q-chat--output)
+         (prog1 (progn ,@body)
+           (add-text-properties ,start sly-agent-q-chat--output sly-agent-q-chat--read-only))))))
+
+(defmacro sly-agent-q-chat--in (buffer &rest body)
+  "Run BODY in BUFFER if it is live."
+  (declare (indent 1) (debug t))
+  `(when (buffer-live-p ,buffer) (with-current-buffer ,buffer ,@body)))
+
+(defun sly-agent-q-chat--fresh-line ()
+  "Start a new line at the end of the transcript unless one is started."
+  (sly-agent-q-chat--at-output
+    (unless (or (= (point) (point-min)) (eq (char-before) ?\n))
+      (insert "\n"))))
+
+(defun sly-agent-q-chat-insert (&rest strings)
+  "Insert STRINGS at the end of the transcript of the current chat buffer."
+  (sly-agent-q-chat--at-output (apply #'insert strings)))
+
+(defun sly-agent-q-chat-notice (text &optional face)
+  "Insert TEXT as a notice line in FACE in the current chat buffer."
+  (sly-agent-q-chat--flush)
+  (sly-agent-q-chat--end-segment)
+  (sly-agent-q-chat--fresh-line)
+  (sly-agent-q-chat-insert (sly-agent-q-chat--notice-string text face) "\n"))
+
+;;;; Streaming
+
+(defun sly-agent-q-chat--cancel-timer ()
+  "Cancel the flush timer of the current buffer."
+  (when sly-agent-q-chat--flush-timer
+    (cancel-timer sly-agent-q-chat--flush-timer)
+    (setq sly-agent-q-chat--flush-timer nil)))
+
+(defun sly-agent-q-chat--add-text (text)
+  "Queue streamed TEXT; it is inserted by the next flush."
+  (setq sly-agent-q-chat--pending (concat sly-agent-q-chat--pending text))
+  (unless sly-agent-q-chat--flush-timer
+    (let ((buf (current-buffer)))
+      (setq sly-agent-q-chat--flush-timer
+            (run-with-timer sly-agent-q-stream-flush-interval nil
+                            (lambda ()
+                              (when (buffer-live-p buf)
+                                (with-current-buffer buf
+                                  (setq sly-agent-q-chat--flush-timer nil)
+                                  (sly-agent-q-chat--flush)))))))))
+
+(defun sly-agent-q-chat--flush ()
+  "Insert the queued streamed text now."
+  (sly-agent-q-chat--cancel-timer)
+  (unless (string-empty-p sly-agent-q-chat--pending)
+    (let ((text sly-agent-q-chat--pending))
+      (setq sly-agent-q-chat--pending "")
+      (unless sly-agent-q-chat--segment
+        (sly-agent-q-chat--fresh-line)
+        (setq sly-agent-q-chat--segment (copy-marker sly-agent-q-chat--output nil)))
+      (sly-agent-q-chat-insert text))))
+
+(defun sly-agent-q-chat--end-segment ()
+  "The agent's current run of text is complete: fontify its code blocks."
+  (when sly-agent-q-chat--segment
+    (let ((start (marker-position sly-agent-q-chat--segment)))
+      (set-marker sly-agent-q-chat--segment nil)
+      (setq sly-agent-q-chat--segment nil)
+      (when sly-agent-q-fontify-code-blocks
+        (let ((inhibit-read-only t)
+              (buffer-undo-list t))
+          (sly-agent-q-chat--fontify-code-blocks start sly-agent-q-chat--output))))))
+
+(defun sly-agent-q-chat--code-mode (lang)
+  "The major mode for code blocks tagged LANG, or nil for none."
+  (let ((l (downcase (or lang ""))))
+    (cond ((member l '("" "lisp" "common-lisp" "cl" "commonlisp" "lsp")) #'lisp-mode)
+          ((member l '("elisp" "emacs-lisp" "el")) #'emacs-lisp-mode)
+          ((member l '("scheme")) #'scheme-mode))))
+
+(defun sly-agent-q-chat--fontify-code-blocks (start end)
+  "Fontify the Markdown code blocks between START and END."
+  (save-excursion
+    (goto-char start)
+    (while (re-search-forward "^[ \t]*```\\([^ \t\n`]*\\)[^\n]*\n" end t)
+      (let ((fence-start (match-beginning 0))
+            (code-start (match-end 0))
+            (mode (sly-agent-q-chat--code-mode (match-string 1))))
+        (put-text-property fence-start (1- code-start) 'face 'sly-agent-q-code-fence-face)
+        (when (re-search-forward "^[ \t]*```[ \t]*$" end 'move)
+          (let ((code-end (match-beginning 0)))
+            (put-text-property code-end (match-end 0) 'face 'sly-agent-q-code-fence-face)
+            (when mode
+              (sly-agent-q-chat--fontify-as mode code-start code-end))))))))
+
+(defun sly-agent-q-chat--fontify-as (mode start end)
+  "Give the text between START and END the faces MODE's font lock gives it."
+  (let ((code (buffer-substring-no-properties start end))
+        (faces nil))
+    (with-temp-buffer
+      (insert code)
+      (delay-mode-hooks (funcall mode))
+      (ignore-errors (font-lock-ensure))
+      (let ((pos (point-min)))
+        (while (< pos (point-max))
+          (let ((next (next-single-property-change pos 'face nil (point-max)))
+                (face (get-text-property pos 'face)))
+            (when face (push (list (1- pos) (1- next) face) faces))
+            (setq pos next)))))
+    (dolist (f faces)
+      (put-text-property (+ start (nth 0 f)) (+ start (nth 1 f)) 'face (nth 2 f)))))
+
+;;;; Tool entries
+
+(defvar sly-agent-q-chat-entry-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map button-map)
+    (define-key map (kbd "TAB") #'sly-agent-q-chat-toggle-entry)
+    (define-key map (kbd "<tab>") #'sly-agent-q-chat-toggle-entry)
+    map)
+  "Keymap on tool entries.")
+
+(define-button-type 'sly-agent-q-entry
+  'action #'sly-agent-q-chat--entry-button
+  'keymap sly-agent-q-chat-entry-map
+  'follow-link t
+  'help-echo "TAB or RET: show or hide the details")
+
+(defun sly-agent-q-chat--json (value)
+  "VALUE (parsed JSON) as pretty-printed JSON text."
+  (if (null value) "{}"
+    (condition-case nil
+        (with-temp-buffer
+          (insert (json-serialize value :false-object :json-false :null-object nil))
+          (require 'json)
+          (json-pretty-print-buffer)
+          (buffer-string))
+      (error (format "%S" value)))))
+
+(defun sly-agent-q-chat--summarize-arguments (args)
+  "A short one-line rendering of the tool arguments ARGS (a plist)."
+  (let ((parts (cl-loop for (k v) on (and (listp args) args) by #'cddr
+                        collect (format "%s=%s" (substring (symbol-name k) 1)
+                                        (truncate-string-to-width
+                                         (replace-regexp-in-string
+                                          "\n" "⏎" (if (stringp v) (prin1-to-string v)
+                                                     (sly-agent-q-chat--json-inline v)))
+                                         40 nil nil "…")))))
+    (truncate-string-to-width (string-join parts " ") 100 nil nil "…")))
+
+(defun sly-agent-q-chat--json-inline (value)
+  "VALUE as compact JSON."
+  (condition-case nil
+      (cond ((eq value t) "true")
+            ((memq value '(nil :json-false)) (if value "false" "null"))
+            (t (json-serialize value :false-object :json-false :null-object nil)))
+    (error (format "%S" value))))
+
+(defun sly-agent-q-chat--indent (text)
+  "TEXT with every line indented by six spaces."
+  (replace-regexp-in-string "^" "      " (string-trim-right text)))
+
+(defun sly-agent-q-chat--ms (ms)
+  "MS, a number of milliseconds or nil, as a short string."
+  (if (numberp ms) (format "%d" (round ms)) "?"))
+
+(defun sly-agent-q-chat--render-entry (entry)
+  "Insert ENTRY's text at point."
+  (let* ((status (sly-agent-q-entry-status entry))
+         (summary
+          (format "%s %s (%s) %s"
+                  (if (sly-agent-q-entry-expanded entry) "▾" "▸")
+                  (sly-agent-q-entry-name entry)
+                  (sly-agent-q-entry-safety entry)
+                  (sly-agent-q-chat--summarize-arguments (sly-agent-q-entry-arguments entry))))
+         (state (pcase status
+                  ('running "… running")
+                  ('approval "… waiting for approval")
+                  ('ok (format "✓ %s ms" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))))
+                  (_ (format "✗ %s" (truncate-string-to-width
+                                     (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
+                                     80 nil nil "…"))))))
+    (insert "  ")
+    (insert-text-button summary 'type 'sly-agent-q-entry 'sly-agent-q-entry entry
+                        'face 'sly-agent-q-tool-face)
+    (insert "  " (propertize state 'face (if (eq status 'error) 'sly-agent-q-error-face
+                                           'sly-agent-q-notice-face))
+            "\n")
+    (when (sly-agent-q-entry-expanded entry)
+      (insert (propertize
+               (concat "    arguments:\n"
+                       (sly-agent-q-chat--indent
+                        (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
+                       "\n"
+                       (pcase status
+                         ((or 'running 'approval) "    (no result yet)\n")
+                         ('ok (concat "    result:\n" (sly-agent-q-chat--indent
+                                                        (or (sly-agent-q-entry-content entry) ""))
+                                      "\n"))
+                         (_ (concat "    error:\n" (sly-agent-q-chat--indent
+                                                   (or (sly-agent-q-entry-error entry) ""))
+                                    "\n")))
+                       (if (sly-agent-q-entry-time-ms entry)
+                           (format "    time: %s ms%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                                   (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)"))
+                         ""))
+               'face 'sly-agent-q-notice-face)))))
+
+(defun sly-agent-q-chat-redraw (start end render)
+  "Replace the transcript text between markers START and END by calling RENDER.
+RENDER inserts at point.  The new text is inserted before the old one
+is deleted, so that markers of the neighbouring text stay put."
+  (when (and (markerp start) (marker-buffer start))
+    (with-current-buffer (marker-buffer start)
+      (let ((inhibit-read-only t)
+            (buffer-undo-list t))
+        (save-excursion
+          (goto-char start)
+          (funcall render)
+          (delete-region (point) end)
+          (set-marker end (point))
+          (add-text-properties start end sly-agent-q-chat--read-only))))))
+
+(defun sly-agent-q-chat--redraw-entry (entry)
+  "Redraw ENTRY in place."
+  (sly-agent-q-chat-redraw (sly-agent-q-entry-start entry) (sly-agent-q-entry-end entry)
+                           (lambda () (sly-agent-q-chat--render-entry entry))))
+
+(defun sly-agent-q-chat--add-entry (entry)
+  "Insert ENTRY at the end of the transcript."
+  (sly-agent-q-chat--flush)
+  (sly-agent-q-chat--end-segment)
+  (sly-agent-q-chat--fresh-line)
+  (sly-agent-q-chat--at-output
+    (setf (sly-agent-q-entry-start entry) (copy-marker (point) nil))
+    (sly-agent-q-chat--render-entry entry)
+    (setf (sly-agent-q-entry-end entry) (copy-marker (point) nil)))
+  (puthash (sly-agent-q-entry-call-id entry) entry sly-agent-q-chat--entries))
+
+(defun sly-agent-q-chat--entry-button (button)
+  "Toggle the entry of BUTTON."
+  (let ((entry (button-get button 'sly-agent-q-entry)))
+    (when entry
+      (setf (sly-agent-q-entry-expanded entry) (not (sly-agent-q-entry-expanded entry)))
+      (sly-agent-q-chat--redraw-entry entry))))
+
+(defun sly-agent-q-chat-toggle-entry ()
+  "Show or hide the details of the tool entry at point."
+  (interactive)
+  (let ((entry (get-text-property (point) 'sly-agent-q-entry)))
+    (unless entry (user-error "No tool call here"))
+    (let ((pos (point)))
+      (setf (sly-agent-q-entry-expanded entry) (not (sly-agent-q-entry-expanded entry)))
+      (sly-agent-q-chat--redraw-entry entry)
+      (goto-char pos))))
+
+(defun sly-agent-q-chat-entry (call-id)
+  "The tool entry of CALL-ID in the current chat buffer, or nil."
+  (gethash call-id sly-agent-q-chat--entries))
+
+;;;; Header line
+
+(defun sly-agent-q-chat--format-tokens (n)
+  "N with thousands separators."
+  (let ((s (format "%d" (or n 0))))
+    (while (string-match "\\([0-9]\\)\\([0-9]\\{3\\}\\)\\($\\|,\\)" s)
+      (setq s (replace-match "\\1,\\2\\3" t nil s)))
+    s))
+
+(defun sly-agent-q-chat--header-line ()
+  "The header line of the chat buffer."
+  (let ((usage sly-agent-q-chat--usage))
+    (concat
+     " sly-agent-q  "
+     (or sly-agent-q-chat--model sly-agent-q-model "default model")
+     (format "  tokens %s in / %s out"
+             (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
+             (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
+     (format "  $%.4f" (or sly-agent-q-chat--cost 0))
+     (cond ((not sly-agent-q-chat--turn) "")
+           ((eq (sly-agent-q-turn-status sly-agent-q-chat--turn) 'sending) "  [sending]")
+           (t "  [running: C-c C-k cancels]"))
+     (if sly-agent-q-chat--attachments
+         (format "  [%d attached]" (length sly-agent-q-chat--attachments))
+       "")
+     (if (sly-agent-q-server-live-p) "" "  [server not running]"))))
+
+;;;; Turns
+
+(defun sly-agent-q-chat--context ()
+  "The editor context sent with a message."
+  (sly-agent-q--plist-compact
+   (list :currentPackage (ignore-errors (sly-agent-q-bridge-current-package))
+         :projectRoot (sly-agent-q--project-root))))
+
+(defun sly-agent-q-chat--attachment-text ()
+  "The attachments of the next message, as text to put before it."
+  (mapconcat (lambda (a) (format "Attached %s:\n%s\n\n" (plist-get a :label) (plist-get a :text)))
+             (reverse sly-agent-q-chat--attachments) ""))
+
+(defun sly-agent-q-chat--start-turn (text callback)
+  "Send TEXT as a new turn of this buffer's conversation.
+CALLBACK, if non-nil, gets the outcome plist."
+  (when sly-agent-q-chat--turn
+    (user-error "A turn is running; C-c C-k cancels it"))
+  (let* ((buf (current-buffer))
+         (attached (sly-agent-q-chat--attachment-text))
+         (labels (mapcar (lambda (a) (plist-get a :label)) (reverse sly-agent-q-chat--attachments)))
+         (turn (sly-agent-q--make-turn :callback callback)))
+    (setq sly-agent-q-chat--attachments nil)
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-chat--end-segment)
+    (sly-agent-q-chat--fresh-line)
+    (sly-agent-q-chat-insert
+     "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
+     (if labels (sly-agent-q-chat--notice-string
+                 (concat (mapconcat (lambda (l) (format "[attached %s]" l)) labels " ") "\n"))
+       "")
+     text "\n\n"
+     (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n")
+    (setq sly-agent-q-chat--turn turn)
+    (sly-agent-q-server-ensure
+     (lambda (conn err)
+       (when (buffer-live-p buf)
+         (with-current-buffer buf
+           (cond
+            ((not (eq sly-agent-q-chat--turn turn)))
+            (err (sly-agent-q-chat--end-turn turn 'failed :message err))
+            (t
+             (jsonrpc-async-request
+              conn 'chat/send
+              (sly-agent-q--plist-compact
+               (list :conversationId sly-agent-q-chat--conversation-id
+                     :text (concat attached text)
+                     :context (sly-agent-q-chat--context)))
+              :success-fn (lambda (result) (sly-agent-q-chat--sent buf turn result))
+              :error-fn (lambda (e)
+                          (sly-agent-q-chat--in buf
+                            (when (eql (plist-get e :code) -32010) ; unknown conversation
+                              (setq sly-agent-q-chat--conversation-id nil))
+                            (sly-agent-q-chat--end-turn
+                             turn 'failed
+                             :message (format "chat/send failed: %s%s" (plist-get e :message)
+                                              (if (eql (plist-get e :code) -32010)
+                                                  " (send again to start a new conversation)"
+                                                "")))))
+              :timeout-fn (lambda ()
+                            (sly-agent-q-chat--in buf
+                              (sly-agent-q-chat--end-turn
+                               turn 'failed :message "The server did not answer chat/send.")))
+              :timeout sly-agent-q-request-timeout)))))))
+    turn))
+
+(defun sly-agent-q-chat--sent (buf turn result)
+  "The server accepted TURN of BUF with RESULT (conversation and turn ids)."
+  (sly-agent-q-chat--in buf
+    (setq sly-agent-q-chat--conversation-id (plist-get result :conversationId))
+    (setf (sly-agent-q-turn-conversation-id turn) (plist-get result :conversationId))
+    (when (eq sly-agent-q-chat--turn turn)
+      (setf (sly-agent-q-turn-id turn) (plist-get result :turnId))
+      (setf (sly-agent-q-turn-status turn) 'running)
+      (when (sly-agent-q-turn-cancel-requested turn)
+        (sly-agent-q-chat--send-cancel turn)))
+    (force-mode-line-update)))
+
+(cl-defun sly-agent-q-chat--end-turn (turn status &key text message usage cost)
+  "End TURN with STATUS (`finished', `failed' or `cancelled'), once.
+TEXT is the final text, MESSAGE what went wrong, USAGE the tokens,
+COST the turn's cost.  Runs the turn's callback and
+`sly-agent-q-turn-finished-hook'."
+  (when (eq sly-agent-q-chat--turn turn)
+    (setq sly-agent-q-chat--turn nil)
+    (setf (sly-agent-q-turn-status turn) status)
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-chat--end-segment)
+    (pcase status
+      ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
+      ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
+                                        'sly-agent-q-error-face)))
+    (force-mode-line-update)
+    (let ((plist (list :status status :text (or text "") :message message :usage usage
+                       :costUsd cost :turnId (sly-agent-q-turn-id turn)
+                       :conversationId (sly-agent-q-turn-conversation-id turn))))
+      (when (sly-agent-q-turn-callback turn)
+        (sly-agent-q--call-safely (sly-agent-q-turn-callback turn) plist))
+      (sly-agent-q--run-safely sly-agent-q-turn-finished-hook plist))))
+
+(defun sly-agent-q-chat--send-cancel (turn)
+  "Ask the server to cancel TURN."
+  (let ((buf (current-buffer)))
+    (sly-agent-q-server-request
+     'chat/cancel (list :turnId (sly-agent-q-turn-id turn))
+     (lambda (result)
+       (sly-agent-q-chat--in buf
+         ;; Nothing was running any more: end the turn here.
+         (when (and (eq sly-agent-q-chat--turn turn)
+                    (not (eq (plist-get result :cancelled) t)))
+           (sly-agent-q-chat--end-turn turn 'cancelled))))
+     (lambda (msg)
+       (sly-agent-q-chat--in buf
+         (sly-agent-q-chat--end-turn turn 'cancelled :message msg))))))
+
+(defun sly-agent-q-cancel ()
+  "Cancel the running turn."
+  (interactive)
+  (with-current-buffer (or (sly-agent-q-chat-buffer t) (user-error "No chat buffer"))
+    (let ((turn sly-agent-q-chat--turn))
+      (unless turn (user-error "No turn is running"))
+      (setf (sly-agent-q-turn-cancel-requested turn) t)
+      (if (sly-agent-q-turn-id turn)
+          (sly-agent-q-chat--send-cancel turn)
+        (unless (sly-agent-q-server-live-p)
+          (sly-agent-q-chat--end-turn turn 'cancelled)))
+      (message "sly-agent-q: cancelling…"))))
+
+;;;; Notifications from the server
+
+(defun sly-agent-q-chat--buffer-for (params)
+  "The chat buffer the notification PARAMS belongs to, or nil.
+A buffer whose turn is still being sent adopts the turn id."
+  (let ((turn-id (plist-get params :turnId))
+        (conv (plist-get params :conversationId))
+        (buffers (sly-agent-q-chat--buffers)))
+    (or (cl-find-if (lambda (b) (let ((turn (buffer-local-value 'sly-agent-q-chat--turn b)))
+                                  (and turn turn-id (equal (sly-agent-q-turn-id turn) turn-id))))
+                    buffers)
+        (let ((b (cl-find-if (lambda (b) (let ((turn (buffer-local-value 'sly-agent-q-chat--turn b))
+                                               (own (buffer-local-value 'sly-agent-q-chat--conversation-id b)))
+                                           (and turn turn-id (null (sly-agent-q-turn-id turn))
+                                                (or (null own) (null conv) (equal own conv)))))
+                             buffers)))
+          (when b
+            (with-current-buffer b
+              (setf (sly-agent-q-turn-id sly-agent-q-chat--turn) turn-id)
+              (when conv (setq sly-agent-q-chat--conversation-id conv))))
+          b)
+        (and conv (cl-find-if (lambda (b) (equal (buffer-local-value 'sly-agent-q-chat--conversation-id b)
+                                                 conv))
+                              buffers)))))
+
+(defmacro sly-agent-q-chat--with-turn-buffer (params &rest body)
+  "Run BODY in the chat buffer of notification PARAMS, with `turn' bound.
+Notifications of turns that are over are ignored."
+  (declare (indent 1) (debug t))
+  `(let ((buf (sly-agent-q-chat--buffer-for ,params)))
+     (when buf
+       (with-current-buffer buf
+         (let ((turn sly-agent-q-chat--turn))
+           (when (and turn (equal (sly-agent-q-turn-id turn) (plist-get ,params :turnId)))
+             ,@body))))))
+
+(defun sly-agent-q-chat--on-text-delta (params)
+  "Handle chat/textDelta PARAMS."
+  (sly-agent-q-chat--with-turn-buffer params
+    (sly-agent-q-chat--add-text (or (plist-get params :text) ""))))
+
+(defun sly-agent-q-chat--on-tool-call (params)
+  "Handle chat/toolCall PARAMS."
+  (sly-agent-q-chat--with-turn-buffer params
+    (sly-agent-q-chat--add-entry
+     (sly-agent-q--make-entry :call-id (plist-get params :callId)
+                              :name (plist-get params :name)
+                              :arguments (plist-get params :arguments)
+                              :safety (plist-get params :safetyLevel)))))
+
+(defun sly-agent-q-chat--on-approval-needed (params)
+  "Handle chat/approvalNeeded PARAMS."
+  (sly-agent-q-chat--with-turn-buffer params
+    (let ((entry (sly-agent-q-chat-entry (plist-get params :callId))))
+      (when (and entry (eq (sly-agent-q-entry-status entry) 'running))
+        (setf (sly-agent-q-entry-status entry) 'approval)
+        (sly-agent-q-chat--redraw-entry entry)))))
+
+(defun sly-agent-q-chat--on-tool-result (params)
+  "Handle chat/toolResult PARAMS."
+  (sly-agent-q-chat--with-turn-buffer params
+    (let ((entry (or (sly-agent-q-chat-entry (plist-get params :callId))
+                     (let ((e (sly-agent-q--make-entry :call-id (plist-get params :callId)
+                                                       :name (plist-get params :name)
+                                                       :safety "?")))
+                       (sly-agent-q-chat--add-entry e)
+                       e)))
+          (success (eq (plist-get params :success) t)))
+      (setf (sly-agent-q-entry-status entry) (if success 'ok 'error)
+            (sly-agent-q-entry-content entry) (plist-get params :content)
+            (sly-agent-q-entry-error entry) (and (not success)
+                                                 (or (plist-get params :error)
+                                                     (plist-get params :content)))
+            (sly-agent-q-entry-time-ms entry) (plist-get params :executionTimeMs)
+            (sly-agent-q-entry-approved entry) (plist-get params :approved))
+      (sly-agent-q-chat--redraw-entry entry))))
+
+(defun sly-agent-q-chat--on-turn-finished (params)
+  "Handle chat/turnFinished PARAMS."
+  (sly-agent-q-chat--with-turn-buffer params
+    (setq sly-agent-q-chat--usage (plist-get params :conversationUsage)
+          sly-agent-q-chat--cost (plist-get params :conversationCostUsd)
+          sly-agent-q-chat--model (or (plist-get params :model) sly-agent-q-chat--model))
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-chat--end-segment)
+    (let ((reason (plist-get params :stopReason))
+          (usage (plist-get params :usage)))
+      (unless (member reason '("end_turn" "stop_sequence" nil))
+        (sly-agent-q-chat-notice (format "[stopped: %s]" reason)))
+      (sly-agent-q-chat-notice
+       (format "(%s%s in / %s out · $%.4f)"
+               (let ((steps (plist-get params :steps)))
+                 (if (and (numberp steps) (> steps 0))
+                     (format "%d tool step%s · " steps (if (= steps 1) "" "s"))
+                   ""))
+               (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
+               (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens))
+               (or (plist-get params :costUsd) 0))))
+    (sly-agent-q-chat--end-turn turn 'finished
+                                :text (plist-get params :text)
+                                :usage (plist-get params :usage)
+                                :cost (plist-get params :costUsd))))
+
+(defun sly-agent-q-chat--on-turn-failed (params)
+  "Handle chat/turnFailed PARAMS."
+  (sly-agent-q-chat--with-turn-buffer params
+    (let ((cancelled (equal (plist-get params :kind) "cancelled")))
+      (sly-agent-q-chat--end-turn turn (if cancelled 'cancelled 'failed)
+                                  :message (plist-get params :message)
+                                  :usage (plist-get params :usage)
+                                  :cost (plist-get params :costUsd)))))
+
+(defun sly-agent-q-chat--on-server-died (message)
+  "Tell every chat buffer the server died with MESSAGE; end its turn."
+  (dolist (buf (sly-agent-q-chat--buffers))
+    (with-current-buffer buf
+      (sly-agent-q-chat-notice
+       (concat "[" message " The conversation starts fresh on the server; this transcript stays.]")
+       'sly-agent-q-error-face)
+      (setq sly-agent-q-chat--conversation-id nil)
+      (maphash (lambda (_ entry)
+                 (when (memq (sly-agent-q-entry-status entry) '(running approval))
+                   (setf (sly-agent-q-entry-status entry) 'error
+                         (sly-agent-q-entry-error entry) "the server exited")
+                   (sly-agent-q-chat--redraw-entry entry)))
+               sly-agent-q-chat--entries)
+      (when sly-agent-q-chat--turn
+        (sly-agent-q-chat--end-turn sly-agent-q-chat--turn 'failed :message message)))))
+
+(dolist (h '((chat/textDelta . sly-agent-q-chat--on-text-delta)
+             (chat/toolCall . sly-agent-q-chat--on-tool-call)
+             (chat/toolResult . sly-agent-q-chat--on-tool-result)
+             (chat/approvalNeeded . sly-agent-q-chat--on-approval-needed)
+             (chat/turnFinished . sly-agent-q-chat--on-turn-finished)
+             (chat/turnFailed . sly-agent-q-chat--on-turn-failed)))
+  (setf (alist-get (car h) sly-agent-q-server-notification-handlers) (cdr h)))
+
+(add-hook 'sly-agent-q-server-died-functions #'sly-agent-q-chat--on-server-died)
+
+;;;; Input
+
+(defun sly-agent-q-chat--input-text ()
+  "The text of the input area."
+  (buffer-substring-no-properties sly-agent-q-chat--input (point-max)))
+
+(defun sly-agent-q-chat--set-input (text)
+  "Replace the input area with TEXT."
+  (let ((inhibit-read-only t))
+    (delete-region sly-agent-q-chat--input (point-max))
+    (goto-char (point-max))
+    (insert text)))
+
+(defun sly-agent-q-chat-send-input ()
+  "Send the input as a message."
+  (interactive)
+  (let ((text (string-trim (sly-agent-q-chat--input-text))))
+    (when (and (string-empty-p text) (null sly-agent-q-chat--attachments))
+      (user-error "Nothing to send"))
+    (when sly-agent-q-chat--turn
+      (user-error "A turn is running; C-c C-k cancels it"))
+    (sly-agent-q-chat--set-input "")
+    (unless (string-empty-p text)
+      (push text sly-agent-q-chat--history))
+    (setq sly-agent-q-chat--history-index nil)
+    (sly-agent-q-chat--start-turn text nil)))
+
+(defun sly-agent-q-chat-return ()
+  "Send the input if point is in it; otherwise go to the input."
+  (interactive)
+  (if (>= (point) sly-agent-q-chat--input)
+      (sly-agent-q-chat-send-input)
+    (goto-char (point-max))))
+
+(defun sly-agent-q-chat--walk-history (step)
+  "Replace the input with the history item STEP away from the current one."
+  (unless sly-agent-q-chat--history (user-error "No input history"))
+  (unless sly-agent-q-chat--history-index
+    (setq sly-agent-q-chat--history-draft (sly-agent-q-chat--input-text)))
+  (let ((i (+ (or sly-agent-q-chat--history-index -1) step)))
+    (cond ((< i -1) (user-error "End of history"))
+          ((>= i (length sly-agent-q-chat--history)) (user-error "Beginning of history"))
+          ((= i -1) (setq sly-agent-q-chat--history-index nil)
+           (sly-agent-q-chat--set-input (or sly-agent-q-chat--history-draft "")))
+          (t (setq sly-agent-q-chat--history-index i)
+             (sly-agent-q-chat--set-input (nth i sly-agent-q-chat--history))))))
+
+(defun sly-agent-q-chat-previous-input ()
+  "Replace the input with the previous message sent."
+  (interactive)
+  (sly-agent-q-chat--walk-history 1))
+
+(defun sly-agent-q-chat-next-input ()
+  "Replace the input with the next message sent."
+  (interactive)
+  (sly-agent-q-chat--walk-history -1))
+
+;;;; Commands
+
+(defun sly-agent-q-new-conversation ()
+  "Start a new conversation in the chat buffer (the transcript stays)."
+  (interactive)
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (when sly-agent-q-chat--turn (user-error "A turn is running; C-c C-k cancels it"))
+    (setq sly-agent-q-chat--conversation-id nil
+          sly-agent-q-chat--usage nil
+          sly-agent-q-chat--cost nil)
+    (sly-agent-q-chat-notice "──── new conversation ────")))
+
+(defun sly-agent-q-send (string &optional callback)
+  "Send STRING to the agent as the next message of the chat buffer's conversation.
+CALLBACK, if non-nil, is called with the same plist as
+`sly-agent-q-turn-finished-hook' when the turn ends.  Returns at once."
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (push string sly-agent-q-chat--history)
+    (sly-agent-q-chat--start-turn string callback)
+    nil))
+
+;;;; Attachments
+
+(defun sly-agent-q--fence-language ()
+  "The Markdown language tag for the current buffer's text."
+  (cond ((derived-mode-p 'emacs-lisp-mode) "elisp")
+        ((derived-mode-p 'lisp-mode 'lisp-data-mode) "lisp")
+        (t "")))
+
+(defun sly-agent-q--attach (label text language)
+  "Attach TEXT described by LABEL, in LANGUAGE, to the next message."
+  (let* ((cut (> (length text) sly-agent-q-attachment-max-chars))
+         (body (if cut (substring text 0 sly-agent-q-attachment-max-chars) text))
+         (block (format "```%s\n%s%s```%s" language body
+                        (if (string-suffix-p "\n" body) "" "\n")
+                        (if cut (format "\n(cut at %d characters)" sly-agent-q-attachment-max-chars) ""))))
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (setq sly-agent-q-chat--attachments
+            (cons (list :label label :text block) sly-agent-q-chat--attachments))
+      (force-mode-line-update)
+      (message "sly-agent-q: attached %s to the next message (%d attached)"
+               label (length sly-agent-q-chat--attachments)))))
+
+(defun sly-agent-q--describe-source ()
+  "The current buffer's file name or buffer name."
+  (if buffer-file-name (abbreviate-file-name buffer-file-name) (buffer-name)))
+
+(defun sly-agent-q-attach-region (start end)
+  "Attach the region between START and END to the next message."
+  (interactive "r")
+  (sly-agent-q--attach (format "the region of %s (lines %d-%d)" (sly-agent-q--describe-source)
+                               (line-number-at-pos start) (line-number-at-pos end))
+                       (buffer-substring-no-properties start end)
+                       (sly-agent-q--fence-language)))
+
+(defun sly-agent-q-attach-defun ()
+  "Attach the top-level form at point to the next message."
+  (interactive)
+  (let ((bounds (save-excursion
+                  (end-of-defun)
+                  (let ((end (point)))
+                    (beginning-of-defun)
+                    (cons (point) end)))))
+    (unless (< (car bounds) (cdr bounds)) (user-error "No defun at point"))
+    (sly-agent-q--attach (format "the form at line %d of %s" (line-number-at-pos (car bounds))
+                                 (sly-agent-q--describe-source))
+                         (buffer-substring-no-properties (car bounds) (cdr bounds))
+                         (sly-agent-q--fence-language))))
+
+(defun sly-agent-q-attach-buffer (buffer)
+  "Attach the text of BUFFER to the next message."
+  (interactive (list (read-buffer "Attach buffer: " (current-buffer) t)))
+  (with-current-buffer (get-buffer buffer)
+    (sly-agent-q--attach (format "the buffer %s" (sly-agent-q--describe-source))
+                         (save-restriction (widen) (buffer-substring-no-properties (point-min) (point-max)))
+                         (sly-agent-q--fence-language))))
+
+(defun sly-agent-q-attach-file (file)
+  "Attach the contents of FILE to the next message."
+  (interactive "fAttach file: ")
+  (let ((text (with-temp-buffer
+                (insert-file-contents file)
+                (buffer-string)))
+        (lang (if (string-match-p "\\.\\(lisp\\|lsp\\|cl\\|asd\\)\\'" file) "lisp"
+                (if (string-match-p "\\.el\\'" file) "elisp" ""))))
+    (sly-agent-q--attach (format "the file %s" (abbreviate-file-name (expand-file-name file)))
+                         text lang)))
+
+(defun sly-agent-q-clear-attachments ()
+  "Forget the attachments of the next message."
+  (interactive)
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (setq sly-agent-q-chat--attachments nil)
+    (force-mode-line-update)
+    (message "sly-agent-q: attachments cleared")))
+
+(provide 'sly-agent-q-chat)
+;;; sly-agent-q-chat.el ends here

@@ -1,0 +1,705 @@
+;;; sly-agent-q-server.el --- Connection to the sly-agent-q server  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;;; Commentary:
+
+;; Starts the bundled Node server (dist/sly-agent-q-server.js) over stdio
+;; with `jsonrpc-process-connection', initializes it with the user's
+;; configuration, and dispatches what the server sends:
+;;
+;; - notifications (chat/textDelta, chat/toolCall, ...) go through the
+;;   dispatch table `sly-agent-q-server-notification-handlers';
+;; - `emacs/call' notifications (kinds "tool", "image", "approval") go
+;;   through `sly-agent-q-server-call-handlers'.  A handler starts its
+;;   work and returns at once; it answers later with
+;;   `sly-agent-q-call-reply' or `sly-agent-q-call-fail', which send
+;;   `emacs/reply'.  Nothing here waits inside the process filter.
+;;
+;; The API key never travels in a JSON-RPC message (jsonrpc.el logs every
+;; message in its events buffer): it is put in the server's process
+;; environment (ANTHROPIC_API_KEY or OPENAI_API_KEY).
+;;
+;; When the server dies unexpectedly, pending calls are dropped, the
+;; functions in `sly-agent-q-server-died-functions' run (the chat buffer
+;; prints a notice) and the server is started again.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'jsonrpc)
+(require 'seq)
+(require 'subr-x)
+
+(declare-function sly-agent-q-bridge-current-package "sly-agent-q-bridge" ())
+(declare-function sly-agent-q-tools-project-root "sly-agent-q-files" ())
+(declare-function auth-source-search "auth-source" (&rest spec))
+(declare-function url-host "url-parse" (cl-x))
+(declare-function url-generic-parse-url "url-parse" (url))
+
+(defgroup sly-agent-q nil
+  "An AI agent for Common Lisp programmers, working in the running image."
+  :group 'tools
+  :prefix "sly-agent-q-")
+
+;;;; Customization
+
+(defcustom sly-agent-q-node-program "node"
+  "The Node.js executable that runs the server (version 20 or newer)."
+  :type 'string)
+
+(defcustom sly-agent-q-server-file nil
+  "The bundled server script, sly-agent-q-server.js.
+nil means find it next to this package: dist/ in a source checkout,
+or the package directory (or its server/ or dist/ subdirectory) in an
+installed package."
+  :type '(choice (const :tag "Automatic" nil) file))
+
+(defcustom sly-agent-q-provider "anthropic"
+  "The LLM provider: \"anthropic\" or \"openai\" (any OpenAI-compatible endpoint)."
+  :type '(choice (const "anthropic") (const "openai")))
+
+(defcustom sly-agent-q-model nil
+  "The model name, or nil for the server's default."
+  :type '(choice (const :tag "Server default" nil) string))
+
+(defcustom sly-agent-q-base-url nil
+  "The provider's base URL, or nil for the default endpoint."
+  :type '(choice (const :tag "Default" nil) string))
+
+(defcustom sly-agent-q-api-key nil
+  "How to find the API key.
+nil: the environment (ANTHROPIC_API_KEY or OPENAI_API_KEY), else
+`auth-source' (a matching entry for the provider's host, such as
+\"machine api.anthropic.com password KEY\").  A string: the key
+itself.  A function: called with no arguments, returns the key.
+The key is handed to the server through its process environment,
+never through a protocol message, so it appears in no buffer."
+  :type '(choice (const :tag "Environment or auth-source" nil)
+                 (string :tag "Key")
+                 (function :tag "Function returning the key")))
+
+(defcustom sly-agent-q-max-steps nil
+  "Tool steps per turn before the agent stops, or nil for the server's default."
+  :type '(choice (const :tag "Default" nil) integer))
+
+(defcustom sly-agent-q-max-tokens nil
+  "Maximum output tokens per model response, or nil for the default."
+  :type '(choice (const :tag "Default" nil) integer))
+
+(defcustom sly-agent-q-turn-timeout nil
+  "Wall-clock limit of one turn in seconds, or nil for the server's default."
+  :type '(choice (const :tag "Default" nil) number))
+
+(defcustom sly-agent-q-trust-levels nil
+  "Your trust level per tool, overriding the tool's own.
+An alist of (TOOL-NAME . LEVEL), LEVEL one of the symbols `safe'
+\(runs without asking), `cautious' (runs and is logged) or
+`dangerous' (asks for approval first).  For example
+  ((\"eval_form\" . dangerous) (\"write_file\" . cautious))"
+  :type '(alist :key-type (string :tag "Tool")
+                :value-type (choice (const safe) (const cautious) (const dangerous))))
+
+(defcustom sly-agent-q-max-safety-level 'dangerous
+  "The most dangerous level of tools offered to the model.
+`safe' offers only safe tools, `cautious' also cautious ones,
+`dangerous' everything (dangerous tools always ask for approval)."
+  :type '(choice (const safe) (const cautious) (const dangerous)))
+
+(defcustom sly-agent-q-server-log-level "info"
+  "The server's log level (its log goes to the stderr buffer)."
+  :type '(choice (const "debug") (const "info") (const "warn") (const "error")))
+
+(defcustom sly-agent-q-extra-configuration nil
+  "More configuration for the server, a plist of protocol fields.
+For example (:temperature 0.2 :auditLogFile \"~/agent-audit.jsonl\")."
+  :type 'plist)
+
+(defcustom sly-agent-q-events-buffer-size 2000000
+  "Maximum size in characters of the JSON-RPC events buffer.
+0 disables event logging; nil means no limit."
+  :type '(choice (const :tag "Unlimited" nil) integer))
+
+(defcustom sly-agent-q-server-auto-restart t
+  "Non-nil means start the server again when it dies unexpectedly.
+At most three restarts happen within a minute."
+  :type 'boolean)
+
+(defcustom sly-agent-q-request-timeout 30
+  "Seconds to wait for the server's answer to a request."
+  :type 'number)
+
+(defvar sly-agent-q-project-root)       ; defined by sly-agent-q-tools.el
+
+;;;; Locating things
+
+(defconst sly-agent-q--lisp-directory
+  (file-name-directory (or load-file-name buffer-file-name default-directory))
+  "The directory this file was loaded from.")
+
+(defun sly-agent-q--package-candidates (&rest relatives)
+  "Existing files among RELATIVES, tried from the package directory and its parent."
+  (cl-loop for base in (list sly-agent-q--lisp-directory
+                             (file-name-directory
+                              (directory-file-name sly-agent-q--lisp-directory)))
+           append (cl-loop for rel in relatives
+                           for f = (expand-file-name rel base)
+                           when (file-exists-p f) collect f)))
+
+(defun sly-agent-q-server-locate ()
+  "Return the server script to run, or signal a `user-error' saying why not."
+  (if sly-agent-q-server-file
+      (let ((f (expand-file-name sly-agent-q-server-file)))
+        (if (file-readable-p f) f
+          (user-error "The file `sly-agent-q-server-file' names, %s, does not exist" f)))
+    (or (car (sly-agent-q--package-candidates
+              "sly-agent-q-server.js" "server/sly-agent-q-server.js"
+              "dist/sly-agent-q-server.js"))
+        (user-error "Cannot find sly-agent-q-server.js near %s; \
+in a source checkout run `node scripts/build.mjs', or set `sly-agent-q-server-file'"
+                    sly-agent-q--lisp-directory))))
+
+(defvar sly-agent-q--node-checked nil
+  "Cons (PROGRAM . PATH) of the last Node program found good enough.")
+
+(defun sly-agent-q--check-node ()
+  "Return the full path of a Node.js 20+ executable, or signal a `user-error'."
+  (let ((path (executable-find sly-agent-q-node-program)))
+    (unless path
+      (user-error "Cannot find Node.js for sly-agent-q (`sly-agent-q-node-program' is %S); \
+install Node.js 20 or newer, or set that option to its full path"
+                  sly-agent-q-node-program))
+    (unless (equal sly-agent-q--node-checked (cons sly-agent-q-node-program path))
+      (let* ((out (condition-case err
+                      (car (process-lines path "--version"))
+                    (error (user-error "Running %s --version failed: %s"
+                                       path (error-message-string err)))))
+             (major (and out (string-match "\\`v?\\([0-9]+\\)\\." out)
+                         (string-to-number (match-string 1 out)))))
+        (unless (and major (>= major 20))
+          (user-error "The Node.js program %s is Node.js %s; version 20 or newer is needed"
+                      path (or out "of an unknown version")))
+        (setq sly-agent-q--node-checked (cons sly-agent-q-node-program path))))
+    path))
+
+(defun sly-agent-q--provider-host ()
+  "Return the host of the `auth-source' entry with the API key."
+  (or (and sly-agent-q-base-url
+           (progn (require 'url-parse)
+                  (url-host (url-generic-parse-url sly-agent-q-base-url))))
+      (if (equal sly-agent-q-provider "openai") "api.openai.com" "api.anthropic.com")))
+
+(defun sly-agent-q--key-variable ()
+  "Return the environment variable with the API key for the server."
+  (if (equal sly-agent-q-provider "openai") "OPENAI_API_KEY" "ANTHROPIC_API_KEY"))
+
+(defun sly-agent-q--api-key ()
+  "The API key to give the server, or nil to leave its environment alone."
+  (cond ((stringp sly-agent-q-api-key) sly-agent-q-api-key)
+        ((functionp sly-agent-q-api-key) (funcall sly-agent-q-api-key))
+        ((getenv (sly-agent-q--key-variable)) nil)
+        (t (require 'auth-source)
+           (let* ((found (car (auth-source-search :host (sly-agent-q--provider-host)
+                                                  :max 1)))
+                  (secret (plist-get found :secret)))
+             (if (functionp secret) (funcall secret) secret)))))
+
+(defun sly-agent-q--project-root ()
+  "The project root to tell the server about."
+  (let ((root (or (and (fboundp 'sly-agent-q-tools-project-root)
+                       (ignore-errors (sly-agent-q-tools-project-root)))
+                  (bound-and-true-p sly-agent-q-project-root)
+                  (and (fboundp 'project-current)
+                       (let ((pr (project-current nil)))
+                         (and pr (fboundp 'project-root) (project-root pr))))
+                  default-directory)))
+    (and root (directory-file-name (expand-file-name root)))))
+
+(defun sly-agent-q--plist-compact (plist)
+  "PLIST without the properties whose value is nil."
+  (cl-loop for (k v) on plist by #'cddr when v append (list k v)))
+
+(defun sly-agent-q-server-configuration ()
+  "The configuration sent to the server, from the customization options.
+Never contains the API key."
+  (let ((overrides (and sly-agent-q-trust-levels
+                        (let ((h (make-hash-table :test #'equal)))
+                          (dolist (e sly-agent-q-trust-levels h)
+                            (puthash (format "%s" (car e)) (format "%s" (cdr e)) h))))))
+    (append
+     (sly-agent-q--plist-compact
+      (list :provider sly-agent-q-provider
+            :model sly-agent-q-model
+            :baseUrl sly-agent-q-base-url
+            :maxSteps sly-agent-q-max-steps
+            :maxTokens sly-agent-q-max-tokens
+            :turnTimeoutMs (and sly-agent-q-turn-timeout
+                                (round (* 1000 sly-agent-q-turn-timeout)))
+            :safetyOverrides overrides
+            :maxSafetyLevel (and sly-agent-q-max-safety-level
+                                 (format "%s" sly-agent-q-max-safety-level))
+            :projectRoot (sly-agent-q--project-root)
+            :logLevel sly-agent-q-server-log-level))
+     (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
+              unless (eq k :apiKey) append (list k v)))))
+
+;;;; The connection
+
+(defclass sly-agent-q-connection (jsonrpc-process-connection)
+  ((status :initform 'starting :accessor sly-agent-q--status
+           :documentation "starting, ready, failed or stopping.")
+   (ready-callbacks :initform nil :accessor sly-agent-q--ready-callbacks)
+   (init-result :initform nil :accessor sly-agent-q--init-result)
+   (calls :initform (make-hash-table :test #'equal) :accessor sly-agent-q--calls
+          :documentation "Pending `emacs/call's by id.")
+   (started :initform (float-time) :accessor sly-agent-q--started))
+  :documentation "The connection to one sly-agent-q server process.")
+
+(defvar sly-agent-q--connection nil
+  "The current `sly-agent-q-connection', or nil.")
+
+(defvar sly-agent-q--restart-times nil
+  "Times of the recent automatic restarts.")
+
+(defvar sly-agent-q-server-notification-handlers nil
+  "Dispatch table of server notifications: alist of (METHOD . FUNCTION).
+METHOD is a symbol such as `chat/textDelta'; FUNCTION is called with
+the notification's params (a plist).  It must return quickly.")
+
+(defvar sly-agent-q-server-call-handlers nil
+  "Dispatch table of `emacs/call' kinds: alist of (KIND . FUNCTION).
+KIND is a string (\"tool\", \"image\", \"approval\"); FUNCTION is
+called with a `sly-agent-q-call' object, starts the work and returns
+at once; the answer goes later through `sly-agent-q-call-reply' or
+`sly-agent-q-call-fail'.")
+
+(defvar sly-agent-q-server-died-functions nil
+  "Functions called with a message when the server died unexpectedly.")
+
+(defvar sly-agent-q-server-started-functions nil
+  "Functions called with the connection once the server is initialized.")
+
+(defvar sly-agent-q-server-last-handler-error nil
+  "The last error signalled by a notification or call handler (for debugging).")
+
+(defun sly-agent-q--log (conn format-string &rest args)
+  "Write a line made of FORMAT-STRING and ARGS to CONN's events buffer."
+  (when (and conn (not (equal sly-agent-q-events-buffer-size 0)))
+    (with-current-buffer (jsonrpc-events-buffer conn)
+      (let ((inhibit-read-only t))
+        (goto-char (point-max))
+        (insert "[sly-agent-q] " (apply #'format format-string args) "\n")))))
+
+(defun sly-agent-q-server-live-p (&optional conn)
+  "Non-nil if CONN (default: the current connection) has a running process."
+  (let ((c (or conn sly-agent-q--connection)))
+    (and c (jsonrpc-running-p c))))
+
+(defun sly-agent-q-server-ready-p ()
+  "Non-nil if the server is running and initialized."
+  (and (sly-agent-q-server-live-p)
+       (eq (sly-agent-q--status sly-agent-q--connection) 'ready)))
+
+(defun sly-agent-q-server-connection ()
+  "The current connection, or nil."
+  sly-agent-q--connection)
+
+(defun sly-agent-q-server-init-result ()
+  "The server's answer to initialize, a plist (or nil before it came)."
+  (and sly-agent-q--connection (sly-agent-q--init-result sly-agent-q--connection)))
+
+(defun sly-agent-q--capabilities ()
+  "What this Emacs can do for the server."
+  (list :tools (if (fboundp 'sly-agent-q-tools-call) t :json-false)
+        :image t
+        :approvals t))
+
+(defun sly-agent-q--make-process (node file)
+  "Start NODE running the server FILE, the API key in its environment."
+  (let* ((key (sly-agent-q--api-key))
+         (process-environment
+          (if key
+              (cons (concat (sly-agent-q--key-variable) "=" key) process-environment)
+            process-environment))
+         (default-directory (file-name-directory file)))
+    (make-process
+     :name "sly-agent-q"
+     :command (list node file "--stdio" "--log-level"
+                    (or sly-agent-q-server-log-level "info"))
+     :connection-type 'pipe
+     :coding 'utf-8-emacs-unix
+     :noquery t
+     :file-handler nil
+     :stderr (get-buffer-create "*sly-agent-q stderr*"))))
+
+(defun sly-agent-q-server-start ()
+  "Start the server (stopping a running one) and initialize it.
+Return the new connection; it becomes ready asynchronously."
+  (let* ((node (sly-agent-q--check-node))
+         (file (sly-agent-q-server-locate)))
+    (when (sly-agent-q-server-live-p)
+      (sly-agent-q-server-stop))
+    (let ((conn (make-instance
+                 'sly-agent-q-connection
+                 :name "sly-agent-q"
+                 :events-buffer-scrollback-size sly-agent-q-events-buffer-size
+                 :notification-dispatcher #'sly-agent-q--dispatch-notification
+                 :request-dispatcher #'sly-agent-q--dispatch-request
+                 :on-shutdown #'sly-agent-q--on-shutdown
+                 :process (lambda () (sly-agent-q--make-process node file)))))
+      (setq sly-agent-q--connection conn)
+      (sly-agent-q--log conn "started %s %s" node file)
+      ;; If the process is already dead the request cannot be sent;
+      ;; the sentinel reports that.
+      (ignore-error error
+       (jsonrpc-async-request
+       conn 'initialize
+       (list :clientInfo (list :name "sly-agent-q.el"
+                               :version (or (bound-and-true-p sly-agent-q-version) "0"))
+             :capabilities (sly-agent-q--capabilities)
+             :configuration (sly-agent-q-server-configuration)
+             :context (sly-agent-q--plist-compact
+                       (list :projectRoot (sly-agent-q--project-root)
+                             :currentPackage
+                             (and (fboundp 'sly-agent-q-bridge-current-package)
+                                  (ignore-errors (sly-agent-q-bridge-current-package))))))
+       :success-fn (lambda (result) (sly-agent-q--initialized conn result nil))
+       :error-fn (lambda (err) (sly-agent-q--initialized
+                                conn nil (or (plist-get err :message) (format "%S" err))))
+       :timeout-fn (lambda () (sly-agent-q--initialized
+                               conn nil "the server did not answer initialize"))
+       :timeout sly-agent-q-request-timeout))
+      conn)))
+
+(defun sly-agent-q--initialized (conn result error)
+  "Record initialize's RESULT or ERROR for CONN and run its ready callbacks."
+  (if (and error (not (jsonrpc-running-p conn)))
+      ;; The process died: `sly-agent-q--on-shutdown' reports it, with its stderr.
+      nil
+    (sly-agent-q--initialized-1 conn result error)))
+
+(defun sly-agent-q--initialized-1 (conn result error)
+  "Record initialize's RESULT or ERROR for CONN and run its ready callbacks."
+  (setf (sly-agent-q--status conn) (if error 'failed 'ready))
+  (setf (sly-agent-q--init-result conn) result)
+  (when error
+    (message "sly-agent-q: the server failed to initialize: %s" error))
+  (let ((callbacks (reverse (sly-agent-q--ready-callbacks conn))))
+    (setf (sly-agent-q--ready-callbacks conn) nil)
+    (unless error
+      (sly-agent-q--run-safely sly-agent-q-server-started-functions conn))
+    (dolist (cb callbacks)
+      (sly-agent-q--call-safely cb (and (not error) conn)
+                                (and error (format "The server failed to initialize: %s" error))))))
+
+(defun sly-agent-q--call-safely (fn &rest args)
+  "Call FN with ARGS; log an error instead of letting it escape."
+  (condition-case err
+      (apply fn args)
+    (error (setq sly-agent-q-server-last-handler-error err)
+           (message "sly-agent-q: %s" (error-message-string err))
+           nil)))
+
+(defun sly-agent-q--run-safely (functions &rest args)
+  "Call each of FUNCTIONS (a hook value) with ARGS, containing errors."
+  (dolist (fn (if (functionp functions) (list functions) functions))
+    (unless (eq fn t)
+      (apply #'sly-agent-q--call-safely fn args))))
+
+(defun sly-agent-q-server-ensure (callback)
+  "Call CALLBACK with (CONNECTION nil) once the server is ready.
+Start it when it is not running.  On failure CALLBACK gets (nil MESSAGE).
+CALLBACK may be called before this function returns."
+  (let* ((problem nil)
+         (conn (condition-case err
+                   (if (and (sly-agent-q-server-live-p)
+                            (not (eq (sly-agent-q--status sly-agent-q--connection) 'failed)))
+                       sly-agent-q--connection
+                     ;; Not running, or initialize failed (a bad option?): start afresh.
+                     (sly-agent-q-server-start))
+                 (user-error (setq problem (error-message-string err)) nil)
+                 (error (setq problem (format "Could not start the sly-agent-q server: %s"
+                                              (error-message-string err)))
+                        nil))))
+    (if problem
+        (funcall callback nil problem)
+      (pcase (sly-agent-q--status conn)
+        ('ready (funcall callback conn nil))
+        ('starting (push callback (sly-agent-q--ready-callbacks conn)))
+        (_ (funcall callback nil "The server is not available; M-x sly-agent-q-restart-server starts it again."))))))
+
+(defun sly-agent-q-server-request (method params success &optional failure)
+  "Send request METHOD with PARAMS once the server is ready, asynchronously.
+Call SUCCESS with the result, or FAILURE (if given) with a message."
+  (let ((fail (lambda (msg)
+                (if failure (funcall failure msg)
+                  (message "sly-agent-q: %s failed: %s" method msg)))))
+    (sly-agent-q-server-ensure
+     (lambda (conn err)
+       (if err (funcall fail err)
+         (jsonrpc-async-request
+          conn method params
+          :success-fn success
+          :error-fn (lambda (e) (funcall fail (or (plist-get e :message) (format "%S" e))))
+          :timeout-fn (lambda () (funcall fail (format "the server did not answer %s" method)))
+          :timeout sly-agent-q-request-timeout))))))
+
+(defun sly-agent-q-server-notify (method params)
+  "Send notification METHOD with PARAMS if the server is running."
+  (when (sly-agent-q-server-live-p)
+    (jsonrpc-notify sly-agent-q--connection method params)))
+
+(defun sly-agent-q-server-reconfigure ()
+  "Send the current configuration options to the running server."
+  (interactive)
+  (when (sly-agent-q-server-ready-p)
+    (sly-agent-q-server-request 'configuration/change
+                                (list :configuration (sly-agent-q-server-configuration))
+                                (lambda (_) (when (called-interactively-p 'any)
+                                              (message "sly-agent-q: configuration sent"))))))
+
+(defun sly-agent-q-server-stop ()
+  "Shut the server down cleanly: shutdown, exit, then end the process.
+Waits at most about three seconds; meant for commands and `kill-emacs'."
+  (interactive)
+  (let ((conn sly-agent-q--connection))
+    (when (and conn (jsonrpc-running-p conn))
+      (setf (sly-agent-q--status conn) 'stopping)
+      (ignore-errors (jsonrpc-request conn 'shutdown nil :timeout 2))
+      (ignore-errors (jsonrpc-notify conn 'exit nil))
+      (let ((proc (jsonrpc--process conn))
+            (deadline (+ (float-time) 1)))
+        (while (and (process-live-p proc) (< (float-time) deadline))
+          (accept-process-output proc 0.05))
+        (when (process-live-p proc)
+          (delete-process proc))))
+    (setq sly-agent-q--connection nil)))
+
+(defun sly-agent-q-restart-server ()
+  "Stop the server if it is running and start it again."
+  (interactive)
+  (sly-agent-q-server-stop)
+  (sly-agent-q-server-ensure
+   (lambda (_conn err)
+     (message "sly-agent-q: %s" (or err "server restarted")))))
+
+(defun sly-agent-q-list-tools (&optional all)
+  "Show the tools offered to the model, with their safety levels.
+With a prefix argument ALL, show every registered tool."
+  (interactive "P")
+  (sly-agent-q-server-request
+   'tools/list (list :all (if all t :json-false))
+   (lambda (result)
+     (with-help-window "*sly-agent-q tools*"
+       (princ (format "%-24s %-10s %-10s %-7s %s\n" "Tool" "Level" "In force" "Runs in" "Description"))
+       (seq-doseq (tool (plist-get result :tools))
+         (princ (format "%-24s %-10s %-10s %-7s %s\n"
+                        (plist-get tool :name)
+                        (plist-get tool :safetyLevel)
+                        (plist-get tool :effectiveSafetyLevel)
+                        (plist-get tool :runtime)
+                        (car (split-string (or (plist-get tool :description) "") "\n")))))))))
+
+(defun sly-agent-q-events-buffer ()
+  "Show the JSON-RPC events buffer of the server connection."
+  (interactive)
+  (unless sly-agent-q--connection (user-error "The sly-agent-q server is not running"))
+  (display-buffer (jsonrpc-events-buffer sly-agent-q--connection)))
+
+(defun sly-agent-q-stderr-buffer ()
+  "Show the server's standard error (its log)."
+  (interactive)
+  (let ((buf (and sly-agent-q--connection
+                  (jsonrpc-stderr-buffer sly-agent-q--connection))))
+    (unless (buffer-live-p buf) (user-error "No sly-agent-q server log"))
+    (display-buffer buf)))
+
+(defun sly-agent-q--on-shutdown (conn)
+  "Clean up after the death of CONN's process; tell the user, maybe restart."
+  (let* ((proc (jsonrpc--process conn))
+         (status (sly-agent-q--status conn))
+         (expected (memq status '(stopping)))
+         (msg (format "The sly-agent-q server exited (%s %s)"
+                      (process-status proc) (process-exit-status proc))))
+    (setf (sly-agent-q--status conn) 'dead)
+    (maphash (lambda (_id call) (sly-agent-q--call-drop call "the server exited"))
+             (sly-agent-q--calls conn))
+    (clrhash (sly-agent-q--calls conn))
+    (let ((callbacks (reverse (sly-agent-q--ready-callbacks conn))))
+      (setf (sly-agent-q--ready-callbacks conn) nil)
+      (when callbacks
+        ;; Report a little later, so that the last of its stderr has arrived.
+        (run-with-timer
+         0.2 nil
+         (lambda ()
+           (let ((why (format "%s before it was ready%s; see M-x sly-agent-q-stderr-buffer."
+                              msg (sly-agent-q--stderr-tail conn))))
+             (dolist (cb callbacks)
+               (sly-agent-q--call-safely cb nil why)))))))
+    (when (eq conn sly-agent-q--connection)
+      (unless expected
+        (let* ((now (float-time))
+               (recent (cl-remove-if (lambda (tm) (< tm (- now 60))) sly-agent-q--restart-times))
+               (restart (and sly-agent-q-server-auto-restart
+                             (eq status 'ready)
+                             (< (length recent) 3))))
+          (setq sly-agent-q--restart-times recent)
+          (sly-agent-q--run-safely sly-agent-q-server-died-functions
+                                   (concat msg (if restart "; restarting it."
+                                                 "; M-x sly-agent-q-restart-server starts it again.")))
+          (when restart
+            (push now sly-agent-q--restart-times)
+            (run-with-timer 0 nil #'sly-agent-q--auto-restart conn)))))))
+
+(defun sly-agent-q--stderr-tail (conn)
+  "The last lines CONN's server wrote to stderr after a colon, or the empty string."
+  (let ((buf (ignore-errors (jsonrpc-stderr-buffer conn))))
+    (if (not (buffer-live-p buf)) ""
+      (with-current-buffer buf
+        (let ((text (string-trim (buffer-substring-no-properties
+                                  (save-excursion (goto-char (point-max))
+                                                  (forward-line -3)
+                                                  (point))
+                                  (point-max)))))
+          (if (string-empty-p text) "" (concat ": " text)))))))
+
+(defun sly-agent-q--auto-restart (dead)
+  "Start the server again unless something replaced DEAD already."
+  (when (and (eq sly-agent-q--connection dead) (not (sly-agent-q-server-live-p)))
+    (sly-agent-q-server-ensure
+     (lambda (_conn err)
+       (when err (message "sly-agent-q: restart failed: %s" err))))))
+
+(defun sly-agent-q--kill-emacs ()
+  "Shut the server down when Emacs exits."
+  (when (sly-agent-q-server-live-p)
+    (ignore-errors (sly-agent-q-server-stop))))
+
+(add-hook 'kill-emacs-hook #'sly-agent-q--kill-emacs)
+
+;;;; Dispatch
+
+(defun sly-agent-q--dispatch-request (_conn method _params)
+  "The server sends no requests; answer any with an error naming METHOD."
+  (signal 'jsonrpc-error
+          `((jsonrpc-error-code . -32601)
+            (jsonrpc-error-message . ,(format "Emacs does not answer %s requests" method)))))
+
+(defun sly-agent-q--dispatch-notification (conn method params)
+  "Dispatch notification METHOD with PARAMS from CONN.  Never signals."
+  (condition-case err
+      (pcase method
+        ('emacs/call (sly-agent-q--handle-call conn params))
+        ('emacs/cancel (sly-agent-q--handle-cancel conn params))
+        ('server/log (sly-agent-q--log conn "server: %s" (plist-get params :message)))
+        (_ (let ((handler (alist-get method sly-agent-q-server-notification-handlers)))
+             (if handler
+                 (funcall handler params)
+               (sly-agent-q--log conn "no handler for %s" method)))))
+    (error
+     (setq sly-agent-q-server-last-handler-error err)
+     (sly-agent-q--log conn "handler for %s failed: %s" method (error-message-string err)))))
+
+;;;; emacs/call objects
+
+(cl-defstruct (sly-agent-q-call (:constructor sly-agent-q--make-call))
+  "One pending `emacs/call' from the server."
+  id kind params conn done cancel-functions (start (float-time)))
+
+(defun sly-agent-q--handle-call (conn params)
+  "Start the `emacs/call' PARAMS from CONN."
+  (let* ((id (plist-get params :id))
+         (kind (plist-get params :kind))
+         (call (sly-agent-q--make-call :id id :kind kind :conn conn
+                                       :params (plist-get params :params)))
+         (handler (cdr (assoc kind sly-agent-q-server-call-handlers))))
+    (puthash id call (sly-agent-q--calls conn))
+    (if (not handler)
+        (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))
+      (condition-case err
+          (funcall handler call)
+        (error
+         (setq sly-agent-q-server-last-handler-error err)
+         (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
+                                             kind (error-message-string err))))))))
+
+(defun sly-agent-q--handle-cancel (conn params)
+  "The server no longer wants an answer to the call in PARAMS from CONN."
+  (let ((call (gethash (plist-get params :id) (sly-agent-q--calls conn))))
+    (when call
+      (sly-agent-q--call-drop call (or (plist-get params :reason) "cancelled")))))
+
+(defun sly-agent-q--call-drop (call reason)
+  "Mark CALL done without answering; run its cancel functions with REASON."
+  (unless (sly-agent-q-call-done call)
+    (setf (sly-agent-q-call-done call) t)
+    (when (sly-agent-q-call-conn call)
+      (remhash (sly-agent-q-call-id call) (sly-agent-q--calls (sly-agent-q-call-conn call))))
+    (dolist (fn (sly-agent-q-call-cancel-functions call))
+      (sly-agent-q--call-safely fn reason))))
+
+(defun sly-agent-q-call-on-cancel (call function)
+  "Run FUNCTION with a reason if CALL is cancelled or its server dies."
+  (push function (sly-agent-q-call-cancel-functions call)))
+
+(defun sly-agent-q-call-live-p (call)
+  "Non-nil if CALL still waits for an answer."
+  (not (sly-agent-q-call-done call)))
+
+(defun sly-agent-q--call-send (call reply)
+  "Send REPLY (a plist) for CALL unless it was answered or dropped already."
+  (unless (sly-agent-q-call-done call)
+    (setf (sly-agent-q-call-done call) t)
+    (let ((conn (sly-agent-q-call-conn call)))
+      (when conn
+        (remhash (sly-agent-q-call-id call) (sly-agent-q--calls conn)))
+      (when (and conn (jsonrpc-running-p conn))
+        (jsonrpc-notify conn 'emacs/reply (append (list :id (sly-agent-q-call-id call)) reply))
+        t))))
+
+(defun sly-agent-q-call-reply (call result)
+  "Answer CALL with RESULT (a plist, sent as a JSON object).
+Return non-nil if the answer was sent; a second answer is ignored."
+  (sly-agent-q--call-send call (list :result result)))
+
+(defun sly-agent-q-call-fail (call message)
+  "Answer CALL with an error MESSAGE (written for the model)."
+  (sly-agent-q--call-send call (list :error (list :message (format "%s" message)))))
+
+(defun sly-agent-q-call-pending (&optional kind)
+  "Return what the current connection waits for (of KIND if given)."
+  (when sly-agent-q--connection
+    (let (out)
+      (maphash (lambda (_ c) (when (or (null kind) (equal kind (sly-agent-q-call-kind c)))
+                               (push c out)))
+               (sly-agent-q--calls sly-agent-q--connection))
+      out)))
+
+;;;; Emacs-runtime tools (the buffer and file tools live in sly-agent-q-tools.el)
+
+(declare-function sly-agent-q-tools-call "sly-agent-q-tools" (capability args callback))
+
+(defun sly-agent-q--handle-tool-call (call)
+  "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
+  (let ((params (sly-agent-q-call-params call)))
+    (if (not (fboundp 'sly-agent-q-tools-call))
+        (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools).")
+      (sly-agent-q-tools-call
+       (plist-get params :tool) (plist-get params :arguments)
+       (lambda (content error)
+         (if error
+             (sly-agent-q-call-fail call error)
+           (sly-agent-q-call-reply call (list :content (format "%s" (or content ""))))))))))
+
+(setf (alist-get "tool" sly-agent-q-server-call-handlers nil nil #'equal)
+      #'sly-agent-q--handle-tool-call)
+
+(provide 'sly-agent-q-server)
+;;; sly-agent-q-server.el ends here

@@ -1,0 +1,142 @@
+;;; sly-agent-q.el --- An AI agent that works inside your running Lisp image  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; Author: The sly-agent-q authors
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (jsonrpc "1.0.14"))
+;; Keywords: lisp, tools, convenience
+;; URL: https://github.com/sly-agent-q/sly-agent-q
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; sly-agent-q is an agent for Common Lisp programmers.  Through your SLY
+;; or SLIME connection it looks inside the running image (describes
+;; symbols, finds callers, inspects classes, expands macros), evaluates
+;; and compiles code there, edits buffers and files with your approval,
+;; and iterates until the task is done.
+;;
+;; M-x sly-agent-q opens the chat buffer.  In Lisp buffers,
+;; `sly-agent-q-lisp-mode' puts the agent's commands under C-c q:
+;;
+;;   C-c q q   open the chat          C-c q r   attach the region
+;;   C-c q d   attach the defun       C-c q b   attach a buffer
+;;   C-c q f   attach a file          C-c q k   cancel the running turn
+;;
+;;   (add-hook 'lisp-mode-hook #'sly-agent-q-lisp-mode)
+;;
+;; Setup: Node.js 20 or newer, and an API key in ANTHROPIC_API_KEY (or
+;; OPENAI_API_KEY with `sly-agent-q-provider' "openai") or in
+;; auth-source ("machine api.anthropic.com password KEY").
+;;
+;; In the chat buffer: RET or C-c C-c sends, C-j a newline, C-c C-k
+;; cancels the running turn, M-p / M-n walk the input history, TAB or
+;; RET on a tool call shows its arguments and result.  When a dangerous
+;; tool needs approval: y approve, n deny (with a reason for the model),
+;; e edit the arguments as JSON, a allow the tool for the session (on the
+;; approval), or C-c C-a / C-c C-d from anywhere in the buffer.
+;;
+;; Options (M-x customize-group RET sly-agent-q): `sly-agent-q-provider',
+;; `sly-agent-q-model', `sly-agent-q-base-url', `sly-agent-q-max-steps',
+;; `sly-agent-q-trust-levels' (per tool: safe, cautious or dangerous),
+;; `sly-agent-q-max-safety-level', `sly-agent-q-project-root',
+;; `sly-agent-q-node-program', `sly-agent-q-server-file'.
+;;
+;; Scripting: (sly-agent-q-send "..." CALLBACK) sends a message;
+;; `sly-agent-q-turn-finished-hook' runs when a turn ends;
+;; `sly-agent-q-approval-function' replaces the approval UI.
+;;
+;; Debugging: M-x sly-agent-q-events-buffer (every JSON-RPC message),
+;; M-x sly-agent-q-stderr-buffer (the server's log), M-x
+;; sly-agent-q-list-tools, M-x sly-agent-q-restart-server.
+;;
+;; The parts: sly-agent-q-server.el (the Node server), -bridge.el (the
+;; Lisp image through SLY or SLIME), -chat.el (the chat buffer),
+;; -approval.el (approvals), -tools.el, -files.el, -diff.el (buffer and
+;; file tools, the reviewed file edit).
+
+;;; Code:
+
+(require 'sly-agent-q-server)
+(require 'sly-agent-q-bridge)
+(require 'sly-agent-q-chat)
+(require 'sly-agent-q-approval)
+(require 'sly-agent-q-tools)
+
+(defconst sly-agent-q-version "0.1.0"
+  "The version of sly-agent-q.")
+
+;;;###autoload (autoload 'sly-agent-q-send "sly-agent-q")
+;;;###autoload (autoload 'sly-agent-q-cancel "sly-agent-q" nil t)
+;;;###autoload (autoload 'sly-agent-q-attach-region "sly-agent-q" nil t)
+;;;###autoload (autoload 'sly-agent-q-attach-defun "sly-agent-q" nil t)
+;;;###autoload (autoload 'sly-agent-q-attach-buffer "sly-agent-q" nil t)
+;;;###autoload (autoload 'sly-agent-q-attach-file "sly-agent-q" nil t)
+
+;;;###autoload
+(defun sly-agent-q ()
+  "Open the sly-agent-q chat buffer, starting the server if needed."
+  (interactive)
+  (let ((buf (sly-agent-q-chat-buffer)))
+    (sly-agent-q-server-ensure
+     (lambda (_conn err)
+       (when err
+         (when (buffer-live-p buf)
+           (with-current-buffer buf
+             (sly-agent-q-chat-notice (concat "Error: " err) 'sly-agent-q-error-face))))))
+    (pop-to-buffer buf)
+    (with-current-buffer buf (goto-char (point-max)))
+    buf))
+
+(defcustom sly-agent-q-lisp-mode-prefix "C-c q"
+  "The key prefix of `sly-agent-q-lisp-mode' (a string for `kbd').
+Changes take effect when the package is loaded again."
+  :type 'string
+  :group 'sly-agent-q)
+
+(defvar sly-agent-q-command-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map "q" #'sly-agent-q)
+    (define-key map "r" #'sly-agent-q-attach-region)
+    (define-key map "d" #'sly-agent-q-attach-defun)
+    (define-key map "b" #'sly-agent-q-attach-buffer)
+    (define-key map "f" #'sly-agent-q-attach-file)
+    (define-key map "c" #'sly-agent-q-clear-attachments)
+    (define-key map "k" #'sly-agent-q-cancel)
+    (define-key map "n" #'sly-agent-q-new-conversation)
+    map)
+  "The agent's commands, under `sly-agent-q-lisp-mode-prefix'.")
+(fset 'sly-agent-q-command-map sly-agent-q-command-map)
+
+(defvar sly-agent-q-lisp-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd sly-agent-q-lisp-mode-prefix) 'sly-agent-q-command-map)
+    map)
+  "Keymap of `sly-agent-q-lisp-mode'.")
+
+;;;###autoload
+(define-minor-mode sly-agent-q-lisp-mode
+  "The sly-agent-q commands in Lisp buffers.
+They are under the prefix `sly-agent-q-lisp-mode-prefix' (C-c q by default).
+
+\\{sly-agent-q-command-map}"
+  :lighter " AgentQ"
+  :keymap sly-agent-q-lisp-mode-map)
+
+(provide 'sly-agent-q)
+;;; sly-agent-q.el ends here

@@ -1,0 +1,306 @@
+;;; sly-agent-q-e2e-test.el --- End to end: the spec's scenarios in a real image  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; A real SBCL under SLIME (or SLY, with SLY_AGENT_Q_E2E_LISP=sly and
+;; SLY_DIR), the MY-APP fixture loaded in it, the real bundled server
+;; started by the package, and the scripted mock LLM standing in for
+;; the model.  The mock's scripts (test/e2e/scripts/) play only the
+;; model's part: every fact asserted here is read from the image, the
+;; disk or the chat buffer, never from a script.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "../elisp/sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(declare-function slime-start "ext:slime")
+(declare-function slime-connected-p "ext:slime")
+(declare-function slime-eval "ext:slime")
+(declare-function slime-inferior-process "ext:slime")
+(declare-function sly-start "ext:sly")
+(declare-function sly-connected-p "ext:sly")
+(declare-function sly-eval "ext:sly")
+(declare-function sly-inferior-process "ext:sly")
+(defvar sly-agent-q-chat--turn)
+
+(defconst e2e-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
+  "Which Lisp mode these tests drive: `slime' or `sly'.")
+
+(defconst e2e-scripts (expand-file-name "test/e2e/scripts" sly-agent-q-test-root))
+
+;;;; The Lisp
+
+(defun e2e-connected-p ()
+  "Non-nil when the Lisp mode under test is connected."
+  (if (eq e2e-lisp 'sly) (sly-connected-p) (slime-connected-p)))
+
+(defun e2e-connect ()
+  "Make sure SBCL is connected through the Lisp mode under test, with MY-APP loaded."
+  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
+  (unless (if (eq e2e-lisp 'sly) (sly-agent-q-test-require-sly) (sly-agent-q-test-require-slime))
+    (ert-skip (format "%s is not available%s" e2e-lisp (if (eq e2e-lisp 'sly) " (set SLY_DIR)" ""))))
+  (unless (e2e-connected-p)
+    (setq e2e--ready nil)
+    ;; The connected hook runs after the Lisp mode's own start-up evaluations (loading its
+    ;; contribs): evaluating before that would cancel them.
+    (add-hook (if (eq e2e-lisp 'sly) 'sly-connected-hook 'slime-connected-hook) #'e2e--set-ready)
+    (if (eq e2e-lisp 'sly)
+        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+      (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
+    (sly-agent-q-test-wait (lambda () (and e2e--ready (e2e-connected-p))) 120 "the Lisp to connect")
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t))))
+
+(defvar e2e--ready nil "Set when the Lisp mode has finished connecting.")
+
+(defun e2e--set-ready ()
+  "Note that the Lisp mode has finished connecting."
+  (setq e2e--ready t))
+
+(defun e2e-eval (form)
+  "Evaluate FORM in the image, synchronously (tests only)."
+  (if (eq e2e-lisp 'sly) (sly-eval form) (slime-eval form)))
+
+(defun e2e-reset-fixture ()
+  "Load MY-APP afresh, so each scenario starts from the buggy original."
+  (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t)))
+
+(defun e2e-debugger-buffers ()
+  "Debugger buffers that exist now (there must never be any)."
+  (cl-remove-if-not (lambda (b) (string-match-p "\\*\\(sldb\\|sly-db\\)" (buffer-name b))) (buffer-list)))
+
+;;;; The agent with a scripted model
+
+(defmacro e2e-with-agent (script &rest body)
+  "Run BODY with the mock playing test/e2e/scripts/SCRIPT and the agent started.
+The project root is a fresh temporary directory, bound to `root' in BODY."
+  (declare (indent 1) (debug t))
+  `(progn
+     (e2e-connect)
+     (let ((root (file-name-as-directory (make-temp-file "agent-q-e2e" t))))
+       (unwind-protect
+           (let ((sly-agent-q-project-root root))
+             (sly-agent-q-test-with-server
+                 (json-read-file (expand-file-name ,script e2e-scripts))
+               ,@body))
+         (delete-directory root t)))))
+
+(defun e2e-tool-results ()
+  "Every tool_result the model received, in order, as (CONTENT . IS-ERROR)."
+  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
+    (cl-loop for message across (alist-get 'messages (alist-get 'body last))
+             for content = (alist-get 'content message)
+             when (vectorp content)
+             append (cl-loop for block across content
+                             when (equal (alist-get 'type block) "tool_result")
+                             collect (cons (e2e-block-text (alist-get 'content block))
+                                           (eq (alist-get 'is_error block) t))))))
+
+(defun e2e-block-text (content)
+  "The text of a tool_result CONTENT (a string or a vector of text blocks)."
+  (if (stringp content) content
+    (mapconcat (lambda (b) (or (alist-get 'text b) "")) content "")))
+
+(defun e2e-request-count ()
+  "How many requests the mock received."
+  (length (sly-agent-q-test-mock-requests)))
+
+(defun e2e-send (text &optional timeout)
+  "Send TEXT, wait for the turn to end, check no debugger appeared; return the outcome."
+  (let ((outcome (sly-agent-q-test-send text (or timeout 90))))
+    (should-not (e2e-debugger-buffers))
+    outcome))
+
+;;;; The three scenarios of the specification
+
+(ert-deftest e2e-scenario-1-describe-process-data ()
+  "Describe PROCESS-DATA: the image's own docstring and arglist reach the model and the chat."
+  (e2e-with-agent "scenario-1-describe.json"
+    (e2e-reset-fixture)
+    (let* ((doc (e2e-eval '(cl:documentation 'my-app::process-data 'cl:function)))
+           (first-line (car (split-string doc "\n")))
+           (outcome (e2e-send "Describe the function PROCESS-DATA in MY-APP package")))
+      (should (eq (plist-get outcome :status) 'finished))
+      (should (= (e2e-request-count) 2))
+      (let ((result (car (e2e-tool-results))))
+        (should-not (cdr result))
+        (should (string-match-p (regexp-quote first-line) (car result)))
+        ;; The lambda list comes from the image: the script never names these.
+        (should (string-match-p "&KEY" (car result)))
+        (should (string-match-p "SCALE" (car result))))
+      (let ((chat (sly-agent-q-test-chat-text)))
+        (should (string-match-p "describe_symbol" chat))
+        (should (string-match-p (regexp-quote first-line) chat))))))
+
+(ert-deftest e2e-scenario-2-fix-parse-input ()
+  "Fix PARSE-INPUT: reproduce the real error, compile a fix, verify; the image really changes."
+  (e2e-with-agent "scenario-2-fix-bug.json"
+    (e2e-reset-fixture)
+    (let ((condition (e2e-eval '(cl:handler-case (cl:progn (my-app::parse-input "") nil)
+                                  (cl:error (e) (cl:symbol-name (cl:type-of e)))))))
+      (should (stringp condition))
+      (let ((outcome (e2e-send "There's a bug in PARSE-INPUT, it fails on empty strings")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (= (e2e-request-count) 5))
+        (let ((results (e2e-tool-results)))
+          (should (= (length results) 4))
+          ;; The reproduction brought back the image's real condition, not a debugger.
+          (should (string-match-p (regexp-quote condition) (car (nth 1 results))))
+          ;; The verification ran the fixed code.
+          (should (string-match-p "(NIL (1 2))" (car (nth 3 results)))))
+        (should (string-match-p "(NIL (1 2))" (sly-agent-q-test-chat-text)))))
+    ;; Afterwards the image itself has the fix.
+    (should (equal (e2e-eval '(my-app::parse-input "")) nil))
+    (should (equal (e2e-eval '(my-app::parse-input "3, 4")) '(3 4)))))
+
+(ert-deftest e2e-scenario-3-add-serialize-method ()
+  "Add SERIALIZE for MY-CLASS: slots and methods from the image, then a real new method."
+  (e2e-with-agent "scenario-3-add-method.json"
+    (e2e-reset-fixture)
+    (let ((find-method '(cl:find-method #'my-app::serialize nil
+                                        (cl:list (cl:find-class 'my-app::my-class) (cl:find-class 't))
+                                        nil)))
+      ;; Start without the method, whatever an earlier run left.
+      (e2e-eval `(cl:let ((m ,find-method)) (cl:when m (cl:remove-method #'my-app::serialize m)) t))
+      (should-not (e2e-eval `(cl:and ,find-method t)))
+      (let ((outcome (e2e-send "Add a new method to SERIALIZE for MY-CLASS")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (let ((results (e2e-tool-results)))
+          (should (= (length results) 4))
+          (should (cl-notany #'cdr results))
+          ;; Slots as the image knows them (initform "unnamed" is nowhere in the script).
+          (dolist (slot '("NAME" "ITEMS" "CREATED" "unnamed"))
+            (should (string-match-p slot (car (nth 0 results)))))
+          (dolist (spec '("INTEGER" "STRING" "LIST"))
+            (should (string-match-p spec (car (nth 1 results)))))
+          (should (string-match-p "#<MY-CLASS demo: 1 2 3>" (car (nth 3 results))))))
+      (should (e2e-eval `(cl:and ,find-method t)))
+      (should (equal (e2e-eval '(my-app::serialize-to-string
+                                 (cl:make-instance 'my-app::my-class :name "x" :items '(7))))
+                     "#<MY-CLASS x: 7>")))))
+
+;;;; Trust levels and approvals
+
+(ert-deftest e2e-dangerous-write-file-approved-denied-edited ()
+  "write_file three times: approved, denied and edited; the disk shows each decision."
+  (e2e-with-agent "approvals-write-file.json"
+    (let* ((asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (let ((path (plist-get (plist-get request :arguments) :path)))
+                (push (cons (plist-get request :tool) path) asked)
+                (funcall callback
+                         (pcase path
+                           ("approved.txt" '(:decision "approved"))
+                           ("denied.txt" '(:decision "denied" :reason "not that one"))
+                           ("edited.txt" '(:decision "modified"
+                                           :arguments (:path "edited.txt" :content "GAMMA, edited\n")))))))))
+      (should (eq (plist-get (e2e-send "Write the three files") :status) 'finished))
+      (should (equal (reverse asked) '(("write_file" . "approved.txt") ("write_file" . "denied.txt")
+                                       ("write_file" . "edited.txt"))))
+      (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "approved.txt" root)) (buffer-string))
+                     "alpha\n"))
+      (should-not (file-exists-p (expand-file-name "denied.txt" root)))
+      (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "edited.txt" root)) (buffer-string))
+                     "GAMMA, edited\n"))
+      (let ((results (e2e-tool-results)))
+        (should (equal (mapcar #'cdr results) '(nil t nil)))
+        (should (string-match-p "not that one" (car (nth 1 results))))))))
+
+(ert-deftest e2e-propose-file-edit-some-hunks ()
+  "propose_file_edit reviewed hunk by hunk: only the accepted hunks reach the disk."
+  (e2e-with-agent "propose-file-edit.json"
+    (let ((file (expand-file-name "src/notes.lisp" root))
+          seen-hunks)
+      (make-directory (file-name-directory file) t)
+      (with-temp-file file
+        (insert ";;; notes\n(defvar *first* 1)\n;; a\n;; b\n;; c\n;; d\n;; e\n;; f\n;; g\n;; h\n"
+                "(defvar *second* 2)\n;; i\n;; j\n;; k\n;; l\n;; m\n;; n\n;; o\n;; p\n(defvar *third* 3)\n"))
+      (let ((sly-agent-q-approval-function
+             (lambda (request callback)
+               (setq seen-hunks (plist-get request :hunks))
+               (funcall callback
+                        (list :decision "modified"
+                              :arguments (append (plist-get request :arguments) '(:accepted_hunks [2])))))))
+        (should (eq (plist-get (e2e-send "Rename the counters") :status) 'finished)))
+      (should (= (length seen-hunks) 2))
+      (let ((text (with-temp-buffer (insert-file-contents file) (buffer-string))))
+        (should (string-match-p "(defvar \\*second\\* 2)" text))
+        (should (string-match-p "(defvar \\*third-renamed\\* 3)" text)))
+      (let ((result (car (e2e-tool-results))))
+        (should-not (cdr result))
+        (should (string-match-p "2" (car result)))
+        (should (string-match-p "rejected: 1" (car result)))))))
+
+(ert-deftest e2e-trust-level-makes-eval-dangerous ()
+  "A user's trust level makes eval_form ask first; denied, the image is untouched."
+  (e2e-with-agent "trust-levels.json"
+    (e2e-reset-fixture)
+    (let* ((asked nil)
+           (sly-agent-q-trust-levels '(("eval_form" . dangerous)))
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push (plist-get request :tool) asked)
+              (funcall callback '(:decision "denied" :reason "no evaluation today")))))
+      (sly-agent-q-server-reconfigure)
+      (should (eq (plist-get (e2e-send "Set the scale to 99") :status) 'finished))
+      (should (equal asked '("eval_form")))
+      (should (equal (e2e-eval 'my-app::*scale*) 1))
+      (should (string-match-p "no evaluation today" (car (car (e2e-tool-results))))))))
+
+;;;; Failures the agent must survive
+
+(ert-deftest e2e-tool-error-recovery ()
+  "A wrong symbol name gives an error with the image's closest matches; the model retries."
+  (e2e-with-agent "tool-error-recovery.json"
+    (e2e-reset-fixture)
+    (should (eq (plist-get (e2e-send "Describe process-data") :status) 'finished))
+    (let ((results (e2e-tool-results)))
+      (should (cdr (nth 0 results)))
+      (should (string-match-p "PROCESS-DATA" (car (nth 0 results))))
+      (should-not (cdr (nth 1 results))))
+    (should (string-match-p "Recovered" (sly-agent-q-test-chat-text)))))
+
+(ert-deftest e2e-cancel-during-eval ()
+  "C-c C-k during a long evaluation ends the turn as cancelled; the next turn works."
+  (e2e-with-agent "cancel.json"
+    (let (outcome)
+      (sly-agent-q-send "Sleep a while" (lambda (o) (setq outcome o)))
+      (sly-agent-q-test-wait (lambda () (string-match-p "eval_form" (sly-agent-q-test-chat-text))) 30
+                             "the eval_form call to show")
+      (sly-agent-q-test-sleep 0.5)
+      (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))
+      (sly-agent-q-test-wait (lambda () outcome) 10 "the cancelled turn")
+      (should (eq (plist-get outcome :status) 'cancelled)))
+    (should-not (e2e-debugger-buffers))
+    (should (equal (e2e-eval '(cl:+ 1 2)) 3))
+    ;; The history stays valid: the mock checks it like the real API does.
+    (let ((next (e2e-send "hello again")))
+      (should (eq (plist-get next :status) 'finished))
+      (should (string-match-p "hello again" (plist-get next :text))))))
+
+(ert-deftest e2e-zz-lisp-dropped-mid-turn ()
+  "The Lisp dies during an evaluation: the model gets a clear error and the turn ends."
+  (e2e-with-agent "lisp-dropped.json"
+    (let (outcome)
+      (sly-agent-q-send "Sleep a while" (lambda (o) (setq outcome o)))
+      (sly-agent-q-test-wait (lambda () (string-match-p "eval_form" (sly-agent-q-test-chat-text))) 30
+                             "the eval_form call to show")
+      (sly-agent-q-test-sleep 1)
+      (delete-process (if (eq e2e-lisp 'sly)
+                          (sly-inferior-process (sly-agent-q-bridge-current-connection))
+                        (slime-inferior-process (sly-agent-q-bridge-current-connection))))
+      (sly-agent-q-test-wait (lambda () outcome) 30 "the turn to end")
+      (should (eq (plist-get outcome :status) 'finished))
+      (let ((result (car (e2e-tool-results))))
+        (should (cdr result))
+        (should (string-match-p "connection" (car result)))))
+    (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice")))
+
+(defun sly-agent-q-bridge-current-connection ()
+  "The connection the bridge uses now."
+  (cdr (sly-agent-q-bridge-current)))
+
+(provide 'sly-agent-q-e2e-test)
+;;; sly-agent-q-e2e-test.el ends here

@@ -1,0 +1,185 @@
+;;; sly-agent-q-bridge-test.el --- The bridge to the image, with real SBCL and SLIME  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Unit tests of the form building, then a real SBCL started through
+;; SLIME (found with package-initialize; skipped when SLIME or SBCL is
+;; missing): evaluation, aborts, timeouts, loading lisp-cl/, a helper
+;; call on the fixture system, a Lisp killed mid-call, and an image
+;; tool called by the model through the real server.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(declare-function slime-start "ext:slime")
+(declare-function slime-connected-p "ext:slime")
+(declare-function slime-inferior-process "ext:slime")
+(declare-function slime-net-close "ext:slime")
+
+;;;; Without a Lisp
+
+(ert-deftest sly-agent-q-bridge-json-to-lisp ()
+  "JSON values become the data lisp-cl expects."
+  (should (equal (sly-agent-q-bridge-json-to-lisp
+                  '(:symbol "process-data" :package "MY-APP" :full :json-false
+                    :n 3 :ok t :none nil :list ["a" 1 (:k "v")]))
+                 '(("symbol" . "process-data") ("package" . "MY-APP") ("full")
+                   ("n" . 3) ("ok" . t) ("none") ("list" "a" 1 (("k" . "v"))))))
+  (should (equal (sly-agent-q-bridge-json-to-lisp nil) nil)))
+
+(ert-deftest sly-agent-q-bridge-form-is-data ()
+  "User text stays a string in the form: nothing is pasted into source."
+  (let* ((evil "x\") (cl:delete-file \"/tmp/x\") (\"")
+         (form (sly-agent-q-bridge-call-form "describe_symbol" (list :symbol evil) "CL-USER" 30))
+         (printed (prin1-to-string form))
+         (back (car (read-from-string printed))))
+    (should (equal back form))
+    (should (equal (cdr (assoc "symbol" (cadr (nth 3 (nth 2 back))))) evil))
+    (should (eq (car form) 'cl:if))))
+
+(ert-deftest sly-agent-q-bridge-no-lisp ()
+  "With no Lisp connected an image call fails with the clear message."
+  (cl-letf (((symbol-function 'sly-agent-q-bridge-current) #'ignore))
+    (let (result)
+      (sly-agent-q-bridge-call-tool "describe_symbol" '(:symbol "car") nil
+                                    (lambda (c e) (setq result (list c e))))
+      (should (equal result (list nil "No Lisp is connected; start one with M-x sly (or M-x slime)."))))))
+
+;;;; With SBCL and SLIME
+
+(defvar sly-agent-q-test--slime-ready nil)
+
+(defun sly-agent-q-test--slime ()
+  "Make sure SLIME is connected to an SBCL; return (ADAPTER . CONNECTION)."
+  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
+  (unless (sly-agent-q-test-require-slime) (ert-skip "SLIME cannot be found"))
+  (unless (slime-connected-p)
+    (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+    (sly-agent-q-test-wait #'slime-connected-p 120 "SLIME to connect to SBCL"))
+  (let ((cur (sly-agent-q-bridge-current)))
+    (should cur)
+    (should (equal (sly-agent-q-bridge-adapter-name (car cur)) "SLIME"))
+    cur))
+
+(defun sly-agent-q-test--eval (form &optional timeout)
+  "Evaluate FORM through the bridge; return (VALUE ERROR)."
+  (let* ((cur (sly-agent-q-test--slime)) result)
+    (sly-agent-q-bridge-eval (car cur) (cdr cur) form "CL-USER" (or timeout 10)
+                             (lambda (v e) (setq result (list v e))))
+    (sly-agent-q-test-wait (lambda () result) (+ 5 (or timeout 10)) "the evaluation")
+    result))
+
+(defun sly-agent-q-test--call (tool args &optional package)
+  "Call helper TOOL with ARGS through the bridge; return (CONTENT ERROR)."
+  (sly-agent-q-test--slime)
+  (let (result)
+    (sly-agent-q-bridge-call-tool tool args package (lambda (c e) (setq result (list c e))))
+    (sly-agent-q-test-wait (lambda () result) 120 (format "the %s call" tool))
+    result))
+
+(ert-deftest sly-agent-q-bridge-slime-eval ()
+  "An asynchronous evaluation answers; an abort becomes an error, not a debugger."
+  (should (equal (sly-agent-q-test--eval '(cl:+ 1 2)) '(3 nil)))
+  (let ((r (sly-agent-q-test--eval '(cl:abort))))
+    (should-not (car r))
+    (should (string-match-p "aborted" (cadr r))))
+  (should-not (get-buffer "*sldb sbcl/1*"))
+  (should (equal (sly-agent-q-bridge-current-package) "COMMON-LISP-USER"))
+  (should (equal (plist-get (sly-agent-q-chat--context) :currentPackage) "COMMON-LISP-USER")))
+
+(ert-deftest sly-agent-q-bridge-slime-timeout ()
+  "A call that takes too long gets an error; the late answer is ignored."
+  (let* ((cur (sly-agent-q-test--slime)) (calls 0) result)
+    (sly-agent-q-bridge-eval (car cur) (cdr cur) '(cl:progn (cl:sleep 1.5) 42) "CL-USER" 0.3
+                             (lambda (v e) (cl-incf calls) (setq result (list v e))))
+    (sly-agent-q-test-wait (lambda () result) 5 "the timeout")
+    (should (string-match-p "did not answer within 0.3 seconds" (cadr result)))
+    (sly-agent-q-test-sleep 2)
+    (should (= calls 1))
+    (should (equal (sly-agent-q-test--eval '(cl:+ 2 2)) '(4 nil)))))
+
+(ert-deftest sly-agent-q-bridge-slime-helpers ()
+  "lisp-cl is loaded on first use; describe_symbol works on the fixture system."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (let ((fixture (expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)))
+    (should (equal (car (sly-agent-q-test--eval `(cl:progn (cl:load ,fixture) t) 120)) t))
+    (let ((r (sly-agent-q-test--call "describe_symbol" '(:symbol "process-data" :package "MY-APP"))))
+      (should-not (cadr r))
+      (should (string-match-p "PROCESS-DATA" (car r))))
+    (should (eq (process-get (cdr (sly-agent-q-bridge-current)) 'sly-agent-q-helpers) 'loaded))
+    ;; An unknown symbol: an error for the model, no debugger.
+    (let ((r (sly-agent-q-test--call "describe_symbol" '(:symbol "no-such-symbol-xyz" :package "MY-APP"))))
+      (should (or (cadr r) (string-match-p "no-such-symbol-xyz\\|NO-SUCH-SYMBOL-XYZ" (car r)))))))
+
+(ert-deftest sly-agent-q-bridge-slime-helpers-fail-to-load ()
+  "When the helpers fail to load, the call says so with the reason."
+  (let* ((cur (sly-agent-q-test--slime))
+         (dir (make-temp-file "agent-q-lisp-cl" t))
+         (sly-agent-q-lisp-cl-directory dir))
+    (with-temp-file (expand-file-name "load.lisp" dir)
+      (insert "(error \"broken on purpose\")\n"))
+    (process-put (cdr cur) 'sly-agent-q-helpers nil)
+    (unwind-protect
+        (let ((r (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))))
+          (should-not (car r))
+          (should (string-match-p "Loading the sly-agent-q helpers into the image failed" (cadr r)))
+          (should (string-match-p "broken on purpose" (cadr r))))
+      (process-put (cdr cur) 'sly-agent-q-helpers nil))))
+
+(ert-deftest sly-agent-q-bridge-slime-zz-lisp-killed-mid-call ()
+  "Killing the Lisp during a call answers it with an error at once."
+  (let* ((cur (sly-agent-q-test--slime))
+         (conn (cdr cur))
+         result)
+    (sly-agent-q-bridge-eval (car cur) conn '(cl:sleep 60) "CL-USER" 90
+                             (lambda (v e) (setq result (list v e))))
+    (sly-agent-q-test-sleep 0.3)
+    (should-not result)
+    (delete-process (slime-inferior-process conn))
+    (sly-agent-q-test-wait (lambda () result) 10 "the error after the kill")
+    (should (string-match-p "connection to the Lisp image closed" (cadr result)))
+    (sly-agent-q-test-wait (lambda () (not (slime-connected-p))) 10 "SLIME to notice")))
+
+(ert-deftest sly-agent-q-bridge-slime-through-server ()
+  "The model calls an image tool; the server asks Emacs; SLIME answers."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (let ((fixture (expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)))
+    (should (equal (car (sly-agent-q-test--eval `(cl:progn (cl:load ,fixture) t) 120)) t))
+    (sly-agent-q-test-with-server
+        `((steps . [((content . [((type . "tool_use") (name . "describe_symbol")
+                                  (input . ((symbol . "process-data") (package . "MY-APP"))))]))
+                    ((content . [((type . "text") (text . "Found: {{last_tool_result}}"))]))]))
+      (let ((outcome (sly-agent-q-test-send "What is process-data?" 120)))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (string-match-p "PROCESS-DATA" (plist-get outcome :text)))
+        (should (string-match-p "describe_symbol (safe).*✓" (sly-agent-q-test-chat-text)))))))
+
+(ert-deftest sly-agent-q-bridge-slime-zz-server-lisp-killed ()
+  "The Lisp dies while the model's eval_form runs: the model gets an error result."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (let ((conn (cdr (sly-agent-q-test--slime))))
+    (sly-agent-q-test-with-server
+        `((steps . [((content . [((type . "tool_use") (name . "eval_form")
+                                  (input . ((form . "(sleep 30)"))))]))
+                    ((content . [((type . "text") (text . "Tool said: {{last_tool_result}}"))]))]))
+      (let (outcome)
+        (sly-agent-q-send "sleep" (lambda (p) (setq outcome p)))
+        (sly-agent-q-test-wait (lambda () (string-match-p "eval_form (cautious).*running"
+                                                          (sly-agent-q-test-chat-text)))
+                               60 "the eval_form call")
+        (sly-agent-q-test-sleep 0.5)
+        (delete-process (slime-inferior-process conn))
+        (sly-agent-q-test-wait (lambda () outcome) 60
+                               (lambda () (format "the turn; chat:\n%s\nevents:\n%s" (sly-agent-q-test-chat-text)
+                                       (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-server-connection))
+                                         (buffer-substring-no-properties (max (point-min) (- (point-max) 3000)) (point-max))))))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (string-match-p "connection to the Lisp image closed" (plist-get outcome :text)))
+        (should (string-match-p "eval_form (cautious).*✗ The connection to the Lisp image closed"
+                                (sly-agent-q-test-chat-text)))))))
+
+(provide 'sly-agent-q-bridge-test)
+;;; sly-agent-q-bridge-test.el ends here

@@ -1,0 +1,347 @@
+;;; sly-agent-q-chat-test.el --- Chat, approvals, cancel and crashes against the real server  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Every test here runs the real bundled server (dist/sly-agent-q-server.js)
+;; spawned by the package's own connection code, and the scripted mock LLM.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(defun sly-agent-q-test--text (text &rest more)
+  "A text content block of TEXT (and MORE concatenated)."
+  `((type . "text") (text . ,(apply #'concat text more))))
+
+(defun sly-agent-q-test--tool (name input)
+  "A tool_use content block calling NAME with INPUT (an alist)."
+  `((type . "tool_use") (name . ,name) (input . ,(or input (make-hash-table)))))
+
+(defun sly-agent-q-test--step (&rest content)
+  "A script step answering with CONTENT."
+  `((content . ,(vconcat content))))
+
+(defun sly-agent-q-test--script (&rest steps)
+  "A mock script of STEPS."
+  `((steps . ,(vconcat steps))))
+
+(ert-deftest sly-agent-q-chat-streams-and-runs-a-tool ()
+  "A turn streams text, runs a tool in Emacs and finishes with the final text."
+  (let* ((tools (fboundp 'sly-agent-q-tools-call))
+         (tool (if tools "current_directory" "describe_symbol"))
+         (root (make-temp-file "agent-q-root" t))
+         (sly-agent-q-project-root root))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (append (sly-agent-q-test--step
+                  (sly-agent-q-test--text "Let me look at the project. ")
+                  (sly-agent-q-test--tool tool (if tools nil '((symbol . "process-data")))))
+                 '((stop_reason . "tool_use") (chunk_delay_ms . 5)))
+         (append (sly-agent-q-test--step
+                  (sly-agent-q-test--text "The answer: {{last_tool_result}}\n```lisp\n(defun foo (x) \"doc\" x)\n```\n"))
+                 '((chunk_delay_ms . 5))))
+      (let ((outcome (sly-agent-q-test-send "Where am I?")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (string-match-p "The answer:" (plist-get outcome :text)))
+        (let ((chat (sly-agent-q-test-chat-text)))
+          (should (string-match-p "You: Where am I\\?" chat))
+          (should (string-match-p "Let me look at the project\\." chat))
+          (should (string-match-p (concat "▸ " tool " (safe)") chat))
+          (if tools
+              (progn (should (string-match-p "✓ [0-9]+ ms" chat))
+                     (should (string-match-p (regexp-quote (file-name-nondirectory root)) chat)))
+            (should (string-match-p "No Lisp is connected" chat))))
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          ;; The code block is fontified as Lisp.
+          (goto-char (point-min))
+          (should (search-forward "defun" nil t))
+          (should (eq (get-text-property (match-beginning 0) 'face) 'font-lock-keyword-face))
+          ;; The header line shows the model, tokens and cost.
+          (let ((header (sly-agent-q-chat--header-line)))
+            (should (string-match-p "claude-sonnet-4-5" header))
+            (should (string-match-p "tokens [0-9,]+ in / [0-9,]+ out" header))
+            (should (string-match-p "\\$[0-9.]+" header)))
+          ;; The tool entry expands with TAB.
+          (goto-char (point-min))
+          (search-forward (concat "▸ " tool))
+          (let ((entry (get-text-property (point) 'sly-agent-q-entry)))
+            (should entry)
+            (funcall (lookup-key (get-text-property (point) 'keymap) (kbd "TAB")))
+            (should (sly-agent-q-entry-expanded entry))
+            (should (string-match-p "arguments:" (sly-agent-q-test-chat-text)))
+            (should (string-match-p (if tools "result:" "error:") (sly-agent-q-test-chat-text)))))))))
+
+(defun sly-agent-q-test--write-script (path content)
+  "A script: write CONTENT to PATH, then report the tool result."
+  (sly-agent-q-test--script
+   (sly-agent-q-test--step (sly-agent-q-test--text "Writing it.")
+                           (sly-agent-q-test--tool "write_file" `((path . ,path) (content . ,content))))
+   (sly-agent-q-test--step (sly-agent-q-test--text "Result: {{last_tool_result}}"))))
+
+(defmacro sly-agent-q-test--with-root (var &rest body)
+  "Run BODY with VAR bound to a fresh project root, `sly-agent-q-project-root' too."
+  (declare (indent 1))
+  `(let* ((,var (file-name-as-directory (make-temp-file "agent-q-root" t)))
+          (sly-agent-q-project-root ,var))
+     (unless (fboundp 'sly-agent-q-tools-call)
+       (ert-skip "sly-agent-q-tools.el is not there"))
+     ,@body))
+
+(ert-deftest sly-agent-q-chat-approval-function-approves ()
+  "An approval function approving write_file: the file is written."
+  (sly-agent-q-test--with-root root
+    (let (requests)
+      (sly-agent-q-test-with-server (sly-agent-q-test--write-script "notes.txt" "hello")
+        (let* ((sly-agent-q-approval-function
+                (lambda (request callback)
+                  (push request requests)
+                  (funcall callback '(:decision "approved"))))
+               (outcome (sly-agent-q-test-send "write it")))
+          (should (eq (plist-get outcome :status) 'finished))
+          (should (= 1 (length requests)))
+          (let ((r (car requests)))
+            (should (equal (plist-get r :tool) "write_file"))
+            (should (equal (plist-get r :safetyLevel) "dangerous"))
+            (should (stringp (plist-get r :callId)))
+            (should (stringp (plist-get r :description)))
+            (should (equal (plist-get (plist-get r :arguments) :content) "hello")))
+          (should (equal (with-temp-buffer
+                           (insert-file-contents (expand-file-name "notes.txt" root))
+                           (buffer-string))
+                         "hello")))))))
+
+(ert-deftest sly-agent-q-chat-approval-function-denies ()
+  "A denial: nothing is written and the model learns the reason."
+  (sly-agent-q-test--with-root root
+    (sly-agent-q-test-with-server (sly-agent-q-test--write-script "notes.txt" "hello")
+      (let* ((sly-agent-q-approval-function
+              (lambda (_request callback)
+                (run-with-timer 0.1 nil callback '(:decision "denied" :reason "not in this file"))))
+             (outcome (sly-agent-q-test-send "write it")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should-not (file-exists-p (expand-file-name "notes.txt" root)))
+        (should (string-match-p "not in this file" (plist-get outcome :text)))
+        (should (string-match-p "✗ .*not in this file" (sly-agent-q-test-chat-text)))))))
+
+(ert-deftest sly-agent-q-chat-approval-function-modifies ()
+  "A modification: the tool runs with the new arguments."
+  (sly-agent-q-test--with-root root
+    (sly-agent-q-test-with-server (sly-agent-q-test--write-script "notes.txt" "hello")
+      (let* ((sly-agent-q-approval-function
+              (lambda (request callback)
+                (let ((args (copy-sequence (plist-get request :arguments))))
+                  (funcall callback (list :decision "modified"
+                                          :arguments (plist-put args :content "bonjour"))))))
+             (outcome (sly-agent-q-test-send "write it")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (equal (with-temp-buffer
+                         (insert-file-contents (expand-file-name "notes.txt" root))
+                         (buffer-string))
+                       "bonjour"))))))
+
+(ert-deftest sly-agent-q-chat-approval-interactive ()
+  "The inline approval: y approves, and a for always skips the next approval."
+  (sly-agent-q-test--with-root root
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (sly-agent-q-test--step (sly-agent-q-test--tool "write_file" '((path . "a.txt") (content . "A"))))
+         (sly-agent-q-test--step (sly-agent-q-test--tool "write_file" '((path . "b.txt") (content . "B"))))
+         (sly-agent-q-test--step (sly-agent-q-test--tool "write_file" '((path . "c.txt") (content . "C"))))
+         (sly-agent-q-test--step (sly-agent-q-test--text "All written.")))
+      (let (outcome)
+        (sly-agent-q-send "write three files" (lambda (p) (setq outcome p)))
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          ;; First: y on the approval.
+          (sly-agent-q-test-wait (lambda () (string-match-p "needs your approval" (sly-agent-q-test-chat-text)))
+                                 10 "the first approval")
+          (goto-char (point-min))
+          (search-forward "needs your approval")
+          (should (string-match-p "\\[Approve\\] \\[Deny\\] \\[Edit arguments\\] \\[Always allow write_file\\]"
+                                  (sly-agent-q-test-chat-text)))
+          (call-interactively (lookup-key (get-text-property (point) 'keymap) "y"))
+          (sly-agent-q-test-wait (lambda () (file-exists-p (expand-file-name "a.txt" root))) 10 "a.txt")
+          ;; Second: the Always button.
+          (sly-agent-q-test-wait (lambda () (save-excursion
+                                               (goto-char (point-min))
+                                               (text-property-search-forward
+                                                'sly-agent-q-approval nil
+                                                (lambda (_ a) (and a (eq (sly-agent-q-approval-status a) 'pending))))))
+                                 10 "the second approval")
+          (goto-char (point-min))
+          (search-forward "[Always allow write_file]")
+          (push-button (1- (point)))
+          ;; Third runs without asking.
+          (sly-agent-q-test-wait (lambda () outcome) 15 "the turn to end")
+          (should (eq (plist-get outcome :status) 'finished))
+          (should (file-exists-p (expand-file-name "b.txt" root)))
+          (should (file-exists-p (expand-file-name "c.txt" root)))
+          (let ((text (sly-agent-q-test-chat-text)))
+            (should (string-match-p "✓ approved write_file" text))
+            (should (string-match-p "✓ approved (and from now on in this session) write_file" text))
+            (should (= 2 (cl-count-if (lambda (l) (string-match-p "✓ approved" l))
+                                      (split-string text "\n"))))))))))
+
+(ert-deftest sly-agent-q-chat-cancel ()
+  "C-c C-k during a hanging response ends the turn as cancelled."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script
+       (append (sly-agent-q-test--step (sly-agent-q-test--text "Thinking very hard about this question"))
+               '((chunk_delay_ms . 20) (hang_after_chunks . 5)))
+       (sly-agent-q-test--step (sly-agent-q-test--text "Second answer.")))
+    (let (outcome)
+      (sly-agent-q-send "think" (lambda (p) (setq outcome p)))
+      (sly-agent-q-test-wait (lambda () (string-match-p "Thinking" (sly-agent-q-test-chat-text))) 10 "streamed text")
+      (should-not outcome)
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (should (string-match-p "running" (sly-agent-q-chat--header-line)))
+        (call-interactively (key-binding (kbd "C-c C-k"))))
+      (sly-agent-q-test-wait (lambda () outcome) 10 "the cancellation")
+      (should (eq (plist-get outcome :status) 'cancelled))
+      (should (string-match-p "\\[cancelled\\]" (sly-agent-q-test-chat-text)))
+      ;; The conversation goes on.
+      (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
+      (should (string-match-p "Second answer\\." (sly-agent-q-test-chat-text))))))
+
+(ert-deftest sly-agent-q-chat-server-crash-and-restart ()
+  "Killing the server mid-turn fails the turn, keeps the transcript, restarts it."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script
+       (append (sly-agent-q-test--step (sly-agent-q-test--text "Partial answer before the crash"))
+               '((chunk_delay_ms . 20) (hang_after_chunks . 5)))
+       (sly-agent-q-test--step (sly-agent-q-test--text "Back again.")))
+    (let ((old (sly-agent-q-server-connection))
+          outcome)
+      (sly-agent-q-send "go" (lambda (p) (setq outcome p)))
+      (sly-agent-q-test-wait (lambda () (string-match-p "Partial" (sly-agent-q-test-chat-text))) 10 "streamed text")
+      (kill-process (jsonrpc--process old))
+      (sly-agent-q-test-wait (lambda () outcome) 10 "the failed turn")
+      (should (eq (plist-get outcome :status) 'failed))
+      (should (string-match-p "exited" (plist-get outcome :message)))
+      (let ((text (sly-agent-q-test-chat-text)))
+        (should (string-match-p "You: go" text))
+        (should (string-match-p "Partial answer" text))
+        (should (string-match-p "server exited .*restarting it" text)))
+      (sly-agent-q-test-wait (lambda () (and (sly-agent-q-server-ready-p)
+                                             (not (eq old (sly-agent-q-server-connection)))))
+                             20 "the restarted server")
+      (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
+      (should (string-match-p "Back again\\." (sly-agent-q-test-chat-text))))))
+
+(ert-deftest sly-agent-q-chat-no-lisp-connected ()
+  "An image tool with no Lisp connected gives the model a clear error."
+  (cl-letf (((symbol-function 'sly-agent-q-bridge-current) #'ignore))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (sly-agent-q-test--step (sly-agent-q-test--tool "describe_symbol" '((symbol . "car"))))
+         (sly-agent-q-test--step (sly-agent-q-test--text "Tool said: {{last_tool_result}}")))
+      (let ((outcome (sly-agent-q-test-send "describe car")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (string-match-p "No Lisp is connected; start one with M-x sly (or M-x slime)"
+                                (plist-get outcome :text)))
+        (should (string-match-p "describe_symbol (safe).*✗ No Lisp is connected"
+                                (sly-agent-q-test-chat-text)))))))
+
+(ert-deftest sly-agent-q-chat-key-never-shown ()
+  "The API key reaches the server through its environment, never a buffer."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script (sly-agent-q-test--step (sly-agent-q-test--text "hi")))
+    (should (eq (plist-get (sly-agent-q-test-send "hello") :status) 'finished))
+    ;; The mock saw the key, so it travelled.
+    (let ((req (aref (sly-agent-q-test-mock-requests) 0)))
+      (should (string-match-p (regexp-quote sly-agent-q-test-api-key)
+                              (format "%s %s"
+                                      (cdr (assq 'x-api-key (cdr (assq 'headers req))))
+                                      (cdr (assq 'authorization (cdr (assq 'headers req))))))))
+    (let ((events (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-server-connection))
+                    (buffer-string))))
+      (should (string-match-p "initialize" events))
+      (should (string-match-p "chat/textDelta" events)))
+    (dolist (buf (buffer-list))
+      (with-current-buffer buf
+        (save-excursion
+          (goto-char (point-min))
+          (should-not (search-forward sly-agent-q-test-api-key nil t)))))
+    (should-not (string-match-p (regexp-quote sly-agent-q-test-api-key)
+                                (format "%S" (sly-agent-q-server-configuration))))))
+
+(ert-deftest sly-agent-q-chat-clean-shutdown ()
+  "Shutting down (as on kill-emacs) ends the server with exit status 0."
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (let ((proc (jsonrpc--process (sly-agent-q-server-connection))))
+      (sly-agent-q--kill-emacs)
+      (sly-agent-q-test-wait (lambda () (not (process-live-p proc))) 5 "the server to exit")
+      (should (eq (process-status proc) 'exit))
+      (should (= 0 (process-exit-status proc)))
+      (should-not (sly-agent-q-server-live-p)))))
+
+(ert-deftest sly-agent-q-chat-ret-sends-and-conversation-continues ()
+  "M-x sly-agent-q, then RET in the input: two turns of one conversation."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script
+       (sly-agent-q-test--step (sly-agent-q-test--text "First reply."))
+       (sly-agent-q-test--step (sly-agent-q-test--text "Second reply.")))
+    (let* ((outcomes nil)
+           (sly-agent-q-turn-finished-hook (list (lambda (p) (push p outcomes))))
+           (buf (save-window-excursion (call-interactively #'sly-agent-q))))
+      (with-current-buffer buf
+        (should (eq major-mode 'sly-agent-q-chat-mode))
+        (goto-char (point-max))
+        (insert "first question")
+        (call-interactively (key-binding (kbd "RET")))
+        (sly-agent-q-test-wait (lambda () outcomes) 20 "the first turn")
+        (should (equal (sly-agent-q-chat--input-text) ""))
+        (goto-char (point-max))
+        (insert "second question")
+        (call-interactively (key-binding (kbd "C-c C-c")))
+        (sly-agent-q-test-wait (lambda () (= 2 (length outcomes))) 20 "the second turn")
+        (should (equal (mapcar (lambda (p) (plist-get p :text)) outcomes)
+                       '("Second reply." "First reply.")))
+        (should (equal (plist-get (car outcomes) :conversationId)
+                       (plist-get (cadr outcomes) :conversationId)))
+        (should (string-match-p "\n([0-9,]+ in / [0-9,]+ out · \\$[0-9.]+)\n" (buffer-string)))
+        (call-interactively (key-binding (kbd "M-p")))
+        (should (equal (sly-agent-q-chat--input-text) "second question"))))
+    ;; The second request carried the first exchange.
+    (let* ((reqs (sly-agent-q-test-mock-requests))
+           (messages (cdr (assq 'messages (cdr (assq 'body (aref reqs 1)))))))
+      (should (= 2 (length reqs)))
+      (should (>= (length messages) 3)))))
+
+(ert-deftest sly-agent-q-chat-bad-configuration ()
+  "A configuration the server refuses gives a clear error; fixing it works."
+  (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
+  (let ((sly-agent-q-trust-levels '(("eval_form" . super)))
+        (sly-agent-q-api-key sly-agent-q-test-api-key)
+        (sly-agent-q-chat-buffer-name "*sly-agent-q bad config*")
+        outcome)
+    (unwind-protect
+        (progn
+          (sly-agent-q-send "hello" (lambda (p) (setq outcome p)))
+          (sly-agent-q-test-wait (lambda () outcome) 20 "the failure")
+          (should (eq (plist-get outcome :status) 'failed))
+          (should (string-match-p "failed to initialize: Unknown safety level for eval_form: super"
+                                  (plist-get outcome :message)))
+          (should (string-match-p "Error: The server failed to initialize"
+                                  (with-current-buffer (sly-agent-q-chat-buffer) (buffer-string))))
+          (let ((sly-agent-q-trust-levels '(("eval_form" . dangerous))) ready)
+            (sly-agent-q-server-ensure (lambda (conn err) (setq ready (or conn err))))
+            (sly-agent-q-test-wait (lambda () ready) 20 "the restarted server")
+            (should (sly-agent-q-server-ready-p))))
+      (sly-agent-q-server-stop)
+      (kill-buffer sly-agent-q-chat-buffer-name))))
+
+(ert-deftest sly-agent-q-chat-list-tools ()
+  "M-x sly-agent-q-list-tools shows the tools with their levels in force."
+  (let ((sly-agent-q-trust-levels '(("eval_form" . dangerous))))
+    (sly-agent-q-test-with-server (sly-agent-q-test--script)
+      (when (get-buffer "*sly-agent-q tools*") (kill-buffer "*sly-agent-q tools*"))
+      (save-window-excursion (sly-agent-q-list-tools))
+      (sly-agent-q-test-wait (lambda () (get-buffer "*sly-agent-q tools*")) 10 "the tools buffer")
+      (with-current-buffer "*sly-agent-q tools*"
+        (should (string-match-p "^eval_form +cautious +dangerous +image " (buffer-string)))
+        (should (string-match-p "^describe_symbol +safe +safe +image " (buffer-string)))))))
+
+(provide 'sly-agent-q-chat-test)
+;;; sly-agent-q-chat-test.el ends here

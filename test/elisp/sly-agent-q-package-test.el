@@ -1,0 +1,93 @@
+;;; sly-agent-q-package-test.el --- The package byte-compiles cleanly and passes checkdoc  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Each check runs in a fresh `emacs -Q --batch': every lisp-elisp file
+;; byte-compiled with `byte-compile-error-on-warn', without SLY or SLIME
+;; on the load path, with SLIME, and with SLY (SLY_DIR); then checkdoc.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(defun sly-agent-q-test--batch (extra-load-path form)
+  "Run FORM in a fresh emacs -Q --batch with EXTRA-LOAD-PATH; return (STATUS . OUTPUT)."
+  (with-temp-buffer
+    (let ((status
+           (apply #'call-process (expand-file-name invocation-name invocation-directory)
+                  nil t nil "-Q" "--batch"
+                  (append (cl-mapcan (lambda (d) (list "-L" d)) extra-load-path)
+                          (list "--eval" (prin1-to-string form))))))
+      (cons status (buffer-string)))))
+
+(defun sly-agent-q-test--compile-all (extra-load-path)
+  "Byte-compile every lisp-elisp file with EXTRA-LOAD-PATH; return (STATUS . OUTPUT)."
+  (let ((out (make-temp-file "agent-q-elc" t)))
+    (sly-agent-q-test--batch
+     (cons (expand-file-name "lisp-elisp" sly-agent-q-test-root) extra-load-path)
+     `(progn
+        (require 'bytecomp)
+        (setq byte-compile-error-on-warn t load-prefer-newer t)
+        (let ((byte-compile-dest-file-function
+               (lambda (f) (expand-file-name (concat (file-name-nondirectory f) "c") ,out)))
+              (ok t))
+          (dolist (f (directory-files ,(expand-file-name "lisp-elisp" sly-agent-q-test-root) t "\\.el\\'"))
+            (unless (byte-compile-file f) (setq ok nil)))
+          (kill-emacs (if ok 0 1)))))))
+
+(ert-deftest sly-agent-q-package-compiles-without-sly-or-slime ()
+  "No warnings with neither SLY nor SLIME on the load path."
+  (let ((r (sly-agent-q-test--compile-all nil)))
+    (should (equal r (cons 0 (cdr r))))
+    (should-not (string-match-p "Warning\\|Error" (cdr r)))))
+
+(ert-deftest sly-agent-q-package-compiles-with-slime ()
+  "No warnings with SLIME on the load path."
+  (unless (sly-agent-q-test-require-slime) (ert-skip "SLIME cannot be found"))
+  (let ((r (sly-agent-q-test--compile-all
+            (list (file-name-directory (locate-library "slime"))))))
+    (should (equal r (cons 0 (cdr r))))
+    (should-not (string-match-p "Warning\\|Error" (cdr r)))))
+
+(ert-deftest sly-agent-q-package-compiles-with-sly ()
+  "No warnings with SLY on the load path."
+  (unless (getenv "SLY_DIR") (ert-skip "SLY_DIR is not set"))
+  (let ((r (sly-agent-q-test--compile-all (list (expand-file-name (getenv "SLY_DIR"))))))
+    (should (equal r (cons 0 (cdr r))))
+    (should-not (string-match-p "Warning\\|Error" (cdr r)))))
+
+(ert-deftest sly-agent-q-package-checkdoc ()
+  "Every lisp-elisp file passes checkdoc."
+  (let ((r (sly-agent-q-test--batch
+            nil
+            `(progn
+               (require 'checkdoc)
+               (require 'cl-lib)
+               (require 'subr-x)
+               (let ((checkdoc-diagnostic-buffer "*checkdoc*"))
+                 (dolist (f (directory-files ,(expand-file-name "lisp-elisp" sly-agent-q-test-root)
+                                             t "\\.el\\'"))
+                   (with-current-buffer (find-file-noselect f)
+                     (checkdoc-current-buffer t))))
+               (with-current-buffer (get-buffer-create "*checkdoc*")
+                 (goto-char (point-min))
+                 (let ((problems (cl-remove-if
+                                  (lambda (l) (or (string-match-p "\\`[ \t\f\r]*\\'" l) (string-prefix-p "***" l)))
+                                  (split-string (buffer-string) "\n"))))
+                   (princ (mapconcat #'identity problems "\n"))
+                   (kill-emacs (if problems 1 0))))))))
+    (should (equal r (cons 0 "")))))
+
+(ert-deftest sly-agent-q-package-loads-without-sly-or-slime ()
+  "Loading the package needs neither SLY nor SLIME and loads neither."
+  (let ((r (sly-agent-q-test--batch
+            (list (expand-file-name "lisp-elisp" sly-agent-q-test-root))
+            '(progn (require 'sly-agent-q)
+                    (princ (list (featurep 'sly) (featurep 'slime)
+                                 (fboundp 'sly-agent-q) (fboundp 'sly-agent-q-tools-call)))))))
+    (should (equal r '(0 . "(nil nil t t)")))))
+
+(provide 'sly-agent-q-package-test)
+;;; sly-agent-q-package-test.el ends here

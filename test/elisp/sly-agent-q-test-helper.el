@@ -1,0 +1,169 @@
+;;; sly-agent-q-test-helper.el --- Shared helpers of the sly-agent-q ERT tests  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Load path setup, a deadline-bounded wait (tests only: product code
+;; never waits), the scripted mock LLM server and the real bundled
+;; server, and finding SLIME / SLY for the bridge tests.
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'json)
+(require 'url)
+
+(defconst sly-agent-q-test-root
+  (expand-file-name "../.." (file-name-directory (or load-file-name buffer-file-name)))
+  "The root of the source checkout.")
+
+(add-to-list 'load-path (expand-file-name "lisp-elisp" sly-agent-q-test-root))
+(setq load-prefer-newer t)
+
+(require 'sly-agent-q)
+
+(defvar sly-agent-q-test-timeout 20
+  "Default seconds `sly-agent-q-test-wait' waits.")
+
+(defun sly-agent-q-test-wait (pred &optional timeout what)
+  "Process events until PRED returns non-nil, at most TIMEOUT seconds.
+Return PRED's value; fail the test naming WHAT on timeout (a string,
+or a function returning one)."
+  (let ((deadline (+ (float-time) (or timeout sly-agent-q-test-timeout)))
+        value)
+    (while (and (not (setq value (funcall pred)))
+                (< (float-time) deadline))
+      (accept-process-output nil 0.05))
+    (or value
+        (ert-fail (list (format "Timed out after %ss waiting for %s"
+                                (or timeout sly-agent-q-test-timeout)
+                                (if (functionp what) (funcall what) (or what pred))))))))
+
+(defun sly-agent-q-test-sleep (seconds)
+  "Process events for SECONDS."
+  (let ((deadline (+ (float-time) seconds)))
+    (while (< (float-time) deadline)
+      (accept-process-output nil 0.02))))
+
+;;;; The mock LLM
+
+(defvar sly-agent-q-test-mock nil "The mock LLM process.")
+(defvar sly-agent-q-test-mock-url nil "The mock LLM's base URL.")
+
+(defun sly-agent-q-test-mock-available-p ()
+  "Non-nil when the mock LLM and the bundled server exist."
+  (and (file-exists-p (expand-file-name "test/fixtures/mock-llm/cli.mjs" sly-agent-q-test-root))
+       (file-exists-p (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root))
+       (executable-find "node")))
+
+(defun sly-agent-q-test-start-mock (script)
+  "Start the mock LLM with SCRIPT (a Lisp value encoded as JSON); return its URL."
+  (let* ((file (make-temp-file "agent-q-script" nil ".json" (json-encode script)))
+         (buf (generate-new-buffer " *mock-llm*"))
+         (proc (make-process :name "mock-llm" :buffer buf :noquery t
+                             :connection-type 'pipe
+                             :command (list "node" (expand-file-name "test/fixtures/mock-llm/cli.mjs"
+                                                                     sly-agent-q-test-root)
+                                            "--script" file)
+                             :stderr (get-buffer-create " *mock-llm stderr*"))))
+    (setq sly-agent-q-test-mock proc)
+    (sly-agent-q-test-wait (lambda () (with-current-buffer buf
+                                         (goto-char (point-min))
+                                         (search-forward "\n" nil t)))
+                           10 "the mock LLM to start")
+    (setq sly-agent-q-test-mock-url
+          (with-current-buffer buf
+            (goto-char (point-min))
+            (cdr (assq 'url (json-read)))))))
+
+(defun sly-agent-q-test-stop-mock ()
+  "Stop the mock LLM."
+  (when (process-live-p sly-agent-q-test-mock)
+    (ignore-errors (process-send-eof sly-agent-q-test-mock))
+    (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-test-mock))) 5 "mock exit")
+    (when (process-live-p sly-agent-q-test-mock) (delete-process sly-agent-q-test-mock)))
+  (setq sly-agent-q-test-mock nil))
+
+(defun sly-agent-q-test-mock-requests ()
+  "The requests the mock LLM recorded, as parsed JSON (alists)."
+  (let ((buf (url-retrieve-synchronously (concat sly-agent-q-test-mock-url "/_requests") t t 5)))
+    (with-current-buffer buf
+      (goto-char (point-min))
+      (re-search-forward "\n\n")
+      (prog1 (json-read) (kill-buffer)))))
+
+;;;; The real server
+
+(defconst sly-agent-q-test-api-key "sk-ant-test-SECRET-0123456789"
+  "The API key the tests give the server; it must never show in a buffer.")
+
+(defmacro sly-agent-q-test-with-server (script &rest body)
+  "Run BODY with the mock LLM playing SCRIPT and the real server started.
+The chat buffer is fresh; everything is stopped afterwards."
+  (declare (indent 1) (debug t))
+  `(progn
+     (unless (sly-agent-q-test-mock-available-p)
+       (ert-skip "the mock LLM or the bundled server (node scripts/build.mjs) is missing"))
+     (let* ((sly-agent-q-provider "anthropic")
+            (sly-agent-q-base-url (sly-agent-q-test-start-mock ,script))
+            (sly-agent-q-api-key sly-agent-q-test-api-key)
+            (sly-agent-q-model "claude-sonnet-4-5")
+            (sly-agent-q-server-file nil)
+            (sly-agent-q-approval-function nil)
+            (sly-agent-q-events-buffer-size nil))
+       (unwind-protect
+           (progn
+             (when (get-buffer sly-agent-q-chat-buffer-name)
+               (kill-buffer sly-agent-q-chat-buffer-name))
+             (let (ready err)
+               (sly-agent-q-server-ensure (lambda (conn e) (setq ready conn err e)))
+               (sly-agent-q-test-wait (lambda () (or ready err)) 20 "the server to initialize")
+               (should-not err))
+             ,@body)
+         (sly-agent-q-server-stop)
+         (sly-agent-q-test-stop-mock)
+         (when (get-buffer sly-agent-q-chat-buffer-name)
+           (let ((kill-buffer-query-functions nil))
+             (kill-buffer sly-agent-q-chat-buffer-name)))))))
+
+(defun sly-agent-q-test-send (text &optional timeout)
+  "Send TEXT through `sly-agent-q-send' and wait for the turn's outcome plist."
+  (let (outcome)
+    (sly-agent-q-send text (lambda (plist) (setq outcome plist)))
+    (sly-agent-q-test-wait (lambda () outcome) (or timeout 30) (format "the answer to %S" text))))
+
+(defun sly-agent-q-test-chat-text ()
+  "The chat buffer's text."
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+;;;; SLIME and SLY
+
+(defun sly-agent-q-test-require-slime ()
+  "Load SLIME from the load path, SLIME_DIR or the system's package dirs.
+Return non-nil when it is loaded."
+  (or (require 'slime nil t)
+      (let ((dir (getenv "SLIME_DIR")))
+        (when dir
+          (add-to-list 'load-path dir)
+          (require 'slime nil t)))
+      (progn
+        (require 'package)
+        ;; What Debian's startup adds to `package-directory-list' (absent under -Q).
+        (let* ((version-dir (file-name-directory (directory-file-name data-directory)))
+               (site (list (expand-file-name "site-lisp/elpa" version-dir)
+                           (expand-file-name "../site-lisp/elpa" version-dir))))
+          (dolist (d site)
+            (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
+          (package-initialize)
+          (require 'slime nil t)))))
+
+(defun sly-agent-q-test-require-sly ()
+  "Load SLY from the checkout named by SLY_DIR; return non-nil when loaded."
+  (let ((dir (getenv "SLY_DIR")))
+    (when (and dir (file-directory-p dir))
+      (add-to-list 'load-path (expand-file-name dir))
+      (require 'sly nil t))))
+
+(provide 'sly-agent-q-test-helper)
+;;; sly-agent-q-test-helper.el ends here
