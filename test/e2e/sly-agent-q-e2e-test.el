@@ -108,8 +108,11 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
 
 (defun e2e-send (text &optional timeout)
   "Send TEXT, wait for the turn to end, check no debugger appeared; return the outcome."
-  (let ((outcome (sly-agent-q-test-send text (or timeout 90))))
+  (let ((outcome (sly-agent-q-test-send text (or timeout 90)))
+        (dump (getenv "SLY_AGENT_Q_E2E_TRANSCRIPT")))
     (should-not (e2e-debugger-buffers))
+    ;; For the README's transcript: the chat buffer as the user saw it.
+    (when dump (write-region (sly-agent-q-test-chat-text) nil dump t))
     outcome))
 
 ;;;; The three scenarios of the specification
