@@ -22,7 +22,7 @@ for entry in "${suites[@]}"; do
   read -r p f s < <(grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed' "$log" |
     sed -E 's/^[^:]+: ([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' |
     awk '{p+=$1; f+=$2; s+=($3==""?0:$3)} END {print p+0, f+0, s+0}')
-  skips=$(grep -E '^SKIP ' "$log" | sed 's/^SKIP /  skipped: /' || true)
+  skips=$(grep -E '(^|: )SKIP:? ' "$log" | sed -E 's/^(.*: )?SKIP:? /  skipped: /' || true)
   rm -f "$log"
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   [ "$rc" -ne 0 ] && status=1

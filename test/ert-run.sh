@@ -1,0 +1,42 @@
+# Sourced by the ERT suites' runners (test/elisp/run.sh, test/e2e/run.sh).
+# ert_run LABEL FILE [VAR=VALUE...] runs FILE's ERT tests in `emacs -Q --batch` with the package
+# and the test helpers on the load path, prints what failed and a one-line summary, and adds the
+# counts to $passed, $failed and $skipped.
+
+passed=0 failed=0 skipped=0
+ert_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+ert_run() {
+  local label=$1 file=$2; shift 2
+  local out rc summary e u s
+  # A bounded run: a Lisp debugger or a lost answer must not hang the suite.
+  out="$(env "$@" timeout "${ERT_FILE_TIMEOUT:-900}" "${EMACS:-emacs}" -Q --batch -L "$ert_root/lisp-elisp" -L "$ert_root/test/elisp" \
+           -l "$file" -f ert-run-tests-batch-and-exit 2>&1)"
+  rc=$?
+  summary="$(printf '%s\n' "$out" | grep -E '^Ran [0-9]+ tests?, ' | tail -n 1)"
+  if [ -z "$summary" ]; then
+    printf '%s\n' "$out" | tail -n 40
+    echo "$label: did not run to the end (exit $rc)"
+    failed=$((failed + 1))
+    return
+  fi
+  e="$(sed -E 's/.* ([0-9]+) results? as expected.*/\1/' <<<"$summary")"
+  u="$(sed -E 's/.* ([0-9]+) unexpected.*/\1/' <<<"$summary")"
+  s=0
+  if grep -qE '[0-9]+ skipped' <<<"$summary"; then s="$(sed -E 's/.* ([0-9]+) skipped.*/\1/' <<<"$summary")"; fi
+  if [ "$u" != 0 ] || [ "$rc" != 0 ]; then
+    printf '%s\n' "$out" | grep -E -A 14 '^Test .* condition:' | head -n 120
+    printf '%s\n' "$out" | grep -E '^ +(FAILED|skipped) '
+  fi
+  # Skipped tests name their reason in a line "SKIP: ...".
+  printf '%s\n' "$out" | grep -E '^SKIP: ' | sed "s/^/$label: /"
+  echo "$label: ${summary%% (*}"
+  passed=$((passed + e)) failed=$((failed + u)) skipped=$((skipped + s))
+  if [ "$u" = 0 ] && [ "$rc" != 0 ]; then failed=$((failed + 1)); fi
+}
+
+# ert_summary NAME prints the suite's closing line and returns its status.
+ert_summary() {
+  echo "$1: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]
+}
