@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(emacs-nox sbcl slime cl-fiveam)
+DEBIAN_PACKAGES=(emacs-nox sbcl slime cl-fiveam tmux)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

@@ -14,6 +14,7 @@
 
 ;;; Code:
 
+(require 'cl-lib)
 (require 'package)
 (require 'sly-agent-q)
 
@@ -54,6 +55,18 @@ Return the symbol `sly', `slime' or nil."
 Then ask, for example: \"Describe the function MAPCAR\"."
   "What the chat says when no model is configured.")
 
+(defun sly-agent-q-run--layout (chat)
+  "Show the Lisp's REPL on the left and CHAT on the right, and select CHAT."
+  (let ((repl (cl-find-if (lambda (b) (memq (buffer-local-value 'major-mode b)
+                                            '(slime-repl-mode sly-mrepl-mode)))
+                          (buffer-list))))
+    (delete-other-windows)
+    (when repl
+      (switch-to-buffer repl)
+      (split-window-right))
+    (other-window (if repl 1 0))
+    (switch-to-buffer chat)))
+
 (defun sly-agent-q-run ()
   "Start the Lisp, then open the chat next to the REPL."
   (let ((provider (getenv "SLY_AGENT_Q_PROVIDER"))
@@ -76,11 +89,11 @@ Then ask, for example: \"Describe the function MAPCAR\"."
         (sly-agent-q-chat-notice sly-agent-q-run--no-key-help)))
     (when mode
       (setq inferior-lisp-program "sbcl")
-      ;; The REPL opens in the other window; the chat keeps the selected one.
-      (save-selected-window
-        (split-window-right)
-        (other-window 1)
-        (if (eq mode 'sly) (funcall 'sly) (funcall 'slime))))))
+      ;; The Lisp mode shows its REPL when connected; then lay out REPL | chat, chat selected.
+      (add-hook (if (eq mode 'sly) 'sly-connected-hook 'slime-connected-hook)
+                (lambda () (run-at-time 0 nil #'sly-agent-q-run--layout chat))
+                t)
+      (if (eq mode 'sly) (funcall 'sly) (funcall 'slime)))))
 
 (sly-agent-q-run)
 

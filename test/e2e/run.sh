@@ -15,6 +15,9 @@ else
   echo "SKIP e2e with SLY: SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
 
+# The README's run command, in a real terminal.
+ert_run "e2e run command" "$here/sly-agent-q-run-command-test.el"
+
 # The package archive, installed with package-install-file into an empty package-user-dir.
 if "$emacs" -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package >/dev/null 2>&1; then
   ert_run "e2e package" "$here/sly-agent-q-package-test.el"
