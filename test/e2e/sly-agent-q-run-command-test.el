@@ -25,6 +25,18 @@
   "The text on SESSION's screen."
   (e2e-run--tmux "capture-pane" "-p" "-t" session))
 
+(defun e2e-run--quit (session)
+  "Quit Emacs in SESSION as a user would (C-x C-c, yes), so it stops its Lisp and server."
+  (e2e-run--tmux "send-keys" "-t" session "C-x" "C-c")
+  (sly-agent-q-test-sleep 1)
+  (when (string-match-p "yes or no" (e2e-run--screen session))
+    (e2e-run--tmux "send-keys" "-t" session "yes" "Enter"))
+  (let ((deadline (+ (float-time) 15)))
+    (while (and (< (float-time) deadline)
+                (zerop (call-process "tmux" nil nil nil "has-session" "-t" session)))
+      (sly-agent-q-test-sleep 0.2)))
+  (call-process "tmux" nil nil nil "kill-session" "-t" session))
+
 (defmacro e2e-run--with-session (env &rest body)
   "Start scripts/run.sh with ENV (a list of VAR=VALUE) in tmux; run BODY with `session' bound."
   (declare (indent 1) (debug t))
@@ -46,7 +58,7 @@
                                 (string-match-p "sly-agent-q: ask about your Lisp image" screen))))
               180 "Emacs with SLIME and the chat on screen")
              ,@body)
-         (e2e-run--tmux "kill-session" "-t" session)))))
+         (e2e-run--quit session)))))
 
 (ert-deftest e2e-run-command-answers-on-screen ()
   "make run: type a question in the chat, read the model's answer on the screen."
