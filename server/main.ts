@@ -5,6 +5,7 @@ import { createMessageConnection, StreamMessageReader, StreamMessageWriter } fro
 import { Logger } from "./log.js";
 import type { LogLevel } from "./protocol.js";
 import { registerChatHandlers } from "./agent/chat-handlers.js";
+import { GuardedMessageReader } from "./rpc/guarded-reader.js";
 import { AgentServer } from "./rpc/server.js";
 import { SERVER_NAME, SERVER_VERSION } from "./version.js";
 
@@ -46,7 +47,9 @@ function main(argv: string[]): void {
   console.log = console.info = console.debug = (...args: unknown[]) => process.stderr.write(args.map(String).join(" ") + "\n");
 
   const logger = new Logger(level);
-  const connection = createMessageConnection(new StreamMessageReader(process.stdin), new StreamMessageWriter(process.stdout));
+  const writer = new StreamMessageWriter(process.stdout);
+  const reader = new GuardedMessageReader(new StreamMessageReader(process.stdin), writer);
+  const connection = createMessageConnection(reader, writer);
   const server = new AgentServer(connection, {
     logger,
     onExit: (code) => {

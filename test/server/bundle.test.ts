@@ -1,6 +1,6 @@
 // The real bundle, spawned as a child process and spoken to over stdio with Content-Length framing.
 
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { copyFileSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -60,6 +60,37 @@ describe("the bundled server", () => {
     const list = await proc.connection.sendRequest<ToolsListResult>("tools/list", {});
     expect(list.tools.length).toBeGreaterThan(10);
     expect(proc.child.exitCode).toBeNull();
+  });
+
+  it("answers each malformed message with the JSON-RPC error the spec names", async () => {
+    const child = spawn(process.execPath, [BUNDLE], { stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    const responses = () =>
+      out
+        .split(/Content-Length: \d+\r\n\r\n/)
+        .filter((s) => s.trim())
+        .map((s) => JSON.parse(s) as { id: unknown; error?: { code: number; message: string }; result?: unknown });
+    try {
+      child.stdin.write(frame("{bad json"));
+      child.stdin.write(frame("[1,2]"));
+      child.stdin.write(frame('{"jsonrpc":"2.0","id":5}'));
+      child.stdin.write(frame('{"jsonrpc":"2.0","id":6,"method":7}'));
+      child.stdin.write(frame('{"jsonrpc":"2.0","id":7,"result":"a stray response"}'));
+      child.stdin.write(frame('{"jsonrpc":"2.0","id":8,"method":"shutdown"}'));
+      for (let i = 0; i < 50 && !responses().some((r) => r.id === 8); i++) await sleep(20);
+      const rs = responses();
+      expect(rs.map((r) => [r.id, r.error?.code ?? "ok"])).toEqual([
+        [null, -32700],
+        [null, -32600],
+        [5, -32600],
+        [6, -32600],
+        [8, "ok"],
+      ]);
+      expect(rs[1]!.error!.message).toMatch(/batches are not supported/);
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 
   it("never prints an API key, and logs go to stderr only", async () => {
