@@ -218,30 +218,38 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
         (should (equal (mapcar #'cdr results) '(nil t nil)))
         (should (string-match-p "not that one" (car (nth 1 results))))))))
 
-(ert-deftest e2e-propose-file-edit-some-hunks ()
-  "propose_file_edit reviewed hunk by hunk: only the accepted hunks reach the disk."
+(ert-deftest e2e-propose-file-edit-denied-then-some-hunks ()
+  "propose_file_edit reviewed hunk by hunk: denied changes nothing; then only accepted hunks land."
   (e2e-with-agent "propose-file-edit.json"
-    (let ((file (expand-file-name "src/notes.lisp" root))
-          seen-hunks)
+    (let* ((file (expand-file-name "src/notes.lisp" root))
+           (original (concat ";;; notes\n(defvar *first* 1)\n;; a\n;; b\n;; c\n;; d\n;; e\n;; f\n;; g\n;; h\n"
+                             "(defvar *second* 2)\n;; i\n;; j\n;; k\n;; l\n;; m\n;; n\n;; o\n;; p\n(defvar *third* 3)\n"))
+           (read (lambda () (with-temp-buffer (insert-file-contents file) (buffer-string))))
+           (reviews 0)
+           seen-hunks disk-at-second-review)
       (make-directory (file-name-directory file) t)
-      (with-temp-file file
-        (insert ";;; notes\n(defvar *first* 1)\n;; a\n;; b\n;; c\n;; d\n;; e\n;; f\n;; g\n;; h\n"
-                "(defvar *second* 2)\n;; i\n;; j\n;; k\n;; l\n;; m\n;; n\n;; o\n;; p\n(defvar *third* 3)\n"))
+      (with-temp-file file (insert original))
       (let ((sly-agent-q-approval-function
              (lambda (request callback)
                (setq seen-hunks (plist-get request :hunks))
-               (funcall callback
-                        (list :decision "modified"
-                              :arguments (append (plist-get request :arguments) '(:accepted_hunks [2])))))))
+               (if (= (cl-incf reviews) 1)
+                   (funcall callback '(:decision "denied" :reason "not like this"))
+                 (setq disk-at-second-review (funcall read))
+                 (funcall callback
+                          (list :decision "modified"
+                                :arguments (append (plist-get request :arguments) '(:accepted_hunks [2]))))))))
         (should (eq (plist-get (e2e-send "Rename the counters") :status) 'finished)))
+      (should (= reviews 2))
+      (should (equal disk-at-second-review original))
       (should (= (length seen-hunks) 2))
-      (let ((text (with-temp-buffer (insert-file-contents file) (buffer-string))))
+      (let ((text (funcall read)))
         (should (string-match-p "(defvar \\*second\\* 2)" text))
         (should (string-match-p "(defvar \\*third-renamed\\* 3)" text)))
-      (let ((result (car (e2e-tool-results))))
-        (should-not (cdr result))
-        (should (string-match-p "2" (car result)))
-        (should (string-match-p "rejected: 1" (car result)))))))
+      (let ((results (e2e-tool-results)))
+        (should (cdr (nth 0 results)))
+        (should (string-match-p "not like this" (car (nth 0 results))))
+        (should-not (cdr (nth 1 results)))
+        (should (string-match-p "rejected: 1" (car (nth 1 results))))))))
 
 (ert-deftest e2e-trust-level-makes-eval-dangerous ()
   "A user's trust level makes eval_form ask first; denied, the image is untouched."
