@@ -328,7 +328,10 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
           (if key
               (cons (concat (sly-agent-q--key-variable) "=" key) process-environment)
             process-environment))
-         (default-directory (file-name-directory file)))
+         (default-directory (file-name-directory file))
+         ;; Adaptive buffering holds back small reads for up to tens of milliseconds, a delay
+         ;; every message of every tool round trip would pay (make bench, figure 1).
+         (process-adaptive-read-buffering nil))
     (make-process
      :name "sly-agent-q"
      :command (list node file "--stdio" "--log-level"
