@@ -581,9 +581,17 @@ With a prefix argument ALL, show every registered tool."
        (when err (message "sly-agent-q: restart failed: %s" err))))))
 
 (defun sly-agent-q--kill-emacs ()
-  "Shut the server down when Emacs exits."
-  (when (sly-agent-q-server-live-p)
-    (ignore-errors (sly-agent-q-server-stop))))
+  "Tell the server to shut down when Emacs exits, without waiting for it.
+Waiting here hangs an Emacs whose terminal is gone (SIGHUP): it kept
+running, busy, after its terminal closed.  The server reads shutdown
+and exit from the pipe and exits on its own."
+  (let ((conn sly-agent-q--connection))
+    (when (and conn (jsonrpc-running-p conn))
+      (setf (sly-agent-q--status conn) 'stopping)
+      (ignore-errors
+        (jsonrpc-async-request conn 'shutdown nil
+                               :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore))
+      (ignore-errors (jsonrpc-notify conn 'exit nil)))))
 
 (add-hook 'kill-emacs-hook #'sly-agent-q--kill-emacs)
 

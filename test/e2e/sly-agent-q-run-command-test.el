@@ -83,5 +83,21 @@
       (should (string-match-p "ANTHROPIC_API_KEY" screen))
       (should (string-match-p "11434" screen)))))
 
+(ert-deftest e2e-run-command-exits-when-its-terminal-closes ()
+  "Closing the terminal (SIGHUP) ends Emacs, its server and its Lisp promptly."
+  (let (pid)
+    (e2e-run--with-session (list "SLY_AGENT_Q_BASE_URL=")
+      (setq pid (string-to-number (e2e-run--tmux "list-panes" "-t" session "-F" "#{pane_pid}")))
+      (should (> pid 0))
+      (should (process-attributes pid))
+      (e2e-run--tmux "kill-session" "-t" session))
+    (unwind-protect
+        (sly-agent-q-test-wait
+         (lambda () (let ((attrs (process-attributes pid)))
+                      (or (null attrs) (equal (alist-get 'state attrs) "Z"))))
+         15 "Emacs to exit after its terminal closed")
+      ;; Never leave a hung Emacs behind, even when the test fails.
+      (when (process-attributes pid) (signal-process pid 'kill)))))
+
 (provide 'sly-agent-q-run-command-test)
 ;;; sly-agent-q-run-command-test.el ends here
