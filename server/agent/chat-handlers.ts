@@ -31,6 +31,7 @@ import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import { Conversation } from "./conversation.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
+import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
 
 export interface ChatOptions {
@@ -133,7 +134,12 @@ export class ChatService {
 
   private async run(conversation: Conversation, turnId: string, p: ChatSendParams, signal: AbortSignal): Promise<void> {
     const ref = { conversationId: conversation.id, turnId };
-    const notify = <T>(method: string, params: T) => this.server.notify(method, params);
+    const text = new TextBatcher((t) => this.server.notify(ServerNotifications.textDelta, { ...ref, text: t } satisfies TextDeltaParams));
+    // Every other notification of the turn first sends the text that came before it.
+    const notify = <T>(method: string, params: T) => {
+      text.flush();
+      this.server.notify(method, params);
+    };
     const config: Configuration = { ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) };
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
 
@@ -173,7 +179,7 @@ export class ChatService {
       },
       events: {
         retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
-        textDelta: (text) => notify<TextDeltaParams>(ServerNotifications.textDelta, { ...ref, text }),
+        textDelta: (delta) => text.push(delta),
         toolCall: (call, safetyLevel) =>
           notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
         toolResult: (r) =>

@@ -107,6 +107,9 @@ describe("chat over JSON-RPC", () => {
     expect(chatNotes.every((n) => n.params.turnId === sent.turnId && n.params.conversationId === sent.conversationId)).toBe(true);
     const kinds = chatNotes.map((n) => n.method).filter((m, i, a) => m !== "chat/textDelta" || a[i - 1] !== "chat/textDelta");
     expect(kinds).toEqual(["chat/textDelta", "chat/toolCall", "chat/toolResult", "chat/textDelta", "chat/turnFinished"]);
+    // Deltas are joined (text-batcher.ts), but every character arrives, in order, before what follows it.
+    const deltas = chatNotes.filter((n) => n.method === "chat/textDelta").map((n) => n.params.text as string);
+    expect(deltas.join("")).toBe("Looking it up.It is: PROCESS-DATA names a function: (process-data items)");
     const call = chatNotes.find((n) => n.method === "chat/toolCall")!.params;
     expect(call).toMatchObject({ name: "describe_symbol", arguments: { symbol: "process-data" }, safetyLevel: "safe" });
     const result = chatNotes.find((n) => n.method === "chat/toolResult")!.params;
