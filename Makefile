@@ -45,3 +45,7 @@ package: build
 # Set up and start the product: Emacs in the terminal, SBCL under SLIME, the chat open.
 run:
 	@scripts/run.sh
+
+# What the agent costs beyond the model's own time: one table of medians, spreads and ratios (bench/).
+bench: build
+	bench/run.sh

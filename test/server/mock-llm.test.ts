@@ -140,4 +140,17 @@ describe("mock LLM over HTTP", () => {
     expect(chunks.find((c) => c.choices[0]?.finish_reason)?.choices[0].finish_reason).toBe("tool_calls");
     expect(chunks[chunks.length - 1]).toMatchObject({ choices: [], usage: { prompt_tokens: expect.any(Number) } });
   });
+
+  it("streams text in deltas of text_delta_chars characters when asked", async () => {
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "abcdefghij" }], text_delta_chars: 4 }] });
+    const r = await post("/v1/messages", { ...hello, stream: true });
+    const deltas = (await r.text())
+      .split("\n\n")
+      .map((e) => /^data: (.*)$/m.exec(e)?.[1])
+      .filter((d): d is string => d !== undefined)
+      .map((d) => JSON.parse(d))
+      .filter((d) => d.type === "content_block_delta")
+      .map((d) => d.delta.text);
+    expect(deltas).toEqual(["abcd", "efgh", "ij"]);
+  });
 });

@@ -1,0 +1,368 @@
+;;; emacs.el --- Benchmark figures 1-3: tool round trip, throughput, streaming  -*- lexical-binding: t; -*-
+
+;; emacs -Q --batch -l bench/emacs.el
+;;
+;; Starts SBCL under SLIME, loads lisp-cl/ (through the package's own
+;; bridge) and the MY-APP fixture, starts the mock LLM and the bundled
+;; server through the package's own connection code, then measures:
+;;
+;; 1. describe_symbol through the whole path (tools/call -> executor ->
+;;    emacs/call -> bridge -> SLIME -> image and back) against a bare
+;;    `slime-eval' of the same helper form; then 1,000 full calls in a row.
+;; 2. one model message with 100 describe_symbol calls, first chat/toolCall
+;;    to last chat/toolResult, against 100 sequential bare evals.
+;; 3. 20,000 small text deltas streamed into the real chat buffer.
+;;
+;; With BENCH_NO_EVENTS_LOG=1 it measures the same with jsonrpc's events log off
+;; (`sly-agent-q-events-buffer-size' 0; the package's default logs every
+;; message).  bench/run.sh runs both, each in a fresh Emacs and SBCL.
+;;
+;; Rows go to the file named by $BENCH_RESULTS (JSON lines), read by
+;; bench/report.mjs.  $BENCH_QUICK=1 runs fewer repetitions.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'json)
+
+(defconst bench-root
+  (expand-file-name ".." (file-name-directory (or load-file-name buffer-file-name))))
+(add-to-list 'load-path (expand-file-name "lisp-elisp" bench-root))
+(require 'sly-agent-q)
+
+(defconst bench-quick (equal (getenv "BENCH_QUICK") "1"))
+(defconst bench-pairs (if bench-quick 50 200) "Bare/full pairs for figure 1.")
+(defconst bench-row-calls (if bench-quick 200 1000) "Full calls in a row for figure 1.")
+(defconst bench-batches (if bench-quick 2 5) "Repetitions of figure 2.")
+(defconst bench-streams (if bench-quick 1 3) "Repetitions of figure 3.")
+(defconst bench-deltas 20000)
+(defconst bench-delta-chars 4)
+
+(defvar bench-no-log (equal (getenv "BENCH_NO_EVENTS_LOG") "1")
+  "Non-nil (BENCH_NO_EVENTS_LOG=1): measure with jsonrpc's events log off.")
+
+;;;; Helpers
+
+(defun bench-log (fmt &rest args)
+  (princ (concat (apply #'format fmt args) "\n") #'external-debugging-output))
+
+(defun bench-record (&rest plist)
+  "Write one result row (a plist of JSON fields); rows without the events log are marked."
+  (when bench-no-log
+    (setq plist (plist-put plist :figure (concat (plist-get plist :figure) " (events log off)"))))
+  (let ((line (concat (json-encode plist) "\n"))
+        (file (getenv "BENCH_RESULTS")))
+    (if file (write-region line nil file t 'silent) (princ line))))
+
+(defun bench-median (xs)
+  (let* ((s (sort (append xs nil) #'<)) (n (length s)))
+    (if (cl-oddp n) (nth (/ n 2) s) (/ (+ (nth (1- (/ n 2)) s) (nth (/ n 2) s)) 2.0))))
+
+(defun bench-pass-p (ok) (if ok t :json-false))
+
+(defun bench-wait (pred &optional timeout what)
+  "Process events until PRED is non-nil; fail after TIMEOUT seconds."
+  (let ((deadline (+ (float-time) (or timeout 60))) v)
+    (while (and (not (setq v (funcall pred))) (< (float-time) deadline))
+      (accept-process-output nil 0.01))
+    (or v (error "Timed out waiting for %s" (or what pred)))))
+
+(defun bench-cpu ()
+  "Seconds of CPU (user + system) this Emacs has used."
+  (let ((a (process-attributes (emacs-pid))))
+    (float-time (time-add (alist-get 'utime a) (alist-get 'stime a)))))
+
+(defun bench-rss-mb (pid)
+  "VmRSS of PID in MB."
+  (with-temp-buffer
+    (insert-file-contents (format "/proc/%d/status" pid))
+    (re-search-forward "VmRSS:[ \t]+\\([0-9]+\\)")
+    (/ (string-to-number (match-string 1)) 1024.0)))
+
+(defun bench-ms (start) (* 1000 (- (float-time) start)))
+
+;;;; SLIME, SBCL and the fixture
+
+(defun bench-require-slime ()
+  "Load SLIME from the load path or the system's package directories."
+  (or (require 'slime nil t)
+      (progn
+        (require 'package)
+        ;; What Debian's site start-up adds to `package-directory-list' (absent under -Q).
+        (let ((version-dir (file-name-directory (directory-file-name data-directory))))
+          (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
+                           (expand-file-name "../site-lisp/elpa" version-dir)))
+            (when (file-directory-p d) (add-to-list 'package-directory-list d t))))
+        (package-initialize)
+        (require 'slime nil t))))
+
+(declare-function slime-start "ext:slime")
+(declare-function slime-connected-p "ext:slime")
+(declare-function slime-eval "ext:slime")
+(declare-function slime-pid "ext:slime")
+(declare-function slime-quit-lisp "ext:slime")
+
+(defvar bench-helper-form nil "The bridge's call form for describe_symbol, as `slime-eval' gets it.")
+
+(defun bench-start-lisp ()
+  (unless (bench-require-slime) (error "SLIME cannot be found"))
+  (unless (executable-find "sbcl") (error "sbcl is not installed"))
+  (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+  (bench-wait #'slime-connected-p 120 "SLIME to connect")
+  (let* ((cur (sly-agent-q-bridge-current)) (err 'waiting))
+    (sly-agent-q-bridge-ensure-helpers (car cur) (cdr cur) (lambda (e) (setq err e)))
+    (bench-wait (lambda () (not (eq err 'waiting))) 300 "lisp-cl to load")
+    (when err (error "%s" err)))
+  (slime-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" bench-root)) t))
+  (setq bench-helper-form
+        (sly-agent-q-bridge-call-form "describe_symbol" '(:symbol "process-data") "MY-APP"
+                                      sly-agent-q-image-timeout))
+  (let ((r (slime-eval bench-helper-form "MY-APP")))
+    (unless (and (plist-get r :ok) (string-match-p "PROCESS-DATA" (plist-get r :content)))
+      (error "describe_symbol does not work in the image: %S" r))))
+
+(defun bench-bare-call ()
+  "One bare round trip: `slime-eval' of the helper form."
+  (slime-eval bench-helper-form "MY-APP"))
+
+;;;; The mock LLM and the server
+
+(defvar bench-mock nil)
+
+(defun bench-script ()
+  "The mock's steps: figure 2's batches, then figure 3's streams."
+  (let* ((calls (apply #'vector
+                       (cl-loop for i below 100
+                                collect `((type . "tool_use") (name . "describe_symbol")
+                                          (input . ((symbol . ,(if (cl-evenp i) "process-data" "validate-input"))
+                                                    (package . "MY-APP")))))))
+         (chars (* bench-deltas bench-delta-chars))
+         (piece "(defun process-data (items) ...) is fine; ")
+         (text (substring (apply #'concat (make-list (1+ (/ chars (length piece))) piece)) 0 chars))
+         (pass (append (cl-loop repeat bench-batches
+                                append `(((content . ,calls))
+                                         ((content . [((type . "text") (text . "All described."))]))))
+                       (cl-loop repeat bench-streams
+                                collect `((content . [((type . "text") (text . ,text))])
+                                          (text_delta_chars . ,bench-delta-chars))))))
+    `((steps . ,(vconcat pass)))))
+
+(defun bench-start-mock ()
+  (let* ((file (make-temp-file "bench-script" nil ".json" (json-encode (bench-script))))
+         (buf (generate-new-buffer " *bench-mock*")))
+    (setq bench-mock (make-process :name "bench-mock" :buffer buf :noquery t :connection-type 'pipe
+                                   :command (list "node" (expand-file-name "test/fixtures/mock-llm/cli.mjs" bench-root)
+                                                  "--script" file)
+                                   :stderr (get-buffer-create " *bench-mock-stderr*")))
+    (bench-wait (lambda () (with-current-buffer buf (string-match-p "\n" (buffer-string)))) 20 "the mock")
+    (delete-file file)                  ; read at start
+    (setq sly-agent-q-provider "anthropic"
+          sly-agent-q-base-url (with-current-buffer buf
+                                 (goto-char (point-min))
+                                 (cdr (assq 'url (json-read))))
+          sly-agent-q-api-key "bench-key"
+          sly-agent-q-model "claude-sonnet-4-5"
+          sly-agent-q-max-steps 10)))
+
+(defun bench-start-server ()
+  "Start the server through the package; return the connection."
+  (let (ready err)
+    (sly-agent-q-server-ensure (lambda (c e) (setq ready c err e)))
+    (bench-wait (lambda () (or ready err)) 30 "the server")
+    (when err (error "%s" err))
+    ready))
+
+(defun bench-full-call (conn)
+  "One full round trip: tools/call describe_symbol.
+`jsonrpc-request' waits the way `slime-eval' does: its callback
+throws out of the wait as soon as the answer is read."
+  (let ((result (jsonrpc-request conn 'tools/call
+                                 '(:name "describe_symbol" :arguments (:symbol "process-data" :package "MY-APP"))
+                                 :timeout 60)))
+    (unless (eq (plist-get result :success) t) (error "tools/call failed: %S" result))
+    result))
+
+;;;; 1. Tool round trip
+
+(defun bench-round-trip (conn)
+  (dotimes (_ 20) (bench-bare-call) (bench-full-call conn)) ; warm up both paths
+  (let (bare full)
+    (dotimes (_ bench-pairs)
+      (let ((t0 (float-time))) (bench-bare-call) (push (bench-ms t0) bare))
+      (let ((t0 (float-time))) (bench-full-call conn) (push (bench-ms t0) full)))
+    (let ((ratio (/ (bench-median full) (bench-median bare))))
+      (bench-record :figure "1. bare slime-eval of the helper form" :unit "ms" :samples (vconcat bare)
+                    :target "-" :note "SLIME + SBCL; SLY is not installed here, so no sly-eval row")
+      (bench-record :figure "1. full path: tools/call > server > Emacs > SLIME" :unit "ms"
+                    :samples (vconcat full) :target "<= 1.5x bare" :ratio ratio
+                    :pass (bench-pass-p (<= ratio 1.5))
+                    :note (format "%d interleaved pairs; ratio = median full / median bare" bench-pairs)))))
+
+(defun bench-emacs-live-mb ()
+  "Megabytes of live Lisp data in this Emacs after a full collection (buffer text not included)."
+  (/ (cl-loop for (_ size used) in (garbage-collect)
+              when (and (numberp size) (numberp used)) sum (* size used))
+     1048576.0))
+
+(defun bench-lisp-live-mb ()
+  "Megabytes of dynamic space in use in the image (SBCL) after a full collection."
+  (slime-eval '(cl:progn (sb-ext:gc :full cl:t) (cl:/ (sb-kernel:dynamic-usage) 1048576.0))))
+
+(defun bench-in-a-row (conn)
+  "1,000 full calls in a row: time and memory must stay flat."
+  (let* ((server-pid (process-id (jsonrpc--process conn)))
+         (mem (lambda () (list (bench-emacs-live-mb) (bench-rss-mb server-pid) (bench-lisp-live-mb))))
+         (show (lambda (m) (mapconcat (lambda (x) (format "%.1f" x)) m "/")))
+         (m0 (funcall mem)) m1 times)
+    (dotimes (i bench-row-calls)
+      (when (= i (/ bench-row-calls 2)) (setq m1 (funcall mem)))
+      (let ((t0 (float-time))) (bench-full-call conn) (push (bench-ms t0) times)))
+    (setq times (nreverse times))
+    (let* ((m2 (funcall mem))
+           (tenth (/ bench-row-calls 10))
+           (first (bench-median (cl-subseq times 0 tenth)))
+           (last (bench-median (last times tenth)))
+           (growth (cl-mapcar #'- m2 m1))
+           (flat (and (<= (/ last first) 1.1) (< (nth 0 growth) 1) (< (nth 2 growth) 1))))
+      (bench-record :figure (format "1. %d full calls in a row" bench-row-calls) :unit "ms"
+                    :samples (vconcat times) :target "flat" :ratio (/ last first) :pass (bench-pass-p flat)
+                    :note (format "flat = median of the last %d calls <= 1.1x the first %d's (%.2f vs %.2f ms), and over the second half Emacs's and the image's live data (after a full GC) grow < 1 MB (the server's: its live-heap row; its RSS is shown, not judged: V8's RSS moves by MBs either way); MB Emacs live/server RSS/SBCL live at call 0: %s, %d: %s, %d: %s"
+                                  tenth tenth last first (funcall show m0)
+                                  (/ bench-row-calls 2) (funcall show m1) bench-row-calls (funcall show m2))))))
+
+;;;; 2. Throughput
+
+(defvar bench-first-call nil)
+(defvar bench-last-result nil)
+(defvar bench-results-seen 0)
+
+(defun bench-on-tool-call (&rest _) (unless bench-first-call (setq bench-first-call (float-time))))
+(defun bench-on-tool-result (&rest _) (cl-incf bench-results-seen) (setq bench-last-result (float-time)))
+
+(defun bench-send (text)
+  "Send TEXT through the chat buffer and wait for the turn's outcome plist."
+  (let (outcome)
+    (sly-agent-q-send text (lambda (p) (setq outcome p)))
+    (bench-wait (lambda () outcome) 300 (format "the answer to %S" text))
+    (unless (eq (plist-get outcome :status) 'finished) (error "The turn failed: %S" outcome))
+    outcome))
+
+(defun bench-throughput ()
+  (advice-add 'sly-agent-q-chat--on-tool-call :before #'bench-on-tool-call)
+  (advice-add 'sly-agent-q-chat--on-tool-result :before #'bench-on-tool-result)
+  (let (full bare)
+    (dotimes (_ bench-batches)
+      (setq bench-first-call nil bench-results-seen 0)
+      (bench-send "Describe process-data and validate-input, fifty times each.")
+      (unless (= bench-results-seen 100) (error "Expected 100 tool results, saw %d" bench-results-seen))
+      (push (* 1000 (- bench-last-result bench-first-call)) full)
+      (let ((t0 (float-time)))
+        (dotimes (_ 100) (bench-bare-call))
+        (push (bench-ms t0) bare)))
+    (advice-remove 'sly-agent-q-chat--on-tool-call #'bench-on-tool-call)
+    (advice-remove 'sly-agent-q-chat--on-tool-result #'bench-on-tool-result)
+    (let ((ratio (/ (bench-median full) (bench-median bare))))
+      (bench-record :figure "2. 100 sequential bare slime-evals" :unit "ms" :samples (vconcat bare) :target "-")
+      (bench-record :figure "2. 100 calls from one model message" :unit "ms" :samples (vconcat full)
+                    :target "<= sequential bare" :ratio ratio :pass (bench-pass-p (<= ratio 1.0))
+                    :note "first chat/toolCall to the 100th chat/toolResult in Emacs, rendered in the chat buffer"))))
+
+;;;; 3. Streaming
+
+(defvar bench-counts nil "Alist of (FUNCTION . CALLS) of functions that force or cause redisplay.")
+
+(defconst bench-redisplay-functions
+  '(redisplay force-mode-line-update force-window-update sit-for message recenter))
+
+(defun bench-stream ()
+  "Stream one long answer into the chat buffer; return CPU, wall, gap, changes..."
+  (let* ((buf (sly-agent-q-chat-buffer))
+         (changes 0) (deltas 0) (chars 0) (pre-redisplay 0) (last (float-time)) (gap 0)
+         (count-change (lambda (&rest _) (cl-incf changes)))
+         (count-delta (lambda (params)
+                        (cl-incf deltas)
+                        (cl-incf chars (length (or (plist-get params :text) "")))))
+         (count-pre (lambda (&rest _) (cl-incf pre-redisplay)))
+         (gcs gcs-done) (gc-time gc-elapsed)
+         timer)
+    (setq bench-counts nil)
+    (dolist (f bench-redisplay-functions)
+      (advice-add f :before (lambda (&rest _) (cl-incf (alist-get f bench-counts 0))) '((name . bench-count))))
+    (advice-add 'sly-agent-q-chat--on-text-delta :before count-delta)
+    (add-hook 'pre-redisplay-functions count-pre)
+    (with-current-buffer buf (add-hook 'after-change-functions count-change nil t))
+    ;; The largest interval between firings of a 10 ms timer: how long input would have waited.
+    (setq timer (run-with-timer 0.01 0.01 (lambda ()
+                                            (let ((now (float-time)))
+                                              (setq gap (max gap (- now last)) last now)))))
+    (let ((cpu0 (bench-cpu)) (t0 (float-time)) cpu wall)
+      (setq last (float-time))
+      (bench-send "Tell me everything.")
+      (setq cpu (- (bench-cpu) cpu0) wall (- (float-time) t0))
+      (cancel-timer timer)
+      (dolist (f bench-redisplay-functions) (advice-remove f 'bench-count))
+      (advice-remove 'sly-agent-q-chat--on-text-delta count-delta)
+      (remove-hook 'pre-redisplay-functions count-pre)
+      (with-current-buffer buf (remove-hook 'after-change-functions count-change t))
+      ;; The server may batch deltas into fewer notifications; every character must arrive.
+      (unless (= chars (* bench-deltas bench-delta-chars))
+        (error "Expected %d characters of text deltas, got %d" (* bench-deltas bench-delta-chars) chars))
+      (bench-log "  stream: cpu %.2f s, wall %.2f s, largest gap %.0f ms, %d chat/textDelta notifications, %d buffer changes, %d GCs (%.2f s), %S"
+                 cpu wall (* 1000 gap) deltas changes (- gcs-done gcs) (- gc-elapsed gc-time) bench-counts)
+      (list :cpu cpu :wall wall :gap (* 1000 gap) :changes changes :counts bench-counts :notifications deltas
+            :gcs (- gcs-done gcs) :gc-time (- gc-elapsed gc-time) :pre-redisplay pre-redisplay))))
+
+(defun bench-streaming ()
+  (let* ((runs (cl-loop repeat bench-streams collect (bench-stream)))
+         (get (lambda (k) (vconcat (mapcar (lambda (r) (plist-get r k)) runs))))
+         (cpu (bench-median (funcall get :cpu)))
+         (gap (bench-median (funcall get :gap)))
+         (r (car runs)))
+    (bench-record :figure (format "3. Emacs CPU, %d deltas of %d chars" bench-deltas bench-delta-chars)
+                  :unit "s" :samples (funcall get :cpu) :spread "min-max" :target "< 1 s"
+                  :ratio cpu :pass (bench-pass-p (< cpu 1))
+                  :note (format "the mock sends %d deltas at once, Emacs got them in %d chat/textDelta notifications; wall %.2f s per stream, of which %.2f s in %d garbage collections; jsonrpc events log %s"
+                                bench-deltas (plist-get r :notifications)
+                                (bench-median (funcall get :wall)) (plist-get r :gc-time) (plist-get r :gcs)
+                                (if (eq sly-agent-q-events-buffer-size 0) "off"
+                                  (format "on (%s chars, the default)" sly-agent-q-events-buffer-size))))
+    (bench-record :figure "3. largest input gap while streaming" :unit "ms"
+                  :samples (funcall get :gap) :spread "min-max" :target "<= 50 ms"
+                  :ratio (/ gap 50.0) :pass (bench-pass-p (<= gap 50))
+                  :note "largest interval between firings of a 10 ms repeating timer")
+    (bench-record :figure "3. chat buffer changes per stream" :unit "changes"
+                  :samples (funcall get :changes) :spread "min-max" :target "batched, << deltas"
+                  :pass (bench-pass-p (< (plist-get r :changes) (/ bench-deltas 10)))
+                  :note (format "after-change calls in the chat buffer (text is inserted every %s s, each insertion also marks it read-only); calls that force redisplay: %s; pre-redisplay-functions ran %d times (batch Emacs never redisplays)"
+                                sly-agent-q-stream-flush-interval
+                                (if (plist-get r :counts)
+                                    (mapconcat (lambda (c) (format "%s %d" (car c) (cdr c))) (plist-get r :counts) ", ")
+                                  "none")
+                                (plist-get r :pre-redisplay)))))
+
+;;;; Main
+
+(defun bench-main ()
+  (let ((t0 (float-time)))
+    (when bench-no-log (setq sly-agent-q-events-buffer-size 0))
+    (bench-log "emacs bench%s: starting SBCL under SLIME, loading lisp-cl and the fixture"
+               (if bench-no-log " (events log off)" ""))
+    (bench-start-lisp)
+    (bench-log "emacs bench: Lisp ready after %.1f s" (- (float-time) t0))
+    (bench-start-mock)
+    (let ((conn (bench-start-server)))
+      (bench-log "emacs bench: figure 1, tool round trip")
+      (bench-round-trip conn)
+      (bench-in-a-row conn)
+      (bench-log "emacs bench: figure 2, throughput")
+      (bench-throughput)
+      (bench-log "emacs bench: figure 3, streaming")
+      (bench-streaming))
+    (bench-log "emacs bench: done in %.1f s" (- (float-time) t0))
+    (sly-agent-q-server-stop)
+    (when (process-live-p bench-mock) (process-send-eof bench-mock))
+    (ignore-errors (slime-quit-lisp t))))
+
+(unless (getenv "BENCH_NO_MAIN") (bench-main))
+
+;;; emacs.el ends here

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# `make bench`: what the agent costs beyond the model's own time.
+# Figures 4-6 need only the server and the mock LLM (bench/server.mjs); figures 1-3 run in Emacs with
+# SBCL under SLIME (bench/emacs.el). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
+# BENCH_QUICK=1 runs fewer repetitions. EMACS=... picks the Emacs binary.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p bench/.work
+results=bench/.work/results.jsonl
+: >"$results"
+export BENCH_RESULTS="$PWD/$results"
+status=0
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+machine() {
+  echo "machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)," \
+    "$(awk '/MemTotal/ {printf "%.1f GB RAM", $2 / 1048576}' /proc/meminfo)"
+  echo "versions: node $(node --version), $(${EMACS:-emacs} --version | head -n 1)," \
+    "$(sbcl --version 2>/dev/null || echo 'no sbcl')," \
+    "SLIME $(${EMACS:-emacs} -Q --batch -l bench/emacs.el --eval '(princ (if (bench-require-slime) slime-version "none"))' 2>/dev/null || echo '?')"
+  # Other work on the machine moves every figure: say how busy it was.
+  echo "load average (1/5/15 min): $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+}
+
+echo "=== figures 4-6: server and mock LLM"
+node --expose-gc bench/server.mjs || { echo "bench/server.mjs failed"; status=1; }
+echo
+echo "=== figures 1-3: Emacs, SBCL and SLIME"
+# As the package ships, then with jsonrpc's events log off; each in a fresh Emacs and SBCL.
+for nolog in 0 1; do
+  BENCH_NO_EVENTS_LOG=$nolog ${EMACS:-emacs} -Q --batch -l bench/emacs.el 2>&1 | grep -E '^(emacs bench|  stream|Debugger|error|Error)'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/emacs.el (BENCH_NO_EVENTS_LOG=$nolog) failed"; status=1; }
+done
+
+echo
+BENCH_NO_MAIN=1 machine | tee bench/.work/machine.txt
+echo
+node bench/report.mjs "$results"
+{ cat bench/.work/machine.txt; echo; node bench/report.mjs "$results" --markdown; } >bench/.work/table.md
+exit $status

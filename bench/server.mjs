@@ -1,0 +1,240 @@
+// Figures 4 (start-up), 5 (memory) and 6 (tokens): the bundled server and the mock LLM only.
+// `node --expose-gc bench/server.mjs` (rows go to $BENCH_RESULTS, or stdout when it is unset).
+// Environment: BENCH_STARTS (default 20), BENCH_STEPS (default 200), BENCH_RESULT_CHARS (default 20000).
+
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { BUNDLE, ROOT, median, record, rssMb, sleep, startMock, startServer } from "./lib.mjs";
+
+const STARTS = Number(process.env.BENCH_STARTS ?? 20);
+const STEPS = Number(process.env.BENCH_STEPS ?? 200);
+const RESULT_CHARS = Number(process.env.BENCH_RESULT_CHARS ?? 20_000);
+const CAPABILITIES = { tools: true, image: true, approvals: true };
+
+// ---------------------------------------------------------------------------------------------------
+// 4. Start-up: spawn -> answer of initialize, with the bundle copied alone into an empty directory
+// (no node_modules anywhere above it), so a run-time dependency would make it fail.
+
+async function startup() {
+  const dir = mkdtempSync(join(tmpdir(), "agent-q-bench-"));
+  const bundle = join(dir, "sly-agent-q-server.js");
+  copyFileSync(BUNDLE, bundle);
+  for (let d = dir; ; d = dirname(d)) {
+    if (existsSync(join(d, "node_modules"))) throw new Error(`${d}/node_modules exists: the start-up check would not prove anything`);
+    if (dirname(d) === d) break;
+  }
+  const times = [];
+  let tools = 0;
+  for (let i = 0; i < STARTS; i++) {
+    const t0 = performance.now();
+    const s = startServer({ bundle, cwd: dir });
+    const result = await s.request("initialize", { clientInfo: { name: "bench" }, capabilities: CAPABILITIES, configuration: {} });
+    times.push(performance.now() - t0);
+    tools = result.tools.length;
+    await s.close();
+  }
+  // What node itself costs, for comparison: spawn -> exit of an empty script.
+  const bare = [];
+  for (let i = 0; i < STARTS; i++) {
+    const t0 = performance.now();
+    spawnSync(process.execPath, ["-e", "0"]);
+    bare.push(performance.now() - t0);
+  }
+  rmSync(dir, { recursive: true, force: true });
+  const m = median(times);
+  record({ figure: "4. start-up: spawn -> initialize answered", unit: "ms", samples: times, target: "< 200 ms", ratio: m / 200, pass: m < 200 });
+  record({ figure: "4. (node -e 0 alone, for comparison)", unit: "ms", samples: bare, target: "-", note: `what any node program pays; the server's own share: ${(m - median(bare)).toFixed(0)} ms` });
+  const kb = statSync(BUNDLE).size / 1024;
+  record({ figure: "4. bundle size (runs alone, no node_modules)", unit: "KB", value: kb, target: "one file", pass: true, note: `${tools} tools offered` });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 5. Memory: VmRSS idle, then after conversations of STEPS tool steps whose results are RESULT_CHARS
+// long each (this script plays Emacs and answers every image call), compared with the size of the
+// conversations the server keeps. 6. Tokens: the fixed part of every request, as the mock recorded it.
+
+function bigResult(i) {
+  const line = `;; result ${i}: (DEFUN PROCESS-DATA (ITEMS &KEY (TRANSFORM #'IDENTITY)) ...) documented, compiled, xref'd\n`;
+  return line.repeat(Math.ceil(RESULT_CHARS / line.length)).slice(0, RESULT_CHARS);
+}
+
+function conversationScript() {
+  const steps = [];
+  for (let i = 0; i < STEPS; i++) {
+    steps.push({ content: [{ type: "text", text: `Step ${i}.` }, { type: "tool_use", name: "describe_symbol", input: { symbol: `process-data-${i}` } }], usage: { input_tokens: 1000, output_tokens: 20 } });
+  }
+  steps.push({ content: [{ type: "text", text: "Done." }], usage: { input_tokens: 1000, output_tokens: 5 } });
+  return { steps };
+}
+
+async function memoryAndTokens() {
+  const mock = await startMock();
+  const dir = mkdtempSync(join(tmpdir(), "agent-q-heap-"));
+  let calls = 0;
+  let finished;
+  const server = startServer({
+    cwd: dir,
+    // A heap snapshot on SIGUSR2 (it runs a full GC first): the live heap, as opposed to RSS.
+    env: { NODE_OPTIONS: "--heapsnapshot-signal=SIGUSR2" },
+    onNotification(method, params, client) {
+      if (method === "emacs/call") {
+        calls++;
+        client.notify("emacs/reply", { id: params.id, result: { content: bigResult(calls) } });
+      } else if (method === "chat/turnFinished" || method === "chat/turnFailed") {
+        finished?.({ method, params });
+      }
+    },
+  });
+  await server.request("initialize", {
+    clientInfo: { name: "bench" },
+    capabilities: CAPABILITIES,
+    configuration: { provider: "anthropic", baseUrl: mock.url, apiKey: "bench-key", model: "claude-sonnet-4-5", maxSteps: STEPS + 10 },
+  });
+  await sleep(1000);
+  const idle = rssMb(server.pid);
+
+  // 1,000 tools/call in a row (this script answers for Emacs): does the server keep anything per call?
+  const call = () => server.request("tools/call", { name: "describe_symbol", arguments: { symbol: "process-data", package: "MY-APP" } });
+  for (let i = 0; i < 100; i++) await call();
+  const heap0 = await liveHeapMb(server, dir);
+  for (let i = 0; i < 1000; i++) await call();
+  const perCallBytes = ((await liveHeapMb(server, dir)) - heap0) * 1024 * 1024 / 1000;
+  record({ figure: "1. server live heap kept per tools/call", unit: "bytes", value: perCallBytes, target: "~0 (< 100)", pass: perCallBytes < 100, note: "heap snapshots (after a full GC) before and after 1,000 calls; the bench answers emacs/call itself" });
+
+  const conversations = 3;
+  const after = [];
+  const historyChars = [];
+  const historyHeap = [];
+  const heap = [];
+  let firstRequest;
+  for (let c = 0; c < conversations; c++) {
+    await mock.setScript(conversationScript());
+    const done = new Promise((r) => (finished = r));
+    await server.request("chat/send", { text: "Walk through every helper, please." });
+    const outcome = await done;
+    if (outcome.method !== "chat/turnFinished" || outcome.params.steps !== STEPS) throw new Error(`conversation ${c} did not run ${STEPS} steps: ${JSON.stringify(outcome.params).slice(0, 300)}`);
+    const requests = await mock.requests();
+    firstRequest ??= requests[0].body;
+    // What the server keeps of this conversation: the history it sent last (plus the short final answer).
+    const history = JSON.stringify(requests[requests.length - 1].body.messages);
+    historyChars.push(history.length);
+    historyHeap.push(heapOf(history));
+    after.push(rssMb(server.pid));
+    if (c === 0 || c === conversations - 1) heap.push(await liveHeapMb(server, dir));
+  }
+  await server.close();
+  mock.close();
+  rmSync(dir, { recursive: true, force: true });
+
+  const historyMb = historyChars.reduce((a, b) => a + b, 0) / conversations / 1024 / 1024;
+  const growth = after[after.length - 1] - idle;
+  const heapPerConversation = (heap[1] - heap[0]) / (conversations - 1);
+  // The history's own size in memory: the same messages as live objects in this process (needs --expose-gc).
+  const ownMb = historyHeap.every((x) => x > 0) ? historyHeap.reduce((a, b) => a + b, 0) / conversations : historyMb;
+  record({ figure: "5. server RSS idle (after initialize)", unit: "MB", value: idle, target: "< 80 MB", ratio: idle / 80, pass: idle < 80 });
+  record({
+    figure: `5. RSS after each ${STEPS}-step conversation`,
+    unit: "MB",
+    samples: after,
+    spread: "min-max",
+    target: "-",
+    note: `${conversations} conversations in a row, each tool result ${RESULT_CHARS} chars`,
+  });
+  record({
+    figure: "5. RSS growth vs the histories kept",
+    unit: "MB",
+    value: growth,
+    target: `<= ${(historyMb * conversations).toFixed(1)} MB`,
+    ratio: growth / (historyMb * conversations),
+    pass: growth <= historyMb * conversations,
+    note: `RSS after ${conversations} conversations minus idle; the server keeps all ${conversations} histories (${historyMb.toFixed(2)} MB each as JSON: old results are shortened to fit the context window)`,
+  });
+  record({
+    figure: "5. live heap growth per conversation (full GC)",
+    unit: "MB",
+    value: heapPerConversation,
+    target: `<= ${ownMb.toFixed(2)} MB`,
+    ratio: heapPerConversation / ownMb,
+    pass: heapPerConversation <= ownMb * 1.1,
+    note: `heap snapshots after conversations 1 and ${conversations}: ${heap[0].toFixed(1)} -> ${heap[1].toFixed(1)} MB of live data; target: one history as live objects (${ownMb.toFixed(2)} MB, ${historyMb.toFixed(2)} MB as JSON), 10% tolerance`,
+  });
+
+  tokens(firstRequest);
+}
+
+/** Heap MB that JSON text takes as live objects, measured in this process (mean of 5 copies); 0 without --expose-gc. */
+function heapOf(json) {
+  if (typeof globalThis.gc !== "function") return 0;
+  globalThis.gc();
+  const before = process.memoryUsage().heapUsed;
+  const copies = Array.from({ length: 5 }, () => JSON.parse(json));
+  globalThis.gc();
+  const mb = (process.memoryUsage().heapUsed - before) / 1024 / 1024 / copies.length;
+  return copies.length ? mb : 0;
+}
+
+/** Asks the server for a heap snapshot (SIGUSR2) and returns the size of its live data (not code) in MB. */
+async function liveHeapMb(server, dir) {
+  const before = new Set(readdirSync(dir));
+  process.kill(server.pid, "SIGUSR2");
+  for (let i = 0; i < 600; i++) {
+    await sleep(100);
+    const file = readdirSync(dir).find((f) => f.endsWith(".heapsnapshot") && !before.has(f));
+    if (!file) continue;
+    let snap;
+    try {
+      snap = JSON.parse(readFileSync(join(dir, file), "utf8"));
+    } catch {
+      continue; // still being written
+    }
+    rmSync(join(dir, file));
+    // Compiled code is left out: it grows as the JIT warms up, whatever the conversation holds.
+    const fields = snap.snapshot.meta.node_fields;
+    const [type, self, code] = [fields.indexOf("type"), fields.indexOf("self_size"), snap.snapshot.meta.node_types[0].indexOf("code")];
+    let total = 0;
+    for (let n = 0; n < snap.nodes.length; n += fields.length) if (snap.nodes[n + type] !== code) total += snap.nodes[n + self];
+    return total / 1024 / 1024;
+  }
+  throw new Error("no heap snapshot from the server within 60 s");
+}
+
+function tokens(body) {
+  const est = (chars) => Math.ceil(chars / 4);
+  const system = typeof body.system === "string" ? body.system : body.system.map((b) => b.text).join("");
+  const toolsJson = JSON.stringify(body.tools);
+  const rows = body.tools.map((t) => {
+    const schema = JSON.stringify(t).length;
+    const line = system.split("\n").find((l) => l.startsWith(`- \`${t.name}\``)) ?? "";
+    return { name: t.name, schema, line: line.length, total: schema + line.length + 1 };
+  });
+  // Completeness: every parameter described, every approval note present.
+  const problems = [];
+  for (const t of body.tools) {
+    for (const [p, spec] of Object.entries(t.input_schema.properties ?? {})) if (!spec.description) problems.push(`${t.name}.${p} has no description`);
+    const line = rows.find((r) => r.name === t.name);
+    if (!line?.line) problems.push(`${t.name} is not in the system prompt`);
+  }
+  for (const l of system.split("\n").filter((x) => x.startsWith("- `"))) {
+    const name = /`([a-z_]+)`/.exec(l)[1];
+    const tool = body.tools.find((t) => t.name === name);
+    if (/approval/.test(l) && !/approval/.test(tool?.description ?? "")) problems.push(`${name}: the schema lacks the approval note`);
+  }
+  const total = system.length + toolsJson.length;
+  const out = join(ROOT, "bench", ".work");
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, "request-prefix.txt"), `${system}\n\n--- tools (${body.tools.length}) ---\n${JSON.stringify(body.tools, null, 1)}\n`);
+  process.stderr.write(`\nTokens: the fixed part of every request (bench/.work/request-prefix.txt), tokens estimated as ceil(chars / 4)\n`);
+  process.stderr.write(`  system prompt   ${String(system.length).padStart(6)} chars  ~${est(system.length)} tokens\n`);
+  process.stderr.write(`  tool schemas    ${String(toolsJson.length).padStart(6)} chars  ~${est(toolsJson.length)} tokens (${body.tools.length} tools)\n`);
+  for (const r of rows.sort((a, b) => b.total - a.total)) {
+    process.stderr.write(`    ${r.name.padEnd(24)} schema ${String(r.schema).padStart(5)} + prompt line ${String(r.line).padStart(4)} = ${String(r.total).padStart(5)} chars ~${est(r.total)} tokens\n`);
+  }
+  if (problems.length) process.stderr.write(`  problems: ${problems.join("; ")}\n`);
+  record({ figure: "6. system prompt + tool schemas per request", unit: "tokens", value: est(total), target: "all params + safety notes", pass: problems.length === 0, note: `${total} chars (${system.length} prompt + ${toolsJson.length} schemas); ${problems.length ? problems.join("; ") : "every parameter described, every approval note present"}` });
+  record({ figure: "6. per tool offered (schema + prompt line)", unit: "tokens", samples: rows.map((r) => est(r.total)), spread: "min-max", target: "-", note: `${body.tools.length} tools; the prompt part without tools: ~${est(system.length - rows.reduce((a, r) => a + r.line + 1, 0))} tokens` });
+}
+
+await startup();
+await memoryAndTokens();
