@@ -113,6 +113,13 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
   "How many requests the mock received."
   (length (sly-agent-q-test-mock-requests)))
 
+(defun e2e-start-long-eval (callback)
+  "Start a turn whose script evaluates for a long time; return once the eval_form call shows.
+CALLBACK gets the turn's outcome."
+  (sly-agent-q-send "Sleep a while" callback)
+  (sly-agent-q-test-wait (lambda () (string-match-p "eval_form" (sly-agent-q-test-chat-text))) 30
+                         "the eval_form call to show"))
+
 (defun e2e-send (text &optional timeout)
   "Send TEXT, wait for the turn to end, check no debugger appeared; return the outcome."
   (let ((outcome (sly-agent-q-test-send text (or timeout 90)))
@@ -284,9 +291,7 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
   "C-c C-k during a long evaluation ends the turn as cancelled; the next turn works."
   (e2e-with-agent "cancel.json"
     (let (outcome)
-      (sly-agent-q-send "Sleep a while" (lambda (o) (setq outcome o)))
-      (sly-agent-q-test-wait (lambda () (string-match-p "eval_form" (sly-agent-q-test-chat-text))) 30
-                             "the eval_form call to show")
+      (e2e-start-long-eval (lambda (o) (setq outcome o)))
       (sly-agent-q-test-sleep 0.5)
       (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))
       (sly-agent-q-test-wait (lambda () outcome) 10 "the cancelled turn")
@@ -302,9 +307,7 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
   "The Lisp dies during an evaluation: the model gets a clear error and the turn ends."
   (e2e-with-agent "lisp-dropped.json"
     (let (outcome)
-      (sly-agent-q-send "Sleep a while" (lambda (o) (setq outcome o)))
-      (sly-agent-q-test-wait (lambda () (string-match-p "eval_form" (sly-agent-q-test-chat-text))) 30
-                             "the eval_form call to show")
+      (e2e-start-long-eval (lambda (o) (setq outcome o)))
       (sly-agent-q-test-sleep 1)
       (delete-process (if (eq e2e-lisp 'sly)
                           (sly-inferior-process (sly-agent-q-bridge-current-connection))
