@@ -29,6 +29,7 @@
   (expand-file-name ".." (file-name-directory (or load-file-name buffer-file-name))))
 (add-to-list 'load-path (expand-file-name "lisp-elisp" bench-root))
 (require 'sly-agent-q)
+(load (expand-file-name "scripts/lisp-modes" bench-root) nil t)
 
 (defconst bench-quick (equal (getenv "BENCH_QUICK") "1"))
 (defconst bench-pairs (if bench-quick 50 200) "Bare/full pairs for figure 1.")
@@ -83,19 +84,6 @@
 
 ;;;; SLIME, SBCL and the fixture
 
-(defun bench-require-slime ()
-  "Load SLIME from the load path or the system's package directories."
-  (or (require 'slime nil t)
-      (progn
-        (require 'package)
-        ;; What Debian's site start-up adds to `package-directory-list' (absent under -Q).
-        (let ((version-dir (file-name-directory (directory-file-name data-directory))))
-          (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
-                           (expand-file-name "../site-lisp/elpa" version-dir)))
-            (when (file-directory-p d) (add-to-list 'package-directory-list d t))))
-        (package-initialize)
-        (require 'slime nil t))))
-
 (declare-function slime-start "ext:slime")
 (declare-function slime-connected-p "ext:slime")
 (declare-function slime-eval "ext:slime")
@@ -105,7 +93,7 @@
 (defvar bench-helper-form nil "The bridge's call form for describe_symbol, as `slime-eval' gets it.")
 
 (defun bench-start-lisp ()
-  (unless (bench-require-slime) (error "SLIME cannot be found"))
+  (unless (sly-agent-q-dev-require-slime) (error "SLIME cannot be found"))
   (unless (executable-find "sbcl") (error "sbcl is not installed"))
   (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
   (bench-wait #'slime-connected-p 120 "SLIME to connect")

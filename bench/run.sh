@@ -17,7 +17,7 @@ machine() {
     "$(awk '/MemTotal/ {printf "%.1f GB RAM", $2 / 1048576}' /proc/meminfo)"
   echo "versions: node $(node --version), $(${EMACS:-emacs} --version | head -n 1)," \
     "$(sbcl --version 2>/dev/null || echo 'no sbcl')," \
-    "SLIME $(${EMACS:-emacs} -Q --batch -l bench/emacs.el --eval '(princ (if (bench-require-slime) slime-version "none"))' 2>/dev/null || echo '?')"
+    "SLIME $(${EMACS:-emacs} -Q --batch -l bench/emacs.el --eval '(princ (if (sly-agent-q-dev-require-slime) slime-version "none"))' 2>/dev/null || echo '?')"
   # Other work on the machine moves every figure: say how busy it was.
   echo "load average (1/5/15 min): $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 }

@@ -15,27 +15,13 @@
 ;;; Code:
 
 (require 'cl-lib)
-(require 'package)
 (require 'sly-agent-q)
+(load (expand-file-name "lisp-modes" (file-name-directory load-file-name)) nil t)
 
 (defun sly-agent-q-run--load-lisp-mode ()
-  "Load SLY from SLY_DIR, else SLIME from the load path or the system's packages.
-Return the symbol `sly', `slime' or nil."
-  (let ((sly-dir (getenv "SLY_DIR")))
-    (cond
-     ((and sly-dir (file-directory-p sly-dir)
-           (progn (add-to-list 'load-path (expand-file-name sly-dir))
-                  (require 'sly nil t)))
-      'sly)
-     ((require 'slime nil t) 'slime)
-     (t
-      ;; Under -Q the system's package directories (Debian's site-lisp/elpa) are not active.
-      (let ((version-dir (file-name-directory (directory-file-name data-directory))))
-        (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
-                         (expand-file-name "../site-lisp/elpa" version-dir)))
-          (when (file-directory-p d) (add-to-list 'package-directory-list d t))))
-      (package-initialize)
-      (and (require 'slime nil t) 'slime)))))
+  "Load SLY from SLY_DIR, else SLIME; return the symbol `sly', `slime' or nil."
+  (cond ((sly-agent-q-dev-require-sly) 'sly)
+        ((sly-agent-q-dev-require-slime) 'slime)))
 
 (defun sly-agent-q-run--model-configured-p ()
   "Non-nil when the agent has some way to reach a model."

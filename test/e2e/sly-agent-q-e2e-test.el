@@ -39,7 +39,7 @@
 (defun e2e-connect ()
   "Make sure SBCL is connected through the Lisp mode under test, with MY-APP loaded."
   (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (if (eq e2e-lisp 'sly) (sly-agent-q-test-require-sly) (sly-agent-q-test-require-slime))
+  (unless (if (eq e2e-lisp 'sly) (sly-agent-q-dev-require-sly) (sly-agent-q-dev-require-slime))
     (ert-skip (format "%s is not available%s" e2e-lisp (if (eq e2e-lisp 'sly) " (set SLY_DIR)" ""))))
   (unless (e2e-connected-p)
     (setq e2e--ready nil)

@@ -55,7 +55,7 @@
 (defun sly-agent-q-test--slime ()
   "Make sure SLIME is connected to an SBCL; return (ADAPTER . CONNECTION)."
   (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (sly-agent-q-test-require-slime) (ert-skip "SLIME cannot be found"))
+  (unless (sly-agent-q-dev-require-slime) (ert-skip "SLIME cannot be found"))
   (unless (slime-connected-p)
     (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
     (sly-agent-q-test-wait #'slime-connected-p 120 "SLIME to connect to SBCL"))

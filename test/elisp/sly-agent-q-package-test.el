@@ -45,7 +45,7 @@
 
 (ert-deftest sly-agent-q-package-compiles-with-slime ()
   "No warnings with SLIME on the load path."
-  (unless (sly-agent-q-test-require-slime) (ert-skip "SLIME cannot be found"))
+  (unless (sly-agent-q-dev-require-slime) (ert-skip "SLIME cannot be found"))
   (let ((r (sly-agent-q-test--compile-all
             (list (file-name-directory (locate-library "slime"))))))
     (should (equal r (cons 0 (cdr r))))

@@ -24,7 +24,7 @@
   "Make sure SLY is connected to an SBCL; return (ADAPTER . CONNECTION)."
   (unless (getenv "SLY_DIR") (ert-skip "SLY_DIR is not set (point it at a SLY checkout to test SLY)"))
   (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (sly-agent-q-test-require-sly) (ert-skip "SLY cannot be loaded from SLY_DIR"))
+  (unless (sly-agent-q-dev-require-sly) (ert-skip "SLY cannot be loaded from SLY_DIR"))
   (unless (sly-connected-p)
     (sly-setup '(sly-mrepl))
     (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))

@@ -139,31 +139,7 @@ The chat buffer is fresh; everything is stopped afterwards."
 
 ;;;; SLIME and SLY
 
-(defun sly-agent-q-test-require-slime ()
-  "Load SLIME from the load path, SLIME_DIR or the system's package dirs.
-Return non-nil when it is loaded."
-  (or (require 'slime nil t)
-      (let ((dir (getenv "SLIME_DIR")))
-        (when dir
-          (add-to-list 'load-path dir)
-          (require 'slime nil t)))
-      (progn
-        (require 'package)
-        ;; What Debian's startup adds to `package-directory-list' (absent under -Q).
-        (let* ((version-dir (file-name-directory (directory-file-name data-directory)))
-               (site (list (expand-file-name "site-lisp/elpa" version-dir)
-                           (expand-file-name "../site-lisp/elpa" version-dir))))
-          (dolist (d site)
-            (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
-          (package-initialize)
-          (require 'slime nil t)))))
-
-(defun sly-agent-q-test-require-sly ()
-  "Load SLY from the checkout named by SLY_DIR; return non-nil when loaded."
-  (let ((dir (getenv "SLY_DIR")))
-    (when (and dir (file-directory-p dir))
-      (add-to-list 'load-path (expand-file-name dir))
-      (require 'sly nil t))))
+(load (expand-file-name "scripts/lisp-modes" sly-agent-q-test-root) nil t)
 
 (provide 'sly-agent-q-test-helper)
 ;;; sly-agent-q-test-helper.el ends here

@@ -1,0 +1,38 @@
+;;; lisp-modes.el --- Find SLIME or SLY for `make run', the tests and the benchmarks  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Under `emacs -Q' the system's package directories are not active, so
+;; Debian's SLIME (an elpa package under site-lisp) cannot be required as
+;; it is.  SLY is not packaged by Debian: it comes from a checkout named
+;; by SLY_DIR.  One place knows how to find each.
+
+;;; Code:
+
+(require 'package)
+
+(defun sly-agent-q-dev-require-slime ()
+  "Load SLIME from the load path, SLIME_DIR or the system's package directories.
+Return non-nil when it is loaded."
+  (or (require 'slime nil t)
+      (let ((dir (getenv "SLIME_DIR")))
+        (when (and dir (file-directory-p dir))
+          (add-to-list 'load-path (expand-file-name dir))
+          (require 'slime nil t)))
+      (let ((version-dir (file-name-directory (directory-file-name data-directory))))
+        ;; What Debian's site start-up adds to `package-directory-list'.
+        (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
+                         (expand-file-name "../site-lisp/elpa" version-dir)))
+          (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
+        (package-initialize)
+        (require 'slime nil t))))
+
+(defun sly-agent-q-dev-require-sly ()
+  "Load SLY from the checkout named by SLY_DIR; return non-nil when loaded."
+  (let ((dir (getenv "SLY_DIR")))
+    (when (and dir (file-directory-p dir))
+      (add-to-list 'load-path (expand-file-name dir))
+      (require 'sly nil t))))
+
+(provide 'lisp-modes)
+;;; lisp-modes.el ends here
