@@ -25,19 +25,16 @@ status=0
 mkdir -p "$work"
 
 # Where SLIME's swank-loader.lisp is, computed the way SLIME computes it
-# (slime-backend, relative to slime-path unless absolute).  --batch loads
-# the site files (Debian's elpa packages) but not the user's init file;
-# package-initialize covers SLIME installed with package.el.
+# (slime-backend, relative to slime-path unless absolute), with SLIME found
+# the way make run and the Emacs tests find it (scripts/lisp-modes.el).
 swank_loader_from_emacs() {
     command -v "$emacs" >/dev/null 2>&1 || return 0
-    timeout 60 "$emacs" --batch --eval '
-(progn
-  (ignore-errors (package-initialize))
-  (when (require (quote slime) nil t)
-    (princ (expand-file-name
-            (if (file-name-absolute-p slime-backend)
-                slime-backend
-              (concat slime-path slime-backend)))))))' 2>/dev/null
+    timeout 60 "$emacs" -Q --batch -l "$here/../../scripts/lisp-modes.el" --eval '
+(when (sly-agent-q-dev-require-slime)
+  (princ (expand-file-name
+          (if (file-name-absolute-p slime-backend)
+              slime-backend
+            (concat slime-path slime-backend)))))' 2>/dev/null
 }
 
 # run_backend NAME LOADER: run the tests with backend NAME (swank or
