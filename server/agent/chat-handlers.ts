@@ -8,7 +8,6 @@ import {
   ErrorCodes,
   Requests,
   ServerNotifications,
-  type ApprovalNeededParams,
   type ChatCancelParams,
   type ChatCancelResult,
   type ChatSendParams,
@@ -61,7 +60,6 @@ export class ChatService {
     s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => ({ conversationId: this.create(p.configuration).id }));
     s.addRequest(Requests.conversationList, (): ConversationListResult => ({ conversations: [...this.conversations.values()].map((c) => c.summary()) }));
     s.connection.onClose(() => this.cancelAll());
-    this.announceApprovals();
     return this;
   }
 
@@ -213,23 +211,6 @@ export class ChatService {
       if (outcome.kind !== "cancelled") this.server.logger.warn(`turn ${turnId} failed (${outcome.kind}): ${outcome.message}`);
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd });
     }
-  }
-
-  /**
-   * Tells the client which call waits for the user, with the turn it belongs to. The approval request
-   * itself goes to Emacs through the executor's approve function; this wraps it without changing it.
-   */
-  private announceApprovals(): void {
-    const executor = this.server.executor;
-    const inner = executor.options.approve;
-    if (!inner) return;
-    executor.options.approve = (request, signal) => {
-      const { conversationId, turnId } = request.tags ?? {};
-      if (conversationId && turnId && this.server.capabilities.approvals) {
-        this.server.notify(ServerNotifications.approvalNeeded, { conversationId, turnId, callId: request.callId, name: request.tool.name } satisfies ApprovalNeededParams);
-      }
-      return inner(request, signal);
-    };
   }
 }
 

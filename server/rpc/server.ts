@@ -10,6 +10,8 @@ import {
   ErrorCodes,
   PROTOCOL_VERSION,
   Requests,
+  ServerNotifications,
+  type ApprovalNeededParams,
   type ClientCapabilities,
   type Configuration,
   type EditorContext,
@@ -215,14 +217,19 @@ export class AgentServer {
     if (!this.capabilities.approvals) {
       return { decision: "denied", reason: "no approval interface is connected, so dangerous tools cannot run" };
     }
+    const { conversationId, turnId } = request.tags ?? {};
+    // The chat shows which call of which turn waits for the user, before the question itself.
+    if (conversationId && turnId) {
+      this.notify(ServerNotifications.approvalNeeded, { conversationId, turnId, callId: request.callId, name: request.tool.name } satisfies ApprovalNeededParams);
+    }
     const params: EmacsApprovalParams = {
       callId: request.callId,
       tool: request.tool.name,
       arguments: request.arguments,
       safetyLevel: request.safetyLevel,
       description: request.tool.description,
-      ...(request.tags?.conversationId ? { conversationId: request.tags.conversationId } : {}),
-      ...(request.tags?.turnId ? { turnId: request.tags.turnId } : {}),
+      ...(conversationId ? { conversationId } : {}),
+      ...(turnId ? { turnId } : {}),
     };
     // No timeout: a user may take their time. The turn's own limits and cancellation apply.
     return (await this.bridge.call("approval", params as unknown as Record<string, unknown>, { signal })) as ApprovalDecision;
