@@ -184,3 +184,44 @@ does something trivial (SPAWN, for instance, may not spawn)."
   "The backend's source location of OBJECT (a method, class...), or NIL."
   (when (backend-implemented-p "FIND-SOURCE-LOCATION")
     (ignore-errors (bcall "FIND-SOURCE-LOCATION" object))))
+
+
+;;;; Threads started by user code
+;;;
+;;; SLIME and SLY install their debugger hook globally, and a new thread
+;;; sees only global values: an error in a thread that the agent's code
+;;; started would open the user's debugger.  The one place every such
+;;; thread passes through is the function that creates it, so we wrap
+;;; that (SBCL: an encapsulation of SB-THREAD:MAKE-THREAD, which
+;;; Bordeaux Threads and the backends call too).  Elsewhere it is not
+;;; supported: such threads keep the Lisp's default behaviour.
+
+(defun install-thread-wrapper (wrap)
+  "Make every new thread run (FUNCALL WRAP FUNCTION) instead of its
+FUNCTION; WRAP returns FUNCTION itself to leave a thread alone.
+Returns true when installed, NIL when this Lisp is not supported.
+Installing again replaces the previous wrapper."
+  #+sbcl
+  (progn
+    (when (sb-int:encapsulated-p 'sb-thread:make-thread 'sly-agent-q)
+      (sb-int:unencapsulate 'sb-thread:make-thread 'sly-agent-q))
+    (sb-int:encapsulate 'sb-thread:make-thread 'sly-agent-q
+                        (lambda (make-thread function &rest keys)
+                          (apply make-thread (funcall wrap function) keys)))
+    t)
+  #-sbcl
+  (progn wrap nil))
+
+(defun thread-label (thread)
+  "A short name for THREAD, for messages."
+  (or (ignore-errors
+       (let ((name (and (backend-implemented-p "THREAD-NAME") (bcall "THREAD-NAME" thread))))
+         (and (stringp name) (plusp (length name)) name)))
+      "unnamed"))
+
+(defun call-with-interrupts-allowed (function)
+  "Call FUNCTION with interrupts allowed, even inside an interrupt
+handler (SBCL runs those with interrupts disabled), so that a timeout
+can still stop it."
+  #+sbcl (sb-sys:with-interrupts (funcall function))
+  #-sbcl (funcall function))

@@ -197,9 +197,9 @@
   "What SYMBOL names, its documentation, lambda list, value and definitions."
   (let* ((package (tool-package package))
          (symbol (resolve-symbol symbol package)))
-    ;; Defined in eval.lisp, loaded later; called at run time.
-    (call-guarding-user-code "describe_symbol"
-                             (lambda () (describe-symbol-text symbol package)))))
+    ;; Printing values runs user code: CALL-TOOL guards it (see
+    ;; *TOOLS-GUARDING-THEMSELVES*).
+    (describe-symbol-text symbol package)))
 
 
 ;;;; function_arglist

@@ -138,6 +138,23 @@ evaluation of the user's forms, the loader's top-level forms)."
         (first-line (with-output-to-string (out) (bcall "PRINT-FRAME" frame out)) 240))
     (serious-condition () "#<frame not printable>")))
 
+(defparameter *backtrace-seconds* 2
+  "The most seconds printing a backtrace may take: frames show their
+arguments, whose PRINT-OBJECT methods are user code and may not return.")
+
+(defun print-frames-bounded (frames)
+  "The texts of FRAMES, printed within *BACKTRACE-SECONDS*; a frame
+that could not be printed in time ends the list with a marker."
+  (let ((texts '()))
+    (when (let ((*call-id* nil))
+            (call-with-interrupts-allowed
+             (lambda ()
+               (call-with-timeout *backtrace-seconds*
+                                  (lambda () (dolist (frame frames) (push (frame-text frame) texts)))
+                                  (lambda () nil)))))
+      (push "#<frame not printable in time: a PRINT-OBJECT method does not return>" texts))
+    (nreverse texts)))
+
 (defun capture-backtrace (&optional (limit *backtrace-limit*))
   "The frames of the user's code on the current stack, innermost first,
 as strings: frames of ours and of the signalling machinery above it are
@@ -148,7 +165,7 @@ backend cannot compute a backtrace."
     (handler-case
         (let ((texts (bcall "CALL-WITH-DEBUGGING-ENVIRONMENT"
                             (lambda ()
-                              (mapcar #'frame-text (bcall "COMPUTE-BACKTRACE" 0 200))))))
+                              (print-frames-bounded (bcall "COMPUTE-BACKTRACE" 0 200))))))
           ;; Above the user's code: our handler, the backend, the signal.
           (loop while (and texts (or (our-frame-p (first texts))
                                      (machinery-frame-p (first texts))))
@@ -171,16 +188,74 @@ backend cannot compute a backtrace."
               (- (length frames) limit) *backtrace-limit*))))
 
 
-;;;; Timeouts
+;;;; Timeouts and cancellation
+;;;
+;;; Each guarded evaluation has a STATE, a cons whose car is :RUNNING,
+;;; :CANCEL (asked for by CANCEL-CALL), :TIMED-OUT, :CANCELLED or :DONE,
+;;; and a watcher thread that interrupts the evaluating thread when the
+;;; deadline passes or a cancel is asked for.  Evaluations are recorded
+;;; under the id of their call (CALL-TOOL's :CALL-ID), so that a second
+;;; request can stop exactly that one and nothing else.
+
+(defvar *running* (make-hash-table :test 'equal)
+  "Call id => the STATEs of its guarded evaluations, innermost first.")
+
+(defvar *cancelled-early* '()
+  "Ids cancelled before their call started, newest first (bounded).")
+
+(defun note-running (id state)
+  (when id
+    (call-with-state-lock (lambda () (push state (gethash id *running*))))))
+
+(defun note-finished (id state)
+  (when id
+    (call-with-state-lock
+     (lambda ()
+       (let ((states (remove state (gethash id *running*))))
+         (if states
+             (setf (gethash id *running*) states)
+             (remhash id *running*)))))))
+
+(defun cancel-call (id)
+  "Stop the evaluation of the call ID (CALL-TOOL's :CALL-ID): its thread
+is interrupted and unwinds, and the call answers that it was cancelled.
+Returns T if an evaluation of that call was running; otherwise NIL, and
+the call, should it arrive later, does not run.  Never signals."
+  (ignore-errors
+   (let ((id (if (stringp id) id (princ-to-string id))))
+     (call-with-state-lock
+      (lambda ()
+        (let ((state (first (gethash id *running*))))
+          (cond ((and state (eq (car state) :running))
+                 (setf (car state) :cancel)
+                 t)
+                (state t)
+                (t
+                 (push id *cancelled-early*)
+                 (when (> (length *cancelled-early*) 100)
+                   (setf *cancelled-early* (subseq *cancelled-early* 0 100)))
+                 nil))))))))
+
+(defun take-early-cancel (id)
+  "True (once) if ID was cancelled before its call started."
+  (and id
+       (call-with-state-lock
+        (lambda ()
+          (when (member id *cancelled-early* :test #'equal)
+            (setf *cancelled-early* (remove id *cancelled-early* :test #'equal))
+            t)))))
 
 (defun watch-deadline (state seconds worker interrupt)
   "In the watcher thread: wait until STATE is no longer :RUNNING or
-SECONDS have passed; in the latter case interrupt WORKER with INTERRUPT."
+:CANCEL; interrupt WORKER with INTERRUPT when SECONDS (NIL: no limit)
+have passed or a cancel was asked for."
   (handler-case
-      (let ((deadline (+ (get-internal-real-time)
-                         (round (* seconds internal-time-units-per-second)))))
-        (loop while (eq (car state) :running)
-              do (when (>= (get-internal-real-time) deadline)
+      (let ((deadline (and seconds
+                           (+ (get-internal-real-time)
+                              (round (* seconds internal-time-units-per-second))))))
+        (loop while (member (car state) '(:running :cancel))
+              do (when (or (eq (car state) :cancel)
+                           (and deadline (>= (get-internal-real-time) deadline)))
                    (bcall "INTERRUPT-THREAD" worker interrupt)
                    (return))
                  (sleep 0.05)))
@@ -188,48 +263,116 @@ SECONDS have passed; in the latter case interrupt WORKER with INTERRUPT."
     (serious-condition () nil)))
 
 (defun call-with-timeout (seconds thunk on-timeout)
-  "Call THUNK.  If it is still running after SECONDS, call ON-TIMEOUT in
+  "Call THUNK.  If it is still running after SECONDS (NIL: no limit), or
+CANCEL-CALL asks for the current call to stop, call ON-TIMEOUT in
 THUNK's thread, at the point where it was interrupted, then unwind out
-of THUNK.  Returns true if it timed out.  Without thread support in the
-backend, SBCL's own timer is used; elsewhere THUNK runs unbounded."
+of THUNK.  Returns NIL, :TIMEOUT or :CANCELLED.  Without thread support
+in the backend, SBCL's own timer is used and cancelling is not
+supported; elsewhere THUNK runs unbounded."
   (cond
-    ((null seconds)
-     (funcall thunk)
-     nil)
     ((threads-available-p)
-     (let ((state (list :running))
-           (tag (list 'timeout))
-           (timed-out t)
-           (worker (bcall "CURRENT-THREAD")))
+     (let* ((state (list :running))
+            (tag (list 'timeout))
+            (id *call-id*)
+            (how :timeout)
+            (worker (bcall "CURRENT-THREAD")))
        (catch tag
          (unwind-protect
               (progn
-                (bcall "SPAWN"
-                       (lambda ()
-                         (watch-deadline
-                          state seconds worker
-                          (lambda ()
-                            ;; Runs in the worker.  The check is made
-                            ;; here, in the worker itself, so an
-                            ;; interrupt arriving after THUNK finished
-                            ;; does nothing.
-                            (when (eq (car state) :running)
-                              (setf (car state) :timed-out)
-                              (ignore-errors (funcall on-timeout))
-                              (throw tag nil)))))
-                       :name "sly-agent-q timeout watcher")
+                (note-running id state)
+                (let ((*in-agent-code* nil))
+                  (bcall "SPAWN"
+                         (lambda ()
+                           (watch-deadline
+                            state seconds worker
+                            (lambda ()
+                              ;; Runs in the worker.  The check is made
+                              ;; here, in the worker itself, so an
+                              ;; interrupt arriving after THUNK finished
+                              ;; does nothing.
+                              (let ((now (car state)))
+                                (when (member now '(:running :cancel))
+                                  (setf (car state) (if (eq now :cancel) :cancelled :timed-out))
+                                  (ignore-errors (funcall on-timeout))
+                                  (throw tag nil))))))
+                         :name "sly-agent-q timeout watcher"))
                 (funcall thunk)
-                (setf timed-out nil))
-           (setf (car state) :done)))
-       timed-out))
+                (setf how nil))
+           (when (eq (car state) :cancelled) (setf how :cancelled))
+           (setf (car state) :done)
+           (note-finished id state)))
+       how))
+    ((null seconds)
+     (funcall thunk)
+     nil)
     #+sbcl
     (t
      (handler-case (progn (sb-ext:with-timeout seconds (funcall thunk)) nil)
-       (sb-ext:timeout () (ignore-errors (funcall on-timeout)) t)))
+       (sb-ext:timeout () (ignore-errors (funcall on-timeout)) :timeout)))
     #-sbcl
     (t
      (funcall thunk)
      nil)))
+
+
+;;;; Threads the agent's code starts
+;;;
+;;; A thread created while agent code runs (or by such a thread) runs
+;;; its function under our debugger trap: an error that nobody handles
+;;; is recorded, the thread ends, and the error shows in the result of
+;;; the call (or of the next one) instead of in the user's debugger.
+
+(defvar *thread-errors* '()
+  "Errors of agent threads not yet reported, newest first: plists with
+:THREAD :TYPE :MESSAGE :BACKTRACE :STARTED-BY.")
+
+(defparameter *thread-errors-kept* 10
+  "The most unreported thread errors kept.")
+
+(defun record-thread-error (condition started-by)
+  (let ((entry (list :thread (thread-label (ignore-errors (bcall "CURRENT-THREAD")))
+                     :type (condition-type-label condition)
+                     :message (first-line (condition-message condition) 300)
+                     :backtrace (ignore-errors (capture-backtrace 5))
+                     :started-by started-by)))
+    (call-with-state-lock
+     (lambda ()
+       (push entry *thread-errors*)
+       (when (> (length *thread-errors*) *thread-errors-kept*)
+         (setf *thread-errors* (subseq *thread-errors* 0 *thread-errors-kept*)))))))
+
+(defun wrap-agent-thread-function (function)
+  "FUNCTION, or, when agent code is creating the thread, FUNCTION run
+under the trap described above."
+  (if (not *in-agent-code*)
+      function
+      (let ((started-by *current-evaluation*))
+        (lambda (&rest args)
+          (let ((*in-agent-code* t)
+                (*current-evaluation* started-by)
+                (tag (list 'agent-thread)))
+            (catch tag
+              (call-with-debugger-trap
+               (lambda (condition)
+                 (ignore-errors (record-thread-error condition started-by))
+                 (throw tag nil))
+               (lambda () (apply function args)))))))))
+
+(defun take-thread-notes ()
+  "Notes on the errors of agent threads not reported yet, or NIL."
+  (let ((errors (call-with-state-lock
+                 (lambda () (shiftf *thread-errors* '())))))
+    (when errors
+      (with-output-to-string (out)
+        (dolist (entry (reverse errors))
+          (destructuring-bind (&key thread type message backtrace started-by) entry
+            (format out "~&Note: a thread started by ~:[an earlier evaluation~;this evaluation~] ~
+                         (thread \"~A\") signalled ~A: ~A~%It was ended; the debugger was not entered.~%"
+                    (eql started-by *current-evaluation*) thread type message)
+            (when backtrace
+              (format out "Its backtrace (innermost first):~%~A" (format-backtrace backtrace 5)))))))))
+
+(install-thread-wrapper 'wrap-agent-thread-function)
 
 
 ;;;; Running user code
@@ -244,6 +387,8 @@ backend, SBCL's own timer is used; elsewhere THUNK runs unbounded."
   (backtrace nil)
   ;; When the timeout stopped it:
   (timed-out nil)
+  ;; When CANCEL-CALL stopped it:
+  (cancelled nil)
   (seconds nil))
 
 (defun call-trapping-conditions (thunk outcome)
@@ -256,7 +401,9 @@ THUNK finished normally."
              (setf (outcome-condition outcome) condition
                    (outcome-type outcome) (condition-type-label condition)
                    (outcome-message outcome) (condition-message condition)
-                   (outcome-backtrace outcome) (capture-backtrace))
+                   ;; A tool's own error needs no backtrace.
+                   (outcome-backtrace outcome) (unless (typep condition '(or tool-error tool-failure))
+                                                 (capture-backtrace)))
              (throw tag nil)))
       (catch tag
         (call-with-debugger-trap
@@ -271,40 +418,49 @@ THUNK finished normally."
 
 (defun run-user-code (thunk &key (timeout *call-timeout*))
   "Run THUNK, user code, with output captured, conditions trapped and
-TIMEOUT seconds allowed.  Returns an OUTCOME."
+TIMEOUT seconds allowed.  Returns an OUTCOME; when the call was
+cancelled, signals a TOOL-FAILURE saying so instead."
   (let* ((outcome (make-outcome))
          (sink (make-sink *output-limit*))
          (stream (make-capture-stream sink))
          (empty (make-string-input-stream ""))
-         (io (make-two-way-stream empty stream)))
-    (setf (outcome-timed-out outcome)
-          (call-with-timeout
-           timeout
-           (lambda ()
-             (let ((*standard-output* stream)
-                   (*error-output* stream)
-                   (*trace-output* stream)
-                   (*standard-input* empty)
-                   (*query-io* io)
-                   (*debug-io* io)
-                   (*terminal-io* io))
-               (call-trapping-conditions thunk outcome)))
-           (lambda ()
-             (setf (outcome-backtrace outcome) (capture-backtrace)))))
+         (io (make-two-way-stream empty stream))
+         (how (call-with-timeout
+               timeout
+               (lambda ()
+                 (let ((*standard-output* stream)
+                       (*error-output* stream)
+                       (*trace-output* stream)
+                       (*standard-input* empty)
+                       (*query-io* io)
+                       (*debug-io* io)
+                       (*terminal-io* io)
+                       (*in-agent-code* t))
+                   (call-trapping-conditions thunk outcome)))
+               (lambda ()
+                 (setf (outcome-backtrace outcome) (capture-backtrace))))))
+    (setf (outcome-timed-out outcome) (eq how :timeout)
+          (outcome-cancelled outcome) (eq how :cancelled))
     (setf (outcome-seconds outcome) timeout)
     (setf (outcome-output outcome) (finish-capture stream sink))
+    (when (outcome-cancelled outcome)
+      (error 'tool-failure
+             :message "The call was cancelled: its evaluation was interrupted. Side effects made before the interruption remain."))
     outcome))
 
 
 (defun call-guarding-user-code (what function)
   "Call FUNCTION, which may run user code incidentally (PRINT-OBJECT
 methods of values it shows), under the timeout and condition trap of
-RUN-USER-CODE; return its value or FAIL saying what went wrong."
+RUN-USER-CODE; return its value or FAIL saying what went wrong.  The
+tool's own TOOL-ERRORs and TOOL-FAILUREs pass through unchanged."
   (let* ((value nil)
          (outcome (run-user-code (lambda () (setf value (funcall function))))))
     (cond ((outcome-timed-out outcome)
-           (fail "~A timed out after ~A s (printing a value may not terminate)."
+           (fail "~A timed out after ~A s and was interrupted (printing a value may not terminate)."
                  what (outcome-seconds outcome)))
+          ((typep (outcome-condition outcome) '(or tool-error tool-failure))
+           (error (outcome-condition outcome)))
           ((outcome-condition outcome)
            (fail "~A failed: ~A: ~A" what (outcome-type outcome) (outcome-message outcome)))
           (t value))))

@@ -30,15 +30,22 @@
          (form (read-form-for-inspection form package :tool "macroexpand_form"))
          (expansion nil)
          (expanded-p nil)
+         (text nil)
+         (phase :expand)
+         ;; Printing the expansion runs user code too (PRINT-OBJECT
+         ;; methods of literal objects in it): same guard.
          (outcome (run-user-code
                    (lambda ()
                      (multiple-value-setq (expansion expanded-p)
-                       (if full (macroexpand form) (macroexpand-1 form)))))))
+                       (if full (macroexpand form) (macroexpand-1 form)))
+                     (setf phase :print
+                           text (expansion-text (if expanded-p expansion form) package))))))
     (cond
       ((outcome-timed-out outcome)
-       (fail "Macroexpansion timed out after ~A s and was interrupted: the macro function ~
-              does not terminate.~@[~%Where it was (innermost first):~%~A~]"
-             (outcome-seconds outcome)
+       (fail "Macroexpansion timed out after ~A s and was interrupted: ~:[the macro function ~
+              does not terminate~;printing the expansion does not terminate (a PRINT-OBJECT method ~
+              of an object in it)~].~@[~%Where it was (innermost first):~%~A~]"
+             (outcome-seconds outcome) (eq phase :print)
              (and (outcome-backtrace outcome) (format-backtrace (outcome-backtrace outcome)))))
       ((outcome-condition outcome)
        (fail "Macroexpansion signalled ~A: ~A~@[~%Backtrace (innermost first):~%~A~]"
@@ -51,8 +58,8 @@
                     (cond ((special-operator-p (first form)) "a special operator")
                           ((fboundp (first form)) "a function")
                           (t "not defined as an operator")))
-               (expansion-text form package)))
+               text))
       (t
        (format nil "Expansion (~:[MACROEXPAND-1: one step~;MACROEXPAND: until the head is not a ~
                     macro; subforms are not expanded~]) in package ~A:~%~A"
-               full (package-name package) (expansion-text expansion package))))))
+               full (package-name package) text)))))

@@ -12,6 +12,7 @@
   (:export
    ;; The entry point.
    #:call-tool
+   #:cancel-call
    #:tool-names
    ;; Knobs the user (or the Emacs side) may set.
    #:*eval-timeout*

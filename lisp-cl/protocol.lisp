@@ -157,6 +157,26 @@ the default for tools whose \"package\" argument is absent.")
 (defvar *call-timeout* nil
   "The TIMEOUT of the current CALL-TOOL, in seconds, or NIL.")
 
+(defvar *call-id* nil
+  "The :CALL-ID of the current CALL-TOOL, or NIL (see CANCEL-CALL).")
+
+(defvar *in-agent-code* nil
+  "True while code the agent asked for runs in this thread (see
+WRAP-AGENT-THREAD-FUNCTION).")
+
+(defvar *evaluation-serial* 0
+  "Counts CALL-TOOL calls, so a thread's error can say which one started it.")
+
+(defvar *current-evaluation* nil
+  "The serial of the CALL-TOOL running in this thread.")
+
+(defparameter *tools-guarding-themselves*
+  '("eval_form" "eval_in_package" "compile_form" "macroexpand_form")
+  "Tools that run user code and print its results under RUN-USER-CODE
+themselves, with messages of their own.  Every other tool runs whole
+under CALL-GUARDING-USER-CODE: whatever it prints may call a user's
+PRINT-OBJECT method.")
+
 (defvar *eval-timeout* 30
   "Default seconds an eval_form, eval_in_package or compile_form call may
 run before it is interrupted.  NIL means no limit.")
@@ -221,22 +241,33 @@ alone is bound.  HOOK must not return normally."
               (t (fail "The PACKAGE of the call must be a package name, but got ~A."
                        (print-value package :limit 100)))))
           (*call-timeout* (normalize-timeout timeout)))
-      (let ((content (apply (tool-function tool) (parse-arguments tool args))))
+      (let* ((arguments (parse-arguments tool args))
+             (content (if (member name *tools-guarding-themselves* :test #'string=)
+                          (apply (tool-function tool) arguments)
+                          ;; Defined in eval.lisp, loaded later.
+                          (call-guarding-user-code
+                           name (lambda () (apply (tool-function tool) arguments))))))
         (if (stringp content)
             content
             (princ-value content))))))
 
-(defun call-tool (name args &key package timeout)
+(defun call-tool (name args &key package timeout call-id)
   "Run the image tool NAME with ARGS, an alist of (\"parameter\" . value).
 PACKAGE names the REPL's current package, the default for tools whose
 \"package\" argument is absent (else CL-USER).  TIMEOUT is the seconds
 eval_form, eval_in_package and compile_form may run (default
-*EVAL-TIMEOUT*).
+*EVAL-TIMEOUT*).  CALL-ID, a string, names the call for CANCEL-CALL.
+
+Errors of threads that code run by these tools started, not reported
+yet, are appended to the result as notes.
 
 Returns (:OK T :CONTENT string) or (:OK NIL :ERROR string).  Never
 signals and never enters the debugger."
   (let ((result nil)
-        (tool-name (if (stringp name) name (ignore-errors (princ-to-string name)))))
+        (tool-name (if (stringp name) name (ignore-errors (princ-to-string name))))
+        (*call-id* (and call-id (if (stringp call-id) call-id (princ-to-string call-id))))
+        (*current-evaluation* (incf *evaluation-serial*))
+        (*in-agent-code* nil))
     (catch 'call-tool-done
       (with-simple-restart (abort "Return an error result from sly-agent-q:call-tool.")
         (call-with-debugger-trap
@@ -258,7 +289,9 @@ signals and never enters the debugger."
                  (*error-output* (make-broadcast-stream))
                  (*trace-output* (make-broadcast-stream)))
              (setf result
-                   (handler-case (content-result (dispatch name args package timeout))
+                   (handler-case (if (take-early-cancel *call-id*)
+                                     (error-result "The call was cancelled before it started; nothing was run.")
+                                     (content-result (dispatch name args package timeout)))
                      (tool-error (c) (error-result (tool-error-message c)))
                      (tool-failure (c) (error-result (tool-failure-message c)))
                      ;; User code never gets here: the evaluation tools
@@ -271,5 +304,14 @@ signals and never enters the debugger."
                       (format nil "~A was aborted (ABORT was invoked) before it finished."
                               tool-name)))))
     (if (and (consp result) (member (getf result :ok) '(t nil)))
-        result
+        (with-thread-notes result)
         (error-result "call-tool produced no result (this is a bug in sly-agent-q)."))))
+
+(defun with-thread-notes (result)
+  "RESULT with the notes of TAKE-THREAD-NOTES (eval.lisp) appended."
+  (let ((notes (ignore-errors (take-thread-notes))))
+    (if (null notes)
+        result
+        (let ((key (if (getf result :ok) :content :error)))
+          (list :ok (getf result :ok)
+                key (format nil "~A~2%~A" (getf result key) (string-right-trim '(#\Newline) notes)))))))

@@ -444,6 +444,128 @@
     (is (error-p r))
     (is (has r "describe_symbol timed out"))))
 
+(defmacro saq-slow-macro () cl-user::*saq-slow-value*)
+
+(defun call-bounded (seconds function)
+  "FUNCTION's value, called in a thread given SECONDS; :HUNG if it did
+not return (the thread is then terminated, so a failing test does not
+leave it burning)."
+  (let* ((thread (sb-thread:make-thread function :name "saq bounded call"))
+         (value (sb-thread:join-thread thread :default :hung :timeout seconds)))
+    (when (eq value :hung)
+      (ignore-errors (sb-thread:terminate-thread thread))
+      (ignore-errors (sb-thread:join-thread thread :default nil :timeout 5)))
+    value))
+
+(defun busy-threads ()
+  "Threads other than the current one, the main thread and the backend's
+own, that are still alive: what a tool must not leave behind."
+  (remove-if (lambda (thread)
+               (or (eq thread sb-thread:*current-thread*)
+                   (eq thread (sb-thread:main-thread))
+                   (not (sb-thread:thread-alive-p thread))
+                   (let ((name (or (sb-thread:thread-name thread) "")))
+                     (or (search "finalizer" name) (search "auto-flush" name)))))
+             (sb-thread:list-all-threads)))
+
+(deftest printing-never-escapes-the-timeout
+  ;; Every helper that prints a user object does so under the call's
+  ;; timeout: a PRINT-OBJECT that never returns gives a bounded error.
+  (eval `(defclass cl-user::saq-slow-slots ()
+           ((cl-user::x :initform ',cl-user::*saq-slow-value*))))
+  (let ((before (length (busy-threads))))
+    (dolist (call `(("macroexpand_form" ("form" . "(saq-slow-macro)")
+                                        ("package" . "SLY-AGENT-Q-TESTS"))
+                    ("class_slots" ("class" . "saq-slow-slots"))
+                    ("describe_symbol" ("symbol" . "*saq-slow-value*"))
+                    ("eval_form" ("form" . "*saq-slow-value*"))))
+      (let* ((start (get-internal-real-time))
+             (r (call-bounded 20 (lambda () (tool* (first call) (rest call) :timeout 1)))))
+        (is (not (eq r :hung)) "~A never answered" (first call))
+        (unless (eq r :hung)
+          (is (error-p r))
+          (is (has r "timed out after 1 s") "~A: ~A" (first call) (text r)))
+        (is (< (- (get-internal-real-time) start) (* 8 internal-time-units-per-second)))))
+    ;; Nothing is left running the printer.
+    (sleep 0.3)
+    (is (<= (length (busy-threads)) before) "busy threads: ~S" (busy-threads)))
+  (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)")))))
+
+(defvar cl-user::*saq-probe* nil)
+
+(deftest cancel-call-interrupts-the-evaluation
+  (setf cl-user::*saq-probe* nil)
+  (let* ((result nil)
+         (thread (sb-thread:make-thread
+                  (lambda ()
+                    (setf result (sly-agent-q:call-tool
+                                  "eval_form"
+                                  '(("form" . "(progn (setf *saq-probe* :started) (sleep 2) (setf *saq-probe* :finished))"))
+                                  :package "CL-USER" :timeout 30 :call-id "cancel-1")))
+                  :name "saq cancelled worker")))
+    (loop repeat 200 until (eq cl-user::*saq-probe* :started) do (sleep 0.01))
+    (is (eq :started cl-user::*saq-probe*))
+    (is (eq t (sly-agent-q:cancel-call "cancel-1")))
+    (sb-thread:join-thread thread :default nil :timeout 10)
+    (is (error-p result))
+    (is (has result "cancelled"))
+    (sleep 2.5)
+    ;; The image, not a flag: the rest of the form never ran.
+    (is (eq :started cl-user::*saq-probe*)))
+  ;; A cancel that arrives before its call: the call never runs.
+  (setf cl-user::*saq-probe* nil)
+  (is (null (sly-agent-q:cancel-call "cancel-2")))
+  (let ((r (sly-agent-q:call-tool "eval_form" '(("form" . "(setf *saq-probe* :ran)"))
+                                  :package "CL-USER" :call-id "cancel-2")))
+    (is (error-p r))
+    (is (has r "cancelled"))
+    (is (null cl-user::*saq-probe*)))
+  ;; Unknown ids and other evaluations are left alone.
+  (is (null (sly-agent-q:cancel-call "no-such-call")))
+  (is (string= "Value: 3" (text (sly-agent-q:call-tool "eval_form" '(("form" . "(+ 1 2)"))
+                                                      :call-id "cancel-3")))))
+
+(defvar *debugger-entered* '())
+
+(deftest agent-threads-never-enter-the-debugger
+  ;; SLIME/SLY install their debugger hook globally, and new threads see
+  ;; the global value: stand in for it with one that records entries.
+  (let ((old-hook sb-ext:*invoke-debugger-hook*)
+        (old-debugger-hook *debugger-hook*))
+    (setf *debugger-entered* '())
+    (unwind-protect
+         (progn
+           (setf sb-ext:*invoke-debugger-hook*
+                 (lambda (condition hook)
+                   (declare (ignore hook))
+                   (push (princ-to-string condition) *debugger-entered*)
+                   (sb-thread:abort-thread))
+                 *debugger-hook* nil)
+           (let ((r (tool "eval_form" "form"
+                          "(let ((th (sb-thread:make-thread (lambda () (error \"boom in a thread\")) :name \"saq-boomer\")))
+                             (sb-thread:join-thread th :default :ended))")))
+             (is (ok-p r))
+             ;; The error of a thread that ended within the call is in its result.
+             (is (has r "boom in a thread" "saq-boomer")))
+           ;; A thread that outlives its call: the next call's notes.
+           (is (ok-p (tool "eval_form" "form"
+                           "(sb-thread:make-thread (lambda () (sleep 0.3) (error \"late boom\")) :name \"saq-late\") :started")))
+           (sleep 1)
+           (let ((r (tool "eval_form" "form" "(+ 1 2)")))
+             (is (has r "Value: 3" "late boom" "saq-late" "earlier evaluation")))
+           ;; Reported once.
+           (is (not (has (tool "eval_form" "form" "(+ 1 2)") "late boom")))
+           ;; BREAK in such a thread, and a thread of a thread.
+           (tool "eval_form" "form"
+                 "(sb-thread:join-thread (sb-thread:make-thread (lambda () (sb-thread:join-thread (sb-thread:make-thread (lambda () (break \"nested break\")))))))")
+           (is (null *debugger-entered*) "the debugger was entered: ~S" *debugger-entered*)
+           ;; A thread the user starts outside the agent still gets the debugger.
+           (sb-thread:join-thread (sb-thread:make-thread (lambda () (error "user's own")))
+                                  :default nil :timeout 5)
+           (is (equal '("user's own") *debugger-entered*)))
+      (setf sb-ext:*invoke-debugger-hook* old-hook
+            *debugger-hook* old-debugger-hook))))
+
 (deftest eval-never-enters-the-debugger
   (is (has (tool "eval_form" "form" "(break \"stop here\")") "stop here"))
   (is (has (tool "eval_form" "form" "(invoke-debugger (make-condition 'simple-error :format-control \"direct\"))")
