@@ -77,6 +77,10 @@ export interface Configuration {
   offerAliases?: boolean;
   /** Default per-tool timeout in ms (a tool's own timeout wins). */
   toolTimeoutMs?: number;
+  /** How long one evaluation in the Lisp image may run (Emacs's sly-agent-q-image-timeout); image tools' deadlines derive from it. */
+  imageTimeoutMs?: number;
+  /** How long loading the helpers into the image may take (sly-agent-q-helpers-load-timeout); part of an image tool's deadline. */
+  imageLoadTimeoutMs?: number;
   /** Results longer than this are cut with a marker. */
   maxResultChars?: number;
   projectRoot?: string;

@@ -209,6 +209,8 @@ export class AgentServer {
     if (config.logLevel) this.logger.level = config.logLevel;
     this.executor.options.safetyOverrides = config.safetyOverrides;
     this.executor.options.defaultTimeoutMs = config.toolTimeoutMs;
+    this.executor.options.imageTimeoutMs = config.imageTimeoutMs;
+    this.executor.options.imageLoadTimeoutMs = config.imageLoadTimeoutMs;
     this.executor.options.maxResultChars = config.maxResultChars;
     this.configListeners.forEach((l) => l());
   }

@@ -76,6 +76,9 @@ export interface ExecutorOptions {
   /** The user's trust levels per tool: make eval_form dangerous, or a dangerous tool cautious (auto-approved). */
   safetyOverrides?: Record<string, SafetyLevel>;
   defaultTimeoutMs?: number;
+  /** The image's own limit per evaluation; image tools get it plus the helpers' load time plus a margin. */
+  imageTimeoutMs?: number;
+  imageLoadTimeoutMs?: number;
   maxResultChars?: number;
   audit?: (entry: AuditEntry) => void;
   hooks?: ToolHook[];
@@ -91,6 +94,12 @@ export interface ExecuteOptions {
 }
 
 const DEFAULT_TIMEOUT_MS = 30_000;
+// Defaults of Emacs's sly-agent-q-image-timeout and sly-agent-q-helpers-load-timeout.
+const DEFAULT_IMAGE_TIMEOUT_MS = 50_000;
+const DEFAULT_IMAGE_LOAD_TIMEOUT_MS = 300_000;
+// The image interrupts the evaluation at its limit and Emacs answers 5 s later at the latest:
+// the executor waits longer, so the user gets the image's precise message, never ours.
+const IMAGE_MARGIN_MS = 10_000;
 const DEFAULT_MAX_RESULT_CHARS = 40_000;
 const MAX_ERROR_CHARS = 4_000;
 
@@ -240,8 +249,18 @@ export class Executor {
     return describeSchemaErrors(validate.errors ?? [], tool);
   }
 
+  /** How long TOOL's handler may run before the executor stops it. */
+  timeoutFor(tool: Tool): number {
+    if (tool.timeoutMs !== undefined) return tool.timeoutMs;
+    if (tool.runtime === "image") {
+      // The first call of a connection loads the helpers before it evaluates.
+      return (this.options.imageTimeoutMs ?? DEFAULT_IMAGE_TIMEOUT_MS) + (this.options.imageLoadTimeoutMs ?? DEFAULT_IMAGE_LOAD_TIMEOUT_MS) + IMAGE_MARGIN_MS;
+    }
+    return this.options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
   private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal): Promise<unknown> {
-    const timeoutMs = tool.timeoutMs ?? this.options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
     if (outer?.aborted) throw new ToolError(`${tool.name} was cancelled before it ran.`);

@@ -13,9 +13,9 @@ const symbolName = (what: string): ParamSpec => ({
   description: `${what} name, read as the reader would (case per readtable; pkg:name and pkg::name accepted).`,
 });
 
-const IMAGE_TIMEOUT_MS = 60_000;
-
-const image = (name: string) => ({ runtime: "image" as const, handler: imageTool(name), timeoutMs: IMAGE_TIMEOUT_MS });
+// No per-tool timeout: the executor derives image tools' deadline from the configured image timeout
+// (imageTimeoutMs), which the image itself enforces first.
+const image = (name: string) => ({ runtime: "image" as const, handler: imageTool(name) });
 
 export const imageTools: Tool[] = [
   defineTool({
