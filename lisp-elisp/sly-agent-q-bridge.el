@@ -47,16 +47,22 @@
 (declare-function slime-current-connection "ext:slime" ())
 (declare-function slime-connection-name "ext:slime" (&optional process))
 (declare-function slime-lisp-package "ext:slime-repl" (&optional process))
+(declare-function sly-inferior-process "ext:sly" (&optional connection))
+(declare-function slime-inferior-process "ext:slime" (&optional connection))
 
 (defcustom sly-agent-q-image-timeout 50
-  "Seconds an image call may take before Emacs answers with an error.
-The helpers in the image get the same limit; Emacs waits five
-seconds more for their own timeout message."
+  "Seconds one evaluation in the Lisp image may run.
+The one limit of an image call: the helpers in the image interrupt
+the evaluation after this long and say so; Emacs waits five seconds
+more for that message, and the server's deadline is derived from it
+\(it is sent in the configuration).  After changing it while the
+server runs, send the configuration again."
   :type 'number
   :group 'sly-agent-q)
 
 (defcustom sly-agent-q-helpers-load-timeout 300
-  "Seconds to wait for lisp-cl/load.lisp to compile and load in the image."
+  "Seconds to wait for lisp-cl/load.lisp to compile and load in the image.
+Sent to the server too, whose deadline for an image call allows it."
   :type 'number
   :group 'sly-agent-q)
 
@@ -75,6 +81,16 @@ nil means find it next to this package."
   "No Lisp is connected; start one with M-x sly (or M-x slime)."
   "The answer to an image call when no Lisp is reachable.")
 
+(defconst sly-agent-q-bridge-exited-message
+  "The Lisp process exited during the evaluation (the code may have called exit or quit): its connection closed.  Start it again with M-x sly (or M-x slime)."
+  "The answer to an image call whose evaluation ended the Lisp.")
+
+(defvar sly-agent-q-bridge-abort-grace 5
+  "Seconds an aborted evaluation waits for its connection to close.
+SBCL's exit unwinds the evaluating thread first (an abort) and closes
+the connection a moment later: within this time, the answer says that
+the Lisp exited rather than that the evaluation was aborted.")
+
 ;;;; The adapter
 
 (cl-defstruct (sly-agent-q-bridge-adapter (:constructor sly-agent-q-bridge--make-adapter))
@@ -83,6 +99,7 @@ nil means find it next to this package."
   connection    ; () -> the connection (a network process) to use, or nil
   dispatch      ; (CONN EVENT) -> send an event on CONN
   repl-package  ; (CONN) -> the REPL's current package name, or nil
+  inferior      ; (CONN) -> the Lisp's process when Emacs started it, or nil
   close-hook)   ; the hook run with a connection when it closes
 
 (defun sly-agent-q-bridge--live (conn)
@@ -138,12 +155,16 @@ nil means find it next to this package."
          :connection #'sly-agent-q-bridge--sly-connection
          :dispatch #'sly-agent-q-bridge--sly-dispatch
          :repl-package #'sly-agent-q-bridge--sly-repl-package
+         :inferior (lambda (conn) (and (fboundp 'sly-inferior-process)
+                                       (ignore-errors (sly-inferior-process conn))))
          :close-hook 'sly-net-process-close-hooks)
         (sly-agent-q-bridge--make-adapter
          :name "SLIME"
          :connection #'sly-agent-q-bridge--slime-connection
          :dispatch #'sly-agent-q-bridge--slime-dispatch
          :repl-package #'sly-agent-q-bridge--slime-repl-package
+         :inferior (lambda (conn) (and (fboundp 'slime-inferior-process)
+                                       (ignore-errors (slime-inferior-process conn))))
          :close-hook 'slime-net-process-close-hooks))
   "The adapters, SLY's first.")
 
@@ -170,12 +191,13 @@ Return nil when no Lisp is connected."
 (defvar sly-agent-q-bridge--pending nil
   "Pending evaluations: a list of (CONNECTION . FAIL-FUNCTION).")
 
-(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback)
+(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
 Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
-on an abort, after TIMEOUT seconds, or when the connection closes.
-Return at once."
-  (let* ((done nil) timer entry
+on an abort, after TIMEOUT seconds (then ON-TIMEOUT too, if given),
+when the connection closes, or when the returned function is called
+with a message.  Return that function at once."
+  (let* ((done nil) timer entry aborted
          (finish (lambda (value error)
                    (unless done
                      (setq done t)
@@ -183,12 +205,15 @@ Return at once."
                      (setq sly-agent-q-bridge--pending
                            (delq entry sly-agent-q-bridge--pending))
                      (sly-agent-q--call-safely callback value error)))))
-    (setq entry (cons conn (lambda (msg) (funcall finish nil msg))))
+    (setq entry (cons conn (lambda (msg)
+                             (funcall finish nil (if aborted sly-agent-q-bridge-exited-message msg)))))
     (sly-agent-q-bridge--ensure-close-hook adapter)
     (push entry sly-agent-q-bridge--pending)
     (setq timer (run-with-timer
                  timeout nil
-                 (lambda () (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
+                 (lambda ()
+                   (when on-timeout (sly-agent-q--call-safely on-timeout))
+                   (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
                  (list :emacs-rex form package t
@@ -196,14 +221,39 @@ Return at once."
                          (pcase result
                            (`(:ok ,value) (funcall finish value nil))
                            (`(:abort ,condition)
-                            (funcall finish nil (format "The evaluation in the Lisp image was aborted%s."
-                                                        (if (member condition '(nil "NIL" ""))
-                                                            ""
-                                                          (format ": %s" condition)))))
+                            (let ((msg (format "The evaluation in the Lisp image was aborted%s."
+                                               (if (member condition '(nil "NIL" ""))
+                                                   ""
+                                                 (format ": %s" condition)))))
+                              ;; An exit aborts the evaluation, then closes the
+                              ;; connection: wait a little to tell which.
+                              (if (not (process-live-p conn))
+                                  (funcall finish nil sly-agent-q-bridge-exited-message)
+                                (setq aborted t)
+                                (when timer (cancel-timer timer))
+                                (setq timer (run-with-timer sly-agent-q-bridge-abort-grace nil
+                                                            finish nil msg)))))
                            (_ (funcall finish nil (format "Unexpected answer from the Lisp image: %S" result)))))))
       (error (funcall finish nil (format "Could not send the call to the Lisp image: %s"
                                          (error-message-string err)))))
-    nil))
+    (lambda (msg) (funcall finish nil msg))))
+
+(defun sly-agent-q-bridge--cancel-form (call-id)
+  "A form stopping the helpers' evaluation of CALL-ID; harmless without them."
+  `(cl:let ((f (cl:and (cl:find-package "SLY-AGENT-Q")
+                       (cl:find-symbol "CANCEL-CALL" "SLY-AGENT-Q"))))
+     (cl:when (cl:and f (cl:fboundp f))
+       (cl:funcall f ,call-id))))
+
+(defun sly-agent-q-bridge--send-cancel (adapter conn call-id)
+  "Ask the image on CONN, through ADAPTER, to interrupt the call CALL-ID.
+Sent as a request of its own (its own worker thread in the image); its
+answer is ignored, and nothing else on the connection is touched."
+  (when (process-live-p conn)
+    (condition-case nil
+        (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
+                 (list :emacs-rex (sly-agent-q-bridge--cancel-form call-id) "CL-USER" t #'ignore))
+      (error nil))))
 
 (defvar sly-agent-q-bridge--hooked nil
   "The close hooks this file added itself to.")
@@ -216,11 +266,41 @@ Return at once."
       (add-hook hook #'sly-agent-q-bridge--connection-closed))))
 
 (defun sly-agent-q-bridge--connection-closed (conn &rest _)
-  "CONN closed: answer every call pending on it with an error."
+  "CONN closed: answer every call pending on it with an error.
+When Emacs started the Lisp, the error says how its process ended (an
+exit from the evaluated code, or a kill), once that is known."
   (process-put conn 'sly-agent-q-helpers nil)
-  (dolist (entry (reverse sly-agent-q-bridge--pending))
-    (when (eq (car entry) conn)
-      (funcall (cdr entry) "The connection to the Lisp image closed during the call (the Lisp may have crashed or been killed)."))))
+  (let ((entries (cl-remove-if-not (lambda (entry) (eq (car entry) conn))
+                                   (reverse sly-agent-q-bridge--pending))))
+    (when entries
+      (let ((inferior (cl-some (lambda (a) (funcall (sly-agent-q-bridge-adapter-inferior a) conn))
+                               sly-agent-q-bridge-adapters))
+            (tries 20))
+        (if (not (processp inferior))
+            (sly-agent-q-bridge--fail-closed entries nil)
+          ;; The connection usually closes a moment before the process
+          ;; is reaped: wait (never inside this hook) to learn how it ended.
+          (let ((timer nil))
+            (setq timer
+                  (run-with-timer
+                   0 0.1
+                   (lambda ()
+                     (when (or (not (process-live-p inferior)) (<= (cl-decf tries) 0))
+                       (cancel-timer timer)
+                       (sly-agent-q-bridge--fail-closed entries inferior)))))))))))
+
+(defun sly-agent-q-bridge--fail-closed (entries inferior)
+  "Fail the pending ENTRIES of a closed connection.
+INFERIOR is its Lisp process, or nil when Emacs did not start it."
+  (let ((msg (pcase (and (processp inferior) (not (process-live-p inferior))
+                         (process-status inferior))
+               ('exit (format "The Lisp process exited (exit code %d) during the call, so its connection closed (the code may have called exit or quit). Start it again with M-x sly (or M-x slime)."
+                              (process-exit-status inferior)))
+               ('signal (format "The connection to the Lisp image closed during the call: the Lisp process was killed (signal %d)."
+                                (process-exit-status inferior)))
+               (_ "The connection to the Lisp image closed during the call (the Lisp may have exited, crashed or been killed)."))))
+    (dolist (entry entries)
+      (funcall (cdr entry) msg))))
 
 ;;;; Loading the helpers
 
@@ -291,8 +371,9 @@ and null nil; strings, numbers and t stay."
         ((symbolp value) (symbol-name value))
         (t (format "%s" value))))
 
-(defun sly-agent-q-bridge-call-form (tool arguments package timeout)
+(defun sly-agent-q-bridge-call-form (tool arguments package timeout &optional call-id)
   "The form calling helper TOOL with JSON ARGUMENTS in PACKAGE with TIMEOUT.
+CALL-ID names the call for the helpers' cancel-call.
 Built as data; nothing is pasted into source text.  When the helpers
 package is missing the form answers with an error instead of failing
 to read."
@@ -301,21 +382,30 @@ to read."
                       ,tool
                       (quote ,(sly-agent-q-bridge-json-to-lisp arguments))
                       :package ,package
-                      :timeout ,timeout)
+                      :timeout ,timeout
+                      ,@(and call-id `(:call-id ,call-id)))
           (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
+
+(defvar sly-agent-q-bridge--call-counter 0
+  "Numbers the image calls, for their ids in the image.")
 
 (defun sly-agent-q-bridge-call-tool (tool arguments package callback)
   "Run helper TOOL with ARGUMENTS (a JSON plist) in the image, asynchronously.
 PACKAGE is the package to read and evaluate in (nil: the REPL's).
-CALLBACK gets (CONTENT nil) on success or (nil MESSAGE)."
-  (let ((cur (sly-agent-q-bridge-current)))
+CALLBACK gets (CONTENT nil) on success or (nil MESSAGE).
+Return a function of no arguments that cancels the call: the image
+interrupts its evaluation, and CALLBACK gets an error."
+  (let ((cur (sly-agent-q-bridge-current))
+        (call-id (format "saq-%d-%d" (emacs-pid) (cl-incf sly-agent-q-bridge--call-counter)))
+        cancelled stop)
     (if (not cur)
-        (funcall callback nil sly-agent-q-bridge-no-lisp-message)
+        (progn (funcall callback nil sly-agent-q-bridge-no-lisp-message) #'ignore)
       (let ((adapter (car cur)) (conn (cdr cur)))
         (sly-agent-q-bridge-ensure-helpers
          adapter conn
          (lambda (load-error)
            (cond
+            (cancelled nil)
             (load-error (funcall callback nil load-error))
             ((not (process-live-p conn))
              (funcall callback nil "The connection to the Lisp image closed."))
@@ -324,25 +414,37 @@ CALLBACK gets (CONTENT nil) on success or (nil MESSAGE)."
                              (funcall (sly-agent-q-bridge-adapter-repl-package adapter) conn)
                              "CL-USER"))
                     (timeout sly-agent-q-image-timeout))
-               (sly-agent-q-bridge-eval
-                adapter conn (sly-agent-q-bridge-call-form tool arguments pkg timeout)
-                pkg (+ timeout 5)
-                (lambda (value error)
-                  (cond (error (funcall callback nil error))
-                        ((plist-get value :ok)
-                         (funcall callback (format "%s" (or (plist-get value :content) "")) nil))
-                        (t (funcall callback nil (format "%s" (or (plist-get value :error)
-                                                                  "The helper failed without a message."))))))))))))))))
+               (setq stop
+                     (sly-agent-q-bridge-eval
+                      adapter conn (sly-agent-q-bridge-call-form tool arguments pkg timeout call-id)
+                      pkg (+ timeout 5)
+                      (lambda (value error)
+                        (cond (error (funcall callback nil error))
+                              ((plist-get value :ok)
+                               (funcall callback (format "%s" (or (plist-get value :content) "")) nil))
+                              (t (funcall callback nil (format "%s" (or (plist-get value :error)
+                                                                        "The helper failed without a message."))))))
+                      ;; The image's own timeout did not answer: still stop it.
+                      (lambda () (sly-agent-q-bridge--send-cancel adapter conn call-id)))))))))
+        (lambda ()
+          (unless cancelled
+            (setq cancelled t)
+            (when stop
+              (sly-agent-q-bridge--send-cancel adapter conn call-id)
+              (funcall stop "The call was cancelled; its evaluation in the image was interrupted."))))))))
 
 (defun sly-agent-q-bridge--handle-image-call (call)
   "Answer the server's image CALL through the connected Lisp."
-  (let ((params (sly-agent-q-call-params call)))
-    (sly-agent-q-bridge-call-tool
-     (plist-get params :tool) (plist-get params :arguments) (plist-get params :package)
-     (lambda (content error)
-       (if error
-           (sly-agent-q-call-fail call error)
-         (sly-agent-q-call-reply call (list :content content)))))))
+  (let* ((params (sly-agent-q-call-params call))
+         (cancel (sly-agent-q-bridge-call-tool
+                  (plist-get params :tool) (plist-get params :arguments) (plist-get params :package)
+                  (lambda (content error)
+                    (if error
+                        (sly-agent-q-call-fail call error)
+                      (sly-agent-q-call-reply call (list :content content)))))))
+    ;; The server's emacs/cancel (a cancelled turn or call, its timeout)
+    ;; stops the evaluation in the image, not only the wait for it.
+    (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel)))))
 
 (setf (alist-get "image" sly-agent-q-server-call-handlers nil nil #'equal)
       #'sly-agent-q-bridge--handle-image-call)

@@ -242,6 +242,11 @@ Never contains the API key."
             :maxTokens sly-agent-q-max-tokens
             :turnTimeoutMs (and sly-agent-q-turn-timeout
                                 (round (* 1000 sly-agent-q-turn-timeout)))
+            ;; Defined in sly-agent-q-bridge.el, which loads this file.
+            :imageTimeoutMs (and (boundp 'sly-agent-q-image-timeout)
+                                 (round (* 1000 (symbol-value 'sly-agent-q-image-timeout))))
+            :imageLoadTimeoutMs (and (boundp 'sly-agent-q-helpers-load-timeout)
+                                     (round (* 1000 (symbol-value 'sly-agent-q-helpers-load-timeout))))
             :safetyOverrides overrides
             :maxSafetyLevel (and sly-agent-q-max-safety-level
                                  (format "%s" sly-agent-q-max-safety-level))

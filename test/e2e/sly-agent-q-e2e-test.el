@@ -303,6 +303,52 @@ CALLBACK gets the turn's outcome."
       (should (eq (plist-get next :status) 'finished))
       (should (string-match-p "hello again" (plist-get next :text))))))
 
+(ert-deftest e2e-cancel-stops-the-evaluation-in-the-image ()
+  "C-c C-k interrupts the evaluation in the image: the rest of the form never runs."
+  (e2e-with-agent "cancel-probe.json"
+    (e2e-eval '(cl:progn (cl:defvar cl-user::*saq-probe* nil) (cl:setf cl-user::*saq-probe* nil) t))
+    (let (outcome)
+      (sly-agent-q-send "Probe" (lambda (o) (setq outcome o)))
+      (sly-agent-q-test-wait (lambda () (eq (e2e-eval 'cl-user::*saq-probe*) :started)) 30
+                             "the evaluation to start")
+      (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))
+      (sly-agent-q-test-wait (lambda () outcome) 10 "the cancelled turn")
+      (should (eq (plist-get outcome :status) 'cancelled)))
+    ;; The image, after the form would have finished.
+    (sly-agent-q-test-sleep 5)
+    (should (eq (e2e-eval 'cl-user::*saq-probe*) :started))
+    (should-not (e2e-debugger-buffers))
+    (let ((next (e2e-send "hello again")))
+      (should (eq (plist-get next :status) 'finished))
+      (should (string-match-p "hello again" (plist-get next :text))))))
+
+(ert-deftest e2e-agent-thread-error-never-opens-the-debugger ()
+  "A thread started by eval_form signals an error: no debugger; the next result names it."
+  (e2e-with-agent "thread-error.json"
+    (let ((outcome (e2e-send "Start a thread")))
+      (should (eq (plist-get outcome :status) 'finished))
+      (should-not (e2e-debugger-buffers))
+      (let ((results (e2e-tool-results)))
+        (should-not (cdr (nth 1 results)))
+        (should (string-match-p "Value: 3" (car (nth 1 results))))
+        (should (string-match-p "boom from a thread" (car (nth 1 results))))
+        (should (string-match-p "saq-e2e-thread" (car (nth 1 results))))))
+    (should (equal (e2e-eval '(cl:+ 1 2)) 3))))
+
+(ert-deftest e2e-image-timeout-is-the-configured-one ()
+  "sly-agent-q-image-timeout of 2 s: the image interrupts a long evaluation at 2 s, with its message."
+  (let ((sly-agent-q-image-timeout 2))
+    (e2e-with-agent "image-timeout.json"
+      (e2e-eval '(cl:progn (cl:defvar cl-user::*saq-probe* nil) t))
+      (let* ((start (float-time))
+             (outcome (e2e-send "Sleep")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (< (- (float-time) start) 20))
+        (let ((result (car (e2e-tool-results))))
+          (should (cdr result))
+          (should (string-match-p "timed out after 2 s and was interrupted" (car result)))))
+      (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
+
 (ert-deftest e2e-zz-lisp-dropped-mid-turn ()
   "The Lisp dies during an evaluation: the model gets a clear error and the turn ends."
   (e2e-with-agent "lisp-dropped.json"
@@ -320,6 +366,18 @@ CALLBACK gets the turn's outcome."
       (let ((result (car (e2e-tool-results))))
         (should (cdr result))
         (should (string-match-p "connection" (car result)))))
+    (let ((inhibit-read-only t))
+      (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice"))))
+
+(ert-deftest e2e-zzz-lisp-exits-from-eval-form ()
+  "(sb-ext:exit) from eval_form: the model is told the Lisp process exited."
+  (e2e-with-agent "lisp-exits.json"
+    (let ((outcome (let ((inhibit-read-only t)) (sly-agent-q-test-send "Exit" 60))))
+      (should (eq (plist-get outcome :status) 'finished))
+      (let ((result (car (e2e-tool-results))))
+        (should (cdr result))
+        (should (string-match-p "Lisp process exited" (car result)))
+        (should-not (string-match-p "aborted" (car result)))))
     (let ((inhibit-read-only t))
       (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice"))))
 
