@@ -429,7 +429,9 @@ interrupts its evaluation, and CALLBACK gets an error."
         (lambda ()
           (unless cancelled
             (setq cancelled t)
-            (when stop
+            (if (not stop)
+                ;; Still loading the helpers: the call is never sent.
+                (funcall callback nil "The call was cancelled before it was sent to the image.")
               (sly-agent-q-bridge--send-cancel adapter conn call-id)
               (funcall stop "The call was cancelled; its evaluation in the image was interrupted."))))))))
 

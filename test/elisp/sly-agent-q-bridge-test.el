@@ -114,6 +114,33 @@
     (let ((r (sly-agent-q-test--call "describe_symbol" '(:symbol "no-such-symbol-xyz" :package "MY-APP"))))
       (should (or (cadr r) (string-match-p "no-such-symbol-xyz\\|NO-SUCH-SYMBOL-XYZ" (car r)))))))
 
+(ert-deftest sly-agent-q-bridge-slime-cancel-interrupts-the-image ()
+  "Cancelling an image call stops its evaluation in the image; another evaluation goes on."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (sly-agent-q-test--slime)
+  (should (equal (sly-agent-q-test--eval
+                  '(cl:progn (cl:defvar cl-user::*saq-bridge-probe* nil)
+                             (cl:setf cl-user::*saq-bridge-probe* nil) t))
+                 '(t nil)))
+  (let* ((cur (sly-agent-q-bridge-current))
+         result other
+         (cancel (sly-agent-q-bridge-call-tool
+                  "eval_form"
+                  '(:form "(progn (setf *saq-bridge-probe* :started) (sleep 3) (setf *saq-bridge-probe* :finished))"
+                    :package "CL-USER")
+                  nil (lambda (c e) (setq result (list c e))))))
+    ;; An evaluation of the user's, running alongside.
+    (sly-agent-q-bridge-eval (car cur) (cdr cur) '(cl:progn (cl:sleep 1.5) 42) "CL-USER" 30
+                             (lambda (v e) (setq other (list v e))))
+    (sly-agent-q-test-wait (lambda () (eq (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-probe*)) :started))
+                           60 "the evaluation to start")
+    (funcall cancel)
+    (should (string-match-p "cancelled" (cadr result)))
+    (sly-agent-q-test-sleep 3.5)
+    (should (eq (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-probe*)) :started))
+    (should (equal other '(42 nil)))
+    (should-not (get-buffer "*sldb sbcl/1*"))))
+
 (ert-deftest sly-agent-q-bridge-slime-helpers-fail-to-load ()
   "When the helpers fail to load, the call says so with the reason."
   (let* ((cur (sly-agent-q-test--slime))
