@@ -372,7 +372,8 @@ under the trap described above."
             (when backtrace
               (format out "Its backtrace (innermost first):~%~A" (format-backtrace backtrace 5)))))))))
 
-(install-thread-wrapper 'wrap-agent-thread-function)
+;; Never let a failure here stop the helpers from loading.
+(ignore-errors (install-thread-wrapper 'wrap-agent-thread-function))
 
 
 ;;;; Running user code

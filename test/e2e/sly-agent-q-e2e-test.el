@@ -338,6 +338,8 @@ CALLBACK gets the turn's outcome."
 (ert-deftest e2e-image-timeout-is-the-configured-one ()
   "sly-agent-q-image-timeout of 2 s: the image interrupts a long evaluation at 2 s, with its message."
   (let ((sly-agent-q-image-timeout 2))
+    ;; The one setting goes to the server too, whose deadline is derived from it.
+    (should (equal (plist-get (sly-agent-q-server-configuration) :imageTimeoutMs) 2000))
     (e2e-with-agent "image-timeout.json"
       (e2e-eval '(cl:progn (cl:defvar cl-user::*saq-probe* nil) t))
       (let* ((start (float-time))
