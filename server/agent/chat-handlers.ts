@@ -28,6 +28,7 @@ import { redact } from "../log.js";
 import { createProvider, type ResolvedProvider } from "../llm/factory.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
+import type { ToolPolicy } from "../tools/policy.js";
 import { Conversation } from "./conversation.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
@@ -149,10 +150,18 @@ export class ChatService {
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message, usage: emptyUsage(), costUsd: 0 });
       return;
     }
-    const tools = this.server.offeredTools(config);
+    // One policy gives both the offered tools and the executor's check (issue 10).
+    let policy: ToolPolicy;
+    try {
+      policy = this.server.policyFor(config);
+    } catch (err) {
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message: (err as Error).message, usage: emptyUsage(), costUsd: 0 });
+      return;
+    }
+    const tools = policy.offered();
     const system = buildSystemPrompt({
       tools,
-      safetyOf: (t) => this.server.executor.effectiveSafety(t),
+      safetyOf: (t) => policy.effectiveSafety(t),
       currentPackage: context.currentPackage,
       projectRoot: context.projectRoot ?? config.projectRoot,
     });
@@ -160,7 +169,7 @@ export class ChatService {
       conversation,
       turnId,
       text: p.text,
-      executor: this.server.executor,
+      executor: this.server.executor.withPolicy(policy),
       signal,
       settings: {
         provider: resolved.provider,
