@@ -178,7 +178,10 @@ export interface ToolsListResult {
   tools: ToolInfo[];
 }
 
-/** Runs one tool through the executor, as if the model had called it (scripting, benchmarks). */
+/**
+ * Runs one tool through the executor, as if the model had called it (scripting, benchmarks): under
+ * the same policy, so a tool not offered under the configuration is not run.
+ */
 export interface ToolsCallParams {
   name: string;
   arguments?: Record<string, unknown> | string;

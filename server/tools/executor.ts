@@ -226,7 +226,7 @@ export class Executor {
             answer = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety, reason: verdict.reason }, signal);
           } catch (err) {
             // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
-            if (err instanceof ToolError) return fail(err.message, safety, false, tool, args);
+            if (err instanceof ToolError && !signal.aborted) return fail(err.message, safety, false, tool, args);
             return fail(`Approval for ${tool.name} failed: ${errorMessage(err)}. The tool was not run.`, safety, false, tool, args);
           }
           switch (answer?.decision) {

@@ -115,20 +115,25 @@ describe("trust by capability", () => {
       expect(s.ran).toEqual([]);
     });
 
-    it("rejects an invalid rule at configuration time with a precise message", async () => {
+    it("rejects an invalid rule at configuration time with a precise message, keeping the previous configuration", async () => {
       const s = side();
       open.push(s);
-      await s.init({});
+      await s.init({ permissionRules: [denyAsd] });
       const bad = [
         [{ action: "deny", tool: "write_file", argument: "path", pattern: "(" }, /permissionRules\[0\].*pattern.*regular expression/],
         [{ action: "forbid", tool: "write_file" }, /permissionRules\[0\].*action.*allow, ask or deny/],
         [{ action: "deny", tool: "no_such_tool" }, /permissionRules\[0\].*no_such_tool/],
         [{ action: "deny", tool: "write_file", argument: "pth", pattern: "x" }, /permissionRules\[0\].*"pth" is not a parameter of write_file/],
+        // An Emacs regexp is not a JavaScript one.
+        [{ action: "deny", tool: "write_file", argument: "path", pattern: "\\.asd\\'" }, /permissionRules\[0\].*not a valid JavaScript regular expression/],
       ] as const;
       for (const [rule, message] of bad) {
         await expect(s.configure({ permissionRules: [rule as never] })).rejects.toMatchObject({ code: ErrorCodes.invalidConfiguration, message: expect.stringMatching(message) });
       }
       await expect(s.configure({ categoryLevels: { evaluation: "yolo" as never } })).rejects.toMatchObject({ code: ErrorCodes.invalidConfiguration });
+      // The rule of the last accepted configuration is still in force.
+      expect((await s.call("write_file", { path: "a.asd", content: "x" })).error).toMatch(/denied by a permission rule/);
+      expect(s.approvals).toEqual([]);
     });
   });
 
