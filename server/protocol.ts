@@ -54,7 +54,8 @@ export const ServerNotifications = {
 // Configuration (sent with initialize and configuration/change; every field optional)
 //
 // configuration/change REPLACES the configuration: the client always sends all of it, and a field
-// it leaves out (an override, a rule) is no longer in force. A configuration that is rejected
+// it leaves out (an override, a rule) is no longer in force, from the next tool call on (a running
+// turn's included). A configuration that is rejected
 // (ErrorCodes.invalidConfiguration, with a message naming the field) leaves the previous one in force.
 //
 // Trust (issue 10; enforced in one place, the executor, through server/tools/policy.ts):

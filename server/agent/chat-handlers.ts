@@ -139,7 +139,8 @@ export class ChatService {
       text.flush();
       this.server.notify(method, params);
     };
-    const config: Configuration = { ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) };
+    const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
+    const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
 
     let resolved: ResolvedProvider;
@@ -150,7 +151,8 @@ export class ChatService {
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message, usage: emptyUsage(), costUsd: 0 });
       return;
     }
-    // One policy gives both the offered tools and the executor's check (issue 10).
+    // The policy gives both the offered tools and the executor's check (issue 10); the check asks for
+    // it again at each call, so that a change of configuration (a revoked permission) applies at once.
     let policy: ToolPolicy;
     try {
       policy = this.server.policyFor(config);
@@ -169,7 +171,7 @@ export class ChatService {
       conversation,
       turnId,
       text: p.text,
-      executor: this.server.executor.withPolicy(policy),
+      executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
       signal,
       settings: {
         provider: resolved.provider,

@@ -78,9 +78,10 @@ export interface ExecutorOptions {
   registry: ToolRegistry;
   /** Asked before a dangerous tool runs. Absent: dangerous tools are denied. */
   approve?: ApprovalFn;
-  /** What is offered and what runs, asks or is denied. Absent: every registered tool (aliases too) is
-   *  offered, under safetyOverrides (a bare executor, as in unit tests and scripts). */
-  policy?: ToolPolicy;
+  /** What is offered and what runs, asks or is denied; a function is asked at each call, so that a
+   *  configuration changed during a turn applies to its next call. Absent: every registered tool
+   *  (aliases too) is offered, under safetyOverrides (a bare executor, as in unit tests and scripts). */
+  policy?: ToolPolicy | (() => ToolPolicy);
   /** Levels per tool for a bare executor without a policy. */
   safetyOverrides?: Record<string, SafetyLevel>;
   defaultTimeoutMs?: number;
@@ -115,14 +116,16 @@ export class Executor {
 
   /** The policy in force. */
   get policy(): ToolPolicy {
-    return this.options.policy ?? new ToolPolicy(this.options.registry, { offerAliases: true, safetyOverrides: this.options.safetyOverrides });
+    const p = this.options.policy;
+    if (typeof p === "function") return p();
+    return p ?? new ToolPolicy(this.options.registry, { offerAliases: true, safetyOverrides: this.options.safetyOverrides });
   }
 
   /**
    * This executor under POLICY (a turn's configuration): hooks, session allowances and everything else
    * are shared, so the offered list and the check come from the same object.
    */
-  withPolicy(policy: ToolPolicy): Executor {
+  withPolicy(policy: ToolPolicy | (() => ToolPolicy)): Executor {
     const scoped = new Executor({ ...this.options, policy });
     scoped.options.hooks = this.options.hooks;
     scoped.ajv = this.ajv;
@@ -168,8 +171,13 @@ export class Executor {
   private isSafeCall(call: unknown): boolean {
     const name = (call as ToolCall | null)?.name;
     const tool = typeof name === "string" ? this.options.registry.get(name) : undefined;
-    const policy = this.policy;
-    return tool !== undefined && policy.isOffered(tool) && policy.runsUnasked(tool);
+    if (tool === undefined) return false;
+    try {
+      const policy = this.policy;
+      return policy.isOffered(tool) && policy.runsUnasked(tool);
+    } catch {
+      return false; // execute() reports the problem
+    }
   }
 
   /** Runs one call. Never throws, never rejects. */

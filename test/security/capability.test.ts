@@ -3,8 +3,9 @@
 // its categories), never the name the model happened to use.
 
 import { afterEach, describe, expect, it } from "vitest";
+import { startMockLLM } from "../fixtures/mock-llm/server.mjs";
 import { ErrorCodes } from "../../server/protocol.js";
-import { side, type Side } from "./helpers.js";
+import { mockConfig, runTurn, side, type Side } from "./helpers.js";
 
 const open: Side[] = [];
 afterEach(() => open.splice(0).forEach((s) => s.dispose()));
@@ -160,5 +161,38 @@ describe("configuration replaces, never merges", () => {
     expect((await s.call("eval_form", { form: "1" })).success).toBe(true);
     expect(s.approvals).toHaveLength(1);
     expect(s.ran).toEqual(["eval_form"]);
+  });
+});
+
+describe("a configuration change during a turn", () => {
+  it("applies to the turn's next call", async () => {
+    const mock = await startMockLLM({
+      script: {
+        steps: [
+          { content: [{ type: "tool_use", name: "eval_form", input: { form: "(first)" } }] },
+          { content: [{ type: "tool_use", name: "eval_form", input: { form: "(second)" } }] },
+          { content: [{ type: "text", text: "done" }] },
+        ],
+      },
+    });
+    try {
+      const s = side();
+      open.push(s);
+      const config = mockConfig(mock);
+      await s.init(config);
+      // While the first evaluation runs, the user adds a rule denying evaluation.
+      s.answerCall = () => {
+        void s.configure({ ...config, permissionRules: [{ action: "deny", category: "evaluation" }] });
+        return { result: { content: "ok" } };
+      };
+      const end = await runTurn(s);
+      expect(end.method).toBe("chat/turnFinished");
+      expect(s.ran).toEqual(["eval_form"]);
+      const results = s.notes.filter((n) => n.method === "chat/toolResult").map((n) => n.params);
+      expect(results.map((r) => r.success)).toEqual([true, false]);
+      expect(results[1].error).toMatch(/not available/);
+    } finally {
+      await mock.close();
+    }
   });
 });
