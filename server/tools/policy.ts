@@ -71,8 +71,8 @@ export class ToolPolicy {
     readonly settings: PolicySettings = {},
     private readonly available: (tool: Tool) => boolean = () => true,
   ) {
-    checkLevels("safetyOverrides", settings.safetyOverrides);
-    checkLevels("categoryLevels", settings.categoryLevels);
+    checkLevels("safetyOverrides", "", settings.safetyOverrides);
+    checkLevels("categoryLevels", "category ", settings.categoryLevels);
     if (settings.maxSafetyLevel !== undefined && !SAFETY_LEVELS.includes(settings.maxSafetyLevel)) {
       throw new PolicyError(`maxSafetyLevel must be safe, cautious or dangerous, not ${String(settings.maxSafetyLevel)}.`);
     }
@@ -198,12 +198,13 @@ function compileRule(rule: PermissionRule, i: number, registry: ToolRegistry, ca
   return compiled;
 }
 
-function checkLevels(field: string, levels: Record<string, SafetyLevel> | undefined): void {
+/** FIELD's levels must be known; KIND ("category ") names what its keys are in the message. */
+function checkLevels(field: string, kind: string, levels: Record<string, SafetyLevel> | undefined): void {
   if (levels === undefined) return;
   if (levels === null || typeof levels !== "object" || Array.isArray(levels)) throw new PolicyError(`${field} must be an object of levels.`);
   const bad = Object.entries(levels).filter(([, v]) => !SAFETY_LEVELS.includes(v));
   if (bad.length > 0) {
-    throw new PolicyError(`Unknown safety level in ${field} for ${bad.map(([k, v]) => `${k}: ${String(v)}`).join(", ")}; use safe, cautious or dangerous.`);
+    throw new PolicyError(`Unknown safety level for ${bad.map(([k, v]) => `${kind}${k}: ${String(v)}`).join(", ")}; use safe, cautious or dangerous.`);
   }
 }
 
