@@ -165,7 +165,7 @@ export interface ToolInfo {
   name: string;
   description: string;
   safetyLevel: SafetyLevel;
-  /** The level in force after the user's overrides. */
+  /** The level in force after the user's overrides and category levels (see Configuration). */
   effectiveSafetyLevel: SafetyLevel;
   categories: string[];
   runtime: ToolRuntime;
