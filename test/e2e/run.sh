@@ -12,7 +12,7 @@ ert_run "e2e slime" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime
 if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
   ert_run "e2e sly" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=sly
 else
-  echo "SKIP e2e with SLY: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+  ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
 
 # The README's run command, in a real terminal.

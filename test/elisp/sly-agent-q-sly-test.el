@@ -17,9 +17,6 @@
 (declare-function sly-inferior-process "ext:sly")
 (defvar sly-contribs)
 
-(unless (getenv "SLY_DIR")
-  (message "SKIP: SLY_DIR is not set; the SLY bridge tests are skipped (point it at a SLY checkout)"))
-
 (defun sly-agent-q-test--sly ()
   "Make sure SLY is connected to an SBCL; return (ADAPTER . CONNECTION)."
   (unless (getenv "SLY_DIR") (ert-skip "SLY_DIR is not set (point it at a SLY checkout to test SLY)"))
