@@ -62,6 +62,8 @@ Then ask, for example: \"Describe the function MAPCAR\"."
     (when (and base-url (not (string-empty-p base-url))) (setq sly-agent-q-base-url base-url))
     (when (and model (not (string-empty-p model))) (setq sly-agent-q-model model)))
   (add-hook 'lisp-mode-hook #'sly-agent-q-lisp-mode)
+  ;; The binding the README suggests (the package itself binds no C-c letter).
+  (define-key sly-agent-q-lisp-mode-map (kbd "C-c q") 'sly-agent-q-command-map)
   (let ((mode (sly-agent-q-run--load-lisp-mode))
         (chat (sly-agent-q)))
     (delete-other-windows (get-buffer-window chat))

@@ -232,7 +232,10 @@
             (should (string-match-p "\\[2 attached\\]" (sly-agent-q-chat--header-line)))))
       (kill-buffer sly-agent-q-chat-buffer-name)))
   (with-temp-buffer
-    (sly-agent-q-lisp-mode 1)
+    ;; The package binds no C-c letter; this is the user's binding the README suggests.
+    (use-local-map (let ((m (make-sparse-keymap)))
+                     (define-key m (kbd "C-c q") 'sly-agent-q-command-map)
+                     m))
     (should (eq (key-binding (kbd "C-c q r")) #'sly-agent-q-attach-region))
     (should (eq (key-binding (kbd "C-c q d")) #'sly-agent-q-attach-defun))
     (should (eq (key-binding (kbd "C-c q q")) #'sly-agent-q))))
