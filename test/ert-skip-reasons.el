@@ -2,6 +2,8 @@
 
 ;; Copyright (C) 2026 The sly-agent-q authors
 
+;; This file is not part of GNU Emacs.
+
 ;; This program is free software; you can redistribute it and/or modify
 ;; it under the terms of the GNU General Public License as published by
 ;; the Free Software Foundation, either version 3 of the License, or
