@@ -4,7 +4,7 @@
 
 ;; Author: The sly-agent-q authors
 ;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (jsonrpc "1.0.14"))
+;; Package-Requires: ((emacs "28.1"))
 ;; Keywords: lisp, tools, convenience
 ;; URL: https://github.com/sly-agent-q/sly-agent-q
 

@@ -36,13 +36,23 @@ Return non-nil when it is loaded."
         (when (and dir (file-directory-p dir))
           (add-to-list 'load-path (expand-file-name dir))
           (require 'slime nil t)))
-      (let ((version-dir (file-name-directory (directory-file-name data-directory))))
-        ;; What Debian's site start-up adds to `package-directory-list'.
-        (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
-                         (expand-file-name "../site-lisp/elpa" version-dir)))
-          (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
-        (package-initialize)
-        (require 'slime nil t))))
+      (progn (sly-agent-q-dev-system-packages)
+             (require 'slime nil t))))
+
+(defun sly-agent-q-dev-system-packages ()
+  "Activate the system's Emacs packages (Debian's elpa-* ones) under `emacs -Q'."
+  (let ((version-dir (file-name-directory (directory-file-name data-directory))))
+    ;; What Debian's site start-up adds to `package-directory-list'.
+    (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
+                     (expand-file-name "../site-lisp/elpa" version-dir)))
+      (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
+    (package-initialize)))
+
+(defun sly-agent-q-dev-require-package-lint ()
+  "Load package-lint (Debian's elpa-package-lint); return non-nil when loaded."
+  (or (require 'package-lint nil t)
+      (progn (sly-agent-q-dev-system-packages)
+             (require 'package-lint nil t))))
 
 (defun sly-agent-q-dev-require-sly ()
   "Load SLY from the checkout named by SLY_DIR; return non-nil when loaded."

@@ -97,6 +97,32 @@
                    (kill-emacs (if problems 1 0))))))))
     (should (equal r (cons 0 "")))))
 
+(ert-deftest sly-agent-q-package-lint ()
+  "package-lint finds nothing in any lisp-elisp file, sly-agent-q.el being the main file."
+  (let ((r (sly-agent-q-test--batch
+            nil
+            `(progn
+               (load ,(expand-file-name "scripts/lisp-modes" sly-agent-q-test-root) nil t)
+               (unless (sly-agent-q-dev-require-package-lint) (kill-emacs 2))
+               (let ((package-lint-main-file ,(expand-file-name "lisp-elisp/sly-agent-q.el"
+                                                                 sly-agent-q-test-root))
+                     (problems nil))
+                 (dolist (f (directory-files ,(expand-file-name "lisp-elisp" sly-agent-q-test-root)
+                                             t "\\.el\\'"))
+                   (with-current-buffer (find-file-noselect f)
+                     (pcase-dolist (`(,line ,col ,type ,message) (package-lint-buffer))
+                       ;; package-lint 0.16 (Debian's) predates Emacs 28's release and calls any
+                       ;; (emacs "28.x") dependency uninstallable; this Emacs is 28 or newer.
+                       (unless (and (>= emacs-major-version 28)
+                                    (string-prefix-p "This makes the package uninstallable in all released"
+                                                     message))
+                         (push (format "%s:%d:%d: %s: %s" (file-name-nondirectory f) line col type message)
+                               problems)))))
+                 (princ (mapconcat #'identity (nreverse problems) "\n"))
+                 (kill-emacs (if problems 1 0)))))))
+    (when (equal (car r) 2) (ert-skip "package-lint is not installed (Debian: elpa-package-lint)"))
+    (should (equal r (cons 0 "")))))
+
 (ert-deftest sly-agent-q-package-loads-without-sly-or-slime ()
   "Loading the package needs neither SLY nor SLIME and loads neither."
   (let ((r (sly-agent-q-test--batch
