@@ -46,9 +46,12 @@
 ;;
 ;;   (add-hook 'lisp-mode-hook #'sly-agent-q-lisp-mode)
 ;;
-;; Setup: Node.js 20 or newer, and an API key in ANTHROPIC_API_KEY (or
-;; OPENAI_API_KEY with `sly-agent-q-provider' "openai") or in
-;; auth-source ("machine api.anthropic.com password KEY").
+;; Setup: Node.js 20 or newer; the server, which a package built from
+;; the git tree (MELPA) does not carry: M-x sly-agent-q-install-server
+;; installs it with npm (M-x sly-agent-q offers to); and an API key in
+;; ANTHROPIC_API_KEY (or OPENAI_API_KEY with `sly-agent-q-provider'
+;; "openai") or in auth-source ("machine api.anthropic.com password
+;; KEY").
 ;;
 ;; In the chat buffer: RET or C-c C-c sends, C-j a newline, C-c C-k
 ;; cancels the running turn, M-p / M-n walk the input history, TAB or
@@ -61,7 +64,8 @@
 ;; `sly-agent-q-model', `sly-agent-q-base-url', `sly-agent-q-max-steps',
 ;; `sly-agent-q-trust-levels' (per tool: safe, cautious or dangerous),
 ;; `sly-agent-q-max-safety-level', `sly-agent-q-project-root',
-;; `sly-agent-q-node-program', `sly-agent-q-server-file'.
+;; `sly-agent-q-node-program', `sly-agent-q-server-file',
+;; `sly-agent-q-install-directory'.
 ;;
 ;; Scripting: (sly-agent-q-send "..." CALLBACK) sends a message;
 ;; `sly-agent-q-turn-finished-hook' runs when a turn ends;
@@ -96,15 +100,28 @@
 
 ;;;###autoload
 (defun sly-agent-q ()
-  "Open the sly-agent-q chat buffer, starting the server if needed."
+  "Open the sly-agent-q chat buffer, starting the server if needed.
+When no server is found, offer to install it with npm first."
   (interactive)
-  (let ((buf (sly-agent-q-chat-buffer)))
-    (sly-agent-q-server-ensure
-     (lambda (_conn err)
-       (when err
-         (when (buffer-live-p buf)
-           (with-current-buffer buf
-             (sly-agent-q-chat-notice (concat "Error: " err) 'sly-agent-q-error-face))))))
+  (let* ((buf (sly-agent-q-chat-buffer))
+         (report (lambda (_conn err)
+                   (when (and err (buffer-live-p buf))
+                     (with-current-buffer buf
+                       (sly-agent-q-chat-notice (concat "Error: " err) 'sly-agent-q-error-face)))))
+         (missing (condition-case nil (null (sly-agent-q-server-find)) (user-error nil))))
+    (if (and missing
+             (called-interactively-p 'interactive)
+             (y-or-n-p (format "The sly-agent-q server is not installed.  Install version %s with npm now? "
+                               sly-agent-q-server-version)))
+        (progn
+          (with-current-buffer buf
+            (sly-agent-q-chat-notice (format "Installing the server with npm (progress in %s)..."
+                                             sly-agent-q-install-buffer-name)))
+          (sly-agent-q-install-server
+           nil (lambda (err)
+                 (if err (funcall report nil err)
+                   (sly-agent-q-server-ensure report)))))
+      (sly-agent-q-server-ensure report))
     (pop-to-buffer buf)
     (with-current-buffer buf (goto-char (point-max)))
     buf))
