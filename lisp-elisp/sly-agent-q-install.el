@@ -134,9 +134,10 @@ directory, or NAME@VERSION from another registry."
 (defun sly-agent-q-install--run (name command then)
   "Run COMMAND (a list) as process NAME, its output in the install buffer.
 Call THEN with the exit status and the output once it ends; never waits."
+  (sly-agent-q-install--log "$ %s" (mapconcat #'shell-quote-argument command " "))
+  ;; A position, not a marker: process output is inserted before markers.
   (let ((start (with-current-buffer (get-buffer-create sly-agent-q-install-buffer-name)
-                 (point-max-marker))))
-    (sly-agent-q-install--log "$ %s" (mapconcat #'shell-quote-argument command " "))
+                 (point-max))))
     (setq sly-agent-q-install--process
           (make-process
            :name name
@@ -158,13 +159,13 @@ STATUS and OUTPUT are the exit status and output of PROGRAM --version."
   (cond ((not (eq status 0))
          (format "Running %s --version failed (exit %s); the server needs Node.js 20 or newer"
                  program status))
-        ((not (string-match "^v?\\([0-9]+\\)\\.[0-9]+" output))
+        ((not (string-match "^v?\\([0-9]+\\)\\.[0-9.]+" output))
          (format "The output of %s --version has no version; the server needs Node.js 20 or newer"
                  program))
         ((< (string-to-number (match-string 1 output)) 20)
          (format "Node.js %s (%s) is too old: the server needs Node.js 20 or newer \
 \(install it, or set `sly-agent-q-node-program')"
-                 (string-trim (match-string 0 output)) program))))
+                 (match-string 0 output) program))))
 
 ;;;###autoload
 (defun sly-agent-q-install-server (&optional spec callback)
