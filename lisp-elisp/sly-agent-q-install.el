@@ -220,7 +220,8 @@ install npm (it comes with Node.js), or set that option to its full path"
              (sly-agent-q-install--finish callback problem)
            (sly-agent-q-install--run
             "sly-agent-q-npm-install"
-            (list npm "install" "--global" "--prefix" dir "--no-audit" "--no-fund" spec)
+            ;; "--": a spec that starts with a dash is a spec, never an npm option.
+            (list npm "install" "--global" "--prefix" dir "--no-audit" "--no-fund" "--" spec)
             (lambda (status _output)
               (sly-agent-q-install--finish
                callback
