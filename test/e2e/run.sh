@@ -18,7 +18,9 @@ fi
 # The README's run command, in a real terminal.
 ert_run "e2e run command" "$here/sly-agent-q-run-command-test.el"
 
-# The package archive, installed with package-install-file into an empty package-user-dir.
+# The package archive (make package, with the server inside), installed with package-install-file
+# into an empty package-user-dir; and the recipe's package built from a clean git archive of HEAD,
+# whose server is installed from an npm pack tarball through sly-agent-q-install-server.
 if "$emacs" -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package >/dev/null 2>&1; then
   ert_run "e2e package" "$here/sly-agent-q-package-test.el"
 else
