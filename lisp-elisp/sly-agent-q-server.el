@@ -9,6 +9,14 @@
 ;; the Free Software Foundation, either version 3 of the License, or
 ;; (at your option) any later version.
 
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Starts the bundled Node server (dist/sly-agent-q-server.js) over stdio
@@ -37,6 +45,7 @@
 (require 'jsonrpc)
 (require 'seq)
 (require 'subr-x)
+(require 'sly-agent-q-install)
 
 (declare-function sly-agent-q-bridge-current-package "sly-agent-q-bridge" ())
 (declare-function sly-agent-q-tools-project-root "sly-agent-q-files" ())
@@ -57,9 +66,10 @@
 
 (defcustom sly-agent-q-server-file nil
   "The bundled server script, sly-agent-q-server.js.
-nil means find it next to this package: dist/ in a source checkout,
-or the package directory (or its server/ or dist/ subdirectory) in an
-installed package."
+nil means find it: next to this package (dist/ in a source checkout,
+or the package directory, or its server/ or dist/ subdirectory, in a
+package built with its server), else the one
+`sly-agent-q-install-server' installed."
   :type '(choice (const :tag "Automatic" nil) file))
 
 (defcustom sly-agent-q-provider "anthropic"
@@ -153,18 +163,53 @@ At most three restarts happen within a minute."
                            for f = (expand-file-name rel base)
                            when (file-exists-p f) collect f)))
 
-(defun sly-agent-q-server-locate ()
-  "Return the server script to run, or signal a `user-error' saying why not."
+(defun sly-agent-q-server-find ()
+  "Return the server script to run and where it was found, or nil.
+The value is (FILE . SOURCE), SOURCE one of `setting' (the user's
+`sly-agent-q-server-file'), `package' (a bundle shipped with this
+package, or a source checkout's build) or `installed' (the one
+`sly-agent-q-install-server' installed).  Signal a `user-error' when
+the setting names a file that does not exist."
   (if sly-agent-q-server-file
       (let ((f (expand-file-name sly-agent-q-server-file)))
-        (if (file-readable-p f) f
+        (if (file-readable-p f) (cons f 'setting)
           (user-error "The file `sly-agent-q-server-file' names, %s, does not exist" f)))
-    (or (car (sly-agent-q--package-candidates
-              "sly-agent-q-server.js" "server/sly-agent-q-server.js"
-              "dist/sly-agent-q-server.js"))
-        (user-error "Cannot find sly-agent-q-server.js near %s; \
-in a source checkout run `node scripts/build.mjs', or set `sly-agent-q-server-file'"
-                    sly-agent-q--lisp-directory))))
+    (let ((bundled (car (sly-agent-q--package-candidates
+                         "sly-agent-q-server.js" "server/sly-agent-q-server.js"
+                         "dist/sly-agent-q-server.js")))
+          (installed (sly-agent-q-install-server-file)))
+      (cond (bundled (cons bundled 'package))
+            (installed (cons installed 'installed))))))
+
+(defun sly-agent-q-server-locate ()
+  "Return the server script to run, or signal a `user-error' saying why not."
+  (or (car (sly-agent-q-server-find))
+      (user-error "The sly-agent-q server is not installed: M-x sly-agent-q-install-server \
+installs it with npm (version %s, into %s); in a source checkout `make build' builds it"
+                  sly-agent-q-server-version
+                  (abbreviate-file-name sly-agent-q-install-directory))))
+
+(defun sly-agent-q-server-version-advice (version found)
+  "What to tell the user when the server is VERSION, not the one needed.
+FOUND is the server's (FILE . SOURCE) from `sly-agent-q-server-find'.
+Return nil when VERSION is the needed one."
+  (unless (equal version sly-agent-q-server-version)
+    (let ((head (format "The sly-agent-q server %s is version %s, but this sly-agent-q needs %s."
+                        (abbreviate-file-name (or (car found) "?"))
+                        (or version "unknown") sly-agent-q-server-version)))
+      (concat
+       head " "
+       (pcase (cdr found)
+         ('installed
+          (format "Run M-x sly-agent-q-install-server to install %s, then M-x sly-agent-q-restart-server."
+                  sly-agent-q-server-version))
+         ('setting
+          (format "Point `sly-agent-q-server-file' at a %s server, or set it to nil and run \
+M-x sly-agent-q-install-server, then M-x sly-agent-q-restart-server."
+                  sly-agent-q-server-version))
+         (_
+          "In a source checkout run `make build'; otherwise reinstall the sly-agent-q package, \
+or delete that file and run M-x sly-agent-q-install-server; then M-x sly-agent-q-restart-server."))))))
 
 (defvar sly-agent-q--node-checked nil
   "Cons (PROGRAM . PATH) of the last Node program found good enough.")
@@ -259,7 +304,9 @@ Never contains the API key."
    (init-result :initform nil :accessor sly-agent-q--init-result)
    (calls :initform (make-hash-table :test #'equal) :accessor sly-agent-q--calls
           :documentation "Pending `emacs/call's by id.")
-   (started :initform (float-time) :accessor sly-agent-q--started))
+   (started :initform (float-time) :accessor sly-agent-q--started)
+   (found :initform nil :accessor sly-agent-q--found
+          :documentation "The server's (FILE . SOURCE), from `sly-agent-q-server-find'."))
   :documentation "The connection to one sly-agent-q server process.")
 
 (defvar sly-agent-q--connection nil
@@ -346,7 +393,8 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
   "Start the server (stopping a running one) and initialize it.
 Return the new connection; it becomes ready asynchronously."
   (let* ((node (sly-agent-q--check-node))
-         (file (sly-agent-q-server-locate)))
+         (found (or (sly-agent-q-server-find) (sly-agent-q-server-locate)))
+         (file (car found)))
     (when (sly-agent-q-server-live-p)
       (sly-agent-q-server-stop))
     (let ((conn (make-instance
@@ -358,6 +406,7 @@ Return the new connection; it becomes ready asynchronously."
                  :on-shutdown #'sly-agent-q--on-shutdown
                  :process (lambda () (sly-agent-q--make-process node file)))))
       (setq sly-agent-q--connection conn)
+      (setf (sly-agent-q--found conn) found)
       (sly-agent-q--log conn "started %s %s" node file)
       ;; If the process is already dead the request cannot be sent;
       ;; the sentinel reports that.
@@ -394,6 +443,9 @@ Return the new connection; it becomes ready asynchronously."
   (setf (sly-agent-q--init-result conn) result)
   (when error
     (message "sly-agent-q: the server failed to initialize: %s" error))
+  (let ((advice (and (not error) (sly-agent-q-server-version-problem conn))))
+    ;; The version handshake: say what to run; carry on, most versions still talk.
+    (when advice (display-warning 'sly-agent-q advice :warning)))
   (let ((callbacks (reverse (sly-agent-q--ready-callbacks conn))))
     (setf (sly-agent-q--ready-callbacks conn) nil)
     (unless error
@@ -401,6 +453,15 @@ Return the new connection; it becomes ready asynchronously."
     (dolist (cb callbacks)
       (sly-agent-q--call-safely cb (and (not error) conn)
                                 (and error (format "The server failed to initialize: %s" error))))))
+
+(defun sly-agent-q-server-version-problem (&optional conn)
+  "What the user should run when CONN's server is not the version needed, or nil.
+CONN defaults to the current connection."
+  (let ((c (or conn sly-agent-q--connection)))
+    (and c (sly-agent-q--init-result c)
+         (sly-agent-q-server-version-advice
+          (plist-get (plist-get (sly-agent-q--init-result c) :serverInfo) :version)
+          (sly-agent-q--found c)))))
 
 (defun sly-agent-q--call-safely (fn &rest args)
   "Call FN with ARGS; log an error instead of letting it escape."

@@ -8,6 +8,10 @@ npx vitest run --reporter=default --reporter=json --outputFile="$report"
 rc=$?
 node -e '
   const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  for (const f of r.testResults)
+    for (const t of f.assertionResults)
+      if (["pending", "skipped", "todo"].includes(t.status))
+        console.log(`SKIP: server: ${t.fullName}: marked ${t.status === "todo" ? "todo" : "skip"} in ${require("path").relative(process.cwd(), f.name)}`);
   console.log(`server: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
 ' "$report" 2>/dev/null || echo "server: 0 passed, 1 failed (no report)"
 rm -f "$report"

@@ -1,5 +1,22 @@
 ;;; sly-agent-q-server-test.el --- Connection setup, configuration and the chat UI without a server  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Finding Node and the server script, the configuration and the API key,
@@ -232,7 +249,10 @@
             (should (string-match-p "\\[2 attached\\]" (sly-agent-q-chat--header-line)))))
       (kill-buffer sly-agent-q-chat-buffer-name)))
   (with-temp-buffer
-    (sly-agent-q-lisp-mode 1)
+    ;; The package binds no C-c letter; this is the user's binding the README suggests.
+    (use-local-map (let ((m (make-sparse-keymap)))
+                     (define-key m (kbd "C-c q") 'sly-agent-q-command-map)
+                     m))
     (should (eq (key-binding (kbd "C-c q r")) #'sly-agent-q-attach-region))
     (should (eq (key-binding (kbd "C-c q d")) #'sly-agent-q-attach-defun))
     (should (eq (key-binding (kbd "C-c q q")) #'sly-agent-q))))
