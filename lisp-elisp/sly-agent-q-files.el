@@ -238,8 +238,10 @@ appended to it."
       (push (file-name-nondirectory file) missing)
       (setq file (directory-file-name (file-name-directory file))))
     (let ((true (file-truename file)))
+      ;; Appended literally: `expand-file-name' would read a part
+      ;; named `~' as the home directory.
       (dolist (part missing)
-        (setq true (expand-file-name part true)))
+        (setq true (concat (file-name-as-directory true) part)))
       true)))
 
 (defun sly-agent-q--inside-p (file dir)
@@ -265,51 +267,112 @@ The project root comes first."
                 (t rel)))
       true)))
 
+(defvar tramp-mode)
+
+(defmacro sly-agent-q-files--without-handlers (&rest body)
+  "Run BODY with every file name handler off, TRAMP's included.
+A name from the model must never make Emacs open a connection, run
+a decompressor or decrypt a file while it is being resolved."
+  (declare (indent 0) (debug t))
+  `(let ((file-name-handler-alist nil)
+         (tramp-mode nil))
+     ,@body))
+
+(defun sly-agent-q-files--remote-component (name)
+  "Return the first component of NAME that could make it remote, or nil.
+That is any component containing `:' (TRAMP's /METHOD:HOST: and
+/HOST: syntax, and the /: quoting prefix): after `..' collapses, such
+a component can start the name."
+  (cl-find-if (lambda (part) (string-search ":" part))
+              (split-string name "/")))
+
+(defun sly-agent-q-files--refuse-remote (path name)
+  "Signal a tool error when NAME, resolved from PATH, could be remote."
+  (let ((part (sly-agent-q-files--remote-component name)))
+    (when part
+      (sly-agent-q--fail
+       "The path %S was refused: its component %S contains `:', which Emacs can read as a remote (TRAMP) file name such as /ssh:host:/file.  Remote and TRAMP names are refused; use a local path inside the project without `:'."
+       path part))))
+
+(defun sly-agent-q-files--special-type (file)
+  "Return a description of FILE when it is not a regular file or directory.
+FIFOs, character and block devices and sockets are named; nil
+otherwise.  FILE is a true name; it is examined, never opened."
+  (let ((modes (file-attribute-modes (file-attributes file))))
+    (and modes
+         (pcase (aref modes 0)
+           (?p "a named pipe (FIFO)")
+           (?c "a character device")
+           (?b "a block device")
+           (?s "a socket")))))
+
 (defun sly-agent-q-files-resolve (path &optional for-write)
   "Return the absolute true name of PATH, confined to the agent's roots.
 PATH is relative to the project root, or absolute inside one of the
-roots.  It need not exist.  Signal `sly-agent-q-tool-error' when it
-leaves the roots (through `..', an absolute name or a symbolic
-link), is remote, or, when FOR-WRITE is non-nil, lies under
-`sly-agent-q-read-only-paths'."
+roots.  It need not exist.  It is taken literally: no file name
+handler runs (TRAMP and the others are off), `~' and `$' mean
+nothing special.  Signal `sly-agent-q-tool-error' when it leaves the
+roots (through `..', an absolute name or a symbolic link), could be
+remote (any component with `:'), is not a regular file or directory
+\(a FIFO, device or socket), or, when FOR-WRITE is non-nil, lies
+under `sly-agent-q-read-only-paths'."
   (unless (and (stringp path) (not (string-empty-p path)))
     (sly-agent-q--fail "The path must be a non-empty string."))
   (when (string-match-p "\0" path)
     (sly-agent-q--fail "The path %S contains a NUL character." path))
-  (when (file-remote-p path)
-    (sly-agent-q--fail
-     "Remote paths such as %s are not supported; use a path inside the project." path))
-  (let* ((root (sly-agent-q-tools-project-root))
-         (roots (sly-agent-q-files-roots))
-         (lexical (expand-file-name (sly-agent-q--literal-path path) root))
-         (true (sly-agent-q--truename lexical)))
-    (when (equal (car roots) "/")
-      (sly-agent-q--fail
-       "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
-       path))
-    (unless (cl-some (lambda (r) (sly-agent-q--inside-p true r)) roots)
-      (sly-agent-q--fail
-       "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
-       path (abbreviate-file-name root)
-       (if (equal true (directory-file-name lexical)) ""
-         (format " (it resolves to %s)" (abbreviate-file-name true)))
-       (if sly-agent-q-allowed-directories
-           (format ", or an absolute path inside %s"
-                   (mapconcat #'abbreviate-file-name
-                              sly-agent-q-allowed-directories ", "))
-         "")))
-    (when (sly-agent-q-files-private-p true)
-      (sly-agent-q--fail
-       "%s holds credentials (sly-agent-q-private-file-regexps); the agent may not use it."
-       path))
-    (when for-write
-      (dolist (ro sly-agent-q-read-only-paths)
-        (let ((ro-true (sly-agent-q--truename (expand-file-name ro root))))
-          (when (sly-agent-q--inside-p true ro-true)
-            (sly-agent-q--fail
-             "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
-             path (sly-agent-q-files-relative ro-true))))))
-    true))
+  ;; Before anything touches the file system, and before `..' collapses.
+  (sly-agent-q-files--refuse-remote path path)
+  (sly-agent-q-files--without-handlers
+    (let* ((root (sly-agent-q-tools-project-root))
+           (roots (sly-agent-q-files-roots))
+           (lexical (expand-file-name (sly-agent-q--literal-path path) root))
+           (true (progn (sly-agent-q-files--refuse-remote path lexical)
+                        (sly-agent-q--truename lexical)))
+           (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
+      (when (equal (car roots) "/")
+        (sly-agent-q--fail
+         "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
+         path))
+      (unless inside
+        (sly-agent-q--fail
+         "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
+         path (abbreviate-file-name root)
+         (if (equal true (directory-file-name lexical)) ""
+           (format " (it resolves to %s)" (abbreviate-file-name true)))
+         (if sly-agent-q-allowed-directories
+             (format ", or an absolute path inside %s"
+                     (mapconcat #'abbreviate-file-name
+                                sly-agent-q-allowed-directories ", "))
+           "")))
+      ;; A symbolic link inside the root may point at a name with `:'.
+      (sly-agent-q-files--refuse-remote
+       path (substring true (min (length true) (length inside))))
+      (when (sly-agent-q-files-private-p true)
+        (sly-agent-q--fail
+         "%s holds credentials (sly-agent-q-private-file-regexps); the agent may not use it."
+         path))
+      (let ((special (sly-agent-q-files--special-type true)))
+        (when special
+          (sly-agent-q--fail
+           "%s is %s, not a regular file; the agent neither reads nor writes such files."
+           path special)))
+      (when for-write
+        (dolist (ro sly-agent-q-read-only-paths)
+          (let ((ro-true (sly-agent-q--truename (expand-file-name ro root))))
+            (when (sly-agent-q--inside-p true ro-true)
+              (sly-agent-q--fail
+               "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
+               path (sly-agent-q-files-relative ro-true))))))
+      true)))
+
+(defun sly-agent-q-files-inside-root-p (file)
+  "Return non-nil when FILE may be written by the agent.
+FILE is an absolute name, typically the file a buffer visits.
+It must resolve, by `sly-agent-q-files-resolve' with its rules for
+writing, inside the agent's roots."
+  (condition-case nil
+      (progn (sly-agent-q-files-resolve file t) t)
+    (sly-agent-q-tool-error nil)))
 
 (defun sly-agent-q--literal-path (path)
   "Return PATH so that `expand-file-name' takes it literally.

@@ -187,6 +187,11 @@ FOR-WRITE is non-nil, when the agent may not write it."
       (sly-agent-q--fail "%S is an internal Emacs buffer; the agent may not use it."
                          (buffer-name buffer)))
     (when for-write
+      (let ((file (buffer-local-value 'buffer-file-name buffer)))
+        (when (and file (not (sly-agent-q-files-inside-root-p file)))
+          (sly-agent-q--fail
+           "Buffer %s visits %s, which is outside the project root or read-only for the agent; the agent may not change it."
+           (buffer-name buffer) (abbreviate-file-name file))))
       (when (sly-agent-q-protected-buffer-p buffer)
         (sly-agent-q--fail
          "Buffer %s belongs to the agent's own interface; the agent may not write it."
@@ -490,15 +495,29 @@ FOR-WRITE is non-nil, when the agent may not write it."
                   (line-number-at-pos pos)
                   (sly-agent-q-tools--buffer-description buffer)))))))
 
+(defun sly-agent-q-tools--real-major-mode-p (mode)
+  "Return non-nil when MODE is a major mode a buffer may be put in.
+That is `fundamental-mode', a mode derived from `prog-mode',
+`text-mode' or `special-mode', or one named in `auto-mode-alist'.
+Minor modes and other commands are not: turning on a global minor
+mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
+  (and (symbolp mode)
+       (fboundp mode)
+       (not (memq mode minor-mode-list))
+       (not (assq mode minor-mode-alist))
+       (or (eq mode 'fundamental-mode)
+           (provided-mode-derived-p mode 'prog-mode 'text-mode 'special-mode)
+           (cl-some (lambda (entry)
+                      (eq mode (if (consp (cdr entry)) (cadr entry) (cdr entry))))
+                    auto-mode-alist))))
+
 (defun sly-agent-q-tools--major-mode (name)
   "Return the major mode function named NAME, or signal a tool error."
   (let ((mode (intern-soft name)))
-    (unless (and mode (fboundp mode)
-                 (string-suffix-p "-mode" name)
-                 (not (memq mode minor-mode-list))
-                 (not (memq mode global-minor-modes)))
+    (unless (sly-agent-q-tools--real-major-mode-p mode)
       (sly-agent-q--fail
-       "%s is not a major mode known to this Emacs (e.g. lisp-mode, text-mode)." name))
+       "%s is not a major mode the agent may use: give a major mode derived from prog-mode, text-mode or special-mode, or one of auto-mode-alist (e.g. lisp-mode, text-mode), or fundamental-mode."
+       name))
     mode))
 
 (defun sly-agent-q-tools--buffer-create (args)

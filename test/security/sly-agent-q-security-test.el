@@ -1,0 +1,213 @@
+;;; sly-agent-q-security-test.el --- The trust boundary, attacked from Emacs  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; One test per attack of issue 10 on the Emacs side (and issue 18
+;; item 5, saving the Emacs way).  Each test plays a hostile or
+;; confused model against the real tools and checks the world: the
+;; disk, the buffers, the handlers Emacs entered, the state of Emacs.
+;; Run with test/security/run.sh.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "../elisp/sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+(require 'sly-agent-q-tools)
+(require 'sly-agent-q-approval)
+(require 'tramp)
+
+(defvar sly-agent-q-security-test--root nil
+  "The project root of the running test.")
+
+(defmacro sly-agent-q-security-test--with-project (&rest body)
+  "Run BODY with a fresh temporary project root in `sly-agent-q-security-test--root'."
+  (declare (indent 0) (debug t))
+  `(let* ((sly-agent-q-security-test--root
+           (file-name-as-directory (file-truename (make-temp-file "saq-sec-" t))))
+          (sly-agent-q-project-root sly-agent-q-security-test--root)
+          (sly-agent-q-allowed-directories nil)
+          (sly-agent-q-read-only-paths '(".git"))
+          (sly-agent-q-approval-function nil)
+          (sly-agent-q-tools-default-buffer-function #'sly-agent-q-tools-last-user-buffer)
+          (default-directory sly-agent-q-security-test--root))
+     (unwind-protect
+         (progn ,@body)
+       (sly-agent-q-security-test--cleanup sly-agent-q-security-test--root))))
+
+(defun sly-agent-q-security-test--cleanup (root)
+  "Kill the test's buffers and delete ROOT."
+  (dolist (b (buffer-list))
+    (when (or (string-prefix-p "saq-sec" (buffer-name b))
+              (let ((f (buffer-local-value 'buffer-file-name b)))
+                (and f (string-match-p "saq-sec" f))))
+      (with-current-buffer b (set-buffer-modified-p nil))
+      (kill-buffer b)))
+  (when (file-directory-p root) (delete-directory root t)))
+
+(defun sly-agent-q-security-test--file (name)
+  "The absolute name of NAME in the test root."
+  (expand-file-name name sly-agent-q-security-test--root))
+
+(defun sly-agent-q-security-test--write (file text)
+  "Write TEXT to FILE (absolute, or relative to the test root)."
+  (let ((file (sly-agent-q-security-test--file file)))
+    (make-directory (file-name-directory file) t)
+    (let ((coding-system-for-write 'utf-8-unix))
+      (write-region text nil file nil 'silent))
+    file))
+
+(defun sly-agent-q-security-test--contents (file)
+  "The text of FILE."
+  (with-temp-buffer
+    (insert-file-contents (sly-agent-q-security-test--file file))
+    (buffer-string)))
+
+(defun sly-agent-q-security-test--call (capability &rest args)
+  "Run CAPABILITY with the plist ARGS; return (CONTENT . ERROR)."
+  (let (result)
+    (sly-agent-q-tools-call capability args
+                            (lambda (content error) (setq result (cons content error))))
+    result))
+
+;;;; Attack 6: TRAMP through `..'
+
+(defconst sly-agent-q-security-test--remote-paths
+  '("x/../../../../../../ssh:127.0.0.1#1:/etc/passwd"
+    "x/../../../../../../sudo::/etc/shadow"
+    "/ssh:127.0.0.1#1:/etc/passwd"
+    "/sudo::/etc/shadow"
+    "/:/etc/passwd"
+    "a//ssh:127.0.0.1#1:/etc/passwd"
+    "sub/127.0.0.1:/etc/passwd")
+  "Names that Emacs could read as remote, directly or once `..' collapses.")
+
+(defvar sly-agent-q-security-test--entered nil
+  "The file name handler operations entered during a test.")
+
+(defun sly-agent-q-security-test--spy-handler (operation &rest args)
+  "A file name handler that records OPERATION and ARGS and refuses."
+  (push (cons operation args) sly-agent-q-security-test--entered)
+  (signal 'file-error (list "spy handler: no remote access in tests" (car args))))
+
+(defun sly-agent-q-security-test--spy-tramp (&rest args)
+  "Record a call of TRAMP's handler with ARGS and refuse it."
+  (push (cons 'tramp args) sly-agent-q-security-test--entered)
+  (signal 'file-error (list "spy: TRAMP entered" (cadr args))))
+
+(ert-deftest sly-agent-q-security-remote-paths-refused ()
+  "Attack 6: every tool taking a path refuses remote names, entering no handler."
+  (sly-agent-q-security-test--with-project
+    (sly-agent-q-security-test--write "x/file.txt" "hello\n")
+    (with-current-buffer (get-buffer-create "saq-sec-scratch") (insert "text\n"))
+    (setq sly-agent-q-security-test--entered nil)
+    (advice-add 'tramp-file-name-handler :override #'sly-agent-q-security-test--spy-tramp)
+    (advice-add 'tramp-completion-file-name-handler :override #'sly-agent-q-security-test--spy-tramp)
+    (unwind-protect
+        (let ((file-name-handler-alist
+               (cons '(":" . sly-agent-q-security-test--spy-handler) file-name-handler-alist))
+              (processes (process-list)))
+          (dolist (path sly-agent-q-security-test--remote-paths)
+            (dolist (call `(("read_file" :path ,path)
+                            ("file_exists" :path ,path)
+                            ("write_file" :path ,path :content "owned\n")
+                            ("propose_file_edit" :path ,path :new_content "owned\n")
+                            ("directory_list" :directory_path ,path)
+                            ("buffer_save" :buffer_name "saq-sec-scratch" :file_path ,path)))
+              (let ((result (apply #'sly-agent-q-security-test--call call)))
+                (should-not (car result))
+                (should (string-match-p "remote\\|TRAMP" (or (cdr result) "")))
+                (should (equal nil sly-agent-q-security-test--entered)))))
+          (should (equal processes (process-list)))
+          (should-not (cl-find-if (lambda (b) (string-match-p "\\*tramp" (buffer-name b)))
+                                  (buffer-list)))
+          (should (equal "hello\n" (sly-agent-q-security-test--contents "x/file.txt"))))
+      (advice-remove 'tramp-file-name-handler #'sly-agent-q-security-test--spy-tramp)
+      (advice-remove 'tramp-completion-file-name-handler #'sly-agent-q-security-test--spy-tramp))))
+
+(ert-deftest sly-agent-q-security-literal-names ()
+  "`~' and `$VAR' in a path are literal names inside the root, never expanded."
+  (sly-agent-q-security-test--with-project
+    (let ((process-environment (cons "SAQ_SEC_DIR=/etc" process-environment)))
+      (dolist (path '("$SAQ_SEC_DIR/passwd" "~/x" "~root/x" "a/~root/x" "a/~/x"))
+        (should (equal (concat sly-agent-q-security-test--root path)
+                       (sly-agent-q-files-resolve path)))))))
+
+;;;; Attack 7: a FIFO freezes Emacs
+
+(ert-deftest sly-agent-q-security-fifo-refused-at-once ()
+  "Attack 7: read_file, write_file and propose_file_edit refuse a FIFO without opening it."
+  (unless (executable-find "mkfifo") (ert-skip "mkfifo is missing"))
+  (sly-agent-q-security-test--with-project
+    (let ((fifo (sly-agent-q-security-test--file "pipe")))
+      (should (zerop (call-process "mkfifo" nil nil nil fifo)))
+      (dolist (call `(("read_file" :path "pipe")
+                      ("write_file" :path "pipe" :content "x\n")
+                      ("propose_file_edit" :path "pipe" :new_content "x\n")))
+        ;; Should the tool open the FIFO, this writer unblocks it after 5 s,
+        ;; so a broken build fails on the time instead of hanging.
+        (let* ((unblock (start-process "saq-sec-unblock" nil "sh" "-c"
+                                       (format "sleep 5; echo x > %s" (shell-quote-argument fifo))))
+               (start (float-time))
+               (result (apply #'sly-agent-q-security-test--call call))
+               (took (- (float-time) start)))
+          (when (process-live-p unblock) (delete-process unblock))
+          (should (< took 2))
+          (should-not (car result))
+          (should (string-match-p "named pipe (FIFO)" (or (cdr result) "")))
+          (should (eq ?p (aref (file-attribute-modes (file-attributes fifo)) 0))))))))
+
+;;;; Attack 10: buffers visiting files outside the root
+
+(ert-deftest sly-agent-q-security-outside-buffer-unchanged ()
+  "Attack 10: text-changing buffer tools refuse a buffer visiting a file outside the root."
+  (sly-agent-q-security-test--with-project
+    (let* ((outside-dir (file-name-as-directory (make-temp-file "saq-sec-out" t)))
+           (outside (expand-file-name "victim.txt" outside-dir)))
+      (unwind-protect
+          (progn
+            (with-temp-file outside (insert "original\n"))
+            (let ((buffer (find-file-noselect outside)))
+              (dolist (call `(("write_to_buffer" :buffer ,(buffer-name buffer) :content "owned\n")
+                              ("buffer_append" :buffer_name ,(buffer-name buffer) :text "owned\n")
+                              ("buffer_edit" :buffer_name ,(buffer-name buffer)
+                               :old_text "original" :new_text "owned")))
+                (let ((result (apply #'sly-agent-q-security-test--call call)))
+                  (should-not (car result))
+                  (should (string-match-p "outside the project root" (cdr result)))
+                  (should (equal "original\n" (with-current-buffer buffer (buffer-string))))
+                  (should-not (buffer-modified-p buffer))))
+              (kill-buffer buffer)))
+        (delete-directory outside-dir t)))))
+
+;;;; Attack 4: buffer_create's mode
+
+(ert-deftest sly-agent-q-security-buffer-create-minor-modes-refused ()
+  "Attack 4: buffer_create refuses minor modes and commands; real major modes work."
+  (sly-agent-q-security-test--with-project
+    (unwind-protect
+        (progn
+          (dolist (mode '("server-mode" "desktop-save-mode" "viper-mode" "global-auto-revert-mode"
+                          "auto-revert-mode" "kill-emacs" "save-buffers-kill-emacs"))
+            (let ((result (sly-agent-q-security-test--call
+                           "buffer_create" :buffer_name (concat "saq-sec-" mode) :mode mode)))
+              (should-not (car result))
+              (should (string-match-p "not a major mode" (cdr result)))
+              (should-not (get-buffer (concat "saq-sec-" mode)))))
+          (should-not (bound-and-true-p server-mode))
+          (should-not (bound-and-true-p server-process))
+          (should-not (bound-and-true-p desktop-save-mode))
+          (should-not (featurep 'viper))
+          (should-not (bound-and-true-p global-auto-revert-mode))
+          ;; Real major modes, from prog-mode, text-mode, special-mode, and fundamental-mode.
+          (dolist (mode '(lisp-mode emacs-lisp-mode text-mode special-mode fundamental-mode))
+            (let* ((name (format "saq-sec-%s" mode))
+                   (result (sly-agent-q-security-test--call
+                            "buffer_create" :buffer_name name :mode (symbol-name mode))))
+              (should (car result))
+              (should (eq mode (buffer-local-value 'major-mode (get-buffer name)))))))
+      (when (fboundp 'server-force-delete) (ignore-errors (server-force-delete)))
+      (when (bound-and-true-p desktop-save-mode) (desktop-save-mode -1)))))
+
+(provide 'sly-agent-q-security-test)
+;;; sly-agent-q-security-test.el ends here
