@@ -209,5 +209,63 @@
       (when (fboundp 'server-force-delete) (ignore-errors (server-force-delete)))
       (when (bound-and-true-p desktop-save-mode) (desktop-save-mode -1)))))
 
+;;;; Attack 3: a revoked override stays in force
+
+(defun sly-agent-q-security-test--request (method params)
+  "Send METHOD with PARAMS to the running server; return its result."
+  (let (result failure)
+    (sly-agent-q-server-request method params
+                                (lambda (r) (setq result (or r :empty)))
+                                (lambda (e) (setq failure (or e :failed))))
+    (sly-agent-q-test-wait (lambda () (or result failure)) 10 (format "the answer to %s" method))
+    (should-not failure)
+    result))
+
+(defun sly-agent-q-security-test--level (tool)
+  "The safety level in force for TOOL, as the server's tools/list says."
+  (let ((tools (plist-get (sly-agent-q-security-test--request 'tools/list '(:all t)) :tools)))
+    (plist-get (seq-find (lambda (tl) (equal (plist-get tl :name) tool)) tools)
+               :effectiveSafetyLevel)))
+
+(defun sly-agent-q-security-test--reconfigure ()
+  "Send the configuration as `sly-agent-q-server-reconfigure' does, and wait."
+  (sly-agent-q-security-test--request
+   'configuration/change (list :configuration (sly-agent-q-server-configuration))))
+
+(ert-deftest sly-agent-q-security-revoked-override-revoked ()
+  "Attack 3: clearing a trust level and reconfiguring brings the tool's own level back."
+  (let ((sly-agent-q-trust-levels nil)
+        (sly-agent-q-permission-rules nil)
+        (sly-agent-q-ask-before-evaluating nil))
+    (sly-agent-q-test-with-server '((steps . []))
+      (should (equal "safe" (sly-agent-q-security-test--level "read_file")))
+      (setq sly-agent-q-trust-levels '(("read_file" . dangerous)))
+      (sly-agent-q-security-test--reconfigure)
+      (should (equal "dangerous" (sly-agent-q-security-test--level "read_file")))
+      (setq sly-agent-q-trust-levels nil)
+      (sly-agent-q-security-test--reconfigure)
+      (should (equal "safe" (sly-agent-q-security-test--level "read_file"))))))
+
+(ert-deftest sly-agent-q-security-trust-settings-sent ()
+  "The trust settings are always sent, tools and categories apart, rules as objects."
+  (let ((sly-agent-q-trust-levels nil)
+        (sly-agent-q-permission-rules nil)
+        (sly-agent-q-ask-before-evaluating nil))
+    (let ((json (json-serialize (sly-agent-q-server-configuration))))
+      (should (string-search "\"safetyOverrides\":{}" json))
+      (should (string-search "\"categoryLevels\":{}" json))
+      (should (string-search "\"permissionRules\":[]" json)))
+    (setq sly-agent-q-trust-levels '(("eval_form" . dangerous) ("evaluation" . dangerous)
+                                     (filesystem . cautious))
+          sly-agent-q-permission-rules
+          '((:action deny :tool "write_file" :argument "path" :pattern "\\.asd$"))
+          sly-agent-q-ask-before-evaluating t)
+    (let ((json (json-serialize (sly-agent-q-server-configuration))))
+      (should (string-search "\"safetyOverrides\":{\"eval_form\":\"dangerous\"}" json))
+      (should (string-search "\"categoryLevels\":{\"evaluation\":\"dangerous\",\"filesystem\":\"cautious\"}" json))
+      (should (string-search
+               "\"permissionRules\":[{\"action\":\"deny\",\"tool\":\"write_file\",\"argument\":\"path\",\"pattern\":\"\\\\.asd$\"},{\"action\":\"ask\",\"category\":\"evaluation\"}]"
+               json)))))
+
 (provide 'sly-agent-q-security-test)
 ;;; sly-agent-q-security-test.el ends here
