@@ -267,5 +267,122 @@
                "\"permissionRules\":[{\"action\":\"deny\",\"tool\":\"write_file\",\"argument\":\"path\",\"pattern\":\"\\\\.asd$\"},{\"action\":\"ask\",\"category\":\"evaluation\"}]"
                json)))))
 
+;;;; Attacks 5 and 8: approval shows what would really be done, and only that
+
+(defun sly-agent-q-security-test--tool-step (name input)
+  "A mock step in which the model calls tool NAME with INPUT (an alist, in order)."
+  `((content . [((type . "tool_use") (name . ,name) (input . ,input))])
+    (stop_reason . "tool_use")))
+
+(defun sly-agent-q-security-test--final-step ()
+  "A mock step ending the turn with the last tool result."
+  '((content . [((type . "text") (text . "Result: {{last_tool_result}}"))])))
+
+(defun sly-agent-q-security-test--tool-results ()
+  "Every tool_result the model received, in order, as (CONTENT . IS-ERROR)."
+  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
+    (cl-loop for message across (alist-get 'messages (alist-get 'body last))
+             for content = (alist-get 'content message)
+             when (vectorp content)
+             append (cl-loop for block across content
+                             when (equal (alist-get 'type block) "tool_result")
+                             collect (cons (let ((c (alist-get 'content block)))
+                                             (if (stringp c) c
+                                               (mapconcat (lambda (b) (or (alist-get 'text b) "")) c "")))
+                                           (eq (alist-get 'is_error block) t))))))
+
+(ert-deftest sly-agent-q-security-approval-shows-resolved-target-and-diff ()
+  "Attack 5: a long content before a path full of `..' cannot hide the real target."
+  (sly-agent-q-security-test--with-project
+    (sly-agent-q-security-test--write "victim.txt" "original\n")
+    (let* ((long (concat (mapconcat (lambda (i) (format "line %d of the new text" i))
+                                    (number-sequence 1 300) "\n")
+                         "\n"))
+           (outcome nil))
+      (sly-agent-q-test-with-server
+          `((steps . [,(sly-agent-q-security-test--tool-step
+                        "write_file" `((content . ,long) (path . "docs/readme.txt/../../victim.txt")))
+                      ,(sly-agent-q-security-test--final-step)]))
+        (sly-agent-q-send "Write the docs" (lambda (o) (setq outcome o)))
+        (sly-agent-q-test-wait (lambda () (sly-agent-q-call-pending "approval")) 20 "the approval")
+        (let ((chat (sly-agent-q-test-chat-text)))
+          ;; The resolved target is named, the long value says it was shortened,
+          ;; and the arguments come in the order received.
+          (should (string-match-p "writes victim\\.txt" chat))
+          (should (string-match-p "shortened here: [0-9]+ characters in all; v shows" chat))
+          (should (< (string-search "content: " chat)
+                     (string-search "path: \"docs/readme.txt/../../victim.txt\"" chat))))
+        ;; d shows the real target's change in diff-mode.
+        (with-current-buffer (sly-agent-q-approval-show-diff)
+          (should (eq major-mode 'diff-mode))
+          (should (string-match-p "^--- a/victim\\.txt$" (buffer-string)))
+          (should (string-match-p "^-original$" (buffer-string)))
+          (should (string-match-p "^\\+line 300 of the new text$" (buffer-string))))
+        ;; v shows every argument whole.
+        (with-current-buffer (sly-agent-q-approval-show-arguments)
+          (should (string-search long (buffer-string))))
+        (sly-agent-q-approve)
+        (sly-agent-q-test-wait (lambda () outcome) 20 "the turn")
+        (should (equal long (sly-agent-q-security-test--contents "victim.txt")))))))
+
+(ert-deftest sly-agent-q-security-refused-write-never-asked ()
+  "Attack 8: a write that would be refused is never put to the user; the result says why."
+  (sly-agent-q-security-test--with-project
+    (let ((asked nil) (outcome nil)
+          (outside (expand-file-name "saq-sec-outside.txt"
+                                     (file-name-directory
+                                      (directory-file-name sly-agent-q-security-test--root)))))
+      (sly-agent-q-test-with-server
+          `((steps . [,(sly-agent-q-security-test--tool-step
+                        "write_file" `((path . "../saq-sec-outside.txt") (content . "owned\n")))
+                      ,(sly-agent-q-security-test--tool-step
+                        "propose_file_edit" `((path . "x/../../../../../../ssh:127.0.0.1#1:/etc/passwd")
+                                              (new_content . "owned\n")))
+                      ,(sly-agent-q-security-test--final-step)]))
+        (let ((sly-agent-q-approval-function
+               (lambda (request callback)
+                 (push request asked)
+                 (funcall callback '(:decision "approved")))))
+          (sly-agent-q-send "Write outside" (lambda (o) (setq outcome o)))
+          (sly-agent-q-test-wait (lambda () outcome) 30 "the turn"))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should-not asked)
+        (should-not (string-match-p "needs your approval" (sly-agent-q-test-chat-text)))
+        (should-not (file-exists-p outside))
+        (let ((results (sly-agent-q-security-test--tool-results)))
+          (should (= 2 (length results)))
+          (should (cdr (nth 0 results)))
+          (should (string-match-p "outside the project root" (car (nth 0 results))))
+          (should (cdr (nth 1 results)))
+          (should (string-match-p "remote (TRAMP)" (car (nth 1 results)))))))))
+
+(ert-deftest sly-agent-q-security-buffer-save-approval-shows-diff ()
+  "Attack 5: buffer_save's approval shows the buffer's text against the file on disk."
+  (sly-agent-q-security-test--with-project
+    (let* ((file (sly-agent-q-security-test--write "victim.txt" "on disk\nkept\n"))
+           (buffer (find-file-noselect file))
+           (asked nil) (outcome nil))
+      (with-current-buffer buffer
+        (goto-char (point-min))
+        (delete-region (point) (line-end-position))
+        (insert "rewritten by buffer_edit"))
+      (sly-agent-q-test-with-server
+          `((steps . [,(sly-agent-q-security-test--tool-step
+                        "buffer_save" `((buffer_name . ,(buffer-name buffer))))
+                      ,(sly-agent-q-security-test--final-step)]))
+        (let ((sly-agent-q-approval-function
+               (lambda (request callback)
+                 (push request asked)
+                 (funcall callback '(:decision "approved")))))
+          (sly-agent-q-send "Save it" (lambda (o) (setq outcome o)))
+          (sly-agent-q-test-wait (lambda () outcome) 30 "the turn")))
+      (should (= 1 (length asked)))
+      (should (equal "victim.txt" (plist-get (car asked) :path)))
+      (let ((diff (plist-get (car asked) :diff)))
+        (should (string-match-p "^-on disk$" diff))
+        (should (string-match-p "^\\+rewritten by buffer_edit$" diff)))
+      (should (equal "rewritten by buffer_edit\nkept\n"
+                     (sly-agent-q-security-test--contents "victim.txt"))))))
+
 (provide 'sly-agent-q-security-test)
 ;;; sly-agent-q-security-test.el ends here
