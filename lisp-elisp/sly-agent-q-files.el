@@ -472,56 +472,97 @@ disk is newer.  A file that does not exist has empty :text."
        (string (aref text pos))
        (1+ (cl-count ?\n text :end pos))))))
 
+(defun sly-agent-q-files--refuse-question (prompt &rest _)
+  "Refuse to ask PROMPT, signalling a tool error instead."
+  (sly-agent-q--fail "Saving would have asked the user %S, so it was stopped."
+                     (string-trim (format "%s" prompt))))
+
+(defmacro sly-agent-q-files--without-questions (&rest body)
+  "Run BODY so that any question Emacs would ask becomes a tool error.
+The agent's saves run inside process filters, where no one can
+answer, so nothing may prompt."
+  (declare (indent 0) (debug t))
+  `(cl-letf (((symbol-function 'yes-or-no-p) #'sly-agent-q-files--refuse-question)
+             ((symbol-function 'y-or-n-p) #'sly-agent-q-files--refuse-question)
+             ((symbol-function 'ask-user-about-supersession-threat)
+              (lambda (file)
+                (sly-agent-q-files--refuse-question
+                 (format "%s changed on disk; really edit the buffer?" file))))
+             ((symbol-function 'ask-user-about-lock)
+              (lambda (file opponent)
+                (sly-agent-q-files--refuse-question
+                 (format "%s is locked by %s; steal the lock?" file opponent)))))
+     ,@body))
+
+(defun sly-agent-q-files--save-here (file)
+  "Save the current buffer, which visits FILE, as the user's save would.
+Through `basic-save-buffer', so `before-save-hook',
+`write-file-functions', backups (when the user has them on),
+`after-save-hook' and VC run as usual; with `file-precious-flag'
+bound to t, so FILE is written into a temporary file then renamed
+over, never left half-written; and without any question.  A failure
+is signalled as a tool error and leaves no temporary file."
+  (let* ((dir (file-name-directory file))
+         (before (directory-files dir t "\\`tmp" t))
+         (done nil))
+    (unwind-protect
+        (condition-case err
+            (let ((file-precious-flag t)
+                  ;; `ask' (any other value) would prompt for a final newline.
+                  (require-final-newline
+                   (and (memq require-final-newline '(t visit visit-save))
+                        require-final-newline))
+                  (inhibit-message t))
+              (sly-agent-q-files--without-questions
+                (set-buffer-modified-p t)
+                (basic-save-buffer))
+              (setq done t))
+          (file-error
+           (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+                              (sly-agent-q-files-relative file)
+                              (error-message-string err))))
+      (unless done
+        ;; basic-save-buffer leaves its temporary file when writing it fails.
+        (dolist (f (directory-files dir t "\\`tmp" t))
+          (unless (member f before)
+            (ignore-errors (delete-file f))))))))
+
 (defun sly-agent-q-files-write-atomically (file text &optional coding)
-  "Write TEXT to FILE atomically, encoded in CODING.
+  "Write TEXT to FILE atomically, encoded in CODING, as a user's save would.
 CODING nil means the coding of the existing file, or
-`sly-agent-q-new-file-coding-system' for a new file.  TEXT is
-written into a temporary file in FILE's directory, which is then
-renamed over FILE, so FILE is never left half-written; the
-temporary file is removed when anything fails.  The modes and
-extended attributes of an existing FILE are kept.  Missing parent
-directories are created.  Return the coding system used."
+`sly-agent-q-new-file-coding-system' for a new file.  TEXT is saved
+from a temporary buffer visiting FILE through `basic-save-buffer'
+\(see `sly-agent-q-files--save-here'), so FILE is never left
+half-written and the user's save hooks, backups and VC run.  The
+modes and extended attributes of an existing FILE are kept.  Missing
+parent directories are created.  Return the coding system used."
   (let* ((file (expand-file-name file))
          (dir (file-name-directory file))
          (exists (file-exists-p file))
          (coding (sly-agent-q--normalize-coding
                   (or coding
                       (and exists (ignore-errors
-                                    (cdr (sly-agent-q-files-read-disk file)))))))
-         (modes (if exists (file-modes file)
-                  (logand #o666 (default-file-modes))))
-         (attributes (and exists (ignore-errors
-                                   (file-extended-attributes file))))
-         (tmp nil)
-         (done nil))
+                                    (cdr (sly-agent-q-files-read-disk file))))))))
     (when (file-directory-p file)
       (sly-agent-q--fail "%s is a directory." (sly-agent-q-files-relative file)))
     (sly-agent-q--check-encodable text coding file)
-    (unwind-protect
-        (condition-case err
-            (progn
-              (unless (file-directory-p dir)
-                (make-directory dir t))
-              (setq tmp (make-temp-file
-                         (expand-file-name
-                          (concat "." (file-name-nondirectory file) ".sly-agent-q-")
-                          dir)))
-              (let ((coding-system-for-write coding)
-                    (create-lockfiles nil)
-                    (write-region-annotate-functions nil)
-                    (write-region-post-annotation-function nil))
-                (write-region text nil tmp nil 'silent))
-              (when attributes
-                (ignore-errors (set-file-extended-attributes tmp attributes)))
-              (when modes (set-file-modes tmp modes))
-              (rename-file tmp file t)
-              (setq done t))
-          (file-error
-           (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
-                              (sly-agent-q-files-relative file)
-                              (error-message-string err))))
-      (when (and (not done) tmp (file-exists-p tmp))
-        (ignore-errors (delete-file tmp))))
+    (condition-case err
+        (unless (file-directory-p dir)
+          (make-directory dir t))
+      (file-error
+       (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+                          (sly-agent-q-files-relative file)
+                          (error-message-string err))))
+    (with-temp-buffer
+      (insert text)
+      ;; Visiting FILE only now, so that inserting took no lock.
+      (setq buffer-file-name file
+            buffer-file-truename (abbreviate-file-name (file-truename file))
+            buffer-file-coding-system coding)
+      (unwind-protect
+          (sly-agent-q-files--save-here file)
+        (set-buffer-modified-p nil)
+        (setq buffer-file-name nil)))
     coding))
 
 (defun sly-agent-q-files-revert-buffer (buffer)
@@ -532,10 +573,12 @@ directories are created.  Return the coding system used."
       (revert-buffer t t t))))
 
 (defun sly-agent-q-files-save-buffer (buffer &optional file)
-  "Write BUFFER's whole text atomically to FILE, a resolved file name.
+  "Save BUFFER's whole text to FILE, a resolved file name, as a user's save would.
 FILE nil means the file BUFFER visits.  The buffer's coding system
 is kept.  When FILE is the file BUFFER visits, or BUFFER visits no
-file yet, BUFFER is marked unmodified and visits FILE afterwards.
+file yet, BUFFER itself is saved through `basic-save-buffer' (see
+`sly-agent-q-files--save-here') and visits FILE afterwards;
+otherwise its text is written to FILE and BUFFER is left alone.
 Return the coding system used."
   (with-current-buffer buffer
     (let* ((own (and buffer-file-name (expand-file-name buffer-file-name)))
@@ -552,18 +595,33 @@ Return the coding system used."
         (sly-agent-q--fail
          "%s changed on disk since buffer %s visited it; saving would overwrite those changes, so nothing was saved.  Ask the user to revert or save the buffer."
          (sly-agent-q-files-relative file) (buffer-name buffer)))
-      (sly-agent-q-files-write-atomically
-       file (sly-agent-q--buffer-text buffer) coding)
+      (when (and same (file-exists-p file) (not (file-writable-p file)))
+        (sly-agent-q--fail "%s is not writable; nothing was saved."
+                           (sly-agent-q-files-relative file)))
       (cond
-       (same
-        (set-buffer-modified-p nil)
-        (set-visited-file-modtime))
-       ((null own)
-        (let ((inhibit-message t))
-          (set-visited-file-name file t))
-        (setq buffer-file-coding-system coding)
-        (set-buffer-modified-p nil)
-        (set-visited-file-modtime)))
+       ((and own (not same))
+        (sly-agent-q-files-write-atomically
+         file (sly-agent-q--buffer-text buffer) coding))
+       (t
+        (sly-agent-q--check-encodable (sly-agent-q--buffer-text buffer) coding file)
+        (let ((modified (buffer-modified-p)))
+          (unless own
+            (let ((inhibit-message t))
+              (set-visited-file-name file t)))
+          (setq buffer-file-coding-system coding)
+          (condition-case err
+              (save-restriction
+                (widen)
+                (unless (file-directory-p (file-name-directory file))
+                  (make-directory (file-name-directory file) t))
+                (sly-agent-q-files--save-here file))
+            (error
+             ;; Back as it was: visiting no file, with its changes.
+             (unless own
+               (let ((inhibit-message t))
+                 (set-visited-file-name nil t)))
+             (set-buffer-modified-p modified)
+             (signal (car err) (cdr err)))))))
       coding)))
 
 (provide 'sly-agent-q-files)

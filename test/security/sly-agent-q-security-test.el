@@ -384,5 +384,42 @@
       (should (equal "rewritten by buffer_edit\nkept\n"
                      (sly-agent-q-security-test--contents "victim.txt"))))))
 
+;;;; Issue 18 item 5: saving the Emacs way
+
+(ert-deftest sly-agent-q-security-saves-run-the-users-save-machinery ()
+  "buffer_save and write_file run before-save-hook and after-save-hook, make backups, never ask."
+  (sly-agent-q-security-test--with-project
+    (let* ((a (sly-agent-q-security-test--write "a.txt" "one\n"))
+           (b (sly-agent-q-security-test--write "b.txt" "old\n"))
+           (before nil) (after nil)
+           (make-backup-files t) (backup-inhibited nil) (version-control nil)
+           (backup-directory-alist nil) (backup-by-copying nil)
+           ;; The default predicate makes no backups under /tmp, where the test works.
+           (backup-enable-predicate (lambda (_) t))
+           ;; Would ask whether to add a final newline: the agent must not.
+           (require-final-newline 'ask)
+           (mode-require-final-newline 'ask)
+           (before-save-hook (list (lambda () (push buffer-file-name before))))
+           (after-save-hook (list (lambda () (push buffer-file-name after)))))
+      (with-current-buffer (find-file-noselect a)
+        (goto-char (point-max))
+        (insert "two"))
+      (let ((result (sly-agent-q-security-test--call "buffer_save" :buffer_name "a.txt")))
+        (should (car result)))
+      (should (member a before))
+      (should (member a after))
+      (should (equal "one\ntwo" (sly-agent-q-security-test--contents "a.txt")))
+      (should (equal "one\n" (sly-agent-q-security-test--contents "a.txt~")))
+      (should-not (buffer-modified-p (get-file-buffer a)))
+      (let ((result (sly-agent-q-security-test--call "write_file" :path "b.txt" :content "new\n")))
+        (should (car result)))
+      (should (member b before))
+      (should (member b after))
+      (should (equal "new\n" (sly-agent-q-security-test--contents "b.txt")))
+      (should (equal "old\n" (sly-agent-q-security-test--contents "b.txt~")))
+      ;; Nothing else was left behind.
+      (should (equal '("a.txt" "a.txt~" "b.txt" "b.txt~")
+                     (directory-files sly-agent-q-security-test--root nil "\\`[^.]"))))))
+
 (provide 'sly-agent-q-security-test)
 ;;; sly-agent-q-security-test.el ends here
