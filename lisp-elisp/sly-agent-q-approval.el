@@ -48,7 +48,10 @@
   "Function deciding approvals instead of the interactive UI, or nil.
 nil means ask the user in the chat buffer.  Otherwise it is called
 as (FUNCTION REQUEST CALLBACK): REQUEST is a plist (:tool
-:arguments :safetyLevel :description :callId), CALLBACK must be
+:arguments :safetyLevel :description :callId, and when the tool
+touches a file or buffer :path, the resolved path relative to the
+project root, or :buffer, and for what writes :diff, the unified
+diff against what is there now), CALLBACK must be
 called once, now or later, with a decision plist (:decision
 \"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
 PLIST for \"modified\", :always t to allow the tool for the rest of
