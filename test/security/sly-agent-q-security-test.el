@@ -384,6 +384,26 @@
       (should (equal "rewritten by buffer_edit\nkept\n"
                      (sly-agent-q-security-test--contents "victim.txt"))))))
 
+(ert-deftest sly-agent-q-security-refused-write-never-shown ()
+  "Attack 8, in the chat: a write that would be refused shows no approval and waits for no one."
+  (sly-agent-q-security-test--with-project
+    (let ((outcome nil))
+      (sly-agent-q-test-with-server
+          `((steps . [,(sly-agent-q-security-test--tool-step
+                        "write_file" `((path . "sub/../../saq-sec-outside.txt") (content . "owned\n")))
+                      ,(sly-agent-q-security-test--final-step)]))
+        ;; No approval function: the user would be asked in the chat.
+        (sly-agent-q-send "Write outside" (lambda (o) (setq outcome o)))
+        (sly-agent-q-test-wait (lambda () (or outcome (sly-agent-q-call-pending "approval")))
+                               30 "the turn")
+        (should-not (sly-agent-q-call-pending "approval"))
+        (sly-agent-q-test-wait (lambda () outcome) 30 "the turn")
+        (should (eq (plist-get outcome :status) 'finished))
+        (should-not (string-match-p "needs your approval" (sly-agent-q-test-chat-text)))
+        (let ((results (sly-agent-q-security-test--tool-results)))
+          (should (cdr (car results)))
+          (should (string-match-p "outside the project root" (car (car results)))))))))
+
 ;;;; Issue 18 item 5: saving the Emacs way
 
 (ert-deftest sly-agent-q-security-saves-run-the-users-save-machinery ()
