@@ -404,6 +404,37 @@
           (should (cdr (car results)))
           (should (string-match-p "outside the project root" (car (car results)))))))))
 
+(ert-deftest sly-agent-q-security-remote-paths-refused-through-aliases ()
+  "Attack 6 through the server: the aliases file_read and file_write refuse remote names too."
+  (sly-agent-q-security-test--with-project
+    (let ((asked nil) (outcome nil)
+          (path "x/../../../../../../ssh:127.0.0.1#1:/etc/passwd"))
+      (setq sly-agent-q-security-test--entered nil)
+      (advice-add 'tramp-file-name-handler :override #'sly-agent-q-security-test--spy-tramp)
+      (unwind-protect
+          (let ((file-name-handler-alist
+                 (cons '(":" . sly-agent-q-security-test--spy-handler) file-name-handler-alist))
+                (sly-agent-q-max-safety-level 'dangerous))
+            (sly-agent-q-test-with-server
+                `((steps . [,(sly-agent-q-security-test--tool-step "file_read" `((file_path . ,path)))
+                            ,(sly-agent-q-security-test--tool-step
+                              "file_write" `((file_path . ,path) (content . "owned\n")))
+                            ,(sly-agent-q-security-test--final-step)]))
+              (let ((sly-agent-q-approval-function
+                     (lambda (request callback)
+                       (push request asked)
+                       (funcall callback '(:decision "approved")))))
+                (sly-agent-q-send "Read it" (lambda (o) (setq outcome o)))
+                (sly-agent-q-test-wait (lambda () outcome) 30 "the turn"))
+              (let ((results (sly-agent-q-security-test--tool-results)))
+                (should (= 2 (length results)))
+                (dolist (r results)
+                  (should (cdr r))
+                  (should (string-match-p "remote (TRAMP)" (car r)))))
+              (should-not asked)
+              (should-not sly-agent-q-security-test--entered)))
+        (advice-remove 'tramp-file-name-handler #'sly-agent-q-security-test--spy-tramp)))))
+
 ;;;; Issue 18 item 5: saving the Emacs way
 
 (ert-deftest sly-agent-q-security-saves-run-the-users-save-machinery ()
