@@ -322,10 +322,17 @@ under `sly-agent-q-read-only-paths'."
     (sly-agent-q--fail "The path %S contains a NUL character." path))
   ;; Before anything touches the file system, and before `..' collapses.
   (sly-agent-q-files--refuse-remote path path)
+  ;; The roots are the user's, not the model's: found as before, with
+  ;; the handlers the user has.
+  (let ((root (sly-agent-q-tools-project-root))
+        (roots (sly-agent-q-files-roots)))
+    (sly-agent-q-files--resolve-in path for-write root roots)))
+
+(defun sly-agent-q-files--resolve-in (path for-write root roots)
+  "Resolve PATH for `sly-agent-q-files-resolve', given ROOT and ROOTS.
+FOR-WRITE is as there.  No file name handler runs."
   (sly-agent-q-files--without-handlers
-    (let* ((root (sly-agent-q-tools-project-root))
-           (roots (sly-agent-q-files-roots))
-           (lexical (expand-file-name (sly-agent-q--literal-path path) root))
+    (let* ((lexical (expand-file-name (sly-agent-q--literal-path path) root))
            (true (progn (sly-agent-q-files--refuse-remote path lexical)
                         (sly-agent-q--truename lexical)))
            (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
