@@ -9,8 +9,9 @@ cd "$here/../.." || exit 2
 . test/ert-run.sh
 
 # vitest's own counts, added to the ERT ones.
-out="$(npx vitest run test/security --passWithNoTests 2>&1)"
+out="$(NO_COLOR=1 FORCE_COLOR=0 npx vitest run test/security --passWithNoTests 2>&1)"
 rc=$?
+out="$(printf '%s\n' "$out" | sed -E 's/\x1b\[[0-9;]*m//g')"
 line="$(printf '%s\n' "$out" | grep -E '^ +Tests +' | tail -n 1)"
 if [ "$rc" != 0 ]; then
   printf '%s\n' "$out" | tail -n 60
