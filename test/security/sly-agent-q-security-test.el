@@ -435,6 +435,27 @@
               (should-not sly-agent-q-security-test--entered)))
         (advice-remove 'tramp-file-name-handler #'sly-agent-q-security-test--spy-tramp)))))
 
+;;;; Attack 9: which secrets are redacted
+
+(ert-deftest sly-agent-q-security-redaction-rules ()
+  "Values of *_KEY, *_TOKEN, *_SECRET and *PASSWORD* variables (8+ characters) are redacted, wherever they sit."
+  (let ((process-environment
+         (append '("GITHUB_TOKEN=ghp_abcdefgh12345678" "AWS_SECRET=aws-secret-value-1"
+                   "DB_PASSWORD_FILE=/run/secrets/db-password" "MY_KEY=short"
+                   "KEYBOARD=not-a-secret-at-all" "HOME_DIR_NAME=/home/someone")
+                 process-environment)))
+    (let ((out (sly-agent-q-server-redact
+                (list :content "token ghp_abcdefgh12345678 and aws-secret-value-1"
+                      :nested (vector (list :error "pw /run/secrets/db-password")
+                                      "short /home/someone not-a-secret-at-all")))))
+      (should (equal (plist-get out :content)
+                     "token [secret GITHUB_TOKEN redacted] and [secret AWS_SECRET redacted]"))
+      (should (equal (plist-get (aref (plist-get out :nested) 0) :error)
+                     "pw [secret DB_PASSWORD_FILE redacted]"))
+      ;; Too short, or not a secret's name: left alone.
+      (should (equal (aref (plist-get out :nested) 1)
+                     "short /home/someone not-a-secret-at-all")))))
+
 ;;;; Issue 18 item 5: saving the Emacs way
 
 (ert-deftest sly-agent-q-security-saves-run-the-users-save-machinery ()
