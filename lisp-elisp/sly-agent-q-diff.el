@@ -266,6 +266,14 @@ unusable."
             :a a :b b :hunks (sly-agent-q-diff-hunks a b)
             :description description))))
 
+(defun sly-agent-q-diff-text (name old new)
+  "Return the unified diff turning the text OLD into NEW, for file NAME.
+A new file (OLD empty) shows its whole text as added lines."
+  (let ((a (sly-agent-q-files-split-lines old))
+        (b (sly-agent-q-files-split-lines new)))
+    (sly-agent-q-diff-unified
+     (list :rel name :hunks (sly-agent-q-diff-hunks a b)))))
+
 (defun sly-agent-q-diff-unified (proposal &optional hunks)
   "Return PROPOSAL's HUNKS (default: all) as one unified diff."
   (let ((rel (plist-get proposal :rel)))

@@ -108,14 +108,51 @@ never through a protocol message, so it appears in no buffer."
   "Wall-clock limit of one turn in seconds, or nil for the server's default."
   :type '(choice (const :tag "Default" nil) number))
 
+(defconst sly-agent-q-tool-categories
+  '("execution" "evaluation" "filesystem" "buffer" "diff" "introspection"
+    "xref" "clos" "packages" "navigation")
+  "The tool categories the server knows.
+A key of `sly-agent-q-trust-levels' that is one of them names a
+category, any other key a tool.")
+
 (defcustom sly-agent-q-trust-levels nil
-  "Your trust level per tool, overriding the tool's own.
-An alist of (TOOL-NAME . LEVEL), LEVEL one of the symbols `safe'
-\(runs without asking), `cautious' (runs and is logged) or
-`dangerous' (asks for approval first).  For example
-  ((\"eval_form\" . dangerous) (\"write_file\" . cautious))"
-  :type '(alist :key-type (string :tag "Tool")
+  "Your trust level per tool or per category, overriding the tools' own.
+An alist of (NAME . LEVEL), LEVEL one of the symbols `safe' (runs
+without asking), `cautious' (runs and is logged) or `dangerous'
+\(asks for approval first).  NAME is a tool name, whose setting also
+covers its aliases, or one of the categories execution, evaluation,
+filesystem, buffer, diff, introspection, xref, clos, packages and
+navigation (see `sly-agent-q-tool-categories'), whose setting covers
+every tool in it.  For example
+  ((\"evaluation\" . dangerous) (\"write_file\" . cautious))
+Removing an entry and reconfiguring (or restarting) takes effect at
+once: the server's configuration is replaced, never merged."
+  :type '(alist :key-type (string :tag "Tool or category")
                 :value-type (choice (const safe) (const cautious) (const dangerous))))
+
+(defcustom sly-agent-q-permission-rules nil
+  "Rules that allow, ask about or deny tool calls, checked by the server.
+A list of plists (:action ACTION :tool NAME :category NAME :argument
+PARAM :pattern REGEXP), ACTION one of the symbols `allow', `ask' or
+`deny'; every other key is optional.  A rule matches a call of the
+tool NAME (or of a tool in the category NAME); with :argument and
+:pattern, only when the argument PARAM matches REGEXP, a JavaScript
+regular expression.  When several rules match, deny wins over ask,
+and ask over allow.  For example, never write .asd files:
+  ((:action deny :tool \"write_file\" :argument \"path\" :pattern \"\\\\.asd$\"))"
+  :type '(repeat
+          (plist :options
+                 ((:action (choice (const allow) (const ask) (const deny)))
+                  (:tool string)
+                  (:category string)
+                  (:argument string)
+                  (:pattern string)))))
+
+(defcustom sly-agent-q-ask-before-evaluating nil
+  "Non-nil means every tool that evaluates code in the image asks first.
+It adds the rule (:action ask :category \"evaluation\") to
+`sly-agent-q-permission-rules'."
+  :type 'boolean)
 
 (defcustom sly-agent-q-max-safety-level 'dangerous
   "The most dangerous level of tools offered to the model.
@@ -271,29 +308,50 @@ install Node.js 20 or newer, or set that option to its full path"
   "PLIST without the properties whose value is nil."
   (cl-loop for (k v) on plist by #'cddr when v append (list k v)))
 
+(defun sly-agent-q--levels-table (categories)
+  "The trust levels of `sly-agent-q-trust-levels' as a hash table.
+CATEGORIES non-nil: the entries naming a category, else the others."
+  (let ((h (make-hash-table :test #'equal)))
+    (dolist (e sly-agent-q-trust-levels h)
+      (let ((name (format "%s" (car e))))
+        (when (eq (and (member name sly-agent-q-tool-categories) t)
+                  (and categories t))
+          (puthash name (format "%s" (cdr e)) h))))))
+
+(defun sly-agent-q--permission-rules ()
+  "The permission rules to send, a vector of plists with string values."
+  (vconcat
+   (mapcar (lambda (rule)
+             (cl-loop for key in '(:action :tool :category :argument :pattern)
+                      for value = (plist-get rule key)
+                      when value append (list key (format "%s" value))))
+           (append sly-agent-q-permission-rules
+                   (and sly-agent-q-ask-before-evaluating
+                        (list (list :action 'ask :category "evaluation")))))))
+
 (defun sly-agent-q-server-configuration ()
   "The configuration sent to the server, from the customization options.
-Never contains the API key."
-  (let ((overrides (and sly-agent-q-trust-levels
-                        (let ((h (make-hash-table :test #'equal)))
-                          (dolist (e sly-agent-q-trust-levels h)
-                            (puthash (format "%s" (car e)) (format "%s" (cdr e)) h))))))
-    (append
-     (sly-agent-q--plist-compact
-      (list :provider sly-agent-q-provider
-            :model sly-agent-q-model
-            :baseUrl sly-agent-q-base-url
-            :maxSteps sly-agent-q-max-steps
-            :maxTokens sly-agent-q-max-tokens
-            :turnTimeoutMs (and sly-agent-q-turn-timeout
-                                (round (* 1000 sly-agent-q-turn-timeout)))
-            :safetyOverrides overrides
-            :maxSafetyLevel (and sly-agent-q-max-safety-level
-                                 (format "%s" sly-agent-q-max-safety-level))
-            :projectRoot (sly-agent-q--project-root)
-            :logLevel sly-agent-q-server-log-level))
-     (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
-              unless (eq k :apiKey) append (list k v)))))
+Never contains the API key.  The trust settings are always sent,
+empty when unset: the server replaces its configuration, and a
+setting left out would keep an old one in force."
+  (append
+   (sly-agent-q--plist-compact
+    (list :provider sly-agent-q-provider
+          :model sly-agent-q-model
+          :baseUrl sly-agent-q-base-url
+          :maxSteps sly-agent-q-max-steps
+          :maxTokens sly-agent-q-max-tokens
+          :turnTimeoutMs (and sly-agent-q-turn-timeout
+                              (round (* 1000 sly-agent-q-turn-timeout)))
+          :maxSafetyLevel (and sly-agent-q-max-safety-level
+                               (format "%s" sly-agent-q-max-safety-level))
+          :projectRoot (sly-agent-q--project-root)
+          :logLevel sly-agent-q-server-log-level))
+   (list :safetyOverrides (sly-agent-q--levels-table nil)
+         :categoryLevels (sly-agent-q--levels-table t)
+         :permissionRules (sly-agent-q--permission-rules))
+   (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
+            unless (eq k :apiKey) append (list k v))))
 
 ;;;; The connection
 
@@ -308,6 +366,11 @@ Never contains the API key."
    (found :initform nil :accessor sly-agent-q--found
           :documentation "The server's (FILE . SOURCE), from `sly-agent-q-server-find'."))
   :documentation "The connection to one sly-agent-q server process.")
+
+(defvar sly-agent-q--server-key nil
+  "(VARIABLE . KEY): the API key handed to the running server, or nil.
+Remembered so that replies can be redacted without asking
+auth-source again.")
 
 (defvar sly-agent-q--connection nil
   "The current `sly-agent-q-connection', or nil.")
@@ -371,6 +434,8 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
 (defun sly-agent-q--make-process (node file)
   "Start NODE running the server FILE, the API key in its environment."
   (let* ((key (sly-agent-q--api-key))
+         (_ (setq sly-agent-q--server-key
+                  (and key (cons (sly-agent-q--key-variable) key))))
          (process-environment
           (if key
               (cons (concat (sly-agent-q--key-variable) "=" key) process-environment)
@@ -725,15 +790,58 @@ and exit from the pipe and exits on its own."
   "Non-nil if CALL still waits for an answer."
   (not (sly-agent-q-call-done call)))
 
+(defun sly-agent-q-server-secrets ()
+  "Return the known secrets as an alist of (NAME . VALUE), longest first.
+They are the API key handed to the server, and the values (of 8
+characters or more) of the environment variables whose names end in
+_KEY, _TOKEN or _SECRET or contain PASSWORD; a Lisp image started
+from this Emacs inherits them."
+  (let ((found (and sly-agent-q--server-key (list sly-agent-q--server-key)))
+        (case-fold-search t))
+    (dolist (entry process-environment)
+      (when (string-match "\\`\\([^=]+\\)=\\(.\\{8,\\}\\)" entry)
+        (let ((name (match-string 1 entry)))
+          (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
+            (push (cons name (match-string 2 entry)) found)))))
+    (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
+
+(defun sly-agent-q-server-redact (value &optional secrets)
+  "Return VALUE with every known secret replaced by a marker.
+VALUE is a string, or a plist, list, vector or hash table of them
+\(as sent in JSON).  SECRETS defaults to `sly-agent-q-server-secrets'.
+A secret becomes [secret NAME redacted]."
+  (let ((secrets (or secrets (sly-agent-q-server-secrets))))
+    (cond
+     ((null secrets) value)
+     ((stringp value)
+      (dolist (s secrets value)
+        (when (string-search (cdr s) value)
+          (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
+                                      value)))))
+     ((consp value)
+      (cons (sly-agent-q-server-redact (car value) secrets)
+            (sly-agent-q-server-redact (cdr value) secrets)))
+     ((vectorp value)
+      (vconcat (mapcar (lambda (v) (sly-agent-q-server-redact v secrets)) value)))
+     ((hash-table-p value)
+      (let ((copy (make-hash-table :test (hash-table-test value))))
+        (maphash (lambda (k v) (puthash k (sly-agent-q-server-redact v secrets) copy)) value)
+        copy))
+     (t value))))
+
 (defun sly-agent-q--call-send (call reply)
-  "Send REPLY (a plist) for CALL unless it was answered or dropped already."
+  "Send REPLY (a plist) for CALL unless it was answered or dropped already.
+Known secrets are redacted first: the reply goes to the events
+buffer, the chat and the model."
   (unless (sly-agent-q-call-done call)
     (setf (sly-agent-q-call-done call) t)
     (let ((conn (sly-agent-q-call-conn call)))
       (when conn
         (remhash (sly-agent-q-call-id call) (sly-agent-q--calls conn)))
       (when (and conn (jsonrpc-running-p conn))
-        (jsonrpc-notify conn 'emacs/reply (append (list :id (sly-agent-q-call-id call)) reply))
+        (jsonrpc-notify conn 'emacs/reply
+                        (append (list :id (sly-agent-q-call-id call))
+                                (sly-agent-q-server-redact reply)))
         t))))
 
 (defun sly-agent-q-call-reply (call result)

@@ -277,7 +277,7 @@
   "n denies with the reason typed."
   (let (decision)
     (sly-agent-q-test--with-approval a decision
-      (should (string-match-p "\"content\": \"(\\+ 1 2)\"" (buffer-string)))
+      (should (string-match-p "content: \"(\\+ 1 2)\"" (buffer-string)))
       (cl-letf (((symbol-function 'read-string) (lambda (&rest _) "use a buffer instead")))
         (call-interactively (lookup-key (get-text-property (point) 'keymap) "n")))
       (should (equal decision '(:decision "denied" :reason "use a buffer instead")))
@@ -358,7 +358,8 @@
 
 (ert-deftest sly-agent-q-approval-routing ()
   "propose_file_edit goes to the diff review; others to the approval function."
-  (let* ((replies nil) (reviewed nil))
+  (let* ((replies nil) (reviewed nil)
+         (sly-agent-q-project-root (make-temp-file "agent-q-routing" t)))
     (cl-letf (((symbol-function 'sly-agent-q-call-reply)
                (lambda (_call result) (push result replies)))
               ((symbol-function 'sly-agent-q-diff-review)
@@ -367,11 +368,13 @@
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
         (sly-agent-q-approval--handle-call
          (sly-agent-q--make-call :id "e1" :kind "approval"
-                                 :params '(:tool "propose_file_edit" :arguments (:path "f.lisp") :callId "c1")))
+                                 :params '(:tool "propose_file_edit" :arguments (:path "f.lisp" :new_content "x\n")
+                                           :callId "c1")))
         (sly-agent-q-approval--handle-call
          (sly-agent-q--make-call :id "e2" :kind "approval"
                                  :params '(:tool "x" :arguments (:a 1) :callId "c2")))))
-    (should (equal reviewed '(:path "f.lisp")))
+    (delete-directory sly-agent-q-project-root t)
+    (should (equal reviewed '(:path "f.lisp" :new_content "x\n")))
     (should (equal (reverse replies) '((:decision "denied" :reason "no hunks")
                                        (:decision "approved" :always t))))))
 
