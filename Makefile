@@ -5,7 +5,7 @@
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps test test-server test-cl test-elisp test-e2e lint typecheck run package bench clean
+.PHONY: all build deps test test-server test-cl test-elisp test-e2e test-security lint typecheck run package bench clean
 
 all: build
 
@@ -34,6 +34,10 @@ test-elisp: build
 
 test-e2e: build
 	@bash -c '. scripts/vendor-sly.sh; exec test/e2e/run.sh'
+
+# The trust boundary, attacked (issue 10): vitest against the server, ERT with the real server and image.
+test-security: build
+	@bash -c '. scripts/vendor-sly.sh; exec test/security/run.sh'
 
 clean:
 	rm -rf dist

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The server suite: type check, then vitest (which builds the bundle first). Ends with a summary line.
+# The server suite: type check, then vitest on test/server (which builds the bundle first; test/security
+# has its own suite). Ends with a summary line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 npx tsc --noEmit -p . || { echo "server: 0 passed, 1 failed (type errors)"; exit 1; }
 report=$(mktemp)
-npx vitest run --reporter=default --reporter=json --outputFile="$report"
+npx vitest run test/server --reporter=default --reporter=json --outputFile="$report"
 rc=$?
 node -e '
   const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));

@@ -34,7 +34,7 @@ for f in "$here"/*-test.el; do
     if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
       ert_run "$(basename "$f") sly" "$f" SLY_AGENT_Q_E2E_LISP=sly
     else
-      echo "SKIP $(basename "$f") with SLY: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+      echo "SKIP: $(basename "$f") with SLY: SLY's source is not available (set SLY_DIR to a SLY checkout)"
       skipped=$((skipped + 1))
     fi
   fi
