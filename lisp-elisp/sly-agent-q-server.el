@@ -98,6 +98,12 @@ never through a protocol message, so it appears in no buffer."
   "Wall-clock limit of one turn in seconds, or nil for the server's default."
   :type '(choice (const :tag "Default" nil) number))
 
+(defcustom sly-agent-q-stream-idle-timeout 90
+  "Seconds the model's answer may stall (send nothing) before it is given up.
+A stall before any text was shown is retried once; after text was
+shown, the turn fails with a message saying so."
+  :type 'number)
+
 (defcustom sly-agent-q-trust-levels nil
   "Your trust level per tool, overriding the tool's own.
 An alist of (TOOL-NAME . LEVEL), LEVEL one of the symbols `safe'
@@ -242,6 +248,8 @@ Never contains the API key."
             :maxTokens sly-agent-q-max-tokens
             :turnTimeoutMs (and sly-agent-q-turn-timeout
                                 (round (* 1000 sly-agent-q-turn-timeout)))
+            :streamIdleTimeoutMs (and sly-agent-q-stream-idle-timeout
+                                      (round (* 1000 sly-agent-q-stream-idle-timeout)))
             :safetyOverrides overrides
             :maxSafetyLevel (and sly-agent-q-max-safety-level
                                  (format "%s" sly-agent-q-max-safety-level))

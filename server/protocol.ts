@@ -67,6 +67,8 @@ export interface Configuration {
   maxSteps?: number;
   /** Wall-clock limit of one turn, in ms. */
   turnTimeoutMs?: number;
+  /** A model stream that sends nothing for this long (ms) is retried once, or fails the turn (default 90 s). */
+  streamIdleTimeoutMs?: number;
   /** The user's trust levels per tool name. */
   safetyOverrides?: Record<string, SafetyLevel>;
   /** The most dangerous level offered to the model (default dangerous: all, with approval). */

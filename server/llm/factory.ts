@@ -23,6 +23,9 @@ export function createProvider(config: Configuration, env: NodeJS.ProcessEnv = p
     throw new ProviderError("config", `Unknown provider "${String(name)}": use "anthropic" or "openai" (for any OpenAI-compatible endpoint).`, false);
   }
   const model = config.model || DEFAULT_MODELS[name];
+  // Anything but a positive number would abort every request at once: the default holds then.
+  const ms = config.streamIdleTimeoutMs;
+  const idle = typeof ms === "number" && ms > 0 ? { streamIdleTimeoutMs: ms } : {};
   if (name === "anthropic") {
     const apiKey = config.apiKey || env.ANTHROPIC_API_KEY;
     const baseUrl = config.baseUrl || env.ANTHROPIC_BASE_URL || undefined;
@@ -30,7 +33,7 @@ export function createProvider(config: Configuration, env: NodeJS.ProcessEnv = p
       throw new ProviderError("config", "No Anthropic API key: set apiKey in sly-agent-q's configuration or ANTHROPIC_API_KEY in the server's environment.", false);
     }
     registerSecret(apiKey);
-    return { provider: new AnthropicProvider({ apiKey, baseUrl }), name, model, baseUrl };
+    return { provider: new AnthropicProvider({ apiKey, baseUrl, ...idle }), name, model, baseUrl };
   }
   const apiKey = config.apiKey || env.OPENAI_API_KEY;
   const baseUrl = config.baseUrl || env.OPENAI_BASE_URL || undefined;
@@ -39,5 +42,5 @@ export function createProvider(config: Configuration, env: NodeJS.ProcessEnv = p
     throw new ProviderError("config", "No OpenAI API key: set apiKey in sly-agent-q's configuration or OPENAI_API_KEY, or set baseUrl to a local OpenAI-compatible server.", false);
   }
   registerSecret(apiKey);
-  return { provider: new OpenAIProvider({ apiKey, baseUrl }), name, model, baseUrl };
+  return { provider: new OpenAIProvider({ apiKey, baseUrl, ...idle }), name, model, baseUrl };
 }

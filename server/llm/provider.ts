@@ -107,3 +107,49 @@ export function parseToolArguments(raw: string): Record<string, unknown> | undef
     return undefined;
   }
 }
+
+/** The default of Configuration.streamIdleTimeoutMs. */
+export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 90_000;
+
+/**
+ * Aborts one request whose stream sends nothing for IDLEMS: the clock starts before the request
+ * (waiting for the headers counts) and restarts at every event. SIGNAL aborts whenever PARENT does.
+ */
+export class IdleWatch {
+  private readonly controller = new AbortController();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onParentAbort = () => this.controller.abort(this.parent.reason);
+  /** True when the request was aborted because its stream went quiet. */
+  fired = false;
+  readonly signal = this.controller.signal;
+
+  constructor(
+    readonly idleMs: number,
+    private readonly parent: AbortSignal,
+  ) {
+    if (parent.aborted) this.onParentAbort();
+    else parent.addEventListener("abort", this.onParentAbort, { once: true });
+    this.touch();
+  }
+
+  touch(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.fired = true;
+      this.controller.abort("stream idle");
+    }, this.idleMs);
+  }
+
+  /** Passes STREAM's events on, restarting the clock at each. */
+  async *watch<T>(stream: AsyncIterable<T>): AsyncIterable<T> {
+    for await (const event of stream) {
+      this.touch();
+      yield event;
+    }
+  }
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.parent.removeEventListener("abort", this.onParentAbort);
+  }
+}

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Conversation, fitToBudget } from "../../server/agent/conversation.js";
 import { buildSystemPrompt, MAX_INSTRUCTION_CHARS } from "../../server/agent/system-prompt.js";
+import Anthropic from "@anthropic-ai/sdk";
 import { toProviderError } from "../../server/llm/errors.js";
 import { createProvider } from "../../server/llm/factory.js";
 import { costOf, modelInfo } from "../../server/llm/models.js";
@@ -64,17 +65,18 @@ describe("models", () => {
 describe("provider errors", () => {
   const ctx = { provider: "anthropic", baseUrl: "http://x", model: "m", keyHint: "ANTHROPIC_API_KEY" };
   it("maps statuses to kinds and retryability", () => {
-    const e = (status: number, message = "m") => toProviderError({ status, error: { error: { message } }, message }, ctx);
+    // The SDK's own constructor picks the subclass by status, as it does for a real response.
+    const e = (status: number, message = "m") => toProviderError(Anthropic.APIError.generate(status, { error: { message } }, message, new Headers()), ctx);
     expect(e(401)).toMatchObject({ kind: "auth", retryable: false });
     expect(e(429)).toMatchObject({ kind: "rate_limit", retryable: true });
     expect(e(529, "Overloaded")).toMatchObject({ kind: "provider", retryable: true });
     expect(e(500)).toMatchObject({ retryable: true });
     expect(e(400)).toMatchObject({ retryable: false });
     expect(e(404)).toMatchObject({ kind: "config" });
-    expect(toProviderError({ name: "APIConnectionError", message: "Connection error." }, ctx)).toMatchObject({ retryable: true, message: expect.stringContaining("Could not reach") });
+    expect(toProviderError(new Anthropic.APIConnectionError({ message: "Connection error." }), ctx)).toMatchObject({ retryable: true, message: expect.stringContaining("Could not reach") });
   });
   it("never carries an API key in its message", () => {
-    expect(toProviderError({ status: 401, message: "bad key sk-ant-abcdefghijklmnop" }, ctx).message).not.toContain("sk-ant-abcdefghijklmnop");
+    expect(toProviderError(Anthropic.APIError.generate(401, undefined, "bad key sk-ant-abcdefghijklmnop", new Headers()), ctx).message).not.toContain("sk-ant-abcdefghijklmnop");
   });
   it("asks for a key when none is configured", () => {
     expect(() => createProvider({ provider: "anthropic" }, {})).toThrow(/ANTHROPIC_API_KEY/);
