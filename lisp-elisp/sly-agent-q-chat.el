@@ -172,14 +172,27 @@ entry TAB or RET shows its details.
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
 
 (defun sly-agent-q-chat--on-kill ()
-  "The chat buffer is being killed: stop its timer and its turn."
+  "The chat buffer is being killed: stop its timer and its turn, free its conversation."
   (sly-agent-q-chat--cancel-timer)
   (let ((turn sly-agent-q-chat--turn))
-    (when (and turn (sly-agent-q-turn-id turn) (sly-agent-q-server-live-p))
-      (ignore-errors
-        (jsonrpc-async-request (sly-agent-q-server-connection) 'chat/cancel
-                               (list :turnId (sly-agent-q-turn-id turn))
-                               :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore)))))
+    (when (and turn (sly-agent-q-turn-id turn))
+      (sly-agent-q-chat--fire-and-forget 'chat/cancel (list :turnId (sly-agent-q-turn-id turn)))))
+  (sly-agent-q-chat--free-conversation))
+
+(defun sly-agent-q-chat--fire-and-forget (method params)
+  "Send request METHOD with PARAMS to a running server; ignore its answer.
+Nothing waits, and no server is started for it."
+  (when (sly-agent-q-server-live-p)
+    (ignore-errors
+      (jsonrpc-async-request (sly-agent-q-server-connection) method params
+                             :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore))))
+
+(defun sly-agent-q-chat--free-conversation ()
+  "Tell the server to forget this buffer's conversation, and forget its id here."
+  (when sly-agent-q-chat--conversation-id
+    (sly-agent-q-chat--fire-and-forget
+     'conversation/delete (list :conversationId sly-agent-q-chat--conversation-id))
+    (setq sly-agent-q-chat--conversation-id nil)))
 
 (defun sly-agent-q-chat-buffer (&optional no-create)
   "The chat buffer; create it unless NO-CREATE."
@@ -823,8 +836,8 @@ Notifications of turns that are over are ignored."
   (interactive)
   (with-current-buffer (sly-agent-q-chat-buffer)
     (when sly-agent-q-chat--turn (user-error "A turn is running; C-c C-k cancels it"))
-    (setq sly-agent-q-chat--conversation-id nil
-          sly-agent-q-chat--usage nil
+    (sly-agent-q-chat--free-conversation)
+    (setq sly-agent-q-chat--usage nil
           sly-agent-q-chat--cost nil)
     (sly-agent-q-chat-notice "──── new conversation ────")))
 

@@ -26,6 +26,7 @@ export const Requests = {
   chatCancel: "chat/cancel",
   conversationNew: "conversation/new",
   conversationList: "conversation/list",
+  conversationDelete: "conversation/delete",
 } as const;
 
 /** Client -> server notifications. */
@@ -222,6 +223,15 @@ export interface ConversationSummary {
 }
 export interface ConversationListResult {
   conversations: ConversationSummary[];
+}
+
+/** Frees a conversation's history on the server; a turn running in it is cancelled first. */
+export interface ConversationDeleteParams {
+  conversationId: string;
+}
+export interface ConversationDeleteResult {
+  /** False when there was no such conversation (already freed, or from a previous server). */
+  deleted: boolean;
 }
 
 export interface ChatSendParams {

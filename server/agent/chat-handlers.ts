@@ -1,5 +1,5 @@
 // The chat methods of the protocol on an AgentServer: chat/send starts a turn and answers at once,
-// chat/cancel stops it, conversation/new and conversation/list manage conversations; every turn
+// chat/cancel stops it, conversation/new, conversation/list and conversation/delete manage conversations; every turn
 // reports through chat/* notifications (protocol.ts) and ends with chat/turnFinished or chat/turnFailed.
 
 import { randomUUID } from "node:crypto";
@@ -13,6 +13,8 @@ import {
   type ChatSendParams,
   type ChatSendResult,
   type Configuration,
+  type ConversationDeleteParams,
+  type ConversationDeleteResult,
   type ConversationListResult,
   type ConversationNewParams,
   type ConversationNewResult,
@@ -59,6 +61,7 @@ export class ChatService {
     s.addRequest(Requests.chatCancel, (p: ChatCancelParams) => this.cancel(p));
     s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => ({ conversationId: this.create(p.configuration).id }));
     s.addRequest(Requests.conversationList, (): ConversationListResult => ({ conversations: [...this.conversations.values()].map((c) => c.summary()) }));
+    s.addRequest(Requests.conversationDelete, (p: ConversationDeleteParams) => this.delete(p));
     s.connection.onClose(() => this.cancelAll());
     return this;
   }
@@ -124,6 +127,16 @@ export class ChatService {
       }
     }
     return { cancelled: false };
+  }
+
+  /** Forgets a conversation; its running turn, if any, is cancelled and still reports its end. */
+  delete(p: ConversationDeleteParams): ConversationDeleteResult {
+    if (typeof p?.conversationId !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/delete needs a conversationId.");
+    const c = this.conversations.get(p.conversationId);
+    if (!c) return { deleted: false };
+    c.running?.controller.abort("cancelled");
+    this.conversations.delete(c.id);
+    return { deleted: true };
   }
 
   cancelAll(): void {

@@ -309,6 +309,66 @@
       (should (= 2 (length reqs)))
       (should (>= (length messages) 3)))))
 
+;; Freeing conversations
+
+(defun sly-agent-q-test--server-conversations ()
+  "The ids of the conversations the server holds (a synchronous request: tests only)."
+  (mapcar (lambda (c) (plist-get c :conversationId))
+          (plist-get (jsonrpc-request (sly-agent-q-server-connection) 'conversation/list nil)
+                     :conversations)))
+
+(ert-deftest sly-agent-q-chat-frees-conversations ()
+  "C-c C-n and killing the chat buffer (its turn running) free the conversation on the server."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script
+       (sly-agent-q-test--step (sly-agent-q-test--text "One."))
+       (append (sly-agent-q-test--step (sly-agent-q-test--text "Two, thinking for a long time"))
+               '((hang_after_chunks . 5))))
+    (should (eq (plist-get (sly-agent-q-test-send "one") :status) 'finished))
+    (let ((first (buffer-local-value 'sly-agent-q-chat--conversation-id (sly-agent-q-chat-buffer))))
+      (should (stringp first))
+      (should (equal (sly-agent-q-test--server-conversations) (list first)))
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (call-interactively (key-binding (kbd "C-c C-n"))))
+      (sly-agent-q-test-wait (lambda () (null (sly-agent-q-test--server-conversations)))
+                             10 "C-c C-n to free the conversation"))
+    (sly-agent-q-send "two" #'ignore)
+    (sly-agent-q-test-wait (lambda () (string-match-p "thinking" (sly-agent-q-test-chat-text)))
+                           10 "streamed text")
+    (should (= 1 (length (sly-agent-q-test--server-conversations))))
+    (let ((kill-buffer-query-functions nil))
+      (kill-buffer (sly-agent-q-chat-buffer)))
+    (sly-agent-q-test-wait (lambda () (null (sly-agent-q-test--server-conversations)))
+                           10 "killing the buffer to free the conversation")
+    (should (sly-agent-q-server-live-p))))
+
+(ert-deftest sly-agent-q-chat-no-key-says-how-to-give-one ()
+  "With no key anywhere, the chat names the option, the variable, auth-source and the restart."
+  (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
+  (let ((process-environment (cl-remove-if (lambda (e) (string-match-p "\\`\\(ANTHROPIC\\|OPENAI\\)_" e))
+                                           process-environment))
+        (auth-sources nil)
+        (sly-agent-q-provider "anthropic")
+        (sly-agent-q-api-key nil)
+        (sly-agent-q-base-url nil)
+        (sly-agent-q-chat-buffer-name "*sly-agent-q no key*")
+        outcome)
+    (unwind-protect
+        (progn
+          (sly-agent-q-send "hello" (lambda (p) (setq outcome p)))
+          (sly-agent-q-test-wait (lambda () outcome) 20 "the failure")
+          (should (eq (plist-get outcome :status) 'failed))
+          (let ((text (with-current-buffer (sly-agent-q-chat-buffer) (buffer-string))))
+            (should (string-match-p "sly-agent-q-api-key" text))
+            (should (string-match-p "ANTHROPIC_API_KEY" text))
+            (should (string-match-p "machine api\\.anthropic\\.com password KEY" text))
+            (should (string-match-p "~/\\.authinfo\\.gpg" text))
+            (should (string-match-p "M-x sly-agent-q-restart-server" text))
+            (should-not (string-match-p "server's environment\\|sly-agent-q's configuration" text))))
+      (sly-agent-q-server-stop)
+      (let ((kill-buffer-query-functions nil))
+        (kill-buffer sly-agent-q-chat-buffer-name)))))
+
 (ert-deftest sly-agent-q-chat-bad-configuration ()
   "A configuration the server refuses gives a clear error; fixing it works."
   (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))

@@ -219,6 +219,25 @@ describe("chat over JSON-RPC", () => {
     expect(mock.requests()[0]!.body.model).toBe("mystery-model-1");
   });
 
+  it("frees a conversation with conversation/delete, cancelling its running turn", async () => {
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "ok" }] }, { content: [{ type: "text", text: "hanging on" }], hang_after_chunks: 4 }] });
+    const s = await connect(config());
+    const first: ChatSendResult = await s.client.sendRequest("chat/send", { text: "hi" });
+    await s.ended(first.turnId);
+    const second: ChatSendResult = await s.client.sendRequest("chat/send", { text: "another" });
+    await s.waitFor((n) => n.method === "chat/textDelta" && n.params.turnId === second.turnId);
+    expect(await s.client.sendRequest("conversation/delete", { conversationId: first.conversationId })).toEqual({ deleted: true });
+    expect(await s.client.sendRequest("conversation/delete", { conversationId: second.conversationId })).toEqual({ deleted: true });
+    expect((await s.ended(second.turnId)).params).toMatchObject({ kind: "cancelled" });
+    const list = await s.client.sendRequest<any>("conversation/list", {});
+    expect(list.conversations).toEqual([]);
+    expect(s.chat.conversations.size).toBe(0);
+    // Gone means gone: sending to it is refused, and deleting it again says so.
+    await expect(s.client.sendRequest("chat/send", { conversationId: first.conversationId, text: "x" })).rejects.toMatchObject({ code: ErrorCodes.unknownConversation });
+    expect(await s.client.sendRequest("conversation/delete", { conversationId: first.conversationId })).toEqual({ deleted: false });
+    await expect(s.client.sendRequest("conversation/delete", {})).rejects.toMatchObject({ message: expect.stringContaining("conversationId") });
+  });
+
   it("passes tool_choice and includes the project's instructions file", async () => {
     const root = mkdtempSync(join(tmpdir(), "agent-q-"));
     writeFileSync(join(root, "AGENTS.md"), "Always use FiveAM for tests.");
