@@ -10,6 +10,7 @@ import OpenAI from "openai";
 import type { APIError as OpenAIAPIError } from "openai/core/error";
 import type { TurnFailureKind } from "../protocol.js";
 import { redact } from "../log.js";
+import { sentence } from "../text.js";
 
 export class ProviderError extends Error {
   constructor(
@@ -141,7 +142,7 @@ export function toProviderError(err: unknown, ctx: ErrorContext): ProviderError 
     case "connection":
       return ctx.streaming
         ? new ProviderError("provider", `The connection to ${who} was lost in the middle of the answer (${detail}). Try again.`, true)
-        : new ProviderError("provider", `Could not reach ${who}: ${detail}. Check the network connection and the base URL setting.`, true);
+        : new ProviderError("provider", `Could not reach ${who}: ${sentence(detail)} Check the network connection and the base URL setting.`, true);
     case "auth":
       return new ProviderError("auth", `${who} rejected the API key (${code}: ${detail}). Set a valid key with ${ctx.keyHint}.`, false, status);
     case "permission":

@@ -6,6 +6,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { errorMessage, formatResult, truncate } from "./format.js";
 import type { ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
+import { sentence } from "../text.js";
 
 export interface ToolCall {
   id: string;
@@ -192,7 +193,7 @@ export class Executor {
           try {
             answer = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety }, signal);
           } catch (err) {
-            return fail(`Approval for ${tool.name} failed: ${errorMessage(err)}. The tool was not run.`, safety, false, tool, args);
+            return fail(`Approval for ${tool.name} failed: ${sentence(errorMessage(err))} The tool was not run.`, safety, false, tool, args);
           }
           switch (answer?.decision) {
             case "approved":
@@ -202,13 +203,13 @@ export class Executor {
             case "modified": {
               const edited = parseArguments(answer.arguments);
               const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
-              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${bad}. The tool was not run.`, safety, false, tool, args);
+              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`, safety, false, tool, args);
               args = edited;
               decision = "modified";
               break;
             }
             case "denied":
-              return fail(`The user denied ${tool.name}${answer.reason ? `: ${answer.reason}` : "."} It was not run.`, safety, false, tool, args);
+              return fail(`The user denied ${tool.name}${answer.reason?.trim() ? `: ${sentence(answer.reason)}` : "."} It was not run.`, safety, false, tool, args);
             default:
               return fail(`Approval for ${tool.name} gave no decision, so it was not run.`, safety, false, tool, args);
           }
