@@ -34,6 +34,7 @@ import { Conversation } from "./conversation.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
+import { stripUndefined } from "../text.js";
 
 export interface ChatOptions {
   retry?: Partial<RetryPolicy>;
@@ -235,8 +236,4 @@ export function registerChatHandlers(server: AgentServer, options: ChatOptions =
 function validToolChoice(tc: unknown): tc is ToolChoice {
   if (tc === "auto" || tc === "any" || tc === "none") return true;
   return tc !== null && typeof tc === "object" && typeof (tc as { name?: unknown }).name === "string";
-}
-
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

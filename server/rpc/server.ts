@@ -30,6 +30,7 @@ import type { ToolRegistry } from "../tools/registry.js";
 import { SAFETY_LEVELS, type Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
+import { stripUndefined } from "../text.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
@@ -246,8 +247,4 @@ export class AgentServer {
   dispose(): void {
     this.disposers.forEach((d) => d.dispose());
   }
-}
-
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
