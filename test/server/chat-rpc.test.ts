@@ -120,11 +120,11 @@ describe("chat over JSON-RPC", () => {
     expect(end.params.costUsd).toBeGreaterThan(0);
     expect(end.params.conversationCostUsd).toBe(end.params.costUsd);
     expect(mock.requests()).toHaveLength(2);
-    // The system prompt lists the offered tools with their safety notes and the editor's context.
+    // The system prompt names the tools that need approval (the schemas carry the descriptions) and the editor's context.
     const system = mock.requests()[0]!.body.system[0].text as string;
     expect(system).toContain("You are Agent-Q");
-    expect(system).toContain("`describe_symbol`");
-    expect(system).toMatch(/`write_note`: Write a note to disk\. \(requires the user's approval/);
+    expect(system).toMatch(/^- Ask the user first[^\n]*: `write_note`$/m);
+    expect(system).not.toContain("Write a note to disk");
     expect(system).toContain("Current package in the REPL: MY-APP");
     expect(mock.requests()[0]!.body.tools.map((t: any) => t.name)).toEqual(s.server.offeredTools().map((t) => t.name));
 
