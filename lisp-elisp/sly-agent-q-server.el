@@ -617,7 +617,6 @@ and exit from the pipe and exits on its own."
       (pcase method
         ('emacs/call (sly-agent-q--handle-call conn params))
         ('emacs/cancel (sly-agent-q--handle-cancel conn params))
-        ('server/log (sly-agent-q--log conn "server: %s" (plist-get params :message)))
         (_ (let ((handler (alist-get method sly-agent-q-server-notification-handlers)))
              (if handler
                  (funcall handler params)

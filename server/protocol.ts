@@ -47,7 +47,6 @@ export const ServerNotifications = {
   approvalNeeded: "chat/approvalNeeded",
   turnFinished: "chat/turnFinished",
   turnFailed: "chat/turnFailed",
-  log: "server/log",
 } as const;
 
 // ---------------------------------------------------------------------------------------------------
@@ -322,11 +321,6 @@ export interface TurnFailedParams extends TurnRef {
   message: string;
   usage: Usage;
   costUsd: number;
-}
-
-export interface LogParams {
-  level: LogLevel;
-  message: string;
 }
 
 /** Error codes of JSON-RPC errors this server answers with, besides the standard ones. */

@@ -91,9 +91,7 @@ export class ChatService {
     }
     const turnId = `t-${randomUUID()}`;
     const controller = new AbortController();
-    let release!: () => void;
-    const done = new Promise<void>((r) => (release = r));
-    conversation.running = { turnId, controller, done };
+    conversation.running = { turnId, controller };
     conversation.turns++;
     // Started after the answer is on its way, so the client knows the turn id before any notification.
     setImmediate(() => {
@@ -112,7 +110,6 @@ export class ChatService {
         })
         .finally(() => {
           conversation.running = undefined;
-          release();
         });
     });
     return { conversationId: conversation.id, turnId };

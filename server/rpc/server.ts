@@ -49,8 +49,6 @@ export class AgentServer {
   capabilities: ClientCapabilities = {};
   initialized = false;
   private shutdownRequested = false;
-  /** Run when configuration or context change (the agent rebuilds what depends on them). */
-  private readonly configListeners: (() => void)[] = [];
   private readonly disposers: { dispose(): void }[] = [];
 
   constructor(
@@ -75,10 +73,6 @@ export class AgentServer {
   /** Starts reading messages. */
   listen(): void {
     this.connection.listen();
-  }
-
-  onConfigurationChange(listener: () => void): void {
-    this.configListeners.push(listener);
   }
 
   /** Adds a request handler that requires initialize first and turns any exception into a JSON-RPC error. */
@@ -160,7 +154,6 @@ export class AgentServer {
     });
     c.onNotification(ClientNotifications.contextChange, (params: EditorContext | undefined) => {
       this.context = { ...this.context, ...stripUndefined(params ?? {}) };
-      this.configListeners.forEach((l) => l());
     });
     c.onClose(() => {
       this.bridge.close("The connection to Emacs is closed.");
@@ -211,7 +204,6 @@ export class AgentServer {
     this.executor.options.safetyOverrides = config.safetyOverrides;
     this.executor.options.defaultTimeoutMs = config.toolTimeoutMs;
     this.executor.options.maxResultChars = config.maxResultChars;
-    this.configListeners.forEach((l) => l());
   }
 
   private readonly approveThroughEmacs: ApprovalFn = async (request, signal): Promise<ApprovalDecision> => {

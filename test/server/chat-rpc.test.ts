@@ -166,7 +166,7 @@ describe("chat over JSON-RPC", () => {
     const sent: ChatSendResult = await s.client.sendRequest("chat/send", { text: "write it" });
     const end = await s.ended(sent.turnId);
     expect(end.params.text).toBe("wrote hi");
-    const seq = s.notes.filter((n) => n.method !== "chat/textDelta" && n.method !== "server/log").map((n) => n.method);
+    const seq = s.notes.filter((n) => n.method !== "chat/textDelta").map((n) => n.method);
     expect(seq).toEqual(["chat/toolCall", "chat/approvalNeeded", "emacs/call", "chat/toolResult", "chat/turnFinished"]);
     const approval = s.notes.find((n) => n.method === "emacs/call")!.params;
     expect(approval.params).toMatchObject({ tool: "write_note", conversationId: sent.conversationId, turnId: sent.turnId, safetyLevel: "dangerous" });
