@@ -467,14 +467,19 @@ Call SUCCESS with the result, or FAILURE (if given) with a message."
   (when (sly-agent-q-server-live-p)
     (jsonrpc-notify sly-agent-q--connection method params)))
 
-(defun sly-agent-q-server-reconfigure ()
-  "Send the current configuration options to the running server."
-  (interactive)
-  (when (sly-agent-q-server-ready-p)
-    (sly-agent-q-server-request 'configuration/change
-                                (list :configuration (sly-agent-q-server-configuration))
-                                (lambda (_) (when (called-interactively-p 'any)
-                                              (message "sly-agent-q: configuration sent"))))))
+(defun sly-agent-q-server-reconfigure (&optional interactive)
+  "Send the current configuration options to the running server.
+INTERACTIVE non-nil (as when called as a command) says so in the echo
+area once the server took them; the answer comes in a callback, where
+`called-interactively-p' would always be nil."
+  (interactive (list t))
+  (if (sly-agent-q-server-ready-p)
+      (sly-agent-q-server-request 'configuration/change
+                                  (list :configuration (sly-agent-q-server-configuration))
+                                  (lambda (_) (when interactive
+                                                (message "sly-agent-q: configuration sent"))))
+    (when interactive
+      (message "sly-agent-q: the server is not running; it gets the configuration when it starts"))))
 
 (defun sly-agent-q-server-stop ()
   "Shut the server down cleanly: shutdown, exit, then end the process.

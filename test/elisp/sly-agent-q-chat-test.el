@@ -369,6 +369,28 @@
       (let ((kill-buffer-query-functions nil))
         (kill-buffer sly-agent-q-chat-buffer-name)))))
 
+;; The answer to a command comes in a callback
+
+(ert-deftest sly-agent-q-chat-reconfigure-says-so ()
+  "M-x sly-agent-q-server-reconfigure says in the echo area that the server took the options."
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (let ((messages nil))
+      (cl-letf* ((real-message (symbol-function 'message))
+                 ((symbol-function 'message)
+                  (lambda (fmt &rest args)
+                    (when fmt (push (apply #'format fmt args) messages))
+                    (apply real-message fmt args))))
+        (call-interactively #'sly-agent-q-server-reconfigure)
+        (sly-agent-q-test-wait (lambda () (member "sly-agent-q: configuration sent" messages))
+                               10 "the echo-area message")
+        (setq messages nil)
+        ;; Called from Lisp, it stays quiet.
+        (let ((answered nil))
+          (sly-agent-q-server-reconfigure)
+          (sly-agent-q-server-request 'conversation/list nil (lambda (_) (setq answered t)))
+          (sly-agent-q-test-wait (lambda () answered) 10 "the server")
+          (should-not (member "sly-agent-q: configuration sent" messages)))))))
+
 (ert-deftest sly-agent-q-chat-bad-configuration ()
   "A configuration the server refuses gives a clear error; fixing it works."
   (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
