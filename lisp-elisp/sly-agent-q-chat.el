@@ -172,7 +172,7 @@ entry TAB or RET shows its details.
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
 
 (defun sly-agent-q-chat--on-kill ()
-  "The chat buffer is being killed: stop its timer and its turn, free its conversation."
+  "The chat buffer is being killed: stop its timer, its turn, its conversation."
   (sly-agent-q-chat--cancel-timer)
   (let ((turn sly-agent-q-chat--turn))
     (when (and turn (sly-agent-q-turn-id turn))
