@@ -34,6 +34,7 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'eieio)
 (require 'jsonrpc)
 (require 'seq)
 (require 'subr-x)
@@ -350,6 +351,17 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
      :file-handler nil
      :stderr (get-buffer-create "*sly-agent-q stderr*"))))
 
+(defun sly-agent-q--events-buffer-initargs (size)
+  "The initargs that cap the connection's events buffer at SIZE characters.
+Newer jsonrpc.el takes `:events-buffer-config' and warns at every start
+about `:events-buffer-scrollback-size', the only one 1.0.14 (Emacs 28)
+knows.  The class is probed for the newer slot: the library says no
+version."
+  (if (memq '-events-buffer-config
+            (mapcar #'eieio-slot-descriptor-name (eieio-class-slots 'jsonrpc-connection)))
+      (list :events-buffer-config (list :size size :format 'full))
+    (list :events-buffer-scrollback-size size)))
+
 (defun sly-agent-q-server-start ()
   "Start the server (stopping a running one) and initialize it.
 Return the new connection; it becomes ready asynchronously."
@@ -357,14 +369,15 @@ Return the new connection; it becomes ready asynchronously."
          (file (sly-agent-q-server-locate)))
     (when (sly-agent-q-server-live-p)
       (sly-agent-q-server-stop))
-    (let ((conn (make-instance
+    (let ((conn (apply
+                 #'make-instance
                  'sly-agent-q-connection
                  :name "sly-agent-q"
-                 :events-buffer-scrollback-size sly-agent-q-events-buffer-size
                  :notification-dispatcher #'sly-agent-q--dispatch-notification
                  :request-dispatcher #'sly-agent-q--dispatch-request
                  :on-shutdown #'sly-agent-q--on-shutdown
-                 :process (lambda () (sly-agent-q--make-process node file)))))
+                 :process (lambda () (sly-agent-q--make-process node file))
+                 (sly-agent-q--events-buffer-initargs sly-agent-q-events-buffer-size))))
       (setq sly-agent-q--connection conn)
       (sly-agent-q--log conn "started %s %s" node file)
       ;; If the process is already dead the request cannot be sent;
@@ -482,20 +495,23 @@ area once the server took them; the answer comes in a callback, where
       (message "sly-agent-q: the server is not running; it gets the configuration when it starts"))))
 
 (defun sly-agent-q-server-stop ()
-  "Shut the server down cleanly: shutdown, exit, then end the process.
-Waits at most about three seconds; meant for commands and `kill-emacs'."
+  "Shut the server down cleanly: shutdown, exit, then `jsonrpc-shutdown'.
+Waits at most about three seconds, so it is for commands only: never
+call it from a process filter, a timer or `kill-emacs-hook' (see
+`sly-agent-q--kill-emacs')."
   (interactive)
   (let ((conn sly-agent-q--connection))
     (when (and conn (jsonrpc-running-p conn))
       (setf (sly-agent-q--status conn) 'stopping)
       (ignore-errors (jsonrpc-request conn 'shutdown nil :timeout 2))
       (ignore-errors (jsonrpc-notify conn 'exit nil))
+      ;; A moment to exit on its own (status 0); `jsonrpc-shutdown' then
+      ;; deletes what is left and waits for the sentinel's cleanup.
       (let ((proc (jsonrpc--process conn))
             (deadline (+ (float-time) 1)))
         (while (and (process-live-p proc) (< (float-time) deadline))
-          (accept-process-output proc 0.05))
-        (when (process-live-p proc)
-          (delete-process proc))))
+          (accept-process-output proc 0.05)))
+      (jsonrpc-shutdown conn))
     (setq sly-agent-q--connection nil)))
 
 (defun sly-agent-q-restart-server ()

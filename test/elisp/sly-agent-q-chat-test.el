@@ -391,6 +391,36 @@
           (sly-agent-q-test-wait (lambda () answered) 10 "the server")
           (should-not (member "sly-agent-q: configuration sent" messages)))))))
 
+;; Starting and stopping the jsonrpc way
+
+(ert-deftest sly-agent-q-chat-events-buffer-initargs ()
+  "The events buffer is configured with what the running jsonrpc.el knows."
+  (let ((slots (mapcar #'eieio-slot-descriptor-name (eieio-class-slots 'jsonrpc-connection))))
+    (should (equal (sly-agent-q--events-buffer-initargs 1000)
+                   (if (memq '-events-buffer-config slots)
+                       '(:events-buffer-config (:size 1000 :format full))
+                     '(:events-buffer-scrollback-size 1000)))))
+  ;; No warning at start (newer jsonrpc warns about the old initarg).
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (should-not (and (get-buffer "*Warnings*")
+                     (with-current-buffer "*Warnings*"
+                       (string-match-p "events-buffer" (buffer-string)))))))
+
+(ert-deftest sly-agent-q-chat-stop-is-clean ()
+  "M-x sly-agent-q-server-stop: the server exits with status 0 and the connection is cleaned up."
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (let* ((conn (sly-agent-q-server-connection))
+           (proc (jsonrpc--process conn))
+           (died nil)
+           (sly-agent-q-server-died-functions (list (lambda (m) (setq died m)))))
+      (sly-agent-q-server-stop)
+      (should-not (process-live-p proc))
+      (should (eq (process-status proc) 'exit))
+      (should (= 0 (process-exit-status proc)))
+      (should (process-get proc 'jsonrpc-sentinel-cleanup-started))
+      (should-not (sly-agent-q-server-connection))
+      (should-not died))))
+
 (ert-deftest sly-agent-q-chat-bad-configuration ()
   "A configuration the server refuses gives a clear error; fixing it works."
   (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
