@@ -125,6 +125,20 @@
         (should (string-match-p "not in this file" (plist-get outcome :text)))
         (should (string-match-p "✗ .*not in this file" (sly-agent-q-test-chat-text)))))))
 
+(ert-deftest sly-agent-q-chat-denial-reads-as-sentences ()
+  "What the model reads of a denial: the reason ends its sentence; no reason, no stand-in."
+  (sly-agent-q-test--with-root root
+    (dolist (case '(((:decision "denied" :reason "not in this file")
+                     . "The user denied write_file: not in this file\\. It was not run\\.")
+                    ((:decision "denied")
+                     . "The user denied write_file\\. It was not run\\.")))
+      (sly-agent-q-test-with-server (sly-agent-q-test--write-script "notes.txt" "hello")
+        (let* ((sly-agent-q-approval-function
+                (lambda (_request callback) (run-with-timer 0.1 nil callback (car case))))
+               (outcome (sly-agent-q-test-send "write it")))
+          (should (string-match-p (cdr case) (plist-get outcome :text)))
+          (should-not (string-match-p "denied by the user" (plist-get outcome :text))))))))
+
 (ert-deftest sly-agent-q-chat-approval-function-modifies ()
   "A modification: the tool runs with the new arguments."
   (sly-agent-q-test--with-root root
