@@ -721,7 +721,7 @@ Notifications of turns that are over are ignored."
     (let ((reason (plist-get params :stopReason))
           (usage (plist-get params :usage)))
       (unless (member reason '("end_turn" "stop_sequence" nil))
-        (sly-agent-q-chat-notice (format "[stopped: %s]" reason)))
+        (sly-agent-q-chat-notice (sly-agent-q-chat--stop-notice reason)))
       (sly-agent-q-chat-notice
        (format "(%s%s in / %s out · $%.4f)"
                (let ((steps (plist-get params :steps)))
@@ -735,6 +735,14 @@ Notifications of turns that are over are ignored."
                                 :text (plist-get params :text)
                                 :usage (plist-get params :usage)
                                 :cost (plist-get params :costUsd))))
+
+(defun sly-agent-q-chat--stop-notice (reason)
+  "Return the notice for a turn that ended for REASON, a protocol stop reason."
+  (pcase reason
+    ("step_limit" "[stopped at the step limit, `sly-agent-q-max-steps'; send \"go on\" to continue]")
+    ("max_tokens" "[stopped: the answer reached its length limit, `sly-agent-q-max-tokens']")
+    ("refusal" "[stopped: the model declined to answer]")
+    (_ (format "[stopped: %s]" reason))))
 
 (defun sly-agent-q-chat--on-turn-failed (params)
   "Handle chat/turnFailed PARAMS."

@@ -435,6 +435,19 @@
       (should-not (sly-agent-q-server-connection))
       (should-not died))))
 
+;; How a turn ends, in words
+
+(ert-deftest sly-agent-q-chat-step-limit-in-words ()
+  "A turn stopped at the step limit says so in words, naming the option, not the protocol's code."
+  (let ((sly-agent-q-max-steps 1))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (sly-agent-q-test--step (sly-agent-q-test--tool "read_buffer" '((buffer . "*scratch*")))))
+      (should (eq (plist-get (sly-agent-q-test-send "read it") :status) 'finished))
+      (let ((text (sly-agent-q-test-chat-text)))
+        (should (string-match-p "\\[stopped at the step limit, `sly-agent-q-max-steps'" text))
+        (should-not (string-match-p "step_limit" text))))))
+
 (ert-deftest sly-agent-q-chat-bad-configuration ()
   "A configuration the server refuses gives a clear error; fixing it works."
   (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
