@@ -47,9 +47,9 @@ export class AnthropicProvider implements LLMProvider {
     const ctx: ErrorContext = { provider: "anthropic", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or ANTHROPIC_API_KEY" };
     const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const stream = await this.client.messages.create(toParams(request), { signal: idle.signal });
+      const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(toParams(request), { signal: idle.signal });
       ctx.streaming = true;
-      return await readStream(idle.watch(stream), handlers, request.model);
+      return await readStream(stream, handlers, request.model);
     } catch (err) {
       if (signal.aborted) throw err;
       if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);

@@ -48,9 +48,9 @@ export class OpenAIProvider implements LLMProvider {
     const ctx: ErrorContext = { provider: "openai", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or OPENAI_API_KEY" };
     const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const stream = await this.client.chat.completions.create(this.toParams(request), { signal: idle.signal });
+      const stream = await this.client.withOptions({ fetch: idle.fetch }).chat.completions.create(this.toParams(request), { signal: idle.signal });
       ctx.streaming = true;
-      return await readStream(idle.watch(stream), handlers, request.model);
+      return await readStream(stream, handlers, request.model);
     } catch (err) {
       if (signal.aborted) throw err;
       if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);

@@ -113,7 +113,8 @@ export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 90_000;
 
 /**
  * Aborts one request whose stream sends nothing for IDLEMS: the clock starts before the request
- * (waiting for the headers counts) and restarts at every event. SIGNAL aborts whenever PARENT does.
+ * (waiting for the headers counts) and restarts at every chunk of bytes received (keep-alive pings
+ * included), seen through the fetch it gives the SDK. SIGNAL aborts whenever PARENT does.
  */
 export class IdleWatch {
   private readonly controller = new AbortController();
@@ -140,13 +141,22 @@ export class IdleWatch {
     }, this.idleMs);
   }
 
-  /** Passes STREAM's events on, restarting the clock at each. */
-  async *watch<T>(stream: AsyncIterable<T>): AsyncIterable<T> {
-    for await (const event of stream) {
-      this.touch();
-      yield event;
-    }
-  }
+  /** A fetch for the SDK whose response body restarts the clock at every chunk. */
+  readonly fetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const response = await fetch(input, init);
+    this.touch();
+    if (!response.body) return response;
+    const touch = () => this.touch();
+    const body = response.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, controller) {
+          touch();
+          controller.enqueue(chunk);
+        },
+      }),
+    );
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
 
   dispose(): void {
     clearTimeout(this.timer);

@@ -74,6 +74,13 @@ describe.each<Kind>(["anthropic", "openai"])("provider failures over %s", (kind)
     expect(outcome).toMatchObject({ status: "finished", text: "slow but steady answer", llmRequests: 1 });
   });
 
+  it("counts keep-alive bytes as life: a long pause with pings is not a stall", async () => {
+    const c = newConversation();
+    const paused = { content: [{ type: "text" as const, text: "after a long think" }], pause: { after_chunks: 1, ms: 1200, ping_every_ms: 100 } };
+    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [paused] }, settings: { provider: idleProvider(kind, h, 400), turnTimeoutMs: 20_000 } });
+    expect(outcome, JSON.stringify(outcome)).toMatchObject({ status: "finished", text: "after a long think", llmRequests: 1 });
+  });
+
   it.each([
     [401, "authentication_error", "auth", 1],
     [403, "permission_error", "auth", 1],
