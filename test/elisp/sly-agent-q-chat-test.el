@@ -448,6 +448,22 @@
         (should (string-match-p "\\[stopped at the step limit, `sly-agent-q-max-steps'" text))
         (should-not (string-match-p "step_limit" text))))))
 
+;; A stalled answer
+
+(ert-deftest sly-agent-q-chat-stream-idle-timeout ()
+  "`sly-agent-q-stream-idle-timeout' reaches the server: a stall after text fails the turn saying so."
+  (should (equal (plist-get (sly-agent-q-server-configuration) :streamIdleTimeoutMs)
+                 (round (* 1000 sly-agent-q-stream-idle-timeout))))
+  (let ((sly-agent-q-stream-idle-timeout 0.3))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (append (sly-agent-q-test--step (sly-agent-q-test--text "Partly there and then"))
+                 '((hang_after_chunks . 4))))
+      (let ((outcome (sly-agent-q-test-send "go" 20)))
+        (should (eq (plist-get outcome :status) 'failed))
+        (should (string-match-p "Error: The model's stream sent nothing for 0.3 s after part of its answer was shown"
+                                (sly-agent-q-test-chat-text)))))))
+
 (ert-deftest sly-agent-q-chat-bad-configuration ()
   "A configuration the server refuses gives a clear error; fixing it works."
   (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
