@@ -158,7 +158,7 @@ export function toProviderError(err: unknown, ctx: ErrorContext): ProviderError 
     case "bad_request":
       return new ProviderError("provider", `${who} rejected the request (${code}: ${detail}). Starting a new conversation may help if the history is too long.`, false, status);
     case "other":
-      return new ProviderError("provider", `${who} answered ${code}: ${detail}`, false, status);
+      return new ProviderError("provider", `${who} answered ${code}: ${sentence(detail)}`, false, status);
   }
 }
 

@@ -62,5 +62,7 @@ describe("message seams", () => {
     const e = toProviderError(new Anthropic.APIConnectionError({ message: "Connection error." }), ctx);
     expect(e.message).toBe("Could not reach anthropic (http://127.0.0.1:9): Connection error. Check the network connection and the base URL setting.");
     expectClean(e.message);
+    const odd = toProviderError(Anthropic.APIError.generate(418, { error: { message: "short and stout" } }, undefined, new Headers()), ctx);
+    expect(odd.message).toBe("anthropic (http://127.0.0.1:9) answered 418: short and stout.");
   });
 });
