@@ -99,8 +99,11 @@ approval shows every argument whole."
       ("modified" (let ((args (plist-get decision :arguments)))
                     (list :decision "modified"
                           :arguments (or args (make-hash-table :test #'equal)))))
-      ("denied" (list :decision "denied"
-                      :reason (format "%s" (or (plist-get decision :reason) "denied by the user"))))
+      ;; No reason, no stand-in: the server says "The user denied TOOL." then.
+      ("denied" (let ((reason (plist-get decision :reason)))
+                  (if (and reason (not (string-blank-p (format "%s" reason))))
+                      (list :decision "denied" :reason (format "%s" reason))
+                    (list :decision "denied"))))
       (_ (list :decision "denied"
                :reason (format "the approval function gave an invalid decision: %S" decision))))))
 
@@ -402,8 +405,8 @@ Return the buffer."
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (why (or reason (read-string "Reason for the agent (optional): "))))
     (sly-agent-q-approval--decide a 'denied
-                                  (list :decision "denied"
-                                        :reason (if (string-empty-p why) "denied by the user" why))
+                                  (if (string-blank-p why) (list :decision "denied")
+                                    (list :decision "denied" :reason why))
                                   (and (not (string-empty-p why)) why))))
 
 (defvar-local sly-agent-q-approval--editing nil

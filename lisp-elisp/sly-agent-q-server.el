@@ -42,6 +42,7 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'eieio)
 (require 'jsonrpc)
 (require 'seq)
 (require 'subr-x)
@@ -114,6 +115,12 @@ never through a protocol message, so it appears in no buffer."
   "The tool categories the server knows.
 A key of `sly-agent-q-trust-levels' that is one of them names a
 category, any other key a tool.")
+
+(defcustom sly-agent-q-stream-idle-timeout 90
+  "Seconds the model's answer may stall (send nothing) before it is given up.
+A stall before any text was shown is retried once; after text was
+shown, the turn fails with a message saying so."
+  :type 'number)
 
 (defcustom sly-agent-q-trust-levels nil
   "Your trust level per tool or per category, overriding the tools' own.
@@ -343,6 +350,8 @@ setting left out would keep an old one in force."
           :maxTokens sly-agent-q-max-tokens
           :turnTimeoutMs (and sly-agent-q-turn-timeout
                               (round (* 1000 sly-agent-q-turn-timeout)))
+          :streamIdleTimeoutMs (and sly-agent-q-stream-idle-timeout
+                                    (round (* 1000 sly-agent-q-stream-idle-timeout)))
           :maxSafetyLevel (and sly-agent-q-max-safety-level
                                (format "%s" sly-agent-q-max-safety-level))
           :projectRoot (sly-agent-q--project-root)
@@ -454,6 +463,17 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
      :file-handler nil
      :stderr (get-buffer-create "*sly-agent-q stderr*"))))
 
+(defun sly-agent-q--events-buffer-initargs (size)
+  "The initargs that cap the connection's events buffer at SIZE characters.
+Newer jsonrpc.el takes `:events-buffer-config' and warns at every start
+about `:events-buffer-scrollback-size', the only one 1.0.14 (Emacs 28)
+knows.  The class is probed for the newer slot: the library says no
+version."
+  (if (memq '-events-buffer-config
+            (mapcar #'eieio-slot-descriptor-name (eieio-class-slots 'jsonrpc-connection)))
+      (list :events-buffer-config (list :size size :format 'full))
+    (list :events-buffer-scrollback-size size)))
+
 (defun sly-agent-q-server-start ()
   "Start the server (stopping a running one) and initialize it.
 Return the new connection; it becomes ready asynchronously."
@@ -462,14 +482,15 @@ Return the new connection; it becomes ready asynchronously."
          (file (car found)))
     (when (sly-agent-q-server-live-p)
       (sly-agent-q-server-stop))
-    (let ((conn (make-instance
+    (let ((conn (apply
+                 #'make-instance
                  'sly-agent-q-connection
                  :name "sly-agent-q"
-                 :events-buffer-scrollback-size sly-agent-q-events-buffer-size
                  :notification-dispatcher #'sly-agent-q--dispatch-notification
                  :request-dispatcher #'sly-agent-q--dispatch-request
                  :on-shutdown #'sly-agent-q--on-shutdown
-                 :process (lambda () (sly-agent-q--make-process node file)))))
+                 :process (lambda () (sly-agent-q--make-process node file))
+                 (sly-agent-q--events-buffer-initargs sly-agent-q-events-buffer-size))))
       (setq sly-agent-q--connection conn)
       (setf (sly-agent-q--found conn) found)
       (sly-agent-q--log conn "started %s %s" node file)
@@ -585,30 +606,38 @@ Call SUCCESS with the result, or FAILURE (if given) with a message."
   (when (sly-agent-q-server-live-p)
     (jsonrpc-notify sly-agent-q--connection method params)))
 
-(defun sly-agent-q-server-reconfigure ()
-  "Send the current configuration options to the running server."
-  (interactive)
-  (when (sly-agent-q-server-ready-p)
-    (sly-agent-q-server-request 'configuration/change
-                                (list :configuration (sly-agent-q-server-configuration))
-                                (lambda (_) (when (called-interactively-p 'any)
-                                              (message "sly-agent-q: configuration sent"))))))
+(defun sly-agent-q-server-reconfigure (&optional interactive)
+  "Send the current configuration options to the running server.
+INTERACTIVE non-nil (as when called as a command) says so in the echo
+area once the server took them; the answer comes in a callback, where
+`called-interactively-p' would always be nil."
+  (interactive (list t))
+  (if (sly-agent-q-server-ready-p)
+      (sly-agent-q-server-request 'configuration/change
+                                  (list :configuration (sly-agent-q-server-configuration))
+                                  (lambda (_) (when interactive
+                                                (message "sly-agent-q: configuration sent"))))
+    (when interactive
+      (message "sly-agent-q: the server is not running; it gets the configuration when it starts"))))
 
 (defun sly-agent-q-server-stop ()
-  "Shut the server down cleanly: shutdown, exit, then end the process.
-Waits at most about three seconds; meant for commands and `kill-emacs'."
+  "Shut the server down cleanly: shutdown, exit, then `jsonrpc-shutdown'.
+Waits at most about three seconds, so it is for commands only: never
+call it from a process filter, a timer or `kill-emacs-hook' (see
+`sly-agent-q--kill-emacs')."
   (interactive)
   (let ((conn sly-agent-q--connection))
     (when (and conn (jsonrpc-running-p conn))
       (setf (sly-agent-q--status conn) 'stopping)
       (ignore-errors (jsonrpc-request conn 'shutdown nil :timeout 2))
       (ignore-errors (jsonrpc-notify conn 'exit nil))
+      ;; A moment to exit on its own (status 0); `jsonrpc-shutdown' then
+      ;; deletes what is left and waits for the sentinel's cleanup.
       (let ((proc (jsonrpc--process conn))
             (deadline (+ (float-time) 1)))
         (while (and (process-live-p proc) (< (float-time) deadline))
-          (accept-process-output proc 0.05))
-        (when (process-live-p proc)
-          (delete-process proc))))
+          (accept-process-output proc 0.05)))
+      (jsonrpc-shutdown conn))
     (setq sly-agent-q--connection nil)))
 
 (defun sly-agent-q-restart-server ()
@@ -735,7 +764,6 @@ and exit from the pipe and exits on its own."
       (pcase method
         ('emacs/call (sly-agent-q--handle-call conn params))
         ('emacs/cancel (sly-agent-q--handle-cancel conn params))
-        ('server/log (sly-agent-q--log conn "server: %s" (plist-get params :message)))
         (_ (let ((handler (alist-get method sly-agent-q-server-notification-handlers)))
              (if handler
                  (funcall handler params)

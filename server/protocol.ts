@@ -27,6 +27,7 @@ export const Requests = {
   chatCancel: "chat/cancel",
   conversationNew: "conversation/new",
   conversationList: "conversation/list",
+  conversationDelete: "conversation/delete",
 } as const;
 
 /** Client -> server notifications. */
@@ -47,7 +48,6 @@ export const ServerNotifications = {
   approvalNeeded: "chat/approvalNeeded",
   turnFinished: "chat/turnFinished",
   turnFailed: "chat/turnFailed",
-  log: "server/log",
 } as const;
 
 // ---------------------------------------------------------------------------------------------------
@@ -88,6 +88,8 @@ export interface Configuration {
   maxSteps?: number;
   /** Wall-clock limit of one turn, in ms. */
   turnTimeoutMs?: number;
+  /** A model stream that sends nothing for this long (ms) is retried once, or fails the turn (default 90 s). */
+  streamIdleTimeoutMs?: number;
   /** The user's trust levels per tool name; an override on a primary tool covers its aliases. */
   safetyOverrides?: Record<string, SafetyLevel>;
   /** Trust levels per category (execution, evaluation, filesystem, buffer...); see above for precedence. */
@@ -270,6 +272,15 @@ export interface ConversationListResult {
   conversations: ConversationSummary[];
 }
 
+/** Frees a conversation's history on the server; a turn running in it is cancelled first. */
+export interface ConversationDeleteParams {
+  conversationId: string;
+}
+export interface ConversationDeleteResult {
+  /** False when there was no such conversation (already freed, or from a previous server). */
+  deleted: boolean;
+}
+
 export interface ChatSendParams {
   /** Omitted: a new conversation is created. */
   conversationId?: string;
@@ -358,11 +369,6 @@ export interface TurnFailedParams extends TurnRef {
   message: string;
   usage: Usage;
   costUsd: number;
-}
-
-export interface LogParams {
-  level: LogLevel;
-  message: string;
 }
 
 /** Error codes of JSON-RPC errors this server answers with, besides the standard ones. */

@@ -31,6 +31,7 @@ import { PolicyError, ToolPolicy } from "../tools/policy.js";
 import type { Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
+import { stripUndefined } from "../text.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
@@ -51,8 +52,6 @@ export class AgentServer {
   capabilities: ClientCapabilities = {};
   initialized = false;
   private shutdownRequested = false;
-  /** Run when configuration or context change (the agent rebuilds what depends on them). */
-  private readonly configListeners: (() => void)[] = [];
   private readonly disposers: { dispose(): void }[] = [];
 
   constructor(
@@ -79,10 +78,6 @@ export class AgentServer {
   /** Starts reading messages. */
   listen(): void {
     this.connection.listen();
-  }
-
-  onConfigurationChange(listener: () => void): void {
-    this.configListeners.push(listener);
   }
 
   /** Adds a request handler that requires initialize first and turns any exception into a JSON-RPC error. */
@@ -174,7 +169,6 @@ export class AgentServer {
     });
     c.onNotification(ClientNotifications.contextChange, (params: EditorContext | undefined) => {
       this.context = { ...this.context, ...stripUndefined(params ?? {}) };
-      this.configListeners.forEach((l) => l());
     });
     c.onClose(() => {
       this.bridge.close("The connection to Emacs is closed.");
@@ -224,7 +218,6 @@ export class AgentServer {
     this.executor.options.policy = policy;
     this.executor.options.defaultTimeoutMs = config.toolTimeoutMs;
     this.executor.options.maxResultChars = config.maxResultChars;
-    this.configListeners.forEach((l) => l());
   }
 
   private readonly approveThroughEmacs: ApprovalFn = async (request, signal): Promise<ApprovalDecision> => {
@@ -286,8 +279,4 @@ export function wellFormed<T>(value: T): T {
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [wellFormed(k), wellFormed(v)])) as T;
   }
   return value;
-}
-
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

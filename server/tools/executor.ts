@@ -9,6 +9,7 @@ import { errorMessage, formatResult, truncate } from "./format.js";
 import { ToolPolicy, type ApprovalReason, type PermissionRule } from "./policy.js";
 import type { ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
+import { sentence } from "../text.js";
 
 export interface ToolCall {
   id: string;
@@ -235,7 +236,7 @@ export class Executor {
           } catch (err) {
             // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
             if (err instanceof ToolError && !signal.aborted) return fail(err.message, safety, false, tool, args);
-            return fail(`Approval for ${tool.name} failed: ${errorMessage(err)}. The tool was not run.`, safety, false, tool, args);
+            return fail(`Approval for ${tool.name} failed: ${sentence(errorMessage(err))} The tool was not run.`, safety, false, tool, args);
           }
           switch (answer?.decision) {
             case "approved":
@@ -245,7 +246,7 @@ export class Executor {
             case "modified": {
               const edited = parseArguments(answer.arguments);
               const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
-              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${bad}. The tool was not run.`, safety, false, tool, args);
+              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`, safety, false, tool, args);
               const again = policy.decide(tool, edited);
               if (again.kind === "deny") return fail(deniedByRule(tool, again.rule), safety, false, tool, edited);
               args = edited;
@@ -253,7 +254,7 @@ export class Executor {
               break;
             }
             case "denied":
-              return fail(`The user denied ${tool.name}${answer.reason ? `: ${answer.reason}` : "."} It was not run.`, safety, false, tool, args);
+              return fail(`The user denied ${tool.name}${answer.reason?.trim() ? `: ${sentence(answer.reason)}` : "."} It was not run.`, safety, false, tool, args);
             default:
               return fail(`Approval for ${tool.name} gave no decision, so it was not run.`, safety, false, tool, args);
           }

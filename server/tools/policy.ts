@@ -76,7 +76,7 @@ export class ToolPolicy {
     if (settings.maxSafetyLevel !== undefined && !SAFETY_LEVELS.includes(settings.maxSafetyLevel)) {
       throw new PolicyError(`maxSafetyLevel must be safe, cautious or dangerous, not ${String(settings.maxSafetyLevel)}.`);
     }
-    const known = new Set(Object.keys(registry.categoryCounts()));
+    const known = new Set(registry.categories());
     for (const c of Object.keys(settings.categoryLevels ?? {})) {
       if (!known.has(c)) throw new PolicyError(`categoryLevels: unknown category "${c}" (categories: ${[...known].sort().join(", ")}).`);
     }

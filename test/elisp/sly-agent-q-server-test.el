@@ -313,7 +313,9 @@
   (should (equal (sly-agent-q-approval--normalize '(:decision approved :always t))
                  '(:decision "approved" :always t)))
   (should (equal (sly-agent-q-approval--normalize '(:decision "denied"))
-                 '(:decision "denied" :reason "denied by the user")))
+                 '(:decision "denied")))
+  (should (equal (sly-agent-q-approval--normalize '(:decision "denied" :reason "not there"))
+                 '(:decision "denied" :reason "not there")))
   (should (hash-table-p (plist-get (sly-agent-q-approval--normalize '(:decision "modified")) :arguments)))
   (should (equal (plist-get (sly-agent-q-approval--normalize '(:decision "maybe")) :decision) "denied")))
 
