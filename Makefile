@@ -1,10 +1,11 @@
 # sly-agent-q: build, test, package, benchmark.
 # `make test` installs what is missing (Debian packages, npm dependencies) and runs every suite.
+# The SLY runs use SLY_DIR, or the pinned SLY beside the checkout (scripts/vendor-sly.sh).
 
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps test test-server test-cl test-elisp test-e2e lint typecheck run package bench clean
+.PHONY: all build deps test test-server test-cl test-elisp test-e2e test-security lint typecheck run package bench clean
 
 all: build
 
@@ -26,13 +27,17 @@ test-server: build
 	scripts/test-server.sh
 
 test-cl: deps
-	test/cl/run.sh
+	@bash -c '. scripts/vendor-sly.sh; exec test/cl/run.sh'
 
 test-elisp: build
-	test/elisp/run.sh
+	@bash -c '. scripts/vendor-sly.sh; exec test/elisp/run.sh'
 
 test-e2e: build
-	test/e2e/run.sh
+	@bash -c '. scripts/vendor-sly.sh; exec test/e2e/run.sh'
+
+# The trust boundary, attacked (issue 10): vitest against the server, ERT with the real server and image.
+test-security: build
+	@bash -c '. scripts/vendor-sly.sh; exec test/security/run.sh'
 
 clean:
 	rm -rf dist

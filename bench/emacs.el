@@ -1,5 +1,20 @@
 ;;; emacs.el --- Benchmark figures 1-3: tool round trip, throughput, streaming  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;; emacs -Q --batch -l bench/emacs.el
 ;;
 ;; Starts SBCL under SLIME, loads lisp-cl/ (through the package's own
@@ -12,6 +27,9 @@
 ;; 2. one model message with 100 describe_symbol calls, first chat/toolCall
 ;;    to last chat/toolResult, against 100 sequential bare evals.
 ;; 3. 20,000 small text deltas streamed into the real chat buffer.
+;;
+;; With BENCH_LISP=sly it runs SBCL under SLY instead (SLY from SLY_DIR)
+;; and measures figures 1 and 2 against a bare `sly-eval'.
 ;;
 ;; With BENCH_NO_EVENTS_LOG=1 it measures the same with jsonrpc's events log off
 ;; (`sly-agent-q-events-buffer-size' 0; the package's default logs every
@@ -38,6 +56,9 @@
 (defconst bench-streams (if bench-quick 1 3) "Repetitions of figure 3.")
 (defconst bench-deltas 20000)
 (defconst bench-delta-chars 4)
+
+(defvar bench-lisp (if (equal (getenv "BENCH_LISP") "sly") 'sly 'slime)
+  "Which of SLY or SLIME connects Emacs to SBCL (BENCH_LISP=sly or slime).")
 
 (defvar bench-no-log (equal (getenv "BENCH_NO_EVENTS_LOG") "1")
   "Non-nil (BENCH_NO_EVENTS_LOG=1): measure with jsonrpc's events log off.")
@@ -89,29 +110,42 @@
 (declare-function slime-eval "ext:slime")
 (declare-function slime-pid "ext:slime")
 (declare-function slime-quit-lisp "ext:slime")
+(declare-function sly-start "ext:sly")
+(declare-function sly-connected-p "ext:sly")
+(declare-function sly-eval "ext:sly")
+(declare-function sly-quit-lisp "ext:sly")
+
+(defun bench-eval (form &optional package)
+  "Evaluate FORM in the image, waiting, through `sly-eval' or `slime-eval'."
+  (if (eq bench-lisp 'sly) (sly-eval form package) (slime-eval form package)))
 
 (defvar bench-helper-form nil "The bridge's call form for describe_symbol, as `slime-eval' gets it.")
 
 (defun bench-start-lisp ()
-  (unless (sly-agent-q-dev-require-slime) (error "SLIME cannot be found"))
   (unless (executable-find "sbcl") (error "sbcl is not installed"))
-  (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-  (bench-wait #'slime-connected-p 120 "SLIME to connect")
+  (if (eq bench-lisp 'sly)
+      (progn
+        (unless (sly-agent-q-dev-require-sly) (error "SLY cannot be found (set SLY_DIR)"))
+        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+        (bench-wait #'sly-connected-p 120 "SLY to connect"))
+    (unless (sly-agent-q-dev-require-slime) (error "SLIME cannot be found"))
+    (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+    (bench-wait #'slime-connected-p 120 "SLIME to connect"))
   (let* ((cur (sly-agent-q-bridge-current)) (err 'waiting))
     (sly-agent-q-bridge-ensure-helpers (car cur) (cdr cur) (lambda (e) (setq err e)))
     (bench-wait (lambda () (not (eq err 'waiting))) 300 "lisp-cl to load")
     (when err (error "%s" err)))
-  (slime-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" bench-root)) t))
+  (bench-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" bench-root)) t))
   (setq bench-helper-form
         (sly-agent-q-bridge-call-form "describe_symbol" '(:symbol "process-data") "MY-APP"
                                       sly-agent-q-image-timeout))
-  (let ((r (slime-eval bench-helper-form "MY-APP")))
+  (let ((r (bench-eval bench-helper-form "MY-APP")))
     (unless (and (plist-get r :ok) (string-match-p "PROCESS-DATA" (plist-get r :content)))
       (error "describe_symbol does not work in the image: %S" r))))
 
 (defun bench-bare-call ()
-  "One bare round trip: `slime-eval' of the helper form."
-  (slime-eval bench-helper-form "MY-APP"))
+  "One bare round trip: `slime-eval' (or `sly-eval') of the helper form."
+  (bench-eval bench-helper-form "MY-APP"))
 
 ;;;; The mock LLM and the server
 
@@ -179,9 +213,10 @@ throws out of the wait as soon as the answer is read."
       (let ((t0 (float-time))) (bench-bare-call) (push (bench-ms t0) bare))
       (let ((t0 (float-time))) (bench-full-call conn) (push (bench-ms t0) full)))
     (let ((ratio (/ (bench-median full) (bench-median bare))))
-      (bench-record :figure "1. bare slime-eval of the helper form" :unit "ms" :samples (vconcat bare)
-                    :target "-" :note "SLIME + SBCL; SLY is not installed here, so no sly-eval row")
-      (bench-record :figure "1. full path: tools/call > server > Emacs > SLIME" :unit "ms"
+      (bench-record :figure (format "1. bare %s-eval of the helper form" bench-lisp) :unit "ms"
+                    :samples (vconcat bare) :target "-" :note (format "%s + SBCL" (upcase (symbol-name bench-lisp))))
+      (bench-record :figure (format "1. full path: tools/call > server > Emacs > %s" (upcase (symbol-name bench-lisp)))
+                    :unit "ms"
                     :samples (vconcat full) :target "<= 1.5x bare" :ratio ratio
                     :pass (bench-pass-p (<= ratio 1.5))
                     :note (format "%d interleaved pairs; ratio = median full / median bare" bench-pairs)))))
@@ -194,7 +229,7 @@ throws out of the wait as soon as the answer is read."
 
 (defun bench-lisp-live-mb ()
   "Megabytes of dynamic space in use in the image (SBCL) after a full collection."
-  (slime-eval '(cl:progn (sb-ext:gc :full cl:t) (cl:/ (sb-kernel:dynamic-usage) 1048576.0))))
+  (bench-eval '(cl:progn (sb-ext:gc :full cl:t) (cl:/ (sb-kernel:dynamic-usage) 1048576.0))))
 
 (defun bench-in-a-row (conn)
   "1,000 full calls in a row: time and memory must stay flat."
@@ -250,8 +285,10 @@ throws out of the wait as soon as the answer is read."
     (advice-remove 'sly-agent-q-chat--on-tool-call #'bench-on-tool-call)
     (advice-remove 'sly-agent-q-chat--on-tool-result #'bench-on-tool-result)
     (let ((ratio (/ (bench-median full) (bench-median bare))))
-      (bench-record :figure "2. 100 sequential bare slime-evals" :unit "ms" :samples (vconcat bare) :target "-")
-      (bench-record :figure "2. 100 calls from one model message" :unit "ms" :samples (vconcat full)
+      (bench-record :figure (format "2. 100 sequential bare %s-evals" bench-lisp) :unit "ms"
+                    :samples (vconcat bare) :target "-")
+      (bench-record :figure (format "2. 100 calls from one model message%s" (if (eq bench-lisp 'sly) " (SLY)" ""))
+                    :unit "ms" :samples (vconcat full)
                     :target "<= sequential bare" :ratio ratio :pass (bench-pass-p (<= ratio 1.0))
                     :note "first chat/toolCall to the 100th chat/toolResult in Emacs, rendered in the chat buffer"))))
 
@@ -333,23 +370,25 @@ throws out of the wait as soon as the answer is read."
 (defun bench-main ()
   (let ((t0 (float-time)))
     (when bench-no-log (setq sly-agent-q-events-buffer-size 0))
-    (bench-log "emacs bench%s: starting SBCL under SLIME, loading lisp-cl and the fixture"
-               (if bench-no-log " (events log off)" ""))
+    (bench-log "emacs bench%s: starting SBCL under %s, loading lisp-cl and the fixture"
+               (if bench-no-log " (events log off)" "") (upcase (symbol-name bench-lisp)))
     (bench-start-lisp)
     (bench-log "emacs bench: Lisp ready after %.1f s" (- (float-time) t0))
     (bench-start-mock)
     (let ((conn (bench-start-server)))
       (bench-log "emacs bench: figure 1, tool round trip")
       (bench-round-trip conn)
-      (bench-in-a-row conn)
+      ;; Under SLY only the figures that compare with a bare eval: the rest do not depend on it.
+      (unless (eq bench-lisp 'sly) (bench-in-a-row conn))
       (bench-log "emacs bench: figure 2, throughput")
       (bench-throughput)
-      (bench-log "emacs bench: figure 3, streaming")
-      (bench-streaming))
+      (unless (eq bench-lisp 'sly)
+        (bench-log "emacs bench: figure 3, streaming")
+        (bench-streaming)))
     (bench-log "emacs bench: done in %.1f s" (- (float-time) t0))
     (sly-agent-q-server-stop)
     (when (process-live-p bench-mock) (process-send-eof bench-mock))
-    (ignore-errors (slime-quit-lisp t))))
+    (ignore-errors (if (eq bench-lisp 'sly) (sly-quit-lisp t) (slime-quit-lisp t)))))
 
 (unless (getenv "BENCH_NO_MAIN") (bench-main))
 

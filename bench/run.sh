@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `make bench`: what the agent costs beyond the model's own time.
 # Figures 4-6 need only the server and the mock LLM (bench/server.mjs); figures 1-3 run in Emacs with
-# SBCL under SLIME (bench/emacs.el). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
+# SBCL under SLIME (bench/emacs.el), and figures 1-2 again under SLY when SLY_DIR names it (or the
+# vendored copy beside the checkout is there, scripts/vendor-sly.sh). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
 # BENCH_QUICK=1 runs fewer repetitions. EMACS=... picks the Emacs binary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/vendor-sly.sh
 mkdir -p bench/.work
 results=bench/.work/results.jsonl
 : >"$results"
@@ -31,6 +33,14 @@ for nolog in 0 1; do
   BENCH_NO_EVENTS_LOG=$nolog ${EMACS:-emacs} -Q --batch -l bench/emacs.el 2>&1 | grep -E '^(emacs bench|  stream|Debugger|error|Error)'
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/emacs.el (BENCH_NO_EVENTS_LOG=$nolog) failed"; status=1; }
 done
+# The same round trip and throughput under SLY, beside SLIME's rows (SLY from SLY_DIR).
+if [ -n "${SLY_DIR:-}" ] && [ -f "$SLY_DIR/sly.el" ]; then
+  echo "=== figures 1-2 under SLY"
+  BENCH_LISP=sly ${EMACS:-emacs} -Q --batch -l bench/emacs.el 2>&1 | grep -E '^(emacs bench|Debugger|error|Error)'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/emacs.el (BENCH_LISP=sly) failed"; status=1; }
+else
+  echo "no sly-eval rows: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+fi
 
 echo
 BENCH_NO_MAIN=1 machine | tee bench/.work/machine.txt

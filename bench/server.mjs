@@ -209,17 +209,14 @@ function tokens(body) {
     const line = system.split("\n").find((l) => l.startsWith(`- \`${t.name}\``)) ?? "";
     return { name: t.name, schema, line: line.length, total: schema + line.length + 1 };
   });
-  // Completeness: every parameter described, every approval note present.
+  // Completeness: every parameter described, every approval note present (in the schema, and the
+  // tool named in the prompt's list of those that ask first).
   const problems = [];
+  const asks = system.split("\n").find((l) => l.startsWith("- Ask the user first")) ?? "";
   for (const t of body.tools) {
     for (const [p, spec] of Object.entries(t.input_schema.properties ?? {})) if (!spec.description) problems.push(`${t.name}.${p} has no description`);
-    const line = rows.find((r) => r.name === t.name);
-    if (!line?.line) problems.push(`${t.name} is not in the system prompt`);
-  }
-  for (const l of system.split("\n").filter((x) => x.startsWith("- `"))) {
-    const name = /`([a-z_]+)`/.exec(l)[1];
-    const tool = body.tools.find((t) => t.name === name);
-    if (/approval/.test(l) && !/approval/.test(tool?.description ?? "")) problems.push(`${name}: the schema lacks the approval note`);
+    const needsApproval = /approval/.test(t.description ?? "");
+    if (needsApproval !== asks.includes(`\`${t.name}\``)) problems.push(`${t.name}: the schema's approval note and the prompt disagree`);
   }
   const total = system.length + toolsJson.length;
   const out = join(ROOT, "bench", ".work");

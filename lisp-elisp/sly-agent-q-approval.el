@@ -4,6 +4,19 @@
 
 ;; This file is not part of GNU Emacs.
 
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Before a dangerous tool runs the server sends `emacs/call' of kind
@@ -14,6 +27,14 @@
 ;;                                          on in this session
 ;;   (:decision "denied" :reason "...")     do not run it; tell the model why
 ;;   (:decision "modified" :arguments ARGS) run it with other arguments
+;;
+;; Before anyone is asked, the call is prepared the way the tool would
+;; do it (`sly-agent-q-tools-preview'): a call the tool would refuse
+;; (a path outside the project, a buffer it may not change...) is
+;; answered with that error and never put to the user.  The approval
+;; shows the resolved path and every argument in the order received;
+;; a value shortened in the chat says so, and v shows them whole.  For
+;; what writes, d shows the diff against what is there now.
 ;;
 ;; Who decides: `sly-agent-q-diff-review' for propose_file_edit (the
 ;; reviewed file edit, in sly-agent-q-diff.el); otherwise
@@ -30,6 +51,8 @@
 (require 'text-property-search)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-tools)
+(require 'diff-mode)
 
 (declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback))
 (declare-function sly-agent-q-diff-review-cancel "sly-agent-q-diff" (buffer))
@@ -38,7 +61,10 @@
   "Function deciding approvals instead of the interactive UI, or nil.
 nil means ask the user in the chat buffer.  Otherwise it is called
 as (FUNCTION REQUEST CALLBACK): REQUEST is a plist (:tool
-:arguments :safetyLevel :description :callId), CALLBACK must be
+:arguments :safetyLevel :description :callId, and when the tool
+touches a file or buffer :path, the resolved path relative to the
+project root, or :buffer, and for what writes :diff, the unified
+diff against what is there now), CALLBACK must be
 called once, now or later, with a decision plist (:decision
 \"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
 PLIST for \"modified\", :always t to allow the tool for the rest of
@@ -49,6 +75,13 @@ the session)."
 (defcustom sly-agent-q-approval-display t
   "Non-nil means show the chat buffer when an approval is needed."
   :type 'boolean
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-approval-value-chars 300
+  "Longest argument value shown whole in an approval in the chat.
+Longer values are shortened there, saying so; the key v on the
+approval shows every argument whole."
+  :type 'integer
   :group 'sly-agent-q)
 
 (cl-defstruct (sly-agent-q-approval (:constructor sly-agent-q--make-approval))
@@ -66,31 +99,60 @@ the session)."
       ("modified" (let ((args (plist-get decision :arguments)))
                     (list :decision "modified"
                           :arguments (or args (make-hash-table :test #'equal)))))
-      ("denied" (list :decision "denied"
-                      :reason (format "%s" (or (plist-get decision :reason) "denied by the user"))))
+      ;; No reason, no stand-in: the server says "The user denied TOOL." then.
+      ("denied" (let ((reason (plist-get decision :reason)))
+                  (if (and reason (not (string-blank-p (format "%s" reason))))
+                      (list :decision "denied" :reason (format "%s" reason))
+                    (list :decision "denied"))))
       (_ (list :decision "denied"
                :reason (format "the approval function gave an invalid decision: %S" decision))))))
 
-(defun sly-agent-q-approval--request (params)
-  "The approval request plist handed to approval functions, from call PARAMS."
-  (list :tool (plist-get params :tool)
-        :arguments (plist-get params :arguments)
-        :safetyLevel (plist-get params :safetyLevel)
-        :description (plist-get params :description)
-        :callId (plist-get params :callId)))
+(defun sly-agent-q-approval--request (params preview)
+  "The approval request plist handed to approval functions, from call PARAMS.
+PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
+\(resolved, relative to the root), :buffer, and for what writes
+:diff (against what is there now) are added."
+  (append
+   (list :tool (plist-get params :tool)
+         :arguments (plist-get params :arguments)
+         :safetyLevel (plist-get params :safetyLevel)
+         :description (plist-get params :description)
+         :callId (plist-get params :callId))
+   (and (plist-get preview :path) (list :path (plist-get preview :path)))
+   (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
+   (and (plist-member preview :new)
+        (list :diff (sly-agent-q-diff-text
+                     (or (plist-get preview :path) (plist-get preview :buffer))
+                     (plist-get preview :old) (plist-get preview :new))
+              :new-file (and (plist-get preview :path)
+                             (equal (plist-get preview :old) ""))))))
 
 (defun sly-agent-q-approval--handle-call (call)
   "Decide the approval CALL.
-The diff review decides for propose_file_edit, else
+The call is first prepared as the tool would do it; if the tool would
+refuse it, CALL is answered with that error and nobody is asked.
+Otherwise the diff review decides for propose_file_edit, else
 `sly-agent-q-approval-function', else the user."
   (let* ((params (sly-agent-q-call-params call))
-         (request (sly-agent-q-approval--request params))
+         (preview (condition-case err
+                      (cons :ok (sly-agent-q-tools-preview (plist-get params :tool)
+                                                           (plist-get params :arguments)))
+                    (sly-agent-q-tool-error (cons :refused (cadr err)))))
          (answered nil)
          (callback (lambda (decision)
                      (unless answered
                        (setq answered t)
                        (sly-agent-q-call-reply call (sly-agent-q-approval--normalize decision))))))
-    (cond
+    (if (eq (car preview) :refused)
+        (sly-agent-q-call-fail call (cdr preview))
+      (sly-agent-q-approval--route call params
+                                   (sly-agent-q-approval--request params (cdr preview))
+                                   callback))))
+
+(defun sly-agent-q-approval--route (call params request callback)
+  "Put the approval CALL, with PARAMS and REQUEST, to whoever decides.
+CALLBACK gets the decision."
+  (cond
      ((and (equal (plist-get params :tool) "propose_file_edit")
            (fboundp 'sly-agent-q-diff-review))
       (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback)))
@@ -99,7 +161,7 @@ The diff review decides for propose_file_edit, else
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
      (sly-agent-q-approval-function
       (funcall sly-agent-q-approval-function request callback))
-     (t (sly-agent-q-approval--ask call request callback)))))
+     (t (sly-agent-q-approval--ask call request callback))))
 
 (setf (alist-get "approval" sly-agent-q-server-call-handlers nil nil #'equal)
       #'sly-agent-q-approval--handle-call)
@@ -113,6 +175,8 @@ The diff review decides for propose_file_edit, else
     (define-key map "n" #'sly-agent-q-deny)
     (define-key map "e" #'sly-agent-q-edit-arguments)
     (define-key map "a" #'sly-agent-q-approve-always)
+    (define-key map "d" #'sly-agent-q-approval-show-diff)
+    (define-key map "v" #'sly-agent-q-approval-show-arguments)
     map)
   "Keys on an approval in the chat buffer.")
 
@@ -146,7 +210,7 @@ CALL's cancellation marks it cancelled."
               (sly-agent-q-approval--redraw approval))))
     (when (and sly-agent-q-approval-display (not noninteractive))
       (display-buffer buf))
-    (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, or C-c C-a / C-c C-d there)"
+    (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, d for its diff, v for its arguments whole; or C-c C-a / C-c C-d there)"
              (plist-get request :tool) (buffer-name buf))))
 
 (defun sly-agent-q-approval--deny-all ()
@@ -171,25 +235,25 @@ CALL's cancellation marks it cancelled."
        (insert (propertize (format "  ⚠ %s (%s) needs your approval:\n" tool
                                    (plist-get request :safetyLevel))
                            'face 'warning))
-       (let ((json (sly-agent-q-chat--json (plist-get request :arguments))))
-         (insert (propertize (concat (sly-agent-q-chat--indent
-                                      (if (> (length json) 3000)
-                                          (concat (substring json 0 3000) "\n… (e shows everything)")
-                                        json))
-                                     "\n")
-                             'face 'sly-agent-q-notice-face)))
+       (insert (propertize (sly-agent-q-approval--summary request)
+                           'face 'sly-agent-q-notice-face))
        (insert "    ")
        (dolist (b `(("Approve" sly-agent-q-approve "y")
                     ("Deny" sly-agent-q-deny "n")
                     ("Edit arguments" sly-agent-q-edit-arguments "e")
-                    (,(format "Always allow %s" tool) sly-agent-q-approve-always "a")))
+                    (,(format "Always allow %s" tool) sly-agent-q-approve-always "a")
+                    ,@(and (plist-get request :diff)
+                           '(("Show diff" sly-agent-q-approval-show-diff "d")))
+                    ("Show arguments whole" sly-agent-q-approval-show-arguments "v")))
          (let ((cmd (nth 1 b)))
            (insert-text-button (format "[%s]" (car b))
                                'type 'sly-agent-q-approval
                                'action (lambda (_) (funcall cmd approval))
                                'help-echo (format "%s (key %s)" (car b) (nth 2 b))))
          (insert " "))
-       (insert (propertize "(y / n / e / a)\n" 'face 'sly-agent-q-notice-face))
+       (insert (propertize (if (plist-get request :diff) "(y / n / e / a / d / v)\n"
+                             "(y / n / e / a / v)\n")
+                           'face 'sly-agent-q-notice-face))
        (add-text-properties start (point) (list 'keymap sly-agent-q-approval-map
                                                 'sly-agent-q-approval approval)))
       (status
@@ -205,6 +269,92 @@ CALL's cancellation marks it cancelled."
                         (let ((d (sly-agent-q-approval-detail approval)))
                           (if d (format ": %s" d) "")))
                 'face (if (eq status 'denied) 'sly-agent-q-error-face 'sly-agent-q-notice-face)))))))
+
+(defun sly-agent-q-approval--value (value)
+  "VALUE, an argument parsed from JSON, as compact JSON text."
+  (condition-case nil
+      (cond ((eq value t) "true")
+            ((eq value :json-false) "false")
+            ((null value) "null")
+            (t (json-serialize value :false-object :json-false :null-object nil)))
+    (error (format "%S" value))))
+
+(defun sly-agent-q-approval--summary (request)
+  "The lines of the approval REQUEST shown in the chat, before its buttons.
+The target first (the resolved path, or the buffer), then every
+argument in the order received; a long value is shortened and says
+so."
+  (let ((path (plist-get request :path))
+        (buffer (plist-get request :buffer))
+        (lines nil))
+    (cond
+     ((and path (plist-get request :diff))
+      (push (format "    writes %s%s (d shows the diff against what is there now)"
+                    path (if (plist-get request :new-file) ", a new file," ""))
+            lines))
+     (path (push (format "    path %s (resolved, relative to the project root)" path) lines))
+     (buffer (push (format "    buffer %s%s" buffer
+                           (if (plist-get request :diff)
+                               " (d shows the diff of its text)" ""))
+                   lines)))
+    (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+             for text = (sly-agent-q-approval--value value)
+             do (push (if (> (length text) sly-agent-q-approval-value-chars)
+                          (format "    %s: %s… [shortened here: %d characters in all; v shows every argument whole]"
+                                  (substring (symbol-name key) 1)
+                                  (substring text 0 sly-agent-q-approval-value-chars)
+                                  (length text))
+                        (format "    %s: %s" (substring (symbol-name key) 1) text))
+                      lines))
+    (concat (mapconcat #'identity (nreverse lines) "\n") "\n")))
+
+(defun sly-agent-q-approval-show-diff (&optional approval)
+  "Show the diff of what APPROVAL would write, in a `diff-mode' buffer.
+APPROVAL defaults to the one at point, or the oldest waiting.
+Return the buffer."
+  (interactive)
+  (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
+         (request (sly-agent-q-approval-request a))
+         (diff (or (plist-get request :diff)
+                   (user-error "%s writes nothing to show as a diff" (plist-get request :tool))))
+         (buf (get-buffer-create "*sly-agent-q approval diff*")))
+    (with-current-buffer buf
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert diff))
+      (diff-mode)
+      (setq buffer-read-only t)
+      (setq header-line-format
+            (format " What %s would write to %s" (plist-get request :tool)
+                    (or (plist-get request :path) (plist-get request :buffer))))
+      (goto-char (point-min)))
+    (unless noninteractive (display-buffer buf))
+    buf))
+
+(defun sly-agent-q-approval-show-arguments (&optional approval)
+  "Show every argument of APPROVAL whole, in the order received.
+APPROVAL defaults to the one at point, or the oldest waiting.
+Return the buffer."
+  (interactive)
+  (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
+         (request (sly-agent-q-approval-request a))
+         (buf (get-buffer-create "*sly-agent-q approval arguments*")))
+    (with-current-buffer buf
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (format "%s%s\n\n" (plist-get request :tool)
+                        (if (plist-get request :path)
+                            (format " on %s (resolved, relative to the project root)"
+                                    (plist-get request :path))
+                          "")))
+        (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+                 do (insert (substring (symbol-name key) 1) ":\n"
+                            (if (stringp value) value (sly-agent-q-approval--value value))
+                            "\n\n")))
+      (special-mode)
+      (goto-char (point-min)))
+    (unless noninteractive (display-buffer buf))
+    buf))
 
 (defun sly-agent-q-approval--redraw (approval)
   "Redraw APPROVAL in place."
@@ -255,8 +405,8 @@ CALL's cancellation marks it cancelled."
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (why (or reason (read-string "Reason for the agent (optional): "))))
     (sly-agent-q-approval--decide a 'denied
-                                  (list :decision "denied"
-                                        :reason (if (string-empty-p why) "denied by the user" why))
+                                  (if (string-blank-p why) (list :decision "denied")
+                                    (list :decision "denied" :reason why))
                                   (and (not (string-empty-p why)) why))))
 
 (defvar-local sly-agent-q-approval--editing nil

@@ -4,6 +4,19 @@
 
 ;; This file is not part of GNU Emacs.
 
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; The chat buffer *sly-agent-q*: a read-only transcript above an input
@@ -172,14 +185,27 @@ entry TAB or RET shows its details.
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
 
 (defun sly-agent-q-chat--on-kill ()
-  "The chat buffer is being killed: stop its timer and its turn."
+  "The chat buffer is being killed: stop its timer, its turn, its conversation."
   (sly-agent-q-chat--cancel-timer)
   (let ((turn sly-agent-q-chat--turn))
-    (when (and turn (sly-agent-q-turn-id turn) (sly-agent-q-server-live-p))
-      (ignore-errors
-        (jsonrpc-async-request (sly-agent-q-server-connection) 'chat/cancel
-                               (list :turnId (sly-agent-q-turn-id turn))
-                               :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore)))))
+    (when (and turn (sly-agent-q-turn-id turn))
+      (sly-agent-q-chat--fire-and-forget 'chat/cancel (list :turnId (sly-agent-q-turn-id turn)))))
+  (sly-agent-q-chat--free-conversation))
+
+(defun sly-agent-q-chat--fire-and-forget (method params)
+  "Send request METHOD with PARAMS to a running server; ignore its answer.
+Nothing waits, and no server is started for it."
+  (when (sly-agent-q-server-live-p)
+    (ignore-errors
+      (jsonrpc-async-request (sly-agent-q-server-connection) method params
+                             :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore))))
+
+(defun sly-agent-q-chat--free-conversation ()
+  "Tell the server to forget this buffer's conversation, and forget its id here."
+  (when sly-agent-q-chat--conversation-id
+    (sly-agent-q-chat--fire-and-forget
+     'conversation/delete (list :conversationId sly-agent-q-chat--conversation-id))
+    (setq sly-agent-q-chat--conversation-id nil)))
 
 (defun sly-agent-q-chat-buffer (&optional no-create)
   "The chat buffer; create it unless NO-CREATE."
@@ -708,7 +734,7 @@ Notifications of turns that are over are ignored."
     (let ((reason (plist-get params :stopReason))
           (usage (plist-get params :usage)))
       (unless (member reason '("end_turn" "stop_sequence" nil))
-        (sly-agent-q-chat-notice (format "[stopped: %s]" reason)))
+        (sly-agent-q-chat-notice (sly-agent-q-chat--stop-notice reason)))
       (sly-agent-q-chat-notice
        (format "(%s%s in / %s out · $%.4f)"
                (let ((steps (plist-get params :steps)))
@@ -722,6 +748,14 @@ Notifications of turns that are over are ignored."
                                 :text (plist-get params :text)
                                 :usage (plist-get params :usage)
                                 :cost (plist-get params :costUsd))))
+
+(defun sly-agent-q-chat--stop-notice (reason)
+  "Return the notice for a turn that ended for REASON, a protocol stop reason."
+  (pcase reason
+    ("step_limit" "[stopped at the step limit, `sly-agent-q-max-steps'; send \"go on\" to continue]")
+    ("max_tokens" "[stopped: the answer reached its length limit, `sly-agent-q-max-tokens']")
+    ("refusal" "[stopped: the model declined to answer]")
+    (_ (format "[stopped: %s]" reason))))
 
 (defun sly-agent-q-chat--on-turn-failed (params)
   "Handle chat/turnFailed PARAMS."
@@ -823,8 +857,8 @@ Notifications of turns that are over are ignored."
   (interactive)
   (with-current-buffer (sly-agent-q-chat-buffer)
     (when sly-agent-q-chat--turn (user-error "A turn is running; C-c C-k cancels it"))
-    (setq sly-agent-q-chat--conversation-id nil
-          sly-agent-q-chat--usage nil
+    (sly-agent-q-chat--free-conversation)
+    (setq sly-agent-q-chat--usage nil
           sly-agent-q-chat--cost nil)
     (sly-agent-q-chat-notice "──── new conversation ────")))
 

@@ -266,6 +266,14 @@ unusable."
             :a a :b b :hunks (sly-agent-q-diff-hunks a b)
             :description description))))
 
+(defun sly-agent-q-diff-text (name old new)
+  "Return the unified diff turning the text OLD into NEW, for file NAME.
+A new file (OLD empty) shows its whole text as added lines."
+  (let ((a (sly-agent-q-files-split-lines old))
+        (b (sly-agent-q-files-split-lines new)))
+    (sly-agent-q-diff-unified
+     (list :rel name :hunks (sly-agent-q-diff-hunks a b)))))
+
 (defun sly-agent-q-diff-unified (proposal &optional hunks)
   "Return PROPOSAL's HUNKS (default: all) as one unified diff."
   (let ((rel (plist-get proposal :rel)))
@@ -527,16 +535,16 @@ signals."
 
 (define-derived-mode sly-agent-q-diff-review-mode diff-mode "Agent-Q-Review"
   "Review a change the agent proposes, hunk by hunk.
-\<sly-agent-q-diff-review-mode-map>
-\[sly-agent-q-diff-accept-hunk] accepts the hunk at point,
-\[sly-agent-q-diff-reject-hunk] rejects it.
-\[sly-agent-q-diff-accept-all] accepts every hunk,
-\[sly-agent-q-diff-reject-all] rejects every hunk.
-\[sly-agent-q-diff-finish] sends the accepted hunks to the agent;
+\\<sly-agent-q-diff-review-mode-map>
+\\[sly-agent-q-diff-accept-hunk] accepts the hunk at point,
+\\[sly-agent-q-diff-reject-hunk] rejects it.
+\\[sly-agent-q-diff-accept-all] accepts every hunk,
+\\[sly-agent-q-diff-reject-all] rejects every hunk.
+\\[sly-agent-q-diff-finish] sends the accepted hunks to the agent;
 undecided hunks count as rejected.
-\[sly-agent-q-diff-abort] rejects the whole edit.
+\\[sly-agent-q-diff-abort] rejects the whole edit.
 
-\{sly-agent-q-diff-review-mode-map}"
+\\{sly-agent-q-diff-review-mode-map}"
   ;; `diff-mode' binds `diff-mode-shared-map' over the local map in
   ;; read-only buffers; it would shadow the review's own keys.
   (setq minor-mode-overriding-map-alist

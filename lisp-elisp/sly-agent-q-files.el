@@ -238,8 +238,10 @@ appended to it."
       (push (file-name-nondirectory file) missing)
       (setq file (directory-file-name (file-name-directory file))))
     (let ((true (file-truename file)))
+      ;; Appended literally: `expand-file-name' would read a part
+      ;; named `~' as the home directory.
       (dolist (part missing)
-        (setq true (expand-file-name part true)))
+        (setq true (concat (file-name-as-directory true) part)))
       true)))
 
 (defun sly-agent-q--inside-p (file dir)
@@ -265,51 +267,119 @@ The project root comes first."
                 (t rel)))
       true)))
 
+(defvar tramp-mode)
+
+(defmacro sly-agent-q-files--without-handlers (&rest body)
+  "Run BODY with every file name handler off, TRAMP's included.
+A name from the model must never make Emacs open a connection, run
+a decompressor or decrypt a file while it is being resolved."
+  (declare (indent 0) (debug t))
+  `(let ((file-name-handler-alist nil)
+         (tramp-mode nil))
+     ,@body))
+
+(defun sly-agent-q-files--remote-component (name)
+  "Return the first component of NAME that could make it remote, or nil.
+That is any component containing `:' (TRAMP's /METHOD:HOST: and
+/HOST: syntax, and the /: quoting prefix): after `..' collapses, such
+a component can start the name."
+  (cl-find-if (lambda (part) (string-search ":" part))
+              (split-string name "/")))
+
+(defun sly-agent-q-files--refuse-remote (path name)
+  "Signal a tool error when NAME, resolved from PATH, could be remote."
+  (let ((part (sly-agent-q-files--remote-component name)))
+    (when part
+      (sly-agent-q--fail
+       "The path %S was refused: its component %S contains `:', which Emacs can read as a remote (TRAMP) file name such as /ssh:host:/file.  Remote and TRAMP names are refused; use a local path inside the project without `:'."
+       path part))))
+
+(defun sly-agent-q-files--special-type (file)
+  "Return a description of FILE when it is not a regular file or directory.
+FIFOs, character and block devices and sockets are named; nil
+otherwise.  FILE is a true name; it is examined, never opened."
+  (let ((modes (file-attribute-modes (file-attributes file))))
+    (and modes
+         (pcase (aref modes 0)
+           (?p "a named pipe (FIFO)")
+           (?c "a character device")
+           (?b "a block device")
+           (?s "a socket")))))
+
 (defun sly-agent-q-files-resolve (path &optional for-write)
   "Return the absolute true name of PATH, confined to the agent's roots.
 PATH is relative to the project root, or absolute inside one of the
-roots.  It need not exist.  Signal `sly-agent-q-tool-error' when it
-leaves the roots (through `..', an absolute name or a symbolic
-link), is remote, or, when FOR-WRITE is non-nil, lies under
-`sly-agent-q-read-only-paths'."
+roots.  It need not exist.  It is taken literally: no file name
+handler runs (TRAMP and the others are off), `~' and `$' mean
+nothing special.  Signal `sly-agent-q-tool-error' when it leaves the
+roots (through `..', an absolute name or a symbolic link), could be
+remote (any component with `:'), is not a regular file or directory
+\(a FIFO, device or socket), or, when FOR-WRITE is non-nil, lies
+under `sly-agent-q-read-only-paths'."
   (unless (and (stringp path) (not (string-empty-p path)))
     (sly-agent-q--fail "The path must be a non-empty string."))
   (when (string-match-p "\0" path)
     (sly-agent-q--fail "The path %S contains a NUL character." path))
-  (when (file-remote-p path)
-    (sly-agent-q--fail
-     "Remote paths such as %s are not supported; use a path inside the project." path))
-  (let* ((root (sly-agent-q-tools-project-root))
-         (roots (sly-agent-q-files-roots))
-         (lexical (expand-file-name (sly-agent-q--literal-path path) root))
-         (true (sly-agent-q--truename lexical)))
-    (when (equal (car roots) "/")
-      (sly-agent-q--fail
-       "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
-       path))
-    (unless (cl-some (lambda (r) (sly-agent-q--inside-p true r)) roots)
-      (sly-agent-q--fail
-       "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
-       path (abbreviate-file-name root)
-       (if (equal true (directory-file-name lexical)) ""
-         (format " (it resolves to %s)" (abbreviate-file-name true)))
-       (if sly-agent-q-allowed-directories
-           (format ", or an absolute path inside %s"
-                   (mapconcat #'abbreviate-file-name
-                              sly-agent-q-allowed-directories ", "))
-         "")))
-    (when (sly-agent-q-files-private-p true)
-      (sly-agent-q--fail
-       "%s holds credentials (sly-agent-q-private-file-regexps); the agent may not use it."
-       path))
-    (when for-write
-      (dolist (ro sly-agent-q-read-only-paths)
-        (let ((ro-true (sly-agent-q--truename (expand-file-name ro root))))
-          (when (sly-agent-q--inside-p true ro-true)
-            (sly-agent-q--fail
-             "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
-             path (sly-agent-q-files-relative ro-true))))))
-    true))
+  ;; Before anything touches the file system, and before `..' collapses.
+  (sly-agent-q-files--refuse-remote path path)
+  ;; The roots are the user's, not the model's: found as before, with
+  ;; the handlers the user has.
+  (let ((root (sly-agent-q-tools-project-root))
+        (roots (sly-agent-q-files-roots)))
+    (sly-agent-q-files--resolve-in path for-write root roots)))
+
+(defun sly-agent-q-files--resolve-in (path for-write root roots)
+  "Resolve PATH for `sly-agent-q-files-resolve', given ROOT and ROOTS.
+FOR-WRITE is as there.  No file name handler runs."
+  (sly-agent-q-files--without-handlers
+    (let* ((lexical (expand-file-name (sly-agent-q--literal-path path) root))
+           (true (progn (sly-agent-q-files--refuse-remote path lexical)
+                        (sly-agent-q--truename lexical)))
+           (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
+      (when (equal (car roots) "/")
+        (sly-agent-q--fail
+         "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
+         path))
+      (unless inside
+        (sly-agent-q--fail
+         "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
+         path (abbreviate-file-name root)
+         (if (equal true (directory-file-name lexical)) ""
+           (format " (it resolves to %s)" (abbreviate-file-name true)))
+         (if sly-agent-q-allowed-directories
+             (format ", or an absolute path inside %s"
+                     (mapconcat #'abbreviate-file-name
+                                sly-agent-q-allowed-directories ", "))
+           "")))
+      ;; A symbolic link inside the root may point at a name with `:'.
+      (sly-agent-q-files--refuse-remote
+       path (substring true (min (length true) (length inside))))
+      (when (sly-agent-q-files-private-p true)
+        (sly-agent-q--fail
+         "%s holds credentials (sly-agent-q-private-file-regexps); the agent may not use it."
+         path))
+      (let ((special (sly-agent-q-files--special-type true)))
+        (when special
+          (sly-agent-q--fail
+           "%s is %s, not a regular file; the agent neither reads nor writes such files."
+           path special)))
+      (when for-write
+        (dolist (ro sly-agent-q-read-only-paths)
+          (let ((ro-true (sly-agent-q--truename (expand-file-name ro root))))
+            (when (sly-agent-q--inside-p true ro-true)
+              (sly-agent-q--fail
+               "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
+               path (sly-agent-q-files-relative ro-true))))))
+      true)))
+
+(defun sly-agent-q-files-inside-root-p (file)
+  "Return non-nil when FILE may be written by the agent.
+FILE is an absolute name, typically the file a buffer visits.
+It must resolve, by `sly-agent-q-files-resolve' with its rules for
+writing, inside the agent's roots."
+  (condition-case nil
+      (progn (sly-agent-q-files-resolve file t) t)
+    (sly-agent-q-tool-error nil)))
 
 (defun sly-agent-q--literal-path (path)
   "Return PATH so that `expand-file-name' takes it literally.
@@ -409,56 +479,97 @@ disk is newer.  A file that does not exist has empty :text."
        (string (aref text pos))
        (1+ (cl-count ?\n text :end pos))))))
 
+(defun sly-agent-q-files--refuse-question (prompt &rest _)
+  "Refuse to ask PROMPT, signalling a tool error instead."
+  (sly-agent-q--fail "Saving would have asked the user %S, so it was stopped."
+                     (string-trim (format "%s" prompt))))
+
+(defmacro sly-agent-q-files--without-questions (&rest body)
+  "Run BODY so that any question Emacs would ask becomes a tool error.
+The agent's saves run inside process filters, where no one can
+answer, so nothing may prompt."
+  (declare (indent 0) (debug t))
+  `(cl-letf (((symbol-function 'yes-or-no-p) #'sly-agent-q-files--refuse-question)
+             ((symbol-function 'y-or-n-p) #'sly-agent-q-files--refuse-question)
+             ((symbol-function 'ask-user-about-supersession-threat)
+              (lambda (file)
+                (sly-agent-q-files--refuse-question
+                 (format "%s changed on disk; really edit the buffer?" file))))
+             ((symbol-function 'ask-user-about-lock)
+              (lambda (file opponent)
+                (sly-agent-q-files--refuse-question
+                 (format "%s is locked by %s; steal the lock?" file opponent)))))
+     ,@body))
+
+(defun sly-agent-q-files--save-here (file)
+  "Save the current buffer, which visits FILE, as the user's save would.
+Through `basic-save-buffer', so `before-save-hook',
+`write-file-functions', backups (when the user has them on),
+`after-save-hook' and VC run as usual; with `file-precious-flag'
+bound to t, so FILE is written into a temporary file then renamed
+over, never left half-written; and without any question.  A failure
+is signalled as a tool error and leaves no temporary file."
+  (let* ((dir (file-name-directory file))
+         (before (directory-files dir t "\\`tmp" t))
+         (done nil))
+    (unwind-protect
+        (condition-case err
+            (let ((file-precious-flag t)
+                  ;; `ask' (any other value) would prompt for a final newline.
+                  (require-final-newline
+                   (and (memq require-final-newline '(t visit visit-save))
+                        require-final-newline))
+                  (inhibit-message t))
+              (sly-agent-q-files--without-questions
+                (set-buffer-modified-p t)
+                (basic-save-buffer))
+              (setq done t))
+          (file-error
+           (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+                              (sly-agent-q-files-relative file)
+                              (error-message-string err))))
+      (unless done
+        ;; basic-save-buffer leaves its temporary file when writing it fails.
+        (dolist (f (directory-files dir t "\\`tmp" t))
+          (unless (member f before)
+            (ignore-errors (delete-file f))))))))
+
 (defun sly-agent-q-files-write-atomically (file text &optional coding)
-  "Write TEXT to FILE atomically, encoded in CODING.
+  "Write TEXT to FILE atomically, encoded in CODING, as a user's save would.
 CODING nil means the coding of the existing file, or
-`sly-agent-q-new-file-coding-system' for a new file.  TEXT is
-written into a temporary file in FILE's directory, which is then
-renamed over FILE, so FILE is never left half-written; the
-temporary file is removed when anything fails.  The modes and
-extended attributes of an existing FILE are kept.  Missing parent
-directories are created.  Return the coding system used."
+`sly-agent-q-new-file-coding-system' for a new file.  TEXT is saved
+from a temporary buffer visiting FILE through `basic-save-buffer'
+\(see `sly-agent-q-files--save-here'), so FILE is never left
+half-written and the user's save hooks, backups and VC run.  The
+modes and extended attributes of an existing FILE are kept.  Missing
+parent directories are created.  Return the coding system used."
   (let* ((file (expand-file-name file))
          (dir (file-name-directory file))
          (exists (file-exists-p file))
          (coding (sly-agent-q--normalize-coding
                   (or coding
                       (and exists (ignore-errors
-                                    (cdr (sly-agent-q-files-read-disk file)))))))
-         (modes (if exists (file-modes file)
-                  (logand #o666 (default-file-modes))))
-         (attributes (and exists (ignore-errors
-                                   (file-extended-attributes file))))
-         (tmp nil)
-         (done nil))
+                                    (cdr (sly-agent-q-files-read-disk file))))))))
     (when (file-directory-p file)
       (sly-agent-q--fail "%s is a directory." (sly-agent-q-files-relative file)))
     (sly-agent-q--check-encodable text coding file)
-    (unwind-protect
-        (condition-case err
-            (progn
-              (unless (file-directory-p dir)
-                (make-directory dir t))
-              (setq tmp (make-temp-file
-                         (expand-file-name
-                          (concat "." (file-name-nondirectory file) ".sly-agent-q-")
-                          dir)))
-              (let ((coding-system-for-write coding)
-                    (create-lockfiles nil)
-                    (write-region-annotate-functions nil)
-                    (write-region-post-annotation-function nil))
-                (write-region text nil tmp nil 'silent))
-              (when attributes
-                (ignore-errors (set-file-extended-attributes tmp attributes)))
-              (when modes (set-file-modes tmp modes))
-              (rename-file tmp file t)
-              (setq done t))
-          (file-error
-           (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
-                              (sly-agent-q-files-relative file)
-                              (error-message-string err))))
-      (when (and (not done) tmp (file-exists-p tmp))
-        (ignore-errors (delete-file tmp))))
+    (condition-case err
+        (unless (file-directory-p dir)
+          (make-directory dir t))
+      (file-error
+       (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+                          (sly-agent-q-files-relative file)
+                          (error-message-string err))))
+    (with-temp-buffer
+      (insert text)
+      ;; Visiting FILE only now, so that inserting took no lock.
+      (setq buffer-file-name file
+            buffer-file-truename (abbreviate-file-name (file-truename file))
+            buffer-file-coding-system coding)
+      (unwind-protect
+          (sly-agent-q-files--save-here file)
+        (set-buffer-modified-p nil)
+        (setq buffer-file-name nil)))
     coding))
 
 (defun sly-agent-q-files-revert-buffer (buffer)
@@ -469,10 +580,12 @@ directories are created.  Return the coding system used."
       (revert-buffer t t t))))
 
 (defun sly-agent-q-files-save-buffer (buffer &optional file)
-  "Write BUFFER's whole text atomically to FILE, a resolved file name.
+  "Save BUFFER's whole text to FILE, a resolved file name, as a user's save would.
 FILE nil means the file BUFFER visits.  The buffer's coding system
 is kept.  When FILE is the file BUFFER visits, or BUFFER visits no
-file yet, BUFFER is marked unmodified and visits FILE afterwards.
+file yet, BUFFER itself is saved through `basic-save-buffer' (see
+`sly-agent-q-files--save-here') and visits FILE afterwards;
+otherwise its text is written to FILE and BUFFER is left alone.
 Return the coding system used."
   (with-current-buffer buffer
     (let* ((own (and buffer-file-name (expand-file-name buffer-file-name)))
@@ -489,18 +602,33 @@ Return the coding system used."
         (sly-agent-q--fail
          "%s changed on disk since buffer %s visited it; saving would overwrite those changes, so nothing was saved.  Ask the user to revert or save the buffer."
          (sly-agent-q-files-relative file) (buffer-name buffer)))
-      (sly-agent-q-files-write-atomically
-       file (sly-agent-q--buffer-text buffer) coding)
+      (when (and same (file-exists-p file) (not (file-writable-p file)))
+        (sly-agent-q--fail "%s is not writable; nothing was saved."
+                           (sly-agent-q-files-relative file)))
       (cond
-       (same
-        (set-buffer-modified-p nil)
-        (set-visited-file-modtime))
-       ((null own)
-        (let ((inhibit-message t))
-          (set-visited-file-name file t))
-        (setq buffer-file-coding-system coding)
-        (set-buffer-modified-p nil)
-        (set-visited-file-modtime)))
+       ((and own (not same))
+        (sly-agent-q-files-write-atomically
+         file (sly-agent-q--buffer-text buffer) coding))
+       (t
+        (sly-agent-q--check-encodable (sly-agent-q--buffer-text buffer) coding file)
+        (let ((modified (buffer-modified-p)))
+          (unless own
+            (let ((inhibit-message t))
+              (set-visited-file-name file t)))
+          (setq buffer-file-coding-system coding)
+          (condition-case err
+              (save-restriction
+                (widen)
+                (unless (file-directory-p (file-name-directory file))
+                  (make-directory (file-name-directory file) t))
+                (sly-agent-q-files--save-here file))
+            (error
+             ;; Back as it was: visiting no file, with its changes.
+             (unless own
+               (let ((inhibit-message t))
+                 (set-visited-file-name nil t)))
+             (set-buffer-modified-p modified)
+             (signal (car err) (cdr err)))))))
       coding)))
 
 (provide 'sly-agent-q-files)

@@ -9,6 +9,14 @@
 ;; the Free Software Foundation, either version 3 of the License, or
 ;; (at your option) any later version.
 
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Starts the bundled Node server (dist/sly-agent-q-server.js) over stdio
@@ -34,9 +42,11 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'eieio)
 (require 'jsonrpc)
 (require 'seq)
 (require 'subr-x)
+(require 'sly-agent-q-install)
 
 (declare-function sly-agent-q-bridge-current-package "sly-agent-q-bridge" ())
 (declare-function sly-agent-q-tools-project-root "sly-agent-q-files" ())
@@ -57,9 +67,10 @@
 
 (defcustom sly-agent-q-server-file nil
   "The bundled server script, sly-agent-q-server.js.
-nil means find it next to this package: dist/ in a source checkout,
-or the package directory (or its server/ or dist/ subdirectory) in an
-installed package."
+nil means find it: next to this package (dist/ in a source checkout,
+or the package directory, or its server/ or dist/ subdirectory, in a
+package built with its server), else the one
+`sly-agent-q-install-server' installed."
   :type '(choice (const :tag "Automatic" nil) file))
 
 (defcustom sly-agent-q-provider "anthropic"
@@ -98,14 +109,57 @@ never through a protocol message, so it appears in no buffer."
   "Wall-clock limit of one turn in seconds, or nil for the server's default."
   :type '(choice (const :tag "Default" nil) number))
 
+(defconst sly-agent-q-tool-categories
+  '("execution" "evaluation" "filesystem" "buffer" "diff" "introspection"
+    "xref" "clos" "packages" "navigation")
+  "The tool categories the server knows.
+A key of `sly-agent-q-trust-levels' that is one of them names a
+category, any other key a tool.")
+
+(defcustom sly-agent-q-stream-idle-timeout 90
+  "Seconds the model's answer may stall (send nothing) before it is given up.
+A stall before any text was shown is retried once; after text was
+shown, the turn fails with a message saying so."
+  :type 'number)
+
 (defcustom sly-agent-q-trust-levels nil
-  "Your trust level per tool, overriding the tool's own.
-An alist of (TOOL-NAME . LEVEL), LEVEL one of the symbols `safe'
-\(runs without asking), `cautious' (runs and is logged) or
-`dangerous' (asks for approval first).  For example
-  ((\"eval_form\" . dangerous) (\"write_file\" . cautious))"
-  :type '(alist :key-type (string :tag "Tool")
+  "Your trust level per tool or per category, overriding the tools' own.
+An alist of (NAME . LEVEL), LEVEL one of the symbols `safe' (runs
+without asking), `cautious' (runs and is logged) or `dangerous'
+\(asks for approval first).  NAME is a tool name, whose setting also
+covers its aliases, or one of the categories execution, evaluation,
+filesystem, buffer, diff, introspection, xref, clos, packages and
+navigation (see `sly-agent-q-tool-categories'), whose setting covers
+every tool in it.  For example
+  ((\"evaluation\" . dangerous) (\"write_file\" . cautious))
+Removing an entry and reconfiguring (or restarting) takes effect at
+once: the server's configuration is replaced, never merged."
+  :type '(alist :key-type (string :tag "Tool or category")
                 :value-type (choice (const safe) (const cautious) (const dangerous))))
+
+(defcustom sly-agent-q-permission-rules nil
+  "Rules that allow, ask about or deny tool calls, checked by the server.
+A list of plists (:action ACTION :tool NAME :category NAME :argument
+PARAM :pattern REGEXP), ACTION one of the symbols `allow', `ask' or
+`deny'; every other key is optional.  A rule matches a call of the
+tool NAME (or of a tool in the category NAME); with :argument and
+:pattern, only when the argument PARAM matches REGEXP, a JavaScript
+regular expression.  When several rules match, deny wins over ask,
+and ask over allow.  For example, never write .asd files:
+  ((:action deny :tool \"write_file\" :argument \"path\" :pattern \"\\\\.asd$\"))"
+  :type '(repeat
+          (plist :options
+                 ((:action (choice (const allow) (const ask) (const deny)))
+                  (:tool string)
+                  (:category string)
+                  (:argument string)
+                  (:pattern string)))))
+
+(defcustom sly-agent-q-ask-before-evaluating nil
+  "Non-nil means every tool that evaluates code in the image asks first.
+It adds the rule (:action ask :category \"evaluation\") to
+`sly-agent-q-permission-rules'."
+  :type 'boolean)
 
 (defcustom sly-agent-q-max-safety-level 'dangerous
   "The most dangerous level of tools offered to the model.
@@ -153,18 +207,53 @@ At most three restarts happen within a minute."
                            for f = (expand-file-name rel base)
                            when (file-exists-p f) collect f)))
 
-(defun sly-agent-q-server-locate ()
-  "Return the server script to run, or signal a `user-error' saying why not."
+(defun sly-agent-q-server-find ()
+  "Return the server script to run and where it was found, or nil.
+The value is (FILE . SOURCE), SOURCE one of `setting' (the user's
+`sly-agent-q-server-file'), `package' (a bundle shipped with this
+package, or a source checkout's build) or `installed' (the one
+`sly-agent-q-install-server' installed).  Signal a `user-error' when
+the setting names a file that does not exist."
   (if sly-agent-q-server-file
       (let ((f (expand-file-name sly-agent-q-server-file)))
-        (if (file-readable-p f) f
+        (if (file-readable-p f) (cons f 'setting)
           (user-error "The file `sly-agent-q-server-file' names, %s, does not exist" f)))
-    (or (car (sly-agent-q--package-candidates
-              "sly-agent-q-server.js" "server/sly-agent-q-server.js"
-              "dist/sly-agent-q-server.js"))
-        (user-error "Cannot find sly-agent-q-server.js near %s; \
-in a source checkout run `node scripts/build.mjs', or set `sly-agent-q-server-file'"
-                    sly-agent-q--lisp-directory))))
+    (let ((bundled (car (sly-agent-q--package-candidates
+                         "sly-agent-q-server.js" "server/sly-agent-q-server.js"
+                         "dist/sly-agent-q-server.js")))
+          (installed (sly-agent-q-install-server-file)))
+      (cond (bundled (cons bundled 'package))
+            (installed (cons installed 'installed))))))
+
+(defun sly-agent-q-server-locate ()
+  "Return the server script to run, or signal a `user-error' saying why not."
+  (or (car (sly-agent-q-server-find))
+      (user-error "The sly-agent-q server is not installed: M-x sly-agent-q-install-server \
+installs it with npm (version %s, into %s); in a source checkout `make build' builds it"
+                  sly-agent-q-server-version
+                  (abbreviate-file-name sly-agent-q-install-directory))))
+
+(defun sly-agent-q-server-version-advice (version found)
+  "What to tell the user when the server is VERSION, not the one needed.
+FOUND is the server's (FILE . SOURCE) from `sly-agent-q-server-find'.
+Return nil when VERSION is the needed one."
+  (unless (equal version sly-agent-q-server-version)
+    (let ((head (format "The sly-agent-q server %s is version %s, but this sly-agent-q needs %s."
+                        (abbreviate-file-name (or (car found) "?"))
+                        (or version "unknown") sly-agent-q-server-version)))
+      (concat
+       head " "
+       (pcase (cdr found)
+         ('installed
+          (format "Run M-x sly-agent-q-install-server to install %s, then M-x sly-agent-q-restart-server."
+                  sly-agent-q-server-version))
+         ('setting
+          (format "Point `sly-agent-q-server-file' at a %s server, or set it to nil and run \
+M-x sly-agent-q-install-server, then M-x sly-agent-q-restart-server."
+                  sly-agent-q-server-version))
+         (_
+          "In a source checkout run `make build'; otherwise reinstall the sly-agent-q package, \
+or delete that file and run M-x sly-agent-q-install-server; then M-x sly-agent-q-restart-server."))))))
 
 (defvar sly-agent-q--node-checked nil
   "Cons (PROGRAM . PATH) of the last Node program found good enough.")
@@ -226,34 +315,57 @@ install Node.js 20 or newer, or set that option to its full path"
   "PLIST without the properties whose value is nil."
   (cl-loop for (k v) on plist by #'cddr when v append (list k v)))
 
+(defun sly-agent-q--levels-table (categories)
+  "The trust levels of `sly-agent-q-trust-levels' as a hash table.
+CATEGORIES non-nil: the entries naming a category, else the others."
+  (let ((h (make-hash-table :test #'equal)))
+    (dolist (e sly-agent-q-trust-levels h)
+      (let ((name (format "%s" (car e))))
+        (when (eq (and (member name sly-agent-q-tool-categories) t)
+                  (and categories t))
+          (puthash name (format "%s" (cdr e)) h))))))
+
+(defun sly-agent-q--permission-rules ()
+  "The permission rules to send, a vector of plists with string values."
+  (vconcat
+   (mapcar (lambda (rule)
+             (cl-loop for key in '(:action :tool :category :argument :pattern)
+                      for value = (plist-get rule key)
+                      when value append (list key (format "%s" value))))
+           (append sly-agent-q-permission-rules
+                   (and sly-agent-q-ask-before-evaluating
+                        (list (list :action 'ask :category "evaluation")))))))
+
 (defun sly-agent-q-server-configuration ()
   "The configuration sent to the server, from the customization options.
-Never contains the API key."
-  (let ((overrides (and sly-agent-q-trust-levels
-                        (let ((h (make-hash-table :test #'equal)))
-                          (dolist (e sly-agent-q-trust-levels h)
-                            (puthash (format "%s" (car e)) (format "%s" (cdr e)) h))))))
-    (append
-     (sly-agent-q--plist-compact
-      (list :provider sly-agent-q-provider
-            :model sly-agent-q-model
-            :baseUrl sly-agent-q-base-url
-            :maxSteps sly-agent-q-max-steps
-            :maxTokens sly-agent-q-max-tokens
-            :turnTimeoutMs (and sly-agent-q-turn-timeout
-                                (round (* 1000 sly-agent-q-turn-timeout)))
-            ;; Defined in sly-agent-q-bridge.el, which loads this file.
-            :imageTimeoutMs (and (boundp 'sly-agent-q-image-timeout)
-                                 (round (* 1000 (symbol-value 'sly-agent-q-image-timeout))))
-            :imageLoadTimeoutMs (and (boundp 'sly-agent-q-helpers-load-timeout)
-                                     (round (* 1000 (symbol-value 'sly-agent-q-helpers-load-timeout))))
-            :safetyOverrides overrides
-            :maxSafetyLevel (and sly-agent-q-max-safety-level
-                                 (format "%s" sly-agent-q-max-safety-level))
-            :projectRoot (sly-agent-q--project-root)
-            :logLevel sly-agent-q-server-log-level))
-     (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
-              unless (eq k :apiKey) append (list k v)))))
+Never contains the API key.  The trust settings are always sent,
+empty when unset: the server replaces its configuration, and a
+setting left out would keep an old one in force."
+  (append
+   (sly-agent-q--plist-compact
+    (list :provider sly-agent-q-provider
+          :model sly-agent-q-model
+          :baseUrl sly-agent-q-base-url
+          :maxSteps sly-agent-q-max-steps
+          :maxTokens sly-agent-q-max-tokens
+          :turnTimeoutMs (and sly-agent-q-turn-timeout
+                              (round (* 1000 sly-agent-q-turn-timeout)))
+          :streamIdleTimeoutMs (and sly-agent-q-stream-idle-timeout
+                                    (round (* 1000 sly-agent-q-stream-idle-timeout)))
+          ;; Defined in sly-agent-q-bridge.el, which loads this file.
+          :imageTimeoutMs (and (boundp 'sly-agent-q-image-timeout)
+                               (round (* 1000 (symbol-value 'sly-agent-q-image-timeout))))
+          :imageLoadTimeoutMs (and (boundp 'sly-agent-q-helpers-load-timeout)
+                                   (round (* 1000 (symbol-value 'sly-agent-q-helpers-load-timeout))))
+          :maxSafetyLevel (and sly-agent-q-max-safety-level
+                               (format "%s" sly-agent-q-max-safety-level))
+          :projectRoot (sly-agent-q--project-root)
+          :logLevel sly-agent-q-server-log-level))
+   (list :safetyOverrides (sly-agent-q--levels-table nil)
+         :categoryLevels (sly-agent-q--levels-table t)
+         :permissionRules (sly-agent-q--permission-rules))
+   (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
+            unless (eq k :apiKey) append (list k v))))
 
 ;;;; The connection
 
@@ -264,8 +376,15 @@ Never contains the API key."
    (init-result :initform nil :accessor sly-agent-q--init-result)
    (calls :initform (make-hash-table :test #'equal) :accessor sly-agent-q--calls
           :documentation "Pending `emacs/call's by id.")
-   (started :initform (float-time) :accessor sly-agent-q--started))
+   (started :initform (float-time) :accessor sly-agent-q--started)
+   (found :initform nil :accessor sly-agent-q--found
+          :documentation "The server's (FILE . SOURCE), from `sly-agent-q-server-find'."))
   :documentation "The connection to one sly-agent-q server process.")
+
+(defvar sly-agent-q--server-key nil
+  "(VARIABLE . KEY): the API key handed to the running server, or nil.
+Remembered so that replies can be redacted without asking
+auth-source again.")
 
 (defvar sly-agent-q--connection nil
   "The current `sly-agent-q-connection', or nil.")
@@ -329,6 +448,8 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
 (defun sly-agent-q--make-process (node file)
   "Start NODE running the server FILE, the API key in its environment."
   (let* ((key (sly-agent-q--api-key))
+         (_ (setq sly-agent-q--server-key
+                  (and key (cons (sly-agent-q--key-variable) key))))
          (process-environment
           (if key
               (cons (concat (sly-agent-q--key-variable) "=" key) process-environment)
@@ -347,22 +468,36 @@ at once; the answer goes later through `sly-agent-q-call-reply' or
      :file-handler nil
      :stderr (get-buffer-create "*sly-agent-q stderr*"))))
 
+(defun sly-agent-q--events-buffer-initargs (size)
+  "The initargs that cap the connection's events buffer at SIZE characters.
+Newer jsonrpc.el takes `:events-buffer-config' and warns at every start
+about `:events-buffer-scrollback-size', the only one 1.0.14 (Emacs 28)
+knows.  The class is probed for the newer slot: the library says no
+version."
+  (if (memq '-events-buffer-config
+            (mapcar #'eieio-slot-descriptor-name (eieio-class-slots 'jsonrpc-connection)))
+      (list :events-buffer-config (list :size size :format 'full))
+    (list :events-buffer-scrollback-size size)))
+
 (defun sly-agent-q-server-start ()
   "Start the server (stopping a running one) and initialize it.
 Return the new connection; it becomes ready asynchronously."
   (let* ((node (sly-agent-q--check-node))
-         (file (sly-agent-q-server-locate)))
+         (found (or (sly-agent-q-server-find) (sly-agent-q-server-locate)))
+         (file (car found)))
     (when (sly-agent-q-server-live-p)
       (sly-agent-q-server-stop))
-    (let ((conn (make-instance
+    (let ((conn (apply
+                 #'make-instance
                  'sly-agent-q-connection
                  :name "sly-agent-q"
-                 :events-buffer-scrollback-size sly-agent-q-events-buffer-size
                  :notification-dispatcher #'sly-agent-q--dispatch-notification
                  :request-dispatcher #'sly-agent-q--dispatch-request
                  :on-shutdown #'sly-agent-q--on-shutdown
-                 :process (lambda () (sly-agent-q--make-process node file)))))
+                 :process (lambda () (sly-agent-q--make-process node file))
+                 (sly-agent-q--events-buffer-initargs sly-agent-q-events-buffer-size))))
       (setq sly-agent-q--connection conn)
+      (setf (sly-agent-q--found conn) found)
       (sly-agent-q--log conn "started %s %s" node file)
       ;; If the process is already dead the request cannot be sent;
       ;; the sentinel reports that.
@@ -399,6 +534,9 @@ Return the new connection; it becomes ready asynchronously."
   (setf (sly-agent-q--init-result conn) result)
   (when error
     (message "sly-agent-q: the server failed to initialize: %s" error))
+  (let ((advice (and (not error) (sly-agent-q-server-version-problem conn))))
+    ;; The version handshake: say what to run; carry on, most versions still talk.
+    (when advice (display-warning 'sly-agent-q advice :warning)))
   (let ((callbacks (reverse (sly-agent-q--ready-callbacks conn))))
     (setf (sly-agent-q--ready-callbacks conn) nil)
     (unless error
@@ -406,6 +544,15 @@ Return the new connection; it becomes ready asynchronously."
     (dolist (cb callbacks)
       (sly-agent-q--call-safely cb (and (not error) conn)
                                 (and error (format "The server failed to initialize: %s" error))))))
+
+(defun sly-agent-q-server-version-problem (&optional conn)
+  "What the user should run when CONN's server is not the version needed, or nil.
+CONN defaults to the current connection."
+  (let ((c (or conn sly-agent-q--connection)))
+    (and c (sly-agent-q--init-result c)
+         (sly-agent-q-server-version-advice
+          (plist-get (plist-get (sly-agent-q--init-result c) :serverInfo) :version)
+          (sly-agent-q--found c)))))
 
 (defun sly-agent-q--call-safely (fn &rest args)
   "Call FN with ARGS; log an error instead of letting it escape."
@@ -464,30 +611,38 @@ Call SUCCESS with the result, or FAILURE (if given) with a message."
   (when (sly-agent-q-server-live-p)
     (jsonrpc-notify sly-agent-q--connection method params)))
 
-(defun sly-agent-q-server-reconfigure ()
-  "Send the current configuration options to the running server."
-  (interactive)
-  (when (sly-agent-q-server-ready-p)
-    (sly-agent-q-server-request 'configuration/change
-                                (list :configuration (sly-agent-q-server-configuration))
-                                (lambda (_) (when (called-interactively-p 'any)
-                                              (message "sly-agent-q: configuration sent"))))))
+(defun sly-agent-q-server-reconfigure (&optional interactive)
+  "Send the current configuration options to the running server.
+INTERACTIVE non-nil (as when called as a command) says so in the echo
+area once the server took them; the answer comes in a callback, where
+`called-interactively-p' would always be nil."
+  (interactive (list t))
+  (if (sly-agent-q-server-ready-p)
+      (sly-agent-q-server-request 'configuration/change
+                                  (list :configuration (sly-agent-q-server-configuration))
+                                  (lambda (_) (when interactive
+                                                (message "sly-agent-q: configuration sent"))))
+    (when interactive
+      (message "sly-agent-q: the server is not running; it gets the configuration when it starts"))))
 
 (defun sly-agent-q-server-stop ()
-  "Shut the server down cleanly: shutdown, exit, then end the process.
-Waits at most about three seconds; meant for commands and `kill-emacs'."
+  "Shut the server down cleanly: shutdown, exit, then `jsonrpc-shutdown'.
+Waits at most about three seconds, so it is for commands only: never
+call it from a process filter, a timer or `kill-emacs-hook' (see
+`sly-agent-q--kill-emacs')."
   (interactive)
   (let ((conn sly-agent-q--connection))
     (when (and conn (jsonrpc-running-p conn))
       (setf (sly-agent-q--status conn) 'stopping)
       (ignore-errors (jsonrpc-request conn 'shutdown nil :timeout 2))
       (ignore-errors (jsonrpc-notify conn 'exit nil))
+      ;; A moment to exit on its own (status 0); `jsonrpc-shutdown' then
+      ;; deletes what is left and waits for the sentinel's cleanup.
       (let ((proc (jsonrpc--process conn))
             (deadline (+ (float-time) 1)))
         (while (and (process-live-p proc) (< (float-time) deadline))
-          (accept-process-output proc 0.05))
-        (when (process-live-p proc)
-          (delete-process proc))))
+          (accept-process-output proc 0.05)))
+      (jsonrpc-shutdown conn))
     (setq sly-agent-q--connection nil)))
 
 (defun sly-agent-q-restart-server ()
@@ -614,7 +769,6 @@ and exit from the pipe and exits on its own."
       (pcase method
         ('emacs/call (sly-agent-q--handle-call conn params))
         ('emacs/cancel (sly-agent-q--handle-cancel conn params))
-        ('server/log (sly-agent-q--log conn "server: %s" (plist-get params :message)))
         (_ (let ((handler (alist-get method sly-agent-q-server-notification-handlers)))
              (if handler
                  (funcall handler params)
@@ -669,15 +823,58 @@ and exit from the pipe and exits on its own."
   "Non-nil if CALL still waits for an answer."
   (not (sly-agent-q-call-done call)))
 
+(defun sly-agent-q-server-secrets ()
+  "Return the known secrets as an alist of (NAME . VALUE), longest first.
+They are the API key handed to the server, and the values (of 8
+characters or more) of the environment variables whose names end in
+_KEY, _TOKEN or _SECRET or contain PASSWORD; a Lisp image started
+from this Emacs inherits them."
+  (let ((found (and sly-agent-q--server-key (list sly-agent-q--server-key)))
+        (case-fold-search t))
+    (dolist (entry process-environment)
+      (when (string-match "\\`\\([^=]+\\)=\\(.\\{8,\\}\\)" entry)
+        (let ((name (match-string 1 entry)))
+          (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
+            (push (cons name (match-string 2 entry)) found)))))
+    (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
+
+(defun sly-agent-q-server-redact (value &optional secrets)
+  "Return VALUE with every known secret replaced by a marker.
+VALUE is a string, or a plist, list, vector or hash table of them
+\(as sent in JSON).  SECRETS defaults to `sly-agent-q-server-secrets'.
+A secret becomes [secret NAME redacted]."
+  (let ((secrets (or secrets (sly-agent-q-server-secrets))))
+    (cond
+     ((null secrets) value)
+     ((stringp value)
+      (dolist (s secrets value)
+        (when (string-search (cdr s) value)
+          (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
+                                      value)))))
+     ((consp value)
+      (cons (sly-agent-q-server-redact (car value) secrets)
+            (sly-agent-q-server-redact (cdr value) secrets)))
+     ((vectorp value)
+      (vconcat (mapcar (lambda (v) (sly-agent-q-server-redact v secrets)) value)))
+     ((hash-table-p value)
+      (let ((copy (make-hash-table :test (hash-table-test value))))
+        (maphash (lambda (k v) (puthash k (sly-agent-q-server-redact v secrets) copy)) value)
+        copy))
+     (t value))))
+
 (defun sly-agent-q--call-send (call reply)
-  "Send REPLY (a plist) for CALL unless it was answered or dropped already."
+  "Send REPLY (a plist) for CALL unless it was answered or dropped already.
+Known secrets are redacted first: the reply goes to the events
+buffer, the chat and the model."
   (unless (sly-agent-q-call-done call)
     (setf (sly-agent-q-call-done call) t)
     (let ((conn (sly-agent-q-call-conn call)))
       (when conn
         (remhash (sly-agent-q-call-id call) (sly-agent-q--calls conn)))
       (when (and conn (jsonrpc-running-p conn))
-        (jsonrpc-notify conn 'emacs/reply (append (list :id (sly-agent-q-call-id call)) reply))
+        (jsonrpc-notify conn 'emacs/reply
+                        (append (list :id (sly-agent-q-call-id call))
+                                (sly-agent-q-server-redact reply)))
         t))))
 
 (defun sly-agent-q-call-reply (call result)

@@ -137,6 +137,80 @@ Never signals."
                   (error-message-string err))))
     nil))
 
+;;;; What an approval is about
+
+(defconst sly-agent-q-tools--previews
+  '(("write_file" write :path) ("file_write" write :file_path)
+    ("buffer_save" save) ("propose_file_edit" propose)
+    ("read_file" path :path) ("file_read" path :file_path)
+    ("file_exists" path :path) ("directory_list" path :directory_path)
+    ("write_to_buffer" buffer :buffer) ("buffer_append" buffer :buffer_name)
+    ("buffer_edit" edit :buffer_name))
+  "Tool name -> (KIND KEY): how `sly-agent-q-tools-preview' prepares it.
+KEY is the argument holding the path or the buffer name.  The
+server's alias tools (file_write...) are named with their own
+parameter names, as the approval receives them.")
+
+(defun sly-agent-q-tools--disk-text (file)
+  "Return the text of FILE on disk, \"\" when it does not exist.
+A file that cannot be read as text gives a note instead."
+  (cond ((not (file-exists-p file)) "")
+        (t (condition-case err
+               (car (sly-agent-q-files-read-disk file))
+             (sly-agent-q-tool-error
+              (format "[%s  It would be replaced whole.]\n" (cadr err)))))))
+
+(defun sly-agent-q-tools-preview (tool args)
+  "Prepare the call of TOOL with ARGS for approval, without running it.
+Return nil when TOOL touches no file or buffer, else a plist:
+:path, the resolved path relative to the project root (or :buffer, a
+buffer name), and for what writes, :old (the text there now, \"\"
+for a new file) and :new (the text after the call).  Signal the
+`sly-agent-q-tool-error' the tool itself would give, so that a call
+that would be refused is never put to the user."
+  (pcase-let ((`(,kind ,key) (cdr (assoc tool sly-agent-q-tools--previews))))
+    (unless (and (listp args) (cl-evenp (length args)))
+      (sly-agent-q--fail "The arguments of %s must be a JSON object." tool))
+    (pcase kind
+      ('write
+       (let* ((path (sly-agent-q-tools--arg args key 'string t))
+              (content (sly-agent-q-tools--arg args :content 'string t))
+              (target (sly-agent-q-tools--write-target path))
+              (old (sly-agent-q-tools--disk-text (plist-get target :file))))
+         (list :path (plist-get target :rel) :old old
+               :new (if (sly-agent-q-tools--arg args :append 'boolean)
+                        (concat old content)
+                      content))))
+      ('save
+       (let* ((target (sly-agent-q-tools--save-target args)))
+         (list :path (plist-get target :rel)
+               :buffer (buffer-name (plist-get target :buffer))
+               :old (sly-agent-q-tools--disk-text (plist-get target :file))
+               :new (sly-agent-q--buffer-text (plist-get target :buffer)))))
+      ('propose
+       (let ((proposal (sly-agent-q-diff-proposal args)))
+         (list :path (plist-get proposal :rel)
+               :old (plist-get proposal :old) :new (plist-get proposal :new))))
+      ('path
+       (let ((path (or (sly-agent-q-tools--arg args key 'string
+                                               (not (eq key :directory_path)))
+                       ".")))
+         (list :path (sly-agent-q-files-relative (sly-agent-q-files-resolve path)))))
+      ('buffer
+       (list :buffer (buffer-name (sly-agent-q-tools--get-buffer
+                                   (sly-agent-q-tools--arg args key 'string) t))))
+      ('edit
+       (let* ((buffer (sly-agent-q-tools--get-buffer
+                       (sly-agent-q-tools--arg args key 'string t) t))
+              (old (sly-agent-q--buffer-text buffer))
+              (old-text (sly-agent-q-tools--arg args :old_text 'string t))
+              (new-text (or (sly-agent-q-tools--arg args :new_text 'string) ""))
+              (pos (sly-agent-q--unique-occurrence
+                    old-text old (format "buffer %s" (buffer-name buffer)))))
+         (list :buffer (buffer-name buffer) :old old
+               :new (concat (substring old 0 pos) new-text
+                            (substring old (+ pos (length old-text))))))))))
+
 ;;;; Arguments
 
 (defun sly-agent-q-tools--param (key)
@@ -187,6 +261,11 @@ FOR-WRITE is non-nil, when the agent may not write it."
       (sly-agent-q--fail "%S is an internal Emacs buffer; the agent may not use it."
                          (buffer-name buffer)))
     (when for-write
+      (let ((file (buffer-local-value 'buffer-file-name buffer)))
+        (when (and file (not (sly-agent-q-files-inside-root-p file)))
+          (sly-agent-q--fail
+           "Buffer %s visits %s, which is outside the project root or read-only for the agent; the agent may not change it."
+           (buffer-name buffer) (abbreviate-file-name file))))
       (when (sly-agent-q-protected-buffer-p buffer)
         (sly-agent-q--fail
          "Buffer %s belongs to the agent's own interface; the agent may not write it."
@@ -258,23 +337,32 @@ FOR-WRITE is non-nil, when the agent may not write it."
                        (- total last) (if (= 1 (- total last)) "" "s")
                        (1+ last) (if limit (format " and limit %d" limit) "")))))))))))
 
-(defun sly-agent-q-tools--write-file (args)
-  "Capability write_file: ARGS has :path, :content and optional :append."
-  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
-         (content (sly-agent-q-tools--arg args :content 'string t))
-         (append (sly-agent-q-tools--arg args :append 'boolean))
-         (file (sly-agent-q-files-resolve path t))
+(defun sly-agent-q-tools--write-target (path)
+  "Resolve write_file's PATH; return a plist (:file :rel :buffer).
+Signal the tool error write_file gives when it may not write there."
+  (let* ((file (sly-agent-q-files-resolve path t))
          (rel (sly-agent-q-files-relative file))
-         (buffer (sly-agent-q-files-visiting-buffer file))
-         (exists (file-exists-p file))
-         (parent (file-name-directory file))
-         (new-dir (not (file-directory-p parent))))
+         (buffer (sly-agent-q-files-visiting-buffer file)))
     (when (file-directory-p file)
       (sly-agent-q--fail "%s is a directory." rel))
     (when (and buffer (buffer-modified-p buffer))
       (sly-agent-q--fail
        "Buffer %s visits %s and has unsaved changes, so the file was not written (it would clobber them).  Edit the buffer instead (buffer_edit, write_to_buffer, then buffer_save), or ask the user to save or revert it."
        (buffer-name buffer) rel))
+    (list :file file :rel rel :buffer buffer)))
+
+(defun sly-agent-q-tools--write-file (args)
+  "Capability write_file: ARGS has :path, :content and optional :append."
+  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
+         (content (sly-agent-q-tools--arg args :content 'string t))
+         (append (sly-agent-q-tools--arg args :append 'boolean))
+         (target (sly-agent-q-tools--write-target path))
+         (file (plist-get target :file))
+         (rel (plist-get target :rel))
+         (buffer (plist-get target :buffer))
+         (exists (file-exists-p file))
+         (parent (file-name-directory file))
+         (new-dir (not (file-directory-p parent))))
     (let* ((disk (and exists
                       (if append
                           (sly-agent-q-files-read-disk file)
@@ -490,15 +578,29 @@ FOR-WRITE is non-nil, when the agent may not write it."
                   (line-number-at-pos pos)
                   (sly-agent-q-tools--buffer-description buffer)))))))
 
+(defun sly-agent-q-tools--real-major-mode-p (mode)
+  "Return non-nil when MODE is a major mode a buffer may be put in.
+That is `fundamental-mode', a mode derived from `prog-mode',
+`text-mode' or `special-mode', or one named in `auto-mode-alist'.
+Minor modes and other commands are not: turning on a global minor
+mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
+  (and (symbolp mode)
+       (fboundp mode)
+       (not (memq mode minor-mode-list))
+       (not (assq mode minor-mode-alist))
+       (or (eq mode 'fundamental-mode)
+           (provided-mode-derived-p mode 'prog-mode 'text-mode 'special-mode)
+           (cl-some (lambda (entry)
+                      (eq mode (if (consp (cdr entry)) (cadr entry) (cdr entry))))
+                    auto-mode-alist))))
+
 (defun sly-agent-q-tools--major-mode (name)
   "Return the major mode function named NAME, or signal a tool error."
   (let ((mode (intern-soft name)))
-    (unless (and mode (fboundp mode)
-                 (string-suffix-p "-mode" name)
-                 (not (memq mode minor-mode-list))
-                 (not (memq mode global-minor-modes)))
+    (unless (sly-agent-q-tools--real-major-mode-p mode)
       (sly-agent-q--fail
-       "%s is not a major mode known to this Emacs (e.g. lisp-mode, text-mode)." name))
+       "%s is not a major mode the agent may use: give a major mode derived from prog-mode, text-mode or special-mode, or one of auto-mode-alist (e.g. lisp-mode, text-mode), or fundamental-mode."
+       name))
     mode))
 
 (defun sly-agent-q-tools--buffer-create (args)
@@ -533,8 +635,9 @@ FOR-WRITE is non-nil, when the agent may not write it."
               (buffer-name buffer) (buffer-local-value 'major-mode buffer)
               (sly-agent-q-tools--plural (sly-agent-q-tools--count-lines content) "line")))))
 
-(defun sly-agent-q-tools--buffer-save (args)
-  "Capability buffer_save: ARGS has :buffer_name and optional :file_path."
+(defun sly-agent-q-tools--save-target (args)
+  "Check buffer_save's ARGS; return a plist (:buffer :file :rel :own :same :other).
+Signal the tool error buffer_save gives when it may not save."
   (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
          (path (sly-agent-q-tools--arg args :file_path 'string))
          (buffer (sly-agent-q-tools--get-buffer name))
@@ -548,7 +651,6 @@ FOR-WRITE is non-nil, when the agent may not write it."
     (let* ((file (sly-agent-q-files-resolve (or path own) t))
            (rel (sly-agent-q-files-relative file))
            (own-true (and own (sly-agent-q--truename own)))
-           (same (equal own-true file))
            (other (let ((b (sly-agent-q-files-visiting-buffer file)))
                     (and b (not (eq b buffer)) b))))
       (when (file-directory-p file)
@@ -557,24 +659,36 @@ FOR-WRITE is non-nil, when the agent may not write it."
         (sly-agent-q--fail
          "Buffer %s visits %s and has unsaved changes; saving over it would clobber them."
          (buffer-name other) rel))
-      (if (and same (not (buffer-modified-p buffer)) (file-exists-p file)
-               (verify-visited-file-modtime buffer))
-          (format "Buffer %s has no unsaved changes; %s is up to date." (buffer-name buffer) rel)
-        (let ((old-name (buffer-name buffer))
-              (coding (sly-agent-q-files-save-buffer buffer file))
-              (lines (with-current-buffer buffer
-                       (save-restriction (widen) (count-lines (point-min) (point-max))))))
-          (when other (sly-agent-q-files-revert-buffer other))
-          (format "Saved buffer %s to %s (%s, %s)%s."
-                  old-name rel
-                  (sly-agent-q-tools--plural lines "line") coding
-                  (cond (same "")
-                        (own (format "; the buffer still visits %s, which was not saved"
-                                     (sly-agent-q-files-relative own)))
-                        ((equal old-name (buffer-name buffer))
-                         (format "; the buffer now visits %s" rel))
-                        (t (format "; the buffer now visits %s and is named %s"
-                                   rel (buffer-name buffer))))))))))
+      (list :buffer buffer :file file :rel rel :own own
+            :same (equal own-true file) :other other))))
+
+(defun sly-agent-q-tools--buffer-save (args)
+  "Capability buffer_save: ARGS has :buffer_name and optional :file_path."
+  (let* ((target (sly-agent-q-tools--save-target args))
+         (buffer (plist-get target :buffer))
+         (file (plist-get target :file))
+         (rel (plist-get target :rel))
+         (own (plist-get target :own))
+         (same (plist-get target :same))
+         (other (plist-get target :other)))
+    (if (and same (not (buffer-modified-p buffer)) (file-exists-p file)
+             (verify-visited-file-modtime buffer))
+        (format "Buffer %s has no unsaved changes; %s is up to date." (buffer-name buffer) rel)
+      (let ((old-name (buffer-name buffer))
+            (coding (sly-agent-q-files-save-buffer buffer file))
+            (lines (with-current-buffer buffer
+                     (save-restriction (widen) (count-lines (point-min) (point-max))))))
+        (when other (sly-agent-q-files-revert-buffer other))
+        (format "Saved buffer %s to %s (%s, %s)%s."
+                old-name rel
+                (sly-agent-q-tools--plural lines "line") coding
+                (cond (same "")
+                      (own (format "; the buffer still visits %s, which was not saved"
+                                   (sly-agent-q-files-relative own)))
+                      ((equal old-name (buffer-name buffer))
+                       (format "; the buffer now visits %s" rel))
+                      (t (format "; the buffer now visits %s and is named %s"
+                                 rel (buffer-name buffer)))))))))
 
 (defun sly-agent-q-tools--or-dash (string)
   "Return STRING, or \"-\" when it is empty."

@@ -4,7 +4,7 @@
 
 ;; Author: The sly-agent-q authors
 ;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (jsonrpc "1.0.14"))
+;; Package-Requires: ((emacs "28.1"))
 ;; Keywords: lisp, tools, convenience
 ;; URL: https://github.com/sly-agent-q/sly-agent-q
 
@@ -31,18 +31,27 @@
 ;; and compiles code there, edits buffers and files with your approval,
 ;; and iterates until the task is done.
 ;;
-;; M-x sly-agent-q opens the chat buffer.  In Lisp buffers,
-;; `sly-agent-q-lisp-mode' puts the agent's commands under C-c q:
+;; M-x sly-agent-q opens the chat buffer.  The agent's commands for
+;; Lisp buffers are in `sly-agent-q-command-map', bound to no key by
+;; default (C-c and a letter are yours); for example, under C-c q:
+;;
+;;   (global-set-key (kbd "C-c q") 'sly-agent-q-command-map)
 ;;
 ;;   C-c q q   open the chat          C-c q r   attach the region
 ;;   C-c q d   attach the defun       C-c q b   attach a buffer
 ;;   C-c q f   attach a file          C-c q k   cancel the running turn
 ;;
+;; `sly-agent-q-lisp-mode' (a minor mode with the lighter AgentQ) can
+;; carry the map instead: set `sly-agent-q-lisp-mode-prefix' and
+;;
 ;;   (add-hook 'lisp-mode-hook #'sly-agent-q-lisp-mode)
 ;;
-;; Setup: Node.js 20 or newer, and an API key in ANTHROPIC_API_KEY (or
-;; OPENAI_API_KEY with `sly-agent-q-provider' "openai") or in
-;; auth-source ("machine api.anthropic.com password KEY").
+;; Setup: Node.js 20 or newer; the server, which a package built from
+;; the git tree (MELPA) does not carry: M-x sly-agent-q-install-server
+;; installs it with npm (M-x sly-agent-q offers to); and an API key in
+;; ANTHROPIC_API_KEY (or OPENAI_API_KEY with `sly-agent-q-provider'
+;; "openai") or in auth-source ("machine api.anthropic.com password
+;; KEY").
 ;;
 ;; In the chat buffer: RET or C-c C-c sends, C-j a newline, C-c C-k
 ;; cancels the running turn, M-p / M-n walk the input history, TAB or
@@ -55,7 +64,8 @@
 ;; `sly-agent-q-model', `sly-agent-q-base-url', `sly-agent-q-max-steps',
 ;; `sly-agent-q-trust-levels' (per tool: safe, cautious or dangerous),
 ;; `sly-agent-q-max-safety-level', `sly-agent-q-project-root',
-;; `sly-agent-q-node-program', `sly-agent-q-server-file'.
+;; `sly-agent-q-node-program', `sly-agent-q-server-file',
+;; `sly-agent-q-install-directory'.
 ;;
 ;; Scripting: (sly-agent-q-send "..." CALLBACK) sends a message;
 ;; `sly-agent-q-turn-finished-hook' runs when a turn ends;
@@ -90,25 +100,42 @@
 
 ;;;###autoload
 (defun sly-agent-q ()
-  "Open the sly-agent-q chat buffer, starting the server if needed."
+  "Open the sly-agent-q chat buffer, starting the server if needed.
+When no server is found, offer to install it with npm first."
   (interactive)
-  (let ((buf (sly-agent-q-chat-buffer)))
-    (sly-agent-q-server-ensure
-     (lambda (_conn err)
-       (when err
-         (when (buffer-live-p buf)
-           (with-current-buffer buf
-             (sly-agent-q-chat-notice (concat "Error: " err) 'sly-agent-q-error-face))))))
+  (let* ((buf (sly-agent-q-chat-buffer))
+         (report (lambda (_conn err)
+                   (when (and err (buffer-live-p buf))
+                     (with-current-buffer buf
+                       (sly-agent-q-chat-notice (concat "Error: " err) 'sly-agent-q-error-face)))))
+         (missing (condition-case nil (null (sly-agent-q-server-find)) (user-error nil))))
+    (if (and missing
+             (called-interactively-p 'interactive)
+             (y-or-n-p (format "The sly-agent-q server is not installed.  Install version %s with npm now? "
+                               sly-agent-q-server-version)))
+        (progn
+          (with-current-buffer buf
+            (sly-agent-q-chat-notice (format "Installing the server with npm (progress in %s)..."
+                                             sly-agent-q-install-buffer-name)))
+          (sly-agent-q-install-server
+           nil (lambda (err)
+                 (if err (funcall report nil err)
+                   (sly-agent-q-server-ensure report)))))
+      (sly-agent-q-server-ensure report))
     (pop-to-buffer buf)
     (with-current-buffer buf (goto-char (point-max)))
     buf))
 
-(defcustom sly-agent-q-lisp-mode-prefix "C-c q"
-  "The key prefix of `sly-agent-q-lisp-mode' (a string for `kbd').
-Changes take effect when the package is loaded again."
-  :type 'string
+(defcustom sly-agent-q-lisp-mode-prefix nil
+  "A key prefix for the agent's commands in `sly-agent-q-lisp-mode'.
+A string for `kbd', or nil for none.  None by default: keys made of
+the user prefix and a letter belong to the user, so the package binds
+no key of its own; bind `sly-agent-q-command-map' yourself, or set
+this.  Changes take effect when the package is loaded again."
+  :type '(choice (const :tag "None" nil) (string :tag "Key"))
   :group 'sly-agent-q)
 
+;;;###autoload (autoload 'sly-agent-q-command-map "sly-agent-q" nil t 'keymap)
 (defvar sly-agent-q-command-map
   (let ((map (make-sparse-keymap)))
     (define-key map "q" #'sly-agent-q)
@@ -120,19 +147,26 @@ Changes take effect when the package is loaded again."
     (define-key map "k" #'sly-agent-q-cancel)
     (define-key map "n" #'sly-agent-q-new-conversation)
     map)
-  "The agent's commands, under `sly-agent-q-lisp-mode-prefix'.")
+  "The agent's commands, for a prefix key of your choice.
+Bind it with `global-set-key' or in `sly-agent-q-lisp-mode-map', or
+set `sly-agent-q-lisp-mode-prefix'.")
 (fset 'sly-agent-q-command-map sly-agent-q-command-map)
 
 (defvar sly-agent-q-lisp-mode-map
   (let ((map (make-sparse-keymap)))
-    (define-key map (kbd sly-agent-q-lisp-mode-prefix) 'sly-agent-q-command-map)
+    (when sly-agent-q-lisp-mode-prefix
+      (define-key map (kbd sly-agent-q-lisp-mode-prefix) 'sly-agent-q-command-map))
     map)
   "Keymap of `sly-agent-q-lisp-mode'.")
 
 ;;;###autoload
 (define-minor-mode sly-agent-q-lisp-mode
   "The sly-agent-q commands in Lisp buffers.
-They are under the prefix `sly-agent-q-lisp-mode-prefix' (C-c q by default).
+The mode binds no key by default (the user prefix followed by a
+letter is yours): put `sly-agent-q-command-map' under a prefix key
+of your choice in `sly-agent-q-lisp-mode-map' or globally (the
+README suggests one), or set `sly-agent-q-lisp-mode-prefix'.
+The commands:
 
 \\{sly-agent-q-command-map}"
   :lighter " AgentQ"

@@ -11,7 +11,8 @@ await build({
   minify: true,
   sourcemap: false,
   legalComments: "none",
+  // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
   // Some CommonJS dependencies call require(); give the ESM bundle one.
-  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+  banner: { js: "#!/usr/bin/env node\nimport { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
   logLevel: "warning",
 });

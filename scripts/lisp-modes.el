@@ -1,5 +1,22 @@
 ;;; lisp-modes.el --- Find SLIME or SLY for `make run', the tests and the benchmarks  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Under `emacs -Q' the system's package directories are not active, so
@@ -19,13 +36,23 @@ Return non-nil when it is loaded."
         (when (and dir (file-directory-p dir))
           (add-to-list 'load-path (expand-file-name dir))
           (require 'slime nil t)))
-      (let ((version-dir (file-name-directory (directory-file-name data-directory))))
-        ;; What Debian's site start-up adds to `package-directory-list'.
-        (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
-                         (expand-file-name "../site-lisp/elpa" version-dir)))
-          (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
-        (package-initialize)
-        (require 'slime nil t))))
+      (progn (sly-agent-q-dev-system-packages)
+             (require 'slime nil t))))
+
+(defun sly-agent-q-dev-system-packages ()
+  "Activate the system's Emacs packages (Debian's elpa-* ones) under `emacs -Q'."
+  (let ((version-dir (file-name-directory (directory-file-name data-directory))))
+    ;; What Debian's site start-up adds to `package-directory-list'.
+    (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
+                     (expand-file-name "../site-lisp/elpa" version-dir)))
+      (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
+    (package-initialize)))
+
+(defun sly-agent-q-dev-require-package-lint ()
+  "Load package-lint (Debian's elpa-package-lint); return non-nil when loaded."
+  (or (require 'package-lint nil t)
+      (progn (sly-agent-q-dev-system-packages)
+             (require 'package-lint nil t))))
 
 (defun sly-agent-q-dev-require-sly ()
   "Load SLY from the checkout named by SLY_DIR; return non-nil when loaded."

@@ -1,5 +1,22 @@
 ;;; run.el --- Start sly-agent-q from a source checkout: SBCL, SLIME, the chat  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Loaded by scripts/run.sh (`make run') into `emacs -nw -Q -L lisp-elisp'.
@@ -62,6 +79,8 @@ Then ask, for example: \"Describe the function MAPCAR\"."
     (when (and base-url (not (string-empty-p base-url))) (setq sly-agent-q-base-url base-url))
     (when (and model (not (string-empty-p model))) (setq sly-agent-q-model model)))
   (add-hook 'lisp-mode-hook #'sly-agent-q-lisp-mode)
+  ;; The binding the README suggests (the package itself binds no C-c letter).
+  (define-key sly-agent-q-lisp-mode-map (kbd "C-c q") 'sly-agent-q-command-map)
   (let ((mode (sly-agent-q-run--load-lisp-mode))
         (chat (sly-agent-q)))
     (delete-other-windows (get-buffer-window chat))

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test suite, prints one summary line per suite and a total.
-# Each suite's runner ends its output with a line "NAME: N passed, N failed[, N skipped]".
+# Each suite's runner ends its output with a line "NAME: N passed, N failed[, N skipped]" and names
+# every skip it counts in a line "SKIP: WHAT: REASON"; a suite whose named skips and counted skips
+# disagree fails here. Adding a suite is one entry in `suites`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/vendor-sly.sh
 
-suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh")
+suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
+        "security:test/security/run.sh")
 summary=()
 total_pass=0 total_fail=0 total_skip=0 status=0
 
@@ -22,13 +26,18 @@ for entry in "${suites[@]}"; do
   read -r p f s < <(grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed' "$log" |
     sed -E 's/^[^:]+: ([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' |
     awk '{p+=$1; f+=$2; s+=($3==""?0:$3)} END {print p+0, f+0, s+0}')
-  skips=$(grep -E '(^|: )SKIP:? ' "$log" | sed -E 's/^(.*: )?SKIP:? /  skipped: /' || true)
+  skips=$(grep -E '^SKIP: ' "$log" | sed -E 's/^SKIP: /  skipped: /' || true)
+  named=$(grep -cE '^SKIP: ' "$log")
   rm -f "$log"
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   [ "$rc" -ne 0 ] && status=1
   total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
   summary+=("$name: $p passed, $f failed, $s skipped (exit $rc)")
   [ -n "$skips" ] && summary+=("$skips")
+  if [ "$named" -ne "$s" ]; then
+    summary+=("  $name counted $s skipped but named $named: every skip must be named with its reason")
+    status=1
+  fi
 done
 
 echo

@@ -4,17 +4,33 @@ import type { LogLevel } from "./protocol.js";
 
 const RANK: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
-/** Values that must never be printed (API keys); registered as they become known. */
-const secrets = new Set<string>();
+/** Values that must never be printed (API keys, tokens), each with the name it is known by. */
+const secrets = new Map<string, string>();
 
-export function registerSecret(value: string | undefined): void {
-  if (value && value.length >= 8) secrets.add(value);
+/** Shorter values are too likely to be ordinary text to be redacted everywhere. */
+export const MIN_SECRET_LENGTH = 8;
+
+/** Environment variables whose values are treated as secrets: *_KEY, *_TOKEN, *_SECRET, *PASSWORD*. */
+export const SECRET_ENV_NAME = /(_KEY|_TOKEN|_SECRET)$|PASSWORD/i;
+
+/** Registers VALUE as a secret known as NAME (the first name given for a value stays). */
+export function registerSecret(value: string | undefined, name?: string): void {
+  if (typeof value !== "string" || value.length < MIN_SECRET_LENGTH) return;
+  if (!secrets.has(value) || (secrets.get(value) === "" && name)) secrets.set(value, name ?? "");
 }
 
-/** Replaces every known secret, and anything shaped like an API key, with a marker. */
+/** Registers the values of ENV's variables whose names look like secrets. */
+export function registerEnvSecrets(env: NodeJS.ProcessEnv): void {
+  for (const [name, value] of Object.entries(env)) if (SECRET_ENV_NAME.test(name)) registerSecret(value, name);
+}
+
+/** Replaces every known secret, and anything shaped like an API key, with a marker saying so. */
 export function redact(text: string): string {
   let out = text;
-  for (const s of secrets) out = out.split(s).join("[redacted]");
+  // Longest first, so that a secret containing another is replaced whole.
+  for (const [s, name] of [...secrets].sort((a, b) => b[0].length - a[0].length)) {
+    if (out.includes(s)) out = out.split(s).join(name ? `[secret ${name} redacted]` : "[redacted]");
+  }
   return out.replace(/\b(sk-[A-Za-z0-9_-]{8,})/g, "[redacted]");
 }
 

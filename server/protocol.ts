@@ -11,6 +11,7 @@
 // server no longer wants an answer (timeout, cancelled turn).
 
 import type { ApprovalDecision, ToolResult } from "./tools/executor.js";
+import type { ApprovalReason, PermissionRule } from "./tools/policy.js";
 import type { EmacsCallKind, ParamSpec, SafetyLevel, ToolRuntime } from "./tools/tool.js";
 
 export const PROTOCOL_VERSION = 1;
@@ -26,6 +27,7 @@ export const Requests = {
   chatCancel: "chat/cancel",
   conversationNew: "conversation/new",
   conversationList: "conversation/list",
+  conversationDelete: "conversation/delete",
 } as const;
 
 /** Client -> server notifications. */
@@ -46,11 +48,30 @@ export const ServerNotifications = {
   approvalNeeded: "chat/approvalNeeded",
   turnFinished: "chat/turnFinished",
   turnFailed: "chat/turnFailed",
-  log: "server/log",
 } as const;
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration (sent with initialize and configuration/change; every field optional)
+//
+// configuration/change REPLACES the configuration: the client always sends all of it, and a field
+// it leaves out (an override, a rule) is no longer in force, from the next tool call on (a running
+// turn's included). A configuration that is rejected
+// (ErrorCodes.invalidConfiguration, with a message naming the field) leaves the previous one in force.
+//
+// Trust (issue 10; enforced in one place, the executor, through server/tools/policy.ts):
+// - Offered: tools whose effective level is at most maxSafetyLevel, in `categories` (if given),
+//   aliases only with offerAliases, whose runtime the client supports, and not denied by a rule
+//   without an argument. Only offered tools run; any other name (tools/call included) gets an error
+//   result saying it is not available, and is never put to the user.
+// - Effective level: the most cautious of safetyOverrides[name] and safetyOverrides[primary name]
+//   (an override on read_file covers its alias file_read); if neither, the most cautious of
+//   categoryLevels[c] over the tool's categories; if none, the tool's declared level.
+// - A call: permission rules that match it decide, deny over ask over allow (deny: error result,
+//   not asked, not run; ask: the user is asked; allow: runs without asking). No matching rule: a
+//   dangerous level asks, safe and cautious run. "Always allow for this session" is kept per
+//   capability (primary name) and answers only a level's question, never a rule's ask or deny.
+// - Tools that evaluate code in the image carry the category "evaluation" (eval_form,
+//   eval_in_package, compile_form): categoryLevels {evaluation: "dangerous"} makes all of them ask.
 
 export type ProviderName = "anthropic" | "openai";
 
@@ -67,8 +88,23 @@ export interface Configuration {
   maxSteps?: number;
   /** Wall-clock limit of one turn, in ms. */
   turnTimeoutMs?: number;
-  /** The user's trust levels per tool name. */
+  /** A model stream that sends nothing for this long (ms) is retried once, or fails the turn (default 90 s). */
+  streamIdleTimeoutMs?: number;
+  /** The user's trust levels per tool name; an override on a primary tool covers its aliases. */
   safetyOverrides?: Record<string, SafetyLevel>;
+  /** Trust levels per category (execution, evaluation, filesystem, buffer...); see above for precedence. */
+  categoryLevels?: Record<string, SafetyLevel>;
+  /**
+   * Permission rules, checked on every call after its arguments are validated (and again on the
+   * arguments a user edited). A rule matches a call when its tool (an alias name means its primary;
+   * the primary covers its aliases) and its category (one of the tool's) match, where given, and,
+   * when argument is given, the value of that argument (a parameter name of the primary tool; an
+   * alias's parameters are mapped onto the primary's) matches pattern: JavaScript regular
+   * expression source, tested with new RegExp(pattern, "u") against the value (a string as it is,
+   * anything else as JSON). argument and pattern go together. Unknown actions, tools, categories or
+   * parameters and invalid patterns are rejected with invalidConfiguration.
+   */
+  permissionRules?: PermissionRule[];
   /** The most dangerous level offered to the model (default dangerous: all, with approval). */
   maxSafetyLevel?: SafetyLevel;
   /** Only tools with one of these categories (default: all). */
@@ -135,7 +171,7 @@ export interface ToolInfo {
   name: string;
   description: string;
   safetyLevel: SafetyLevel;
-  /** The level in force after the user's overrides. */
+  /** The level in force after the user's overrides and category levels (see Configuration). */
   effectiveSafetyLevel: SafetyLevel;
   categories: string[];
   runtime: ToolRuntime;
@@ -149,7 +185,10 @@ export interface ToolsListResult {
   tools: ToolInfo[];
 }
 
-/** Runs one tool through the executor, as if the model had called it (scripting, benchmarks). */
+/**
+ * Runs one tool through the executor, as if the model had called it (scripting, benchmarks): under
+ * the same policy, so a tool not offered under the configuration is not run.
+ */
 export interface ToolsCallParams {
   name: string;
   arguments?: Record<string, unknown> | string;
@@ -179,13 +218,24 @@ export interface EmacsImageParams {
   package?: string;
 }
 
-/** kind "approval": ask the user. Reply result: an ApprovalDecision. */
+/**
+ * kind "approval": ask the user. Reply result: an ApprovalDecision. An error reply (Emacs refused the
+ * call before asking, e.g. a path outside the project) fails the call with Emacs's message as it is.
+ */
 export interface EmacsApprovalParams {
   callId: string;
+  /** The name the model used (may be an alias). */
   tool: string;
+  /** Every argument, the tool's declared parameters first in declaration order (not the model's). */
   arguments: Record<string, unknown>;
+  /** The effective level. */
   safetyLevel: SafetyLevel;
   description: string;
+  /** The primary tool name: what an approval or "always" is about. */
+  capability: string;
+  categories: string[];
+  /** What made it ask: the tool's level, or a permission rule with action ask. */
+  reason: ApprovalReason;
   conversationId?: string;
   turnId?: string;
 }
@@ -224,6 +274,15 @@ export interface ConversationSummary {
 }
 export interface ConversationListResult {
   conversations: ConversationSummary[];
+}
+
+/** Frees a conversation's history on the server; a turn running in it is cancelled first. */
+export interface ConversationDeleteParams {
+  conversationId: string;
+}
+export interface ConversationDeleteResult {
+  /** False when there was no such conversation (already freed, or from a previous server). */
+  deleted: boolean;
 }
 
 export interface ChatSendParams {
@@ -314,11 +373,6 @@ export interface TurnFailedParams extends TurnRef {
   message: string;
   usage: Usage;
   costUsd: number;
-}
-
-export interface LogParams {
-  level: LogLevel;
-  message: string;
 }
 
 /** Error codes of JSON-RPC errors this server answers with, besides the standard ones. */

@@ -1,7 +1,8 @@
 # Sourced by the ERT suites' runners (test/elisp/run.sh, test/e2e/run.sh).
 # ert_run LABEL FILE [VAR=VALUE...] runs FILE's ERT tests in `emacs -Q --batch` with the package
 # and the test helpers on the load path, prints what failed and a one-line summary, and adds the
-# counts to $passed, $failed and $skipped.
+# counts to $passed, $failed and $skipped. Every skipped test is named with its reason in a line
+# "SKIP: LABEL: TEST: REASON" (test/ert-skip-reasons.el); ert_skip names a skip of a whole run.
 
 passed=0 failed=0 skipped=0
 ert_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,7 +12,7 @@ ert_run() {
   local out rc summary e u s
   # A bounded run: a Lisp debugger or a lost answer must not hang the suite.
   out="$(env "$@" timeout "${ERT_FILE_TIMEOUT:-900}" "${EMACS:-emacs}" -Q --batch -L "$ert_root/lisp-elisp" -L "$ert_root/test/elisp" \
-           -l "$file" -f ert-run-tests-batch-and-exit 2>&1)"
+           -l "$ert_root/test/ert-skip-reasons.el" -l "$file" -f ert-run-tests-batch-and-exit 2>&1)"
   rc=$?
   summary="$(printf '%s\n' "$out" | grep -E '^Ran [0-9]+ tests?, ' | tail -n 1)"
   if [ -z "$summary" ]; then
@@ -28,11 +29,16 @@ ert_run() {
     printf '%s\n' "$out" | grep -E -A 14 '^Test .* condition:' | head -n 120
     printf '%s\n' "$out" | grep -E '^ +(FAILED|skipped) '
   fi
-  # Skipped tests name their reason in a line "SKIP: ...".
-  printf '%s\n' "$out" | grep -E '^SKIP: ' | sed "s/^/$label: /"
+  printf '%s\n' "$out" | grep -E '^SKIP: ' | sed "s/^SKIP: /SKIP: $label: /"
   echo "$label: ${summary%% (*}"
   passed=$((passed + e)) failed=$((failed + u)) skipped=$((skipped + s))
   if [ "$u" = 0 ] && [ "$rc" != 0 ]; then failed=$((failed + 1)); fi
+}
+
+# ert_skip WHAT REASON counts one skipped run (a whole file or backend that cannot run here) and names it.
+ert_skip() {
+  echo "SKIP: $1: $2"
+  skipped=$((skipped + 1))
 }
 
 # ert_summary NAME prints the suite's closing line and returns its status.

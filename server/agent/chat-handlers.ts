@@ -1,5 +1,5 @@
 // The chat methods of the protocol on an AgentServer: chat/send starts a turn and answers at once,
-// chat/cancel stops it, conversation/new and conversation/list manage conversations; every turn
+// chat/cancel stops it, conversation/new, conversation/list and conversation/delete manage conversations; every turn
 // reports through chat/* notifications (protocol.ts) and ends with chat/turnFinished or chat/turnFailed.
 
 import { randomUUID } from "node:crypto";
@@ -13,6 +13,8 @@ import {
   type ChatSendParams,
   type ChatSendResult,
   type Configuration,
+  type ConversationDeleteParams,
+  type ConversationDeleteResult,
   type ConversationListResult,
   type ConversationNewParams,
   type ConversationNewResult,
@@ -28,10 +30,12 @@ import { redact } from "../log.js";
 import { createProvider, type ResolvedProvider } from "../llm/factory.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
+import type { ToolPolicy } from "../tools/policy.js";
 import { Conversation } from "./conversation.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
+import { stripUndefined } from "../text.js";
 
 export interface ChatOptions {
   retry?: Partial<RetryPolicy>;
@@ -59,6 +63,7 @@ export class ChatService {
     s.addRequest(Requests.chatCancel, (p: ChatCancelParams) => this.cancel(p));
     s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => ({ conversationId: this.create(p.configuration).id }));
     s.addRequest(Requests.conversationList, (): ConversationListResult => ({ conversations: [...this.conversations.values()].map((c) => c.summary()) }));
+    s.addRequest(Requests.conversationDelete, (p: ConversationDeleteParams) => this.delete(p));
     s.connection.onClose(() => this.cancelAll());
     return this;
   }
@@ -87,9 +92,7 @@ export class ChatService {
     }
     const turnId = `t-${randomUUID()}`;
     const controller = new AbortController();
-    let release!: () => void;
-    const done = new Promise<void>((r) => (release = r));
-    conversation.running = { turnId, controller, done };
+    conversation.running = { turnId, controller };
     conversation.turns++;
     // Started after the answer is on its way, so the client knows the turn id before any notification.
     setImmediate(() => {
@@ -108,7 +111,6 @@ export class ChatService {
         })
         .finally(() => {
           conversation.running = undefined;
-          release();
         });
     });
     return { conversationId: conversation.id, turnId };
@@ -126,6 +128,16 @@ export class ChatService {
     return { cancelled: false };
   }
 
+  /** Forgets a conversation; its running turn, if any, is cancelled and still reports its end. */
+  delete(p: ConversationDeleteParams): ConversationDeleteResult {
+    if (typeof p?.conversationId !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/delete needs a conversationId.");
+    const c = this.conversations.get(p.conversationId);
+    if (!c) return { deleted: false };
+    c.running?.controller.abort("cancelled");
+    this.conversations.delete(c.id);
+    return { deleted: true };
+  }
+
   cancelAll(): void {
     for (const c of this.conversations.values()) c.running?.controller.abort("connection closed");
   }
@@ -138,7 +150,8 @@ export class ChatService {
       text.flush();
       this.server.notify(method, params);
     };
-    const config: Configuration = { ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) };
+    const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
+    const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
 
     let resolved: ResolvedProvider;
@@ -149,10 +162,19 @@ export class ChatService {
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message, usage: emptyUsage(), costUsd: 0 });
       return;
     }
-    const tools = this.server.offeredTools(config);
+    // The policy gives both the offered tools and the executor's check (issue 10); the check asks for
+    // it again at each call, so that a change of configuration (a revoked permission) applies at once.
+    let policy: ToolPolicy;
+    try {
+      policy = this.server.policyFor(config);
+    } catch (err) {
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message: (err as Error).message, usage: emptyUsage(), costUsd: 0 });
+      return;
+    }
+    const tools = policy.offered();
     const system = buildSystemPrompt({
       tools,
-      safetyOf: (t) => this.server.executor.effectiveSafety(t),
+      safetyOf: (t) => policy.effectiveSafety(t),
       currentPackage: context.currentPackage,
       projectRoot: context.projectRoot ?? config.projectRoot,
     });
@@ -160,7 +182,7 @@ export class ChatService {
       conversation,
       turnId,
       text: p.text,
-      executor: this.server.executor,
+      executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
       signal,
       settings: {
         provider: resolved.provider,
@@ -222,8 +244,4 @@ export function registerChatHandlers(server: AgentServer, options: ChatOptions =
 function validToolChoice(tc: unknown): tc is ToolChoice {
   if (tc === "auto" || tc === "any" || tc === "none") return true;
   return tc !== null && typeof tc === "object" && typeof (tc as { name?: unknown }).name === "string";
-}
-
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

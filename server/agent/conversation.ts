@@ -8,7 +8,6 @@ import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlo
 export interface RunningTurn {
   turnId: string;
   controller: AbortController;
-  done: Promise<void>;
 }
 
 export class Conversation {

@@ -4,7 +4,7 @@
 // Whatever ends the turn, the conversation's history is left in a state both APIs accept.
 
 import type { StopReason, ToolChoice, TurnFailureKind, Usage } from "../protocol.js";
-import { ProviderError, isAbortError } from "../llm/errors.js";
+import { ProviderError, StreamIdleError, isAbortError } from "../llm/errors.js";
 import { redact } from "../log.js";
 import { costOf, modelInfo } from "../llm/models.js";
 import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
@@ -173,6 +173,7 @@ export async function runTurn(input: TurnInput): Promise<TurnOutcome> {
 
   async function requestWithRetry(): Promise<ChatResponse> {
     const toolChoice: ToolChoice = steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
+    let idleRetried = false;
     for (let attempt = 0; ; attempt++) {
       let emitted = false;
       llmRequests++;
@@ -196,6 +197,13 @@ export async function runTurn(input: TurnInput): Promise<TurnOutcome> {
           signal,
         );
       } catch (err) {
+        // A stalled stream is retried once, and only when nothing of it was shown.
+        if (err instanceof StreamIdleError && !signal.aborted) {
+          if (emitted || idleRetried) throw err.final(emitted);
+          idleRetried = true;
+          events.retrying?.(attempt + 1, 0, err.message);
+          continue;
+        }
         // A retry after text reached the user would show it twice: only clean failures are retried.
         if (signal.aborted || !(err instanceof ProviderError) || !err.retryable || emitted || attempt >= settings.retry.maxRetries) throw err;
         const backoff = Math.min(settings.retry.maxDelayMs, err.retryAfterMs ?? settings.retry.baseDelayMs * 2 ** attempt);

@@ -1,6 +1,8 @@
-// The system prompt (seed 000, "Updated System Prompt"), generated from the tools actually offered so
-// it never names a tool the model cannot call, with each tool's safety note, the editor's context
-// (current package, project root) and the project's own instructions file when there is one.
+// The system prompt (seed 000, "Updated System Prompt"). The tool schemas sent with every request
+// carry each tool's full description, so the prompt says only what they cannot: how to work in a
+// live image, which offered tools ask the user first or are logged under the user's trust levels
+// (the schemas carry the declared level, not the user's overrides), the editor's context (current
+// package, project root) and the project's own instructions file when there is one.
 
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -18,56 +20,38 @@ export interface SystemPromptInput {
 export const INSTRUCTION_FILES = ["AGENT-Q.md", "AGENTS.md"] as const;
 export const MAX_INSTRUCTION_CHARS = 16_000;
 
-/** Section titles, in the order of the seed's prompt; a tool goes under its first known category. */
-const SECTIONS: [category: string, title: string][] = [
-  ["introspection", "Introspection"],
-  ["xref", "Introspection"],
-  ["clos", "Introspection"],
-  ["execution", "Execution"],
-  ["buffer", "Buffer Operations"],
-  ["filesystem", "Files"],
-  ["navigation", "Navigation"],
-  ["diff", "Reviewed Edits"],
-];
-
-const INTRO = `You are Agent-Q, an AI assistant integrated into a live Common Lisp development environment.
-
-## Your Capabilities
-You have access to the running Lisp image through tools. You can:`;
+const INTRO = `You are Agent-Q, an AI assistant working inside a live Common Lisp image, from the developer's Emacs. Your tools ask the running image (and the editor's buffers and files) rather than guess from source text.`;
 
 const HOW_TO_WORK = `## How To Work
-1. When asked to understand code, use introspection tools first
-2. When asked to fix bugs, examine the error, relevant code, and callers
-3. When writing new code, test it with eval_form before presenting
+1. To understand code, ask the image first: what is loaded now is the truth, the files may differ
+2. To fix a bug, reproduce it, then look at the error, the code and its callers
+3. Test new code in the image before presenting it; definitions you evaluate change the running image, so say so
 4. Iterate: if something doesn't work, examine why and try again
 5. Explain your reasoning when it helps the developer understand
 
 ## Guidelines
-- Write idiomatic Common Lisp
-- Use introspection to understand before changing
-- Test your code before presenting final solutions
-- Be precise about packages and symbols
+- Write idiomatic Common Lisp, and be precise about packages and symbols
 - When you make changes, explain what you changed and why
-- A tool result that starts with "Error:" means the call failed; read the message, fix the call and try again
-- The user may deny a tool that needs approval; then choose another way or ask them`;
+- A tool result that starts with "Error:" means the call failed; read the message, fix the call and try again`;
 
 export function buildSystemPrompt(input: SystemPromptInput): string {
   const parts: string[] = [INTRO];
-  const groups = new Map<string, string[]>();
-  for (const tool of input.tools) {
-    const title = SECTIONS.find(([c]) => tool.categories.includes(c))?.[1] ?? "Other Tools";
-    const line = `- \`${tool.name}\`: ${firstSentence(tool.description)}${safetyNote(input.safetyOf(tool))}`;
-    groups.set(title, [...(groups.get(title) ?? []), line]);
-  }
-  if (groups.size === 0) {
+  if (input.tools.length === 0) {
     parts.push("(No tools are available in this session: answer from what you know and say so when you cannot check.)");
   }
-  const order = [...new Set(SECTIONS.map(([, t]) => t)), "Other Tools"];
-  for (const title of order) {
-    const lines = groups.get(title);
-    if (lines) parts.push(`### ${title}\n${lines.join("\n")}`);
-  }
   parts.push(HOW_TO_WORK);
+
+  const byLevel = (level: SafetyLevel) => input.tools.filter((t) => input.safetyOf(t) === level).map((t) => `\`${t.name}\``);
+  const asks = byLevel("dangerous");
+  const logged = byLevel("cautious");
+  if (asks.length > 0 || logged.length > 0) {
+    const trust = ["## Approval"];
+    if (asks.length > 0) trust.push(`- Ask the user first, who may deny them: ${asks.join(", ")}`);
+    if (logged.length > 0) trust.push(`- Run without asking, and are logged: ${logged.join(", ")}`);
+    trust.push("- The other tools only read, and run at once");
+    if (asks.length > 0) trust.push("- A denied call did not run: read the user's reason, then choose another way or ask them");
+    parts.push(trust.join("\n"));
+  }
 
   const context: string[] = [];
   if (input.currentPackage) context.push(`- Current package in the REPL: ${input.currentPackage} (names are read in it unless a tool call says otherwise)`);
@@ -77,17 +61,6 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
   const instructions = input.projectRoot ? readInstructions(input.projectRoot) : undefined;
   if (instructions) parts.push(`## Project Instructions (from ${instructions.file})\n${instructions.text}`);
   return parts.join("\n\n");
-}
-
-function safetyNote(level: SafetyLevel): string {
-  if (level === "dangerous") return " (requires the user's approval; may be denied)";
-  if (level === "cautious") return " (runs without asking, and is logged)";
-  return "";
-}
-
-function firstSentence(description: string): string {
-  const m = /^(.*?[.!?])(\s|$)/s.exec(description);
-  return (m?.[1] ?? description).trim();
 }
 
 /** The project's instruction file, bounded in size; undefined when there is none or it cannot be read. */

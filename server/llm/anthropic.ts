@@ -5,9 +5,11 @@
 
 import Anthropic from "@anthropic-ai/sdk";
 import type { StopReason, Usage } from "../protocol.js";
-import { MalformedStreamError, toProviderError, type ErrorContext } from "./errors.js";
+import { MalformedStreamError, StreamIdleError, toProviderError, type ErrorContext } from "./errors.js";
 import {
+  DEFAULT_STREAM_IDLE_TIMEOUT_MS,
   emptyUsage,
+  IdleWatch,
   parseToolArguments,
   type ChatRequest,
   type ChatResponse,
@@ -22,6 +24,8 @@ export interface AnthropicOptions {
   baseUrl?: string;
   /** Per-request HTTP timeout in ms. */
   timeoutMs?: number;
+  /** A stream that sends nothing for this long (ms) is aborted (StreamIdleError). */
+  streamIdleTimeoutMs?: number;
 }
 
 const DEFAULT_BASE_URL = "https://api.anthropic.com";
@@ -30,21 +34,28 @@ export class AnthropicProvider implements LLMProvider {
   readonly name = "anthropic" as const;
   private readonly client: Anthropic;
   private readonly baseUrl: string;
+  private readonly streamIdleTimeoutMs: number;
 
   constructor(options: AnthropicOptions) {
     this.baseUrl = options.baseUrl || DEFAULT_BASE_URL;
+    this.streamIdleTimeoutMs = options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
     // Key and base URL are always passed, so the SDK reads no environment or credential files of its own.
     this.client = new Anthropic({ apiKey: options.apiKey, baseURL: this.baseUrl, maxRetries: 0, timeout: options.timeoutMs ?? 600_000, logLevel: "off" });
   }
 
   async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
     const ctx: ErrorContext = { provider: "anthropic", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or ANTHROPIC_API_KEY" };
+    const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const stream = await this.client.messages.create(toParams(request), { signal });
+      const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(toParams(request), { signal: idle.signal });
+      ctx.streaming = true;
       return await readStream(stream, handlers, request.model);
     } catch (err) {
       if (signal.aborted) throw err;
+      if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);
       throw toProviderError(err, ctx);
+    } finally {
+      idle.dispose();
     }
   }
 }

@@ -1,9 +1,16 @@
 // Provider failures, mapped once to what the turn reports: a kind the client can act on, whether a
-// retry may help, and a message that says what the user should do. Both SDKs' errors share the
-// same shape (status, headers, error body), so they are read by duck typing.
+// retry may help, and a message that says what the user should do. Both SDKs throw the same family
+// of classes (APIError and its subclasses by HTTP status, APIConnectionError, APIUserAbortError);
+// the classification goes by those classes, and by the provider's error type for an error event
+// inside a stream (which has no HTTP status), never by the wording of a message.
 
+import Anthropic from "@anthropic-ai/sdk";
+import type { APIError as AnthropicAPIError } from "@anthropic-ai/sdk/core/error";
+import OpenAI from "openai";
+import type { APIError as OpenAIAPIError } from "openai/core/error";
 import type { TurnFailureKind } from "../protocol.js";
 import { redact } from "../log.js";
+import { sentence } from "../text.js";
 
 export class ProviderError extends Error {
   constructor(
@@ -19,12 +26,35 @@ export class ProviderError extends Error {
   }
 }
 
+/** The model's stream sent nothing for the idle timeout; the loop retries it at most once. */
+export class StreamIdleError extends ProviderError {
+  constructor(readonly idleMs: number) {
+    super("timeout", `The model's stream sent nothing for ${formatSeconds(idleMs)} s.`, true);
+    this.name = "StreamIdleError";
+  }
+
+  /** What ends the turn: after text reached the user (no retry then), or after the one retry. */
+  final(afterText: boolean): ProviderError {
+    const s = formatSeconds(this.idleMs);
+    const hint = "Raise sly-agent-q-stream-idle-timeout (streamIdleTimeoutMs) if the model needs longer to answer.";
+    return new ProviderError(
+      "timeout",
+      afterText
+        ? `The model's stream sent nothing for ${s} s after part of its answer was shown; the turn was stopped. Ask again to continue. ${hint}`
+        : `The model's stream sent nothing for ${s} s, again after one retry; the turn was stopped. Try again later. ${hint}`,
+      false,
+    );
+  }
+}
+
 export interface ErrorContext {
   provider: string;
   baseUrl: string;
   model: string;
   /** Where the key can be set, for the 401 message. */
   keyHint: string;
+  /** True once the response's stream had begun: a connection lost then was lost mid-answer. */
+  streaming?: boolean;
 }
 
 /** A stream that ended without its final event, or sent something unreadable. */
@@ -35,90 +65,131 @@ export class MalformedStreamError extends Error {
   }
 }
 
+type SdkError = AnthropicAPIError | OpenAIAPIError;
+
+const isSdkError = (e: unknown): e is SdkError => e instanceof Anthropic.APIError || e instanceof OpenAI.APIError;
+
 export function isAbortError(err: unknown): boolean {
-  const name = (err as { name?: string } | null)?.name;
-  return name === "AbortError" || name === "APIUserAbortError";
+  return err instanceof Anthropic.APIUserAbortError || err instanceof OpenAI.APIUserAbortError || (err instanceof Error && err.name === "AbortError");
 }
+
+/** The failure classes both SDKs share, each a subclass of their APIError. */
+type Failure = "auth" | "permission" | "not_found" | "bad_request" | "rate_limit" | "overloaded" | "server" | "timeout" | "connection" | "other";
+
+function failureOf(e: SdkError): Failure {
+  if (e instanceof Anthropic.APIConnectionTimeoutError || e instanceof OpenAI.APIConnectionTimeoutError) return "timeout";
+  if (e instanceof Anthropic.APIConnectionError || e instanceof OpenAI.APIConnectionError) return "connection";
+  if (e instanceof Anthropic.AuthenticationError || e instanceof OpenAI.AuthenticationError) return "auth";
+  if (e instanceof Anthropic.PermissionDeniedError || e instanceof OpenAI.PermissionDeniedError) return "permission";
+  if (e instanceof Anthropic.NotFoundError || e instanceof OpenAI.NotFoundError) return "not_found";
+  if (e instanceof Anthropic.RateLimitError || e instanceof OpenAI.RateLimitError) return "rate_limit";
+  if (e instanceof Anthropic.OverloadedError) return "overloaded";
+  if (e instanceof Anthropic.InternalServerError || e instanceof OpenAI.InternalServerError) return e.status === 529 ? "overloaded" : "server";
+  if (e instanceof Anthropic.RequestTimeoutError || e instanceof Anthropic.ConflictError || e instanceof OpenAI.ConflictError) return "server";
+  if (
+    e instanceof Anthropic.BadRequestError ||
+    e instanceof OpenAI.BadRequestError ||
+    e instanceof Anthropic.UnprocessableEntityError ||
+    e instanceof OpenAI.UnprocessableEntityError ||
+    e instanceof Anthropic.ContentTooLargeError
+  ) {
+    return "bad_request";
+  }
+  // An error event inside a stream: no HTTP status, only the provider's error type.
+  if (e.status === undefined && typeof e.type === "string") return STREAM_ERROR_TYPES[e.type] ?? "other";
+  if (e.status === 408 || e.status === 409) return "server";
+  if (e.status === 413) return "bad_request";
+  return "other";
+}
+
+const STREAM_ERROR_TYPES: Record<string, Failure> = {
+  invalid_request_error: "bad_request",
+  authentication_error: "auth",
+  permission_error: "permission",
+  not_found_error: "not_found",
+  request_too_large: "bad_request",
+  rate_limit_error: "rate_limit",
+  api_error: "server",
+  server_error: "server",
+  timeout_error: "server",
+  overloaded_error: "overloaded",
+};
 
 export function toProviderError(err: unknown, ctx: ErrorContext): ProviderError {
   if (err instanceof ProviderError) return err;
-  const e = (err ?? {}) as { status?: unknown; name?: string; message?: string; headers?: unknown; error?: unknown; type?: unknown };
-  const detail = providerMessage(e) ?? e.message ?? String(err);
-  // An error event inside an SSE stream has no HTTP status, only the provider's error type.
-  const status = typeof e.status === "number" ? e.status : statusOfType(errorType(e));
   const who = `${ctx.provider} (${ctx.baseUrl})`;
-  if (err instanceof MalformedStreamError || e.name === "SyntaxError" || (/parse|JSON/i.test(String(e.message)) && status === undefined && !isConnection(e))) {
-    return new ProviderError("provider", `${who} sent a response stream that could not be read (${detail}). Try again; if it keeps happening, check that the base URL points at an ${ctx.provider === "anthropic" ? "Anthropic Messages" : "OpenAI-compatible chat completions"} endpoint.`, false);
+  if (err instanceof MalformedStreamError || err instanceof SyntaxError) {
+    return new ProviderError(
+      "provider",
+      `${who} sent a response stream that could not be read (${err.message}). Try again; if it keeps happening, check that the base URL points at an ${ctx.provider === "anthropic" ? "Anthropic Messages" : "OpenAI-compatible chat completions"} endpoint.`,
+      false,
+    );
   }
-  if (status === undefined) {
-    if (isConnection(e)) {
-      const timeout = /timeout|timed out/i.test(`${e.name} ${e.message}`);
-      return new ProviderError("provider", `Could not reach ${who}: ${timeout ? "the request timed out" : detail}. Check the network connection and the base URL setting.`, true);
-    }
-    return new ProviderError("internal", `The request to ${who} failed: ${detail}`, false);
+  if (ctx.streaming && networkCode(err) !== undefined) {
+    // Reading the body is not the SDK's: a broken connection surfaces as fetch's own TypeError.
+    return new ProviderError("provider", `The connection to ${who} was lost in the middle of the answer (${networkCode(err)}). Try again.`, true);
   }
-  const retryAfterMs = retryAfter(e.headers);
-  switch (true) {
-    case status === 401:
-      return new ProviderError("auth", `${who} rejected the API key (401: ${detail}). Set a valid key with ${ctx.keyHint}.`, false, status);
-    case status === 403:
-      return new ProviderError("auth", `${who} refused access (403: ${detail}). Check that the API key may use model ${ctx.model}.`, false, status);
-    case status === 404:
-      return new ProviderError("config", `${who} answered 404 (${detail}). Check the model name (${ctx.model}) and the base URL.`, false, status);
-    case status === 429:
-      return new ProviderError("rate_limit", `${who} is rate limiting requests (429: ${detail}). Wait a moment and try again, or check the account's limits.`, true, status, retryAfterMs);
-    case status === 529 || /overloaded/i.test(detail):
-      return new ProviderError("provider", `${who} is overloaded (${status}: ${detail}). Try again in a little while.`, true, status, retryAfterMs);
-    case status === 408 || status === 409 || status >= 500:
-      return new ProviderError("provider", `${who} had a server error (${status}: ${detail}). Try again; if it persists, check the provider's status page.`, true, status, retryAfterMs);
-    case status === 400 || status === 413 || status === 422:
-      return new ProviderError("provider", `${who} rejected the request (${status}: ${detail}). Starting a new conversation may help if the history is too long.`, false, status);
-    default:
-      return new ProviderError("provider", `${who} answered ${status}: ${detail}`, false, status);
+  if (!isSdkError(err)) {
+    return new ProviderError("internal", `The request to ${who} failed: ${(err as Error)?.message ?? String(err)}`, false);
+  }
+  const detail = providerMessage(err) ?? err.message;
+  const status = err.status;
+  const code = status === undefined ? (typeof err.type === "string" ? err.type : "error") : String(status);
+  const retryAfterMs = retryAfter(err.headers);
+  switch (failureOf(err)) {
+    case "timeout":
+      return new ProviderError("provider", `Could not reach ${who}: the request timed out. Check the network connection and the base URL setting.`, true);
+    case "connection":
+      return ctx.streaming
+        ? new ProviderError("provider", `The connection to ${who} was lost in the middle of the answer (${detail}). Try again.`, true)
+        : new ProviderError("provider", `Could not reach ${who}: ${sentence(detail)} Check the network connection and the base URL setting.`, true);
+    case "auth":
+      return new ProviderError("auth", `${who} rejected the API key (${code}: ${detail}). Set a valid key with ${ctx.keyHint}.`, false, status);
+    case "permission":
+      return new ProviderError("auth", `${who} refused access (${code}: ${detail}). Check that the API key may use model ${ctx.model}.`, false, status);
+    case "not_found":
+      return new ProviderError("config", `${who} answered ${code} (${detail}). Check the model name (${ctx.model}) and the base URL.`, false, status);
+    case "rate_limit":
+      return new ProviderError("rate_limit", `${who} is rate limiting requests (${code}: ${detail}). Wait a moment and try again, or check the account's limits.`, true, status, retryAfterMs);
+    case "overloaded":
+      return new ProviderError("provider", `${who} is overloaded (${code}: ${detail}). Try again in a little while.`, true, status, retryAfterMs);
+    case "server":
+      return new ProviderError("provider", `${who} had a server error (${code}: ${detail}). Try again; if it persists, check the provider's status page.`, true, status, retryAfterMs);
+    case "bad_request":
+      return new ProviderError("provider", `${who} rejected the request (${code}: ${detail}). Starting a new conversation may help if the history is too long.`, false, status);
+    case "other":
+      return new ProviderError("provider", `${who} answered ${code}: ${sentence(detail)}`, false, status);
   }
 }
 
-const TYPE_STATUS: Record<string, number> = {
-  invalid_request_error: 400,
-  authentication_error: 401,
-  permission_error: 403,
-  not_found_error: 404,
-  request_too_large: 413,
-  rate_limit_error: 429,
-  api_error: 500,
-  timeout_error: 504,
-  overloaded_error: 529,
-};
-
-function errorType(e: { error?: unknown; type?: unknown }): string | undefined {
-  const body = e.error as { error?: { type?: unknown }; type?: unknown } | undefined;
-  const t = body?.error?.type ?? body?.type ?? e.type;
-  return typeof t === "string" ? t : undefined;
-}
-
-function statusOfType(type: string | undefined): number | undefined {
-  return type === undefined ? undefined : TYPE_STATUS[type];
-}
-
-function isConnection(e: { name?: string; message?: string }): boolean {
-  return /Connection|Timeout|fetch failed|ECONNREFUSED|ENOTFOUND|ECONNRESET|socket|terminated/i.test(`${e.name} ${e.message}`);
+/** The system or undici error code (ECONNRESET, UND_ERR_SOCKET...) of ERR or of its causes. */
+function networkCode(err: unknown): string | undefined {
+  for (let e = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && /^(E[A-Z]+|UND_ERR_[A-Z_]+)$/.test(code)) return code;
+  }
+  return undefined;
 }
 
 /** The provider's own error message from its JSON body, when there is one. */
-function providerMessage(e: { error?: unknown }): string | undefined {
+function providerMessage(e: SdkError): string | undefined {
   const body = e.error as { error?: { message?: unknown }; message?: unknown } | undefined;
   const m = body?.error?.message ?? body?.message;
   return typeof m === "string" && m !== "" ? m : undefined;
 }
 
-function retryAfter(headers: unknown): number | undefined {
-  const get = (headers as { get?: (k: string) => string | null } | undefined)?.get;
-  if (typeof get !== "function") return undefined;
-  const ms = get.call(headers, "retry-after-ms");
+function retryAfter(headers: Headers | undefined): number | undefined {
+  if (!headers) return undefined;
+  const ms = headers.get("retry-after-ms");
   if (ms && Number.isFinite(Number(ms))) return Number(ms);
-  const s = get.call(headers, "retry-after");
-  if (s === null || s === undefined || s === "") return undefined;
+  const s = headers.get("retry-after");
+  if (s === null || s === "") return undefined;
   if (Number.isFinite(Number(s))) return Number(s) * 1000;
   const date = Date.parse(s);
   return Number.isFinite(date) ? Math.max(0, date - Date.now()) : undefined;
+}
+
+/** 250 -> "0.25", 90000 -> "90". */
+export function formatSeconds(ms: number): string {
+  return String(Number((ms / 1000).toFixed(2)));
 }

@@ -4,9 +4,11 @@
 
 import OpenAI from "openai";
 import type { StopReason } from "../protocol.js";
-import { MalformedStreamError, toProviderError, type ErrorContext } from "./errors.js";
+import { MalformedStreamError, StreamIdleError, toProviderError, type ErrorContext } from "./errors.js";
 import {
+  DEFAULT_STREAM_IDLE_TIMEOUT_MS,
   emptyUsage,
+  IdleWatch,
   parseToolArguments,
   type ChatRequest,
   type ChatResponse,
@@ -21,6 +23,8 @@ export interface OpenAIOptions {
   apiKey?: string;
   baseUrl?: string;
   timeoutMs?: number;
+  /** A stream that sends nothing for this long (ms) is aborted (StreamIdleError). */
+  streamIdleTimeoutMs?: number;
 }
 
 const DEFAULT_BASE_URL = "https://api.openai.com/v1";
@@ -29,23 +33,30 @@ export class OpenAIProvider implements LLMProvider {
   readonly name = "openai" as const;
   private readonly client: OpenAI;
   private readonly baseUrl: string;
+  private readonly streamIdleTimeoutMs: number;
   /** OpenAI's own endpoint wants max_completion_tokens; compatible servers know max_tokens. */
   private readonly isOpenAI: boolean;
 
   constructor(options: OpenAIOptions) {
     this.baseUrl = options.baseUrl || DEFAULT_BASE_URL;
+    this.streamIdleTimeoutMs = options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
     this.isOpenAI = /^https:\/\/api\.openai\.com\b/.test(this.baseUrl);
     this.client = new OpenAI({ apiKey: options.apiKey || "none", baseURL: this.baseUrl, maxRetries: 0, timeout: options.timeoutMs ?? 600_000, logLevel: "off" });
   }
 
   async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
     const ctx: ErrorContext = { provider: "openai", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or OPENAI_API_KEY" };
+    const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const stream = await this.client.chat.completions.create(this.toParams(request), { signal });
+      const stream = await this.client.withOptions({ fetch: idle.fetch }).chat.completions.create(this.toParams(request), { signal: idle.signal });
+      ctx.streaming = true;
       return await readStream(stream, handlers, request.model);
     } catch (err) {
       if (signal.aborted) throw err;
+      if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);
       throw toProviderError(err, ctx);
+    } finally {
+      idle.dispose();
     }
   }
 

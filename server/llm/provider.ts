@@ -107,3 +107,59 @@ export function parseToolArguments(raw: string): Record<string, unknown> | undef
     return undefined;
   }
 }
+
+/** The default of Configuration.streamIdleTimeoutMs. */
+export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 90_000;
+
+/**
+ * Aborts one request whose stream sends nothing for IDLEMS: the clock starts before the request
+ * (waiting for the headers counts) and restarts at every chunk of bytes received (keep-alive pings
+ * included), seen through the fetch it gives the SDK. SIGNAL aborts whenever PARENT does.
+ */
+export class IdleWatch {
+  private readonly controller = new AbortController();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onParentAbort = () => this.controller.abort(this.parent.reason);
+  /** True when the request was aborted because its stream went quiet. */
+  fired = false;
+  readonly signal = this.controller.signal;
+
+  constructor(
+    readonly idleMs: number,
+    private readonly parent: AbortSignal,
+  ) {
+    if (parent.aborted) this.onParentAbort();
+    else parent.addEventListener("abort", this.onParentAbort, { once: true });
+    this.touch();
+  }
+
+  touch(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.fired = true;
+      this.controller.abort("stream idle");
+    }, this.idleMs);
+  }
+
+  /** A fetch for the SDK whose response body restarts the clock at every chunk. */
+  readonly fetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const response = await fetch(input, init);
+    this.touch();
+    if (!response.body) return response;
+    const touch = () => this.touch();
+    const body = response.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, controller) {
+          touch();
+          controller.enqueue(chunk);
+        },
+      }),
+    );
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.parent.removeEventListener("abort", this.onParentAbort);
+  }
+}

@@ -4,7 +4,7 @@
 
 import { appendFile } from "node:fs/promises";
 import { ResponseError, ErrorCodes as RpcErrorCodes, type MessageConnection } from "vscode-jsonrpc/node";
-import { Logger, redact, registerSecret } from "../log.js";
+import { Logger, redact, registerEnvSecrets, registerSecret } from "../log.js";
 import {
   ClientNotifications,
   ErrorCodes,
@@ -27,15 +27,19 @@ import {
 import { createDefaultRegistry } from "../tools/catalog/index.js";
 import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } from "../tools/executor.js";
 import type { ToolRegistry } from "../tools/registry.js";
-import { SAFETY_LEVELS, type Tool } from "../tools/tool.js";
+import { PolicyError, ToolPolicy } from "../tools/policy.js";
+import type { Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
+import { stripUndefined } from "../text.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
   logger?: Logger;
   /** Called once the client said exit (or the connection closed): the process entry point exits. */
   onExit?: (code: number) => void;
+  /** Whose secret-looking variables are redacted from tool results and logs (default process.env). */
+  env?: NodeJS.ProcessEnv;
 }
 
 export class AgentServer {
@@ -48,8 +52,6 @@ export class AgentServer {
   capabilities: ClientCapabilities = {};
   initialized = false;
   private shutdownRequested = false;
-  /** Run when configuration or context change (the agent rebuilds what depends on them). */
-  private readonly configListeners: (() => void)[] = [];
   private readonly disposers: { dispose(): void }[] = [];
 
   constructor(
@@ -58,7 +60,9 @@ export class AgentServer {
   ) {
     this.registry = options.registry ?? createDefaultRegistry();
     this.logger = options.logger ?? new Logger();
-    this.bridge = new EmacsBridge((method, params) => void this.connection.sendNotification(method, params));
+    registerEnvSecrets(options.env ?? process.env);
+    // Through notify, so that what goes to Emacs is well-formed there too.
+    this.bridge = new EmacsBridge((method, params) => this.notify(method, params));
     this.executor = new Executor({
       registry: this.registry,
       approve: this.approveThroughEmacs,
@@ -76,17 +80,13 @@ export class AgentServer {
     this.connection.listen();
   }
 
-  onConfigurationChange(listener: () => void): void {
-    this.configListeners.push(listener);
-  }
-
   /** Adds a request handler that requires initialize first and turns any exception into a JSON-RPC error. */
   addRequest<P, R>(method: string, handler: (params: P) => R | Promise<R>): void {
     this.disposers.push(
       this.connection.onRequest(method, async (params: unknown): Promise<unknown> => {
         if (!this.initialized) throw new ResponseError(ErrorCodes.notInitialized, `Call initialize before ${method}.`);
         try {
-          return await handler((params ?? {}) as P);
+          return wellFormed(await handler((params ?? {}) as P));
         } catch (err) {
           if (err instanceof ResponseError) throw err;
           this.logger.error(`${method} failed: ${(err as Error)?.stack ?? String(err)}`);
@@ -108,19 +108,29 @@ export class AgentServer {
     );
   }
 
+  /** Sends a notification to Emacs: the one way out for notifications, so strings are made well-formed here. */
   notify(method: string, params: unknown): void {
-    void this.connection.sendNotification(method, params).catch((err: unknown) => {
+    void this.connection.sendNotification(method, wellFormed(params)).catch((err: unknown) => {
       this.logger.warn(`could not send ${method}: ${String(err)}`);
     });
   }
 
   /** The tools offered to the model under the current configuration. */
   offeredTools(config: Configuration = this.configuration): Tool[] {
-    return this.registry.list({
-      maxSafetyLevel: config.maxSafetyLevel,
-      categories: config.categories,
-      includeAliases: config.offerAliases,
-    }).filter((t) => this.runtimeAvailable(t));
+    return this.policyFor(config).offered();
+  }
+
+  /**
+   * The trust policy of CONFIG: what is offered and what runs, asks or is denied. A turn gets its
+   * offered tools and its executor from the same policy. Throws a JSON-RPC invalidConfiguration error.
+   */
+  policyFor(config: Configuration = this.configuration): ToolPolicy {
+    try {
+      return new ToolPolicy(this.registry, config, (t) => this.runtimeAvailable(t));
+    } catch (err) {
+      if (err instanceof PolicyError) throw new ResponseError(ErrorCodes.invalidConfiguration, err.message);
+      throw err;
+    }
   }
 
   private runtimeAvailable(tool: Tool): boolean {
@@ -159,7 +169,6 @@ export class AgentServer {
     });
     c.onNotification(ClientNotifications.contextChange, (params: EditorContext | undefined) => {
       this.context = { ...this.context, ...stripUndefined(params ?? {}) };
-      this.configListeners.forEach((l) => l());
     });
     c.onClose(() => {
       this.bridge.close("The connection to Emacs is closed.");
@@ -170,7 +179,8 @@ export class AgentServer {
     });
 
     this.addRequest(Requests.configurationChange, (params: { configuration?: Configuration }) => {
-      this.applyConfiguration({ ...this.configuration, ...(params.configuration ?? {}) });
+      // The client sends its whole configuration: what it leaves out is no longer in force.
+      this.applyConfiguration(params.configuration ?? {});
       return { tools: this.offeredTools().map((t) => t.name) };
     });
     this.addRequest(Requests.toolsList, (params: ToolsListParams): ToolsListResult => {
@@ -200,19 +210,16 @@ export class AgentServer {
   }
 
   private applyConfiguration(config: Configuration): void {
-    const bad = Object.entries(config.safetyOverrides ?? {}).filter(([, v]) => !SAFETY_LEVELS.includes(v));
-    if (bad.length > 0) {
-      throw new ResponseError(ErrorCodes.invalidConfiguration, `Unknown safety level for ${bad.map(([k, v]) => `${k}: ${String(v)}`).join(", ")}; use safe, cautious or dangerous.`);
-    }
-    registerSecret(config.apiKey);
+    // Checked whole before anything changes: a rejected configuration leaves the previous one in force.
+    const policy = this.policyFor(config);
+    registerSecret(config.apiKey, "apiKey");
     this.configuration = config;
     if (config.logLevel) this.logger.level = config.logLevel;
-    this.executor.options.safetyOverrides = config.safetyOverrides;
+    this.executor.options.policy = policy;
     this.executor.options.defaultTimeoutMs = config.toolTimeoutMs;
     this.executor.options.imageTimeoutMs = config.imageTimeoutMs;
     this.executor.options.imageLoadTimeoutMs = config.imageLoadTimeoutMs;
     this.executor.options.maxResultChars = config.maxResultChars;
-    this.configListeners.forEach((l) => l());
   }
 
   private readonly approveThroughEmacs: ApprovalFn = async (request, signal): Promise<ApprovalDecision> => {
@@ -227,9 +234,12 @@ export class AgentServer {
     const params: EmacsApprovalParams = {
       callId: request.callId,
       tool: request.tool.name,
-      arguments: request.arguments,
+      arguments: inDeclaredOrder(request.tool, request.arguments),
       safetyLevel: request.safetyLevel,
       description: request.tool.description,
+      capability: request.tool.aliasOf ?? request.tool.name,
+      categories: [...request.tool.categories],
+      reason: request.reason,
       ...(conversationId ? { conversationId } : {}),
       ...(turnId ? { turnId } : {}),
     };
@@ -250,6 +260,25 @@ export class AgentServer {
   }
 }
 
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+/** ARGS with the tool's declared parameters first, in declaration order (not the model's order). */
+function inDeclaredOrder(tool: Tool, args: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(tool.schema.properties)) if (Object.prototype.hasOwnProperty.call(args, k)) out[k] = args[k];
+  for (const [k, v] of Object.entries(args)) if (!Object.prototype.hasOwnProperty.call(out, k)) out[k] = v;
+  return out;
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/**
+ * VALUE with every string (keys too) made well-formed UTF-16: a lone surrogate becomes U+FFFD.
+ * Emacs's JSON parser rejects the escaped lone surrogate that JSON.stringify writes, and drops the message.
+ */
+export function wellFormed<T>(value: T): T {
+  if (typeof value === "string") return value.replace(LONE_SURROGATE, "\uFFFD") as T;
+  if (Array.isArray(value)) return value.map((v: unknown) => wellFormed(v)) as T;
+  if (value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [wellFormed(k), wellFormed(v)])) as T;
+  }
+  return value;
 }

@@ -1,11 +1,15 @@
 // The tool executor (seed 004): one result per call, in order, with matching ids; arguments validated
-// before anything runs; the safety level decides (safe runs, cautious runs and is audited, dangerous
-// waits for an approval); nothing a handler does escapes.
+// before anything runs; the policy decides (only offered tools run; rules and levels say run, ask or
+// deny; cautious runs are audited); nothing a handler does escapes, and no known secret leaves in a
+// result (issue 10: this is the trust boundary's single enforcement point).
 
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
+import { ToolPolicy, type ApprovalReason, type PermissionRule } from "./policy.js";
 import type { ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
+import { sentence } from "../text.js";
 
 export interface ToolCall {
   id: string;
@@ -44,6 +48,8 @@ export interface ApprovalRequest {
   tool: Tool;
   arguments: Record<string, unknown>;
   safetyLevel: SafetyLevel;
+  /** What made the call ask: the tool's level or a permission rule. */
+  reason: ApprovalReason;
 }
 
 export type ApprovalFn = (request: ApprovalRequest, signal: AbortSignal) => Promise<ApprovalDecision>;
@@ -73,7 +79,11 @@ export interface ExecutorOptions {
   registry: ToolRegistry;
   /** Asked before a dangerous tool runs. Absent: dangerous tools are denied. */
   approve?: ApprovalFn;
-  /** The user's trust levels per tool: make eval_form dangerous, or a dangerous tool cautious (auto-approved). */
+  /** What is offered and what runs, asks or is denied; a function is asked at each call, so that a
+   *  configuration changed during a turn applies to its next call. Absent: every registered tool
+   *  (aliases too) is offered, under safetyOverrides (a bare executor, as in unit tests and scripts). */
+  policy?: ToolPolicy | (() => ToolPolicy);
+  /** Levels per tool for a bare executor without a policy. */
   safetyOverrides?: Record<string, SafetyLevel>;
   defaultTimeoutMs?: number;
   /** The image's own limit per evaluation; image tools get it plus the helpers' load time plus a margin. */
@@ -105,13 +115,33 @@ const MAX_ERROR_CHARS = 4_000;
 
 export class Executor {
   readonly options: ExecutorOptions;
-  private readonly ajv = new Ajv({ allErrors: true, strict: false });
-  private readonly validators = new WeakMap<Tool, ValidateFunction>();
-  /** Tools the user said to always allow for this session. */
-  readonly sessionAllowed = new Set<string>();
+  private ajv = new Ajv({ allErrors: true, strict: false });
+  private validators = new WeakMap<Tool, ValidateFunction>();
+  /** Capabilities (primary tool names) the user said to always allow for this session. */
+  sessionAllowed = new Set<string>();
 
   constructor(options: ExecutorOptions) {
     this.options = { ...options, hooks: [...(options.hooks ?? [])] };
+  }
+
+  /** The policy in force. */
+  get policy(): ToolPolicy {
+    const p = this.options.policy;
+    if (typeof p === "function") return p();
+    return p ?? new ToolPolicy(this.options.registry, { offerAliases: true, safetyOverrides: this.options.safetyOverrides });
+  }
+
+  /**
+   * This executor under POLICY (a turn's configuration): hooks, session allowances and everything else
+   * are shared, so the offered list and the check come from the same object.
+   */
+  withPolicy(policy: ToolPolicy | (() => ToolPolicy)): Executor {
+    const scoped = new Executor({ ...this.options, policy });
+    scoped.options.hooks = this.options.hooks;
+    scoped.ajv = this.ajv;
+    scoped.validators = this.validators;
+    scoped.sessionAllowed = this.sessionAllowed;
+    return scoped;
   }
 
   addHook(hook: ToolHook): () => void {
@@ -123,7 +153,7 @@ export class Executor {
   }
 
   effectiveSafety(tool: Tool): SafetyLevel {
-    return this.options.safetyOverrides?.[tool.name] ?? tool.safety;
+    return this.policy.effectiveSafety(tool);
   }
 
   /**
@@ -151,7 +181,13 @@ export class Executor {
   private isSafeCall(call: unknown): boolean {
     const name = (call as ToolCall | null)?.name;
     const tool = typeof name === "string" ? this.options.registry.get(name) : undefined;
-    return tool !== undefined && this.effectiveSafety(tool) === "safe";
+    if (tool === undefined) return false;
+    try {
+      const policy = this.policy;
+      return policy.isOffered(tool) && policy.runsUnasked(tool);
+    } catch {
+      return false; // execute() reports the problem
+    }
   }
 
   /** Runs one call. Never throws, never rejects. */
@@ -164,7 +200,7 @@ export class Executor {
       approved,
     });
     const fail = (message: string, safetyLevel: SafetyLevel | "unknown", approved: boolean, tool?: Tool, args?: Record<string, unknown>): ToolResult => {
-      const error = truncate(message, MAX_ERROR_CHARS);
+      const error = truncate(redact(message), MAX_ERROR_CHARS);
       const result: ToolResult = { id: call.id, name: call.name, success: false, content: `Error: ${error}`, error, metadata: meta(safetyLevel, approved) };
       this.runHooks({ phase: "error", call, tool, arguments: args, safetyLevel, result, tags: opts.tags });
       return result;
@@ -181,15 +217,21 @@ export class Executor {
         const near = this.options.registry.closest(call.name);
         return fail(`Unknown tool "${clip(call.name)}". ${near.length ? `Closest tools: ${near.join(", ")}.` : "No tools are available."}`, "unknown", false);
       }
-      safety = this.effectiveSafety(tool);
+      const policy = this.policy;
+      if (!policy.isOffered(tool)) return fail(policy.notAvailable(tool.name), "unknown", false);
+      safety = policy.effectiveSafety(tool);
+      const capability = policy.primaryName(tool);
       let args = parseArguments(call.arguments);
       if (typeof args === "string") return fail(`Invalid arguments for ${tool.name}: ${args}`, safety, false, tool);
       const invalid = this.validate(tool, args);
       if (invalid) return fail(`Invalid arguments for ${tool.name}: ${invalid}`, safety, false, tool, args);
 
       let decision: AuditEntry["decision"] = "auto";
-      if (safety === "dangerous") {
-        if (this.sessionAllowed.has(tool.name)) {
+      const verdict = policy.decide(tool, args);
+      if (verdict.kind === "deny") return fail(deniedByRule(tool, verdict.rule), safety, false, tool, args);
+      if (verdict.kind === "ask") {
+        // "Always allow" answers the tool's level; a rule that asks always asks.
+        if (verdict.reason.kind === "level" && this.sessionAllowed.has(capability)) {
           decision = "session";
         } else {
           if (!this.options.approve) {
@@ -199,25 +241,29 @@ export class Executor {
           if (signal.aborted) return fail(`${tool.name} was cancelled before it ran.`, safety, false, tool, args);
           let answer: ApprovalDecision;
           try {
-            answer = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety }, signal);
+            answer = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety, reason: verdict.reason }, signal);
           } catch (err) {
-            return fail(`Approval for ${tool.name} failed: ${errorMessage(err)}. The tool was not run.`, safety, false, tool, args);
+            // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
+            if (err instanceof ToolError && !signal.aborted) return fail(err.message, safety, false, tool, args);
+            return fail(`Approval for ${tool.name} failed: ${sentence(errorMessage(err))} The tool was not run.`, safety, false, tool, args);
           }
           switch (answer?.decision) {
             case "approved":
               decision = "approved";
-              if (answer.always) this.sessionAllowed.add(tool.name);
+              if (answer.always) this.sessionAllowed.add(capability);
               break;
             case "modified": {
               const edited = parseArguments(answer.arguments);
               const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
-              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${bad}. The tool was not run.`, safety, false, tool, args);
+              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`, safety, false, tool, args);
+              const again = policy.decide(tool, edited);
+              if (again.kind === "deny") return fail(deniedByRule(tool, again.rule), safety, false, tool, edited);
               args = edited;
               decision = "modified";
               break;
             }
             case "denied":
-              return fail(`The user denied ${tool.name}${answer.reason ? `: ${answer.reason}` : "."} It was not run.`, safety, false, tool, args);
+              return fail(`The user denied ${tool.name}${answer.reason?.trim() ? `: ${sentence(answer.reason)}` : "."} It was not run.`, safety, false, tool, args);
             default:
               return fail(`Approval for ${tool.name} gave no decision, so it was not run.`, safety, false, tool, args);
           }
@@ -228,7 +274,7 @@ export class Executor {
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
       const value = await this.runHandler(tool, args, call.id, opts.signal);
-      const content = truncate(formatResult(value), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
+      const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       const result: ToolResult = { id: call.id, name: tool.name, success: true, content, metadata: meta(safety, true) };
       this.runHooks({ phase: "after", call, tool, arguments: args, safetyLevel: safety, result, tags: opts.tags });
       return result;
@@ -361,6 +407,11 @@ function describeSchemaErrors(errors: ErrorObject[], tool: Tool): string {
     seen.add(msg);
   }
   return [...seen].join("; ") + ".";
+}
+
+function deniedByRule(tool: Tool, rule: PermissionRule): string {
+  const what = [rule.tool && `tool ${rule.tool}`, rule.category && `category ${rule.category}`, rule.argument && `${rule.argument} matching /${rule.pattern}/`].filter(Boolean).join(", ");
+  return `${tool.name} was denied by a permission rule of the user (deny ${what || "everything"}); it was not run.`;
 }
 
 function clip(s: string, n = 80): string {

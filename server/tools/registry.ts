@@ -1,4 +1,5 @@
-// The tool registry (seed 002): register, get, list, filter, and schemas for both provider formats.
+// The tool registry (seed 002): register, get, list, filter, and the description the model sees
+// (each provider builds its own wire format from it).
 
 import { safetyRank, type SafetyLevel, type Tool } from "./tool.js";
 
@@ -11,19 +12,6 @@ export interface ToolFilter {
   includeAliases?: boolean;
   /** Exactly these names, whatever else the filter says (aliases included). */
   names?: readonly string[];
-}
-
-/** Anthropic Messages API tool format. */
-export interface AnthropicToolSchema {
-  name: string;
-  description: string;
-  input_schema: Tool["schema"];
-}
-
-/** OpenAI function-calling format (seed 003's shape). */
-export interface OpenAIToolSchema {
-  type: "function";
-  function: { name: string; description: string; parameters: Tool["schema"] };
 }
 
 export class ToolRegistry {
@@ -43,6 +31,11 @@ export class ToolRegistry {
     return [...this.tools.keys()];
   }
 
+  /** Every category some registered tool has. */
+  categories(): string[] {
+    return [...new Set([...this.tools.values()].flatMap((t) => t.categories))];
+  }
+
   get size(): number {
     return this.tools.size;
   }
@@ -59,13 +52,6 @@ export class ToolRegistry {
     });
   }
 
-  /** Counts per category, for listings. */
-  categoryCounts(): Record<string, number> {
-    const counts: Record<string, number> = {};
-    for (const t of this.tools.values()) for (const c of t.categories) counts[c] = (counts[c] ?? 0) + 1;
-    return counts;
-  }
-
   /** Names closest to NAME, best first: what to suggest for an unknown tool. */
   closest(name: string, n = 3): string[] {
     return [...this.tools.keys()]
@@ -74,14 +60,6 @@ export class ToolRegistry {
       .slice(0, n)
       .map((x) => x.candidate);
   }
-}
-
-export function toAnthropicSchema(tool: Tool): AnthropicToolSchema {
-  return { name: tool.name, description: describeForModel(tool), input_schema: tool.schema };
-}
-
-export function toOpenAISchema(tool: Tool): OpenAIToolSchema {
-  return { type: "function", function: { name: tool.name, description: describeForModel(tool), parameters: tool.schema } };
 }
 
 /** The description the model sees, with the safety note it needs to plan (approval can be refused). */

@@ -58,6 +58,9 @@ export interface ToolSpec {
   timeoutMs?: number;
   /** Another name for the same capability (read_file / file_read): offered to the model only on request. */
   aliasOf?: string;
+  /** For an alias: its parameter names that differ from the primary's (file_path -> path), so that
+   *  trust rules written against the primary's parameters also match the alias. */
+  argumentNames?: Readonly<Record<string, string>>;
   /** Told to the model when a long result is cut, e.g. "use offset and limit". */
   pagingHint?: string;
 }
@@ -117,6 +120,9 @@ export function defineTool(spec: ToolSpec): Tool {
   const required = [...(spec.required ?? [])];
   for (const r of required) {
     if (!Object.prototype.hasOwnProperty.call(spec.parameters, r)) fail(`required parameter "${r}" is not among the parameters`);
+  }
+  for (const k of Object.keys(spec.argumentNames ?? {})) {
+    if (!Object.prototype.hasOwnProperty.call(spec.parameters, k)) fail(`argumentNames renames "${k}", which is not among the parameters`);
   }
   if (spec.timeoutMs !== undefined && !(spec.timeoutMs > 0)) fail("timeoutMs must be positive");
   const schema: JsonSchemaObject = {

@@ -11,7 +11,8 @@
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
 #
 # Prints, per backend, a last line "cl-swank: N passed, N failed" (resp.
-# "cl-slynk: ..."); exits non-zero if anything failed.
+# "cl-slynk: ..."; a backend that cannot run prints "SKIP: cl-slynk: REASON"
+# and "cl-slynk: 0 passed, 0 failed, 1 skipped"); exits non-zero if anything failed.
 
 set -u
 
@@ -76,7 +77,9 @@ elif [ -n "${SLY_DIR:-}" ]; then
     echo "cl-slynk: 0 passed, 1 failed"
     status=1
 else
-    echo "SKIP slynk: SLY source not available (set SLY_DIR)"
+    # A whole backend that cannot run here counts as one skip, named with its reason.
+    echo "SKIP: cl-slynk: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+    echo "cl-slynk: 0 passed, 0 failed, 1 skipped"
 fi
 
 exit "$status"

@@ -12,13 +12,15 @@ ert_run "e2e slime" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime
 if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
   ert_run "e2e sly" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=sly
 else
-  echo "SKIP e2e with SLY: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+  ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
 
 # The README's run command, in a real terminal.
 ert_run "e2e run command" "$here/sly-agent-q-run-command-test.el"
 
-# The package archive, installed with package-install-file into an empty package-user-dir.
+# The package archive (make package, with the server inside), installed with package-install-file
+# into an empty package-user-dir; and the recipe's package built from a clean git archive of HEAD,
+# whose server is installed from an npm pack tarball through sly-agent-q-install-server.
 if "$emacs" -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package >/dev/null 2>&1; then
   ert_run "e2e package" "$here/sly-agent-q-package-test.el"
 else

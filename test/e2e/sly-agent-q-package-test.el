@@ -1,5 +1,22 @@
 ;;; sly-agent-q-package-test.el --- The package archive, installed as a user would  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; dist/sly-agent-q-VERSION.tar (built by `make package' from the recipe)
@@ -73,6 +90,158 @@
               (should (string-match-p (regexp-quote (directory-file-name project)) out))))
         (sly-agent-q-test-stop-mock)
         (delete-directory home t)))))
+
+;;;; Built from the git tree alone, the server installed with npm
+
+(defvar e2e-package-git-build nil
+  "The archive built from a clean `git archive' of HEAD, once per run.")
+
+(defun e2e-package-from-git ()
+  "Build the package from a clean `git archive' of HEAD with the recipe; return the archive."
+  (or (and e2e-package-git-build (file-exists-p e2e-package-git-build) e2e-package-git-build)
+      (let* ((default-directory (file-name-as-directory sly-agent-q-test-root))
+             (work (make-temp-file "agent-q-git-archive" t))
+             (src (expand-file-name "src" work)))
+        (unless (zerop (call-process "git" nil nil nil "rev-parse" "--verify" "HEAD"))
+          (ert-skip "not a git checkout"))
+        (make-directory src)
+        (unless (zerop (call-process-shell-command
+                        (format "git archive --format=tar HEAD | tar -xf - -C %s" (shell-quote-argument src))))
+          (error "git archive failed"))
+        ;; Nothing built is in a clean tree: the package must come from tracked files only.
+        (should-not (file-exists-p (expand-file-name "dist" src)))
+        (with-temp-buffer
+          (unless (zerop (call-process (expand-file-name invocation-name invocation-directory) nil t nil
+                                       "-Q" "--batch" "-l" (expand-file-name "scripts/make-package.el" src)
+                                       "--eval" (format "(sly-agent-q-make-package-build %S %S)"
+                                                        src (expand-file-name "out" work))))
+            (error "Building the package from the git archive failed: %s" (buffer-string))))
+        (setq e2e-package-git-build
+              (car (file-expand-wildcards (expand-file-name "out/sly-agent-q-*.tar" work)))))))
+
+(defun e2e-package-run-user (forms)
+  "Run FORMS in a fresh `emacs -Q --batch'; return its output."
+  (let ((script (make-temp-file "agent-q-user" nil ".el")))
+    (unwind-protect
+        (progn
+          (with-temp-file script (prin1 `(progn ,@forms) (current-buffer)))
+          (with-temp-buffer
+            (call-process (expand-file-name invocation-name invocation-directory)
+                          nil t nil "-Q" "--batch" "-l" script)
+            (buffer-string)))
+      (delete-file script))))
+
+(defun e2e-package-field (name out)
+  "The value of the line NAME=VALUE in OUT."
+  (and (string-match (format "^%s=\\(.*\\)$" name) out) (match-string 1 out)))
+
+(defun e2e-package-user-setup (elpa install-dir archive)
+  "Forms installing ARCHIVE into ELPA and setting the server's install directory INSTALL-DIR."
+  `((require 'package)
+    (setq package-user-dir ,elpa)
+    (package-initialize)
+    (package-install-file ,archive)
+    (require 'sly-agent-q)
+    (setq sly-agent-q-install-directory ,install-dir)
+    (defun e2e-wait (pred seconds)
+      (let ((deadline (+ (float-time) seconds)))
+        (while (and (not (funcall pred)) (< (float-time) deadline))
+          (accept-process-output nil 0.05))))))
+
+(ert-deftest e2e-package-from-git-archive-installs-server-and-one-turn ()
+  "The recipe's package, built from a clean git archive, has no server; the install command
+installs it from an npm pack tarball, and a turn completes against the mock."
+  (unless (and (executable-find "npm") (sly-agent-q-test-mock-available-p))
+    (ert-skip "npm, node or the bundle (make build) is missing"))
+  (let* ((archive (e2e-package-from-git))
+         (tarball (sly-agent-q-test-npm-pack))
+         (home (file-name-as-directory (make-temp-file "agent-q-user" t)))
+         (elpa (expand-file-name "elpa" home))
+         (install-dir (file-name-as-directory (expand-file-name "server" home)))
+         (project (file-name-as-directory (expand-file-name "project" home)))
+         (url (sly-agent-q-test-start-mock
+               (json-read-file (expand-file-name "test/e2e/scripts/package-install.json" sly-agent-q-test-root)))))
+    (make-directory project t)
+    (unwind-protect
+        (let ((out (e2e-package-run-user
+                    (append
+                     (e2e-package-user-setup elpa install-dir archive)
+                     `((setq sly-agent-q-provider "anthropic"
+                             sly-agent-q-base-url ,url
+                             sly-agent-q-api-key "test-key"
+                             sly-agent-q-project-root ,project)
+                       ;; No server yet: the error says what to run.
+                       (let (before)
+                         (sly-agent-q-server-ensure (lambda (_c e) (setq before e)))
+                         (princ (format "BEFORE=%s\n" before)))
+                       (let ((result 'waiting))
+                         (sly-agent-q-install-server ,tarball (lambda (e) (setq result e)))
+                         (e2e-wait (lambda () (not (eq result 'waiting))) 120)
+                         (princ (format "INSTALL=%S\n" result)))
+                       (sly-agent-q)
+                       (let (outcome)
+                         (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
+                         (e2e-wait (lambda () outcome) 60)
+                         (princ (format "STATUS=%s\nLIBRARY=%s\nFOUND=%S\nPROBLEM=%S\nHELPERS=%s\nTEXT=%s\n"
+                                        (plist-get outcome :status)
+                                        (locate-library "sly-agent-q")
+                                        (sly-agent-q-server-find)
+                                        (sly-agent-q-server-version-problem)
+                                        (file-exists-p (expand-file-name
+                                                        "lisp-cl/load.lisp"
+                                                        (file-name-directory (locate-library "sly-agent-q"))))
+                                        (plist-get outcome :text))))
+                       (sly-agent-q-server-stop))))))
+          (should (string-match-p "BEFORE=The sly-agent-q server is not installed: M-x sly-agent-q-install-server" out))
+          (should (equal (e2e-package-field "INSTALL" out) "nil"))
+          (should (equal (e2e-package-field "STATUS" out) "finished"))
+          (should (string-prefix-p (file-truename elpa) (file-truename (e2e-package-field "LIBRARY" out))))
+          ;; The server that ran is the installed one, of the version the Elisp needs.
+          (should (string-match-p (concat "^FOUND=(\"" (regexp-quote (file-truename install-dir)) ".*sly-agent-q-server\\.js\" \\. installed)$")
+                                  out))
+          (should (equal (e2e-package-field "PROBLEM" out) "nil"))
+          (should (equal (e2e-package-field "HELPERS" out) "t"))
+          (should (string-match-p (regexp-quote (directory-file-name project)) out)))
+      (sly-agent-q-test-stop-mock)
+      (delete-directory home t)
+      (delete-directory (file-name-directory tarball) t))))
+
+(ert-deftest e2e-package-installed-server-of-another-version ()
+  "The installed server reports another version at initialize: the user is told what to run."
+  (unless (and (executable-find "npm") (sly-agent-q-test-mock-available-p))
+    (ert-skip "npm, node or the bundle (make build) is missing"))
+  (let* ((archive (e2e-package-from-git))
+         (tarball (sly-agent-q-test-npm-pack "0.0.9"))
+         (home (file-name-as-directory (make-temp-file "agent-q-user" t)))
+         (elpa (expand-file-name "elpa" home))
+         (install-dir (file-name-as-directory (expand-file-name "server" home))))
+    (unwind-protect
+        (let ((out (e2e-package-run-user
+                    (append
+                     (e2e-package-user-setup elpa install-dir archive)
+                     `((let ((result 'waiting))
+                         (sly-agent-q-install-server ,tarball (lambda (e) (setq result e)))
+                         (e2e-wait (lambda () (not (eq result 'waiting))) 120)
+                         (princ (format "INSTALL=%S\nINSTALLED=%s\n" result
+                                        (sly-agent-q-install-installed-version))))
+                       (let (ready)
+                         (sly-agent-q-server-ensure (lambda (c e) (setq ready (or c e))))
+                         (e2e-wait (lambda () ready) 30))
+                       (princ (format "PROBLEM=%s\n" (sly-agent-q-server-version-problem)))
+                       (princ (format "WARNINGS=%s\n"
+                                      (with-current-buffer (get-buffer-create "*Warnings*")
+                                        (replace-regexp-in-string "\n" " " (buffer-string)))))
+                       (sly-agent-q-server-stop))))))
+          (should (equal (e2e-package-field "INSTALL" out) "nil"))
+          (should (equal (e2e-package-field "INSTALLED" out) "0.0.9"))
+          (let ((problem (e2e-package-field "PROBLEM" out)))
+            ;; The version came from the running server, and the advice names the command.
+            (should (string-match-p "is version 0\\.0\\.9, but this sly-agent-q needs 0\\.1\\.0\\." problem))
+            (should (string-match-p "Run M-x sly-agent-q-install-server to install 0\\.1\\.0, then M-x sly-agent-q-restart-server\\."
+                                    problem))
+            (should (string-search problem (e2e-package-field "WARNINGS" out)))))
+      (delete-directory home t)
+      (delete-directory (file-name-directory tarball) t))))
 
 (provide 'sly-agent-q-package-test)
 ;;; sly-agent-q-package-test.el ends here

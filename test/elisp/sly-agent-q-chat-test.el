@@ -1,5 +1,22 @@
 ;;; sly-agent-q-chat-test.el --- Chat, approvals, cancel and crashes against the real server  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Every test here runs the real bundled server (dist/sly-agent-q-server.js)
@@ -124,6 +141,20 @@
         (should-not (file-exists-p (expand-file-name "notes.txt" root)))
         (should (string-match-p "not in this file" (plist-get outcome :text)))
         (should (string-match-p "✗ .*not in this file" (sly-agent-q-test-chat-text)))))))
+
+(ert-deftest sly-agent-q-chat-denial-reads-as-sentences ()
+  "What the model reads of a denial: the reason ends its sentence; no reason, no stand-in."
+  (sly-agent-q-test--with-root root
+    (dolist (case '(((:decision "denied" :reason "not in this file")
+                     . "The user denied write_file: not in this file\\. It was not run\\.")
+                    ((:decision "denied")
+                     . "The user denied write_file\\. It was not run\\.")))
+      (sly-agent-q-test-with-server (sly-agent-q-test--write-script "notes.txt" "hello")
+        (let* ((sly-agent-q-approval-function
+                (lambda (_request callback) (run-with-timer 0.1 nil callback (car case))))
+               (outcome (sly-agent-q-test-send "write it")))
+          (should (string-match-p (cdr case) (plist-get outcome :text)))
+          (should-not (string-match-p "denied by the user" (plist-get outcome :text))))))))
 
 (ert-deftest sly-agent-q-chat-approval-function-modifies ()
   "A modification: the tool runs with the new arguments."
@@ -308,6 +339,147 @@
            (messages (cdr (assq 'messages (cdr (assq 'body (aref reqs 1)))))))
       (should (= 2 (length reqs)))
       (should (>= (length messages) 3)))))
+
+;; Freeing conversations
+
+(defun sly-agent-q-test--server-conversations ()
+  "The ids of the conversations the server holds (a synchronous request: tests only)."
+  (mapcar (lambda (c) (plist-get c :conversationId))
+          (plist-get (jsonrpc-request (sly-agent-q-server-connection) 'conversation/list nil)
+                     :conversations)))
+
+(ert-deftest sly-agent-q-chat-frees-conversations ()
+  "C-c C-n and killing the chat buffer (its turn running) free the conversation on the server."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script
+       (sly-agent-q-test--step (sly-agent-q-test--text "One."))
+       (append (sly-agent-q-test--step (sly-agent-q-test--text "Two, thinking for a long time"))
+               '((hang_after_chunks . 5))))
+    (should (eq (plist-get (sly-agent-q-test-send "one") :status) 'finished))
+    (let ((first (buffer-local-value 'sly-agent-q-chat--conversation-id (sly-agent-q-chat-buffer))))
+      (should (stringp first))
+      (should (equal (sly-agent-q-test--server-conversations) (list first)))
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (call-interactively (key-binding (kbd "C-c C-n"))))
+      (sly-agent-q-test-wait (lambda () (null (sly-agent-q-test--server-conversations)))
+                             10 "C-c C-n to free the conversation"))
+    (sly-agent-q-send "two" #'ignore)
+    (sly-agent-q-test-wait (lambda () (string-match-p "thinking" (sly-agent-q-test-chat-text)))
+                           10 "streamed text")
+    (should (= 1 (length (sly-agent-q-test--server-conversations))))
+    (let ((kill-buffer-query-functions nil))
+      (kill-buffer (sly-agent-q-chat-buffer)))
+    (sly-agent-q-test-wait (lambda () (null (sly-agent-q-test--server-conversations)))
+                           10 "killing the buffer to free the conversation")
+    (should (sly-agent-q-server-live-p))))
+
+(ert-deftest sly-agent-q-chat-no-key-says-how-to-give-one ()
+  "With no key anywhere, the chat names the option, the variable, auth-source and the restart."
+  (unless (sly-agent-q-test-mock-available-p) (ert-skip "the bundled server is missing"))
+  (let ((process-environment (cl-remove-if (lambda (e) (string-match-p "\\`\\(ANTHROPIC\\|OPENAI\\)_" e))
+                                           process-environment))
+        (auth-sources nil)
+        (sly-agent-q-provider "anthropic")
+        (sly-agent-q-api-key nil)
+        (sly-agent-q-base-url nil)
+        (sly-agent-q-chat-buffer-name "*sly-agent-q no key*")
+        outcome)
+    (unwind-protect
+        (progn
+          (sly-agent-q-send "hello" (lambda (p) (setq outcome p)))
+          (sly-agent-q-test-wait (lambda () outcome) 20 "the failure")
+          (should (eq (plist-get outcome :status) 'failed))
+          (let ((text (with-current-buffer (sly-agent-q-chat-buffer) (buffer-string))))
+            (should (string-match-p "sly-agent-q-api-key" text))
+            (should (string-match-p "ANTHROPIC_API_KEY" text))
+            (should (string-match-p "machine api\\.anthropic\\.com password KEY" text))
+            (should (string-match-p "~/\\.authinfo\\.gpg" text))
+            (should (string-match-p "M-x sly-agent-q-restart-server" text))
+            (should-not (string-match-p "server's environment\\|sly-agent-q's configuration" text))))
+      (sly-agent-q-server-stop)
+      (let ((kill-buffer-query-functions nil))
+        (kill-buffer sly-agent-q-chat-buffer-name)))))
+
+;; The answer to a command comes in a callback
+
+(ert-deftest sly-agent-q-chat-reconfigure-says-so ()
+  "M-x sly-agent-q-server-reconfigure says in the echo area that the server took the options."
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (let ((messages nil))
+      (cl-letf* ((real-message (symbol-function 'message))
+                 ((symbol-function 'message)
+                  (lambda (fmt &rest args)
+                    (when fmt (push (apply #'format fmt args) messages))
+                    (apply real-message fmt args))))
+        (call-interactively #'sly-agent-q-server-reconfigure)
+        (sly-agent-q-test-wait (lambda () (member "sly-agent-q: configuration sent" messages))
+                               10 "the echo-area message")
+        (setq messages nil)
+        ;; Called from Lisp, it stays quiet.
+        (let ((answered nil))
+          (sly-agent-q-server-reconfigure)
+          (sly-agent-q-server-request 'conversation/list nil (lambda (_) (setq answered t)))
+          (sly-agent-q-test-wait (lambda () answered) 10 "the server")
+          (should-not (member "sly-agent-q: configuration sent" messages)))))))
+
+;; Starting and stopping the jsonrpc way
+
+(ert-deftest sly-agent-q-chat-events-buffer-initargs ()
+  "The events buffer is configured with what the running jsonrpc.el knows."
+  (let ((slots (mapcar #'eieio-slot-descriptor-name (eieio-class-slots 'jsonrpc-connection))))
+    (should (equal (sly-agent-q--events-buffer-initargs 1000)
+                   (if (memq '-events-buffer-config slots)
+                       '(:events-buffer-config (:size 1000 :format full))
+                     '(:events-buffer-scrollback-size 1000)))))
+  ;; No warning at start (newer jsonrpc warns about the old initarg).
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (should-not (and (get-buffer "*Warnings*")
+                     (with-current-buffer "*Warnings*"
+                       (string-match-p "events-buffer" (buffer-string)))))))
+
+(ert-deftest sly-agent-q-chat-stop-is-clean ()
+  "M-x sly-agent-q-server-stop: the server exits with status 0 and the connection is cleaned up."
+  (sly-agent-q-test-with-server (sly-agent-q-test--script)
+    (let* ((conn (sly-agent-q-server-connection))
+           (proc (jsonrpc--process conn))
+           (died nil)
+           (sly-agent-q-server-died-functions (list (lambda (m) (setq died m)))))
+      (sly-agent-q-server-stop)
+      (should-not (process-live-p proc))
+      (should (eq (process-status proc) 'exit))
+      (should (= 0 (process-exit-status proc)))
+      (should (process-get proc 'jsonrpc-sentinel-cleanup-started))
+      (should-not (sly-agent-q-server-connection))
+      (should-not died))))
+
+;; How a turn ends, in words
+
+(ert-deftest sly-agent-q-chat-step-limit-in-words ()
+  "A turn stopped at the step limit says so in words, naming the option, not the protocol's code."
+  (let ((sly-agent-q-max-steps 1))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (sly-agent-q-test--step (sly-agent-q-test--tool "read_buffer" '((buffer . "*scratch*")))))
+      (should (eq (plist-get (sly-agent-q-test-send "read it") :status) 'finished))
+      (let ((text (sly-agent-q-test-chat-text)))
+        (should (string-match-p "\\[stopped at the step limit, `sly-agent-q-max-steps'" text))
+        (should-not (string-match-p "step_limit" text))))))
+
+;; A stalled answer
+
+(ert-deftest sly-agent-q-chat-stream-idle-timeout ()
+  "`sly-agent-q-stream-idle-timeout' reaches the server: a stall after text fails the turn saying so."
+  (should (equal (plist-get (sly-agent-q-server-configuration) :streamIdleTimeoutMs)
+                 (round (* 1000 sly-agent-q-stream-idle-timeout))))
+  (let ((sly-agent-q-stream-idle-timeout 0.3))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (append (sly-agent-q-test--step (sly-agent-q-test--text "Partly there and then"))
+                 '((hang_after_chunks . 4))))
+      (let ((outcome (sly-agent-q-test-send "go" 20)))
+        (should (eq (plist-get outcome :status) 'failed))
+        (should (string-match-p "Error: The model's stream sent nothing for 0.3 s after part of its answer was shown"
+                                (sly-agent-q-test-chat-text)))))))
 
 (ert-deftest sly-agent-q-chat-bad-configuration ()
   "A configuration the server refuses gives a clear error; fixing it works."

@@ -1,5 +1,22 @@
 ;;; sly-agent-q-package-test.el --- The package byte-compiles cleanly and passes checkdoc  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Each check runs in a fresh `emacs -Q --batch': every lisp-elisp file
@@ -78,6 +95,32 @@
                                   (split-string (buffer-string) "\n"))))
                    (princ (mapconcat #'identity problems "\n"))
                    (kill-emacs (if problems 1 0))))))))
+    (should (equal r (cons 0 "")))))
+
+(ert-deftest sly-agent-q-package-lint ()
+  "package-lint finds nothing in any lisp-elisp file, sly-agent-q.el being the main file."
+  (let ((r (sly-agent-q-test--batch
+            nil
+            `(progn
+               (load ,(expand-file-name "scripts/lisp-modes" sly-agent-q-test-root) nil t)
+               (unless (sly-agent-q-dev-require-package-lint) (kill-emacs 2))
+               (let ((package-lint-main-file ,(expand-file-name "lisp-elisp/sly-agent-q.el"
+                                                                 sly-agent-q-test-root))
+                     (problems nil))
+                 (dolist (f (directory-files ,(expand-file-name "lisp-elisp" sly-agent-q-test-root)
+                                             t "\\.el\\'"))
+                   (with-current-buffer (find-file-noselect f)
+                     (pcase-dolist (`(,line ,col ,type ,message) (package-lint-buffer))
+                       ;; package-lint 0.16 (Debian's) predates Emacs 28's release and calls any
+                       ;; (emacs "28.x") dependency uninstallable; this Emacs is 28 or newer.
+                       (unless (and (>= emacs-major-version 28)
+                                    (string-prefix-p "This makes the package uninstallable in all released"
+                                                     message))
+                         (push (format "%s:%d:%d: %s: %s" (file-name-nondirectory f) line col type message)
+                               problems)))))
+                 (princ (mapconcat #'identity (nreverse problems) "\n"))
+                 (kill-emacs (if problems 1 0)))))))
+    (when (equal (car r) 2) (ert-skip "package-lint is not installed (Debian: elpa-package-lint)"))
     (should (equal r (cons 0 "")))))
 
 (ert-deftest sly-agent-q-package-loads-without-sly-or-slime ()

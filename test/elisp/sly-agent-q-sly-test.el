@@ -1,5 +1,22 @@
 ;;; sly-agent-q-sly-test.el --- The bridge with real SBCL and SLY  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; The same bridge code path as with SLIME, through the SLY adapter.
@@ -16,9 +33,6 @@
 (declare-function sly-connected-p "ext:sly")
 (declare-function sly-inferior-process "ext:sly")
 (defvar sly-contribs)
-
-(unless (getenv "SLY_DIR")
-  (message "SKIP: SLY_DIR is not set; the SLY bridge tests are skipped (point it at a SLY checkout)"))
 
 (defun sly-agent-q-test--sly ()
   "Make sure SLY is connected to an SBCL; return (ADAPTER . CONNECTION)."

@@ -1,5 +1,22 @@
 ;;; sly-agent-q-test-helper.el --- Shared helpers of the sly-agent-q ERT tests  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Load path setup, a deadline-bounded wait (tests only: product code
@@ -136,6 +153,46 @@ The chat buffer is fresh; everything is stopped afterwards."
   "The chat buffer's text."
   (with-current-buffer (sly-agent-q-chat-buffer)
     (buffer-substring-no-properties (point-min) (point-max))))
+
+;;;; The server as an npm package
+
+(defun sly-agent-q-test-npm-pack (&optional version)
+  "Make the server's npm package with `npm pack' in a temporary directory.
+Return the tarball's file name.  The package is this checkout's, with
+its bundle (dist/, built beforehand); with VERSION, a copy of the
+checkout whose package.json says VERSION is built and packed instead,
+so that its server really reports VERSION."
+  (let* ((out (make-temp-file "agent-q-npm-pack" t))
+         (src (if (not version)
+                  sly-agent-q-test-root
+                (let ((copy (expand-file-name "src" out)))
+                  (make-directory copy)
+                  (dolist (f '("server" "scripts" "package.json" "tsconfig.json" "LICENSE" "README.md"))
+                    (sly-agent-q-test--copy (expand-file-name f sly-agent-q-test-root) (expand-file-name f copy)))
+                  (make-symbolic-link (expand-file-name "node_modules" sly-agent-q-test-root)
+                                      (expand-file-name "node_modules" copy))
+                  (with-temp-buffer
+                    (insert-file-contents (expand-file-name "package.json" copy))
+                    (goto-char (point-min))
+                    (re-search-forward "\"version\": *\"\\([^\"]+\\)\"")
+                    (replace-match version t t nil 1)
+                    (write-region nil nil (expand-file-name "package.json" copy)))
+                  (let ((default-directory (file-name-as-directory copy)))
+                    (unless (zerop (call-process "node" nil nil nil "scripts/build.mjs"))
+                      (error "Building the %s bundle failed" version)))
+                  copy)))
+         (default-directory (file-name-as-directory src)))
+    ;; --ignore-scripts: the bundle is built already (prepack would build it again).
+    (with-temp-buffer
+      (unless (zerop (call-process "npm" nil t nil "pack" "--ignore-scripts" "--silent"
+                                   "--pack-destination" out))
+        (error "npm pack failed: %s" (buffer-string))))
+    (or (car (file-expand-wildcards (expand-file-name "*.tgz" out)))
+        (error "npm pack made no tarball in %s" out))))
+
+(defun sly-agent-q-test--copy (from to)
+  "Copy the file or directory FROM to TO."
+  (if (file-directory-p from) (copy-directory from to nil t t) (copy-file from to)))
 
 ;;;; SLIME and SLY
 

@@ -1,7 +1,7 @@
 // The real bundle, spawned as a child process and spoken to over stdio with Content-Length framing.
 
 import { execFileSync, spawn } from "node:child_process";
-import { copyFileSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -40,6 +40,8 @@ describe("the bundled server", () => {
     proc = startBundle();
     const init = await proc.connection.sendRequest<InitializeResult>("initialize", initParams);
     expect(init.serverInfo.name).toBe("sly-agent-q");
+    // The version handshake: the Elisp compares this with the version it needs (package.json's).
+    expect(init.serverInfo.version).toBe(JSON.parse(readFileSync("package.json", "utf8")).version);
     expect(init.tools).toContain("describe_symbol");
     const list = await proc.connection.sendRequest<ToolsListResult>("tools/list", {});
     expect(list.tools.length).toBe(init.tools.length);

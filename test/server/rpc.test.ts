@@ -111,7 +111,8 @@ describe("JSON-RPC server", () => {
 
   it("renames an alias's parameters onto the shared capability", async () => {
     const h = harness();
-    await init(h);
+    // Issue 10: an alias runs only when aliases are offered.
+    await init(h, { configuration: { offerAliases: true } });
     h.answer = () => ({ result: { content: "text" } });
     await h.client.sendRequest<ToolResult>("tools/call", { name: "file_read", arguments: { file_path: "a.lisp" } });
     expect(h.calls[0]).toMatchObject({ kind: "tool", params: { tool: "read_file", arguments: { path: "a.lisp" } } });

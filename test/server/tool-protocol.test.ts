@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { builtinTools, createDefaultRegistry } from "../../server/tools/catalog/index.js";
-import { toAnthropicSchema, toOpenAISchema, ToolRegistry } from "../../server/tools/registry.js";
+import { describeForModel, ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool, ToolDefinitionError, TOOL_NAME_PATTERN, type ToolSpec } from "../../server/tools/tool.js";
 import { echo, testTool } from "./helpers.js";
 
@@ -76,14 +76,12 @@ describe("registry (seed 002)", () => {
     expect(names({ maxSafetyLevel: "cautious", categories: ["introspection"] })).toEqual(["s_intro", "c_intro"]);
   });
 
-  it("generates Anthropic and OpenAI schemas", () => {
+  it("describes a dangerous tool to the model with its approval note, and an object schema", () => {
+    // The providers build both wire formats from these (the agent-loop tests check them on the wire).
     const t = testTool("alpha", echo, "dangerous");
-    const a = toAnthropicSchema(t);
-    expect(a.name).toBe("alpha");
-    expect(a.input_schema.type).toBe("object");
-    expect(a.description).toMatch(/approval/);
-    const o = toOpenAISchema(t);
-    expect(o).toMatchObject({ type: "function", function: { name: "alpha", parameters: { type: "object" } } });
+    expect(t.schema.type).toBe("object");
+    expect(describeForModel(t)).toMatch(/approval/);
+    expect(describeForModel(testTool("beta", echo, "safe"))).not.toMatch(/approval/);
   });
 
   it("suggests the closest names", () => {

@@ -12,6 +12,12 @@ const emacs = (capability: string, mapArgs?: Parameters<typeof emacsTool>[1]) =>
   timeoutMs: EMACS_TIMEOUT_MS,
 });
 
+/** An alias of CAPABILITY whose parameters RENAMES maps onto the primary's (the policy uses it too). */
+const emacsAlias = (capability: string, renames: Record<string, string>) => ({
+  ...emacs(capability, renameArgs(renames)),
+  argumentNames: renames,
+});
+
 const filePath: ParamSpec = { type: "string", description: "File path, relative to the project root (or absolute inside it)." };
 const bufferName: ParamSpec = { type: "string", description: "Name of the buffer, as shown in the mode line." };
 const PAGING = "Use offset and limit to read a range of lines.";
@@ -39,7 +45,7 @@ export const emacsTools: Tool[] = [
     safety: "safe",
     categories: ["buffer", "filesystem"],
     aliasOf: "read_file",
-    ...emacs("read_file", renameArgs({ file_path: "path" })),
+    ...emacsAlias("read_file", { file_path: "path" }),
   }),
   defineTool({
     name: "write_file",
@@ -65,7 +71,7 @@ export const emacsTools: Tool[] = [
     safety: "dangerous",
     categories: ["buffer", "filesystem"],
     aliasOf: "write_file",
-    ...emacs("write_file", renameArgs({ file_path: "path" })),
+    ...emacsAlias("write_file", { file_path: "path" }),
   }),
   defineTool({
     name: "read_buffer",
@@ -91,7 +97,7 @@ export const emacsTools: Tool[] = [
     safety: "safe",
     categories: ["buffer"],
     aliasOf: "read_buffer",
-    ...emacs("read_buffer", renameArgs({ buffer_name: "buffer" })),
+    ...emacsAlias("read_buffer", { buffer_name: "buffer" }),
   }),
   defineTool({
     name: "write_to_buffer",

@@ -129,7 +129,7 @@ export const imageTools: Tool[] = [
     },
     required: ["form"],
     safety: "cautious",
-    categories: ["execution"],
+    categories: ["execution", "evaluation"],
     ...image("eval_form"),
   }),
   defineTool({
@@ -141,7 +141,7 @@ export const imageTools: Tool[] = [
     },
     required: ["form", "package"],
     safety: "cautious",
-    categories: ["execution"],
+    categories: ["execution", "evaluation"],
     ...image("eval_in_package"),
   }),
   defineTool({
@@ -154,7 +154,7 @@ export const imageTools: Tool[] = [
     },
     required: ["form"],
     safety: "cautious",
-    categories: ["execution"],
+    categories: ["execution", "evaluation"],
     ...image("compile_form"),
   }),
   defineTool({

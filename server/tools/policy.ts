@@ -1,0 +1,213 @@
+// The trust policy (issue 10): the one place that decides, from the user's configuration, which tools
+// are offered and whether a call runs, asks or is refused. The agent loop's offered list and the
+// executor's check both come from a ToolPolicy, so they cannot disagree. Decisions follow the
+// capability (the primary tool behind an alias, its categories), never the spelling the model used.
+//
+// Effective level of a tool: the most cautious override given for its name or its primary's name;
+// else the most cautious level among its categories' levels; else its declared level.
+// Offered: effective level at or below maxSafetyLevel, in one of `categories` (when given), aliases
+// only with offerAliases, its runtime available, and no unconditional deny rule matching it.
+// A call: matching permission rules decide (deny > ask > allow); with none, dangerous asks and
+// safe/cautious run.
+
+import { safetyRank, SAFETY_LEVELS, type SafetyLevel, type Tool } from "./tool.js";
+import type { ToolRegistry } from "./registry.js";
+
+export type RuleAction = "allow" | "ask" | "deny";
+export const RULE_ACTIONS: readonly RuleAction[] = ["allow", "ask", "deny"];
+
+/** A permission rule, as in Configuration.permissionRules (see server/protocol.ts). */
+export interface PermissionRule {
+  action: RuleAction;
+  tool?: string;
+  category?: string;
+  argument?: string;
+  pattern?: string;
+}
+
+/** The parts of the configuration the policy reads. */
+export interface PolicySettings {
+  maxSafetyLevel?: SafetyLevel;
+  categories?: readonly string[];
+  offerAliases?: boolean;
+  safetyOverrides?: Record<string, SafetyLevel>;
+  categoryLevels?: Record<string, SafetyLevel>;
+  permissionRules?: readonly PermissionRule[];
+}
+
+/** What a call needs before it runs. */
+export type PolicyDecision =
+  | { kind: "run" }
+  | { kind: "ask"; reason: ApprovalReason }
+  | { kind: "deny"; rule: PermissionRule };
+
+/** Why the user is asked: the tool's level, or a rule. */
+export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule };
+
+/** A configuration the policy cannot honour; the message names the field. */
+export class PolicyError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "PolicyError";
+  }
+}
+
+interface CompiledRule {
+  rule: PermissionRule;
+  /** The primary name the rule's tool resolves to. */
+  primary?: string;
+  regexp?: RegExp;
+}
+
+export class ToolPolicy {
+  private readonly rules: CompiledRule[];
+
+  /**
+   * Checks SETTINGS against REGISTRY and throws a PolicyError naming the first problem.
+   * AVAILABLE says whether a tool's runtime can run now (Emacs capabilities).
+   */
+  constructor(
+    readonly registry: ToolRegistry,
+    readonly settings: PolicySettings = {},
+    private readonly available: (tool: Tool) => boolean = () => true,
+  ) {
+    checkLevels("safetyOverrides", "", settings.safetyOverrides);
+    checkLevels("categoryLevels", "category ", settings.categoryLevels);
+    if (settings.maxSafetyLevel !== undefined && !SAFETY_LEVELS.includes(settings.maxSafetyLevel)) {
+      throw new PolicyError(`maxSafetyLevel must be safe, cautious or dangerous, not ${String(settings.maxSafetyLevel)}.`);
+    }
+    const known = new Set(registry.categories());
+    for (const c of Object.keys(settings.categoryLevels ?? {})) {
+      if (!known.has(c)) throw new PolicyError(`categoryLevels: unknown category "${c}" (categories: ${[...known].sort().join(", ")}).`);
+    }
+    this.rules = (settings.permissionRules ?? []).map((r, i) => compileRule(r, i, registry, known));
+  }
+
+  /** The name of the capability: the primary tool for an alias, else the tool itself. */
+  primaryName(tool: Tool): string {
+    return tool.aliasOf ?? tool.name;
+  }
+
+  effectiveSafety(tool: Tool): SafetyLevel {
+    const overrides = this.settings.safetyOverrides ?? {};
+    const own = [overrides[tool.name], overrides[this.primaryName(tool)]].filter((l): l is SafetyLevel => l !== undefined);
+    if (own.length > 0) return mostCautious(own);
+    const byCategory = tool.categories.map((c) => this.settings.categoryLevels?.[c]).filter((l): l is SafetyLevel => l !== undefined);
+    if (byCategory.length > 0) return mostCautious(byCategory);
+    return tool.safety;
+  }
+
+  /** The tools offered to the model, in registration order. */
+  offered(): Tool[] {
+    return this.registry.list({ includeAliases: true }).filter((t) => this.isOffered(t));
+  }
+
+  isOffered(tool: Tool): boolean {
+    const s = this.settings;
+    if (tool.aliasOf && !s.offerAliases) return false;
+    if (s.maxSafetyLevel && safetyRank(this.effectiveSafety(tool)) > safetyRank(s.maxSafetyLevel)) return false;
+    if (s.categories && s.categories.length > 0 && !tool.categories.some((c) => s.categories!.includes(c))) return false;
+    if (this.rules.some((r) => r.rule.action === "deny" && r.rule.argument === undefined && this.ruleCovers(r, tool))) return false;
+    return this.available(tool);
+  }
+
+  /** May a call of TOOL run concurrently with its neighbours (safe, and no rule could stop it)? */
+  runsUnasked(tool: Tool): boolean {
+    return this.effectiveSafety(tool) === "safe" && !this.rules.some((r) => r.rule.action !== "allow" && this.ruleCovers(r, tool));
+  }
+
+  /** What a call of TOOL with ARGS (already validated) needs. */
+  decide(tool: Tool, args: Record<string, unknown>): PolicyDecision {
+    const primaryArgs = toPrimaryArgs(tool, args);
+    const matching = this.rules.filter((r) => this.ruleCovers(r, tool) && argumentMatches(r, primaryArgs));
+    const deny = matching.find((r) => r.rule.action === "deny");
+    if (deny) return { kind: "deny", rule: deny.rule };
+    const ask = matching.find((r) => r.rule.action === "ask");
+    if (ask) return { kind: "ask", reason: { kind: "rule", rule: ask.rule } };
+    if (matching.length > 0) return { kind: "run" };
+    const level = this.effectiveSafety(tool);
+    return level === "dangerous" ? { kind: "ask", reason: { kind: "level", level } } : { kind: "run" };
+  }
+
+  /** The not-available message for NAME, naming what is available. */
+  notAvailable(name: string): string {
+    const offered = this.offered().map((t) => t.name);
+    return `${name} is not available under the user's configuration, so it was not run. Available tools: ${offered.length ? offered.join(", ") : "none"}.`;
+  }
+
+  private ruleCovers(r: CompiledRule, tool: Tool): boolean {
+    if (r.primary !== undefined && r.primary !== this.primaryName(tool)) return false;
+    if (r.rule.category !== undefined && !tool.categories.includes(r.rule.category)) return false;
+    return true;
+  }
+}
+
+/** ARGS under the primary tool's parameter names (an alias declares its renames in argumentNames). */
+export function toPrimaryArgs(tool: Tool, args: Record<string, unknown>): Record<string, unknown> {
+  const renames = tool.argumentNames;
+  if (!renames) return args;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(args)) out[renames[k] ?? k] = v;
+  return out;
+}
+
+function argumentMatches(r: CompiledRule, args: Record<string, unknown>): boolean {
+  if (r.rule.argument === undefined || r.regexp === undefined) return true;
+  if (!Object.prototype.hasOwnProperty.call(args, r.rule.argument)) return false;
+  const value = args[r.rule.argument];
+  const text = typeof value === "string" ? value : JSON.stringify(value);
+  return r.regexp.test(text ?? "");
+}
+
+function compileRule(rule: PermissionRule, i: number, registry: ToolRegistry, categories: Set<string>): CompiledRule {
+  const where = `permissionRules[${i}]`;
+  if (rule === null || typeof rule !== "object" || Array.isArray(rule)) throw new PolicyError(`${where} must be an object with an action.`);
+  if (!RULE_ACTIONS.includes(rule.action)) {
+    throw new PolicyError(`${where}: action must be allow, ask or deny, not ${JSON.stringify(rule.action)}.`);
+  }
+  for (const field of ["tool", "category", "argument", "pattern"] as const) {
+    if (rule[field] !== undefined && typeof rule[field] !== "string") throw new PolicyError(`${where}: ${field} must be a string.`);
+  }
+  const compiled: CompiledRule = { rule: { ...rule } };
+  let tool: Tool | undefined;
+  if (rule.tool !== undefined) {
+    tool = registry.get(rule.tool);
+    if (!tool) throw new PolicyError(`${where}: no tool is named "${rule.tool}".`);
+    compiled.primary = tool.aliasOf ?? tool.name;
+  }
+  if (rule.category !== undefined && !categories.has(rule.category)) {
+    throw new PolicyError(`${where}: unknown category "${rule.category}" (categories: ${[...categories].sort().join(", ")}).`);
+  }
+  if ((rule.argument === undefined) !== (rule.pattern === undefined)) {
+    throw new PolicyError(`${where}: argument and pattern go together (the rule matches when that argument matches the pattern).`);
+  }
+  if (rule.argument !== undefined) {
+    if (tool) {
+      const primary = registry.get(compiled.primary!) ?? tool;
+      const params = Object.keys(primary.schema.properties);
+      if (!params.includes(rule.argument)) {
+        throw new PolicyError(`${where}: "${rule.argument}" is not a parameter of ${primary.name} (parameters: ${params.join(", ") || "none"}).`);
+      }
+    }
+    try {
+      compiled.regexp = new RegExp(rule.pattern!, "u");
+    } catch (err) {
+      throw new PolicyError(`${where}: pattern ${JSON.stringify(rule.pattern)} is not a valid JavaScript regular expression: ${(err as Error).message}.`);
+    }
+  }
+  return compiled;
+}
+
+/** FIELD's levels must be known; KIND ("category ") names what its keys are in the message. */
+function checkLevels(field: string, kind: string, levels: Record<string, SafetyLevel> | undefined): void {
+  if (levels === undefined) return;
+  if (levels === null || typeof levels !== "object" || Array.isArray(levels)) throw new PolicyError(`${field} must be an object of levels.`);
+  const bad = Object.entries(levels).filter(([, v]) => !SAFETY_LEVELS.includes(v));
+  if (bad.length > 0) {
+    throw new PolicyError(`Unknown safety level for ${bad.map(([k, v]) => `${kind}${k}: ${String(v)}`).join(", ")}; use safe, cautious or dangerous.`);
+  }
+}
+
+function mostCautious(levels: readonly SafetyLevel[]): SafetyLevel {
+  return levels.reduce((a, b) => (safetyRank(b) > safetyRank(a) ? b : a));
+}

@@ -1,0 +1,43 @@
+// Attack class 6: an approval prompt that hides what is approved. The question carries the whole
+// action in the tool's declared order (not the model's), the capability, its categories and what made
+// it ask; and when Emacs refuses a call before asking (an error reply), the model is told Emacs's
+// reason as it is, not that the user denied.
+
+import { afterEach, expect, it } from "vitest";
+import { side, type Side } from "./helpers.js";
+
+const open: Side[] = [];
+afterEach(() => open.splice(0).forEach((s) => s.dispose()));
+
+it("an approval request lists the arguments in the tool's order, with capability, categories and reason", async () => {
+  const s = side();
+  open.push(s);
+  await s.init({ offerAliases: true, permissionRules: [{ action: "ask", tool: "read_file", argument: "path", pattern: "secret" }] });
+  // The model puts a long content first, hoping the path is cut off.
+  await s.call("file_write", { content: "x".repeat(5000), file_path: "x/../../../etc/passwd" });
+  const a = s.approvals[0];
+  expect(a).toMatchObject({ tool: "file_write", capability: "write_file", categories: ["buffer", "filesystem"], safetyLevel: "dangerous", reason: { kind: "level", level: "dangerous" } });
+  expect(Object.keys(a.arguments)).toEqual(["file_path", "content"]);
+  expect(a.arguments.file_path).toBe("x/../../../etc/passwd");
+  expect(a.arguments.content).toHaveLength(5000);
+  expect(typeof a.description).toBe("string");
+  expect(typeof a.callId).toBe("string");
+
+  await s.call("read_file", { limit: 3, path: "secret.txt", offset: 1 });
+  const b = s.approvals[1];
+  expect(Object.keys(b.arguments)).toEqual(["path", "offset", "limit"]);
+  expect(b).toMatchObject({ capability: "read_file", reason: { kind: "rule", rule: { action: "ask", tool: "read_file", argument: "path", pattern: "secret" } } });
+});
+
+it("an error reply to an approval fails the call with Emacs's message as it is", async () => {
+  const s = side();
+  open.push(s);
+  await s.init({});
+  const message = "x/../../etc/passwd is outside the project root /home/u/proj; it was not run.";
+  s.answerApproval = () => ({ error: { message } });
+  const r = await s.call("write_file", { path: "x/../../etc/passwd", content: "y" });
+  expect(r.success).toBe(false);
+  expect(r.error).toBe(message);
+  expect(r.content).toBe(`Error: ${message}`);
+  expect(s.ran).toEqual([]);
+});

@@ -1,0 +1,141 @@
+// The security suite's harness: the real AgentServer with the real built-in tool declarations on an
+// in-memory JSON-RPC pair, a fake Emacs side that answers emacs/call, and the mock LLM. Each tool's
+// handler is wrapped so that the test sees which tools really ran (not a status flag).
+
+import { PassThrough } from "node:stream";
+import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
+import type { MockLLM } from "../fixtures/mock-llm/server.mjs";
+import { registerChatHandlers, type ChatService } from "../../server/agent/chat-handlers.js";
+import { Logger } from "../../server/log.js";
+import type { Configuration, EmacsCallParams, InitializeResult } from "../../server/protocol.js";
+import { AgentServer } from "../../server/rpc/server.js";
+import { builtinTools } from "../../server/tools/catalog/index.js";
+import { ToolRegistry } from "../../server/tools/registry.js";
+import { defineTool, type Tool } from "../../server/tools/tool.js";
+
+export interface Note {
+  method: string;
+  params: any;
+}
+
+export interface Side {
+  client: MessageConnection;
+  server: AgentServer;
+  chat: ChatService;
+  registry: ToolRegistry;
+  /** Names of the tools whose handler ran, in order. */
+  ran: string[];
+  /** Every emacs/call of kind approval. */
+  approvals: any[];
+  notes: Note[];
+  logs: string[];
+  /** How the fake Emacs answers an approval (default: approved). */
+  answerApproval: (params: any) => { result?: unknown; error?: { message: string } };
+  /** How the fake Emacs answers a tool or image call (default: content "ok"). */
+  answerCall: (call: EmacsCallParams) => { result?: unknown; error?: { message: string } };
+  init(configuration: Configuration, opts?: { approvals?: boolean }): Promise<InitializeResult>;
+  configure(configuration: Configuration): Promise<{ tools: string[] }>;
+  call(name: string, args: Record<string, unknown>): Promise<any>;
+  waitFor(pred: (n: Note) => boolean): Promise<Note>;
+  dispose(): void;
+}
+
+/** The built-in tools, each handler wrapped to record that it ran before doing its real work. */
+export function recordingRegistry(ran: string[]): ToolRegistry {
+  const registry = new ToolRegistry();
+  for (const t of builtinTools) {
+    const { schema: _schema, ...spec } = t;
+    registry.register(defineTool({ ...spec, required: [...t.required], handler: (args, ctx) => (ran.push(t.name), t.handler(args, ctx)) }));
+  }
+  return registry;
+}
+
+export function side(): Side {
+  const up = new PassThrough();
+  const down = new PassThrough();
+  const client = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
+  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
+  const ran: string[] = [];
+  const registry = recordingRegistry(ran);
+  const logs: string[] = [];
+  const server = new AgentServer(serverSide, { registry, logger: new Logger("debug", (l) => logs.push(l)) });
+  const chat = registerChatHandlers(server, { retry: { maxRetries: 0, baseDelayMs: 1, maxDelayMs: 1 }, env: {} });
+  const notes: Note[] = [];
+  const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
+  const s: Side = {
+    client,
+    server,
+    chat,
+    registry,
+    ran,
+    approvals: [],
+    notes,
+    logs,
+    answerApproval: () => ({ result: { decision: "approved" } }),
+    answerCall: () => ({ result: { content: "ok" } }),
+    init: (configuration, opts = {}) =>
+      client.sendRequest<InitializeResult>("initialize", {
+        clientInfo: { name: "security-test" },
+        capabilities: { tools: true, image: true, approvals: opts.approvals ?? true },
+        configuration,
+      }),
+    configure: (configuration) => client.sendRequest("configuration/change", { configuration }),
+    call: (name, args) => client.sendRequest("tools/call", { name, arguments: args }),
+    waitFor: (pred) =>
+      new Promise<Note>((resolve) => {
+        const found = notes.find(pred);
+        if (found) resolve(found);
+        else waiters.push({ pred, resolve });
+      }),
+    dispose: () => {
+      chat.cancelAll();
+      server.dispose();
+      client.dispose();
+      serverSide.dispose();
+    },
+  };
+  client.onNotification((method: string, params: any) => {
+    const n = { method, params };
+    notes.push(n);
+    if (method === "emacs/call") {
+      const call = params as EmacsCallParams;
+      let answer;
+      if (call.kind === "approval") {
+        s.approvals.push(call.params);
+        answer = s.answerApproval(call.params);
+      } else {
+        answer = s.answerCall(call);
+      }
+      void client.sendNotification("emacs/reply", { id: call.id, ...answer });
+    }
+    for (const w of [...waiters]) {
+      if (w.pred(n)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(n);
+      }
+    }
+  });
+  server.listen();
+  client.listen();
+  return s;
+}
+
+/** Arguments that pass TOOL's schema: each required parameter with a harmless value of its type. */
+export function validArgs(tool: Tool): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const name of tool.required) {
+    const p = tool.schema.properties[name]!;
+    out[name] = p.type === "string" ? "x.lisp" : p.type === "integer" || p.type === "number" ? 1 : p.type === "boolean" ? true : p.type === "array" ? [] : {};
+  }
+  return out;
+}
+
+export function mockConfig(mock: MockLLM, extra: Configuration = {}): Configuration {
+  return { provider: "anthropic", apiKey: "sk-security-test-0123456789", baseUrl: mock.url, model: "claude-sonnet-4-6", ...extra };
+}
+
+/** Runs one chat turn and waits for its end notification. */
+export async function runTurn(s: Side, text = "go"): Promise<Note> {
+  const sent = await s.client.sendRequest<{ turnId: string }>("chat/send", { text });
+  return s.waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === sent.turnId);
+}
