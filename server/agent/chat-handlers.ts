@@ -189,6 +189,7 @@ export class ChatService {
         model: resolved.model,
         system,
         tools,
+        safetyOf: (t) => policy.effectiveSafety(t),
         toolChoice: p.toolChoice ?? "auto",
         maxTokens: config.maxTokens ?? DEFAULT_MAX_TOKENS,
         ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),

@@ -39,6 +39,8 @@ export interface TurnSettings {
   retry: RetryPolicy;
   /** Overrides the models table (tests, unusual local models). */
   contextWindow?: number;
+  /** The level in force under the user's settings, so a tool's description says truly whether it asks. */
+  safetyOf?: (tool: Tool) => SafetyLevel;
 }
 
 export interface TurnEvents {
@@ -117,7 +119,7 @@ export async function runTurn(input: TurnInput): Promise<TurnOutcome> {
     return { ...base, status: "failed", kind: "internal", message: redact(`Internal error in the agent loop: ${(err as Error)?.message ?? String(err)}`) };
   };
 
-  const tools: ToolDefinition[] = settings.tools.map((t) => ({ name: t.name, description: describeForModel(t), inputSchema: t.schema }));
+  const tools: ToolDefinition[] = settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: t.schema }));
   const window = settings.contextWindow ?? modelInfo(settings.model).contextWindow;
   const fixedTokens = estimateTokens(settings.system) + estimateTokens(JSON.stringify(tools));
 

@@ -63,8 +63,8 @@ export class ToolRegistry {
 }
 
 /** The description the model sees, with the safety note it needs to plan (approval can be refused). */
-export function describeForModel(tool: Tool): string {
-  if (tool.safety === "dangerous") return `${tool.description} Requires the user's approval; may be denied.`;
+export function describeForModel(tool: Tool, level: SafetyLevel = tool.safety): string {
+  if (level === "dangerous") return `${tool.description} Requires the user's approval; may be denied.`;
   return tool.description;
 }
 

@@ -196,3 +196,22 @@ describe("a configuration change during a turn", () => {
     }
   });
 });
+
+describe("what the model is told about approval", () => {
+  it("follows the effective level, not the declared one", async () => {
+    const mock = await startMockLLM({ script: { steps: [{ content: [{ type: "text", text: "ok" }] }] } });
+    try {
+      const s = side();
+      open.push(s);
+      await s.init({ ...mockConfig(mock), safetyOverrides: { write_file: "cautious" }, categoryLevels: { evaluation: "dangerous" } });
+      await runTurn(s);
+      const tools = (mock.requests()[0]!.body as { tools: { name: string; description: string }[] }).tools;
+      const said = (name: string) => tools.find((t) => t.name === name)!.description;
+      expect(said("write_file")).not.toMatch(/Requires the user's approval/);
+      expect(said("eval_form")).toMatch(/Requires the user's approval/);
+      expect(said("propose_file_edit")).toMatch(/Requires the user's approval/);
+    } finally {
+      await mock.close();
+    }
+  });
+});

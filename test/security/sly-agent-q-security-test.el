@@ -307,11 +307,12 @@
         (sly-agent-q-test-wait (lambda () (sly-agent-q-call-pending "approval")) 20 "the approval")
         (let ((chat (sly-agent-q-test-chat-text)))
           ;; The resolved target is named, the long value says it was shortened,
-          ;; and the arguments come in the order received.
+          ;; and the arguments come in the tool's declared order (path first),
+          ;; not the model's order (content first).
           (should (string-match-p "writes victim\\.txt" chat))
           (should (string-match-p "shortened here: [0-9]+ characters in all; v shows" chat))
-          (should (< (string-search "content: " chat)
-                     (string-search "path: \"docs/readme.txt/../../victim.txt\"" chat))))
+          (should (< (string-search "path: \"docs/readme.txt/../../victim.txt\"" chat)
+                     (string-search "content: " chat))))
         ;; d shows the real target's change in diff-mode.
         (with-current-buffer (sly-agent-q-approval-show-diff)
           (should (eq major-mode 'diff-mode))
@@ -414,7 +415,9 @@
       (unwind-protect
           (let ((file-name-handler-alist
                  (cons '(":" . sly-agent-q-security-test--spy-handler) file-name-handler-alist))
-                (sly-agent-q-max-safety-level 'dangerous))
+                (sly-agent-q-max-safety-level 'dangerous)
+                ;; Aliases run only when offered (issue 10, attack 1).
+                (sly-agent-q-extra-configuration '(:offerAliases t)))
             (sly-agent-q-test-with-server
                 `((steps . [,(sly-agent-q-security-test--tool-step "file_read" `((file_path . ,path)))
                             ,(sly-agent-q-security-test--tool-step
