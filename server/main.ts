@@ -5,6 +5,8 @@ import { createMessageConnection, StreamMessageReader, StreamMessageWriter } fro
 import { Logger } from "./log.js";
 import type { LogLevel } from "./protocol.js";
 import { registerChatHandlers } from "./agent/chat-handlers.js";
+import { registerMcpHandlers } from "./mcp/handlers.js";
+import { runStdioShim } from "./mcp/stdio-shim.js";
 import { GuardedMessageReader } from "./rpc/guarded-reader.js";
 import { AgentServer } from "./rpc/server.js";
 import { SERVER_NAME, SERVER_VERSION } from "./version.js";
@@ -18,6 +20,10 @@ Speaks JSON-RPC 2.0 with Content-Length framing on stdin/stdout; logs go to stde
 Options:
   --stdio              talk over stdin/stdout (the default and only transport)
   --log-level LEVEL    debug, info, warn or error (default info)
+  --mcp-stdio          instead: an MCP server on stdin/stdout that forwards to the MCP server
+                       started in Emacs (M-x sly-agent-q-mcp-start), found through its state file
+  --mcp-state FILE     that state file (default $SLY_AGENT_Q_MCP_STATE, else
+                       $XDG_STATE_HOME/sly-agent-q/mcp.json, else ~/.local/state/sly-agent-q/mcp.json)
   --version            print the version and exit
   --help               print this help and exit
 
@@ -27,6 +33,8 @@ Environment: ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, OPENAI_API_KEY, OPENAI_BASE_
 
 function main(argv: string[]): void {
   let level: LogLevel = "info";
+  let mcpStdio = false;
+  let mcpState: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--version") {
@@ -39,12 +47,24 @@ function main(argv: string[]): void {
       const v = argv[++i];
       if (v !== "debug" && v !== "info" && v !== "warn" && v !== "error") return usage(`--log-level takes debug, info, warn or error, not ${String(v)}`);
       level = v;
+    } else if (a === "--mcp-stdio") {
+      mcpStdio = true;
+    } else if (a === "--mcp-state") {
+      mcpState = argv[++i];
+      if (!mcpState) return usage("--mcp-state takes a file name");
     } else if (a !== "--stdio") {
       return usage(`unknown option ${a}`);
     }
   }
   // Nothing but protocol may reach stdout: route stray console output to stderr.
   console.log = console.info = console.debug = (...args: unknown[]) => process.stderr.write(args.map(String).join(" ") + "\n");
+  if (mcpStdio) {
+    runStdioShim(mcpState).catch((err: unknown) => {
+      process.stderr.write(`${SERVER_NAME} --mcp-stdio: ${(err as Error)?.message ?? String(err)}\n`);
+      process.exit(1);
+    });
+    return;
+  }
 
   const logger = new Logger(level);
   const writer = new StreamMessageWriter(process.stdout);
@@ -58,6 +78,8 @@ function main(argv: string[]): void {
     },
   });
   registerChatHandlers(server);
+  const mcp = registerMcpHandlers(server);
+  process.on("exit", () => mcp.service.stopSync());
   process.on("uncaughtException", (err) => logger.error(`uncaught: ${err.stack ?? err.message}`));
   process.on("unhandledRejection", (err) => logger.error(`unhandled rejection: ${String((err as Error)?.stack ?? err)}`));
   server.listen();

@@ -28,6 +28,12 @@ export const Requests = {
   conversationNew: "conversation/new",
   conversationList: "conversation/list",
   conversationDelete: "conversation/delete",
+  /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1): McpStartParams -> McpStartResult. */
+  mcpStart: "mcp/start",
+  /** Stop serving MCP and remove the state file: -> {stopped: boolean}. */
+  mcpStop: "mcp/stop",
+  /** The MCP servers our agent uses as a client: McpClientConfigureParams -> McpClientConfigureResult. */
+  mcpClientConfigure: "mcp/clientConfigure",
 } as const;
 
 /** Client -> server notifications. */
@@ -48,6 +54,10 @@ export const ServerNotifications = {
   approvalNeeded: "chat/approvalNeeded",
   turnFinished: "chat/turnFinished",
   turnFailed: "chat/turnFailed",
+  /** An MCP client's tool call, started or finished (McpCallParams), for Emacs's MCP log. */
+  mcpCall: "mcp/call",
+  /** An MCP server our agent uses connected, failed or died (McpServerStatusParams). */
+  mcpServerStatus: "mcp/serverStatus",
 } as const;
 
 // ---------------------------------------------------------------------------------------------------
@@ -238,6 +248,8 @@ export interface EmacsApprovalParams {
   reason: ApprovalReason;
   conversationId?: string;
   turnId?: string;
+  /** The MCP client asking (e.g. "claude-code"), when the call came over MCP, not from our model. */
+  client?: string;
 }
 export type EmacsApprovalResult = ApprovalDecision;
 
@@ -382,3 +394,57 @@ export const ErrorCodes = {
   turnRunning: -32011,
   invalidConfiguration: -32012,
 } as const;
+
+// ---------------------------------------------------------------------------------------------------
+// MCP (issue 15): the registry served over MCP, and MCP servers used as a client.
+
+export interface McpStartParams {
+  /** Where the URL and token are written (mode 0600); Emacs decides. */
+  stateFile: string;
+  /** 0 or absent: a free port. */
+  port?: number;
+  /** How long a dangerous MCP call waits for the user before it is denied. */
+  approvalTimeoutMs?: number;
+}
+export interface McpStartResult {
+  url: string;
+  port: number;
+  stateFile: string;
+}
+
+export interface McpCallParams {
+  phase: "start" | "done";
+  id: string;
+  client: string;
+  tool: string;
+  arguments?: Record<string, unknown>;
+  success?: boolean;
+  /** The result or error, shortened. */
+  summary?: string;
+  safetyLevel?: SafetyLevel | "unknown";
+}
+
+/** One MCP server, as in .mcp.json's mcpServers: stdio (command) or HTTP (url). */
+export interface McpServerConfig {
+  type?: "stdio" | "http" | "streamable-http";
+  command?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  url?: string;
+  headers?: Record<string, string>;
+}
+export interface McpClientConfigureParams {
+  servers: Record<string, McpServerConfig>;
+  /** Trust level per server name (default dangerous: every call asks). */
+  levels?: Record<string, SafetyLevel>;
+}
+export interface McpClientConfigureResult {
+  servers: { name: string; ok: boolean; tools: string[]; error?: string }[];
+}
+export interface McpServerStatusParams {
+  name: string;
+  status: "connected" | "failed" | "exited";
+  message?: string;
+  tools?: string[];
+}

@@ -23,6 +23,11 @@ export class ToolRegistry {
     return tool;
   }
 
+  /** Removes NAME (tools of an MCP server that went away); true when it was there. */
+  unregister(name: string): boolean {
+    return this.tools.delete(name);
+  }
+
   get(name: string): Tool | undefined {
     return this.tools.get(name);
   }

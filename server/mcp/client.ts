@@ -1,0 +1,201 @@
+// MCP servers our agent uses (issue 15): each configured server (the .mcp.json format, stdio or HTTP)
+// is connected, and its tools are registered beside ours as mcp__SERVER__TOOL, at the trust level the
+// user gave that server (default dangerous: every call asks). They run through the same executor and
+// policy as every other tool. A server that fails to start or dies is reported, never fatal; a call
+// cut by a crash fails with a message and the next call starts the server again.
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import type { Tool as McpTool } from "@modelcontextprotocol/sdk/types.js";
+import { ServerNotifications, type McpClientConfigureParams, type McpClientConfigureResult, type McpServerConfig, type McpServerStatusParams } from "../protocol.js";
+import type { AgentServer } from "../rpc/server.js";
+import { defineTool, SAFETY_LEVELS, ToolError, type ParamSpec, type ParamType, type SafetyLevel, type Tool } from "../tools/tool.js";
+import { SERVER_NAME, SERVER_VERSION } from "../version.js";
+
+const MAX_NAME = 64; // the providers' limit on a tool name
+const PARAM_TYPES: readonly ParamType[] = ["string", "boolean", "number", "integer", "object", "array"];
+
+/** NAME lowered to the tool-name pattern's alphabet. */
+export function sanitize(name: string): string {
+  const s = name.toLowerCase().replace(/[^a-z0-9_]+/g, "_").replace(/^_+|_+$/g, "");
+  return s === "" ? "x" : s;
+}
+
+export function mcpToolName(server: string, tool: string): string {
+  return `mcp__${sanitize(server)}__${sanitize(tool)}`.slice(0, MAX_NAME);
+}
+
+class Connection {
+  client: Client | undefined;
+  tools: Tool[] = [];
+  private connecting: Promise<Client> | undefined;
+
+  constructor(
+    readonly name: string,
+    readonly config: McpServerConfig,
+    private readonly onDeath: (message: string) => void,
+  ) {}
+
+  /** The connected client, starting the server when it is not running. */
+  ensure(): Promise<Client> {
+    if (this.client) return Promise.resolve(this.client);
+    this.connecting ??= this.connect().finally(() => (this.connecting = undefined));
+    return this.connecting;
+  }
+
+  private async connect(): Promise<Client> {
+    const client = new Client({ name: SERVER_NAME, version: SERVER_VERSION });
+    const transport = makeTransport(this.name, this.config);
+    let stderr = "";
+    if (transport instanceof StdioClientTransport) transport.stderr?.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+    await client.connect(transport);
+    client.onclose = () => {
+      if (this.client !== client) return;
+      this.client = undefined;
+      this.onDeath(`MCP server ${this.name} exited${stderr.trim() ? `: ${stderr.trim().split("\n").slice(-3).join(" | ")}` : "."}`);
+    };
+    this.client = client;
+    return client;
+  }
+
+  async close(): Promise<void> {
+    const c = this.client;
+    this.client = undefined;
+    await c?.close().catch(() => undefined);
+  }
+}
+
+function makeTransport(name: string, config: McpServerConfig): Transport {
+  if (config.url !== undefined || config.type === "http" || config.type === "streamable-http") {
+    if (typeof config.url !== "string") throw new Error(`MCP server ${name}: an HTTP server needs a url.`);
+    return new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: config.headers ?? {} } });
+  }
+  if (typeof config.command !== "string" || config.command === "") throw new Error(`MCP server ${name}: needs a command (stdio) or a url (HTTP).`);
+  return new StdioClientTransport({
+    command: config.command,
+    args: config.args ?? [],
+    env: { ...getDefaultEnvironment(), ...(config.env ?? {}) },
+    cwd: config.cwd,
+    stderr: "pipe",
+  });
+}
+
+export class McpClientManager {
+  private readonly connections = new Map<string, Connection>();
+
+  constructor(private readonly agent: AgentServer) {}
+
+  /** Replaces the configured servers: the old ones stop and their tools go; the new ones connect. */
+  async configure(params: McpClientConfigureParams): Promise<McpClientConfigureResult> {
+    await this.closeAll();
+    const servers = params.servers ?? {};
+    const levels = params.levels ?? {};
+    for (const [name, level] of Object.entries(levels)) {
+      if (!SAFETY_LEVELS.includes(level)) throw new Error(`MCP server ${name}: level must be safe, cautious or dangerous, not ${String(level)}.`);
+    }
+    const out: McpClientConfigureResult["servers"] = [];
+    for (const [name, config] of Object.entries(servers)) {
+      const conn = new Connection(name, config ?? {}, (message) => this.status({ name, status: "exited", message }));
+      this.connections.set(name, conn);
+      try {
+        const client = await conn.ensure();
+        const listed = await client.listTools();
+        conn.tools = this.register(conn, listed.tools, levels[name] ?? "dangerous");
+        const names = conn.tools.map((t) => t.name);
+        this.status({ name, status: "connected", tools: names });
+        out.push({ name, ok: true, tools: names });
+      } catch (err) {
+        const error = `MCP server ${name} could not start: ${(err as Error)?.message ?? String(err)}`;
+        this.agent.logger.warn(error);
+        await conn.close();
+        this.status({ name, status: "failed", message: error });
+        out.push({ name, ok: false, tools: [], error });
+      }
+    }
+    return { servers: out };
+  }
+
+  async closeAll(): Promise<void> {
+    for (const conn of this.connections.values()) {
+      for (const t of conn.tools) this.agent.registry.unregister(t.name);
+      await conn.close();
+    }
+    this.connections.clear();
+  }
+
+  private status(p: McpServerStatusParams): void {
+    this.agent.notify(ServerNotifications.mcpServerStatus, p);
+  }
+
+  private register(conn: Connection, tools: McpTool[], level: SafetyLevel): Tool[] {
+    const registered: Tool[] = [];
+    for (const t of tools) {
+      const name = mcpToolName(conn.name, t.name);
+      if (this.agent.registry.get(name)) {
+        this.agent.logger.warn(`MCP server ${conn.name}: tool ${t.name} skipped, ${name} is taken.`);
+        continue;
+      }
+      const remote = t.name;
+      let tool: Tool;
+      try {
+        tool = defineTool({
+          name,
+          description: `${(t.description ?? "").trim() || `Tool ${remote}`} (from the MCP server ${conn.name})`,
+          parameters: toParams(t.inputSchema),
+          required: (t.inputSchema.required ?? []).filter((r) => Object.prototype.hasOwnProperty.call(t.inputSchema.properties ?? {}, r) && /^[a-z][a-z0-9_]*$/.test(r)),
+          safety: level,
+          categories: ["mcp"],
+          runtime: "node",
+          handler: async (args, ctx) => {
+            let client: Client;
+            try {
+              client = await conn.ensure();
+            } catch (err) {
+              throw new ToolError(`MCP server ${conn.name} could not start: ${(err as Error)?.message ?? String(err)}`);
+            }
+            try {
+              const r = await client.callTool({ name: remote, arguments: args }, undefined, { signal: ctx.signal, timeout: ctx.timeoutMs });
+              const text = textOf(r.content);
+              if (r.isError) throw new ToolError(`${remote} on MCP server ${conn.name} failed: ${text || "no message"}`);
+              return text;
+            } catch (err) {
+              if (err instanceof ToolError) throw err;
+              throw new ToolError(`${remote} on MCP server ${conn.name} failed: ${(err as Error)?.message ?? String(err)}`);
+            }
+          },
+        });
+      } catch (err) {
+        this.agent.logger.warn(`MCP server ${conn.name}: tool ${t.name} skipped: ${(err as Error).message}`);
+        continue;
+      }
+      registered.push(this.agent.registry.register(tool));
+    }
+    return registered;
+  }
+}
+
+/** The parameters we can describe to the model; a name outside the pattern is left out. */
+function toParams(schema: McpTool["inputSchema"]): Record<string, ParamSpec> {
+  const out: Record<string, ParamSpec> = {};
+  for (const [k, v] of Object.entries(schema.properties ?? {})) {
+    if (!/^[a-z][a-z0-9_]*$/.test(k)) continue;
+    const p = (v ?? {}) as { type?: unknown; description?: unknown; items?: { type?: unknown }; enum?: unknown };
+    const raw = Array.isArray(p.type) ? p.type.find((x) => x !== "null") : p.type;
+    const type: ParamType = PARAM_TYPES.includes(raw as ParamType) ? (raw as ParamType) : "string";
+    const spec: ParamSpec = { type, description: typeof p.description === "string" && p.description.trim() ? p.description : k };
+    if (type === "array") spec.items = { type: PARAM_TYPES.includes(p.items?.type as ParamType) ? (p.items!.type as ParamType) : "string" };
+    if (Array.isArray(p.enum) && p.enum.every((e) => typeof e === "string" || typeof e === "number")) spec.enum = p.enum as (string | number)[];
+    out[k] = spec;
+  }
+  return out;
+}
+
+function textOf(content: unknown): string {
+  if (!Array.isArray(content)) return "";
+  return content
+    .map((c: { type?: string; text?: string }) => (c?.type === "text" && typeof c.text === "string" ? c.text : c?.type ? `[${c.type} content]` : ""))
+    .filter(Boolean)
+    .join("\n");
+}

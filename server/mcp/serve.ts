@@ -1,0 +1,235 @@
+// The registry served over MCP (issue 15): Streamable HTTP on 127.0.0.1 with a random bearer token.
+// Every call goes through the agent's own executor and policy (safe runs, cautious is audited,
+// dangerous asks in Emacs naming the MCP client and is denied when nobody answers in time). What may
+// connect: only a request to the loopback interface, with a loopback Host (and Origin, when sent:
+// DNS rebinding), and the token. The URL and token go to a file only the user can read.
+
+import { randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from "node:http";
+import { chmod, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { rmSync } from "node:fs";
+import { dirname } from "node:path";
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool as McpTool } from "@modelcontextprotocol/sdk/types.js";
+import { registerSecret } from "../log.js";
+import { ServerNotifications, type EmacsApprovalParams, type McpCallParams, type McpStartParams, type McpStartResult } from "../protocol.js";
+import type { AgentServer } from "../rpc/server.js";
+import type { ApprovalDecision, ApprovalFn, ToolResult } from "../tools/executor.js";
+import { describeForModel } from "../tools/registry.js";
+import { SERVER_NAME, SERVER_VERSION } from "../version.js";
+
+const DEFAULT_APPROVAL_TIMEOUT_MS = 60_000;
+const LOOPBACK_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+/** The contents of the state file. */
+export interface McpState {
+  url: string;
+  token: string;
+  pid: number;
+}
+
+export class McpHttpService {
+  private http: HttpServer | undefined;
+  private token = "";
+  private port = 0;
+  private stateFile = "";
+  private approvalTimeoutMs = DEFAULT_APPROVAL_TIMEOUT_MS;
+  private readonly sessions = new Map<string, { transport: StreamableHTTPServerTransport; mcp: Server }>();
+  /** "Always allow" answers given to MCP clients: never shared with the chat's. */
+  private readonly allowed = new Set<string>();
+  private nextCall = 1;
+
+  constructor(private readonly agent: AgentServer) {}
+
+  get running(): boolean {
+    return this.http !== undefined;
+  }
+
+  async start(params: McpStartParams): Promise<McpStartResult> {
+    if (typeof params.stateFile !== "string" || params.stateFile === "") throw new Error("mcp/start needs a stateFile.");
+    if (this.http) await this.stop();
+    this.approvalTimeoutMs = params.approvalTimeoutMs && params.approvalTimeoutMs > 0 ? params.approvalTimeoutMs : DEFAULT_APPROVAL_TIMEOUT_MS;
+    this.token = randomBytes(32).toString("base64url");
+    registerSecret(this.token, "mcpToken");
+    const http = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve, reject) => {
+      http.once("error", reject);
+      // Loopback only: another interface never sees the port.
+      http.listen(params.port ?? 0, "127.0.0.1", () => resolve());
+    });
+    this.http = http;
+    this.port = (http.address() as { port: number }).port;
+    this.stateFile = params.stateFile;
+    const url = `http://127.0.0.1:${this.port}/mcp`;
+    await writePrivate(this.stateFile, JSON.stringify({ url, token: this.token, pid: process.pid } satisfies McpState, null, 2) + "\n");
+    this.agent.logger.info(`MCP: serving on ${url}`);
+    return { url, port: this.port, stateFile: this.stateFile };
+  }
+
+  async stop(): Promise<boolean> {
+    const http = this.http;
+    if (!http) return false;
+    this.http = undefined;
+    for (const { transport } of this.sessions.values()) await transport.close().catch(() => undefined);
+    this.sessions.clear();
+    http.closeAllConnections();
+    await new Promise<void>((resolve) => http.close(() => resolve()));
+    await rm(this.stateFile, { force: true }).catch(() => undefined);
+    return true;
+  }
+
+  /** At process exit: the state file must not point at a server that is gone. */
+  stopSync(): void {
+    if (this.stateFile) rmSync(this.stateFile, { force: true });
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const refusal = this.refusal(req);
+    if (refusal) {
+      this.agent.logger.warn(`MCP: refused a request: ${refusal.message}`);
+      res.writeHead(refusal.status, { "content-type": "application/json", ...(refusal.status === 401 ? { "www-authenticate": "Bearer" } : {}) });
+      res.end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32001, message: refusal.message }, id: null }));
+      return;
+    }
+    try {
+      const sid = req.headers["mcp-session-id"];
+      const existing = typeof sid === "string" ? this.sessions.get(sid) : undefined;
+      if (existing) {
+        await existing.transport.handleRequest(req, res);
+        return;
+      }
+      if (typeof sid === "string") {
+        res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32001, message: "Unknown MCP session." }, id: null }));
+        return;
+      }
+      // A new session (the SDK answers anything but initialize here with an error).
+      const mcp = this.makeServer();
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => void this.sessions.set(id, { transport, mcp }),
+      });
+      transport.onclose = () => {
+        if (transport.sessionId) this.sessions.delete(transport.sessionId);
+      };
+      await mcp.connect(transport);
+      await transport.handleRequest(req, res);
+    } catch (err) {
+      this.agent.logger.error(`MCP: request failed: ${(err as Error)?.stack ?? String(err)}`);
+      if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32603, message: "Internal error" }, id: null }));
+    }
+  }
+
+  /** Why REQ is refused, or undefined. */
+  private refusal(req: IncomingMessage): { status: number; message: string } | undefined {
+    const local = req.socket.localAddress ?? "";
+    if (local !== "127.0.0.1" && local !== "::ffff:127.0.0.1") return { status: 403, message: "Only loopback connections are served." };
+    const host = req.headers.host ?? "";
+    if (!isLoopbackAuthority(host, this.port)) return { status: 403, message: `Host ${JSON.stringify(host.slice(0, 100))} is not this loopback server.` };
+    const origin = req.headers.origin;
+    if (origin !== undefined && !isLoopbackOrigin(origin)) return { status: 403, message: `Origin ${JSON.stringify(origin.slice(0, 100))} is not loopback.` };
+    const auth = req.headers.authorization ?? "";
+    const m = /^Bearer\s+(\S+)$/i.exec(auth);
+    if (!m) return { status: 401, message: "A bearer token is required." };
+    const given = Buffer.from(m[1]!);
+    const want = Buffer.from(this.token);
+    if (given.length !== want.length || !timingSafeEqual(given, want)) return { status: 401, message: "The bearer token is wrong." };
+    return undefined;
+  }
+
+  private makeServer(): Server {
+    const mcp = new Server({ name: SERVER_NAME, version: SERVER_VERSION }, { capabilities: { tools: {} } });
+    mcp.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.listTools() }));
+    mcp.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+      const client = mcp.getClientVersion()?.name || "an MCP client";
+      const result = await this.call(client, request.params.name, request.params.arguments ?? {}, extra.signal);
+      return { content: [{ type: "text", text: result.success ? result.content : result.error ?? result.content }], isError: !result.success };
+    });
+    return mcp;
+  }
+
+  /** The offered tools (the policy in force), minus tools of MCP servers we use ourselves. */
+  private listTools(): McpTool[] {
+    const policy = this.agent.executor.policy;
+    return policy
+      .offered()
+      .filter((t) => !t.categories.includes("mcp"))
+      .map((t) => ({
+        name: t.name,
+        description: describeForModel(t, policy.effectiveSafety(t)),
+        inputSchema: { type: "object" as const, properties: t.schema.properties as unknown as Record<string, object>, required: [...t.required] },
+        annotations: { readOnlyHint: policy.effectiveSafety(t) === "safe", destructiveHint: policy.effectiveSafety(t) === "dangerous" },
+      }));
+  }
+
+  /** Runs one MCP call through the agent's executor, under its policy, with MCP's own approval. */
+  async call(client: string, name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<ToolResult> {
+    const id = `mcp-${this.nextCall++}`;
+    const tool = this.agent.registry.get(name);
+    const notify = (p: McpCallParams) => this.agent.notify(ServerNotifications.mcpCall, p);
+    notify({ phase: "start", id, client, tool: name, arguments: args });
+    let result: ToolResult;
+    if (tool?.categories.includes("mcp")) {
+      // Not re-exported: a client of ours would otherwise run another server's tools under our name.
+      result = { id, name, success: false, content: `Error: ${name} is not served over MCP.`, error: `${name} is not served over MCP.`, metadata: { executionTimeMs: 0, safetyLevel: "unknown", approved: false } };
+    } else {
+      const executor = this.agent.executor.withPolicy(() => this.agent.executor.policy);
+      executor.options.approve = this.approve(client);
+      executor.sessionAllowed = this.allowed;
+      result = await executor.execute({ id, name, arguments: args }, { signal, tags: { mcpClient: client } });
+    }
+    notify({ phase: "done", id, client, tool: name, success: result.success, safetyLevel: result.metadata.safetyLevel, summary: result.content.slice(0, 300) });
+    return result;
+  }
+
+  private approve(client: string): ApprovalFn {
+    return async (request, signal): Promise<ApprovalDecision> => {
+      if (!this.agent.capabilities.approvals) return { decision: "denied", reason: "no approval interface is connected" };
+      const params: EmacsApprovalParams = {
+        callId: request.callId,
+        tool: request.tool.name,
+        arguments: request.arguments,
+        safetyLevel: request.safetyLevel,
+        description: request.tool.description,
+        capability: request.tool.aliasOf ?? request.tool.name,
+        categories: [...request.tool.categories],
+        reason: request.reason,
+        client,
+      };
+      const timeout = AbortSignal.timeout(this.approvalTimeoutMs);
+      try {
+        return (await this.agent.bridge.call("approval", params as unknown as Record<string, unknown>, { signal: AbortSignal.any([signal, timeout]) })) as ApprovalDecision;
+      } catch (err) {
+        if (timeout.aborted && !signal.aborted) {
+          return { decision: "denied", reason: `nobody answered in Emacs within ${Math.round(this.approvalTimeoutMs / 1000)} s` };
+        }
+        throw err;
+      }
+    };
+  }
+}
+
+function isLoopbackAuthority(host: string, port: number): boolean {
+  const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(host.trim().toLowerCase());
+  if (!m) return false;
+  if (!LOOPBACK_HOSTS.has(m[1]!)) return false;
+  return m[2] === undefined || Number(m[2]) === port;
+}
+
+function isLoopbackOrigin(origin: string): boolean {
+  try {
+    const u = new URL(origin);
+    return (u.protocol === "http:" || u.protocol === "https:") && LOOPBACK_HOSTS.has(u.hostname.toLowerCase());
+  } catch {
+    return false;
+  }
+}
+
+/** Writes FILE readable by the user alone, whole or not at all. */
+async function writePrivate(file: string, text: string): Promise<void> {
+  await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+  const tmp = `${file}.${process.pid}.tmp`;
+  await writeFile(tmp, text, { mode: 0o600 });
+  await chmod(tmp, 0o600);
+  await rename(tmp, file);
+}
