@@ -1,0 +1,189 @@
+// The registry served over MCP (issue 15), tested with the real bundle and the official MCP client
+// from the SDK. This test stands in for Emacs on the bundle's stdio (it answers emacs/call for
+// tools and approvals); the real Emacs and Lisp are in test/e2e.
+
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, statSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { BUNDLE, startBundle, type BundleProcess } from "./stdio-client.js";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+type Decision = { decision: "approved" } | { decision: "denied"; reason?: string } | "silent";
+
+interface Harness {
+  bundle: BundleProcess;
+  stateFile: string;
+  url: string;
+  token: string;
+  /** emacs/call params seen, by kind. */
+  calls: { kind: string; params: Record<string, unknown> }[];
+  notes: { method: string; params: Record<string, unknown> }[];
+  decisions: Decision[];
+}
+
+const open: BundleProcess[] = [];
+afterEach(() => {
+  for (const b of open.splice(0)) b.kill();
+});
+
+async function start(approvalTimeoutMs = 20_000): Promise<Harness> {
+  const bundle = startBundle(["--log-level", "warn"]);
+  open.push(bundle);
+  const stateFile = join(mkdtempSync(join(tmpdir(), "agent-q-mcp-")), "state", "mcp.json");
+  const h: Harness = { bundle, stateFile, url: "", token: "", calls: [], notes: [], decisions: [] };
+  bundle.connection.onNotification((method: string, params: any) => {
+    h.notes.push({ method, params });
+    if (method !== "emacs/call") return;
+    h.calls.push({ kind: params.kind, params: params.params });
+    if (params.kind === "approval") {
+      const d = h.decisions.shift() ?? { decision: "denied" };
+      if (d !== "silent") void bundle.connection.sendNotification("emacs/reply", { id: params.id, result: d });
+    } else {
+      void bundle.connection.sendNotification("emacs/reply", { id: params.id, result: { content: `emacs ran ${params.params.tool} ${JSON.stringify(params.params.arguments)}` } });
+    }
+  });
+  await bundle.connection.sendRequest("initialize", { clientInfo: { name: "mcp-test" }, capabilities: { tools: true, image: true, approvals: true }, configuration: {} });
+  const r = await bundle.connection.sendRequest<any>("mcp/start", { stateFile, approvalTimeoutMs });
+  const state = JSON.parse(readFileSync(stateFile, "utf8"));
+  expect(r.url).toBe(state.url);
+  h.url = state.url;
+  h.token = state.token;
+  return h;
+}
+
+async function connect(h: Harness, name = "Claude Code"): Promise<Client> {
+  const client = new Client({ name, version: "1.0.0" });
+  await client.connect(new StreamableHTTPClientTransport(new URL(h.url), { requestInit: { headers: { Authorization: `Bearer ${h.token}` } } }));
+  return client;
+}
+
+const INIT = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } });
+const HEADERS = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+
+describe("MCP server", () => {
+  it("writes the URL and token to a file only the user can read, on loopback", async () => {
+    const h = await start();
+    expect(statSync(h.stateFile).mode & 0o777).toBe(0o600);
+    expect(h.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+    expect(h.token.length).toBeGreaterThanOrEqual(40);
+    await h.bundle.connection.sendRequest("mcp/stop", {});
+    expect(existsSync(h.stateFile)).toBe(false);
+  });
+
+  it("refuses no token, a wrong token, a foreign Host and a foreign Origin", async () => {
+    const h = await start();
+    const post = (headers: Record<string, string>) => fetch(h.url, { method: "POST", headers: { ...HEADERS, ...headers }, body: INIT });
+    expect((await post({})).status).toBe(401);
+    expect((await post({ authorization: `Bearer ${h.token}x` })).status).toBe(401);
+    expect((await post({ authorization: "Bearer " })).status).toBe(401);
+    const good = { authorization: `Bearer ${h.token}` };
+    expect((await post({ ...good, origin: "http://evil.example" })).status).toBe(403);
+    expect((await post({ ...good, origin: "null" })).status).toBe(403);
+    // fetch sets Host itself; a raw request names a rebinding host.
+    const port = new URL(h.url).port;
+    const raw = spawnSync(process.execPath, ["-e", `
+      const http = require("node:http");
+      const req = http.request({ host: "127.0.0.1", port: ${port}, path: "/mcp", method: "POST", headers: { ...${JSON.stringify({ ...HEADERS, ...good })}, host: "evil.example:${port}" } }, (res) => { console.log(res.statusCode); });
+      req.end(${JSON.stringify(INIT)});`], { encoding: "utf8" });
+    expect(raw.stdout.trim()).toBe("403");
+    // Only loopback is listened on: another interface of this machine gets no answer.
+    const other = Object.values((await import("node:os")).networkInterfaces()).flat().find((i) => i && i.family === "IPv4" && !i.internal);
+    if (other) await expect(fetch(`http://${other.address}:${port}/mcp`, { method: "POST", headers: { ...HEADERS, ...good }, body: INIT })).rejects.toThrow();
+    // The same request with the token and a loopback Origin is served.
+    expect((await post({ ...good, origin: `http://localhost:${port}` })).status).toBe(200);
+    // The token never reaches the logs.
+    expect(h.bundle.stderr()).not.toContain(h.token);
+  });
+
+  it("lists the registry's tools and runs them through the executor; dangerous asks in Emacs naming the client", async () => {
+    const h = await start();
+    const client = await connect(h);
+    const names = (await client.listTools()).tools.map((t) => t.name);
+    expect(names).toEqual(expect.arrayContaining(["describe_symbol", "eval_form", "write_file", "read_file"]));
+
+    const d = await client.callTool({ name: "describe_symbol", arguments: { symbol: "car" } });
+    expect(d.isError).toBeFalsy();
+    expect((d.content as any)[0].text).toContain("emacs ran describe_symbol");
+    expect(h.calls.filter((c) => c.kind === "approval")).toHaveLength(0);
+
+    // Invalid arguments are refused before anything runs.
+    const bad = await client.callTool({ name: "describe_symbol", arguments: { nope: 1 } });
+    expect(bad.isError).toBe(true);
+    expect((bad.content as any)[0].text).toMatch(/missing required parameter "symbol"/);
+
+    h.decisions.push({ decision: "denied" }, { decision: "approved" });
+    const denied = await client.callTool({ name: "write_file", arguments: { path: "x.txt", content: "hi" } });
+    expect(denied.isError).toBe(true);
+    expect((denied.content as any)[0].text).toMatch(/denied write_file/);
+    expect(h.calls.filter((c) => c.kind === "tool" && c.params.tool === "write_file")).toHaveLength(0);
+    const approved = await client.callTool({ name: "write_file", arguments: { path: "x.txt", content: "hi" } });
+    expect(approved.isError).toBeFalsy();
+    expect(h.calls.filter((c) => c.kind === "tool" && c.params.tool === "write_file")).toHaveLength(1);
+    const approvals = h.calls.filter((c) => c.kind === "approval");
+    expect(approvals).toHaveLength(2);
+    expect(approvals[0]!.params).toMatchObject({ tool: "write_file", client: "Claude Code", safetyLevel: "dangerous" });
+
+    // Every call is shown in Emacs (the last notice may trail the MCP answer).
+    await vi.waitFor(() => expect(h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done")).toHaveLength(4));
+    const logged = h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done").map((n) => [n.params.tool, n.params.success, n.params.client]);
+    expect(logged).toEqual([
+      ["describe_symbol", true, "Claude Code"],
+      ["describe_symbol", false, "Claude Code"],
+      ["write_file", false, "Claude Code"],
+      ["write_file", true, "Claude Code"],
+    ]);
+    await client.close();
+  });
+
+  it("denies a dangerous call when nobody answers in time", async () => {
+    const h = await start(500);
+    const client = await connect(h);
+    h.decisions.push("silent");
+    const r = await client.callTool({ name: "write_file", arguments: { path: "x.txt", content: "hi" } });
+    expect(r.isError).toBe(true);
+    expect((r.content as any)[0].text).toMatch(/nobody answered in Emacs within 1 s/);
+    expect(h.calls.filter((c) => c.kind === "tool")).toHaveLength(0);
+    // Emacs is told to drop the question.
+    await vi.waitFor(() => expect(h.notes.some((n) => n.method === "emacs/cancel")).toBe(true));
+    await client.close();
+  });
+
+  it("honours the user's policy: a tool not offered is neither listed nor run", async () => {
+    const h = await start();
+    await h.bundle.connection.sendRequest("configuration/change", { configuration: { maxSafetyLevel: "safe" } });
+    const client = await connect(h);
+    const names = (await client.listTools()).tools.map((t) => t.name);
+    expect(names).toContain("describe_symbol");
+    expect(names).not.toContain("write_file");
+    const r = await client.callTool({ name: "write_file", arguments: { path: "x.txt", content: "hi" } });
+    expect(r.isError).toBe(true);
+    expect((r.content as any)[0].text).toMatch(/not available under the user's configuration/);
+    expect(h.calls).toHaveLength(0);
+    await client.close();
+  });
+
+  it("serves stdio clients through the --mcp-stdio shim", async () => {
+    const h = await start();
+    const client = new Client({ name: "Codex", version: "1.0.0" });
+    await client.connect(new StdioClientTransport({ command: process.execPath, args: [BUNDLE, "--mcp-stdio", "--mcp-state", h.stateFile], stderr: "pipe" }));
+    expect((await client.listTools()).tools.map((t) => t.name)).toContain("eval_form");
+    const r = await client.callTool({ name: "eval_form", arguments: { form: "(+ 1 2)" } });
+    expect((r.content as any)[0].text).toContain("emacs ran eval_form");
+    h.decisions.push({ decision: "denied" });
+    const w = await client.callTool({ name: "write_file", arguments: { path: "x.txt", content: "hi" } });
+    expect(w.isError).toBe(true);
+    expect(h.calls.find((c) => c.kind === "approval")!.params.client).toBe("Codex");
+    await client.close();
+  });
+
+  it("the shim says clearly when no server is running", () => {
+    const r = spawnSync(process.execPath, [BUNDLE, "--mcp-stdio", "--mcp-state", join(tmpdir(), "no-such-dir-agent-q", "mcp.json")], { encoding: "utf8", cwd: ROOT, input: "" });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/is the MCP server started\? M-x sly-agent-q-mcp-start/);
+  });
+});
