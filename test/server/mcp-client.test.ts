@@ -1,0 +1,99 @@
+// MCP servers used by our agent (issue 15): a real stdio MCP server written with the SDK (the
+// fixture), the real bundle, the scripted model. This test stands in for Emacs (approvals).
+
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { afterEach, expect, it, vi } from "vitest";
+import { startMockLLM } from "../fixtures/mock-llm/server.mjs";
+import { startBundle, type BundleProcess } from "./stdio-client.js";
+
+const FIXTURE = resolve(import.meta.dirname, "../fixtures/mcp/stdio-server.mjs");
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0)) await c();
+});
+
+async function turn(bundle: BundleProcess, conversationId: string | undefined, text: string): Promise<any> {
+  const done = new Promise<any>((r) => {
+    const d1 = bundle.connection.onNotification("chat/turnFinished", (p) => (d1.dispose(), d2.dispose(), r(p)));
+    const d2 = bundle.connection.onNotification("chat/turnFailed", (p) => (d1.dispose(), d2.dispose(), r({ failed: p })));
+  });
+  const sent = await bundle.connection.sendRequest<any>("chat/send", { conversationId, text });
+  return { ...(await done), conversationId: sent.conversationId };
+}
+
+it("offers a configured MCP server's tools to the model under its trust level, survives its crash, reports a broken one", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "agent-q-mcpc-"));
+  const touched = join(dir, "touched.txt");
+  const mock = await startMockLLM({
+    script: {
+      steps: [
+        { content: [{ type: "tool_use", name: "mcp__fixture__echo", input: { text: "hi" } }] },
+        { content: [{ type: "text", text: "1: {{last_tool_result}}" }] },
+        { content: [{ type: "tool_use", name: "mcp__fixture__touch", input: { text: "first" } }] },
+        { content: [{ type: "text", text: "2: {{last_tool_result}}" }] },
+        { content: [{ type: "tool_use", name: "mcp__fixture__touch", input: { text: "second" } }] },
+        { content: [{ type: "text", text: "3: {{last_tool_result}}" }] },
+        { content: [{ type: "tool_use", name: "mcp__fixture__crash", input: {} }] },
+        { content: [{ type: "text", text: "4: {{last_tool_result}}" }] },
+        { content: [{ type: "tool_use", name: "mcp__fixture__echo", input: { text: "again" } }] },
+        { content: [{ type: "text", text: "5: {{last_tool_result}}" }] },
+      ],
+    },
+  });
+  cleanups.push(() => mock.close());
+  const bundle = startBundle(["--log-level", "warn"]);
+  cleanups.push(() => bundle.kill());
+  const decisions: string[] = [];
+  const approvals: any[] = [];
+  const statuses: any[] = [];
+  bundle.connection.onNotification("emacs/call", (p: any) => {
+    if (p.kind !== "approval") return;
+    approvals.push(p.params);
+    void bundle.connection.sendNotification("emacs/reply", { id: p.id, result: { decision: decisions.shift() ?? "denied" } });
+  });
+  bundle.connection.onNotification("mcp/serverStatus", (p: any) => statuses.push(p));
+  await bundle.connection.sendRequest("initialize", {
+    clientInfo: { name: "mcp-client-test" },
+    capabilities: { tools: false, image: true, approvals: true },
+    configuration: { provider: "anthropic", baseUrl: mock.url, apiKey: "any-test-key", model: "claude-sonnet-4-6" },
+  });
+  const servers = {
+    fixture: { command: process.execPath, args: [FIXTURE], env: { FIXTURE_TOUCH_FILE: touched } },
+    broken: { command: join(dir, "no-such-program") },
+  };
+  const conf = await bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers, levels: { fixture: "safe" } });
+  expect(conf.servers).toEqual([
+    { name: "fixture", ok: true, tools: ["mcp__fixture__echo", "mcp__fixture__touch", "mcp__fixture__crash"] },
+    { name: "broken", ok: false, tools: [], error: expect.stringMatching(/MCP server broken could not start: .*ENOENT/) },
+  ]);
+  expect(statuses.map((s) => [s.name, s.status])).toEqual([["fixture", "connected"], ["broken", "failed"]]);
+
+  // Safe: runs without asking, and the model sees the tool beside ours.
+  const t1 = await turn(bundle, undefined, "echo");
+  expect(t1.text).toBe("1: fixture echo: hi");
+  expect(approvals).toHaveLength(0);
+  const offered = mock.requests()[0]!.body.tools.map((t: any) => t.name);
+  expect(offered).toEqual(expect.arrayContaining(["mcp__fixture__echo", "describe_symbol"]));
+
+  // Default level (no level given): every call asks; denied once, approved once, the disk says which ran.
+  await bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers: { fixture: servers.fixture } });
+  decisions.push("denied", "approved");
+  const t2 = await turn(bundle, t1.conversationId, "touch");
+  expect(t2.text).toMatch(/^2: Error: The user denied mcp__fixture__touch/);
+  expect(existsSync(touched)).toBe(false);
+  const t3 = await turn(bundle, t1.conversationId, "touch again");
+  expect(t3.text).toBe("3: written");
+  expect(readFileSync(touched, "utf8")).toBe("second");
+  expect(approvals.map((a) => [a.tool, a.safetyLevel])).toEqual([["mcp__fixture__touch", "dangerous"], ["mcp__fixture__touch", "dangerous"]]);
+
+  // The server dies in the middle of a call: an error result, the death reported, and the next turn works.
+  decisions.push("approved", "approved");
+  const t4 = await turn(bundle, t1.conversationId, "crash");
+  expect(t4.text).toMatch(/^4: Error: crash on MCP server fixture failed: .*(closed|Connection)/i);
+  await vi.waitFor(() => expect(statuses.some((s) => s.name === "fixture" && s.status === "exited")).toBe(true));
+  const t5 = await turn(bundle, t1.conversationId, "echo again");
+  expect(t5.text).toBe("5: fixture echo: again");
+  await bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
+}, 60_000);
