@@ -118,6 +118,8 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
          :safetyLevel (plist-get params :safetyLevel)
          :description (plist-get params :description)
          :callId (plist-get params :callId))
+   ;; A call from an MCP client (Claude Code...), not from our model.
+   (and (plist-get params :client) (list :client (plist-get params :client)))
    (and (plist-get preview :path) (list :path (plist-get preview :path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
    (and (plist-member preview :new)
@@ -211,7 +213,10 @@ CALL's cancellation marks it cancelled."
     (when (and sly-agent-q-approval-display (not noninteractive))
       (display-buffer buf))
     (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, d for its diff, v for its arguments whole; or C-c C-a / C-c C-d there)"
-             (plist-get request :tool) (buffer-name buf))))
+             (if (plist-get request :client)
+                 (format "%s wants to run %s: it" (plist-get request :client) (plist-get request :tool))
+               (plist-get request :tool))
+             (buffer-name buf))))
 
 (defun sly-agent-q-approval--deny-all ()
   "Deny every approval still waiting in the current buffer (it is being killed)."
@@ -232,8 +237,12 @@ CALL's cancellation marks it cancelled."
          (start (point)))
     (pcase (sly-agent-q-approval-status approval)
       ('pending
-       (insert (propertize (format "  ⚠ %s (%s) needs your approval:\n" tool
-                                   (plist-get request :safetyLevel))
+       (insert (propertize (if (plist-get request :client)
+                               (format "  ⚠ %s wants to run %s (%s), over MCP; your approval:\n"
+                                       (plist-get request :client) tool
+                                       (plist-get request :safetyLevel))
+                             (format "  ⚠ %s (%s) needs your approval:\n" tool
+                                     (plist-get request :safetyLevel)))
                            'face 'warning))
        (insert (propertize (sly-agent-q-approval--summary request)
                            'face 'sly-agent-q-notice-face))

@@ -87,6 +87,7 @@
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-approval)
 (require 'sly-agent-q-tools)
+(require 'sly-agent-q-mcp)
 
 (defconst sly-agent-q-version "0.1.0"
   "The version of sly-agent-q.")

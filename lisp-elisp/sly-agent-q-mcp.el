@@ -1,0 +1,281 @@
+;;; sly-agent-q-mcp.el --- MCP both ways: your image for other agents, MCP servers for ours  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q contributors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; Serving: M-x sly-agent-q-mcp-start makes the server also serve its
+;; tools over MCP (Streamable HTTP on 127.0.0.1, a random bearer token),
+;; so that Claude Code, Codex and other MCP clients reach the running
+;; image through your SLY/SLIME connection, under the same trust rules
+;; as the chat: safe tools run, cautious ones are logged, dangerous ones
+;; ask in the chat buffer, naming the client, and are denied after
+;; `sly-agent-q-mcp-approval-timeout' seconds without an answer.  The URL
+;; and token go to `sly-agent-q-mcp-state-file' (mode 0600).
+;; M-x sly-agent-q-mcp-config shows the entries for Claude Code's
+;; .mcp.json and Codex's config.toml (with a prefix argument it writes
+;; the project's .mcp.json).  Every MCP call is shown in the buffer
+;; *sly-agent-q MCP*.
+;;
+;; Using: the MCP servers named in `sly-agent-q-mcp-server-files'
+;; (.mcp.json files) and `sly-agent-q-mcp-servers' are offered to the
+;; agent as mcp__SERVER__TOOL, each at the level given in
+;; `sly-agent-q-mcp-server-levels' (default dangerous: every call asks).
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'json)
+(require 'subr-x)
+(require 'project)
+(require 'sly-agent-q-server)
+
+(defgroup sly-agent-q-mcp nil
+  "MCP for sly-agent-q: serving its tools, and using MCP servers."
+  :group 'sly-agent-q
+  :prefix "sly-agent-q-mcp-")
+
+(defcustom sly-agent-q-mcp-start-with-server nil
+  "Non-nil means serve MCP whenever the sly-agent-q server starts."
+  :type 'boolean)
+
+(defcustom sly-agent-q-mcp-port 0
+  "The loopback port MCP is served on; 0 means a free port each time."
+  :type 'integer)
+
+(defcustom sly-agent-q-mcp-state-file
+  (expand-file-name "sly-agent-q/mcp.json"
+                    (let ((xdg (getenv "XDG_STATE_HOME")))
+                      (if (and xdg (file-name-absolute-p xdg)) xdg "~/.local/state")))
+  "Where the MCP server's URL and token are written, readable by you alone.
+The stdio entry point (sly-agent-q-server --mcp-stdio) reads it; its
+default is the same place."
+  :type 'file)
+
+(defcustom sly-agent-q-mcp-approval-timeout 120
+  "Seconds a dangerous MCP call waits for your answer before it is denied."
+  :type 'number)
+
+(defcustom sly-agent-q-mcp-server-files nil
+  "Files in the .mcp.json format naming MCP servers the agent may use.
+Each holds {\"mcpServers\": {NAME: {\"command\": ..., \"args\": [...],
+\"env\": {...}} or {\"type\": \"http\", \"url\": ..., \"headers\": {...}}}}."
+  :type '(repeat file))
+
+(defcustom sly-agent-q-mcp-servers nil
+  "MCP servers the agent may use, besides those in `sly-agent-q-mcp-server-files'.
+An alist of (NAME . PLIST), PLIST as in .mcp.json: (:command
+\"npx\" :args [\"-y\" \"some-server\"]) or (:type \"http\" :url URL)."
+  :type '(alist :key-type string :value-type plist))
+
+(defcustom sly-agent-q-mcp-server-levels nil
+  "Trust level per MCP server name: safe, cautious or dangerous.
+A server not named here is dangerous: each call of its tools asks."
+  :type '(alist :key-type string
+                :value-type (choice (const safe) (const cautious) (const dangerous))))
+
+(defvar sly-agent-q-mcp--url nil
+  "The URL MCP is served on, or nil when it is not.")
+
+;;;; The log
+
+(defun sly-agent-q-mcp-log-buffer ()
+  "The buffer showing every MCP call and every MCP server's status."
+  (interactive)
+  (let ((buf (get-buffer-create "*sly-agent-q MCP*")))
+    (when (called-interactively-p 'interactive) (display-buffer buf))
+    buf))
+
+(defun sly-agent-q-mcp--log (format-string &rest args)
+  "Append FORMAT-STRING with ARGS, time-stamped, to the MCP log buffer."
+  (with-current-buffer (sly-agent-q-mcp-log-buffer)
+    (let ((inhibit-read-only t))
+      (save-excursion
+        (goto-char (point-max))
+        (insert (format-time-string "%H:%M:%S ")
+                (apply #'format format-string args)
+                "\n")))))
+
+(defun sly-agent-q-mcp--on-call (params)
+  "Log the MCP call PARAMS (an mcp/call notification)."
+  (let ((p (sly-agent-q-server-redact params)))
+    (if (equal (plist-get p :phase) "start")
+        (sly-agent-q-mcp--log "%s calls %s %s" (plist-get p :client) (plist-get p :tool)
+                              (truncate-string-to-width
+                               (json-encode (or (plist-get p :arguments) '(:x nil))) 300 nil nil "…"))
+      (sly-agent-q-mcp--log "%s %s %s (%s): %s" (plist-get p :client) (plist-get p :tool)
+                            (if (eq (plist-get p :success) t) "ok" "FAILED")
+                            (plist-get p :safetyLevel)
+                            (replace-regexp-in-string "\n" " " (or (plist-get p :summary) ""))))))
+
+(defun sly-agent-q-mcp--on-server-status (params)
+  "Report the status PARAMS of an MCP server used by the agent."
+  (let ((name (plist-get params :name))
+        (status (plist-get params :status))
+        (msg (plist-get params :message)))
+    (sly-agent-q-mcp--log "MCP server %s: %s%s" name status
+                          (if msg (format " (%s)" msg) ""))
+    (unless (equal status "connected")
+      (message "sly-agent-q: %s" (or msg (format "MCP server %s %s" name status))))))
+
+(setf (alist-get 'mcp/call sly-agent-q-server-notification-handlers) #'sly-agent-q-mcp--on-call)
+(setf (alist-get 'mcp/serverStatus sly-agent-q-server-notification-handlers)
+      #'sly-agent-q-mcp--on-server-status)
+
+;;;; Serving
+
+;;;###autoload
+(defun sly-agent-q-mcp-start ()
+  "Serve the agent's tools over MCP on 127.0.0.1 (starting the server if needed)."
+  (interactive)
+  (sly-agent-q-server-request
+   'mcp/start
+   (list :stateFile (expand-file-name sly-agent-q-mcp-state-file)
+         :port sly-agent-q-mcp-port
+         :approvalTimeoutMs (round (* 1000 sly-agent-q-mcp-approval-timeout)))
+   (lambda (result)
+     (setq sly-agent-q-mcp--url (plist-get result :url))
+     (sly-agent-q-mcp--log "serving MCP on %s" sly-agent-q-mcp--url)
+     (message "sly-agent-q: MCP on %s (URL and token in %s; M-x sly-agent-q-mcp-config for clients)"
+              sly-agent-q-mcp--url (abbreviate-file-name sly-agent-q-mcp-state-file)))
+   (lambda (msg) (message "sly-agent-q: MCP could not start: %s" msg))))
+
+(defun sly-agent-q-mcp-stop ()
+  "Stop serving MCP; the state file is removed."
+  (interactive)
+  (if (not (sly-agent-q-server-ready-p))
+      (message "sly-agent-q: the server is not running")
+    (sly-agent-q-server-request
+     'mcp/stop nil
+     (lambda (_)
+       (setq sly-agent-q-mcp--url nil)
+       (sly-agent-q-mcp--log "stopped serving MCP")
+       (message "sly-agent-q: MCP stopped")))))
+
+(defun sly-agent-q-mcp--stdio-args ()
+  "The arguments of the stdio entry point.
+The server file, --mcp-stdio, and the state file when not the default."
+  (append (list (expand-file-name (sly-agent-q-server-locate)) "--mcp-stdio")
+          (unless (equal (expand-file-name sly-agent-q-mcp-state-file)
+                         (expand-file-name (default-value 'sly-agent-q-mcp-state-file)))
+            (list "--mcp-state" (expand-file-name sly-agent-q-mcp-state-file)))))
+
+(defun sly-agent-q-mcp-claude-entry ()
+  "The mcpServers entry of .mcp.json for Claude Code, as an alist.
+It runs the stdio entry point, which reads the URL and token from the
+state file at each start: no secret is written into .mcp.json."
+  `((sly-agent-q . ((command . ,sly-agent-q-node-program)
+                    (args . ,(vconcat (sly-agent-q-mcp--stdio-args)))))))
+
+(defun sly-agent-q-mcp-codex-entry ()
+  "The [mcp_servers] entry of Codex's ~/.codex/config.toml, as a string."
+  (format "[mcp_servers.sly-agent-q]\ncommand = %s\nargs = [%s]\n"
+          (json-encode sly-agent-q-node-program)
+          (mapconcat #'json-encode (sly-agent-q-mcp--stdio-args) ", ")))
+
+(defun sly-agent-q-mcp--project-file ()
+  "The project's .mcp.json."
+  (expand-file-name ".mcp.json"
+                    (or (and (fboundp 'project-current)
+                             (let ((pr (project-current nil)))
+                               (and pr (project-root pr))))
+                        default-directory)))
+
+(defun sly-agent-q-mcp-write-claude-config (file)
+  "Add the sly-agent-q entry to the mcpServers of the .mcp.json FILE.
+Other entries are kept; FILE is created when missing."
+  (let* ((json-object-type 'alist) (json-key-type 'symbol) (json-array-type 'vector)
+         (old (and (file-exists-p file)
+                   (with-temp-buffer (insert-file-contents file) (json-read))))
+         (servers (assq-delete-all 'sly-agent-q (copy-alist (alist-get 'mcpServers old))))
+         (new (cons (cons 'mcpServers (append servers (sly-agent-q-mcp-claude-entry)))
+                    (assq-delete-all 'mcpServers (copy-alist old)))))
+    (with-temp-file file
+      (insert (let ((json-encoding-pretty-print t)) (json-encode new)) "\n"))
+    file))
+
+(defun sly-agent-q-mcp-config (&optional write)
+  "Show how to connect Claude Code and Codex to this Emacs's image.
+With prefix argument WRITE, also add the entry to the project's .mcp.json."
+  (interactive "P")
+  (let ((written (and write (sly-agent-q-mcp-write-claude-config (sly-agent-q-mcp--project-file)))))
+    (with-help-window "*sly-agent-q MCP config*"
+      (princ (format "MCP is %s.\n\n" (if sly-agent-q-mcp--url
+                                          (format "served on %s" sly-agent-q-mcp--url)
+                                        "not served now: M-x sly-agent-q-mcp-start")))
+      (princ "Claude Code: in the project's .mcp.json (or `claude mcp add-json sly-agent-q '...'`):\n\n")
+      (princ (let ((json-encoding-pretty-print t))
+               (json-encode `((mcpServers . ,(sly-agent-q-mcp-claude-entry))))))
+      (princ "\n\nCodex: in ~/.codex/config.toml:\n\n")
+      (princ (sly-agent-q-mcp-codex-entry))
+      (princ (format "\nBoth run the stdio entry point, which reads the URL and token from\n%s\n(yours alone); clients that speak HTTP can use that URL with the header\nAuthorization: Bearer TOKEN.\n"
+                     (abbreviate-file-name sly-agent-q-mcp-state-file)))
+      (when written (princ (format "\nWritten to %s.\n" written))))))
+
+;;;; Using MCP servers
+
+(defun sly-agent-q-mcp--read-servers (file)
+  "The mcpServers of the .mcp.json FILE, an alist; nil when unreadable."
+  (condition-case err
+      (with-temp-buffer
+        (insert-file-contents file)
+        (let ((obj (json-parse-buffer :object-type 'alist :array-type 'array :null-object nil)))
+          (cl-loop for (name . conf) in (alist-get 'mcpServers obj)
+                   collect (cons (symbol-name name) conf))))
+    (error (message "sly-agent-q: cannot read MCP servers from %s: %s" file (error-message-string err))
+           nil)))
+
+(defun sly-agent-q-mcp-client-configuration ()
+  "The mcp/clientConfigure params: every configured server and its level."
+  (let ((servers (make-hash-table :test #'equal))
+        (levels (make-hash-table :test #'equal)))
+    (dolist (file sly-agent-q-mcp-server-files)
+      (dolist (s (sly-agent-q-mcp--read-servers (expand-file-name file)))
+        (puthash (car s) (cdr s) servers)))
+    (dolist (s sly-agent-q-mcp-servers)
+      (puthash (car s) (cdr s) servers))
+    (dolist (l sly-agent-q-mcp-server-levels)
+      (puthash (car l) (format "%s" (cdr l)) levels))
+    (list :servers servers :levels levels)))
+
+(defun sly-agent-q-mcp-connect-servers ()
+  "Connect the configured MCP servers (again), offering their tools to the agent."
+  (interactive)
+  (sly-agent-q-server-request
+   'mcp/clientConfigure (sly-agent-q-mcp-client-configuration)
+   (lambda (result)
+     (let ((servers (append (plist-get result :servers) nil)))
+       (dolist (s servers)
+         (sly-agent-q-mcp--log "MCP server %s: %s" (plist-get s :name)
+                               (if (eq (plist-get s :ok) t)
+                                   (format "%d tools" (length (plist-get s :tools)))
+                                 (plist-get s :error))))
+       (when (called-interactively-p 'any)
+         (message "sly-agent-q: %d MCP server(s) configured" (length servers)))))))
+
+(defun sly-agent-q-mcp--on-server-started (_conn)
+  "Serve MCP and connect MCP servers as configured, once the server started."
+  (setq sly-agent-q-mcp--url nil)
+  (when sly-agent-q-mcp-start-with-server (sly-agent-q-mcp-start))
+  (when (or sly-agent-q-mcp-server-files sly-agent-q-mcp-servers)
+    (sly-agent-q-mcp-connect-servers)))
+
+(add-hook 'sly-agent-q-server-started-functions #'sly-agent-q-mcp--on-server-started)
+
+(provide 'sly-agent-q-mcp)
+;;; sly-agent-q-mcp.el ends here
