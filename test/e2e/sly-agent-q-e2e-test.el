@@ -400,6 +400,134 @@ CALLBACK gets the turn's outcome."
     (let ((inhibit-read-only t))
       (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice"))))
 
+;;;; MCP (issue 15): the official MCP client reaches this image through Emacs
+
+(defvar sly-agent-q-mcp-state-file)
+
+(defun e2e-mcp-client (mode calls &optional client-name poll)
+  "Run the official MCP client (test/fixtures/mcp/client.mjs) in MODE on CALLS.
+MODE is \"http\" or \"stdio\" (through the server's --mcp-stdio shim);
+CALLS a vector of alists (name, arguments).  Emacs keeps serving while
+it runs, calling POLL (if given) between events, as a user would act.
+Return the client's JSON output, a vector of alists."
+  (let* ((out (generate-new-buffer " *e2e mcp client*"))
+         (process-environment (cons (concat "MCP_CLIENT_NAME=" (or client-name "Claude Code"))
+                                    process-environment))
+         (proc (make-process
+                :name "e2e-mcp-client" :buffer out :connection-type 'pipe
+                :stderr (get-buffer-create " *e2e mcp client stderr*")
+                :command (list "node" (expand-file-name "test/fixtures/mcp/client.mjs" sly-agent-q-test-root)
+                               mode sly-agent-q-mcp-state-file (json-encode calls)
+                               (sly-agent-q-server-locate)))))
+    (unwind-protect
+        (progn
+          (sly-agent-q-test-wait (lambda () (when poll (funcall poll)) (not (process-live-p proc)))
+                                 120 "the MCP client")
+          (sly-agent-q-test-sleep 0.1)
+          (let ((json-array-type 'vector) (json-object-type 'alist) (json-false nil))
+            (json-read-from-string (with-current-buffer out (buffer-string)))))
+      (kill-buffer out))))
+
+(defmacro e2e-with-mcp (&rest body)
+  "Run BODY with the agent started and serving MCP; the state file is in `root'."
+  (declare (indent 0) (debug t))
+  `(e2e-with-agent "mcp-none.json"
+     (let ((sly-agent-q-mcp-state-file (expand-file-name "state/mcp.json" root)))
+       (sly-agent-q-mcp-start)
+       (sly-agent-q-test-wait (lambda () (file-exists-p sly-agent-q-mcp-state-file)) 20 "MCP to start")
+       (should (= (logand (file-modes sly-agent-q-mcp-state-file) #o777) #o600))
+       ,@body)))
+
+(ert-deftest e2e-mcp-http-lists-describes-evaluates-and-asks ()
+  "Over HTTP: list, describe_symbol and eval_form in the image, write_file approved once, denied once."
+  (e2e-with-mcp
+    (e2e-eval '(cl:makunbound (cl:intern "*MCP-WAS-HERE*" :my-app)))
+    (let* ((asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push (list (plist-get request :client) (plist-get request :tool)) asked)
+              (funcall callback (if (= (length asked) 1) '(:decision "approved")
+                                  '(:decision "denied" :reason "not from there")))))
+           (r (e2e-mcp-client
+               "http"
+               (vector '((name . "list"))
+                       '((name . "describe_symbol") (arguments . ((symbol . "process-data") (package . "MY-APP"))))
+                       '((name . "eval_form") (arguments . ((form . "(defparameter my-app::*mcp-was-here* (+ 40 2))"))))
+                       '((name . "write_file") (arguments . ((path . "mcp-approved.txt") (content . "from MCP\n"))))
+                       '((name . "write_file") (arguments . ((path . "mcp-denied.txt") (content . "no\n"))))))))
+      (should (cl-subsetp '("describe_symbol" "eval_form" "write_file") (append (alist-get 'tools (aref r 0)) nil)
+                          :test #'equal))
+      (should-not (alist-get 'isError (aref r 1)))
+      (should (string-match-p "Multiply every number in ITEMS" (alist-get 'text (aref r 1))))
+      (should-not (alist-get 'isError (aref r 2)))
+      ;; The image itself changed, through SLIME/SLY.
+      (should (equal (e2e-eval '(cl:symbol-value (cl:intern "*MCP-WAS-HERE*" :my-app))) 42))
+      (should-not (alist-get 'isError (aref r 3)))
+      (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "mcp-approved.txt" root)) (buffer-string))
+                     "from MCP\n"))
+      (should (eq (alist-get 'isError (aref r 4)) t))
+      (should (string-match-p "not from there" (alist-get 'text (aref r 4))))
+      (should-not (file-exists-p (expand-file-name "mcp-denied.txt" root)))
+      (should (equal (reverse asked) '(("Claude Code" "write_file") ("Claude Code" "write_file"))))
+      (should-not (e2e-debugger-buffers))
+      ;; Every call shows in the MCP log.
+      (sly-agent-q-test-wait
+       (lambda () (with-current-buffer (sly-agent-q-mcp-log-buffer)
+                    (string-match-p "Claude Code write_file FAILED" (buffer-string))))
+       10 "the MCP log")
+      (with-current-buffer (sly-agent-q-mcp-log-buffer)
+        (should (string-match-p "Claude Code describe_symbol ok" (buffer-string)))
+        (should (string-match-p "Claude Code eval_form ok" (buffer-string)))))))
+
+(ert-deftest e2e-mcp-approval-in-the-chat-names-the-client-and-times-out ()
+  "The chat shows \"Claude Code wants to run write_file\"; approved there; unanswered, denied in time."
+  (e2e-with-mcp
+    (let* ((sly-agent-q-mcp-approval-timeout 3)
+           (approved nil)
+           (r (progn
+                ;; The timeout is sent with mcp/start: start again with the short one.
+                (sly-agent-q-mcp-start)
+                (sly-agent-q-test-sleep 0.5)
+                (e2e-mcp-client
+                 "http"
+                 (vector '((name . "write_file") (arguments . ((path . "ui.txt") (content . "yes\n"))))
+                         '((name . "write_file") (arguments . ((path . "late.txt") (content . "no\n")))))
+                 "Claude Code"
+                 (lambda ()
+                   (when (and (not approved) (get-buffer sly-agent-q-chat-buffer-name)
+                              (string-match-p "Claude Code wants to run write_file" (sly-agent-q-test-chat-text)))
+                     (setq approved t)
+                     (with-current-buffer sly-agent-q-chat-buffer-name (sly-agent-q-approve))))))))
+      (should approved)
+      (should-not (alist-get 'isError (aref r 0)))
+      (should (file-exists-p (expand-file-name "ui.txt" root)))
+      (should (eq (alist-get 'isError (aref r 1)) t))
+      (should (string-match-p "nobody answered in Emacs within 3 s" (alist-get 'text (aref r 1))))
+      (should-not (file-exists-p (expand-file-name "late.txt" root)))
+      (should-not (e2e-debugger-buffers)))))
+
+(ert-deftest e2e-mcp-stdio-shim ()
+  "Through the stdio shim: list, describe_symbol and eval_form in the image; the approval names the client."
+  (e2e-with-mcp
+    (let* ((asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push (plist-get request :client) asked)
+              (funcall callback '(:decision "denied"))))
+           (r (e2e-mcp-client
+               "stdio"
+               (vector '((name . "list"))
+                       '((name . "describe_symbol") (arguments . ((symbol . "process-data") (package . "MY-APP"))))
+                       '((name . "eval_form") (arguments . ((form . "(* 6 7)"))))
+                       '((name . "write_file") (arguments . ((path . "shim.txt") (content . "no\n")))))
+               "Codex")))
+      (should (member "eval_form" (append (alist-get 'tools (aref r 0)) nil)))
+      (should (string-match-p "Multiply every number in ITEMS" (alist-get 'text (aref r 1))))
+      (should (string-match-p "42" (alist-get 'text (aref r 2))))
+      (should (eq (alist-get 'isError (aref r 3)) t))
+      (should-not (file-exists-p (expand-file-name "shim.txt" root)))
+      (should (equal asked '("Codex"))))))
+
 (defun sly-agent-q-bridge-current-connection ()
   "The connection the bridge uses now."
   (cdr (sly-agent-q-bridge-current)))
