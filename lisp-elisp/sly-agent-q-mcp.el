@@ -58,10 +58,14 @@
   "The loopback port MCP is served on; 0 means a free port each time."
   :type 'integer)
 
-(defcustom sly-agent-q-mcp-state-file
+(defun sly-agent-q-mcp-default-state-file ()
+  "Return where the stdio entry point looks for the state file by default.
+$XDG_STATE_HOME/sly-agent-q/mcp.json, else under ~/.local/state."
   (expand-file-name "sly-agent-q/mcp.json"
                     (let ((xdg (getenv "XDG_STATE_HOME")))
-                      (if (and xdg (file-name-absolute-p xdg)) xdg "~/.local/state")))
+                      (if (and xdg (file-name-absolute-p xdg)) xdg "~/.local/state"))))
+
+(defcustom sly-agent-q-mcp-state-file (sly-agent-q-mcp-default-state-file)
   "Where the MCP server's URL and token are written, readable by you alone.
 The stdio entry point (sly-agent-q-server --mcp-stdio) reads it; its
 default is the same place."
@@ -172,7 +176,7 @@ A server not named here is dangerous: each call of its tools asks."
 The server file, --mcp-stdio, and the state file when not the default."
   (append (list (expand-file-name (sly-agent-q-server-locate)) "--mcp-stdio")
           (unless (equal (expand-file-name sly-agent-q-mcp-state-file)
-                         (expand-file-name (default-value 'sly-agent-q-mcp-state-file)))
+                         (sly-agent-q-mcp-default-state-file))
             (list "--mcp-state" (expand-file-name sly-agent-q-mcp-state-file)))))
 
 (defun sly-agent-q-mcp-claude-entry ()

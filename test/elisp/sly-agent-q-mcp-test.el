@@ -1,0 +1,70 @@
+;;; sly-agent-q-mcp-test.el --- The MCP configuration entries and server lists  -*- lexical-binding: t; -*-
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; What M-x sly-agent-q-mcp-config shows and writes, and what the agent's
+;; MCP servers are sent as.  The MCP traffic itself is tested with the
+;; real server in test/server/mcp-*.test.ts and test/e2e.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(ert-deftest sly-agent-q-mcp-config-writes-the-entry-and-keeps-others ()
+  "The .mcp.json entry runs the stdio shim, holds no token, and other servers stay."
+  (let* ((dir (make-temp-file "agent-q-mcp-conf" t))
+         (file (expand-file-name ".mcp.json" dir))
+         (sly-agent-q-server-file (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root)))
+    (unwind-protect
+        (progn
+          (with-temp-file file
+            (insert "{\"mcpServers\": {\"other\": {\"command\": \"x\"}, \"sly-agent-q\": {\"command\": \"old\"}}, \"keep\": 1}"))
+          (sly-agent-q-mcp-write-claude-config file)
+          (let* ((obj (json-parse-string (with-temp-buffer (insert-file-contents file) (buffer-string))
+                                         :object-type 'alist))
+                 (servers (alist-get 'mcpServers obj))
+                 (ours (alist-get 'sly-agent-q servers)))
+            (should (equal (alist-get 'keep obj) 1))
+            (should (equal (alist-get 'command (alist-get 'other servers)) "x"))
+            (should (equal (alist-get 'command ours) sly-agent-q-node-program))
+            (should (equal (append (alist-get 'args ours) nil)
+                           (list (expand-file-name sly-agent-q-server-file) "--mcp-stdio")))
+            (should-not (string-match-p "[Tt]oken\\|Bearer" (with-temp-buffer (insert-file-contents file) (buffer-string))))))
+      (delete-directory dir t))))
+
+(ert-deftest sly-agent-q-mcp-codex-entry-names-a-non-default-state-file ()
+  "The Codex entry is TOML with the shim's arguments, --mcp-state when the file is not the default."
+  (let ((sly-agent-q-server-file (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root))
+        (sly-agent-q-mcp-state-file "/tmp/elsewhere/mcp.json"))
+    (should (equal (sly-agent-q-mcp-codex-entry)
+                   (format "[mcp_servers.sly-agent-q]\ncommand = \"%s\"\nargs = [\"%s\", \"--mcp-stdio\", \"--mcp-state\", \"/tmp/elsewhere/mcp.json\"]\n"
+                           sly-agent-q-node-program (expand-file-name sly-agent-q-server-file))))))
+
+(ert-deftest sly-agent-q-mcp-client-configuration-merges-files-and-inline ()
+  "Servers come from the files and the inline list (inline wins); levels are strings."
+  (let* ((dir (make-temp-file "agent-q-mcp-servers" t))
+         (file (expand-file-name "servers.json" dir))
+         (sly-agent-q-mcp-server-files (list file (expand-file-name "missing.json" dir)))
+         (sly-agent-q-mcp-servers '(("b" . (:type "http" :url "http://127.0.0.1:1/mcp"))))
+         (sly-agent-q-mcp-server-levels '(("a" . safe))))
+    (unwind-protect
+        (progn
+          (with-temp-file file
+            (insert "{\"mcpServers\": {\"a\": {\"command\": \"node\", \"args\": [\"s.js\"]}, \"b\": {\"command\": \"lost\"}}}"))
+          (let* ((conf (sly-agent-q-mcp-client-configuration))
+                 (servers (plist-get conf :servers)))
+            (should (equal (sort (hash-table-keys servers) #'string<) '("a" "b")))
+            (should (equal (alist-get 'command (gethash "a" servers)) "node"))
+            (should (equal (plist-get (gethash "b" servers) :url) "http://127.0.0.1:1/mcp"))
+            (should (equal (gethash "a" (plist-get conf :levels)) "safe"))
+            ;; It serializes as the server expects.
+            (should (string-match-p "\"mcpServers\"\\|\"servers\""
+                                    (json-serialize (list :servers servers :levels (plist-get conf :levels)))))))
+      (delete-directory dir t))))
+
+(provide 'sly-agent-q-mcp-test)
+;;; sly-agent-q-mcp-test.el ends here
