@@ -59,7 +59,7 @@
   :type 'integer)
 
 (defun sly-agent-q-mcp-default-state-file ()
-  "Return where the stdio entry point looks for the state file by default.
+  "Return the state file the stdio entry point reads when not told.
 $XDG_STATE_HOME/sly-agent-q/mcp.json, else under ~/.local/state."
   (expand-file-name "sly-agent-q/mcp.json"
                     (let ((xdg (getenv "XDG_STATE_HOME")))
