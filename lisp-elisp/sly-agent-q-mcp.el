@@ -59,8 +59,8 @@
   :type 'integer)
 
 (defun sly-agent-q-mcp-default-state-file ()
-  "Return the state file the stdio entry point reads when not told.
-$XDG_STATE_HOME/sly-agent-q/mcp.json, else under ~/.local/state."
+  "Return the default state file, as the stdio entry point has it.
+That is $XDG_STATE_HOME/sly-agent-q/mcp.json, else under ~/.local/state."
   (expand-file-name "sly-agent-q/mcp.json"
                     (let ((xdg (getenv "XDG_STATE_HOME")))
                       (if (and xdg (file-name-absolute-p xdg)) xdg "~/.local/state"))))
