@@ -16,8 +16,13 @@ afterEach(async () => {
 
 async function turn(bundle: BundleProcess, conversationId: string | undefined, text: string): Promise<any> {
   const done = new Promise<any>((r) => {
-    const d1 = bundle.connection.onNotification("chat/turnFinished", (p) => (d1.dispose(), d2.dispose(), r(p)));
-    const d2 = bundle.connection.onNotification("chat/turnFailed", (p) => (d1.dispose(), d2.dispose(), r({ failed: p })));
+    const subs: { dispose(): void }[] = [];
+    const end = (v: unknown): void => {
+      subs.forEach((s) => s.dispose());
+      r(v);
+    };
+    subs.push(bundle.connection.onNotification("chat/turnFinished", (p: unknown) => end(p)));
+    subs.push(bundle.connection.onNotification("chat/turnFailed", (p: unknown) => end({ failed: p })));
   });
   const sent = await bundle.connection.sendRequest<any>("chat/send", { conversationId, text });
   return { ...(await done), conversationId: sent.conversationId };
@@ -53,7 +58,7 @@ it("offers a configured MCP server's tools to the model under its trust level, s
     approvals.push(p.params);
     void bundle.connection.sendNotification("emacs/reply", { id: p.id, result: { decision: decisions.shift() ?? "denied" } });
   });
-  bundle.connection.onNotification("mcp/serverStatus", (p: any) => statuses.push(p));
+  bundle.connection.onNotification("mcp/serverStatus", (p: any) => void statuses.push(p));
   await bundle.connection.sendRequest("initialize", {
     clientInfo: { name: "mcp-client-test" },
     capabilities: { tools: false, image: true, approvals: true },
