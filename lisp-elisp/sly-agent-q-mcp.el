@@ -233,29 +233,18 @@ With prefix argument WRITE, also add the entry to the project's .mcp.json."
 
 ;;;; Using MCP servers
 
-(defun sly-agent-q-mcp--read-servers (file)
-  "The mcpServers of the .mcp.json FILE, an alist; nil when unreadable."
-  (condition-case err
-      (with-temp-buffer
-        (insert-file-contents file)
-        (let ((obj (json-parse-buffer :object-type 'alist :array-type 'array :null-object nil)))
-          (cl-loop for (name . conf) in (alist-get 'mcpServers obj)
-                   collect (cons (symbol-name name) conf))))
-    (error (message "sly-agent-q: cannot read MCP servers from %s: %s" file (error-message-string err))
-           nil)))
-
 (defun sly-agent-q-mcp-client-configuration ()
-  "The mcp/clientConfigure params: every configured server and its level."
+  "The mcp/clientConfigure params: the files, the inline servers, the levels.
+The server reads the files itself, so that secrets in them (env
+values, headers) never pass through Emacs's events buffer."
   (let ((servers (make-hash-table :test #'equal))
         (levels (make-hash-table :test #'equal)))
-    (dolist (file sly-agent-q-mcp-server-files)
-      (dolist (s (sly-agent-q-mcp--read-servers (expand-file-name file)))
-        (puthash (car s) (cdr s) servers)))
     (dolist (s sly-agent-q-mcp-servers)
       (puthash (car s) (cdr s) servers))
     (dolist (l sly-agent-q-mcp-server-levels)
       (puthash (car l) (format "%s" (cdr l)) levels))
-    (list :servers servers :levels levels)))
+    (list :files (vconcat (mapcar #'expand-file-name sly-agent-q-mcp-server-files))
+          :servers servers :levels levels)))
 
 (defun sly-agent-q-mcp-connect-servers ()
   "Connect the configured MCP servers (again), offering their tools to the agent."

@@ -435,7 +435,10 @@ export interface McpServerConfig {
   headers?: Record<string, string>;
 }
 export interface McpClientConfigureParams {
-  servers: Record<string, McpServerConfig>;
+  /** Files in the .mcp.json format, read here (their secrets never cross to Emacs); earlier first. */
+  files?: string[];
+  /** Servers given inline: they win over a file's of the same name. */
+  servers?: Record<string, McpServerConfig>;
   /** Trust level per server name (default dangerous: every call asks). */
   levels?: Record<string, SafetyLevel>;
 }

@@ -4,12 +4,14 @@
 // policy as every other tool. A server that fails to start or dies is reported, never fatal; a call
 // cut by a crash fails with a message and the next call starts the server again.
 
+import { readFile } from "node:fs/promises";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import type { Tool as McpTool } from "@modelcontextprotocol/sdk/types.js";
 import { ServerNotifications, type McpClientConfigureParams, type McpClientConfigureResult, type McpServerConfig, type McpServerStatusParams } from "../protocol.js";
+import { registerEnvSecrets, registerSecret } from "../log.js";
 import type { AgentServer } from "../rpc/server.js";
 import { defineTool, SAFETY_LEVELS, ToolError, type ParamSpec, type ParamType, type SafetyLevel, type Tool } from "../tools/tool.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
@@ -90,13 +92,25 @@ export class McpClientManager {
   /** Replaces the configured servers: the old ones stop and their tools go; the new ones connect. */
   async configure(params: McpClientConfigureParams): Promise<McpClientConfigureResult> {
     await this.closeAll();
-    const servers = params.servers ?? {};
+    const out: McpClientConfigureResult["servers"] = [];
+    const servers: Record<string, McpServerConfig> = {};
+    for (const file of params.files ?? []) {
+      try {
+        const parsed = JSON.parse(await readFile(file, "utf8")) as { mcpServers?: Record<string, McpServerConfig> };
+        Object.assign(servers, parsed?.mcpServers ?? {});
+      } catch (err) {
+        const error = `cannot read MCP servers from ${file}: ${(err as Error)?.message ?? String(err)}`;
+        this.status({ name: file, status: "failed", message: error });
+        out.push({ name: file, ok: false, tools: [], error });
+      }
+    }
+    Object.assign(servers, params.servers ?? {});
     const levels = params.levels ?? {};
     for (const [name, level] of Object.entries(levels)) {
       if (!SAFETY_LEVELS.includes(level)) throw new Error(`MCP server ${name}: level must be safe, cautious or dangerous, not ${String(level)}.`);
     }
-    const out: McpClientConfigureResult["servers"] = [];
     for (const [name, config] of Object.entries(servers)) {
+      registerConfigSecrets(config ?? {});
       const conn = new Connection(name, config ?? {}, (message) => this.status({ name, status: "exited", message }));
       this.connections.set(name, conn);
       try {
@@ -173,6 +187,14 @@ export class McpClientManager {
       registered.push(this.agent.registry.register(tool));
     }
     return registered;
+  }
+}
+
+/** A server's secret-looking env values and its header values are redacted like the API key. */
+function registerConfigSecrets(config: McpServerConfig): void {
+  if (config.env && typeof config.env === "object") registerEnvSecrets(config.env);
+  for (const [name, value] of Object.entries(config.headers ?? {})) {
+    if (typeof value === "string") registerSecret(value.replace(/^(Bearer|Basic)\s+/i, ""), name);
   }
 }
 

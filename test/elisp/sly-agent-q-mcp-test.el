@@ -44,27 +44,16 @@
                    (format "[mcp_servers.sly-agent-q]\ncommand = \"%s\"\nargs = [\"%s\", \"--mcp-stdio\", \"--mcp-state\", \"/tmp/elsewhere/mcp.json\"]\n"
                            sly-agent-q-node-program (expand-file-name sly-agent-q-server-file))))))
 
-(ert-deftest sly-agent-q-mcp-client-configuration-merges-files-and-inline ()
-  "Servers come from the files and the inline list (inline wins); levels are strings."
-  (let* ((dir (make-temp-file "agent-q-mcp-servers" t))
-         (file (expand-file-name "servers.json" dir))
-         (sly-agent-q-mcp-server-files (list file (expand-file-name "missing.json" dir)))
+(ert-deftest sly-agent-q-mcp-client-configuration-sends-files-inline-and-levels ()
+  "The files go as names (the server reads them); inline servers and levels as objects."
+  (let* ((sly-agent-q-mcp-server-files '("~/a/.mcp.json"))
          (sly-agent-q-mcp-servers '(("b" . (:type "http" :url "http://127.0.0.1:1/mcp"))))
          (sly-agent-q-mcp-server-levels '(("a" . safe))))
-    (unwind-protect
-        (progn
-          (with-temp-file file
-            (insert "{\"mcpServers\": {\"a\": {\"command\": \"node\", \"args\": [\"s.js\"]}, \"b\": {\"command\": \"lost\"}}}"))
-          (let* ((conf (sly-agent-q-mcp-client-configuration))
-                 (servers (plist-get conf :servers)))
-            (should (equal (sort (hash-table-keys servers) #'string<) '("a" "b")))
-            (should (equal (alist-get 'command (gethash "a" servers)) "node"))
-            (should (equal (plist-get (gethash "b" servers) :url) "http://127.0.0.1:1/mcp"))
-            (should (equal (gethash "a" (plist-get conf :levels)) "safe"))
-            ;; It serializes as the server expects.
-            (should (string-match-p "\"mcpServers\"\\|\"servers\""
-                                    (json-serialize (list :servers servers :levels (plist-get conf :levels)))))))
-      (delete-directory dir t))))
+    (let* ((conf (sly-agent-q-mcp-client-configuration))
+           (json (json-parse-string (json-serialize conf) :object-type 'alist)))
+      (should (equal (alist-get 'files json) (vector (expand-file-name "~/a/.mcp.json"))))
+      (should (equal (alist-get 'url (alist-get 'b (alist-get 'servers json))) "http://127.0.0.1:1/mcp"))
+      (should (equal (alist-get 'levels json) '((a . "safe")))))))
 
 (provide 'sly-agent-q-mcp-test)
 ;;; sly-agent-q-mcp-test.el ends here

@@ -1,7 +1,7 @@
 // MCP servers used by our agent (issue 15): a real stdio MCP server written with the SDK (the
 // fixture), the real bundle, the scripted model. This test stands in for Emacs (approvals).
 
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterEach, expect, it, vi } from "vitest";
@@ -70,7 +70,7 @@ it("offers a configured MCP server's tools to the model under its trust level, s
   };
   const conf = await bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers, levels: { fixture: "safe" } });
   expect(conf.servers).toEqual([
-    { name: "fixture", ok: true, tools: ["mcp__fixture__echo", "mcp__fixture__touch", "mcp__fixture__crash"] },
+    { name: "fixture", ok: true, tools: ["mcp__fixture__echo", "mcp__fixture__touch", "mcp__fixture__env", "mcp__fixture__crash"] },
     { name: "broken", ok: false, tools: [], error: expect.stringMatching(/MCP server broken could not start: .*ENOENT/) },
   ]);
   expect(statuses.map((s) => [s.name, s.status])).toEqual([["fixture", "connected"], ["broken", "failed"]]);
@@ -100,5 +100,39 @@ it("offers a configured MCP server's tools to the model under its trust level, s
   await vi.waitFor(() => expect(statuses.some((s) => s.name === "fixture" && s.status === "exited")).toBe(true));
   const t5 = await turn(bundle, t1.conversationId, "echo again");
   expect(t5.text).toBe("5: fixture echo: again");
+  await bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
+}, 60_000);
+
+it("reads servers from .mcp.json files itself, and their secrets never reach the model or the logs", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "agent-q-mcpf-"));
+  const secret = "fixture-secret-value-0123456789";
+  const file = join(dir, ".mcp.json");
+  writeFileSync(file, JSON.stringify({ mcpServers: { fromfile: { command: process.execPath, args: [FIXTURE], env: { FIXTURE_API_TOKEN: secret } } } }));
+  const mock = await startMockLLM({
+    script: {
+      steps: [
+        { content: [{ type: "tool_use", name: "mcp__fromfile__env", input: { text: "FIXTURE_API_TOKEN" } }] },
+        { content: [{ type: "text", text: "said: {{last_tool_result}}" }] },
+      ],
+    },
+  });
+  cleanups.push(() => mock.close());
+  const bundle = startBundle(["--log-level", "debug"]);
+  cleanups.push(() => bundle.kill());
+  await bundle.connection.sendRequest("initialize", {
+    clientInfo: { name: "mcp-client-test" },
+    capabilities: { tools: false, image: false, approvals: false },
+    configuration: { provider: "anthropic", baseUrl: mock.url, apiKey: "any-test-key", model: "claude-sonnet-4-6" },
+  });
+  const conf = await bundle.connection.sendRequest<any>("mcp/clientConfigure", { files: [file, join(dir, "missing.json")], servers: {}, levels: { fromfile: "safe" } });
+  expect(conf.servers).toEqual([
+    { name: join(dir, "missing.json"), ok: false, tools: [], error: expect.stringMatching(/cannot read .*missing\.json/) },
+    { name: "fromfile", ok: true, tools: expect.arrayContaining(["mcp__fromfile__env"]) },
+  ]);
+  const t = await turn(bundle, undefined, "env");
+  expect(t.text).toMatch(/^said: value: \[/);
+  expect(t.text).not.toContain(secret);
+  expect(JSON.stringify(mock.requests())).not.toContain(secret);
+  expect(bundle.stderr()).not.toContain(secret);
   await bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
 }, 60_000);
