@@ -36,8 +36,8 @@ export class McpHttpService {
   private stateFile = "";
   private approvalTimeoutMs = DEFAULT_APPROVAL_TIMEOUT_MS;
   private readonly sessions = new Map<string, { transport: StreamableHTTPServerTransport; mcp: Server }>();
-  /** "Always allow" answers given to MCP clients: never shared with the chat's. */
-  private readonly allowed = new Set<string>();
+  /** "Always allow" answers, per MCP client: never shared with the chat's or another client's. */
+  private readonly allowed = new Map<string, Set<string>>();
   private nextCall = 1;
 
   constructor(private readonly agent: AgentServer) {}
@@ -175,7 +175,9 @@ export class McpHttpService {
     } else {
       const executor = this.agent.executor.withPolicy(() => this.agent.executor.policy);
       executor.options.approve = this.approve(client);
-      executor.sessionAllowed = this.allowed;
+      let allowed = this.allowed.get(client);
+      if (!allowed) this.allowed.set(client, (allowed = new Set()));
+      executor.sessionAllowed = allowed;
       result = await executor.execute({ id, name, arguments: args }, { signal, tags: { mcpClient: client } });
     }
     notify({ phase: "done", id, client, tool: name, success: result.success, safetyLevel: result.metadata.safetyLevel, summary: result.content.slice(0, 300) });

@@ -140,6 +140,20 @@ describe("MCP server", () => {
     await client.close();
   });
 
+  it("an \"always allow\" answer holds for that client only", async () => {
+    const h = await start();
+    const claude = await connect(h, "Claude Code");
+    const codex = await connect(h, "Codex");
+    h.decisions.push({ decision: "approved", always: true } as unknown as Decision, { decision: "denied" });
+    const args = { name: "write_file", arguments: { path: "x.txt", content: "hi" } };
+    expect((await claude.callTool(args)).isError).toBeFalsy();
+    expect((await claude.callTool(args)).isError).toBeFalsy();
+    expect((await codex.callTool(args)).isError).toBe(true);
+    expect(h.calls.filter((c) => c.kind === "approval").map((c) => c.params.client)).toEqual(["Claude Code", "Codex"]);
+    await claude.close();
+    await codex.close();
+  });
+
   it("denies a dangerous call when nobody answers in time", async () => {
     const h = await start(500);
     const client = await connect(h);
