@@ -78,7 +78,8 @@
 ;; The parts: sly-agent-q-server.el (the Node server), -bridge.el (the
 ;; Lisp image through SLY or SLIME), -chat.el (the chat buffer),
 ;; -approval.el (approvals), -tools.el, -files.el, -diff.el (buffer and
-;; file tools, the reviewed file edit).
+;; file tools, the reviewed file edit), -mcp.el (the tools served over
+;; MCP to Claude Code or Codex, and MCP servers used by the agent).
 
 ;;; Code:
 
