@@ -185,6 +185,8 @@ export interface ToolInfo {
   effectiveSafetyLevel: SafetyLevel;
   categories: string[];
   runtime: ToolRuntime;
+  /** The handler's name in Emacs (a capability) or in the image (an image tool); absent for Node tools. */
+  implementation?: string;
   parameters: Record<string, ParamSpec>;
   required: string[];
   aliasOf?: string;

@@ -202,6 +202,7 @@ export class AgentServer {
       effectiveSafetyLevel: this.executor.effectiveSafety(t),
       categories: [...t.categories],
       runtime: t.runtime,
+      ...(t.implementation ? { implementation: t.implementation } : {}),
       parameters: t.schema.properties,
       required: [...t.required],
       ...(t.aliasOf ? { aliasOf: t.aliasOf } : {}),

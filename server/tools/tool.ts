@@ -54,6 +54,9 @@ export interface ToolSpec {
   categories: readonly string[];
   runtime: ToolRuntime;
   handler: ToolHandler;
+  /** The handler's name on the side the tool runs on (an Emacs capability, an image tool); none in Node.
+   *  Checked against what Emacs and the image really implement (test/e2e: the catalog's consistency). */
+  implementation?: string;
   /** Per-tool timeout; the executor's default applies when absent. */
   timeoutMs?: number;
   /** Another name for the same capability (read_file / file_read): offered to the model only on request. */

@@ -293,6 +293,43 @@ CALLBACK gets the turn's outcome."
 
 ;;;; Failures the agent must survive
 
+;;;; The catalog and the two sides that implement it
+
+(defun e2e-catalog ()
+  "Every tool the running server declares, aliases included (tools/list all)."
+  (let (result failure)
+    (sly-agent-q-server-request 'tools/list '(:all t)
+                                (lambda (r) (setq result r))
+                                (lambda (e) (setq failure (or e :failed))))
+    (sly-agent-q-test-wait (lambda () (or result failure)) 10 "tools/list")
+    (should-not failure)
+    (append (plist-get result :tools) nil)))
+
+(defun e2e-implementations (catalog runtime)
+  "The sorted handler names that CATALOG's tools of RUNTIME (a string) need."
+  (sort (delete-dups
+         (cl-loop for tool in catalog
+                  when (equal (plist-get tool :runtime) runtime)
+                  collect (or (plist-get tool :implementation)
+                              (ert-fail (list "A tool declares no implementation"
+                                              (plist-get tool :name))))))
+        #'string<))
+
+(ert-deftest e2e-catalog-and-handlers-agree ()
+  "Each tool the catalog declares has a handler where it runs, and no side has a handler it does not declare.
+Emacs's capabilities are read from this Emacs, the image's tools from the
+live image after the agent loaded the helpers there."
+  (e2e-with-agent "scenario-1-describe.json"
+    (e2e-reset-fixture)
+    ;; A turn that uses an image tool loads the helpers into the image.
+    (should (eq (plist-get (e2e-send "Describe the function PROCESS-DATA in MY-APP package") :status)
+                'finished))
+    (let ((catalog (e2e-catalog)))
+      (should (equal (e2e-implementations catalog "emacs")
+                     (sort (copy-sequence (sly-agent-q-tools-capabilities)) #'string<)))
+      (should (equal (e2e-implementations catalog "image")
+                     (e2e-eval '(cl:funcall (cl:find-symbol "TOOL-NAMES" "SLY-AGENT-Q"))))))))
+
 (ert-deftest e2e-tool-error-recovery ()
   "A wrong symbol name gives an error with the image's closest matches; the model retries."
   (e2e-with-agent "tool-error-recovery.json"

@@ -8,6 +8,7 @@ import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 const EMACS_TIMEOUT_MS = 15_000;
 const emacs = (capability: string, mapArgs?: Parameters<typeof emacsTool>[1]) => ({
   runtime: "emacs" as const,
+  implementation: capability,
   handler: emacsTool(capability, mapArgs),
   timeoutMs: EMACS_TIMEOUT_MS,
 });

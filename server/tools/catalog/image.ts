@@ -15,7 +15,7 @@ const symbolName = (what: string): ParamSpec => ({
 
 // No per-tool timeout: the executor derives image tools' deadline from the configured image timeout
 // (imageTimeoutMs), which the image itself enforces first.
-const image = (name: string) => ({ runtime: "image" as const, handler: imageTool(name) });
+const image = (name: string) => ({ runtime: "image" as const, implementation: name, handler: imageTool(name) });
 
 export const imageTools: Tool[] = [
   defineTool({
