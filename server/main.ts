@@ -3,7 +3,7 @@
 
 import { createMessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
 import { Logger } from "./log.js";
-import type { LogLevel } from "./protocol.js";
+import { describeProtocol, type LogLevel } from "./protocol.js";
 import { registerChatHandlers } from "./agent/chat-handlers.js";
 import { registerMcpHandlers } from "./mcp/handlers.js";
 import { runStdioShim } from "./mcp/stdio-shim.js";
@@ -24,6 +24,8 @@ Options:
                        started in Emacs (M-x sly-agent-q-mcp-start), found through its state file
   --mcp-state FILE     that state file (default $SLY_AGENT_Q_MCP_STATE, else
                        $XDG_STATE_HOME/sly-agent-q/mcp.json, else ~/.local/state/sly-agent-q/mcp.json)
+  --protocol           print the JSON-RPC protocol (methods, directions, emacs/call kinds,
+                       error codes) as JSON and exit
   --version            print the version and exit
   --help               print this help and exit
 
@@ -39,6 +41,9 @@ function main(argv: string[]): void {
     const a = argv[i];
     if (a === "--version") {
       process.stdout.write(`${SERVER_VERSION}\n`);
+      return;
+    } else if (a === "--protocol") {
+      process.stdout.write(`${JSON.stringify(describeProtocol(), null, 2)}\n`);
       return;
     } else if (a === "--help" || a === "-h") {
       process.stdout.write(HELP);

@@ -10,55 +10,161 @@
 // asynchronously and later sends `emacs/reply` with the same id. `emacs/cancel` tells Emacs the
 // server no longer wants an answer (timeout, cancelled turn).
 
-import type { ApprovalDecision, ToolResult } from "./tools/executor.js";
-import type { ApprovalReason, PermissionRule } from "./tools/policy.js";
-import type { EmacsCallKind, ParamSpec, SafetyLevel, ToolRuntime } from "./tools/tool.js";
+import { NotificationType, NotificationType0, RequestType, RequestType0 } from "vscode-jsonrpc";
 
 export const PROTOCOL_VERSION = 1;
 
-/** Client -> server requests. */
+// ---------------------------------------------------------------------------------------------------
+// The methods: one typed object per method (the vscode-languageserver-node shape), so that a handler
+// or a send with the wrong parameter or result type does not compile. doc/architecture.md's protocol
+// table is generated from these declarations (scripts/protocol-doc.mjs), and the Elisp side's own
+// table (lisp-elisp/sly-agent-q-protocol.el) is checked against `describeProtocol()` by a test.
+
+/** Emacs -> server requests. */
 export const Requests = {
-  initialize: "initialize",
-  shutdown: "shutdown",
-  toolsList: "tools/list",
-  toolsCall: "tools/call",
-  configurationChange: "configuration/change",
-  chatSend: "chat/send",
-  chatCancel: "chat/cancel",
-  conversationNew: "conversation/new",
-  conversationList: "conversation/list",
-  conversationDelete: "conversation/delete",
-  /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1): McpStartParams -> McpStartResult. */
-  mcpStart: "mcp/start",
-  /** Stop serving MCP and remove the state file: -> {stopped: boolean}. */
-  mcpStop: "mcp/stop",
-  /** The MCP servers our agent uses as a client: McpClientConfigureParams -> McpClientConfigureResult. */
-  mcpClientConfigure: "mcp/clientConfigure",
+  initialize: new RequestType<InitializeParams, InitializeResult, void>("initialize"),
+  shutdown: new RequestType0<null, void>("shutdown"),
+  toolsList: new RequestType<ToolsListParams, ToolsListResult, void>("tools/list"),
+  toolsCall: new RequestType<ToolsCallParams, ToolsCallResult, void>("tools/call"),
+  configurationChange: new RequestType<ConfigurationChangeParams, ConfigurationChangeResult, void>("configuration/change"),
+  chatSend: new RequestType<ChatSendParams, ChatSendResult, void>("chat/send"),
+  chatCancel: new RequestType<ChatCancelParams, ChatCancelResult, void>("chat/cancel"),
+  conversationNew: new RequestType<ConversationNewParams, ConversationNewResult, void>("conversation/new"),
+  conversationList: new RequestType0<ConversationListResult, void>("conversation/list"),
+  conversationDelete: new RequestType<ConversationDeleteParams, ConversationDeleteResult, void>("conversation/delete"),
+  /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
+  mcpStart: new RequestType<McpStartParams, McpStartResult, void>("mcp/start"),
+  /** Stop serving MCP and remove the state file. */
+  mcpStop: new RequestType0<McpStopResult, void>("mcp/stop"),
+  /** The MCP servers our agent uses as a client. */
+  mcpClientConfigure: new RequestType<McpClientConfigureParams, McpClientConfigureResult, void>("mcp/clientConfigure"),
 } as const;
 
-/** Client -> server notifications. */
+/** Emacs -> server notifications. */
 export const ClientNotifications = {
-  exit: "exit",
-  emacsReply: "emacs/reply",
+  exit: new NotificationType0("exit"),
+  emacsReply: new NotificationType<EmacsReplyParams>("emacs/reply"),
   /** Emacs's view changed: the REPL's current package, the project root. */
-  contextChange: "context/change",
+  contextChange: new NotificationType<EditorContext>("context/change"),
 } as const;
 
-/** Server -> client notifications. */
+/** Server -> Emacs notifications. The server sends Emacs no requests (see emacs/call above). */
 export const ServerNotifications = {
-  emacsCall: "emacs/call",
-  emacsCancel: "emacs/cancel",
-  textDelta: "chat/textDelta",
-  toolCall: "chat/toolCall",
-  toolResult: "chat/toolResult",
-  approvalNeeded: "chat/approvalNeeded",
-  turnFinished: "chat/turnFinished",
-  turnFailed: "chat/turnFailed",
-  /** An MCP client's tool call, started or finished (McpCallParams), for Emacs's MCP log. */
-  mcpCall: "mcp/call",
-  /** An MCP server our agent uses connected, failed or died (McpServerStatusParams). */
-  mcpServerStatus: "mcp/serverStatus",
+  emacsCall: new NotificationType<EmacsCallParams>("emacs/call"),
+  emacsCancel: new NotificationType<EmacsCancelParams>("emacs/cancel"),
+  textDelta: new NotificationType<TextDeltaParams>("chat/textDelta"),
+  toolCall: new NotificationType<ToolCallParams>("chat/toolCall"),
+  toolResult: new NotificationType<ToolResultParams>("chat/toolResult"),
+  approvalNeeded: new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"),
+  turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
+  turnFailed: new NotificationType<TurnFailedParams>("chat/turnFailed"),
+  /** An MCP client's tool call, started or finished, for Emacs's MCP log. */
+  mcpCall: new NotificationType<McpCallParams>("mcp/call"),
+  /** An MCP server our agent uses connected, failed or died. */
+  mcpServerStatus: new NotificationType<McpServerStatusParams>("mcp/serverStatus"),
 } as const;
+
+/** The kinds of emacs/call, each answered by an Elisp handler, and what each carries. */
+export interface EmacsCallParamsByKind {
+  tool: EmacsToolParams;
+  image: EmacsImageParams;
+  approval: EmacsApprovalParams;
+}
+export type EmacsCallKind = keyof EmacsCallParamsByKind;
+export const EMACS_CALL_KINDS: readonly EmacsCallKind[] = Object.keys({
+  tool: true,
+  image: true,
+  approval: true,
+} satisfies Record<EmacsCallKind, true>) as EmacsCallKind[];
+
+export type Direction = "emacs->server" | "server->emacs";
+export interface MethodDescription {
+  method: string;
+  direction: Direction;
+  kind: "request" | "notification";
+}
+export interface ProtocolDescription {
+  version: number;
+  methods: MethodDescription[];
+  emacsCallKinds: string[];
+  errorCodes: Record<string, number>;
+}
+
+/** Every method, direction and kind, the emacs/call kinds and the error codes (printed by --protocol). */
+export function describeProtocol(): ProtocolDescription {
+  const list = (types: Record<string, { method: string }>, direction: Direction, kind: MethodDescription["kind"]) =>
+    Object.values(types).map((t) => ({ method: t.method, direction, kind }));
+  return {
+    version: PROTOCOL_VERSION,
+    methods: [
+      ...list(Requests, "emacs->server", "request"),
+      ...list(ClientNotifications, "emacs->server", "notification"),
+      ...list(ServerNotifications, "server->emacs", "notification"),
+    ],
+    emacsCallKinds: [...EMACS_CALL_KINDS],
+    errorCodes: { ...ErrorCodes },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data shared with the implementation (which imports these from here, never the other way round)
+
+export type SafetyLevel = "safe" | "cautious" | "dangerous";
+
+export type ParamType = "string" | "boolean" | "number" | "integer" | "object" | "array";
+
+/** One tool parameter, as JSON Schema. Every parameter carries a description for the model. */
+export interface ParamSpec {
+  type: ParamType;
+  description: string;
+  /** Element schema, required for arrays so that OpenAI-style endpoints accept the schema. */
+  items?: { type: ParamType; description?: string };
+  enum?: readonly (string | number)[];
+  minimum?: number;
+  maximum?: number;
+}
+
+/** Where a tool's handler runs. */
+export type ToolRuntime = "node" | "emacs" | "image";
+
+export type RuleAction = "allow" | "ask" | "deny";
+
+/** A permission rule, as in Configuration.permissionRules. */
+export interface PermissionRule {
+  action: RuleAction;
+  tool?: string;
+  category?: string;
+  argument?: string;
+  pattern?: string;
+}
+
+/** What made a call ask the user: the tool's level, or a permission rule with action ask. */
+export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule };
+
+/** The user's answer to an approval. */
+export type ApprovalDecision =
+  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean }
+  | { decision: "denied"; reason?: string }
+  | { decision: "modified"; arguments: Record<string, unknown> };
+
+export interface ToolResultMetadata {
+  executionTimeMs: number;
+  safetyLevel: SafetyLevel | "unknown";
+  /** True when the call was allowed to run (automatically, by the user, or by a session rule). */
+  approved: boolean;
+}
+
+/** One tool call's outcome, as the model and tools/call get it. */
+export interface ToolResult {
+  id: string;
+  name: string;
+  success: boolean;
+  /** Always a string: the result for the model, or the error message on failure. */
+  content: string;
+  /** Set exactly when success is false. */
+  error?: string;
+  metadata: ToolResultMetadata;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration (sent with initialize and configuration/change; every field optional)
@@ -208,14 +314,21 @@ export interface ToolsCallParams {
 }
 export type ToolsCallResult = ToolResult;
 
+export interface ConfigurationChangeParams {
+  configuration?: Configuration;
+}
+export interface ConfigurationChangeResult {
+  /** Names of the tools offered under the new configuration. */
+  tools: string[];
+}
+
 // ---------------------------------------------------------------------------------------------------
 // emacs/call, emacs/reply, emacs/cancel
 
-export interface EmacsCallParams {
-  id: string;
-  kind: EmacsCallKind;
-  params: EmacsToolParams | EmacsImageParams | EmacsApprovalParams;
-}
+/** Emacs starts the work of KIND and answers later with emacs/reply carrying the same id. */
+export type EmacsCallParams = {
+  [K in EmacsCallKind]: { id: string; kind: K; params: EmacsCallParamsByKind[K] };
+}[EmacsCallKind];
 
 /** kind "tool": run Elisp capability TOOL with ARGUMENTS. Reply result: {content: string}. */
 export interface EmacsToolParams {
@@ -408,6 +521,11 @@ export interface McpStartParams {
   /** How long a dangerous MCP call waits for the user before it is denied. */
   approvalTimeoutMs?: number;
 }
+export interface McpStopResult {
+  /** False when nothing was being served. */
+  stopped: boolean;
+}
+
 export interface McpStartResult {
   url: string;
   port: number;

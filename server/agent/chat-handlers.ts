@@ -3,7 +3,7 @@
 // reports through chat/* notifications (protocol.ts) and ends with chat/turnFinished or chat/turnFailed.
 
 import { randomUUID } from "node:crypto";
-import { ResponseError, ErrorCodes as RpcErrorCodes } from "vscode-jsonrpc/node";
+import { ResponseError, ErrorCodes as RpcErrorCodes, type NotificationType } from "vscode-jsonrpc/node";
 import {
   ErrorCodes,
   Requests,
@@ -146,9 +146,9 @@ export class ChatService {
     const ref = { conversationId: conversation.id, turnId };
     const text = new TextBatcher((t) => this.server.notify(ServerNotifications.textDelta, { ...ref, text: t } satisfies TextDeltaParams));
     // Every other notification of the turn first sends the text that came before it.
-    const notify = <T>(method: string, params: T) => {
+    const notify = <T>(type: NotificationType<T>, params: T) => {
       text.flush();
-      this.server.notify(method, params);
+      this.server.notify(type, params);
     };
     const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
     const config = configNow();

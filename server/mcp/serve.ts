@@ -200,7 +200,7 @@ export class McpHttpService {
       };
       const timeout = AbortSignal.timeout(this.approvalTimeoutMs);
       try {
-        return (await this.agent.bridge.call("approval", params as unknown as Record<string, unknown>, { signal: AbortSignal.any([signal, timeout]) })) as ApprovalDecision;
+        return (await this.agent.bridge.call("approval", params, { signal: AbortSignal.any([signal, timeout]) })) as ApprovalDecision;
       } catch (err) {
         if (timeout.aborted && !signal.aborted) {
           return { decision: "denied", reason: `nobody answered in Emacs within ${Math.round(this.approvalTimeoutMs / 1000)} s` };

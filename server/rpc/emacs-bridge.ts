@@ -2,9 +2,10 @@
 // Each call gets exactly one outcome: Emacs's reply, a timeout, a cancellation, or the connection
 // closing. A late or unknown reply is dropped.
 
-import type { EmacsCallParams, EmacsCancelParams, EmacsReplyParams } from "../protocol.js";
+import type { NotificationType } from "vscode-jsonrpc";
+import type { EmacsCallKind, EmacsCallParams, EmacsCallParamsByKind, EmacsCancelParams, EmacsReplyParams } from "../protocol.js";
 import { ServerNotifications } from "../protocol.js";
-import { ToolError, type EmacsCallKind, type EmacsPort } from "../tools/tool.js";
+import { ToolError, type EmacsPort } from "../tools/tool.js";
 
 interface Pending {
   resolve: (value: unknown) => void;
@@ -12,7 +13,7 @@ interface Pending {
   cleanup: () => void;
 }
 
-export type Notify = (method: string, params: unknown) => void;
+export type Notify = <P>(type: NotificationType<P>, params: P) => void;
 
 export class EmacsBridge implements EmacsPort {
   private readonly pending = new Map<string, Pending>();
@@ -25,7 +26,7 @@ export class EmacsBridge implements EmacsPort {
     return this.pending.size;
   }
 
-  call(kind: EmacsCallKind, params: Record<string, unknown>, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<unknown> {
+  call<K extends EmacsCallKind>(kind: K, params: EmacsCallParamsByKind[K], opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<unknown> {
     if (this.closedReason) return Promise.reject(new ToolError(this.closedReason));
     if (opts.signal?.aborted) return Promise.reject(abortError(opts.signal));
     const id = `e${this.nextId++}`;
@@ -47,7 +48,7 @@ export class EmacsBridge implements EmacsPort {
           this.sendCancel(id, "timeout");
         }, opts.timeoutMs);
       }
-      const message: EmacsCallParams = { id, kind, params: params as unknown as EmacsCallParams["params"] };
+      const message = { id, kind, params } as EmacsCallParams;
       try {
         this.notify(ServerNotifications.emacsCall, message);
       } catch (err) {

@@ -3,7 +3,14 @@
 // server/agent/ through addRequest/addNotification.
 
 import { appendFile } from "node:fs/promises";
-import { ResponseError, ErrorCodes as RpcErrorCodes, type MessageConnection } from "vscode-jsonrpc/node";
+import {
+  ResponseError,
+  ErrorCodes as RpcErrorCodes,
+  type MessageConnection,
+  type NotificationType,
+  type RequestType,
+  type RequestType0,
+} from "vscode-jsonrpc/node";
 import { Logger, redact, registerEnvSecrets, registerSecret } from "../log.js";
 import {
   ClientNotifications,
@@ -62,7 +69,7 @@ export class AgentServer {
     this.logger = options.logger ?? new Logger();
     registerEnvSecrets(options.env ?? process.env);
     // Through notify, so that what goes to Emacs is well-formed there too.
-    this.bridge = new EmacsBridge((method, params) => this.notify(method, params));
+    this.bridge = new EmacsBridge((type, params) => this.notify(type, params));
     this.executor = new Executor({
       registry: this.registry,
       approve: this.approveThroughEmacs,
@@ -81,7 +88,8 @@ export class AgentServer {
   }
 
   /** Adds a request handler that requires initialize first and turns any exception into a JSON-RPC error. */
-  addRequest<P, R>(method: string, handler: (params: P) => R | Promise<R>): void {
+  addRequest<P, R>(type: RequestType<P, R, void> | RequestType0<R, void>, handler: (params: P) => R | Promise<R>): void {
+    const method = type.method;
     this.disposers.push(
       this.connection.onRequest(method, async (params: unknown): Promise<unknown> => {
         if (!this.initialized) throw new ResponseError(ErrorCodes.notInitialized, `Call initialize before ${method}.`);
@@ -96,7 +104,8 @@ export class AgentServer {
     );
   }
 
-  addNotification<P>(method: string, handler: (params: P) => void): void {
+  addNotification<P>(type: NotificationType<P>, handler: (params: P) => void): void {
+    const method = type.method;
     this.disposers.push(
       this.connection.onNotification(method, (params: unknown) => {
         try {
@@ -109,9 +118,9 @@ export class AgentServer {
   }
 
   /** Sends a notification to Emacs: the one way out for notifications, so strings are made well-formed here. */
-  notify(method: string, params: unknown): void {
-    void this.connection.sendNotification(method, wellFormed(params)).catch((err: unknown) => {
-      this.logger.warn(`could not send ${method}: ${String(err)}`);
+  notify<P>(type: NotificationType<P>, params: P): void {
+    void this.connection.sendNotification(type.method, wellFormed(params)).catch((err: unknown) => {
+      this.logger.warn(`could not send ${type.method}: ${String(err)}`);
     });
   }
 
@@ -178,7 +187,7 @@ export class AgentServer {
       this.logger.warn(`protocol error: ${err?.message ?? String(err)}`);
     });
 
-    this.addRequest(Requests.configurationChange, (params: { configuration?: Configuration }) => {
+    this.addRequest(Requests.configurationChange, (params) => {
       // The client sends its whole configuration: what it leaves out is no longer in force.
       this.applyConfiguration(params.configuration ?? {});
       return { tools: this.offeredTools().map((t) => t.name) };
@@ -245,7 +254,7 @@ export class AgentServer {
       ...(turnId ? { turnId } : {}),
     };
     // No timeout: a user may take their time. The turn's own limits and cancellation apply.
-    return (await this.bridge.call("approval", params as unknown as Record<string, unknown>, { signal })) as ApprovalDecision;
+    return (await this.bridge.call("approval", params, { signal })) as ApprovalDecision;
   };
 
   private audit(entry: AuditEntry): void {

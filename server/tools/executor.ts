@@ -18,28 +18,9 @@ export interface ToolCall {
   arguments: unknown;
 }
 
-export interface ToolResultMetadata {
-  executionTimeMs: number;
-  safetyLevel: SafetyLevel | "unknown";
-  /** True when the call was allowed to run (automatically, by the user, or by a session rule). */
-  approved: boolean;
-}
+import type { ApprovalDecision, ToolResult, ToolResultMetadata } from "../protocol.js";
 
-export interface ToolResult {
-  id: string;
-  name: string;
-  success: boolean;
-  /** Always a string: the result for the model, or the error message on failure. */
-  content: string;
-  /** Set exactly when success is false. */
-  error?: string;
-  metadata: ToolResultMetadata;
-}
-
-export type ApprovalDecision =
-  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean }
-  | { decision: "denied"; reason?: string }
-  | { decision: "modified"; arguments: Record<string, unknown> };
+export type { ApprovalDecision, ToolResult, ToolResultMetadata } from "../protocol.js";
 
 export interface ApprovalRequest {
   callId: string;

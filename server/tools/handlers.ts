@@ -1,6 +1,7 @@
 // Handler builders: a tool's work runs in Node, in Emacs (buffers, files) or in the Lisp image
 // (through Emacs's SLY/SLIME connection). Declarations pick one of these; none is repeated per tool.
 
+import type { EmacsImageParams } from "../protocol.js";
 import { ToolError, type ToolContext, type ToolHandler } from "./tool.js";
 
 function requireEmacs(ctx: ToolContext) {
@@ -25,8 +26,7 @@ export function emacsTool(capability: string, mapArgs?: (args: Record<string, un
 export function imageTool(name: string): ToolHandler {
   return async (args, ctx) => {
     const emacs = requireEmacs(ctx);
-    const params: Record<string, unknown> = { tool: name, arguments: args };
-    if (ctx.currentPackage) params.package = ctx.currentPackage;
+    const params: EmacsImageParams = { tool: name, arguments: args, ...(ctx.currentPackage ? { package: ctx.currentPackage } : {}) };
     const result = await emacs.call("image", params, { signal: ctx.signal, timeoutMs: ctx.timeoutMs });
     return unwrapContent(result);
   };

@@ -13,17 +13,11 @@
 import { safetyRank, SAFETY_LEVELS, type SafetyLevel, type Tool } from "./tool.js";
 import type { ToolRegistry } from "./registry.js";
 
-export type RuleAction = "allow" | "ask" | "deny";
+import type { ApprovalReason, PermissionRule, RuleAction } from "../protocol.js";
+
+export type { ApprovalReason, PermissionRule, RuleAction } from "../protocol.js";
 export const RULE_ACTIONS: readonly RuleAction[] = ["allow", "ask", "deny"];
 
-/** A permission rule, as in Configuration.permissionRules (see server/protocol.ts). */
-export interface PermissionRule {
-  action: RuleAction;
-  tool?: string;
-  category?: string;
-  argument?: string;
-  pattern?: string;
-}
 
 /** The parts of the configuration the policy reads. */
 export interface PolicySettings {
@@ -42,7 +36,6 @@ export type PolicyDecision =
   | { kind: "deny"; rule: PermissionRule };
 
 /** Why the user is asked: the tool's level, or a rule. */
-export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule };
 
 /** A configuration the policy cannot honour; the message names the field. */
 export class PolicyError extends Error {

@@ -1,27 +1,13 @@
 // The tool protocol (seed 001): what a tool is, and the checks a definition must pass at load time.
 
-export type SafetyLevel = "safe" | "cautious" | "dangerous";
+import type { EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
+
+export type { EmacsCallKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
 export const SAFETY_LEVELS: readonly SafetyLevel[] = ["safe", "cautious", "dangerous"];
 
 export function safetyRank(level: SafetyLevel): number {
   return SAFETY_LEVELS.indexOf(level);
 }
-
-export type ParamType = "string" | "boolean" | "number" | "integer" | "object" | "array";
-
-/** One parameter, as JSON Schema. Every parameter carries a description for the model. */
-export interface ParamSpec {
-  type: ParamType;
-  description: string;
-  /** Element schema, required for arrays so that OpenAI-style endpoints accept the schema. */
-  items?: { type: ParamType; description?: string };
-  enum?: readonly (string | number)[];
-  minimum?: number;
-  maximum?: number;
-}
-
-/** Where a handler runs; purely informative for listings and the README's tool table. */
-export type ToolRuntime = "node" | "emacs" | "image";
 
 /** What a running handler may use. */
 export interface ToolContext {
@@ -39,9 +25,8 @@ export interface ToolContext {
 
 /** Calls that wait for Emacs: answered asynchronously (see server/protocol.ts, emacs/call). */
 export interface EmacsPort {
-  call(kind: EmacsCallKind, params: Record<string, unknown>, opts: { signal?: AbortSignal; timeoutMs?: number }): Promise<unknown>;
+  call<K extends EmacsCallKind>(kind: K, params: EmacsCallParamsByKind[K], opts: { signal?: AbortSignal; timeoutMs?: number }): Promise<unknown>;
 }
-export type EmacsCallKind = "tool" | "image" | "approval";
 
 export type ToolHandler = (args: Record<string, unknown>, ctx: ToolContext) => Promise<unknown>;
 
