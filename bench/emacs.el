@@ -259,8 +259,11 @@ throws out of the wait as soon as the answer is read."
 (defvar bench-last-result nil)
 (defvar bench-results-seen 0)
 
-(defun bench-on-tool-call (&rest _) (unless bench-first-call (setq bench-first-call (float-time))))
-(defun bench-on-tool-result (&rest _) (cl-incf bench-results-seen) (setq bench-last-result (float-time)))
+(defun bench-on-notification (_conn method _params)
+  "Note the times of the first chat/toolCall and of each chat/toolResult (METHOD)."
+  (pcase method
+    ('chat/toolCall (unless bench-first-call (setq bench-first-call (float-time))))
+    ('chat/toolResult (cl-incf bench-results-seen) (setq bench-last-result (float-time)))))
 
 (defun bench-send (text)
   "Send TEXT through the chat buffer and wait for the turn's outcome plist."
@@ -271,8 +274,7 @@ throws out of the wait as soon as the answer is read."
     outcome))
 
 (defun bench-throughput ()
-  (advice-add 'sly-agent-q-chat--on-tool-call :before #'bench-on-tool-call)
-  (advice-add 'sly-agent-q-chat--on-tool-result :before #'bench-on-tool-result)
+  (advice-add 'sly-agent-q-handle-notification :before #'bench-on-notification)
   (let (full bare)
     (dotimes (_ bench-batches)
       (setq bench-first-call nil bench-results-seen 0)
@@ -282,8 +284,7 @@ throws out of the wait as soon as the answer is read."
       (let ((t0 (float-time)))
         (dotimes (_ 100) (bench-bare-call))
         (push (bench-ms t0) bare)))
-    (advice-remove 'sly-agent-q-chat--on-tool-call #'bench-on-tool-call)
-    (advice-remove 'sly-agent-q-chat--on-tool-result #'bench-on-tool-result)
+    (advice-remove 'sly-agent-q-handle-notification #'bench-on-notification)
     (let ((ratio (/ (bench-median full) (bench-median bare))))
       (bench-record :figure (format "2. 100 sequential bare %s-evals" bench-lisp) :unit "ms"
                     :samples (vconcat bare) :target "-")
@@ -304,16 +305,17 @@ throws out of the wait as soon as the answer is read."
   (let* ((buf (sly-agent-q-chat-buffer))
          (changes 0) (deltas 0) (chars 0) (pre-redisplay 0) (last (float-time)) (gap 0)
          (count-change (lambda (&rest _) (cl-incf changes)))
-         (count-delta (lambda (params)
-                        (cl-incf deltas)
-                        (cl-incf chars (length (or (plist-get params :text) "")))))
+         (count-delta (lambda (_conn method params)
+                        (when (eq method 'chat/textDelta)
+                          (cl-incf deltas)
+                          (cl-incf chars (length (or (plist-get params :text) ""))))))
          (count-pre (lambda (&rest _) (cl-incf pre-redisplay)))
          (gcs gcs-done) (gc-time gc-elapsed)
          timer)
     (setq bench-counts nil)
     (dolist (f bench-redisplay-functions)
       (advice-add f :before (lambda (&rest _) (cl-incf (alist-get f bench-counts 0))) '((name . bench-count))))
-    (advice-add 'sly-agent-q-chat--on-text-delta :before count-delta)
+    (advice-add 'sly-agent-q-handle-notification :before count-delta)
     (add-hook 'pre-redisplay-functions count-pre)
     (with-current-buffer buf (add-hook 'after-change-functions count-change nil t))
     ;; The largest interval between firings of a 10 ms timer: how long input would have waited.
@@ -326,7 +328,7 @@ throws out of the wait as soon as the answer is read."
       (setq cpu (- (bench-cpu) cpu0) wall (- (float-time) t0))
       (cancel-timer timer)
       (dolist (f bench-redisplay-functions) (advice-remove f 'bench-count))
-      (advice-remove 'sly-agent-q-chat--on-text-delta count-delta)
+      (advice-remove 'sly-agent-q-handle-notification count-delta)
       (remove-hook 'pre-redisplay-functions count-pre)
       (with-current-buffer buf (remove-hook 'after-change-functions count-change t))
       ;; The server may batch deltas into fewer notifications; every character must arrive.

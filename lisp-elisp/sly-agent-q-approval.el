@@ -129,7 +129,7 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
               :new-file (and (plist-get preview :path)
                              (equal (plist-get preview :old) ""))))))
 
-(defun sly-agent-q-approval--handle-call (call)
+(cl-defmethod sly-agent-q-handle-call ((_kind (eql approval)) call)
   "Decide the approval CALL.
 The call is first prepared as the tool would do it; if the tool would
 refuse it, CALL is answered with that error and nobody is asked.
@@ -164,9 +164,6 @@ CALLBACK gets the decision."
      (sly-agent-q-approval-function
       (funcall sly-agent-q-approval-function request callback))
      (t (sly-agent-q-approval--ask call request callback))))
-
-(setf (alist-get "approval" sly-agent-q-server-call-handlers nil nil #'equal)
-      #'sly-agent-q-approval--handle-call)
 
 ;;;; The interactive UI
 

@@ -448,7 +448,7 @@ interrupts its evaluation, and CALLBACK gets an error."
               (sly-agent-q-bridge--send-cancel adapter conn call-id)
               (funcall stop "The call was cancelled; its evaluation in the image was interrupted."))))))))
 
-(defun sly-agent-q-bridge--handle-image-call (call)
+(cl-defmethod sly-agent-q-handle-call ((_kind (eql image)) call)
   "Answer the server's image CALL through the connected Lisp."
   (let* ((params (sly-agent-q-call-params call))
          (cancel (sly-agent-q-bridge-call-tool
@@ -460,9 +460,6 @@ interrupts its evaluation, and CALLBACK gets an error."
     ;; The server's emacs/cancel (a cancelled turn or call, its timeout)
     ;; stops the evaluation in the image, not only the wait for it.
     (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel)))))
-
-(setf (alist-get "image" sly-agent-q-server-call-handlers nil nil #'equal)
-      #'sly-agent-q-bridge--handle-image-call)
 
 (defun sly-agent-q-bridge--lisp-connected (&rest _)
   "Tell the server the current package of a Lisp that just connected."

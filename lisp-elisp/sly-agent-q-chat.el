@@ -197,8 +197,9 @@ entry TAB or RET shows its details.
 Nothing waits, and no server is started for it."
   (when (sly-agent-q-server-live-p)
     (ignore-errors
-      (jsonrpc-async-request (sly-agent-q-server-connection) method params
-                             :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore))))
+      (sly-agent-q-server-async-request (sly-agent-q-server-connection) method params
+                                        :success-fn #'ignore :error-fn #'ignore
+                                        :timeout-fn #'ignore))))
 
 (defun sly-agent-q-chat--free-conversation ()
   "Tell the server to forget this buffer's conversation, and forget its id here."
@@ -560,7 +561,7 @@ CALLBACK, if non-nil, gets the outcome plist."
             ((not (eq sly-agent-q-chat--turn turn)))
             (err (sly-agent-q-chat--end-turn turn 'failed :message err))
             (t
-             (jsonrpc-async-request
+             (sly-agent-q-server-async-request
               conn 'chat/send
               (sly-agent-q--plist-compact
                (list :conversationId sly-agent-q-chat--conversation-id
@@ -569,12 +570,15 @@ CALLBACK, if non-nil, gets the outcome plist."
               :success-fn (lambda (result) (sly-agent-q-chat--sent buf turn result))
               :error-fn (lambda (e)
                           (sly-agent-q-chat--in buf
-                            (when (eql (plist-get e :code) -32010) ; unknown conversation
+                            (when (eql (plist-get e :code)
+                                       (sly-agent-q-protocol-error-code 'unknown-conversation))
                               (setq sly-agent-q-chat--conversation-id nil))
                             (sly-agent-q-chat--end-turn
                              turn 'failed
                              :message (format "chat/send failed: %s%s" (plist-get e :message)
-                                              (if (eql (plist-get e :code) -32010)
+                                              (if (eql (plist-get e :code)
+                                                       (sly-agent-q-protocol-error-code
+                                                        'unknown-conversation))
                                                   " (send again to start a new conversation)"
                                                 "")))))
               :timeout-fn (lambda ()
@@ -682,13 +686,13 @@ Notifications of turns that are over are ignored."
            (when (and turn (equal (sly-agent-q-turn-id turn) (plist-get ,params :turnId)))
              ,@body))))))
 
-(defun sly-agent-q-chat--on-text-delta (params)
-  "Handle chat/textDelta PARAMS."
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/textDelta)) params)
+  "Show the streamed text of the chat/textDelta PARAMS."
   (sly-agent-q-chat--with-turn-buffer params
     (sly-agent-q-chat--add-text (or (plist-get params :text) ""))))
 
-(defun sly-agent-q-chat--on-tool-call (params)
-  "Handle chat/toolCall PARAMS."
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolCall)) params)
+  "Add the tool entry of the chat/toolCall PARAMS."
   (sly-agent-q-chat--with-turn-buffer params
     (sly-agent-q-chat--add-entry
      (sly-agent-q--make-entry :call-id (plist-get params :callId)
@@ -696,16 +700,16 @@ Notifications of turns that are over are ignored."
                               :arguments (plist-get params :arguments)
                               :safety (plist-get params :safetyLevel)))))
 
-(defun sly-agent-q-chat--on-approval-needed (params)
-  "Handle chat/approvalNeeded PARAMS."
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/approvalNeeded)) params)
+  "Mark the entry of the chat/approvalNeeded PARAMS as waiting for you."
   (sly-agent-q-chat--with-turn-buffer params
     (let ((entry (sly-agent-q-chat-entry (plist-get params :callId))))
       (when (and entry (eq (sly-agent-q-entry-status entry) 'running))
         (setf (sly-agent-q-entry-status entry) 'approval)
         (sly-agent-q-chat--redraw-entry entry)))))
 
-(defun sly-agent-q-chat--on-tool-result (params)
-  "Handle chat/toolResult PARAMS."
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolResult)) params)
+  "Show the result in the chat/toolResult PARAMS in its entry."
   (sly-agent-q-chat--with-turn-buffer params
     (let ((entry (or (sly-agent-q-chat-entry (plist-get params :callId))
                      (let ((e (sly-agent-q--make-entry :call-id (plist-get params :callId)
@@ -723,8 +727,8 @@ Notifications of turns that are over are ignored."
             (sly-agent-q-entry-approved entry) (plist-get params :approved))
       (sly-agent-q-chat--redraw-entry entry))))
 
-(defun sly-agent-q-chat--on-turn-finished (params)
-  "Handle chat/turnFinished PARAMS."
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
+  "End the turn of the chat/turnFinished PARAMS with its usage and cost."
   (sly-agent-q-chat--with-turn-buffer params
     (setq sly-agent-q-chat--usage (plist-get params :conversationUsage)
           sly-agent-q-chat--cost (plist-get params :conversationCostUsd)
@@ -757,8 +761,8 @@ Notifications of turns that are over are ignored."
     ("refusal" "[stopped: the model declined to answer]")
     (_ (format "[stopped: %s]" reason))))
 
-(defun sly-agent-q-chat--on-turn-failed (params)
-  "Handle chat/turnFailed PARAMS."
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFailed)) params)
+  "End the turn of the chat/turnFailed PARAMS as failed or cancelled."
   (sly-agent-q-chat--with-turn-buffer params
     (let ((cancelled (equal (plist-get params :kind) "cancelled")))
       (sly-agent-q-chat--end-turn turn (if cancelled 'cancelled 'failed)
@@ -782,14 +786,6 @@ Notifications of turns that are over are ignored."
                sly-agent-q-chat--entries)
       (when sly-agent-q-chat--turn
         (sly-agent-q-chat--end-turn sly-agent-q-chat--turn 'failed :message message)))))
-
-(dolist (h '((chat/textDelta . sly-agent-q-chat--on-text-delta)
-             (chat/toolCall . sly-agent-q-chat--on-tool-call)
-             (chat/toolResult . sly-agent-q-chat--on-tool-result)
-             (chat/approvalNeeded . sly-agent-q-chat--on-approval-needed)
-             (chat/turnFinished . sly-agent-q-chat--on-turn-finished)
-             (chat/turnFailed . sly-agent-q-chat--on-turn-failed)))
-  (setf (alist-get (car h) sly-agent-q-server-notification-handlers) (cdr h)))
 
 (add-hook 'sly-agent-q-server-died-functions #'sly-agent-q-chat--on-server-died)
 

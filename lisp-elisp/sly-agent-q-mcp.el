@@ -115,7 +115,7 @@ A server not named here is dangerous: each call of its tools asks."
                 (apply #'format format-string args)
                 "\n")))))
 
-(defun sly-agent-q-mcp--on-call (params)
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/call)) params)
   "Log the MCP call PARAMS (an mcp/call notification)."
   (let ((p (sly-agent-q-server-redact params)))
     (if (equal (plist-get p :phase) "start")
@@ -127,7 +127,7 @@ A server not named here is dangerous: each call of its tools asks."
                             (plist-get p :safetyLevel)
                             (replace-regexp-in-string "\n" " " (or (plist-get p :summary) ""))))))
 
-(defun sly-agent-q-mcp--on-server-status (params)
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/serverStatus)) params)
   "Report the status PARAMS of an MCP server used by the agent."
   (let ((name (plist-get params :name))
         (status (plist-get params :status))
@@ -137,9 +137,6 @@ A server not named here is dangerous: each call of its tools asks."
     (unless (equal status "connected")
       (message "sly-agent-q: %s" (or msg (format "MCP server %s %s" name status))))))
 
-(setf (alist-get 'mcp/call sly-agent-q-server-notification-handlers) #'sly-agent-q-mcp--on-call)
-(setf (alist-get 'mcp/serverStatus sly-agent-q-server-notification-handlers)
-      #'sly-agent-q-mcp--on-server-status)
 
 ;;;; Serving
 

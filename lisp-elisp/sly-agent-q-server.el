@@ -23,10 +23,11 @@
 ;; with `jsonrpc-process-connection', initializes it with the user's
 ;; configuration, and dispatches what the server sends:
 ;;
-;; - notifications (chat/textDelta, chat/toolCall, ...) go through the
-;;   dispatch table `sly-agent-q-server-notification-handlers';
-;; - `emacs/call' notifications (kinds "tool", "image", "approval") go
-;;   through `sly-agent-q-server-call-handlers'.  A handler starts its
+;; - each notification (chat/textDelta, chat/toolCall, ...) goes to its
+;;   `sly-agent-q-handle-notification' method (sly-agent-q-protocol.el
+;;   declares the protocol);
+;; - `emacs/call' notifications (kinds tool, image, approval) go to the
+;;   `sly-agent-q-handle-call' method of their kind.  A method starts its
 ;;   work and returns at once; it answers later with
 ;;   `sly-agent-q-call-reply' or `sly-agent-q-call-fail', which send
 ;;   `emacs/reply'.  Nothing here waits inside the process filter.
@@ -47,6 +48,7 @@
 (require 'seq)
 (require 'subr-x)
 (require 'sly-agent-q-install)
+(require 'sly-agent-q-protocol)
 
 (declare-function sly-agent-q-bridge-current-package "sly-agent-q-bridge" ())
 (declare-function sly-agent-q-tools-project-root "sly-agent-q-files" ())
@@ -392,18 +394,6 @@ auth-source again.")
 (defvar sly-agent-q--restart-times nil
   "Times of the recent automatic restarts.")
 
-(defvar sly-agent-q-server-notification-handlers nil
-  "Dispatch table of server notifications: alist of (METHOD . FUNCTION).
-METHOD is a symbol such as `chat/textDelta'; FUNCTION is called with
-the notification's params (a plist).  It must return quickly.")
-
-(defvar sly-agent-q-server-call-handlers nil
-  "Dispatch table of `emacs/call' kinds: alist of (KIND . FUNCTION).
-KIND is a string (\"tool\", \"image\", \"approval\"); FUNCTION is
-called with a `sly-agent-q-call' object, starts the work and returns
-at once; the answer goes later through `sly-agent-q-call-reply' or
-`sly-agent-q-call-fail'.")
-
 (defvar sly-agent-q-server-died-functions nil
   "Functions called with a message when the server died unexpectedly.")
 
@@ -590,16 +580,28 @@ CALLBACK may be called before this function returns."
         ('starting (push callback (sly-agent-q--ready-callbacks conn)))
         (_ (funcall callback nil "The server is not available; M-x sly-agent-q-restart-server starts it again."))))))
 
+(defun sly-agent-q--check-method (method kind)
+  "Signal unless METHOD is a KIND Emacs may send (see sly-agent-q-protocol.el)."
+  (unless (sly-agent-q-protocol-method-p method 'emacs->server kind)
+    (error "sly-agent-q: %s is not a %s of the protocol" method kind)))
+
+(defun sly-agent-q-server-async-request (conn method params &rest args)
+  "Send request METHOD with PARAMS on CONN; ARGS go to `jsonrpc-async-request'.
+METHOD must be a request of the protocol."
+  (sly-agent-q--check-method method 'request)
+  (apply #'jsonrpc-async-request conn method params args))
+
 (defun sly-agent-q-server-request (method params success &optional failure)
   "Send request METHOD with PARAMS once the server is ready, asynchronously.
 Call SUCCESS with the result, or FAILURE (if given) with a message."
+  (sly-agent-q--check-method method 'request)
   (let ((fail (lambda (msg)
                 (if failure (funcall failure msg)
                   (message "sly-agent-q: %s failed: %s" method msg)))))
     (sly-agent-q-server-ensure
      (lambda (conn err)
        (if err (funcall fail err)
-         (jsonrpc-async-request
+         (sly-agent-q-server-async-request
           conn method params
           :success-fn success
           :error-fn (lambda (e) (funcall fail (or (plist-get e :message) (format "%S" e))))
@@ -608,6 +610,7 @@ Call SUCCESS with the result, or FAILURE (if given) with a message."
 
 (defun sly-agent-q-server-notify (method params)
   "Send notification METHOD with PARAMS if the server is running."
+  (sly-agent-q--check-method method 'notification)
   (when (sly-agent-q-server-live-p)
     (jsonrpc-notify sly-agent-q--connection method params)))
 
@@ -760,22 +763,33 @@ and exit from the pipe and exits on its own."
 (defun sly-agent-q--dispatch-request (_conn method _params)
   "The server sends no requests; answer any with an error naming METHOD."
   (signal 'jsonrpc-error
-          `((jsonrpc-error-code . -32601)
+          `((jsonrpc-error-code . -32601) ; JSON-RPC's MethodNotFound
             (jsonrpc-error-message . ,(format "Emacs does not answer %s requests" method)))))
 
 (defun sly-agent-q--dispatch-notification (conn method params)
-  "Dispatch notification METHOD with PARAMS from CONN.  Never signals."
+  "Hand notification METHOD with PARAMS from CONN to its method.  Never signals."
   (condition-case err
-      (pcase method
-        ('emacs/call (sly-agent-q--handle-call conn params))
-        ('emacs/cancel (sly-agent-q--handle-cancel conn params))
-        (_ (let ((handler (alist-get method sly-agent-q-server-notification-handlers)))
-             (if handler
-                 (funcall handler params)
-               (sly-agent-q--log conn "no handler for %s" method)))))
+      (if (sly-agent-q-protocol-method-p method 'server->emacs 'notification)
+          (sly-agent-q-handle-notification conn method params)
+        (sly-agent-q--log conn "ignored %s: not a notification of protocol %d"
+                          method sly-agent-q-protocol-version))
     (error
      (setq sly-agent-q-server-last-handler-error err)
      (sly-agent-q--log conn "handler for %s failed: %s" method (error-message-string err)))))
+
+(cl-defmethod sly-agent-q-handle-notification (conn method _params)
+  "Log a declared notification METHOD from CONN that nothing here handles."
+  (sly-agent-q--log conn "no handler for %s" method))
+
+(cl-defmethod sly-agent-q-handle-notification (conn (_method (eql emacs/call)) params)
+  "Start the `emacs/call' PARAMS from CONN."
+  (sly-agent-q--handle-call conn params))
+
+(cl-defmethod sly-agent-q-handle-notification (conn (_method (eql emacs/cancel)) params)
+  "The server no longer wants an answer to the call in PARAMS from CONN."
+  (let ((call (gethash (plist-get params :id) (sly-agent-q--calls conn))))
+    (when call
+      (sly-agent-q--call-drop call (or (plist-get params :reason) "cancelled")))))
 
 ;;;; emacs/call objects
 
@@ -784,27 +798,25 @@ and exit from the pipe and exits on its own."
   id kind params conn done cancel-functions (start (float-time)))
 
 (defun sly-agent-q--handle-call (conn params)
-  "Start the `emacs/call' PARAMS from CONN."
+  "Start the `emacs/call' PARAMS from CONN through its kind's method."
   (let* ((id (plist-get params :id))
          (kind (plist-get params :kind))
          (call (sly-agent-q--make-call :id id :kind kind :conn conn
                                        :params (plist-get params :params)))
-         (handler (cdr (assoc kind sly-agent-q-server-call-handlers))))
+         (known (sly-agent-q-protocol-call-kind kind)))
     (puthash id call (sly-agent-q--calls conn))
-    (if (not handler)
+    (if (not known)
         (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))
       (condition-case err
-          (funcall handler call)
+          (sly-agent-q-handle-call known call)
         (error
          (setq sly-agent-q-server-last-handler-error err)
          (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
                                              kind (error-message-string err))))))))
 
-(defun sly-agent-q--handle-cancel (conn params)
-  "The server no longer wants an answer to the call in PARAMS from CONN."
-  (let ((call (gethash (plist-get params :id) (sly-agent-q--calls conn))))
-    (when call
-      (sly-agent-q--call-drop call (or (plist-get params :reason) "cancelled")))))
+(cl-defmethod sly-agent-q-handle-call (kind call)
+  "Fail CALL, whose KIND nothing here answers (its module is not loaded)."
+  (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s (not loaded)." kind)))
 
 (defun sly-agent-q--call-drop (call reason)
   "Mark CALL done without answering; run its cancel functions with REASON."
@@ -899,7 +911,7 @@ Return non-nil if the answer was sent; a second answer is ignored."
 
 (declare-function sly-agent-q-tools-call "sly-agent-q-tools" (capability args callback))
 
-(defun sly-agent-q--handle-tool-call (call)
+(cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
   (let ((params (sly-agent-q-call-params call)))
     (if (not (fboundp 'sly-agent-q-tools-call))
@@ -910,9 +922,6 @@ Return non-nil if the answer was sent; a second answer is ignored."
          (if error
              (sly-agent-q-call-fail call error)
            (sly-agent-q-call-reply call (list :content (format "%s" (or content ""))))))))))
-
-(setf (alist-get "tool" sly-agent-q-server-call-handlers nil nil #'equal)
-      #'sly-agent-q--handle-tool-call)
 
 (provide 'sly-agent-q-server)
 ;;; sly-agent-q-server.el ends here

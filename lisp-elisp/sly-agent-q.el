@@ -75,7 +75,8 @@
 ;; M-x sly-agent-q-stderr-buffer (the server's log), M-x
 ;; sly-agent-q-list-tools, M-x sly-agent-q-restart-server.
 ;;
-;; The parts: sly-agent-q-server.el (the Node server), -bridge.el (the
+;; The parts: sly-agent-q-protocol.el (the JSON-RPC methods, their
+;; handlers' generic functions), sly-agent-q-server.el (the Node server), -bridge.el (the
 ;; Lisp image through SLY or SLIME), -chat.el (the chat buffer),
 ;; -approval.el (approvals), -tools.el, -files.el, -diff.el (buffer and
 ;; file tools, the reviewed file edit), -mcp.el (the tools served over

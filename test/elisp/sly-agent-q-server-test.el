@@ -189,7 +189,7 @@
                  ((symbol-function 'sly-agent-q-chat-insert)
                   (lambda (&rest s) (cl-incf inserts) (apply orig s))))
         (dotimes (i 200)
-          (sly-agent-q-chat--on-text-delta (list :turnId "t1" :text (format "w%d " i))))
+          (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text (format "w%d " i))))
         (should (= inserts 0))
         (sly-agent-q-test-wait (lambda () (string-match-p "w199 " (buffer-string))) 2 "the flush")
         (should (<= inserts 2))
@@ -199,9 +199,9 @@
   "Code blocks in an answer are fontified as Lisp."
   (sly-agent-q-test--with-chat
     (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
-    (sly-agent-q-chat--on-text-delta
+    (sly-agent-q-handle-notification nil 'chat/textDelta
      '(:turnId "t1" :text "Try:\n```lisp\n(defun square (x) \"Square X.\" (* x x))\n```\nDone."))
-    (sly-agent-q-chat--on-turn-finished '(:turnId "t1" :text "x" :stopReason "end_turn"))
+    (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "x" :stopReason "end_turn"))
     (goto-char (point-min))
     (search-forward "defun")
     (should (eq (get-text-property (match-beginning 0) 'face) 'font-lock-keyword-face))
@@ -220,9 +220,9 @@
            (turn (sly-agent-q--make-turn :id "t9" :status 'running
                                          :callback (lambda (p) (push (cons 'cb p) seen)))))
       (setq sly-agent-q-chat--turn turn)
-      (sly-agent-q-chat--on-turn-failed '(:turnId "t9" :kind "provider" :message "rate limited"
+      (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t9" :kind "provider" :message "rate limited"
                                          :usage (:inputTokens 1 :outputTokens 0)))
-      (sly-agent-q-chat--on-turn-failed '(:turnId "t9" :kind "provider" :message "again"))
+      (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t9" :kind "provider" :message "again"))
       (should (= 2 (length seen)))
       (should (eq (plist-get (cdr (assq 'hook seen)) :status) 'failed))
       (should (equal (plist-get (cdr (assq 'cb seen)) :message) "rate limited"))
@@ -324,9 +324,9 @@
   (let (decision)
     (sly-agent-q-test--with-chat
       (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
-      (sly-agent-q-chat--on-tool-call '(:turnId "t1" :callId "c1" :name "write_file"
+      (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
                                         :arguments (:path "a.lisp" :content "x") :safetyLevel "dangerous"))
-      (sly-agent-q-chat--on-approval-needed '(:turnId "t1" :callId "c1" :name "write_file"))
+      (sly-agent-q-handle-notification nil 'chat/approvalNeeded '(:turnId "t1" :callId "c1" :name "write_file"))
       (should (string-match-p "write_file (dangerous) .*waiting for approval" (buffer-string)))
       (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
                                  '(:tool "write_file" :arguments (:path "a.lisp" :content "x")
@@ -336,7 +336,7 @@
       (sly-agent-q-approve (progn (goto-char (point-min)) (search-forward "needs your approval")
                                   (get-text-property (point) 'sly-agent-q-approval)))
       (should (equal decision '(:decision "approved")))
-      (sly-agent-q-chat--on-tool-result '(:turnId "t1" :callId "c1" :name "write_file" :success t
+      (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "c1" :name "write_file" :success t
                                           :content "Wrote a.lisp" :executionTimeMs 3.2 :approved t))
       (should (string-match-p
                "▸ write_file (dangerous) path=\"a.lisp\" content=\"x\"  ✓ 3 ms\n  ✓ approved write_file\nafter\n"
@@ -368,11 +368,11 @@
                (lambda (args cb) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
       (let ((sly-agent-q-approval-function
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
-        (sly-agent-q-approval--handle-call
+        (sly-agent-q-handle-call 'approval
          (sly-agent-q--make-call :id "e1" :kind "approval"
                                  :params '(:tool "propose_file_edit" :arguments (:path "f.lisp" :new_content "x\n")
                                            :callId "c1")))
-        (sly-agent-q-approval--handle-call
+        (sly-agent-q-handle-call 'approval
          (sly-agent-q--make-call :id "e2" :kind "approval"
                                  :params '(:tool "x" :arguments (:a 1) :callId "c2")))))
     (delete-directory sly-agent-q-project-root t)

@@ -1,0 +1,113 @@
+;;; sly-agent-q-protocol.el --- The JSON-RPC protocol between Emacs and the sly-agent-q server  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026  The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; Emacs's half of the protocol the server declares in server/protocol.ts:
+;; every method with its direction and kind, the kinds of `emacs/call',
+;; and the server's error codes.  test/elisp/sly-agent-q-protocol-test.el
+;; checks these tables against the server's own description (the bundle's
+;; --protocol) and checks that every method the server may send has a
+;; handler here, and that no handler answers a method the server lacks.
+;;
+;; Handlers are methods, one per protocol method, as eglot's
+;; `eglot-handle-notification' are, so that `C-h f' and xref list them:
+;;
+;;   (cl-defmethod sly-agent-q-handle-notification
+;;       (_conn (_method (eql chat/textDelta)) params) ...)
+;;   (cl-defmethod sly-agent-q-handle-call ((_kind (eql image)) call) ...)
+;;
+;; A notification handler must return quickly; a call handler starts the
+;; work and answers later (`sly-agent-q-call-reply', `sly-agent-q-call-fail').
+
+;;; Code:
+
+(require 'cl-lib)
+
+(defconst sly-agent-q-protocol-version 1
+  "The protocol version this Emacs speaks (the server's PROTOCOL_VERSION).")
+
+(defconst sly-agent-q-protocol-methods
+  '((initialize            emacs->server request)
+    (shutdown              emacs->server request)
+    (tools/list            emacs->server request)
+    (tools/call            emacs->server request)
+    (configuration/change  emacs->server request)
+    (chat/send             emacs->server request)
+    (chat/cancel           emacs->server request)
+    (conversation/new      emacs->server request)
+    (conversation/list     emacs->server request)
+    (conversation/delete   emacs->server request)
+    (mcp/start             emacs->server request)
+    (mcp/stop              emacs->server request)
+    (mcp/clientConfigure   emacs->server request)
+    (exit                  emacs->server notification)
+    (emacs/reply           emacs->server notification)
+    (context/change        emacs->server notification)
+    (emacs/call            server->emacs notification)
+    (emacs/cancel          server->emacs notification)
+    (chat/textDelta        server->emacs notification)
+    (chat/toolCall         server->emacs notification)
+    (chat/toolResult       server->emacs notification)
+    (chat/approvalNeeded   server->emacs notification)
+    (chat/turnFinished     server->emacs notification)
+    (chat/turnFailed       server->emacs notification)
+    (mcp/call              server->emacs notification)
+    (mcp/serverStatus      server->emacs notification))
+  "Every method of the protocol: (METHOD DIRECTION KIND).
+The server sends Emacs notifications only: what may wait goes through
+`emacs/call' and `emacs/reply'.")
+
+(defconst sly-agent-q-protocol-call-kinds '(tool image approval)
+  "The kinds of `emacs/call', each answered by a `sly-agent-q-handle-call' method.")
+
+(defconst sly-agent-q-protocol-error-codes
+  '((not-initialized . -32002)
+    (unknown-conversation . -32010)
+    (turn-running . -32011)
+    (invalid-configuration . -32012))
+  "The server's own JSON-RPC error codes, by name.")
+
+(defun sly-agent-q-protocol-error-code (name)
+  "The JSON-RPC error code NAME (a symbol of `sly-agent-q-protocol-error-codes')."
+  (or (alist-get name sly-agent-q-protocol-error-codes)
+      (error "No sly-agent-q protocol error code %s" name)))
+
+(defun sly-agent-q-protocol-method-p (method direction kind)
+  "Non-nil if METHOD is a KIND of message going in DIRECTION.
+DIRECTION is `emacs->server' or `server->emacs', KIND `request' or
+`notification'."
+  (equal (cdr (assq method sly-agent-q-protocol-methods)) (list direction kind)))
+
+(defun sly-agent-q-protocol-call-kind (name)
+  "The symbol of the `emacs/call' kind NAME (a string), or nil if there is none."
+  (cl-find name sly-agent-q-protocol-call-kinds :key #'symbol-name :test #'equal))
+
+(cl-defgeneric sly-agent-q-handle-notification (conn method params)
+  "Handle the server's notification METHOD with PARAMS, from CONN.
+METHOD is a symbol such as `chat/textDelta', PARAMS a plist.  A
+method must return quickly: it runs in the process filter.")
+
+(cl-defgeneric sly-agent-q-handle-call (kind call)
+  "Start the `emacs/call' CALL of KIND (a symbol such as `image').
+A method starts the work and returns at once; the answer goes later
+through `sly-agent-q-call-reply' or `sly-agent-q-call-fail'.")
+
+(provide 'sly-agent-q-protocol)
+;;; sly-agent-q-protocol.el ends here

@@ -1,0 +1,98 @@
+;;; sly-agent-q-protocol-test.el --- Emacs and the server agree on the protocol  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The server describes its protocol (server/protocol.ts) with --protocol;
+;; sly-agent-q-protocol.el is Emacs's half.  These tests fail when the two
+;; disagree, when the server may send a notification or an emacs/call kind
+;; that Emacs has no method for, or when Emacs has a method for one the
+;; server does not declare.  (The server's test/server/protocol.test.ts
+;; checks that every method Emacs may send has a server handler.)
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'sly-agent-q-test-helper)
+(require 'sly-agent-q)
+
+(defun sly-agent-q-protocol-test--server ()
+  "The server's protocol description, parsed from the bundle's --protocol."
+  (let ((file (car (sly-agent-q-server-find))))
+    (should (and file (file-exists-p file)))
+    (with-temp-buffer
+      (should (eql 0 (call-process "node" nil t nil file "--protocol")))
+      (json-parse-string (buffer-string) :object-type 'alist :array-type 'list))))
+
+(defun sly-agent-q-protocol-test--kebab (name)
+  "NAME (a camelCase string) in kebab case, as a symbol."
+  (let ((case-fold-search nil))
+    (intern (downcase (replace-regexp-in-string "\\([a-z]\\)\\([A-Z]\\)" "\\1-\\2" name)))))
+
+(defun sly-agent-q-protocol-test--sorted (list)
+  "LIST sorted by its elements' printed forms."
+  (sort (copy-sequence list) (lambda (a b) (string< (format "%S" a) (format "%S" b)))))
+
+(defun sly-agent-q-protocol-test--eql-methods (generic position)
+  "The values the methods of GENERIC specialize with eql at argument POSITION."
+  ;; cl-generic offers no public way to list a generic's methods.
+  (delq nil (mapcar (lambda (m)
+                      (let ((spec (nth position (cl--generic-method-specializers m))))
+                        (and (eq (car-safe spec) 'eql)
+                             ;; Emacs 28 spells it (eql VALUE); later ones (eql 'VALUE).
+                             (let ((v (cadr spec))) (if (eq (car-safe v) 'quote) (cadr v) v)))))
+                    (cl--generic-method-table (cl--generic generic)))))
+
+(ert-deftest sly-agent-q-protocol-matches-the-server ()
+  "Every method, direction and kind, the call kinds and the error codes agree."
+  (let ((server (sly-agent-q-protocol-test--server)))
+    (should (eql (alist-get 'version server) sly-agent-q-protocol-version))
+    (should (equal (sly-agent-q-protocol-test--sorted
+                    (mapcar (lambda (m)
+                              (list (intern (alist-get 'method m))
+                                    (intern (alist-get 'direction m))
+                                    (intern (alist-get 'kind m))))
+                            (alist-get 'methods server)))
+                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-methods)))
+    (should (equal (sly-agent-q-protocol-test--sorted (mapcar #'intern (alist-get 'emacsCallKinds server)))
+                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-call-kinds)))
+    (should (equal (sly-agent-q-protocol-test--sorted
+                    (mapcar (lambda (c) (cons (sly-agent-q-protocol-test--kebab (symbol-name (car c))) (cdr c)))
+                            (alist-get 'errorCodes server)))
+                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-error-codes)))))
+
+(ert-deftest sly-agent-q-protocol-every-notification-has-a-method ()
+  "Each notification the server may send has its method, and each method a notification."
+  (let ((sent (cl-loop for (method direction kind) in sly-agent-q-protocol-methods
+                       when (and (eq direction 'server->emacs) (eq kind 'notification))
+                       collect method))
+        (handled (sly-agent-q-protocol-test--eql-methods 'sly-agent-q-handle-notification 1)))
+    (dolist (method sent)
+      (should (cons method (cl-find-method #'sly-agent-q-handle-notification nil
+                                           `(t (eql ,method) t)))))
+    (should (equal (sly-agent-q-protocol-test--sorted handled)
+                   (sly-agent-q-protocol-test--sorted sent)))))
+
+(ert-deftest sly-agent-q-protocol-every-call-kind-has-a-method ()
+  "Each kind of emacs/call has its method, and no method answers another kind."
+  (should (equal (sly-agent-q-protocol-test--sorted
+                  (sly-agent-q-protocol-test--eql-methods 'sly-agent-q-handle-call 0))
+                 (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-call-kinds))))
+
+(ert-deftest sly-agent-q-protocol-undeclared-methods-are-refused ()
+  "Emacs sends no method the protocol lacks, and ignores one it receives."
+  (should-error (sly-agent-q-server-request 'chat/sendd nil #'ignore))
+  (should-error (sly-agent-q-server-notify 'context/changed nil))
+  ;; A request must not go as a notification, nor the reverse.
+  (should-error (sly-agent-q-server-notify 'chat/send nil))
+  (should-error (sly-agent-q-server-async-request nil 'emacs/reply nil))
+  (let ((calls 0))
+    (cl-letf (((symbol-function 'sly-agent-q-handle-notification)
+               (lambda (&rest _) (cl-incf calls))))
+      (sly-agent-q--dispatch-notification nil 'chat/bogus '(:text "x"))
+      (should (= calls 0))
+      (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x"))
+      (should (= calls 1)))))
+
+(provide 'sly-agent-q-protocol-test)
+;;; sly-agent-q-protocol-test.el ends here
