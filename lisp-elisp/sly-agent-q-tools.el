@@ -99,10 +99,21 @@ writes them."
     ("current_directory" . sly-agent-q-tools--current-directory)
     ("file_exists"       . sly-agent-q-tools--file-exists)
     ("goto_line"         . sly-agent-q-tools--goto-line)
-    ("propose_file_edit" . sly-agent-q-diff-apply-proposal))
+    ("propose_file_edit" . sly-agent-q-tools--propose-file-edit))
   "Alist from capability name to handler.
-A handler takes the argument plist and returns the string for the
-model, or signals `sly-agent-q-tool-error' with a message for it.")
+The server's catalog (server/tools/catalog/emacs.ts) declares each
+tool once: its parameters, their types, which are required.  The
+server validates a call against it before it reaches Emacs, so a
+handler takes the arguments by name as `cl-defun' keywords, nil when
+absent, and neither restates nor checks their types.  It returns the
+string for the model, or signals `sly-agent-q-tool-error' with a
+message for it.  An e2e test checks that this table and the catalog
+name the same capabilities and parameters.")
+
+(defun sly-agent-q-tools--keywords (args)
+  "Return ARGS (a JSON object as jsonrpc.el gives it) with JSON false as nil."
+  (cl-loop for (key value) on args by #'cddr
+           nconc (list key (if (eq value :json-false) nil value))))
 
 (defun sly-agent-q-tools-capabilities ()
   "Return the names of the capabilities Emacs answers."
@@ -124,7 +135,7 @@ Never signals."
                                (string-join (sly-agent-q-tools-capabilities) ", ")))
           (unless (and (listp args) (cl-evenp (length args)))
             (sly-agent-q--fail "The arguments of %s must be a JSON object." capability))
-          (let ((result (funcall handler args)))
+          (let ((result (apply handler (sly-agent-q-tools--keywords args))))
             (setq content (if (stringp result) result (format "%s" result)))))
       (sly-agent-q-tool-error (setq message (cadr err)))
       (t (setq message (format "%s failed in Emacs: %s" capability
@@ -136,6 +147,17 @@ Never signals."
       (t (message "sly-agent-q: the callback of %s failed: %s" capability
                   (error-message-string err))))
     nil))
+
+;;;; The reviewed file edit
+
+(cl-defun sly-agent-q-tools--propose-file-edit (&rest proposal &key path new_content old_text
+                                                      new_text description accepted_hunks)
+  "Capability propose_file_edit: apply the hunks of PROPOSAL the user accepted.
+PROPOSAL is the edit of file PATH (NEW_CONTENT, or OLD_TEXT replaced by
+NEW_TEXT, and why, DESCRIPTION) as the user reviewed it at the approval
+\(sly-agent-q-diff.el), with ACCEPTED_HUNKS."
+  (ignore path new_content old_text new_text description accepted_hunks)
+  (sly-agent-q-diff-apply-proposal proposal))
 
 ;;;; What an approval is about
 
@@ -167,22 +189,23 @@ Return nil when TOOL touches no file or buffer, else a plist:
 buffer name), and for what writes, :old (the text there now, \"\"
 for a new file) and :new (the text after the call).  Signal the
 `sly-agent-q-tool-error' the tool itself would give, so that a call
-that would be refused is never put to the user."
+that would be refused is never put to the user.  ARGS were validated
+by the server against the catalog."
   (pcase-let ((`(,kind ,key) (cdr (assoc tool sly-agent-q-tools--previews))))
     (unless (and (listp args) (cl-evenp (length args)))
       (sly-agent-q--fail "The arguments of %s must be a JSON object." tool))
     (pcase kind
       ('write
-       (let* ((path (sly-agent-q-tools--arg args key 'string t))
-              (content (sly-agent-q-tools--arg args :content 'string t))
-              (target (sly-agent-q-tools--write-target path))
+       (let* ((content (plist-get args :content))
+              (target (sly-agent-q-tools--write-target (plist-get args key)))
               (old (sly-agent-q-tools--disk-text (plist-get target :file))))
          (list :path (plist-get target :rel) :old old
-               :new (if (sly-agent-q-tools--arg args :append 'boolean)
+               :new (if (eq (plist-get args :append) t)
                         (concat old content)
                       content))))
       ('save
-       (let* ((target (sly-agent-q-tools--save-target args)))
+       (let ((target (sly-agent-q-tools--save-target (plist-get args :buffer_name)
+                                                     (plist-get args :file_path))))
          (list :path (plist-get target :rel)
                :buffer (buffer-name (plist-get target :buffer))
                :old (sly-agent-q-tools--disk-text (plist-get target :file))
@@ -192,57 +215,22 @@ that would be refused is never put to the user."
          (list :path (plist-get proposal :rel)
                :old (plist-get proposal :old) :new (plist-get proposal :new))))
       ('path
-       (let ((path (or (sly-agent-q-tools--arg args key 'string
-                                               (not (eq key :directory_path)))
-                       ".")))
+       (let ((path (or (plist-get args key) ".")))
          (list :path (sly-agent-q-files-relative (sly-agent-q-files-resolve path)))))
       ('buffer
-       (list :buffer (buffer-name (sly-agent-q-tools--get-buffer
-                                   (sly-agent-q-tools--arg args key 'string) t))))
+       (list :buffer (buffer-name (sly-agent-q-tools--get-buffer (plist-get args key) t))))
       ('edit
-       (let* ((buffer (sly-agent-q-tools--get-buffer
-                       (sly-agent-q-tools--arg args key 'string t) t))
+       (let* ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t))
               (old (sly-agent-q--buffer-text buffer))
-              (old-text (sly-agent-q-tools--arg args :old_text 'string t))
-              (new-text (or (sly-agent-q-tools--arg args :new_text 'string) ""))
+              (old-text (plist-get args :old_text))
+              (new-text (or (plist-get args :new_text) ""))
               (pos (sly-agent-q--unique-occurrence
                     old-text old (format "buffer %s" (buffer-name buffer)))))
          (list :buffer (buffer-name buffer) :old old
                :new (concat (substring old 0 pos) new-text
                             (substring old (+ pos (length old-text))))))))))
 
-;;;; Arguments
-
-(defun sly-agent-q-tools--param (key)
-  "Return the JSON name of parameter KEY."
-  (substring (symbol-name key) 1))
-
-(defun sly-agent-q-tools--arg (args key type &optional required)
-  "Return argument KEY of ARGS, checked to be of TYPE.
-TYPE is `string', `integer' (at least 1), `boolean' or `array'.  A
-missing argument is nil (an error when REQUIRED); a boolean is t or
-nil (JSON false is :json-false)."
-  (let ((value (plist-get args key)))
-    (when (and (eq value :json-false) (not (eq type 'boolean)))
-      (setq value nil))
-    (cond
-     ((null value)
-      (when required
-        (sly-agent-q--fail "Parameter %s is required." (sly-agent-q-tools--param key)))
-      nil)
-     ((eq type 'boolean)
-      (cond ((eq value t) t)
-            ((eq value :json-false) nil)
-            (t (sly-agent-q--fail "Parameter %s must be true or false."
-                                  (sly-agent-q-tools--param key)))))
-     ((eq type 'string)
-      (if (stringp value) value
-        (sly-agent-q--fail "Parameter %s must be a string." (sly-agent-q-tools--param key))))
-     ((eq type 'integer)
-      (if (and (integerp value) (>= value 1)) value
-        (sly-agent-q--fail "Parameter %s must be an integer of at least 1."
-                           (sly-agent-q-tools--param key))))
-     (t value))))
+;;;; Buffers
 
 (defun sly-agent-q-tools--get-buffer (name &optional for-write)
   "Return the live buffer named NAME, or the user's last buffer when NAME is nil.
@@ -289,11 +277,9 @@ FOR-WRITE is non-nil, when the agent may not write it."
 
 ;;;; Files
 
-(defun sly-agent-q-tools--read-file (args)
-  "Capability read_file: ARGS has :path, optional :offset and :limit (lines)."
-  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
-         (offset (or (sly-agent-q-tools--arg args :offset 'integer) 1))
-         (limit (sly-agent-q-tools--arg args :limit 'integer))
+(cl-defun sly-agent-q-tools--read-file (&key path offset limit)
+  "Capability read_file: LIMIT lines of file PATH from line OFFSET."
+  (let* ((offset (or offset 1))
          (file (sly-agent-q-files-resolve path))
          (rel (sly-agent-q-files-relative file))
          (current (sly-agent-q-files-current-text file))
@@ -351,12 +337,9 @@ Signal the tool error write_file gives when it may not write there."
        (buffer-name buffer) rel))
     (list :file file :rel rel :buffer buffer)))
 
-(defun sly-agent-q-tools--write-file (args)
-  "Capability write_file: ARGS has :path, :content and optional :append."
-  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
-         (content (sly-agent-q-tools--arg args :content 'string t))
-         (append (sly-agent-q-tools--arg args :append 'boolean))
-         (target (sly-agent-q-tools--write-target path))
+(cl-defun sly-agent-q-tools--write-file (&key path content append)
+  "Capability write_file: write CONTENT to file PATH, at its end if APPEND."
+  (let* ((target (sly-agent-q-tools--write-target path))
          (file (plist-get target :file))
          (rel (plist-get target :rel))
          (buffer (plist-get target :buffer))
@@ -388,11 +371,10 @@ Signal the tool error write_file gives when it may not write there."
               rel (if exists "" ", a new file")
               (string-join (nreverse notes) "; ")))))
 
-(defun sly-agent-q-tools--directory-list (args)
-  "Capability directory_list: ARGS has :directory_path, :recursive, :pattern."
-  (let* ((path (or (sly-agent-q-tools--arg args :directory_path 'string) "."))
-         (recursive (sly-agent-q-tools--arg args :recursive 'boolean))
-         (pattern (sly-agent-q-tools--arg args :pattern 'string))
+(cl-defun sly-agent-q-tools--directory-list (&key directory_path recursive pattern)
+  "Capability directory_list: the entries of DIRECTORY_PATH matching PATTERN.
+With RECURSIVE, those of its subdirectories too."
+  (let* ((path (or directory_path "."))
          (regexp (and pattern (wildcard-to-regexp pattern)))
          (dir (sly-agent-q-files-resolve path))
          (rel (sly-agent-q-files-relative dir))
@@ -434,7 +416,7 @@ Signal the tool error write_file gives when it may not write there."
          (format "\n[%d more entries not shown; list a subdirectory or use a pattern.]" more)
        ""))))
 
-(defun sly-agent-q-tools--current-directory (_args)
+(cl-defun sly-agent-q-tools--current-directory ()
   "Capability current_directory: the project root and the other allowed roots."
   (concat
    (format "Project root: %s (relative paths are resolved against it)."
@@ -447,10 +429,9 @@ Signal the tool error write_file gives when it may not write there."
        (format "\nRead-only: %s." (string-join sly-agent-q-read-only-paths ", "))
      "")))
 
-(defun sly-agent-q-tools--file-exists (args)
-  "Capability file_exists: ARGS has :path."
-  (let* ((path (sly-agent-q-tools--arg args :path 'string t))
-         (file (sly-agent-q-files-resolve path))
+(cl-defun sly-agent-q-tools--file-exists (&key path)
+  "Capability file_exists: whether PATH exists, and what it is."
+  (let* ((file (sly-agent-q-files-resolve path))
          (rel (sly-agent-q-files-relative file))
          (attributes (file-attributes file))
          (buffer (sly-agent-q-files-visiting-buffer file)))
@@ -484,13 +465,11 @@ Signal the tool error write_file gives when it may not write there."
               "")
             (if (and buffer-file-name (buffer-modified-p)) ", unsaved changes" ""))))
 
-(defun sly-agent-q-tools--read-buffer (args)
-  "Capability read_buffer: ARGS has :buffer, :start, :end and :max_lines."
-  (let* ((name (sly-agent-q-tools--arg args :buffer 'string))
-         (start (or (sly-agent-q-tools--arg args :start 'integer) 1))
-         (end (sly-agent-q-tools--arg args :end 'integer))
-         (max-lines (sly-agent-q-tools--arg args :max_lines 'integer))
-         (buffer (sly-agent-q-tools--get-buffer name)))
+(cl-defun sly-agent-q-tools--read-buffer (&key buffer start end max_lines)
+  "Capability read_buffer: BUFFER's text from START to END, at most MAX_LINES."
+  (let* ((max-lines max_lines)
+         (start (or start 1))
+         (buffer (sly-agent-q-tools--get-buffer buffer)))
     (with-current-buffer buffer
       (save-restriction
         (widen)
@@ -541,27 +520,20 @@ Signal the tool error write_file gives when it may not write there."
                 position (line-number-at-pos position)
                 (sly-agent-q-tools--buffer-description buffer))))))
 
-(defun sly-agent-q-tools--write-to-buffer (args)
-  "Capability write_to_buffer: ARGS has :content, :buffer and :position."
-  (let* ((content (sly-agent-q-tools--arg args :content 'string t))
-         (name (sly-agent-q-tools--arg args :buffer 'string))
-         (position (sly-agent-q-tools--arg args :position 'integer)))
-    (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer name t) position content)))
+(cl-defun sly-agent-q-tools--write-to-buffer (&key content buffer position)
+  "Capability write_to_buffer: insert CONTENT into BUFFER at POSITION."
+  (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer buffer t) position content))
 
-(defun sly-agent-q-tools--buffer-append (args)
-  "Capability buffer_append: ARGS has :buffer_name and :text."
-  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
-         (text (sly-agent-q-tools--arg args :text 'string t)))
-    (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer name t) nil text)))
+(cl-defun sly-agent-q-tools--buffer-append (&key buffer_name text)
+  "Capability buffer_append: insert TEXT at the end of buffer BUFFER_NAME."
+  (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer buffer_name t) nil text))
 
-(defun sly-agent-q-tools--buffer-edit (args)
-  "Capability buffer_edit: ARGS has :buffer_name, :old_text and :new_text."
-  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
-         (old (sly-agent-q-tools--arg args :old_text 'string t))
-         (new (or (sly-agent-q-tools--arg args :new_text 'string)
-                  (if (plist-member args :new_text) ""
-                    (sly-agent-q--fail "Parameter new_text is required."))))
-         (buffer (sly-agent-q-tools--get-buffer name t)))
+(cl-defun sly-agent-q-tools--buffer-edit (&key buffer_name old_text new_text)
+  "Capability buffer_edit: in buffer BUFFER_NAME, replace OLD_TEXT by NEW_TEXT.
+OLD_TEXT must occur exactly once."
+  (let ((buffer (sly-agent-q-tools--get-buffer buffer_name t))
+        (old old_text)
+        (new new_text))
     (with-current-buffer buffer
       (save-restriction
         (widen)
@@ -603,11 +575,11 @@ mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
        name))
     mode))
 
-(defun sly-agent-q-tools--buffer-create (args)
-  "Capability buffer_create: ARGS has :buffer_name, :content and :mode."
-  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
-         (content (or (sly-agent-q-tools--arg args :content 'string) ""))
-         (mode-name (sly-agent-q-tools--arg args :mode 'string))
+(cl-defun sly-agent-q-tools--buffer-create (&key buffer_name content mode)
+  "Capability buffer_create: a buffer BUFFER_NAME holding CONTENT, in MODE."
+  (let* ((name buffer_name)
+         (mode-name mode)
+         (content (or content ""))
          (mode (if mode-name
                    (sly-agent-q-tools--major-mode mode-name)
                  (let ((auto (assoc-default name auto-mode-alist #'string-match-p)))
@@ -635,12 +607,11 @@ mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
               (buffer-name buffer) (buffer-local-value 'major-mode buffer)
               (sly-agent-q-tools--plural (sly-agent-q-tools--count-lines content) "line")))))
 
-(defun sly-agent-q-tools--save-target (args)
-  "Check buffer_save's ARGS; return a plist (:buffer :file :rel :own :same :other).
-Signal the tool error buffer_save gives when it may not save."
-  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
-         (path (sly-agent-q-tools--arg args :file_path 'string))
-         (buffer (sly-agent-q-tools--get-buffer name))
+(defun sly-agent-q-tools--save-target (name path)
+  "Check saving buffer NAME to PATH (nil: its own file) as buffer_save would.
+Return a plist (:buffer :file :rel :own :same :other); signal the tool
+error buffer_save gives when it may not save."
+  (let* ((buffer (sly-agent-q-tools--get-buffer name))
          (own (buffer-local-value 'buffer-file-name buffer)))
     (when (sly-agent-q-protected-buffer-p buffer)
       (sly-agent-q--fail "Buffer %s belongs to the agent's own interface; it cannot be saved."
@@ -662,9 +633,9 @@ Signal the tool error buffer_save gives when it may not save."
       (list :buffer buffer :file file :rel rel :own own
             :same (equal own-true file) :other other))))
 
-(defun sly-agent-q-tools--buffer-save (args)
-  "Capability buffer_save: ARGS has :buffer_name and optional :file_path."
-  (let* ((target (sly-agent-q-tools--save-target args))
+(cl-defun sly-agent-q-tools--buffer-save (&key buffer_name file_path)
+  "Capability buffer_save: save buffer BUFFER_NAME to its file, or to FILE_PATH."
+  (let* ((target (sly-agent-q-tools--save-target buffer_name file_path))
          (buffer (plist-get target :buffer))
          (file (plist-get target :file))
          (rel (plist-get target :rel))
@@ -694,9 +665,9 @@ Signal the tool error buffer_save gives when it may not save."
   "Return STRING, or \"-\" when it is empty."
   (if (string-empty-p string) "-" string))
 
-(defun sly-agent-q-tools--buffer-list (args)
-  "Capability buffer_list: ARGS has :include_hidden."
-  (let* ((hidden (sly-agent-q-tools--arg args :include_hidden 'boolean))
+(cl-defun sly-agent-q-tools--buffer-list (&key include_hidden)
+  "Capability buffer_list: the open buffers, internal ones too if INCLUDE_HIDDEN."
+  (let* ((hidden include_hidden)
          (last (sly-agent-q-files-default-buffer))
          (lines nil))
     (dolist (buffer (buffer-list))
@@ -729,17 +700,16 @@ Signal the tool error buffer_save gives when it may not save."
   "Return LINE trimmed to at most 200 characters."
   (if (> (length line) 200) (concat (substring line 0 200) "...") line))
 
-(defun sly-agent-q-tools--search-in-buffer (args)
-  "Capability search_in_buffer: both seeds' parameters, see the catalog.
-ARGS has :pattern or :search_text, :buffer or :buffer_name,
-:regex, :all_matches and :case_sensitive."
-  (let* ((pattern (sly-agent-q-tools--arg args :pattern 'string))
-         (text (sly-agent-q-tools--arg args :search_text 'string))
-         (name (or (sly-agent-q-tools--arg args :buffer 'string)
-                   (sly-agent-q-tools--arg args :buffer_name 'string)))
-         (regex (sly-agent-q-tools--arg args :regex 'boolean))
-         (all (sly-agent-q-tools--arg args :all_matches 'boolean))
-         (case-sensitive (sly-agent-q-tools--arg args :case_sensitive 'boolean))
+(cl-defun sly-agent-q-tools--search-in-buffer (&key pattern search_text buffer buffer_name
+                                                    regex all_matches case_sensitive)
+  "Capability search_in_buffer: find PATTERN (or SEARCH_TEXT) in BUFFER.
+BUFFER_NAME is BUFFER's other name: both seeds' parameters, see the
+catalog.  PATTERN is a regexp when
+REGEX; ALL_MATCHES gives every match; CASE_SENSITIVE makes case count."
+  (let* ((text search_text)
+         (all all_matches)
+         (case-sensitive case_sensitive)
+         (name (or buffer buffer_name))
          (needle (or pattern text)))
     (when (and pattern text (not (equal pattern text)))
       (sly-agent-q--fail "Give pattern or search_text, not both."))
@@ -799,11 +769,10 @@ matches found out of COUNT, ALL whether every match was asked for."
            (format "\n[%d more matches not shown.]" (- count (length matches)))
          ""))))))
 
-(defun sly-agent-q-tools--goto-line (args)
-  "Capability goto_line: ARGS has :buffer_name and :line_number."
-  (let* ((name (sly-agent-q-tools--arg args :buffer_name 'string t))
-         (line (sly-agent-q-tools--arg args :line_number 'integer t))
-         (buffer (sly-agent-q-tools--get-buffer name))
+(cl-defun sly-agent-q-tools--goto-line (&key buffer_name line_number)
+  "Capability goto_line: show line LINE_NUMBER of buffer BUFFER_NAME."
+  (let* ((line line_number)
+         (buffer (sly-agent-q-tools--get-buffer buffer_name))
          (position nil) (text nil))
     (with-current-buffer buffer
       (let ((total (save-restriction (widen) (line-number-at-pos (point-max)))))

@@ -151,19 +151,27 @@
 (ert-deftest sly-agent-q-tools-test-internal-errors-become-messages ()
   (sly-agent-q-tools-test--with-project
     (cl-letf (((symbol-function 'sly-agent-q-tools--current-directory)
-               (lambda (_args) (error "Something broke"))))
+               (lambda (&rest _) (error "Something broke"))))
       (should (string-match-p "current_directory failed in Emacs: Something broke"
                               (sly-agent-q-tools-test--fails "current_directory"))))))
 
-(ert-deftest sly-agent-q-tools-test-bad-argument-types ()
+(ert-deftest sly-agent-q-tools-test-arguments-by-name ()
+  "Handlers take the catalog's parameters by name; the server checked their types.
+A wrong type or a missing parameter is refused by the server before
+it reaches Emacs (test/server/catalog-validation.test.ts)."
   (sly-agent-q-tools-test--with-project
-    (should (string-match-p "path must be a string" (sly-agent-q-tools-test--fails "read_file" :path 3)))
-    (should (string-match-p "path is required" (sly-agent-q-tools-test--fails "read_file")))
-    (should (string-match-p "offset must be an integer"
-                            (sly-agent-q-tools-test--fails "read_file" :path "a" :offset "2")))
-    (should (string-match-p "append must be true or false"
-                            (sly-agent-q-tools-test--fails "write_file" :path "a" :content "x"
-                                                    :append "yes")))))
+    (sly-agent-q-tools-test--write "a.txt" "one\ntwo\nthree\n")
+    (should (string-match-p "\\[a.txt: lines 2-2 of 3\\]\ntwo"
+                            (car (sly-agent-q-tools-test--call "read_file" :path "a.txt"
+                                                               :offset 2 :limit 1))))
+    ;; A name the handler does not take is refused, naming those it takes.
+    (should (string-match-p "read_file failed in Emacs: .*:nonsense.*(:path :offset :limit)"
+                            (sly-agent-q-tools-test--fails "read_file" :path "a.txt" :nonsense 1)))
+    ;; JSON false arrives as :json-false and means nil.
+    (should (string-match-p "Wrote"
+                            (car (sly-agent-q-tools-test--call "write_file" :path "b.txt"
+                                                               :content "x" :append :json-false))))
+    (should (equal (sly-agent-q-tools-test--contents "b.txt") "x"))))
 
 ;;;; Confinement
 
