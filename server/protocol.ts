@@ -22,15 +22,25 @@ export const PROTOCOL_VERSION = 1;
 
 /** Emacs -> server requests. */
 export const Requests = {
+  /** The client's capabilities, configuration and context; answers the server's version and offered tools. */
   initialize: new RequestType<InitializeParams, InitializeResult, void>("initialize"),
+  /** Stop: pending emacs/calls fail; `exit` follows. */
   shutdown: new RequestType0<null, void>("shutdown"),
+  /** The tools offered under the configuration (all of them with `all`), with their effective levels. */
   toolsList: new RequestType<ToolsListParams, ToolsListResult, void>("tools/list"),
+  /** Run one tool as the model would, under the same policy (scripting, benchmarks). */
   toolsCall: new RequestType<ToolsCallParams, ToolsCallResult, void>("tools/call"),
+  /** Replace the whole configuration; a rejected one leaves the previous in force. */
   configurationChange: new RequestType<ConfigurationChangeParams, ConfigurationChangeResult, void>("configuration/change"),
+  /** Start a turn; answered at once, the turn reports through chat/* notifications. */
   chatSend: new RequestType<ChatSendParams, ChatSendResult, void>("chat/send"),
+  /** Cancel a running turn (by turn or conversation). */
   chatCancel: new RequestType<ChatCancelParams, ChatCancelResult, void>("chat/cancel"),
+  /** A new conversation, with its own configuration overrides. */
   conversationNew: new RequestType<ConversationNewParams, ConversationNewResult, void>("conversation/new"),
+  /** The conversations the server holds, their usage and cost. */
   conversationList: new RequestType0<ConversationListResult, void>("conversation/list"),
+  /** Free a conversation (a running turn is cancelled first). */
   conversationDelete: new RequestType<ConversationDeleteParams, ConversationDeleteResult, void>("conversation/delete"),
   /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
   mcpStart: new RequestType<McpStartParams, McpStartResult, void>("mcp/start"),
@@ -42,7 +52,9 @@ export const Requests = {
 
 /** Emacs -> server notifications. */
 export const ClientNotifications = {
+  /** End the process (status 0 after shutdown). */
   exit: new NotificationType0("exit"),
+  /** The answer to an emacs/call, by its id: a result or an error message. */
   emacsReply: new NotificationType<EmacsReplyParams>("emacs/reply"),
   /** Emacs's view changed: the REPL's current package, the project root. */
   contextChange: new NotificationType<EditorContext>("context/change"),
@@ -50,13 +62,21 @@ export const ClientNotifications = {
 
 /** Server -> Emacs notifications. The server sends Emacs no requests (see emacs/call above). */
 export const ServerNotifications = {
+  /** Ask Emacs for something that may wait (a tool, an image call, an approval); answered by emacs/reply. */
   emacsCall: new NotificationType<EmacsCallParams>("emacs/call"),
+  /** The server no longer wants the answer to an emacs/call (timeout, cancelled turn). */
   emacsCancel: new NotificationType<EmacsCancelParams>("emacs/cancel"),
+  /** Streamed text of the answer. */
   textDelta: new NotificationType<TextDeltaParams>("chat/textDelta"),
+  /** A tool call of the model, before it runs or asks. */
   toolCall: new NotificationType<ToolCallParams>("chat/toolCall"),
+  /** A tool call's result, once per call. */
   toolResult: new NotificationType<ToolResultParams>("chat/toolResult"),
+  /** A call waits for the user's approval (the emacs/call of kind approval follows). */
   approvalNeeded: new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"),
+  /** The turn ended with an answer: stop reason, usage, cost. */
   turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
+  /** The turn ended without one: cancelled, timeout, provider, auth... with a message for the user. */
   turnFailed: new NotificationType<TurnFailedParams>("chat/turnFailed"),
   /** An MCP client's tool call, started or finished, for Emacs's MCP log. */
   mcpCall: new NotificationType<McpCallParams>("mcp/call"),
