@@ -194,13 +194,11 @@ CALL's cancellation marks it cancelled."
          (approval (sly-agent-q--make-approval :request request :callback callback :buffer buf)))
     (with-current-buffer buf
       (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
-      (sly-agent-q-chat--flush)
-      (sly-agent-q-chat--end-segment)
-      (sly-agent-q-chat--fresh-line)
-      (sly-agent-q-chat--at-output
-        (setf (sly-agent-q-approval-start approval) (copy-marker (point) nil))
-        (sly-agent-q-approval--render approval)
-        (setf (sly-agent-q-approval-end approval) (copy-marker (point) nil))))
+      (pcase-let ((`(,start . ,end)
+                   (sly-agent-q-chat-insert-section
+                    (lambda () (sly-agent-q-approval--render approval)))))
+        (setf (sly-agent-q-approval-start approval) start
+              (sly-agent-q-approval-end approval) end)))
     (sly-agent-q-call-on-cancel
      call (lambda (reason)
             (when (eq (sly-agent-q-approval-status approval) 'pending)
@@ -442,7 +440,7 @@ Return the buffer."
     (with-current-buffer buf
       (let ((inhibit-read-only t)) (erase-buffer))
       (when (fboundp 'js-mode) (js-mode))
-      (insert (sly-agent-q-chat--json (plist-get request :arguments)) "\n")
+      (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n")
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)
       (setq sly-agent-q-approval--editing a)

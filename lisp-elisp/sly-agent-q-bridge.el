@@ -217,7 +217,7 @@ with a message.  Return that function at once."
                      (when timer (cancel-timer timer))
                      (setq sly-agent-q-bridge--pending
                            (delq entry sly-agent-q-bridge--pending))
-                     (sly-agent-q--call-safely callback value error)))))
+                     (sly-agent-q-server-call-safely callback value error)))))
     (setq entry (cons conn (lambda (msg)
                              (funcall finish nil (if aborted sly-agent-q-bridge-exited-message msg)))))
     (sly-agent-q-bridge--ensure-close-hook adapter)
@@ -225,7 +225,7 @@ with a message.  Return that function at once."
     (setq timer (run-with-timer
                  timeout nil
                  (lambda ()
-                   (when on-timeout (sly-agent-q--call-safely on-timeout))
+                   (when on-timeout (sly-agent-q-server-call-safely on-timeout))
                    (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
@@ -322,7 +322,7 @@ INFERIOR is its Lisp process, or nil when Emacs did not start it."
   (if sly-agent-q-lisp-cl-directory
       (let ((f (expand-file-name "load.lisp" sly-agent-q-lisp-cl-directory)))
         (and (file-exists-p f) f))
-    (car (sly-agent-q--package-candidates "lisp-cl/load.lisp"))))
+    (car (sly-agent-q-server-package-candidates "lisp-cl/load.lisp"))))
 
 (defun sly-agent-q-bridge--load-form (file)
   "Return a form to load FILE and report how it went, never debugging."
@@ -359,7 +359,7 @@ Then call CALLBACK with nil on success or an error message."
                      (waiting (cdr (process-get conn 'sly-agent-q-helpers))))
                 (process-put conn 'sly-agent-q-helpers (and ok 'loaded))
                 (when msg (message "sly-agent-q: %s" msg))
-                (dolist (cb waiting) (sly-agent-q--call-safely cb msg)))))))))))
+                (dolist (cb waiting) (sly-agent-q-server-call-safely cb msg)))))))))))
 
 ;;;; Image calls
 

@@ -112,7 +112,8 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 
 (cl-defstruct (sly-agent-q-turn (:constructor sly-agent-q--make-turn))
   "One exchange: the user's message and everything until it ends."
-  id conversation-id (status 'sending) callback cancel-requested (start (float-time)))
+  id conversation-id (status 'sending) callback cancel-requested (start (float-time))
+  state)
 
 (cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
   "A tool call shown in the transcript."
@@ -440,6 +441,23 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
                          ""))
                'face 'sly-agent-q-notice-face)))))
 
+(defun sly-agent-q-chat-insert-section (render)
+  "End the agent's text, then call RENDER on a fresh transcript line.
+RENDER inserts at point, in the current chat buffer.  Return a cons
+\(START . END) of markers around what it inserted, for
+`sly-agent-q-chat-redraw'."
+  (sly-agent-q-chat--flush)
+  (sly-agent-q-chat--end-segment)
+  (sly-agent-q-chat--fresh-line)
+  (sly-agent-q-chat--at-output
+    (let ((start (copy-marker (point) nil)))
+      (funcall render)
+      (cons start (copy-marker (point) nil)))))
+
+(defun sly-agent-q-chat-json (value)
+  "VALUE (parsed JSON) as pretty-printed JSON text, as tool entries show it."
+  (sly-agent-q-chat--json value))
+
 (defun sly-agent-q-chat-redraw (start end render)
   "Replace the transcript text between markers START and END by calling RENDER.
 RENDER inserts at point.  The new text is inserted before the old one
@@ -513,7 +531,8 @@ is deleted, so that markers of the neighbouring text stay put."
      (format "  $%.4f" (or sly-agent-q-chat--cost 0))
      (cond ((not sly-agent-q-chat--turn) "")
            ((eq (sly-agent-q-turn-status sly-agent-q-chat--turn) 'sending) "  [sending]")
-           (t "  [running: C-c C-k cancels]"))
+           (t (format "  [%s: C-c C-k cancels]"
+                      (or (sly-agent-q-turn-state sly-agent-q-chat--turn) "running"))))
      (if sly-agent-q-chat--attachments
          (format "  [%d attached]" (length sly-agent-q-chat--attachments))
        "")
@@ -523,9 +542,9 @@ is deleted, so that markers of the neighbouring text stay put."
 
 (defun sly-agent-q-chat--context ()
   "The editor context sent with a message."
-  (sly-agent-q--plist-compact
+  (sly-agent-q-server-plist-compact
    (list :currentPackage (ignore-errors (sly-agent-q-bridge-current-package))
-         :projectRoot (sly-agent-q--project-root))))
+         :projectRoot (sly-agent-q-server-project-root))))
 
 (defun sly-agent-q-chat--attachment-text ()
   "The attachments of the next message, as text to put before it."
@@ -563,7 +582,7 @@ CALLBACK, if non-nil, gets the outcome plist."
             (t
              (sly-agent-q-server-async-request
               conn 'chat/send
-              (sly-agent-q--plist-compact
+              (sly-agent-q-server-plist-compact
                (list :conversationId sly-agent-q-chat--conversation-id
                      :text (concat attached text)
                      :context (sly-agent-q-chat--context)))
@@ -619,8 +638,8 @@ COST the turn's cost.  Runs the turn's callback and
                        :costUsd cost :turnId (sly-agent-q-turn-id turn)
                        :conversationId (sly-agent-q-turn-conversation-id turn))))
       (when (sly-agent-q-turn-callback turn)
-        (sly-agent-q--call-safely (sly-agent-q-turn-callback turn) plist))
-      (sly-agent-q--run-safely sly-agent-q-turn-finished-hook plist))))
+        (sly-agent-q-server-call-safely (sly-agent-q-turn-callback turn) plist))
+      (sly-agent-q-server-run-safely sly-agent-q-turn-finished-hook plist))))
 
 (defun sly-agent-q-chat--send-cancel (turn)
   "Ask the server to cancel TURN."
@@ -726,6 +745,12 @@ Notifications of turns that are over are ignored."
             (sly-agent-q-entry-time-ms entry) (plist-get params :executionTimeMs)
             (sly-agent-q-entry-approved entry) (plist-get params :approved))
       (sly-agent-q-chat--redraw-entry entry))))
+
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnState)) params)
+  "Show the state of the turn the chat/turnState PARAMS name in the header line."
+  (sly-agent-q-chat--with-turn-buffer params
+    (setf (sly-agent-q-turn-state sly-agent-q-chat--turn) (plist-get params :state))
+    (force-mode-line-update)))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."

@@ -223,7 +223,7 @@ A and B are the line vectors HUNKS were computed from."
   (let ((value (plist-get args key)))
     (cond ((or (null value) (eq value :json-false)) nil)
           ((stringp value) value)
-          (t (sly-agent-q--fail "Parameter %s must be a string."
+          (t (sly-agent-q-tool-fail "Parameter %s must be a string."
                                 (substring (symbol-name key) 1))))))
 
 (defun sly-agent-q-diff-proposal (args)
@@ -238,15 +238,15 @@ unusable."
          (old-text (sly-agent-q-diff--string-arg args :old_text))
          (new-text (sly-agent-q-diff--string-arg args :new_text))
          (description (sly-agent-q-diff--string-arg args :description)))
-    (unless path (sly-agent-q--fail "Parameter path is required."))
+    (unless path (sly-agent-q-tool-fail "Parameter path is required."))
     (cond ((and new-content (or old-text new-text))
-           (sly-agent-q--fail
+           (sly-agent-q-tool-fail
             "Give either new_content, or old_text and new_text, not both."))
           ((and (null new-content) (null old-text))
-           (sly-agent-q--fail
+           (sly-agent-q-tool-fail
             "Give new_content (the whole new file), or old_text and new_text."))
           ((and old-text (null new-text))
-           (sly-agent-q--fail
+           (sly-agent-q-tool-fail
             "old_text needs new_text (use \"\" to delete old_text).")))
     (let* ((file (sly-agent-q-files-resolve path t))
            (rel (sly-agent-q-files-relative file))
@@ -255,9 +255,9 @@ unusable."
            (new (if new-content
                     new-content
                   (unless (or (plist-get current :exists) (plist-get current :buffer))
-                    (sly-agent-q--fail
+                    (sly-agent-q-tool-fail
                      "%s does not exist; to create it, give new_content." rel))
-                  (let ((pos (sly-agent-q--unique-occurrence old-text old rel)))
+                  (let ((pos (sly-agent-q-files-unique-occurrence old-text old rel)))
                     (concat (substring old 0 pos) new-text
                             (substring old (+ pos (length old-text)))))))
            (a (sly-agent-q-files-split-lines old))
@@ -311,11 +311,11 @@ A new file (OLD empty) shows its whole text as added lines."
     (if (or (null value) (eq value :json-false))
         (number-sequence 1 count)
       (unless (or (vectorp value) (listp value))
-        (sly-agent-q--fail "accepted_hunks must be an array of hunk numbers."))
+        (sly-agent-q-tool-fail "accepted_hunks must be an array of hunk numbers."))
       (let ((numbers (delete-dups (append value nil))))
         (dolist (n numbers)
           (unless (and (integerp n) (<= 1 n count))
-            (sly-agent-q--fail
+            (sly-agent-q-tool-fail
              "accepted_hunks contains %S, but the proposal has %d hunk%s (numbered from 1)."
              n count (if (= count 1) "" "s"))))
         (sort numbers #'<)))))
@@ -365,7 +365,7 @@ nothing can be applied."
     (when (and reviewed
                (not (equal (car reviewed)
                            (secure-hash 'sha1 (plist-get proposal :old)))))
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "%s changed after the user reviewed the proposed edit, so nothing was applied.  Read it again and propose the edit anew."
        rel))
     (if (zerop count)
@@ -382,7 +382,7 @@ nothing can be applied."
                   (unless was-modified
                     ;; It will be saved: refuse what its coding cannot hold
                     ;; before touching it.
-                    (sly-agent-q--check-encodable
+                    (sly-agent-q-files-check-encodable
                      (sly-agent-q-diff--apply-hunks (plist-get proposal :a)
                                                     (plist-get proposal :b)
                                                     hunks accepted)
@@ -394,7 +394,7 @@ nothing can be applied."
                     (condition-case err
                         (sly-agent-q-files-save-buffer buffer)
                       (sly-agent-q-tool-error
-                       (sly-agent-q--fail
+                       (sly-agent-q-tool-fail
                         "The accepted hunks (%s) were applied in buffer %s, but saving it to %s failed: %s  The buffer holds the change, unsaved."
                         (sly-agent-q-diff--numbers accepted) (buffer-name buffer) rel
                         (cadr err))))

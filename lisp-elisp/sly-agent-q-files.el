@@ -124,7 +124,7 @@ variable `sly-agent-q-protected-buffer' to non-nil."
 
 (define-error 'sly-agent-q-tool-error "Tool error")
 
-(defun sly-agent-q--fail (format-string &rest args)
+(defun sly-agent-q-tool-fail (format-string &rest args)
   "Signal `sly-agent-q-tool-error' with a message for the model.
 The message is (apply #\\='format FORMAT-STRING ARGS)."
   (signal 'sly-agent-q-tool-error
@@ -140,20 +140,20 @@ Matching is literal and case-sensitive; occurrences do not overlap."
       (setq start (+ pos (length needle))))
     (nreverse found)))
 
-(defun sly-agent-q--unique-occurrence (needle haystack what)
+(defun sly-agent-q-files-unique-occurrence (needle haystack what)
   "Return the index of the only occurrence of NEEDLE in HAYSTACK.
 WHAT names HAYSTACK in the message of the tool error signalled when
 NEEDLE occurs zero or several times."
   (when (or (not (stringp needle)) (string-empty-p needle))
-    (sly-agent-q--fail "old_text must be a non-empty string."))
+    (sly-agent-q-tool-fail "old_text must be a non-empty string."))
   (let ((found (sly-agent-q--occurrences needle haystack)))
     (cond
      ((null found)
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "old_text was not found in %s.  It must match exactly, whitespace and line breaks included; read it again and copy the text."
        what))
      ((cdr found)
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "old_text occurs %d times in %s (at lines %s); include more surrounding text so that it matches exactly once."
        (length found) what
        (mapconcat (lambda (pos)
@@ -225,7 +225,7 @@ the server as the project root of the editor context."
   "Return non-nil when FILE exists, a dangling symbolic link included."
   (or (file-exists-p file) (file-symlink-p file)))
 
-(defun sly-agent-q--truename (file)
+(defun sly-agent-q-files-truename (file)
   "Return the true name of FILE, which need not exist.
 The deepest existing ancestor of FILE is resolved with
 `file-truename' and the components that do not exist yet are
@@ -253,13 +253,13 @@ appended to it."
 (defun sly-agent-q-files-roots ()
   "Return the true names of the directories the agent may use.
 The project root comes first."
-  (cons (sly-agent-q--truename (sly-agent-q-tools-project-root))
-        (mapcar #'sly-agent-q--truename sly-agent-q-allowed-directories)))
+  (cons (sly-agent-q-files-truename (sly-agent-q-tools-project-root))
+        (mapcar #'sly-agent-q-files-truename sly-agent-q-allowed-directories)))
 
 (defun sly-agent-q-files-relative (file)
   "Return FILE relative to the project root when inside it, else FILE."
-  (let ((root (sly-agent-q--truename (sly-agent-q-tools-project-root)))
-        (true (sly-agent-q--truename file)))
+  (let ((root (sly-agent-q-files-truename (sly-agent-q-tools-project-root)))
+        (true (sly-agent-q-files-truename file)))
     (if (sly-agent-q--inside-p true root)
         (let ((rel (file-relative-name true root)))
           (cond ((equal rel ".") "./")
@@ -290,7 +290,7 @@ a component can start the name."
   "Signal a tool error when NAME, resolved from PATH, could be remote."
   (let ((part (sly-agent-q-files--remote-component name)))
     (when part
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "The path %S was refused: its component %S contains `:', which Emacs can read as a remote (TRAMP) file name such as /ssh:host:/file.  Remote and TRAMP names are refused; use a local path inside the project without `:'."
        path part))))
 
@@ -317,9 +317,9 @@ remote (any component with `:'), is not a regular file or directory
 \(a FIFO, device or socket), or, when FOR-WRITE is non-nil, lies
 under `sly-agent-q-read-only-paths'."
   (unless (and (stringp path) (not (string-empty-p path)))
-    (sly-agent-q--fail "The path must be a non-empty string."))
+    (sly-agent-q-tool-fail "The path must be a non-empty string."))
   (when (string-match-p "\0" path)
-    (sly-agent-q--fail "The path %S contains a NUL character." path))
+    (sly-agent-q-tool-fail "The path %S contains a NUL character." path))
   ;; Before anything touches the file system, and before `..' collapses.
   (sly-agent-q-files--refuse-remote path path)
   ;; The roots are the user's, not the model's: found as before, with
@@ -334,14 +334,14 @@ FOR-WRITE is as there.  No file name handler runs."
   (sly-agent-q-files--without-handlers
     (let* ((lexical (expand-file-name (sly-agent-q--literal-path path) root))
            (true (progn (sly-agent-q-files--refuse-remote path lexical)
-                        (sly-agent-q--truename lexical)))
+                        (sly-agent-q-files-truename lexical)))
            (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
       (when (equal (car roots) "/")
-        (sly-agent-q--fail
+        (sly-agent-q-tool-fail
          "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
          path))
       (unless inside
-        (sly-agent-q--fail
+        (sly-agent-q-tool-fail
          "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
          path (abbreviate-file-name root)
          (if (equal true (directory-file-name lexical)) ""
@@ -355,19 +355,19 @@ FOR-WRITE is as there.  No file name handler runs."
       (sly-agent-q-files--refuse-remote
        path (substring true (min (length true) (length inside))))
       (when (sly-agent-q-files-private-p true)
-        (sly-agent-q--fail
+        (sly-agent-q-tool-fail
          "%s holds credentials (sly-agent-q-private-file-regexps); the agent may not use it."
          path))
       (let ((special (sly-agent-q-files--special-type true)))
         (when special
-          (sly-agent-q--fail
+          (sly-agent-q-tool-fail
            "%s is %s, not a regular file; the agent neither reads nor writes such files."
            path special)))
       (when for-write
         (dolist (ro sly-agent-q-read-only-paths)
-          (let ((ro-true (sly-agent-q--truename (expand-file-name ro root))))
+          (let ((ro-true (sly-agent-q-files-truename (expand-file-name ro root))))
             (when (sly-agent-q--inside-p true ro-true)
-              (sly-agent-q--fail
+              (sly-agent-q-tool-fail
                "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
                path (sly-agent-q-files-relative ro-true))))))
       true)))
@@ -400,11 +400,11 @@ means what it says, relative to the root."
   "Signal a tool error when FILE is too large to read."
   (let ((size (file-attribute-size (file-attributes file))))
     (when (and size (> size sly-agent-q-max-file-size))
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "%s is %d bytes, larger than the %d bytes the agent reads (sly-agent-q-max-file-size)."
        (sly-agent-q-files-relative file) size sly-agent-q-max-file-size))))
 
-(defun sly-agent-q--normalize-coding (coding)
+(defun sly-agent-q-files-normalize-coding (coding)
   "Return CODING, or a UTF-8 coding with its end-of-line type if undecided."
   (cond ((null coding) sly-agent-q-new-file-coding-system)
         ((memq (coding-system-base coding) '(undecided prefer-utf-8))
@@ -416,10 +416,10 @@ means what it says, relative to the root."
 Signal a tool error when FILE is a directory, unreadable, too large
 or binary."
   (when (file-directory-p file)
-    (sly-agent-q--fail "%s is a directory; use directory_list."
+    (sly-agent-q-tool-fail "%s is a directory; use directory_list."
                        (sly-agent-q-files-relative file)))
   (unless (file-readable-p file)
-    (sly-agent-q--fail "%s %s." (sly-agent-q-files-relative file)
+    (sly-agent-q-tool-fail "%s %s." (sly-agent-q-files-relative file)
                        (if (file-exists-p file) "is not readable"
                          "does not exist")))
   (sly-agent-q--check-size file)
@@ -430,12 +430,12 @@ or binary."
       (when (or (memq (coding-system-base coding) '(no-conversion raw-text))
                 (save-excursion (goto-char (point-min))
                                 (search-forward "\0" nil t)))
-        (sly-agent-q--fail "%s looks like a binary file; the agent reads text files only."
+        (sly-agent-q-tool-fail "%s looks like a binary file; the agent reads text files only."
                            (sly-agent-q-files-relative file)))
       (cons (buffer-substring-no-properties (point-min) (point-max))
-            (sly-agent-q--normalize-coding coding)))))
+            (sly-agent-q-files-normalize-coding coding)))))
 
-(defun sly-agent-q--buffer-text (buffer)
+(defun sly-agent-q-files-buffer-text (buffer)
   "Return the whole text of BUFFER, ignoring narrowing, without properties."
   (with-current-buffer buffer
     (save-restriction
@@ -454,8 +454,8 @@ disk is newer.  A file that does not exist has empty :text."
            (or (buffer-modified-p buffer)
                (not (file-exists-p file))
                (verify-visited-file-modtime buffer)))
-      (list :text (sly-agent-q--buffer-text buffer)
-            :coding (sly-agent-q--normalize-coding
+      (list :text (sly-agent-q-files-buffer-text buffer)
+            :coding (sly-agent-q-files-normalize-coding
                      (buffer-local-value 'buffer-file-coding-system buffer))
             :exists (file-exists-p file)
             :buffer buffer
@@ -469,11 +469,11 @@ disk is newer.  A file that does not exist has empty :text."
 
 ;;;; Writing
 
-(defun sly-agent-q--check-encodable (text coding file)
+(defun sly-agent-q-files-check-encodable (text coding file)
   "Signal a tool error unless TEXT can be encoded in CODING for FILE."
   (let ((pos (unencodable-char-position 0 (length text) coding nil text)))
     (when pos
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "%s is encoded in %s, which cannot represent the character %s at line %d of the new content; the file was not written.  Use only characters of that encoding."
        (sly-agent-q-files-relative file) coding
        (string (aref text pos))
@@ -481,7 +481,7 @@ disk is newer.  A file that does not exist has empty :text."
 
 (defun sly-agent-q-files--refuse-question (prompt &rest _)
   "Refuse to ask PROMPT, signalling a tool error instead."
-  (sly-agent-q--fail "Saving would have asked the user %S, so it was stopped."
+  (sly-agent-q-tool-fail "Saving would have asked the user %S, so it was stopped."
                      (string-trim (format "%s" prompt))))
 
 (defmacro sly-agent-q-files--without-questions (&rest body)
@@ -525,7 +525,7 @@ is signalled as a tool error and leaves no temporary file."
                 (basic-save-buffer))
               (setq done t))
           (file-error
-           (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+           (sly-agent-q-tool-fail "Could not write %s: %s.  Nothing was changed."
                               (sly-agent-q-files-relative file)
                               (error-message-string err))))
       (unless done
@@ -546,18 +546,18 @@ parent directories are created.  Return the coding system used."
   (let* ((file (expand-file-name file))
          (dir (file-name-directory file))
          (exists (file-exists-p file))
-         (coding (sly-agent-q--normalize-coding
+         (coding (sly-agent-q-files-normalize-coding
                   (or coding
                       (and exists (ignore-errors
                                     (cdr (sly-agent-q-files-read-disk file))))))))
     (when (file-directory-p file)
-      (sly-agent-q--fail "%s is a directory." (sly-agent-q-files-relative file)))
-    (sly-agent-q--check-encodable text coding file)
+      (sly-agent-q-tool-fail "%s is a directory." (sly-agent-q-files-relative file)))
+    (sly-agent-q-files-check-encodable text coding file)
     (condition-case err
         (unless (file-directory-p dir)
           (make-directory dir t))
       (file-error
-       (sly-agent-q--fail "Could not write %s: %s.  Nothing was changed."
+       (sly-agent-q-tool-fail "Could not write %s: %s.  Nothing was changed."
                           (sly-agent-q-files-relative file)
                           (error-message-string err))))
     (with-temp-buffer
@@ -590,27 +590,27 @@ Return the coding system used."
   (with-current-buffer buffer
     (let* ((own (and buffer-file-name (expand-file-name buffer-file-name)))
            (file (or file own))
-           (same (and own (equal (sly-agent-q--truename own)
-                                 (sly-agent-q--truename file))))
-           (coding (sly-agent-q--normalize-coding
+           (same (and own (equal (sly-agent-q-files-truename own)
+                                 (sly-agent-q-files-truename file))))
+           (coding (sly-agent-q-files-normalize-coding
                     (if (or buffer-file-name
                             (local-variable-p 'buffer-file-coding-system))
                         buffer-file-coding-system
                       sly-agent-q-new-file-coding-system))))
       (when (and same (file-exists-p file)
                  (not (verify-visited-file-modtime buffer)))
-        (sly-agent-q--fail
+        (sly-agent-q-tool-fail
          "%s changed on disk since buffer %s visited it; saving would overwrite those changes, so nothing was saved.  Ask the user to revert or save the buffer."
          (sly-agent-q-files-relative file) (buffer-name buffer)))
       (when (and same (file-exists-p file) (not (file-writable-p file)))
-        (sly-agent-q--fail "%s is not writable; nothing was saved."
+        (sly-agent-q-tool-fail "%s is not writable; nothing was saved."
                            (sly-agent-q-files-relative file)))
       (cond
        ((and own (not same))
         (sly-agent-q-files-write-atomically
-         file (sly-agent-q--buffer-text buffer) coding))
+         file (sly-agent-q-files-buffer-text buffer) coding))
        (t
-        (sly-agent-q--check-encodable (sly-agent-q--buffer-text buffer) coding file)
+        (sly-agent-q-files-check-encodable (sly-agent-q-files-buffer-text buffer) coding file)
         (let ((modified (buffer-modified-p)))
           (unless own
             (let ((inhibit-message t))

@@ -66,6 +66,7 @@
     (chat/toolCall         server->emacs notification)
     (chat/toolResult       server->emacs notification)
     (chat/approvalNeeded   server->emacs notification)
+    (chat/turnState        server->emacs notification)
     (chat/turnFinished     server->emacs notification)
     (chat/turnFailed       server->emacs notification)
     (mcp/call              server->emacs notification)

@@ -200,7 +200,7 @@ At most three restarts happen within a minute."
   (file-name-directory (or load-file-name buffer-file-name default-directory))
   "The directory this file was loaded from.")
 
-(defun sly-agent-q--package-candidates (&rest relatives)
+(defun sly-agent-q-server-package-candidates (&rest relatives)
   "Existing files among RELATIVES, tried from the package directory and its parent."
   (cl-loop for base in (list sly-agent-q--lisp-directory
                              (file-name-directory
@@ -220,7 +220,7 @@ the setting names a file that does not exist."
       (let ((f (expand-file-name sly-agent-q-server-file)))
         (if (file-readable-p f) (cons f 'setting)
           (user-error "The file `sly-agent-q-server-file' names, %s, does not exist" f)))
-    (let ((bundled (car (sly-agent-q--package-candidates
+    (let ((bundled (car (sly-agent-q-server-package-candidates
                          "sly-agent-q-server.js" "server/sly-agent-q-server.js"
                          "dist/sly-agent-q-server.js")))
           (installed (sly-agent-q-install-server-file)))
@@ -302,7 +302,7 @@ install Node.js 20 or newer, or set that option to its full path"
                   (secret (plist-get found :secret)))
              (if (functionp secret) (funcall secret) secret)))))
 
-(defun sly-agent-q--project-root ()
+(defun sly-agent-q-server-project-root ()
   "The project root to tell the server about."
   (let ((root (or (and (fboundp 'sly-agent-q-tools-project-root)
                        (ignore-errors (sly-agent-q-tools-project-root)))
@@ -313,7 +313,7 @@ install Node.js 20 or newer, or set that option to its full path"
                   default-directory)))
     (and root (directory-file-name (expand-file-name root)))))
 
-(defun sly-agent-q--plist-compact (plist)
+(defun sly-agent-q-server-plist-compact (plist)
   "PLIST without the properties whose value is nil."
   (cl-loop for (k v) on plist by #'cddr when v append (list k v)))
 
@@ -344,7 +344,7 @@ Never contains the API key.  The trust settings are always sent,
 empty when unset: the server replaces its configuration, and a
 setting left out would keep an old one in force."
   (append
-   (sly-agent-q--plist-compact
+   (sly-agent-q-server-plist-compact
     (list :provider sly-agent-q-provider
           :model sly-agent-q-model
           :baseUrl sly-agent-q-base-url
@@ -361,7 +361,7 @@ setting left out would keep an old one in force."
                                    (round (* 1000 (symbol-value 'sly-agent-q-helpers-load-timeout))))
           :maxSafetyLevel (and sly-agent-q-max-safety-level
                                (format "%s" sly-agent-q-max-safety-level))
-          :projectRoot (sly-agent-q--project-root)
+          :projectRoot (sly-agent-q-server-project-root)
           :logLevel sly-agent-q-server-log-level))
    (list :safetyOverrides (sly-agent-q--levels-table nil)
          :categoryLevels (sly-agent-q--levels-table t)
@@ -498,8 +498,8 @@ Return the new connection; it becomes ready asynchronously."
                                :version (or (bound-and-true-p sly-agent-q-version) "0"))
              :capabilities (sly-agent-q--capabilities)
              :configuration (sly-agent-q-server-configuration)
-             :context (sly-agent-q--plist-compact
-                       (list :projectRoot (sly-agent-q--project-root)
+             :context (sly-agent-q-server-plist-compact
+                       (list :projectRoot (sly-agent-q-server-project-root)
                              :currentPackage
                              (and (fboundp 'sly-agent-q-bridge-current-package)
                                   (ignore-errors (sly-agent-q-bridge-current-package))))))
@@ -530,9 +530,9 @@ Return the new connection; it becomes ready asynchronously."
   (let ((callbacks (reverse (sly-agent-q--ready-callbacks conn))))
     (setf (sly-agent-q--ready-callbacks conn) nil)
     (unless error
-      (sly-agent-q--run-safely sly-agent-q-server-started-functions conn))
+      (sly-agent-q-server-run-safely sly-agent-q-server-started-functions conn))
     (dolist (cb callbacks)
-      (sly-agent-q--call-safely cb (and (not error) conn)
+      (sly-agent-q-server-call-safely cb (and (not error) conn)
                                 (and error (format "The server failed to initialize: %s" error))))))
 
 (defun sly-agent-q-server-version-problem (&optional conn)
@@ -544,7 +544,7 @@ CONN defaults to the current connection."
           (plist-get (plist-get (sly-agent-q--init-result c) :serverInfo) :version)
           (sly-agent-q--found c)))))
 
-(defun sly-agent-q--call-safely (fn &rest args)
+(defun sly-agent-q-server-call-safely (fn &rest args)
   "Call FN with ARGS; log an error instead of letting it escape."
   (condition-case err
       (apply fn args)
@@ -552,11 +552,11 @@ CONN defaults to the current connection."
            (message "sly-agent-q: %s" (error-message-string err))
            nil)))
 
-(defun sly-agent-q--run-safely (functions &rest args)
+(defun sly-agent-q-server-run-safely (functions &rest args)
   "Call each of FUNCTIONS (a hook value) with ARGS, containing errors."
   (dolist (fn (if (functionp functions) (list functions) functions))
     (unless (eq fn t)
-      (apply #'sly-agent-q--call-safely fn args))))
+      (apply #'sly-agent-q-server-call-safely fn args))))
 
 (defun sly-agent-q-server-ensure (callback)
   "Call CALLBACK with (CONNECTION nil) once the server is ready.
@@ -708,7 +708,7 @@ With a prefix argument ALL, show every registered tool."
            (let ((why (format "%s before it was ready%s; see M-x sly-agent-q-stderr-buffer."
                               msg (sly-agent-q--stderr-tail conn))))
              (dolist (cb callbacks)
-               (sly-agent-q--call-safely cb nil why)))))))
+               (sly-agent-q-server-call-safely cb nil why)))))))
     (when (eq conn sly-agent-q--connection)
       (unless expected
         (let* ((now (float-time))
@@ -717,7 +717,7 @@ With a prefix argument ALL, show every registered tool."
                              (eq status 'ready)
                              (< (length recent) 3))))
           (setq sly-agent-q--restart-times recent)
-          (sly-agent-q--run-safely sly-agent-q-server-died-functions
+          (sly-agent-q-server-run-safely sly-agent-q-server-died-functions
                                    (concat msg (if restart "; restarting it."
                                                  "; M-x sly-agent-q-restart-server starts it again.")))
           (when restart
@@ -825,7 +825,7 @@ and exit from the pipe and exits on its own."
     (when (sly-agent-q-call-conn call)
       (remhash (sly-agent-q-call-id call) (sly-agent-q--calls (sly-agent-q-call-conn call))))
     (dolist (fn (sly-agent-q-call-cancel-functions call))
-      (sly-agent-q--call-safely fn reason))))
+      (sly-agent-q-server-call-safely fn reason))))
 
 (defun sly-agent-q-call-on-cancel (call function)
   "Run FUNCTION with a reason if CALL is cancelled or its server dies."

@@ -130,11 +130,11 @@ Never signals."
     (condition-case err
         (let ((handler (cdr (assoc capability sly-agent-q-tools-dispatch-table))))
           (unless handler
-            (sly-agent-q--fail "Emacs has no tool capability %S (it knows: %s)."
+            (sly-agent-q-tool-fail "Emacs has no tool capability %S (it knows: %s)."
                                capability
                                (string-join (sly-agent-q-tools-capabilities) ", ")))
           (unless (and (listp args) (cl-evenp (length args)))
-            (sly-agent-q--fail "The arguments of %s must be a JSON object." capability))
+            (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." capability))
           (let ((result (apply handler (sly-agent-q-tools--keywords args))))
             (setq content (if (stringp result) result (format "%s" result)))))
       (sly-agent-q-tool-error (setq message (cadr err)))
@@ -193,7 +193,7 @@ that would be refused is never put to the user.  ARGS were validated
 by the server against the catalog."
   (pcase-let ((`(,kind ,key) (cdr (assoc tool sly-agent-q-tools--previews))))
     (unless (and (listp args) (cl-evenp (length args)))
-      (sly-agent-q--fail "The arguments of %s must be a JSON object." tool))
+      (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." tool))
     (pcase kind
       ('write
        (let* ((content (plist-get args :content))
@@ -209,7 +209,7 @@ by the server against the catalog."
          (list :path (plist-get target :rel)
                :buffer (buffer-name (plist-get target :buffer))
                :old (sly-agent-q-tools--disk-text (plist-get target :file))
-               :new (sly-agent-q--buffer-text (plist-get target :buffer)))))
+               :new (sly-agent-q-files-buffer-text (plist-get target :buffer)))))
       ('propose
        (let ((proposal (sly-agent-q-diff-proposal args)))
          (list :path (plist-get proposal :rel)
@@ -221,10 +221,10 @@ by the server against the catalog."
        (list :buffer (buffer-name (sly-agent-q-tools--get-buffer (plist-get args key) t))))
       ('edit
        (let* ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t))
-              (old (sly-agent-q--buffer-text buffer))
+              (old (sly-agent-q-files-buffer-text buffer))
               (old-text (plist-get args :old_text))
               (new-text (or (plist-get args :new_text) ""))
-              (pos (sly-agent-q--unique-occurrence
+              (pos (sly-agent-q-files-unique-occurrence
                     old-text old (format "buffer %s" (buffer-name buffer)))))
          (list :buffer (buffer-name buffer) :old old
                :new (concat (substring old 0 pos) new-text
@@ -238,28 +238,28 @@ Signal a tool error when there is none, when it is internal, or, if
 FOR-WRITE is non-nil, when the agent may not write it."
   (let ((buffer (if name (get-buffer name) (sly-agent-q-files-default-buffer))))
     (unless (buffer-live-p buffer)
-      (sly-agent-q--fail "There is no buffer named %S; buffer_list shows the open buffers."
+      (sly-agent-q-tool-fail "There is no buffer named %S; buffer_list shows the open buffers."
                          name))
     (let ((file (buffer-local-value 'buffer-file-name buffer)))
       (when (and file (sly-agent-q-files-private-p (file-truename file)))
-        (sly-agent-q--fail "Buffer %s visits a file holding credentials; the agent may not use it."
+        (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
                            (buffer-name buffer))))
     (when (and (sly-agent-q-hidden-buffer-p buffer)
                (or for-write (not sly-agent-q-tools-allow-hidden-buffers)))
-      (sly-agent-q--fail "%S is an internal Emacs buffer; the agent may not use it."
+      (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
                          (buffer-name buffer)))
     (when for-write
       (let ((file (buffer-local-value 'buffer-file-name buffer)))
         (when (and file (not (sly-agent-q-files-inside-root-p file)))
-          (sly-agent-q--fail
+          (sly-agent-q-tool-fail
            "Buffer %s visits %s, which is outside the project root or read-only for the agent; the agent may not change it."
            (buffer-name buffer) (abbreviate-file-name file))))
       (when (sly-agent-q-protected-buffer-p buffer)
-        (sly-agent-q--fail
+        (sly-agent-q-tool-fail
          "Buffer %s belongs to the agent's own interface; the agent may not write it."
          (buffer-name buffer)))
       (when (buffer-local-value 'buffer-read-only buffer)
-        (sly-agent-q--fail "Buffer %s is read-only." (buffer-name buffer))))
+        (sly-agent-q-tool-fail "Buffer %s is read-only." (buffer-name buffer))))
     buffer))
 
 (defun sly-agent-q-tools--count-lines (text)
@@ -285,7 +285,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
          (current (sly-agent-q-files-current-text file))
          (buffer (plist-get current :buffer)))
     (unless (or (plist-get current :exists) buffer)
-      (sly-agent-q--fail "%s does not exist." rel))
+      (sly-agent-q-tool-fail "%s does not exist." rel))
     (let* ((lines (sly-agent-q-files-split-lines (plist-get current :text)))
            (total (length lines))
            (source (cond ((null buffer) "")
@@ -296,7 +296,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
       (cond
        ((zerop total) (format "[%s: empty file%s]" rel source))
        ((> offset total)
-        (sly-agent-q--fail "%s has %s; offset %d is past the end."
+        (sly-agent-q-tool-fail "%s has %s; offset %d is past the end."
                            rel (sly-agent-q-tools--plural total "line") offset))
        (t
         (let* ((max-lines (or limit sly-agent-q-tools-max-lines))
@@ -330,9 +330,9 @@ Signal the tool error write_file gives when it may not write there."
          (rel (sly-agent-q-files-relative file))
          (buffer (sly-agent-q-files-visiting-buffer file)))
     (when (file-directory-p file)
-      (sly-agent-q--fail "%s is a directory." rel))
+      (sly-agent-q-tool-fail "%s is a directory." rel))
     (when (and buffer (buffer-modified-p buffer))
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "Buffer %s visits %s and has unsaved changes, so the file was not written (it would clobber them).  Edit the buffer instead (buffer_edit, write_to_buffer, then buffer_save), or ask the user to save or revert it."
        (buffer-name buffer) rel))
     (list :file file :rel rel :buffer buffer)))
@@ -353,7 +353,7 @@ Signal the tool error write_file gives when it may not write there."
                         ;; binary file is simply replaced.
                         (ignore-errors (sly-agent-q-files-read-disk file)))))
            (coding (cond (disk (cdr disk))
-                         (buffer (sly-agent-q--normalize-coding
+                         (buffer (sly-agent-q-files-normalize-coding
                                   (buffer-local-value 'buffer-file-coding-system buffer)))))
            (text (if (and append disk) (concat (car disk) content) content))
            (used (sly-agent-q-files-write-atomically file text coding))
@@ -381,7 +381,7 @@ With RECURSIVE, those of its subdirectories too."
          (prefix (if (member rel '("./" ".")) "" (file-name-as-directory rel)))
          (entries nil) (count 0) (more 0))
     (unless (file-directory-p dir)
-      (sly-agent-q--fail "%s is not a directory%s." rel
+      (sly-agent-q-tool-fail "%s is not a directory%s." rel
                          (if (file-exists-p dir) "" " (it does not exist)")))
     (cl-labels
         ((walk (abs shown)
@@ -475,11 +475,11 @@ With RECURSIVE, those of its subdirectories too."
         (widen)
         (let ((size (point-max)))
           (when (> start size)
-            (sly-agent-q--fail "start %d is past the end of %s (its last position is %d)."
+            (sly-agent-q-tool-fail "start %d is past the end of %s (its last position is %d)."
                                start (buffer-name) size))
           (setq end (min size (or end size)))
           (when (< end start)
-            (sly-agent-q--fail "end %d is before start %d." end start))
+            (sly-agent-q-tool-fail "end %d is before start %d." end start))
           (let ((stop end) (why nil))
             (when max-lines
               (save-excursion
@@ -509,7 +509,7 @@ With RECURSIVE, those of its subdirectories too."
       (widen)
       (let ((position (or position (point-max))))
         (when (> position (point-max))
-          (sly-agent-q--fail
+          (sly-agent-q-tool-fail
            "position %d is past the end of buffer %s (its last position is %d)."
            position (buffer-name) (point-max)))
         (save-excursion
@@ -538,7 +538,7 @@ OLD_TEXT must occur exactly once."
       (save-restriction
         (widen)
         (let* ((text (buffer-substring-no-properties (point-min) (point-max)))
-               (pos (1+ (sly-agent-q--unique-occurrence
+               (pos (1+ (sly-agent-q-files-unique-occurrence
                          old text (format "buffer %s" (buffer-name))))))
           (save-excursion
             (goto-char pos)
@@ -570,7 +570,7 @@ mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
   "Return the major mode function named NAME, or signal a tool error."
   (let ((mode (intern-soft name)))
     (unless (sly-agent-q-tools--real-major-mode-p mode)
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "%s is not a major mode the agent may use: give a major mode derived from prog-mode, text-mode or special-mode, or one of auto-mode-alist (e.g. lisp-mode, text-mode), or fundamental-mode."
        name))
     mode))
@@ -585,12 +585,12 @@ mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
                  (let ((auto (assoc-default name auto-mode-alist #'string-match-p)))
                    (and (symbolp auto) (fboundp auto) auto)))))
     (when (or (string-empty-p (string-trim name)) (string-prefix-p " " name))
-      (sly-agent-q--fail "Buffer names must not be empty or start with a space."))
+      (sly-agent-q-tool-fail "Buffer names must not be empty or start with a space."))
     (when (cl-some (lambda (re) (string-match-p re name)) sly-agent-q-protected-buffer-regexps)
-      (sly-agent-q--fail "%s is reserved for the agent's own buffers; choose another name."
+      (sly-agent-q-tool-fail "%s is reserved for the agent's own buffers; choose another name."
                          name))
     (when (get-buffer name)
-      (sly-agent-q--fail
+      (sly-agent-q-tool-fail
        "A buffer named %s already exists; choose another name, or change it with buffer_edit or write_to_buffer."
        name))
     (let ((buffer (generate-new-buffer name)))
@@ -601,7 +601,7 @@ mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
             (goto-char (point-min)))
         (error
          (kill-buffer buffer)
-         (sly-agent-q--fail "Could not create buffer %s: %s" name
+         (sly-agent-q-tool-fail "Could not create buffer %s: %s" name
                             (error-message-string err))))
       (format "Created buffer %s (%s, %s).  It visits no file: buffer_save with file_path writes it."
               (buffer-name buffer) (buffer-local-value 'major-mode buffer)
@@ -614,20 +614,20 @@ error buffer_save gives when it may not save."
   (let* ((buffer (sly-agent-q-tools--get-buffer name))
          (own (buffer-local-value 'buffer-file-name buffer)))
     (when (sly-agent-q-protected-buffer-p buffer)
-      (sly-agent-q--fail "Buffer %s belongs to the agent's own interface; it cannot be saved."
+      (sly-agent-q-tool-fail "Buffer %s belongs to the agent's own interface; it cannot be saved."
                          (buffer-name buffer)))
     (unless (or path own)
-      (sly-agent-q--fail "Buffer %s visits no file; give file_path to save it."
+      (sly-agent-q-tool-fail "Buffer %s visits no file; give file_path to save it."
                          (buffer-name buffer)))
     (let* ((file (sly-agent-q-files-resolve (or path own) t))
            (rel (sly-agent-q-files-relative file))
-           (own-true (and own (sly-agent-q--truename own)))
+           (own-true (and own (sly-agent-q-files-truename own)))
            (other (let ((b (sly-agent-q-files-visiting-buffer file)))
                     (and b (not (eq b buffer)) b))))
       (when (file-directory-p file)
-        (sly-agent-q--fail "%s is a directory." rel))
+        (sly-agent-q-tool-fail "%s is a directory." rel))
       (when (and other (buffer-modified-p other))
-        (sly-agent-q--fail
+        (sly-agent-q-tool-fail
          "Buffer %s visits %s and has unsaved changes; saving over it would clobber them."
          (buffer-name other) rel))
       (list :buffer buffer :file file :rel rel :own own
@@ -712,14 +712,14 @@ REGEX; ALL_MATCHES gives every match; CASE_SENSITIVE makes case count."
          (name (or buffer buffer_name))
          (needle (or pattern text)))
     (when (and pattern text (not (equal pattern text)))
-      (sly-agent-q--fail "Give pattern or search_text, not both."))
+      (sly-agent-q-tool-fail "Give pattern or search_text, not both."))
     (when (or (null needle) (string-empty-p needle))
-      (sly-agent-q--fail "Give the text to find as pattern (or search_text)."))
+      (sly-agent-q-tool-fail "Give the text to find as pattern (or search_text)."))
     (when regex
       (condition-case err
           (string-match-p needle "")
         (invalid-regexp
-         (sly-agent-q--fail "pattern is not a valid Emacs regexp: %s"
+         (sly-agent-q-tool-fail "pattern is not a valid Emacs regexp: %s"
                             (error-message-string err)))))
     (let ((buffer (sly-agent-q-tools--get-buffer name))
           (matches nil) (count 0)
@@ -777,7 +777,7 @@ matches found out of COUNT, ALL whether every match was asked for."
     (with-current-buffer buffer
       (let ((total (save-restriction (widen) (line-number-at-pos (point-max)))))
         (when (> line total)
-          (sly-agent-q--fail "Buffer %s has only %s." (buffer-name)
+          (sly-agent-q-tool-fail "Buffer %s has only %s." (buffer-name)
                              (sly-agent-q-tools--plural total "line")))
         (save-restriction
           (widen)
@@ -787,7 +787,7 @@ matches found out of COUNT, ALL whether every match was asked for."
             (setq position (point)
                   text (buffer-substring-no-properties (point) (line-end-position)))))
         (when (or (< position (point-min)) (> position (point-max)))
-          (sly-agent-q--fail
+          (sly-agent-q-tool-fail
            "Line %d is outside the narrowed part of buffer %s (lines %d-%d); ask the user to widen it."
            line (buffer-name) (line-number-at-pos (point-min) t)
            (line-number-at-pos (point-max) t)))

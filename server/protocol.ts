@@ -74,6 +74,8 @@ export const ServerNotifications = {
   toolResult: new NotificationType<ToolResultParams>("chat/toolResult"),
   /** A call waits for the user's approval (the emacs/call of kind approval follows). */
   approvalNeeded: new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"),
+  /** The turn moved to another state (doc/turn-states.md); the chat shows it. */
+  turnState: new NotificationType<TurnStateParams>("chat/turnState"),
   /** The turn ended with an answer: stop reason, usage, cost. */
   turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
   /** The turn ended without one: cancelled, timeout, provider, auth... with a message for the user. */
@@ -468,6 +470,22 @@ export interface Usage {
 interface TurnRef {
   conversationId: string;
   turnId: string;
+}
+
+/** The states of a turn; server/agent/turn-states.ts has the transitions between them. */
+export type TurnState =
+  | "requesting"
+  | "streaming"
+  | "running-tools"
+  | "awaiting-approval"
+  | "finished"
+  | "failed"
+  | "cancelled";
+
+export interface TurnStateParams extends TurnRef {
+  state: TurnState;
+  /** The state the turn left; null for the first. */
+  previous: TurnState | null;
 }
 
 export interface TextDeltaParams extends TurnRef {

@@ -109,7 +109,7 @@
   (let ((sly-agent-q-server-file nil)
         (sly-agent-q-install-directory (make-temp-file "agent-q-install" t)))
     (unwind-protect
-        (cl-letf (((symbol-function 'sly-agent-q--package-candidates) #'ignore))
+        (cl-letf (((symbol-function 'sly-agent-q-server-package-candidates) #'ignore))
           (should-not (sly-agent-q-server-find))
           (let ((err (should-error (sly-agent-q-server-locate) :type 'user-error)))
             (should (string-match-p "M-x sly-agent-q-install-server installs it with npm (version 0\\.1\\.0"
