@@ -42,6 +42,14 @@ export const Requests = {
   conversationList: new RequestType0<ConversationListResult, void>("conversation/list"),
   /** Free a conversation (a running turn is cancelled first). */
   conversationDelete: new RequestType<ConversationDeleteParams, ConversationDeleteResult, void>("conversation/delete"),
+  /** The saved conversations (conversationDirectory) of a project, newest first. */
+  conversationSaved: new RequestType<ConversationSavedParams, ConversationSavedResult, void>("conversation/saved"),
+  /** Open a saved conversation: the server holds it again and returns its whole history to draw. */
+  conversationResume: new RequestType<ConversationResumeParams, ConversationResumeResult, void>("conversation/resume"),
+  /** Give a saved conversation another title. */
+  conversationRename: new RequestType<ConversationRenameParams, ConversationRenameResult, void>("conversation/rename"),
+  /** The conversation as Org or Markdown text, tool calls as collapsible blocks. */
+  conversationExport: new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"),
   /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
   mcpStart: new RequestType<McpStartParams, McpStartResult, void>("mcp/start"),
   /** Stop serving MCP and remove the state file. */
@@ -260,6 +268,8 @@ export interface Configuration {
   projectRoot?: string;
   /** Where cautious and dangerous calls are appended as JSON lines (optional). */
   auditLogFile?: string;
+  /** Where conversations are saved as they happen, one JSON Lines file each; unset: not saved. */
+  conversationDirectory?: string;
   logLevel?: LogLevel;
 }
 
@@ -412,6 +422,8 @@ export interface ConversationNewParams {
 }
 export interface ConversationNewResult {
   conversationId: string;
+  /** Why it cannot be saved (conversationDirectory): it goes on unsaved. */
+  saveError?: string;
 }
 
 export interface ConversationSummary {
@@ -428,10 +440,87 @@ export interface ConversationListResult {
 /** Frees a conversation's history on the server; a turn running in it is cancelled first. */
 export interface ConversationDeleteParams {
   conversationId: string;
+  /** Also delete its saved file. */
+  saved?: boolean;
 }
 export interface ConversationDeleteResult {
   /** False when there was no such conversation (already freed, or from a previous server). */
   deleted: boolean;
+}
+
+/** A message of a conversation's history, as the model sees it (provider-neutral). */
+export type HistoryMessage =
+  | { role: "user"; content: (HistoryText | HistoryToolResult)[] }
+  | { role: "assistant"; content: (HistoryText | HistoryToolUse)[] };
+export interface HistoryText {
+  type: "text";
+  text: string;
+}
+export interface HistoryToolUse {
+  type: "tool_use";
+  id: string;
+  name: string;
+  input: unknown;
+}
+export interface HistoryToolResult {
+  type: "tool_result";
+  toolUseId: string;
+  content: string;
+  isError: boolean;
+}
+
+export interface ConversationSavedParams {
+  /** Only this project's conversations (and those saved without a project). */
+  projectRoot?: string;
+}
+export interface SavedConversationSummary {
+  conversationId: string;
+  title: string;
+  /** ISO 8601 times. */
+  created: string;
+  updated: string;
+  turns: number;
+  messages: number;
+  costUsd: number;
+  projectRoot?: string;
+  model?: string;
+  /** The server holds it now (a chat shows it). */
+  open: boolean;
+}
+export interface ConversationSavedResult {
+  conversations: SavedConversationSummary[];
+  /** Files that could not be read, each message naming its file. */
+  errors: string[];
+}
+
+export interface ConversationResumeParams {
+  conversationId: string;
+}
+export interface ConversationResumeResult {
+  conversationId: string;
+  title: string;
+  messages: HistoryMessage[];
+  usage: Usage;
+  costUsd: number;
+  model?: string;
+  /** Set when the file's last record was cut off (a crash): it was left out. */
+  truncated?: boolean;
+}
+
+export interface ConversationRenameParams {
+  conversationId: string;
+  title: string;
+}
+export interface ConversationRenameResult {
+  title: string;
+}
+
+export interface ConversationExportParams {
+  conversationId: string;
+  format: "org" | "markdown";
+}
+export interface ConversationExportResult {
+  text: string;
 }
 
 export interface ChatSendParams {
@@ -450,6 +539,8 @@ export type ToolChoice = "auto" | "any" | "none" | { name: string };
 export interface ChatSendResult {
   conversationId: string;
   turnId: string;
+  /** Why a new conversation cannot be saved (conversationDirectory): it goes on unsaved. */
+  saveError?: string;
 }
 
 export interface ChatCancelParams {
@@ -546,6 +637,8 @@ export const ErrorCodes = {
   unknownConversation: -32010,
   turnRunning: -32011,
   invalidConfiguration: -32012,
+  /** A saved conversation's file cannot be read, trusted or written; the message names it. */
+  savedConversation: -32013,
 } as const;
 
 // ---------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import type { ToolPolicy } from "../tools/policy.js";
 import { Conversation } from "./conversation.js";
+import { SavedConversations } from "./saved-conversations.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
@@ -48,6 +49,8 @@ const DEFAULT_MAX_TOKENS = 8192;
 
 export class ChatService {
   readonly conversations = new Map<string, Conversation>();
+  /** Saving to and resuming from conversationDirectory. */
+  readonly saved: SavedConversations;
   private readonly retry: RetryPolicy;
 
   constructor(
@@ -55,23 +58,34 @@ export class ChatService {
     private readonly options: ChatOptions = {},
   ) {
     this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.saved = new SavedConversations(server, this.conversations);
   }
 
   register(): this {
     const s = this.server;
     s.addRequest(Requests.chatSend, (p: ChatSendParams) => this.send(p));
     s.addRequest(Requests.chatCancel, (p: ChatCancelParams) => this.cancel(p));
-    s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => ({ conversationId: this.create(p.configuration).id }));
+    s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => {
+      const { conversation, saveError } = this.start(p.configuration);
+      return { conversationId: conversation.id, ...(saveError ? { saveError } : {}) };
+    });
     s.addRequest(Requests.conversationList, (): ConversationListResult => ({ conversations: [...this.conversations.values()].map((c) => c.summary()) }));
     s.addRequest(Requests.conversationDelete, (p: ConversationDeleteParams) => this.delete(p));
     s.connection.onClose(() => this.cancelAll());
+    this.saved.register();
     return this;
   }
 
   create(configuration: Configuration = {}): Conversation {
+    return this.start(configuration).conversation;
+  }
+
+  /** A new conversation, saved as it happens when a conversationDirectory is configured. */
+  private start(configuration: Configuration = {}): { conversation: Conversation; saveError?: string } {
     const c = new Conversation(`c-${randomUUID()}`, { ...configuration });
     this.conversations.set(c.id, c);
-    return c;
+    const saveError = this.saved.startSaving(c, { ...this.server.configuration, ...configuration });
+    return { conversation: c, ...(saveError ? { saveError } : {}) };
   }
 
   send(p: ChatSendParams): ChatSendResult {
@@ -80,12 +94,12 @@ export class ChatService {
       throw new ResponseError(RpcErrorCodes.InvalidParams, 'toolChoice must be "auto", "any", "none" or {"name": TOOL}.');
     }
     let conversation: Conversation;
+    let saveError: string | undefined;
     if (p.conversationId === undefined || p.conversationId === null) {
-      conversation = this.create();
+      ({ conversation, saveError } = this.start());
     } else {
-      const found = this.conversations.get(p.conversationId);
-      if (!found) throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId}; start one with conversation/new or omit conversationId.`);
-      conversation = found;
+      // One this server does not hold may be saved: the server restarted, or it is being resumed.
+      conversation = this.conversations.get(p.conversationId) ?? this.saved.load(p.conversationId);
     }
     if (conversation.running) {
       throw new ResponseError(ErrorCodes.turnRunning, `A turn (${conversation.running.turnId}) is still running in this conversation; wait for it or cancel it with chat/cancel.`);
@@ -113,7 +127,7 @@ export class ChatService {
           conversation.running = undefined;
         });
     });
-    return { conversationId: conversation.id, turnId };
+    return { conversationId: conversation.id, turnId, ...(saveError ? { saveError } : {}) };
   }
 
   cancel(p: ChatCancelParams): ChatCancelResult {
@@ -132,9 +146,13 @@ export class ChatService {
   delete(p: ConversationDeleteParams): ConversationDeleteResult {
     if (typeof p?.conversationId !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/delete needs a conversationId.");
     const c = this.conversations.get(p.conversationId);
-    if (!c) return { deleted: false };
+    if (!c) {
+      if (p.saved === true) this.saved.forget(p.conversationId, true);
+      return { deleted: p.saved === true };
+    }
     c.running?.controller.abort("cancelled");
     this.conversations.delete(c.id);
+    this.saved.forget(c.id, p.saved === true);
     return { deleted: true };
   }
 
@@ -216,7 +234,7 @@ export class ChatService {
           }),
       },
     });
-    conversation.record(outcome.usage, outcome.costUsd);
+    conversation.record(outcome.usage, outcome.costUsd, { turnId, provider: resolved.name, model: outcome.model });
     if (outcome.status === "finished") {
       notify<TurnFinishedParams>(ServerNotifications.turnFinished, {
         ...ref,

@@ -10,8 +10,16 @@ export interface RunningTurn {
   controller: AbortController;
 }
 
+/** Where a conversation's history goes as it happens (conversation-store.ts's journal). */
+export interface ConversationRecorder {
+  message(message: Message): void;
+  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
+}
+
 export class Conversation {
   readonly messages: Message[] = [];
+  /** Set when the conversation is saved: each change is recorded as it is made. */
+  recorder: ConversationRecorder | undefined;
   usage: Usage = emptyUsage();
   costUsd = 0;
   turns = 0;
@@ -33,6 +41,8 @@ export class Conversation {
     const last = this.messages[this.messages.length - 1];
     if (last?.role === "user") last.content.push(block);
     else this.messages.push({ role: "user", content: [block] });
+    // A user message following a user message is joined to it again when the file is read.
+    this.recorder?.message({ role: "user", content: [{ ...block }] });
   }
 
   /** Adds the model's answer. An empty answer is not kept: both APIs reject empty messages. */
@@ -44,6 +54,7 @@ export class Conversation {
       .map((b) => (b.type === "tool_use" && !VALID_NAME.test(b.name) ? { ...b, name: b.name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64) || "unnamed_tool" } : b));
     if (kept.length === 0) return;
     this.messages.push({ role: "assistant", content: kept });
+    this.recorder?.message(structuredClone(this.messages[this.messages.length - 1]!));
   }
 
   /**
@@ -59,12 +70,16 @@ export class Conversation {
       const r = byId.get(b.id);
       return [{ type: "tool_result", toolUseId: b.id, content: r ? r.content : missing, isError: r ? !r.success : true }];
     });
-    if (blocks.length > 0) this.messages.push({ role: "user", content: blocks });
+    if (blocks.length === 0) return;
+    this.messages.push({ role: "user", content: blocks });
+    this.recorder?.message(structuredClone(this.messages[this.messages.length - 1]!));
   }
 
-  record(usage: Usage, costUsd: number): void {
+  /** Adds a turn's usage and cost; TURN names it in the saved file. */
+  record(usage: Usage, costUsd: number, turn?: { turnId: string; provider?: string; model?: string }): void {
     this.usage = addUsage(this.usage, usage);
     this.costUsd = Math.round((this.costUsd + costUsd) * 1e6) / 1e6;
+    if (turn) this.recorder?.usage(turn.turnId, usage, costUsd, turn.provider, turn.model);
   }
 
   summary(): ConversationSummary {

@@ -1,0 +1,435 @@
+// Conversations on disk (issue 14): one JSON Lines file per conversation, one record per line,
+// appended as the conversation happens (each message, each tool result, each turn's usage), never
+// rewritten. A record is one write(2) of one line, so a crash leaves at worst a last line cut
+// short; reading stops before such a line, and reopening seals it off with a `sealed` record so that
+// later records are not glued to it. A file that is corrupt elsewhere, of another format version,
+// or unreadable is reported with its name and never written to. A lock file per conversation keeps
+// two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
+
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import type { Usage } from "../protocol.js";
+import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
+
+/** The format version this server writes and reads. */
+export const STORE_VERSION = 1;
+
+export interface HeaderRecord {
+  v: number;
+  type: "header";
+  id: string;
+  created: string;
+  projectRoot?: string;
+  provider?: string;
+  model?: string;
+}
+
+export type StoreRecord =
+  | HeaderRecord
+  | { v: number; type: "message"; at: string; message: Message }
+  | { v: number; type: "title"; at: string; title: string }
+  | { v: number; type: "usage"; at: string; turnId: string; usage: Usage; costUsd: number; provider?: string; model?: string }
+  /** Tool results the model saw shortened to fit the context window (the file keeps them whole). */
+  | { v: number; type: "shortened"; at: string; turnId: string; results: number }
+  /** Messages [0, replaced) are, for the model, the summary (the file and the chat keep them). */
+  | { v: number; type: "compaction"; at: string; replaced: number; summary: string; tokensBefore: number; tokensAfter: number }
+  /** The conversation was rewound: only its first `keep` messages remain. */
+  | { v: number; type: "truncate"; at: string; keep: number }
+  /** The line before this one was cut off by a crash and is not part of the conversation. */
+  | { v: number; type: "sealed"; at: string };
+
+/** What a file says, once read. */
+export interface StoredConversation {
+  header: HeaderRecord;
+  /** The whole history (what the chat shows). */
+  messages: Message[];
+  /** The latest compaction still in force, if any. */
+  compaction?: { replaced: number; summary: string };
+  title: string;
+  turns: number;
+  usage: Usage;
+  costUsd: number;
+  provider?: string;
+  model?: string;
+  /** Set when the last line was cut off (a crash mid-write): how many bytes were left out. */
+  truncatedBytes?: number;
+  updated: string;
+}
+
+export class StoreError extends Error {
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
+    super(`${file}: ${message}`);
+    this.name = "StoreError";
+  }
+}
+
+const now = (): string => new Date().toISOString();
+
+function titleOf(messages: readonly Message[]): string {
+  for (const m of messages) {
+    if (m.role !== "user") continue;
+    for (const b of m.content) {
+      if (b.type === "text" && b.text.trim() !== "") {
+        const line = b.text.trim().replace(/\s+/g, " ");
+        return line.length > 72 ? `${line.slice(0, 71)}…` : line;
+      }
+    }
+  }
+  return "(empty)";
+}
+
+/** A user message that carries the user's text (not only tool results) starts a turn. */
+function countTurns(messages: readonly Message[]): number {
+  let turns = 0;
+  for (const m of messages) if (m.role === "user" && m.content.some((b) => b.type === "text")) turns++;
+  return turns;
+}
+
+/** Parses the text of FILE into a conversation. Throws StoreError for anything it cannot trust. */
+export function parseConversation(file: string, text: string): StoredConversation {
+  const lines = text.split("\n");
+  // Text after the last newline is a record whose write was cut off.
+  const tail = lines.pop() ?? "";
+  let header: HeaderRecord | undefined;
+  let messages: Message[] = [];
+  let compaction: StoredConversation["compaction"];
+  let title: string | undefined;
+  let usage = emptyUsage();
+  let costUsd = 0;
+  let provider: string | undefined;
+  let model: string | undefined;
+  let updated = "";
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    let record: StoreRecord;
+    try {
+      record = JSON.parse(line) as StoreRecord;
+      if (record === null || typeof record !== "object" || typeof record.type !== "string") throw new Error("not a record");
+    } catch {
+      // A line cut off by a crash, sealed off when the file was reopened: skip it.
+      if (sealedNext(lines[i + 1])) continue;
+      throw new StoreError(file, `line ${i + 1} is not a valid record; the file is left as it is.`);
+    }
+    if (typeof record.v !== "number" || record.v > STORE_VERSION) {
+      throw new StoreError(file, `line ${i + 1} is of format version ${String(record.v)}, newer than this sly-agent-q reads (${STORE_VERSION}); update sly-agent-q to open it.`);
+    }
+    if (i === 0) {
+      if (record.type !== "header") throw new StoreError(file, "does not start with a sly-agent-q conversation header.");
+      header = record;
+      continue;
+    }
+    if ("at" in record && typeof record.at === "string") updated = record.at;
+    switch (record.type) {
+      case "message": {
+        // Text the user sent after a turn that ended on a user message joins it (Conversation.addUserText).
+        const last = messages[messages.length - 1];
+        if (last?.role === "user" && record.message.role === "user") last.content.push(...record.message.content);
+        else messages.push(record.message);
+        break;
+      }
+      case "title":
+        title = record.title;
+        break;
+      case "usage":
+        usage = addUsage(usage, record.usage);
+        costUsd = Math.round((costUsd + record.costUsd) * 1e6) / 1e6;
+        provider = record.provider ?? provider;
+        model = record.model ?? model;
+        break;
+      case "compaction":
+        compaction = { replaced: record.replaced, summary: record.summary };
+        break;
+      case "truncate":
+        messages = messages.slice(0, record.keep);
+        if (compaction && compaction.replaced > record.keep) compaction = undefined;
+        break;
+      case "header":
+        throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
+      default:
+        break;
+    }
+  }
+  if (!header) {
+    if (tail !== "") throw new StoreError(file, "holds no complete record.");
+    throw new StoreError(file, "is empty.");
+  }
+  return {
+    header,
+    messages,
+    ...(compaction ? { compaction } : {}),
+    title: title ?? titleOf(messages),
+    turns: countTurns(messages),
+    usage,
+    costUsd,
+    ...((provider ?? header.provider) ? { provider: provider ?? header.provider } : {}),
+    ...((model ?? header.model) ? { model: model ?? header.model } : {}),
+    ...(tail !== "" ? { truncatedBytes: Buffer.byteLength(tail) } : {}),
+    updated: updated || header.created,
+  };
+}
+
+function sealedNext(line: string | undefined): boolean {
+  if (line === undefined) return false;
+  try {
+    return (JSON.parse(line) as { type?: unknown }).type === "sealed";
+  } catch {
+    return false;
+  }
+}
+
+/** An open conversation file this server appends to, holding its lock. */
+export class ConversationJournal {
+  private fd: number | undefined;
+
+  private constructor(
+    readonly file: string,
+    private readonly lockFile: string,
+    fd: number,
+  ) {
+    this.fd = fd;
+  }
+
+  /** Creates FILE with HEADER. Throws StoreError when it exists or cannot be written. */
+  static create(store: ConversationStore, header: HeaderRecord): ConversationJournal {
+    const file = store.fileOf(header.id);
+    const lock = store.lock(header.id);
+    let fd: number;
+    try {
+      fd = openSync(file, "wx", 0o600);
+    } catch (err) {
+      store.unlock(lock);
+      throw new StoreError(file, `cannot be created: ${(err as Error).message}`);
+    }
+    const journal = new ConversationJournal(file, lock, fd);
+    journal.append(header);
+    return journal;
+  }
+
+  /** Opens an existing FILE for appending, sealing off a last line cut short by a crash. */
+  static reopen(store: ConversationStore, id: string, stored: StoredConversation): ConversationJournal {
+    const file = store.fileOf(id);
+    const lock = store.lock(id);
+    let fd: number;
+    try {
+      fd = openSync(file, "a", 0o600);
+    } catch (err) {
+      store.unlock(lock);
+      throw new StoreError(file, `cannot be opened for writing: ${(err as Error).message}`);
+    }
+    const journal = new ConversationJournal(file, lock, fd);
+    if (stored.truncatedBytes !== undefined) {
+      journal.write(`\n${JSON.stringify({ v: STORE_VERSION, type: "sealed", at: now() })}\n`);
+    }
+    return journal;
+  }
+
+  /** Appends RECORD as one line, in one write. */
+  append(record: StoreRecord): void {
+    this.write(`${JSON.stringify(record)}\n`);
+  }
+
+  message(message: Message): void {
+    this.append({ v: STORE_VERSION, type: "message", at: now(), message });
+  }
+
+  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {
+    this.append({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
+  }
+
+  private write(line: string): void {
+    if (this.fd === undefined) throw new StoreError(this.file, "is closed.");
+    const data = Buffer.from(line);
+    let done = 0;
+    while (done < data.length) done += writeSync(this.fd, data, done);
+  }
+
+  close(store: ConversationStore): void {
+    if (this.fd === undefined) return;
+    closeSync(this.fd);
+    this.fd = undefined;
+    store.unlock(this.lockFile);
+  }
+}
+
+/** A summary for listing, read from the file. */
+export interface StoredSummary {
+  conversationId: string;
+  file: string;
+  title: string;
+  created: string;
+  updated: string;
+  turns: number;
+  messages: number;
+  costUsd: number;
+  projectRoot?: string;
+  model?: string;
+}
+
+/** The directory of conversation files. */
+export class ConversationStore {
+  constructor(readonly directory: string) {}
+
+  fileOf(id: string): string {
+    if (!/^[A-Za-z0-9._-]{1,128}$/.test(id) || id.startsWith(".")) throw new StoreError(this.directory, `"${id}" is not a conversation id.`);
+    return join(this.directory, `${id}.jsonl`);
+  }
+
+  ensureDirectory(): void {
+    try {
+      mkdirSync(this.directory, { recursive: true, mode: 0o700 });
+    } catch (err) {
+      throw new StoreError(this.directory, `cannot be created: ${(err as Error).message}`);
+    }
+  }
+
+  /** Reads conversation ID. Throws StoreError naming the file when it cannot be trusted. */
+  read(id: string): StoredConversation {
+    const file = this.fileOf(id);
+    let text: string;
+    try {
+      const st = statSync(file);
+      if (!st.isFile()) throw new Error("not a regular file");
+      text = readFileSync(file, "utf8");
+    } catch (err) {
+      throw new StoreError(file, `cannot be read: ${(err as Error).message}`);
+    }
+    const stored = parseConversation(file, text);
+    if (stored.header.id !== id) throw new StoreError(file, `holds conversation ${stored.header.id}, not ${id}.`);
+    return stored;
+  }
+
+  /** The conversations in the directory, newest first; files that cannot be read are listed in ERRORS. */
+  list(projectRoot?: string): { conversations: StoredSummary[]; errors: string[] } {
+    const conversations: StoredSummary[] = [];
+    const errors: string[] = [];
+    let names: string[];
+    try {
+      names = readdirSync(this.directory);
+    } catch {
+      return { conversations, errors };
+    }
+    for (const name of names) {
+      if (!name.endsWith(".jsonl")) continue;
+      const id = name.slice(0, -".jsonl".length);
+      try {
+        const s = this.read(id);
+        if (projectRoot !== undefined && s.header.projectRoot !== undefined && !sameRoot(s.header.projectRoot, projectRoot)) continue;
+        conversations.push({
+          conversationId: id,
+          file: this.fileOf(id),
+          title: s.title,
+          created: s.header.created,
+          updated: s.updated,
+          turns: s.turns,
+          messages: s.messages.length,
+          costUsd: s.costUsd,
+          ...(s.header.projectRoot ? { projectRoot: s.header.projectRoot } : {}),
+          ...(s.model ? { model: s.model } : {}),
+        });
+      } catch (err) {
+        errors.push((err as Error).message);
+      }
+    }
+    conversations.sort((a, b) => (a.updated < b.updated ? 1 : a.updated > b.updated ? -1 : 0));
+    return { conversations, errors };
+  }
+
+  /** Appends a record to a conversation this server does not hold open (rename, truncate from a list). */
+  appendTo(id: string, record: StoreRecord): void {
+    const stored = this.read(id);
+    const journal = ConversationJournal.reopen(this, id, stored);
+    try {
+      journal.append(record);
+    } finally {
+      journal.close(this);
+    }
+  }
+
+  /** Deletes conversation ID's file, unless another live server holds it. */
+  delete(id: string): boolean {
+    const file = this.fileOf(id);
+    if (!existsSync(file)) return false;
+    const lock = this.lock(id);
+    try {
+      unlinkSync(file);
+    } finally {
+      this.unlock(lock);
+    }
+    return true;
+  }
+
+  /**
+   * Takes the lock of conversation ID: a file created exclusively, naming this process. A lock left
+   * by a process that is gone (same host) is taken over; one held by a live process is refused.
+   */
+  lock(id: string): string {
+    const lockFile = `${this.fileOf(id)}.lock`;
+    const me = `${process.pid}@${hostname()}`;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        writeFileSync(lockFile, me, { flag: "wx", mode: 0o600 });
+        return lockFile;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw new StoreError(lockFile, `cannot be created: ${(err as Error).message}`);
+      }
+      const owner = readLock(lockFile);
+      if (owner === me) return lockFile;
+      if (owner !== undefined && ownerAlive(owner)) {
+        throw new StoreError(this.fileOf(id), `is open in another sly-agent-q (process ${owner}); close it there first.`);
+      }
+      try {
+        unlinkSync(lockFile);
+      } catch {
+        // Another process took it over first; the next attempt says so.
+      }
+    }
+    throw new StoreError(this.fileOf(id), "its lock could not be taken.");
+  }
+
+  unlock(lockFile: string): void {
+    try {
+      if (readLock(lockFile) === `${process.pid}@${hostname()}`) unlinkSync(lockFile);
+    } catch {
+      // Already gone.
+    }
+  }
+}
+
+function readLock(lockFile: string): string | undefined {
+  try {
+    const fd = openSync(lockFile, "r");
+    try {
+      const size = Math.min(fstatSync(fd).size, 256);
+      const buf = Buffer.alloc(size);
+      readSync(fd, buf, 0, size, 0);
+      return buf.toString("utf8").trim();
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether the process named OWNER ("pid@host") still runs; a lock from another host counts as live. */
+function ownerAlive(owner: string): boolean {
+  const [pidText, host] = owner.split("@");
+  const pid = Number(pidText);
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  if (host !== hostname()) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+function sameRoot(a: string, b: string): boolean {
+  const norm = (p: string) => p.replace(/\/+$/, "");
+  return norm(a) === norm(b);
+}

@@ -1,0 +1,214 @@
+// Saved conversations (issue 14) on the server: a conversation started while the configuration names a
+// conversationDirectory is saved as it happens (conversation-store.ts); conversation/saved lists a
+// project's files, conversation/resume brings one back (also done by chat/send for a conversation
+// this server does not hold: the server restarted), conversation/rename and conversation/export work
+// on them. A file that cannot be trusted is never written to; its error names it.
+
+import { ResponseError, ErrorCodes as RpcErrorCodes } from "vscode-jsonrpc/node";
+import {
+  ErrorCodes,
+  Requests,
+  type Configuration,
+  type ConversationExportParams,
+  type ConversationExportResult,
+  type ConversationRenameParams,
+  type ConversationRenameResult,
+  type ConversationResumeParams,
+  type ConversationResumeResult,
+  type ConversationSavedParams,
+  type ConversationSavedResult,
+  type HistoryMessage,
+} from "../protocol.js";
+import type { AgentServer } from "../rpc/server.js";
+import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoredConversation } from "./conversation-store.js";
+import { Conversation } from "./conversation.js";
+import { exportConversation } from "./export.js";
+
+export class SavedConversations {
+  private readonly journals = new Map<string, ConversationJournal>();
+
+  constructor(
+    private readonly server: AgentServer,
+    private readonly conversations: Map<string, Conversation>,
+  ) {}
+
+  register(): this {
+    const s = this.server;
+    s.addRequest(Requests.conversationSaved, (p: ConversationSavedParams) => this.saved(p));
+    s.addRequest(Requests.conversationResume, (p: ConversationResumeParams) => this.resume(p));
+    s.addRequest(Requests.conversationRename, (p: ConversationRenameParams) => this.rename(p));
+    s.addRequest(Requests.conversationExport, (p: ConversationExportParams) => this.export(p));
+    s.connection.onClose(() => this.closeAll());
+    return this;
+  }
+
+  /** The store the configuration names, if any. */
+  private store(): ConversationStore | undefined {
+    const dir = this.server.configuration.conversationDirectory;
+    return dir ? new ConversationStore(dir) : undefined;
+  }
+
+  private requireStore(): ConversationStore {
+    const store = this.store();
+    if (!store) throw new ResponseError(RpcErrorCodes.InvalidParams, "No conversationDirectory is configured: conversations are not saved.");
+    return store;
+  }
+
+  /**
+   * Starts saving C, a new conversation. Returns why it cannot be saved, if it cannot (the chat
+   * goes on unsaved and the user is told).
+   */
+  startSaving(c: Conversation, config: Configuration): string | undefined {
+    const store = this.store();
+    if (!store) return undefined;
+    try {
+      store.ensureDirectory();
+      const projectRoot = this.server.context.projectRoot ?? config.projectRoot;
+      const journal = ConversationJournal.create(store, {
+        v: STORE_VERSION,
+        type: "header",
+        id: c.id,
+        created: new Date().toISOString(),
+        ...(projectRoot ? { projectRoot } : {}),
+        ...(config.provider ? { provider: config.provider } : {}),
+        ...(config.model ? { model: config.model } : {}),
+      });
+      this.attach(c, journal);
+      return undefined;
+    } catch (err) {
+      this.server.logger.warn(`conversation ${c.id} is not saved: ${(err as Error).message}`);
+      return (err as Error).message;
+    }
+  }
+
+  private attach(c: Conversation, journal: ConversationJournal): void {
+    this.journals.set(c.id, journal);
+    c.recorder = journal;
+  }
+
+  /**
+   * Conversation ID from its file, held by this server again and saved on from where it ended.
+   * Throws a ResponseError when there is no such file or it cannot be trusted.
+   */
+  load(id: string): Conversation {
+    const open = this.conversations.get(id);
+    if (open) return open;
+    const store = this.store();
+    if (!store) throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${id}; start one with conversation/new or omit conversationId.`);
+    let stored: StoredConversation;
+    let journal: ConversationJournal;
+    try {
+      stored = store.read(id);
+      journal = ConversationJournal.reopen(store, id, stored);
+    } catch (err) {
+      if (err instanceof StoreError && /cannot be read: ENOENT/.test(err.message)) {
+        throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${id}, here or saved in ${store.directory}.`);
+      }
+      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+    }
+    const c = new Conversation(id);
+    c.messages.push(...structuredClone(stored.messages));
+    c.usage = { ...stored.usage };
+    c.costUsd = stored.costUsd;
+    c.turns = stored.turns;
+    this.conversations.set(id, c);
+    this.attach(c, journal);
+    if (stored.truncatedBytes !== undefined) {
+      this.server.logger.warn(`${store.fileOf(id)}: its last record was cut off (${stored.truncatedBytes} bytes) and is left out.`);
+    }
+    return c;
+  }
+
+  /** Stops saving conversation ID (it is deleted or closed); with DELETEFILE its file goes too. */
+  forget(id: string, deleteFile = false): void {
+    const store = this.store();
+    const journal = this.journals.get(id);
+    if (journal && store) journal.close(store);
+    this.journals.delete(id);
+    if (deleteFile) {
+      try {
+        this.requireStore().delete(id);
+      } catch (err) {
+        throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+      }
+    }
+  }
+
+  closeAll(): void {
+    const store = this.store();
+    for (const j of this.journals.values()) if (store) j.close(store);
+    this.journals.clear();
+  }
+
+  private saved(p: ConversationSavedParams): ConversationSavedResult {
+    const store = this.requireStore();
+    const { conversations, errors } = store.list(p?.projectRoot);
+    return {
+      conversations: conversations.map(({ file: _file, ...s }) => ({ ...s, open: this.conversations.has(s.conversationId) })),
+      errors,
+    };
+  }
+
+  private resume(p: ConversationResumeParams): ConversationResumeResult {
+    if (typeof p?.conversationId !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/resume needs a conversationId.");
+    const store = this.requireStore();
+    let stored: StoredConversation;
+    try {
+      stored = store.read(p.conversationId);
+    } catch (err) {
+      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+    }
+    this.load(p.conversationId);
+    return {
+      conversationId: p.conversationId,
+      title: stored.title,
+      messages: stored.messages as HistoryMessage[],
+      usage: stored.usage,
+      costUsd: stored.costUsd,
+      ...(stored.model ? { model: stored.model } : {}),
+      ...(stored.truncatedBytes !== undefined ? { truncated: true } : {}),
+    };
+  }
+
+  private rename(p: ConversationRenameParams): ConversationRenameResult {
+    if (typeof p?.conversationId !== "string" || typeof p.title !== "string" || p.title.trim() === "") {
+      throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/rename needs a conversationId and a non-empty title.");
+    }
+    const title = p.title.trim().replace(/\s+/g, " ");
+    const record = { v: STORE_VERSION, type: "title" as const, at: new Date().toISOString(), title };
+    try {
+      const journal = this.journals.get(p.conversationId);
+      if (journal) journal.append(record);
+      else this.requireStore().appendTo(p.conversationId, record);
+    } catch (err) {
+      if (err instanceof ResponseError) throw err;
+      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+    }
+    return { title };
+  }
+
+  private export(p: ConversationExportParams): ConversationExportResult {
+    if (p?.format !== "org" && p?.format !== "markdown") throw new ResponseError(RpcErrorCodes.InvalidParams, 'conversation/export needs a format, "org" or "markdown".');
+    const open = this.conversations.get(p.conversationId);
+    let title = "Conversation";
+    let messages: HistoryMessage[];
+    const store = this.store();
+    let stored: StoredConversation | undefined;
+    if (store) {
+      try {
+        stored = store.read(p.conversationId);
+      } catch {
+        stored = undefined;
+      }
+    }
+    if (stored) {
+      title = stored.title;
+      messages = stored.messages as HistoryMessage[];
+    } else if (open) {
+      messages = open.messages as HistoryMessage[];
+    } else {
+      throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId}.`);
+    }
+    return { text: exportConversation(title, messages, p.format) };
+  }
+}

@@ -1,0 +1,175 @@
+// The conversation files (issue 14): written as the conversation happens, read back after a crash
+// cut the last write short, refused (named, untouched) when corrupt, foreign or locked by a live server.
+
+import { spawn } from "node:child_process";
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync, statSync } from "node:fs";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type HeaderRecord } from "../../server/agent/conversation-store.js";
+import type { Message } from "../../server/llm/provider.js";
+
+let dir: string;
+let store: ConversationStore;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "saq-store-"));
+  store = new ConversationStore(join(dir, "conversations"));
+  store.ensureDirectory();
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+const header = (id: string, projectRoot = "/proj"): HeaderRecord => ({ v: STORE_VERSION, type: "header", id, created: "2026-11-23T10:00:00.000Z", projectRoot, provider: "anthropic", model: "m" });
+const user = (text: string): Message => ({ role: "user", content: [{ type: "text", text }] });
+const toolCall: Message = { role: "assistant", content: [{ type: "text", text: "Looking." }, { type: "tool_use", id: "tu1", name: "describe_symbol", input: { symbol: "car" } }] };
+const toolResult: Message = { role: "user", content: [{ type: "tool_result", toolUseId: "tu1", content: "CAR names a function", isError: false }] };
+const answer: Message = { role: "assistant", content: [{ type: "text", text: "CAR is a function." }] };
+
+function writeTurn(id: string): ConversationJournal {
+  const j = ConversationJournal.create(store, header(id));
+  for (const m of [user("What is car?"), toolCall, toolResult, answer]) j.message(m);
+  j.usage("t1", { inputTokens: 100, outputTokens: 20, cacheReadTokens: 0, cacheWriteTokens: 0 }, 0.0123, "anthropic", "m");
+  return j;
+}
+
+describe("conversation files", () => {
+  it("read back every message, the usage, the title and the turns", () => {
+    const j = writeTurn("c-1");
+    j.close(store);
+    const s = store.read("c-1");
+    expect(s.messages).toEqual([user("What is car?"), toolCall, toolResult, answer]);
+    expect(s.title).toBe("What is car?");
+    expect(s.turns).toBe(1);
+    expect(s.costUsd).toBeCloseTo(0.0123);
+    expect(s.usage.inputTokens).toBe(100);
+    expect(s.header.projectRoot).toBe("/proj");
+    expect(s.truncatedBytes).toBeUndefined();
+  });
+
+  it("are written as the conversation happens, one line per record, not on close", () => {
+    const j = ConversationJournal.create(store, header("c-live"));
+    j.message(user("first"));
+    // Read while the journal is still open: the record is on disk already.
+    expect(store.read("c-live").messages).toEqual([user("first")]);
+    const lines = readFileSync(store.fileOf("c-live"), "utf8").split("\n");
+    expect(lines.at(-1)).toBe("");
+    expect(lines.slice(0, -1).every((l) => JSON.parse(l).v === STORE_VERSION)).toBe(true);
+    j.close(store);
+  });
+
+  it("resume up to the last complete record when the last write was cut off, and seal it on reopening", () => {
+    writeTurn("c-cut").close(store);
+    const file = store.fileOf("c-cut");
+    const full = statSync(file).size;
+    const before = store.read("c-cut");
+    // Cut the usage record (the last line) in the middle.
+    truncateSync(file, full - 30);
+    const cut = store.read("c-cut");
+    expect(cut.messages).toEqual(before.messages);
+    expect(cut.costUsd).toBe(0);
+    expect(cut.truncatedBytes).toBeGreaterThan(0);
+    // Reopen and go on: the cut line is sealed off and later records read back.
+    const j = ConversationJournal.reopen(store, "c-cut", cut);
+    j.message(user("and cdr?"));
+    j.close(store);
+    const after = store.read("c-cut");
+    expect(after.messages).toEqual([...before.messages, user("and cdr?")]);
+    expect(after.truncatedBytes).toBeUndefined();
+    expect(after.turns).toBe(2);
+  });
+
+  it("refuse a file corrupt in the middle, naming it and the line, and leave it as it is", () => {
+    writeTurn("c-bad").close(store);
+    const file = store.fileOf("c-bad");
+    const lines = readFileSync(file, "utf8").split("\n");
+    lines[2] = "{not json";
+    writeFileSync(file, lines.join("\n"));
+    const bytes = readFileSync(file);
+    expect(() => store.read("c-bad")).toThrow(StoreError);
+    expect(() => store.read("c-bad")).toThrow(new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: line 3 is not a valid record`));
+    expect(() => store.appendTo("c-bad", { v: 1, type: "title", at: "x", title: "t" })).toThrow(/line 3/);
+    expect(readFileSync(file)).toEqual(bytes);
+  });
+
+  it("refuse a file of a newer format version and one that is not a conversation", () => {
+    const file = store.fileOf("c-new");
+    writeFileSync(file, `${JSON.stringify({ ...header("c-new"), v: STORE_VERSION + 1 })}\n`);
+    expect(() => store.read("c-new")).toThrow(/format version 2, newer than this sly-agent-q reads/);
+    writeFileSync(store.fileOf("c-foreign"), `${JSON.stringify({ v: 1, type: "message", at: "x", message: user("hi") })}\n`);
+    expect(() => store.read("c-foreign")).toThrow(/does not start with a sly-agent-q conversation header/);
+    writeFileSync(store.fileOf("c-empty"), "");
+    expect(() => store.read("c-empty")).toThrow(/is empty/);
+    expect(() => store.read("c-absent")).toThrow(/c-absent\.jsonl: cannot be read/);
+    expect(() => store.fileOf("../etc/passwd")).toThrow(/is not a conversation id/);
+  });
+
+  it("list a project's conversations newest first and name the files they cannot read", () => {
+    const a = ConversationJournal.create(store, header("c-a"));
+    a.append({ v: 1, type: "message", at: "2026-11-23T11:00:00.000Z", message: user("older") });
+    a.close(store);
+    const b = ConversationJournal.create(store, header("c-b"));
+    b.append({ v: 1, type: "message", at: "2026-11-23T12:00:00.000Z", message: user("newer") });
+    b.append({ v: 1, type: "title", at: "2026-11-23T12:00:01.000Z", title: "Renamed" });
+    b.close(store);
+    ConversationJournal.create(store, header("c-other", "/elsewhere")).close(store);
+    writeFileSync(store.fileOf("c-broken"), "garbage\nmore\n");
+    const { conversations, errors } = store.list("/proj/");
+    expect(conversations.map((c) => [c.conversationId, c.title])).toEqual([
+      ["c-b", "Renamed"],
+      ["c-a", "older"],
+    ]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toContain("c-broken.jsonl");
+  });
+
+  it("apply rewinds and compactions recorded in the file", () => {
+    const j = writeTurn("c-rw");
+    j.message(user("second question"));
+    j.message(answer);
+    j.append({ v: 1, type: "compaction", at: "x", replaced: 4, summary: "They asked about CAR.", tokensBefore: 500, tokensAfter: 50 });
+    expect(store.read("c-rw").compaction).toEqual({ replaced: 4, summary: "They asked about CAR." });
+    j.append({ v: 1, type: "truncate", at: "x", keep: 2 });
+    j.close(store);
+    const s = store.read("c-rw");
+    expect(s.messages).toEqual([user("What is car?"), toolCall]);
+    expect(s.compaction).toBeUndefined();
+  });
+
+  it("are not appended to by two servers at once; a lock left by a dead process is taken over", async () => {
+    const j = writeTurn("c-lock");
+    const lockFile = `${store.fileOf("c-lock")}.lock`;
+    expect(readFileSync(lockFile, "utf8")).toBe(`${process.pid}@${hostname()}`);
+    j.close(store);
+    expect(existsSync(lockFile)).toBe(false);
+    // Another live process (a second Emacs's server) holds it: refused, and the file is untouched.
+    const other = spawn("sleep", ["30"], { stdio: "ignore" });
+    try {
+      writeFileSync(lockFile, `${other.pid}@${hostname()}`);
+      const bytes = readFileSync(store.fileOf("c-lock"));
+      expect(() => ConversationJournal.reopen(store, "c-lock", store.read("c-lock"))).toThrow(new RegExp(`is open in another sly-agent-q \\(process ${other.pid}@`));
+      expect(() => store.delete("c-lock")).toThrow(/is open in another sly-agent-q/);
+      expect(readFileSync(store.fileOf("c-lock"))).toEqual(bytes);
+      expect(readFileSync(lockFile, "utf8")).toBe(`${other.pid}@${hostname()}`);
+    } finally {
+      other.kill();
+    }
+    await new Promise((r) => other.once("exit", r));
+    // Now its process is gone: the stale lock is taken over.
+    const again = ConversationJournal.reopen(store, "c-lock", store.read("c-lock"));
+    again.message(user("after the crash"));
+    again.close(store);
+    expect(store.read("c-lock").messages.at(-1)).toEqual(user("after the crash"));
+    expect(existsSync(lockFile)).toBe(false);
+  });
+
+  it("never glue a new record to a half-written line (appendFileSync of a partial record)", () => {
+    writeTurn("c-glue").close(store);
+    appendFileSync(store.fileOf("c-glue"), '{"v":1,"type":"message","at":"x","message":{"role":"user","con');
+    const cut = store.read("c-glue");
+    const j = ConversationJournal.reopen(store, "c-glue", cut);
+    j.message(user("next"));
+    j.close(store);
+    // Read twice (as a second resume would): the sealed line stays skipped.
+    expect(store.read("c-glue").messages.at(-1)).toEqual(user("next"));
+    expect(store.read("c-glue").messages).toHaveLength(5);
+  });
+});

@@ -1,0 +1,153 @@
+// Saved conversations through the real bundle (issue 14): a conversation outlives its server, killed
+// between turns or in the middle of one; the model then receives the identical history; the saved
+// list, resume, rename, export and delete work on the files.
+
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
+import type { ChatSendResult, Configuration, ConversationResumeResult, ConversationSavedResult } from "../../server/protocol.js";
+import { FAKE_KEY } from "./agent-helpers.js";
+import { startBundle, type BundleProcess } from "./stdio-client.js";
+
+interface Note {
+  method: string;
+  params: { turnId?: string; [k: string]: unknown };
+}
+
+let mock: MockLLM;
+let dir: string;
+const running: BundleProcess[] = [];
+beforeAll(async () => {
+  mock = await startMockLLM();
+});
+afterAll(async () => {
+  await mock.close();
+});
+afterEach(() => {
+  running.splice(0).forEach((b) => b.kill());
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const config = (): Configuration => ({ provider: "anthropic", apiKey: FAKE_KEY, baseUrl: mock.url, model: "claude-sonnet-4-6", conversationDirectory: join(dir, "conversations") });
+
+async function server(): Promise<{ b: BundleProcess; notes: Note[]; ended: (turnId: string) => Promise<Note>; waitFor: (pred: (n: Note) => boolean) => Promise<Note> }> {
+  const b = startBundle();
+  running.push(b);
+  const notes: Note[] = [];
+  const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
+  b.connection.onNotification((method: string, params: unknown) => {
+    const n = { method, params: params as Note["params"] };
+    notes.push(n);
+    for (const w of [...waiters]) if (w.pred(n)) (waiters.splice(waiters.indexOf(w), 1), w.resolve(n));
+  });
+  await b.connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: {}, configuration: config(), context: { projectRoot: "/proj" } });
+  const waitFor = (pred: (n: Note) => boolean) => new Promise<Note>((resolve) => (notes.find(pred) ? resolve(notes.find(pred)!) : waiters.push({ pred, resolve })));
+  const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
+  return { b, notes, ended, waitFor };
+}
+
+/** The messages the model was sent in recorded request I, without the cache marks (they move to the newest message). */
+const sentMessages = (i: number): unknown[] =>
+  JSON.parse(JSON.stringify((mock.requests()[i]!.body as { messages: unknown[] }).messages, (k, v: unknown) => (k === "cache_control" ? undefined : v))) as unknown[];
+
+/** A neutral history (protocol.ts's HistoryMessage) as Anthropic's wire has it. */
+const onTheWire = (messages: ConversationResumeResult["messages"]): unknown[] =>
+  messages.map((m) => ({
+    role: m.role,
+    content: m.content.map((b) => (b.type === "tool_result" ? { type: "tool_result", tool_use_id: b.toolUseId, content: b.content, is_error: b.isError } : b)),
+  }));
+
+describe("saved conversations", () => {
+  it("survive a killed server: the next turn sends the model the identical history", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({
+      steps: [
+        { content: [{ type: "text", text: "Let me look." }, { type: "tool_use", name: "no_such_tool", input: { symbol: "car" } }] },
+        { content: [{ type: "text", text: "CAR takes a cons." }] },
+        { content: [{ type: "text", text: "And CDR the rest." }] },
+      ],
+    });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "What is car?" });
+    expect((await a.ended(sent.turnId)).method).toBe("chat/turnFinished");
+    a.b.kill();
+    await a.b.exited;
+
+    const b = await server();
+    const again: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "And cdr?" });
+    expect(again.conversationId).toBe(sent.conversationId);
+    expect((await b.ended(again.turnId)).method).toBe("chat/turnFinished");
+    // Request 2 of the first server ended the turn; request 3 (the new server's) starts with that
+    // same history, then the answer and the new question.
+    expect(sentMessages(2)).toEqual([...sentMessages(1), { role: "assistant", content: [{ type: "text", text: "CAR takes a cons." }] }, { role: "user", content: [{ type: "text", text: "And cdr?" }] }]);
+
+    const saved: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", { projectRoot: "/proj" });
+    expect(saved.errors).toEqual([]);
+    expect(saved.conversations).toHaveLength(1);
+    expect(saved.conversations[0]).toMatchObject({ conversationId: sent.conversationId, title: "What is car?", turns: 2, messages: 6, open: true, projectRoot: "/proj", model: "claude-sonnet-4-6" });
+    expect(saved.conversations[0]!.costUsd).toBeGreaterThan(0);
+    const other: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", { projectRoot: "/elsewhere" });
+    expect(other.conversations).toEqual([]);
+  });
+
+  it("lose nothing when the server is killed in the middle of a turn", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({
+      steps: [
+        { content: [{ type: "text", text: "Checking." }, { type: "tool_use", name: "no_such_tool", input: { x: 1 } }] },
+        // The second request hangs: the server dies while the model is answering.
+        { content: [{ type: "text", text: "never finished" }], hang_after_chunks: 1 },
+        { content: [{ type: "text", text: "Back again." }] },
+      ],
+    });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Check x" });
+    await a.waitFor((n) => n.method === "chat/toolResult");
+    while (mock.requests().length < 2) await new Promise((r) => setTimeout(r, 20));
+    a.b.kill();
+    await a.b.exited;
+
+    const b = await server();
+    const resumed: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: sent.conversationId });
+    // Everything up to the tool's result was saved as it happened.
+    expect(onTheWire(resumed.messages)).toEqual(sentMessages(1));
+    const next: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+    expect((await b.ended(next.turnId)).method).toBe("chat/turnFinished");
+    // The history the model gets is valid (roles alternate): the new text joins the tool results' message.
+    const last = sentMessages(2) as { role: string; content: { type: string }[] }[];
+    expect(last.slice(0, -1)).toEqual(sentMessages(1).slice(0, -1));
+    expect(last.at(-1)!.role).toBe("user");
+    expect(last.at(-1)!.content.map((c) => c.type)).toEqual(["tool_result", "text"]);
+  });
+
+  it("rename, export and delete a saved conversation; a corrupt file is named and left alone", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "Use `(car x)`.\n* not a heading" }] }] });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "How do I get the first element?" });
+    await a.ended(sent.turnId);
+    expect(await a.b.connection.sendRequest("conversation/rename", { conversationId: sent.conversationId, title: "  First   element " })).toEqual({ title: "First element" });
+    const org = (await a.b.connection.sendRequest("conversation/export", { conversationId: sent.conversationId, format: "org" })) as { text: string };
+    expect(org.text).toBe("#+title: First element\n\n* You\nHow do I get the first element?\n\n** Agent\nUse `(car x)`.\n * not a heading\n");
+    const md = (await a.b.connection.sendRequest("conversation/export", { conversationId: sent.conversationId, format: "markdown" })) as { text: string };
+    expect(md.text).toContain("## You\n\nHow do I get the first element?\n\n### Agent\n\nUse `(car x)`.\n* not a heading\n");
+
+    const file = join(dir, "conversations", `${sent.conversationId}.jsonl`);
+    const broken = join(dir, "conversations", "c-broken.jsonl");
+    writeFileSync(broken, '{"v":1,"type":"header","id":"c-broken","created":"x"}\n{oops\n{"v":1,"type":"title","at":"y","title":"t"}\n');
+    const listed: ConversationSavedResult = await a.b.connection.sendRequest("conversation/saved", {});
+    expect(listed.conversations.map((c) => c.title)).toEqual(["First element"]);
+    expect(listed.errors).toEqual([`${broken}: line 2 is not a valid record; the file is left as it is.`]);
+    await expect(a.b.connection.sendRequest("conversation/resume", { conversationId: "c-broken" })).rejects.toMatchObject({ code: -32013, message: expect.stringContaining("c-broken.jsonl: line 2") });
+    await expect(a.b.connection.sendRequest("chat/send", { conversationId: "c-broken", text: "hi" })).rejects.toMatchObject({ code: -32013 });
+    expect(readFileSync(broken, "utf8")).toContain("{oops\n");
+
+    expect(existsSync(file)).toBe(true);
+    expect(await a.b.connection.sendRequest("conversation/delete", { conversationId: sent.conversationId, saved: true })).toEqual({ deleted: true });
+    expect(existsSync(file)).toBe(false);
+    expect(existsSync(`${file}.lock`)).toBe(false);
+    await expect(a.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "hi" })).rejects.toMatchObject({ code: -32010 });
+  });
+});
