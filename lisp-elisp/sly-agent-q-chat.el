@@ -36,6 +36,7 @@
 
 (require 'cl-lib)
 (require 'subr-x)
+(require 'seq)
 (require 'button)
 (require 'jsonrpc)
 (require 'sly-agent-q-server)
@@ -641,6 +642,68 @@ COST the turn's cost.  Runs the turn's callback and
         (sly-agent-q-server-call-safely (sly-agent-q-turn-callback turn) plist))
       (sly-agent-q-server-run-safely sly-agent-q-turn-finished-hook plist))))
 
+(defun sly-agent-q-chat-conversation-id (&optional buffer)
+  "The server's id of the conversation of BUFFER (default: the current buffer)."
+  (buffer-local-value 'sly-agent-q-chat--conversation-id (or buffer (current-buffer))))
+
+(defun sly-agent-q-chat--draw-message (message results)
+  "Draw the saved MESSAGE (a plist) in the transcript.
+RESULTS maps tool call ids to their tool_result blocks."
+  (let ((user (equal (plist-get message :role) "user")))
+    (seq-doseq (block (plist-get message :content))
+      (pcase (plist-get block :type)
+        ("text"
+         (if user
+             (sly-agent-q-chat-insert-section
+              (lambda ()
+                (insert "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
+                        (plist-get block :text) "\n\n"
+                        (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n")))
+           (sly-agent-q-chat--add-text (plist-get block :text))
+           (sly-agent-q-chat--flush)))
+        ("tool_use"
+         (let* ((result (gethash (plist-get block :id) results))
+                (failed (or (null result) (eq (plist-get result :isError) t))))
+           (sly-agent-q-chat--add-entry
+            (sly-agent-q--make-entry
+             :call-id (plist-get block :id) :name (plist-get block :name)
+             :arguments (plist-get block :input) :safety "saved"
+             :status (if failed 'error 'ok)
+             :content (and result (plist-get result :content))
+             :error (and failed (if result (plist-get result :content) "no result was saved"))
+             :approved t))))))))
+
+(defun sly-agent-q-chat-show-history (conversation-id title messages &rest options)
+  "Show saved conversation CONVERSATION-ID, called TITLE, in the chat buffer.
+MESSAGES is its whole history (the server's conversation/resume
+answer).  OPTIONS are :usage, :cost and :model.  The buffer's
+transcript is replaced; the next message continues the conversation.
+Return the chat buffer."
+  (let ((buffer (sly-agent-q-chat-buffer))
+        (results (make-hash-table :test #'equal)))
+    (with-current-buffer buffer
+      (when sly-agent-q-chat--turn (user-error "A turn is running; C-c C-k cancels it"))
+      (unless (equal sly-agent-q-chat--conversation-id conversation-id)
+        (sly-agent-q-chat--free-conversation))
+      (let ((input (sly-agent-q-chat--input-text)))
+        (sly-agent-q-chat-mode)
+        (sly-agent-q-chat--set-input input))
+      (setq sly-agent-q-chat--conversation-id conversation-id
+            sly-agent-q-chat--usage (plist-get options :usage)
+            sly-agent-q-chat--cost (plist-get options :cost)
+            sly-agent-q-chat--model (plist-get options :model))
+      (sly-agent-q-chat-notice (format "──── resumed: %s ────" title))
+      (seq-doseq (message messages)
+        (seq-doseq (block (plist-get message :content))
+          (when (equal (plist-get block :type) "tool_result")
+            (puthash (plist-get block :toolUseId) block results))))
+      (seq-doseq (message messages)
+        (sly-agent-q-chat--draw-message message results))
+      (sly-agent-q-chat--flush)
+      (sly-agent-q-chat--end-segment)
+      (goto-char (point-max)))
+    buffer))
+
 (defun sly-agent-q-chat--send-cancel (turn)
   "Ask the server to cancel TURN."
   (let ((buf (current-buffer)))
@@ -799,10 +862,15 @@ Notifications of turns that are over are ignored."
   "Tell every chat buffer the server died with MESSAGE; end its turn."
   (dolist (buf (sly-agent-q-chat--buffers))
     (with-current-buffer buf
-      (sly-agent-q-chat-notice
-       (concat "[" message " The conversation starts fresh on the server; this transcript stays.]")
-       'sly-agent-q-error-face)
-      (setq sly-agent-q-chat--conversation-id nil)
+      (if (and sly-agent-q-chat--conversation-id (sly-agent-q-server-conversation-directory))
+          ;; The server saved it as it went: the next message reloads it from disk.
+          (sly-agent-q-chat-notice
+           (concat "[" message " The conversation goes on from its saved copy.]")
+           'sly-agent-q-error-face)
+        (sly-agent-q-chat-notice
+         (concat "[" message " The conversation starts fresh on the server; this transcript stays.]")
+         'sly-agent-q-error-face)
+        (setq sly-agent-q-chat--conversation-id nil))
       (maphash (lambda (_ entry)
                  (when (memq (sly-agent-q-entry-status entry) '(running approval))
                    (setf (sly-agent-q-entry-status entry) 'error

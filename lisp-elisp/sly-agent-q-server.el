@@ -178,6 +178,14 @@ It adds the rule (:action ask :category \"evaluation\") to
 For example (:temperature 0.2 :auditLogFile \"~/agent-audit.jsonl\")."
   :type 'plist)
 
+(defcustom sly-agent-q-conversation-directory
+  (locate-user-emacs-file "sly-agent-q/conversations/")
+  "Directory where conversations are saved as they happen, or nil.
+Each conversation is one JSON Lines file there, written after every
+message and tool result; \[sly-agent-q-resume] reopens them.  nil means
+conversations are not saved.  A remote directory is not used."
+  :type '(choice (const :tag "Do not save conversations" nil) directory))
+
 (defcustom sly-agent-q-events-buffer-size 2000000
   "Maximum size in characters of the JSON-RPC events buffer.
 0 disables event logging; nil means no limit."
@@ -338,6 +346,18 @@ CATEGORIES non-nil: the entries naming a category, else the others."
                    (and sly-agent-q-ask-before-evaluating
                         (list (list :action 'ask :category "evaluation")))))))
 
+(defun sly-agent-q-server-conversation-directory ()
+  "The local directory conversations are saved in, or nil.
+The server runs on this machine: a remote directory (TRAMP) is not
+used, so that it never writes to a local path of the same spelling."
+  (let ((dir sly-agent-q-conversation-directory))
+    (cond ((not dir) nil)
+          ((file-remote-p dir)
+           (display-warning 'sly-agent-q
+                            (format "sly-agent-q-conversation-directory %s is remote; conversations are not saved" dir))
+           nil)
+          (t (file-name-as-directory (expand-file-name dir))))))
+
 (defun sly-agent-q-server-configuration ()
   "The configuration sent to the server, from the customization options.
 Never contains the API key.  The trust settings are always sent,
@@ -362,6 +382,7 @@ setting left out would keep an old one in force."
           :maxSafetyLevel (and sly-agent-q-max-safety-level
                                (format "%s" sly-agent-q-max-safety-level))
           :projectRoot (sly-agent-q-server-project-root)
+          :conversationDirectory (sly-agent-q-server-conversation-directory)
           :logLevel sly-agent-q-server-log-level))
    (list :safetyOverrides (sly-agent-q--levels-table nil)
          :categoryLevels (sly-agent-q--levels-table t)

@@ -90,6 +90,7 @@
 (require 'sly-agent-q-approval)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-mcp)
+(require 'sly-agent-q-sessions)
 
 (defconst sly-agent-q-version "0.1.0"
   "The version of sly-agent-q.")

@@ -11,9 +11,14 @@ ert_run() {
   local label=$1 file=$2; shift 2
   local out rc summary e u s
   # A bounded run: a Lisp debugger or a lost answer must not hang the suite.
+  # Conversations the suites hold are saved into a directory of the run's own, not the user's.
+  local conversations
+  conversations="$(mktemp -d "${TMPDIR:-/tmp}/saq-conversations-XXXXXX")"
   out="$(env "$@" timeout "${ERT_FILE_TIMEOUT:-900}" "${EMACS:-emacs}" -Q --batch -L "$ert_root/lisp-elisp" -L "$ert_root/test/elisp" \
+           --eval "(setq sly-agent-q-conversation-directory \"$conversations/\")" \
            -l "$ert_root/test/ert-skip-reasons.el" -l "$file" -f ert-run-tests-batch-and-exit 2>&1)"
   rc=$?
+  rm -rf "$conversations"
   summary="$(printf '%s\n' "$out" | grep -E '^Ran [0-9]+ tests?, ' | tail -n 1)"
   if [ -z "$summary" ]; then
     printf '%s\n' "$out" | tail -n 40

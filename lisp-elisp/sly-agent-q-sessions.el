@@ -1,0 +1,244 @@
+;;; sly-agent-q-sessions.el --- Saved conversations: resume, rename, delete, export  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026  The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The server saves each conversation as it happens, one file per
+;; conversation under `sly-agent-q-conversation-directory'.  This module
+;; lists a project's saved conversations (`sly-agent-q-resume', a
+;; `tabulated-list-mode' buffer: RET resumes, r renames, d deletes, e
+;; exports, g refreshes), reopens one in the chat buffer with its whole
+;; history, and writes a conversation out as Org or Markdown
+;; (`sly-agent-q-export').  Everything goes through the server's
+;; conversation/* requests, asynchronously.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'tabulated-list)
+(require 'iso8601)
+(require 'sly-agent-q-server)
+(require 'sly-agent-q-chat)
+
+(defvar sly-agent-q-conversations-buffer-name "*sly-agent-q conversations*"
+  "Name of the buffer listing saved conversations.")
+
+;;;; The list
+
+(defvar sly-agent-q-conversations-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'sly-agent-q-conversations-resume)
+    (define-key map (kbd "r") #'sly-agent-q-conversations-rename)
+    (define-key map (kbd "d") #'sly-agent-q-conversations-delete)
+    (define-key map (kbd "e") #'sly-agent-q-conversations-export)
+    map)
+  "Keymap of `sly-agent-q-conversations-mode'.")
+
+(define-derived-mode sly-agent-q-conversations-mode tabulated-list-mode "AgentQ-Conversations"
+  "The saved conversations of a project.
+RET resumes the conversation at point in the chat buffer, r renames
+it, d deletes its file, e exports it, g reads the list again.
+
+\\{sly-agent-q-conversations-mode-map}"
+  (setq tabulated-list-format [("Updated" 16 t) ("Turns" 5 sly-agent-q-sessions--by-turns :right-align t)
+                               ("Cost" 8 sly-agent-q-sessions--by-cost :right-align t)
+                               ("Model" 18 t) ("Title" 0 t)]
+        tabulated-list-sort-key '("Updated" . t)
+        tabulated-list-padding 1)
+  (add-hook 'tabulated-list-revert-hook #'sly-agent-q-sessions--refresh nil t)
+  (tabulated-list-init-header))
+
+(defvar-local sly-agent-q-sessions--project nil
+  "The project root whose conversations the buffer lists.")
+
+(defun sly-agent-q-sessions--by-turns (a b)
+  "Non-nil if entry A has a smaller turn count than entry B."
+  (< (plist-get (car a) :turns) (plist-get (car b) :turns)))
+
+(defun sly-agent-q-sessions--by-cost (a b)
+  "Non-nil if entry A cost less than entry B."
+  (< (plist-get (car a) :costUsd) (plist-get (car b) :costUsd)))
+
+(defun sly-agent-q-sessions--time (iso)
+  "The ISO 8601 time ISO as local \"YYYY-MM-DD HH:MM\"."
+  (condition-case nil
+      (format-time-string "%Y-%m-%d %H:%M" (encode-time (iso8601-parse iso)))
+    (error (or iso ""))))
+
+(defun sly-agent-q-sessions--entry (summary)
+  "The `tabulated-list-entries' entry of the saved conversation SUMMARY."
+  (list summary
+        (vector (sly-agent-q-sessions--time (plist-get summary :updated))
+                (format "%d" (or (plist-get summary :turns) 0))
+                (format "$%.4f" (or (plist-get summary :costUsd) 0))
+                (or (plist-get summary :model) "")
+                (concat (plist-get summary :title)
+                        (if (eq (plist-get summary :open) t) "  (open)" "")))))
+
+(defun sly-agent-q-sessions--show (buffer result)
+  "Fill BUFFER with the conversations of RESULT (conversation/saved's answer)."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (setq tabulated-list-entries
+            (mapcar #'sly-agent-q-sessions--entry (plist-get result :conversations)))
+      (tabulated-list-print t)
+      (let ((errors (plist-get result :errors)))
+        (when (and errors (> (length errors) 0))
+          (message "sly-agent-q: %d saved conversation(s) cannot be read: %s"
+                   (length errors) (mapconcat #'identity errors "; ")))))))
+
+(defun sly-agent-q-sessions--refresh ()
+  "Ask the server for the list again."
+  (let ((buffer (current-buffer)))
+    (sly-agent-q-server-request
+     'conversation/saved
+     (sly-agent-q-server-plist-compact (list :projectRoot sly-agent-q-sessions--project))
+     (lambda (result) (sly-agent-q-sessions--show buffer result))
+     (lambda (msg) (message "sly-agent-q: cannot list the saved conversations: %s" msg)))))
+
+;;;###autoload
+(defun sly-agent-q-resume ()
+  "List this project's saved conversations; RET on one resumes it.
+The chat buffer then shows its whole history, and the next message
+continues it with the model seeing the same history."
+  (interactive)
+  (unless sly-agent-q-conversation-directory
+    (user-error "Conversations are not saved: `sly-agent-q-conversation-directory' is nil"))
+  (let ((project (sly-agent-q-server-project-root))
+        (buffer (get-buffer-create sly-agent-q-conversations-buffer-name)))
+    (with-current-buffer buffer
+      (sly-agent-q-conversations-mode)
+      (setq sly-agent-q-sessions--project project)
+      (sly-agent-q-sessions--refresh))
+    (pop-to-buffer buffer)))
+
+(defun sly-agent-q-sessions--at-point ()
+  "The saved conversation on the current line, a plist."
+  (or (tabulated-list-get-id) (user-error "No conversation on this line")))
+
+(defun sly-agent-q-conversations-resume ()
+  "Reopen the conversation at point in the chat buffer."
+  (interactive)
+  (sly-agent-q-sessions-resume (plist-get (sly-agent-q-sessions--at-point) :conversationId)))
+
+(defun sly-agent-q-sessions-resume (conversation-id &optional callback)
+  "Reopen saved conversation CONVERSATION-ID in the chat buffer.
+CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
+  (sly-agent-q-server-request
+   'conversation/resume (list :conversationId conversation-id)
+   (lambda (result)
+     (let ((buffer (sly-agent-q-chat-show-history
+                    (plist-get result :conversationId)
+                    (plist-get result :title)
+                    (plist-get result :messages)
+                    :usage (plist-get result :usage)
+                    :cost (plist-get result :costUsd)
+                    :model (plist-get result :model))))
+       (when (eq (plist-get result :truncated) t)
+         (with-current-buffer buffer
+           (sly-agent-q-chat-notice
+            "[The file's last record was cut off (a crash while writing); it is left out.]")))
+       (unless noninteractive (pop-to-buffer buffer))
+       (when callback (funcall callback buffer))))
+   (lambda (msg) (message "sly-agent-q: cannot resume the conversation: %s" msg))))
+
+(defun sly-agent-q-conversations-rename (title)
+  "Give the conversation at point the title TITLE."
+  (interactive (list (read-string "New title: " (plist-get (sly-agent-q-sessions--at-point) :title))))
+  (let ((id (plist-get (sly-agent-q-sessions--at-point) :conversationId))
+        (buffer (current-buffer)))
+    (sly-agent-q-server-request
+     'conversation/rename (list :conversationId id :title title)
+     (lambda (_) (with-current-buffer buffer (sly-agent-q-sessions--refresh))))))
+
+(defun sly-agent-q-conversations-delete ()
+  "Delete the saved file of the conversation at point, after asking."
+  (interactive)
+  (let ((summary (sly-agent-q-sessions--at-point))
+        (buffer (current-buffer)))
+    (when (yes-or-no-p (format "Delete the saved conversation \"%s\"? " (plist-get summary :title)))
+      (sly-agent-q-server-request
+       'conversation/delete (list :conversationId (plist-get summary :conversationId) :saved t)
+       (lambda (_) (with-current-buffer buffer (sly-agent-q-sessions--refresh)))))))
+
+(defun sly-agent-q-conversations-export (file)
+  "Export the conversation at point to FILE (Org or Markdown by its extension)."
+  (interactive (list (sly-agent-q-sessions--read-export-file
+                      (plist-get (sly-agent-q-sessions--at-point) :title))))
+  (sly-agent-q-sessions-export (plist-get (sly-agent-q-sessions--at-point) :conversationId) file))
+
+;;;; Export
+
+(defun sly-agent-q-sessions--read-export-file (title)
+  "Ask for the file to export the conversation TITLE to."
+  (let ((name (concat (replace-regexp-in-string "[^[:alnum:]]+" "-" (downcase (or title "conversation")))
+                      ".org")))
+    (read-file-name "Export to (.org or .md): " nil nil nil
+                    (string-trim (truncate-string-to-width name 60) "-" "-"))))
+
+(defun sly-agent-q-sessions--format (file)
+  "The export format for FILE: \"markdown\" for .md/.markdown, else \"org\"."
+  (if (member (file-name-extension file) '("md" "markdown")) "markdown" "org"))
+
+(defun sly-agent-q-sessions-export (conversation-id file &optional callback)
+  "Write conversation CONVERSATION-ID to FILE as Org or Markdown.
+The format follows FILE's extension (.md or .markdown for Markdown).
+An existing FILE is replaced only after asking.  CALLBACK, if
+non-nil, is called with FILE once it is written."
+  (let ((file (expand-file-name file)))
+    (when (and (file-exists-p file) (not noninteractive)
+               (not (yes-or-no-p (format "%s exists; replace it? " file))))
+      (user-error "Not exported"))
+    (sly-agent-q-server-request
+     'conversation/export (list :conversationId conversation-id
+                                :format (sly-agent-q-sessions--format file))
+     (lambda (result)
+       ;; Written whole to a temporary file beside it, then renamed over
+       ;; it, so a failure leaves no half-written export.
+       (let ((coding-system-for-write 'utf-8-unix)
+             (temp (make-temp-file (expand-file-name ".saq-export-" (file-name-directory file)))))
+         (condition-case err
+             (progn
+               (with-temp-buffer
+                 (insert (plist-get result :text))
+                 (write-region nil nil temp nil 'silent))
+               (rename-file temp file t))
+           (error (ignore-errors (delete-file temp))
+                  (signal (car err) (cdr err)))))
+       (message "sly-agent-q: exported to %s" file)
+       (when callback (funcall callback file)))
+     (lambda (msg) (message "sly-agent-q: cannot export the conversation: %s" msg)))))
+
+;;;###autoload
+(defun sly-agent-q-export (file)
+  "Export the chat buffer's conversation to FILE, as Org or Markdown.
+The format follows FILE's extension: .md or .markdown for Markdown,
+anything else Org.  Tool calls become collapsible blocks."
+  (interactive
+   (let ((buffer (sly-agent-q-chat-buffer t)))
+     (unless (and buffer (sly-agent-q-chat-conversation-id buffer))
+       (user-error "The chat has no conversation yet"))
+     (list (sly-agent-q-sessions--read-export-file (buffer-name buffer)))))
+  (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer t))))
+    (unless id (user-error "The chat has no conversation yet"))
+    (sly-agent-q-sessions-export id file)))
+
+(provide 'sly-agent-q-sessions)
+;;; sly-agent-q-sessions.el ends here

@@ -1,0 +1,163 @@
+;;; sly-agent-q-sessions-test.el --- Saved conversations: resume, restart, export, the list  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The real bundled server and the mock LLM: a conversation saved as it
+;; happens is resumed after the server and the chat buffer are gone, the
+;; model then gets the identical history; a server killed mid-turn loses
+;; nothing; the export holds what the chat showed.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+(require 'sly-agent-q-sessions)
+
+(defun sly-agent-q-sessions-test--script (&rest steps)
+  "A mock script of STEPS, each a list of content blocks."
+  `((steps . ,(vconcat (mapcar (lambda (s) `((content . ,(vconcat s)))) steps)))))
+
+(defun sly-agent-q-sessions-test--messages (i)
+  "The messages the model got in recorded request I, without cache marks.
+The marks move to the newest message from one request to the next."
+  (let ((messages (cdr (assq 'messages (cdr (assq 'body (aref (sly-agent-q-test-mock-requests) i)))))))
+    (cl-labels ((strip (x)
+                  (cond ((vectorp x) (vconcat (mapcar #'strip x)))
+                        ((and (consp x) (consp (car x)) (symbolp (caar x)))
+                         (cl-loop for (k . v) in x unless (eq k 'cache_control) collect (cons k (strip v))))
+                        (t x))))
+      (strip messages))))
+
+(defun sly-agent-q-sessions-test--restart ()
+  "Stop the server and forget the chat, as quitting Emacs would; start a new server."
+  (let ((kill-buffer-query-functions nil))
+    (kill-buffer (sly-agent-q-chat-buffer)))
+  (sly-agent-q-server-stop)
+  (let (ready err)
+    (sly-agent-q-server-ensure (lambda (conn e) (setq ready conn err e)))
+    (sly-agent-q-test-wait (lambda () (or ready err)) 20 "the new server")
+    (should-not err)))
+
+(defun sly-agent-q-sessions-test--resume (id)
+  "Resume conversation ID and wait until the chat shows it."
+  (let (shown)
+    (sly-agent-q-sessions-resume id (lambda (b) (setq shown b)))
+    (sly-agent-q-test-wait (lambda () shown) 10 "the resumed conversation")))
+
+(ert-deftest sly-agent-q-sessions-resume-sends-the-identical-history ()
+  "Saved, server and chat gone, resumed: the chat shows it all and the model gets the same history."
+  (let ((root (make-temp-file "agent-q-root" t)))
+    (let ((sly-agent-q-project-root root))
+      (sly-agent-q-test-with-server
+          (sly-agent-q-sessions-test--script
+           `(((type . "text") (text . "Let me look. "))
+             ((type . "tool_use") (name . "current_directory") (input . ,(make-hash-table))))
+           '(((type . "text") (text . "You are in {{last_tool_result}}.")))
+           '(((type . "text") (text . "Still there."))))
+        (should (eq (plist-get (sly-agent-q-test-send "Where am I?") :status) 'finished))
+        (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+              (before (sly-agent-q-test-chat-text)))
+          (should id)
+          (should (file-exists-p (expand-file-name (concat id ".jsonl") sly-agent-q-conversation-directory)))
+          (sly-agent-q-sessions-test--restart)
+          (should-not (string-match-p "Where am I" (sly-agent-q-test-chat-text)))
+          ;; The list shows it, for this project.
+          (sly-agent-q-resume)
+          (sly-agent-q-test-wait (lambda () (with-current-buffer sly-agent-q-conversations-buffer-name
+                                              tabulated-list-entries))
+                                 10 "the list of saved conversations")
+          (with-current-buffer sly-agent-q-conversations-buffer-name
+            (goto-char (point-min))
+            (should (search-forward "Where am I?" nil t))
+            (should (equal (plist-get (tabulated-list-get-id) :conversationId) id))
+            (should (equal (plist-get (tabulated-list-get-id) :turns) 1)))
+          (with-current-buffer (sly-agent-q-sessions-test--resume id)
+            (let ((text (sly-agent-q-test-chat-text)))
+              (should (string-match-p "resumed: Where am I\\?" text))
+              (should (string-match-p "You: Where am I\\?" text))
+              (should (string-match-p "Let me look\\." text))
+              (should (string-match-p "▸ current_directory (saved) .*✓" text))
+              (should (string-match-p (concat "You are in .*" (regexp-quote (file-name-nondirectory root))) text))
+              ;; What the first chat showed of the exchange, the resumed one shows too.
+              (should (string-match-p (regexp-quote (file-name-nondirectory root)) before))))
+          (should (eq (plist-get (sly-agent-q-test-send "Still?") :status) 'finished))
+          (let ((first (sly-agent-q-sessions-test--messages 1))
+                (next (sly-agent-q-sessions-test--messages 2)))
+            (should (equal (seq-take next (length first)) first))
+            (should (= (length next) (+ 2 (length first))))
+            (should (string-prefix-p "You are in Project root: "
+                                    (cdr (assq 'text (aref (cdr (assq 'content (aref next (length first)))) 0)))))
+            (should (equal (aref next (1+ (length first)))
+                           '((role . "user") (content . [((type . "text") (text . "Still?"))]))))))))))
+
+(ert-deftest sly-agent-q-sessions-server-killed-mid-turn-loses-nothing ()
+  "The server dies after a tool ran; restarted, the conversation goes on with it."
+  (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t)))
+    (sly-agent-q-test-with-server
+        `((steps . [((content . [((type . "tool_use") (name . "current_directory") (input . ,(make-hash-table)))]))
+                    ((content . [((type . "text") (text . "never finished"))]) (hang_after_chunks . 1))
+                    ((content . [((type . "text") (text . "Back with {{last_user_text}}"))]))]))
+      (let ((old (sly-agent-q-server-connection))
+            outcome)
+        (sly-agent-q-send "look around" (lambda (p) (setq outcome p)))
+        (sly-agent-q-test-wait (lambda () (>= (length (sly-agent-q-test-mock-requests)) 2)) 10 "the second request")
+        (kill-process (jsonrpc--process old))
+        (sly-agent-q-test-wait (lambda () outcome) 10 "the failed turn")
+        (should (string-match-p "goes on from its saved copy" (sly-agent-q-test-chat-text)))
+        (sly-agent-q-test-wait (lambda () (and (sly-agent-q-server-ready-p)
+                                               (not (eq old (sly-agent-q-server-connection)))))
+                               20 "the restarted server")
+        (should (eq (plist-get (sly-agent-q-test-send "go on") :status) 'finished))
+        ;; The new server's request holds the first turn's call and result, then the new text.
+        (let ((sent (sly-agent-q-sessions-test--messages 2)))
+          (should (equal (seq-take sent 2) (seq-take (sly-agent-q-sessions-test--messages 1) 2)))
+          (should (equal (mapcar (lambda (b) (cdr (assq 'type b))) (cdr (assq 'content (aref sent 2))))
+                         '("tool_result" "text"))))))))
+
+(ert-deftest sly-agent-q-sessions-export-holds-what-the-chat-showed ()
+  "Org and Markdown exports carry the user's and the agent's text and the tool calls."
+  (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+        (dir (make-temp-file "agent-q-export" t)))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-sessions-test--script
+         `(((type . "tool_use") (name . "current_directory") (input . ,(make-hash-table))))
+         '(((type . "text") (text . "Done: the *directory* is known."))))
+      (should (eq (plist-get (sly-agent-q-test-send "Which directory?") :status) 'finished))
+      (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+            written)
+        (dolist (name '("out.org" "out.md"))
+          (setq written nil)
+          (sly-agent-q-sessions-export id (expand-file-name name dir) (lambda (f) (setq written f)))
+          (sly-agent-q-test-wait (lambda () written) 10 "the export")
+          (let ((text (with-temp-buffer (insert-file-contents written) (buffer-string))))
+            (should (string-match-p "Which directory\\?" text))
+            (should (string-match-p "Done: the \\*directory\\* is known\\." text))
+            (should (string-match-p "Tool current_directory" text))
+            (should (string-match-p (regexp-quote (file-name-nondirectory sly-agent-q-project-root)) text))
+            (if (string-suffix-p ".org" name)
+                (should (string-match-p "^\\* You$" text))
+              (should (string-match-p "^<details>$" text)))))
+        ;; Nothing but the two exports was left in the directory.
+        (should (equal (directory-files dir nil "\\`[^.]") '("out.md" "out.org")))
+        (should-not (directory-files dir nil "\\`\\.saq-export"))))))
+
+(provide 'sly-agent-q-sessions-test)
+;;; sly-agent-q-sessions-test.el ends here
