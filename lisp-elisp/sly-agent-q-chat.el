@@ -815,6 +815,22 @@ Notifications of turns that are over are ignored."
     (setf (sly-agent-q-turn-state sly-agent-q-chat--turn) (plist-get params :state))
     (force-mode-line-update)))
 
+(defun sly-agent-q-chat-compacted-notice (replaced before after)
+  "Tell the chat that REPLACED messages were summarized, BEFORE to AFTER tokens."
+  (sly-agent-q-chat-notice
+   (format "[Compacted: %d older message%s summarized for the model, about %s → %s tokens (%s saved); the transcript and the saved file keep them.]"
+           replaced (if (= replaced 1) "" "s")
+           (sly-agent-q-chat--format-tokens before) (sly-agent-q-chat--format-tokens after)
+           (sly-agent-q-chat--format-tokens (- before after)))))
+
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/compacted)) params)
+  "Say in the chat that the history was compacted, as chat/compacted PARAMS tell."
+  (sly-agent-q-chat--with-turn-buffer params
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-chat-compacted-notice (plist-get params :replacedMessages)
+                                       (plist-get params :tokensBefore)
+                                       (plist-get params :tokensAfter))))
+
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."
   (sly-agent-q-chat--with-turn-buffer params

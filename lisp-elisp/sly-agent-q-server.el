@@ -186,6 +186,12 @@ message and tool result; \[sly-agent-q-resume] reopens them.  nil means
 conversations are not saved.  A remote directory is not used."
   :type '(choice (const :tag "Do not save conversations" nil) directory))
 
+(defcustom sly-agent-q-context-window nil
+  "The model's context window in tokens, or nil for the server's table.
+Set it for a local model (Ollama...) the table does not know: the
+history is compacted when it nears this size."
+  :type '(choice (const :tag "From the server's models table" nil) integer))
+
 (defcustom sly-agent-q-events-buffer-size 2000000
   "Maximum size in characters of the JSON-RPC events buffer.
 0 disables event logging; nil means no limit."
@@ -383,6 +389,7 @@ setting left out would keep an old one in force."
                                (format "%s" sly-agent-q-max-safety-level))
           :projectRoot (sly-agent-q-server-project-root)
           :conversationDirectory (sly-agent-q-server-conversation-directory)
+          :contextWindow sly-agent-q-context-window
           :logLevel sly-agent-q-server-log-level))
    (list :safetyOverrides (sly-agent-q--levels-table nil)
          :categoryLevels (sly-agent-q--levels-table t)

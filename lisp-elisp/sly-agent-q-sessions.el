@@ -226,6 +226,33 @@ non-nil, is called with FILE once it is written."
        (when callback (funcall callback file)))
      (lambda (msg) (message "sly-agent-q: cannot export the conversation: %s" msg)))))
 
+;;;; Compaction
+
+;;;###autoload
+(defun sly-agent-q-compact ()
+  "Have the model summarize the older part of the chat's conversation.
+The summary replaces those messages in what the model is sent.
+The last two exchanges stay whole.  The chat buffer and the saved
+file keep every message.  This also happens by
+itself when the history nears the model's context window."
+  (interactive)
+  (let* ((buffer (or (sly-agent-q-chat-buffer t) (user-error "There is no chat")))
+         (id (or (sly-agent-q-chat-conversation-id buffer)
+                 (user-error "The chat has no conversation yet"))))
+    (message "sly-agent-q: compacting...")
+    (sly-agent-q-server-request
+     'conversation/compact (list :conversationId id)
+     (lambda (result)
+       (if (not (eq (plist-get result :compacted) t))
+           (message "sly-agent-q: too few turns to compact")
+         (when (buffer-live-p buffer)
+           (with-current-buffer buffer
+             (sly-agent-q-chat-compacted-notice (plist-get result :replacedMessages)
+                                                (plist-get result :tokensBefore)
+                                                (plist-get result :tokensAfter))))
+         (message "sly-agent-q: compacted")))
+     (lambda (msg) (message "sly-agent-q: cannot compact: %s" msg)))))
+
 ;;;###autoload
 (defun sly-agent-q-export (file)
   "Export the chat buffer's conversation to FILE, as Org or Markdown.

@@ -48,6 +48,8 @@ export const Requests = {
   conversationResume: new RequestType<ConversationResumeParams, ConversationResumeResult, void>("conversation/resume"),
   /** Give a saved conversation another title. */
   conversationRename: new RequestType<ConversationRenameParams, ConversationRenameResult, void>("conversation/rename"),
+  /** Replace the older turns, for the model, by a summary it writes (the file and the chat keep them). */
+  conversationCompact: new RequestType<ConversationCompactParams, ConversationCompactResult, void>("conversation/compact"),
   /** The conversation as Org or Markdown text, tool calls as collapsible blocks. */
   conversationExport: new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"),
   /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
@@ -84,6 +86,8 @@ export const ServerNotifications = {
   approvalNeeded: new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"),
   /** The turn moved to another state (doc/turn-states.md); the chat shows it. */
   turnState: new NotificationType<TurnStateParams>("chat/turnState"),
+  /** The history neared the context window: older turns were summarized before the turn went on. */
+  compacted: new NotificationType<CompactedParams>("chat/compacted"),
   /** The turn ended with an answer: stop reason, usage, cost. */
   turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
   /** The turn ended without one: cancelled, timeout, provider, auth... with a message for the user. */
@@ -265,6 +269,8 @@ export interface Configuration {
   imageLoadTimeoutMs?: number;
   /** Results longer than this are cut with a marker. */
   maxResultChars?: number;
+  /** The model's context window in tokens, overriding the models table (a local model's own). */
+  contextWindow?: number;
   projectRoot?: string;
   /** Where cautious and dangerous calls are appended as JSON lines (optional). */
   auditLogFile?: string;
@@ -515,6 +521,21 @@ export interface ConversationRenameResult {
   title: string;
 }
 
+export interface ConversationCompactParams {
+  conversationId: string;
+}
+export interface ConversationCompactResult {
+  /** False when there is too little history to compact (fewer turns than are kept whole). */
+  compacted: boolean;
+  /** Messages the summary stands for. */
+  replacedMessages: number;
+  /** Estimated tokens of the history before and after. */
+  tokensBefore: number;
+  tokensAfter: number;
+  usage: Usage;
+  costUsd: number;
+}
+
 export interface ConversationExportParams {
   conversationId: string;
   format: "org" | "markdown";
@@ -577,6 +598,12 @@ export interface TurnStateParams extends TurnRef {
   state: TurnState;
   /** The state the turn left; null for the first. */
   previous: TurnState | null;
+}
+
+export interface CompactedParams extends TurnRef {
+  replacedMessages: number;
+  tokensBefore: number;
+  tokensAfter: number;
 }
 
 export interface TextDeltaParams extends TurnRef {

@@ -33,6 +33,7 @@ import type { AgentServer } from "../rpc/server.js";
 import type { ToolPolicy } from "../tools/policy.js";
 import { Conversation } from "./conversation.js";
 import { SavedConversations } from "./saved-conversations.js";
+import { registerCompaction } from "./compact-handler.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
@@ -73,6 +74,7 @@ export class ChatService {
     s.addRequest(Requests.conversationDelete, (p: ConversationDeleteParams) => this.delete(p));
     s.connection.onClose(() => this.cancelAll());
     this.saved.register();
+    registerCompaction(s, this.conversations, this.options.env);
     return this;
   }
 
@@ -214,7 +216,7 @@ export class ChatService {
         maxSteps: config.maxSteps ?? DEFAULT_MAX_STEPS,
         turnTimeoutMs: config.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS,
         retry: this.retry,
-        ...(this.options.contextWindow ? { contextWindow: this.options.contextWindow } : {}),
+        ...((this.options.contextWindow ?? config.contextWindow) ? { contextWindow: this.options.contextWindow ?? config.contextWindow } : {}),
       },
       events: {
         retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),

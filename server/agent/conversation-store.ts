@@ -236,6 +236,10 @@ export class ConversationJournal {
     this.append({ v: STORE_VERSION, type: "message", at: now(), message });
   }
 
+  compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void {
+    this.append({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
+  }
+
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {
     this.append({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
   }

@@ -4,6 +4,7 @@
 
 import type { Configuration, ConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
+import { compactedHistory } from "./compaction.js";
 
 export interface RunningTurn {
   turnId: string;
@@ -13,6 +14,7 @@ export interface RunningTurn {
 /** Where a conversation's history goes as it happens (conversation-store.ts's journal). */
 export interface ConversationRecorder {
   message(message: Message): void;
+  compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -20,6 +22,8 @@ export class Conversation {
   readonly messages: Message[] = [];
   /** Set when the conversation is saved: each change is recorded as it is made. */
   recorder: ConversationRecorder | undefined;
+  /** How many saved messages the summary at the head of messages stands for (0: not compacted). */
+  compactedMessages = 0;
   usage: Usage = emptyUsage();
   costUsd = 0;
   turns = 0;
@@ -73,6 +77,20 @@ export class Conversation {
     if (blocks.length === 0) return;
     this.messages.push({ role: "user", content: blocks });
     this.recorder?.message(structuredClone(this.messages[this.messages.length - 1]!));
+  }
+
+  /**
+   * Replaces the messages before CUT (a turn's start: compaction.ts's compactionPoint) by SUMMARY,
+   * for the model; the saved file keeps them and records the summary.
+   */
+  compact(cut: number, summary: string): { replaced: number; tokensBefore: number; tokensAfter: number } {
+    const tokensBefore = estimateMessages(this.messages);
+    const kept = compactedHistory(this.messages, cut, summary);
+    this.messages.splice(0, this.messages.length, ...kept);
+    this.compactedMessages += cut;
+    const tokensAfter = estimateMessages(this.messages);
+    this.recorder?.compaction(this.compactedMessages, summary, tokensBefore, tokensAfter);
+    return { replaced: cut, tokensBefore, tokensAfter };
   }
 
   /** Adds a turn's usage and cost; TURN names it in the saved file. */

@@ -21,6 +21,7 @@ import {
 } from "../protocol.js";
 import type { AgentServer } from "../rpc/server.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoredConversation } from "./conversation-store.js";
+import { compactedHistory } from "./compaction.js";
 import { Conversation } from "./conversation.js";
 import { exportConversation } from "./export.js";
 
@@ -107,7 +108,13 @@ export class SavedConversations {
       throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
     }
     const c = new Conversation(id);
-    c.messages.push(...structuredClone(stored.messages));
+    if (stored.compaction) {
+      // The model goes on from the summary, as it did before; the file keeps every message.
+      c.messages.push(...compactedHistory(stored.messages, stored.compaction.replaced, stored.compaction.summary));
+      c.compactedMessages = stored.compaction.replaced;
+    } else {
+      c.messages.push(...structuredClone(stored.messages));
+    }
     c.usage = { ...stored.usage };
     c.costUsd = stored.costUsd;
     c.turns = stored.turns;

@@ -159,5 +159,28 @@ The marks move to the newest message from one request to the next."
         (should (equal (directory-files dir nil "\\`[^.]") '("out.md" "out.org")))
         (should-not (directory-files dir nil "\\`\\.saq-export"))))))
 
+(ert-deftest sly-agent-q-sessions-compact-command ()
+  "M-x sly-agent-q-compact has the model summarize the first turn and says so in the chat."
+  (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t)))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-sessions-test--script
+         `(((type . "text") (text . ,(concat "Long " (make-string 4000 ?y)))))
+         '(((type . "text") (text . "Two.")))
+         '(((type . "text") (text . "Three.")))
+         '(((type . "text") (text . "Summary: one long answer.")))
+         '(((type . "text") (text . "Four."))))
+      (dolist (text '("one" "two" "three"))
+        (should (eq (plist-get (sly-agent-q-test-send text) :status) 'finished)))
+      (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-compact))
+      (sly-agent-q-test-wait (lambda () (string-match-p "Compacted: 2 older messages" (sly-agent-q-test-chat-text)))
+                             10 "the compaction notice")
+      (should (string-match-p "about 1,0[0-9][0-9] → [0-9]+ tokens" (sly-agent-q-test-chat-text)))
+      ;; The transcript keeps the long answer; the model's next request has the summary instead.
+      (should (string-match-p "Long yyyy" (sly-agent-q-test-chat-text)))
+      (should (eq (plist-get (sly-agent-q-test-send "four") :status) 'finished))
+      (let ((first (aref (sly-agent-q-sessions-test--messages 4) 0)))
+        (should (string-match-p "Summary: one long answer\\."
+                                (cdr (assq 'text (aref (cdr (assq 'content first)) 0)))))))))
+
 (provide 'sly-agent-q-sessions-test)
 ;;; sly-agent-q-sessions-test.el ends here

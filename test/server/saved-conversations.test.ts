@@ -150,4 +150,53 @@ describe("saved conversations", () => {
     expect(existsSync(`${file}.lock`)).toBe(false);
     await expect(a.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "hi" })).rejects.toMatchObject({ code: -32010 });
   });
+
+  it("compact older turns into the model's summary; the file and resume keep every message", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    const long = "x".repeat(4000);
+    mock.setScript({
+      steps: [
+        { content: [{ type: "text", text: `First answer ${long}` }] },
+        { content: [{ type: "text", text: "Second answer." }] },
+        { content: [{ type: "text", text: "Third answer." }] },
+        { content: [{ type: "text", text: "They asked three things; the first answer was long." }] },
+        { content: [{ type: "text", text: "Fourth answer." }] },
+        { content: [{ type: "text", text: "Fifth answer." }] },
+      ],
+    });
+    const a = await server();
+    let id: string | undefined;
+    for (const text of ["one", "two", "three"]) {
+      const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { ...(id ? { conversationId: id } : {}), text });
+      id = sent.conversationId;
+      await a.ended(sent.turnId);
+    }
+    const result = (await a.b.connection.sendRequest("conversation/compact", { conversationId: id })) as { compacted: boolean; replacedMessages: number; tokensBefore: number; tokensAfter: number };
+    // The last two turns stay whole; the first (question and long answer) is summarized.
+    expect(result).toMatchObject({ compacted: true, replacedMessages: 2 });
+    expect(result.tokensAfter).toBeLessThan(result.tokensBefore - 900);
+    const summaryRequest = mock.requests()[3]!.body as { system: unknown; messages: { content: { text: string }[] }[]; tools?: unknown[] };
+    expect(JSON.stringify(summaryRequest.system)).toContain("You summarize the earlier part of a conversation");
+    expect(summaryRequest.messages).toHaveLength(1);
+    expect(summaryRequest.messages[0]!.content[0]!.text).toContain(`Assistant: First answer ${long}`);
+    expect(summaryRequest.messages[0]!.content[0]!.text).not.toContain("Second answer");
+
+    const next: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: id, text: "four" });
+    await a.ended(next.turnId);
+    const compacted = sentMessages(4) as { role: string; content: { type: string; text: string }[] }[];
+    expect(compacted[0]!.content[0]!.text).toBe("[Summary of the earlier part of this conversation, written when it was compacted]\nThey asked three things; the first answer was long.");
+    expect(compacted[0]!.content[1]!.text).toBe("two");
+    expect(JSON.stringify(compacted)).not.toContain(long);
+
+    // A new server goes on from the same summary; resume still shows every message.
+    a.b.kill();
+    await a.b.exited;
+    const b = await server();
+    const resumed: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: id });
+    expect(resumed.messages).toHaveLength(8);
+    expect(JSON.stringify(resumed.messages)).toContain(long);
+    const fifth: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: id, text: "five" });
+    await b.ended(fifth.turnId);
+    expect(sentMessages(5).slice(0, -2)).toEqual(sentMessages(4));
+  });
 });
