@@ -58,6 +58,8 @@
     (conversation/resume   emacs->server request)
     (conversation/rename   emacs->server request)
     (conversation/compact  emacs->server request)
+    (conversation/turns    emacs->server request)
+    (conversation/rewind   emacs->server request)
     (conversation/export   emacs->server request)
     (mcp/start             emacs->server request)
     (mcp/stop              emacs->server request)

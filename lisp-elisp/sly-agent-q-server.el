@@ -937,19 +937,25 @@ Return non-nil if the answer was sent; a second answer is ignored."
 
 ;;;; Emacs-runtime tools (the buffer and file tools live in sly-agent-q-tools.el)
 
-(declare-function sly-agent-q-tools-call "sly-agent-q-tools" (capability args callback))
+(declare-function sly-agent-q-tools-call "sly-agent-q-tools" (capability args callback &optional changes-callback))
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
   (let ((params (sly-agent-q-call-params call)))
     (if (not (fboundp 'sly-agent-q-tools-call))
         (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools).")
-      (sly-agent-q-tools-call
-       (plist-get params :tool) (plist-get params :arguments)
-       (lambda (content error)
-         (if error
-             (sly-agent-q-call-fail call error)
-           (sly-agent-q-call-reply call (list :content (format "%s" (or content ""))))))))))
+      (let (changes)
+        (sly-agent-q-tools-call
+         (plist-get params :tool) (plist-get params :arguments)
+         (lambda (content error)
+           (if error
+               (sly-agent-q-call-fail call error)
+             ;; The changes go with the result, so that the server keeps
+             ;; them in the saved conversation for a rewind.
+             (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
+                                           (list :content (format "%s" (or content ""))
+                                                 :changes (and (> (length changes) 0) changes))))))
+         (lambda (c) (setq changes c)))))))
 
 (provide 'sly-agent-q-server)
 ;;; sly-agent-q-server.el ends here

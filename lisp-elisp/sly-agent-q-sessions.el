@@ -34,6 +34,8 @@
 (require 'subr-x)
 (require 'tabulated-list)
 (require 'iso8601)
+(require 'diff)
+(require 'diff-mode)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
 
@@ -183,6 +185,123 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
   (interactive (list (sly-agent-q-sessions--read-export-file
                       (plist-get (sly-agent-q-sessions--at-point) :title))))
   (sly-agent-q-sessions-export (plist-get (sly-agent-q-sessions--at-point) :conversationId) file))
+
+;;;; Rewind
+
+(declare-function sly-agent-q-tools-rewind-change "sly-agent-q-tools" (kind name before expected))
+
+(defun sly-agent-q-sessions--read-turn (choices)
+  "Return the id of the turn the user picks among CHOICES.
+CHOICES is the list of turns conversation/turns answers."
+  (let* ((labelled (mapcar (lambda (turn)
+                            (cons (format "%s  %s" (sly-agent-q-sessions--time (plist-get turn :at))
+                                          (plist-get turn :text))
+                                  turn))
+                          choices))
+         (completion-extra-properties
+          (list :annotation-function
+                (lambda (choice)
+                  (let ((changed (plist-get (cdr (assoc choice labelled)) :changed)))
+                    (if (> (length changed) 0)
+                        (format "   changed %s" (mapconcat #'file-name-nondirectory changed ", "))
+                      "")))))
+         (choice (completing-read "Rewind to before the turn: " (mapcar #'car labelled) nil t)))
+    (plist-get (cdr (assoc choice labelled)) :turnId)))
+
+(defun sly-agent-q-sessions--refused-diff (refused)
+  "Show the diffs of REFUSED, a list of (NAME EXPECTED CURRENT), in a buffer."
+  (let ((buffer (get-buffer-create "*sly-agent-q rewind refused*")))
+    (with-current-buffer buffer
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
+                "Each diff goes from what the agent left to what is there now.\n\n")
+        (pcase-dolist (`(,name ,expected ,current) refused)
+          (let ((old (make-temp-file "saq-agent-left"))
+                (new (make-temp-file "saq-now")))
+            (unwind-protect
+                (progn
+                  (with-temp-file old (insert (or expected "")))
+                  (with-temp-file new (insert current))
+                  (insert (format "* %s\n" name))
+                  (call-process diff-command nil t nil "-u" "--label" (concat name " (the agent's)")
+                                "--label" (concat name " (now)") old new)
+                  (insert "\n"))
+              (delete-file old)
+              (delete-file new)))))
+      (diff-mode)
+      (setq buffer-read-only t))
+    (unless noninteractive (display-buffer buffer))
+    buffer))
+
+(defun sly-agent-q-sessions-apply-rewind (restore)
+  "Put back the files and buffers of RESTORE (conversation/rewind's list).
+Return a plist: :restored (names), :refused (list of (NAME EXPECTED
+CURRENT) the user changed since), :failed (list of (NAME MESSAGE))."
+  (let (restored refused failed)
+    (seq-doseq (item restore)
+      (let ((name (plist-get item :name)))
+        (if (eq (plist-get item :tooLarge) t)
+            (push (list name "too large to have been kept") failed)
+          (condition-case err
+              (let ((current (sly-agent-q-tools-rewind-change
+                              (plist-get item :kind) name
+                              (plist-get item :before) (plist-get item :expected))))
+                (if current
+                    (push (list name (plist-get item :expected) current) refused)
+                  (push name restored)))
+            (error (push (list name (error-message-string err)) failed))))))
+    (list :restored (nreverse restored) :refused (nreverse refused) :failed (nreverse failed))))
+
+;;;###autoload
+(defun sly-agent-q-rewind (truncate)
+  "Undo what the agent changed in files and buffers since a turn you choose.
+Each file or buffer goes back to what it was before that turn, unless
+you changed it since the agent did: those are left alone and their
+diffs shown.  With TRUNCATE (asked for; a prefix argument says yes)
+that turn and the later ones are also dropped from the conversation.
+What the agent did inside the Lisp image (evaluations, compiled
+definitions) cannot be rewound."
+  (interactive (list (or current-prefix-arg 'ask)))
+  (let* ((buffer (or (sly-agent-q-chat-buffer t) (user-error "There is no chat")))
+         (id (or (sly-agent-q-chat-conversation-id buffer)
+                 (user-error "The chat has no conversation yet"))))
+    (sly-agent-q-server-request
+     'conversation/turns (list :conversationId id)
+     (lambda (result)
+       (let* ((turns (append (plist-get result :turns) nil))
+              (turn (if turns (sly-agent-q-sessions--read-turn turns)
+                      (user-error "This conversation has no saved turns")))
+              (truncate (if (eq truncate 'ask)
+                            (y-or-n-p "Also drop that turn and the later ones from the conversation? ")
+                          truncate)))
+         (sly-agent-q-sessions-rewind id turn truncate))))))
+
+(defun sly-agent-q-sessions-rewind (conversation-id turn-id truncate &optional callback)
+  "Rewind CONVERSATION-ID to before its turn TURN-ID.
+With TRUNCATE, also drop that turn and the later ones.
+CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
+  (sly-agent-q-server-request
+   'conversation/rewind (list :conversationId conversation-id :turnId turn-id :truncate (if truncate t :json-false))
+   (lambda (result)
+     (let ((outcome (sly-agent-q-sessions-apply-rewind (plist-get result :restore))))
+       (when (plist-get result :messages)
+         (sly-agent-q-chat-show-history conversation-id "rewound" (plist-get result :messages)))
+       (when (plist-get outcome :refused)
+         (sly-agent-q-sessions--refused-diff (plist-get outcome :refused)))
+       (message "sly-agent-q: put back %d file(s) and buffer(s)%s%s%s.  What the agent did inside the Lisp image cannot be rewound."
+                (length (plist-get outcome :restored))
+                (if (plist-get outcome :refused)
+                    (format "; left %d you changed since (see the diffs)" (length (plist-get outcome :refused)))
+                  "")
+                (if (plist-get outcome :failed)
+                    (format "; could not put back %s"
+                            (mapconcat (lambda (f) (format "%s (%s)" (car f) (cadr f)))
+                                       (plist-get outcome :failed) ", "))
+                  "")
+                (if truncate "; the conversation now ends before that turn" ""))
+       (when callback (funcall callback outcome))))
+   (lambda (msg) (message "sly-agent-q: cannot rewind: %s" msg))))
 
 ;;;; Export
 

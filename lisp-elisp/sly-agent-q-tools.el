@@ -119,14 +119,16 @@ name the same capabilities and parameters.")
   "Return the names of the capabilities Emacs answers."
   (mapcar #'car sly-agent-q-tools-dispatch-table))
 
-(defun sly-agent-q-tools-call (capability args callback)
+(defun sly-agent-q-tools-call (capability args callback &optional changes-callback)
   "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
 CAPABILITY is a capability name (see `sly-agent-q-tools-dispatch-table'),
 ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
 CALLBACK is called exactly once, before this function returns, as
 \(CALLBACK CONTENT nil) on success or (CALLBACK nil ERROR-MESSAGE).
-Never signals."
-  (let ((content nil) (message nil))
+CHANGES-CALLBACK, if non-nil, is called first with what the call
+changed in files and buffers, for rewinding (see
+`sly-agent-q-tools-changes').  Never signals."
+  (let ((content nil) (message nil) (before nil))
     (condition-case err
         (let ((handler (cdr (assoc capability sly-agent-q-tools-dispatch-table))))
           (unless handler
@@ -135,18 +137,131 @@ Never signals."
                                (string-join (sly-agent-q-tools-capabilities) ", ")))
           (unless (and (listp args) (cl-evenp (length args)))
             (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." capability))
+          (setq before (sly-agent-q-tools--snapshot capability args))
           (let ((result (apply handler (sly-agent-q-tools--keywords args))))
             (setq content (if (stringp result) result (format "%s" result)))))
       (sly-agent-q-tool-error (setq message (cadr err)))
       (t (setq message (format "%s failed in Emacs: %s" capability
                                (error-message-string err)))))
     (condition-case err
-        (if message
-            (funcall callback nil message)
-          (funcall callback content nil))
+        (progn
+          (when changes-callback
+            (funcall changes-callback (sly-agent-q-tools-changes before)))
+          (if message
+              (funcall callback nil message)
+            (funcall callback content nil)))
       (t (message "sly-agent-q: the callback of %s failed: %s" capability
                   (error-message-string err))))
     nil))
+
+;;;; What a call changed, for rewinding
+
+(defcustom sly-agent-q-tools-rewind-max-chars 2000000
+  "Largest file or buffer text kept to rewind a change the agent made.
+Larger texts are changed without a way back through `sly-agent-q-rewind'."
+  :type 'integer
+  :group 'sly-agent-q-tools)
+
+(defconst sly-agent-q-tools--changing
+  '(("write_file" . write) ("buffer_save" . save) ("propose_file_edit" . propose)
+    ("write_to_buffer" . buffer) ("buffer_append" . buffer) ("buffer_edit" . buffer)
+    ("buffer_create" . created-buffer))
+  "Capabilities that change files or buffers, and what they change.")
+
+(defun sly-agent-q-tools--targets (capability args)
+  "Return the files and buffers a call of CAPABILITY with ARGS would change.
+A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME); nil when
+the call will be refused anyway (the tool reports why)."
+  (ignore-errors
+    (pcase (cdr (assoc capability sly-agent-q-tools--changing))
+      ('write (list (cons 'file (plist-get (sly-agent-q-tools--write-target (plist-get args :path)) :file))))
+      ('save (list (cons 'file (plist-get (sly-agent-q-tools--save-target (plist-get args :buffer_name)
+                                                                         (plist-get args :file_path))
+                                          :file))))
+      ('propose (list (cons 'file (sly-agent-q-files-resolve (plist-get args :path) t))))
+      ('buffer (list (cons 'buffer (buffer-name (sly-agent-q-tools--get-buffer
+                                                 (or (plist-get args :buffer_name) (plist-get args :buffer))
+                                                 t)))))
+      ('created-buffer (list (cons 'buffer (plist-get args :buffer_name)))))))
+
+(defun sly-agent-q-tools--text-of (target)
+  "The text of TARGET now: a string, nil if it does not exist, or `too-large'."
+  (pcase-let ((`(,kind . ,name) target))
+    (let ((text (pcase kind
+                  ('file (and (file-regular-p name)
+                              (if (> (file-attribute-size (file-attributes name))
+                                     sly-agent-q-tools-rewind-max-chars)
+                                  'too-large
+                                (ignore-errors (car (sly-agent-q-files-read-disk name))))))
+                  ('buffer (let ((b (get-buffer name)))
+                             (and b (if (> (buffer-size b) sly-agent-q-tools-rewind-max-chars)
+                                        'too-large
+                                      (sly-agent-q-files-buffer-text b))))))))
+      (if (and (stringp text) (> (length text) sly-agent-q-tools-rewind-max-chars)) 'too-large text))))
+
+(defun sly-agent-q-tools--snapshot (capability args)
+  "Return the texts of what a call of CAPABILITY with ARGS would change.
+A list of (TARGET . TEXT) (see `sly-agent-q-tools--text-of')."
+  (mapcar (lambda (target) (cons target (sly-agent-q-tools--text-of target)))
+          (sly-agent-q-tools--targets capability args)))
+
+(defun sly-agent-q-tools-changes (before)
+  "What changed since the snapshot BEFORE was taken, as a vector for JSON.
+Each change is a plist (:kind \"file\" or \"buffer\" :name NAME :before
+TEXT-OR-NIL :after TEXT-OR-NIL); a text too large to keep is replaced
+by :tooLarge t."
+  (vconcat
+   (delq nil
+         (mapcar
+          (pcase-lambda (`(,target . ,old))
+            (let ((new (sly-agent-q-tools--text-of target)))
+              (unless (and (stringp old) (stringp new) (string= old new))
+                (unless (and (null old) (null new))
+                  (if (or (eq old 'too-large) (eq new 'too-large))
+                      (list :kind (symbol-name (car target)) :name (cdr target) :tooLarge t)
+                    (list :kind (symbol-name (car target)) :name (cdr target)
+                          :before old :after new))))))
+          before))))
+
+(defun sly-agent-q-tools-rewind-change (kind name before expected)
+  "Put back file or buffer NAME (KIND \"file\" or \"buffer\") to BEFORE.
+BEFORE nil means it did not exist: the file is deleted, the buffer
+killed.  EXPECTED is the text the agent left there (nil: none).  When
+the text there now is not EXPECTED, the user changed it since:
+nothing is done and the text now is returned (\"\" when there is
+none).  Return nil when it was put back.  A file is put back only
+inside the project root and under the write tools' other rules; a
+tool error says why not."
+  (pcase kind
+    ("file"
+     (let* ((file (sly-agent-q-files-resolve name t))
+            (buffer (sly-agent-q-files-visiting-buffer file))
+            (current (and (file-exists-p file) (car (sly-agent-q-files-read-disk file)))))
+       (cond
+        ((and buffer (buffer-modified-p buffer)) (sly-agent-q-files-buffer-text buffer))
+        ((not (equal current expected)) (or current ""))
+        (t (if before
+               (progn (sly-agent-q-files-write-atomically file before)
+                      (when buffer (sly-agent-q-files-revert-buffer buffer)))
+             (when current (delete-file file))
+             (when buffer (kill-buffer buffer)))
+           nil))))
+    ("buffer"
+     (let* ((buffer (get-buffer name))
+            (current (and buffer (sly-agent-q-files-buffer-text buffer))))
+       (cond
+        ((not (equal current expected)) (or current ""))
+        ((null buffer) nil)
+        (t (sly-agent-q-tools--get-buffer name t)
+           (if before
+               (with-current-buffer buffer
+                 (save-excursion
+                   (atomic-change-group
+                     (erase-buffer)
+                     (insert before))))
+             (kill-buffer buffer))
+           nil))))
+    (_ (sly-agent-q-tool-fail "Unknown kind of change %S." kind))))
 
 ;;;; The reviewed file edit
 

@@ -50,6 +50,10 @@ export const Requests = {
   conversationRename: new RequestType<ConversationRenameParams, ConversationRenameResult, void>("conversation/rename"),
   /** Replace the older turns, for the model, by a summary it writes (the file and the chat keep them). */
   conversationCompact: new RequestType<ConversationCompactParams, ConversationCompactResult, void>("conversation/compact"),
+  /** The turns of a saved conversation, with the files and buffers each changed. */
+  conversationTurns: new RequestType<ConversationTurnsParams, ConversationTurnsResult, void>("conversation/turns"),
+  /** What restores the files and buffers changed since a turn; optionally drops that turn and the later ones. */
+  conversationRewind: new RequestType<ConversationRewindParams, ConversationRewindResult, void>("conversation/rewind"),
   /** The conversation as Org or Markdown text, tool calls as collapsible blocks. */
   conversationExport: new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"),
   /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
@@ -369,9 +373,21 @@ export type EmacsCallParams = {
 }[EmacsCallKind];
 
 /** kind "tool": run Elisp capability TOOL with ARGUMENTS. Reply result: {content: string}. */
+/** kind "tool": an Emacs capability. Reply result: {content: string, changes?: Change[]}. */
 export interface EmacsToolParams {
   tool: string;
   arguments: Record<string, unknown>;
+}
+
+/** A file or buffer a tool changed, with its text before and after (null: it did not exist), for rewinding. */
+export interface Change {
+  kind: "file" | "buffer";
+  /** The absolute file name, or the buffer name. */
+  name: string;
+  before?: string | null;
+  after?: string | null;
+  /** Too large to keep: this change cannot be rewound. */
+  tooLarge?: boolean;
 }
 
 /** kind "image": (sly-agent-q:call-tool TOOL ARGUMENTS :package PACKAGE). Reply result: {content: string}. */
@@ -534,6 +550,46 @@ export interface ConversationCompactResult {
   tokensAfter: number;
   usage: Usage;
   costUsd: number;
+}
+
+export interface ConversationTurnsParams {
+  conversationId: string;
+}
+export interface TurnSummary {
+  turnId: string;
+  /** The start of the user's text. */
+  text: string;
+  /** ISO 8601. */
+  at: string;
+  /** Files and buffers the turn's tools changed. */
+  changed: string[];
+}
+export interface ConversationTurnsResult {
+  turns: TurnSummary[];
+}
+
+export interface ConversationRewindParams {
+  conversationId: string;
+  /** The first turn undone. */
+  turnId: string;
+  /** Also drop that turn and the later ones from the conversation. */
+  truncate?: boolean;
+}
+export interface Restore {
+  kind: "file" | "buffer";
+  name: string;
+  /** The text to put back (null: it did not exist: remove it). */
+  before: string | null;
+  /** The text the agent left (null: it removed it); anything else there means the user changed it since. */
+  expected: string | null;
+  /** Not kept (too large): cannot be restored. */
+  tooLarge?: boolean;
+}
+export interface ConversationRewindResult {
+  /** Oldest change first per file or buffer, in the order they were first changed. */
+  restore: Restore[];
+  /** The whole history left, when truncate was asked. */
+  messages?: HistoryMessage[];
 }
 
 export interface ConversationExportParams {

@@ -109,7 +109,7 @@ export class ChatService {
     const turnId = `t-${randomUUID()}`;
     const controller = new AbortController();
     conversation.running = { turnId, controller };
-    conversation.turns++;
+    conversation.beginTurn(turnId);
     // Started after the answer is on its way, so the client knows the turn id before any notification.
     setImmediate(() => {
       this.run(conversation, turnId, p, controller.signal)
@@ -223,7 +223,9 @@ export class ChatService {
         textDelta: (delta) => text.push(delta),
         toolCall: (call, safetyLevel) =>
           notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
-        toolResult: (r) =>
+        toolResult: (r) => {
+          const changes = this.server.takeChanges(r.id);
+          if (changes) conversation.recordChanges(turnId, r.id, r.name, changes);
           notify<ToolResultParams>(ServerNotifications.toolResult, {
             ...ref,
             callId: r.id,
@@ -233,7 +235,8 @@ export class ChatService {
             ...(r.error !== undefined ? { error: r.error } : {}),
             executionTimeMs: r.metadata.executionTimeMs,
             approved: r.metadata.approved,
-          }),
+          });
+        },
       },
     });
     conversation.record(outcome.usage, outcome.costUsd, { turnId, provider: resolved.name, model: outcome.model });

@@ -9,7 +9,7 @@
 import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import type { Usage } from "../protocol.js";
+import type { Change, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
 
 /** The format version this server writes and reads. */
@@ -34,8 +34,12 @@ export type StoreRecord =
   | { v: number; type: "shortened"; at: string; turnId: string; results: number }
   /** Messages [0, replaced) are, for the model, the summary (the file and the chat keep them). */
   | { v: number; type: "compaction"; at: string; replaced: number; summary: string; tokensBefore: number; tokensAfter: number }
-  /** The conversation was rewound: only its first `keep` messages remain. */
-  | { v: number; type: "truncate"; at: string; keep: number }
+  /** A turn starts: its text is block `blocks` of message `index` (0 unless it joined a user message). */
+  | { v: number; type: "turn"; at: string; turnId: string; index: number; blocks: number }
+  /** Files and buffers a tool call of a turn changed, with their texts before and after. */
+  | { v: number; type: "change"; at: string; turnId: string; callId: string; tool: string; changes: Change[] }
+  /** The conversation was rewound: its first `keep` messages remain, and `keepBlocks` blocks of the next. */
+  | { v: number; type: "truncate"; at: string; keep: number; keepBlocks?: number }
   /** The line before this one was cut off by a crash and is not part of the conversation. */
   | { v: number; type: "sealed"; at: string };
 
@@ -52,6 +56,10 @@ export interface StoredConversation {
   costUsd: number;
   provider?: string;
   model?: string;
+  /** The turns, in order, where each starts. */
+  turnStarts: { turnId: string; at: string; index: number; blocks: number }[];
+  /** What each turn's tools changed, in order. */
+  changes: { turnId: string; changes: Change[] }[];
   /** Set when the last line was cut off (a crash mid-write): how many bytes were left out. */
   truncatedBytes?: number;
   updated: string;
@@ -103,6 +111,8 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let provider: string | undefined;
   let model: string | undefined;
   let updated = "";
+  let turnStarts: StoredConversation["turnStarts"] = [];
+  let changes: StoredConversation["changes"] = [];
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     let record: StoreRecord;
@@ -143,10 +153,24 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "compaction":
         compaction = { replaced: record.replaced, summary: record.summary };
         break;
-      case "truncate":
-        messages = messages.slice(0, record.keep);
-        if (compaction && compaction.replaced > record.keep) compaction = undefined;
+      case "turn":
+        turnStarts.push({ turnId: record.turnId, at: record.at, index: record.index, blocks: record.blocks });
         break;
+      case "change":
+        changes.push({ turnId: record.turnId, changes: record.changes });
+        break;
+      case "truncate": {
+        const keepBlocks = record.keepBlocks ?? 0;
+        const partial = keepBlocks > 0 ? messages[record.keep] : undefined;
+        messages = messages.slice(0, record.keep);
+        if (partial) messages.push({ ...partial, content: partial.content.slice(0, keepBlocks) } as Message);
+        if (compaction && compaction.replaced > record.keep) compaction = undefined;
+        // The turns cut off, and what they changed, are gone with them.
+        const cut = new Set(turnStarts.filter((t) => t.index > record.keep || (t.index === record.keep && t.blocks >= keepBlocks)).map((t) => t.turnId));
+        turnStarts = turnStarts.filter((t) => !cut.has(t.turnId));
+        changes = changes.filter((c) => !cut.has(c.turnId));
+        break;
+      }
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
       default:
@@ -167,6 +191,8 @@ export function parseConversation(file: string, text: string): StoredConversatio
     costUsd,
     ...((provider ?? header.provider) ? { provider: provider ?? header.provider } : {}),
     ...((model ?? header.model) ? { model: model ?? header.model } : {}),
+    turnStarts,
+    changes,
     ...(tail !== "" ? { truncatedBytes: Buffer.byteLength(tail) } : {}),
     updated: updated || header.created,
   };
@@ -238,6 +264,14 @@ export class ConversationJournal {
 
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void {
     this.append({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
+  }
+
+  turn(turnId: string, index: number, blocks: number): void {
+    this.append({ v: STORE_VERSION, type: "turn", at: now(), turnId, index, blocks });
+  }
+
+  changes(turnId: string, callId: string, tool: string, changes: Change[]): void {
+    this.append({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {

@@ -2,7 +2,7 @@
 // moment a request can be built from it (roles alternate, every tool call has exactly one result),
 // plus its usage, cost and the turn that is running, if any.
 
-import type { Configuration, ConversationSummary, Usage } from "../protocol.js";
+import type { Change, Configuration, ConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 
@@ -15,6 +15,8 @@ export interface RunningTurn {
 export interface ConversationRecorder {
   message(message: Message): void;
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void;
+  turn(turnId: string, index: number, blocks: number): void;
+  changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -34,6 +36,26 @@ export class Conversation {
     /** Overrides of the server's configuration for this conversation (model, provider...). */
     readonly configuration: Configuration = {},
   ) {}
+
+  /**
+   * A turn starts (before its text is added): counted, and where its text goes is recorded in the
+   * saved file (as the file numbers messages: the summary of a compaction stands for the first ones).
+   */
+  beginTurn(turnId: string): void {
+    this.turns++;
+    const last = this.messages[this.messages.length - 1];
+    const joins = last?.role === "user";
+    const index = joins ? this.messages.length - 1 : this.messages.length;
+    let blocks = joins ? last.content.length : 0;
+    // The first message kept by a compaction carries the summary as an extra first block.
+    if (index === 0 && this.compactedMessages > 0) blocks -= 1;
+    this.recorder?.turn(turnId, index + this.compactedMessages, blocks);
+  }
+
+  /** Records what a tool call of turn TURNID changed in files and buffers (for rewinding). */
+  recordChanges(turnId: string, callId: string, tool: string, changes: Change[]): void {
+    if (changes.length > 0) this.recorder?.changes(turnId, callId, tool, changes);
+  }
 
   /**
    * Adds the user's text. When the history already ends with a user message (the last turn was

@@ -17,8 +17,14 @@ import {
   type ConversationResumeResult,
   type ConversationSavedParams,
   type ConversationSavedResult,
+  type ConversationRewindParams,
+  type ConversationRewindResult,
+  type ConversationTurnsParams,
+  type ConversationTurnsResult,
   type HistoryMessage,
+  type Restore,
 } from "../protocol.js";
+import type { Message } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
@@ -39,6 +45,8 @@ export class SavedConversations {
     s.addRequest(Requests.conversationResume, (p: ConversationResumeParams) => this.resume(p));
     s.addRequest(Requests.conversationRename, (p: ConversationRenameParams) => this.rename(p));
     s.addRequest(Requests.conversationExport, (p: ConversationExportParams) => this.export(p));
+    s.addRequest(Requests.conversationTurns, (p: ConversationTurnsParams) => this.turns(p));
+    s.addRequest(Requests.conversationRewind, (p: ConversationRewindParams) => this.rewind(p));
     s.connection.onClose(() => this.closeAll());
     return this;
   }
@@ -108,16 +116,9 @@ export class SavedConversations {
       throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
     }
     const c = new Conversation(id);
-    if (stored.compaction) {
-      // The model goes on from the summary, as it did before; the file keeps every message.
-      c.messages.push(...compactedHistory(stored.messages, stored.compaction.replaced, stored.compaction.summary));
-      c.compactedMessages = stored.compaction.replaced;
-    } else {
-      c.messages.push(...structuredClone(stored.messages));
-    }
+    restoreHistory(c, stored);
     c.usage = { ...stored.usage };
     c.costUsd = stored.costUsd;
-    c.turns = stored.turns;
     this.conversations.set(id, c);
     this.attach(c, journal);
     if (stored.truncatedBytes !== undefined) {
@@ -177,6 +178,71 @@ export class SavedConversations {
     };
   }
 
+  /** Reads saved conversation ID, or fails with a ResponseError naming the file. */
+  private readSaved(id: unknown): StoredConversation {
+    if (typeof id !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "A conversationId is needed.");
+    try {
+      return this.requireStore().read(id);
+    } catch (err) {
+      if (err instanceof ResponseError) throw err;
+      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+    }
+  }
+
+  private turns(p: ConversationTurnsParams): ConversationTurnsResult {
+    const stored = this.readSaved(p?.conversationId);
+    return {
+      turns: stored.turnStarts.map((t) => ({
+        turnId: t.turnId,
+        at: t.at,
+        text: turnText(stored.messages, t.index, t.blocks),
+        changed: [...new Set(stored.changes.filter((c) => c.turnId === t.turnId).flatMap((c) => c.changes.map((x) => x.name)))],
+      })),
+    };
+  }
+
+  /**
+   * What puts back the files and buffers changed from turn P.turnId on: for each, the text before its
+   * first change and the text its last change left. With P.truncate the turns go too.
+   */
+  private rewind(p: ConversationRewindParams): ConversationRewindResult {
+    const stored = this.readSaved(p?.conversationId);
+    const open = this.conversations.get(p.conversationId);
+    if (open?.running) throw new ResponseError(ErrorCodes.turnRunning, "A turn is running in this conversation; cancel it or wait before rewinding.");
+    const from = stored.turnStarts.findIndex((t) => t.turnId === p.turnId);
+    if (from < 0) throw new ResponseError(RpcErrorCodes.InvalidParams, `Conversation ${p.conversationId} has no turn ${String(p.turnId)}.`);
+    const undone = new Set(stored.turnStarts.slice(from).map((t) => t.turnId));
+    const restore = new Map<string, Restore>();
+    for (const record of stored.changes) {
+      if (!undone.has(record.turnId)) continue;
+      for (const change of record.changes) {
+        const key = `${change.kind}\u0000${change.name}`;
+        const seen = restore.get(key);
+        if (!seen) restore.set(key, { kind: change.kind, name: change.name, before: change.before ?? null, expected: change.after ?? null, ...(change.tooLarge ? { tooLarge: true } : {}) });
+        else {
+          seen.expected = change.after ?? null;
+          if (change.tooLarge) seen.tooLarge = true;
+        }
+      }
+    }
+    if (p.truncate !== true) return { restore: [...restore.values()] };
+    const start = stored.turnStarts[from]!;
+    const record = { v: STORE_VERSION, type: "truncate" as const, at: new Date().toISOString(), keep: start.index, ...(start.blocks > 0 ? { keepBlocks: start.blocks } : {}) };
+    const after = (() => {
+      try {
+        const journal = this.journals.get(p.conversationId);
+        if (journal) journal.append(record);
+        else this.requireStore().appendTo(p.conversationId, record);
+        return this.requireStore().read(p.conversationId);
+      } catch (err) {
+        throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+      }
+    })();
+    // The server's copy goes on from the same history as the file.
+    if (open) restoreHistory(open, after);
+    return { restore: [...restore.values()], messages: after.messages as HistoryMessage[] };
+  }
+
   private rename(p: ConversationRenameParams): ConversationRenameResult {
     if (typeof p?.conversationId !== "string" || typeof p.title !== "string" || p.title.trim() === "") {
       throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/rename needs a conversationId and a non-empty title.");
@@ -218,4 +284,20 @@ export class SavedConversations {
     }
     return { text: exportConversation(title, messages, p.format) };
   }
+}
+
+/** Sets C's history (what the model is sent) and turn count from what STORED holds. */
+function restoreHistory(c: Conversation, stored: StoredConversation): void {
+  // After a compaction the model goes on from the summary, as it did before; the file keeps every message.
+  const view = stored.compaction ? compactedHistory(stored.messages, stored.compaction.replaced, stored.compaction.summary) : structuredClone(stored.messages);
+  c.messages.splice(0, c.messages.length, ...view);
+  c.compactedMessages = stored.compaction?.replaced ?? 0;
+  c.turns = stored.turns;
+}
+
+/** The start of the text of the turn whose text is block BLOCKS of message INDEX. */
+function turnText(messages: readonly Message[], index: number, blocks: number): string {
+  const block = messages[index]?.content.slice(blocks).find((b) => b.type === "text");
+  const text = block?.type === "text" ? block.text.trim().replace(/\s+/g, " ") : "";
+  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
 }

@@ -30,6 +30,7 @@ import {
   type ToolsCallParams,
   type ToolsListParams,
   type ToolsListResult,
+  type Change,
 } from "../protocol.js";
 import { createDefaultRegistry } from "../tools/catalog/index.js";
 import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } from "../tools/executor.js";
@@ -77,9 +78,29 @@ export class AgentServer {
       context: () => ({
         emacs: this.capabilities.tools || this.capabilities.image ? this.bridge : undefined,
         currentPackage: this.context.currentPackage,
+        reportChanges: (callId: string, changes: Change[]) => this.keepChanges(callId, changes),
       }),
     });
     this.registerHandlers();
+  }
+
+  /** What tool calls changed, by call id, until the chat that made the call takes it (takeChanges). */
+  private readonly changes = new Map<string, Change[]>();
+
+  private keepChanges(callId: string, changes: Change[]): void {
+    this.changes.set(callId, changes);
+    // Calls that no chat takes (tools/call, MCP) must not pile up.
+    for (const old of this.changes.keys()) {
+      if (this.changes.size <= MAX_UNTAKEN_CHANGES) break;
+      this.changes.delete(old);
+    }
+  }
+
+  /** What call CALLID changed in files and buffers, if anything; forgotten here once taken. */
+  takeChanges(callId: string): Change[] | undefined {
+    const changes = this.changes.get(callId);
+    this.changes.delete(callId);
+    return changes;
   }
 
   /** Starts reading messages. */
@@ -277,6 +298,9 @@ function inDeclaredOrder(tool: Tool, args: Record<string, unknown>): Record<stri
   for (const [k, v] of Object.entries(args)) if (!Object.prototype.hasOwnProperty.call(out, k)) out[k] = v;
   return out;
 }
+
+/** Untaken changes kept at most (see keepChanges). */
+const MAX_UNTAKEN_CHANGES = 64;
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 

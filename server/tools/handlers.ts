@@ -1,7 +1,7 @@
 // Handler builders: a tool's work runs in Node, in Emacs (buffers, files) or in the Lisp image
 // (through Emacs's SLY/SLIME connection). Declarations pick one of these; none is repeated per tool.
 
-import type { EmacsImageParams } from "../protocol.js";
+import type { Change, EmacsImageParams } from "../protocol.js";
 import { ToolError, type ToolContext, type ToolHandler } from "./tool.js";
 
 function requireEmacs(ctx: ToolContext) {
@@ -18,6 +18,8 @@ export function emacsTool(capability: string, mapArgs?: (args: Record<string, un
       { tool: capability, arguments: mapArgs ? mapArgs(args) : args },
       { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
     );
+    const changes = result && typeof result === "object" && "changes" in result ? (result as { changes: unknown }).changes : undefined;
+    if (Array.isArray(changes) && changes.length > 0) ctx.reportChanges?.(ctx.callId, changes as Change[]);
     return unwrapContent(result);
   };
 }

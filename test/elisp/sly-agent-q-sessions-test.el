@@ -182,5 +182,77 @@ The marks move to the newest message from one request to the next."
         (should (string-match-p "Summary: one long answer\\."
                                 (cdr (assq 'text (aref (cdr (assq 'content first)) 0)))))))))
 
+(defun sly-agent-q-sessions-test--write (path content)
+  "A tool_use block writing CONTENT to PATH."
+  `((type . "tool_use") (name . "write_file") (input . ((path . ,path) (content . ,content)))))
+
+(defun sly-agent-q-sessions-test--file (root name)
+  "The text of file NAME under ROOT, or nil when there is none."
+  (let ((file (expand-file-name name root)))
+    (and (file-exists-p file)
+         (with-temp-buffer (insert-file-contents file) (buffer-string)))))
+
+(ert-deftest sly-agent-q-sessions-rewind-restores-files-and-refuses-user-edits ()
+  "Rewind to before turn 2: a.txt back as turn 1 left it, b.txt gone, c.txt (edited since) left alone."
+  (let* ((root (file-name-as-directory (make-temp-file "agent-q-root" t)))
+         (sly-agent-q-project-root root)
+         (approve (lambda (_request callback) (funcall callback '(:decision "approved")))))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-sessions-test--script
+         (list (sly-agent-q-sessions-test--write "a.txt" "one\n"))
+         '(((type . "text") (text . "Wrote a.")))
+         (list (sly-agent-q-sessions-test--write "a.txt" "two\n") (sly-agent-q-sessions-test--write "b.txt" "new\n"))
+         '(((type . "text") (text . "Wrote a and b.")))
+         (list (sly-agent-q-sessions-test--write "c.txt" "agent's c\n"))
+         '(((type . "text") (text . "Wrote c.")))
+         '(((type . "text") (text . "After the rewind."))))
+      (let ((sly-agent-q-approval-function approve))
+        (dolist (text '("first" "second" "third"))
+          (should (eq (plist-get (sly-agent-q-test-send text) :status) 'finished))))
+      (should (equal (sly-agent-q-sessions-test--file root "a.txt") "two\n"))
+      ;; The user edits c.txt after the agent wrote it.
+      (with-temp-file (expand-file-name "c.txt" root) (insert "the user's c\n"))
+      (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+             (turns nil) (outcome nil))
+        (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
+                                    (lambda (r) (setq turns (append (plist-get r :turns) nil))))
+        (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
+        (should (equal (mapcar (lambda (tu) (plist-get tu :text)) turns) '("first" "second" "third")))
+        (should (equal (append (plist-get (nth 1 turns) :changed) nil)
+                       (list (expand-file-name "a.txt" root) (expand-file-name "b.txt" root))))
+        (sly-agent-q-sessions-rewind id (plist-get (nth 1 turns) :turnId) t (lambda (o) (setq outcome o)))
+        (sly-agent-q-test-wait (lambda () outcome) 10 "the rewind")
+        (should (equal (sly-agent-q-sessions-test--file root "a.txt") "one\n"))
+        (should-not (sly-agent-q-sessions-test--file root "b.txt"))
+        (should (equal (sly-agent-q-sessions-test--file root "c.txt") "the user's c\n"))
+        (should (equal (mapcar #'car (plist-get outcome :refused)) (list (expand-file-name "c.txt" root))))
+        (with-current-buffer "*sly-agent-q rewind refused*"
+          (should (string-match-p "^-agent's c$" (buffer-string)))
+          (should (string-match-p "^\\+the user's c$" (buffer-string))))
+        ;; The conversation ends before turn 2: the chat shows turn 1 only, the model gets turn 1 only.
+        (let ((chat (sly-agent-q-test-chat-text)))
+          (should (string-match-p "You: first" chat))
+          (should-not (string-match-p "You: second" chat)))
+        (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
+        (let ((sent (sly-agent-q-sessions-test--messages 6)))
+          (should (= (length sent) 5))
+          (should (equal (aref sent 4) '((role . "user") (content . [((type . "text") (text . "again"))])))))))))
+
+(ert-deftest sly-agent-q-sessions-rewind-stays-inside-the-project ()
+  "A rewind puts back nothing outside the project root, whatever the saved file says."
+  (let* ((root (file-name-as-directory (make-temp-file "agent-q-root" t)))
+         (outside (make-temp-file "agent-q-outside" nil nil "precious\n"))
+         (sly-agent-q-project-root root))
+    (should-error (sly-agent-q-tools-rewind-change "file" outside "forged\n" "precious\n")
+                  :type 'sly-agent-q-tool-error)
+    (should-error (sly-agent-q-tools-rewind-change "file" outside nil "precious\n")
+                  :type 'sly-agent-q-tool-error)
+    (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string)) "precious\n"))
+    (let ((outcome (sly-agent-q-sessions-apply-rewind
+                    (vector (list :kind "file" :name outside :before "forged\n" :expected "precious\n")))))
+      (should (equal (mapcar #'car (plist-get outcome :failed)) (list outside)))
+      (should (string-match-p "outside\\|project" (cadr (car (plist-get outcome :failed))))))
+    (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string)) "precious\n"))))
+
 (provide 'sly-agent-q-sessions-test)
 ;;; sly-agent-q-sessions-test.el ends here

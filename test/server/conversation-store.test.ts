@@ -172,4 +172,26 @@ describe("conversation files", () => {
     expect(store.read("c-glue").messages.at(-1)).toEqual(user("next"));
     expect(store.read("c-glue").messages).toHaveLength(5);
   });
+
+  it("drop the rewound turns, a turn that joined a user message included, and what they changed", () => {
+    const j = ConversationJournal.create(store, header("c-turns"));
+    j.turn("t1", 0, 0);
+    j.message(user("one"));
+    j.message(toolCall);
+    j.changes("t1", "tu1", "write_file", [{ kind: "file", name: "/proj/a", before: null, after: "A" }]);
+    j.message(toolResult);
+    // Turn 2 was sent after turn 1 was cancelled: its text joined the tool results' message.
+    j.turn("t2", 2, 1);
+    j.message(user("two"));
+    j.changes("t2", "tu2", "write_file", [{ kind: "file", name: "/proj/a", before: "A", after: "B" }]);
+    const both = store.read("c-turns");
+    expect(both.messages[2]!.content.map((b) => b.type)).toEqual(["tool_result", "text"]);
+    expect(both.turnStarts.map((t) => t.turnId)).toEqual(["t1", "t2"]);
+    j.append({ v: 1, type: "truncate", at: "x", keep: 2, keepBlocks: 1 });
+    j.close(store);
+    const s = store.read("c-turns");
+    expect(s.messages).toEqual([user("one"), toolCall, toolResult]);
+    expect(s.turnStarts.map((t) => t.turnId)).toEqual(["t1"]);
+    expect(s.changes.map((c) => c.turnId)).toEqual(["t1"]);
+  });
 });
