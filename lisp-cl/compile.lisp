@@ -387,10 +387,9 @@ compiling, so they take effect even when the file is not loaded.")
                (when (and output (plusp (length output)))
                  (format out "Output while loading:~%~A~%" output))))))))))
 
-(define-tool "compile_form" ((form "form" :string :required t)
-                             (package "package" :string))
+(define-tool "compile_form" (&key form package)
   "Compile FORM's top-level forms with the file compiler and load them."
-  (compile-text form (tool-package package)))
+  (compile-text (nonblank form "form" "one or more top-level forms") (tool-package package)))
 
 (define-tool "get_compilation_notes" ()
   "The warnings and notes of the most recent compile_form."

@@ -620,15 +620,16 @@ or signal TOOL-FAILURE."
                (format out "~%Note: the code changed *PACKAGE* (to ~A) for this call only."
                        (package-name final-package))))))))))
 
-(define-tool "eval_form" ((form "form" :string :required t)
-                          (package "package" :string))
+(define-tool "eval_form" (&key form package)
   "Evaluate every form of FORM in PACKAGE."
-  (evaluate-text "eval_form" form (tool-package package)))
+  (evaluate-text "eval_form" (nonblank form "form" "one or more Lisp forms")
+                 (tool-package package)))
 
-(define-tool "eval_in_package" ((form "form" :string :required t)
-                                (package "package" :string :required t))
+(define-tool "eval_in_package" (&key form package)
   "Evaluate every form of FORM with *PACKAGE* bound to PACKAGE."
-  (evaluate-text "eval_in_package" form (tool-package package :required t)))
+  (evaluate-text "eval_in_package" (nonblank form "form" "one or more Lisp forms")
+                 ;; Unlike eval_form's, this package has no default.
+                 (tool-package (nonblank package "package" "the package to evaluate in"))))
 
 
 ;;;; get_last_error, get_repl_history
@@ -660,10 +661,8 @@ or signal TOOL-FAILURE."
           ((< seconds 7200) (format nil "~D minutes ago" (round seconds 60)))
           (t (format nil "~D hours ago" (round seconds 3600))))))
 
-(define-tool "get_repl_history" ((limit "limit" :integer))
+(define-tool "get_repl_history" (&key limit)
   "The most recent LIMIT (default 10) evaluations made through these tools."
-  (when (and limit (< limit 1))
-    (fail "\"limit\" must be at least 1, but got ~D." limit))
   (let* ((history (call-with-state-lock (lambda () (copy-list *history*))))
          (limit (or limit 10))
          (shown (reverse (subseq history 0 (min limit (length history))))))
