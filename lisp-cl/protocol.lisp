@@ -42,11 +42,12 @@ error carrying MESSAGE."))
 ;;; none of that: it takes the arguments by name, as keywords.
 ;;; test/server/catalog-cl.test.ts fails when the two disagree.
 
-(defstruct (tool (:constructor make-tool (name parameters function documentation)))
+(defstruct (tool (:constructor make-tool (name parameters keywords function documentation)))
   (name "" :type string)
-  ;; The JSON names of its parameters, in the order of FUNCTION's
-  ;; lambda list, which takes each as a keyword (see DEFINE-TOOL).
+  ;; The JSON names of its parameters, and the keywords FUNCTION takes
+  ;; them as, in the order of its lambda list (see DEFINE-TOOL).
   (parameters '() :type list)
+  (keywords '() :type list)
   (function nil :type (or null function))
   (documentation nil))
 
@@ -99,6 +100,8 @@ reports problems with FAIL."
     `(setf (gethash ,name *tools*)
            (make-tool ,name
                       ',(mapcar #'parameter-json-name variables)
+                      ',(mapcar (lambda (variable) (intern (symbol-name variable) :keyword))
+                                variables)
                       (lambda ,lambda-list
                         ,@body)
                       ,documentation))))
@@ -151,7 +154,7 @@ validated the values against the catalog."
             do (fail "Unknown argument \"~A\" for ~A. ~:[It takes no arguments.~;~:*Its arguments are: ~{~A~^, ~}.~]"
                      key name parameters)
           ;; The first of repeated names wins, as in a plist.
-          append (list (intern (string-upcase (substitute #\- #\_ parameter)) :keyword)
+          append (list (nth (position parameter parameters) (tool-keywords tool))
                        (if (json-false-p (cdr entry)) nil (cdr entry))))))
 
 (defun nonblank (value parameter what)
