@@ -78,12 +78,11 @@ most specific first."
     (when doc
       (format out "    documentation: ~A~%" (first-line doc 300)))))
 
-(define-tool "class_slots" ((class "class" :string :required t)
-                            (package "package" :string))
+(define-tool "class_slots" (&key class package)
   "The slots of CLASS (own and inherited) with initargs, initforms,
 types, readers and writers."
   (let* ((package (tool-package package))
-         (class (resolve-class class package)))
+         (class (resolve-class (nonblank class "class" "a class name") package)))
     (multiple-value-bind (finalized why) (finalize-quietly class)
       (let ((slots (if finalized
                        (ignore-errors (mop "CLASS-SLOTS" class))
@@ -109,11 +108,10 @@ types, readers and writers."
 (defparameter *subclass-tree-limit* 60
   "The most classes the subclass tree of class_hierarchy shows.")
 
-(define-tool "class_hierarchy" ((class "class" :string :required t)
-                                (package "package" :string))
+(define-tool "class_hierarchy" (&key class package)
   "CLASS's precedence list and its subclasses."
   (let* ((package (tool-package package))
-         (class (resolve-class class package)))
+         (class (resolve-class (nonblank class "class" "a class name") package)))
     (multiple-value-bind (finalized why) (finalize-quietly class)
       (with-output-to-string (out)
         (format out "Class ~A (metaclass ~A)~%"
@@ -165,12 +163,13 @@ types, readers and writers."
                (when more (write-char #\Space out)))
       (write-char #\) out))))
 
-(define-tool "method_specializers" ((generic-function "generic_function" :string :required t)
-                                    (package "package" :string))
+(define-tool "method_specializers" (&key generic-function package)
   "The lambda list of GENERIC-FUNCTION and its methods with qualifiers
 and specializers."
   (let* ((package (tool-package package))
-         (symbol (resolve-symbol generic-function package
+         (symbol (resolve-symbol (nonblank generic-function "generic_function"
+                                           "a generic function's name")
+                                 package
                                  :what "Generic function"
                                  :test #'generic-function-p
                                  :test-description "a generic function"))

@@ -263,8 +263,11 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
                         (setf loaded t))))))
         (ignore-errors (delete-file source))
         (ignore-errors (when (probe-file fasl) (delete-file fasl))))
-      (report-compilation text package spans (reverse (car notes))
-                          outcome phase fasl-written failure-p loaded compiler-log))))
+      (report-compilation
+       (make-compile-attempt :text text :package package :spans spans
+                             :notes (reverse (car notes)) :outcome outcome :phase phase
+                             :fasl-written fasl-written :failure-p failure-p :loaded loaded
+                             :compiler-log compiler-log)))))
 
 (defparameter *compile-time-operators*
   '("DEFMACRO" "DEFINE-COMPILER-MACRO" "DEFPACKAGE" "EVAL-WHEN" "DEFCONSTANT"
@@ -295,102 +298,163 @@ compiling, so they take effect even when the file is not loaded.")
           (list :package (package-name package) :form text :summary message
                 :notes note-lines :time (get-universal-time)))))
 
-(defun report-compilation (text package spans notes outcome phase fasl-written failure-p loaded
-                           compiler-log)
-  "The result text of compile_form, or a TOOL-FAILURE."
-  (let* ((note-lines (mapcar (lambda (note) (note-line note spans text)) notes))
-         (counts (let ((errors 0) (warnings 0) (others 0))
-                   (dolist (note notes (list errors warnings others))
-                     (cond ((error-severity-p (note-severity note)) (incf errors))
-                           ((member (note-severity note) '(:warning :style-warning)) (incf warnings))
-                           (t (incf others))))))
-         (forms-text
-           (with-output-to-string (out)
-             (loop for (start . end) in spans
-                   for i from 1
-                   do (format out "  ~D. ~A~%" i (form-excerpt text start end 70)))))
-         (notes-text
-           (with-output-to-string (out)
-             (loop for line in note-lines
-                   for i below *notes-limit*
-                   do (format out "  ~A~%" line))
-             (when (> (length note-lines) *notes-limit*)
-               (format out "  ... and ~D more~%" (- (length note-lines) *notes-limit*)))))
-         (output (and outcome (outcome-output outcome)))
-         (where (format nil "in package ~A" (package-name package))))
-    (destructuring-bind (errors warnings others) counts
-      (flet ((failure (type summary &key backtrace)
-               (let ((message
-                       (with-output-to-string (out)
-                         (format out "~A~%Forms:~%~A" summary forms-text)
-                         (when note-lines
-                           (format out "Errors, warnings and notes:~%~A" notes-text))
-                         (when backtrace
-                           (format out "Backtrace (innermost first):~%~A" (format-backtrace backtrace)))
-                         (when (and (null note-lines) (plusp (length compiler-log)))
-                           ;; Nothing explains the failure: show what
-                           ;; the compiler printed.
-                           (format out "Compiler output:~%~A~%" (cap compiler-log 2000 "output")))
-                         (when (and output (plusp (length output)))
-                           (format out "Output:~%~A~%" output)))))
-                 (note-compile-failure text package type summary note-lines
-                                       :backtrace backtrace :output output)
-                 (error 'tool-failure :message (string-right-trim '(#\Newline) message)))))
-        (cond
-          ((outcome-timed-out outcome)
-           (failure "TIMEOUT"
-                    (format nil "compile_form timed out after ~A s while ~:[compiling~;loading~] ~A ~
-                                 and was interrupted. ~:[Nothing was loaded.~;Loading stopped part ~
-                                 way: top-level forms before the one running were loaded, later ~
-                                 ones were not.~]"
-                            (outcome-seconds outcome) (eq phase :load) where (eq phase :load))
-                    :backtrace (outcome-backtrace outcome)))
-          ((and (outcome-condition outcome) (eq phase :compile))
-           (failure (outcome-type outcome)
-                    (format nil "Compilation ~A was aborted by ~A: ~A~%Nothing was loaded; ~
-                                 previous definitions (if any) are unchanged."
-                            where (outcome-type outcome) (outcome-message outcome))
-                    :backtrace (outcome-backtrace outcome)))
-          ((outcome-condition outcome)
-           (failure (outcome-type outcome)
-                    (format nil "Compiled ~A, but loading failed with ~A: ~A~%Top-level forms ~
-                                 before the failing one were loaded; it and later ones were not."
-                            where (outcome-type outcome) (outcome-message outcome))
-                    :backtrace (outcome-backtrace outcome)))
-          ((or (plusp errors) (not fasl-written) (and failure-p (not loaded)))
-           (failure "COMPILE-ERROR"
-                    (format nil "Compilation failed ~A~:[~;~:* with ~A~]~@[ and ~A~]. Nothing was ~
-                                 loaded: the definitions in this code were not changed in the image ~
-                                 (previous definitions, if any, remain in effect).~@[ Exception: ~
-                                 the file compiler already evaluated ~{~A~^, ~} while compiling.~] ~
-                                 Fix the errors and compile again."
-                            where
-                            (and (plusp errors) (plural errors "error"))
-                            (and (plusp warnings) (plural warnings "warning"))
-                            (compile-time-forms text spans))))
-          (t
-           (let ((summary (format nil "Compiled and loaded ~A ~A~:[~;~:*, with ~{~A~^ and ~}~]."
-                                  (plural (length spans) "form") where
-                                  (remove nil (list (and (plusp warnings) (plural warnings "warning"))
-                                                    (and (plusp others) (plural others "note")))))))
-             (record-history "compile_form" (package-name package) text summary t)
-             (setf *compilation-notes*
-                   (list :package (package-name package) :form text :summary summary
-                         :notes note-lines :time (get-universal-time)))
-             (with-output-to-string (out)
-               (format out "~A~%Forms:~%~A" summary forms-text)
-               (if note-lines
-                   (format out "Warnings and notes:~%~A~:[~;(The code was loaded despite the ~
-                                warnings; fix them and compile again if they matter.)~%~]"
-                           notes-text (plusp warnings))
-                   (format out "No warnings or notes.~%"))
-               (when (and output (plusp (length output)))
-                 (format out "Output while loading:~%~A~%" output))))))))))
+;;;; Reporting
+;;;
+;;; REPORT-COMPILATION decides whether the attempt failed and why
+;;; (COMPILATION-PROBLEM), then records it and either signals the
+;;; failure or returns the summary; both list the forms and the notes.
 
-(define-tool "compile_form" ((form "form" :string :required t)
-                             (package "package" :string))
+(defstruct (compile-attempt (:conc-name attempt-))
+  "What one compile_form did."
+  text
+  package
+  spans                                 ; (START . END) of each top-level form
+  notes                                 ; NOTEs, in the order reported
+  outcome                               ; of RUN-USER-CODE
+  phase                                 ; :compile, or :load once loading began
+  fasl-written
+  failure-p                             ; COMPILE-FILE's third value
+  loaded
+  compiler-log)                         ; what the compiler printed
+
+(defun note-counts (notes)
+  "The numbers of errors, of warnings (style warnings included) and of
+other notes among NOTES."
+  (let ((errors 0) (warnings 0) (others 0))
+    (dolist (note notes (values errors warnings others))
+      (cond ((error-severity-p (note-severity note)) (incf errors))
+            ((member (note-severity note) '(:warning :style-warning)) (incf warnings))
+            (t (incf others))))))
+
+(defun attempt-note-lines (attempt)
+  (mapcar (lambda (note) (note-line note (attempt-spans attempt) (attempt-text attempt)))
+          (attempt-notes attempt)))
+
+(defun forms-listing (attempt)
+  "One numbered line per top-level form of ATTEMPT."
+  (with-output-to-string (out)
+    (loop for (start . end) in (attempt-spans attempt)
+          for i from 1
+          do (format out "  ~D. ~A~%" i (form-excerpt (attempt-text attempt) start end 70)))))
+
+(defun notes-listing (note-lines)
+  "NOTE-LINES, one per line, at most *NOTES-LIMIT* of them."
+  (with-output-to-string (out)
+    (loop for line in note-lines
+          for i below *notes-limit*
+          do (format out "  ~A~%" line))
+    (when (> (length note-lines) *notes-limit*)
+      (format out "  ... and ~D more~%" (- (length note-lines) *notes-limit*)))))
+
+(defun attempt-output (attempt)
+  (let ((outcome (attempt-outcome attempt)))
+    (and outcome (outcome-output outcome))))
+
+(defun attempt-where (attempt)
+  (format nil "in package ~A" (package-name (attempt-package attempt))))
+
+(defun compilation-problem (attempt)
+  "NIL if ATTEMPT compiled and loaded; else the failure's type label,
+its summary and the backtrace to show (or NIL)."
+  (let ((outcome (attempt-outcome attempt))
+        (phase (attempt-phase attempt))
+        (where (attempt-where attempt)))
+    (multiple-value-bind (errors warnings) (note-counts (attempt-notes attempt))
+      (cond
+        ((outcome-timed-out outcome)
+         (values "TIMEOUT"
+                 (format nil "compile_form timed out after ~A s while ~:[compiling~;loading~] ~A ~
+                              and was interrupted. ~:[Nothing was loaded.~;Loading stopped part ~
+                              way: top-level forms before the one running were loaded, later ~
+                              ones were not.~]"
+                         (outcome-seconds outcome) (eq phase :load) where (eq phase :load))
+                 (outcome-backtrace outcome)))
+        ((and (outcome-condition outcome) (eq phase :compile))
+         (values (outcome-type outcome)
+                 (format nil "Compilation ~A was aborted by ~A: ~A~%Nothing was loaded; ~
+                              previous definitions (if any) are unchanged."
+                         where (outcome-type outcome) (outcome-message outcome))
+                 (outcome-backtrace outcome)))
+        ((outcome-condition outcome)
+         (values (outcome-type outcome)
+                 (format nil "Compiled ~A, but loading failed with ~A: ~A~%Top-level forms ~
+                              before the failing one were loaded; it and later ones were not."
+                         where (outcome-type outcome) (outcome-message outcome))
+                 (outcome-backtrace outcome)))
+        ((or (plusp errors)
+             (not (attempt-fasl-written attempt))
+             (and (attempt-failure-p attempt) (not (attempt-loaded attempt))))
+         (values "COMPILE-ERROR"
+                 (format nil "Compilation failed ~A~:[~;~:* with ~A~]~@[ and ~A~]. Nothing was ~
+                              loaded: the definitions in this code were not changed in the image ~
+                              (previous definitions, if any, remain in effect).~@[ Exception: ~
+                              the file compiler already evaluated ~{~A~^, ~} while compiling.~] ~
+                              Fix the errors and compile again."
+                         where
+                         (and (plusp errors) (plural errors "error"))
+                         (and (plusp warnings) (plural warnings "warning"))
+                         (compile-time-forms (attempt-text attempt) (attempt-spans attempt)))
+                 nil))
+        (t nil)))))
+
+(defun fail-compilation (attempt type summary backtrace)
+  "Record the failed ATTEMPT and signal a TOOL-FAILURE describing it."
+  (let* ((note-lines (attempt-note-lines attempt))
+         (compiler-log (attempt-compiler-log attempt))
+         (output (attempt-output attempt))
+         (message
+           (with-output-to-string (out)
+             (format out "~A~%Forms:~%~A" summary (forms-listing attempt))
+             (when note-lines
+               (format out "Errors, warnings and notes:~%~A" (notes-listing note-lines)))
+             (when backtrace
+               (format out "Backtrace (innermost first):~%~A" (format-backtrace backtrace)))
+             (when (and (null note-lines) (plusp (length compiler-log)))
+               ;; Nothing explains the failure: show what the compiler
+               ;; printed.
+               (format out "Compiler output:~%~A~%" (cap compiler-log 2000 "output")))
+             (when (and output (plusp (length output)))
+               (format out "Output:~%~A~%" output)))))
+    (note-compile-failure (attempt-text attempt) (attempt-package attempt) type summary note-lines
+                          :backtrace backtrace :output output)
+    (error 'tool-failure :message (string-right-trim '(#\Newline) message))))
+
+(defun compilation-result (attempt)
+  "Record the successful ATTEMPT; return its result text."
+  (multiple-value-bind (errors warnings others) (note-counts (attempt-notes attempt))
+    (declare (ignore errors))
+    (let* ((text (attempt-text attempt))
+           (package-name (package-name (attempt-package attempt)))
+           (note-lines (attempt-note-lines attempt))
+           (output (attempt-output attempt))
+           (summary (format nil "Compiled and loaded ~A ~A~:[~;~:*, with ~{~A~^ and ~}~]."
+                            (plural (length (attempt-spans attempt)) "form") (attempt-where attempt)
+                            (remove nil (list (and (plusp warnings) (plural warnings "warning"))
+                                              (and (plusp others) (plural others "note")))))))
+      (record-history "compile_form" package-name text summary t)
+      (setf *compilation-notes*
+            (list :package package-name :form text :summary summary
+                  :notes note-lines :time (get-universal-time)))
+      (with-output-to-string (out)
+        (format out "~A~%Forms:~%~A" summary (forms-listing attempt))
+        (if note-lines
+            (format out "Warnings and notes:~%~A~:[~;(The code was loaded despite the ~
+                         warnings; fix them and compile again if they matter.)~%~]"
+                    (notes-listing note-lines) (plusp warnings))
+            (format out "No warnings or notes.~%"))
+        (when (and output (plusp (length output)))
+          (format out "Output while loading:~%~A~%" output))))))
+
+(defun report-compilation (attempt)
+  "The result text of compile_form's ATTEMPT, or a TOOL-FAILURE."
+  (multiple-value-bind (type summary backtrace) (compilation-problem attempt)
+    (if type
+        (fail-compilation attempt type summary backtrace)
+        (compilation-result attempt))))
+
+(define-tool "compile_form" (&key form package)
   "Compile FORM's top-level forms with the file compiler and load them."
-  (compile-text form (tool-package package)))
+  (compile-text (nonblank form "form" "one or more top-level forms") (tool-package package)))
 
 (define-tool "get_compilation_notes" ()
   "The warnings and notes of the most recent compile_form."

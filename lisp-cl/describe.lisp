@@ -192,11 +192,10 @@
           (write-string parts out)))
     (describe-definitions-part out symbol package)))
 
-(define-tool "describe_symbol" ((symbol "symbol" :string :required t)
-                                (package "package" :string))
+(define-tool "describe_symbol" (&key symbol package)
   "What SYMBOL names, its documentation, lambda list, value and definitions."
   (let* ((package (tool-package package))
-         (symbol (resolve-symbol symbol package)))
+         (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol name") package)))
     ;; Printing values runs user code: CALL-TOOL guards it (see
     ;; *TOOLS-GUARDING-THEMSELVES*).
     (describe-symbol-text symbol package)))
@@ -238,11 +237,10 @@ list (SETF symbol) naming a setf function."
         ((generic-function-p name) "a generic function")
         (t "a function")))
 
-(define-tool "function_arglist" ((function "function" :string :required t)
-                                 (package "package" :string))
+(define-tool "function_arglist" (&key function package)
   "The lambda list of a function, macro or generic function."
   (let* ((package (tool-package package))
-         (name (resolve-function-name function package))
+         (name (resolve-function-name (nonblank function "function" "a function's name") package))
          (doc (documentation-text name 'function)))
     (format nil "~A is ~A.~%Lambda list: ~A~@[~%Documentation: ~A~]"
             (if (consp name)
@@ -277,10 +275,10 @@ development environment: apropos ranks their symbols after the user's.")
 (defparameter *apropos-limit* 60
   "The most symbols apropos_search lists.")
 
-(define-tool "apropos_search" ((pattern "pattern" :string :required t)
-                               (package "package" :string))
+(define-tool "apropos_search" (&key pattern package)
   "Symbols whose names contain PATTERN, with what each names."
-  (let* ((only (and package (resolve-package package)))
+  (let* ((pattern (nonblank pattern "pattern" "a substring of the names to find"))
+         (only (and package (resolve-package package)))
          (seen (make-hash-table :test 'eq))
          (matches '()))
     (flet ((consider (symbol)
@@ -341,11 +339,10 @@ development environment: apropos ranks their symbols after the user's.")
 (defparameter *package-listing-limit* 300
   "The most symbols list_package_symbols lists.")
 
-(define-tool "list_package_symbols" ((package "package" :string :required t)
-                                     (include-internal "include_internal" :boolean))
+(define-tool "list_package_symbols" (&key package include-internal)
   "The external (optionally also internal) symbols of a package, with
 what each names."
-  (let* ((package (resolve-package package))
+  (let* ((package (resolve-package (nonblank package "package" "a package name")))
          (external '())
          (internal '()))
     (do-symbols (symbol package)

@@ -22,12 +22,11 @@
         (prin1-to-string form))
     (serious-condition (c) (unprintable form c))))
 
-(define-tool "macroexpand_form" ((form "form" :string :required t)
-                                 (full "full" :boolean)
-                                 (package "package" :string))
+(define-tool "macroexpand_form" (&key form full package)
   "Expand FORM once (or, with FULL, until its head is not a macro)."
   (let* ((package (tool-package package))
-         (form (read-form-for-inspection form package :tool "macroexpand_form"))
+         (form (read-form-for-inspection (nonblank form "form" "one Lisp form") package
+                                         :tool "macroexpand_form"))
          (expansion nil)
          (expanded-p nil)
          (text nil)

@@ -34,11 +34,20 @@ error carrying MESSAGE."))
 
 
 ;;;; The tool table
+;;;
+;;; A tool is declared once, in the server's catalog
+;;; (server/tools/catalog/image.ts): its parameters, their types, which
+;;; are required.  The server validates every call against it before
+;;; the call reaches Emacs or the image, so a handler here restates
+;;; none of that: it takes the arguments by name, as keywords.
+;;; test/server/catalog-cl.test.ts fails when the two disagree.
 
-(defstruct (tool (:constructor make-tool (name parameters function documentation)))
+(defstruct (tool (:constructor make-tool (name parameters keywords function documentation)))
   (name "" :type string)
-  ;; A list of (JSON-NAME TYPE REQUIRED-P), in the order FUNCTION takes them.
+  ;; The JSON names of its parameters, and the keywords FUNCTION takes
+  ;; them as, in the order of its lambda list (see DEFINE-TOOL).
   (parameters '() :type list)
+  (keywords '() :type list)
   (function nil :type (or null function))
   (documentation nil))
 
@@ -49,23 +58,59 @@ error carrying MESSAGE."))
   "The names of the tools CALL-TOOL knows, sorted."
   (sort (loop for name being the hash-keys of *tools* collect name) #'string<))
 
-(defmacro define-tool (name (&rest parameters) &body body)
-  "Define the image tool NAME (a string, e.g. \"describe_symbol\").
-Each parameter is (VARIABLE JSON-NAME TYPE &KEY REQUIRED), TYPE being
-:STRING, :BOOLEAN or :INTEGER.  BODY runs with the converted values
-bound (NIL when absent) and returns the content string; it reports
-problems with FAIL."
-  (let ((documentation (and (stringp (first body)) (rest body) (first body))))
+(defun parameter-json-name (variable)
+  "The catalog's name for the handler parameter VARIABLE:
+GENERIC-FUNCTION is \"generic_function\"."
+  (substitute #\_ #\- (string-downcase (symbol-name variable))))
+
+(defun handler-variables (name lambda-list)
+  "The variables of LAMBDA-LIST, the handler of tool NAME: () or
+(&key VARIABLE...), a VARIABLE possibly (VARIABLE DEFAULT)."
+  (flet ((bad (why)
+           (error "define-tool ~S: the lambda list ~S ~A; write () or (&key name...)."
+                  name lambda-list why)))
+    (cond ((null lambda-list) '())
+          ((not (and (consp lambda-list) (eq (first lambda-list) '&key)))
+           (bad "does not start with &key"))
+          (t
+           (loop for parameter in (rest lambda-list)
+                 for variable = (if (consp parameter) (first parameter) parameter)
+                 unless (and variable (symbolp variable)
+                             (not (member variable lambda-list-keywords)))
+                   do (bad (format nil "has ~S, which is not a parameter" parameter))
+                 collect variable)))))
+
+(defmacro define-tool (name lambda-list &body body)
+  "Define the handler of the image tool NAME (a string, e.g.
+\"macroexpand_form\"), whose parameters the catalog declares:
+
+  (define-tool \"macroexpand_form\" (&key form full package)
+    \"Expand FORM once (or, with FULL, until its head is not a macro).\"
+    ...)
+
+LAMBDA-LIST is () or (&key VARIABLE...), one keyword per parameter of
+the catalog, named as the JSON name with - for _ (generic_function is
+GENERIC-FUNCTION).  The server has checked the arguments' types and
+that the required ones are there; BODY gets them by name, NIL when
+absent (JSON false and null are NIL too), checks only what the catalog
+cannot say (e.g. with NONBLANK), and returns the content string; it
+reports problems with FAIL."
+  (let ((variables (handler-variables name lambda-list))
+        (documentation (and (stringp (first body)) (rest body) (first body))))
     `(setf (gethash ,name *tools*)
            (make-tool ,name
-                      ',(loop for (nil json-name type . options) in parameters
-                              collect (list json-name type (getf options :required)))
-                      (lambda ,(mapcar #'first parameters)
+                      ',(mapcar #'parameter-json-name variables)
+                      ',(mapcar (lambda (variable) (intern (symbol-name variable) :keyword))
+                                variables)
+                      (lambda ,lambda-list
                         ,@body)
                       ,documentation))))
 
 
 ;;;; Arguments
+
+(defvar *tool-name* nil
+  "The name of the tool CALL-TOOL is running, for messages.")
 
 (defun json-false-p (value)
   "True for the values JSON false or null may arrive as."
@@ -84,36 +129,10 @@ problems with FAIL."
   "Parameter names compare without case and with - and _ alike."
   (string-equal (substitute #\_ #\- a) (substitute #\_ #\- b)))
 
-(defun convert-argument (tool-name json-name type value)
-  "VALUE, sent for parameter JSON-NAME, converted to TYPE, or a FAIL."
-  (flet ((wrong (expected)
-           (fail "Argument \"~A\" of ~A must be ~A, but got ~A."
-                 json-name tool-name expected (print-value value :limit 200))))
-    (ecase type
-      (:string
-       (cond ((json-false-p value) nil)
-             ((stringp value) value)
-             ((characterp value) (string value))
-             (t (wrong "a string"))))
-      (:boolean
-       (cond ((json-false-p value) nil)
-             ((eq value t) t)
-             ((and (stringp value) (string-equal value "true")) t)
-             ((and (stringp value) (string-equal value "false")) nil)
-             ((eql value 1) t)
-             ((eql value 0) nil)
-             (t (wrong "true or false"))))
-      (:integer
-       (cond ((json-false-p value) nil)
-             ((integerp value) value)
-             ((and (floatp value) (= value (ffloor value))) (values (truncate value)))
-             ((and (stringp value)
-                   (let ((n (ignore-errors (parse-integer value))))
-                     (and n (return-from convert-argument n)))))
-             (t (wrong "an integer")))))))
-
 (defun parse-arguments (tool args)
-  "The values of TOOL's parameters, in order, taken from the alist ARGS."
+  "The keyword arguments for TOOL's handler, taken from the alist ARGS.
+Only the shape of ARGS and the names are checked here: the server
+validated the values against the catalog."
   (let ((name (tool-name tool))
         (parameters (tool-parameters tool)))
     (unless (listp args)
@@ -121,31 +140,32 @@ problems with FAIL."
              but got ~A." name (print-value args :limit 200)))
     (unless (ignore-errors (list-length args))
       (fail "The arguments of ~A are not a proper list." name))
-    (let ((entries
-            (loop for tail on args
-                  for entry = (car tail)
-                  unless (listp (cdr tail))
-                    do (fail "The arguments of ~A are not a proper list." name)
-                  unless (and (consp entry) (argument-key (car entry)))
-                    do (fail "The arguments of ~A must be (\"name\" . value) pairs, ~
-                              but one is ~A." name (print-value entry :limit 200))
-                  collect (cons (argument-key (car entry)) (cdr entry)))))
-      ;; Unknown names are errors: the model should learn the real ones.
-      (dolist (entry entries)
-        (unless (find (car entry) parameters :key #'first :test #'same-parameter-name-p)
-          (fail "Unknown argument \"~A\" for ~A. ~:[It takes no arguments.~;~:*Its arguments are: ~{~A~^, ~}.~]"
-                (car entry) name (mapcar #'first parameters))))
-      (loop for (json-name type required) in parameters
-            for entry = (find json-name entries :key #'car :test #'same-parameter-name-p)
-            for value = (and entry (convert-argument name json-name type (cdr entry)))
-            when (and required (or (null value) (and (stringp value) (zerop (length value)))))
-              do (fail "Missing required argument \"~A\" for ~A~@[ (~A)~]."
-                       json-name name
-                       (ecase type
-                         (:string "a string")
-                         (:boolean "true or false")
-                         (:integer "an integer")))
-            collect value))))
+    (loop for tail on args
+          for entry = (car tail)
+          for key = (and (consp entry) (argument-key (car entry)))
+          for parameter = (and key (find key parameters :test #'same-parameter-name-p))
+          unless (listp (cdr tail))
+            do (fail "The arguments of ~A are not a proper list." name)
+          unless key
+            do (fail "The arguments of ~A must be (\"name\" . value) pairs, ~
+                      but one is ~A." name (print-value entry :limit 200))
+          ;; Unknown names are errors: the model should learn the real ones.
+          unless parameter
+            do (fail "Unknown argument \"~A\" for ~A. ~:[It takes no arguments.~;~:*Its arguments are: ~{~A~^, ~}.~]"
+                     key name parameters)
+          ;; The first of repeated names wins, as in a plist.
+          append (list (nth (position parameter parameters) (tool-keywords tool))
+                       (if (json-false-p (cdr entry)) nil (cdr entry))))))
+
+(defun nonblank (value parameter what)
+  "VALUE, the text of the current tool's PARAMETER (its JSON name),
+unless it is absent or blank: then a FAIL asking for WHAT.  The catalog
+can require a string but not that it says something, and an empty
+symbol name, pattern or package name names nothing (or, as a pattern,
+matches everything)."
+  (if (and (stringp value) (notevery #'blank-char-p value))
+      value
+      (fail "The \"~A\" argument of ~A is empty: give ~A." parameter *tool-name* what)))
 
 
 ;;;; Calling a tool
@@ -241,7 +261,8 @@ alone is bound.  HOOK must not return normally."
               (t (fail "The PACKAGE of the call must be a package name, but got ~A."
                        (print-value package :limit 100)))))
           (*call-timeout* (normalize-timeout timeout)))
-      (let* ((arguments (parse-arguments tool args))
+      (let* ((*tool-name* name)
+             (arguments (parse-arguments tool args))
              (content (if (member name *tools-guarding-themselves* :test #'string=)
                           (apply (tool-function tool) arguments)
                           ;; Defined in eval.lisp, loaded later.

@@ -41,12 +41,10 @@ included), or a FAIL listing the closest package names."
                Use list_package_symbols or apropos_search to explore.~]"
               what (print-value name :limit 200) close (null close)))))
 
-(defun tool-package (name &key required (what "Package"))
+(defun tool-package (name &key (what "Package"))
   "The package a tool works in: NAME (the tool's \"package\" argument)
-if given, else the REPL's package passed to CALL-TOOL, else CL-USER.
-With REQUIRED, NAME must be given."
+if given, else the REPL's package passed to CALL-TOOL, else CL-USER."
   (cond (name (resolve-package name :what what))
-        (required (fail "The \"package\" argument is required."))
         (*repl-package-name*
          (or (find-package-leniently *repl-package-name*)
              (fail "The REPL's current package ~S no longer exists; pass a \"package\" argument."

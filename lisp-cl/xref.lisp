@@ -39,11 +39,11 @@ are not recorded; when in doubt, search the sources."
          data for it. Use apropos_search, describe_symbol or search the sources instead."
         what (or (backend-name) "SLYNK/SWANK")))
 
-(define-tool "who_calls" ((function "function" :string :required t)
-                          (package "package" :string))
+(define-tool "who_calls" (&key function package)
   "The functions that call FUNCTION, from the implementation's xref data."
   (let* ((package (tool-package package))
-         (symbol (resolve-symbol function package :what "Function"))
+         (symbol (resolve-symbol (nonblank function "function" "a function's name") package
+                                 :what "Function"))
          (callers (xref-entries "WHO-CALLS" symbol)))
     (when (eq callers :not-implemented)
       (xref-unavailable "who_calls"))
@@ -58,11 +58,11 @@ are not recorded; when in doubt, search the sources."
              (format out "No callers of ~A are recorded.~%~A~%"
                      (symbol-label symbol) *xref-caveat*))))))
 
-(define-tool "who_references" ((variable "variable" :string :required t)
-                               (package "package" :string))
+(define-tool "who_references" (&key variable package)
   "The code that reads VARIABLE (and, when recorded, binds or sets it)."
   (let* ((package (tool-package package))
-         (symbol (resolve-symbol variable package :what "Variable"))
+         (symbol (resolve-symbol (nonblank variable "variable" "a variable's name") package
+                                 :what "Variable"))
          (readers (xref-entries "WHO-REFERENCES" symbol)))
     (when (eq readers :not-implemented)
       (xref-unavailable "who_references"))

@@ -351,9 +351,12 @@
   (is (has (tool "eval_form" "form" "(package-name *package*)") "COMMON-LISP-USER"))
   (is (has (tool "eval_in_package" "form" "(package-name *package*)" "package" "my-app")
            "\"MY-APP\""))
-  (let ((r (tool "eval_in_package" "form" "1")))
+  ;; A missing "package" is refused by the server (test/server/catalog-validation.test.ts);
+  ;; an empty one, which the catalog cannot refuse, here.
+  (let ((r (tool "eval_in_package" "form" "1" "package" "")))
     (is (error-p r))
-    (is (has r "Missing required argument \"package\"")))
+    (is (has r "\"package\" argument of eval_in_package is empty")))
+  (is (error-p (tool "eval_in_package" "form" "1")))
   (let ((r (tool "eval_in_package" "form" "1" "package" "MY-APPP")))
     (is (error-p r))
     (is (has r "not found" "MY-APP")))
@@ -673,8 +676,8 @@ own, that are still alive: what a tool must not leave behind."
   (let ((r (tool "get_repl_history" "limit" 2)))
     (is (= 2 (occurrences "] eval_form in" r)))
     (is (has r "(+ 10 1000)" "(+ 11 1000)")))
-  (is (= 3 (occurrences "] eval_form in" (tool "get_repl_history" "limit" "3"))))
-  (is (error-p (tool "get_repl_history" "limit" 0)))
+  (is (= 3 (occurrences "] eval_form in" (tool "get_repl_history" "limit" 3))))
+  ;; "limit" as a string, or below 1, is refused by the server (catalog-validation.test.ts).
   (is (has (tool "eval_form" "form" "(/ 1 0)") "DIVISION-BY-ZERO"))
   (is (has (tool "get_repl_history" "limit" 1) "ERROR" "DIVISION-BY-ZERO")))
 
@@ -707,7 +710,6 @@ own, that are still alive: what a tool must not leave behind."
                   ("describe_symbol" (("symbol" . "car") ("package" . 7)))
                   ("get_repl_history" (("limit" . "many")))
                   ("get_repl_history" (("limit" . -3)))
-                  ("list_package_symbols" (("package" . "CL") ("include_internal" . "maybe")))
                   ("eval_form" (("form" . "")))
                   ("eval_form" (("form" . ,(make-string 3 :initial-element #\())))
                   ("eval_form" (("form" . (1 2 3))))
@@ -720,7 +722,16 @@ own, that are still alive: what a tool must not leave behind."
     (is (error-p (tool* "describe_symbol" circular))))
   (is (has (tool "no_such_tool") "Unknown image tool" "describe_symbol"))
   (is (has (tool "describe_symbol" "symbol" "car" "bogus" 1) "Unknown argument \"bogus\"" "symbol, package"))
-  (is (has (tool "describe_symbol") "Missing required argument \"symbol\""))
+  ;; Types and required arguments are checked by the server, against the catalog, before
+  ;; the image is asked (test/server/catalog-validation.test.ts); what the catalog cannot
+  ;; say, that a name must not be blank, is checked here.
+  (is (has (tool "describe_symbol" "symbol" "  ") "\"symbol\" argument of describe_symbol is empty"))
+  (is (has (tool "apropos_search" "pattern" "") "\"pattern\" argument of apropos_search is empty"))
+  (is (has (tool "method_specializers" "generic_function" "")
+           "\"generic_function\" argument of method_specializers is empty"))
+  (is (has (tool "get_last_error" "unexpected" t) "Unknown argument \"unexpected\"" "takes no arguments"))
+  ;; JSON null reads as NIL: the default applies.
+  (is (ok-p (tool "get_repl_history" "limit" :null)))
   (is (error-p (tool* "describe_symbol" '(("symbol" . "car")) :package 42)))
   (is (error-p (tool* "describe_symbol" '(("symbol" . "car")) :package "NO-SUCH-REPL-PACKAGE")))
   (is (error-p (tool* "eval_form" '(("form" . "1")) :timeout "soon")))

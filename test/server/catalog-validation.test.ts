@@ -4,10 +4,10 @@
 // are the checks test/elisp's tools test made of Emacs's own argument parsing before.)
 
 import { describe, expect, it } from "vitest";
-import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
+import { builtinTools, createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor } from "../../server/tools/executor.js";
 import { ToolPolicy } from "../../server/tools/policy.js";
-import type { EmacsPort } from "../../server/tools/tool.js";
+import type { EmacsPort, ParamType } from "../../server/tools/tool.js";
 
 function setup() {
   const registry = createDefaultRegistry();
@@ -50,5 +50,59 @@ describe("arguments are checked against the catalog before any handler runs", ()
     expect(await run("get_repl_history", { limit: "5" })).toMatch(/parameter "limit" must be integer/);
     expect(await run("macroexpand_form", {})).toMatch(/missing required parameter "form"/);
     expect(reached).toEqual([]);
+  });
+});
+
+// lisp-cl's define-tool takes the catalog's parameters by name and checks no types (issue 11): the
+// image refused these calls itself before (test/cl/tests.lisp asserted it); now the server must, and
+// the image is never asked.
+describe("image tools validate at the server", () => {
+  const imageTools = builtinTools.filter((tool) => tool.runtime === "image");
+
+  it("refuses what the image's own argument checks used to refuse", async () => {
+    const { run, reached } = setup();
+    expect(await run("describe_symbol", {})).toMatch(/missing required parameter "symbol"/);
+    expect(await run("eval_in_package", { form: "1" })).toMatch(/missing required parameter "package"/);
+    expect(await run("describe_symbol", { symbol: "car", package: 7 })).toMatch(/parameter "package" must be string/);
+    expect(await run("eval_form", { form: [1, 2, 3] })).toMatch(/parameter "form" must be string/);
+    expect(await run("list_package_symbols", { package: "CL", include_internal: "maybe" })).toMatch(
+      /parameter "include_internal" must be boolean/,
+    );
+    expect(await run("get_repl_history", { limit: "many" })).toMatch(/parameter "limit" must be integer/);
+    expect(await run("get_repl_history", { limit: "3" })).toMatch(/parameter "limit" must be integer/);
+    expect(await run("get_repl_history", { limit: 0 })).toMatch(/parameter "limit" must be >= 1/);
+    expect(await run("get_repl_history", { limit: -3 })).toMatch(/parameter "limit" must be >= 1/);
+    expect(await run("describe_symbol", { symbol: "car", bogus: 1 })).toMatch(/unknown parameter "bogus" \(parameters: symbol, package\)/);
+    expect(await run("get_last_error", { unexpected: true })).toMatch(/unknown parameter "unexpected" \(parameters: none\)/);
+    expect(reached).toEqual([]);
+  });
+
+  it("refuses, for every image tool, each missing required parameter and each wrongly typed one", async () => {
+    const { run, reached } = setup();
+    const wrong: Record<ParamType, unknown> = { string: 42, boolean: "yes", integer: "1", number: "1", object: "{}", array: "[]" };
+    const right: Record<ParamType, unknown> = { string: "x", boolean: true, integer: 1, number: 1, object: {}, array: [] };
+    let checked = 0;
+    for (const tool of imageTools) {
+      const valid = Object.fromEntries(tool.required.map((p) => [p, right[tool.parameters[p].type]]));
+      for (const p of tool.required) {
+        const { [p]: _omitted, ...missing } = valid;
+        expect(await run(tool.name, missing), `${tool.name} without ${p}`).toMatch(`missing required parameter "${p}"`);
+        checked++;
+      }
+      for (const [p, spec] of Object.entries(tool.parameters)) {
+        expect(await run(tool.name, { ...valid, [p]: wrong[spec.type] }), `${tool.name} with a wrong ${p}`).toMatch(
+          `parameter "${p}" must be ${spec.type}`,
+        );
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThan(imageTools.length);
+    expect(reached).toEqual([]);
+    // And a well-typed call of each does reach the image, by its implementation's name.
+    for (const tool of imageTools) {
+      const valid = Object.fromEntries(tool.required.map((p) => [p, right[tool.parameters[p].type]]));
+      expect(await run(tool.name, valid)).toBe("ran");
+    }
+    expect(reached).toEqual(imageTools.map((tool) => `image:${tool.implementation}`));
   });
 });
