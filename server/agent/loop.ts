@@ -159,6 +159,10 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
   "running-tools": async (t: Turn): Promise<TurnState> => {
     const step = t.step!;
     const opts = t.executeOptions();
+    if (!step.announced) {
+      step.announced = true;
+      for (const call of step.calls) t.events.toolCall(call.streamed, safetyOf(t.executor, call.name));
+    }
     if (step.approved) {
       const { index, call } = step.approved;
       step.approved = undefined;
@@ -174,9 +178,13 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
       const stage = t.executor.admit(step.calls[i], opts);
       if (stage.kind === "answered") {
         step.results[i] = stage.result;
-      } else if (stage.call.ask) {
+      } else if (stage.call.ask && !t.signal.aborted) {
         step.asking = { index: i, call: stage.call };
         return "awaiting-approval";
+      } else if (stage.call.ask) {
+        // The turn is stopping: answered as not run, without asking.
+        const answered = await t.executor.askApproval(stage.call, opts);
+        step.results[i] = answered.kind === "answered" ? answered.result : await t.executor.run(answered.call, opts);
       } else {
         step.results[i] = await t.executor.run(stage.call, opts);
       }
@@ -199,8 +207,15 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
 const FIRST_TEXT = Symbol("first text");
 
 /** The step under way: the calls of one answer and their results. */
+interface StepCall extends ToolCall {
+  /** The call as the model streamed it, as chat/toolCall announces it. */
+  streamed: StreamedToolCall;
+}
+
 interface Step {
-  calls: ToolCall[];
+  calls: StepCall[];
+  /** Whether the calls were announced (TurnEvents.toolCall), which running-tools does first. */
+  announced: boolean;
   /** By the calls' index; a hole is a call not answered (yet). */
   results: (ToolResult | undefined)[];
   /** Executor.batches(calls), and the next one to run. */
@@ -314,14 +329,14 @@ export class Turn {
     const text = response.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
     this.lastText = text;
     if (response.toolCalls.length === 0) return this.finish(response.stopReason, text);
-    for (const call of response.toolCalls) this.events.toolCall(call, safetyOf(this.executor, call.name));
-    const calls: ToolCall[] = response.toolCalls.map((c) => ({
+    const calls: StepCall[] = response.toolCalls.map((c) => ({
       id: c.id,
       name: c.name,
       // Arguments that did not parse go to the executor as text, which answers with a JSON error the model can fix.
       arguments: c.input ?? c.rawArguments,
+      streamed: c,
     }));
-    this.step = { calls, results: new Array(calls.length), groups: this.executor.batches(calls), group: 0 };
+    this.step = { calls, results: new Array(calls.length), groups: this.executor.batches(calls), group: 0, announced: false };
     return "running-tools";
   }
 
