@@ -206,12 +206,13 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
 
 const FIRST_TEXT = Symbol("first text");
 
-/** The step under way: the calls of one answer and their results. */
+/** A call of the step: what the executor runs, and what chat/toolCall announces. */
 interface StepCall extends ToolCall {
-  /** The call as the model streamed it, as chat/toolCall announces it. */
+  /** The call as the model streamed it. */
   streamed: StreamedToolCall;
 }
 
+/** The step under way: the calls of one answer and their results. */
 interface Step {
   calls: StepCall[];
   /** Whether the calls were announced (TurnEvents.toolCall), which running-tools does first. */
