@@ -532,8 +532,10 @@ is deleted, so that markers of the neighbouring text stay put."
      (format "  $%.4f" (or sly-agent-q-chat--cost 0))
      (cond ((not sly-agent-q-chat--turn) "")
            ((eq (sly-agent-q-turn-status sly-agent-q-chat--turn) 'sending) "  [sending]")
-           (t (format "  [%s: C-c C-k cancels]"
-                      (or (sly-agent-q-turn-state sly-agent-q-chat--turn) "running"))))
+           (t (let ((state (sly-agent-q-turn-state sly-agent-q-chat--turn)))
+                ;; The server's chat/turnState: requesting, streaming, running-tools...
+                (format "  [running%s: C-c C-k cancels]"
+                        (if state (format " (%s)" state) "")))))
      (if sly-agent-q-chat--attachments
          (format "  [%d attached]" (length sly-agent-q-chat--attachments))
        "")

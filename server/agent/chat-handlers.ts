@@ -1,6 +1,7 @@
 // The chat methods of the protocol on an AgentServer: chat/send starts a turn and answers at once,
 // chat/cancel stops it, conversation/new, conversation/list and conversation/delete manage conversations; every turn
-// reports through chat/* notifications (protocol.ts) and ends with chat/turnFinished or chat/turnFailed.
+// reports through chat/* notifications (protocol.ts): chat/turnState at each transition of its state
+// machine (turn-states.ts), and it ends with chat/turnFinished or chat/turnFailed.
 
 import { randomUUID } from "node:crypto";
 import { ResponseError, ErrorCodes as RpcErrorCodes, type NotificationType } from "vscode-jsonrpc/node";
@@ -12,6 +13,7 @@ import {
   type ChatCancelResult,
   type ChatSendParams,
   type ChatSendResult,
+  type CompactedParams,
   type Configuration,
   type ConversationDeleteParams,
   type ConversationDeleteResult,
@@ -24,6 +26,7 @@ import {
   type ToolResultParams,
   type TurnFailedParams,
   type TurnFinishedParams,
+  type TurnStateParams,
 } from "../protocol.js";
 import { ProviderError } from "../llm/errors.js";
 import { redact } from "../log.js";
@@ -31,10 +34,10 @@ import { createProvider, type ResolvedProvider } from "../llm/factory.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import type { ToolPolicy } from "../tools/policy.js";
-import { Conversation } from "./conversation.js";
+import { Conversation, estimateTokens } from "./conversation.js";
 import { SavedConversations } from "./saved-conversations.js";
-import { registerCompaction } from "./compact-handler.js";
-import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnOutcome } from "./loop.js";
+import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
+import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
 import { stripUndefined } from "../text.js";
@@ -162,14 +165,49 @@ export class ChatService {
     for (const c of this.conversations.values()) c.running?.controller.abort("connection closed");
   }
 
+  /** Runs one turn of CONVERSATION and reports it, from its first state to chat/turnFinished or chat/turnFailed. */
   private async run(conversation: Conversation, turnId: string, p: ChatSendParams, signal: AbortSignal): Promise<void> {
     const ref = { conversationId: conversation.id, turnId };
     const text = new TextBatcher((t) => this.server.notify(ServerNotifications.textDelta, { ...ref, text: t } satisfies TextDeltaParams));
     // Every other notification of the turn first sends the text that came before it.
-    const notify = <T>(type: NotificationType<T>, params: T) => {
+    const notify: TurnNotify = (type, params) => {
       text.flush();
       this.server.notify(type, params);
     };
+    const prepared = this.prepare(conversation, p);
+    if (typeof prepared === "string") {
+      // Refused before it starts: the turn has no states.
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message: prepared, usage: emptyUsage(), costUsd: 0 });
+      return;
+    }
+    await this.compactIfNeeded(conversation, prepared.settings, ref, notify, signal);
+    const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events: this.turnEvents(conversation, ref, text, notify) });
+    this.report(conversation, ref, outcome, notify, prepared.settings.provider.name);
+  }
+
+  /**
+   * Before a turn whose history nears the context window: older turns are summarized (compaction.ts).
+   * When the summary cannot be written the turn goes on; old tool results still give way (fitToBudget).
+   */
+  private async compactIfNeeded(conversation: Conversation, settings: TurnInput["settings"], ref: { conversationId: string; turnId: string }, notify: TurnNotify, signal: AbortSignal): Promise<void> {
+    const config: Configuration = { ...this.server.configuration, ...conversation.configuration, model: settings.model, ...(settings.contextWindow ? { contextWindow: settings.contextWindow } : {}) };
+    const fixed = estimateTokens(settings.system) + estimateTokens(JSON.stringify(settings.tools.map((t) => [t.name, t.description, t.schema])));
+    if (!shouldCompact(conversation, config, settings.model, fixed, settings.maxTokens)) return;
+    try {
+      const done = await compactConversation(conversation, config, this.options.env, signal, AUTO_KEEP_TURNS);
+      if (done.compacted) {
+        notify<CompactedParams>(ServerNotifications.compacted, { ...ref, replacedMessages: done.replacedMessages, tokensBefore: done.tokensBefore, tokensAfter: done.tokensAfter });
+      }
+    } catch (err) {
+      this.server.logger.warn(`turn ${ref.turnId}: the history could not be compacted: ${redact((err as Error).message)}`);
+    }
+  }
+
+  /**
+   * What a turn of CONVERSATION runs with under the configuration in force (the conversation's and
+   * this message's overrides applied), or why it cannot start.
+   */
+  private prepare(conversation: Conversation, p: ChatSendParams): Pick<TurnInput, "executor" | "settings"> | string {
     const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
     const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
@@ -178,9 +216,7 @@ export class ChatService {
     try {
       resolved = createProvider(config, this.options.env);
     } catch (err) {
-      const message = err instanceof ProviderError ? err.message : String(err);
-      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message, usage: emptyUsage(), costUsd: 0 });
-      return;
+      return err instanceof ProviderError ? err.message : String(err);
     }
     // The policy gives both the offered tools and the executor's check (issue 10); the check asks for
     // it again at each call, so that a change of configuration (a revoked permission) applies at once.
@@ -188,8 +224,7 @@ export class ChatService {
     try {
       policy = this.server.policyFor(config);
     } catch (err) {
-      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message: (err as Error).message, usage: emptyUsage(), costUsd: 0 });
-      return;
+      return (err as Error).message;
     }
     const tools = policy.offered();
     const system = buildSystemPrompt({
@@ -198,12 +233,8 @@ export class ChatService {
       currentPackage: context.currentPackage,
       projectRoot: context.projectRoot ?? config.projectRoot,
     });
-    const outcome: TurnOutcome = await runTurn({
-      conversation,
-      turnId,
-      text: p.text,
+    return {
       executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
-      signal,
       settings: {
         provider: resolved.provider,
         model: resolved.model,
@@ -218,28 +249,38 @@ export class ChatService {
         retry: this.retry,
         ...((this.options.contextWindow ?? config.contextWindow) ? { contextWindow: this.options.contextWindow ?? config.contextWindow } : {}),
       },
-      events: {
-        retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
-        textDelta: (delta) => text.push(delta),
-        toolCall: (call, safetyLevel) =>
-          notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
-        toolResult: (r) => {
-          const changes = this.server.takeChanges(r.id);
-          if (changes) conversation.recordChanges(turnId, r.id, r.name, changes);
-          notify<ToolResultParams>(ServerNotifications.toolResult, {
-            ...ref,
-            callId: r.id,
-            name: r.name,
-            success: r.success,
-            content: r.content,
-            ...(r.error !== undefined ? { error: r.error } : {}),
-            executionTimeMs: r.metadata.executionTimeMs,
-            approved: r.metadata.approved,
-          });
-        },
+    };
+  }
+
+  /** The turn's events as chat/* notifications: its states, text, tool calls and results. */
+  private turnEvents(conversation: Conversation, ref: { conversationId: string; turnId: string }, text: TextBatcher, notify: TurnNotify): TurnEvents {
+    return {
+      state: (state, previous) => notify<TurnStateParams>(ServerNotifications.turnState, { ...ref, state, previous }),
+      retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${ref.turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
+      textDelta: (delta) => text.push(delta),
+      toolCall: (call, safetyLevel) =>
+        notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
+      toolResult: (r) => {
+        // What the call changed in files and buffers is kept with the saved conversation, for rewinding.
+        const changes = this.server.takeChanges(r.id);
+        if (changes) conversation.recordChanges(ref.turnId, r.id, r.name, changes);
+        notify<ToolResultParams>(ServerNotifications.toolResult, {
+          ...ref,
+          callId: r.id,
+          name: r.name,
+          success: r.success,
+          content: r.content,
+          ...(r.error !== undefined ? { error: r.error } : {}),
+          executionTimeMs: r.metadata.executionTimeMs,
+          approved: r.metadata.approved,
+        });
       },
-    });
-    conversation.record(outcome.usage, outcome.costUsd, { turnId, provider: resolved.name, model: outcome.model });
+    };
+  }
+
+  /** The turn's end: its usage added to the conversation's, then chat/turnFinished or chat/turnFailed. */
+  private report(conversation: Conversation, ref: { conversationId: string; turnId: string }, outcome: TurnOutcome, notify: TurnNotify, provider: string): void {
+    conversation.record(outcome.usage, outcome.costUsd, { turnId: ref.turnId, provider, model: outcome.model });
     if (outcome.status === "finished") {
       notify<TurnFinishedParams>(ServerNotifications.turnFinished, {
         ...ref,
@@ -254,11 +295,14 @@ export class ChatService {
         ...(outcome.costNote ? { costNote: outcome.costNote } : {}),
       });
     } else {
-      if (outcome.kind !== "cancelled") this.server.logger.warn(`turn ${turnId} failed (${outcome.kind}): ${outcome.message}`);
+      if (outcome.kind !== "cancelled") this.server.logger.warn(`turn ${ref.turnId} failed (${outcome.kind}): ${outcome.message}`);
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd });
     }
   }
 }
+
+/** Sends one notification of a turn, after the text that came before it. */
+type TurnNotify = <T>(type: NotificationType<T>, params: T) => void;
 
 /** Registers the chat methods on SERVER. */
 export function registerChatHandlers(server: AgentServer, options: ChatOptions = {}): ChatService {

@@ -8,14 +8,14 @@ import { createProvider } from "../llm/factory.js";
 import { costOf, modelInfo } from "../llm/models.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
-import { compactionPoint, needsCompaction, summarize } from "./compaction.js";
+import { KEEP_TURNS, compactionPoint, needsCompaction, summarize } from "./compaction.js";
 import { estimateMessages, type Conversation } from "./conversation.js";
 
 const SUMMARY_MAX_TOKENS = 2048;
 
 /** Compacts CONVERSATION now with CONFIG's provider and model; resolves with what it did. */
-export async function compactConversation(conversation: Conversation, config: Configuration, env: NodeJS.ProcessEnv | undefined, signal: AbortSignal): Promise<ConversationCompactResult> {
-  const cut = compactionPoint(conversation.messages);
+export async function compactConversation(conversation: Conversation, config: Configuration, env: NodeJS.ProcessEnv | undefined, signal: AbortSignal, keep = KEEP_TURNS): Promise<ConversationCompactResult> {
+  const cut = compactionPoint(conversation.messages, keep);
   const tokens = estimateMessages(conversation.messages);
   if (cut === undefined) return { compacted: false, replacedMessages: 0, tokensBefore: tokens, tokensAfter: tokens, usage: emptyUsage(), costUsd: 0 };
   const resolved = createProvider(config, env);
@@ -26,11 +26,18 @@ export async function compactConversation(conversation: Conversation, config: Co
   return { compacted: true, replacedMessages: replaced, tokensBefore, tokensAfter, usage: summary.usage, costUsd: cost.usd };
 }
 
-/** Whether CONVERSATION's history is near CONFIG's model's context window (FIXEDTOKENS beside it). */
+/**
+ * Whether CONVERSATION's history is near CONFIG's model's context window (FIXEDTOKENS beside it) at
+ * the start of a turn, and has a turn before the last one to compact: the last turn and the one
+ * starting are kept whole.
+ */
 export function shouldCompact(conversation: Conversation, config: Configuration, model: string, fixedTokens: number, maxTokens: number): boolean {
   const window = config.contextWindow ?? modelInfo(model).contextWindow;
-  return needsCompaction(estimateMessages(conversation.messages), window, fixedTokens, maxTokens) && compactionPoint(conversation.messages) !== undefined;
+  return needsCompaction(estimateMessages(conversation.messages), window, fixedTokens, maxTokens) && compactionPoint(conversation.messages, AUTO_KEEP_TURNS) !== undefined;
 }
+
+/** Turns of the history kept whole by an automatic compaction (besides the turn starting). */
+export const AUTO_KEEP_TURNS = KEEP_TURNS - 1;
 
 /** Registers conversation/compact on SERVER, for the conversations of CONVERSATIONS. */
 export function registerCompaction(server: AgentServer, conversations: Map<string, Conversation>, env: NodeJS.ProcessEnv | undefined): void {

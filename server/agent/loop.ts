@@ -2,16 +2,20 @@
 // that stream carried are all executed and answered in one message of results; repeat until the
 // model answers without tools, the step limit, the turn's time limit, a cancellation or an error.
 // Whatever ends the turn, the conversation's history is left in a state both APIs accept.
+//
+// The turn is a state machine (issue 11, after gptel-fsm): turn-states.ts declares the states and the
+// transitions table; driveTurn below runs one handler per live state, each returning the next state.
 
-import type { StopReason, ToolChoice, TurnFailureKind, Usage } from "../protocol.js";
+import type { StopReason, ToolChoice, TurnFailureKind, TurnState, Usage } from "../protocol.js";
 import { ProviderError, StreamIdleError, isAbortError } from "../llm/errors.js";
 import { redact } from "../log.js";
 import { costOf, modelInfo } from "../llm/models.js";
 import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
 import { describeForModel } from "../tools/registry.js";
-import type { Executor, ToolCall, ToolResult } from "../tools/executor.js";
+import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
 import { estimateTokens, fitToBudget, type Conversation } from "./conversation.js";
+import { checkTransition, INITIAL_TURN_STATE, isTerminal, type LiveTurnState, type TerminalTurnState } from "./turn-states.js";
 
 export interface RetryPolicy {
   /** Retries after the first attempt, for errors a retry may cure (429, 5xx, overloaded, network). */
@@ -51,6 +55,8 @@ export interface TurnEvents {
   toolResult(result: ToolResult): void;
   /** A failed request is about to be retried after DELAYMS. */
   retrying?(attempt: number, delayMs: number, reason: string): void;
+  /** The turn entered STATE (turn-states.ts) from PREVIOUS (null: the turn starts). */
+  state?(state: TurnState, previous: TurnState | null): void;
 }
 
 export interface TurnInput {
@@ -80,138 +86,357 @@ export type TurnOutcome =
 
 const TIMEOUT = Symbol("turn timeout");
 
+/** Runs one turn: the state machine of turn-states.ts, from requesting to finished, failed or cancelled. */
 export async function runTurn(input: TurnInput): Promise<TurnOutcome> {
-  const { conversation, settings, events, executor, turnId } = input;
-  const controller = new AbortController();
-  const onCancel = () => controller.abort(input.signal.reason);
-  if (input.signal.aborted) onCancel();
-  input.signal.addEventListener("abort", onCancel, { once: true });
-  const timer = setTimeout(() => controller.abort(TIMEOUT), settings.turnTimeoutMs);
-  const signal = controller.signal;
-  const tags = { conversationId: conversation.id, turnId };
-
-  // Results are reported as each call finishes; the hook sees every outcome of this turn's calls.
-  const reported = new Set<string>();
-  const report = (r: ToolResult) => {
-    if (reported.has(r.id)) return;
-    reported.add(r.id);
-    events.toolResult(r);
-  };
-  const removeHook = executor.addHook((e) => {
-    if (e.tags?.turnId === turnId && e.result && (e.phase === "after" || e.phase === "error")) report(e.result);
-  });
-
-  let usage = emptyUsage();
-  let steps = 0;
-  let llmRequests = 0;
-  const outcome = (): OutcomeBase => {
-    const cost = costOf(settings.model, usage);
-    return { steps, usage, costUsd: cost.usd, ...(cost.note ? { costNote: cost.note } : {}), model: settings.model, llmRequests };
-  };
-  const failed = (err: unknown): TurnOutcome => {
-    const base = outcome();
-    if (signal.aborted) {
-      return signal.reason === TIMEOUT
-        ? { ...base, status: "failed", kind: "timeout", message: `The turn took longer than ${Math.round(settings.turnTimeoutMs / 1000)} s and was stopped. Raise turnTimeoutMs, or ask for a smaller piece of work.` }
-        : { ...base, status: "failed", kind: "cancelled", message: "The turn was cancelled." };
-    }
-    if (err instanceof ProviderError) return { ...base, status: "failed", kind: err.kind, message: err.message };
-    return { ...base, status: "failed", kind: "internal", message: redact(`Internal error in the agent loop: ${(err as Error)?.message ?? String(err)}`) };
-  };
-
-  const tools: ToolDefinition[] = settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: t.schema }));
-  const window = settings.contextWindow ?? modelInfo(settings.model).contextWindow;
-  const fixedTokens = estimateTokens(settings.system) + estimateTokens(JSON.stringify(tools));
-
-  conversation.addUserText(input.text);
+  const turn = new Turn(input);
   try {
-    for (;;) {
-      if (signal.aborted) return failed(undefined);
-      // Old tool results give way first when the history no longer fits beside the answer's room.
-      fitToBudget(conversation.messages, Math.floor((window - settings.maxTokens - fixedTokens) * 0.9));
-      let response: ChatResponse;
-      try {
-        response = await requestWithRetry();
-      } catch (err) {
-        // The partial answer is dropped: the history still ends with the user's message (or results).
-        return failed(err);
-      }
-      usage = addUsage(usage, response.usage);
-      conversation.addAssistant(response.content);
-      const text = response.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
-      if (response.toolCalls.length === 0) {
-        return { ...outcome(), status: "finished", stopReason: response.stopReason, text };
-      }
+    return await driveTurn(turn);
+  } finally {
+    turn.dispose();
+  }
+}
 
-      for (const call of response.toolCalls) events.toolCall(call, safetyOf(executor, call.name));
-      const calls: ToolCall[] = response.toolCalls.map((c) => ({
-        id: c.id,
-        name: c.name,
-        // Arguments that did not parse go to the executor as text, which answers with a JSON error the model can fix.
-        arguments: c.input ?? c.rawArguments,
-      }));
-      let results: ToolResult[] = [];
-      try {
-        results = await executor.executeAll(calls, { signal, tags });
-      } finally {
-        // Every call gets exactly one result in history, even when executeAll did not finish.
-        conversation.addToolResults(results);
+/**
+ * Drives TURN through its states: each live state's handler does that state's work and returns the
+ * next state, which must be in the transitions table (an illegal one throws); every transition is
+ * reported (TurnEvents.state); a terminal state gives the outcome. A handler that throws ends the
+ * turn as failed, or cancelled when the turn was.
+ */
+export async function driveTurn(turn: Turn): Promise<TurnOutcome> {
+  let state: TurnState | null = null;
+  let next: TurnState = INITIAL_TURN_STATE;
+  for (;;) {
+    checkTransition(state, next);
+    turn.entered(next, state);
+    state = next;
+    if (isTerminal(state)) return turn.outcome(state);
+    try {
+      next = await TURN_HANDLERS[state](turn);
+    } catch (err) {
+      turn.closeStep();
+      next = turn.fail(isAbortError(err) || turn.signal.aborted ? undefined : err);
+    }
+  }
+}
+
+/** One handler per live state (gptel's gptel-request--handlers): the state's work, then the next state. */
+export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promise<TurnState>>> = Object.freeze({
+  /** Sends the request (retrying what a retry may cure) and waits for its first text or its whole answer. */
+  requesting: async (t: Turn): Promise<TurnState> => {
+    if (t.signal.aborted) return t.fail(undefined);
+    // Old tool results give way first when the history no longer fits beside the answer's room.
+    t.fitHistory();
+    const firstText = t.startRequest();
+    let first: ChatResponse | typeof FIRST_TEXT;
+    try {
+      first = await Promise.race([t.response!, firstText]);
+    } catch (err) {
+      // The partial answer is dropped: the history still ends with the user's message (or results).
+      t.showText();
+      return t.fail(err);
+    }
+    // Text shown before the answer completes (however fast) means the turn streamed.
+    return first === FIRST_TEXT || t.holdsText() ? "streaming" : t.answered(first);
+  },
+
+  /** Shows the answer's text as it arrives, until the answer is complete. */
+  streaming: async (t: Turn): Promise<TurnState> => {
+    t.showText();
+    let response: ChatResponse;
+    try {
+      response = await t.response!;
+    } catch (err) {
+      return t.fail(err);
+    }
+    return t.answered(response);
+  },
+
+  /**
+   * Runs the step's calls group by group (adjacent safe calls together); a call that must ask sends
+   * the turn to awaiting-approval and is run here when it comes back approved. When every call is
+   * answered, the results go into the history in one message.
+   */
+  "running-tools": async (t: Turn): Promise<TurnState> => {
+    const step = t.step!;
+    const opts = t.executeOptions();
+    if (!step.announced) {
+      step.announced = true;
+      for (const call of step.calls) t.events.toolCall(call.streamed, safetyOf(t.executor, call.name));
+    }
+    if (step.approved) {
+      const { index, call } = step.approved;
+      step.approved = undefined;
+      step.results[index] = await t.executor.run(call, opts);
+    }
+    while (step.group < step.groups.length) {
+      const [i, j] = step.groups[step.group++]!;
+      if (j - i > 1) {
+        const batch = await Promise.all(step.calls.slice(i, j).map((c) => t.executor.execute(c, opts)));
+        batch.forEach((r, k) => (step.results[i + k] = r));
+        continue;
       }
-      results.forEach(report);
-      steps++;
-      if (signal.aborted) return failed(undefined);
-      if (steps >= settings.maxSteps) {
-        return { ...outcome(), status: "finished", stopReason: "step_limit", text };
+      const stage = t.executor.admit(step.calls[i], opts);
+      if (stage.kind === "answered") {
+        step.results[i] = stage.result;
+      } else if (stage.call.ask && !t.signal.aborted) {
+        step.asking = { index: i, call: stage.call };
+        return "awaiting-approval";
+      } else if (stage.call.ask) {
+        // The turn is stopping: answered as not run, without asking.
+        const answered = await t.executor.askApproval(stage.call, opts);
+        step.results[i] = answered.kind === "answered" ? answered.result : await t.executor.run(answered.call, opts);
+      } else {
+        step.results[i] = await t.executor.run(stage.call, opts);
       }
     }
-  } catch (err) {
-    if (isAbortError(err) || signal.aborted) return failed(undefined);
-    return failed(err);
-  } finally {
-    clearTimeout(timer);
-    input.signal.removeEventListener("abort", onCancel);
-    removeHook();
+    return t.endStep();
+  },
+
+  /** Asks the user about one call; approved or not (or cancelled), the step goes on. */
+  "awaiting-approval": async (t: Turn): Promise<TurnState> => {
+    const step = t.step!;
+    const { index, call } = step.asking!;
+    step.asking = undefined;
+    const stage = await t.executor.askApproval(call, t.executeOptions());
+    if (stage.kind === "answered") step.results[index] = stage.result;
+    else step.approved = { index, call: stage.call };
+    return "running-tools";
+  },
+});
+
+const FIRST_TEXT = Symbol("first text");
+
+/** A call of the step: what the executor runs, and what chat/toolCall announces. */
+interface StepCall extends ToolCall {
+  /** The call as the model streamed it. */
+  streamed: StreamedToolCall;
+}
+
+/** The step under way: the calls of one answer and their results. */
+interface Step {
+  calls: StepCall[];
+  /** Whether the calls were announced (TurnEvents.toolCall), which running-tools does first. */
+  announced: boolean;
+  /** By the calls' index; a hole is a call not answered (yet). */
+  results: (ToolResult | undefined)[];
+  /** Executor.batches(calls), and the next one to run. */
+  groups: [number, number][];
+  group: number;
+  /** The call awaiting-approval asks about. */
+  asking?: { index: number; call: AdmittedCall };
+  /** The call the user approved, which running-tools runs first. */
+  approved?: { index: number; call: AdmittedCall };
+}
+
+/** What a turn knows as it goes from state to state: the handlers' shared context. */
+export class Turn {
+  readonly conversation: Conversation;
+  readonly settings: TurnSettings;
+  readonly events: TurnEvents;
+  readonly executor: Executor;
+  /** Aborted by the user's cancellation or the turn's time limit. */
+  readonly signal: AbortSignal;
+  readonly tags: Record<string, string>;
+  readonly tools: ToolDefinition[];
+
+  usage = emptyUsage();
+  steps = 0;
+  llmRequests = 0;
+  /** The request under way: its answer, once the stream is complete. */
+  response?: Promise<ChatResponse>;
+  step?: Step;
+  /** The last answer's text, which a step limit ends the turn with. */
+  private lastText = "";
+  private end?: { stopReason: StopReason; text: string };
+  private failure?: { kind: TurnFailureKind; message: string };
+  /** Text that arrived before streaming was entered; after that, text is shown as it arrives. */
+  private heldText: string[] = [];
+  private live = false;
+  private readonly controller = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  private readonly onCancel: () => void;
+  private readonly input: TurnInput;
+
+  constructor(input: TurnInput) {
+    this.input = input;
+    const { conversation, settings, events, executor, turnId } = input;
+    this.conversation = conversation;
+    this.settings = settings;
+    this.events = events;
+    this.executor = executor;
+    this.onCancel = () => this.controller.abort(input.signal.reason);
+    if (input.signal.aborted) this.onCancel();
+    input.signal.addEventListener("abort", this.onCancel, { once: true });
+    this.timer = setTimeout(() => this.controller.abort(TIMEOUT), settings.turnTimeoutMs);
+    this.signal = this.controller.signal;
+    this.tags = { conversationId: conversation.id, turnId };
+    this.tools = settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: t.schema }));
+    conversation.addUserText(input.text);
   }
 
-  async function requestWithRetry(): Promise<ChatResponse> {
-    const toolChoice: ToolChoice = steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
-    let idleRetried = false;
-    for (let attempt = 0; ; attempt++) {
-      let emitted = false;
-      llmRequests++;
-      try {
-        return await settings.provider.stream(
-          {
-            model: settings.model,
-            system: settings.system,
-            messages: conversation.messages,
-            tools,
-            toolChoice,
-            maxTokens: settings.maxTokens,
-            ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.input.signal.removeEventListener("abort", this.onCancel);
+  }
+
+  /** The turn entered STATE from PREVIOUS. */
+  entered(state: TurnState, previous: TurnState | null): void {
+    try {
+      this.events.state?.(state, previous);
+    } catch {
+      // Reporting a state must not change the turn.
+    }
+  }
+
+  fitHistory(): void {
+    const window = this.settings.contextWindow ?? modelInfo(this.settings.model).contextWindow;
+    const fixedTokens = estimateTokens(this.settings.system) + estimateTokens(JSON.stringify(this.tools));
+    fitToBudget(this.conversation.messages, Math.floor((window - this.settings.maxTokens - fixedTokens) * 0.9));
+  }
+
+  /** Starts the request (this.response); the promise returned resolves at its first text. */
+  startRequest(): Promise<typeof FIRST_TEXT> {
+    this.heldText = [];
+    this.live = false;
+    let sawText: () => void = () => undefined;
+    const firstText = new Promise<typeof FIRST_TEXT>((resolve) => (sawText = () => resolve(FIRST_TEXT)));
+    this.response = requestWithRetry(this, (delta) => {
+      if (this.live) return this.events.textDelta(delta);
+      this.heldText.push(delta);
+      sawText();
+    });
+    // Awaited by requesting or streaming; never left unhandled.
+    this.response.catch(() => undefined);
+    return firstText;
+  }
+
+  holdsText(): boolean {
+    return this.heldText.length > 0;
+  }
+
+  /** Shows the text held so far, and from now on each delta as it arrives. */
+  showText(): void {
+    this.live = true;
+    const held = this.heldText;
+    this.heldText = [];
+    for (const delta of held) this.events.textDelta(delta);
+  }
+
+  /** A complete answer: the turn is finished, or its tool calls are the next step. */
+  answered(response: ChatResponse): TurnState {
+    this.response = undefined;
+    this.usage = addUsage(this.usage, response.usage);
+    this.conversation.addAssistant(response.content);
+    const text = response.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
+    this.lastText = text;
+    if (response.toolCalls.length === 0) return this.finish(response.stopReason, text);
+    const calls: StepCall[] = response.toolCalls.map((c) => ({
+      id: c.id,
+      name: c.name,
+      // Arguments that did not parse go to the executor as text, which answers with a JSON error the model can fix.
+      arguments: c.input ?? c.rawArguments,
+      streamed: c,
+    }));
+    this.step = { calls, results: new Array(calls.length), groups: this.executor.batches(calls), group: 0, announced: false };
+    return "running-tools";
+  }
+
+  /** How the step's calls run: this turn's signal and tags, each result reported once as it comes. */
+  executeOptions(): ExecuteOptions {
+    return { signal: this.signal, tags: this.tags, onResult: (r) => this.events.toolResult(r) };
+  }
+
+  /** Every call is answered: the results go into the history, and the turn goes on unless it must stop. */
+  endStep(): TurnState {
+    this.closeStep();
+    this.steps++;
+    if (this.signal.aborted) return this.fail(undefined);
+    if (this.steps >= this.settings.maxSteps) return this.finish("step_limit", this.lastText);
+    return "requesting";
+  }
+
+  /** Puts the open step's results into the history: every call gets exactly one, an unanswered call an error. */
+  closeStep(): void {
+    const step = this.step;
+    if (!step) return;
+    this.step = undefined;
+    this.conversation.addToolResults(step.results.filter((r): r is ToolResult => r !== undefined));
+  }
+
+  finish(stopReason: StopReason, text: string): TurnState {
+    this.end = { stopReason, text };
+    return "finished";
+  }
+
+  /** Why the turn fails (the signal's reason first: cancelled or timed out); returns failed or cancelled. */
+  fail(err: unknown): TurnState {
+    this.failure = this.failureOf(err);
+    return this.failure.kind === "cancelled" ? "cancelled" : "failed";
+  }
+
+  private failureOf(err: unknown): { kind: TurnFailureKind; message: string } {
+    if (this.signal.aborted) {
+      return this.signal.reason === TIMEOUT
+        ? { kind: "timeout", message: `The turn took longer than ${Math.round(this.settings.turnTimeoutMs / 1000)} s and was stopped. Raise turnTimeoutMs, or ask for a smaller piece of work.` }
+        : { kind: "cancelled", message: "The turn was cancelled." };
+    }
+    if (err instanceof ProviderError) return { kind: err.kind, message: err.message };
+    return { kind: "internal", message: redact(`Internal error in the agent loop: ${(err as Error)?.message ?? String(err)}`) };
+  }
+
+  /** The outcome of a turn that ended in STATE. */
+  outcome(state: TerminalTurnState): TurnOutcome {
+    const cost = costOf(this.settings.model, this.usage);
+    const base: OutcomeBase = { steps: this.steps, usage: this.usage, costUsd: cost.usd, ...(cost.note ? { costNote: cost.note } : {}), model: this.settings.model, llmRequests: this.llmRequests };
+    if (state === "finished") {
+      const end = this.end ?? { stopReason: "end_turn" as StopReason, text: this.lastText };
+      return { ...base, status: "finished", stopReason: end.stopReason, text: end.text };
+    }
+    const failure = this.failure ?? this.failureOf(undefined);
+    return { ...base, status: "failed", kind: failure.kind, message: failure.message };
+  }
+}
+
+/** The turn's next LLM request, streamed; failures a retry may cure are retried while no text was shown. */
+async function requestWithRetry(t: Turn, onText: (delta: string) => void): Promise<ChatResponse> {
+  const { settings, events, signal } = t;
+  const toolChoice: ToolChoice = t.steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
+  let idleRetried = false;
+  for (let attempt = 0; ; attempt++) {
+    let emitted = false;
+    t.llmRequests++;
+    try {
+      return await settings.provider.stream(
+        {
+          model: settings.model,
+          system: settings.system,
+          messages: t.conversation.messages,
+          tools: t.tools,
+          toolChoice,
+          maxTokens: settings.maxTokens,
+          ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
+        },
+        {
+          onText: (delta) => {
+            emitted = true;
+            onText(delta);
           },
-          {
-            onText: (delta) => {
-              emitted = true;
-              events.textDelta(delta);
-            },
-          },
-          signal,
-        );
-      } catch (err) {
-        // A stalled stream is retried once, and only when nothing of it was shown.
-        if (err instanceof StreamIdleError && !signal.aborted) {
-          if (emitted || idleRetried) throw err.final(emitted);
-          idleRetried = true;
-          events.retrying?.(attempt + 1, 0, err.message);
-          continue;
-        }
-        // A retry after text reached the user would show it twice: only clean failures are retried.
-        if (signal.aborted || !(err instanceof ProviderError) || !err.retryable || emitted || attempt >= settings.retry.maxRetries) throw err;
-        const backoff = Math.min(settings.retry.maxDelayMs, err.retryAfterMs ?? settings.retry.baseDelayMs * 2 ** attempt);
-        events.retrying?.(attempt + 1, backoff, err.message);
-        await sleep(backoff, signal);
+        },
+        signal,
+      );
+    } catch (err) {
+      // A stalled stream is retried once, and only when nothing of it was shown.
+      if (err instanceof StreamIdleError && !signal.aborted) {
+        if (emitted || idleRetried) throw err.final(emitted);
+        idleRetried = true;
+        events.retrying?.(attempt + 1, 0, err.message);
+        continue;
       }
+      // A retry after text reached the user would show it twice: only clean failures are retried.
+      if (signal.aborted || !(err instanceof ProviderError) || !err.retryable || emitted || attempt >= settings.retry.maxRetries) throw err;
+      const backoff = Math.min(settings.retry.maxDelayMs, err.retryAfterMs ?? settings.retry.baseDelayMs * 2 ** attempt);
+      events.retrying?.(attempt + 1, backoff, err.message);
+      await sleep(backoff, signal);
     }
   }
 }

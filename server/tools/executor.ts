@@ -82,6 +82,38 @@ export interface ExecuteOptions {
   signal?: AbortSignal;
   /** Passed through to approval requests and hook events (e.g. conversationId, turnId). */
   tags?: Record<string, string>;
+  /** Given each call's result once, as the call is answered, whichever stage answers it. */
+  onResult?: (result: ToolResult) => void;
+}
+
+/** A call that passed every check (Executor.admit): it may still have to ask, then it runs. */
+export interface AdmittedCall {
+  readonly call: ToolCall;
+  readonly tool: Tool;
+  readonly safety: SafetyLevel;
+  /** The primary tool name, which "always allow" remembers. */
+  readonly capability: string;
+  readonly arguments: Record<string, unknown>;
+  readonly decision: AuditEntry["decision"];
+  /** Present while the user must be asked before the call runs (Executor.askApproval). */
+  readonly ask?: ApprovalReason;
+  /** performance.now() when the call was admitted. */
+  readonly started: number;
+  /** Set when the call is answered; a later stage refuses it. */
+  settled: boolean;
+}
+
+/** Where a call stands after a stage: answered (its result is final and reported) or admitted. */
+export type CallStage = { kind: "answered"; result: ToolResult } | { kind: "admitted"; call: AdmittedCall };
+
+interface SettleInfo {
+  call: ToolCall;
+  started: number;
+  tool: Tool | undefined;
+  safety: SafetyLevel | "unknown";
+  approved: boolean;
+  args: Record<string, unknown> | undefined;
+  opts: ExecuteOptions;
 }
 
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -143,20 +175,28 @@ export class Executor {
    */
   async executeAll(calls: readonly unknown[], opts: ExecuteOptions = {}): Promise<ToolResult[]> {
     const results: ToolResult[] = new Array(calls.length);
+    for (const [i, j] of this.batches(calls)) {
+      const batch = await Promise.all(calls.slice(i, j).map((c) => this.execute(c, opts)));
+      batch.forEach((r, k) => (results[i + k] = r));
+    }
+    return results;
+  }
+
+  /**
+   * CALLS in the groups executeAll runs them in, as [start, end) index pairs: a run of adjacent safe
+   * calls (which never ask) runs concurrently; any other call is a group of its own.
+   */
+  batches(calls: readonly unknown[]): [number, number][] {
+    const out: [number, number][] = [];
     let i = 0;
     while (i < calls.length) {
       let j = i;
       while (j < calls.length && this.isSafeCall(calls[j])) j++;
-      if (j > i) {
-        const batch = await Promise.all(calls.slice(i, j).map((c) => this.execute(c, opts)));
-        batch.forEach((r, k) => (results[i + k] = r));
-        i = j;
-      } else {
-        results[i] = await this.execute(calls[i], opts);
-        i++;
-      }
+      if (j === i) j = i + 1;
+      out.push([i, j]);
+      i = j;
     }
-    return results;
+    return out;
   }
 
   private isSafeCall(call: unknown): boolean {
@@ -171,98 +211,182 @@ export class Executor {
     }
   }
 
-  /** Runs one call. Never throws, never rejects. */
+  /**
+   * Runs one call: admit, ask when the policy says so, run. Never throws, never rejects. The result
+   * is also given to opts.onResult, once: each stage either answers the call or passes it on.
+   */
   async execute(rawCall: unknown, opts: ExecuteOptions = {}): Promise<ToolResult> {
+    let stage = this.admit(rawCall, opts);
+    if (stage.kind === "admitted" && stage.call.ask) stage = await this.askApproval(stage.call, opts);
+    return stage.kind === "answered" ? stage.result : this.run(stage.call, opts);
+  }
+
+  /**
+   * The checks before anything runs or asks: the call's shape, the tool, whether it is offered, its
+   * arguments, the permission rules. Answers the call (an error result) or admits it, saying whether
+   * it must ask the user first. Never throws.
+   */
+  admit(rawCall: unknown, opts: ExecuteOptions = {}): CallStage {
     const started = performance.now();
     const call = normalizeCall(rawCall);
-    const meta = (safetyLevel: SafetyLevel | "unknown", approved: boolean): ToolResultMetadata => ({
-      executionTimeMs: Math.round((performance.now() - started) * 100) / 100,
-      safetyLevel,
-      approved,
-    });
-    const fail = (message: string, safetyLevel: SafetyLevel | "unknown", approved: boolean, tool?: Tool, args?: Record<string, unknown>): ToolResult => {
-      const error = truncate(redact(message), MAX_ERROR_CHARS);
-      const result: ToolResult = { id: call.id, name: call.name, success: false, content: `Error: ${error}`, error, metadata: meta(safetyLevel, approved) };
-      this.runHooks({ phase: "error", call, tool, arguments: args, safetyLevel, result, tags: opts.tags });
-      return result;
-    };
-
-    // Known as the call proceeds, for the catch-all at the end.
     let tool: Tool | undefined;
     let safety: SafetyLevel | "unknown" = "unknown";
-    let approved = false;
+    const answer = (message: string, args?: Record<string, unknown>): CallStage => ({
+      kind: "answered",
+      result: this.settle(undefined, { call, started, tool, safety, approved: false, args, opts }, message),
+    });
     try {
-      if (call.problem) return fail(call.problem, "unknown", false);
+      if (call.problem) return answer(call.problem);
       tool = this.options.registry.get(call.name);
       if (!tool) {
         const near = this.options.registry.closest(call.name);
-        return fail(`Unknown tool "${clip(call.name)}". ${near.length ? `Closest tools: ${near.join(", ")}.` : "No tools are available."}`, "unknown", false);
+        return answer(`Unknown tool "${clip(call.name)}". ${near.length ? `Closest tools: ${near.join(", ")}.` : "No tools are available."}`);
       }
       const policy = this.policy;
-      if (!policy.isOffered(tool)) return fail(policy.notAvailable(tool.name), "unknown", false);
+      if (!policy.isOffered(tool)) {
+        const name = tool.name;
+        tool = undefined; // reported as unknown, like a tool that does not exist
+        return answer(policy.notAvailable(name));
+      }
       safety = policy.effectiveSafety(tool);
       const capability = policy.primaryName(tool);
-      let args = parseArguments(call.arguments);
-      if (typeof args === "string") return fail(`Invalid arguments for ${tool.name}: ${args}`, safety, false, tool);
+      const args = parseArguments(call.arguments);
+      if (typeof args === "string") return answer(`Invalid arguments for ${tool.name}: ${args}`);
       const invalid = this.validate(tool, args);
-      if (invalid) return fail(`Invalid arguments for ${tool.name}: ${invalid}`, safety, false, tool, args);
+      if (invalid) return answer(`Invalid arguments for ${tool.name}: ${invalid}`, args);
 
-      let decision: AuditEntry["decision"] = "auto";
       const verdict = policy.decide(tool, args);
-      if (verdict.kind === "deny") return fail(deniedByRule(tool, verdict.rule), safety, false, tool, args);
+      if (verdict.kind === "deny") return answer(deniedByRule(tool, verdict.rule), args);
+      let decision: AuditEntry["decision"] = "auto";
+      let ask: ApprovalReason | undefined;
       if (verdict.kind === "ask") {
         // "Always allow" answers the tool's level; a rule that asks always asks.
         if (verdict.reason.kind === "level" && this.sessionAllowed.has(capability)) {
           decision = "session";
         } else {
           if (!this.options.approve) {
-            return fail(`${tool.name} needs the user's approval and no approval is possible here, so it was not run.`, safety, false, tool, args);
+            return answer(`${tool.name} needs the user's approval and no approval is possible here, so it was not run.`, args);
           }
-          const signal = opts.signal ?? new AbortController().signal;
-          if (signal.aborted) return fail(`${tool.name} was cancelled before it ran.`, safety, false, tool, args);
-          let answer: ApprovalDecision;
-          try {
-            answer = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety, reason: verdict.reason }, signal);
-          } catch (err) {
-            // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
-            if (err instanceof ToolError && !signal.aborted) return fail(err.message, safety, false, tool, args);
-            return fail(`Approval for ${tool.name} failed: ${sentence(errorMessage(err))} The tool was not run.`, safety, false, tool, args);
-          }
-          switch (answer?.decision) {
-            case "approved":
-              decision = "approved";
-              if (answer.always) this.sessionAllowed.add(capability);
-              break;
-            case "modified": {
-              const edited = parseArguments(answer.arguments);
-              const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
-              if (bad || typeof edited === "string") return fail(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`, safety, false, tool, args);
-              const again = policy.decide(tool, edited);
-              if (again.kind === "deny") return fail(deniedByRule(tool, again.rule), safety, false, tool, edited);
-              args = edited;
-              decision = "modified";
-              break;
-            }
-            case "denied":
-              return fail(`The user denied ${tool.name}${answer.reason?.trim() ? `: ${sentence(answer.reason)}` : "."} It was not run.`, safety, false, tool, args);
-            default:
-              return fail(`Approval for ${tool.name} gave no decision, so it was not run.`, safety, false, tool, args);
-          }
+          ask = verdict.reason;
         }
       }
-      if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, decision);
+      const admitted: AdmittedCall = { call, tool, safety, capability, arguments: args, decision, ...(ask ? { ask } : {}), started, settled: false };
+      return { kind: "admitted", call: admitted };
+    } catch (err) {
+      return answer(err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`);
+    }
+  }
 
+  /**
+   * The approval step of an admitted call that asks: the user approves (maybe always, maybe with
+   * edited arguments) and the call stays admitted, or the call is answered (denied, cancelled, the
+   * approval failed). Never throws.
+   */
+  async askApproval(admitted: AdmittedCall, opts: ExecuteOptions = {}): Promise<CallStage> {
+    this.assertOpen(admitted);
+    const { tool, safety, capability, call } = admitted;
+    let args = admitted.arguments;
+    const answer = (message: string): CallStage => ({ kind: "answered", result: this.settle(admitted, { call, started: admitted.started, tool, safety, approved: false, args, opts }, message) });
+    try {
+      const reason = admitted.ask;
+      if (!reason) return { kind: "admitted", call: admitted };
+      if (!this.options.approve) return answer(`${tool.name} needs the user's approval and no approval is possible here, so it was not run.`);
+      const signal = opts.signal ?? new AbortController().signal;
+      if (signal.aborted) return answer(`${tool.name} was cancelled before it ran.`);
+      let reply: ApprovalDecision;
+      try {
+        reply = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety, reason }, signal);
+      } catch (err) {
+        // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
+        if (err instanceof ToolError && !signal.aborted) return answer(err.message);
+        return answer(`Approval for ${tool.name} failed: ${sentence(errorMessage(err))} The tool was not run.`);
+      }
+      let decision: AuditEntry["decision"];
+      switch (reply?.decision) {
+        case "approved":
+          decision = "approved";
+          if (reply.always) this.sessionAllowed.add(capability);
+          break;
+        case "modified": {
+          const edited = parseArguments(reply.arguments);
+          const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
+          if (bad || typeof edited === "string") return answer(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`);
+          const again = this.policy.decide(tool, edited);
+          if (again.kind === "deny") {
+            args = edited;
+            return answer(deniedByRule(tool, again.rule));
+          }
+          args = edited;
+          decision = "modified";
+          break;
+        }
+        case "denied":
+          return answer(`The user denied ${tool.name}${reply.reason?.trim() ? `: ${sentence(reply.reason)}` : "."} It was not run.`);
+        default:
+          return answer(`Approval for ${tool.name} gave no decision, so it was not run.`);
+      }
+      const { ask: _asked, ...rest } = admitted;
+      admitted.settled = true; // passed on: the approved call below is the one that answers
+      return { kind: "admitted", call: { ...rest, arguments: args, decision, settled: false } };
+    } catch (err) {
+      return answer(err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`);
+    }
+  }
+
+  /** Runs an admitted call that no longer needs to ask, and answers it. Never throws. */
+  async run(admitted: AdmittedCall, opts: ExecuteOptions = {}): Promise<ToolResult> {
+    this.assertOpen(admitted);
+    const { call, tool, safety, started } = admitted;
+    const args = admitted.arguments;
+    let approved = false;
+    try {
+      if (admitted.ask) return this.settle(admitted, { call, started, tool, safety, approved, args, opts }, `${tool.name} was not run: it needs the user's approval first.`);
+      if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
       const value = await this.runHandler(tool, args, call.id, opts.signal);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
-      const result: ToolResult = { id: call.id, name: tool.name, success: true, content, metadata: meta(safety, true) };
-      this.runHooks({ phase: "after", call, tool, arguments: args, safetyLevel: safety, result, tags: opts.tags });
-      return result;
+      return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts }, undefined, content);
     } catch (err) {
       const message = err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`;
-      return fail(message, safety, approved, tool);
+      // A handler's failure is reported without its arguments, as before the split.
+      return this.settle(admitted, { call, started, tool, safety, approved, args: undefined, opts }, message);
     }
+  }
+
+  /**
+   * The one place a call is answered: builds its result (an error when ERROR is given), runs the
+   * after or error hooks and gives the result to opts.onResult. ADMITTED, when given, is closed, so
+   * that no later stage can answer it again.
+   */
+  private settle(admitted: AdmittedCall | undefined, s: SettleInfo, error?: string, content?: string): ToolResult {
+    if (admitted) {
+      this.assertOpen(admitted);
+      admitted.settled = true;
+    }
+    const metadata: ToolResultMetadata = {
+      executionTimeMs: Math.round((performance.now() - s.started) * 100) / 100,
+      safetyLevel: s.safety,
+      approved: s.approved,
+    };
+    let result: ToolResult;
+    if (error !== undefined) {
+      const e = truncate(redact(error), MAX_ERROR_CHARS);
+      result = { id: s.call.id, name: s.call.name, success: false, content: `Error: ${e}`, error: e, metadata };
+    } else {
+      result = { id: s.call.id, name: s.tool!.name, success: true, content: content ?? "", metadata };
+    }
+    this.runHooks({ phase: error !== undefined ? "error" : "after", call: s.call, tool: s.tool, arguments: s.args, safetyLevel: s.safety, result, tags: s.opts.tags });
+    try {
+      s.opts.onResult?.(result);
+    } catch {
+      // The caller's reporting must not turn an answered call into a failed one.
+    }
+    return result;
+  }
+
+  private assertOpen(admitted: AdmittedCall): void {
+    if (admitted.settled) throw new Error(`Tool call ${admitted.call.id} was already answered.`);
   }
 
   /** Returns undefined when ARGS fit the tool's schema, or a message naming each problem. */

@@ -227,6 +227,8 @@
       (should-not outcome)
       (with-current-buffer (sly-agent-q-chat-buffer)
         (should (string-match-p "running" (sly-agent-q-chat--header-line)))
+        ;; The server's chat/turnState came before the text.
+        (should (string-match-p "(streaming)" (sly-agent-q-chat--header-line)))
         (call-interactively (key-binding (kbd "C-c C-k"))))
       (sly-agent-q-test-wait (lambda () outcome) 10 "the cancellation")
       (should (eq (plist-get outcome :status) 'cancelled))

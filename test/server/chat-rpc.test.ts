@@ -103,7 +103,8 @@ describe("chat over JSON-RPC", () => {
     expect(sent.conversationId).toMatch(/^c-/);
     const end = await s.ended(sent.turnId);
     expect(end.method).toBe("chat/turnFinished");
-    const chatNotes = s.notes.filter((n) => n.method.startsWith("chat/"));
+    // chat/turnState is tested on its own (turn-states.test.ts).
+    const chatNotes = s.notes.filter((n) => n.method.startsWith("chat/") && n.method !== "chat/turnState");
     expect(chatNotes.every((n) => n.params.turnId === sent.turnId && n.params.conversationId === sent.conversationId)).toBe(true);
     const kinds = chatNotes.map((n) => n.method).filter((m, i, a) => m !== "chat/textDelta" || a[i - 1] !== "chat/textDelta");
     expect(kinds).toEqual(["chat/textDelta", "chat/toolCall", "chat/toolResult", "chat/textDelta", "chat/turnFinished"]);
@@ -166,7 +167,7 @@ describe("chat over JSON-RPC", () => {
     const sent: ChatSendResult = await s.client.sendRequest("chat/send", { text: "write it" });
     const end = await s.ended(sent.turnId);
     expect(end.params.text).toBe("wrote hi");
-    const seq = s.notes.filter((n) => n.method !== "chat/textDelta").map((n) => n.method);
+    const seq = s.notes.filter((n) => n.method !== "chat/textDelta" && n.method !== "chat/turnState").map((n) => n.method);
     expect(seq).toEqual(["chat/toolCall", "chat/approvalNeeded", "emacs/call", "chat/toolResult", "chat/turnFinished"]);
     const approval = s.notes.find((n) => n.method === "emacs/call")!.params;
     expect(approval.params).toMatchObject({ tool: "write_note", conversationId: sent.conversationId, turnId: sent.turnId, safetyLevel: "dangerous" });

@@ -199,4 +199,43 @@ describe("saved conversations", () => {
     await b.ended(fifth.turnId);
     expect(sentMessages(5).slice(0, -2)).toEqual(sentMessages(4));
   });
+
+  it("compact by themselves when the history nears the context window, and say so", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    const huge = "z".repeat(80_000);
+    mock.setScript({
+      steps: [
+        { content: [{ type: "text", text: huge }] },
+        { content: [{ type: "text", text: "Short." }] },
+        { content: [{ type: "text", text: "The first answer was 80,000 z." }] },
+        { content: [{ type: "text", text: "Third." }] },
+      ],
+    });
+    const b = startBundle();
+    running.push(b);
+    const notes: Note[] = [];
+    b.connection.onNotification((method: string, params: unknown) => void notes.push({ method, params: params as Note["params"] }));
+    await b.connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: {}, configuration: { ...config(), contextWindow: 25_000, maxTokens: 1000 } });
+    const until = async (turnId: string) => {
+      while (!notes.some((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId)) await new Promise((r) => setTimeout(r, 10));
+    };
+    let id: string | undefined;
+    for (const text of ["one", "two", "three"]) {
+      const sent: ChatSendResult = await b.connection.sendRequest("chat/send", { ...(id ? { conversationId: id } : {}), text });
+      id = sent.conversationId;
+      await until(sent.turnId);
+    }
+    const compacted = notes.filter((n) => n.method === "chat/compacted");
+    expect(compacted).toHaveLength(1);
+    expect(compacted[0]!.params).toMatchObject({ conversationId: id, replacedMessages: 2 });
+    expect(compacted[0]!.params.tokensBefore as number).toBeGreaterThan(20_000);
+    expect(compacted[0]!.params.tokensAfter as number).toBeLessThan(100);
+    // Before the third turn's first state; its request starts from the summary.
+    const third = notes.findIndex((n) => n.method === "chat/compacted");
+    expect(notes.slice(third).find((n) => n.method === "chat/turnState")?.params.state).toBe("requesting");
+    expect(JSON.stringify(mock.requests()[2]!.body)).toContain("You summarize the earlier part");
+    const sent = sentMessages(3) as { content: { text: string }[] }[];
+    expect(sent[0]!.content[0]!.text).toContain("The first answer was 80,000 z.");
+    expect(JSON.stringify(sent)).not.toContain(huge);
+  });
 });
