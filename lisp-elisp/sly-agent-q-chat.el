@@ -38,6 +38,7 @@
 (require 'subr-x)
 (require 'button)
 (require 'jsonrpc)
+(require 'ewoc)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 
@@ -116,9 +117,9 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
   state)
 
 (cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
-  "A tool call shown in the transcript."
+  "A tool call shown in the transcript; SECTION is where it is drawn."
   call-id name arguments safety (status 'running) content error time-ms
-  approved expanded start end)
+  approved expanded section)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
@@ -441,52 +442,62 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
                          ""))
                'face 'sly-agent-q-notice-face)))))
 
-(defun sly-agent-q-chat-insert-section (render)
-  "End the agent's text, then call RENDER on a fresh transcript line.
-RENDER inserts at point, in the current chat buffer.  Return a cons
-\(START . END) of markers around what it inserted, for
-`sly-agent-q-chat-redraw'."
-  (sly-agent-q-chat--flush)
-  (sly-agent-q-chat--end-segment)
-  (sly-agent-q-chat--fresh-line)
-  (sly-agent-q-chat--at-output
-    (let ((start (copy-marker (point) nil)))
-      (funcall render)
-      (cons start (copy-marker (point) nil)))))
-
 (defun sly-agent-q-chat-json (value)
   "VALUE (parsed JSON) as pretty-printed JSON text, as tool entries show it."
   (sly-agent-q-chat--json value))
 
-(defun sly-agent-q-chat-redraw (start end render)
-  "Replace the transcript text between markers START and END by calling RENDER.
-RENDER inserts at point.  The new text is inserted before the old one
-is deleted, so that markers of the neighbouring text stay put."
-  (when (and (markerp start) (marker-buffer start))
-    (with-current-buffer (marker-buffer start)
-      (let ((inhibit-read-only t)
-            (buffer-undo-list t))
-        (save-excursion
-          (goto-char start)
-          (funcall render)
-          (delete-region (point) end)
-          (set-marker end (point))
-          (add-text-properties start end sly-agent-q-chat--read-only))))))
+;;;; Sections: parts of the transcript that are redrawn
 
-(defun sly-agent-q-chat--redraw-entry (entry)
-  "Redraw ENTRY in place."
-  (sly-agent-q-chat-redraw (sly-agent-q-entry-start entry) (sly-agent-q-entry-end entry)
-                           (lambda () (sly-agent-q-chat--render-entry entry))))
+;; A section (a tool entry, an approval) is an ewoc of one node, made
+;; where the section starts.  Streamed text, notices and the user's
+;; messages stay plain text inserted at `sly-agent-q-chat--output', so
+;; the streaming path is one `insert' with no ewoc to keep in step;
+;; one ewoc for the whole transcript would delete whatever text sits
+;; between two of its nodes when the first is redrawn.  The section's
+;; last newline is the ewoc's footer: a redraw deletes and reinserts
+;; only the node before it, so the markers of whatever follows (the
+;; next section) are never at the deleted text's end, where they would
+;; collapse onto the redrawn text's start.
 
-(defun sly-agent-q-chat--add-entry (entry)
-  "Insert ENTRY at the end of the transcript."
+(defun sly-agent-q-chat--section-printer (render)
+  "Insert a section by calling RENDER; its text becomes read-only.
+The last newline RENDER inserts is left to the section's footer."
+  (let ((start (point)))
+    (funcall render)
+    (when (and (> (point) start) (eq (char-before) ?\n))
+      (delete-char -1))
+    (add-text-properties start (point) sly-agent-q-chat--read-only)))
+
+(defun sly-agent-q-chat-insert-section (render)
+  "End the agent's text, then call RENDER on a fresh transcript line.
+RENDER inserts whole lines at point, in the current chat buffer; it is
+called again on each `sly-agent-q-chat-redraw-section'.  Return the
+section."
   (sly-agent-q-chat--flush)
   (sly-agent-q-chat--end-segment)
   (sly-agent-q-chat--fresh-line)
   (sly-agent-q-chat--at-output
-    (setf (sly-agent-q-entry-start entry) (copy-marker (point) nil))
-    (sly-agent-q-chat--render-entry entry)
-    (setf (sly-agent-q-entry-end entry) (copy-marker (point) nil)))
+    (let ((section (ewoc-create #'sly-agent-q-chat--section-printer "" "\n" t)))
+      (ewoc-enter-last section render)
+      section)))
+
+(defun sly-agent-q-chat-redraw-section (section)
+  "Redraw SECTION alone, calling its RENDER again.
+The rest of the transcript is not touched."
+  (let ((buffer (ewoc-buffer section)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (let ((buffer-undo-list t))
+          (ewoc-invalidate section (ewoc-nth section 0)))))))
+
+(defun sly-agent-q-chat--redraw-entry (entry)
+  "Redraw ENTRY in place."
+  (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))
+
+(defun sly-agent-q-chat--add-entry (entry)
+  "Insert ENTRY at the end of the transcript."
+  (setf (sly-agent-q-entry-section entry)
+        (sly-agent-q-chat-insert-section (lambda () (sly-agent-q-chat--render-entry entry))))
   (puthash (sly-agent-q-entry-call-id entry) entry sly-agent-q-chat--entries))
 
 (defun sly-agent-q-chat--entry-button (button)

@@ -348,6 +348,78 @@
       (should (string-match-p "result:\n      Wrote a.lisp\n    time: 3 ms\n  ✓ approved write_file\nafter\n"
                               (buffer-string))))))
 
+(defun sly-agent-q-test--changes-during (fn)
+  "Call FN in the current buffer; return the (BEG . END) of every change it made."
+  (let* ((changes nil)
+         (record (lambda (beg end _len) (push (cons beg end) changes))))
+    (add-hook 'after-change-functions record nil t)
+    (unwind-protect (funcall fn)
+      (remove-hook 'after-change-functions record t))
+    changes))
+
+(defun sly-agent-q-test--line-bounds (text)
+  "The (START . END) of the line containing TEXT, END after its newline."
+  (save-excursion
+    (goto-char (point-min))
+    (search-forward text)
+    (cons (line-beginning-position) (1+ (line-end-position)))))
+
+(ert-deftest sly-agent-q-chat-entry-redraws-alone ()
+  "A tool result redraws its entry alone: the text around it and the next entry are not touched."
+  (sly-agent-q-test--with-chat
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
+    (dolist (id '("c1" "c2"))
+      (sly-agent-q-handle-notification nil 'chat/toolCall
+                                       (list :turnId "t1" :callId id :name "read_file"
+                                             :arguments (list :path (concat id ".lisp"))
+                                             :safetyLevel "safe")))
+    (sly-agent-q-chat-notice "after")
+    (let* ((second (save-excursion (goto-char (point-min)) (search-forward "c2.lisp")
+                                   (copy-marker (match-beginning 0))))
+           (changes (sly-agent-q-test--changes-during
+                     (lambda ()
+                       (sly-agent-q-handle-notification
+                        nil 'chat/toolResult '(:turnId "t1" :callId "c1" :name "read_file" :success t
+                                               :content "(defun a ())" :executionTimeMs 2)))))
+           (first (sly-agent-q-test--line-bounds "c1.lisp")))
+      (should changes)
+      (dolist (c changes)
+        (should (<= (car first) (car c) (cdr c) (cdr first))))
+      (should (string-match-p (concat "Looking\\.\n"
+                                      "  ▸ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  … running\n"
+                                      "after\n> \\'")
+                              (buffer-string)))
+      ;; Text after the redrawn entry did not move under its markers.
+      (should (equal (buffer-substring-no-properties second (+ second 7)) "c2.lisp"))
+      ;; The second entry redraws alone as well, and stays read-only.
+      (let ((changes (sly-agent-q-test--changes-during
+                      (lambda ()
+                        (sly-agent-q-handle-notification
+                         nil 'chat/toolResult '(:turnId "t1" :callId "c2" :name "read_file"
+                                                :success :json-false :error "no such file"))))))
+        (should changes)
+        (let ((line (sly-agent-q-test--line-bounds "c2.lisp")))
+          (dolist (c changes)
+            (should (<= (car line) (car c) (cdr c) (cdr line))))))
+      (should (string-match-p (concat "c1.lisp\"  ✓ 2 ms\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\n"
+                                      "after\n")
+                              (buffer-string)))
+      (goto-char second)
+      (should-error (insert "x") :type 'text-read-only)
+      ;; Expanding the first entry puts its details between the two.
+      (goto-char (point-min))
+      (search-forward "▸ read_file (safe) path=\"c1")
+      (sly-agent-q-chat-toggle-entry)
+      (should (string-match-p (concat "▾ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
+                                      "    arguments:\n      {\n        \"path\": \"c1.lisp\"\n      }\n"
+                                      "    result:\n      (defun a ())\n"
+                                      "    time: 2 ms  (not approved)\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\nafter\n")
+                              (buffer-string))))))
+
 (ert-deftest sly-agent-q-approval-denied-when-chat-killed ()
   "Killing the chat buffer denies the approvals waiting in it."
   (let (decision)
