@@ -30,7 +30,11 @@
 ;;
 ;; A turn moves through the states sending (chat/send in flight),
 ;; running (the server gave it an id) and then ends as finished, failed
-;; or cancelled, exactly once.
+;; or cancelled, exactly once.  While it runs, the server's chat/turnState
+;; notifications say what it is doing (requesting, streaming,
+;; running-tools, awaiting-approval...); the header line and the prompt
+;; show it, and `sly-agent-q-chat-turn-transitions' is the chat's view of
+;; which state may follow which.
 
 ;;; Code:
 
@@ -54,6 +58,17 @@
 (defcustom sly-agent-q-prompt "> "
   "The prompt in front of the input area."
   :type 'string
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-turn-state-labels
+  '((requesting . "waiting for the model")
+    (streaming . "answering")
+    (running-tools . "running tools")
+    (awaiting-approval . "awaiting approval: y/n on the entry"))
+  "How the prompt and the header line name the states of a running turn.
+Each element is (STATE . LABEL), STATE a symbol of the protocol's
+chat/turnState.  A state not listed shows no tag in the prompt."
+  :type '(alist :key-type symbol :value-type string)
   :group 'sly-agent-q)
 
 (defcustom sly-agent-q-stream-flush-interval 0.05
@@ -136,6 +151,7 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 (defvar-local sly-agent-q-chat--history-index nil "Position in the history while walking it.")
 (defvar-local sly-agent-q-chat--history-draft nil "The input before walking the history.")
 (defvar-local sly-agent-q-chat--attachments nil "Context for the next message: plists (:label :text).")
+(defvar-local sly-agent-q-chat--prompt-tag "" "The tag shown before `sly-agent-q-prompt' now.")
 
 (defconst sly-agent-q-chat--read-only
   '(read-only t front-sticky (read-only) rear-nonsticky t)
@@ -178,10 +194,7 @@ entry TAB or RET shows its details.
             "\n")
     (add-text-properties (point-min) (point) sly-agent-q-chat--read-only)
     (let ((prompt-start (point)))
-      (insert (propertize sly-agent-q-prompt
-                          'face 'sly-agent-q-prompt-face
-                          'read-only t 'front-sticky '(read-only) 'rear-nonsticky t
-                          'field 'sly-agent-q-prompt))
+      (insert (sly-agent-q-chat--prompt-string sly-agent-q-prompt))
       (setq sly-agent-q-chat--output (copy-marker prompt-start t))
       (setq sly-agent-q-chat--input (copy-marker (point) nil))))
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
@@ -540,14 +553,103 @@ The rest of the transcript is not touched."
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
      (format "  $%.4f" (or sly-agent-q-chat--cost 0))
-     (cond ((not sly-agent-q-chat--turn) "")
-           ((eq (sly-agent-q-turn-status sly-agent-q-chat--turn) 'sending) "  [sending]")
-           (t (format "  [%s: C-c C-k cancels]"
-                      (or (sly-agent-q-turn-state sly-agent-q-chat--turn) "running"))))
+     (sly-agent-q-chat--header-turn sly-agent-q-chat--turn)
      (if sly-agent-q-chat--attachments
          (format "  [%d attached]" (length sly-agent-q-chat--attachments))
        "")
      (if (sly-agent-q-server-live-p) "" "  [server not running]"))))
+
+;;;; The turn's states, as the server reports them
+
+(defconst sly-agent-q-chat-turn-transitions
+  '((nil requesting)
+    (requesting streaming running-tools finished failed cancelled)
+    (streaming running-tools finished failed cancelled)
+    (running-tools awaiting-approval requesting failed cancelled finished)
+    (awaiting-approval running-tools failed cancelled)
+    (finished)
+    (failed)
+    (cancelled))
+  "Which state of a turn may follow which: (STATE . NEXT-STATES).
+The states are those of chat/turnState; nil is before the first.  The
+same graph as the server's; a transition outside it is logged, not
+refused: the server's word is the state shown.")
+
+(defun sly-agent-q-chat--terminal-state-p (state)
+  "Non-nil if no state may follow STATE."
+  (let ((row (assq state sly-agent-q-chat-turn-transitions)))
+    (and row (null (cdr row)))))
+
+(defun sly-agent-q-chat--state-symbol (state)
+  "STATE, a string of chat/turnState or nil, as a symbol."
+  (and (stringp state) (intern state)))
+
+(defun sly-agent-q-chat--enter-state (turn state previous)
+  "Move TURN to STATE, the server having left PREVIOUS for it.
+A transition outside `sly-agent-q-chat-turn-transitions', or from
+another state than the chat saw last, is logged."
+  (let ((from (sly-agent-q-turn-state turn)))
+    (unless (and (eq from previous)
+                 (memq state (cdr (assq from sly-agent-q-chat-turn-transitions))))
+      (sly-agent-q-chat--log-unexpected turn from state previous))
+    (setf (sly-agent-q-turn-state turn) state)
+    (sly-agent-q-chat--show-state)))
+
+(defun sly-agent-q-chat--log-unexpected (turn from state previous)
+  "Log that TURN went from FROM to STATE, the server saying from PREVIOUS."
+  (let ((text (format "turn %s: unexpected state %s after %s (the server says after %s)"
+                      (sly-agent-q-turn-id turn) state (or from "none") (or previous "none"))))
+    (sly-agent-q-server-log "%s" text)
+    ;; In *Messages* for whoever looks, not in the echo area: it is no error.
+    (let ((inhibit-message t))
+      (message "sly-agent-q: %s" text))))
+
+(defun sly-agent-q-chat--state-label (state)
+  "The label of STATE in `sly-agent-q-turn-state-labels', or nil."
+  (cdr (assq state sly-agent-q-turn-state-labels)))
+
+(defun sly-agent-q-chat--header-turn (turn)
+  "The header line's part about TURN, which is nil when no turn is running."
+  (let ((state (and turn (sly-agent-q-turn-state turn))))
+    (cond ((not turn) "")
+          ((eq (sly-agent-q-turn-status turn) 'sending) "  [sending]")
+          ((sly-agent-q-chat--terminal-state-p state) (format "  [%s]" state))
+          (t (format "  [running%s · C-c C-k cancels]"
+                     (let ((label (or (sly-agent-q-chat--state-label state) state)))
+                       (if label (format " · %s" label) "")))))))
+
+(defun sly-agent-q-chat--show-state ()
+  "Show the state of the running turn in the prompt and the header line."
+  (let* ((turn sly-agent-q-chat--turn)
+         (label (and turn (sly-agent-q-chat--state-label (sly-agent-q-turn-state turn)))))
+    (sly-agent-q-chat--set-prompt-tag (if label (format "[%s] " label) "")))
+  (force-mode-line-update))
+
+(defun sly-agent-q-chat--set-prompt-tag (tag)
+  "Show TAG, a string, before `sly-agent-q-prompt'.
+The tag is the start of the prompt's text; the input after the prompt,
+and point in it, are not touched."
+  (unless (equal tag sly-agent-q-chat--prompt-tag)
+    (let ((inhibit-read-only t)
+          (buffer-undo-list t)
+          (start (marker-position sly-agent-q-chat--output)))
+      (save-excursion
+        (delete-region start (+ start (length sly-agent-q-chat--prompt-tag)))
+        ;; The tag goes after the transcript's end, not before it.
+        (set-marker-insertion-type sly-agent-q-chat--output nil)
+        (unwind-protect
+            (progn
+              (goto-char start)
+              (insert (sly-agent-q-chat--prompt-string tag)))
+          (set-marker-insertion-type sly-agent-q-chat--output t))))
+    (setq sly-agent-q-chat--prompt-tag tag)))
+
+(defun sly-agent-q-chat--prompt-string (text)
+  "TEXT as prompt text: read-only, in the prompt's face and field."
+  (propertize text
+              'face 'sly-agent-q-prompt-face
+              'read-only t 'front-sticky '(read-only) 'rear-nonsticky t
+              'field 'sly-agent-q-prompt))
 
 ;;;; Turns
 
@@ -644,7 +746,7 @@ COST the turn's cost.  Runs the turn's callback and
       ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
       ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
                                         'sly-agent-q-error-face)))
-    (force-mode-line-update)
+    (sly-agent-q-chat--show-state)
     (let ((plist (list :status status :text (or text "") :message message :usage usage
                        :costUsd cost :turnId (sly-agent-q-turn-id turn)
                        :conversationId (sly-agent-q-turn-conversation-id turn))))
@@ -758,10 +860,12 @@ Notifications of turns that are over are ignored."
       (sly-agent-q-chat--redraw-entry entry))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnState)) params)
-  "Show the state of the turn the chat/turnState PARAMS name in the header line."
+  "Show the state of the turn the chat/turnState PARAMS name.
+The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   (sly-agent-q-chat--with-turn-buffer params
-    (setf (sly-agent-q-turn-state sly-agent-q-chat--turn) (plist-get params :state))
-    (force-mode-line-update)))
+    (sly-agent-q-chat--enter-state turn
+                                   (sly-agent-q-chat--state-symbol (plist-get params :state))
+                                   (sly-agent-q-chat--state-symbol (plist-get params :previous)))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."

@@ -420,6 +420,124 @@
                                       "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\nafter\n")
                               (buffer-string))))))
 
+;;;; The turn's states
+
+(defun sly-agent-q-test--turn-state (state previous)
+  "Feed chat/turnState STATE (after PREVIOUS) of turn t1 through the real handler."
+  (sly-agent-q-handle-notification nil 'chat/turnState
+                                   (list :conversationId "k1" :turnId "t1"
+                                         :state state :previous previous)))
+
+(defun sly-agent-q-test--prompt ()
+  "The text between the transcript and the input."
+  (buffer-substring-no-properties sly-agent-q-chat--output sly-agent-q-chat--input))
+
+(ert-deftest sly-agent-q-chat-turn-states-in-header-and-prompt ()
+  "Each chat/turnState shows in the header line and the prompt; the input stays; the end clears it."
+  (sly-agent-q-test--with-chat
+    (let ((sly-agent-q-prompt "> "))
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (goto-char (point-max))
+      (insert "draft")
+      (should (string-match-p "\\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      (should (equal (sly-agent-q-test--prompt) "> "))
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (should (string-match-p "\\[running · waiting for the model · C-c C-k cancels\\]"
+                              (sly-agent-q-chat--header-line)))
+      (should (equal (sly-agent-q-test--prompt) "[waiting for the model] > "))
+      (sly-agent-q-test--turn-state "streaming" "requesting")
+      (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Let me write it."))
+      (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
+                                                            :arguments (:path "a.lisp") :safetyLevel "dangerous"))
+      (sly-agent-q-test--turn-state "running-tools" "streaming")
+      (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n\\[running tools\\] > draft\\'"
+                              (buffer-string)))
+      (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
+      (should (string-match-p "\\[running · awaiting approval: y/n on the entry · C-c C-k cancels\\]"
+                              (sly-agent-q-chat--header-line)))
+      (should (string-match-p "… running\n\\[awaiting approval: y/n on the entry\\] > draft\\'"
+                              (buffer-string)))
+      ;; The prompt stays read-only and the input editable.
+      (goto-char sly-agent-q-chat--output)
+      (should-error (insert "x") :type 'text-read-only)
+      (goto-char (point-max))
+      (insert "!")
+      (should (equal (sly-agent-q-chat--input-text) "draft!"))
+      ;; Transcript text still goes above the prompt.
+      (sly-agent-q-chat-notice "a notice")
+      (should (string-match-p "a notice\n\\[awaiting approval: y/n on the entry\\] > draft!\\'"
+                              (buffer-string)))
+      (sly-agent-q-test--turn-state "running-tools" "awaiting-approval")
+      (sly-agent-q-test--turn-state "finished" "running-tools")
+      (should (string-match-p "\\[finished\\]" (sly-agent-q-chat--header-line)))
+      (should (equal (sly-agent-q-test--prompt) "> "))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                       '(:turnId "t1" :text "done" :stopReason "end_turn"))
+      (should-not sly-agent-q-chat--turn)
+      (should-not (string-match-p "\\[running\\|\\[finished" (sly-agent-q-chat--header-line)))
+      (should (string-match-p "\n> draft!\\'" (buffer-string)))
+      (should (equal (sly-agent-q-chat--input-text) "draft!")))))
+
+(ert-deftest sly-agent-q-chat-turn-state-cleared-when-turn-fails ()
+  "A turn that fails or is cancelled mid-state leaves the plain prompt."
+  (sly-agent-q-test--with-chat
+    (dolist (end '(("provider" . "Error: rate limited") ("cancelled" . "\\[cancelled\\]")))
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (sly-agent-q-test--turn-state "running-tools" "requesting")
+      (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
+      (should (equal (sly-agent-q-test--prompt) "[awaiting approval: y/n on the entry] > "))
+      (sly-agent-q-handle-notification nil 'chat/turnFailed
+                                       (list :turnId "t1" :kind (car end) :message "rate limited"))
+      (should-not sly-agent-q-chat--turn)
+      (should (equal (sly-agent-q-test--prompt) "> "))
+      (should (string-match-p (concat (cdr end) "\n> \\'") (buffer-string))))))
+
+(ert-deftest sly-agent-q-chat-turn-transitions ()
+  "The chat's table of transitions is the server's graph; an unexpected one is logged, not an error."
+  (should (equal (cdr (assq 'requesting sly-agent-q-chat-turn-transitions))
+                 '(streaming running-tools finished failed cancelled)))
+  (should (equal (cdr (assq 'streaming sly-agent-q-chat-turn-transitions))
+                 '(running-tools finished failed cancelled)))
+  (should (equal (cdr (assq 'running-tools sly-agent-q-chat-turn-transitions))
+                 '(awaiting-approval requesting failed cancelled finished)))
+  (should (equal (cdr (assq 'awaiting-approval sly-agent-q-chat-turn-transitions))
+                 '(running-tools failed cancelled)))
+  (dolist (s '(finished failed cancelled))
+    (should (null (cdr (assq s sly-agent-q-chat-turn-transitions)))))
+  (sly-agent-q-test--with-chat
+    (let ((logged nil))
+      (cl-letf* ((real-message (symbol-function 'message))
+                 ((symbol-function 'message)
+                  (lambda (fmt &rest args)
+                    (let ((text (and fmt (apply #'format fmt args))))
+                      (when (and text (string-prefix-p "sly-agent-q: turn" text))
+                        (push text logged)))
+                    (apply real-message fmt args))))
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+        ;; The expected path logs nothing.
+        (sly-agent-q-test--turn-state "requesting" nil)
+        (sly-agent-q-test--turn-state "streaming" "requesting")
+        (sly-agent-q-test--turn-state "running-tools" "streaming")
+        (sly-agent-q-test--turn-state "requesting" "running-tools")
+        (should-not logged)
+        ;; Not in the graph: logged, and the server's state is shown.
+        (sly-agent-q-test--turn-state "awaiting-approval" "requesting")
+        (should (equal logged '("sly-agent-q: turn t1: unexpected state awaiting-approval after requesting (the server says after requesting)")))
+        (should (equal (sly-agent-q-test--prompt) "[awaiting approval: y/n on the entry] > "))
+        ;; A state the chat missed: the server's previous differs from the chat's.
+        (setq logged nil)
+        (sly-agent-q-test--turn-state "cancelled" "running-tools")
+        (should (equal logged '("sly-agent-q: turn t1: unexpected state cancelled after awaiting-approval (the server says after running-tools)")))
+        (should (string-match-p "\\[cancelled\\]" (sly-agent-q-chat--header-line)))
+        ;; Another turn's state changes nothing here.
+        (setq logged nil)
+        (sly-agent-q-handle-notification nil 'chat/turnState
+                                         '(:conversationId "k2" :turnId "t2" :state "streaming"
+                                           :previous "requesting"))
+        (should (eq (sly-agent-q-turn-state sly-agent-q-chat--turn) 'cancelled))
+        (should-not logged)))))
+
 (ert-deftest sly-agent-q-approval-denied-when-chat-killed ()
   "Killing the chat buffer denies the approvals waiting in it."
   (let (decision)
