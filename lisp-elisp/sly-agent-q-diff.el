@@ -46,6 +46,7 @@
 (require 'cl-lib)
 (require 'diff-mode)
 (require 'button)
+(require 'ewoc)
 (require 'sly-agent-q-files)
 
 (defvar sly-agent-q-approval-function)
@@ -420,8 +421,8 @@ nothing can be applied."
 (cl-defstruct (sly-agent-q-diff--review
                (:constructor sly-agent-q-diff--make-review)
                (:copier nil))
-  "A review of a proposed edit in progress."
-  args proposal states callback done)
+  "A review of a proposed edit in progress; EWOC shows its hunks."
+  args proposal states callback done ewoc)
 
 (defvar-local sly-agent-q-diff--current nil
   "The `sly-agent-q-diff--review' shown in this buffer.")
@@ -597,58 +598,95 @@ undecided hunks count as rejected.
   (insert-text-button label 'action (lambda (_) (funcall action))
                       'follow-link t 'help-echo help))
 
+(defun sly-agent-q-diff--insert-preamble (proposal)
+  "Insert the title, keys and buttons above the diff of PROPOSAL's review."
+  (insert (propertize (format "Proposed edit of %s" (plist-get proposal :rel))
+                      'face 'bold))
+  (when (plist-get proposal :description)
+    (insert ": " (plist-get proposal :description)))
+  (insert "\n")
+  (when (plist-get (plist-get proposal :current) :modified)
+    (insert "(computed against the unsaved text of buffer "
+            (buffer-name (plist-get (plist-get proposal :current) :buffer)) ")\n"))
+  (insert (substitute-command-keys
+           "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
+  (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
+  (insert " ")
+  (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
+  (insert " ")
+  (sly-agent-q-diff--button "[Finish]" #'sly-agent-q-diff-finish
+                            "Send the decision; undecided hunks count as rejected")
+  (insert " ")
+  (sly-agent-q-diff--button "[Abort]" #'sly-agent-q-diff-abort "Reject the whole edit")
+  (insert "\n\n"))
+
+(defun sly-agent-q-diff--insert-hunk (review index)
+  "Insert hunk INDEX of REVIEW: its status line with buttons, then its diff.
+The pretty-printer of the review's ewoc, one node per hunk."
+  (let* ((hunks (plist-get (sly-agent-q-diff--review-proposal review) :hunks))
+         (hunk (nth (1- index) hunks))
+         (state (aref (sly-agent-q-diff--review-states review) (1- index)))
+         (start (point)))
+    (insert (propertize (format "## Hunk %d of %d: %s " index (length hunks)
+                                (upcase (symbol-name state)))
+                        'face (pcase state
+                                ('accepted 'success)
+                                ('rejected 'error)
+                                (_ 'warning))))
+    (sly-agent-q-diff--button "[Accept]" (lambda () (sly-agent-q-diff-accept-hunk index))
+                              "Accept this hunk")
+    (insert " ")
+    (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
+                              "Reject this hunk")
+    (insert "\n" (plist-get hunk :header) "\n" (plist-get hunk :text))
+    (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
+
+(defun sly-agent-q-diff--summary (review)
+  "The line under the hunks of REVIEW: how many are decided and accepted."
+  (let ((states (sly-agent-q-diff--review-states review)))
+    (format "\n## %d of %d hunks decided, %d accepted.\n"
+            (cl-count 'pending states :test-not #'eq) (length states)
+            (cl-count 'accepted states))))
+
+(defun sly-agent-q-diff--file-header (review)
+  "The ---/+++ lines of REVIEW's diff."
+  (let ((rel (plist-get (sly-agent-q-diff--review-proposal review) :rel)))
+    (format "--- a/%s\n+++ b/%s\n" rel rel)))
+
+(defun sly-agent-q-diff--insert-hunks (review)
+  "Insert REVIEW's diff at point as an ewoc, one node per hunk.
+The ewoc is kept in REVIEW.  Its header is the file header; its last
+node, the count of decisions; so deciding a hunk redraws that hunk and
+the count alone."
+  (let ((ewoc (ewoc-create (lambda (node)
+                             (if (eq node :summary)
+                                 (insert (sly-agent-q-diff--summary review))
+                               (sly-agent-q-diff--insert-hunk review node)))
+                           (sly-agent-q-diff--file-header review) "" t)))
+    (dotimes (i (length (sly-agent-q-diff--review-states review)))
+      (ewoc-enter-last ewoc (1+ i)))
+    (ewoc-enter-last ewoc :summary)
+    (setf (sly-agent-q-diff--review-ewoc review) ewoc)))
+
+(defun sly-agent-q-diff--redraw-hunks (review &optional indexes)
+  "Redraw the hunks INDEXES (default: all) of REVIEW, and the count of decisions."
+  (let ((ewoc (sly-agent-q-diff--review-ewoc review)))
+    (apply #'ewoc-invalidate ewoc
+           (append (mapcar (lambda (i) (ewoc-nth ewoc (1- i)))
+                           (or indexes
+                               (number-sequence 1 (length (sly-agent-q-diff--review-states review)))))
+                   (list (ewoc-nth ewoc -1))))))
+
 (defun sly-agent-q-diff-redisplay ()
-  "Redraw the review buffer, keeping point on the same line."
+  "Redraw the whole review buffer, keeping point on the same line."
   (interactive)
   (let* ((review (sly-agent-q-diff--review-here))
-         (proposal (sly-agent-q-diff--review-proposal review))
-         (states (sly-agent-q-diff--review-states review))
-         (hunks (plist-get proposal :hunks))
          (line (line-number-at-pos))
          (column (current-column))
          (inhibit-read-only t))
     (erase-buffer)
-    (insert (propertize (format "Proposed edit of %s" (plist-get proposal :rel))
-                        'face 'bold))
-    (when (plist-get proposal :description)
-      (insert ": " (plist-get proposal :description)))
-    (insert "\n")
-    (when (plist-get (plist-get proposal :current) :modified)
-      (insert "(computed against the unsaved text of buffer "
-              (buffer-name (plist-get (plist-get proposal :current) :buffer)) ")\n"))
-    (insert (substitute-command-keys
-             "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
-    (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
-    (insert " ")
-    (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
-    (insert " ")
-    (sly-agent-q-diff--button "[Finish]" #'sly-agent-q-diff-finish
-                              "Send the decision; undecided hunks count as rejected")
-    (insert " ")
-    (sly-agent-q-diff--button "[Abort]" #'sly-agent-q-diff-abort "Reject the whole edit")
-    (insert "\n\n")
-    (let ((rel (plist-get proposal :rel)))
-      (insert (format "--- a/%s\n+++ b/%s\n" rel rel)))
-    (dolist (hunk hunks)
-      (let* ((index (plist-get hunk :index))
-             (state (aref states (1- index)))
-             (start (point)))
-        (insert (propertize (format "## Hunk %d of %d: %s " index (length hunks)
-                                    (upcase (symbol-name state)))
-                            'face (pcase state
-                                    ('accepted 'success)
-                                    ('rejected 'error)
-                                    (_ 'warning))))
-        (sly-agent-q-diff--button "[Accept]" (lambda () (sly-agent-q-diff-accept-hunk index))
-                                  "Accept this hunk")
-        (insert " ")
-        (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
-                                  "Reject this hunk")
-        (insert "\n" (plist-get hunk :header) "\n" (plist-get hunk :text))
-        (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
-    (let ((decided (cl-count 'pending states :test-not #'eq)))
-      (insert (format "\n## %d of %d hunks decided, %d accepted.\n" decided (length hunks)
-                      (cl-count 'accepted states))))
+    (sly-agent-q-diff--insert-preamble (sly-agent-q-diff--review-proposal review))
+    (sly-agent-q-diff--insert-hunks review)
     (goto-char (point-min))
     (forward-line (1- line))
     (move-to-column column)))
@@ -666,17 +704,18 @@ undecided hunks count as rejected.
     (unless (and (integerp index) (<= 1 index (length states)))
       (user-error "No hunk %s" index))
     (aset states (1- index) state)
-    (sly-agent-q-diff-redisplay)
+    (sly-agent-q-diff--redraw-hunks review (list index))
     index))
 
 (defun sly-agent-q-diff--goto-hunk (index)
   "Move point to the status line of hunk INDEX; return non-nil if found."
-  (let ((pos (point-min)) found)
-    (while (and (not found)
-                (setq pos (next-single-property-change pos 'sly-agent-q-diff-hunk)))
-      (when (eql (get-text-property pos 'sly-agent-q-diff-hunk) index)
-        (setq found pos)))
-    (when found (goto-char found))))
+  (let* ((ewoc (and sly-agent-q-diff--current
+                    (sly-agent-q-diff--review-ewoc sly-agent-q-diff--current)))
+         (node (and ewoc (integerp index)
+                    (<= 1 index (length (sly-agent-q-diff--review-states sly-agent-q-diff--current)))
+                    (ewoc-nth ewoc (1- index)))))
+    (when node
+      (goto-char (ewoc-location node)))))
 
 (defun sly-agent-q-diff-accept-hunk (&optional index)
   "Accept hunk INDEX, by default the hunk at point, and move to the next."
@@ -714,14 +753,16 @@ undecided hunks count as rejected.
 (defun sly-agent-q-diff-accept-all ()
   "Accept every hunk."
   (interactive)
-  (fillarray (sly-agent-q-diff--review-states (sly-agent-q-diff--review-here)) 'accepted)
-  (sly-agent-q-diff-redisplay))
+  (let ((review (sly-agent-q-diff--review-here)))
+    (fillarray (sly-agent-q-diff--review-states review) 'accepted)
+    (sly-agent-q-diff--redraw-hunks review)))
 
 (defun sly-agent-q-diff-reject-all ()
   "Reject every hunk."
   (interactive)
-  (fillarray (sly-agent-q-diff--review-states (sly-agent-q-diff--review-here)) 'rejected)
-  (sly-agent-q-diff-redisplay))
+  (let ((review (sly-agent-q-diff--review-here)))
+    (fillarray (sly-agent-q-diff--review-states review) 'rejected)
+    (sly-agent-q-diff--redraw-hunks review)))
 
 (defun sly-agent-q-diff-next-hunk ()
   "Move to the next hunk's status line; return its number."
