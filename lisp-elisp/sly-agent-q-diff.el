@@ -350,71 +350,92 @@ A new file (OLD empty) shows its whole text as added lines."
   "Return NUMBERS as \"1, 3\"."
   (mapconcat #'number-to-string numbers ", "))
 
-(defun sly-agent-q-diff-apply-proposal (args)
-  "Run the capability propose_file_edit with ARGS; return the model's answer.
-Apply the hunks listed in :accepted_hunks (all when absent) and say
-exactly which were applied.  Signal `sly-agent-q-tool-error' when
-nothing can be applied."
-  (let* ((proposal (sly-agent-q-diff-proposal args))
-         (file (plist-get proposal :file))
-         (rel (plist-get proposal :rel))
-         (key (sly-agent-q-diff--key file args))
-         (reviewed (gethash key sly-agent-q-diff--reviews))
-         (hunks (plist-get proposal :hunks))
-         (count (length hunks)))
+(defun sly-agent-q-diff--check-reviewed (args proposal)
+  "Signal if the text of PROPOSAL, from ARGS, changed since it was reviewed.
+The review of ARGS is forgotten either way: a proposal applies once."
+  (let* ((key (sly-agent-q-diff--key (plist-get proposal :file) args))
+         (reviewed (gethash key sly-agent-q-diff--reviews)))
     (remhash key sly-agent-q-diff--reviews)
     (when (and reviewed
                (not (equal (car reviewed)
                            (secure-hash 'sha1 (plist-get proposal :old)))))
       (sly-agent-q-tool-fail
        "%s changed after the user reviewed the proposed edit, so nothing was applied.  Read it again and propose the edit anew."
-       rel))
+       (plist-get proposal :rel)))))
+
+(defun sly-agent-q-diff--new-text (proposal accepted)
+  "Return the text of PROPOSAL's file with the ACCEPTED hunks applied."
+  (sly-agent-q-diff--apply-hunks (plist-get proposal :a) (plist-get proposal :b)
+                                 (plist-get proposal :hunks) accepted))
+
+(defun sly-agent-q-diff--apply-through-buffer (proposal accepted)
+  "Apply the ACCEPTED hunks of PROPOSAL in the buffer visiting its file.
+Save the buffer unless it had unsaved changes.  Return the note saying
+how, for the model."
+  (let* ((current (plist-get proposal :current))
+         (buffer (plist-get current :buffer))
+         (was-modified (plist-get current :modified)))
+    (unless was-modified
+      ;; It will be saved: refuse what its coding cannot hold before
+      ;; touching it.
+      (sly-agent-q-files-check-encodable (sly-agent-q-diff--new-text proposal accepted)
+                                         (plist-get current :coding)
+                                         (plist-get proposal :file)))
+    (sly-agent-q-diff--apply-in-buffer buffer proposal accepted)
+    (if was-modified
+        (format " in buffer %s, which had unsaved changes, so it was not saved"
+                (buffer-name buffer))
+      (condition-case err
+          (sly-agent-q-files-save-buffer buffer)
+        (sly-agent-q-tool-error
+         (sly-agent-q-tool-fail
+          "The accepted hunks (%s) were applied in buffer %s, but saving it to %s failed: %s  The buffer holds the change, unsaved."
+          (sly-agent-q-diff--numbers accepted) (buffer-name buffer) (plist-get proposal :rel)
+          (cadr err))))
+      (format " (through buffer %s, saved)" (buffer-name buffer)))))
+
+(defun sly-agent-q-diff--apply-to-file (proposal accepted)
+  "Write PROPOSAL's file with the ACCEPTED hunks applied.
+Revert a buffer visiting it; return the note saying so, for the model,
+or \"\"."
+  (let ((file (plist-get proposal :file)))
+    (sly-agent-q-files-write-atomically file (sly-agent-q-diff--new-text proposal accepted)
+                                        (plist-get (plist-get proposal :current) :coding))
+    (let ((visiting (sly-agent-q-files-visiting-buffer file)))
+      (if (not visiting)
+          ""
+        (sly-agent-q-files-revert-buffer visiting)
+        (format " (buffer %s reverted)" (buffer-name visiting))))))
+
+(defun sly-agent-q-diff--applied-message (rel count accepted note)
+  "Say that the ACCEPTED hunks out of COUNT were applied to REL, adding NOTE."
+  (let ((rejected (cl-set-difference (number-sequence 1 count) accepted)))
+    (if rejected
+        (format "Applied hunk%s %s of %d to %s%s (rejected: %s)."
+                (if (cdr accepted) "s" "") (sly-agent-q-diff--numbers accepted)
+                count rel note (sly-agent-q-diff--numbers rejected))
+      (format "Applied all %d hunk%s to %s%s." count (if (= count 1) "" "s")
+              rel note))))
+
+(defun sly-agent-q-diff-apply-proposal (args)
+  "Run the capability propose_file_edit with ARGS; return the model's answer.
+Apply the hunks listed in :accepted_hunks (all when absent) and say
+exactly which were applied.  Signal `sly-agent-q-tool-error' when
+nothing can be applied."
+  (let* ((proposal (sly-agent-q-diff-proposal args))
+         (rel (plist-get proposal :rel))
+         (count (length (plist-get proposal :hunks))))
+    (sly-agent-q-diff--check-reviewed args proposal)
     (if (zerop count)
         (format "No change: the proposal is identical to the current text of %s." rel)
       (let ((accepted (sly-agent-q-diff--accepted args count)))
         (if (null accepted)
             (format "No hunk was accepted; nothing was applied to %s." rel)
-          (let* ((current (plist-get proposal :current))
-                 (buffer (plist-get current :buffer))
-                 (rejected (cl-set-difference (number-sequence 1 count) accepted))
-                 (note ""))
-            (if buffer
-                (let ((was-modified (plist-get current :modified)))
-                  (unless was-modified
-                    ;; It will be saved: refuse what its coding cannot hold
-                    ;; before touching it.
-                    (sly-agent-q-files-check-encodable
-                     (sly-agent-q-diff--apply-hunks (plist-get proposal :a)
-                                                    (plist-get proposal :b)
-                                                    hunks accepted)
-                     (plist-get current :coding) file))
-                  (sly-agent-q-diff--apply-in-buffer buffer proposal accepted)
-                  (if was-modified
-                      (setq note (format " in buffer %s, which had unsaved changes, so it was not saved"
-                                         (buffer-name buffer)))
-                    (condition-case err
-                        (sly-agent-q-files-save-buffer buffer)
-                      (sly-agent-q-tool-error
-                       (sly-agent-q-tool-fail
-                        "The accepted hunks (%s) were applied in buffer %s, but saving it to %s failed: %s  The buffer holds the change, unsaved."
-                        (sly-agent-q-diff--numbers accepted) (buffer-name buffer) rel
-                        (cadr err))))
-                    (setq note (format " (through buffer %s, saved)" (buffer-name buffer)))))
-              (sly-agent-q-files-write-atomically
-               file
-               (sly-agent-q-diff--apply-hunks (plist-get proposal :a) (plist-get proposal :b)
-                                              hunks accepted)
-               (plist-get current :coding))
-              (let ((visiting (sly-agent-q-files-visiting-buffer file)))
-                (when visiting
-                  (sly-agent-q-files-revert-buffer visiting)
-                  (setq note (format " (buffer %s reverted)" (buffer-name visiting))))))
-            (if rejected
-                (format "Applied hunk%s %s of %d to %s%s (rejected: %s)."
-                        (if (cdr accepted) "s" "") (sly-agent-q-diff--numbers accepted)
-                        count rel note (sly-agent-q-diff--numbers rejected))
-              (format "Applied all %d hunk%s to %s%s." count (if (= count 1) "" "s")
-                      rel note))))))))
+          (sly-agent-q-diff--applied-message
+           rel count accepted
+           (if (plist-get (plist-get proposal :current) :buffer)
+               (sly-agent-q-diff--apply-through-buffer proposal accepted)
+             (sly-agent-q-diff--apply-to-file proposal accepted))))))))
 
 ;;;; Review
 
@@ -462,6 +483,30 @@ DECISION may also be just (:accepted_hunks [N ...])."
      (t (list :decision "denied"
               :reason (format "The approver gave no usable decision: %S" decision))))))
 
+(defun sly-agent-q-diff--none-accepted (args)
+  "Return the decision running the tool on ARGS with no hunk accepted."
+  (list :decision "modified"
+        :arguments (plist-put (copy-sequence args) :accepted_hunks [])))
+
+(defun sly-agent-q-diff--review-by-function (args proposal once)
+  "Ask `sly-agent-q-approval-function' about PROPOSAL of ARGS.
+ONCE gets the decision.  Return nil: no review buffer is shown."
+  (funcall sly-agent-q-approval-function
+           (list :tool "propose_file_edit"
+                 :arguments args
+                 :path (plist-get proposal :rel)
+                 :description (plist-get proposal :description)
+                 :hunks (vconcat
+                         (mapcar (lambda (h)
+                                   (list :index (plist-get h :index)
+                                         :header (plist-get h :header)
+                                         :text (plist-get h :text)))
+                                 (plist-get proposal :hunks)))
+                 :diff (sly-agent-q-diff-unified proposal))
+           (lambda (decision)
+             (funcall once (sly-agent-q-diff--normalize args decision))))
+  nil)
+
 (defun sly-agent-q-diff-review (args callback)
   "Ask the user to review the propose_file_edit call with ARGS, hunk by hunk.
 ARGS is the tool's argument plist.  CALLBACK is called once with the
@@ -481,32 +526,14 @@ signals."
           (sly-agent-q-diff--remember args proposal)
           (cond
            ((null hunks)
-            (funcall once (list :decision "modified"
-                                :arguments (plist-put (copy-sequence args)
-                                                      :accepted_hunks []))))
+            (funcall once (sly-agent-q-diff--none-accepted args)))
            ((and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function)
-            (funcall sly-agent-q-approval-function
-                     (list :tool "propose_file_edit"
-                           :arguments args
-                           :path (plist-get proposal :rel)
-                           :description (plist-get proposal :description)
-                           :hunks (vconcat
-                                   (mapcar (lambda (h)
-                                             (list :index (plist-get h :index)
-                                                   :header (plist-get h :header)
-                                                   :text (plist-get h :text)))
-                                           hunks))
-                           :diff (sly-agent-q-diff-unified proposal))
-                     (lambda (decision)
-                       (funcall once (sly-agent-q-diff--normalize args decision))))
-            nil)
+            (sly-agent-q-diff--review-by-function args proposal once))
            (t (sly-agent-q-diff--show args proposal once))))
       (sly-agent-q-tool-error
        ;; Let the tool run and report the problem itself, applying nothing.
        (ignore err)
-       (funcall once (list :decision "modified"
-                           :arguments (plist-put (copy-sequence args)
-                                                 :accepted_hunks [])))
+       (funcall once (sly-agent-q-diff--none-accepted args))
        nil)
       (error
        (funcall once (list :decision "denied"
