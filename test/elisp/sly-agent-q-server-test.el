@@ -299,6 +299,34 @@
       (should (equal (plist-get (plist-get decision :arguments) :content) "(+ 40 2)"))
       (should (string-match-p "approved with edited arguments" (buffer-string))))))
 
+(ert-deftest sly-agent-q-approval-redraws-alone ()
+  "Answering an approval redraws it alone: the entry before it and the text after it are not touched."
+  (let (decision)
+    (sly-agent-q-test--with-chat
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
+                                                            :arguments (:path "a.lisp") :safetyLevel "dangerous"))
+      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+                                 '(:tool "write_file" :arguments (:path "a.lisp")
+                                   :safetyLevel "dangerous" :callId "c1")
+                                 (lambda (d) (setq decision d)))
+      (sly-agent-q-chat-notice "after")
+      (let* ((entry-line (buffer-substring-no-properties
+                          (car (sly-agent-q-test--line-bounds "▸ write_file"))
+                          (cdr (sly-agent-q-test--line-bounds "▸ write_file"))))
+             (start (car (sly-agent-q-test--line-bounds "needs your approval")))
+             (end (car (sly-agent-q-test--line-bounds "after")))
+             (approval (save-excursion (goto-char start) (search-forward "needs your approval")
+                                       (get-text-property (point) 'sly-agent-q-approval)))
+             (changes (sly-agent-q-test--changes-during (lambda () (sly-agent-q-approve approval)))))
+        (should (equal decision '(:decision "approved")))
+        (should changes)
+        (dolist (c changes)
+          (should (<= start (car c) (cdr c) end)))
+        (should (string-match-p (concat "\\`" (regexp-quote entry-line) "  ✓ approved write_file\nafter\n> \\'")
+                                (buffer-substring-no-properties
+                                 (car (sly-agent-q-test--line-bounds "▸ write_file")) (point-max))))))))
+
 (ert-deftest sly-agent-q-approval-withdrawn ()
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
