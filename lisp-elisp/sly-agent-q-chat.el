@@ -127,7 +127,8 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 ;;;; Buffer state
 
 (cl-defstruct (sly-agent-q-turn (:constructor sly-agent-q--make-turn))
-  "One exchange: the user's message and everything until it ends."
+  "One exchange: the user's message and everything until it ends.
+STATE is the last state chat/turnState gave it, a symbol, or nil."
   id conversation-id (status 'sending) callback cancel-requested (start (float-time))
   state)
 
