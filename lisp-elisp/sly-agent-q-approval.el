@@ -85,8 +85,8 @@ approval shows every argument whole."
   :group 'sly-agent-q)
 
 (cl-defstruct (sly-agent-q-approval (:constructor sly-agent-q--make-approval))
-  "An approval waiting for the user."
-  request callback (status 'pending) detail start end buffer)
+  "An approval waiting for the user, drawn as the chat section SECTION."
+  request callback (status 'pending) detail section buffer)
 
 (defun sly-agent-q-approval--normalize (decision)
   "DECISION (a plist from the UI or a user function) as the protocol's object."
@@ -194,11 +194,9 @@ CALL's cancellation marks it cancelled."
          (approval (sly-agent-q--make-approval :request request :callback callback :buffer buf)))
     (with-current-buffer buf
       (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
-      (pcase-let ((`(,start . ,end)
-                   (sly-agent-q-chat-insert-section
-                    (lambda () (sly-agent-q-approval--render approval)))))
-        (setf (sly-agent-q-approval-start approval) start
-              (sly-agent-q-approval-end approval) end)))
+      (setf (sly-agent-q-approval-section approval)
+            (sly-agent-q-chat-insert-section
+             (lambda () (sly-agent-q-approval--render approval)))))
     (sly-agent-q-call-on-cancel
      call (lambda (reason)
             (when (eq (sly-agent-q-approval-status approval) 'pending)
@@ -361,9 +359,8 @@ Return the buffer."
     buf))
 
 (defun sly-agent-q-approval--redraw (approval)
-  "Redraw APPROVAL in place."
-  (sly-agent-q-chat-redraw (sly-agent-q-approval-start approval) (sly-agent-q-approval-end approval)
-                           (lambda () (sly-agent-q-approval--render approval))))
+  "Redraw APPROVAL in place, alone."
+  (sly-agent-q-chat-redraw-section (sly-agent-q-approval-section approval)))
 
 (defun sly-agent-q-approval--decide (approval status decision &optional detail)
   "Record STATUS for APPROVAL and send DECISION (with DETAIL shown)."

@@ -30,7 +30,11 @@
 ;;
 ;; A turn moves through the states sending (chat/send in flight),
 ;; running (the server gave it an id) and then ends as finished, failed
-;; or cancelled, exactly once.
+;; or cancelled, exactly once.  While it runs, the server's chat/turnState
+;; notifications say what it is doing (requesting, streaming,
+;; running-tools, awaiting-approval...); the header line and the prompt
+;; show it, and `sly-agent-q-chat-turn-transitions' is the chat's view of
+;; which state may follow which.
 
 ;;; Code:
 
@@ -39,6 +43,7 @@
 (require 'seq)
 (require 'button)
 (require 'jsonrpc)
+(require 'ewoc)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 
@@ -54,6 +59,17 @@
 (defcustom sly-agent-q-prompt "> "
   "The prompt in front of the input area."
   :type 'string
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-turn-state-labels
+  '((requesting . "waiting for the model")
+    (streaming . "answering")
+    (running-tools . "running tools")
+    (awaiting-approval . "awaiting approval: y/n on the entry"))
+  "How the prompt and the header line name the states of a running turn.
+Each element is (STATE . LABEL), STATE a symbol of the protocol's
+chat/turnState.  A state not listed shows no tag in the prompt."
+  :type '(alist :key-type symbol :value-type string)
   :group 'sly-agent-q)
 
 (defcustom sly-agent-q-stream-flush-interval 0.05
@@ -112,14 +128,15 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 ;;;; Buffer state
 
 (cl-defstruct (sly-agent-q-turn (:constructor sly-agent-q--make-turn))
-  "One exchange: the user's message and everything until it ends."
+  "One exchange: the user's message and everything until it ends.
+STATE is the last state chat/turnState gave it, a symbol, or nil."
   id conversation-id (status 'sending) callback cancel-requested (start (float-time))
   state)
 
 (cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
-  "A tool call shown in the transcript."
+  "A tool call shown in the transcript; SECTION is where it is drawn."
   call-id name arguments safety (status 'running) content error time-ms
-  approved expanded start end)
+  approved expanded section)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
@@ -136,6 +153,7 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 (defvar-local sly-agent-q-chat--history-index nil "Position in the history while walking it.")
 (defvar-local sly-agent-q-chat--history-draft nil "The input before walking the history.")
 (defvar-local sly-agent-q-chat--attachments nil "Context for the next message: plists (:label :text).")
+(defvar-local sly-agent-q-chat--prompt-tag "" "The tag shown before `sly-agent-q-prompt' now.")
 
 (defconst sly-agent-q-chat--read-only
   '(read-only t front-sticky (read-only) rear-nonsticky t)
@@ -178,10 +196,7 @@ entry TAB or RET shows its details.
             "\n")
     (add-text-properties (point-min) (point) sly-agent-q-chat--read-only)
     (let ((prompt-start (point)))
-      (insert (propertize sly-agent-q-prompt
-                          'face 'sly-agent-q-prompt-face
-                          'read-only t 'front-sticky '(read-only) 'rear-nonsticky t
-                          'field 'sly-agent-q-prompt))
+      (insert (sly-agent-q-chat--prompt-string sly-agent-q-prompt))
       (setq sly-agent-q-chat--output (copy-marker prompt-start t))
       (setq sly-agent-q-chat--input (copy-marker (point) nil))))
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
@@ -442,52 +457,62 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
                          ""))
                'face 'sly-agent-q-notice-face)))))
 
-(defun sly-agent-q-chat-insert-section (render)
-  "End the agent's text, then call RENDER on a fresh transcript line.
-RENDER inserts at point, in the current chat buffer.  Return a cons
-\(START . END) of markers around what it inserted, for
-`sly-agent-q-chat-redraw'."
-  (sly-agent-q-chat--flush)
-  (sly-agent-q-chat--end-segment)
-  (sly-agent-q-chat--fresh-line)
-  (sly-agent-q-chat--at-output
-    (let ((start (copy-marker (point) nil)))
-      (funcall render)
-      (cons start (copy-marker (point) nil)))))
-
 (defun sly-agent-q-chat-json (value)
   "VALUE (parsed JSON) as pretty-printed JSON text, as tool entries show it."
   (sly-agent-q-chat--json value))
 
-(defun sly-agent-q-chat-redraw (start end render)
-  "Replace the transcript text between markers START and END by calling RENDER.
-RENDER inserts at point.  The new text is inserted before the old one
-is deleted, so that markers of the neighbouring text stay put."
-  (when (and (markerp start) (marker-buffer start))
-    (with-current-buffer (marker-buffer start)
-      (let ((inhibit-read-only t)
-            (buffer-undo-list t))
-        (save-excursion
-          (goto-char start)
-          (funcall render)
-          (delete-region (point) end)
-          (set-marker end (point))
-          (add-text-properties start end sly-agent-q-chat--read-only))))))
+;;;; Sections: parts of the transcript that are redrawn
 
-(defun sly-agent-q-chat--redraw-entry (entry)
-  "Redraw ENTRY in place."
-  (sly-agent-q-chat-redraw (sly-agent-q-entry-start entry) (sly-agent-q-entry-end entry)
-                           (lambda () (sly-agent-q-chat--render-entry entry))))
+;; A section (a tool entry, an approval) is an ewoc of one node, made
+;; where the section starts.  Streamed text, notices and the user's
+;; messages stay plain text inserted at `sly-agent-q-chat--output', so
+;; the streaming path is one `insert' with no ewoc to keep in step;
+;; one ewoc for the whole transcript would delete whatever text sits
+;; between two of its nodes when the first is redrawn.  The section's
+;; last newline is the ewoc's footer: a redraw deletes and reinserts
+;; only the node before it, so the markers of whatever follows (the
+;; next section) are never at the deleted text's end, where they would
+;; collapse onto the redrawn text's start.
 
-(defun sly-agent-q-chat--add-entry (entry)
-  "Insert ENTRY at the end of the transcript."
+(defun sly-agent-q-chat--section-printer (render)
+  "Insert a section by calling RENDER; its text becomes read-only.
+The last newline RENDER inserts is left to the section's footer."
+  (let ((start (point)))
+    (funcall render)
+    (when (and (> (point) start) (eq (char-before) ?\n))
+      (delete-char -1))
+    (add-text-properties start (point) sly-agent-q-chat--read-only)))
+
+(defun sly-agent-q-chat-insert-section (render)
+  "End the agent's text, then call RENDER on a fresh transcript line.
+RENDER inserts whole lines at point, in the current chat buffer; it is
+called again on each `sly-agent-q-chat-redraw-section'.  Return the
+section."
   (sly-agent-q-chat--flush)
   (sly-agent-q-chat--end-segment)
   (sly-agent-q-chat--fresh-line)
   (sly-agent-q-chat--at-output
-    (setf (sly-agent-q-entry-start entry) (copy-marker (point) nil))
-    (sly-agent-q-chat--render-entry entry)
-    (setf (sly-agent-q-entry-end entry) (copy-marker (point) nil)))
+    (let ((section (ewoc-create #'sly-agent-q-chat--section-printer "" "\n" t)))
+      (ewoc-enter-last section render)
+      section)))
+
+(defun sly-agent-q-chat-redraw-section (section)
+  "Redraw SECTION alone, calling its RENDER again.
+The rest of the transcript is not touched."
+  (let ((buffer (ewoc-buffer section)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (let ((buffer-undo-list t))
+          (ewoc-invalidate section (ewoc-nth section 0)))))))
+
+(defun sly-agent-q-chat--redraw-entry (entry)
+  "Redraw ENTRY in place."
+  (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))
+
+(defun sly-agent-q-chat--add-entry (entry)
+  "Insert ENTRY at the end of the transcript."
+  (setf (sly-agent-q-entry-section entry)
+        (sly-agent-q-chat-insert-section (lambda () (sly-agent-q-chat--render-entry entry))))
   (puthash (sly-agent-q-entry-call-id entry) entry sly-agent-q-chat--entries))
 
 (defun sly-agent-q-chat--entry-button (button)
@@ -530,16 +555,103 @@ is deleted, so that markers of the neighbouring text stay put."
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
      (format "  $%.4f" (or sly-agent-q-chat--cost 0))
-     (cond ((not sly-agent-q-chat--turn) "")
-           ((eq (sly-agent-q-turn-status sly-agent-q-chat--turn) 'sending) "  [sending]")
-           (t (let ((state (sly-agent-q-turn-state sly-agent-q-chat--turn)))
-                ;; The server's chat/turnState: requesting, streaming, running-tools...
-                (format "  [running%s: C-c C-k cancels]"
-                        (if state (format " (%s)" state) "")))))
+     (sly-agent-q-chat--header-turn sly-agent-q-chat--turn)
      (if sly-agent-q-chat--attachments
          (format "  [%d attached]" (length sly-agent-q-chat--attachments))
        "")
      (if (sly-agent-q-server-live-p) "" "  [server not running]"))))
+
+;;;; The turn's states, as the server reports them
+
+(defconst sly-agent-q-chat-turn-transitions
+  '((nil requesting)
+    (requesting streaming running-tools finished failed cancelled)
+    (streaming running-tools finished failed cancelled)
+    (running-tools awaiting-approval requesting failed cancelled finished)
+    (awaiting-approval running-tools failed cancelled)
+    (finished)
+    (failed)
+    (cancelled))
+  "Which state of a turn may follow which: (STATE . NEXT-STATES).
+The states are those of chat/turnState; nil is before the first.  The
+same graph as the server's; a transition outside it is logged, not
+refused: the server's word is the state shown.")
+
+(defun sly-agent-q-chat--terminal-state-p (state)
+  "Non-nil if no state may follow STATE."
+  (let ((row (assq state sly-agent-q-chat-turn-transitions)))
+    (and row (null (cdr row)))))
+
+(defun sly-agent-q-chat--state-symbol (state)
+  "STATE, a string of chat/turnState or nil, as a symbol."
+  (and (stringp state) (intern state)))
+
+(defun sly-agent-q-chat--enter-state (turn state previous)
+  "Move TURN to STATE, the server having left PREVIOUS for it.
+A transition outside `sly-agent-q-chat-turn-transitions', or from
+another state than the chat saw last, is logged."
+  (let ((from (sly-agent-q-turn-state turn)))
+    (unless (and (eq from previous)
+                 (memq state (cdr (assq from sly-agent-q-chat-turn-transitions))))
+      (sly-agent-q-chat--log-unexpected turn from state previous))
+    (setf (sly-agent-q-turn-state turn) state)
+    (sly-agent-q-chat--show-state)))
+
+(defun sly-agent-q-chat--log-unexpected (turn from state previous)
+  "Log that TURN went from FROM to STATE, the server saying from PREVIOUS."
+  (let ((text (format "turn %s: unexpected state %s after %s (the server says after %s)"
+                      (sly-agent-q-turn-id turn) state (or from "none") (or previous "none"))))
+    (sly-agent-q-server-log "%s" text)
+    ;; In *Messages* for whoever looks, not in the echo area: it is no error.
+    (let ((inhibit-message t))
+      (message "sly-agent-q: %s" text))))
+
+(defun sly-agent-q-chat--state-label (state)
+  "The label of STATE in `sly-agent-q-turn-state-labels', or nil."
+  (cdr (assq state sly-agent-q-turn-state-labels)))
+
+(defun sly-agent-q-chat--header-turn (turn)
+  "The header line's part about TURN, which is nil when no turn is running."
+  (let ((state (and turn (sly-agent-q-turn-state turn))))
+    (cond ((not turn) "")
+          ((eq (sly-agent-q-turn-status turn) 'sending) "  [sending]")
+          ((sly-agent-q-chat--terminal-state-p state) (format "  [%s]" state))
+          (t (format "  [running%s · C-c C-k cancels]"
+                     (let ((label (or (sly-agent-q-chat--state-label state) state)))
+                       (if label (format " · %s" label) "")))))))
+
+(defun sly-agent-q-chat--show-state ()
+  "Show the state of the running turn in the prompt and the header line."
+  (let* ((turn sly-agent-q-chat--turn)
+         (label (and turn (sly-agent-q-chat--state-label (sly-agent-q-turn-state turn)))))
+    (sly-agent-q-chat--set-prompt-tag (if label (format "[%s] " label) "")))
+  (force-mode-line-update))
+
+(defun sly-agent-q-chat--set-prompt-tag (tag)
+  "Show TAG, a string, before `sly-agent-q-prompt'.
+The tag is the start of the prompt's text; the input after the prompt,
+and point in it, are not touched."
+  (unless (equal tag sly-agent-q-chat--prompt-tag)
+    (let ((inhibit-read-only t)
+          (buffer-undo-list t)
+          (start (marker-position sly-agent-q-chat--output)))
+      (save-excursion
+        (delete-region start (+ start (length sly-agent-q-chat--prompt-tag)))
+        ;; The tag goes after the transcript's end, not before it.
+        (set-marker-insertion-type sly-agent-q-chat--output nil)
+        (unwind-protect
+            (progn
+              (goto-char start)
+              (insert (sly-agent-q-chat--prompt-string tag)))
+          (set-marker-insertion-type sly-agent-q-chat--output t))))
+    (setq sly-agent-q-chat--prompt-tag tag)))
+
+(defun sly-agent-q-chat--prompt-string (text)
+  "TEXT as prompt text: read-only, in the prompt's face and field."
+  (propertize text
+              'face 'sly-agent-q-prompt-face
+              'read-only t 'front-sticky '(read-only) 'rear-nonsticky t
+              'field 'sly-agent-q-prompt))
 
 ;;;; Turns
 
@@ -636,7 +748,7 @@ COST the turn's cost.  Runs the turn's callback and
       ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
       ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
                                         'sly-agent-q-error-face)))
-    (force-mode-line-update)
+    (sly-agent-q-chat--show-state)
     (let ((plist (list :status status :text (or text "") :message message :usage usage
                        :costUsd cost :turnId (sly-agent-q-turn-id turn)
                        :conversationId (sly-agent-q-turn-conversation-id turn))))
@@ -656,11 +768,14 @@ RESULTS maps tool call ids to their tool_result blocks."
       (pcase (plist-get block :type)
         ("text"
          (if user
-             (sly-agent-q-chat-insert-section
-              (lambda ()
-                (insert "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
-                        (plist-get block :text) "\n\n"
-                        (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n")))
+             (progn
+               (sly-agent-q-chat--flush)
+               (sly-agent-q-chat--end-segment)
+               (sly-agent-q-chat--fresh-line)
+               (sly-agent-q-chat-insert
+                "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
+                (plist-get block :text) "\n\n"
+                (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n"))
            (sly-agent-q-chat--add-text (plist-get block :text))
            (sly-agent-q-chat--flush)))
         ("tool_use"
@@ -812,10 +927,12 @@ Notifications of turns that are over are ignored."
       (sly-agent-q-chat--redraw-entry entry))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnState)) params)
-  "Show the state of the turn the chat/turnState PARAMS name in the header line."
+  "Show the state of the turn the chat/turnState PARAMS name.
+The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   (sly-agent-q-chat--with-turn-buffer params
-    (setf (sly-agent-q-turn-state sly-agent-q-chat--turn) (plist-get params :state))
-    (force-mode-line-update)))
+    (sly-agent-q-chat--enter-state turn
+                                   (sly-agent-q-chat--state-symbol (plist-get params :state))
+                                   (sly-agent-q-chat--state-symbol (plist-get params :previous)))))
 
 (defun sly-agent-q-chat-compacted-notice (replaced before after)
   "Tell the chat that REPLACED messages were summarized, BEFORE to AFTER tokens."

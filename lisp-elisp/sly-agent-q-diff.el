@@ -46,6 +46,7 @@
 (require 'cl-lib)
 (require 'diff-mode)
 (require 'button)
+(require 'ewoc)
 (require 'sly-agent-q-files)
 
 (defvar sly-agent-q-approval-function)
@@ -349,79 +350,100 @@ A new file (OLD empty) shows its whole text as added lines."
   "Return NUMBERS as \"1, 3\"."
   (mapconcat #'number-to-string numbers ", "))
 
-(defun sly-agent-q-diff-apply-proposal (args)
-  "Run the capability propose_file_edit with ARGS; return the model's answer.
-Apply the hunks listed in :accepted_hunks (all when absent) and say
-exactly which were applied.  Signal `sly-agent-q-tool-error' when
-nothing can be applied."
-  (let* ((proposal (sly-agent-q-diff-proposal args))
-         (file (plist-get proposal :file))
-         (rel (plist-get proposal :rel))
-         (key (sly-agent-q-diff--key file args))
-         (reviewed (gethash key sly-agent-q-diff--reviews))
-         (hunks (plist-get proposal :hunks))
-         (count (length hunks)))
+(defun sly-agent-q-diff--check-reviewed (args proposal)
+  "Signal if the text of PROPOSAL, from ARGS, changed since it was reviewed.
+The review of ARGS is forgotten either way: a proposal applies once."
+  (let* ((key (sly-agent-q-diff--key (plist-get proposal :file) args))
+         (reviewed (gethash key sly-agent-q-diff--reviews)))
     (remhash key sly-agent-q-diff--reviews)
     (when (and reviewed
                (not (equal (car reviewed)
                            (secure-hash 'sha1 (plist-get proposal :old)))))
       (sly-agent-q-tool-fail
        "%s changed after the user reviewed the proposed edit, so nothing was applied.  Read it again and propose the edit anew."
-       rel))
+       (plist-get proposal :rel)))))
+
+(defun sly-agent-q-diff--new-text (proposal accepted)
+  "Return the text of PROPOSAL's file with the ACCEPTED hunks applied."
+  (sly-agent-q-diff--apply-hunks (plist-get proposal :a) (plist-get proposal :b)
+                                 (plist-get proposal :hunks) accepted))
+
+(defun sly-agent-q-diff--apply-through-buffer (proposal accepted)
+  "Apply the ACCEPTED hunks of PROPOSAL in the buffer visiting its file.
+Save the buffer unless it had unsaved changes.  Return the note saying
+how, for the model."
+  (let* ((current (plist-get proposal :current))
+         (buffer (plist-get current :buffer))
+         (was-modified (plist-get current :modified)))
+    (unless was-modified
+      ;; It will be saved: refuse what its coding cannot hold before
+      ;; touching it.
+      (sly-agent-q-files-check-encodable (sly-agent-q-diff--new-text proposal accepted)
+                                         (plist-get current :coding)
+                                         (plist-get proposal :file)))
+    (sly-agent-q-diff--apply-in-buffer buffer proposal accepted)
+    (if was-modified
+        (format " in buffer %s, which had unsaved changes, so it was not saved"
+                (buffer-name buffer))
+      (condition-case err
+          (sly-agent-q-files-save-buffer buffer)
+        (sly-agent-q-tool-error
+         (sly-agent-q-tool-fail
+          "The accepted hunks (%s) were applied in buffer %s, but saving it to %s failed: %s  The buffer holds the change, unsaved."
+          (sly-agent-q-diff--numbers accepted) (buffer-name buffer) (plist-get proposal :rel)
+          (cadr err))))
+      (format " (through buffer %s, saved)" (buffer-name buffer)))))
+
+(defun sly-agent-q-diff--apply-to-file (proposal accepted)
+  "Write PROPOSAL's file with the ACCEPTED hunks applied.
+Revert a buffer visiting it; return the note saying so, for the model,
+or \"\"."
+  (let ((file (plist-get proposal :file)))
+    (sly-agent-q-files-write-atomically file (sly-agent-q-diff--new-text proposal accepted)
+                                        (plist-get (plist-get proposal :current) :coding))
+    (let ((visiting (sly-agent-q-files-visiting-buffer file)))
+      (if (not visiting)
+          ""
+        (sly-agent-q-files-revert-buffer visiting)
+        (format " (buffer %s reverted)" (buffer-name visiting))))))
+
+(defun sly-agent-q-diff--applied-message (rel count accepted note)
+  "Say that the ACCEPTED hunks out of COUNT were applied to REL, adding NOTE."
+  (let ((rejected (cl-set-difference (number-sequence 1 count) accepted)))
+    (if rejected
+        (format "Applied hunk%s %s of %d to %s%s (rejected: %s)."
+                (if (cdr accepted) "s" "") (sly-agent-q-diff--numbers accepted)
+                count rel note (sly-agent-q-diff--numbers rejected))
+      (format "Applied all %d hunk%s to %s%s." count (if (= count 1) "" "s")
+              rel note))))
+
+(defun sly-agent-q-diff-apply-proposal (args)
+  "Run the capability propose_file_edit with ARGS; return the model's answer.
+Apply the hunks listed in :accepted_hunks (all when absent) and say
+exactly which were applied.  Signal `sly-agent-q-tool-error' when
+nothing can be applied."
+  (let* ((proposal (sly-agent-q-diff-proposal args))
+         (rel (plist-get proposal :rel))
+         (count (length (plist-get proposal :hunks))))
+    (sly-agent-q-diff--check-reviewed args proposal)
     (if (zerop count)
         (format "No change: the proposal is identical to the current text of %s." rel)
       (let ((accepted (sly-agent-q-diff--accepted args count)))
         (if (null accepted)
             (format "No hunk was accepted; nothing was applied to %s." rel)
-          (let* ((current (plist-get proposal :current))
-                 (buffer (plist-get current :buffer))
-                 (rejected (cl-set-difference (number-sequence 1 count) accepted))
-                 (note ""))
-            (if buffer
-                (let ((was-modified (plist-get current :modified)))
-                  (unless was-modified
-                    ;; It will be saved: refuse what its coding cannot hold
-                    ;; before touching it.
-                    (sly-agent-q-files-check-encodable
-                     (sly-agent-q-diff--apply-hunks (plist-get proposal :a)
-                                                    (plist-get proposal :b)
-                                                    hunks accepted)
-                     (plist-get current :coding) file))
-                  (sly-agent-q-diff--apply-in-buffer buffer proposal accepted)
-                  (if was-modified
-                      (setq note (format " in buffer %s, which had unsaved changes, so it was not saved"
-                                         (buffer-name buffer)))
-                    (condition-case err
-                        (sly-agent-q-files-save-buffer buffer)
-                      (sly-agent-q-tool-error
-                       (sly-agent-q-tool-fail
-                        "The accepted hunks (%s) were applied in buffer %s, but saving it to %s failed: %s  The buffer holds the change, unsaved."
-                        (sly-agent-q-diff--numbers accepted) (buffer-name buffer) rel
-                        (cadr err))))
-                    (setq note (format " (through buffer %s, saved)" (buffer-name buffer)))))
-              (sly-agent-q-files-write-atomically
-               file
-               (sly-agent-q-diff--apply-hunks (plist-get proposal :a) (plist-get proposal :b)
-                                              hunks accepted)
-               (plist-get current :coding))
-              (let ((visiting (sly-agent-q-files-visiting-buffer file)))
-                (when visiting
-                  (sly-agent-q-files-revert-buffer visiting)
-                  (setq note (format " (buffer %s reverted)" (buffer-name visiting))))))
-            (if rejected
-                (format "Applied hunk%s %s of %d to %s%s (rejected: %s)."
-                        (if (cdr accepted) "s" "") (sly-agent-q-diff--numbers accepted)
-                        count rel note (sly-agent-q-diff--numbers rejected))
-              (format "Applied all %d hunk%s to %s%s." count (if (= count 1) "" "s")
-                      rel note))))))))
+          (sly-agent-q-diff--applied-message
+           rel count accepted
+           (if (plist-get (plist-get proposal :current) :buffer)
+               (sly-agent-q-diff--apply-through-buffer proposal accepted)
+             (sly-agent-q-diff--apply-to-file proposal accepted))))))))
 
 ;;;; Review
 
 (cl-defstruct (sly-agent-q-diff--review
                (:constructor sly-agent-q-diff--make-review)
                (:copier nil))
-  "A review of a proposed edit in progress."
-  args proposal states callback done)
+  "A review of a proposed edit in progress; EWOC shows its hunks."
+  args proposal states callback done ewoc)
 
 (defvar-local sly-agent-q-diff--current nil
   "The `sly-agent-q-diff--review' shown in this buffer.")
@@ -461,6 +483,30 @@ DECISION may also be just (:accepted_hunks [N ...])."
      (t (list :decision "denied"
               :reason (format "The approver gave no usable decision: %S" decision))))))
 
+(defun sly-agent-q-diff--none-accepted (args)
+  "Return the decision running the tool on ARGS with no hunk accepted."
+  (list :decision "modified"
+        :arguments (plist-put (copy-sequence args) :accepted_hunks [])))
+
+(defun sly-agent-q-diff--review-by-function (args proposal once)
+  "Ask `sly-agent-q-approval-function' about PROPOSAL of ARGS.
+ONCE gets the decision.  Return nil: no review buffer is shown."
+  (funcall sly-agent-q-approval-function
+           (list :tool "propose_file_edit"
+                 :arguments args
+                 :path (plist-get proposal :rel)
+                 :description (plist-get proposal :description)
+                 :hunks (vconcat
+                         (mapcar (lambda (h)
+                                   (list :index (plist-get h :index)
+                                         :header (plist-get h :header)
+                                         :text (plist-get h :text)))
+                                 (plist-get proposal :hunks)))
+                 :diff (sly-agent-q-diff-unified proposal))
+           (lambda (decision)
+             (funcall once (sly-agent-q-diff--normalize args decision))))
+  nil)
+
 (defun sly-agent-q-diff-review (args callback)
   "Ask the user to review the propose_file_edit call with ARGS, hunk by hunk.
 ARGS is the tool's argument plist.  CALLBACK is called once with the
@@ -480,32 +526,14 @@ signals."
           (sly-agent-q-diff--remember args proposal)
           (cond
            ((null hunks)
-            (funcall once (list :decision "modified"
-                                :arguments (plist-put (copy-sequence args)
-                                                      :accepted_hunks []))))
+            (funcall once (sly-agent-q-diff--none-accepted args)))
            ((and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function)
-            (funcall sly-agent-q-approval-function
-                     (list :tool "propose_file_edit"
-                           :arguments args
-                           :path (plist-get proposal :rel)
-                           :description (plist-get proposal :description)
-                           :hunks (vconcat
-                                   (mapcar (lambda (h)
-                                             (list :index (plist-get h :index)
-                                                   :header (plist-get h :header)
-                                                   :text (plist-get h :text)))
-                                           hunks))
-                           :diff (sly-agent-q-diff-unified proposal))
-                     (lambda (decision)
-                       (funcall once (sly-agent-q-diff--normalize args decision))))
-            nil)
+            (sly-agent-q-diff--review-by-function args proposal once))
            (t (sly-agent-q-diff--show args proposal once))))
       (sly-agent-q-tool-error
        ;; Let the tool run and report the problem itself, applying nothing.
        (ignore err)
-       (funcall once (list :decision "modified"
-                           :arguments (plist-put (copy-sequence args)
-                                                 :accepted_hunks [])))
+       (funcall once (sly-agent-q-diff--none-accepted args))
        nil)
       (error
        (funcall once (list :decision "denied"
@@ -597,58 +625,95 @@ undecided hunks count as rejected.
   (insert-text-button label 'action (lambda (_) (funcall action))
                       'follow-link t 'help-echo help))
 
+(defun sly-agent-q-diff--insert-preamble (proposal)
+  "Insert the title, keys and buttons above the diff of PROPOSAL's review."
+  (insert (propertize (format "Proposed edit of %s" (plist-get proposal :rel))
+                      'face 'bold))
+  (when (plist-get proposal :description)
+    (insert ": " (plist-get proposal :description)))
+  (insert "\n")
+  (when (plist-get (plist-get proposal :current) :modified)
+    (insert "(computed against the unsaved text of buffer "
+            (buffer-name (plist-get (plist-get proposal :current) :buffer)) ")\n"))
+  (insert (substitute-command-keys
+           "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
+  (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
+  (insert " ")
+  (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
+  (insert " ")
+  (sly-agent-q-diff--button "[Finish]" #'sly-agent-q-diff-finish
+                            "Send the decision; undecided hunks count as rejected")
+  (insert " ")
+  (sly-agent-q-diff--button "[Abort]" #'sly-agent-q-diff-abort "Reject the whole edit")
+  (insert "\n\n"))
+
+(defun sly-agent-q-diff--insert-hunk (review index)
+  "Insert hunk INDEX of REVIEW: its status line with buttons, then its diff.
+The pretty-printer of the review's ewoc, one node per hunk."
+  (let* ((hunks (plist-get (sly-agent-q-diff--review-proposal review) :hunks))
+         (hunk (nth (1- index) hunks))
+         (state (aref (sly-agent-q-diff--review-states review) (1- index)))
+         (start (point)))
+    (insert (propertize (format "## Hunk %d of %d: %s " index (length hunks)
+                                (upcase (symbol-name state)))
+                        'face (pcase state
+                                ('accepted 'success)
+                                ('rejected 'error)
+                                (_ 'warning))))
+    (sly-agent-q-diff--button "[Accept]" (lambda () (sly-agent-q-diff-accept-hunk index))
+                              "Accept this hunk")
+    (insert " ")
+    (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
+                              "Reject this hunk")
+    (insert "\n" (plist-get hunk :header) "\n" (plist-get hunk :text))
+    (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
+
+(defun sly-agent-q-diff--summary (review)
+  "The line under the hunks of REVIEW: how many are decided and accepted."
+  (let ((states (sly-agent-q-diff--review-states review)))
+    (format "\n## %d of %d hunks decided, %d accepted.\n"
+            (cl-count 'pending states :test-not #'eq) (length states)
+            (cl-count 'accepted states))))
+
+(defun sly-agent-q-diff--file-header (review)
+  "The ---/+++ lines of REVIEW's diff."
+  (let ((rel (plist-get (sly-agent-q-diff--review-proposal review) :rel)))
+    (format "--- a/%s\n+++ b/%s\n" rel rel)))
+
+(defun sly-agent-q-diff--insert-hunks (review)
+  "Insert REVIEW's diff at point as an ewoc, one node per hunk.
+The ewoc is kept in REVIEW.  Its header is the file header; its last
+node, the count of decisions; so deciding a hunk redraws that hunk and
+the count alone."
+  (let ((ewoc (ewoc-create (lambda (node)
+                             (if (eq node :summary)
+                                 (insert (sly-agent-q-diff--summary review))
+                               (sly-agent-q-diff--insert-hunk review node)))
+                           (sly-agent-q-diff--file-header review) "" t)))
+    (dotimes (i (length (sly-agent-q-diff--review-states review)))
+      (ewoc-enter-last ewoc (1+ i)))
+    (ewoc-enter-last ewoc :summary)
+    (setf (sly-agent-q-diff--review-ewoc review) ewoc)))
+
+(defun sly-agent-q-diff--redraw-hunks (review &optional indexes)
+  "Redraw the hunks INDEXES (default: all) of REVIEW, and the count of decisions."
+  (let ((ewoc (sly-agent-q-diff--review-ewoc review)))
+    (apply #'ewoc-invalidate ewoc
+           (append (mapcar (lambda (i) (ewoc-nth ewoc (1- i)))
+                           (or indexes
+                               (number-sequence 1 (length (sly-agent-q-diff--review-states review)))))
+                   (list (ewoc-nth ewoc -1))))))
+
 (defun sly-agent-q-diff-redisplay ()
-  "Redraw the review buffer, keeping point on the same line."
+  "Redraw the whole review buffer, keeping point on the same line."
   (interactive)
   (let* ((review (sly-agent-q-diff--review-here))
-         (proposal (sly-agent-q-diff--review-proposal review))
-         (states (sly-agent-q-diff--review-states review))
-         (hunks (plist-get proposal :hunks))
          (line (line-number-at-pos))
          (column (current-column))
          (inhibit-read-only t))
     (erase-buffer)
-    (insert (propertize (format "Proposed edit of %s" (plist-get proposal :rel))
-                        'face 'bold))
-    (when (plist-get proposal :description)
-      (insert ": " (plist-get proposal :description)))
-    (insert "\n")
-    (when (plist-get (plist-get proposal :current) :modified)
-      (insert "(computed against the unsaved text of buffer "
-              (buffer-name (plist-get (plist-get proposal :current) :buffer)) ")\n"))
-    (insert (substitute-command-keys
-             "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
-    (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
-    (insert " ")
-    (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
-    (insert " ")
-    (sly-agent-q-diff--button "[Finish]" #'sly-agent-q-diff-finish
-                              "Send the decision; undecided hunks count as rejected")
-    (insert " ")
-    (sly-agent-q-diff--button "[Abort]" #'sly-agent-q-diff-abort "Reject the whole edit")
-    (insert "\n\n")
-    (let ((rel (plist-get proposal :rel)))
-      (insert (format "--- a/%s\n+++ b/%s\n" rel rel)))
-    (dolist (hunk hunks)
-      (let* ((index (plist-get hunk :index))
-             (state (aref states (1- index)))
-             (start (point)))
-        (insert (propertize (format "## Hunk %d of %d: %s " index (length hunks)
-                                    (upcase (symbol-name state)))
-                            'face (pcase state
-                                    ('accepted 'success)
-                                    ('rejected 'error)
-                                    (_ 'warning))))
-        (sly-agent-q-diff--button "[Accept]" (lambda () (sly-agent-q-diff-accept-hunk index))
-                                  "Accept this hunk")
-        (insert " ")
-        (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
-                                  "Reject this hunk")
-        (insert "\n" (plist-get hunk :header) "\n" (plist-get hunk :text))
-        (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
-    (let ((decided (cl-count 'pending states :test-not #'eq)))
-      (insert (format "\n## %d of %d hunks decided, %d accepted.\n" decided (length hunks)
-                      (cl-count 'accepted states))))
+    (sly-agent-q-diff--insert-preamble (sly-agent-q-diff--review-proposal review))
+    (sly-agent-q-diff--insert-hunks review)
     (goto-char (point-min))
     (forward-line (1- line))
     (move-to-column column)))
@@ -666,17 +731,18 @@ undecided hunks count as rejected.
     (unless (and (integerp index) (<= 1 index (length states)))
       (user-error "No hunk %s" index))
     (aset states (1- index) state)
-    (sly-agent-q-diff-redisplay)
+    (sly-agent-q-diff--redraw-hunks review (list index))
     index))
 
 (defun sly-agent-q-diff--goto-hunk (index)
   "Move point to the status line of hunk INDEX; return non-nil if found."
-  (let ((pos (point-min)) found)
-    (while (and (not found)
-                (setq pos (next-single-property-change pos 'sly-agent-q-diff-hunk)))
-      (when (eql (get-text-property pos 'sly-agent-q-diff-hunk) index)
-        (setq found pos)))
-    (when found (goto-char found))))
+  (let* ((ewoc (and sly-agent-q-diff--current
+                    (sly-agent-q-diff--review-ewoc sly-agent-q-diff--current)))
+         (node (and ewoc (integerp index)
+                    (<= 1 index (length (sly-agent-q-diff--review-states sly-agent-q-diff--current)))
+                    (ewoc-nth ewoc (1- index)))))
+    (when node
+      (goto-char (ewoc-location node)))))
 
 (defun sly-agent-q-diff-accept-hunk (&optional index)
   "Accept hunk INDEX, by default the hunk at point, and move to the next."
@@ -714,14 +780,16 @@ undecided hunks count as rejected.
 (defun sly-agent-q-diff-accept-all ()
   "Accept every hunk."
   (interactive)
-  (fillarray (sly-agent-q-diff--review-states (sly-agent-q-diff--review-here)) 'accepted)
-  (sly-agent-q-diff-redisplay))
+  (let ((review (sly-agent-q-diff--review-here)))
+    (fillarray (sly-agent-q-diff--review-states review) 'accepted)
+    (sly-agent-q-diff--redraw-hunks review)))
 
 (defun sly-agent-q-diff-reject-all ()
   "Reject every hunk."
   (interactive)
-  (fillarray (sly-agent-q-diff--review-states (sly-agent-q-diff--review-here)) 'rejected)
-  (sly-agent-q-diff-redisplay))
+  (let ((review (sly-agent-q-diff--review-here)))
+    (fillarray (sly-agent-q-diff--review-states review) 'rejected)
+    (sly-agent-q-diff--redraw-hunks review)))
 
 (defun sly-agent-q-diff-next-hunk ()
   "Move to the next hunk's status line; return its number."

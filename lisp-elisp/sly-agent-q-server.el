@@ -439,6 +439,11 @@ auth-source again.")
         (goto-char (point-max))
         (insert "[sly-agent-q] " (apply #'format format-string args) "\n")))))
 
+(defun sly-agent-q-server-log (format-string &rest args)
+  "Write FORMAT-STRING and ARGS to the events buffer of the current connection.
+Without a connection, nothing is written."
+  (apply #'sly-agent-q--log sly-agent-q--connection format-string args))
+
 (defun sly-agent-q-server-live-p (&optional conn)
   "Non-nil if CONN (default: the current connection) has a running process."
   (let ((c (or conn sly-agent-q--connection)))

@@ -228,7 +228,7 @@
       (with-current-buffer (sly-agent-q-chat-buffer)
         (should (string-match-p "running" (sly-agent-q-chat--header-line)))
         ;; The server's chat/turnState came before the text.
-        (should (string-match-p "(streaming)" (sly-agent-q-chat--header-line)))
+        (should (string-match-p "running · answering" (sly-agent-q-chat--header-line)))
         (call-interactively (key-binding (kbd "C-c C-k"))))
       (sly-agent-q-test-wait (lambda () outcome) 10 "the cancellation")
       (should (eq (plist-get outcome :status) 'cancelled))
@@ -236,6 +236,31 @@
       ;; The conversation goes on.
       (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
       (should (string-match-p "Second answer\\." (sly-agent-q-test-chat-text))))))
+
+(ert-deftest sly-agent-q-chat-follows-the-server-turn-states ()
+  "A tool-using turn from the real server: the chat sees each state once, in order, none unexpected."
+  (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+        (seen nil) (unexpected nil))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (sly-agent-q-test--step (sly-agent-q-test--text "Looking. ")
+                                 (sly-agent-q-test--tool "current_directory" nil))
+         (sly-agent-q-test--step (sly-agent-q-test--text "Done.")))
+      (cl-letf* ((enter (symbol-function 'sly-agent-q-chat--enter-state))
+                 ((symbol-function 'sly-agent-q-chat--enter-state)
+                  (lambda (turn state previous)
+                    (push state seen)
+                    (funcall enter turn state previous)))
+                 (log (symbol-function 'sly-agent-q-chat--log-unexpected))
+                 ((symbol-function 'sly-agent-q-chat--log-unexpected)
+                  (lambda (&rest args) (push args unexpected) (apply log args))))
+        (should (eq (plist-get (sly-agent-q-test-send "where?") :status) 'finished)))
+      (should (equal (nreverse seen) '(requesting streaming running-tools requesting streaming finished)))
+      (should-not unexpected)
+      ;; The turn is over: no state tag is left in the prompt or the header line.
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (should (string-match-p "claude" (sly-agent-q-chat--header-line)))
+        (should-not (string-match-p "answering\\|running" (sly-agent-q-chat--header-line)))))))
 
 (ert-deftest sly-agent-q-chat-server-crash-and-restart ()
   "Killing the server mid-turn fails the turn, keeps the transcript, restarts it."

@@ -343,6 +343,57 @@
         (should (null (cadr opened))))
       (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "a.lisp"))))))
 
+(defun sly-agent-q-diff-test-hunk-bounds (index)
+  "The (START . END) of hunk INDEX's text in the review buffer."
+  (save-excursion
+    (should (sly-agent-q-diff--goto-hunk index))
+    (cons (point) (next-single-property-change (point) 'sly-agent-q-diff-hunk nil (point-max)))))
+
+(ert-deftest sly-agent-q-diff-test-review-redraws-one-hunk ()
+  "Deciding a hunk redraws that hunk and the count alone; the other hunks are not touched."
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((opened (sly-agent-q-diff-test-open-review
+                   (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))))
+      (with-current-buffer (car opened)
+        (let* ((text-of (lambda (i) (let ((b (sly-agent-q-diff-test-hunk-bounds i)))
+                                      (buffer-substring-no-properties (car b) (cdr b)))))
+               (first (funcall text-of 1))
+               (third (funcall text-of 3))
+               (first-start (car (sly-agent-q-diff-test-hunk-bounds 1)))
+               (changes nil)
+               (record (lambda (beg end _len) (push (cons beg end) changes))))
+          (add-hook 'after-change-functions record nil t)
+          (unwind-protect (sly-agent-q-diff-accept-hunk 2)
+            (remove-hook 'after-change-functions record t))
+          (should changes)
+          (let ((second (sly-agent-q-diff-test-hunk-bounds 2))
+                (summary (cdr (sly-agent-q-diff-test-hunk-bounds 3))))
+            (dolist (c changes)
+              (should (or (<= (car second) (car c) (cdr c) (cdr second))
+                          (<= summary (car c) (cdr c) (point-max))))))
+          (should (equal first (funcall text-of 1)))
+          (should (equal third (funcall text-of 3)))
+          (should (= first-start (car (sly-agent-q-diff-test-hunk-bounds 1))))
+          (should (string-match-p "^## Hunk 2 of 3: ACCEPTED" (buffer-string)))
+          (should (string-match-p "^## Hunk 3 of 3: PENDING" (buffer-string)))
+          (should (string-match-p "\n## 1 of 3 hunks decided, 1 accepted\\.\n\\'" (buffer-string)))
+          ;; Point moved on to hunk 3.
+          (should (= 3 (get-text-property (point) 'sly-agent-q-diff-hunk)))
+          ;; g redraws the whole buffer to the same text, point on the same line.
+          (let ((text (buffer-substring-no-properties (point-min) (point-max)))
+                (line (line-number-at-pos)))
+            (call-interactively (key-binding "g"))
+            (should (equal text (buffer-substring-no-properties (point-min) (point-max))))
+            (should (= line (line-number-at-pos))))
+          ;; Deciding after g still redraws that hunk alone.
+          (sly-agent-q-diff-reject-hunk 1)
+          (should (equal third (funcall text-of 3)))
+          (should (string-match-p "^## Hunk 1 of 3: REJECTED" (buffer-string)))
+          (should (string-match-p "\n## 2 of 3 hunks decided, 1 accepted\\.\n\\'" (buffer-string))))
+        (sly-agent-q-diff-finish))
+      (should (equal [2] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()

@@ -299,6 +299,34 @@
       (should (equal (plist-get (plist-get decision :arguments) :content) "(+ 40 2)"))
       (should (string-match-p "approved with edited arguments" (buffer-string))))))
 
+(ert-deftest sly-agent-q-approval-redraws-alone ()
+  "Answering an approval redraws it alone: the entry before it and the text after it are not touched."
+  (let (decision)
+    (sly-agent-q-test--with-chat
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
+                                                            :arguments (:path "a.lisp") :safetyLevel "dangerous"))
+      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+                                 '(:tool "write_file" :arguments (:path "a.lisp")
+                                   :safetyLevel "dangerous" :callId "c1")
+                                 (lambda (d) (setq decision d)))
+      (sly-agent-q-chat-notice "after")
+      (let* ((entry-line (buffer-substring-no-properties
+                          (car (sly-agent-q-test--line-bounds "▸ write_file"))
+                          (cdr (sly-agent-q-test--line-bounds "▸ write_file"))))
+             (start (car (sly-agent-q-test--line-bounds "needs your approval")))
+             (end (car (sly-agent-q-test--line-bounds "after")))
+             (approval (save-excursion (goto-char start) (search-forward "needs your approval")
+                                       (get-text-property (point) 'sly-agent-q-approval)))
+             (changes (sly-agent-q-test--changes-during (lambda () (sly-agent-q-approve approval)))))
+        (should (equal decision '(:decision "approved")))
+        (should changes)
+        (dolist (c changes)
+          (should (<= start (car c) (cdr c) end)))
+        (should (string-match-p (concat "\\`" (regexp-quote entry-line) "  ✓ approved write_file\nafter\n> \\'")
+                                (buffer-substring-no-properties
+                                 (car (sly-agent-q-test--line-bounds "▸ write_file")) (point-max))))))))
+
 (ert-deftest sly-agent-q-approval-withdrawn ()
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
@@ -347,6 +375,196 @@
       (sly-agent-q-chat-toggle-entry)
       (should (string-match-p "result:\n      Wrote a.lisp\n    time: 3 ms\n  ✓ approved write_file\nafter\n"
                               (buffer-string))))))
+
+(defun sly-agent-q-test--changes-during (fn)
+  "Call FN in the current buffer; return the (BEG . END) of every change it made."
+  (let* ((changes nil)
+         (record (lambda (beg end _len) (push (cons beg end) changes))))
+    (add-hook 'after-change-functions record nil t)
+    (unwind-protect (funcall fn)
+      (remove-hook 'after-change-functions record t))
+    changes))
+
+(defun sly-agent-q-test--line-bounds (text)
+  "The (START . END) of the line containing TEXT, END after its newline."
+  (save-excursion
+    (goto-char (point-min))
+    (search-forward text)
+    (cons (line-beginning-position) (1+ (line-end-position)))))
+
+(ert-deftest sly-agent-q-chat-entry-redraws-alone ()
+  "A tool result redraws its entry alone: the text around it and the next entry are not touched."
+  (sly-agent-q-test--with-chat
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
+    (dolist (id '("c1" "c2"))
+      (sly-agent-q-handle-notification nil 'chat/toolCall
+                                       (list :turnId "t1" :callId id :name "read_file"
+                                             :arguments (list :path (concat id ".lisp"))
+                                             :safetyLevel "safe")))
+    (sly-agent-q-chat-notice "after")
+    (let* ((second (save-excursion (goto-char (point-min)) (search-forward "c2.lisp")
+                                   (copy-marker (match-beginning 0))))
+           (changes (sly-agent-q-test--changes-during
+                     (lambda ()
+                       (sly-agent-q-handle-notification
+                        nil 'chat/toolResult '(:turnId "t1" :callId "c1" :name "read_file" :success t
+                                               :content "(defun a ())" :executionTimeMs 2)))))
+           (first (sly-agent-q-test--line-bounds "c1.lisp")))
+      (should changes)
+      (dolist (c changes)
+        (should (<= (car first) (car c) (cdr c) (cdr first))))
+      (should (string-match-p (concat "Looking\\.\n"
+                                      "  ▸ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  … running\n"
+                                      "after\n> \\'")
+                              (buffer-string)))
+      ;; Text after the redrawn entry did not move under its markers.
+      (should (equal (buffer-substring-no-properties second (+ second 7)) "c2.lisp"))
+      ;; The second entry redraws alone as well, and stays read-only.
+      (let ((changes (sly-agent-q-test--changes-during
+                      (lambda ()
+                        (sly-agent-q-handle-notification
+                         nil 'chat/toolResult '(:turnId "t1" :callId "c2" :name "read_file"
+                                                :success :json-false :error "no such file"))))))
+        (should changes)
+        (let ((line (sly-agent-q-test--line-bounds "c2.lisp")))
+          (dolist (c changes)
+            (should (<= (car line) (car c) (cdr c) (cdr line))))))
+      (should (string-match-p (concat "c1.lisp\"  ✓ 2 ms\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\n"
+                                      "after\n")
+                              (buffer-string)))
+      (goto-char second)
+      (should-error (insert "x") :type 'text-read-only)
+      ;; Expanding the first entry puts its details between the two.
+      (goto-char (point-min))
+      (search-forward "▸ read_file (safe) path=\"c1")
+      (sly-agent-q-chat-toggle-entry)
+      (should (string-match-p (concat "▾ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
+                                      "    arguments:\n      {\n        \"path\": \"c1.lisp\"\n      }\n"
+                                      "    result:\n      (defun a ())\n"
+                                      "    time: 2 ms  (not approved)\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\nafter\n")
+                              (buffer-string))))))
+
+;;;; The turn's states
+
+(defun sly-agent-q-test--turn-state (state previous)
+  "Feed chat/turnState STATE (after PREVIOUS) of turn t1 through the real handler."
+  (sly-agent-q-handle-notification nil 'chat/turnState
+                                   (list :conversationId "k1" :turnId "t1"
+                                         :state state :previous previous)))
+
+(defun sly-agent-q-test--prompt ()
+  "The text between the transcript and the input."
+  (buffer-substring-no-properties sly-agent-q-chat--output sly-agent-q-chat--input))
+
+(ert-deftest sly-agent-q-chat-turn-states-in-header-and-prompt ()
+  "Each chat/turnState shows in the header line and the prompt; the input stays; the end clears it."
+  (sly-agent-q-test--with-chat
+    (let ((sly-agent-q-prompt "> "))
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (goto-char (point-max))
+      (insert "draft")
+      (should (string-match-p "\\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      (should (equal (sly-agent-q-test--prompt) "> "))
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (should (string-match-p "\\[running · waiting for the model · C-c C-k cancels\\]"
+                              (sly-agent-q-chat--header-line)))
+      (should (equal (sly-agent-q-test--prompt) "[waiting for the model] > "))
+      (sly-agent-q-test--turn-state "streaming" "requesting")
+      (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Let me write it."))
+      (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
+                                                            :arguments (:path "a.lisp") :safetyLevel "dangerous"))
+      (sly-agent-q-test--turn-state "running-tools" "streaming")
+      (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n\\[running tools\\] > draft\\'"
+                              (buffer-string)))
+      (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
+      (should (string-match-p "\\[running · awaiting approval: y/n on the entry · C-c C-k cancels\\]"
+                              (sly-agent-q-chat--header-line)))
+      (should (string-match-p "… running\n\\[awaiting approval: y/n on the entry\\] > draft\\'"
+                              (buffer-string)))
+      ;; The prompt stays read-only and the input editable.
+      (goto-char sly-agent-q-chat--output)
+      (should-error (insert "x") :type 'text-read-only)
+      (goto-char (point-max))
+      (insert "!")
+      (should (equal (sly-agent-q-chat--input-text) "draft!"))
+      ;; Transcript text still goes above the prompt.
+      (sly-agent-q-chat-notice "a notice")
+      (should (string-match-p "a notice\n\\[awaiting approval: y/n on the entry\\] > draft!\\'"
+                              (buffer-string)))
+      (sly-agent-q-test--turn-state "running-tools" "awaiting-approval")
+      (sly-agent-q-test--turn-state "finished" "running-tools")
+      (should (string-match-p "\\[finished\\]" (sly-agent-q-chat--header-line)))
+      (should (equal (sly-agent-q-test--prompt) "> "))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                       '(:turnId "t1" :text "done" :stopReason "end_turn"))
+      (should-not sly-agent-q-chat--turn)
+      (should-not (string-match-p "\\[running\\|\\[finished" (sly-agent-q-chat--header-line)))
+      (should (string-match-p "\n> draft!\\'" (buffer-string)))
+      (should (equal (sly-agent-q-chat--input-text) "draft!")))))
+
+(ert-deftest sly-agent-q-chat-turn-state-cleared-when-turn-fails ()
+  "A turn that fails or is cancelled mid-state leaves the plain prompt."
+  (sly-agent-q-test--with-chat
+    (dolist (end '(("provider" . "Error: rate limited") ("cancelled" . "\\[cancelled\\]")))
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (sly-agent-q-test--turn-state "running-tools" "requesting")
+      (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
+      (should (equal (sly-agent-q-test--prompt) "[awaiting approval: y/n on the entry] > "))
+      (sly-agent-q-handle-notification nil 'chat/turnFailed
+                                       (list :turnId "t1" :kind (car end) :message "rate limited"))
+      (should-not sly-agent-q-chat--turn)
+      (should (equal (sly-agent-q-test--prompt) "> "))
+      (should (string-match-p (concat (cdr end) "\n> \\'") (buffer-string))))))
+
+(ert-deftest sly-agent-q-chat-turn-transitions ()
+  "The chat's table of transitions is the server's graph; an unexpected one is logged, not an error."
+  (should (equal (cdr (assq 'requesting sly-agent-q-chat-turn-transitions))
+                 '(streaming running-tools finished failed cancelled)))
+  (should (equal (cdr (assq 'streaming sly-agent-q-chat-turn-transitions))
+                 '(running-tools finished failed cancelled)))
+  (should (equal (cdr (assq 'running-tools sly-agent-q-chat-turn-transitions))
+                 '(awaiting-approval requesting failed cancelled finished)))
+  (should (equal (cdr (assq 'awaiting-approval sly-agent-q-chat-turn-transitions))
+                 '(running-tools failed cancelled)))
+  (dolist (s '(finished failed cancelled))
+    (should (null (cdr (assq s sly-agent-q-chat-turn-transitions)))))
+  (sly-agent-q-test--with-chat
+    (let ((logged nil))
+      (cl-letf* ((real-message (symbol-function 'message))
+                 ((symbol-function 'message)
+                  (lambda (fmt &rest args)
+                    (let ((text (and fmt (apply #'format fmt args))))
+                      (when (and text (string-prefix-p "sly-agent-q: turn" text))
+                        (push text logged)))
+                    (apply real-message fmt args))))
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+        ;; The expected path logs nothing.
+        (sly-agent-q-test--turn-state "requesting" nil)
+        (sly-agent-q-test--turn-state "streaming" "requesting")
+        (sly-agent-q-test--turn-state "running-tools" "streaming")
+        (sly-agent-q-test--turn-state "requesting" "running-tools")
+        (should-not logged)
+        ;; Not in the graph: logged, and the server's state is shown.
+        (sly-agent-q-test--turn-state "awaiting-approval" "requesting")
+        (should (equal logged '("sly-agent-q: turn t1: unexpected state awaiting-approval after requesting (the server says after requesting)")))
+        (should (equal (sly-agent-q-test--prompt) "[awaiting approval: y/n on the entry] > "))
+        ;; A state the chat missed: the server's previous differs from the chat's.
+        (setq logged nil)
+        (sly-agent-q-test--turn-state "cancelled" "running-tools")
+        (should (equal logged '("sly-agent-q: turn t1: unexpected state cancelled after awaiting-approval (the server says after running-tools)")))
+        (should (string-match-p "\\[cancelled\\]" (sly-agent-q-chat--header-line)))
+        ;; Another turn's state changes nothing here.
+        (setq logged nil)
+        (sly-agent-q-handle-notification nil 'chat/turnState
+                                         '(:conversationId "k2" :turnId "t2" :state "streaming"
+                                           :previous "requesting"))
+        (should (eq (sly-agent-q-turn-state sly-agent-q-chat--turn) 'cancelled))
+        (should-not logged)))))
 
 (ert-deftest sly-agent-q-approval-denied-when-chat-killed ()
   "Killing the chat buffer denies the approvals waiting in it."

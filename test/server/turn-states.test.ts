@@ -419,3 +419,19 @@ describe("doc/turn-states.md", () => {
     expect(readFileSync(join(root, "doc/architecture.md"), "utf8")).toContain("](turn-states.md)");
   });
 });
+
+describe("the chat's view of the turn", () => {
+  it("is the server's transitions table (sly-agent-q-chat-turn-transitions in lisp-elisp/sly-agent-q-chat.el)", () => {
+    const source = readFileSync(new URL("../../lisp-elisp/sly-agent-q-chat.el", import.meta.url), "utf8");
+    const start = source.indexOf("(defconst sly-agent-q-chat-turn-transitions");
+    expect(start).toBeGreaterThanOrEqual(0);
+    const body = source.slice(start, source.indexOf('"', start));
+    const rows = [...body.matchAll(/\(([a-z-]+(?: [a-z-]+)*)\)/g)].map((m) => m[1]!.split(" "));
+    const chat: Record<string, string[]> = {};
+    for (const [state, ...next] of rows) chat[state!] = next;
+    expect(chat["nil"]).toEqual(["requesting"]);
+    delete chat["nil"];
+    const server = Object.fromEntries(Object.entries(TURN_TRANSITIONS).map(([k, v]) => [k, [...v].sort()]));
+    expect(Object.fromEntries(Object.entries(chat).map(([k, v]) => [k, [...v].sort()]))).toEqual(server);
+  });
+});
