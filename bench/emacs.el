@@ -372,6 +372,8 @@ throws out of the wait as soon as the answer is read."
 (defun bench-main ()
   (let ((t0 (float-time)))
     (when bench-no-log (setq sly-agent-q-events-buffer-size 0))
+    ;; Conversations are saved as shipped, but not into the user's own directory.
+    (setq sly-agent-q-conversation-directory (make-temp-file "bench-conversations" t))
     (bench-log "emacs bench%s: starting SBCL under %s, loading lisp-cl and the fixture"
                (if bench-no-log " (events log off)" "") (upcase (symbol-name bench-lisp)))
     (bench-start-lisp)

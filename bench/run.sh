@@ -2,7 +2,8 @@
 # `make bench`: what the agent costs beyond the model's own time.
 # Figures 4-6 need only the server and the mock LLM (bench/server.mjs); figures 1-3 run in Emacs with
 # SBCL under SLIME (bench/emacs.el), and figures 1-2 again under SLY when SLY_DIR names it (or the
-# vendored copy beside the checkout is there, scripts/vendor-sly.sh). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
+# vendored copy beside the checkout is there, scripts/vendor-sly.sh); figure 7 resumes a long saved
+# conversation into the chat (bench/resume.el). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
 # BENCH_QUICK=1 runs fewer repetitions. EMACS=... picks the Emacs binary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -41,6 +42,10 @@ if [ -n "${SLY_DIR:-}" ] && [ -f "$SLY_DIR/sly.el" ]; then
 else
   echo "no sly-eval rows: SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
+
+echo "=== figure 7: resuming a saved conversation"
+${EMACS:-emacs} -Q --batch -l bench/resume.el 2>&1 | grep -E '^(Debugger|error|Error)'
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/resume.el failed"; status=1; }
 
 echo
 BENCH_NO_MAIN=1 machine | tee bench/.work/machine.txt

@@ -266,6 +266,10 @@ export class ConversationJournal {
     this.append({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
   }
 
+  shortened(turnId: string, results: number): void {
+    this.append({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
+  }
+
   turn(turnId: string, index: number, blocks: number): void {
     this.append({ v: STORE_VERSION, type: "turn", at: now(), turnId, index, blocks });
   }

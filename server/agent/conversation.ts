@@ -16,6 +16,7 @@ export interface ConversationRecorder {
   message(message: Message): void;
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void;
   turn(turnId: string, index: number, blocks: number): void;
+  shortened(turnId: string, results: number): void;
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
@@ -50,6 +51,11 @@ export class Conversation {
     // The first message kept by a compaction carries the summary as an extra first block.
     if (index === 0 && this.compactedMessages > 0) blocks -= 1;
     this.recorder?.turn(turnId, index + this.compactedMessages, blocks);
+  }
+
+  /** Records that RESULTS old tool results were shortened for the model in turn TURNID (the file keeps them whole). */
+  noteShortened(turnId: string, results: number): void {
+    this.recorder?.shortened(turnId, results);
   }
 
   /** Records what a tool call of turn TURNID changed in files and buffers (for rewinding). */

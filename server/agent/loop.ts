@@ -291,7 +291,8 @@ export class Turn {
   fitHistory(): void {
     const window = this.settings.contextWindow ?? modelInfo(this.settings.model).contextWindow;
     const fixedTokens = estimateTokens(this.settings.system) + estimateTokens(JSON.stringify(this.tools));
-    fitToBudget(this.conversation.messages, Math.floor((window - this.settings.maxTokens - fixedTokens) * 0.9));
+    const shortened = fitToBudget(this.conversation.messages, Math.floor((window - this.settings.maxTokens - fixedTokens) * 0.9));
+    if (shortened > 0) this.conversation.noteShortened(this.tags.turnId, shortened);
   }
 
   /** Starts the request (this.response); the promise returned resolves at its first text. */

@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RecordedRequest } from "../fixtures/mock-llm/server.mjs";
 import { harness, historyAccepted, newConversation, turn, type Harness } from "./agent-helpers.js";
+import type { Message } from "../../server/llm/provider.js";
 
 type Kind = "anthropic" | "openai";
 
@@ -301,6 +302,10 @@ describe("agent loop, provider-independent", () => {
   it("shortens long tool results of old steps when the context window gets tight", async () => {
     const big = "x".repeat(20_000);
     const c2 = newConversation();
+    // The saved file is told what was shortened (it keeps the results whole).
+    const shortened: [string, number][] = [];
+    const saved: Message[] = [];
+    c2.recorder = { message: (m) => void saved.push(m), compaction: () => undefined, turn: () => undefined, changes: () => undefined, usage: () => undefined, shortened: (t, n) => void shortened.push([t, n]) };
     await turn(h, "anthropic", c2, "Read", {
       script: {
         steps: [
@@ -321,5 +326,9 @@ describe("agent loop, provider-independent", () => {
     expect(firstResult.content).toMatch(/shortened: \d+ of \d+ characters/);
     const lastResult = third[4].content[0];
     expect(lastResult.content).toBe("callers of z: main, run-batch");
+    expect(shortened).toHaveLength(1);
+    expect(shortened[0]![1]).toBe(1);
+    const savedResult = saved[2]!.content[0]!;
+    expect(savedResult.type === "tool_result" && savedResult.content.length).toBeGreaterThan(40_000);
   });
 });
