@@ -108,6 +108,54 @@ The marks move to the newest message from one request to the next."
             (should (equal (aref next (1+ (length first)))
                            '((role . "user") (content . [((type . "text") (text . "Still?"))]))))))))))
 
+(ert-deftest sly-agent-q-sessions-a-new-emacs-resumes-it ()
+  "Saved here, Emacs and server gone; another Emacs resumes it and the model gets the same history."
+  (let ((root (make-temp-file "agent-q-root" t))
+        (out (make-temp-file "agent-q-child" nil ".el")))
+    (let ((sly-agent-q-project-root root))
+      (sly-agent-q-test-with-server
+          (sly-agent-q-sessions-test--script
+           `(((type . "text") (text . "Let me look. "))
+             ((type . "tool_use") (name . "current_directory") (input . ,(make-hash-table))))
+           '(((type . "text") (text . "You are in the root.")))
+           '(((type . "text") (text . "Still there."))))
+        (should (eq (plist-get (sly-agent-q-test-send "Where am I?") :status) 'finished))
+        (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer))))
+          (sly-agent-q-server-stop)
+          ;; A new Emacs, with nothing of this one but the saved file.
+          (let* ((program
+                  `(progn
+                     (require 'sly-agent-q)
+                     (setq sly-agent-q-conversation-directory ,sly-agent-q-conversation-directory
+                           sly-agent-q-project-root ,root
+                           sly-agent-q-provider "anthropic" sly-agent-q-base-url ,sly-agent-q-base-url
+                           sly-agent-q-api-key ,sly-agent-q-api-key sly-agent-q-model "claude-sonnet-4-5")
+                     (let (shown outcome (deadline (+ (float-time) 40)))
+                       (sly-agent-q-sessions-resume ,id (lambda (b) (setq shown b)))
+                       (while (and (not shown) (< (float-time) deadline)) (accept-process-output nil 0.05))
+                       (sly-agent-q-send "Still?" (lambda (p) (setq outcome p)))
+                       (while (and (not outcome) (< (float-time) deadline)) (accept-process-output nil 0.05))
+                       (with-temp-file ,out
+                         (prin1 (list (plist-get outcome :status)
+                                      (with-current-buffer (sly-agent-q-chat-buffer)
+                                        (buffer-substring-no-properties (point-min) (point-max))))
+                                (current-buffer)))
+                       (sly-agent-q-server-stop))))
+                 (status (call-process (expand-file-name invocation-name invocation-directory) nil nil nil
+                                       "-Q" "--batch" "-L" (expand-file-name "lisp-elisp" sly-agent-q-test-root)
+                                       "--eval" (prin1-to-string program))))
+            (should (eql status 0))
+            (pcase-let ((`(,outcome ,chat) (with-temp-buffer (insert-file-contents out) (read (current-buffer)))))
+              (should (eq outcome 'finished))
+              (should (string-match-p "You: Where am I\\?" chat))
+              (should (string-match-p "current_directory (saved)" chat))
+              (should (string-match-p "Still there\\." chat)))
+            (let ((first (sly-agent-q-sessions-test--messages 1))
+                  (next (sly-agent-q-sessions-test--messages 2)))
+              (should (equal (seq-take next (length first)) first))
+              (should (equal (aref next (1+ (length first)))
+                             '((role . "user") (content . [((type . "text") (text . "Still?"))])))))))))))
+
 (ert-deftest sly-agent-q-sessions-server-killed-mid-turn-loses-nothing ()
   "The server dies after a tool ran; restarted, the conversation goes on with it."
   (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t)))
