@@ -9,7 +9,7 @@
 import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import type { Change, Usage } from "../protocol.js";
+import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
 
 /** The format version this server writes and reads. */
@@ -297,19 +297,8 @@ export class ConversationJournal {
   }
 }
 
-/** A summary for listing, read from the file. */
-export interface StoredSummary {
-  conversationId: string;
-  file: string;
-  title: string;
-  created: string;
-  updated: string;
-  turns: number;
-  messages: number;
-  costUsd: number;
-  projectRoot?: string;
-  model?: string;
-}
+/** A summary for listing, read from the file: the protocol's, less what only the server knows. */
+export type StoredSummary = Omit<SavedConversationSummary, "open"> & { file: string };
 
 /** The directory of conversation files. */
 export class ConversationStore {

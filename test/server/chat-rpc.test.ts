@@ -4,21 +4,12 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
+import type { MessageConnection } from "vscode-jsonrpc/node";
 import { startMockLLM, type MockLLM, type MockScript } from "../fixtures/mock-llm/server.mjs";
-import { registerChatHandlers } from "../../server/agent/chat-handlers.js";
-import { Logger } from "../../server/log.js";
 import { ErrorCodes, type ChatSendResult, type Configuration, type EmacsCallParams } from "../../server/protocol.js";
-import { AgentServer } from "../../server/rpc/server.js";
-import { defineTool } from "../../server/tools/tool.js";
 import { FAKE_KEY, testRegistry } from "./agent-helpers.js";
-
-interface Note {
-  method: string;
-  params: any;
-}
+import { connectChat, writeNoteTool, type Note } from "./chat-harness.js";
 
 let mock: MockLLM;
 beforeAll(async () => {
@@ -34,54 +25,17 @@ afterEach(() => {
 });
 
 async function connect(configuration: Configuration, opts: { approvals?: boolean; context?: Record<string, string>; onNote?: (n: Note, client: MessageConnection) => void } = {}) {
-  const up = new PassThrough();
-  const down = new PassThrough();
-  const client: MessageConnection = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
-  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
   const registry = testRegistry();
-  registry.register(
-    defineTool({
-      name: "write_note",
-      description: "Write a note to disk.",
-      parameters: { text: { type: "string", description: "The note." } },
-      required: ["text"],
-      safety: "dangerous",
-      categories: ["filesystem"],
-      runtime: "node",
-      handler: async (a) => `wrote ${String(a.text)}`,
-    }),
-  );
-  const server = new AgentServer(serverSide, { registry, logger: new Logger("error", () => undefined) });
-  const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
-  const notes: Note[] = [];
-  const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
-  client.onNotification((method: string, params: unknown) => {
-    const n = { method, params };
-    notes.push(n);
-    opts.onNote?.(n, client);
-    for (const w of [...waiters]) {
-      if (w.pred(n)) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(n);
-      }
-    }
+  registry.register(writeNoteTool());
+  const h = await connectChat({
+    configuration,
+    registry,
+    capabilities: { tools: true, image: true, approvals: opts.approvals ?? false },
+    ...(opts.context ? { context: opts.context } : {}),
+    ...(opts.onNote ? { onNote: opts.onNote } : {}),
   });
-  server.listen();
-  client.listen();
-  await client.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true, image: true, approvals: opts.approvals ?? false }, configuration, context: opts.context });
-  const waitFor = (pred: (n: Note) => boolean) =>
-    new Promise<Note>((resolve) => {
-      const found = notes.find(pred);
-      if (found) resolve(found);
-      else waiters.push({ pred, resolve });
-    });
-  const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
-  open.push(() => {
-    chat.cancelAll();
-    client.dispose();
-    serverSide.dispose();
-  });
-  return { client, server, chat, notes, waitFor, ended };
+  open.push(h.dispose);
+  return h;
 }
 
 const anthropic: Configuration = { provider: "anthropic", apiKey: FAKE_KEY, baseUrl: "", model: "claude-sonnet-4-6" };

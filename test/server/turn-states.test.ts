@@ -5,11 +5,8 @@
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
 import { startMockLLM, type MockLLM, type MockScript } from "../fixtures/mock-llm/server.mjs";
-import { registerChatHandlers } from "../../server/agent/chat-handlers.js";
 import { TURN_HANDLERS } from "../../server/agent/loop.js";
 import {
   checkTransition,
@@ -21,19 +18,13 @@ import {
   TURN_TRANSITIONS,
   type TurnState,
 } from "../../server/agent/turn-states.js";
-import { Logger } from "../../server/log.js";
 import type { ChatSendResult, Configuration, EmacsCallParams, TurnStateParams } from "../../server/protocol.js";
-import { AgentServer } from "../../server/rpc/server.js";
 import { Executor, type ToolResult } from "../../server/tools/executor.js";
 import { defineTool } from "../../server/tools/tool.js";
 import { FAKE_KEY, testRegistry } from "./agent-helpers.js";
+import { connectChat, writeNoteTool, type Note } from "./chat-harness.js";
 
 const root = join(__dirname, "../..");
-
-interface Note {
-  method: string;
-  params: any;
-}
 
 let mock: MockLLM;
 beforeAll(async () => {
@@ -53,18 +44,7 @@ const taken: [TurnState | null, TurnState][] = [];
 
 function registry() {
   const r = testRegistry();
-  r.register(
-    defineTool({
-      name: "write_note",
-      description: "Write a note to disk.",
-      parameters: { text: { type: "string", description: "The note." } },
-      required: ["text"],
-      safety: "dangerous",
-      categories: ["filesystem"],
-      runtime: "node",
-      handler: async (a) => `wrote ${String(a.text)}`,
-    }),
-  );
+  r.register(writeNoteTool());
   r.register(
     defineTool({
       name: "stuck_tool",
@@ -83,42 +63,23 @@ function registry() {
 type Approval = "approved" | "denied" | "never";
 
 async function connect(configuration: Configuration, approval: Approval = "never") {
-  const up = new PassThrough();
-  const down = new PassThrough();
-  const client: MessageConnection = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
-  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
-  const server = new AgentServer(serverSide, { registry: registry(), logger: new Logger("error", () => undefined) });
-  const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
-  const notes: Note[] = [];
-  const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
-  client.onNotification((method: string, params: unknown) => {
-    const n = { method, params: params as any };
-    notes.push(n);
-    const p = n.params as EmacsCallParams;
-    if (method === "emacs/call" && p.kind === "approval" && approval !== "never") {
-      void client.sendNotification("emacs/reply", { id: p.id, result: approval === "approved" ? { decision: "approved" } : { decision: "denied", reason: "not now" } });
-    }
-    for (const w of [...waiters]) {
-      if (w.pred(n)) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(n);
+  const h = await connectChat({
+    configuration,
+    registry: registry(),
+    capabilities: { tools: true, image: true, approvals: true },
+    onNote: (n, client) => {
+      const p = n.params as EmacsCallParams;
+      if (n.method === "emacs/call" && p.kind === "approval" && approval !== "never") {
+        void client.sendNotification("emacs/reply", { id: p.id, result: approval === "approved" ? { decision: "approved" } : { decision: "denied", reason: "not now" } });
       }
-    }
+    },
   });
-  server.listen();
-  client.listen();
-  await client.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true, image: true, approvals: true }, configuration });
-  const waitFor = (pred: (n: Note) => boolean) =>
-    new Promise<Note>((resolve) => {
-      const found = notes.find(pred);
-      if (found) resolve(found);
-      else waiters.push({ pred, resolve });
-    });
+  open.push(h.dispose);
+  const { client, server, notes, waitFor, ended } = h;
   const send = async (text: string) => {
     const sent: ChatSendResult = await client.sendRequest("chat/send", { text });
     return sent;
   };
-  const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
   /** The states TURNID went through, each checked to follow the one before. */
   const states = (turnId: string): TurnState[] => {
     const ps = notes.filter((n) => n.method === "chat/turnState" && n.params.turnId === turnId).map((n) => n.params as TurnStateParams);
@@ -129,11 +90,6 @@ async function connect(configuration: Configuration, approval: Approval = "never
     });
     return ps.map((p) => p.state);
   };
-  open.push(() => {
-    chat.cancelAll();
-    client.dispose();
-    serverSide.dispose();
-  });
   return { client, server, notes, waitFor, send, ended, states };
 }
 

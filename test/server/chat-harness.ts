@@ -1,0 +1,93 @@
+// An AgentServer with the chat handlers on an in-memory JSON-RPC pair, the way the chat tests talk to
+// it: the client records every notification, can wait for one, and for a turn's end.
+
+import { PassThrough } from "node:stream";
+import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
+import { registerChatHandlers, type ChatService } from "../../server/agent/chat-handlers.js";
+import { Logger } from "../../server/log.js";
+import type { ClientCapabilities, Configuration, EditorContext } from "../../server/protocol.js";
+import { AgentServer } from "../../server/rpc/server.js";
+import type { ToolRegistry } from "../../server/tools/registry.js";
+import { defineTool, type Tool } from "../../server/tools/tool.js";
+
+export interface Note {
+  method: string;
+  params: any;
+}
+
+export interface ChatHarness {
+  client: MessageConnection;
+  server: AgentServer;
+  chat: ChatService;
+  notes: Note[];
+  waitFor(pred: (n: Note) => boolean): Promise<Note>;
+  /** The turn's chat/turnFinished or chat/turnFailed. */
+  ended(turnId: string): Promise<Note>;
+  dispose(): void;
+}
+
+export interface ChatHarnessOptions {
+  configuration: Configuration;
+  registry: ToolRegistry;
+  capabilities?: ClientCapabilities;
+  context?: EditorContext;
+  /** Sees each notification first (to answer an emacs/call, say). */
+  onNote?: (n: Note, client: MessageConnection) => void;
+}
+
+export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness> {
+  const up = new PassThrough();
+  const down = new PassThrough();
+  const client = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
+  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
+  const server = new AgentServer(serverSide, { registry: opts.registry, logger: new Logger("error", () => undefined) });
+  const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
+  const notes: Note[] = [];
+  const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
+  client.onNotification((method: string, params: unknown) => {
+    const n: Note = { method, params };
+    notes.push(n);
+    opts.onNote?.(n, client);
+    for (const w of [...waiters]) {
+      if (w.pred(n)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(n);
+      }
+    }
+  });
+  server.listen();
+  client.listen();
+  await client.sendRequest("initialize", {
+    clientInfo: { name: "test" },
+    capabilities: opts.capabilities ?? { tools: true, image: true, approvals: false },
+    configuration: opts.configuration,
+    context: opts.context,
+  });
+  const waitFor = (pred: (n: Note) => boolean) =>
+    new Promise<Note>((resolve) => {
+      const found = notes.find(pred);
+      if (found) resolve(found);
+      else waiters.push({ pred, resolve });
+    });
+  const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
+  const dispose = () => {
+    chat.cancelAll();
+    client.dispose();
+    serverSide.dispose();
+  };
+  return { client, server, chat, notes, waitFor, ended, dispose };
+}
+
+/** A dangerous Node tool the chat tests approve or deny. */
+export function writeNoteTool(): Tool {
+  return defineTool({
+    name: "write_note",
+    description: "Write a note to disk.",
+    parameters: { text: { type: "string", description: "The note." } },
+    required: ["text"],
+    safety: "dangerous",
+    categories: ["filesystem"],
+    runtime: "node",
+    handler: async (a) => `wrote ${String(a.text)}`,
+  });
+}
