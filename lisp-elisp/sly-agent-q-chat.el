@@ -88,6 +88,30 @@ Deltas arriving in between are inserted together."
   :type 'boolean
   :group 'sly-agent-q)
 
+(defcustom sly-agent-q-fontify-max-chars 20000
+  "Largest code block fontified in an answer, in characters.
+A larger block is left plain: fontifying it would hold Emacs up."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-entry-preview-lines 20
+  "Most lines of a tool's arguments or result shown in its expanded entry.
+The whole text is one key away, in its own buffer:
+\\<sly-agent-q-chat-entry-map>\\[sly-agent-q-chat-open-entry] on the entry."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-entry-preview-line-chars 200
+  "Most characters of one line shown in an expanded tool entry.
+Longer lines are cut: a line of a megabyte would stall redisplay."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-header-refresh-interval 0.25
+  "Least seconds between two updates of the chat's header line."
+  :type 'number
+  :group 'sly-agent-q)
+
 (defcustom sly-agent-q-turn-finished-hook nil
   "Functions run when a turn ends, each called with a plist.
 The plist has :status (the symbol `finished', `failed' or
@@ -140,6 +164,8 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
+(defvar-local sly-agent-q-chat--header "" "The header line's text, as last computed.")
+(defvar-local sly-agent-q-chat--header-timer nil "The pending refresh of the header line, or nil.")
 (defvar-local sly-agent-q-chat--output nil "Marker at the end of the transcript.")
 (defvar-local sly-agent-q-chat--input nil "Marker at the start of the input.")
 (defvar-local sly-agent-q-chat--pending "" "Streamed text not inserted yet.")
@@ -188,7 +214,8 @@ entry TAB or RET shows its details.
   (setq-local sly-agent-q-chat--entries (make-hash-table :test #'equal))
   (setq-local truncate-lines nil)
   (setq-local word-wrap t)
-  (setq-local header-line-format '(:eval (sly-agent-q-chat--header-line)))
+  (setq-local header-line-format '(:eval sly-agent-q-chat--header))
+  (setq sly-agent-q-chat--header (sly-agent-q-chat--header-line))
   (let ((inhibit-read-only t))
     (erase-buffer)
     (insert (sly-agent-q-chat--notice-string
@@ -341,7 +368,7 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
         (when (re-search-forward "^[ \t]*```[ \t]*$" end 'move)
           (let ((code-end (match-beginning 0)))
             (put-text-property code-end (match-end 0) 'face 'sly-agent-q-code-fence-face)
-            (when mode
+            (when (and mode (<= (- code-end code-start) sly-agent-q-fontify-max-chars))
               (sly-agent-q-chat--fontify-as mode code-start code-end))))))))
 
 (defun sly-agent-q-chat--fontify-as (mode start end)
@@ -368,6 +395,7 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
     (set-keymap-parent map button-map)
     (define-key map (kbd "TAB") #'sly-agent-q-chat-toggle-entry)
     (define-key map (kbd "<tab>") #'sly-agent-q-chat-toggle-entry)
+    (define-key map (kbd "o") #'sly-agent-q-chat-open-entry)
     map)
   "Keymap on tool entries.")
 
@@ -375,7 +403,7 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
   'action #'sly-agent-q-chat--entry-button
   'keymap sly-agent-q-chat-entry-map
   'follow-link t
-  'help-echo "TAB or RET: show or hide the details")
+  'help-echo "TAB or RET: show or hide the details; o: the whole text in its own buffer")
 
 (defun sly-agent-q-chat--json (value)
   "VALUE (parsed JSON) as pretty-printed JSON text."
@@ -394,7 +422,8 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
                         collect (format "%s=%s" (substring (symbol-name k) 1)
                                         (truncate-string-to-width
                                          (replace-regexp-in-string
-                                          "\n" "⏎" (if (stringp v) (prin1-to-string v)
+                                          "\n" "⏎" (if (stringp v)
+                                                       (prin1-to-string (substring v 0 (min 60 (length v))))
                                                      (sly-agent-q-chat--json-inline v)))
                                          40 nil nil "…")))))
     (truncate-string-to-width (string-join parts " ") 100 nil nil "…")))
@@ -410,6 +439,37 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
 (defun sly-agent-q-chat--indent (text)
   "TEXT with every line indented by six spaces."
   (replace-regexp-in-string "^" "      " (string-trim-right text)))
+
+(defun sly-agent-q-chat--preview (text)
+  "The start of TEXT, bounded for the chat window.
+At most `sly-agent-q-entry-preview-lines' lines, each cut at
+`sly-agent-q-entry-preview-line-chars' characters, with a line saying
+what was left out.  Only the start of TEXT is looked at, so a text
+of megabytes costs no more than a short one."
+  (let* ((max-lines sly-agent-q-entry-preview-lines)
+         (max-chars sly-agent-q-entry-preview-line-chars)
+         (lines nil) (start 0) (n 0) (cut nil)
+         (len (length text)))
+    (while (and (< start len) (< n max-lines))
+      (let* ((nl (string-search "\n" text start))
+             (end (or nl len)))
+        (push (if (> (- end start) max-chars)
+                  (progn (setq cut t)
+                         (concat (substring text start (+ start max-chars)) "…"))
+                (substring text start end))
+              lines)
+        (setq n (1+ n)
+              start (if nl (1+ nl) len))))
+    (let ((shown (string-join (nreverse lines) "\n")))
+      (if (or cut (< start len))
+          (concat shown
+                  (format "\n[%s characters in all, %s; o on the entry opens the whole text]"
+                          (sly-agent-q-chat--format-tokens len)
+                          (if (< start len)
+                              (format "%s more after these lines"
+                                      (sly-agent-q-chat--format-tokens (- len start)))
+                            "long lines cut")))
+        shown))))
 
 (defun sly-agent-q-chat--ms (ms)
   "MS, a number of milliseconds or nil, as a short string."
@@ -441,15 +501,18 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
       (insert (propertize
                (concat "    arguments:\n"
                        (sly-agent-q-chat--indent
-                        (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
+                        (sly-agent-q-chat--preview
+                         (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry))))
                        "\n"
                        (pcase status
                          ((or 'running 'approval) "    (no result yet)\n")
                          ('ok (concat "    result:\n" (sly-agent-q-chat--indent
-                                                        (or (sly-agent-q-entry-content entry) ""))
+                                                        (sly-agent-q-chat--preview
+                                                         (or (sly-agent-q-entry-content entry) "")))
                                       "\n"))
                          (_ (concat "    error:\n" (sly-agent-q-chat--indent
-                                                   (or (sly-agent-q-entry-error entry) ""))
+                                                   (sly-agent-q-chat--preview
+                                                    (or (sly-agent-q-entry-error entry) "")))
                                     "\n")))
                        (if (sly-agent-q-entry-time-ms entry)
                            (format "    time: %s ms%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
@@ -531,6 +594,44 @@ The rest of the transcript is not touched."
       (setf (sly-agent-q-entry-expanded entry) (not (sly-agent-q-entry-expanded entry)))
       (sly-agent-q-chat--redraw-entry entry)
       (goto-char pos))))
+
+(defun sly-agent-q-chat-open-entry ()
+  "Show the whole arguments and result of the tool entry at point.
+They go to a buffer of their own."
+  (interactive)
+  (let ((entry (get-char-property (point) 'sly-agent-q-entry)))
+    (unless entry (user-error "No tool entry here"))
+    (let ((buffer (get-buffer-create (format "*sly-agent-q %s %s*" (sly-agent-q-entry-name entry)
+                                             (sly-agent-q-entry-call-id entry))))
+          (text (concat "arguments:\n" (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry))
+                        "\n\n"
+                        (pcase (sly-agent-q-entry-status entry)
+                          ((or 'running 'approval) "(no result yet)")
+                          ('ok (concat "result:\n" (or (sly-agent-q-entry-content entry) "")))
+                          (_ (concat "error:\n" (or (sly-agent-q-entry-error entry) ""))))
+                        "\n")))
+      (with-current-buffer buffer
+        (let ((inhibit-read-only t))
+          (erase-buffer)
+          (insert text)
+          (goto-char (point-min)))
+        (special-mode)
+        ;; A result of one enormous line is shown truncated and without
+        ;; bidi reordering: wrapping it would stall redisplay.
+        (when (> (sly-agent-q-chat--longest-line text) 10000)
+          (setq-local truncate-lines t)
+          (setq-local bidi-inhibit-bpa t)
+          (setq-local bidi-paragraph-direction 'left-to-right)))
+      (if noninteractive buffer (pop-to-buffer buffer)))))
+
+(defun sly-agent-q-chat--longest-line (text)
+  "The length of the longest line of TEXT."
+  (let ((start 0) (longest 0) (len (length text)))
+    (while (< start len)
+      (let ((end (or (string-search "\n" text start) len)))
+        (setq longest (max longest (- end start))
+              start (1+ end))))
+    longest))
 
 (defun sly-agent-q-chat-entry (call-id)
   "The tool entry of CALL-ID in the current chat buffer, or nil."
@@ -620,12 +721,28 @@ another state than the chat saw last, is logged."
                      (let ((label (or (sly-agent-q-chat--state-label state) state)))
                        (if label (format " · %s" label) "")))))))
 
+(defun sly-agent-q-chat--refresh-header ()
+  "Have the header line show the chat's state, soon.
+Updates come at most every `sly-agent-q-header-refresh-interval'
+seconds: a stream of events must not recompute and redisplay the
+header line each time."
+  (unless sly-agent-q-chat--header-timer
+    (let ((buffer (current-buffer)))
+      (setq sly-agent-q-chat--header-timer
+            (run-with-timer sly-agent-q-header-refresh-interval nil
+                            (lambda ()
+                              (when (buffer-live-p buffer)
+                                (with-current-buffer buffer
+                                  (setq sly-agent-q-chat--header-timer nil
+                                        sly-agent-q-chat--header (sly-agent-q-chat--header-line))
+                                  (force-mode-line-update)))))))))
+
 (defun sly-agent-q-chat--show-state ()
   "Show the state of the running turn in the prompt and the header line."
   (let* ((turn sly-agent-q-chat--turn)
          (label (and turn (sly-agent-q-chat--state-label (sly-agent-q-turn-state turn)))))
     (sly-agent-q-chat--set-prompt-tag (if label (format "[%s] " label) "")))
-  (force-mode-line-update))
+  (sly-agent-q-chat--refresh-header))
 
 (defun sly-agent-q-chat--set-prompt-tag (tag)
   "Show TAG, a string, before `sly-agent-q-prompt'.
@@ -687,6 +804,7 @@ CALLBACK, if non-nil, gets the outcome plist."
      text "\n\n"
      (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n")
     (setq sly-agent-q-chat--turn turn)
+    (sly-agent-q-chat--refresh-header)
     (sly-agent-q-server-ensure
      (lambda (conn err)
        (when (buffer-live-p buf)
@@ -732,7 +850,7 @@ CALLBACK, if non-nil, gets the outcome plist."
       (setf (sly-agent-q-turn-status turn) 'running)
       (when (sly-agent-q-turn-cancel-requested turn)
         (sly-agent-q-chat--send-cancel turn)))
-    (force-mode-line-update)))
+    (sly-agent-q-chat--refresh-header)))
 
 (cl-defun sly-agent-q-chat--end-turn (turn status &key text message usage cost)
   "End TURN with STATUS (`finished', `failed' or `cancelled'), once.
@@ -742,6 +860,7 @@ COST the turn's cost.  Runs the turn's callback and
   (when (eq sly-agent-q-chat--turn turn)
     (setq sly-agent-q-chat--turn nil)
     (setf (sly-agent-q-turn-status turn) status)
+    (sly-agent-q-chat--refresh-header)
     (sly-agent-q-chat--flush)
     (sly-agent-q-chat--end-segment)
     (pcase status
@@ -809,6 +928,7 @@ Return the chat buffer."
             sly-agent-q-chat--usage (plist-get options :usage)
             sly-agent-q-chat--cost (plist-get options :cost)
             sly-agent-q-chat--model (plist-get options :model))
+      (sly-agent-q-chat--refresh-header)
       (sly-agent-q-chat-notice (format "──── resumed: %s ────" title))
       (seq-doseq (message messages)
         (seq-doseq (block (plist-get message :content))
@@ -997,6 +1117,7 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   "Tell every chat buffer the server died with MESSAGE; end its turn."
   (dolist (buf (sly-agent-q-chat--buffers))
     (with-current-buffer buf
+      (sly-agent-q-chat--refresh-header)
       (if (and sly-agent-q-chat--conversation-id (sly-agent-q-server-conversation-directory))
           ;; The server saved it as it went: the next message reloads it from disk.
           (sly-agent-q-chat-notice
@@ -1084,6 +1205,7 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
     (sly-agent-q-chat--free-conversation)
     (setq sly-agent-q-chat--usage nil
           sly-agent-q-chat--cost nil)
+    (sly-agent-q-chat--refresh-header)
     (sly-agent-q-chat-notice "──── new conversation ────")))
 
 (defun sly-agent-q-send (string &optional callback)
@@ -1113,7 +1235,7 @@ CALLBACK, if non-nil, is called with the same plist as
     (with-current-buffer (sly-agent-q-chat-buffer)
       (setq sly-agent-q-chat--attachments
             (cons (list :label label :text block) sly-agent-q-chat--attachments))
-      (force-mode-line-update)
+      (sly-agent-q-chat--refresh-header)
       (message "sly-agent-q: attached %s to the next message (%d attached)"
                label (length sly-agent-q-chat--attachments)))))
 
@@ -1167,7 +1289,7 @@ CALLBACK, if non-nil, is called with the same plist as
   (interactive)
   (with-current-buffer (sly-agent-q-chat-buffer)
     (setq sly-agent-q-chat--attachments nil)
-    (force-mode-line-update)
+    (sly-agent-q-chat--refresh-header)
     (message "sly-agent-q: attachments cleared")))
 
 (provide 'sly-agent-q-chat)

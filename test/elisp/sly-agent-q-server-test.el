@@ -212,6 +212,83 @@
     (search-forward "```lisp")
     (should (eq (get-text-property (match-beginning 0) 'face) 'sly-agent-q-code-fence-face))))
 
+(ert-deftest sly-agent-q-chat-huge-results-stay-out-of-the-window ()
+  "A 1 MB one-line result and a 50,000-line one: the expanded entry shows a bounded preview; o opens the whole."
+  (sly-agent-q-test--with-chat
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (let ((one-line (make-string 1000000 ?x))
+          (many-lines (mapconcat (lambda (i) (format "line %d" i)) (number-sequence 1 50000) "\n")))
+      (pcase-dolist (`(,id ,content) (list (list "c1" one-line) (list "c2" many-lines)))
+        (sly-agent-q-handle-notification nil 'chat/toolCall (list :turnId "t1" :callId id :name "read_file"
+                                                                   :arguments (list :path "big.txt") :safetyLevel "safe"))
+        (sly-agent-q-handle-notification nil 'chat/toolResult (list :turnId "t1" :callId id :name "read_file"
+                                                                     :success t :content content :executionTimeMs 3)))
+      ;; Collapsed: nothing of either result is in the buffer.
+      (should (< (buffer-size) 2000))
+      (dolist (id '("c1" "c2"))
+        (let ((entry (sly-agent-q-chat-entry id)))
+          (goto-char (point-min))
+          (search-forward (concat "read_file") nil t (if (equal id "c1") 1 2))
+          (sly-agent-q-chat-toggle-entry)
+          (should (sly-agent-q-entry-expanded entry))))
+      (let ((text (buffer-string)))
+        (should (< (length text) (+ 2000 (* 2 (+ 250 (* 20 210))))))
+        (should (string-match-p "1,000,000 characters in all, long lines cut" text))
+        (should (string-match-p "line 20$" text))
+        (should-not (string-match-p "line 21$" text))
+        (should (string-match-p "more after these lines" text))
+        ;; No line of the buffer is longer than a preview line and its indentation.
+        (should (< (cl-loop for l in (split-string text "\n") maximize (length l)) 300)))
+      ;; o on the first entry: the whole result, in a buffer of its own.
+      (goto-char (point-min))
+      (search-forward "read_file")
+      (let ((full (sly-agent-q-chat-open-entry)))
+        (unwind-protect
+            (with-current-buffer full
+              (should (string-search (concat "\n" (make-string 1000000 ?x) "\n") (buffer-string)))
+              (should truncate-lines))
+          (kill-buffer full))))))
+
+(ert-deftest sly-agent-q-chat-fontifies-bounded-code-blocks ()
+  "A code block over `sly-agent-q-fontify-max-chars' is left plain; a small one is fontified."
+  (sly-agent-q-test--with-chat
+    (let ((sly-agent-q-fontify-max-chars 500))
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-handle-notification
+       nil 'chat/textDelta
+       (list :turnId "t1"
+             :text (concat "```lisp\n(defun small (x) x)\n```\n```lisp\n(defun big (x) x)\n"
+                           (mapconcat (lambda (i) (format "(defun f%d () %d)" i i)) (number-sequence 1 100) "\n")
+                           "\n```\n")))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "x" :stopReason "end_turn"))
+      (goto-char (point-min))
+      (search-forward "(defun small")
+      (should (eq (get-text-property (1+ (match-beginning 0)) 'face) 'font-lock-keyword-face))
+      (search-forward "(defun big")
+      (should-not (get-text-property (1+ (match-beginning 0)) 'face)))))
+
+(ert-deftest sly-agent-q-chat-header-line-refreshes-a-few-times-a-second ()
+  "A burst of state changes recomputes the header line once per interval, and it ends up current."
+  (sly-agent-q-test--with-chat
+    (let ((sly-agent-q-header-refresh-interval 0.2)
+          (computed 0))
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (cl-letf* ((orig (symbol-function 'sly-agent-q-chat--header-line))
+                 ((symbol-function 'sly-agent-q-chat--header-line)
+                  (lambda () (cl-incf computed) (funcall orig))))
+        (let ((previous nil))
+          (dotimes (_ 100)
+            (dolist (state '("requesting" "streaming"))
+              (sly-agent-q-handle-notification nil 'chat/turnState
+                                               (list :turnId "t1" :state state :previous previous))
+              (setq previous state))))
+        (should (= computed 0))
+        (sly-agent-q-test-wait (lambda () (> computed 0)) 2 "the header refresh")
+        (sly-agent-q-test-sleep 0.3)
+        (should (= computed 1))
+        (should (eq (car header-line-format) :eval))
+        (should (string-match-p "answering" (eval (cadr header-line-format) t)))))))
+
 (ert-deftest sly-agent-q-chat-turn-finished-hook ()
   "The hook and the callback get the outcome once."
   (sly-agent-q-test--with-chat
