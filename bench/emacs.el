@@ -367,6 +367,45 @@ throws out of the wait as soon as the answer is read."
                                   "none")
                                 (plist-get r :pre-redisplay)))))
 
+;;;; 6. Tokens of the specification's three scenarios
+
+(defconst bench-scenarios
+  '(("scenario-1" "scenario-1-describe.json" "Describe the function PROCESS-DATA in MY-APP package")
+    ("scenario-2" "scenario-2-fix-bug.json" "There's a bug in PARSE-INPUT, it fails on empty strings")
+    ("scenario-3" "scenario-3-add-method.json" "Add a new method to SERIALIZE for MY-CLASS"))
+  "(NAME SCRIPT PROMPT): the end-to-end tests' scenarios (test/e2e/scripts/).")
+
+(defvar url-proxy-services)
+(defvar url-request-method)
+(defvar url-request-data)
+(defvar url-request-extra-headers)
+
+(defun bench-mock-http (method path &optional body)
+  "METHOD PATH on the mock LLM (loopback only, no proxy), with BODY; return the answer's body."
+  (require 'url)
+  (let ((url-proxy-services nil)
+        (url-request-method method)
+        (url-request-data (and body (encode-coding-string body 'utf-8)))
+        (url-request-extra-headers (and body '(("Content-Type" . "application/json")))))
+    (with-current-buffer (url-retrieve-synchronously (concat sly-agent-q-base-url path) t t 30)
+      (prog1 (progn (goto-char (point-min))
+                    (re-search-forward "\n\n")
+                    (decode-coding-string (buffer-substring-no-properties (point) (point-max)) 'utf-8))
+        (kill-buffer)))))
+
+(defun bench-scenario-tokens ()
+  "Run the three scenarios in a fresh conversation each; keep what the mock received.
+bench/tokens.mjs turns bench/.work/scenario-N.json into the per-request figures."
+  (let ((scripts (expand-file-name "test/e2e/scripts" bench-root)))
+    (pcase-dolist (`(,name ,script ,prompt) bench-scenarios)
+      (bench-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" bench-root)) t))
+      (sly-agent-q-new-conversation)
+      (bench-mock-http "POST" "/_script"
+                       (with-temp-buffer (insert-file-contents (expand-file-name script scripts)) (buffer-string)))
+      (bench-send prompt)
+      (write-region (bench-mock-http "GET" "/_requests") nil
+                    (expand-file-name (format "bench/.work/%s.json" name) bench-root) nil 'silent))))
+
 ;;;; Main
 
 (defun bench-main ()
@@ -386,7 +425,10 @@ throws out of the wait as soon as the answer is read."
       (bench-throughput)
       (unless (eq bench-lisp 'sly)
         (bench-log "emacs bench: figure 3, streaming")
-        (bench-streaming)))
+        (bench-streaming))
+      (unless (or bench-no-log (eq bench-lisp 'sly))
+        (bench-log "emacs bench: figure 6, the three scenarios' requests")
+        (bench-scenario-tokens)))
     (bench-log "emacs bench: done in %.1f s" (- (float-time) t0))
     (sly-agent-q-server-stop)
     (when (process-live-p bench-mock) (process-send-eof bench-mock))

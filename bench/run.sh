@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.." || exit 2
 mkdir -p bench/.work
 results=bench/.work/results.jsonl
 : >"$results"
+rm -f bench/.work/scenario-*.json
 export BENCH_RESULTS="$PWD/$results"
 status=0
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -40,6 +41,13 @@ if [ -n "${SLY_DIR:-}" ] && [ -f "$SLY_DIR/sly.el" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/emacs.el (BENCH_LISP=sly) failed"; status=1; }
 else
   echo "no sly-eval rows: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+fi
+
+# Figure 6 per scenario: the requests the mock received while bench/emacs.el ran the three scenarios.
+if ls bench/.work/scenario-*.json >/dev/null 2>&1; then
+  node bench/tokens.mjs bench/.work/scenario-*.json || { echo "bench/tokens.mjs failed"; status=1; }
+else
+  echo "no scenario requests recorded (bench/emacs.el did not reach figure 6)"; status=1
 fi
 
 echo
