@@ -30,8 +30,9 @@
 ;;   :timeout N), the form built as data from the JSON arguments;
 ;; - evaluation is always asynchronous (an :emacs-rex event with our own
 ;;   continuation, so an :abort becomes an error reply and never a
-;;   message in the echo area), guarded by a timer; a late answer is
-;;   ignored; a connection that closes fails every pending call.
+;;   message in the echo area), guarded by a deadline (one timer serves
+;;   every pending call); a late answer is ignored; a connection that
+;;   closes fails every pending call.
 ;;
 ;; Neither SLY nor SLIME is required at load time.
 
@@ -201,8 +202,60 @@ Return nil when no Lisp is connected."
 
 ;;;; Asynchronous evaluation
 
+;; Every pending evaluation has a deadline, and one timer serves them all:
+;; armed for the earliest, it expires what is due and re-arms itself.  A
+;; timer per call made each call insert into and delete from `timer-list'
+;; (linear in the timers pending: 100 calls from one model message meant
+;; 100 timers at once; make bench, figures 1 and 2).
+
 (defvar sly-agent-q-bridge--pending nil
   "Pending evaluations: a list of (CONNECTION . FAIL-FUNCTION).")
+
+(defvar sly-agent-q-bridge--deadlines nil
+  "Pending deadlines: a list of (TIME . FUNCTION), TIME a `float-time'.")
+
+(defvar sly-agent-q-bridge--deadline-timer nil
+  "The one timer of `sly-agent-q-bridge--deadlines', or nil.")
+
+(defvar sly-agent-q-bridge--deadline-at nil
+  "When `sly-agent-q-bridge--deadline-timer' fires, a `float-time'.")
+
+(defun sly-agent-q-bridge--arm (at)
+  "Arm the deadline timer for time AT (a `float-time'), or disarm it if AT is nil."
+  (when sly-agent-q-bridge--deadline-timer
+    (cancel-timer sly-agent-q-bridge--deadline-timer))
+  (setq sly-agent-q-bridge--deadline-at at
+        sly-agent-q-bridge--deadline-timer
+        (and at (run-at-time (max 0 (- at (float-time))) nil #'sly-agent-q-bridge--expire))))
+
+(defun sly-agent-q-bridge--add-deadline (seconds function)
+  "Call FUNCTION in SECONDS unless the returned deadline is dropped first."
+  (let ((deadline (cons (+ (float-time) seconds) function)))
+    (push deadline sly-agent-q-bridge--deadlines)
+    (when (or (null sly-agent-q-bridge--deadline-at)
+              (< (car deadline) sly-agent-q-bridge--deadline-at))
+      (sly-agent-q-bridge--arm (car deadline)))
+    deadline))
+
+(defun sly-agent-q-bridge--drop-deadline (deadline)
+  "Forget DEADLINE (from `sly-agent-q-bridge--add-deadline'); nil is ignored."
+  (when deadline
+    (setq sly-agent-q-bridge--deadlines (delq deadline sly-agent-q-bridge--deadlines))
+    (unless sly-agent-q-bridge--deadlines (sly-agent-q-bridge--arm nil))))
+
+(defun sly-agent-q-bridge--expire ()
+  "Call the functions of the deadlines that are due, and re-arm for the next."
+  (setq sly-agent-q-bridge--deadline-timer nil
+        sly-agent-q-bridge--deadline-at nil)
+  (let ((now (float-time)) due)
+    (dolist (d sly-agent-q-bridge--deadlines)
+      (when (<= (car d) now) (push d due)))
+    (dolist (d due)
+      (setq sly-agent-q-bridge--deadlines (delq d sly-agent-q-bridge--deadlines)))
+    (when sly-agent-q-bridge--deadlines
+      (sly-agent-q-bridge--arm (apply #'min (mapcar #'car sly-agent-q-bridge--deadlines))))
+    (dolist (d (nreverse due))
+      (sly-agent-q-server-call-safely (cdr d)))))
 
 (defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
@@ -210,11 +263,11 @@ Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
 on an abort, after TIMEOUT seconds (then ON-TIMEOUT too, if given),
 when the connection closes, or when the returned function is called
 with a message.  Return that function at once."
-  (let* ((done nil) timer entry aborted
+  (let* ((done nil) deadline entry aborted
          (finish (lambda (value error)
                    (unless done
                      (setq done t)
-                     (when timer (cancel-timer timer))
+                     (sly-agent-q-bridge--drop-deadline deadline)
                      (setq sly-agent-q-bridge--pending
                            (delq entry sly-agent-q-bridge--pending))
                      (sly-agent-q-server-call-safely callback value error)))))
@@ -222,11 +275,12 @@ with a message.  Return that function at once."
                              (funcall finish nil (if aborted sly-agent-q-bridge-exited-message msg)))))
     (sly-agent-q-bridge--ensure-close-hook adapter)
     (push entry sly-agent-q-bridge--pending)
-    (setq timer (run-with-timer
-                 timeout nil
-                 (lambda ()
-                   (when on-timeout (sly-agent-q-server-call-safely on-timeout))
-                   (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
+    (setq deadline (sly-agent-q-bridge--add-deadline
+                    timeout
+                    (lambda ()
+                      (setq deadline nil)
+                      (when on-timeout (sly-agent-q-server-call-safely on-timeout))
+                      (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
                  (list :emacs-rex form package t
@@ -243,9 +297,12 @@ with a message.  Return that function at once."
                               (if (not (process-live-p conn))
                                   (funcall finish nil sly-agent-q-bridge-exited-message)
                                 (setq aborted t)
-                                (when timer (cancel-timer timer))
-                                (setq timer (run-with-timer sly-agent-q-bridge-abort-grace nil
-                                                            finish nil msg)))))
+                                (sly-agent-q-bridge--drop-deadline deadline)
+                                (setq deadline (sly-agent-q-bridge--add-deadline
+                                                sly-agent-q-bridge-abort-grace
+                                                (lambda ()
+                                                  (setq deadline nil)
+                                                  (funcall finish nil msg)))))))
                            (_ (funcall finish nil (format "Unexpected answer from the Lisp image: %S" result)))))))
       (error (funcall finish nil (format "Could not send the call to the Lisp image: %s"
                                          (error-message-string err)))))

@@ -178,10 +178,25 @@ It adds the rule (:action ask :category \"evaluation\") to
 For example (:temperature 0.2 :auditLogFile \"~/agent-audit.jsonl\")."
   :type 'plist)
 
-(defcustom sly-agent-q-events-buffer-size 2000000
+;; Off by default (issue 16).  jsonrpc.el pretty-prints every message into
+;; its events buffer, and once the buffer is full trims it from the front
+;; for every message: the largest cost on the tool path that this package
+;; controls.  make bench, quick runs on 2 busy cores (load 2-4), log off
+;; against on: one tool call 2.02 against 3.25 ms (a bare `slime-eval' of
+;; the same form: 0.83 and 1.07 ms), 200 calls in a row flat (1.00x)
+;; against drifting up (1.64x) as the buffer fills, 100 calls from one
+;; model message 285 against 490 ms, 20,000 streamed deltas 14-32 against
+;; 14-42 ms of largest input gap.  Nothing is lost for a user who does not
+;; debug; one command turns it on, for the running server too.
+(defcustom sly-agent-q-events-buffer-size 0
   "Maximum size in characters of the JSON-RPC events buffer.
-0 disables event logging; nil means no limit."
+0 disables event logging (the default: logging costs every message a
+pretty-print); nil means no limit.  To debug, turn it on with
+\\[sly-agent-q-toggle-events-log], or set this to 2000000 or so."
   :type '(choice (const :tag "Unlimited" nil) integer))
+
+(defconst sly-agent-q-events-log-on-size 2000000
+  "The size `sly-agent-q-toggle-events-log' gives the events log.")
 
 (defcustom sly-agent-q-server-auto-restart t
   "Non-nil means start the server again when it dies unexpectedly.
@@ -677,7 +692,30 @@ With a prefix argument ALL, show every registered tool."
   "Show the JSON-RPC events buffer of the server connection."
   (interactive)
   (unless sly-agent-q--connection (user-error "The sly-agent-q server is not running"))
-  (display-buffer (jsonrpc-events-buffer sly-agent-q--connection)))
+  (display-buffer (jsonrpc-events-buffer sly-agent-q--connection))
+  (when (equal sly-agent-q-events-buffer-size 0)
+    (message "The events log is off; %s turns it on"
+             (substitute-command-keys "\\[sly-agent-q-toggle-events-log]"))))
+
+(defun sly-agent-q--set-events-log (conn size)
+  "Make CONN log up to SIZE characters of events from now on (0: none).
+The connection's slot is set the way `sly-agent-q--events-buffer-initargs'
+chose it at the start, so the running server need not restart."
+  (let ((initargs (sly-agent-q--events-buffer-initargs size)))
+    (if (eq (car initargs) :events-buffer-config)
+        (setf (slot-value conn '-events-buffer-config) (cadr initargs))
+      (setf (slot-value conn '-events-buffer-scrollback-size) size))))
+
+(defun sly-agent-q-toggle-events-log ()
+  "Turn the JSON-RPC events log on or off, for the running server too.
+See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the log."
+  (interactive)
+  (setq sly-agent-q-events-buffer-size
+        (if (equal sly-agent-q-events-buffer-size 0) sly-agent-q-events-log-on-size 0))
+  (when sly-agent-q--connection
+    (sly-agent-q--set-events-log sly-agent-q--connection sly-agent-q-events-buffer-size))
+  (message "sly-agent-q: the events log is %s"
+           (if (equal sly-agent-q-events-buffer-size 0) "off" "on")))
 
 (defun sly-agent-q-stderr-buffer ()
   "Show the server's standard error (its log)."
@@ -835,20 +873,32 @@ and exit from the pipe and exits on its own."
   "Non-nil if CALL still waits for an answer."
   (not (sly-agent-q-call-done call)))
 
+(defvar sly-agent-q--secrets-cache nil
+  "(KEY ENVIRONMENT SECRETS): the last answer of `sly-agent-q-server-secrets'.
+KEY and ENVIRONMENT are copies of what it was computed from.")
+
 (defun sly-agent-q-server-secrets ()
   "Return the known secrets as an alist of (NAME . VALUE), longest first.
 They are the API key handed to the server, and the values (of 8
 characters or more) of the environment variables whose names end in
 _KEY, _TOKEN or _SECRET or contain PASSWORD; a Lisp image started
-from this Emacs inherits them."
-  (let ((found (and sly-agent-q--server-key (list sly-agent-q--server-key)))
-        (case-fold-search t))
-    (dolist (entry process-environment)
-      (when (string-match "\\`\\([^=]+\\)=\\(.\\{8,\\}\\)" entry)
-        (let ((name (match-string 1 entry)))
-          (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
-            (push (cons name (match-string 2 entry)) found)))))
-    (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
+from this Emacs inherits them.  Every reply is redacted with them, so
+the answer is kept until the key or the environment changes."
+  (if (and sly-agent-q--secrets-cache
+           (equal (nth 0 sly-agent-q--secrets-cache) sly-agent-q--server-key)
+           (equal (nth 1 sly-agent-q--secrets-cache) process-environment))
+      (nth 2 sly-agent-q--secrets-cache)
+    (let ((found (and sly-agent-q--server-key (list sly-agent-q--server-key)))
+          (case-fold-search t))
+      (dolist (entry process-environment)
+        (when (string-match "\\`\\([^=]+\\)=\\(.\\{8,\\}\\)" entry)
+          (let ((name (match-string 1 entry)))
+            (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
+              (push (cons name (match-string 2 entry)) found)))))
+      (let ((secrets (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
+        (setq sly-agent-q--secrets-cache
+              (list (copy-tree sly-agent-q--server-key) (copy-sequence process-environment) secrets))
+        secrets))))
 
 (defun sly-agent-q-server-redact (value &optional secrets)
   "Return VALUE with every known secret replaced by a marker.
