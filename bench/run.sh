@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: what the agent costs beyond the model's own time.
-# Figures 4-6 need only the server and the mock LLM (bench/server.mjs); figures 1-3 run in Emacs with
+# Figures 4-6 need only the server and the mock LLM (bench/server.mjs); figure 7 runs emacs -nw in tmux
+# with the chat on screen (bench/redisplay.mjs, bench/redisplay.el); figures 1-3 run in Emacs with
 # SBCL under SLIME (bench/emacs.el), and figures 1-2 again under SLY when SLY_DIR names it (or the
 # vendored copy beside the checkout is there, scripts/vendor-sly.sh). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
 # BENCH_QUICK=1 runs fewer repetitions. EMACS=... picks the Emacs binary.
@@ -63,6 +64,10 @@ if [ -n "${SLY_DIR:-}" ] && [ -f "$SLY_DIR/sly.el" ]; then
 else
   echo "no sly-eval rows: SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
+
+echo
+echo "=== figure 7: the chat with redisplay, emacs -nw in tmux (200x50)"
+node bench/redisplay.mjs || { echo "bench/redisplay.mjs failed"; status=1; }
 
 # Figure 6 per scenario: the requests the mock received while bench/emacs.el ran the three scenarios.
 if ls bench/.work/scenario-*.json >/dev/null 2>&1; then
