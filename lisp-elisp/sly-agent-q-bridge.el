@@ -52,6 +52,8 @@
 (defvar slime-buffer-package)
 (defvar slime-net-processes)
 (defvar slime-net-process-close-hooks)
+(defvar slime-log-events)
+(defvar sly-log-events)
 (declare-function sly-dispatch-event "ext:sly" (event &optional process))
 (declare-function sly-current-connection "ext:sly" ())
 (declare-function sly-connection-name "ext:sly" (&optional connection))
@@ -88,6 +90,23 @@ nil means find it next to this package."
 
 (defcustom sly-agent-q-prefer-sly t
   "When both SLY and SLIME are connected, non-nil means use SLY."
+  :type 'boolean
+  :group 'sly-agent-q)
+
+;; SLIME and SLY pretty-print every event into their event log (`slime-log-events',
+;; `sly-log-events'): 8-9 KB of garbage per event, about half of all that a
+;; tool call allocates in Emacs.  The garbage collections that follow were most
+;; of what 100 calls from one model message waited for (make bench, figure 2:
+;; 5 collections, 0.2 s of a 0.28 s batch).  The bridge's requests are
+;; machine traffic, so by default they are left out of that log; their answers
+;; are still written to it (that happens in SLIME's own process filter).
+(defcustom sly-agent-q-bridge-log-events nil
+  "Non-nil means the tool calls' requests go to SLY's or SLIME's event log.
+Their event log is on by default (`sly-log-events', `slime-log-events');
+nil leaves out the requests this package sends to the image, which are
+many (a model may call a hundred tools at once) and costly to log.
+Set it to t when debugging the bridge in the *sly-events* or
+*slime-events* buffer."
   :type 'boolean
   :group 'sly-agent-q)
 
@@ -136,12 +155,14 @@ the Lisp exited rather than that the evaluation was aborted.")
 
 (defun sly-agent-q-bridge--sly-dispatch (conn event)
   "Send EVENT on SLY connection CONN."
-  (let ((sly-dispatching-connection conn))
+  (let ((sly-dispatching-connection conn)
+        (sly-log-events (and sly-agent-q-bridge-log-events sly-log-events)))
     (sly-dispatch-event event)))
 
 (defun sly-agent-q-bridge--slime-dispatch (conn event)
   "Send EVENT on SLIME connection CONN."
-  (let ((slime-dispatching-connection conn))
+  (let ((slime-dispatching-connection conn)
+        (slime-log-events (and sly-agent-q-bridge-log-events slime-log-events)))
     (slime-dispatch-event event)))
 
 (defun sly-agent-q-bridge--sly-repl-package (conn)

@@ -900,29 +900,51 @@ the answer is kept until the key or the environment changes."
               (list (copy-tree sly-agent-q--server-key) (copy-sequence process-environment) secrets))
         secrets))))
 
+(defun sly-agent-q--secret-in-p (value secrets)
+  "Look for SECRETS in the strings of VALUE; return non-nil if one is there.
+VALUE is as for `sly-agent-q-server-redact'."
+  (cond ((stringp value)
+         (let (hit)
+           (dolist (s secrets hit)
+             (unless hit (setq hit (string-search (cdr s) value))))))
+        ((consp value) (or (sly-agent-q--secret-in-p (car value) secrets)
+                           (sly-agent-q--secret-in-p (cdr value) secrets)))
+        ((vectorp value)
+         (cl-loop for v across value thereis (sly-agent-q--secret-in-p v secrets)))
+        ((hash-table-p value)
+         (catch 'found
+           (maphash (lambda (_k v) (when (sly-agent-q--secret-in-p v secrets) (throw 'found t))) value)
+           nil))))
+
 (defun sly-agent-q-server-redact (value &optional secrets)
   "Return VALUE with every known secret replaced by a marker.
 VALUE is a string, or a plist, list, vector or hash table of them
 \(as sent in JSON).  SECRETS defaults to `sly-agent-q-server-secrets'.
-A secret becomes [secret NAME redacted]."
+A secret becomes [secret NAME redacted].  VALUE itself is returned,
+not a copy, when it holds no secret (every reply is redacted)."
   (let ((secrets (or secrets (sly-agent-q-server-secrets))))
-    (cond
-     ((null secrets) value)
-     ((stringp value)
-      (dolist (s secrets value)
-        (when (string-search (cdr s) value)
-          (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
-                                      value)))))
-     ((consp value)
-      (cons (sly-agent-q-server-redact (car value) secrets)
-            (sly-agent-q-server-redact (cdr value) secrets)))
-     ((vectorp value)
-      (vconcat (mapcar (lambda (v) (sly-agent-q-server-redact v secrets)) value)))
-     ((hash-table-p value)
-      (let ((copy (make-hash-table :test (hash-table-test value))))
-        (maphash (lambda (k v) (puthash k (sly-agent-q-server-redact v secrets) copy)) value)
-        copy))
-     (t value))))
+    (if (and secrets (sly-agent-q--secret-in-p value secrets))
+        (sly-agent-q--redact value secrets)
+      value)))
+
+(defun sly-agent-q--redact (value secrets)
+  "A copy of VALUE with each of SECRETS replaced by a marker."
+  (cond
+   ((stringp value)
+    (dolist (s secrets value)
+      (when (string-search (cdr s) value)
+        (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
+                                    value)))))
+   ((consp value)
+    (cons (sly-agent-q--redact (car value) secrets)
+          (sly-agent-q--redact (cdr value) secrets)))
+   ((vectorp value)
+    (vconcat (mapcar (lambda (v) (sly-agent-q--redact v secrets)) value)))
+   ((hash-table-p value)
+    (let ((copy (make-hash-table :test (hash-table-test value))))
+      (maphash (lambda (k v) (puthash k (sly-agent-q--redact v secrets) copy)) value)
+      copy))
+   (t value)))
 
 (defun sly-agent-q--call-send (call reply)
   "Send REPLY (a plist) for CALL unless it was answered or dropped already.
