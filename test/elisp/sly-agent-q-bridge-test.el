@@ -147,6 +147,20 @@
   (should (equal (sly-agent-q-bridge-current-package) "COMMON-LISP-USER"))
   (should (equal (plist-get (sly-agent-q-chat--context) :currentPackage) "COMMON-LISP-USER")))
 
+(ert-deftest sly-agent-q-bridge-slime-requests-left-out-of-its-event-log ()
+  "The bridge's requests are not pretty-printed into *slime-events* unless asked."
+  (sly-agent-q-test--slime)
+  (let ((slime-log-events t)
+        (logged (lambda (text)
+                  (with-current-buffer (slime-events-buffer)
+                    (save-excursion (goto-char (point-min)) (search-forward text nil t))))))
+    (let ((sly-agent-q-bridge-log-events nil))
+      (should (equal (sly-agent-q-test--eval '(cl:+ 40 1)) '(41 nil))))
+    (should-not (funcall logged "(cl:+ 40 1)"))
+    (let ((sly-agent-q-bridge-log-events t))
+      (should (equal (sly-agent-q-test--eval '(cl:+ 40 2)) '(42 nil))))
+    (should (funcall logged "(cl:+ 40 2)"))))
+
 (ert-deftest sly-agent-q-bridge-slime-timeout ()
   "A call that takes too long gets an error; the late answer is ignored."
   (let* ((cur (sly-agent-q-test--slime)) (calls 0) result)
