@@ -135,8 +135,8 @@ is what showing the current screen costs, the bound of any update."
     (rd-row :figure (format "7. %s: largest gap" name) :unit "ms" :value (* 1000 rd-gap)
             :target "<= 100 ms" :ratio (/ (* 1000 rd-gap) 100) :pass (if (<= (* 1000 rd-gap) 100) t :json-false)
             :note (format "%s; largest interval between firings of a 10 ms timer in emacs -nw (tmux 200x50)" what))
-    (rd-row :figure (format "7. %s: slowest redisplay" name) :unit "ms" :samples (vconcat rd-redisplays)
-            :spread "min-max" :target "<= 50 ms" :ratio (/ slowest 50.0) :pass (if (<= slowest 50) t :json-false)
+    (rd-row :figure (format "7. %s: full redisplay" name) :unit "ms" :samples (vconcat rd-redisplays)
+            :spread "min-max" :target "max <= 50 ms" :ratio (/ slowest 50.0) :pass (if (<= slowest 50) t :json-false)
             :note "(force-window-update) then (redisplay t) every 50 ms while the case ran: what redrawing the whole screen as it is costs"))
   (rd-status "end %s" name))
 
