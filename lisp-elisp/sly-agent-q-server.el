@@ -181,13 +181,14 @@ For example (:temperature 0.2 :auditLogFile \"~/agent-audit.jsonl\")."
 ;; Off by default (issue 16).  jsonrpc.el pretty-prints every message into
 ;; its events buffer, and once the buffer is full trims it from the front
 ;; for every message: the largest cost on the tool path that this package
-;; controls.  make bench, quick runs on 2 busy cores (load 2-4), log off
-;; against on: one tool call 2.02 against 3.25 ms (a bare `slime-eval' of
-;; the same form: 0.83 and 1.07 ms), 200 calls in a row flat (1.00x)
-;; against drifting up (1.64x) as the buffer fills, 100 calls from one
-;; model message 285 against 490 ms, 20,000 streamed deltas 14-32 against
-;; 14-42 ms of largest input gap.  Nothing is lost for a user who does not
-;; debug; one command turns it on, for the running server too.
+;; controls.  make bench (README, Benchmarks; 2 cores at load 2.5-4), log
+;; off against on: one tool call 1.81x against 2.08x a bare `slime-eval';
+;; 100 calls from one model message 1.40x against 2.20x 100 bare evals;
+;; 1,000 calls in a row flat (0.92x), where with the log on they drift up
+;; once its buffer is full (1.21-1.64x in earlier runs); 20,000 streamed
+;; deltas 25 against 46 ms of largest input gap.  Nothing is lost for a
+;; user who does not debug; one command turns it on, for the running
+;; server too.
 (defcustom sly-agent-q-events-buffer-size 0
   "Maximum size in characters of the JSON-RPC events buffer.
 0 disables event logging (the default: logging costs every message a
