@@ -31,9 +31,10 @@
 ;; With BENCH_LISP=sly it runs SBCL under SLY instead (SLY from SLY_DIR)
 ;; and measures figures 1 and 2 against a bare `sly-eval'.
 ;;
-;; With BENCH_NO_EVENTS_LOG=1 it measures the same with jsonrpc's events log off
-;; (`sly-agent-q-events-buffer-size' 0; the package's default logs every
-;; message).  bench/run.sh runs both, each in a fresh Emacs and SBCL.
+;; With BENCH_EVENTS_LOG=on it measures the same with jsonrpc's events log on
+;; (`sly-agent-q-events-buffer-size' 2,000,000, the default until issue 16;
+;; the package ships with it off).  bench/run.sh runs both, each in a fresh
+;; Emacs and SBCL.
 ;;
 ;; Rows go to the file named by $BENCH_RESULTS (JSON lines), read by
 ;; bench/report.mjs.  $BENCH_QUICK=1 runs fewer repetitions.
@@ -45,7 +46,8 @@
 
 (defconst bench-root
   (expand-file-name ".." (file-name-directory (or load-file-name buffer-file-name))))
-(add-to-list 'load-path (expand-file-name "lisp-elisp" bench-root))
+;; BENCH_ELISP_DIR: the package byte-compiled (bench/run.sh); the source otherwise.
+(add-to-list 'load-path (or (getenv "BENCH_ELISP_DIR") (expand-file-name "lisp-elisp" bench-root)))
 (require 'sly-agent-q)
 (load (expand-file-name "scripts/lisp-modes" bench-root) nil t)
 
@@ -60,8 +62,8 @@
 (defvar bench-lisp (if (equal (getenv "BENCH_LISP") "sly") 'sly 'slime)
   "Which of SLY or SLIME connects Emacs to SBCL (BENCH_LISP=sly or slime).")
 
-(defvar bench-no-log (equal (getenv "BENCH_NO_EVENTS_LOG") "1")
-  "Non-nil (BENCH_NO_EVENTS_LOG=1): measure with jsonrpc's events log off.")
+(defvar bench-log-on (equal (getenv "BENCH_EVENTS_LOG") "on")
+  "Non-nil (BENCH_EVENTS_LOG=on): measure with jsonrpc's events log on.")
 
 ;;;; Helpers
 
@@ -69,9 +71,9 @@
   (princ (concat (apply #'format fmt args) "\n") #'external-debugging-output))
 
 (defun bench-record (&rest plist)
-  "Write one result row (a plist of JSON fields); rows without the events log are marked."
-  (when bench-no-log
-    (setq plist (plist-put plist :figure (concat (plist-get plist :figure) " (events log off)"))))
+  "Write one result row (a plist of JSON fields); rows with the events log on are marked."
+  (when bench-log-on
+    (setq plist (plist-put plist :figure (concat (plist-get plist :figure) " (events log on)"))))
   (let ((line (concat (json-encode plist) "\n"))
         (file (getenv "BENCH_RESULTS")))
     (if file (write-region line nil file t 'silent) (princ line))))
@@ -351,8 +353,8 @@ throws out of the wait as soon as the answer is read."
                   :note (format "the mock sends %d deltas at once, Emacs got them in %d chat/textDelta notifications; wall %.2f s per stream, of which %.2f s in %d garbage collections; jsonrpc events log %s"
                                 bench-deltas (plist-get r :notifications)
                                 (bench-median (funcall get :wall)) (plist-get r :gc-time) (plist-get r :gcs)
-                                (if (eq sly-agent-q-events-buffer-size 0) "off"
-                                  (format "on (%s chars, the default)" sly-agent-q-events-buffer-size))))
+                                (if (eq sly-agent-q-events-buffer-size 0) "off (the default)"
+                                  (format "on (%s chars)" sly-agent-q-events-buffer-size))))
     (bench-record :figure "3. largest input gap while streaming" :unit "ms"
                   :samples (funcall get :gap) :spread "min-max" :target "<= 50 ms"
                   :ratio (/ gap 50.0) :pass (bench-pass-p (<= gap 50))
@@ -367,15 +369,54 @@ throws out of the wait as soon as the answer is read."
                                   "none")
                                 (plist-get r :pre-redisplay)))))
 
+;;;; 6. Tokens of the specification's three scenarios
+
+(defconst bench-scenarios
+  '(("scenario-1" "scenario-1-describe.json" "Describe the function PROCESS-DATA in MY-APP package")
+    ("scenario-2" "scenario-2-fix-bug.json" "There's a bug in PARSE-INPUT, it fails on empty strings")
+    ("scenario-3" "scenario-3-add-method.json" "Add a new method to SERIALIZE for MY-CLASS"))
+  "(NAME SCRIPT PROMPT): the end-to-end tests' scenarios (test/e2e/scripts/).")
+
+(defvar url-proxy-services)
+(defvar url-request-method)
+(defvar url-request-data)
+(defvar url-request-extra-headers)
+
+(defun bench-mock-http (method path &optional body)
+  "METHOD PATH on the mock LLM (loopback only, no proxy), with BODY; return the answer's body."
+  (require 'url)
+  (let ((url-proxy-services nil)
+        (url-request-method method)
+        (url-request-data (and body (encode-coding-string body 'utf-8)))
+        (url-request-extra-headers (and body '(("Content-Type" . "application/json")))))
+    (with-current-buffer (url-retrieve-synchronously (concat sly-agent-q-base-url path) t t 30)
+      (prog1 (progn (goto-char (point-min))
+                    (re-search-forward "\n\n")
+                    (decode-coding-string (buffer-substring-no-properties (point) (point-max)) 'utf-8))
+        (kill-buffer)))))
+
+(defun bench-scenario-tokens ()
+  "Run the three scenarios in a fresh conversation each; keep what the mock received.
+bench/tokens.mjs turns bench/.work/scenario-N.json into the per-request figures."
+  (let ((scripts (expand-file-name "test/e2e/scripts" bench-root)))
+    (pcase-dolist (`(,name ,script ,prompt) bench-scenarios)
+      (bench-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" bench-root)) t))
+      (sly-agent-q-new-conversation)
+      (bench-mock-http "POST" "/_script"
+                       (with-temp-buffer (insert-file-contents (expand-file-name script scripts)) (buffer-string)))
+      (bench-send prompt)
+      (write-region (bench-mock-http "GET" "/_requests") nil
+                    (expand-file-name (format "bench/.work/%s.json" name) bench-root) nil 'silent))))
+
 ;;;; Main
 
 (defun bench-main ()
   (let ((t0 (float-time)))
-    (when bench-no-log (setq sly-agent-q-events-buffer-size 0))
+    (when bench-log-on (setq sly-agent-q-events-buffer-size 2000000))
     ;; Conversations are saved as shipped, but not into the user's own directory.
     (setq sly-agent-q-conversation-directory (make-temp-file "bench-conversations" t))
     (bench-log "emacs bench%s: starting SBCL under %s, loading lisp-cl and the fixture"
-               (if bench-no-log " (events log off)" "") (upcase (symbol-name bench-lisp)))
+               (if bench-log-on " (events log on)" "") (upcase (symbol-name bench-lisp)))
     (bench-start-lisp)
     (bench-log "emacs bench: Lisp ready after %.1f s" (- (float-time) t0))
     (bench-start-mock)
@@ -388,7 +429,10 @@ throws out of the wait as soon as the answer is read."
       (bench-throughput)
       (unless (eq bench-lisp 'sly)
         (bench-log "emacs bench: figure 3, streaming")
-        (bench-streaming)))
+        (bench-streaming))
+      (unless (or bench-log-on (eq bench-lisp 'sly))
+        (bench-log "emacs bench: figure 6, the three scenarios' requests")
+        (bench-scenario-tokens)))
     (bench-log "emacs bench: done in %.1f s" (- (float-time) t0))
     (sly-agent-q-server-stop)
     (when (process-live-p bench-mock) (process-send-eof bench-mock))

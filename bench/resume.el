@@ -1,4 +1,4 @@
-;;; resume.el --- Benchmark figure 7: resuming a long saved conversation  -*- lexical-binding: t; -*-
+;;; resume.el --- Benchmark figure 8: resuming a long saved conversation  -*- lexical-binding: t; -*-
 
 ;; Copyright (C) 2026 The sly-agent-q authors
 
@@ -77,10 +77,10 @@
         (push (- (bench-emacs-live-mb) before) live)))
     (with-current-buffer sly-agent-q-chat-buffer-name
       (unless (string-match-p "Answer 249" (buffer-string)) (error "The chat does not show the whole conversation")))
-    (bench-record :figure "7. resume a 1,000-message conversation into the chat" :unit "ms"
+    (bench-record :figure "8. resume a 1,000-message conversation into the chat" :unit "ms"
                   :samples (vconcat times) :target "<= 500 ms" :pass (bench-pass-p (<= (bench-median times) 500))
                   :note "sly-agent-q-sessions-resume to the chat drawn: the server reads the file, sends the history, Emacs draws 250 exchanges with their tool entries")
-    (bench-record :figure "7. Emacs memory held by the resumed conversation" :unit "MB"
+    (bench-record :figure "8. Emacs memory held by the resumed conversation" :unit "MB"
                   :samples (vconcat live) :target "<= 20 MB" :pass (bench-pass-p (<= (bench-median live) 20))
                   :note "live Lisp data after a full GC, minus before; buffer text not counted")
     (sly-agent-q-server-stop)

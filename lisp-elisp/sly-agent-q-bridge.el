@@ -30,8 +30,9 @@
 ;;   :timeout N), the form built as data from the JSON arguments;
 ;; - evaluation is always asynchronous (an :emacs-rex event with our own
 ;;   continuation, so an :abort becomes an error reply and never a
-;;   message in the echo area), guarded by a timer; a late answer is
-;;   ignored; a connection that closes fails every pending call.
+;;   message in the echo area), guarded by a deadline (one timer serves
+;;   every pending call); a late answer is ignored; a connection that
+;;   closes fails every pending call.
 ;;
 ;; Neither SLY nor SLIME is required at load time.
 
@@ -51,6 +52,8 @@
 (defvar slime-buffer-package)
 (defvar slime-net-processes)
 (defvar slime-net-process-close-hooks)
+(defvar slime-log-events)
+(defvar sly-log-events)
 (declare-function sly-dispatch-event "ext:sly" (event &optional process))
 (declare-function sly-current-connection "ext:sly" ())
 (declare-function sly-connection-name "ext:sly" (&optional connection))
@@ -87,6 +90,23 @@ nil means find it next to this package."
 
 (defcustom sly-agent-q-prefer-sly t
   "When both SLY and SLIME are connected, non-nil means use SLY."
+  :type 'boolean
+  :group 'sly-agent-q)
+
+;; SLIME and SLY pretty-print every event into their event log (`slime-log-events',
+;; `sly-log-events'): 8-9 KB of garbage per event, about half of all that a
+;; tool call allocates in Emacs.  The garbage collections that follow were most
+;; of what 100 calls from one model message waited for (make bench, figure 2:
+;; 5 collections, 0.2 s of a 0.28 s batch).  The bridge's requests are
+;; machine traffic, so by default they are left out of that log; their answers
+;; are still written to it (that happens in SLIME's own process filter).
+(defcustom sly-agent-q-bridge-log-events nil
+  "Non-nil means the tool calls' requests go to SLY's or SLIME's event log.
+Their event log is on by default (`sly-log-events', `slime-log-events');
+nil leaves out the requests this package sends to the image, which are
+many (a model may call a hundred tools at once) and costly to log.
+Set it to t when debugging the bridge in the *sly-events* or
+*slime-events* buffer."
   :type 'boolean
   :group 'sly-agent-q)
 
@@ -135,12 +155,14 @@ the Lisp exited rather than that the evaluation was aborted.")
 
 (defun sly-agent-q-bridge--sly-dispatch (conn event)
   "Send EVENT on SLY connection CONN."
-  (let ((sly-dispatching-connection conn))
+  (let ((sly-dispatching-connection conn)
+        (sly-log-events (and sly-agent-q-bridge-log-events sly-log-events)))
     (sly-dispatch-event event)))
 
 (defun sly-agent-q-bridge--slime-dispatch (conn event)
   "Send EVENT on SLIME connection CONN."
-  (let ((slime-dispatching-connection conn))
+  (let ((slime-dispatching-connection conn)
+        (slime-log-events (and sly-agent-q-bridge-log-events slime-log-events)))
     (slime-dispatch-event event)))
 
 (defun sly-agent-q-bridge--sly-repl-package (conn)
@@ -201,8 +223,60 @@ Return nil when no Lisp is connected."
 
 ;;;; Asynchronous evaluation
 
+;; Every pending evaluation has a deadline, and one timer serves them all:
+;; armed for the earliest, it expires what is due and re-arms itself.  A
+;; timer per call made each call insert into and delete from `timer-list'
+;; (linear in the timers pending: 100 calls from one model message meant
+;; 100 timers at once; make bench, figures 1 and 2).
+
 (defvar sly-agent-q-bridge--pending nil
   "Pending evaluations: a list of (CONNECTION . FAIL-FUNCTION).")
+
+(defvar sly-agent-q-bridge--deadlines nil
+  "Pending deadlines: a list of (TIME . FUNCTION), TIME a `float-time'.")
+
+(defvar sly-agent-q-bridge--deadline-timer nil
+  "The one timer of `sly-agent-q-bridge--deadlines', or nil.")
+
+(defvar sly-agent-q-bridge--deadline-at nil
+  "When `sly-agent-q-bridge--deadline-timer' fires, a `float-time'.")
+
+(defun sly-agent-q-bridge--arm (at)
+  "Arm the deadline timer for time AT (a `float-time'), or disarm it if AT is nil."
+  (when sly-agent-q-bridge--deadline-timer
+    (cancel-timer sly-agent-q-bridge--deadline-timer))
+  (setq sly-agent-q-bridge--deadline-at at
+        sly-agent-q-bridge--deadline-timer
+        (and at (run-at-time (max 0 (- at (float-time))) nil #'sly-agent-q-bridge--expire))))
+
+(defun sly-agent-q-bridge--add-deadline (seconds function)
+  "Call FUNCTION in SECONDS unless the returned deadline is dropped first."
+  (let ((deadline (cons (+ (float-time) seconds) function)))
+    (push deadline sly-agent-q-bridge--deadlines)
+    (when (or (null sly-agent-q-bridge--deadline-at)
+              (< (car deadline) sly-agent-q-bridge--deadline-at))
+      (sly-agent-q-bridge--arm (car deadline)))
+    deadline))
+
+(defun sly-agent-q-bridge--drop-deadline (deadline)
+  "Forget DEADLINE (from `sly-agent-q-bridge--add-deadline'); nil is ignored."
+  (when deadline
+    (setq sly-agent-q-bridge--deadlines (delq deadline sly-agent-q-bridge--deadlines))
+    (unless sly-agent-q-bridge--deadlines (sly-agent-q-bridge--arm nil))))
+
+(defun sly-agent-q-bridge--expire ()
+  "Call the functions of the deadlines that are due, and re-arm for the next."
+  (setq sly-agent-q-bridge--deadline-timer nil
+        sly-agent-q-bridge--deadline-at nil)
+  (let ((now (float-time)) due)
+    (dolist (d sly-agent-q-bridge--deadlines)
+      (when (<= (car d) now) (push d due)))
+    (dolist (d due)
+      (setq sly-agent-q-bridge--deadlines (delq d sly-agent-q-bridge--deadlines)))
+    (when sly-agent-q-bridge--deadlines
+      (sly-agent-q-bridge--arm (apply #'min (mapcar #'car sly-agent-q-bridge--deadlines))))
+    (dolist (d (nreverse due))
+      (sly-agent-q-server-call-safely (cdr d)))))
 
 (defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
@@ -210,11 +284,11 @@ Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
 on an abort, after TIMEOUT seconds (then ON-TIMEOUT too, if given),
 when the connection closes, or when the returned function is called
 with a message.  Return that function at once."
-  (let* ((done nil) timer entry aborted
+  (let* ((done nil) deadline entry aborted
          (finish (lambda (value error)
                    (unless done
                      (setq done t)
-                     (when timer (cancel-timer timer))
+                     (sly-agent-q-bridge--drop-deadline deadline)
                      (setq sly-agent-q-bridge--pending
                            (delq entry sly-agent-q-bridge--pending))
                      (sly-agent-q-server-call-safely callback value error)))))
@@ -222,11 +296,12 @@ with a message.  Return that function at once."
                              (funcall finish nil (if aborted sly-agent-q-bridge-exited-message msg)))))
     (sly-agent-q-bridge--ensure-close-hook adapter)
     (push entry sly-agent-q-bridge--pending)
-    (setq timer (run-with-timer
-                 timeout nil
-                 (lambda ()
-                   (when on-timeout (sly-agent-q-server-call-safely on-timeout))
-                   (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
+    (setq deadline (sly-agent-q-bridge--add-deadline
+                    timeout
+                    (lambda ()
+                      (setq deadline nil)
+                      (when on-timeout (sly-agent-q-server-call-safely on-timeout))
+                      (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
                  (list :emacs-rex form package t
@@ -243,9 +318,12 @@ with a message.  Return that function at once."
                               (if (not (process-live-p conn))
                                   (funcall finish nil sly-agent-q-bridge-exited-message)
                                 (setq aborted t)
-                                (when timer (cancel-timer timer))
-                                (setq timer (run-with-timer sly-agent-q-bridge-abort-grace nil
-                                                            finish nil msg)))))
+                                (sly-agent-q-bridge--drop-deadline deadline)
+                                (setq deadline (sly-agent-q-bridge--add-deadline
+                                                sly-agent-q-bridge-abort-grace
+                                                (lambda ()
+                                                  (setq deadline nil)
+                                                  (funcall finish nil msg)))))))
                            (_ (funcall finish nil (format "Unexpected answer from the Lisp image: %S" result)))))))
       (error (funcall finish nil (format "Could not send the call to the Lisp image: %s"
                                          (error-message-string err)))))

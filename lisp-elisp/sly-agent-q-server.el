@@ -192,10 +192,26 @@ Set it for a local model (Ollama...) the table does not know: the
 history is compacted when it nears this size."
   :type '(choice (const :tag "From the server's models table" nil) integer))
 
-(defcustom sly-agent-q-events-buffer-size 2000000
+;; Off by default (issue 16).  jsonrpc.el pretty-prints every message into
+;; its events buffer, and once the buffer is full trims it from the front
+;; for every message: the largest cost on the tool path that this package
+;; controls.  make bench (README, Benchmarks; 2 cores at load 2.5-4), log
+;; off against on: one tool call 1.81x against 2.08x a bare `slime-eval';
+;; 100 calls from one model message 1.40x against 2.20x 100 bare evals;
+;; 1,000 calls in a row flat (0.92x), where with the log on they drift up
+;; once its buffer is full (1.21-1.64x in earlier runs); 20,000 streamed
+;; deltas 25 against 46 ms of largest input gap.  Nothing is lost for a
+;; user who does not debug; one command turns it on, for the running
+;; server too.
+(defcustom sly-agent-q-events-buffer-size 0
   "Maximum size in characters of the JSON-RPC events buffer.
-0 disables event logging; nil means no limit."
+0 disables event logging (the default: logging costs every message a
+pretty-print); nil means no limit.  To debug, turn it on with
+\\[sly-agent-q-toggle-events-log], or set this to 2000000 or so."
   :type '(choice (const :tag "Unlimited" nil) integer))
+
+(defconst sly-agent-q-events-log-on-size 2000000
+  "The size `sly-agent-q-toggle-events-log' gives the events log.")
 
 (defcustom sly-agent-q-server-auto-restart t
   "Non-nil means start the server again when it dies unexpectedly.
@@ -710,7 +726,30 @@ With a prefix argument ALL, show every registered tool."
   "Show the JSON-RPC events buffer of the server connection."
   (interactive)
   (unless sly-agent-q--connection (user-error "The sly-agent-q server is not running"))
-  (display-buffer (jsonrpc-events-buffer sly-agent-q--connection)))
+  (display-buffer (jsonrpc-events-buffer sly-agent-q--connection))
+  (when (equal sly-agent-q-events-buffer-size 0)
+    (message "The events log is off; %s turns it on"
+             (substitute-command-keys "\\[sly-agent-q-toggle-events-log]"))))
+
+(defun sly-agent-q--set-events-log (conn size)
+  "Make CONN log up to SIZE characters of events from now on (0: none).
+The connection's slot is set the way `sly-agent-q--events-buffer-initargs'
+chose it at the start, so the running server need not restart."
+  (let ((initargs (sly-agent-q--events-buffer-initargs size)))
+    (if (eq (car initargs) :events-buffer-config)
+        (setf (slot-value conn '-events-buffer-config) (cadr initargs))
+      (setf (slot-value conn '-events-buffer-scrollback-size) size))))
+
+(defun sly-agent-q-toggle-events-log ()
+  "Turn the JSON-RPC events log on or off, for the running server too.
+See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the log."
+  (interactive)
+  (setq sly-agent-q-events-buffer-size
+        (if (equal sly-agent-q-events-buffer-size 0) sly-agent-q-events-log-on-size 0))
+  (when sly-agent-q--connection
+    (sly-agent-q--set-events-log sly-agent-q--connection sly-agent-q-events-buffer-size))
+  (message "sly-agent-q: the events log is %s"
+           (if (equal sly-agent-q-events-buffer-size 0) "off" "on")))
 
 (defun sly-agent-q-stderr-buffer ()
   "Show the server's standard error (its log)."
@@ -868,44 +907,78 @@ and exit from the pipe and exits on its own."
   "Non-nil if CALL still waits for an answer."
   (not (sly-agent-q-call-done call)))
 
+(defvar sly-agent-q--secrets-cache nil
+  "(KEY ENVIRONMENT SECRETS): the last answer of `sly-agent-q-server-secrets'.
+KEY and ENVIRONMENT are copies of what it was computed from.")
+
 (defun sly-agent-q-server-secrets ()
   "Return the known secrets as an alist of (NAME . VALUE), longest first.
 They are the API key handed to the server, and the values (of 8
 characters or more) of the environment variables whose names end in
 _KEY, _TOKEN or _SECRET or contain PASSWORD; a Lisp image started
-from this Emacs inherits them."
-  (let ((found (and sly-agent-q--server-key (list sly-agent-q--server-key)))
-        (case-fold-search t))
-    (dolist (entry process-environment)
-      (when (string-match "\\`\\([^=]+\\)=\\(.\\{8,\\}\\)" entry)
-        (let ((name (match-string 1 entry)))
-          (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
-            (push (cons name (match-string 2 entry)) found)))))
-    (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
+from this Emacs inherits them.  Every reply is redacted with them, so
+the answer is kept until the key or the environment changes."
+  (if (and sly-agent-q--secrets-cache
+           (equal (nth 0 sly-agent-q--secrets-cache) sly-agent-q--server-key)
+           (equal (nth 1 sly-agent-q--secrets-cache) process-environment))
+      (nth 2 sly-agent-q--secrets-cache)
+    (let ((found (and sly-agent-q--server-key (list sly-agent-q--server-key)))
+          (case-fold-search t))
+      (dolist (entry process-environment)
+        (when (string-match "\\`\\([^=]+\\)=\\(.\\{8,\\}\\)" entry)
+          (let ((name (match-string 1 entry)))
+            (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
+              (push (cons name (match-string 2 entry)) found)))))
+      (let ((secrets (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
+        (setq sly-agent-q--secrets-cache
+              (list (copy-tree sly-agent-q--server-key) (copy-sequence process-environment) secrets))
+        secrets))))
+
+(defun sly-agent-q--secret-in-p (value secrets)
+  "Look for SECRETS in the strings of VALUE; return non-nil if one is there.
+VALUE is as for `sly-agent-q-server-redact'."
+  (cond ((stringp value)
+         (let (hit)
+           (dolist (s secrets hit)
+             (unless hit (setq hit (string-search (cdr s) value))))))
+        ((consp value) (or (sly-agent-q--secret-in-p (car value) secrets)
+                           (sly-agent-q--secret-in-p (cdr value) secrets)))
+        ((vectorp value)
+         (cl-loop for v across value thereis (sly-agent-q--secret-in-p v secrets)))
+        ((hash-table-p value)
+         (catch 'found
+           (maphash (lambda (_k v) (when (sly-agent-q--secret-in-p v secrets) (throw 'found t))) value)
+           nil))))
 
 (defun sly-agent-q-server-redact (value &optional secrets)
   "Return VALUE with every known secret replaced by a marker.
 VALUE is a string, or a plist, list, vector or hash table of them
 \(as sent in JSON).  SECRETS defaults to `sly-agent-q-server-secrets'.
-A secret becomes [secret NAME redacted]."
+A secret becomes [secret NAME redacted].  VALUE itself is returned,
+not a copy, when it holds no secret (every reply is redacted)."
   (let ((secrets (or secrets (sly-agent-q-server-secrets))))
-    (cond
-     ((null secrets) value)
-     ((stringp value)
-      (dolist (s secrets value)
-        (when (string-search (cdr s) value)
-          (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
-                                      value)))))
-     ((consp value)
-      (cons (sly-agent-q-server-redact (car value) secrets)
-            (sly-agent-q-server-redact (cdr value) secrets)))
-     ((vectorp value)
-      (vconcat (mapcar (lambda (v) (sly-agent-q-server-redact v secrets)) value)))
-     ((hash-table-p value)
-      (let ((copy (make-hash-table :test (hash-table-test value))))
-        (maphash (lambda (k v) (puthash k (sly-agent-q-server-redact v secrets) copy)) value)
-        copy))
-     (t value))))
+    (if (and secrets (sly-agent-q--secret-in-p value secrets))
+        (sly-agent-q--redact value secrets)
+      value)))
+
+(defun sly-agent-q--redact (value secrets)
+  "A copy of VALUE with each of SECRETS replaced by a marker."
+  (cond
+   ((stringp value)
+    (dolist (s secrets value)
+      (when (string-search (cdr s) value)
+        (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
+                                    value)))))
+   ((consp value)
+    (cons (sly-agent-q--redact (car value) secrets)
+          (sly-agent-q--redact (cdr value) secrets)))
+   ((vectorp value)
+    (vconcat (mapcar (lambda (v) (sly-agent-q--redact v secrets)) value)))
+   ((hash-table-p value)
+    (let ((copy (make-hash-table :test (hash-table-test value))))
+      (maphash (lambda (k v) (puthash k (sly-agent-q--redact v secrets) copy)) value)
+      copy))
+   (t value)))
 
 (defun sly-agent-q--call-send (call reply)
   "Send REPLY (a plist) for CALL unless it was answered or dropped already.

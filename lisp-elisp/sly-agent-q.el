@@ -71,7 +71,8 @@
 ;; `sly-agent-q-turn-finished-hook' runs when a turn ends;
 ;; `sly-agent-q-approval-function' replaces the approval UI.
 ;;
-;; Debugging: M-x sly-agent-q-events-buffer (every JSON-RPC message),
+;; Debugging: M-x sly-agent-q-toggle-events-log, then M-x
+;; sly-agent-q-events-buffer (every JSON-RPC message),
 ;; M-x sly-agent-q-stderr-buffer (the server's log), M-x
 ;; sly-agent-q-list-tools, M-x sly-agent-q-restart-server.
 ;;

@@ -65,6 +65,46 @@
                                     (lambda (c e) (setq result (list c e))))
       (should (equal result (list nil "No Lisp is connected; start one with M-x sly (or M-x slime)."))))))
 
+(ert-deftest sly-agent-q-bridge-one-timer-for-all-pending-calls ()
+  "100 pending evaluations arm one timer between them; answered or stopped, none is left."
+  (let* ((sent nil)
+         (adapter (sly-agent-q-bridge--make-adapter
+                   :name "FAKE" :connection #'ignore :repl-package #'ignore :inferior #'ignore
+                   :dispatch (lambda (_conn event) (push (nth 4 event) sent))
+                   :close-hook 'sly-agent-q-test--fake-close-hook))
+         (before (length timer-list))
+         (results nil) stops)
+    (dotimes (i 100)
+      (push (sly-agent-q-bridge-eval adapter 'fake-conn `(cl:+ ,i 1) "CL-USER" 60
+                                     (lambda (v e) (push (list v e) results)))
+            stops))
+    (should (= (length sent) 100))
+    (should (= (length timer-list) (1+ before)))
+    ;; Half answer, half are stopped: each callback runs once; the timer goes with the last.
+    (dolist (k (cl-subseq sent 0 50)) (funcall k '(:ok 7)))
+    (dolist (stop (cl-subseq stops 50)) (funcall stop "stopped"))
+    (dolist (stop stops) (funcall stop "again"))
+    (should (= (length results) 100))
+    (should (= (cl-count '(7 nil) results :test #'equal) 50))
+    (should (= (cl-count '(nil "stopped") results :test #'equal) 50))
+    (should (= (length timer-list) before))))
+
+(ert-deftest sly-agent-q-bridge-deadline-expires-in-order ()
+  "Due deadlines run when the one timer fires; later ones re-arm it."
+  (let* ((ran nil)
+         (a (sly-agent-q-bridge--add-deadline 100 (lambda () (push 'a ran))))
+         (b (sly-agent-q-bridge--add-deadline 200 (lambda () (push 'b ran)))))
+    (unwind-protect
+        (progn
+          ;; Make A due, as if 100 seconds had passed, and fire the timer by hand.
+          (setcar a (- (float-time) 1))
+          (sly-agent-q-bridge--expire)
+          (should (equal ran '(a)))
+          (should sly-agent-q-bridge--deadline-timer)
+          (should (= sly-agent-q-bridge--deadline-at (car b))))
+      (sly-agent-q-bridge--drop-deadline b))
+    (should-not sly-agent-q-bridge--deadline-timer)))
+
 ;;;; With SBCL and SLIME
 
 (defvar sly-agent-q-test--slime-ready nil)
@@ -106,6 +146,20 @@
   (should-not (get-buffer "*sldb sbcl/1*"))
   (should (equal (sly-agent-q-bridge-current-package) "COMMON-LISP-USER"))
   (should (equal (plist-get (sly-agent-q-chat--context) :currentPackage) "COMMON-LISP-USER")))
+
+(ert-deftest sly-agent-q-bridge-slime-requests-left-out-of-its-event-log ()
+  "The bridge's requests are not pretty-printed into *slime-events* unless asked."
+  (sly-agent-q-test--slime)
+  (let ((slime-log-events t)
+        (logged (lambda (text)
+                  (with-current-buffer (slime-events-buffer)
+                    (save-excursion (goto-char (point-min)) (search-forward text nil t))))))
+    (let ((sly-agent-q-bridge-log-events nil))
+      (should (equal (sly-agent-q-test--eval '(cl:+ 40 1)) '(41 nil))))
+    (should-not (funcall logged "(cl:+ 40 1)"))
+    (let ((sly-agent-q-bridge-log-events t))
+      (should (equal (sly-agent-q-test--eval '(cl:+ 40 2)) '(42 nil))))
+    (should (funcall logged "(cl:+ 40 2)"))))
 
 (ert-deftest sly-agent-q-bridge-slime-timeout ()
   "A call that takes too long gets an error; the late answer is ignored."

@@ -30,6 +30,25 @@
 
 ;;;; Node and the server script
 
+(ert-deftest sly-agent-q-server-events-log-toggles-on-the-running-server ()
+  "The events log is off by default; the command turns it on and off for the running server."
+  (should (equal (default-value 'sly-agent-q-events-buffer-size) 0))
+  (sly-agent-q-test-with-server '((steps . []))
+    (let* ((sly-agent-q-events-buffer-size 0)
+           (conn (sly-agent-q-server-connection))
+           (size (lambda () (with-current-buffer (jsonrpc-events-buffer conn) (buffer-size))))
+           (ask (lambda () (jsonrpc-request conn 'tools/list '(:all :json-false) :timeout 10))))
+      (sly-agent-q-toggle-events-log)
+      (should (equal sly-agent-q-events-buffer-size sly-agent-q-events-log-on-size))
+      (let ((before (funcall size)))
+        (funcall ask)
+        (should (> (funcall size) before)))
+      (sly-agent-q-toggle-events-log)
+      (should (equal sly-agent-q-events-buffer-size 0))
+      (let ((before (funcall size)))
+        (funcall ask)
+        (should (= (funcall size) before))))))
+
 (ert-deftest sly-agent-q-server-node-missing ()
   "A missing node gives a clear message."
   (let ((sly-agent-q-node-program "/nonexistent/node-xyz")

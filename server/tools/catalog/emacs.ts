@@ -19,18 +19,18 @@ const emacsAlias = (capability: string, renames: Record<string, string>) => ({
   argumentNames: renames,
 });
 
-const filePath: ParamSpec = { type: "string", description: "File path, relative to the project root (or absolute inside it)." };
-const bufferName: ParamSpec = { type: "string", description: "Name of the buffer, as shown in the mode line." };
+const filePath: ParamSpec = { type: "string", description: "Path relative to the project root, or absolute inside it." };
+const bufferName: ParamSpec = { type: "string", description: "Buffer name." };
 const PAGING = "Use offset and limit to read a range of lines.";
 
 export const emacsTools: Tool[] = [
   defineTool({
     name: "read_file",
-    description: "Read a file inside the project. Shows the unsaved text when a buffer visits it. Long files are paged by lines.",
+    description: "Read a project file (a visiting buffer's unsaved text if any); long files are paged by lines.",
     parameters: {
       path: filePath,
-      offset: { type: "integer", description: "First line to return, 1-based (default 1).", minimum: 1 },
-      limit: { type: "integer", description: "How many lines to return (default: up to the size cap).", minimum: 1 },
+      offset: { type: "integer", description: "First line, 1-based (default 1).", minimum: 1 },
+      limit: { type: "integer", description: "Number of lines (default: up to the cap).", minimum: 1 },
     },
     required: ["path"],
     safety: "safe",
@@ -50,10 +50,10 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "write_file",
-    description: "Create or overwrite a file inside the project (atomic; a buffer visiting it is updated, never clobbered if modified).",
+    description: "Create or overwrite a project file (atomic; a visiting buffer is updated, never clobbered if modified).",
     parameters: {
       path: filePath,
-      content: { type: "string", description: "The complete new content." },
+      content: { type: "string", description: "The whole new content." },
     },
     required: ["path", "content"],
     safety: "dangerous",
@@ -76,11 +76,11 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "read_buffer",
-    description: "Read an Emacs buffer's text, or a range of it (character positions, 1-based).",
+    description: "Read a buffer's text, or a range of character positions (1-based).",
     parameters: {
-      buffer: { type: "string", description: "Buffer name (default: the buffer the user was last in)." },
-      start: { type: "integer", description: "Start position (optional).", minimum: 1 },
-      end: { type: "integer", description: "End position (optional).", minimum: 1 },
+      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      start: { type: "integer", description: "Start position.", minimum: 1 },
+      end: { type: "integer", description: "End position.", minimum: 1 },
     },
     safety: "safe",
     categories: ["buffer"],
@@ -102,11 +102,11 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "write_to_buffer",
-    description: "Insert text into a buffer at a position (default: end of buffer). Does not save.",
+    description: "Insert text in a buffer at a position (default: its end). Does not save.",
     parameters: {
       content: { type: "string", description: "Text to insert." },
-      buffer: { type: "string", description: "Buffer name (default: the buffer the user was last in)." },
-      position: { type: "integer", description: "Character position to insert at, 1-based (optional).", minimum: 1 },
+      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      position: { type: "integer", description: "Character position, 1-based.", minimum: 1 },
     },
     required: ["content"],
     safety: "cautious",
@@ -115,15 +115,15 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "search_in_buffer",
-    description: "Search a buffer for literal text or a regexp; returns matches with line numbers and context.",
+    description: "Search a buffer for text or a regexp; returns matches with line numbers and context.",
     parameters: {
       pattern: { type: "string", description: "Text or Emacs regexp to find." },
-      buffer: { type: "string", description: "Buffer name (default: the buffer the user was last in)." },
-      regex: { type: "boolean", description: "Treat pattern as an Emacs regexp (default false)." },
-      all_matches: { type: "boolean", description: "Return every match, not just the first (default false)." },
+      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      regex: { type: "boolean", description: "Pattern is an Emacs regexp (default false)." },
+      all_matches: { type: "boolean", description: "Every match, not just the first (default false)." },
       buffer_name: { type: "string", description: "Same as buffer." },
       search_text: { type: "string", description: "Same as pattern." },
-      case_sensitive: { type: "boolean", description: "Match case exactly (default false)." },
+      case_sensitive: { type: "boolean", description: "Match case (default false)." },
     },
     safety: "safe",
     categories: ["buffer", "navigation"],
@@ -143,7 +143,7 @@ export const emacsTools: Tool[] = [
     description: "Replace text in a buffer: old_text must occur exactly once. Does not save.",
     parameters: {
       buffer_name: bufferName,
-      old_text: { type: "string", description: "Exact text to replace (must be unique in the buffer)." },
+      old_text: { type: "string", description: "Exact text to replace, unique in the buffer." },
       new_text: { type: "string", description: "Replacement text." },
     },
     required: ["buffer_name", "old_text", "new_text"],
@@ -153,11 +153,11 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "buffer_create",
-    description: "Create a new buffer (not visiting a file) with initial content.",
+    description: "Create a buffer (visiting no file) with initial content.",
     parameters: {
       buffer_name: { type: "string", description: "Name for the new buffer." },
       content: { type: "string", description: "Initial content." },
-      mode: { type: "string", description: "Major mode, e.g. lisp-mode (optional)." },
+      mode: { type: "string", description: "Major mode, e.g. lisp-mode." },
     },
     required: ["buffer_name", "content"],
     safety: "cautious",
@@ -166,10 +166,10 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "buffer_save",
-    description: "Save a buffer to a file inside the project.",
+    description: "Save a buffer to a project file.",
     parameters: {
       buffer_name: bufferName,
-      file_path: { type: "string", description: "Where to save, relative to the project root (default: the file it visits)." },
+      file_path: { type: "string", description: "Where to save, relative to the project root (default: its file)." },
     },
     required: ["buffer_name"],
     safety: "dangerous",
@@ -178,19 +178,19 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "buffer_list",
-    description: "List open buffers with their files, modes and whether they are modified.",
-    parameters: { include_hidden: { type: "boolean", description: "Include hidden buffers (names starting with a space)." } },
+    description: "List buffers with their files, modes and modified flags.",
+    parameters: { include_hidden: { type: "boolean", description: "Include hidden buffers (name starts with a space)." } },
     safety: "safe",
     categories: ["buffer"],
     ...emacs("buffer_list"),
   }),
   defineTool({
     name: "directory_list",
-    description: "List a directory inside the project.",
+    description: "List a project directory.",
     parameters: {
-      directory_path: { type: "string", description: "Directory, relative to the project root (default: the root)." },
-      recursive: { type: "boolean", description: "List subdirectories recursively." },
-      pattern: { type: "string", description: "Only names matching this wildcard, e.g. *.lisp." },
+      directory_path: { type: "string", description: "Directory relative to the project root (default: the root)." },
+      recursive: { type: "boolean", description: "Recurse into subdirectories." },
+      pattern: { type: "string", description: "Only names matching this wildcard (*.lisp)." },
     },
     safety: "safe",
     categories: ["filesystem"],
@@ -198,7 +198,7 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "current_directory",
-    description: "Get the project root, which relative paths are resolved against.",
+    description: "The project root, which relative paths are resolved against.",
     parameters: {},
     safety: "safe",
     categories: ["filesystem"],
@@ -206,7 +206,7 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "file_exists",
-    description: "Check whether a file or directory exists inside the project.",
+    description: "Whether a file or directory exists in the project.",
     parameters: { path: { type: "string", description: "Path to check." } },
     required: ["path"],
     safety: "safe",
@@ -215,7 +215,7 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "goto_line",
-    description: "Move point to a line in a buffer and show it to the user.",
+    description: "Move point to a line of a buffer and show it.",
     parameters: {
       buffer_name: bufferName,
       line_number: { type: "integer", description: "Line number, 1-based.", minimum: 1 },
@@ -228,17 +228,17 @@ export const emacsTools: Tool[] = [
   defineTool({
     name: "propose_file_edit",
     description:
-      "Propose a change to a file, shown to the user as a diff reviewed hunk by hunk. Give either new_content, or old_text and new_text. The result says exactly which hunks were applied.",
+      "Propose a file change, reviewed by the user as a diff hunk by hunk. Give new_content, or old_text and new_text. The result says which hunks were applied.",
     parameters: {
       path: filePath,
-      new_content: { type: "string", description: "The complete proposed content of the file." },
-      old_text: { type: "string", description: "Exact text to replace (unique in the file)." },
+      new_content: { type: "string", description: "The whole proposed file content." },
+      old_text: { type: "string", description: "Exact text to replace, unique in the file." },
       new_text: { type: "string", description: "Replacement for old_text." },
       description: { type: "string", description: "One line telling the user why." },
       accepted_hunks: {
         type: "array",
         items: { type: "integer" },
-        description: "Set by the user's review; leave it out.",
+        description: "Set by the review; leave it out.",
       },
     },
     required: ["path"],

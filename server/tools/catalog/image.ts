@@ -6,11 +6,11 @@ import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 
 const pkg: ParamSpec = {
   type: "string",
-  description: "Package to resolve names in. Defaults to the REPL's current package.",
+  description: "Package names are read in (default: the REPL's).",
 };
 const symbolName = (what: string): ParamSpec => ({
   type: "string",
-  description: `${what} name, read as the reader would (case per readtable; pkg:name and pkg::name accepted).`,
+  description: `${what} name, read by the reader (pkg:name, pkg::name ok).`,
 });
 
 // No per-tool timeout: the executor derives image tools' deadline from the configured image timeout
@@ -21,7 +21,7 @@ export const imageTools: Tool[] = [
   defineTool({
     name: "describe_symbol",
     description:
-      "Describe a symbol in the running image: what it names (function, macro, generic function, variable, class, special operator...), documentation, arglist, value and where it is defined.",
+      "Describe a symbol in the image: what it names (function, macro, variable, class...), documentation, arglist, value, source.",
     parameters: { symbol: symbolName("Symbol"), package: pkg },
     required: ["symbol"],
     safety: "safe",
@@ -30,10 +30,10 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "apropos_search",
-    description: "Find symbols whose names contain a substring; returns each with its package and what it names.",
+    description: "Find symbols whose names contain a substring, with their package and what they name.",
     parameters: {
-      pattern: { type: "string", description: "Substring to search for (case-insensitive)." },
-      package: { type: "string", description: "Only search this package (optional; all packages otherwise)." },
+      pattern: { type: "string", description: "Substring (case-insensitive)." },
+      package: { type: "string", description: "Only this package (default: all)." },
     },
     required: ["pattern"],
     safety: "safe",
@@ -42,7 +42,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "function_arglist",
-    description: "Get the lambda list of a function, macro or generic function.",
+    description: "The lambda list of a function, macro or generic function.",
     parameters: { function: symbolName("Function"), package: pkg },
     required: ["function"],
     safety: "safe",
@@ -51,7 +51,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "who_calls",
-    description: "List the functions that call a function, from the implementation's cross-reference data.",
+    description: "Functions that call a function (xref data).",
     parameters: { function: symbolName("Function"), package: pkg },
     required: ["function"],
     safety: "safe",
@@ -60,7 +60,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "who_references",
-    description: "List the code that reads a global or special variable, from the implementation's cross-reference data.",
+    description: "Code that reads a global or special variable (xref data).",
     parameters: { variable: symbolName("Variable"), package: pkg },
     required: ["variable"],
     safety: "safe",
@@ -69,10 +69,10 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "list_package_symbols",
-    description: "List the symbols of a package (external only by default) with what each names.",
+    description: "A package's symbols (external only by default) and what each names.",
     parameters: {
       package: { type: "string", description: "Package name." },
-      include_internal: { type: "boolean", description: "Also list internal symbols (default false)." },
+      include_internal: { type: "boolean", description: "Also internal symbols (default false)." },
     },
     required: ["package"],
     safety: "safe",
@@ -81,7 +81,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "class_slots",
-    description: "Show a class's slots (own and inherited) with initargs, initforms, types, readers and writers.",
+    description: "A class's slots, own and inherited, with initargs, initforms, types, readers, writers.",
     parameters: { class: symbolName("Class"), package: pkg },
     required: ["class"],
     safety: "safe",
@@ -90,7 +90,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "class_hierarchy",
-    description: "Show a class's precedence list and its direct subclasses.",
+    description: "A class's precedence list and direct subclasses.",
     parameters: { class: symbolName("Class"), package: pkg },
     required: ["class"],
     safety: "safe",
@@ -99,7 +99,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "method_specializers",
-    description: "List a generic function's lambda list and its methods with their qualifiers and specializers.",
+    description: "A generic function's lambda list and methods, with qualifiers and specializers.",
     parameters: { generic_function: symbolName("Generic function"), package: pkg },
     required: ["generic_function"],
     safety: "safe",
@@ -108,11 +108,11 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "macroexpand_form",
-    description: "Macroexpand a form without evaluating it (macroexpand-1 by default, fully with full=true). #. is refused.",
+    description: "Macroexpand a form, unevaluated (macroexpand-1 unless full). #. is refused.",
     parameters: {
-      form: { type: "string", description: "The form, as Lisp source text." },
-      full: { type: "boolean", description: "Expand repeatedly until the head is not a macro (default false)." },
-      package: { type: "string", description: "Package to read the form in. Defaults to the REPL's current package." },
+      form: { type: "string", description: "Lisp source text." },
+      full: { type: "boolean", description: "Expand until the head is not a macro (default false)." },
+      package: { type: "string", description: "Package to read in (default: the REPL's)." },
     },
     required: ["form"],
     safety: "safe",
@@ -122,10 +122,10 @@ export const imageTools: Tool[] = [
   defineTool({
     name: "eval_form",
     description:
-      "Evaluate Lisp code in the running image: every form in the string, in order. Returns all values of the last form, printed output, and on error the condition type, message and backtrace (no debugger is entered). Times out.",
+      "Evaluate the forms in order in the image. Returns the last one's values and the output; on error the condition, message and backtrace (no debugger). Times out.",
     parameters: {
-      form: { type: "string", description: "One or more forms, as Lisp source text." },
-      package: { type: "string", description: "Package to read and evaluate in. Defaults to the REPL's current package." },
+      form: { type: "string", description: "Forms, as Lisp source text." },
+      package: { type: "string", description: "Package to read and evaluate in (default: the REPL's)." },
     },
     required: ["form"],
     safety: "cautious",
@@ -134,9 +134,9 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "eval_in_package",
-    description: "Evaluate Lisp code with *package* bound to the given package; otherwise like eval_form.",
+    description: "Like eval_form, with *package* bound to package.",
     parameters: {
-      form: { type: "string", description: "One or more forms, as Lisp source text." },
+      form: { type: "string", description: "Forms, as Lisp source text." },
       package: { type: "string", description: "Package to read and evaluate in." },
     },
     required: ["form", "package"],
@@ -147,10 +147,10 @@ export const imageTools: Tool[] = [
   defineTool({
     name: "compile_form",
     description:
-      "Compile definitions (defun, defmethod, defclass...) with the file compiler's checks and load them. Returns warnings, style warnings and notes with the form each belongs to.",
+      "Compile and load definitions (defun, defmethod...) with the file compiler's checks. Returns warnings and notes with their forms.",
     parameters: {
-      form: { type: "string", description: "One or more top-level forms, as Lisp source text." },
-      package: { type: "string", description: "Package to read and compile in. Defaults to the REPL's current package." },
+      form: { type: "string", description: "Top-level forms, as Lisp source text." },
+      package: { type: "string", description: "Package to read and compile in (default: the REPL's)." },
     },
     required: ["form"],
     safety: "cautious",
@@ -159,7 +159,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "get_last_error",
-    description: "Show the last error from eval_form or compile_form: condition type, message, the form and a backtrace.",
+    description: "The last error of eval_form or compile_form: condition, message, form, backtrace.",
     parameters: {},
     safety: "safe",
     categories: ["execution"],
@@ -167,15 +167,15 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "get_repl_history",
-    description: "Show recent evaluations made through these tools, each with its form and result.",
-    parameters: { limit: { type: "integer", description: "How many recent entries (default 10).", minimum: 1 } },
+    description: "Recent evaluations by these tools, with form and result.",
+    parameters: { limit: { type: "integer", description: "How many (default 10).", minimum: 1 } },
     safety: "safe",
     categories: ["execution"],
     ...image("get_repl_history"),
   }),
   defineTool({
     name: "get_compilation_notes",
-    description: "Show the warnings and notes from the most recent compile_form.",
+    description: "Warnings and notes of the last compile_form.",
     parameters: {},
     safety: "safe",
     categories: ["execution"],
