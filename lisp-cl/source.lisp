@@ -1,13 +1,14 @@
 ;;;; source.lisp --- where definitions live in the source files, and
 ;;;; keeping the image and those files in agreement.
 ;;;
-;;; find_definition and read_definition ask the backend's definition
-;;; finder (what M-. uses) and read the form at the recorded position
-;;; without evaluating or interning anything (*READ-SUPPRESS*, no #.).
-;;; definition_edit prepares an edit of such a form for the server's
-;;; replace_definition and insert_form (the edit itself is made by
-;;; Emacs, after the user's review); compile_file_form then compiles
-;;; the new form from the file, with the file recorded as its source.
+;;; find_definition asks the backend's definition finder (what M-.
+;;; uses) and reads the form at the recorded position without
+;;; evaluating or interning anything (*READ-SUPPRESS*, no #.).
+;;; definition_edit locates one such form for the server's
+;;; read_definition, replace_definition and insert_form (which read the
+;;; text Emacs shows and make the edit in Emacs, after the user's
+;;; review); compile_file_form then compiles the new form from the
+;;; file, with the file recorded as its source.
 ;;; xref adds the cross-references of xref.lisp's kinds the backend
 ;;; offers besides callers and readers.
 
@@ -41,6 +42,9 @@ none or it does not read.  Nothing is interned or evaluated."
           (let ((*read-suppress* t) (*read-eval* nil))
             (multiple-value-bind (object end) (read-from-string text t nil :start start)
               (declare (ignore object))
+              ;; READ consumes the whitespace after the form: not part of it.
+              (loop while (and (> end start) (blank-char-p (char text (1- end))))
+                    do (decf end))
               (list start end)))
         (error () nil)))))
 
@@ -184,22 +188,6 @@ that definition's form.  FAILs otherwise."
                        :start (first span) :end (second span)
                        :line (line-of text (first span)))))
 
-(define-tool "read_definition" (&key symbol package definition)
-  "The source text of SYMBOL's definition, from its file."
-  (let* ((package (tool-package package))
-         (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol's name") package))
-         (form (locate-form symbol package definition))
-         (text (subseq (located-text form) (located-start form) (located-end form))))
-    (format nil "~A in ~A:~D-~D:~%~A~%"
-            (located-label form) (located-file form) (located-line form)
-            (line-of (located-text form) (located-end form))
-            (if (> (length text) *definition-text-limit*)
-                (format nil "~A~%... (~D more characters; read_file shows the rest)"
-                        (subseq text 0 *definition-text-limit*)
-                        (- (length text) *definition-text-limit*))
-                text))))
-
-
 ;;;; Preparing an edit of a definition (for replace_definition, insert_form)
 
 (defun check-one-form (text)
@@ -248,18 +236,27 @@ nothing is interned or evaluated."
     (write-char #\" out)))
 
 (define-tool "definition_edit" (&key symbol package definition text)
-  "Check TEXT is one form and locate SYMBOL's definition: JSON for the server."
-  (check-one-form (nonblank text "text" "the new form's text"))
-  (let* ((package (tool-package package))
-         (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol's name") package))
-         (form (locate-form symbol package definition))
-         (old (subseq (located-text form) (located-start form) (located-end form))))
-    (when (> (length old) *definition-text-limit*)
-      (fail "The definition of ~A is ~D characters long, too long to edit this way: use ~
-             propose_file_edit on ~A." (symbol-label symbol) (length old) (located-file form)))
-    (format nil "{\"file\":~A,\"line\":~D,\"label\":~A,\"old\":~A}"
-            (json-string (located-file form)) (located-line form)
-            (json-string (located-label form)) (json-string old))))
+  "Locate SYMBOL's definition (for read_definition, replace_definition and
+insert_form), first checking that TEXT, when given, is one form: JSON for
+the server.  Without SYMBOL, only TEXT is checked."
+  (when text
+    (check-one-form text))
+  (if (and text (or (null symbol) (every #'blank-char-p symbol)))
+      "{\"checked\":true}"
+      (let* ((package (tool-package package))
+             (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol's name") package))
+             (form (locate-form symbol package definition))
+             (old (subseq (located-text form) (located-start form) (located-end form))))
+        (when (and text (> (length old) *definition-text-limit*))
+          (fail "The definition of ~A is ~D characters long, too long to edit this way: use ~
+                 propose_file_edit on ~A." (symbol-label symbol) (length old) (located-file form)))
+        (when (> (length old) *definition-text-limit*)
+          (setf old (format nil "~A~%... (~D more characters; read_file shows the rest)"
+                            (subseq old 0 *definition-text-limit*)
+                            (- (length old) *definition-text-limit*))))
+        (format nil "{\"file\":~A,\"line\":~D,\"label\":~A,\"old\":~A}"
+                (json-string (located-file form)) (located-line form)
+                (json-string (located-label form)) (json-string old)))))
 
 
 ;;;; Compiling a form from its file

@@ -81,7 +81,7 @@
                          "class_hierarchy" "method_specializers" "macroexpand_form"
                          "eval_form" "eval_in_package" "compile_form" "get_last_error"
                          "get_repl_history" "get_compilation_notes"
-                         "find_definition" "read_definition" "definition_edit"
+                         "find_definition" "definition_edit"
                          "compile_file_form" "xref" "list_systems" "system_info"
                          "load_system" "run_tests")
                    #'string<))))
@@ -920,18 +920,22 @@ loaded and the system loaded from there; MY-APP is restored after."
                "(defun parse-input (string)")))
     (let ((r (tool "find_definition" "symbol" "my-app:serialize")))
       (is (has r "DEFGENERIC" "(DEFMETHOD MY-APP:SERIALIZE INTEGER T)" "(defmethod serialize ((object list) stream)")))
-    (let ((r (tool "read_definition" "symbol" "my-app:parse-input")))
+    (let ((r (tool "definition_edit" "symbol" "my-app:parse-input")))
       (is (ok-p r))
-      (is (has r "(defun parse-input (string)" "(split-on-commas string)))"))
+      (is (has r "\"label\":\"(DEFUN MY-APP:PARSE-INPUT)\"" "(defun parse-input (string)"
+               "(split-on-commas string)))\"}"))
       (is (not (has r "(defun process-data"))))
     ;; Several methods: ambiguous until one is named.
-    (is (has (tool "read_definition" "symbol" "my-app:serialize") "4 definitions" "say which"))
-    (is (has (tool "read_definition" "symbol" "my-app:serialize" "definition" "(DEFMETHOD MY-APP:SERIALIZE STRING T)")
+    (is (has (tool "definition_edit" "symbol" "my-app:serialize") "4 definitions" "say which"))
+    (is (has (tool "definition_edit" "symbol" "my-app:serialize" "definition" "(DEFMETHOD MY-APP:SERIALIZE STRING T)")
              "(defmethod serialize ((object string) stream)" "prin1"))
+    ;; Only checking a text.
+    (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true}"))
+    (is (has (tool "definition_edit" "text" "(defun new-one () 1") "refused"))
     ;; Defined at the REPL: no source.
     (tool "compile_form" "form" "(defun cl-user::saq-repl-only () 1)")
     (is (has (tool "find_definition" "symbol" "cl-user::saq-repl-only") "no source recorded"))
-    (is (has (tool "read_definition" "symbol" "cl-user::saq-repl-only") "no source location"))))
+    (is (has (tool "definition_edit" "symbol" "cl-user::saq-repl-only") "no source location"))))
 
 (deftest definition-edit-checks-the-text-and-the-file
   (with-project ()
@@ -970,7 +974,7 @@ loaded and the system loaded from there; MY-APP is restored after."
         (is (ok-p r))
         (is (has r "Compiled" "its source is now that file")))
       (is (equal '() (funcall (find-symbol "PARSE-INPUT" "MY-APP") "")))
-      (is (has (tool "read_definition" "symbol" "my-app:parse-input") "NIL when it is blank"))
+      (is (has (tool "definition_edit" "symbol" "my-app:parse-input") "NIL when it is blank"))
       (is (has (tool "run_tests" "system" "my-app") "4 passed, 0 failed, 0 errors"))
       (is (has (tool "compile_file_form" "path" (namestring file) "text" "(defun not-in-the-file () 1)")
                "does not hold"))

@@ -277,6 +277,8 @@ the image's definition records that file, and the recorded position is the new f
             ;; The file holds the fix, balanced.
             (let ((text (e2e-file-text file)))
               (should (string-match-p "A blank string gives NIL" text))
+              ;; Only the form changed: the blank line after it is still there.
+              (should (string-match-p (regexp-quote "(parse-integer trimmed)))\n\n(defun process-data") text))
               (should-not (string-match-p "Bug: an empty string" text))
               (with-temp-buffer
                 (insert text)

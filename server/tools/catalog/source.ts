@@ -3,6 +3,7 @@
 // their tests, and the backend's other cross-references. The image does the looking up and compiling
 // (lisp-cl/source.lisp, systems.lisp, testing.lisp); Emacs makes the file edit, confined to the project.
 
+import { isAbsolute, resolve } from "node:path";
 import { emacsTool, imageTool } from "../handlers.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
 
@@ -35,7 +36,8 @@ function isPlan(value: unknown): value is DefinitionPlan {
 const str = (value: unknown): string | undefined => (typeof value === "string" ? value : undefined);
 
 async function locate(name: unknown, text: unknown, args: Record<string, unknown>, ctx: ToolContext): Promise<DefinitionPlan> {
-  const query: Record<string, unknown> = { symbol: name, text };
+  const query: Record<string, unknown> = { symbol: name };
+  if (text !== undefined) query.text = text;
   if (str(args.package)) query.package = args.package;
   if (str(args.definition)) query.definition = args.definition;
   const answer = await imageTool("definition_edit")(query, ctx);
@@ -49,31 +51,79 @@ async function locate(name: unknown, text: unknown, args: Record<string, unknown
   return plan;
 }
 
-/** An edit of a definition's form: what replaces it (REPLACEMENT) and the form to compile afterwards (COMPILED). */
-interface FormEdit {
-  name: unknown;
-  text: unknown;
-  replacement: (plan: DefinitionPlan, text: string) => string;
+/** An edit of a file: where (FILE, absolute), what Emacs's propose_file_edit gets, the form to compile. */
+interface FileEdit {
+  file: string;
+  label: string;
+  change: Record<string, unknown>;
+  form: string;
 }
 
-async function proposal(edit: FormEdit, args: Record<string, unknown>, ctx: ToolContext) {
-  const plan = await locate(edit.name, edit.text, args, ctx);
-  const text = String(edit.text);
-  const change: Record<string, unknown> = { path: plan.file, old_text: plan.old, new_text: edit.replacement(plan, text) };
-  if (str(args.description)) change.description = args.description;
-  return { plan, change };
+type EditPlanner = (args: Record<string, unknown>, ctx: ToolContext) => Promise<FileEdit>;
+
+const withDescription = (change: Record<string, unknown>, args: Record<string, unknown>) =>
+  str(args.description) ? { ...change, description: args.description } : change;
+
+/** replace_definition: the definition's form, located by the image, gives way to new_text. */
+const replaceEdit: EditPlanner = async (args, ctx) => {
+  const form = String(args.new_text);
+  const plan = await locate(args.symbol, form, args, ctx);
+  return { file: plan.file, label: plan.label, form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
+};
+
+/** The project root, as Emacs resolves relative paths (its current_directory capability). */
+async function projectRoot(ctx: ToolContext): Promise<string> {
+  const answer = String(await emacsTool("current_directory")({}, ctx));
+  const m = /^Project root: (.*) \(relative paths/.exec(answer);
+  if (!m) throw new ToolError("The project root could not be found, so the file was not edited.");
+  return m[1];
 }
+
+/** The shortest end of TEXT (trailing blanks aside), from a line start, that occurs once in TEXT. */
+function uniqueTail(text: string): string | undefined {
+  const body = text.replace(/\s+$/, "");
+  for (let start = body.lastIndexOf("\n") + 1; ; start = body.lastIndexOf("\n", start - 2) + 1) {
+    const tail = body.slice(start);
+    if (tail.trim() !== "" && text.indexOf(tail) === text.lastIndexOf(tail)) return tail;
+    if (start === 0) return undefined;
+  }
+}
+
+/** insert_form: after the form of the definition AFTER, or at the end of the file PATH. */
+const insertEdit: EditPlanner = async (args, ctx) => {
+  const form = String(args.text);
+  if (str(args.after)) {
+    const plan = await locate(args.after, form, args, ctx);
+    return { file: plan.file, label: form.split("\n")[0], form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: `${plan.old}\n\n${form}` }, args) };
+  }
+  const path = str(args.path);
+  if (!path) throw new ToolError("Give after (the definition to insert after) or path (a project file to append to).");
+  // The image checks the form (it does not read the file); Emacs reads the file as the user sees it.
+  await imageTool("definition_edit")({ text: form }, ctx);
+  const file = isAbsolute(path) ? path : resolve(await projectRoot(ctx), path);
+  const read = String(await emacsTool("read_file")({ path: file }, ctx));
+  const newline = read.indexOf("\n");
+  const header = newline < 0 ? read : read.slice(0, newline);
+  if (/: empty file/.test(header)) return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, new_content: `${form}\n` }, args) };
+  const text = read.slice(newline + 1);
+  if (/more lines?; call read_file/.test(text) || /was cut\.\]/.test(text)) {
+    throw new ToolError(`${path} is too long to append to this way: use insert_form with after, or propose_file_edit.`);
+  }
+  const tail = uniqueTail(text);
+  if (!tail) throw new ToolError(`The end of ${path} could not be told apart from the rest: use insert_form with after, or propose_file_edit.`);
+  return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, old_text: tail, new_text: `${tail}\n\n${form}` }, args) };
+};
 
 /** Applies the reviewed edit in Emacs, then compiles the new form from the file in the image. */
-async function applyAndCompile(edit: FormEdit, args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
-  const { plan, change } = await proposal(edit, args, ctx);
-  if (Array.isArray(args.accepted_hunks)) change.accepted_hunks = args.accepted_hunks;
+async function applyAndCompile(planner: EditPlanner, args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
+  const edit = await planner(args, ctx);
+  const change = Array.isArray(args.accepted_hunks) ? { ...edit.change, accepted_hunks: args.accepted_hunks } : edit.change;
   const applied = String(await emacsTool("propose_file_edit")(change, ctx));
   if (!applied.startsWith("Applied all")) {
-    return `${applied}\nThe form was not compiled: the file does not hold the whole edit (the image keeps ${plan.label} as it was).`;
+    return `${applied}\nThe form was not compiled: the file does not hold the whole edit (the image is unchanged).`;
   }
   try {
-    const compiled = await imageTool("compile_file_form")({ path: plan.file, text: String(edit.text) }, ctx);
+    const compiled = await imageTool("compile_file_form")({ path: edit.file, text: edit.form }, ctx);
     return `${applied}\n${String(compiled)}`;
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
@@ -81,17 +131,24 @@ async function applyAndCompile(edit: FormEdit, args: Record<string, unknown>, ct
   }
 }
 
-const replaceEdit = (args: Record<string, unknown>): FormEdit => ({
-  name: args.symbol,
-  text: args.new_text,
-  replacement: (_plan, text) => text,
-});
-
-const insertEdit = (args: Record<string, unknown>): FormEdit => ({
-  name: args.after,
-  text: args.text,
-  replacement: (plan, text) => `${plan.old}\n\n${text}`,
-});
+/** read_definition: the form as the image located it, or the text of the buffer visiting its file when that differs. */
+async function readDefinition(args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
+  const plan = await locate(args.symbol, undefined, args, ctx);
+  const lines = plan.old.split("\n").length;
+  const end = plan.line + lines - 1;
+  const head = `${plan.label} in ${plan.file}:${plan.line}-${end}:\n`;
+  try {
+    const read = String(await emacsTool("read_file")({ path: plan.file, offset: plan.line, limit: lines }, ctx));
+    const newline = read.indexOf("\n");
+    const body = read.slice(newline + 1);
+    if (/unsaved changes/.test(read.slice(0, newline)) && body.trimEnd() !== plan.old.trimEnd()) {
+      return `${head}${plan.old}\n\nThe buffer visiting it has unsaved changes; its lines ${plan.line}-${end} read:\n${body}`;
+    }
+  } catch {
+    // Outside the project, or no Emacs tools: the file's text is what there is.
+  }
+  return `${head}${plan.old}\n`;
+}
 
 export const sourceTools: Tool[] = [
   defineTool({
@@ -105,12 +162,14 @@ export const sourceTools: Tool[] = [
   }),
   defineTool({
     name: "read_definition",
-    description: "The source form of a definition, read from its file.",
+    description: "The source form of a definition, from its file (or the buffer visiting it).",
     parameters: { symbol, package: pkg, definition: which },
     required: ["symbol"],
     safety: "safe",
     categories: ["introspection", "navigation"],
-    ...image("read_definition"),
+    runtime: "node",
+    timeoutMs: EDIT_TIMEOUT_MS,
+    handler: readDefinition,
   }),
   defineTool({
     name: "replace_definition",
@@ -128,33 +187,33 @@ export const sourceTools: Tool[] = [
     categories: ["diff", "filesystem", "evaluation"],
     runtime: "node",
     timeoutMs: EDIT_TIMEOUT_MS,
-    preview: async (args, ctx) => ({ edit: (await proposal(replaceEdit(args), args, ctx)).change }),
-    handler: (args, ctx) => applyAndCompile(replaceEdit(args), args, ctx),
+    preview: async (args, ctx) => ({ edit: (await replaceEdit(args, ctx)).change }),
+    handler: (args, ctx) => applyAndCompile(replaceEdit, args, ctx),
   }),
   defineTool({
     name: "insert_form",
-    description: "Insert a new top-level form after a definition in its file (reviewed), then compile it.",
+    description: "Insert a new top-level form after a definition, or at a file's end (reviewed), then compile it.",
     parameters: {
-      after: { type: "string", description: "Name of the definition to insert after." },
       text: { type: "string", description: "The new form." },
+      after: { type: "string", description: "Name of the definition to insert after." },
+      path: { type: "string", description: "Or: the project file to append to." },
       package: pkg,
       definition: which,
       description,
       accepted_hunks: acceptedHunks,
     },
-    required: ["after", "text"],
+    required: ["text"],
     safety: "dangerous",
     categories: ["diff", "filesystem", "evaluation"],
     runtime: "node",
     timeoutMs: EDIT_TIMEOUT_MS,
-    preview: async (args, ctx) => ({ edit: (await proposal(insertEdit(args), args, ctx)).change }),
-    handler: (args, ctx) => applyAndCompile(insertEdit(args), args, ctx),
+    preview: async (args, ctx) => ({ edit: (await insertEdit(args, ctx)).change }),
+    handler: (args, ctx) => applyAndCompile(insertEdit, args, ctx),
   }),
   defineTool({
     name: "definition_edit",
-    description: "Internal: check a form's text and locate the definition it edits.",
-    parameters: { symbol, text: { type: "string", description: "The new form." }, package: pkg, definition: which },
-    required: ["symbol", "text"],
+    description: "Internal: check a new form's text and locate a definition's form.",
+    parameters: { symbol, text: { type: "string", description: "The new form, to check." }, package: pkg, definition: which },
     safety: "safe",
     categories: ["introspection"],
     internal: true,
