@@ -268,7 +268,7 @@ export const sourceTools: Tool[] = [
     parameters: { system },
     required: ["system"],
     safety: "cautious",
-    categories: ["execution", "systems"],
+    categories: ["execution", "evaluation", "systems"],
     ...image("load_system"),
   }),
   defineTool({
@@ -281,7 +281,7 @@ export const sourceTools: Tool[] = [
       package: pkg,
     },
     safety: "cautious",
-    categories: ["execution", "systems"],
+    categories: ["execution", "evaluation", "systems"],
     ...image("run_tests"),
   }),
 ];
