@@ -320,6 +320,37 @@ the image's definition records that file, and the recorded position is the new f
               (should (equal (e2e-file-text file) before))))
         (e2e-forget-project)))))
 
+(ert-deftest e2e-insert-form-after-a-definition-and-at-the-end ()
+  "insert_form after PROCESS-DATA and at the end of my-app.lisp: reviewed, in the file, compiled from it."
+  (e2e-with-agent "insert-form.json"
+    (let* ((file (e2e-project-fixture root))
+           (reviews 0)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (cl-incf reviews)
+              (funcall callback
+                       (list :accepted_hunks
+                             (vconcat (mapcar (lambda (h) (plist-get h :index))
+                                              (plist-get request :hunks))))))))
+      (unwind-protect
+          (progn
+            (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t))
+            (should (eq (plist-get (e2e-send "Add two helpers" 120) :status) 'finished))
+            (should (= reviews 2))
+            (let ((results (e2e-tool-results)))
+              (should (cl-notany #'cdr results))
+              (should (string-match-p "Compiled" (car (nth 0 results))))
+              (should (string-match-p "Compiled" (car (nth 1 results))))
+              (should (string-match-p (regexp-quote file) (car (nth 2 results)))))
+            (let ((text (e2e-file-text file)))
+              (should (string-match-p (regexp-quote "(values scaled (reduce #'+ scaled))))\n\n(defun double-all (items)") text))
+              (should (string-match-p (regexp-quote "(process-data items :scale 3))\n") text))
+              (should (< (string-match "(defun double-all" text) (string-match "(defun process-string" text)))
+              (should (> (string-match "(defun triple-all" text) (string-match "(defun serialize-to-string" text))))
+            (should (equal (e2e-eval '(my-app::double-all '(1 2))) '(2 4)))
+            (should (equal (e2e-eval '(my-app::triple-all '(1 2))) '(3 6))))
+        (e2e-forget-project)))))
+
 ;;;; Trust levels and approvals
 
 (ert-deftest e2e-dangerous-write-file-approved-denied-edited ()
