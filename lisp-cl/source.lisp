@@ -178,6 +178,16 @@ that definition's form.  FAILs otherwise."
                    (fail "~A cannot be read." file)))
          (span (form-span-at text (definition-position definition)))
          (where (format-location (definition-location definition))))
+    ;; A class's accessors are located at a slot, or at the class's form.
+    (let* ((spans (scan-forms text))
+           (index (and span (form-index-at spans (first span))))
+           (top (and index (nth index spans))))
+      (when (and span top (not (form-defines-p text (first span) symbol))
+                 (search (symbol-name symbol) text :start2 (car top) :end2 (cdr top)
+                                                   :test #'char-equal))
+        (fail "~A is defined inside another definition's form, at ~A:~D (~A): edit that one instead."
+              (symbol-label symbol) file (line-of text (car top))
+              (form-excerpt text (car top) (cdr top) 60))))
     (unless (and span (form-defines-p text (first span) symbol))
       (fail "The form at ~A is not the definition of ~A any more (~:[no form reads there~;~:*it reads: ~A~]): ~
              the file changed since it was loaded. Load it again (load_system) or use find_definition, ~

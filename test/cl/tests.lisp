@@ -929,6 +929,9 @@ loaded and the system loaded from there; MY-APP is restored after."
     (is (has (tool "definition_edit" "symbol" "my-app:serialize") "4 definitions" "say which"))
     (is (has (tool "definition_edit" "symbol" "my-app:serialize" "definition" "(DEFMETHOD MY-APP:SERIALIZE STRING T)")
              "(defmethod serialize ((object string) stream)" "prin1"))
+    ;; An accessor is defined by its class's form: not edited as if it were its own.
+    (is (has (tool "definition_edit" "symbol" "my-app:my-class-name")
+             "inside another definition's form" "(defclass my-class ()"))
     ;; Only checking a text.
     (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true}"))
     (is (has (tool "definition_edit" "text" "(defun new-one () 1") "refused"))

@@ -66,7 +66,7 @@ const withDescription = (change: Record<string, unknown>, args: Record<string, u
 
 /** replace_definition: the definition's form, located by the image, gives way to new_text. */
 const replaceEdit: EditPlanner = async (args, ctx) => {
-  const form = String(args.new_text);
+  const form = String(args.new_text).trim();
   const plan = await locate(args.symbol, form, args, ctx);
   return { file: plan.file, label: plan.label, form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
 };
@@ -91,7 +91,7 @@ function uniqueTail(text: string): string | undefined {
 
 /** insert_form: after the form of the definition AFTER, or at the end of the file PATH. */
 const insertEdit: EditPlanner = async (args, ctx) => {
-  const form = String(args.text);
+  const form = String(args.text).trim();
   if (str(args.after)) {
     const plan = await locate(args.after, form, args, ctx);
     return { file: plan.file, label: form.split("\n")[0], form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: `${plan.old}\n\n${form}` }, args) };
