@@ -113,6 +113,7 @@ describe("image tools validate at the server", () => {
       const valid = Object.fromEntries(tool.required.map((p) => [p, sample(tool.parameters[p])]));
       expect(await run(tool.name, valid)).toBe("ran");
     }
-    expect(reached).toEqual(imageTools.map((tool) => `image:${tool.implementation}`));
+    // (list_systems asks Emacs for the project root first.)
+    expect(reached.filter((r) => r.startsWith("image:"))).toEqual(imageTools.map((tool) => `image:${tool.implementation}`));
   });
 });

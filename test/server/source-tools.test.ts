@@ -160,6 +160,15 @@ describe("read_definition", () => {
   });
 });
 
+describe("list_systems", () => {
+  it("names the systems under the project root unless told another directory", async () => {
+    const { run, fake } = setup();
+    fake.answers["image:list_systems"] = (args) => `under ${String(args.directory)}`;
+    expect((await run("list_systems", {})).content).toBe("under /project/");
+    expect((await run("list_systems", { directory: "/elsewhere/" })).content).toBe("under /elsewhere/");
+  });
+});
+
 describe("internal steps", () => {
   it("are never offered nor run for the model", async () => {
     const { run, tools } = setup();

@@ -150,6 +150,19 @@ async function readDefinition(args: Record<string, unknown>, ctx: ToolContext): 
   return `${head}${plan.old}\n`;
 }
 
+/** list_systems: the systems under the project root are named unless another directory is given. */
+async function listSystems(args: Record<string, unknown>, ctx: ToolContext): Promise<unknown> {
+  const query = { ...args };
+  if (!str(query.directory)) {
+    try {
+      query.directory = await projectRoot(ctx);
+    } catch {
+      // No project root known: the list alone.
+    }
+  }
+  return imageTool("list_systems")(query, ctx);
+}
+
 export const sourceTools: Tool[] = [
   defineTool({
     name: "find_definition",
@@ -248,10 +261,11 @@ export const sourceTools: Tool[] = [
   defineTool({
     name: "list_systems",
     description: "The ASDF systems the image knows, marking those under a directory.",
-    parameters: { directory: { type: "string", description: "Absolute directory, e.g. the project root." } },
+    parameters: { directory: { type: "string", description: "Absolute directory (default: the project root)." } },
     safety: "safe",
     categories: ["introspection", "systems"],
     ...image("list_systems"),
+    handler: listSystems,
   }),
   defineTool({
     name: "system_info",
