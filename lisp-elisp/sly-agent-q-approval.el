@@ -151,6 +151,16 @@ Otherwise the diff review decides for propose_file_edit, else
                                    (sly-agent-q-approval--request params (cdr preview))
                                    callback))))
 
+(defun sly-agent-q-approval--edit-decision (arguments decision)
+  "Return the decision on a call with ARGUMENTS from DECISION on its edit.
+A review accepting hunks answers the edit's arguments with
+:accepted_hunks; the call gets them with its own ARGUMENTS."
+  (if (equal (plist-get decision :decision) "modified")
+      (list :decision "modified"
+            :arguments (plist-put (copy-sequence arguments) :accepted_hunks
+                                  (plist-get (plist-get decision :arguments) :accepted_hunks)))
+    decision))
+
 (defun sly-agent-q-approval--route (call params request callback)
   "Put the approval CALL, with PARAMS and REQUEST, to whoever decides.
 CALLBACK gets the decision."
@@ -158,6 +168,20 @@ CALLBACK gets the decision."
      ((and (equal (plist-get params :tool) "propose_file_edit")
            (fboundp 'sly-agent-q-diff-review))
       (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback)))
+        (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
+          (sly-agent-q-call-on-cancel
+           call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
+     ((and (member (plist-get params :tool) '("replace_definition" "insert_form"))
+           (fboundp 'sly-agent-q-diff-review))
+      ;; The edit the server computed (:edit) is reviewed as a
+      ;; propose_file_edit; the accepted hunks go back with the call's
+      ;; own arguments.
+      (let* ((arguments (plist-get params :arguments))
+             (review (sly-agent-q-diff-review
+                      (plist-get arguments :edit)
+                      (lambda (decision)
+                        (funcall callback
+                                 (sly-agent-q-approval--edit-decision arguments decision))))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))

@@ -282,7 +282,8 @@ NEW_TEXT, and why, DESCRIPTION) as the user reviewed it at the approval
     ("read_file" path :path) ("file_read" path :file_path)
     ("file_exists" path :path) ("directory_list" path :directory_path)
     ("write_to_buffer" buffer :buffer) ("buffer_append" buffer :buffer_name)
-    ("buffer_edit" edit :buffer_name))
+    ("buffer_edit" edit :buffer_name)
+    ("replace_definition" definition :new_text) ("insert_form" definition :text))
   "Tool name -> (KIND KEY): how `sly-agent-q-tools-preview' prepares it.
 KEY is the argument holding the path or the buffer name.  The
 server's alias tools (file_write...) are named with their own
@@ -334,6 +335,16 @@ by the server against the catalog."
          (list :path (sly-agent-q-files-relative (sly-agent-q-files-resolve path)))))
       ('buffer
        (list :buffer (buffer-name (sly-agent-q-tools--get-buffer (plist-get args key) t))))
+      ('definition
+       ;; The server located the form and computed the edit (:edit);
+       ;; the new text is checked here too, with Emacs's own scanner.
+       (sly-agent-q-tools-check-one-form (plist-get args key))
+       (let ((edit (plist-get args :edit)))
+         (unless (and (listp edit) (plist-get edit :path))
+           (sly-agent-q-tool-fail "%s came without the edit it would make." tool))
+         (let ((proposal (sly-agent-q-diff-proposal edit)))
+           (list :path (plist-get proposal :rel)
+                 :old (plist-get proposal :old) :new (plist-get proposal :new)))))
       ('edit
        (let* ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t))
               (old (sly-agent-q-files-buffer-text buffer))
@@ -344,6 +355,43 @@ by the server against the catalog."
          (list :buffer (buffer-name buffer) :old old
                :new (concat (substring old 0 pos) new-text
                             (substring old (+ pos (length old-text))))))))))
+
+(defun sly-agent-q-tools-check-one-form (text)
+  "Signal `sly-agent-q-tool-error' unless TEXT is exactly one balanced form.
+TEXT is scanned with Emacs's sexp scanner in `lisp-mode' syntax:
+parentheses must balance, strings and comments must end."
+  (unless (stringp text)
+    (sly-agent-q-tool-fail "The new form's text is missing."))
+  (with-temp-buffer
+    (set-syntax-table lisp-mode-syntax-table)
+    (insert text)
+    (let ((state (parse-partial-sexp (point-min) (point-max))))
+      (cond ((nth 3 state)
+             (sly-agent-q-tool-fail
+              "The new text is refused: it ends inside a string (an unterminated \" or |)."))
+            ((nth 4 state)
+             (sly-agent-q-tool-fail "The new text is refused: it ends inside a comment."))
+            ((> (car state) 0)
+             (sly-agent-q-tool-fail
+              "The new text is refused: unbalanced parentheses, %d ( not closed." (car state)))
+            ((< (car state) 0)
+             (sly-agent-q-tool-fail
+              "The new text is refused: unbalanced parentheses, %d ) too many." (- (car state))))))
+    (goto-char (point-min))
+    (forward-comment (buffer-size))
+    (when (eobp)
+      (sly-agent-q-tool-fail "The new text is refused: it holds no form."))
+    (unless (eq (char-after) ?\()
+      (sly-agent-q-tool-fail "The new text is refused: it is not a parenthesized form."))
+    (condition-case err
+        (forward-sexp 1)
+      (scan-error
+       (sly-agent-q-tool-fail "The new text is refused: %s." (cadr err))))
+    (forward-comment (buffer-size))
+    (unless (eobp)
+      (sly-agent-q-tool-fail
+       "The new text is refused: there is more than one form (the second at line %d); give exactly one."
+       (line-number-at-pos)))))
 
 ;;;; Buffers
 

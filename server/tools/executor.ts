@@ -293,9 +293,19 @@ export class Executor {
       if (!this.options.approve) return answer(`${tool.name} needs the user's approval and no approval is possible here, so it was not run.`);
       const signal = opts.signal ?? new AbortController().signal;
       if (signal.aborted) return answer(`${tool.name} was cancelled before it ran.`);
+      let shown = args;
+      if (tool.preview) {
+        try {
+          const ctx: ToolContext = { callId: call.id, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.() };
+          shown = { ...args, ...(await tool.preview(args, ctx)) };
+        } catch (err) {
+          if (err instanceof ToolError && !signal.aborted) return answer(err.message);
+          return answer(`${tool.name} could not be prepared for approval: ${sentence(errorMessage(err))} It was not run.`);
+        }
+      }
       let reply: ApprovalDecision;
       try {
-        reply = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: args, safetyLevel: safety, reason }, signal);
+        reply = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: shown, safetyLevel: safety, reason }, signal);
       } catch (err) {
         // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
         if (err instanceof ToolError && !signal.aborted) return answer(err.message);
@@ -308,7 +318,7 @@ export class Executor {
           if (reply.always) this.sessionAllowed.add(capability);
           break;
         case "modified": {
-          const edited = parseArguments(reply.arguments);
+          const edited = declaredOnly(tool, parseArguments(reply.arguments));
           const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
           if (bad || typeof edited === "string") return answer(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`);
           const again = this.policy.decide(tool, edited);
@@ -521,4 +531,12 @@ function deniedByRule(tool: Tool, rule: PermissionRule): string {
 
 function clip(s: string, n = 80): string {
   return s.length > n ? `${s.slice(0, n)}...` : s;
+}
+
+/** For a tool whose approval shows more than its arguments (Tool.preview): the reply's parameters only. */
+function declaredOnly<T>(tool: Tool, edited: T): T {
+  if (!tool.preview || typeof edited !== "object" || edited === null || Array.isArray(edited)) return edited;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(edited)) if (Object.prototype.hasOwnProperty.call(tool.parameters, k)) out[k] = v;
+  return out as T;
 }

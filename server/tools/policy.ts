@@ -97,6 +97,7 @@ export class ToolPolicy {
 
   isOffered(tool: Tool): boolean {
     const s = this.settings;
+    if (tool.internal) return false;
     if (tool.aliasOf && !s.offerAliases) return false;
     if (s.maxSafetyLevel && safetyRank(this.effectiveSafety(tool)) > safetyRank(s.maxSafetyLevel)) return false;
     if (s.categories && s.categories.length > 0 && !tool.categories.some((c) => s.categories!.includes(c))) return false;

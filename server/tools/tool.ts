@@ -53,6 +53,13 @@ export interface ToolSpec {
   argumentNames?: Readonly<Record<string, string>>;
   /** Told to the model when a long result is cut, e.g. "use offset and limit". */
   pagingHint?: string;
+  /** Never offered to the model: a step that other tools' handlers call (kept in the catalog so that
+   *  the consistency tests see its handler). */
+  internal?: boolean;
+  /** Run before the user is asked: what the approval shows besides the arguments (e.g. the file edit
+   *  the call will make), merged into the approval's arguments. A ToolError refuses the call before
+   *  anyone is asked. Keys that are not parameters are dropped from an edited reply. */
+  preview?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<Record<string, unknown>>;
 }
 
 export interface Tool extends Readonly<Omit<ToolSpec, "required">> {

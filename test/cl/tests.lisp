@@ -80,7 +80,10 @@
                          "who_references" "list_package_symbols" "class_slots"
                          "class_hierarchy" "method_specializers" "macroexpand_form"
                          "eval_form" "eval_in_package" "compile_form" "get_last_error"
-                         "get_repl_history" "get_compilation_notes")
+                         "get_repl_history" "get_compilation_notes"
+                         "find_definition" "definition_edit"
+                         "compile_file_form" "xref" "list_systems" "system_info"
+                         "load_system" "run_tests")
                    #'string<))))
 
 (deftest fasls-are-cached
@@ -815,6 +818,180 @@ own, that are still alive: what a tool must not leave behind."
                                                (find-class t))
                                  nil)))
         (when method (remove-method gf method))))))
+
+
+;;;; The programmer's loop (issue 12): source, systems, tests
+
+(defvar *project* nil "A temporary project root holding a copy of MY-APP.")
+
+(defun project-file (name)
+  (merge-pathnames name *project*))
+
+(defun file-text (file)
+  (with-open-file (in file :external-format :utf-8)
+    (let* ((s (make-string (file-length in))) (n (read-sequence s in))) (subseq s 0 n))))
+
+(defun write-text (file text)
+  (with-open-file (out file :direction :output :if-exists :supersede :external-format :utf-8)
+    (write-string text out)))
+
+(defun call-with-project (function)
+  "Call FUNCTION with MY-APP copied to a fresh project root, its .asd
+loaded and the system loaded from there; MY-APP is restored after."
+  (let ((*project* (pathname (format nil "/tmp/saq-cl-project-~36R/" (random (expt 36 8) (make-random-state t))))))
+    (ensure-directories-exist *project*)
+    (dolist (name '("my-app.asd" "package.lisp" "my-app.lisp" "tests.lisp"))
+      (write-text (project-file name)
+                  (file-text (merge-pathnames (concatenate 'string "test/fixtures/my-app/" name) *root*))))
+    (unwind-protect
+         (let ((*standard-output* (make-broadcast-stream)))
+           (funcall (find-symbol "LOAD-ASD" "ASDF") (project-file "my-app.asd"))
+           (funcall function))
+      (dolist (name '("my-app" "my-app/tests"))
+        (ignore-errors (funcall (find-symbol "CLEAR-SYSTEM" "ASDF") name)))
+      (ignore-errors (funcall (find-symbol "DELETE-DIRECTORY-TREE" "UIOP") *project* :validate t))
+      (reload-fixture))))
+
+(defmacro with-project (() &body body)
+  `(call-with-project (lambda () ,@body)))
+
+(defparameter *fixed-parse-input*
+  "(defun parse-input (string)
+  \"Parse STRING into a list of integers; NIL when it is blank.\"
+  (unless (string= \"\" (string-trim \" \" string))
+    (mapcar (lambda (field) (parse-integer (string-trim \" \" field)))
+            (split-on-commas string))))")
+
+(deftest systems-list-load-info
+  (with-project ()
+    (let ((r (tool "list_systems" "directory" (namestring *project*))))
+      (is (ok-p r))
+      (is (has r "Systems under" "my-app, my-app/tests" "systems registered")))
+    (let ((r (tool "load_system" "system" "my-app")))
+      (is (ok-p r))
+      (is (has r "Loaded my-app with asdf:load-system")))
+    (let ((r (tool "system_info" "system" "MY-APP")))
+      (is (has r "System my-app 0.1.0 (loaded)" "my-app.asd" "package.lisp" "my-app.lisp")))
+    (is (has (tool "system_info" "system" "my-ap") "ASDF knows no system" "my-app"))))
+
+(deftest load-system-reports-warnings-per-file-and-form
+  (with-project ()
+    (write-text (project-file "my-app.lisp")
+                (concatenate 'string (file-text (project-file "my-app.lisp"))
+                             (format nil "~%(defun uses-undefined (x)~%  (+ x *no-such-variable*))~%")))
+    (let ((r (tool "load_system" "system" "my-app")))
+      (is (ok-p r))
+      (is (has r "my-app.lisp:" "WARNING" "(defun uses-undefined (x)" "*NO-SUCH-VARIABLE*")))))
+
+(deftest load-system-reports-a-failure-without-the-debugger
+  (with-project ()
+    (write-text (project-file "my-app.lisp")
+                (concatenate 'string (file-text (project-file "my-app.lisp"))
+                             (format nil "~%(defun broken (x)~%  (let ((y)) (+ x y))~%")))
+    (let ((r (tool "load_system" "system" "my-app")))
+      (is (has r "FAILED")))))
+
+(deftest run-tests-of-a-system-suite-and-test
+  (with-project ()
+    (let ((r (tool "run_tests" "system" "my-app")))
+      (is (ok-p r))
+      (is (has r "FiveAM: 4 tests, 4 checks: 3 passed, 0 failed, 1 error"
+               "FAIL MY-APP-TESTS::PARSE-EMPTY" "condition:")))
+    (let ((r (tool "run_tests" "test" "parse-empty" "package" "MY-APP-TESTS")))
+      (is (has r "1 test, 1 check" "PARSE-EMPTY")))
+    (let ((r (tool "run_tests" "suite" "my-app-tests::my-app")))
+      (is (has r "4 tests")))
+    ;; A failing check: its form and the values.
+    (is (ok-p (tool "eval_form" "package" "MY-APP-TESTS"
+                    "form" "(test wrong-sum (is (= 5 (+ 2 2))))")))
+    (let ((r (tool "run_tests" "test" "my-app-tests::wrong-sum")))
+      (is (has r "0 passed, 1 failed" "form: (= 5 (+ 2 2))" "evaluated to 4")))
+    ;; The framework's debug switches are off for the run, whatever the user set.
+    (let ((on-failure (find-symbol "*ON-FAILURE*" "FIVEAM")))
+      (progv (list on-failure) (list :debug)
+        (is (has (tool "run_tests" "test" "my-app-tests::wrong-sum") "1 failed"))))
+    (is (has (tool "run_tests") "Give a system"))))
+
+(deftest find-and-read-definitions
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((r (tool "find_definition" "symbol" "my-app:parse-input")))
+      (is (has r "(DEFUN MY-APP:PARSE-INPUT)" (namestring (project-file "my-app.lisp"))
+               "(defun parse-input (string)")))
+    (let ((r (tool "find_definition" "symbol" "my-app:serialize")))
+      (is (has r "DEFGENERIC" "(DEFMETHOD MY-APP:SERIALIZE INTEGER T)" "(defmethod serialize ((object list) stream)")))
+    (let ((r (tool "definition_edit" "symbol" "my-app:parse-input")))
+      (is (ok-p r))
+      (is (has r "\"label\":\"(DEFUN MY-APP:PARSE-INPUT)\"" "(defun parse-input (string)"
+               "(split-on-commas string)))\"}"))
+      (is (not (has r "(defun process-data"))))
+    ;; Several methods: ambiguous until one is named.
+    (is (has (tool "definition_edit" "symbol" "my-app:serialize") "4 definitions" "say which"))
+    (is (has (tool "definition_edit" "symbol" "my-app:serialize" "definition" "(DEFMETHOD MY-APP:SERIALIZE STRING T)")
+             "(defmethod serialize ((object string) stream)" "prin1"))
+    ;; An accessor is defined by its class's form: not edited as if it were its own.
+    (is (has (tool "definition_edit" "symbol" "my-app:my-class-name")
+             "inside another definition's form" "(defclass my-class ()"))
+    ;; Only checking a text.
+    (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true}"))
+    (is (has (tool "definition_edit" "text" "(defun new-one () 1") "refused"))
+    ;; Defined at the REPL: no source.
+    (tool "compile_form" "form" "(defun cl-user::saq-repl-only () 1)")
+    (is (has (tool "find_definition" "symbol" "cl-user::saq-repl-only") "no source recorded"))
+    (is (has (tool "definition_edit" "symbol" "cl-user::saq-repl-only") "no source location"))))
+
+(deftest definition-edit-checks-the-text-and-the-file
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((r (tool "definition_edit" "symbol" "my-app:parse-input" "text" *fixed-parse-input*)))
+      (is (ok-p r))
+      (is (has r "\"file\":" "my-app.lisp" "\"old\":\"(defun parse-input (string)\\n")))
+    (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" "(defun parse-input (s) (list s)")
+             "refused" "unbalanced"))
+    (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" "(defun parse-input (s) \"open)")
+             "refused" "unterminated string"))
+    (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" "(defun a ()) (defun b ())")
+             "refused" "2 forms"))
+    (let ((before (symbol-function (find-symbol "PARSE-INPUT" "MY-APP"))))
+      (is (has (tool "definition_edit" "symbol" "my-app:parse-input"
+                     "text" "(defun parse-input (s) #.(progn (setf cl-user::*saq-evaluated* t) s))")
+               "refused" "#."))
+      (is (null (find-symbol "*SAQ-EVALUATED*" "COMMON-LISP-USER")))
+      (is (eq before (symbol-function (find-symbol "PARSE-INPUT" "MY-APP")))))
+    ;; The file changed since it was loaded: the form there is another one.
+    (let ((text (file-text (project-file "my-app.lisp"))))
+      (write-text (project-file "my-app.lisp")
+                  (concatenate 'string (format nil "(defun inserted-first () 1)~%~%~%~%~%~%~%~%") text))
+      (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" *fixed-parse-input*)
+               "not the definition of MY-APP:PARSE-INPUT any more")))))
+
+(deftest compile-file-form-records-the-file
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let* ((file (project-file "my-app.lisp"))
+           (text (file-text file))
+           (start (search "(defun parse-input" text))
+           (end (+ (search "(split-on-commas string)))" text) (length "(split-on-commas string)))"))))
+      (write-text file (concatenate 'string (subseq text 0 start) *fixed-parse-input* (subseq text end)))
+      (let ((r (tool "compile_file_form" "path" (namestring file) "text" *fixed-parse-input*)))
+        (is (ok-p r))
+        (is (has r "Compiled" "its source is now that file")))
+      (is (equal '() (funcall (find-symbol "PARSE-INPUT" "MY-APP") "")))
+      (is (has (tool "definition_edit" "symbol" "my-app:parse-input") "NIL when it is blank"))
+      (is (has (tool "run_tests" "system" "my-app") "4 passed, 0 failed, 0 errors"))
+      (is (has (tool "compile_file_form" "path" (namestring file) "text" "(defun not-in-the-file () 1)")
+               "does not hold"))
+      (is (has (tool "compile_file_form" "path" "/nonexistent/x.lisp" "text" "(defun x () 1)")
+               "does not exist")))))
+
+(deftest xref-kinds
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (is (has (tool "xref" "kind" "callees" "name" "my-app:process-string")
+             "MY-APP:PROCESS-DATA" "MY-APP:PARSE-INPUT"))
+    (is (has (tool "xref" "kind" "specializes" "name" "my-app:my-class") "MY-CLASS-NAME"))
+    (is (ok-p (tool "xref" "kind" "sets" "name" "my-app:*scale*")))
+    (is (has (tool "xref" "kind" "nonsense" "name" "my-app:*scale*") "Unknown xref kind"))))
 
 
 ;;;; Running

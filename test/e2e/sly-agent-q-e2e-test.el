@@ -214,6 +214,143 @@ CALLBACK gets the turn's outcome."
                                  (cl:make-instance 'my-app::my-class :name "x" :items '(7))))
                      "#<MY-CLASS x: 7>")))))
 
+;;;; The Lisp programmer's loop (issue 12)
+
+(defun e2e-project-fixture (root)
+  "Copy MY-APP (an ASDF system with its FiveAM tests) to ROOT; the image learns its .asd there.
+Return the project's my-app.lisp."
+  (dolist (name '("my-app.asd" "package.lisp" "my-app.lisp" "tests.lisp"))
+    (copy-file (expand-file-name (concat "test/fixtures/my-app/" name) sly-agent-q-test-root)
+               (expand-file-name name root) t))
+  (e2e-eval `(cl:progn (cl:require "asdf")
+                       (cl:funcall (cl:find-symbol "LOAD-ASD" "ASDF") ,(expand-file-name "my-app.asd" root))
+                       t))
+  (expand-file-name "my-app.lisp" root))
+
+(defun e2e-forget-project ()
+  "Forget the temporary project's systems and reload MY-APP from the fixture."
+  (e2e-eval '(cl:progn (cl:dolist (name '("my-app" "my-app/tests"))
+                         (cl:funcall (cl:find-symbol "CLEAR-SYSTEM" "ASDF") name))
+                       t))
+  (e2e-reset-fixture))
+
+(defun e2e-file-text (file)
+  "The text of FILE on disk."
+  (with-temp-buffer (insert-file-contents file) (buffer-string)))
+
+(ert-deftest e2e-programmer-loop-fix-in-the-source ()
+  "Load the system, run its tests (one fails), find PARSE-INPUT's source, replace the form, tests pass.
+The edit is reviewed as a diff; afterwards the file holds the fix with balanced parentheses,
+the image's definition records that file, and the recorded position is the new form."
+  (e2e-with-agent "programmer-loop.json"
+    (let* ((file (e2e-project-fixture root))
+           (reviews nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push (list (plist-get request :tool) (plist-get request :path)
+                          (length (plist-get request :hunks)))
+                    reviews)
+              (funcall callback
+                       (list :accepted_hunks
+                             (vconcat (mapcar (lambda (h) (plist-get h :index))
+                                              (plist-get request :hunks))))))))
+      (unwind-protect
+          (progn
+            (should (eq (plist-get (e2e-send "The tests of my-app fail; fix it in the source" 180) :status)
+                        'finished))
+            (let ((results (e2e-tool-results)))
+              (should (= (length results) 6))
+              (should (cl-notany #'cdr results))
+              (should (string-match-p "Loaded my-app" (car (nth 0 results))))
+              ;; The first run: one test fails, on the image's real condition.
+              (should (string-match-p "3 passed, 0 failed, 1 error" (car (nth 1 results))))
+              (should (string-match-p "FAIL MY-APP-TESTS::PARSE-EMPTY" (car (nth 1 results))))
+              (should (string-match-p (regexp-quote file) (car (nth 2 results))))
+              (should (string-match-p "(defun parse-input (string)" (car (nth 3 results))))
+              (should (string-match-p "Applied all" (car (nth 4 results))))
+              (should (string-match-p "Compiled" (car (nth 4 results))))
+              ;; The second run: everything passes.
+              (should (string-match-p "4 passed, 0 failed, 0 errors" (car (nth 5 results)))))
+            ;; One review, of the project's file, as a propose_file_edit diff.
+            (should (equal (mapcar #'car reviews) '("propose_file_edit")))
+            (should (equal (nth 1 (car reviews)) "my-app.lisp"))
+            ;; The file holds the fix, balanced.
+            (let ((text (e2e-file-text file)))
+              (should (string-match-p "A blank string gives NIL" text))
+              ;; Only the form changed: the blank line after it is still there.
+              (should (string-match-p (regexp-quote "(parse-integer trimmed)))\n\n(defun process-data") text))
+              (should-not (string-match-p "Bug: an empty string" text))
+              (with-temp-buffer
+                (insert text)
+                (set-syntax-table lisp-mode-syntax-table)
+                (should (= 0 (car (parse-partial-sexp (point-min) (point-max)))))
+                (check-parens)))
+            ;; The image runs the fix, and its definition's source is that file, at the new form.
+            (should (equal (e2e-eval '(my-app::parse-input "")) nil))
+            (should (equal (e2e-eval '(my-app::parse-input "3, 4")) '(3 4)))
+            (let ((location (e2e-eval '(cl:let ((d (cl:first (sly-agent-q::definitions-of 'my-app::parse-input))))
+                                         (cl:list (sly-agent-q::location-file (cl:second d))
+                                                  (sly-agent-q::location-char-position (cl:second d)))))))
+              (should (equal (file-truename (car location)) (file-truename file)))
+              (with-temp-buffer
+                (insert-file-contents file)
+                (goto-char (cadr location))
+                (should (looking-at-p (regexp-quote "(defun parse-input (string)\n  \"Parse STRING, comma-separated integers such as \\\"1, 2, 3\\\", into a\nlist of integers.  A blank string gives NIL."))))))
+        (e2e-forget-project)))))
+
+(ert-deftest e2e-replace-definition-unbalanced-is-refused ()
+  "A replacement with unbalanced parentheses is refused before any review; the file is untouched."
+  (e2e-with-agent "replace-definition-unbalanced.json"
+    (let* ((file (e2e-project-fixture root))
+           (asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push request asked)
+              (funcall callback '(:decision "approved")))))
+      (unwind-protect
+          (progn
+            (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t))
+            (let ((before (e2e-file-text file)))
+              (should (eq (plist-get (e2e-send "Rewrite PARSE-INPUT") :status) 'finished))
+              (should-not asked)
+              (let ((result (car (e2e-tool-results))))
+                (should (cdr result))
+                (should (string-match-p "refused" (car result)))
+                (should (string-match-p "unbalanced parentheses" (car result))))
+              (should (equal (e2e-file-text file) before))))
+        (e2e-forget-project)))))
+
+(ert-deftest e2e-insert-form-after-a-definition-and-at-the-end ()
+  "insert_form after PROCESS-DATA and at the end of my-app.lisp: reviewed, in the file, compiled from it."
+  (e2e-with-agent "insert-form.json"
+    (let* ((file (e2e-project-fixture root))
+           (reviews 0)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (cl-incf reviews)
+              (funcall callback
+                       (list :accepted_hunks
+                             (vconcat (mapcar (lambda (h) (plist-get h :index))
+                                              (plist-get request :hunks))))))))
+      (unwind-protect
+          (progn
+            (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t))
+            (should (eq (plist-get (e2e-send "Add two helpers" 120) :status) 'finished))
+            (should (= reviews 2))
+            (let ((results (e2e-tool-results)))
+              (should (cl-notany #'cdr results))
+              (should (string-match-p "Compiled" (car (nth 0 results))))
+              (should (string-match-p "Compiled" (car (nth 1 results))))
+              (should (string-match-p (regexp-quote file) (car (nth 2 results)))))
+            (let ((text (e2e-file-text file)))
+              (should (string-match-p (regexp-quote "(values scaled (reduce #'+ scaled))))\n\n(defun double-all (items)") text))
+              (should (string-match-p (regexp-quote "(process-data items :scale 3))\n") text))
+              (should (< (string-match "(defun double-all" text) (string-match "(defun process-string" text)))
+              (should (> (string-match "(defun triple-all" text) (string-match "(defun serialize-to-string" text))))
+            (should (equal (e2e-eval '(my-app::double-all '(1 2))) '(2 4)))
+            (should (equal (e2e-eval '(my-app::triple-all '(1 2))) '(3 6))))
+        (e2e-forget-project)))))
+
 ;;;; Trust levels and approvals
 
 (ert-deftest e2e-dangerous-write-file-approved-denied-edited ()

@@ -745,5 +745,42 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
                             (sly-agent-q-tools-test--ok "file_exists" :path "nope.lisp")))
     (should (string-match-p "outside" (sly-agent-q-tools-test--fails "file_exists" :path "/etc/passwd")))))
 
+;;;; replace_definition and insert_form (issue 12)
+
+(ert-deftest sly-agent-q-tools-test-one-form-check ()
+  "The new form of a definition edit must be one balanced form, by Emacs's sexp scanner."
+  (sly-agent-q-tools-check-one-form "(defun f (x)\n  \"a (string\" #\\( (list x)) ; done\n")
+  (dolist (case '(("(defun f (x) (list x)" . "1 ( not closed")
+                  ("(defun f (x) x))" . "1 ) too many")
+                  ("(defun f (x) \"open)" . "inside a string")
+                  ("(defun f ()) (defun g ())" . "more than one form")
+                  ("  ; only a comment\n" . "no form")
+                  ("f" . "not a parenthesized form")))
+    (let ((message (cadr (should-error (sly-agent-q-tools-check-one-form (car case))
+                                       :type 'sly-agent-q-tool-error))))
+      (should (string-match-p "refused" message))
+      (should (string-match-p (regexp-quote (cdr case)) message)))))
+
+(ert-deftest sly-agent-q-tools-test-definition-edit-preview ()
+  "The approval of replace_definition previews the server's edit as a diff; bad text or a path outside is refused."
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" "(defun f (x)\n  x)\n")
+    (let* ((file (sly-agent-q-tools-test--file "src/a.lisp"))
+           (args (list :symbol "f" :new_text "(defun f (x)\n  (1+ x))"
+                       :edit (list :path file :old_text "(defun f (x)\n  x)"
+                                   :new_text "(defun f (x)\n  (1+ x))")))
+           (preview (sly-agent-q-tools-preview "replace_definition" args)))
+      (should (equal (plist-get preview :path) "src/a.lisp"))
+      (should (equal (plist-get preview :new) "(defun f (x)\n  (1+ x))\n"))
+      (should-error (sly-agent-q-tools-preview "replace_definition"
+                                               (plist-put (copy-sequence args) :new_text "(defun f (x)"))
+                    :type 'sly-agent-q-tool-error)
+      (should-error (sly-agent-q-tools-preview
+                     "replace_definition"
+                     (plist-put (copy-sequence args) :edit
+                                (list :path "/etc/passwd" :old_text "root" :new_text "(x)")))
+                    :type 'sly-agent-q-tool-error)
+      (should (equal (sly-agent-q-tools-test--contents "src/a.lisp") "(defun f (x)\n  x)\n")))))
+
 (provide 'sly-agent-q-tools-test)
 ;;; sly-agent-q-tools-test.el ends here

@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { startMockLLM } from "../fixtures/mock-llm/server.mjs";
 import { ErrorCodes } from "../../server/protocol.js";
-import { mockConfig, runTurn, side, type Side } from "./helpers.js";
+import { mockConfig, runTurn, side, validArgs, type Side } from "./helpers.js";
 
 const open: Side[] = [];
 afterEach(() => open.splice(0).forEach((s) => s.dispose()));
@@ -48,9 +48,18 @@ describe("trust by capability", () => {
   it("(c) one setting makes every tool that evaluates code in the image ask", async () => {
     const s = await ready({ categoryLevels: { evaluation: "dangerous" } });
     s.answerApproval = () => ({ result: { decision: "denied" } });
-    const evaluators = s.registry.list({ includeAliases: true }).filter((t) => t.categories.includes("evaluation")).map((t) => t.name);
-    expect(evaluators.sort()).toEqual(["compile_form", "eval_form", "eval_in_package"]);
-    for (const name of evaluators) expect((await s.call(name, { form: "(+ 1 2)", package: "CL-USER" })).success, name).toBe(false);
+    // Internal steps are never offered nor run for a caller; the rest evaluate code in the image
+    // (loading a system, running its tests, compiling an edited definition from its file).
+    const evaluators = s.registry
+      .list({ includeAliases: true })
+      .filter((t) => t.categories.includes("evaluation") && !t.internal)
+      .map((t) => t.name);
+    expect(evaluators.sort()).toEqual(["compile_form", "eval_form", "eval_in_package", "insert_form", "load_system", "replace_definition", "run_tests"]);
+    for (const name of evaluators) {
+      const tool = s.registry.get(name)!;
+      const args = "form" in tool.parameters ? { form: "(+ 1 2)", package: "CL-USER" } : validArgs(tool);
+      expect((await s.call(name, args)).success, name).toBe(false);
+    }
     expect(s.approvals.map((a) => a.tool)).toEqual(evaluators);
     expect(s.ran).toEqual([]);
     expect((await s.call("describe_symbol", { symbol: "car" })).success).toBe(true);

@@ -72,7 +72,7 @@ export function side(): Side {
     notes,
     logs,
     answerApproval: () => ({ result: { decision: "approved" } }),
-    answerCall: () => ({ result: { content: "ok" } }),
+    answerCall: (call) => ({ result: { content: fakeContent(call) } }),
     init: (configuration, opts = {}) =>
       client.sendRequest<InitializeResult>("initialize", {
         clientInfo: { name: "security-test" },
@@ -120,12 +120,24 @@ export function side(): Side {
   return s;
 }
 
+/** What the fake Emacs answers a call: "ok", or where a definition is for the image's definition_edit
+ *  (which the server's definition tools read as JSON). */
+export function fakeContent(call: EmacsCallParams): string {
+  const params = call.params as { tool?: string };
+  if (call.kind === "image" && params.tool === "definition_edit") {
+    return JSON.stringify({ file: "/project/x.lisp", line: 1, label: "(DEFUN X)", old: "(defun x ())" });
+  }
+  return "ok";
+}
+
 /** Arguments that pass TOOL's schema: each required parameter with a harmless value of its type. */
 export function validArgs(tool: Tool): Record<string, unknown> {
   const out: Record<string, unknown> = {};
+  // insert_form needs one of two optional parameters (after or path), which a schema cannot say.
+  if (tool.name === "insert_form") out.after = "x";
   for (const name of tool.required) {
     const p = tool.schema.properties[name]!;
-    out[name] = p.type === "string" ? "x.lisp" : p.type === "integer" || p.type === "number" ? 1 : p.type === "boolean" ? true : p.type === "array" ? [] : {};
+    out[name] = p.enum ? p.enum[0] : p.type === "string" ? "x.lisp" : p.type === "integer" || p.type === "number" ? 1 : p.type === "boolean" ? true : p.type === "array" ? [] : {};
   }
   return out;
 }

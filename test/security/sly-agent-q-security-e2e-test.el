@@ -98,5 +98,85 @@ A failing assertion then shows a count, not a whole buffer."
               (should (sly-agent-q-security-e2e--count "[secret ANTHROPIC_API_KEY redacted]" chat)))))
       (delete-directory root t))))
 
+;;;; The programmer's loop's edits (issue 12)
+
+(declare-function slime-eval "ext:slime")
+(declare-function sly-eval "ext:sly")
+
+(defun sly-agent-q-security-e2e--eval (form)
+  "Evaluate FORM in the image, synchronously (tests only)."
+  (if (eq sly-agent-q-security-e2e-lisp 'sly) (sly-eval form) (slime-eval form)))
+
+(defun sly-agent-q-security-e2e--step (name input)
+  "A mock step in which the model calls the tool NAME with INPUT (an alist)."
+  `((content . [((type . "tool_use") (name . ,name) (input . ,input))])
+    (stop_reason . "tool_use")))
+
+(ert-deftest sly-agent-q-security-definition-edits-stay-in-the-project ()
+  "A hostile model cannot edit or compile, through the definition tools, a file outside the project root.
+replace_definition and insert_form on a definition whose file is outside
+are refused before anyone is asked; the internal steps (compile_file_form,
+definition_edit) cannot be called; the file and the image are unchanged."
+  (sly-agent-q-security-e2e--connect)
+  (let* ((root (file-name-as-directory (make-temp-file "saq-sec-root" t)))
+         (outside-dir (file-name-as-directory (make-temp-file "saq-sec-outside" t)))
+         (outside (expand-file-name "outside.lisp" outside-dir))
+         (original "(in-package :cl-user)\n\n(defun saq-outside-definition ()\n  :original)\n")
+         (asked nil))
+    (unwind-protect
+        (progn
+          (with-temp-file outside (insert original))
+          (should (eq (sly-agent-q-security-e2e--eval
+                       `(cl:progn (cl:load (cl:compile-file ,outside)) (cl:funcall 'cl-user::saq-outside-definition)))
+                      :original))
+          (let ((sly-agent-q-project-root root)
+                (sly-agent-q-approval-function
+                 (lambda (request callback)
+                   (push request asked)
+                   (funcall callback '(:decision "approved")))))
+            (sly-agent-q-test-with-server
+                `((steps . [,(sly-agent-q-security-e2e--step
+                              "replace_definition"
+                              '((symbol . "cl-user::saq-outside-definition")
+                                (new_text . "(defun saq-outside-definition () :hacked)")))
+                            ,(sly-agent-q-security-e2e--step
+                              "insert_form"
+                              '((after . "cl-user::saq-outside-definition")
+                                (text . "(defun saq-outside-extra () :hacked)")))
+                            ,(sly-agent-q-security-e2e--step
+                              "insert_form"
+                              `((path . ,outside) (text . "(defun saq-outside-extra () :hacked)")))
+                            ,(sly-agent-q-security-e2e--step
+                              "compile_file_form"
+                              `((path . ,outside) (text . "(defun saq-outside-definition ()\n  :original)")))
+                            ,(sly-agent-q-security-e2e--step
+                              "definition_edit"
+                              '((symbol . "cl-user::saq-outside-definition")
+                                (text . "(defun x () #.(cl-user::saq-outside-definition))")))
+                            ((content . [((type . "text") (text . "done"))]))]))
+              (should (eq (plist-get (sly-agent-q-test-send "Edit it" 90) :status) 'finished))
+              (let ((results
+                     (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
+                       (cl-loop for message across (alist-get 'messages (alist-get 'body last))
+                                for content = (alist-get 'content message)
+                                when (vectorp content)
+                                append (cl-loop for block across content
+                                                when (equal (alist-get 'type block) "tool_result")
+                                                collect (alist-get 'content block))))))
+                (should (= (length results) 5))
+                (let ((text (mapconcat (lambda (c) (if (stringp c) c (format "%S" c))) results "\n")))
+                  (should (= 3 (cl-count-if (lambda (c) (string-match-p "outside the project" (format "%s" c)))
+                                            results)))
+                  (should (string-match-p "outside the project" text))
+                  (should (string-match-p "compile_file_form is not available" text))
+                  (should (string-match-p "definition_edit is not available" text)))))
+            (should-not asked))
+          (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string)) original))
+          (should (eq (sly-agent-q-security-e2e--eval '(cl:funcall 'cl-user::saq-outside-definition))
+                      :original))
+          (should-not (sly-agent-q-security-e2e--eval '(cl:fboundp 'cl-user::saq-outside-extra))))
+      (delete-directory root t)
+      (delete-directory outside-dir t))))
+
 (provide 'sly-agent-q-security-e2e-test)
 ;;; sly-agent-q-security-e2e-test.el ends here

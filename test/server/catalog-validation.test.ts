@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { builtinTools, createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor } from "../../server/tools/executor.js";
 import { ToolPolicy } from "../../server/tools/policy.js";
-import type { EmacsPort, ParamType } from "../../server/tools/tool.js";
+import type { EmacsPort, ParamSpec, ParamType } from "../../server/tools/tool.js";
 
 function setup() {
   const registry = createDefaultRegistry();
@@ -57,7 +57,16 @@ describe("arguments are checked against the catalog before any handler runs", ()
 // image refused these calls itself before (test/cl/tests.lisp asserted it); now the server must, and
 // the image is never asked.
 describe("image tools validate at the server", () => {
-  const imageTools = builtinTools.filter((tool) => tool.runtime === "image");
+  // Internal steps (Tool.internal) are never offered, so a call of one is refused before validation.
+  const imageTools = builtinTools.filter((tool) => tool.runtime === "image" && !tool.internal);
+
+  it("refuses every call of an internal image tool, whatever its arguments", async () => {
+    const { run, reached } = setup();
+    const internal = builtinTools.filter((tool) => tool.internal);
+    expect(internal.map((t) => t.name)).toEqual(expect.arrayContaining(["definition_edit", "compile_file_form"]));
+    for (const tool of internal) expect(await run(tool.name, { path: "/etc/passwd", text: "(x)", symbol: "x" })).toMatch(/is not available/);
+    expect(reached).toEqual([]);
+  });
 
   it("refuses what the image's own argument checks used to refuse", async () => {
     const { run, reached } = setup();
@@ -99,10 +108,12 @@ describe("image tools validate at the server", () => {
     expect(checked).toBeGreaterThan(imageTools.length);
     expect(reached).toEqual([]);
     // And a well-typed call of each does reach the image, by its implementation's name.
+    const sample = (spec: ParamSpec): unknown => spec.enum?.[0] ?? right[spec.type];
     for (const tool of imageTools) {
-      const valid = Object.fromEntries(tool.required.map((p) => [p, right[tool.parameters[p].type]]));
+      const valid = Object.fromEntries(tool.required.map((p) => [p, sample(tool.parameters[p])]));
       expect(await run(tool.name, valid)).toBe("ran");
     }
-    expect(reached).toEqual(imageTools.map((tool) => `image:${tool.implementation}`));
+    // (list_systems asks Emacs for the project root first.)
+    expect(reached.filter((r) => r.startsWith("image:"))).toEqual(imageTools.map((tool) => `image:${tool.implementation}`));
   });
 });

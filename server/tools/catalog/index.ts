@@ -4,8 +4,9 @@ import { ToolRegistry } from "../registry.js";
 import type { Tool } from "../tool.js";
 import { emacsTools } from "./emacs.js";
 import { imageTools } from "./image.js";
+import { sourceTools } from "./source.js";
 
-export const builtinTools: readonly Tool[] = [...imageTools, ...emacsTools];
+export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools];
 
 export function createDefaultRegistry(): ToolRegistry {
   const registry = new ToolRegistry();

@@ -1,0 +1,383 @@
+;;;; source.lisp --- where definitions live in the source files, and
+;;;; keeping the image and those files in agreement.
+;;;
+;;; find_definition asks the backend's definition finder (what M-.
+;;; uses) and reads the form at the recorded position without
+;;; evaluating or interning anything (*READ-SUPPRESS*, no #.).
+;;; definition_edit locates one such form for the server's
+;;; read_definition, replace_definition and insert_form (which read the
+;;; text Emacs shows and make the edit in Emacs, after the user's
+;;; review); compile_file_form then compiles the new form from the
+;;; file, with the file recorded as its source.
+;;; xref adds the cross-references of xref.lisp's kinds the backend
+;;; offers besides callers and readers.
+
+(in-package #:sly-agent-q)
+
+(defparameter *definitions-limit* 30
+  "The most definitions find_definition lists.")
+
+(defparameter *definition-text-limit* 7000
+  "The longest form read_definition and definition_edit return whole.")
+
+(defun read-file-text (file)
+  "The text of FILE (UTF-8, with Latin-1 as a fallback), or NIL."
+  (flet ((slurp (format)
+           (with-open-file (in file :direction :input :external-format format
+                                    :if-does-not-exist nil)
+             (when in
+               (let* ((buffer (make-string (file-length in)))
+                      (end (read-sequence buffer in)))
+                 (subseq buffer 0 end))))))
+    (or (ignore-errors (slurp :utf-8))
+        (ignore-errors (slurp :latin-1)))))
+
+(defun form-span-at (text position)
+  "The (START END) of the form starting at or after the 1-based
+POSITION in TEXT (comments and blanks skipped), or NIL when there is
+none or it does not read.  Nothing is interned or evaluated."
+  (let ((start (skip-blank text (max 0 (min (length text) (1- position))))))
+    (when (and (< start (length text)) (char= (char text start) #\())
+      (handler-case
+          (let ((*read-suppress* t) (*read-eval* nil))
+            (multiple-value-bind (object end) (read-from-string text t nil :start start)
+              (declare (ignore object))
+              ;; READ consumes the whitespace after the form: not part of it.
+              (loop while (and (> end start) (blank-char-p (char text (1- end))))
+                    do (decf end))
+              (list start end)))
+        (error () nil)))))
+
+(defun token-at (text start)
+  "The token of TEXT at START (after blanks), and the index after it."
+  (let* ((start (skip-blank text start))
+         (end (or (position-if (lambda (c) (or (blank-char-p c) (member c '(#\( #\) #\' #\" #\;))))
+                               text :start start)
+                  (length text))))
+    (values (subseq text start end) end)))
+
+(defun token-names-p (token symbol)
+  "True if TOKEN, as written in a file, could name SYMBOL."
+  (let* ((colon (position #\: token :from-end t))
+         (name (remove #\| (if colon (subseq token (1+ colon)) token))))
+    (string-equal name (symbol-name symbol))))
+
+(defun form-defines-p (text start symbol)
+  "True if the form at START in TEXT reads as (DEF... NAME ...) with NAME
+naming SYMBOL (or (SETF NAME)), judged from its text alone."
+  (multiple-value-bind (head after-head) (token-at text (1+ start))
+    (and (plusp (length head))
+         (let ((name-start (skip-blank text after-head)))
+           (and (< name-start (length text))
+                (if (char= (char text name-start) #\()
+                    ;; (defun (setf foo) ...), (defstruct (foo ...)).
+                    (multiple-value-bind (first after-first) (token-at text (1+ name-start))
+                      (or (token-names-p first symbol)
+                          (token-names-p (token-at text after-first) symbol)))
+                    (token-names-p (token-at text name-start) symbol)))))))
+
+(defstruct (definition (:constructor make-definition (label dspec location file position)))
+  label dspec location file position)
+
+(defun symbol-definitions (symbol package)
+  "SYMBOL's definitions as DEFINITION structures, duplicates removed."
+  (let ((seen '()))
+    (loop for (dspec location) in (definitions-of symbol)
+          for label = (dspec-label dspec package)
+          for file = (location-file location)
+          for position = (location-char-position location)
+          unless (member (list label file position) seen :test #'equal)
+            do (push (list label file position) seen)
+            and collect (make-definition label dspec location file position))))
+
+(defun no-source-text ()
+  "no source recorded (defined at the REPL, by eval_form or compile_form, or its file is gone)")
+
+(defun definition-has-source-p (definition)
+  (let ((file (definition-file definition)))
+    (and file (definition-position definition) (ignore-errors (probe-file file)))))
+
+(defun definition-first-line (definition)
+  "The first line of DEFINITION's form in its file, or NIL."
+  (when (definition-has-source-p definition)
+    (let* ((text (read-file-text (definition-file definition)))
+           (span (and text (form-span-at text (definition-position definition)))))
+      (and span (form-excerpt text (first span) (second span) 100)))))
+
+(define-tool "find_definition" (&key symbol package)
+  "Where SYMBOL's definitions are: file, line and the form's first line."
+  (let* ((package (tool-package package))
+         (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol's name") package))
+         (definitions (symbol-definitions symbol package)))
+    (with-output-to-string (out)
+      (cond
+        ((null definitions)
+         (format out "No definitions of ~A are known to the image (~A).~%"
+                 (symbol-label symbol) (no-source-text)))
+        (t
+         (format out "Definitions of ~A (~D):~%" (symbol-label symbol) (length definitions))
+         (loop for definition in definitions
+               for i below *definitions-limit*
+               do (format out "  ~A  ~A~%" (definition-label definition)
+                          (if (definition-has-source-p definition)
+                              (format-location (definition-location definition))
+                              (format nil "~A~@[ (~A)~]" (no-source-text)
+                                      (and (definition-file definition)
+                                           (format-location (definition-location definition))))))
+                  (let ((line (definition-first-line definition)))
+                    (when line (format out "      ~A~%" line))))
+         (when (> (length definitions) *definitions-limit*)
+           (format out "  ... and ~D more~%" (- (length definitions) *definitions-limit*))))))))
+
+
+;;;; One definition's form
+
+(defun choose-definition (symbol package which)
+  "The definition of SYMBOL to read or edit: the only one with a source,
+or the one whose label matches WHICH.  FAILs saying why otherwise."
+  (let* ((all (symbol-definitions symbol package))
+         (with-source (remove-if-not #'definition-has-source-p all))
+         (label (symbol-label symbol)))
+    (when (null all)
+      (fail "No definitions of ~A are known to the image, so there is no source to use." label))
+    (when (null with-source)
+      (fail "~A has no source location: ~A. Its definitions: ~{~A~^, ~}. Write it to a file ~
+             (propose_file_edit) and load it instead."
+            label (no-source-text) (mapcar #'definition-label all)))
+    (let ((candidates
+            (if (and which (notevery #'blank-char-p which))
+                (let ((wanted (string-trim " " which)))
+                  (or (remove-if-not (lambda (d) (string-equal (definition-label d) wanted)) with-source)
+                      (remove-if-not (lambda (d) (search wanted (definition-label d) :test #'char-equal))
+                                     with-source)
+                      (fail "No definition of ~A with a source matches ~S. Its definitions: ~{~A~^, ~}."
+                            label wanted (mapcar #'definition-label with-source))))
+                with-source)))
+      ;; A class and its accessors may share one form: one place is one form.
+      (let ((places (remove-duplicates candidates :test #'equal
+                                                  :key (lambda (d) (list (definition-file d)
+                                                                         (definition-position d))))))
+        (when (rest places)
+          (fail "~A has ~D definitions in source files (~{~A~^; ~}): say which with the ~
+                 \"definition\" argument, as listed here."
+                label (length places)
+                (mapcar (lambda (d) (format nil "~A at ~A" (definition-label d)
+                                            (format-location (definition-location d))))
+                        places)))
+        (first places)))))
+
+(defstruct (located-form (:conc-name located-))
+  label file text start end line)
+
+(defun locate-form (symbol package which)
+  "The LOCATED-FORM of SYMBOL's chosen definition, checked to still be
+that definition's form.  FAILs otherwise."
+  (let* ((definition (choose-definition symbol package which))
+         (file (namestring (probe-file (definition-file definition))))
+         (text (or (read-file-text file)
+                   (fail "~A cannot be read." file)))
+         (span (form-span-at text (definition-position definition)))
+         (where (format-location (definition-location definition))))
+    ;; A class's accessors are located at a slot, or at the class's form.
+    (let* ((spans (scan-forms text))
+           (index (and span (form-index-at spans (first span))))
+           (top (and index (nth index spans))))
+      (when (and span top (not (form-defines-p text (first span) symbol))
+                 (search (symbol-name symbol) text :start2 (car top) :end2 (cdr top)
+                                                   :test #'char-equal))
+        (fail "~A is defined inside another definition's form, at ~A:~D (~A): edit that one instead."
+              (symbol-label symbol) file (line-of text (car top))
+              (form-excerpt text (car top) (cdr top) 60))))
+    (unless (and span (form-defines-p text (first span) symbol))
+      (fail "The form at ~A is not the definition of ~A any more (~:[no form reads there~;~:*it reads: ~A~]): ~
+             the file changed since it was loaded. Load it again (load_system) or use find_definition, ~
+             read_file and propose_file_edit."
+            where (symbol-label symbol)
+            (and span (form-excerpt text (first span) (second span) 80))))
+    (make-located-form :label (definition-label definition) :file file :text text
+                       :start (first span) :end (second span)
+                       :line (line-of text (first span)))))
+
+;;;; Preparing an edit of a definition (for replace_definition, insert_form)
+
+(defun check-one-form (text)
+  "FAIL unless TEXT reads as exactly one form with balanced parentheses
+and strings.  It is scanned with *READ-SUPPRESS* and *READ-EVAL* NIL:
+nothing is interned or evaluated."
+  (multiple-value-bind (spans condition start)
+      (let ((*readtable* (copy-readtable)))
+        ;; Called even under *READ-SUPPRESS*: a #. anywhere is refused.
+        (set-dispatch-macro-character
+         #\# #\. (lambda (stream char arg)
+                   (declare (ignore stream char arg))
+                   (fail "The new text is refused: it contains #. (read-time evaluation); ~
+                          write the form it would produce instead.")))
+        (scan-forms text))
+    (cond ((typep condition 'tool-error) (error condition))
+          ((typep condition 'end-of-file)
+           (fail "The new text is refused: ~A" (unbalanced-message text start (1+ (length spans)))))
+          (condition
+           (fail "The new text is refused: ~A" (read-error-message condition text start)))
+          ((null spans)
+           (fail "The new text is refused: it holds no form."))
+          ((rest spans)
+           (fail "The new text is refused: it reads as ~D forms (the second at line ~D: ~A), ~
+                  not exactly one. Give one form."
+                 (length spans) (line-of text (car (second spans)))
+                 (form-excerpt text (car (second spans)) (cdr (second spans)) 60)))
+          ((char/= (char text (car (first spans))) #\()
+           (fail "The new text is refused: it is not a parenthesized form (~A)."
+                 (form-excerpt text (car (first spans)) (cdr (first spans)) 60))))))
+
+(defun json-string (string)
+  "STRING as a JSON string literal."
+  (with-output-to-string (out)
+    (write-char #\" out)
+    (loop for c across string
+          do (case c
+               (#\" (write-string "\\\"" out))
+               (#\\ (write-string "\\\\" out))
+               (#\Newline (write-string "\\n" out))
+               (#\Return (write-string "\\r" out))
+               (#\Tab (write-string "\\t" out))
+               (t (if (< (char-code c) 32)
+                      (format out "\\u~4,'0X" (char-code c))
+                      (write-char c out)))))
+    (write-char #\" out)))
+
+(define-tool "definition_edit" (&key symbol package definition text)
+  "Locate SYMBOL's definition (for read_definition, replace_definition and
+insert_form), first checking that TEXT, when given, is one form: JSON for
+the server.  Without SYMBOL, only TEXT is checked."
+  (when text
+    (check-one-form text))
+  (if (and text (or (null symbol) (every #'blank-char-p symbol)))
+      "{\"checked\":true}"
+      (let* ((package (tool-package package))
+             (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol's name") package))
+             (form (locate-form symbol package definition))
+             (old (subseq (located-text form) (located-start form) (located-end form))))
+        (when (and text (> (length old) *definition-text-limit*))
+          (fail "The definition of ~A is ~D characters long, too long to edit this way: use ~
+                 propose_file_edit on ~A." (symbol-label symbol) (length old) (located-file form)))
+        (when (> (length old) *definition-text-limit*)
+          (setf old (format nil "~A~%... (~D more characters; read_file shows the rest)"
+                            (subseq old 0 *definition-text-limit*)
+                            (- (length old) *definition-text-limit*))))
+        (format nil "{\"file\":~A,\"line\":~D,\"label\":~A,\"old\":~A}"
+                (json-string (located-file form)) (located-line form)
+                (json-string (located-label form)) (json-string old)))))
+
+
+;;;; Compiling a form from its file
+
+(defun file-package-at (text index)
+  "The package named by the last (in-package ...) before INDEX in TEXT,
+or CL-USER."
+  (let ((at nil) (from 0))
+    (loop for hit = (search "(in-package" text :start2 from :end2 index :test #'char-equal)
+          while hit
+          do (setf at hit from (1+ hit)))
+    (or (and at
+             (let* ((token (token-at text (+ at (length "(in-package"))))
+                    (name (string-left-trim "#:" token)))
+               (and (plusp (length name))
+                    (find-package-leniently (if (find #\" name)
+                                                (remove #\" name)
+                                                (string-upcase (remove #\| name)))))))
+        (find-package "COMMON-LISP-USER"))))
+
+(defun compile-string-function ()
+  "The backend's COMPILE-STRING interface (SLYNK- or SWANK-), or NIL."
+  (find-if #'backend-implemented-p '("SLYNK-COMPILE-STRING" "SWANK-COMPILE-STRING")))
+
+(defun compile-string-from-file (text file index)
+  "Compile TEXT, found at the 0-based INDEX of FILE, with the backend,
+recording FILE and the position as its source.  Returns success and
+the list of (SEVERITY MESSAGE) notes."
+  (let ((notes '()))
+    (let ((ok (handler-bind
+                  ((condition
+                     (lambda (c)
+                       (cond ((compiler-condition-p c)
+                              (let ((severity (ignore-errors (bcall "SEVERITY" c))))
+                                (unless (eq severity :redefinition)
+                                  (push (list (or severity :warning)
+                                              (clean-message (or (ignore-errors (bcall "MESSAGE" c))
+                                                                 (condition-message c))))
+                                        notes))))
+                             ((and (typep c 'warning) (redefinition-p c))
+                              (muffle-warning c))))))
+                (let ((*compile-verbose* nil) (*compile-print* nil)
+                      (*load-verbose* nil) (*load-print* nil))
+                  (bcall (compile-string-function) text
+                         :buffer (file-namestring file)
+                         :position (1+ index)
+                         :filename file)))))
+      (values ok (nreverse notes)))))
+
+(define-tool "compile_file_form" (&key path text)
+  "Compile TEXT, as it stands in the file PATH, recording the file as its source."
+  (let* ((path (nonblank path "path" "the file's absolute path"))
+         (text (nonblank text "text" "the form's text"))
+         (file (or (ignore-errors (probe-file path))
+                   (fail "~A does not exist." path)))
+         (file (namestring file))
+         (contents (or (read-file-text file) (fail "~A cannot be read." file)))
+         (index (or (search text contents)
+                    (fail "~A does not hold the form's text (an unsaved buffer?), so it was not ~
+                           compiled." file)))
+         (line (line-of contents index)))
+    (check-one-form text)
+    (unless (compile-string-function)
+      (fail "This Lisp's backend cannot compile a string with its file recorded."))
+    (multiple-value-bind (ok notes)
+        (let ((*package* (file-package-at contents index)))
+          (compile-string-from-file text file index))
+      (let ((summary (format nil "~{~A~^~%~}"
+                             (loop for (severity message) in notes
+                                   for i below *notes-limit*
+                                   collect (format nil "  ~A: ~A" (severity-label severity)
+                                                   (first-line message 300))))))
+        (if ok
+            (format nil "Compiled ~A from ~A:~D into the image (its source is now that file).~
+                         ~@[~%Compiler notes:~%~A~]~%"
+                    (form-excerpt text 0 (length text) 60) file line
+                    (and notes summary))
+            (error 'tool-failure
+                   :message (format nil "Compiling the form at ~A:~D failed, so the image keeps the ~
+                                         previous definition (the file holds the new text).~%~A"
+                                    file line summary)))))))
+
+
+;;;; More cross-reference
+
+(defparameter *xref-kinds*
+  '(("binds" "WHO-BINDS" "Code that binds ~A")
+    ("sets" "WHO-SETS" "Code that sets ~A")
+    ("specializes" "WHO-SPECIALIZES" "Methods specializing on ~A")
+    ("callees" "LIST-CALLEES" "Functions ~A calls")
+    ("macroexpands" "WHO-MACROEXPANDS" "Code that expands the macro ~A"))
+  "xref's kinds: name, backend function, title.")
+
+(define-tool "xref" (&key kind name package)
+  "Cross-references of KIND (binds, sets, specializes, callees, macroexpands) for NAME."
+  (let* ((entry (or (assoc (string-trim " " (or kind "")) *xref-kinds* :test #'string-equal)
+                    (fail "Unknown xref kind ~S: use one of ~{~A~^, ~}." kind (mapcar #'first *xref-kinds*))))
+         (package (tool-package package))
+         (symbol (resolve-symbol (nonblank name "name" "a symbol's name") package))
+         (entries (if (backend-implemented-p (second entry))
+                      (let ((result (ignore-errors (bcall (second entry) symbol))))
+                        (if (listp result) result :not-implemented))
+                      :not-implemented)))
+    (when (eq entries :not-implemented)
+      (fail "xref ~A is not supported on this Lisp (~A ~A)." (first entry)
+            (lisp-implementation-type) (or (backend-name) "without SLYNK/SWANK")))
+    (with-output-to-string (out)
+      (cond (entries
+             (format out "~? (~D, from xref data):~%" (third entry) (list (symbol-label symbol))
+                     (length entries))
+             (write-xref-entries out entries package))
+            (t
+             (format out "None recorded: ~?.~%~A~%" (third entry) (list (symbol-label symbol))
+                     *xref-caveat*))))))

@@ -1,0 +1,197 @@
+;;;; systems.lisp --- ASDF systems: which the image knows, loading one
+;;;; with its compiler warnings per file and form, what one is made of.
+;;;
+;;; ASDF (and Quicklisp, when present) are found at run time with
+;;; FIND-PACKAGE / FIND-SYMBOL: nothing here needs them to load.
+
+(in-package #:sly-agent-q)
+
+(defparameter *systems-limit* 200
+  "The most systems list_systems shows.")
+
+(defun asdf-function (name)
+  "ASDF's function NAME (a string); FAILs when ASDF is not in the image."
+  (let* ((package (or (find-package "ASDF")
+                      (fail "ASDF is not loaded in this image: (require \"asdf\") first.")))
+         (symbol (find-symbol name package)))
+    (unless (and symbol (fboundp symbol))
+      (fail "This image's ASDF has no ~A." name))
+    symbol))
+
+(defun asdf-call (name &rest args)
+  (apply (asdf-function name) args))
+
+(defun system-names ()
+  "The names of the systems ASDF has registered."
+  (sort (copy-list (asdf-call "REGISTERED-SYSTEMS")) #'string<))
+
+(defun find-system-or-fail (name)
+  "The ASDF system NAME, or a FAIL naming the closest registered ones."
+  (let ((name (string-downcase (string-trim " " (nonblank name "system" "a system's name")))))
+    (or (ignore-errors (asdf-call "FIND-SYSTEM" name nil))
+        (fail "ASDF knows no system ~S.~@[ Closest: ~{~A~^, ~}.~] A project's system is found once its ~
+               .asd file is loaded (asdf:load-asd) or its directory is in ASDF's source registry."
+              name (closest-strings name (system-names))))))
+
+(defun directory-within-p (directory root)
+  "True if the directory pathname DIRECTORY is ROOT or inside it."
+  (let ((d (namestring directory))
+        (r (namestring root)))
+    (and (>= (length d) (length r)) (string= r d :end2 (length r)))))
+
+(defun directory-of (text)
+  "TEXT (a directory name, with or without a final slash) as a pathname."
+  (let ((probe (ignore-errors (probe-file (concatenate 'string (string-right-trim "/" text) "/")))))
+    (and probe (make-pathname :name nil :type nil :version nil :defaults probe))))
+
+(define-tool "list_systems" (&key directory)
+  "The ASDF systems the image knows, marking those under DIRECTORY."
+  (let* ((names (system-names))
+         (root (and directory (notevery #'blank-char-p directory) (directory-of directory)))
+         (loaded (asdf-function "COMPONENT-LOADED-P"))
+         (source-directory (asdf-function "SYSTEM-SOURCE-DIRECTORY")))
+    (with-output-to-string (out)
+      (flet ((describe-one (name)
+               (let* ((system (ignore-errors (asdf-call "FIND-SYSTEM" name nil)))
+                      (dir (and system (ignore-errors (funcall source-directory system)))))
+                 (list name
+                       (and system (ignore-errors (funcall loaded system)))
+                       dir
+                       (and root dir (directory-within-p dir root))))))
+        (let* ((all (mapcar #'describe-one names))
+               (mine (remove-if-not #'fourth all)))
+          (when root
+            (if mine
+                (format out "Systems under ~A: ~{~A~^, ~}~%" (namestring root) (mapcar #'first mine))
+                (format out "No registered system is under ~A (load its .asd file first).~%"
+                        (namestring root))))
+          (format out "~D systems registered:~%" (length all))
+          (loop for (name loaded-p dir) in all
+                for i below *systems-limit*
+                do (format out "  ~A~:[~; (loaded)~]~@[  ~A~]~%" name loaded-p
+                           (and dir (namestring dir))))
+          (when (> (length all) *systems-limit*)
+            (format out "  ... and ~D more~%" (- (length all) *systems-limit*))))))))
+
+
+;;;; Loading
+
+(defstruct (load-note (:constructor make-load-note (severity message file line form)))
+  severity message file line form)
+
+(defun note-from-condition (c)
+  "A LOAD-NOTE for the backend's compiler condition C."
+  (let* ((location (ignore-errors (bcall "LOCATION" c)))
+         (file (location-file location))
+         (position (location-char-position location))
+         (text (and file position (read-file-text file)))
+         ;; The location is often a subform: name the top-level form.
+         (spans (and text (scan-forms text)))
+         (index (and spans (form-index-at spans (1- position))))
+         (span (and index (let ((s (nth index spans))) (list (car s) (cdr s))))))
+    (make-load-note (or (ignore-errors (bcall "SEVERITY" c)) :warning)
+                    (clean-message (or (ignore-errors (bcall "MESSAGE" c)) (condition-message c)))
+                    file
+                    (and text (line-of text (1- position)))
+                    (and span (form-excerpt text (first span) (second span) 60)))))
+
+(defun call-collecting-notes (function)
+  "Call FUNCTION inside the backend's compilation hooks; return its
+value and the LOAD-NOTEs of the compiler conditions signalled."
+  (let ((notes '()) (located '()))
+    (let ((value
+            (handler-bind
+                ((condition
+                   (lambda (c)
+                     (cond ((compiler-condition-p c)
+                            (let ((original (ignore-errors (bcall "ORIGINAL-CONDITION" c))))
+                              (push original located)
+                              (unless (or (eq (ignore-errors (bcall "SEVERITY" c)) :redefinition)
+                                          (and original (redefinition-p original)))
+                                (push (note-from-condition c) notes))))
+                           ((and (typep c 'warning)
+                                 (or (member c located) (redefinition-p c)))
+                            (muffle-warning c))))))
+              (let ((*compile-verbose* nil) (*compile-print* nil)
+                    (*load-verbose* nil) (*load-print* nil))
+                (if (backend-implemented-p "CALL-WITH-COMPILATION-HOOKS")
+                    (bcall "CALL-WITH-COMPILATION-HOOKS" function)
+                    (funcall function))))))
+      (values value (nreverse notes)))))
+
+(defun write-load-notes (out notes)
+  "Write NOTES grouped by file, at most *NOTES-LIMIT*."
+  (let ((shown 0))
+    (dolist (file (remove-duplicates (mapcar #'load-note-file notes) :test #'equal :from-end t))
+      (format out "~A:~%" (or file "(no file)"))
+      (dolist (note (remove-if-not (lambda (n) (equal (load-note-file n) file)) notes))
+        (when (< shown *notes-limit*)
+          (incf shown)
+          (format out "  ~A~@[ at line ~D~]~@[ in ~A~]: ~A~%"
+                  (severity-label (load-note-severity note)) (load-note-line note)
+                  (load-note-form note) (first-line (load-note-message note) 300)))))
+    (when (> (length notes) shown)
+      (format out "... and ~D more notes~%" (- (length notes) shown)))))
+
+(defun quicklisp-loader ()
+  "QL:QUICKLOAD when Quicklisp is in the image, else NIL."
+  (let ((symbol (and (find-package "QUICKLISP-CLIENT")
+                     (find-symbol "QUICKLOAD" "QUICKLISP-CLIENT"))))
+    (and symbol (fboundp symbol) symbol)))
+
+(define-tool "load_system" (&key system)
+  "Load an ASDF system (with Quicklisp when present), reporting compiler notes."
+  (let* ((object (find-system-or-fail system))
+         (name (asdf-call "COMPONENT-NAME" object))
+         (quickload (quicklisp-loader))
+         (started (get-internal-real-time))
+         (failure nil))
+    (multiple-value-bind (value notes)
+        (call-collecting-notes
+         (lambda ()
+           (handler-case
+               (if quickload
+                   (funcall quickload name :silent t)
+                   (asdf-call "LOAD-SYSTEM" name))
+             (error (c) (setf failure c) nil))))
+      (declare (ignore value))
+      (let ((seconds (/ (- (get-internal-real-time) started) internal-time-units-per-second))
+            (errors (count-if (lambda (n) (error-severity-p (load-note-severity n))) notes)))
+        (with-output-to-string (out)
+          (if failure
+              (format out "Loading ~A FAILED~@[ (~A)~]: ~A: ~A~%"
+                      name (and quickload "ql:quickload")
+                      (condition-type-label failure) (first-line (condition-message failure) 400))
+              (format out "Loaded ~A with ~:[asdf:load-system~;ql:quickload~] in ~,1F s: ~D error~:P, ~
+                           ~D warning~:P and note~:P.~%"
+                      name quickload seconds errors (- (length notes) errors)))
+          (write-load-notes out notes))))))
+
+(defun component-tree (out component depth)
+  "Write COMPONENT's children, indented by DEPTH."
+  (let ((children (ignore-errors (asdf-call "COMPONENT-CHILDREN" component))))
+    (dolist (child children)
+      (format out "~vT~A~@[  ~A~]~%" (* 2 depth)
+              (asdf-call "COMPONENT-NAME" child)
+              (let ((path (ignore-errors (asdf-call "COMPONENT-PATHNAME" child))))
+                (and path (pathname-name path) (file-namestring path))))
+      (when (< depth 6) (component-tree out child (1+ depth))))))
+
+(define-tool "system_info" (&key system)
+  "An ASDF system's file, dependencies and components."
+  (let* ((object (find-system-or-fail system))
+         (name (asdf-call "COMPONENT-NAME" object)))
+    (with-output-to-string (out)
+      (format out "System ~A~@[ ~A~]~:[~; (loaded)~]~%"
+              name (ignore-errors (asdf-call "COMPONENT-VERSION" object))
+              (ignore-errors (asdf-call "COMPONENT-LOADED-P" object)))
+      (let ((file (ignore-errors (asdf-call "SYSTEM-SOURCE-FILE" object)))
+            (description (ignore-errors (asdf-call "SYSTEM-DESCRIPTION" object))))
+        (when file (format out "Defined in ~A~%" (namestring file)))
+        (when description (format out "~A~%" (first-line description 300))))
+      (format out "Depends on: ~{~A~^, ~}~%"
+              (or (mapcar (lambda (d) (princ-value d :limit 100))
+                          (ignore-errors (asdf-call "SYSTEM-DEPENDS-ON" object)))
+                  '("nothing")))
+      (format out "Components:~%")
+      (component-tree out object 1))))

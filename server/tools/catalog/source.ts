@@ -1,0 +1,301 @@
+// The Lisp programmer's loop (issue 12): where a definition lives, its source form, replacing it in its
+// file (reviewed as a diff, then compiled from the file so that image and file agree), ASDF systems and
+// their tests, and the backend's other cross-references. The image does the looking up and compiling
+// (lisp-cl/source.lisp, systems.lisp, testing.lisp); Emacs makes the file edit, confined to the project.
+
+import { isAbsolute, resolve } from "node:path";
+import { emacsTool, imageTool } from "../handlers.js";
+import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
+
+const image = (name: string) => ({ runtime: "image" as const, implementation: name, handler: imageTool(name) });
+
+const pkg: ParamSpec = { type: "string", description: "Package to read names in (default: the REPL's)." };
+const symbol: ParamSpec = { type: "string", description: "The definition's name, e.g. my-app::parse-input." };
+const which: ParamSpec = { type: "string", description: "Which definition, as find_definition labels it (when several)." };
+const system: ParamSpec = { type: "string", description: "ASDF system name." };
+const description: ParamSpec = { type: "string", description: "One line telling the user why." };
+const acceptedHunks: ParamSpec = { type: "array", items: { type: "integer" }, description: "Set by the user's review; leave it out." };
+
+// Waits for the image twice (locating, compiling) and for Emacs's edit; the image's own timeout applies to each.
+const EDIT_TIMEOUT_MS = 180_000;
+
+/** Where the image found the definition an edit is about (lisp-cl/source.lisp, definition_edit). */
+interface DefinitionPlan {
+  file: string;
+  line: number;
+  label: string;
+  old: string;
+}
+
+function isPlan(value: unknown): value is DefinitionPlan {
+  if (!value || typeof value !== "object") return false;
+  const v = value as Record<string, unknown>;
+  return typeof v.file === "string" && typeof v.line === "number" && typeof v.label === "string" && typeof v.old === "string";
+}
+
+const str = (value: unknown): string | undefined => (typeof value === "string" ? value : undefined);
+
+async function locate(name: unknown, text: unknown, args: Record<string, unknown>, ctx: ToolContext): Promise<DefinitionPlan> {
+  const query: Record<string, unknown> = { symbol: name };
+  if (text !== undefined) query.text = text;
+  if (str(args.package)) query.package = args.package;
+  if (str(args.definition)) query.definition = args.definition;
+  const answer = await imageTool("definition_edit")(query, ctx);
+  let plan: unknown;
+  try {
+    plan = JSON.parse(String(answer));
+  } catch {
+    throw new ToolError(`The image's answer locating ${String(name)} was not understood: ${String(answer).slice(0, 200)}`);
+  }
+  if (!isPlan(plan)) throw new ToolError(`The image's answer locating ${String(name)} lacks the file or the form.`);
+  return plan;
+}
+
+/** An edit of a file: where (FILE, absolute), what Emacs's propose_file_edit gets, the form to compile. */
+interface FileEdit {
+  file: string;
+  label: string;
+  change: Record<string, unknown>;
+  form: string;
+}
+
+type EditPlanner = (args: Record<string, unknown>, ctx: ToolContext) => Promise<FileEdit>;
+
+const withDescription = (change: Record<string, unknown>, args: Record<string, unknown>) =>
+  str(args.description) ? { ...change, description: args.description } : change;
+
+/** replace_definition: the definition's form, located by the image, gives way to new_text. */
+const replaceEdit: EditPlanner = async (args, ctx) => {
+  const form = String(args.new_text).trim();
+  const plan = await locate(args.symbol, form, args, ctx);
+  return { file: plan.file, label: plan.label, form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
+};
+
+/** The project root, as Emacs resolves relative paths (its current_directory capability). */
+async function projectRoot(ctx: ToolContext): Promise<string> {
+  const answer = String(await emacsTool("current_directory")({}, ctx));
+  const m = /^Project root: (.*) \(relative paths/.exec(answer);
+  if (!m) throw new ToolError("The project root could not be found, so the file was not edited.");
+  return m[1];
+}
+
+/** The shortest end of TEXT (trailing blanks aside), from a line start, that occurs once in TEXT. */
+function uniqueTail(text: string): string | undefined {
+  const body = text.replace(/\s+$/, "");
+  for (let start = body.lastIndexOf("\n") + 1; ; start = body.lastIndexOf("\n", start - 2) + 1) {
+    const tail = body.slice(start);
+    if (tail.trim() !== "" && text.indexOf(tail) === text.lastIndexOf(tail)) return tail;
+    if (start === 0) return undefined;
+  }
+}
+
+/** insert_form: after the form of the definition AFTER, or at the end of the file PATH. */
+const insertEdit: EditPlanner = async (args, ctx) => {
+  const form = String(args.text).trim();
+  if (str(args.after)) {
+    const plan = await locate(args.after, form, args, ctx);
+    return { file: plan.file, label: form.split("\n")[0], form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: `${plan.old}\n\n${form}` }, args) };
+  }
+  const path = str(args.path);
+  if (!path) throw new ToolError("Give after (the definition to insert after) or path (a project file to append to).");
+  // The image checks the form (it does not read the file); Emacs reads the file as the user sees it.
+  await imageTool("definition_edit")({ text: form }, ctx);
+  const file = isAbsolute(path) ? path : resolve(await projectRoot(ctx), path);
+  const read = String(await emacsTool("read_file")({ path: file }, ctx));
+  const newline = read.indexOf("\n");
+  const header = newline < 0 ? read : read.slice(0, newline);
+  if (/: empty file/.test(header)) return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, new_content: `${form}\n` }, args) };
+  const text = read.slice(newline + 1);
+  if (/more lines?; call read_file/.test(text) || /was cut\.\]/.test(text)) {
+    throw new ToolError(`${path} is too long to append to this way: use insert_form with after, or propose_file_edit.`);
+  }
+  const tail = uniqueTail(text);
+  if (!tail) throw new ToolError(`The end of ${path} could not be told apart from the rest: use insert_form with after, or propose_file_edit.`);
+  return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, old_text: tail, new_text: `${tail}\n\n${form}` }, args) };
+};
+
+/** Applies the reviewed edit in Emacs, then compiles the new form from the file in the image. */
+async function applyAndCompile(planner: EditPlanner, args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
+  const edit = await planner(args, ctx);
+  const change = Array.isArray(args.accepted_hunks) ? { ...edit.change, accepted_hunks: args.accepted_hunks } : edit.change;
+  const applied = String(await emacsTool("propose_file_edit")(change, ctx));
+  if (!applied.startsWith("Applied all")) {
+    return `${applied}\nThe form was not compiled: the file does not hold the whole edit (the image is unchanged).`;
+  }
+  try {
+    const compiled = await imageTool("compile_file_form")({ path: edit.file, text: edit.form }, ctx);
+    return `${applied}\n${String(compiled)}`;
+  } catch (err) {
+    const why = err instanceof Error ? err.message : String(err);
+    throw new ToolError(`${applied}\nBut compiling it failed: ${why}`);
+  }
+}
+
+/** read_definition: the form as the image located it, or the text of the buffer visiting its file when that differs. */
+async function readDefinition(args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
+  const plan = await locate(args.symbol, undefined, args, ctx);
+  const lines = plan.old.split("\n").length;
+  const end = plan.line + lines - 1;
+  const head = `${plan.label} in ${plan.file}:${plan.line}-${end}:\n`;
+  try {
+    const read = String(await emacsTool("read_file")({ path: plan.file, offset: plan.line, limit: lines }, ctx));
+    const newline = read.indexOf("\n");
+    const body = read.slice(newline + 1);
+    if (/unsaved changes/.test(read.slice(0, newline)) && body.trimEnd() !== plan.old.trimEnd()) {
+      return `${head}${plan.old}\n\nThe buffer visiting it has unsaved changes; its lines ${plan.line}-${end} read:\n${body}`;
+    }
+  } catch {
+    // Outside the project, or no Emacs tools: the file's text is what there is.
+  }
+  return `${head}${plan.old}\n`;
+}
+
+/** list_systems: the systems under the project root are named unless another directory is given. */
+async function listSystems(args: Record<string, unknown>, ctx: ToolContext): Promise<unknown> {
+  const query = { ...args };
+  if (!str(query.directory)) {
+    try {
+      query.directory = await projectRoot(ctx);
+    } catch {
+      // No project root known: the list alone.
+    }
+  }
+  return imageTool("list_systems")(query, ctx);
+}
+
+export const sourceTools: Tool[] = [
+  defineTool({
+    name: "find_definition",
+    description: "Where a symbol's definitions are in the source: file, line and first line of each.",
+    parameters: { symbol, package: pkg },
+    required: ["symbol"],
+    safety: "safe",
+    categories: ["introspection", "navigation"],
+    ...image("find_definition"),
+  }),
+  defineTool({
+    name: "read_definition",
+    description: "The source form of a definition, from its file (or the buffer visiting it).",
+    parameters: { symbol, package: pkg, definition: which },
+    required: ["symbol"],
+    safety: "safe",
+    categories: ["introspection", "navigation"],
+    runtime: "node",
+    timeoutMs: EDIT_TIMEOUT_MS,
+    handler: readDefinition,
+  }),
+  defineTool({
+    name: "replace_definition",
+    description: "Replace a definition's form in its file (reviewed as a diff), then compile it from the file.",
+    parameters: {
+      symbol,
+      new_text: { type: "string", description: "The complete new form." },
+      package: pkg,
+      definition: which,
+      description,
+      accepted_hunks: acceptedHunks,
+    },
+    required: ["symbol", "new_text"],
+    safety: "dangerous",
+    categories: ["diff", "filesystem", "evaluation"],
+    runtime: "node",
+    timeoutMs: EDIT_TIMEOUT_MS,
+    preview: async (args, ctx) => ({ edit: (await replaceEdit(args, ctx)).change }),
+    handler: (args, ctx) => applyAndCompile(replaceEdit, args, ctx),
+  }),
+  defineTool({
+    name: "insert_form",
+    description: "Insert a new top-level form after a definition, or at a file's end (reviewed), then compile it.",
+    parameters: {
+      text: { type: "string", description: "The new form." },
+      after: { type: "string", description: "Name of the definition to insert after." },
+      path: { type: "string", description: "Or: the project file to append to." },
+      package: pkg,
+      definition: which,
+      description,
+      accepted_hunks: acceptedHunks,
+    },
+    required: ["text"],
+    safety: "dangerous",
+    categories: ["diff", "filesystem", "evaluation"],
+    runtime: "node",
+    timeoutMs: EDIT_TIMEOUT_MS,
+    preview: async (args, ctx) => ({ edit: (await insertEdit(args, ctx)).change }),
+    handler: (args, ctx) => applyAndCompile(insertEdit, args, ctx),
+  }),
+  defineTool({
+    name: "definition_edit",
+    description: "Internal: check a new form's text and locate a definition's form.",
+    parameters: { symbol, text: { type: "string", description: "The new form, to check." }, package: pkg, definition: which },
+    safety: "safe",
+    categories: ["introspection"],
+    internal: true,
+    ...image("definition_edit"),
+  }),
+  defineTool({
+    name: "compile_file_form",
+    description: "Internal: compile a form as it stands in a file, recording the file as its source.",
+    parameters: {
+      path: { type: "string", description: "Absolute file name." },
+      text: { type: "string", description: "The form, as in the file." },
+    },
+    required: ["path", "text"],
+    safety: "dangerous",
+    categories: ["evaluation"],
+    internal: true,
+    ...image("compile_file_form"),
+  }),
+  defineTool({
+    name: "xref",
+    description: "Cross-references: who binds or sets a variable, methods specializing a class, a function's callees.",
+    parameters: {
+      kind: { type: "string", enum: ["binds", "sets", "specializes", "callees", "macroexpands"], description: "What to list." },
+      name: { type: "string", description: "Variable, class, function or macro name." },
+      package: pkg,
+    },
+    required: ["kind", "name"],
+    safety: "safe",
+    categories: ["introspection", "xref"],
+    ...image("xref"),
+  }),
+  defineTool({
+    name: "list_systems",
+    description: "The ASDF systems the image knows, marking those under a directory.",
+    parameters: { directory: { type: "string", description: "Absolute directory (default: the project root)." } },
+    safety: "safe",
+    categories: ["introspection", "systems"],
+    ...image("list_systems"),
+    handler: listSystems,
+  }),
+  defineTool({
+    name: "system_info",
+    description: "An ASDF system's file, dependencies and components.",
+    parameters: { system },
+    required: ["system"],
+    safety: "safe",
+    categories: ["introspection", "systems"],
+    ...image("system_info"),
+  }),
+  defineTool({
+    name: "load_system",
+    description: "Load an ASDF system (Quicklisp when present); returns compiler warnings per file and form.",
+    parameters: { system },
+    required: ["system"],
+    safety: "cautious",
+    categories: ["execution", "evaluation", "systems"],
+    ...image("load_system"),
+  }),
+  defineTool({
+    name: "run_tests",
+    description: "Run a system's tests, or one suite or test (FiveAM, Parachute, Rove, lisp-unit): counts and failures.",
+    parameters: {
+      system: { type: "string", description: "Run asdf:test-system on this system." },
+      suite: { type: "string", description: "Or run this suite." },
+      test: { type: "string", description: "Or run this single test." },
+      package: pkg,
+    },
+    safety: "cautious",
+    categories: ["execution", "evaluation", "systems"],
+    ...image("run_tests"),
+  }),
+];

@@ -1,0 +1,182 @@
+// The programmer's loop (issue 12) at the server: replace_definition and insert_form are located by the
+// image, shown to the approval as the file edit they make, applied by Emacs's propose_file_edit with the
+// user's accepted hunks, and compiled from the file; read_definition prefers the visiting buffer's text.
+// Emacs and the image are faked here; test/e2e runs the same with the real ones.
+
+import { describe, expect, it } from "vitest";
+import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
+import { Executor, type ApprovalRequest } from "../../server/tools/executor.js";
+import { ToolPolicy } from "../../server/tools/policy.js";
+import type { ApprovalDecision } from "../../server/protocol.js";
+import { ToolError, type EmacsPort } from "../../server/tools/tool.js";
+
+const FILE = "/project/src/app.lisp";
+const OLD = "(defun f (x)\n  x)";
+const NEW = "(defun f (x)\n  (1+ x))";
+
+interface Fake {
+  calls: { kind: string; tool: string; arguments: Record<string, unknown> }[];
+  answers: Record<string, (args: Record<string, unknown>) => unknown>;
+}
+
+function setup(approve: (request: ApprovalRequest) => ApprovalDecision = () => ({ decision: "approved" })) {
+  const registry = createDefaultRegistry();
+  const fake: Fake = {
+    calls: [],
+    answers: {
+      "image:definition_edit": (args) =>
+        args.symbol ? JSON.stringify({ file: FILE, line: 3, label: "(DEFUN F)", old: OLD }) : '{"checked":true}',
+      "image:compile_file_form": () => `Compiled (defun f (x) from ${FILE}:3 into the image (its source is now that file).`,
+      "tool:propose_file_edit": (args) => (Array.isArray(args.accepted_hunks) && args.accepted_hunks.length === 0 ? "No hunk was accepted; nothing was applied to src/app.lisp." : "Applied all 1 hunk to src/app.lisp."),
+      "tool:read_file": () => `[src/app.lisp: lines 3-4 of 9]\n${OLD}\n`,
+      "tool:current_directory": () => "Project root: /project/ (relative paths are resolved against it).",
+    },
+  };
+  const emacs: EmacsPort = {
+    call: async (kind, params) => {
+      const p = params as { tool: string; arguments: Record<string, unknown> };
+      fake.calls.push({ kind, tool: p.tool, arguments: p.arguments });
+      const answer = fake.answers[`${kind}:${p.tool}`];
+      if (!answer) throw new ToolError(`no fake for ${kind}:${p.tool}`);
+      const value = answer(p.arguments);
+      if (value instanceof Error) throw value;
+      return { content: value };
+    },
+  };
+  const asked: ApprovalRequest[] = [];
+  const executor = new Executor({
+    registry,
+    policy: new ToolPolicy(registry, {}),
+    approve: async (request) => {
+      asked.push(request);
+      return approve(request);
+    },
+    context: () => ({ emacs }),
+  });
+  const run = async (name: string, args: Record<string, unknown>) => executor.execute({ id: "c", name, arguments: args });
+  const tools = () => fake.calls.map((c) => `${c.kind}:${c.tool}`);
+  return { run, fake, asked, tools };
+}
+
+describe("replace_definition", () => {
+  it("asks with the edit the image located, applies the accepted hunks, then compiles from the file", async () => {
+    const { run, fake, asked, tools } = setup((request) => ({ decision: "modified", arguments: { ...request.arguments, accepted_hunks: [1] } }));
+    const result = await run("replace_definition", { symbol: "f", new_text: NEW, description: "increment" });
+    expect(result.success).toBe(true);
+    expect(result.content).toMatch(/Applied all 1 hunk/);
+    expect(result.content).toMatch(/Compiled/);
+    expect(asked).toHaveLength(1);
+    expect(asked[0].arguments.edit).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment" });
+    expect(tools()).toEqual(["image:definition_edit", "image:definition_edit", "tool:propose_file_edit", "image:compile_file_form"]);
+    // The text is checked by the image when it locates the form.
+    expect(fake.calls[0].arguments).toMatchObject({ symbol: "f", text: NEW });
+    // The edit Emacs applies carries the user's hunks, never the preview's extra argument.
+    expect(fake.calls[2].arguments).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment", accepted_hunks: [1] });
+    expect(fake.calls[3].arguments).toEqual({ path: FILE, text: NEW });
+  });
+
+  it("is refused before anyone is asked when the image refuses the text or the location", async () => {
+    const { run, fake, asked, tools } = setup();
+    fake.answers["image:definition_edit"] = () => new ToolError("The new text is refused: unbalanced parentheses.");
+    const result = await run("replace_definition", { symbol: "f", new_text: "(defun f (x)" });
+    expect(result.success).toBe(false);
+    expect(result.content).toMatch(/unbalanced parentheses/);
+    expect(asked).toHaveLength(0);
+    expect(tools()).toEqual(["image:definition_edit"]);
+  });
+
+  it("does not compile when hunks were rejected", async () => {
+    const { run, tools } = setup((request) => ({ decision: "modified", arguments: { ...request.arguments, accepted_hunks: [] } }));
+    const result = await run("replace_definition", { symbol: "f", new_text: NEW });
+    expect(result.content).toMatch(/not compiled/);
+    expect(tools()).not.toContain("image:compile_file_form");
+  });
+
+  it("denied, changes nothing", async () => {
+    const { run, tools } = setup(() => ({ decision: "denied", reason: "no" }));
+    const result = await run("replace_definition", { symbol: "f", new_text: NEW });
+    expect(result.success).toBe(false);
+    expect(tools()).toEqual(["image:definition_edit"]);
+  });
+
+  it("reports a failed compilation with the applied edit", async () => {
+    const { run, fake } = setup();
+    fake.answers["image:compile_file_form"] = () => new ToolError("Compiling the form failed.");
+    const result = await run("replace_definition", { symbol: "f", new_text: NEW });
+    expect(result.success).toBe(false);
+    expect(result.content).toMatch(/Applied all 1 hunk[\s\S]*But compiling it failed: Compiling the form failed/);
+  });
+});
+
+describe("insert_form", () => {
+  it("inserts after a definition's form", async () => {
+    const { run, asked } = setup();
+    const result = await run("insert_form", { after: "f", text: "(defun g () 2)" });
+    expect(result.success).toBe(true);
+    expect(asked[0].arguments.edit).toEqual({ path: FILE, old_text: OLD, new_text: `${OLD}\n\n(defun g () 2)` });
+  });
+
+  it("appends at the end of a project file, after its unique last lines", async () => {
+    const { run, fake, asked } = setup();
+    fake.answers["tool:read_file"] = () => "[src/b.lisp: lines 1-4 of 4]\n(in-package :x)\n\n(defun a () 1)\n  1)\n";
+    const result = await run("insert_form", { path: "src/b.lisp", text: "(defun g () 2)" });
+    expect(result.success).toBe(true);
+    expect(asked[0].arguments.edit).toEqual({ path: "/project/src/b.lisp", old_text: "  1)", new_text: "  1)\n\n(defun g () 2)" });
+    expect(fake.calls.at(-1)?.arguments).toEqual({ path: "/project/src/b.lisp", text: "(defun g () 2)" });
+  });
+
+  it("creates the content of an empty file", async () => {
+    const { run, fake, asked } = setup();
+    fake.answers["tool:read_file"] = () => "[src/c.lisp: empty file]";
+    await run("insert_form", { path: "/project/src/c.lisp", text: "(defun g () 2)" });
+    expect(asked[0].arguments.edit).toEqual({ path: "/project/src/c.lisp", new_content: "(defun g () 2)\n" });
+  });
+
+  it("needs after or path", async () => {
+    const { run, asked } = setup();
+    expect((await run("insert_form", { text: "(defun g () 2)" })).content).toMatch(/Give after/);
+    expect(asked).toHaveLength(0);
+  });
+});
+
+describe("read_definition", () => {
+  it("gives the form from the file", async () => {
+    const { run } = setup();
+    const result = await run("read_definition", { symbol: "f" });
+    expect(result.content).toBe(`(DEFUN F) in ${FILE}:3-4:\n${OLD}\n`);
+  });
+
+  it("shows the visiting buffer's text when it has unsaved changes there", async () => {
+    const { run, fake } = setup();
+    fake.answers["tool:read_file"] = () => "[src/app.lisp: lines 3-4 of 9, read from buffer app.lisp, which has unsaved changes]\n(defun f (x)\n  (* 2 x))\n";
+    const result = await run("read_definition", { symbol: "f" });
+    expect(result.content).toMatch(/unsaved changes; its lines 3-4 read:\n\(defun f \(x\)\n {2}\(\* 2 x\)\)/);
+  });
+
+  it("falls back to the file when Emacs cannot read it (outside the project)", async () => {
+    const { run, fake } = setup();
+    fake.answers["tool:read_file"] = () => new ToolError("outside the project root");
+    expect((await run("read_definition", { symbol: "f" })).content).toBe(`(DEFUN F) in ${FILE}:3-4:\n${OLD}\n`);
+  });
+});
+
+describe("list_systems", () => {
+  it("names the systems under the project root unless told another directory", async () => {
+    const { run, fake } = setup();
+    fake.answers["image:list_systems"] = (args) => `under ${String(args.directory)}`;
+    expect((await run("list_systems", {})).content).toBe("under /project/");
+    expect((await run("list_systems", { directory: "/elsewhere/" })).content).toBe("under /elsewhere/");
+  });
+});
+
+describe("internal steps", () => {
+  it("are never offered nor run for the model", async () => {
+    const { run, tools } = setup();
+    const registry = createDefaultRegistry();
+    const offered = new ToolPolicy(registry, {}).offered().map((t) => t.name);
+    expect(offered).not.toContain("definition_edit");
+    expect(offered).not.toContain("compile_file_form");
+    expect((await run("compile_file_form", { path: "/etc/passwd", text: "(x)" })).success).toBe(false);
+    expect(tools()).toEqual([]);
+  });
+});
