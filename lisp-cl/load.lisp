@@ -18,7 +18,8 @@
 ;;; package this file is loaded into.
 
 (let* ((files '("package" "backend" "text" "protocol" "symbols" "reader"
-                "describe" "xref" "clos" "eval" "compile" "macroexpand"))
+                "describe" "xref" "clos" "eval" "compile" "macroexpand"
+                "debugger" "threads" "trace"))
        (source-directory (make-pathname :name nil :type nil :version nil
                                         :defaults (or *load-truename* *load-pathname*)))
        (loader (or *load-truename* *load-pathname*))

@@ -204,12 +204,14 @@ Return nil when no Lisp is connected."
 (defvar sly-agent-q-bridge--pending nil
   "Pending evaluations: a list of (CONNECTION . FAIL-FUNCTION).")
 
-(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout)
+(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout thread)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
 Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
 on an abort, after TIMEOUT seconds (then ON-TIMEOUT too, if given),
 when the connection closes, or when the returned function is called
-with a message.  Return that function at once."
+with a message.  Return that function at once.
+THREAD, when non-nil, is the image thread (as its debugger buffer
+names it) to evaluate in; otherwise a worker thread of its own."
   (let* ((done nil) timer entry aborted
          (finish (lambda (value error)
                    (unless done
@@ -229,7 +231,7 @@ with a message.  Return that function at once."
                    (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
-                 (list :emacs-rex form package t
+                 (list :emacs-rex form package (or thread t)
                        (lambda (result)
                          (pcase result
                            (`(:ok ,value) (funcall finish value nil))

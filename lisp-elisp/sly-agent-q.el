@@ -91,6 +91,7 @@
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-sessions)
+(require 'sly-agent-q-debugger)
 
 (defconst sly-agent-q-version "0.1.0"
   "The version of sly-agent-q.")

@@ -80,7 +80,10 @@
                          "who_references" "list_package_symbols" "class_slots"
                          "class_hierarchy" "method_specializers" "macroexpand_form"
                          "eval_form" "eval_in_package" "compile_form" "get_last_error"
-                         "get_repl_history" "get_compilation_notes")
+                         "get_repl_history" "get_compilation_notes"
+                         ;; Issue 13: threads, tracing, profiling, disassembly.
+                         "list_threads" "interrupt_thread" "trace_eval" "profile_eval"
+                         "disassemble_function")
                    #'string<))))
 
 (deftest fasls-are-cached

@@ -2,10 +2,11 @@
 
 import { ToolRegistry } from "../registry.js";
 import type { Tool } from "../tool.js";
+import { debuggerTools } from "./debugger.js";
 import { emacsTools } from "./emacs.js";
 import { imageTools } from "./image.js";
 
-export const builtinTools: readonly Tool[] = [...imageTools, ...emacsTools];
+export const builtinTools: readonly Tool[] = [...imageTools, ...emacsTools, ...debuggerTools];
 
 export function createDefaultRegistry(): ToolRegistry {
   const registry = new ToolRegistry();

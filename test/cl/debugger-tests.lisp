@@ -1,0 +1,110 @@
+;;;; debugger-tests.lisp --- tests of the debugger, thread, trace,
+;;;; profile and disassembly helpers (issue 13).
+;;;
+;;; Loaded after tests.lisp, whose helpers (TOOL, HAS, ...) it uses.
+;;; The debugger operations run where the user's debugger runs them: in
+;;; the thread that hit the error, inside the backend's debugging
+;;; environment (CALL-WITH-DEBUGGING-ENVIRONMENT, as SLYNK/SWANK's
+;;; debugger loop has it).
+
+(in-package #:sly-agent-q-tests)
+
+(defclass hostile () ()
+  (:documentation "An object whose printer never returns."))
+
+(defmethod print-object ((object hostile) stream)
+  (loop (sleep 0.05)))
+
+(defvar *in-debugger* nil)
+
+(defun debugger-snapshot (function)
+  "Call FUNCTION (of no arguments) inside the debugging environment of
+an error signalled in DEBUGGEE, and return its value."
+  (block snapshot
+    (handler-bind ((error (lambda (c)
+                            (declare (ignore c))
+                            (return-from snapshot
+                              (funcall (find-symbol "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                                                    (if (find-package "SLYNK-BACKEND") "SLYNK-BACKEND"
+                                                        (if (find-package "SWANK/BACKEND") "SWANK/BACKEND" "SWANK-BACKEND")))
+                                       function)))))
+      (debuggee (make-instance 'hostile) 41))))
+
+(defun debuggee (monster number)
+  (declare (optimize (debug 3)))
+  (let ((answer (1+ number)))
+    (error "debuggee stops with ~A and ~A" answer (type-of monster))))
+
+(defun op (name &rest keys-and-values)
+  (sly-agent-q:debugger-call name (loop for (key value) on keys-and-values by #'cddr
+                                        collect (cons key value))
+                             :timeout 10))
+
+(defun frame-of (backtrace-text function-name)
+  "The number of the first frame of BACKTRACE-TEXT calling FUNCTION-NAME."
+  (with-input-from-string (in backtrace-text)
+    (loop for line = (read-line in nil)
+          while line
+          for pos = (search (concatenate 'string "(" function-name) line)
+          when pos
+            return (parse-integer line :junk-allowed t))))
+
+(deftest debugger-backtrace-locals-and-eval-in-frame
+  (let ((results
+          (debugger-snapshot
+           (lambda ()
+             (let* ((bt (op "backtrace" "count" 30))
+                    (frame (frame-of (text bt) "DEBUGGEE"))
+                    (start (get-internal-real-time))
+                    (locals (op "frame_locals" "frame" frame))
+                    (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second))
+                    (eval (op "eval_in_frame" "frame" frame "form" "(* number 2)"))
+                    (bad (op "eval_in_frame" "frame" frame "form" "(error \"inner ~A\" number)"))
+                    (missing (op "frame_locals" "frame" 9999)))
+               (list bt frame locals seconds eval bad missing))))))
+    (destructuring-bind (bt frame locals seconds eval bad missing) results
+      (is (ok-p bt))
+      (is (integerp frame))
+      (is (has bt "DEBUGGEE"))
+      (is (ok-p locals))
+      ;; The hostile local is printed bounded, the others whole.
+      (is (has locals "NUMBER = 41" "not printable within"))
+      (is (< seconds 8))
+      (is (has eval "82"))
+      (is (error-p bad))
+      (is (has bad "inner 41"))
+      (is (error-p missing))
+      (is (has missing "no frame 9999")))))
+
+(deftest image-healthy-after-hostile-local
+  (is (has (tool "eval_form" "form" "(+ 1 2)") "3")))
+
+(deftest threads-listed-and-interrupt-checks
+  (let ((list (tool "list_threads")))
+    (is (ok-p list))
+    (is (has list "this tool's own thread")))
+  (is (has (tool "interrupt_thread" "thread" 987654) "No thread has id 987654")))
+
+(deftest trace-eval-traces-then-untraces
+  (let ((result (tool "trace_eval" "functions" '("my-app::split-on-commas") "package" "MY-APP"
+                      "form" "(parse-input \"1, 2\")")))
+    (is (ok-p result))
+    (is (has result "SPLIT-ON-COMMAS" "(1 2)" "untraced now")))
+  (is (null (eval '(trace))))
+  (let ((failed (tool "trace_eval" "functions" '("my-app::split-on-commas") "package" "MY-APP"
+                      "form" "(parse-input \"\")")))
+    (is (error-p failed))
+    (is (has failed "SPLIT-ON-COMMAS")))
+  (is (null (eval '(trace))))
+  (is (has (tool "trace_eval" "functions" '("no-such-fn") "package" "MY-APP" "form" "1")
+           "NO-SUCH-FN")))
+
+(deftest profile-and-disassemble
+  (let ((result (tool "profile_eval" "package" "MY-APP"
+                      "form" "(let ((s 0)) (dotimes (i 3000000 s) (incf s (mod i 7))))")))
+    (is (ok-p result))
+    (is (has result "Statistical profile")))
+  (let ((result (tool "disassemble_function" "function" "my-app::split-on-commas")))
+    (is (ok-p result))
+    (is (has result "disassembly")))
+  (is (has (tool "disassemble_function" "function" "cl:when") "macro")))
