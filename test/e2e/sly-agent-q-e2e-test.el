@@ -40,6 +40,13 @@
 (declare-function sly-connected-p "ext:sly")
 (declare-function sly-eval "ext:sly")
 (declare-function sly-inferior-process "ext:sly")
+(declare-function sly-current-connection "ext:sly")
+(declare-function sly-mrepl--find-buffer "ext:sly-mrepl")
+(declare-function sly-mrepl-return "ext:sly-mrepl")
+(declare-function sly-db-abort "ext:sly")
+(declare-function slime-output-buffer "ext:slime-repl")
+(declare-function slime-repl-return "ext:slime-repl")
+(declare-function sldb-abort "ext:slime")
 (defvar sly-agent-q-chat--turn)
 
 (defconst e2e-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
@@ -290,6 +297,114 @@ CALLBACK gets the turn's outcome."
       (should (equal asked '("eval_form")))
       (should (equal (e2e-eval 'my-app::*scale*) 1))
       (should (string-match-p "no evaluation today" (car (car (e2e-tool-results))))))))
+
+;;;; The user's debugger (issue 13)
+
+(defun e2e-repl-buffer ()
+  "The REPL buffer of the Lisp mode under test."
+  (if (eq e2e-lisp 'sly)
+      (sly-mrepl--find-buffer (sly-current-connection))
+    (slime-output-buffer)))
+
+(defun e2e-repl-type (text)
+  "Type TEXT at the REPL's prompt and press RET, as the user does."
+  (with-current-buffer (e2e-repl-buffer)
+    ;; Until the REPL shows its prompt, the end of its buffer is read-only.
+    (sly-agent-q-test-wait (lambda ()
+                             (goto-char (point-max))
+                             (condition-case nil (progn (insert text) t)
+                               (text-read-only nil)))
+                           30 "the REPL's prompt")
+    (if (eq e2e-lisp 'sly) (sly-mrepl-return) (slime-repl-return))))
+
+(defun e2e-repl-text ()
+  "The text of the REPL buffer."
+  (with-current-buffer (e2e-repl-buffer)
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun e2e-debugger-snapshot (buffer)
+  "What the user sees of debugger BUFFER: its text, level and restarts."
+  (with-current-buffer buffer
+    (list (buffer-substring-no-properties (point-min) (point-max))
+          (if (eq e2e-lisp 'sly) (symbol-value 'sly-db-level) (symbol-value 'sldb-level))
+          (if (eq e2e-lisp 'sly) (symbol-value 'sly-db-restarts) (symbol-value 'sldb-restarts)))))
+
+(defun e2e-debugger-scenario (decision)
+  "The user's REPL call stops in the debugger; the chat gets it; the model fixes and retries.
+DECISION is what the user answers to the restart's approval.  Return
+\(RESULTS BUFFER BEFORE REQUEST), BEFORE being the debugger as the user saw
+it before sending, REQUEST the approval's request."
+  (e2e-reset-fixture)
+  (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+  (let* ((request nil)
+         (outcome nil)
+         (sly-agent-q-approval-function (lambda (r callback) (setq request r) (funcall callback decision)))
+         (hook (lambda (plist) (setq outcome plist)))
+         (repl-before (length (e2e-repl-text)))
+         buffer before)
+    (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+    (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+    (setq buffer (car (e2e-debugger-buffers)))
+    (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
+    (setq before (e2e-debugger-snapshot buffer))
+    ;; The command sends it to the chat's input, to edit and send.
+    (with-current-buffer buffer (sly-agent-q-debugger-ask))
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (let ((input (buffer-substring-no-properties (point-min) (point-max))))
+        (should (string-match-p "RETRY-PARSE" input))
+        (should (string-match-p "Parse the input again" input))
+        (should (string-match-p "PARSE-INTEGER\\|parse-integer\\|PARSE-ERROR\\|junk\\|integer" input))
+        (should (string-match-p "TOTAL-INPUT" input)))
+      (add-hook 'sly-agent-q-turn-finished-hook hook)
+      (unwind-protect
+          (progn
+            (sly-agent-q-chat-send-input)
+            (sly-agent-q-test-wait (lambda () outcome) 90 "the debugger turn"))
+        (remove-hook 'sly-agent-q-turn-finished-hook hook)))
+    (should (eq (plist-get outcome :status) 'finished))
+    (list (e2e-tool-results) buffer before request repl-before)))
+
+(ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
+  "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."
+  (e2e-with-agent "debugger-restart.json"
+    (pcase-let ((`(,results ,_buffer ,_before ,request ,repl-before)
+                 (e2e-debugger-scenario '(:decision "approved"))))
+      (should (= (length results) 4))
+      (should (cl-notany #'cdr results))
+      ;; The frames, the restarts and the condition, from the image and the debugger buffer.
+      (should (string-match-p "TOTAL-INPUT" (car (nth 0 results))))
+      (should (string-match-p "RETRY-PARSE" (car (nth 0 results))))
+      (should (string-match-p "Frame 2: (MY-APP::TOTAL-INPUT" (car (nth 1 results))))
+      (should (string-match-p "STRING = \"\"" (car (nth 1 results))))
+      ;; The approval named the restart and its description.
+      (should (string-match-p "RETRY-PARSE" (plist-get request :detail)))
+      (should (string-match-p "Parse the input again" (plist-get request :detail)))
+      (should (string-match-p "debugger closed" (car (nth 3 results))))
+      ;; The user's REPL shows the value; no debugger remains.
+      (sly-agent-q-test-wait (lambda () (string-match-p "(:TOTAL 0)" (substring (e2e-repl-text) repl-before)))
+                             20 "the REPL to show the value")
+      (should-not (e2e-debugger-buffers))
+      (should (equal (e2e-eval '(my-app::total-input "1, 2")) 3)))))
+
+(ert-deftest e2e-debugger-restart-denied-leaves-the-debugger ()
+  "The same turn with the restart denied: the debugger is exactly as it was."
+  (e2e-with-agent "debugger-restart.json"
+    (pcase-let ((`(,results ,buffer ,before ,_request ,repl-before)
+                 (e2e-debugger-scenario '(:decision "denied" :reason "not now"))))
+      (unwind-protect
+          (progn
+            (should (= (length results) 4))
+            (should (cdr (nth 3 results)))
+            (should (string-match-p "not now" (car (nth 3 results))))
+            (should (buffer-live-p buffer))
+            (should (equal (e2e-debugger-snapshot buffer) before))
+            (should-not (string-match-p "(:TOTAL" (substring (e2e-repl-text) repl-before))))
+        ;; Leave the image as the other tests expect it.
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (e2e-reset-fixture)))))
 
 ;;;; Failures the agent must survive
 
