@@ -29,7 +29,8 @@
 ;;   condition, its type, the restarts and the top frames in the chat's
 ;;   input, to edit and send.
 ;; - The tools debugger_state, debugger_frame_locals,
-;;   debugger_eval_in_frame and debugger_invoke_restart (declared in
+;;   debugger_eval_in_frame, debugger_inspect_local and
+;;   debugger_invoke_restart (declared in
 ;;   server/tools/catalog/debugger.ts) are answered here.
 ;;
 ;; Why through Emacs: the backend's frame facilities work only in the
@@ -207,6 +208,12 @@ CALLBACK gets (CONTENT nil) or (nil MESSAGE)."
     (lambda (answer)
       (sly-agent-q-debugger--run buffer "eval_in_frame" `(("frame" . ,frame) ("form" . ,form)) answer))))
 
+(cl-defun sly-agent-q-debugger-inspect-local (&key frame local thread)
+  "Inspect the local LOCAL of FRAME in the debugger of THREAD."
+  (let ((buffer (sly-agent-q-debugger--find thread)))
+    (lambda (answer)
+      (sly-agent-q-debugger--run buffer "inspect_local" `(("frame" . ,frame) ("local" . ,local)) answer))))
+
 (defun sly-agent-q-debugger--restart (buffer restart)
   "The restart numbered RESTART of debugger BUFFER: (NAME DESCRIPTION).
 Signal a tool error when there is none."
@@ -260,6 +267,7 @@ Signal a tool error when there is none."
 (dolist (entry '(("debugger_state" . sly-agent-q-debugger-state)
                  ("debugger_frame_locals" . sly-agent-q-debugger-frame-locals)
                  ("debugger_eval_in_frame" . sly-agent-q-debugger-eval-in-frame)
+                 ("debugger_inspect_local" . sly-agent-q-debugger-inspect-local)
                  ("debugger_invoke_restart" . sly-agent-q-debugger-invoke-restart)))
   (setf (alist-get (car entry) sly-agent-q-tools-dispatch-table nil nil #'equal) (cdr entry)))
 

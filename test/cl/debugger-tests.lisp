@@ -108,3 +108,48 @@ an error signalled in DEBUGGEE, and return its value."
     (is (ok-p result))
     (is (has result "disassembly")))
   (is (has (tool "disassemble_function" "function" "cl:when") "macro")))
+
+(defun inspect-id (result &optional (value 1))
+  "The inspect id RESULT gives for its VALUEth value."
+  (let* ((text (text result))
+         (marker (format nil "value ~D is id " value))
+         (start (search marker text)))
+    (and start (parse-integer text :start (+ start (length marker)) :junk-allowed t))))
+
+(deftest inspect-values-from-eval-and-frame-locals
+  ;; Immediate values get no id: the result reads as before.
+  (is (not (has (tool "eval_form" "form" "(+ 1 2)") "inspect_value")))
+  (let* ((result (tool "eval_form" "package" "MY-APP"
+                       "form" "(values (make-instance 'my-class :name \"n\" :items '(1 2)) (list 1 2 3) 4)"))
+         (object (inspect-id result 1))
+         (list (inspect-id result 2)))
+    (is (integerp object))
+    (is (integerp list))
+    (is (null (inspect-id result 3)))
+    (let ((inspection (tool "inspect_value" "id" object)))
+      (is (has inspection "MY-CLASS" "NAME" "\"n\"" "ITEMS")))
+    (is (has (tool "inspect_value" "id" list "offset" 1 "limit" 1)
+             "a list of 3 elements" "[1] 1: 2" "More: offset 2"))
+    ;; A part becomes a value of its own.
+    (is (has (tool "inspect_value" "id" object "part" 1) "a list of 2 elements"))
+    (is (has (tool "inspect_value" "id" 999999) "No value has inspect id 999999")))
+  ;; A hash table whose value never prints: bounded.
+  (let* ((result (tool "eval_form"
+                       "form" "(let ((h (make-hash-table))) (setf (gethash :k h) (make-instance 'sly-agent-q-tests::hostile)) h)"))
+         (id (inspect-id result)))
+    (is (integerp id))
+    (let ((start (get-internal-real-time))
+          (inspection (tool "inspect_value" "id" id)))
+      (is (has inspection "1 entry" ":K" "not printable within"))
+      (is (< (/ (- (get-internal-real-time) start) internal-time-units-per-second) 8))))
+  ;; A frame's local, from the debugger.
+  (let ((result (debugger-snapshot
+                 (lambda ()
+                   (let* ((frame (frame-of (text (op "backtrace" "count" 30)) "DEBUGGEE"))
+                          (locals (text (op "frame_locals" "frame" frame)))
+                          (monster (search "MONSTER = " locals))
+                          (local (and monster (parse-integer locals :start (max 0 (- monster 3))
+                                                                    :junk-allowed t))))
+                     (op "inspect_local" "frame" frame "local" (or local 0)))))))
+    (is (ok-p result))
+    (is (has result "HOSTILE"))))

@@ -62,6 +62,33 @@ export const debuggerTools: Tool[] = [
     ...debuggerOp("debugger_invoke_restart"),
   }),
   defineTool({
+    name: "debugger_inspect_local",
+    description: "Inspect a debugger frame's local: class, slots or elements; gives an inspect id.",
+    parameters: {
+      frame,
+      local: { type: "integer", description: "Local number, as debugger_frame_locals lists it.", minimum: 0 },
+      thread,
+    },
+    required: ["frame", "local"],
+    safety: "safe",
+    categories: ["debugger", "introspection"],
+    ...debuggerOp("debugger_inspect_local"),
+  }),
+  defineTool({
+    name: "inspect_value",
+    description: "Inspect a value by inspect id (from eval results): class, slots or elements, paged.",
+    parameters: {
+      id: { type: "integer", description: "Inspect id." },
+      part: { type: "integer", description: "Inspect this part instead (gives it an id).", minimum: 0 },
+      offset: { type: "integer", description: "First part shown (default 0).", minimum: 0 },
+      limit: { type: "integer", description: "Parts shown (default 20).", minimum: 1 },
+    },
+    required: ["id"],
+    safety: "safe",
+    categories: ["introspection"],
+    ...image("inspect_value"),
+  }),
+  defineTool({
     name: "list_threads",
     description: "The image's threads with their ids, names and states.",
     parameters: {},
