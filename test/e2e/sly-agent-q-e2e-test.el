@@ -406,6 +406,40 @@ it before sending, REQUEST the approval's request."
         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-tools-on-a-local-that-never-prints ()
+  "Locals, eval in frame, inspect and threads in the user's debugger; a local's printer never returns.
+Every result comes back bounded, the debugger is as it was and the image answers."
+  (e2e-with-agent "debugger-tools.json"
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+    (e2e-repl-type "(my-app::stubborn-step 21)")
+    (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+    (let* ((buffer (car (e2e-debugger-buffers)))
+           (before (progn (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10
+                                                 "the debugger to draw")
+                          (e2e-debugger-snapshot buffer)))
+           (start (float-time)))
+      (unwind-protect
+          (progn
+            (should (eq (plist-get (sly-agent-q-test-send "Look at the debugger" 90) :status) 'finished))
+            (should (< (- (float-time) start) 40))
+            (let ((results (e2e-tool-results)))
+              (should (= (length results) 5))
+              (should (cl-notany #'cdr results))
+              (should (string-match-p "Stubborn failure at 42" (car (nth 0 results))))
+              (should (string-match-p "STUBBORN-STEP" (car (nth 0 results))))
+              (should (string-match-p "LIMIT = 42" (car (nth 1 results))))
+              (should (string-match-p "THING = #<MY-APP::STUBBORN not printable within 2 s" (car (nth 1 results))))
+              (should (string-match-p "84" (car (nth 2 results))))
+              (should (string-match-p "an instance of MY-APP::STUBBORN" (car (nth 3 results))))
+              (should (string-match-p "this tool's own thread" (car (nth 4 results)))))
+            ;; The user's debugger is as it was, and the image answers.
+            (should (equal (e2e-debugger-snapshot buffer) before))
+            (should (equal (e2e-eval '(cl:+ 1 2)) 3)))
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")))))
+
 ;;;; Failures the agent must survive
 
 ;;;; The catalog and the two sides that implement it
