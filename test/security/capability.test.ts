@@ -49,8 +49,22 @@ describe("trust by capability", () => {
     const s = await ready({ categoryLevels: { evaluation: "dangerous" } });
     s.answerApproval = () => ({ result: { decision: "denied" } });
     const evaluators = s.registry.list({ includeAliases: true }).filter((t) => t.categories.includes("evaluation")).map((t) => t.name);
-    expect(evaluators.sort()).toEqual(["compile_form", "eval_form", "eval_in_package"]);
-    for (const name of evaluators) expect((await s.call(name, { form: "(+ 1 2)", package: "CL-USER" })).success, name).toBe(false);
+    expect(evaluators.sort()).toEqual([
+      "compile_form",
+      "debugger_eval_in_frame",
+      "eval_form",
+      "eval_in_package",
+      "profile_eval",
+      "trace_eval",
+    ]);
+    // Each with arguments its schema accepts, so that it is the level that stops it.
+    const argsFor: Record<string, Record<string, unknown>> = {
+      debugger_eval_in_frame: { form: "(+ 1 2)", frame: 0 },
+      trace_eval: { functions: ["car"], form: "(+ 1 2)", package: "CL-USER" },
+    };
+    for (const name of evaluators) {
+      expect((await s.call(name, argsFor[name] ?? { form: "(+ 1 2)", package: "CL-USER" })).success, name).toBe(false);
+    }
     expect(s.approvals.map((a) => a.tool)).toEqual(evaluators);
     expect(s.ran).toEqual([]);
     expect((await s.call("describe_symbol", { symbol: "car" })).success).toBe(true);
