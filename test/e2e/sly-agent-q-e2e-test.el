@@ -314,7 +314,7 @@ CALLBACK gets the turn's outcome."
                              (goto-char (point-max))
                              (condition-case nil (progn (insert text) t)
                                (text-read-only nil)))
-                           30 "the REPL's prompt")
+                           120 "the REPL's prompt")
     (if (eq e2e-lisp 'sly) (sly-mrepl-return) (slime-repl-return))))
 
 (defun e2e-repl-text ()
