@@ -153,3 +153,34 @@ an error signalled in DEBUGGEE, and return its value."
                      (op "inspect_local" "frame" frame "local" (or local 0)))))))
     (is (ok-p result))
     (is (has result "HOSTILE"))))
+
+(deftest interrupt-thread-breaks-into-the-debugger
+  ;; A thread whose debugger hook records what entered it (the user's
+  ;; debugger would open there under SLY or SLIME).
+  (let* ((entered nil)
+         (ready nil)
+         (thread (sb-thread:make-thread
+                  (lambda ()
+                    (let ((sb-ext:*invoke-debugger-hook*
+                            (lambda (condition hook)
+                              (declare (ignore hook))
+                              (setf entered (princ-to-string condition))
+                              (sb-thread:abort-thread))))
+                      (setf ready t)
+                      (loop (sleep 0.05))))
+                  :name "saq-interrupt-me"))
+         (waited (loop repeat 100 until ready do (sleep 0.02)))
+         (id (loop for line in (sly-agent-q::split-lines (text (tool "list_threads")))
+                   when (search "saq-interrupt-me" line)
+                     return (parse-integer line :junk-allowed t))))
+    (declare (ignore waited))
+    (unwind-protect
+         (progn
+           (is (integerp id))
+           (let ((result (tool "interrupt_thread" "thread" id)))
+             (is (ok-p result))
+             (is (has result "saq-interrupt-me")))
+           (loop repeat 100 until entered do (sleep 0.05))
+           (is (and entered (search "Interrupted by sly-agent-q" entered))))
+      (when (sb-thread:thread-alive-p thread)
+        (sb-thread:terminate-thread thread)))))
