@@ -2,7 +2,8 @@
 ;;;
 ;;; trace_eval traces functions for one evaluation only: those it
 ;;; traced are untraced when the evaluation ends, however it ends
-;;; (functions the user traced before stay traced).  The calls are the
+;;; (functions the user traced before stay traced), unless asked to
+;;; KEEP them, until untrace_functions.  The calls are the
 ;;; trace output, captured with the evaluation's output and bounded as
 ;;; it is, printed with short *PRINT-LENGTH* and *PRINT-LEVEL*.
 ;;; profile_eval uses SBCL's statistical profiler (SB-SPROF); elsewhere
@@ -17,8 +18,21 @@
   "The names TRACE reports as traced now."
   (ignore-errors (eval '(trace))))
 
-(define-tool "trace_eval" (&key functions form package)
-  "Evaluate FORM with FUNCTIONS traced; untrace them after."
+(defvar *kept-traces* '()
+  "Functions trace_eval traced with KEEP and left traced, for untrace_functions.")
+
+(define-tool "untrace_functions" ()
+  "Untrace the functions trace_eval left traced (KEEP)."
+  (let ((names (call-with-state-lock (lambda () (shiftf *kept-traces* '())))))
+    (if (null names)
+        "No function is left traced by trace_eval."
+        (let ((*standard-output* (make-broadcast-stream))
+              (*trace-output* (make-broadcast-stream)))
+          (eval `(untrace ,@names))
+          (format nil "Untraced ~{~A~^, ~}." (mapcar #'symbol-label names))))))
+
+(define-tool "trace_eval" (&key functions form package keep)
+  "Evaluate FORM with FUNCTIONS traced; untrace them after, unless KEEP."
   (let* ((package (tool-package package))
          (names (mapcar (lambda (text)
                           (resolve-symbol (nonblank text "functions" "function names") package
@@ -39,13 +53,18 @@
              (eval `(trace ,@ours)))
            (let ((*print-length* 10)
                  (*print-level* 4))
-             (format nil "Traced ~{~A~^, ~} during this evaluation; untraced now.~%~A"
+             (format nil "Traced ~{~A~^, ~} during this evaluation; ~:[untraced now~;still traced ~
+                          (their calls print in the user's REPL) until untrace_functions~].~%~A"
                      (mapcar (lambda (name) (symbol-label name package)) names)
+                     keep
                      (evaluate-text "trace_eval" (nonblank form "form" "one or more Lisp forms") package))))
-      (ignore-errors
-       (let ((*standard-output* (make-broadcast-stream))
-             (*trace-output* (make-broadcast-stream)))
-         (eval `(untrace ,@ours)))))))
+      (if keep
+          (call-with-state-lock
+           (lambda () (setf *kept-traces* (union *kept-traces* ours :test #'equal))))
+          (ignore-errors
+           (let ((*standard-output* (make-broadcast-stream))
+                 (*trace-output* (make-broadcast-stream)))
+             (eval `(untrace ,@ours))))))))
 
 (defun sprof-function (name)
   (let ((package (find-package "SB-SPROF")))

@@ -184,3 +184,12 @@ an error signalled in DEBUGGEE, and return its value."
            (is (and entered (search "Interrupted by sly-agent-q" entered))))
       (when (sb-thread:thread-alive-p thread)
         (sb-thread:terminate-thread thread)))))
+
+(deftest trace-kept-until-untraced
+  (is (has (tool "untrace_functions") "No function is left traced"))
+  (let ((result (tool "trace_eval" "functions" '("my-app::split-on-commas") "package" "MY-APP"
+                      "form" "(parse-input \"1\")" "keep" t)))
+    (is (has result "still traced" "SPLIT-ON-COMMAS")))
+  (is (member (find-symbol "SPLIT-ON-COMMAS" "MY-APP") (eval '(trace))))
+  (is (has (tool "untrace_functions") "Untraced" "SPLIT-ON-COMMAS"))
+  (is (null (eval '(trace)))))

@@ -83,7 +83,7 @@
                          "get_repl_history" "get_compilation_notes"
                          ;; Issue 13: threads, tracing, profiling, disassembly.
                          "list_threads" "interrupt_thread" "trace_eval" "profile_eval"
-                         "disassemble_function" "inspect_value")
+                         "disassemble_function" "inspect_value" "untrace_functions")
                    #'string<))))
 
 (deftest fasls-are-cached

@@ -116,16 +116,25 @@ export const debuggerTools: Tool[] = [
   }),
   defineTool({
     name: "trace_eval",
-    description: "Evaluate forms with functions traced; returns the calls with arguments and values. Untraced after.",
+    description: "Evaluate forms with functions traced; returns the calls with arguments and values. Untraced after unless keep.",
     parameters: {
       functions: { type: "array", items: { type: "string" }, description: "Function names to trace." },
       form,
       package: pkg,
+      keep: { type: "boolean", description: "Leave them traced after, until untrace_functions." },
     },
     required: ["functions", "form"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
     ...image("trace_eval"),
+  }),
+  defineTool({
+    name: "untrace_functions",
+    description: "Untrace what trace_eval left traced with keep.",
+    parameters: {},
+    safety: "safe",
+    categories: ["execution"],
+    ...image("untrace_functions"),
   }),
   defineTool({
     name: "profile_eval",
