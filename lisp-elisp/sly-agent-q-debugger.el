@@ -246,6 +246,7 @@ Signal a tool error when there is none."
             (sly-db-invoke-restart restart)
           (sldb-invoke-restart restart)))
       (let* ((tries (* 10 sly-agent-q-debugger-restart-wait))
+             (grace 5)
              (timer nil)
              (done (lambda (how)
                      (cancel-timer timer)
@@ -256,8 +257,17 @@ Signal a tool error when there is none."
               (run-with-timer
                0.1 0.1
                (lambda ()
-                 (let ((now (and (buffer-live-p buffer) (sly-agent-q-debugger--get buffer :level))))
-                   (cond ((null now) (funcall done "the debugger closed; the program went on."))
+                 (let* ((now (and (buffer-live-p buffer) (sly-agent-q-debugger--get buffer :level)))
+                        (again (and (null now)
+                                    (cl-find-if (lambda (b) (equal (sly-agent-q-debugger--get b :thread) thread))
+                                                (sly-agent-q-debugger-buffers)))))
+                   (cond (again
+                          (funcall done (format "the debugger closed, and the thread stopped again at level %s: %s"
+                                                (sly-agent-q-debugger--get again :level)
+                                                (sly-agent-q-debugger--condition-lines again))))
+                         ;; A moment for a new error of the same thread to show.
+                         ((and (null now) (> (cl-decf grace) 0)) nil)
+                         ((null now) (funcall done "the debugger closed; the program went on."))
                          ((not (equal now level))
                           (funcall done (format "the debugger is now at level %s (debugger_state shows it)." now)))
                          ((<= (cl-decf tries) 0)

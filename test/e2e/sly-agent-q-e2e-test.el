@@ -406,6 +406,24 @@ it before sending, REQUEST the approval's request."
         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-restart-stops-again ()
+  "A retry without a fix stops the thread again: the model is told, and the debugger is back."
+  (e2e-with-agent "debugger-retry-again.json"
+    (pcase-let ((`(,results ,_buffer ,_before ,_request ,_repl-before)
+                 (e2e-debugger-scenario '(:decision "approved"))))
+      (unwind-protect
+          (progn
+            (should (= (length results) 1))
+            (should-not (cdr (car results)))
+            (should (string-match-p "stopped again at level 1" (car (car results))))
+            (should (string-match-p "no non-whitespace characters" (car (car results))))
+            (should (e2e-debugger-buffers)))
+        (dolist (b (e2e-debugger-buffers))
+          (with-current-buffer b
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (e2e-reset-fixture)))))
+
 (ert-deftest e2e-debugger-tools-on-a-local-that-never-prints ()
   "Locals, eval in frame, inspect and threads in the user's debugger; a local's printer never returns.
 Every result comes back bounded, the debugger is as it was and the image answers."
