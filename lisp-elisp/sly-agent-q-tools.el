@@ -29,7 +29,9 @@
 ;; CALLBACK exactly once, with (CONTENT nil) on success or (nil ERROR),
 ;; ERROR being a message that tells the model what to fix.  It never
 ;; signals and never waits: every capability here is a quick local
-;; operation that finishes before it returns.  The user's review of
+;; operation that finishes before it returns, except those of other
+;; modules that must wait for the Lisp image (the debugger's): their
+;; handlers return a function that answers later.  The user's review of
 ;; propose_file_edit happens before, in `sly-agent-q-diff-review'.
 ;;
 ;; Paths are confined to the project root (see sly-agent-q-files.el),
@@ -123,8 +125,11 @@ name the same capabilities and parameters.")
   "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
 CAPABILITY is a capability name (see `sly-agent-q-tools-dispatch-table'),
 ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
-CALLBACK is called exactly once, before this function returns, as
-\(CALLBACK CONTENT nil) on success or (CALLBACK nil ERROR-MESSAGE).
+CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
+or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
+the handler returned a function to answer later (see
+`sly-agent-q-tools--call-deferred'; such capabilities change no file
+or buffer).
 CHANGES-CALLBACK, if non-nil, is called first with what the call
 changed in files and buffers, for rewinding (see
 `sly-agent-q-tools-changes').  Never signals."
