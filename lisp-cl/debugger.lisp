@@ -54,6 +54,10 @@ placeholder when its PRINT-OBJECT method does not return in time."
                 *print-seconds*)
         text)))
 
+(defparameter *frames-seconds* 10
+  "The most seconds printing a backtrace's frames may take in all;
+later frames show their function only.")
+
 (defun frame-text-bounded (frame)
   "FRAME printed as backtraces print it, within *PRINT-SECONDS*: its
 arguments' PRINT-OBJECT methods are user code."
@@ -102,7 +106,14 @@ function and source location."
          (frames (bcall "COMPUTE-BACKTRACE" start (+ start count 1)))
          (more (> (length frames) count))
          (frames (subseq frames 0 (min count (length frames))))
-         (texts (mapcar #'frame-text-bounded frames)))
+         (deadline (+ (get-internal-real-time) (* *frames-seconds* internal-time-units-per-second)))
+         (texts (mapcar (lambda (frame)
+                          (if (< (get-internal-real-time) deadline)
+                              (frame-text-bounded frame)
+                              (format nil "(~A ...) [not printed: the frames took ~D s already]"
+                                      (or (frame-function-name frame) "#<unknown function>")
+                                      *frames-seconds*)))
+                        frames)))
     (with-output-to-string (out)
       (loop for text in texts
             for i from start

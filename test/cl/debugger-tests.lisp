@@ -193,3 +193,29 @@ an error signalled in DEBUGGEE, and return its value."
   (is (member (find-symbol "SPLIT-ON-COMMAS" "MY-APP") (eval '(trace))))
   (is (has (tool "untrace_functions") "Untraced" "SPLIT-ON-COMMAS"))
   (is (null (eval '(trace)))))
+
+(defun hostile-recursion (monster n)
+  (declare (optimize (debug 3)) (notinline hostile-recursion))
+  (if (zerop n)
+      (error "deep enough")
+      (list (hostile-recursion monster (1- n)) monster)))
+
+(deftest backtrace-of-hostile-frames-is-bounded-in-all
+  (let* ((start (get-internal-real-time))
+         (result (block snapshot
+                   (handler-bind ((error (lambda (c)
+                                           (declare (ignore c))
+                                           (return-from snapshot
+                                             (funcall (find-symbol "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                                                                   (if (find-package "SLYNK-BACKEND") "SLYNK-BACKEND"
+                                                                       (if (find-package "SWANK/BACKEND") "SWANK/BACKEND" "SWANK-BACKEND")))
+                                                      (lambda ()
+                                                        (let ((sly-agent-q::*print-seconds* 0.3)
+                                                              (sly-agent-q::*frames-seconds* 1))
+                                                          (op "backtrace" "count" 10))))))))
+                     (hostile-recursion (make-instance 'hostile) 8))))
+         (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second)))
+    (is (ok-p result))
+    (is (has result "HOSTILE-RECURSION ...) [arguments not printable in time"
+             "HOSTILE-RECURSION ...) [not printed: the frames took 1 s already]"))
+    (is (< seconds 5))))
