@@ -25,12 +25,13 @@
   `(let ((*tools* *debugger-operations*))
      (define-tool ,name ,lambda-list ,@body)))
 
-(defun debugger-call (name args &key package timeout)
+(defun debugger-call (name args &key package timeout call-id)
   "Run the debugger operation NAME with ARGS (as CALL-TOOL's) in this
-thread, which must be in the user's debugger.  Returns CALL-TOOL's
-result plist; never signals and never enters the debugger."
+thread, which must be in the user's debugger; CALL-ID names it for
+CANCEL-CALL.  Returns CALL-TOOL's result plist; never signals and never
+enters the debugger."
   (let ((*tools* *debugger-operations*))
-    (call-tool name args :package package :timeout timeout)))
+    (call-tool name args :package package :timeout timeout :call-id call-id)))
 
 (pushnew "eval_in_frame" *tools-guarding-themselves* :test #'string=)
 

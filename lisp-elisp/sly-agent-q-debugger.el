@@ -144,20 +144,34 @@ Signal a tool error the model can act on when there is none."
 
 ;;;; Operations in the debugged thread
 
-(defun sly-agent-q-debugger--form (operation args timeout)
-  "The form running lisp-cl's DEBUGGER-CALL of OPERATION with ARGS and TIMEOUT."
+(defvar sly-agent-q-debugger--counter 0
+  "Numbers the debugger operations, for their ids in the image.")
+
+(defun sly-agent-q-debugger--form (operation args timeout call-id)
+  "The form running lisp-cl's DEBUGGER-CALL of OPERATION with ARGS.
+TIMEOUT bounds it; CALL-ID names it for CANCEL-CALL."
   `(cl:if (cl:find-package "SLY-AGENT-Q")
           (cl:funcall (cl:find-symbol "DEBUGGER-CALL" "SLY-AGENT-Q")
-                      ,operation (quote ,args) :timeout ,timeout)
+                      ,operation (quote ,args) :timeout ,timeout :call-id ,call-id)
           (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
+
+(defun sly-agent-q-debugger--cancel-form (call-id)
+  "A form stopping the debugger operation CALL-ID; harmless without the helpers."
+  `(cl:let ((f (cl:and (cl:find-package "SLY-AGENT-Q")
+                       (cl:find-symbol "CANCEL-CALL" "SLY-AGENT-Q"))))
+     (cl:when (cl:and f (cl:fboundp f))
+       (cl:funcall f ,call-id))))
 
 (defun sly-agent-q-debugger--run (buffer operation args callback)
   "Run the debugger OPERATION with ARGS (an alist) in the thread of BUFFER.
-CALLBACK gets (CONTENT nil) or (nil MESSAGE)."
+CALLBACK gets (CONTENT nil) or (nil MESSAGE).  Return a function of
+no arguments that interrupts the operation in the image."
   (let* ((adapter (sly-agent-q-debugger--adapter buffer))
          (conn (sly-agent-q-debugger--get buffer :connection))
          (thread (sly-agent-q-debugger--get buffer :thread))
-         (timeout sly-agent-q-image-timeout))
+         (timeout sly-agent-q-image-timeout)
+         (call-id (format "saq-dbg-%d-%d" (emacs-pid) (cl-incf sly-agent-q-debugger--counter)))
+         (sent nil))
     (if (not (and adapter (process-live-p conn)))
         (funcall callback nil "The connection of that debugger is closed.")
       (sly-agent-q-bridge-ensure-helpers
@@ -165,13 +179,19 @@ CALLBACK gets (CONTENT nil) or (nil MESSAGE)."
        (lambda (load-error)
          (if load-error
              (funcall callback nil load-error)
+           (setq sent t)
            (sly-agent-q-bridge-eval
-            adapter conn (sly-agent-q-debugger--form operation args timeout) "CL-USER" (+ timeout 5)
+            adapter conn (sly-agent-q-debugger--form operation args timeout call-id) "CL-USER" (+ timeout 5)
             (lambda (value error)
               (cond (error (funcall callback nil error))
                     ((plist-get value :ok) (funcall callback (format "%s" (plist-get value :content)) nil))
                     (t (funcall callback nil (format "%s" (or (plist-get value :error) "The operation failed."))))))
-            nil thread)))))))
+            nil thread)))))
+    (lambda ()
+      ;; In a worker thread of its own: the debugged thread is busy.
+      (when (and sent adapter (process-live-p conn))
+        (sly-agent-q-bridge-eval adapter conn (sly-agent-q-debugger--cancel-form call-id) "CL-USER" 10
+                                 #'ignore)))))
 
 ;;;; The tools
 

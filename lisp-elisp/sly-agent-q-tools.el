@@ -129,7 +129,8 @@ CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
 or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
 the handler returned a function to answer later (see
 `sly-agent-q-tools--call-deferred'; such capabilities change no file
-or buffer).
+or buffer).  Return nil, or for a call answered later a function of no
+arguments that stops it.
 CHANGES-CALLBACK, if non-nil, is called first with what the call
 changed in files and buffers, for rewinding (see
 `sly-agent-q-tools-changes').  Never signals."
@@ -160,14 +161,16 @@ changed in files and buffers, for rewinding (see
                 (funcall callback nil message)
               (funcall callback content nil)))
         (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                    (error-message-string err)))))
-    nil))
+                    (error-message-string err))))
+      nil)))
 
 (defun sly-agent-q-tools--call-deferred (capability deferred callback)
   "Let DEFERRED, what the handler of CAPABILITY returned, answer CALLBACK later.
 A handler that must wait (for the Lisp image, say) returns a function
 of one argument, a function of (CONTENT ERROR); it calls that once.
-CALLBACK is called exactly once, whatever DEFERRED does."
+CALLBACK is called exactly once, whatever DEFERRED does.  Return what
+DEFERRED returns when it is a function (one that stops the work: it is
+called when the server no longer wants the answer), else nil."
   (let* ((answered nil)
          (answer (lambda (content error)
                    (unless answered
@@ -179,10 +182,16 @@ CALLBACK is called exactly once, whatever DEFERRED does."
                        (t (message "sly-agent-q: the callback of %s failed: %s" capability
                                    (error-message-string err))))))))
     (condition-case err
-        (funcall deferred answer)
-      (sly-agent-q-tool-error (funcall answer nil (cadr err)))
+        (let ((stop (funcall deferred answer)))
+          (and (functionp stop)
+               (lambda ()
+                 (unless answered
+                   (funcall stop)
+                   (funcall answer nil "The call was cancelled.")))))
+      (sly-agent-q-tool-error (funcall answer nil (cadr err)) nil)
       (t (funcall answer nil (format "%s failed in Emacs: %s" capability
-                                     (error-message-string err)))))))
+                                     (error-message-string err)))
+         nil))))
 
 ;;;; What a call changed, for rewinding
 

@@ -424,6 +424,32 @@ it before sending, REQUEST the approval's request."
         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-eval-in-frame-cancelled ()
+  "C-c C-k during an endless evaluation in a frame interrupts it: the user's debugger answers at once."
+  (let ((sly-agent-q-image-timeout 120))
+    (e2e-with-agent "debugger-cancel.json"
+      (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+      (e2e-repl-type "(my-app::stubborn-step 1)")
+      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+      (let ((buffer (car (e2e-debugger-buffers)))
+            outcome)
+        (unwind-protect
+            (progn
+              (sly-agent-q-send "Evaluate forever" (lambda (o) (setq outcome o)))
+              (sly-agent-q-test-wait (lambda () (string-match-p "debugger_eval_in_frame" (sly-agent-q-test-chat-text)))
+                                     30 "the call to show")
+              (sly-agent-q-test-sleep 1)
+              (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))
+              (sly-agent-q-test-wait (lambda () outcome) 10 "the cancelled turn")
+              (should (eq (plist-get outcome :status) 'cancelled))
+              (should (buffer-live-p buffer)))
+          ;; The debugged thread is free again: the user's abort closes the debugger at once.
+          (when (buffer-live-p buffer)
+            (with-current-buffer buffer
+              (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+          (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 10 "the debugger to close"))
+        (should (equal (e2e-eval '(cl:+ 1 2)) 3))))))
+
 (ert-deftest e2e-debugger-tools-on-a-local-that-never-prints ()
   "Locals, eval in frame, inspect and threads in the user's debugger; a local's printer never returns.
 Every result comes back bounded, the debugger is as it was and the image answers."

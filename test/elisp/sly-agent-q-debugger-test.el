@@ -135,6 +135,23 @@
     (should (= (length answers) 1))
     (should (string-match-p "Boom" (cadr (car answers))))))
 
+(ert-deftest sly-agent-q-debugger-deferred-can-be-stopped ()
+  "A deferred call returns a stop function: it stops the work and answers once."
+  (let ((sly-agent-q-tools-dispatch-table sly-agent-q-tools-dispatch-table)
+        (stopped 0) (later nil) (answers nil))
+    (setf (alist-get "test_stoppable" sly-agent-q-tools-dispatch-table nil nil #'equal)
+          (cl-function (lambda (&key _x)
+                         (lambda (answer) (setq later answer) (lambda () (cl-incf stopped))))))
+    (let ((stop (sly-agent-q-tools-call "test_stoppable" nil (lambda (c e) (push (list c e) answers)))))
+      (should (functionp stop))
+      (funcall stop)
+      (funcall stop)
+      (funcall later "too late" nil)
+      (should (= stopped 1))
+      (should (equal answers '((nil "The call was cancelled.")))))
+    ;; A call answered at once returns nil.
+    (should-not (sly-agent-q-tools-call "debugger_state" nil #'ignore))))
+
 (ert-deftest sly-agent-q-debugger-approval-summary-shows-detail ()
   "The approval in the chat shows the detail line first."
   (let ((summary (sly-agent-q-approval--summary
