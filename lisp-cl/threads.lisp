@@ -38,14 +38,24 @@
   (find-if (lambda (thread) (eql (ignore-errors (bcall "THREAD-ID" thread)) id))
            (bcall "ALL-THREADS")))
 
+(defparameter *interrupt-message* "Interrupted by sly-agent-q (interrupt_thread)")
+
 (defun break-into-debugger-function (connection)
   "A function that, run in another thread, enters the user's debugger
-there, talking to CONNECTION (the frontend's *EMACS-CONNECTION*)."
-  (let ((variable (find-symbol "*EMACS-CONNECTION*" (backend-name))))
-    (lambda ()
-      (progv (if (and variable connection) (list variable) '())
-          (if (and variable connection) (list connection) '())
-        (break "Interrupted by sly-agent-q (interrupt_thread)")))))
+there, talking to CONNECTION (the frontend's *EMACS-CONNECTION*): what
+the frontend's own debug-nth-thread runs, (WITH-CONNECTION (CONNECTION)
+(SIMPLE-BREAK)), built when the frontend is known (WITH-CONNECTION is a
+macro).  Without them, a plain BREAK."
+  (let* ((frontend (backend-name))
+         (with-connection (and frontend (find-symbol "WITH-CONNECTION" frontend)))
+         (simple-break (and frontend (find-symbol "SIMPLE-BREAK" frontend))))
+    (if (and connection with-connection (macro-function with-connection)
+             simple-break (fboundp simple-break))
+        (coerce `(lambda ()
+                   (,with-connection (',connection)
+                     (,simple-break ,*interrupt-message*)))
+                'function)
+        (lambda () (break *interrupt-message*)))))
 
 (define-tool "interrupt_thread" (&key thread)
   "Interrupt THREAD (an id) into the user's debugger."
@@ -60,6 +70,11 @@ there, talking to CONNECTION (the frontend's *EMACS-CONNECTION*)."
            (fail "Thread ~A has finished." thread)))
     (let* ((variable (find-symbol "*EMACS-CONNECTION*" (backend-name)))
            (connection (and variable (boundp variable) (symbol-value variable))))
-      (bcall "INTERRUPT-THREAD" target (break-into-debugger-function connection))
+      (let ((queue (find-symbol "QUEUE-THREAD-INTERRUPT" (backend-name)))
+            (function (break-into-debugger-function connection)))
+        ;; The frontend's way (safe against its own critical sections) when it has one.
+        (if (and queue (fboundp queue))
+            (funcall queue target function)
+            (bcall "INTERRUPT-THREAD" target function)))
       (format nil "Interrupted thread ~A: it entered the user's debugger (debugger_state shows it)."
               (thread-line target current)))))

@@ -450,6 +450,44 @@ it before sending, REQUEST the approval's request."
           (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 10 "the debugger to close"))
         (should (equal (e2e-eval '(cl:+ 1 2)) 3))))))
 
+(defun e2e-tool-call (name arguments)
+  "Run tool NAME with ARGUMENTS (a plist) through tools/call; return the result plist."
+  (let (result failure)
+    (sly-agent-q-server-request 'tools/call (list :name name :arguments (or arguments (make-hash-table)))
+                                (lambda (r) (setq result r))
+                                (lambda (e) (setq failure (or e :failed))))
+    (sly-agent-q-test-wait (lambda () (or result failure)) 60 (format "tools/call %s" name))
+    (should-not failure)
+    result))
+
+(ert-deftest e2e-interrupt-thread-opens-the-users-debugger ()
+  "interrupt_thread (approved) breaks a thread into the user's debugger, which debugger_state then sees."
+  (e2e-with-agent "mcp-none.json"
+    (e2e-eval '(cl:progn (sb-thread:make-thread (cl:lambda () (cl:loop (cl:sleep 0.1)))
+                                                :name "saq-e2e-sleeper")
+                         t))
+    (let* ((asked nil)
+           (sly-agent-q-approval-function (lambda (r callback) (push (plist-get r :tool) asked)
+                                            (funcall callback '(:decision "approved"))))
+           (threads (plist-get (e2e-tool-call "list_threads" nil) :content))
+           (id (and (string-match "^ *\\([0-9]+\\)  saq-e2e-sleeper" threads)
+                    (string-to-number (match-string 1 threads)))))
+      (should id)
+      (unwind-protect
+          (progn
+            (let ((r (e2e-tool-call "interrupt_thread" (list :thread id))))
+              (should (eq (plist-get r :success) t))
+              (should (equal asked '("interrupt_thread"))))
+            (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 20 "the debugger to open")
+            (let ((state (plist-get (e2e-tool-call "debugger_state" (list :thread id)) :content)))
+              (should (string-match-p "Interrupted by sly-agent-q" state))
+              (should (string-match-p (format "thread %d" id) state))))
+        (dolist (b (e2e-debugger-buffers))
+          (with-current-buffer b
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close"))
+      (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
+
 (ert-deftest e2e-debugger-tools-on-a-local-that-never-prints ()
   "Locals, eval in frame, inspect and threads in the user's debugger; a local's printer never returns.
 Every result comes back bounded, the debugger is as it was and the image answers."
