@@ -565,7 +565,8 @@ print the values of the last, all as user code; return the OUTCOME."
            ;; Printing runs the user's PRINT-OBJECT methods: it is user
            ;; code too, under the same timeout.
            (setf (evaluation-phase evaluation) :print
-                 (evaluation-values-text evaluation) (values-text values final-package)
+                 (evaluation-values-text evaluation) (with-inspect-ids
+                                                      (values-text values final-package) values)
                  (evaluation-summary evaluation) (values-summary values final-package))))))))
 
 (defun evaluation-place (evaluation)

@@ -19,7 +19,8 @@
 
 (let* ((files '("package" "backend" "text" "protocol" "symbols" "reader"
                 "describe" "xref" "clos" "eval" "compile" "macroexpand"
-                "source" "systems" "testing"))
+                "source" "systems" "testing"
+                "debugger" "inspect" "threads" "trace"))
        (source-directory (make-pathname :name nil :type nil :version nil
                                         :defaults (or *load-truename* *load-pathname*)))
        (loader (or *load-truename* *load-pathname*))

@@ -14,6 +14,7 @@
    #:call-tool
    #:cancel-call
    #:tool-names
+   #:debugger-call
    ;; Knobs the user (or the Emacs side) may set.
    #:*eval-timeout*
    #:*result-limit*

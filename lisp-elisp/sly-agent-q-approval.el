@@ -64,7 +64,8 @@ as (FUNCTION REQUEST CALLBACK): REQUEST is a plist (:tool
 :arguments :safetyLevel :description :callId, and when the tool
 touches a file or buffer :path, the resolved path relative to the
 project root, or :buffer, and for what writes :diff, the unified
-diff against what is there now), CALLBACK must be
+diff against what is there now; :detail, a line saying what the call
+acts on, such as the restart debugger_invoke_restart invokes), CALLBACK must be
 called once, now or later, with a decision plist (:decision
 \"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
 PLIST for \"modified\", :always t to allow the tool for the rest of
@@ -120,6 +121,7 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
          :callId (plist-get params :callId))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
+   (and (plist-get preview :detail) (list :detail (plist-get preview :detail)))
    (and (plist-get preview :path) (list :path (plist-get preview :path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
    (and (plist-member preview :new)
@@ -313,6 +315,8 @@ so."
   (let ((path (plist-get request :path))
         (buffer (plist-get request :buffer))
         (lines nil))
+    (when (plist-get request :detail)
+      (push (format "    %s" (plist-get request :detail)) lines))
     (cond
      ((and path (plist-get request :diff))
       (push (format "    writes %s%s (d shows the diff against what is there now)"

@@ -278,12 +278,14 @@ Return nil when no Lisp is connected."
     (dolist (d (nreverse due))
       (sly-agent-q-server-call-safely (cdr d)))))
 
-(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout)
+(defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout thread)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
 Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
 on an abort, after TIMEOUT seconds (then ON-TIMEOUT too, if given),
 when the connection closes, or when the returned function is called
-with a message.  Return that function at once."
+with a message.  Return that function at once.
+THREAD, when non-nil, is the image thread (as its debugger buffer
+names it) to evaluate in; otherwise a worker thread of its own."
   (let* ((done nil) deadline entry aborted
          (finish (lambda (value error)
                    (unless done
@@ -304,7 +306,7 @@ with a message.  Return that function at once."
                       (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
-                 (list :emacs-rex form package t
+                 (list :emacs-rex form package (or thread t)
                        (lambda (result)
                          (pcase result
                            (`(:ok ,value) (funcall finish value nil))

@@ -1022,18 +1022,23 @@ Return non-nil if the answer was sent; a second answer is ignored."
   (let ((params (sly-agent-q-call-params call)))
     (if (not (fboundp 'sly-agent-q-tools-call))
         (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools).")
-      (let (changes)
-        (sly-agent-q-tools-call
-         (plist-get params :tool) (plist-get params :arguments)
-         (lambda (content error)
-           (if error
-               (sly-agent-q-call-fail call error)
-             ;; The changes go with the result, so that the server keeps
-             ;; them in the saved conversation for a rewind.
-             (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
-                                           (list :content (format "%s" (or content ""))
-                                                 :changes (and (> (length changes) 0) changes))))))
-         (lambda (c) (setq changes c)))))))
+      (let* (changes
+             (cancel
+              (sly-agent-q-tools-call
+               (plist-get params :tool) (plist-get params :arguments)
+               (lambda (content error)
+                 (if error
+                     (sly-agent-q-call-fail call error)
+                   ;; The changes go with the result, so that the server keeps
+                   ;; them in the saved conversation for a rewind.
+                   (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
+                                                 (list :content (format "%s" (or content ""))
+                                                       :changes (and (> (length changes) 0) changes))))))
+               (lambda (c) (setq changes c)))))
+        ;; A capability that answers later may be stopped: the server's
+        ;; emacs/cancel (a cancelled turn or call, its timeout) stops it.
+        (when (functionp cancel)
+          (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel))))))))
 
 (provide 'sly-agent-q-server)
 ;;; sly-agent-q-server.el ends here

@@ -29,7 +29,9 @@
 ;; CALLBACK exactly once, with (CONTENT nil) on success or (nil ERROR),
 ;; ERROR being a message that tells the model what to fix.  It never
 ;; signals and never waits: every capability here is a quick local
-;; operation that finishes before it returns.  The user's review of
+;; operation that finishes before it returns, except those of other
+;; modules that must wait for the Lisp image (the debugger's): their
+;; handlers return a function that answers later.  The user's review of
 ;; propose_file_edit happens before, in `sly-agent-q-diff-review'.
 ;;
 ;; Paths are confined to the project root (see sly-agent-q-files.el),
@@ -123,12 +125,16 @@ name the same capabilities and parameters.")
   "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
 CAPABILITY is a capability name (see `sly-agent-q-tools-dispatch-table'),
 ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
-CALLBACK is called exactly once, before this function returns, as
-\(CALLBACK CONTENT nil) on success or (CALLBACK nil ERROR-MESSAGE).
+CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
+or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
+the handler returned a function to answer later (see
+`sly-agent-q-tools--call-deferred'; such capabilities change no file
+or buffer).  Return nil, or for a call answered later a function of no
+arguments that stops it.
 CHANGES-CALLBACK, if non-nil, is called first with what the call
 changed in files and buffers, for rewinding (see
 `sly-agent-q-tools-changes').  Never signals."
-  (let ((content nil) (message nil) (before nil))
+  (let ((content nil) (message nil) (before nil) (deferred nil))
     (condition-case err
         (let ((handler (cdr (assoc capability sly-agent-q-tools-dispatch-table))))
           (unless handler
@@ -139,20 +145,53 @@ changed in files and buffers, for rewinding (see
             (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." capability))
           (setq before (sly-agent-q-tools--snapshot capability args))
           (let ((result (apply handler (sly-agent-q-tools--keywords args))))
-            (setq content (if (stringp result) result (format "%s" result)))))
+            (if (and (functionp result) (not (symbolp result)))
+                (setq deferred result)
+              (setq content (if (stringp result) result (format "%s" result))))))
       (sly-agent-q-tool-error (setq message (cadr err)))
       (t (setq message (format "%s failed in Emacs: %s" capability
                                (error-message-string err)))))
+    (if (and deferred (not message))
+        (sly-agent-q-tools--call-deferred capability deferred callback)
+      (condition-case err
+          (progn
+            (when changes-callback
+              (funcall changes-callback (sly-agent-q-tools-changes before)))
+            (if message
+                (funcall callback nil message)
+              (funcall callback content nil)))
+        (t (message "sly-agent-q: the callback of %s failed: %s" capability
+                    (error-message-string err))))
+      nil)))
+
+(defun sly-agent-q-tools--call-deferred (capability deferred callback)
+  "Let DEFERRED, what the handler of CAPABILITY returned, answer CALLBACK later.
+A handler that must wait (for the Lisp image, say) returns a function
+of one argument, a function of (CONTENT ERROR); it calls that once.
+CALLBACK is called exactly once, whatever DEFERRED does.  Return what
+DEFERRED returns when it is a function (one that stops the work: it is
+called when the server no longer wants the answer), else nil."
+  (let* ((answered nil)
+         (answer (lambda (content error)
+                   (unless answered
+                     (setq answered t)
+                     (condition-case err
+                         (if error
+                             (funcall callback nil (format "%s" error))
+                           (funcall callback (if (stringp content) content (format "%s" content)) nil))
+                       (t (message "sly-agent-q: the callback of %s failed: %s" capability
+                                   (error-message-string err))))))))
     (condition-case err
-        (progn
-          (when changes-callback
-            (funcall changes-callback (sly-agent-q-tools-changes before)))
-          (if message
-              (funcall callback nil message)
-            (funcall callback content nil)))
-      (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                  (error-message-string err))))
-    nil))
+        (let ((stop (funcall deferred answer)))
+          (and (functionp stop)
+               (lambda ()
+                 (unless answered
+                   (funcall stop)
+                   (funcall answer nil "The call was cancelled.")))))
+      (sly-agent-q-tool-error (funcall answer nil (cadr err)) nil)
+      (t (funcall answer nil (format "%s failed in Emacs: %s" capability
+                                     (error-message-string err)))
+         nil))))
 
 ;;;; What a call changed, for rewinding
 
@@ -298,6 +337,13 @@ A file that cannot be read as text gives a note instead."
              (sly-agent-q-tool-error
               (format "[%s  It would be replaced whole.]\n" (cadr err)))))))
 
+(defvar sly-agent-q-tools-preview-functions nil
+  "Alist (CAPABILITY . FUNCTION) preparing other modules' calls for approval.
+FUNCTION gets the call's arguments (a plist) and returns a plist as
+`sly-agent-q-tools-preview' does, :detail being a line the approval
+shows first, or signals the `sly-agent-q-tool-error' the call would
+give.")
+
 (defun sly-agent-q-tools-preview (tool args)
   "Prepare the call of TOOL with ARGS for approval, without running it.
 Return nil when TOOL touches no file or buffer, else a plist:
@@ -307,10 +353,12 @@ for a new file) and :new (the text after the call).  Signal the
 `sly-agent-q-tool-error' the tool itself would give, so that a call
 that would be refused is never put to the user.  ARGS were validated
 by the server against the catalog."
-  (pcase-let ((`(,kind ,key) (cdr (assoc tool sly-agent-q-tools--previews))))
+  (pcase-let ((`(,kind ,key) (cdr (assoc tool sly-agent-q-tools--previews)))
+              (other (cdr (assoc tool sly-agent-q-tools-preview-functions))))
     (unless (and (listp args) (cl-evenp (length args)))
       (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." tool))
     (pcase kind
+      ((guard other) (funcall other args))
       ('write
        (let* ((content (plist-get args :content))
               (target (sly-agent-q-tools--write-target (plist-get args key)))

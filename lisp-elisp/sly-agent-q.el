@@ -60,6 +60,11 @@
 ;; e edit the arguments as JSON, a allow the tool for the session (on the
 ;; approval), or C-c C-a / C-c C-d from anywhere in the buffer.
 ;;
+;; In a Lisp debugger buffer (sly-db, sldb), M-x sly-agent-q-debugger-ask
+;; puts the condition, the restarts and the top frames in the chat's
+;; input; the agent's debugger tools see the frames and locals, and
+;; invoke a restart only with your approval.
+;;
 ;; Options (M-x customize-group RET sly-agent-q): `sly-agent-q-provider',
 ;; `sly-agent-q-model', `sly-agent-q-base-url', `sly-agent-q-max-steps',
 ;; `sly-agent-q-trust-levels' (per tool: safe, cautious or dangerous),
@@ -81,7 +86,8 @@
 ;; Lisp image through SLY or SLIME), -chat.el (the chat buffer),
 ;; -approval.el (approvals), -tools.el, -files.el, -diff.el (buffer and
 ;; file tools, the reviewed file edit), -mcp.el (the tools served over
-;; MCP to Claude Code or Codex, and MCP servers used by the agent).
+;; MCP to Claude Code or Codex, and MCP servers used by the agent),
+;; -debugger.el (the user's debugger, for the agent).
 
 ;;; Code:
 
@@ -92,6 +98,7 @@
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-sessions)
+(require 'sly-agent-q-debugger)
 
 (defconst sly-agent-q-version "0.1.0"
   "The version of sly-agent-q.")

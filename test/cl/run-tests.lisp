@@ -79,6 +79,8 @@ going under WORK."
                     (funcall (find-symbol "LOAD-SYSTEM" "ASDF") :fiveam)))
     (call-quietly "load tests.lisp"
                   (lambda () (load (merge-pathnames "tests.lisp" *here*))))
+    (call-quietly "load debugger-tests.lisp"
+                  (lambda () (load (merge-pathnames "debugger-tests.lisp" *here*))))
     (let ((run (find-symbol "RUN-TESTS" "SLY-AGENT-Q-TESTS")))
       (multiple-value-bind (passed failed)
           (funcall run :backend backend :root root)

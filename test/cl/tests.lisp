@@ -83,7 +83,10 @@
                          "get_repl_history" "get_compilation_notes"
                          "find_definition" "definition_edit"
                          "compile_file_form" "xref" "list_systems" "system_info"
-                         "load_system" "run_tests")
+                         "load_system" "run_tests"
+                         ;; Issue 13: threads, tracing, profiling, disassembly.
+                         "list_threads" "interrupt_thread" "trace_eval" "profile_eval"
+                         "disassemble_function" "inspect_value" "untrace_functions")
                    #'string<))))
 
 (deftest fasls-are-cached

@@ -40,6 +40,13 @@
 (declare-function sly-connected-p "ext:sly")
 (declare-function sly-eval "ext:sly")
 (declare-function sly-inferior-process "ext:sly")
+(declare-function sly-current-connection "ext:sly")
+(declare-function sly-mrepl--find-buffer "ext:sly-mrepl")
+(declare-function sly-mrepl-return "ext:sly-mrepl")
+(declare-function sly-db-abort "ext:sly")
+(declare-function slime-output-buffer "ext:slime-repl")
+(declare-function slime-repl-return "ext:slime-repl")
+(declare-function sldb-abort "ext:slime")
 (defvar sly-agent-q-chat--turn)
 
 (defconst e2e-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
@@ -427,6 +434,230 @@ the image's definition records that file, and the recorded position is the new f
       (should (equal asked '("eval_form")))
       (should (equal (e2e-eval 'my-app::*scale*) 1))
       (should (string-match-p "no evaluation today" (car (car (e2e-tool-results))))))))
+
+;;;; The user's debugger (issue 13)
+
+(defun e2e-repl-buffer ()
+  "The REPL buffer of the Lisp mode under test."
+  (if (eq e2e-lisp 'sly)
+      (sly-mrepl--find-buffer (sly-current-connection))
+    (slime-output-buffer)))
+
+(defun e2e-repl-type (text)
+  "Type TEXT at the REPL's prompt and press RET, as the user does."
+  (with-current-buffer (e2e-repl-buffer)
+    ;; Until the REPL shows its prompt, the end of its buffer is read-only.
+    (sly-agent-q-test-wait (lambda ()
+                             (goto-char (point-max))
+                             (condition-case nil (progn (insert text) t)
+                               (text-read-only nil)))
+                           120 "the REPL's prompt")
+    (if (eq e2e-lisp 'sly) (sly-mrepl-return) (slime-repl-return))))
+
+(defun e2e-repl-text ()
+  "The text of the REPL buffer."
+  (with-current-buffer (e2e-repl-buffer)
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun e2e-debugger-snapshot (buffer)
+  "What the user sees of debugger BUFFER: its text, level and restarts."
+  (with-current-buffer buffer
+    (list (buffer-substring-no-properties (point-min) (point-max))
+          (if (eq e2e-lisp 'sly) (symbol-value 'sly-db-level) (symbol-value 'sldb-level))
+          (if (eq e2e-lisp 'sly) (symbol-value 'sly-db-restarts) (symbol-value 'sldb-restarts)))))
+
+(defun e2e-debugger-scenario (decision)
+  "The user's REPL call stops in the debugger; the chat gets it; the model fixes and retries.
+DECISION is what the user answers to the restart's approval.  Return
+\(RESULTS BUFFER BEFORE REQUEST), BEFORE being the debugger as the user saw
+it before sending, REQUEST the approval's request."
+  (e2e-reset-fixture)
+  (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+  (let* ((request nil)
+         (outcome nil)
+         (sly-agent-q-approval-function (lambda (r callback) (setq request r) (funcall callback decision)))
+         (hook (lambda (plist) (setq outcome plist)))
+         (repl-before (length (e2e-repl-text)))
+         buffer before)
+    (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+    (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+    (setq buffer (car (e2e-debugger-buffers)))
+    (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
+    (setq before (e2e-debugger-snapshot buffer))
+    ;; The command sends it to the chat's input, to edit and send.
+    (with-current-buffer buffer (sly-agent-q-debugger-ask))
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (let ((input (buffer-substring-no-properties (point-min) (point-max))))
+        (should (string-match-p "RETRY-PARSE" input))
+        (should (string-match-p "Parse the input again" input))
+        (should (string-match-p "PARSE-INTEGER\\|parse-integer\\|PARSE-ERROR\\|junk\\|integer" input))
+        (should (string-match-p "TOTAL-INPUT" input)))
+      (add-hook 'sly-agent-q-turn-finished-hook hook)
+      (unwind-protect
+          (progn
+            (sly-agent-q-chat-send-input)
+            (sly-agent-q-test-wait (lambda () outcome) 90 "the debugger turn"))
+        (remove-hook 'sly-agent-q-turn-finished-hook hook)))
+    (should (eq (plist-get outcome :status) 'finished))
+    (list (e2e-tool-results) buffer before request repl-before)))
+
+(ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
+  "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."
+  (e2e-with-agent "debugger-restart.json"
+    (pcase-let ((`(,results ,_buffer ,_before ,request ,repl-before)
+                 (e2e-debugger-scenario '(:decision "approved"))))
+      (should (= (length results) 4))
+      (should (cl-notany #'cdr results))
+      ;; The frames, the restarts and the condition, from the image and the debugger buffer.
+      (should (string-match-p "TOTAL-INPUT" (car (nth 0 results))))
+      (should (string-match-p "RETRY-PARSE" (car (nth 0 results))))
+      (should (string-match-p "Frame 2: (MY-APP::TOTAL-INPUT" (car (nth 1 results))))
+      (should (string-match-p "STRING = \"\"" (car (nth 1 results))))
+      ;; The approval named the restart and its description.
+      (should (string-match-p "RETRY-PARSE" (plist-get request :detail)))
+      (should (string-match-p "Parse the input again" (plist-get request :detail)))
+      (should (string-match-p "debugger closed" (car (nth 3 results))))
+      ;; The user's REPL shows the value; no debugger remains.
+      (sly-agent-q-test-wait (lambda () (string-match-p "(:TOTAL 0)" (substring (e2e-repl-text) repl-before)))
+                             20 "the REPL to show the value")
+      (should-not (e2e-debugger-buffers))
+      (should (equal (e2e-eval '(my-app::total-input "1, 2")) 3)))))
+
+(ert-deftest e2e-debugger-restart-denied-leaves-the-debugger ()
+  "The same turn with the restart denied: the debugger is exactly as it was."
+  (e2e-with-agent "debugger-restart.json"
+    (pcase-let ((`(,results ,buffer ,before ,_request ,repl-before)
+                 (e2e-debugger-scenario '(:decision "denied" :reason "not now"))))
+      (unwind-protect
+          (progn
+            (should (= (length results) 4))
+            (should (cdr (nth 3 results)))
+            (should (string-match-p "not now" (car (nth 3 results))))
+            (should (buffer-live-p buffer))
+            (should (equal (e2e-debugger-snapshot buffer) before))
+            (should-not (string-match-p "(:TOTAL" (substring (e2e-repl-text) repl-before))))
+        ;; Leave the image as the other tests expect it.
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (e2e-reset-fixture)))))
+
+(ert-deftest e2e-debugger-restart-stops-again ()
+  "A retry without a fix stops the thread again: the model is told, and the debugger is back."
+  (e2e-with-agent "debugger-retry-again.json"
+    (pcase-let ((`(,results ,_buffer ,_before ,_request ,_repl-before)
+                 (e2e-debugger-scenario '(:decision "approved"))))
+      (unwind-protect
+          (progn
+            (should (= (length results) 1))
+            (should-not (cdr (car results)))
+            (should (string-match-p "stopped again at level 1" (car (car results))))
+            (should (string-match-p "no non-whitespace characters" (car (car results))))
+            (should (e2e-debugger-buffers)))
+        (dolist (b (e2e-debugger-buffers))
+          (with-current-buffer b
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (e2e-reset-fixture)))))
+
+(ert-deftest e2e-debugger-eval-in-frame-cancelled ()
+  "C-c C-k during an endless evaluation in a frame interrupts it: the user's debugger answers at once."
+  (let ((sly-agent-q-image-timeout 120))
+    (e2e-with-agent "debugger-cancel.json"
+      (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+      (e2e-repl-type "(my-app::stubborn-step 1)")
+      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+      (let ((buffer (car (e2e-debugger-buffers)))
+            outcome)
+        (unwind-protect
+            (progn
+              (sly-agent-q-send "Evaluate forever" (lambda (o) (setq outcome o)))
+              (sly-agent-q-test-wait (lambda () (string-match-p "debugger_eval_in_frame" (sly-agent-q-test-chat-text)))
+                                     30 "the call to show")
+              (sly-agent-q-test-sleep 1)
+              (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))
+              (sly-agent-q-test-wait (lambda () outcome) 10 "the cancelled turn")
+              (should (eq (plist-get outcome :status) 'cancelled))
+              (should (buffer-live-p buffer)))
+          ;; The debugged thread is free again: the user's abort closes the debugger at once.
+          (when (buffer-live-p buffer)
+            (with-current-buffer buffer
+              (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+          (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 10 "the debugger to close"))
+        (should (equal (e2e-eval '(cl:+ 1 2)) 3))))))
+
+(defun e2e-tool-call (name arguments)
+  "Run tool NAME with ARGUMENTS (a plist) through tools/call; return the result plist."
+  (let (result failure)
+    (sly-agent-q-server-request 'tools/call (list :name name :arguments (or arguments (make-hash-table)))
+                                (lambda (r) (setq result r))
+                                (lambda (e) (setq failure (or e :failed))))
+    (sly-agent-q-test-wait (lambda () (or result failure)) 60 (format "tools/call %s" name))
+    (should-not failure)
+    result))
+
+(ert-deftest e2e-interrupt-thread-opens-the-users-debugger ()
+  "interrupt_thread (approved) breaks a thread into the user's debugger, which debugger_state then sees."
+  (e2e-with-agent "mcp-none.json"
+    (e2e-eval '(cl:progn (sb-thread:make-thread (cl:lambda () (cl:loop (cl:sleep 0.1)))
+                                                :name "saq-e2e-sleeper")
+                         t))
+    (let* ((asked nil)
+           (sly-agent-q-approval-function (lambda (r callback) (push (plist-get r :tool) asked)
+                                            (funcall callback '(:decision "approved"))))
+           (threads (plist-get (e2e-tool-call "list_threads" nil) :content))
+           (id (and (string-match "^ *\\([0-9]+\\)  saq-e2e-sleeper" threads)
+                    (string-to-number (match-string 1 threads)))))
+      (should id)
+      (unwind-protect
+          (progn
+            (let ((r (e2e-tool-call "interrupt_thread" (list :thread id))))
+              (should (eq (plist-get r :success) t))
+              (should (equal asked '("interrupt_thread"))))
+            (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 20 "the debugger to open")
+            (let ((state (plist-get (e2e-tool-call "debugger_state" (list :thread id)) :content)))
+              (should (string-match-p "Interrupted by sly-agent-q" state))
+              (should (string-match-p (format "thread %d" id) state))))
+        (dolist (b (e2e-debugger-buffers))
+          (with-current-buffer b
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close"))
+      (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
+
+(ert-deftest e2e-debugger-tools-on-a-local-that-never-prints ()
+  "Locals, eval in frame, inspect and threads in the user's debugger; a local's printer never returns.
+Every result comes back bounded, the debugger is as it was and the image answers."
+  (e2e-with-agent "debugger-tools.json"
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+    (e2e-repl-type "(my-app::stubborn-step 21)")
+    (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+    (let* ((buffer (car (e2e-debugger-buffers)))
+           (before (progn (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10
+                                                 "the debugger to draw")
+                          (e2e-debugger-snapshot buffer)))
+           (start (float-time)))
+      (unwind-protect
+          (progn
+            (should (eq (plist-get (sly-agent-q-test-send "Look at the debugger" 90) :status) 'finished))
+            (should (< (- (float-time) start) 40))
+            (let ((results (e2e-tool-results)))
+              (should (= (length results) 5))
+              (should (cl-notany #'cdr results))
+              (should (string-match-p "Stubborn failure at 42" (car (nth 0 results))))
+              (should (string-match-p "STUBBORN-STEP" (car (nth 0 results))))
+              (should (string-match-p "LIMIT = 42" (car (nth 1 results))))
+              (should (string-match-p "THING = #<MY-APP::STUBBORN not printable within 2 s" (car (nth 1 results))))
+              (should (string-match-p "84" (car (nth 2 results))))
+              (should (string-match-p "an instance of MY-APP::STUBBORN" (car (nth 3 results))))
+              (should (string-match-p "this tool's own thread" (car (nth 4 results)))))
+            ;; The user's debugger is as it was, and the image answers.
+            (should (equal (e2e-debugger-snapshot buffer) before))
+            (should (equal (e2e-eval '(cl:+ 1 2)) 3)))
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")))))
 
 ;;;; Failures the agent must survive
 

@@ -49,15 +49,31 @@ describe("trust by capability", () => {
     const s = await ready({ categoryLevels: { evaluation: "dangerous" } });
     s.answerApproval = () => ({ result: { decision: "denied" } });
     // Internal steps are never offered nor run for a caller; the rest evaluate code in the image
-    // (loading a system, running its tests, compiling an edited definition from its file).
+    // (loading a system, running its tests, compiling an edited definition from its file, in a frame...).
     const evaluators = s.registry
       .list({ includeAliases: true })
       .filter((t) => t.categories.includes("evaluation") && !t.internal)
       .map((t) => t.name);
-    expect(evaluators.sort()).toEqual(["compile_form", "eval_form", "eval_in_package", "insert_form", "load_system", "replace_definition", "run_tests"]);
+    expect(evaluators.sort()).toEqual([
+      "compile_form",
+      "debugger_eval_in_frame",
+      "eval_form",
+      "eval_in_package",
+      "insert_form",
+      "load_system",
+      "profile_eval",
+      "replace_definition",
+      "run_tests",
+      "trace_eval",
+    ]);
+    // Each with arguments its schema accepts, so that it is the level that stops it.
+    const argsFor: Record<string, Record<string, unknown>> = {
+      debugger_eval_in_frame: { form: "(+ 1 2)", frame: 0 },
+      trace_eval: { functions: ["car"], form: "(+ 1 2)", package: "CL-USER" },
+    };
     for (const name of evaluators) {
       const tool = s.registry.get(name)!;
-      const args = "form" in tool.parameters ? { form: "(+ 1 2)", package: "CL-USER" } : validArgs(tool);
+      const args = argsFor[name] ?? ("form" in tool.parameters ? { form: "(+ 1 2)", package: "CL-USER" } : validArgs(tool));
       expect((await s.call(name, args)).success, name).toBe(false);
     }
     expect(s.approvals.map((a) => a.tool)).toEqual(evaluators);

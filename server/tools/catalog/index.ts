@@ -2,11 +2,12 @@
 
 import { ToolRegistry } from "../registry.js";
 import type { Tool } from "../tool.js";
+import { debuggerTools } from "./debugger.js";
 import { emacsTools } from "./emacs.js";
 import { imageTools } from "./image.js";
 import { sourceTools } from "./source.js";
 
-export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools];
+export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...debuggerTools];
 
 export function createDefaultRegistry(): ToolRegistry {
   const registry = new ToolRegistry();

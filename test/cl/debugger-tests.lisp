@@ -1,0 +1,221 @@
+;;;; debugger-tests.lisp --- tests of the debugger, thread, trace,
+;;;; profile and disassembly helpers (issue 13).
+;;;
+;;; Loaded after tests.lisp, whose helpers (TOOL, HAS, ...) it uses.
+;;; The debugger operations run where the user's debugger runs them: in
+;;; the thread that hit the error, inside the backend's debugging
+;;; environment (CALL-WITH-DEBUGGING-ENVIRONMENT, as SLYNK/SWANK's
+;;; debugger loop has it).
+
+(in-package #:sly-agent-q-tests)
+
+(defclass hostile () ()
+  (:documentation "An object whose printer never returns."))
+
+(defmethod print-object ((object hostile) stream)
+  (loop (sleep 0.05)))
+
+(defvar *in-debugger* nil)
+
+(defun debugger-snapshot (function)
+  "Call FUNCTION (of no arguments) inside the debugging environment of
+an error signalled in DEBUGGEE, and return its value."
+  (block snapshot
+    (handler-bind ((error (lambda (c)
+                            (declare (ignore c))
+                            (return-from snapshot
+                              (funcall (find-symbol "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                                                    (if (find-package "SLYNK-BACKEND") "SLYNK-BACKEND"
+                                                        (if (find-package "SWANK/BACKEND") "SWANK/BACKEND" "SWANK-BACKEND")))
+                                       function)))))
+      (debuggee (make-instance 'hostile) 41))))
+
+(defun debuggee (monster number)
+  (declare (optimize (debug 3)))
+  (let ((answer (1+ number)))
+    (error "debuggee stops with ~A and ~A" answer (type-of monster))))
+
+(defun op (name &rest keys-and-values)
+  (sly-agent-q:debugger-call name (loop for (key value) on keys-and-values by #'cddr
+                                        collect (cons key value))
+                             :timeout 10))
+
+(defun frame-of (backtrace-text function-name)
+  "The number of the first frame of BACKTRACE-TEXT calling FUNCTION-NAME."
+  (with-input-from-string (in backtrace-text)
+    (loop for line = (read-line in nil)
+          while line
+          for pos = (search (concatenate 'string "(" function-name) line)
+          when pos
+            return (parse-integer line :junk-allowed t))))
+
+(deftest debugger-backtrace-locals-and-eval-in-frame
+  (let ((results
+          (debugger-snapshot
+           (lambda ()
+             (let* ((bt (op "backtrace" "count" 30))
+                    (frame (frame-of (text bt) "DEBUGGEE"))
+                    (start (get-internal-real-time))
+                    (locals (op "frame_locals" "frame" frame))
+                    (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second))
+                    (eval (op "eval_in_frame" "frame" frame "form" "(* number 2)"))
+                    (bad (op "eval_in_frame" "frame" frame "form" "(error \"inner ~A\" number)"))
+                    (missing (op "frame_locals" "frame" 9999)))
+               (list bt frame locals seconds eval bad missing))))))
+    (destructuring-bind (bt frame locals seconds eval bad missing) results
+      (is (ok-p bt))
+      (is (integerp frame))
+      (is (has bt "DEBUGGEE"))
+      (is (ok-p locals))
+      ;; The hostile local is printed bounded, the others whole.
+      (is (has locals "NUMBER = 41" "not printable within"))
+      (is (< seconds 8))
+      (is (has eval "82"))
+      (is (error-p bad))
+      (is (has bad "inner 41"))
+      (is (error-p missing))
+      (is (has missing "no frame 9999")))))
+
+(deftest image-healthy-after-hostile-local
+  (is (has (tool "eval_form" "form" "(+ 1 2)") "3")))
+
+(deftest threads-listed-and-interrupt-checks
+  (let ((list (tool "list_threads")))
+    (is (ok-p list))
+    (is (has list "this tool's own thread")))
+  (is (has (tool "interrupt_thread" "thread" 987654) "No thread has id 987654")))
+
+(deftest trace-eval-traces-then-untraces
+  (let ((result (tool "trace_eval" "functions" '("my-app::split-on-commas") "package" "MY-APP"
+                      "form" "(parse-input \"1, 2\")")))
+    (is (ok-p result))
+    (is (has result "SPLIT-ON-COMMAS" "(1 2)" "untraced now")))
+  (is (null (eval '(trace))))
+  (let ((failed (tool "trace_eval" "functions" '("my-app::split-on-commas") "package" "MY-APP"
+                      "form" "(parse-input \"\")")))
+    (is (error-p failed))
+    (is (has failed "SPLIT-ON-COMMAS")))
+  (is (null (eval '(trace))))
+  (is (has (tool "trace_eval" "functions" '("no-such-fn") "package" "MY-APP" "form" "1")
+           "NO-SUCH-FN")))
+
+(deftest profile-and-disassemble
+  (let ((result (tool "profile_eval" "package" "MY-APP"
+                      "form" "(let ((s 0)) (dotimes (i 3000000 s) (incf s (mod i 7))))")))
+    (is (ok-p result))
+    (is (has result "Statistical profile")))
+  (let ((result (tool "disassemble_function" "function" "my-app::split-on-commas")))
+    (is (ok-p result))
+    (is (has result "disassembly")))
+  (is (has (tool "disassemble_function" "function" "cl:when") "macro")))
+
+(defun inspect-id (result &optional (value 1))
+  "The inspect id RESULT gives for its VALUEth value."
+  (let* ((text (text result))
+         (marker (format nil "value ~D is id " value))
+         (start (search marker text)))
+    (and start (parse-integer text :start (+ start (length marker)) :junk-allowed t))))
+
+(deftest inspect-values-from-eval-and-frame-locals
+  ;; Immediate values get no id: the result reads as before.
+  (is (not (has (tool "eval_form" "form" "(+ 1 2)") "inspect_value")))
+  (let* ((result (tool "eval_form" "package" "MY-APP"
+                       "form" "(values (make-instance 'my-class :name \"n\" :items '(1 2)) (list 1 2 3) 4)"))
+         (object (inspect-id result 1))
+         (list (inspect-id result 2)))
+    (is (integerp object))
+    (is (integerp list))
+    (is (null (inspect-id result 3)))
+    (let ((inspection (tool "inspect_value" "id" object)))
+      (is (has inspection "MY-CLASS" "NAME" "\"n\"" "ITEMS")))
+    (is (has (tool "inspect_value" "id" list "offset" 1 "limit" 1)
+             "a list of 3 elements" "[1] 1: 2" "More: offset 2"))
+    ;; A part becomes a value of its own.
+    (is (has (tool "inspect_value" "id" object "part" 1) "a list of 2 elements"))
+    (is (has (tool "inspect_value" "id" 999999) "No value has inspect id 999999")))
+  ;; A hash table whose value never prints: bounded.
+  (let* ((result (tool "eval_form"
+                       "form" "(let ((h (make-hash-table))) (setf (gethash :k h) (make-instance 'sly-agent-q-tests::hostile)) h)"))
+         (id (inspect-id result)))
+    (is (integerp id))
+    (let ((start (get-internal-real-time))
+          (inspection (tool "inspect_value" "id" id)))
+      (is (has inspection "1 entry" ":K" "not printable within"))
+      (is (< (/ (- (get-internal-real-time) start) internal-time-units-per-second) 8))))
+  ;; A frame's local, from the debugger.
+  (let ((result (debugger-snapshot
+                 (lambda ()
+                   (let* ((frame (frame-of (text (op "backtrace" "count" 30)) "DEBUGGEE"))
+                          (locals (text (op "frame_locals" "frame" frame)))
+                          (monster (search "MONSTER = " locals))
+                          (local (and monster (parse-integer locals :start (max 0 (- monster 3))
+                                                                    :junk-allowed t))))
+                     (op "inspect_local" "frame" frame "local" (or local 0)))))))
+    (is (ok-p result))
+    (is (has result "HOSTILE"))))
+
+(deftest interrupt-thread-breaks-into-the-debugger
+  ;; A thread whose debugger hook records what entered it (the user's
+  ;; debugger would open there under SLY or SLIME).
+  (let* ((entered nil)
+         (ready nil)
+         (thread (sb-thread:make-thread
+                  (lambda ()
+                    (let ((sb-ext:*invoke-debugger-hook*
+                            (lambda (condition hook)
+                              (declare (ignore hook))
+                              (setf entered (princ-to-string condition))
+                              (sb-thread:abort-thread))))
+                      (setf ready t)
+                      (loop (sleep 0.05))))
+                  :name "saq-interrupt-me"))
+         (waited (loop repeat 100 until ready do (sleep 0.02)))
+         (id (loop for line in (sly-agent-q::split-lines (text (tool "list_threads")))
+                   when (search "saq-interrupt-me" line)
+                     return (parse-integer line :junk-allowed t))))
+    (declare (ignore waited))
+    (unwind-protect
+         (progn
+           (is (integerp id))
+           (let ((result (tool "interrupt_thread" "thread" id)))
+             (is (ok-p result))
+             (is (has result "saq-interrupt-me")))
+           (loop repeat 100 until entered do (sleep 0.05))
+           (is (and entered (search "Interrupted by sly-agent-q" entered))))
+      (when (sb-thread:thread-alive-p thread)
+        (sb-thread:terminate-thread thread)))))
+
+(deftest trace-kept-until-untraced
+  (is (has (tool "untrace_functions") "No function is left traced"))
+  (let ((result (tool "trace_eval" "functions" '("my-app::split-on-commas") "package" "MY-APP"
+                      "form" "(parse-input \"1\")" "keep" t)))
+    (is (has result "still traced" "SPLIT-ON-COMMAS")))
+  (is (member (find-symbol "SPLIT-ON-COMMAS" "MY-APP") (eval '(trace))))
+  (is (has (tool "untrace_functions") "Untraced" "SPLIT-ON-COMMAS"))
+  (is (null (eval '(trace)))))
+
+(defun hostile-recursion (monster n)
+  (declare (optimize (debug 3)) (notinline hostile-recursion))
+  (if (zerop n)
+      (error "deep enough")
+      (list (hostile-recursion monster (1- n)) monster)))
+
+(deftest backtrace-of-hostile-frames-is-bounded-in-all
+  (let* ((start (get-internal-real-time))
+         (result (block snapshot
+                   (handler-bind ((error (lambda (c)
+                                           (declare (ignore c))
+                                           (return-from snapshot
+                                             (funcall (find-symbol "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                                                                   (if (find-package "SLYNK-BACKEND") "SLYNK-BACKEND"
+                                                                       (if (find-package "SWANK/BACKEND") "SWANK/BACKEND" "SWANK-BACKEND")))
+                                                      (lambda ()
+                                                        (let ((sly-agent-q::*print-seconds* 0.3)
+                                                              (sly-agent-q::*frames-seconds* 1))
+                                                          (op "backtrace" "count" 10))))))))
+                     (hostile-recursion (make-instance 'hostile) 8))))
+         (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second)))
+    (is (ok-p result))
+    (is (has result "HOSTILE-RECURSION ...) [arguments not printable in time"
+             "HOSTILE-RECURSION ...) [not printed: the frames took 1 s already]"))
+    (is (< seconds 5))))

@@ -1,0 +1,163 @@
+;;; sly-agent-q-debugger-test.el --- The debugger module without a Lisp  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The Emacs side of the debugger tools with a stand-in debugger buffer
+;; (sldb-mode's buffer-local variables, no Lisp): what the tools say
+;; when no debugger is open, the approval's naming of the restart, the
+;; chat command, and the tools' deferred answers.  The real thing, under
+;; SLIME and SLY, is in test/e2e.
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'sly-agent-q)
+
+(defvar sldb-level)
+(defvar sldb-restarts)
+(defvar sldb-condition)
+(defvar slime-current-thread)
+
+(defmacro sly-agent-q-debugger-test--with-debugger (&rest body)
+  "Run BODY with a stand-in sldb buffer bound to `debugger'."
+  (declare (indent 0) (debug t))
+  `(let ((debugger (generate-new-buffer "*sldb test/1*")))
+     (unwind-protect
+         (progn
+           (with-current-buffer debugger
+             (setq major-mode 'sldb-mode)
+             (set (make-local-variable 'sldb-level) 2)
+             (set (make-local-variable 'slime-current-thread) 7)
+             (set (make-local-variable 'sldb-condition)
+                  '("no non-whitespace characters in string \"\"." "[Condition of type PARSE-ERROR]" nil))
+             (set (make-local-variable 'sldb-restarts)
+                  '(("RETRY-PARSE" "Parse the input again.") ("ABORT" "Return to top level.")))
+             (insert "no non-whitespace characters\n\nRestarts:\n 0: [RETRY-PARSE] ...\n\nBacktrace:\n"
+                     "  0: (PARSE-INTEGER \"\")\n  1: (MY-APP:PARSE-INPUT \"\")\n  2: (MY-APP::TOTAL-INPUT \"\")\n"))
+           ,@body)
+       (kill-buffer debugger))))
+
+(defun sly-agent-q-debugger-test--call (capability args)
+  "Run CAPABILITY with ARGS through the tools' dispatch; return (CONTENT ERROR)."
+  (let (answer)
+    (sly-agent-q-tools-call capability args (lambda (content error) (setq answer (list content error))))
+    answer))
+
+(ert-deftest sly-agent-q-debugger-capabilities-registered ()
+  "Every debugger tool has its Emacs handler."
+  (dolist (name '("debugger_state" "debugger_frame_locals" "debugger_eval_in_frame"
+                  "debugger_inspect_local" "debugger_invoke_restart"))
+    (should (member name (sly-agent-q-tools-capabilities)))))
+
+(ert-deftest sly-agent-q-debugger-none-open ()
+  "Without a debugger the tools say so; nothing waits."
+  (cl-letf (((symbol-function 'sly-agent-q-debugger-buffers) (lambda () nil)))
+    (should (string-match-p "No debugger is open"
+                            (car (sly-agent-q-debugger-test--call "debugger_state" nil))))
+    (let ((r (sly-agent-q-debugger-test--call "debugger_frame_locals" '(:frame 0))))
+      (should-not (car r))
+      (should (string-match-p "No debugger is open" (cadr r))))
+    (let ((r (sly-agent-q-debugger-test--call "debugger_invoke_restart" '(:restart 0))))
+      (should (string-match-p "No debugger is open" (cadr r))))))
+
+(ert-deftest sly-agent-q-debugger-wrong-thread-level-or-restart ()
+  "A thread, level or restart that is not the debugger's is refused, naming what is."
+  (sly-agent-q-debugger-test--with-debugger
+    (should (string-match-p "threads 7"
+                            (cadr (sly-agent-q-debugger-test--call "debugger_frame_locals" '(:frame 0 :thread 3)))))
+    (should (string-match-p "level 2 now, not 1"
+                            (cadr (sly-agent-q-debugger-test--call "debugger_invoke_restart"
+                                                                   '(:restart 0 :level 1)))))
+    (let ((r (cadr (sly-agent-q-debugger-test--call "debugger_invoke_restart" '(:restart 5)))))
+      (should (string-match-p "no restart 5" r))
+      (should (string-match-p "0: \\[RETRY-PARSE\\] Parse the input again." r)))))
+
+(ert-deftest sly-agent-q-debugger-approval-names-the-restart ()
+  "The approval's first line names the restart, its description, thread, level and condition."
+  (sly-agent-q-debugger-test--with-debugger
+    (let* ((preview (sly-agent-q-tools-preview "debugger_invoke_restart" '(:restart 0)))
+           (detail (plist-get preview :detail)))
+      (should (string-match-p "restart 0 \\[RETRY-PARSE\\] Parse the input again" detail))
+      (should (string-match-p "thread 7, level 2" detail))
+      (should (string-match-p "no non-whitespace" detail)))
+    ;; A restart the debugger lacks is refused before anyone is asked.
+    (should-error (sly-agent-q-tools-preview "debugger_invoke_restart" '(:restart 9))
+                  :type 'sly-agent-q-tool-error)))
+
+(ert-deftest sly-agent-q-debugger-ask-fills-the-chat-input ()
+  "The command puts condition, type, restarts and top frames in the chat's input, unsent."
+  (sly-agent-q-debugger-test--with-debugger
+    (let ((sent nil))
+      (cl-letf (((symbol-function 'sly-agent-q-send) (lambda (&rest _) (setq sent t))))
+        (with-current-buffer debugger (sly-agent-q-debugger-ask))
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+            (dolist (part '("no non-whitespace characters" "PARSE-ERROR" "0: \\[RETRY-PARSE\\]"
+                            "1: \\[ABORT\\]" "TOTAL-INPUT" "thread 7, level 2"))
+              (should (string-match-p part text)))))
+        (should-not sent)
+        (kill-buffer (sly-agent-q-chat-buffer))))
+    (should-error (with-temp-buffer (sly-agent-q-debugger-ask)) :type 'user-error)))
+
+(ert-deftest sly-agent-q-debugger-deferred-answers-once ()
+  "A handler's deferred answer reaches the callback once; an error in it becomes the answer."
+  (let ((sly-agent-q-tools-dispatch-table sly-agent-q-tools-dispatch-table)
+        (later nil) (answers nil))
+    (setf (alist-get "test_later" sly-agent-q-tools-dispatch-table nil nil #'equal)
+          (cl-function (lambda (&key _x) (lambda (answer) (setq later answer)))))
+    (setf (alist-get "test_broken" sly-agent-q-tools-dispatch-table nil nil #'equal)
+          (cl-function (lambda (&key _x) (lambda (_answer) (error "Boom")))))
+    (sly-agent-q-tools-call "test_later" nil (lambda (c e) (push (list c e) answers)))
+    (should-not answers)
+    (funcall later "done" nil)
+    (funcall later "again" nil)
+    (should (equal answers '(("done" nil))))
+    (setq answers nil)
+    (sly-agent-q-tools-call "test_broken" nil (lambda (c e) (push (list c e) answers)))
+    (should (= (length answers) 1))
+    (should (string-match-p "Boom" (cadr (car answers))))))
+
+(ert-deftest sly-agent-q-debugger-deferred-can-be-stopped ()
+  "A deferred call returns a stop function: it stops the work and answers once."
+  (let ((sly-agent-q-tools-dispatch-table sly-agent-q-tools-dispatch-table)
+        (stopped 0) (later nil) (answers nil))
+    (setf (alist-get "test_stoppable" sly-agent-q-tools-dispatch-table nil nil #'equal)
+          (cl-function (lambda (&key _x)
+                         (lambda (answer) (setq later answer) (lambda () (cl-incf stopped))))))
+    (let ((stop (sly-agent-q-tools-call "test_stoppable" nil (lambda (c e) (push (list c e) answers)))))
+      (should (functionp stop))
+      (funcall stop)
+      (funcall stop)
+      (funcall later "too late" nil)
+      (should (= stopped 1))
+      (should (equal answers '((nil "The call was cancelled.")))))
+    ;; A call answered at once returns nil.
+    (should-not (sly-agent-q-tools-call "debugger_state" nil #'ignore))))
+
+(ert-deftest sly-agent-q-debugger-approval-summary-shows-detail ()
+  "The approval in the chat shows the detail line first."
+  (let ((summary (sly-agent-q-approval--summary
+                  '(:tool "debugger_invoke_restart" :arguments (:restart 0)
+                    :detail "invokes restart 0 [RETRY-PARSE] Parse again"))))
+    (should (string-match-p "\\`    invokes restart 0 \\[RETRY-PARSE\\] Parse again\n" summary))))
+
+(provide 'sly-agent-q-debugger-test)
+;;; sly-agent-q-debugger-test.el ends here
