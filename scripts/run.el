@@ -74,7 +74,10 @@ Then ask, for example: \"Describe the function MAPCAR\"."
   "Start the Lisp, then open the chat next to the REPL."
   (let ((provider (getenv "SLY_AGENT_Q_PROVIDER"))
         (base-url (getenv "SLY_AGENT_Q_BASE_URL"))
-        (model (getenv "SLY_AGENT_Q_MODEL")))
+        (model (getenv "SLY_AGENT_Q_MODEL"))
+        (conversations (getenv "SLY_AGENT_Q_CONVERSATION_DIRECTORY")))
+    (when (and conversations (not (string-empty-p conversations)))
+      (setq sly-agent-q-conversation-directory conversations))
     (when (and provider (not (string-empty-p provider))) (setq sly-agent-q-provider provider))
     (when (and base-url (not (string-empty-p base-url))) (setq sly-agent-q-base-url base-url))
     (when (and model (not (string-empty-p model))) (setq sly-agent-q-model model)))

@@ -54,6 +54,8 @@
               (prin1 `(progn
                         (require 'package)
                         (setq package-user-dir ,elpa)
+                        ;; The user's conversations stay in this user's directory, not the tester's.
+                        (setq sly-agent-q-conversation-directory ,(expand-file-name "conversations/" home))
                         (package-initialize)
                         (package-install-file ,archive)
                         (require 'sly-agent-q)
@@ -120,16 +122,21 @@
               (car (file-expand-wildcards (expand-file-name "out/sly-agent-q-*.tar" work)))))))
 
 (defun e2e-package-run-user (forms)
-  "Run FORMS in a fresh `emacs -Q --batch'; return its output."
-  (let ((script (make-temp-file "agent-q-user" nil ".el")))
+  "Run FORMS in a fresh `emacs -Q --batch'; return its output.
+Conversations it holds are saved into a directory of its own."
+  (let ((script (make-temp-file "agent-q-user" nil ".el"))
+        (conversations (file-name-as-directory (make-temp-file "agent-q-conversations" t))))
     (unwind-protect
         (progn
-          (with-temp-file script (prin1 `(progn ,@forms) (current-buffer)))
+          (with-temp-file script
+            (prin1 `(progn (setq sly-agent-q-conversation-directory ,conversations) ,@forms)
+                   (current-buffer)))
           (with-temp-buffer
             (call-process (expand-file-name invocation-name invocation-directory)
                           nil t nil "-Q" "--batch" "-l" script)
             (buffer-string)))
-      (delete-file script))))
+      (delete-file script)
+      (delete-directory conversations t))))
 
 (defun e2e-package-field (name out)
   "The value of the line NAME=VALUE in OUT."

@@ -59,13 +59,17 @@
   (declare (indent 1) (debug t))
   `(progn
      (unless (executable-find "tmux") (ert-skip "tmux is not installed"))
-     (let ((session (format "sly-agent-q-run-%d" (emacs-pid))))
+     (let ((session (format "sly-agent-q-run-%d" (emacs-pid)))
+           ;; The conversations of the run go to a directory of the test's, not the tester's.
+           (conversations (file-name-as-directory (make-temp-file "agent-q-conversations" t))))
        (unwind-protect
            (progn
              (e2e-run--tmux "new-session" "-d" "-s" session "-x" "180" "-y" "40"
                             (mapconcat #'identity
                                        (append (list "cd" (shell-quote-argument sly-agent-q-test-root) "&&" "env"
-                                                     "-u" "ANTHROPIC_API_KEY" "-u" "OPENAI_API_KEY")
+                                                     "-u" "ANTHROPIC_API_KEY" "-u" "OPENAI_API_KEY"
+                                                     (shell-quote-argument
+                                                      (concat "SLY_AGENT_Q_CONVERSATION_DIRECTORY=" conversations)))
                                                (mapcar #'shell-quote-argument ,env)
                                                (list "scripts/run.sh"))
                                        " "))
@@ -75,7 +79,8 @@
                                 (string-match-p "sly-agent-q: ask about your Lisp image" screen))))
               180 "Emacs with SLIME and the chat on screen")
              ,@body)
-         (e2e-run--quit session)))))
+         (e2e-run--quit session)
+         (delete-directory conversations t)))))
 
 (ert-deftest e2e-run-command-answers-on-screen ()
   "make run: type a question in the chat, read the model's answer on the screen."
@@ -89,7 +94,9 @@
           (e2e-run--tmux "send-keys" "-t" session "what is car?" "Enter")
           (sly-agent-q-test-wait
            (lambda () (string-match-p "you said: what is car\\?" (e2e-run--screen session)))
-           30 "the answer on screen"))
+           30 "the answer on screen")
+          ;; The conversation was saved, into the run's directory.
+          (should (directory-files conversations nil "\\.jsonl\\'")))
       (sly-agent-q-test-stop-mock))))
 
 (ert-deftest e2e-run-command-without-a-model-says-how ()
