@@ -10,3 +10,9 @@ export function sentence(text: string): string {
 export function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
+
+/** TEXT on one line (white space runs made one space, trimmed), cut to MAX characters with an ellipsis. */
+export function oneLine(text: string, max = Infinity): string {
+  const line = text.trim().replace(/\s+/g, " ");
+  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
+}

@@ -11,6 +11,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
+import { oneLine } from "../text.js";
 
 /** The format version this server writes and reads. */
 export const STORE_VERSION = 1;
@@ -69,6 +70,8 @@ export class StoreError extends Error {
   constructor(
     readonly file: string,
     message: string,
+    /** The system's error code when a file operation failed (ENOENT: there is no such file). */
+    readonly code?: string,
   ) {
     super(`${file}: ${message}`);
     this.name = "StoreError";
@@ -81,10 +84,7 @@ function titleOf(messages: readonly Message[]): string {
   for (const m of messages) {
     if (m.role !== "user") continue;
     for (const b of m.content) {
-      if (b.type === "text" && b.text.trim() !== "") {
-        const line = b.text.trim().replace(/\s+/g, " ");
-        return line.length > 72 ? `${line.slice(0, 71)}…` : line;
-      }
+      if (b.type === "text" && b.text.trim() !== "") return oneLine(b.text, 72);
     }
   }
   return "(empty)";
@@ -212,6 +212,7 @@ export class ConversationJournal {
   private fd: number | undefined;
 
   private constructor(
+    private readonly store: ConversationStore,
     readonly file: string,
     private readonly lockFile: string,
     fd: number,
@@ -221,36 +222,30 @@ export class ConversationJournal {
 
   /** Creates FILE with HEADER. Throws StoreError when it exists or cannot be written. */
   static create(store: ConversationStore, header: HeaderRecord): ConversationJournal {
-    const file = store.fileOf(header.id);
-    const lock = store.lock(header.id);
-    let fd: number;
-    try {
-      fd = openSync(file, "wx", 0o600);
-    } catch (err) {
-      store.unlock(lock);
-      throw new StoreError(file, `cannot be created: ${(err as Error).message}`);
-    }
-    const journal = new ConversationJournal(file, lock, fd);
+    const journal = ConversationJournal.open(store, header.id, "wx", "created");
     journal.append(header);
     return journal;
   }
 
   /** Opens an existing FILE for appending, sealing off a last line cut short by a crash. */
   static reopen(store: ConversationStore, id: string, stored: StoredConversation): ConversationJournal {
-    const file = store.fileOf(id);
-    const lock = store.lock(id);
-    let fd: number;
-    try {
-      fd = openSync(file, "a", 0o600);
-    } catch (err) {
-      store.unlock(lock);
-      throw new StoreError(file, `cannot be opened for writing: ${(err as Error).message}`);
-    }
-    const journal = new ConversationJournal(file, lock, fd);
+    const journal = ConversationJournal.open(store, id, "a", "opened for writing");
     if (stored.truncatedBytes !== undefined) {
       journal.write(`\n${JSON.stringify({ v: STORE_VERSION, type: "sealed", at: now() })}\n`);
     }
     return journal;
+  }
+
+  /** Takes conversation ID's lock and opens its file with FLAGS; on failure lets go of the lock. */
+  private static open(store: ConversationStore, id: string, flags: "wx" | "a", what: string): ConversationJournal {
+    const file = store.fileOf(id);
+    const lock = store.lock(id);
+    try {
+      return new ConversationJournal(store, file, lock, openSync(file, flags, 0o600));
+    } catch (err) {
+      store.unlock(lock);
+      throw new StoreError(file, `cannot be ${what}: ${(err as Error).message}`);
+    }
   }
 
   /** Appends RECORD as one line, in one write. */
@@ -289,11 +284,12 @@ export class ConversationJournal {
     while (done < data.length) done += writeSync(this.fd, data, done);
   }
 
-  close(store: ConversationStore): void {
+  /** Closes the file and lets go of its lock (in the directory it was opened in, whatever the configuration says now). */
+  close(): void {
     if (this.fd === undefined) return;
     closeSync(this.fd);
     this.fd = undefined;
-    store.unlock(this.lockFile);
+    this.store.unlock(this.lockFile);
   }
 }
 
@@ -326,7 +322,7 @@ export class ConversationStore {
       if (!st.isFile()) throw new Error("not a regular file");
       text = readFileSync(file, "utf8");
     } catch (err) {
-      throw new StoreError(file, `cannot be read: ${(err as Error).message}`);
+      throw new StoreError(file, `cannot be read: ${(err as Error).message}`, (err as NodeJS.ErrnoException).code);
     }
     const stored = parseConversation(file, text);
     if (stored.header.id !== id) throw new StoreError(file, `holds conversation ${stored.header.id}, not ${id}.`);
@@ -376,7 +372,7 @@ export class ConversationStore {
     try {
       journal.append(record);
     } finally {
-      journal.close(this);
+      journal.close();
     }
   }
 

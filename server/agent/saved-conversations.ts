@@ -26,7 +26,8 @@ import {
 } from "../protocol.js";
 import type { Message } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
-import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoredConversation } from "./conversation-store.js";
+import { oneLine } from "../text.js";
+import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
 import { Conversation } from "./conversation.js";
 import { exportConversation } from "./export.js";
@@ -96,21 +97,20 @@ export class SavedConversations {
   }
 
   /**
-   * Conversation ID from its file, held by this server again and saved on from where it ended.
-   * Throws a ResponseError when there is no such file or it cannot be trusted.
+   * Conversation ID from its file (STORED, when it was just read), held by this server again and saved
+   * on from where it ended. Throws a ResponseError when there is no such file or it cannot be trusted.
    */
-  load(id: string): Conversation {
+  load(id: string, stored?: StoredConversation): Conversation {
     const open = this.conversations.get(id);
     if (open) return open;
     const store = this.store();
     if (!store) throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${id}; start one with conversation/new or omit conversationId.`);
-    let stored: StoredConversation;
     let journal: ConversationJournal;
     try {
-      stored = store.read(id);
+      stored ??= store.read(id);
       journal = ConversationJournal.reopen(store, id, stored);
     } catch (err) {
-      if (err instanceof StoreError && /cannot be read: ENOENT/.test(err.message)) {
+      if (err instanceof StoreError && err.code === "ENOENT") {
         throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${id}, here or saved in ${store.directory}.`);
       }
       throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
@@ -129,9 +129,7 @@ export class SavedConversations {
 
   /** Stops saving conversation ID (it is deleted or closed); with DELETEFILE its file goes too. */
   forget(id: string, deleteFile = false): void {
-    const store = this.store();
-    const journal = this.journals.get(id);
-    if (journal && store) journal.close(store);
+    this.journals.get(id)?.close();
     this.journals.delete(id);
     if (deleteFile) {
       try {
@@ -143,9 +141,20 @@ export class SavedConversations {
   }
 
   closeAll(): void {
-    const store = this.store();
-    for (const j of this.journals.values()) if (store) j.close(store);
+    for (const j of this.journals.values()) j.close();
     this.journals.clear();
+  }
+
+  /** Appends RECORD to conversation ID's file, through its journal when this server holds it open. */
+  private append(id: string, record: StoreRecord): void {
+    try {
+      const journal = this.journals.get(id);
+      if (journal) journal.append(record);
+      else this.requireStore().appendTo(id, record);
+    } catch (err) {
+      if (err instanceof ResponseError) throw err;
+      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
+    }
   }
 
   private saved(p: ConversationSavedParams): ConversationSavedResult {
@@ -158,15 +167,8 @@ export class SavedConversations {
   }
 
   private resume(p: ConversationResumeParams): ConversationResumeResult {
-    if (typeof p?.conversationId !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/resume needs a conversationId.");
-    const store = this.requireStore();
-    let stored: StoredConversation;
-    try {
-      stored = store.read(p.conversationId);
-    } catch (err) {
-      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
-    }
-    this.load(p.conversationId);
+    const stored = this.readSaved(p?.conversationId);
+    this.load(p.conversationId, stored);
     return {
       conversationId: p.conversationId,
       title: stored.title,
@@ -228,16 +230,8 @@ export class SavedConversations {
     if (p.truncate !== true) return { restore: [...restore.values()] };
     const start = stored.turnStarts[from]!;
     const record = { v: STORE_VERSION, type: "truncate" as const, at: new Date().toISOString(), keep: start.index, ...(start.blocks > 0 ? { keepBlocks: start.blocks } : {}) };
-    const after = (() => {
-      try {
-        const journal = this.journals.get(p.conversationId);
-        if (journal) journal.append(record);
-        else this.requireStore().appendTo(p.conversationId, record);
-        return this.requireStore().read(p.conversationId);
-      } catch (err) {
-        throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
-      }
-    })();
+    this.append(p.conversationId, record);
+    const after = this.readSaved(p.conversationId);
     // The server's copy goes on from the same history as the file.
     if (open) restoreHistory(open, after);
     return { restore: [...restore.values()], messages: after.messages as HistoryMessage[] };
@@ -247,16 +241,8 @@ export class SavedConversations {
     if (typeof p?.conversationId !== "string" || typeof p.title !== "string" || p.title.trim() === "") {
       throw new ResponseError(RpcErrorCodes.InvalidParams, "conversation/rename needs a conversationId and a non-empty title.");
     }
-    const title = p.title.trim().replace(/\s+/g, " ");
-    const record = { v: STORE_VERSION, type: "title" as const, at: new Date().toISOString(), title };
-    try {
-      const journal = this.journals.get(p.conversationId);
-      if (journal) journal.append(record);
-      else this.requireStore().appendTo(p.conversationId, record);
-    } catch (err) {
-      if (err instanceof ResponseError) throw err;
-      throw new ResponseError(ErrorCodes.savedConversation, (err as Error).message);
-    }
+    const title = oneLine(p.title);
+    this.append(p.conversationId, { v: STORE_VERSION, type: "title", at: new Date().toISOString(), title });
     return { title };
   }
 
@@ -298,6 +284,5 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
 /** The start of the text of the turn whose text is block BLOCKS of message INDEX. */
 function turnText(messages: readonly Message[], index: number, blocks: number): string {
   const block = messages[index]?.content.slice(blocks).find((b) => b.type === "text");
-  const text = block?.type === "text" ? block.text.trim().replace(/\s+/g, " ") : "";
-  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+  return block?.type === "text" ? oneLine(block.text, 80) : "";
 }

@@ -34,7 +34,7 @@ function writeTurn(id: string): ConversationJournal {
 describe("conversation files", () => {
   it("read back every message, the usage, the title and the turns", () => {
     const j = writeTurn("c-1");
-    j.close(store);
+    j.close();
     const s = store.read("c-1");
     expect(s.messages).toEqual([user("What is car?"), toolCall, toolResult, answer]);
     expect(s.title).toBe("What is car?");
@@ -53,11 +53,11 @@ describe("conversation files", () => {
     const lines = readFileSync(store.fileOf("c-live"), "utf8").split("\n");
     expect(lines.at(-1)).toBe("");
     expect(lines.slice(0, -1).every((l) => JSON.parse(l).v === STORE_VERSION)).toBe(true);
-    j.close(store);
+    j.close();
   });
 
   it("resume up to the last complete record when the last write was cut off, and seal it on reopening", () => {
-    writeTurn("c-cut").close(store);
+    writeTurn("c-cut").close();
     const file = store.fileOf("c-cut");
     const full = statSync(file).size;
     const before = store.read("c-cut");
@@ -70,7 +70,7 @@ describe("conversation files", () => {
     // Reopen and go on: the cut line is sealed off and later records read back.
     const j = ConversationJournal.reopen(store, "c-cut", cut);
     j.message(user("and cdr?"));
-    j.close(store);
+    j.close();
     const after = store.read("c-cut");
     expect(after.messages).toEqual([...before.messages, user("and cdr?")]);
     expect(after.truncatedBytes).toBeUndefined();
@@ -78,7 +78,7 @@ describe("conversation files", () => {
   });
 
   it("refuse a file corrupt in the middle, naming it and the line, and leave it as it is", () => {
-    writeTurn("c-bad").close(store);
+    writeTurn("c-bad").close();
     const file = store.fileOf("c-bad");
     const lines = readFileSync(file, "utf8").split("\n");
     lines[2] = "{not json";
@@ -105,12 +105,12 @@ describe("conversation files", () => {
   it("list a project's conversations newest first and name the files they cannot read", () => {
     const a = ConversationJournal.create(store, header("c-a"));
     a.append({ v: 1, type: "message", at: "2026-11-23T11:00:00.000Z", message: user("older") });
-    a.close(store);
+    a.close();
     const b = ConversationJournal.create(store, header("c-b"));
     b.append({ v: 1, type: "message", at: "2026-11-23T12:00:00.000Z", message: user("newer") });
     b.append({ v: 1, type: "title", at: "2026-11-23T12:00:01.000Z", title: "Renamed" });
-    b.close(store);
-    ConversationJournal.create(store, header("c-other", "/elsewhere")).close(store);
+    b.close();
+    ConversationJournal.create(store, header("c-other", "/elsewhere")).close();
     writeFileSync(store.fileOf("c-broken"), "garbage\nmore\n");
     const { conversations, errors } = store.list("/proj/");
     expect(conversations.map((c) => [c.conversationId, c.title])).toEqual([
@@ -128,7 +128,7 @@ describe("conversation files", () => {
     j.append({ v: 1, type: "compaction", at: "x", replaced: 4, summary: "They asked about CAR.", tokensBefore: 500, tokensAfter: 50 });
     expect(store.read("c-rw").compaction).toEqual({ replaced: 4, summary: "They asked about CAR." });
     j.append({ v: 1, type: "truncate", at: "x", keep: 2 });
-    j.close(store);
+    j.close();
     const s = store.read("c-rw");
     expect(s.messages).toEqual([user("What is car?"), toolCall]);
     expect(s.compaction).toBeUndefined();
@@ -138,7 +138,7 @@ describe("conversation files", () => {
     const j = writeTurn("c-lock");
     const lockFile = `${store.fileOf("c-lock")}.lock`;
     expect(readFileSync(lockFile, "utf8")).toBe(`${process.pid}@${hostname()}`);
-    j.close(store);
+    j.close();
     expect(existsSync(lockFile)).toBe(false);
     // Another live process (a second Emacs's server) holds it: refused, and the file is untouched.
     const other = spawn("sleep", ["30"], { stdio: "ignore" });
@@ -156,18 +156,18 @@ describe("conversation files", () => {
     // Now its process is gone: the stale lock is taken over.
     const again = ConversationJournal.reopen(store, "c-lock", store.read("c-lock"));
     again.message(user("after the crash"));
-    again.close(store);
+    again.close();
     expect(store.read("c-lock").messages.at(-1)).toEqual(user("after the crash"));
     expect(existsSync(lockFile)).toBe(false);
   });
 
   it("never glue a new record to a half-written line (appendFileSync of a partial record)", () => {
-    writeTurn("c-glue").close(store);
+    writeTurn("c-glue").close();
     appendFileSync(store.fileOf("c-glue"), '{"v":1,"type":"message","at":"x","message":{"role":"user","con');
     const cut = store.read("c-glue");
     const j = ConversationJournal.reopen(store, "c-glue", cut);
     j.message(user("next"));
-    j.close(store);
+    j.close();
     // Read twice (as a second resume would): the sealed line stays skipped.
     expect(store.read("c-glue").messages.at(-1)).toEqual(user("next"));
     expect(store.read("c-glue").messages).toHaveLength(5);
@@ -188,7 +188,7 @@ describe("conversation files", () => {
     expect(both.messages[2]!.content.map((b) => b.type)).toEqual(["tool_result", "text"]);
     expect(both.turnStarts.map((t) => t.turnId)).toEqual(["t1", "t2"]);
     j.append({ v: 1, type: "truncate", at: "x", keep: 2, keepBlocks: 1 });
-    j.close(store);
+    j.close();
     const s = store.read("c-turns");
     expect(s.messages).toEqual([user("one"), toolCall, toolResult]);
     expect(s.turnStarts.map((t) => t.turnId)).toEqual(["t1"]);

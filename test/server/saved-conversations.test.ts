@@ -238,4 +238,20 @@ describe("saved conversations", () => {
     expect(sent[0]!.content[0]!.text).toContain("The first answer was 80,000 z.");
     expect(JSON.stringify(sent)).not.toContain(huge);
   });
+
+  it("let go of a conversation's file when it is closed, even after the configuration stopped saving", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "Hi." }] }] });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "hello" });
+    await a.ended(sent.turnId);
+    const lock = join(dir, "conversations", `${sent.conversationId}.jsonl.lock`);
+    expect(existsSync(lock)).toBe(true);
+    // Saving is turned off for new conversations; the open one is closed: its lock goes.
+    const { conversationDirectory: _dir, ...unsaved } = config();
+    await a.b.connection.sendRequest("configuration/change", { configuration: unsaved });
+    expect(await a.b.connection.sendRequest("conversation/delete", { conversationId: sent.conversationId })).toEqual({ deleted: true });
+    expect(existsSync(lock)).toBe(false);
+    expect(existsSync(join(dir, "conversations", `${sent.conversationId}.jsonl`))).toBe(true);
+  });
 });
