@@ -34,10 +34,10 @@ import { createProvider, type ResolvedProvider } from "../llm/factory.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import type { ToolPolicy } from "../tools/policy.js";
-import { Conversation, estimateTokens } from "./conversation.js";
+import { Conversation } from "./conversation.js";
 import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
-import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
+import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { buildSystemPrompt } from "./system-prompt.js";
 import { stripUndefined } from "../text.js";
@@ -190,9 +190,8 @@ export class ChatService {
    * When the summary cannot be written the turn goes on; old tool results still give way (fitToBudget).
    */
   private async compactIfNeeded(conversation: Conversation, settings: TurnInput["settings"], ref: { conversationId: string; turnId: string }, notify: TurnNotify, signal: AbortSignal): Promise<void> {
-    const config: Configuration = { ...this.server.configuration, ...conversation.configuration, model: settings.model, ...(settings.contextWindow ? { contextWindow: settings.contextWindow } : {}) };
-    const fixed = estimateTokens(settings.system) + estimateTokens(JSON.stringify(settings.tools.map((t) => [t.name, t.description, t.schema])));
-    if (!shouldCompact(conversation, config, settings.model, fixed, settings.maxTokens)) return;
+    if (!shouldCompact(conversation, historyRoom(settings))) return;
+    const config: Configuration = { ...this.server.configuration, ...conversation.configuration, model: settings.model };
     try {
       const done = await compactConversation(conversation, config, this.options.env, signal, AUTO_KEEP_TURNS);
       if (done.compacted) {

@@ -5,7 +5,7 @@ import { ResponseError, ErrorCodes as RpcErrorCodes } from "vscode-jsonrpc/node"
 import { ErrorCodes, Requests, type Configuration, type ConversationCompactParams, type ConversationCompactResult } from "../protocol.js";
 import { ProviderError } from "../llm/errors.js";
 import { createProvider } from "../llm/factory.js";
-import { costOf, modelInfo } from "../llm/models.js";
+import { costOf } from "../llm/models.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import { KEEP_TURNS, compactionPoint, needsCompaction, summarize } from "./compaction.js";
@@ -27,13 +27,11 @@ export async function compactConversation(conversation: Conversation, config: Co
 }
 
 /**
- * Whether CONVERSATION's history is near CONFIG's model's context window (FIXEDTOKENS beside it) at
- * the start of a turn, and has a turn before the last one to compact: the last turn and the one
- * starting are kept whole.
+ * Whether CONVERSATION's history nears ROOM (the tokens a request leaves it) at the start of a turn,
+ * and has a turn before the last one to compact: the last turn and the one starting are kept whole.
  */
-export function shouldCompact(conversation: Conversation, config: Configuration, model: string, fixedTokens: number, maxTokens: number): boolean {
-  const window = config.contextWindow ?? modelInfo(model).contextWindow;
-  return needsCompaction(estimateMessages(conversation.messages), window, fixedTokens, maxTokens) && compactionPoint(conversation.messages, AUTO_KEEP_TURNS) !== undefined;
+export function shouldCompact(conversation: Conversation, room: number): boolean {
+  return needsCompaction(estimateMessages(conversation.messages), room) && compactionPoint(conversation.messages, AUTO_KEEP_TURNS) !== undefined;
 }
 
 /** Turns of the history kept whole by an automatic compaction (besides the turn starting). */

@@ -12,7 +12,7 @@ import type { LLMProvider, Message, UserMessage } from "../llm/provider.js";
 
 /** The turns kept whole by a compaction. */
 export const KEEP_TURNS = 2;
-/** Automatic compaction starts when the history passes this share of the room left beside the fixed prefix and the answer. */
+/** Automatic compaction starts when the history passes this share of the room it has (loop.ts's historyRoom). */
 export const AUTO_COMPACT_SHARE = 0.8;
 /** How much of each tool result goes into the transcript the summary is written from. */
 const RESULT_CHARS = 1500;
@@ -89,8 +89,7 @@ export async function summarize(provider: LLMProvider, model: string, messages: 
   return { text, usage: response.usage, model: response.model };
 }
 
-/** Whether a history of HISTORYTOKENS is near enough to WINDOW (beside FIXED tokens and the answer's MAXTOKENS) to compact. */
-export function needsCompaction(historyTokens: number, window: number, fixedTokens: number, maxTokens: number): boolean {
-  const room = window - fixedTokens - maxTokens;
+/** Whether a history of HISTORYTOKENS is near enough to filling ROOM (loop.ts's historyRoom) to compact. */
+export function needsCompaction(historyTokens: number, room: number): boolean {
   return room > 0 && historyTokens > room * AUTO_COMPACT_SHARE;
 }

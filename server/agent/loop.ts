@@ -228,6 +228,20 @@ interface Step {
   approved?: { index: number; call: AdmittedCall };
 }
 
+/** The tool definitions a turn under SETTINGS sends the model. */
+export function toolDefinitions(settings: Pick<TurnSettings, "tools" | "safetyOf">): ToolDefinition[] {
+  return settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: t.schema }));
+}
+
+/**
+ * Tokens the history may take in a request under SETTINGS: the context window less the fixed prefix
+ * (the system prompt and TOOLS, the tool definitions) and the room kept for the answer.
+ */
+export function historyRoom(settings: TurnSettings, tools: readonly ToolDefinition[] = toolDefinitions(settings)): number {
+  const window = settings.contextWindow ?? modelInfo(settings.model).contextWindow;
+  return window - settings.maxTokens - estimateTokens(settings.system) - estimateTokens(JSON.stringify(tools));
+}
+
 /** What a turn knows as it goes from state to state: the handlers' shared context. */
 export class Turn {
   readonly conversation: Conversation;
@@ -238,6 +252,8 @@ export class Turn {
   readonly signal: AbortSignal;
   readonly tags: Record<string, string>;
   readonly tools: ToolDefinition[];
+  /** Tokens the history may take (historyRoom). */
+  readonly historyRoom: number;
 
   usage = emptyUsage();
   steps = 0;
@@ -270,7 +286,8 @@ export class Turn {
     this.timer = setTimeout(() => this.controller.abort(TIMEOUT), settings.turnTimeoutMs);
     this.signal = this.controller.signal;
     this.tags = { conversationId: conversation.id, turnId };
-    this.tools = settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: t.schema }));
+    this.tools = toolDefinitions(settings);
+    this.historyRoom = historyRoom(settings, this.tools);
     conversation.addUserText(input.text);
   }
 
@@ -289,10 +306,8 @@ export class Turn {
   }
 
   fitHistory(): void {
-    const window = this.settings.contextWindow ?? modelInfo(this.settings.model).contextWindow;
-    const fixedTokens = estimateTokens(this.settings.system) + estimateTokens(JSON.stringify(this.tools));
-    const shortened = fitToBudget(this.conversation.messages, Math.floor((window - this.settings.maxTokens - fixedTokens) * 0.9));
-    if (shortened > 0) this.conversation.noteShortened(this.tags.turnId, shortened);
+    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9));
+    if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened);
   }
 
   /** Starts the request (this.response); the promise returned resolves at its first text. */
