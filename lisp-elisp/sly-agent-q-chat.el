@@ -301,9 +301,7 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
 
 (defun sly-agent-q-chat-notice (text &optional face)
   "Insert TEXT as a notice line in FACE in the current chat buffer."
-  (sly-agent-q-chat--flush)
-  (sly-agent-q-chat--end-segment)
-  (sly-agent-q-chat--fresh-line)
+  (sly-agent-q-chat--end-text)
   (sly-agent-q-chat-insert (sly-agent-q-chat--notice-string text face) "\n"))
 
 ;;;; Streaming
@@ -348,6 +346,25 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
         (let ((inhibit-read-only t)
               (buffer-undo-list t))
           (sly-agent-q-chat--fontify-code-blocks start sly-agent-q-chat--output))))))
+
+(defun sly-agent-q-chat--end-text ()
+  "End the agent's run of text and start a fresh line.
+The queued text is inserted and its code blocks are fontified."
+  (sly-agent-q-chat--flush)
+  (sly-agent-q-chat--end-segment)
+  (sly-agent-q-chat--fresh-line))
+
+(defun sly-agent-q-chat--insert-user-message (text &optional labels)
+  "Insert the user's message TEXT and the agent's heading under it.
+LABELS name the message's attachments."
+  (sly-agent-q-chat--end-text)
+  (sly-agent-q-chat-insert
+   "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
+   (if labels (sly-agent-q-chat--notice-string
+               (concat (mapconcat (lambda (l) (format "[attached %s]" l)) labels " ") "\n"))
+     "")
+   text "\n\n"
+   (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n"))
 
 (defun sly-agent-q-chat--code-mode (lang)
   "The major mode for code blocks tagged LANG, or nil for none."
@@ -551,9 +568,7 @@ The last newline RENDER inserts is left to the section's footer."
 RENDER inserts whole lines at point, in the current chat buffer; it is
 called again on each `sly-agent-q-chat-redraw-section'.  Return the
 section."
-  (sly-agent-q-chat--flush)
-  (sly-agent-q-chat--end-segment)
-  (sly-agent-q-chat--fresh-line)
+  (sly-agent-q-chat--end-text)
   (sly-agent-q-chat--at-output
     (let ((section (ewoc-create #'sly-agent-q-chat--section-printer "" "\n" t)))
       (ewoc-enter-last section render)
@@ -793,16 +808,7 @@ CALLBACK, if non-nil, gets the outcome plist."
          (labels (mapcar (lambda (a) (plist-get a :label)) (reverse sly-agent-q-chat--attachments)))
          (turn (sly-agent-q--make-turn :callback callback)))
     (setq sly-agent-q-chat--attachments nil)
-    (sly-agent-q-chat--flush)
-    (sly-agent-q-chat--end-segment)
-    (sly-agent-q-chat--fresh-line)
-    (sly-agent-q-chat-insert
-     "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
-     (if labels (sly-agent-q-chat--notice-string
-                 (concat (mapconcat (lambda (l) (format "[attached %s]" l)) labels " ") "\n"))
-       "")
-     text "\n\n"
-     (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n")
+    (sly-agent-q-chat--insert-user-message text labels)
     (setq sly-agent-q-chat--turn turn)
     (sly-agent-q-chat--refresh-header)
     (sly-agent-q-server-ensure
@@ -887,14 +893,7 @@ RESULTS maps tool call ids to their tool_result blocks."
       (pcase (plist-get block :type)
         ("text"
          (if user
-             (progn
-               (sly-agent-q-chat--flush)
-               (sly-agent-q-chat--end-segment)
-               (sly-agent-q-chat--fresh-line)
-               (sly-agent-q-chat-insert
-                "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
-                (plist-get block :text) "\n\n"
-                (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n"))
+             (sly-agent-q-chat--insert-user-message (plist-get block :text))
            (sly-agent-q-chat--add-text (plist-get block :text))
            (sly-agent-q-chat--flush)))
         ("tool_use"

@@ -38,6 +38,7 @@
 (require 'diff-mode)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-files)
 
 (defvar sly-agent-q-conversations-buffer-name "*sly-agent-q conversations*"
   "Name of the buffer listing saved conversations.")
@@ -329,18 +330,8 @@ non-nil, is called with FILE once it is written."
      'conversation/export (list :conversationId conversation-id
                                 :format (sly-agent-q-sessions--format file))
      (lambda (result)
-       ;; Written whole to a temporary file beside it, then renamed over
-       ;; it, so a failure leaves no half-written export.
-       (let ((coding-system-for-write 'utf-8-unix)
-             (temp (make-temp-file (expand-file-name ".saq-export-" (file-name-directory file)))))
-         (condition-case err
-             (progn
-               (with-temp-buffer
-                 (insert (plist-get result :text))
-                 (write-region nil nil temp nil 'silent))
-               (rename-file temp file t))
-           (error (ignore-errors (delete-file temp))
-                  (signal (car err) (cdr err)))))
+       ;; Written the way the agent's file tools write: whole, never half.
+       (sly-agent-q-files-write-atomically file (plist-get result :text))
        (message "sly-agent-q: exported to %s" file)
        (when callback (funcall callback file)))
      (lambda (msg) (message "sly-agent-q: cannot export the conversation: %s" msg)))))
