@@ -338,7 +338,7 @@ names it) to evaluate in; otherwise a worker thread of its own."
      (cl:when (cl:and f (cl:fboundp f))
        (cl:funcall f ,call-id))))
 
-(defun sly-agent-q-bridge--send-cancel (adapter conn call-id)
+(defun sly-agent-q-bridge-send-cancel (adapter conn call-id)
   "Ask the image on CONN, through ADAPTER, to interrupt the call CALL-ID.
 Sent as a request of its own (its own worker thread in the image); its
 answer is ignored, and nothing else on the connection is touched."
@@ -518,14 +518,14 @@ interrupts its evaluation, and CALLBACK gets an error."
                               (t (funcall callback nil (format "%s" (or (plist-get value :error)
                                                                         "The helper failed without a message."))))))
                       ;; The image's own timeout did not answer: still stop it.
-                      (lambda () (sly-agent-q-bridge--send-cancel adapter conn call-id)))))))))
+                      (lambda () (sly-agent-q-bridge-send-cancel adapter conn call-id)))))))))
         (lambda ()
           (unless cancelled
             (setq cancelled t)
             (if (not stop)
                 ;; Still loading the helpers: the call is never sent.
                 (funcall callback nil "The call was cancelled before it was sent to the image.")
-              (sly-agent-q-bridge--send-cancel adapter conn call-id)
+              (sly-agent-q-bridge-send-cancel adapter conn call-id)
               (funcall stop "The call was cancelled; its evaluation in the image was interrupted."))))))))
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql image)) call)

@@ -155,13 +155,6 @@ TIMEOUT bounds it; CALL-ID names it for CANCEL-CALL."
                       ,operation (quote ,args) :timeout ,timeout :call-id ,call-id)
           (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
 
-(defun sly-agent-q-debugger--cancel-form (call-id)
-  "A form stopping the debugger operation CALL-ID; harmless without the helpers."
-  `(cl:let ((f (cl:and (cl:find-package "SLY-AGENT-Q")
-                       (cl:find-symbol "CANCEL-CALL" "SLY-AGENT-Q"))))
-     (cl:when (cl:and f (cl:fboundp f))
-       (cl:funcall f ,call-id))))
-
 (defun sly-agent-q-debugger--run (buffer operation args callback)
   "Run the debugger OPERATION with ARGS (an alist) in the thread of BUFFER.
 CALLBACK gets (CONTENT nil) or (nil MESSAGE).  Return a function of
@@ -189,9 +182,8 @@ no arguments that interrupts the operation in the image."
             nil thread)))))
     (lambda ()
       ;; In a worker thread of its own: the debugged thread is busy.
-      (when (and sent adapter (process-live-p conn))
-        (sly-agent-q-bridge-eval adapter conn (sly-agent-q-debugger--cancel-form call-id) "CL-USER" 10
-                                 #'ignore)))))
+      (when (and sent adapter)
+        (sly-agent-q-bridge-send-cancel adapter conn call-id)))))
 
 ;;;; The tools
 
