@@ -34,6 +34,11 @@ export function imageTool(name: string): ToolHandler {
   };
 }
 
+/** A tool's runtime, implementation and handler when it runs in the Lisp image as lisp-cl's tool NAME. */
+export function inImage(name: string) {
+  return { runtime: "image" as const, implementation: name, handler: imageTool(name) };
+}
+
 /** Emacs answers {content: string}; anything else is shown as it came. */
 function unwrapContent(result: unknown): unknown {
   if (result && typeof result === "object" && "content" in result) return (result as { content: unknown }).content;

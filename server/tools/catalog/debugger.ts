@@ -3,7 +3,7 @@
 // lisp-elisp/sly-agent-q-debugger.el), and threads, tracing, disassembly and profiling in the image
 // (lisp-cl/threads.lisp, lisp-cl/trace.lisp). Descriptions stay terse: every tool costs prompt tokens.
 
-import { emacsTool, imageTool } from "../handlers.js";
+import { emacsTool, inImage } from "../handlers.js";
 import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 
 // Long enough for an evaluation in a frame under the image timeout's default.
@@ -14,7 +14,6 @@ const debuggerOp = (capability: string) => ({
   handler: emacsTool(capability),
   timeoutMs: DEBUGGER_TIMEOUT_MS,
 });
-const image = (name: string) => ({ runtime: "image" as const, implementation: name, handler: imageTool(name) });
 
 const thread: ParamSpec = { type: "integer", description: "Debugged thread, as debugger_state names it (default: the latest)." };
 const frame: ParamSpec = { type: "integer", description: "Frame number, as debugger_state lists it.", minimum: 0 };
@@ -86,7 +85,7 @@ export const debuggerTools: Tool[] = [
     required: ["id"],
     safety: "safe",
     categories: ["introspection"],
-    ...image("inspect_value"),
+    ...inImage("inspect_value"),
   }),
   defineTool({
     name: "list_threads",
@@ -94,7 +93,7 @@ export const debuggerTools: Tool[] = [
     parameters: {},
     safety: "safe",
     categories: ["threads"],
-    ...image("list_threads"),
+    ...inImage("list_threads"),
   }),
   defineTool({
     name: "interrupt_thread",
@@ -103,7 +102,7 @@ export const debuggerTools: Tool[] = [
     required: ["thread"],
     safety: "dangerous",
     categories: ["threads", "execution"],
-    ...image("interrupt_thread"),
+    ...inImage("interrupt_thread"),
   }),
   defineTool({
     name: "disassemble_function",
@@ -112,7 +111,7 @@ export const debuggerTools: Tool[] = [
     required: ["function"],
     safety: "safe",
     categories: ["introspection"],
-    ...image("disassemble_function"),
+    ...inImage("disassemble_function"),
   }),
   defineTool({
     name: "trace_eval",
@@ -126,7 +125,7 @@ export const debuggerTools: Tool[] = [
     required: ["functions", "form"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
-    ...image("trace_eval"),
+    ...inImage("trace_eval"),
   }),
   defineTool({
     name: "untrace_functions",
@@ -134,7 +133,7 @@ export const debuggerTools: Tool[] = [
     parameters: {},
     safety: "safe",
     categories: ["execution"],
-    ...image("untrace_functions"),
+    ...inImage("untrace_functions"),
   }),
   defineTool({
     name: "profile_eval",
@@ -143,6 +142,6 @@ export const debuggerTools: Tool[] = [
     required: ["form"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
-    ...image("profile_eval"),
+    ...inImage("profile_eval"),
   }),
 ];

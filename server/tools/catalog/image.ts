@@ -1,10 +1,11 @@
 // Tools that run inside the user's Lisp image (seed 000: introspection and execution).
-// Their work is done by lisp-cl/ helpers; see imageTool.
+// Their work is done by lisp-cl/ helpers; see inImage and imageTool (handlers.ts).
 
-import { imageTool } from "../handlers.js";
+import { inImage } from "../handlers.js";
 import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 
-const pkg: ParamSpec = {
+/** The package argument of the tools that read Lisp names. */
+export const pkg: ParamSpec = {
   type: "string",
   description: "Package names are read in (default: the REPL's).",
 };
@@ -15,8 +16,6 @@ const symbolName = (what: string): ParamSpec => ({
 
 // No per-tool timeout: the executor derives image tools' deadline from the configured image timeout
 // (imageTimeoutMs), which the image itself enforces first.
-const image = (name: string) => ({ runtime: "image" as const, implementation: name, handler: imageTool(name) });
-
 export const imageTools: Tool[] = [
   defineTool({
     name: "describe_symbol",
@@ -26,7 +25,7 @@ export const imageTools: Tool[] = [
     required: ["symbol"],
     safety: "safe",
     categories: ["introspection"],
-    ...image("describe_symbol"),
+    ...inImage("describe_symbol"),
   }),
   defineTool({
     name: "apropos_search",
@@ -38,7 +37,7 @@ export const imageTools: Tool[] = [
     required: ["pattern"],
     safety: "safe",
     categories: ["introspection"],
-    ...image("apropos_search"),
+    ...inImage("apropos_search"),
   }),
   defineTool({
     name: "function_arglist",
@@ -47,7 +46,7 @@ export const imageTools: Tool[] = [
     required: ["function"],
     safety: "safe",
     categories: ["introspection"],
-    ...image("function_arglist"),
+    ...inImage("function_arglist"),
   }),
   defineTool({
     name: "who_calls",
@@ -56,7 +55,7 @@ export const imageTools: Tool[] = [
     required: ["function"],
     safety: "safe",
     categories: ["introspection", "xref"],
-    ...image("who_calls"),
+    ...inImage("who_calls"),
   }),
   defineTool({
     name: "who_references",
@@ -65,7 +64,7 @@ export const imageTools: Tool[] = [
     required: ["variable"],
     safety: "safe",
     categories: ["introspection", "xref"],
-    ...image("who_references"),
+    ...inImage("who_references"),
   }),
   defineTool({
     name: "list_package_symbols",
@@ -77,7 +76,7 @@ export const imageTools: Tool[] = [
     required: ["package"],
     safety: "safe",
     categories: ["introspection", "packages"],
-    ...image("list_package_symbols"),
+    ...inImage("list_package_symbols"),
   }),
   defineTool({
     name: "class_slots",
@@ -86,7 +85,7 @@ export const imageTools: Tool[] = [
     required: ["class"],
     safety: "safe",
     categories: ["introspection", "clos"],
-    ...image("class_slots"),
+    ...inImage("class_slots"),
   }),
   defineTool({
     name: "class_hierarchy",
@@ -95,7 +94,7 @@ export const imageTools: Tool[] = [
     required: ["class"],
     safety: "safe",
     categories: ["introspection", "clos"],
-    ...image("class_hierarchy"),
+    ...inImage("class_hierarchy"),
   }),
   defineTool({
     name: "method_specializers",
@@ -104,7 +103,7 @@ export const imageTools: Tool[] = [
     required: ["generic_function"],
     safety: "safe",
     categories: ["introspection", "clos"],
-    ...image("method_specializers"),
+    ...inImage("method_specializers"),
   }),
   defineTool({
     name: "macroexpand_form",
@@ -117,7 +116,7 @@ export const imageTools: Tool[] = [
     required: ["form"],
     safety: "safe",
     categories: ["introspection"],
-    ...image("macroexpand_form"),
+    ...inImage("macroexpand_form"),
   }),
   defineTool({
     name: "eval_form",
@@ -130,7 +129,7 @@ export const imageTools: Tool[] = [
     required: ["form"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
-    ...image("eval_form"),
+    ...inImage("eval_form"),
   }),
   defineTool({
     name: "eval_in_package",
@@ -142,7 +141,7 @@ export const imageTools: Tool[] = [
     required: ["form", "package"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
-    ...image("eval_in_package"),
+    ...inImage("eval_in_package"),
   }),
   defineTool({
     name: "compile_form",
@@ -155,7 +154,7 @@ export const imageTools: Tool[] = [
     required: ["form"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
-    ...image("compile_form"),
+    ...inImage("compile_form"),
   }),
   defineTool({
     name: "get_last_error",
@@ -163,7 +162,7 @@ export const imageTools: Tool[] = [
     parameters: {},
     safety: "safe",
     categories: ["execution"],
-    ...image("get_last_error"),
+    ...inImage("get_last_error"),
   }),
   defineTool({
     name: "get_repl_history",
@@ -171,7 +170,7 @@ export const imageTools: Tool[] = [
     parameters: { limit: { type: "integer", description: "How many (default 10).", minimum: 1 } },
     safety: "safe",
     categories: ["execution"],
-    ...image("get_repl_history"),
+    ...inImage("get_repl_history"),
   }),
   defineTool({
     name: "get_compilation_notes",
@@ -179,6 +178,6 @@ export const imageTools: Tool[] = [
     parameters: {},
     safety: "safe",
     categories: ["execution"],
-    ...image("get_compilation_notes"),
+    ...inImage("get_compilation_notes"),
   }),
 ];

@@ -4,12 +4,11 @@
 // (lisp-cl/source.lisp, systems.lisp, testing.lisp); Emacs makes the file edit, confined to the project.
 
 import { isAbsolute, resolve } from "node:path";
-import { emacsTool, imageTool } from "../handlers.js";
+import { emacsTool, imageTool, inImage } from "../handlers.js";
+import { pkg } from "./image.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
 
-const image = (name: string) => ({ runtime: "image" as const, implementation: name, handler: imageTool(name) });
 
-const pkg: ParamSpec = { type: "string", description: "Package to read names in (default: the REPL's)." };
 const symbol: ParamSpec = { type: "string", description: "The definition's name, e.g. my-app::parse-input." };
 const which: ParamSpec = { type: "string", description: "Which definition, as find_definition labels it (when several)." };
 const system: ParamSpec = { type: "string", description: "ASDF system name." };
@@ -171,7 +170,7 @@ export const sourceTools: Tool[] = [
     required: ["symbol"],
     safety: "safe",
     categories: ["introspection", "navigation"],
-    ...image("find_definition"),
+    ...inImage("find_definition"),
   }),
   defineTool({
     name: "read_definition",
@@ -230,7 +229,7 @@ export const sourceTools: Tool[] = [
     safety: "safe",
     categories: ["introspection"],
     internal: true,
-    ...image("definition_edit"),
+    ...inImage("definition_edit"),
   }),
   defineTool({
     name: "compile_file_form",
@@ -243,7 +242,7 @@ export const sourceTools: Tool[] = [
     safety: "dangerous",
     categories: ["evaluation"],
     internal: true,
-    ...image("compile_file_form"),
+    ...inImage("compile_file_form"),
   }),
   defineTool({
     name: "xref",
@@ -256,7 +255,7 @@ export const sourceTools: Tool[] = [
     required: ["kind", "name"],
     safety: "safe",
     categories: ["introspection", "xref"],
-    ...image("xref"),
+    ...inImage("xref"),
   }),
   defineTool({
     name: "list_systems",
@@ -264,7 +263,7 @@ export const sourceTools: Tool[] = [
     parameters: { directory: { type: "string", description: "Absolute directory (default: the project root)." } },
     safety: "safe",
     categories: ["introspection", "systems"],
-    ...image("list_systems"),
+    ...inImage("list_systems"),
     handler: listSystems,
   }),
   defineTool({
@@ -274,7 +273,7 @@ export const sourceTools: Tool[] = [
     required: ["system"],
     safety: "safe",
     categories: ["introspection", "systems"],
-    ...image("system_info"),
+    ...inImage("system_info"),
   }),
   defineTool({
     name: "load_system",
@@ -283,7 +282,7 @@ export const sourceTools: Tool[] = [
     required: ["system"],
     safety: "cautious",
     categories: ["execution", "evaluation", "systems"],
-    ...image("load_system"),
+    ...inImage("load_system"),
   }),
   defineTool({
     name: "run_tests",
@@ -296,6 +295,6 @@ export const sourceTools: Tool[] = [
     },
     safety: "cautious",
     categories: ["execution", "evaluation", "systems"],
-    ...image("run_tests"),
+    ...inImage("run_tests"),
   }),
 ];
