@@ -34,11 +34,11 @@
 (require 'subr-x)
 (require 'tabulated-list)
 (require 'iso8601)
-(require 'diff)
 (require 'diff-mode)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-files)
+(require 'sly-agent-q-diff)
 
 (defvar sly-agent-q-conversations-buffer-name "*sly-agent-q conversations*"
   "Name of the buffer listing saved conversations.")
@@ -218,18 +218,7 @@ CHOICES is the list of turns conversation/turns answers."
         (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
                 "Each diff goes from what the agent left to what is there now.\n\n")
         (pcase-dolist (`(,name ,expected ,current) refused)
-          (let ((old (make-temp-file "saq-agent-left"))
-                (new (make-temp-file "saq-now")))
-            (unwind-protect
-                (progn
-                  (with-temp-file old (insert (or expected "")))
-                  (with-temp-file new (insert current))
-                  (insert (format "* %s\n" name))
-                  (call-process diff-command nil t nil "-u" "--label" (concat name " (the agent's)")
-                                "--label" (concat name " (now)") old new)
-                  (insert "\n"))
-              (delete-file old)
-              (delete-file new)))))
+          (insert (sly-agent-q-diff-text name (or expected "") current) "\n")))
       (diff-mode)
       (setq buffer-read-only t))
     (unless noninteractive (display-buffer buffer))
