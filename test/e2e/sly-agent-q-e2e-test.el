@@ -74,6 +74,9 @@
         (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
       (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
     (sly-agent-q-test-wait (lambda () (and e2e--ready (e2e-connected-p))) 120 "the Lisp to connect")
+    ;; SLY's REPL sends its first prompt while it is being created; a synchronous `sly-eval'
+    ;; in that window loses it, and the REPL never takes input.  A user would wait for it too.
+    (sly-agent-q-test-wait #'e2e-repl-prompt-p 120 #'e2e-repl-state)
     (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t))))
 
 (defvar e2e--ready nil "Set when the Lisp mode has finished connecting.")
@@ -443,15 +446,30 @@ the image's definition records that file, and the recorded position is the new f
       (sly-mrepl--find-buffer (sly-current-connection))
     (slime-output-buffer)))
 
+(defun e2e-repl-prompt-p ()
+  "Non-nil when the REPL shows its prompt: the end of its buffer takes input."
+  (with-current-buffer (e2e-repl-buffer)
+    (save-excursion
+      (goto-char (point-max))
+      (condition-case nil
+          (let ((inhibit-modification-hooks t))
+            (insert " ")
+            (delete-char -1)
+            t)
+        (text-read-only nil)))))
+
+(defun e2e-repl-state ()
+  "What the REPL shows, for a timeout's message."
+  (with-current-buffer (e2e-repl-buffer)
+    (format "the REPL's prompt; its buffer %s ends with %S" (buffer-name)
+            (buffer-substring-no-properties (max (point-min) (- (point-max) 300)) (point-max)))))
+
 (defun e2e-repl-type (text)
   "Type TEXT at the REPL's prompt and press RET, as the user does."
+  (sly-agent-q-test-wait #'e2e-repl-prompt-p 120 #'e2e-repl-state)
   (with-current-buffer (e2e-repl-buffer)
-    ;; Until the REPL shows its prompt, the end of its buffer is read-only.
-    (sly-agent-q-test-wait (lambda ()
-                             (goto-char (point-max))
-                             (condition-case nil (progn (insert text) t)
-                               (text-read-only nil)))
-                           120 "the REPL's prompt")
+    (goto-char (point-max))
+    (insert text)
     (if (eq e2e-lisp 'sly) (sly-mrepl-return) (slime-repl-return))))
 
 (defun e2e-repl-text ()
