@@ -160,6 +160,9 @@ export interface ParamSpec {
   enum?: readonly (string | number)[];
   minimum?: number;
   maximum?: number;
+  /** Accepted but not in the schema the model sees: set by the user's review, or another name of a
+   *  parameter kept for old callers. */
+  notOffered?: true;
 }
 
 /** Where a tool's handler runs. */

@@ -11,7 +11,7 @@ import { ProviderError, StreamIdleError, isAbortError } from "../llm/errors.js";
 import { redact } from "../log.js";
 import { costOf, modelInfo } from "../llm/models.js";
 import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
-import { describeForModel } from "../tools/registry.js";
+import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
 import { estimateTokens, fitToBudget, type Conversation } from "./conversation.js";
@@ -230,7 +230,7 @@ interface Step {
 
 /** The tool definitions a turn under SETTINGS sends the model. */
 export function toolDefinitions(settings: Pick<TurnSettings, "tools" | "safetyOf">): ToolDefinition[] {
-  return settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: t.schema }));
+  return settings.tools.map((t) => ({ name: t.name, description: describeForModel(t, settings.safetyOf?.(t)), inputSchema: schemaForModel(t) }));
 }
 
 /**

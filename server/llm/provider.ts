@@ -3,7 +3,7 @@
 // conversation can be sent to either and the agent loop never sees a provider's types.
 
 import type { ProviderName, StopReason, ToolChoice, Usage } from "../protocol.js";
-import type { JsonSchemaObject } from "../tools/tool.js";
+import type { ModelSchema } from "../tools/tool.js";
 
 export interface TextBlock {
   type: "text";
@@ -41,7 +41,7 @@ export type Message = UserMessage | AssistantMessage;
 export interface ToolDefinition {
   name: string;
   description: string;
-  inputSchema: JsonSchemaObject;
+  inputSchema: ModelSchema;
 }
 
 export interface ChatRequest {

@@ -16,7 +16,7 @@ import { registerSecret } from "../log.js";
 import { ServerNotifications, type EmacsApprovalParams, type McpCallParams, type McpStartParams, type McpStartResult } from "../protocol.js";
 import type { AgentServer } from "../rpc/server.js";
 import type { ApprovalDecision, ApprovalFn, ToolResult } from "../tools/executor.js";
-import { describeForModel } from "../tools/registry.js";
+import { describeForModel, schemaForModel } from "../tools/registry.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
 const DEFAULT_APPROVAL_TIMEOUT_MS = 60_000;
@@ -154,12 +154,15 @@ export class McpHttpService {
     return policy
       .offered()
       .filter((t) => !t.categories.includes("mcp"))
-      .map((t) => ({
-        name: t.name,
-        description: describeForModel(t, policy.effectiveSafety(t)),
-        inputSchema: { type: "object" as const, properties: t.schema.properties as unknown as Record<string, object>, required: [...t.required] },
-        annotations: { readOnlyHint: policy.effectiveSafety(t) === "safe", destructiveHint: policy.effectiveSafety(t) === "dangerous" },
-      }));
+      .map((t) => {
+        const schema = schemaForModel(t);
+        return {
+          name: t.name,
+          description: describeForModel(t, policy.effectiveSafety(t)),
+          inputSchema: { ...schema, properties: schema.properties as unknown as Record<string, object> },
+          annotations: { readOnlyHint: policy.effectiveSafety(t) === "safe", destructiveHint: policy.effectiveSafety(t) === "dangerous" },
+        };
+      });
   }
 
   /** Runs one MCP call through the agent's executor, under its policy, with MCP's own approval. */

@@ -501,7 +501,8 @@ function parseArguments(raw: unknown): Record<string, unknown> | string {
 }
 
 function describeSchemaErrors(errors: ErrorObject[], tool: Tool): string {
-  const expected = Object.keys(tool.schema.properties);
+  // The parameters the model was offered (schemaForModel): the others are not its to pass.
+  const expected = Object.entries(tool.schema.properties).filter(([, spec]) => !spec.notOffered).map(([name]) => name);
   const seen = new Set<string>();
   for (const e of errors) {
     const param = e.instancePath.replace(/^\//, "").replace(/\//g, ".");

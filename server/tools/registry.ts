@@ -1,7 +1,7 @@
 // The tool registry (seed 002): register, get, list, filter, and the description the model sees
 // (each provider builds its own wire format from it).
 
-import { safetyRank, type SafetyLevel, type Tool } from "./tool.js";
+import { safetyRank, type ModelSchema, type SafetyLevel, type Tool } from "./tool.js";
 
 export interface ToolFilter {
   /** Only tools at or below this level. */
@@ -71,6 +71,16 @@ export class ToolRegistry {
 export function describeForModel(tool: Tool, level: SafetyLevel = tool.safety): string {
   if (level === "dangerous") return `${tool.description} Requires the user's approval; may be denied.`;
   return tool.description;
+}
+
+/**
+ * The schema the model sees. Left out: the parameters marked notOffered, an empty required list, and
+ * additionalProperties (the executor refuses unknown arguments itself, naming the known ones): every
+ * request carries these schemas, so each character costs in every request of a session.
+ */
+export function schemaForModel(tool: Tool): ModelSchema {
+  const properties = Object.fromEntries(Object.entries(tool.schema.properties).filter(([, spec]) => !spec.notOffered));
+  return tool.required.length ? { type: "object", properties, required: [...tool.required] } : { type: "object", properties };
 }
 
 /** Levenshtein distance, with a bonus for substrings so "describe" finds "describe_symbol". */

@@ -75,6 +75,13 @@ export interface JsonSchemaObject {
   additionalProperties: false;
 }
 
+/** A parameters schema as the model sees it (registry.ts, schemaForModel). */
+export interface ModelSchema {
+  type: "object";
+  properties: Record<string, Omit<ParamSpec, "notOffered">>;
+  required?: string[];
+}
+
 /** A handler error whose message is meant for the model as it is (no "Tool error" wrapping). */
 export class ToolError extends Error {
   constructor(message: string) {

@@ -83,6 +83,10 @@ describe("image tools validate at the server", () => {
     expect(await run("get_repl_history", { limit: -3 })).toMatch(/parameter "limit" must be >= 1/);
     expect(await run("describe_symbol", { symbol: "car", bogus: 1 })).toMatch(/unknown parameter "bogus" \(parameters: symbol, package\)/);
     expect(await run("get_last_error", { unexpected: true })).toMatch(/unknown parameter "unexpected" \(parameters: none\)/);
+    // Parameters the model is not offered are not named to it either.
+    expect(await run("search_in_buffer", { pattern: "x", bogus: 1 })).toMatch(
+      /unknown parameter "bogus" \(parameters: pattern, buffer, regex, all_matches, case_sensitive\)/,
+    );
     expect(reached).toEqual([]);
   });
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { builtinTools, createDefaultRegistry } from "../../server/tools/catalog/index.js";
-import { describeForModel, ToolRegistry } from "../../server/tools/registry.js";
+import { describeForModel, schemaForModel, ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool, ToolDefinitionError, TOOL_NAME_PATTERN, type ToolSpec } from "../../server/tools/tool.js";
 import { echo, testTool } from "./helpers.js";
 
@@ -20,6 +20,24 @@ describe("defineTool invariants (seed 001)", () => {
     const t = defineTool(base);
     expect(t.schema).toEqual({ type: "object", properties: base.parameters, required: ["a"], additionalProperties: false });
     expect(Object.isFrozen(t)).toBe(true);
+  });
+
+  it("shows the model a schema without what carries nothing for it", () => {
+    const t = defineTool({
+      ...base,
+      parameters: { ...base.parameters, review: { type: "array", items: { type: "integer" }, description: "Set by the review.", notOffered: true } },
+    });
+    expect(schemaForModel(t)).toEqual({ type: "object", properties: base.parameters, required: ["a"] });
+    expect(schemaForModel(defineTool({ ...base, required: [] }))).toEqual({ type: "object", properties: base.parameters });
+    // What the server validates against is unchanged.
+    expect(Object.keys(t.schema.properties)).toEqual(["a", "review"]);
+    expect(t.schema.additionalProperties).toBe(false);
+  });
+
+  it("offers the model no parameter that the user's review sets, nor an alias of another", () => {
+    const offered = builtinTools.flatMap((t) => Object.keys(schemaForModel(t).properties).map((p) => `${t.name}.${p}`));
+    expect(offered.filter((p) => /accepted_hunks|search_in_buffer\.(buffer_name|search_text)$/.test(p))).toEqual([]);
+    expect(offered).toContain("search_in_buffer.pattern");
   });
 
   const bad: [string, Partial<ToolSpec>, RegExp][] = [

@@ -13,7 +13,7 @@ const symbol: ParamSpec = { type: "string", description: "The definition's name,
 const which: ParamSpec = { type: "string", description: "Which definition, as find_definition labels it (when several)." };
 const system: ParamSpec = { type: "string", description: "ASDF system name." };
 const description: ParamSpec = { type: "string", description: "One line telling the user why." };
-const acceptedHunks: ParamSpec = { type: "array", items: { type: "integer" }, description: "Set by the user's review; leave it out." };
+const acceptedHunks: ParamSpec = { type: "array", items: { type: "integer" }, description: "Set by the user's review; leave it out.", notOffered: true };
 
 // Waits for the image twice (locating, compiling) and for Emacs's edit; the image's own timeout applies to each.
 const EDIT_TIMEOUT_MS = 180_000;
