@@ -172,6 +172,28 @@ Only the last line may lack one."
         (setq start end)))
     (vconcat (nreverse lines))))
 
+(defun sly-agent-q-files-line-end (text start)
+  "Where the line of TEXT that begins at START ends, after its newline."
+  (let ((nl (string-search "\n" text start)))
+    (if nl (1+ nl) (length text))))
+
+(defun sly-agent-q-files-line-count (text)
+  "The number of lines of TEXT, as `sly-agent-q-files-split-lines' counts them.
+Counts without copying a line: a text of megabytes makes no garbage."
+  (let ((n 0) (start 0) (len (length text)))
+    (while (< start len)
+      (setq start (sly-agent-q-files-line-end text start)
+            n (1+ n)))
+    n))
+
+(defun sly-agent-q-files-line-position (text line)
+  "The position in TEXT where its LINE (counted from 0) begins."
+  (let ((start 0) (len (length text)))
+    (while (and (> line 0) (< start len))
+      (setq start (sly-agent-q-files-line-end text start)
+            line (1- line)))
+    start))
+
 ;;;; Buffers
 
 (defun sly-agent-q-hidden-buffer-p (buffer)

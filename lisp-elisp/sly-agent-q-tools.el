@@ -497,8 +497,10 @@ FOR-WRITE is non-nil, when the agent may not write it."
          (buffer (plist-get current :buffer)))
     (unless (or (plist-get current :exists) buffer)
       (sly-agent-q-tool-fail "%s does not exist." rel))
-    (let* ((lines (sly-agent-q-files-split-lines (plist-get current :text)))
-           (total (length lines))
+    ;; One pass over the text and one copy of the lines shown: a file of 50,000 lines read
+    ;; line by line made as many strings, and the collections that followed froze Emacs.
+    (let* ((text (plist-get current :text))
+           (total (sly-agent-q-files-line-count text))
            (source (cond ((null buffer) "")
                          ((plist-get current :modified)
                           (format ", read from buffer %s, which has unsaved changes"
@@ -511,24 +513,28 @@ FOR-WRITE is non-nil, when the agent may not write it."
                            rel (sly-agent-q-tools--plural total "line") offset))
        (t
         (let* ((max-lines (or limit sly-agent-q-tools-max-lines))
+               (max-chars sly-agent-q-tools-max-chars)
                (end (min total (+ offset -1 max-lines)))
-               (parts nil) (chars 0) (i (1- offset)) (cut-line nil))
-          (while (and (< i end)
-                      (or (null parts)
-                          (<= (+ chars (length (aref lines i))) sly-agent-q-tools-max-chars)))
-            (let ((line (aref lines i)))
-              (when (> (length line) sly-agent-q-tools-max-chars)
-                (setq line (substring line 0 sly-agent-q-tools-max-chars)
-                      cut-line (1+ i)))
-              (push line parts)
-              (setq chars (+ chars (length line)) i (1+ i))))
+               (start (sly-agent-q-files-line-position text (1- offset)))
+               (pos start) (i (1- offset)) (shown nil) (cut-line nil))
+          ;; The first line is always shown (cut when longer than the cap); the next ones while
+          ;; the whole stays within the cap.
+          (while (and (< i end) (not shown))
+            (let ((line-end (sly-agent-q-files-line-end text pos)))
+              (cond ((and (= pos start) (> (- line-end pos) max-chars))
+                     (setq shown (substring text start (+ start max-chars))
+                           cut-line (1+ i)
+                           i (1+ i)))
+                    ((or (= pos start) (<= (- line-end start) max-chars))
+                     (setq pos line-end i (1+ i)))
+                    (t (setq shown (substring text start pos))))))
           (let ((last i))
             (concat
              (format "[%s: lines %d-%d of %d%s]\n" rel offset last total source)
-             (apply #'concat (nreverse parts))
+             (or shown (substring text start pos))
              (when cut-line
                (format "\n[Line %d is longer than %d characters and was cut.]"
-                       cut-line sly-agent-q-tools-max-chars))
+                       cut-line max-chars))
              (when (< last total)
                (format "\n[%d more line%s; call read_file with offset %d%s to continue.]"
                        (- total last) (if (= 1 (- total last)) "" "s")

@@ -326,6 +326,46 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
       (should-not (string-match-p (make-string 31 ?x) out))
       (should (string-match-p "offset 2" out)))))
 
+(ert-deftest sly-agent-q-tools-test-read-file-pages-as-the-lines-are ()
+  "Every page of read_file holds exactly the lines the text splits into, whatever the caps."
+  (sly-agent-q-tools-test--with-project
+    (dolist (text '("a\nbb\nccc\ndddd\n" "a\nbb\nccc\nno newline at the end" "\n\n\nx\n\n"
+                    "one line without a newline"))
+      (sly-agent-q-tools-test--write "t.txt" text)
+      (let ((lines (append (sly-agent-q-files-split-lines text) nil)))
+        (dolist (max-chars '(1 3 6 1000))
+          (dolist (limit '(nil 1 2))
+            (let ((offset 1) (seen nil)
+                  (sly-agent-q-tools-max-chars max-chars))
+              ;; Follow the pages as the model would, from the first to the last.
+              (while offset
+                (let* ((out (apply #'sly-agent-q-tools-test--ok "read_file" :path "t.txt" :offset offset
+                                   (and limit (list :limit limit))))
+                       (header (progn (string-match "\\`\\[t.txt: lines \\([0-9]+\\)-\\([0-9]+\\) of \\([0-9]+\\)\\]\n" out)
+                                      (list (string-to-number (match-string 1 out))
+                                            (string-to-number (match-string 2 out))
+                                            (string-to-number (match-string 3 out)))))
+                       (body (substring out (match-end 0)))
+                       (body (replace-regexp-in-string "\n\\[\\(Line\\|[0-9]+ more\\) .*\\]\\'" "" body))
+                       (body (replace-regexp-in-string "\n\\[Line .*\\]\\'" "" body))
+                       (expected (apply #'concat (seq-subseq lines (1- (nth 0 header)) (nth 1 header)))))
+                  (should (= (nth 2 header) (length lines)))
+                  (should (equal body (if (string-match-p "was cut" out)
+                                          (substring expected 0 max-chars)
+                                        expected)))
+                  ;; A page stops early only when the next line would pass the cap.
+                  (when (and (< (nth 1 header) (length lines))
+                             (not (string-match-p "was cut" out))
+                             (or (null limit) (< (- (nth 1 header) (nth 0 header) -1) limit)))
+                    (should (> (+ (length expected) (length (nth (nth 1 header) lines))) max-chars)))
+                  (push (cons (nth 0 header) (nth 1 header)) seen)
+                  (setq offset (and (string-match "offset \\([0-9]+\\)" out)
+                                    (string-to-number (match-string 1 out))))))
+              ;; The pages cover every line once, in order.
+              (should (equal (mapcar #'car (reverse seen))
+                             (cons 1 (butlast (mapcar (lambda (p) (1+ (cdr p))) (reverse seen))))))
+              (should (= (cdar seen) (length lines))))))))))
+
 (ert-deftest sly-agent-q-tools-test-read-file-from-modified-buffer ()
   (sly-agent-q-tools-test--with-project
     (let ((file (sly-agent-q-tools-test--write "a.lisp" "on disk\n")))
