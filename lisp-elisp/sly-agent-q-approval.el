@@ -149,9 +149,7 @@ Otherwise the diff review decides for propose_file_edit, else
                        (sly-agent-q-call-reply call (sly-agent-q-approval--normalize decision))))))
     (if (eq (car preview) :refused)
         (sly-agent-q-call-fail call (cdr preview))
-      (sly-agent-q-approval--route call params
-                                   (sly-agent-q-approval--request params (cdr preview))
-                                   callback))))
+      (sly-agent-q-approval--route call params (cdr preview) callback))))
 
 (defun sly-agent-q-approval--edit-decision (arguments decision)
   "Return the decision on a call with ARGUMENTS from DECISION on its edit.
@@ -163,9 +161,11 @@ A review accepting hunks answers the edit's arguments with
                                   (plist-get (plist-get decision :arguments) :accepted_hunks)))
     decision))
 
-(defun sly-agent-q-approval--route (call params request callback)
-  "Put the approval CALL, with PARAMS and REQUEST, to whoever decides.
-CALLBACK gets the decision."
+(defun sly-agent-q-approval--route (call params preview callback)
+  "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.
+CALLBACK gets the decision.  The request, with its diff, is made only
+for whoever needs it: a diff review computes its own hunks, and a
+second diff of a large file would cost as much again."
   (cond
      ((and (equal (plist-get params :tool) "propose_file_edit")
            (fboundp 'sly-agent-q-diff-review))
@@ -188,8 +188,8 @@ CALLBACK gets the decision."
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
      (sly-agent-q-approval-function
-      (funcall sly-agent-q-approval-function request callback))
-     (t (sly-agent-q-approval--ask call request callback))))
+      (funcall sly-agent-q-approval-function (sly-agent-q-approval--request params preview) callback))
+     (t (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview) callback))))
 
 ;;;; The interactive UI
 

@@ -116,6 +116,58 @@ nil, which makes them one change."
             (push (cons x y) matches))
           matches)))))
 
+(defun sly-agent-q-diff--anchors (a b)
+  "Return the lines found once in A and once in B, matched in order.
+A and B are vectors of integers.  The result is the longest run of
+such pairs (I . J) ascending in both, found by patience sorting."
+  (let ((seen (make-hash-table :test #'eql)) (pairs nil))
+    ;; Each line's [count in A, index in A, count in B, index in B].
+    (dotimes (i (length a))
+      (let ((e (gethash (aref a i) seen)))
+        (if e (aset e 0 (1+ (aref e 0))) (puthash (aref a i) (vector 1 i 0 nil) seen))))
+    (dotimes (j (length b))
+      (let ((e (gethash (aref b j) seen)))
+        (when e (aset e 2 (1+ (aref e 2))) (aset e 3 j))))
+    (maphash (lambda (_line e)
+               (when (and (= (aref e 0) 1) (= (aref e 2) 1))
+                 (push (cons (aref e 1) (aref e 3)) pairs)))
+             seen)
+    (let* ((pairs (vconcat (sort pairs (lambda (x y) (< (car x) (car y))))))
+           (n (length pairs))
+           (tails (make-vector n 0))      ; index of the pair ending each pile
+           (back (make-vector n nil))     ; the pair before it in its run
+           (piles 0))
+      (dotimes (p n)
+        (let ((j (cdr (aref pairs p))) (lo 0) (hi piles))
+          (while (< lo hi)
+            (let ((mid (/ (+ lo hi) 2)))
+              (if (< (cdr (aref pairs (aref tails mid))) j) (setq lo (1+ mid)) (setq hi mid))))
+          (when (> lo 0) (aset back p (aref tails (1- lo))))
+          (aset tails lo p)
+          (when (= lo piles) (setq piles (1+ piles)))))
+      (let ((run nil) (p (and (> piles 0) (aref tails (1- piles)))))
+        (while p
+          (push (aref pairs p) run)
+          (setq p (aref back p)))
+        run))))
+
+(defun sly-agent-q-diff--matches (a b)
+  "Return the matched pairs (I . J) of an edit from A to B, ascending.
+Lines unique to both texts anchor the match (patience diff); Myers's
+algorithm matches the gaps between anchors.  A large file with many
+scattered changes is then diffed in about linear time, where Myers's
+alone took time growing with the product of its size and the changes."
+  (let ((anchors (sly-agent-q-diff--anchors a b)))
+    (if (null anchors)
+        (sly-agent-q-diff--myers a b)
+      (let ((i 0) (j 0) (out nil))
+        (dolist (anchor (append anchors (list (cons (length a) (length b)))))
+          (dolist (m (sly-agent-q-diff--myers (substring a i (car anchor)) (substring b j (cdr anchor))))
+            (push (cons (+ i (car m)) (+ j (cdr m))) out))
+          (when (< (car anchor) (length a)) (push anchor out))
+          (setq i (1+ (car anchor)) j (1+ (cdr anchor))))
+        (nreverse out)))))
+
 (defun sly-agent-q-diff--changes (a b)
   "Return the changed regions between line vectors A and B.
 Each is (OLD-START OLD-END NEW-START NEW-END), 0-based, end excluded."
@@ -137,7 +189,7 @@ Each is (OLD-START OLD-END NEW-START NEW-END), 0-based, end excluded."
            (ma (funcall ids a pre (- n suf)))
            (mb (funcall ids b pre (- m suf)))
            (changes nil) (i 0) (j 0))
-      (dolist (match (sly-agent-q-diff--myers ma mb))
+      (dolist (match (sly-agent-q-diff--matches ma mb))
         (when (or (< i (car match)) (< j (cdr match)))
           (push (list (+ pre i) (+ pre (car match)) (+ pre j) (+ pre (cdr match)))
                 changes))

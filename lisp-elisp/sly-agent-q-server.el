@@ -832,6 +832,23 @@ and exit from the pipe and exits on its own."
 
 ;;;; Dispatch
 
+(defcustom sly-agent-q-gc-cons-threshold (* 64 1024 1024)
+  "The `gc-cons-threshold' while Emacs handles one message of the server.
+Handling a large tool result or diff conses megabytes; with Emacs's
+default threshold that is a garbage collection every 800 KB, each one
+marking the whole heap, and together they were the longest pause the
+user saw.  Within this threshold there is one collection, after the
+message.  nil leaves `gc-cons-threshold' alone."
+  :type '(choice (const :tag "Leave gc-cons-threshold alone" nil) integer))
+
+(defmacro sly-agent-q-server-with-few-collections (&rest body)
+  "Run BODY with `gc-cons-threshold' raised to `sly-agent-q-gc-cons-threshold'."
+  (declare (indent 0) (debug t))
+  `(let ((gc-cons-threshold (if sly-agent-q-gc-cons-threshold
+                                (max gc-cons-threshold sly-agent-q-gc-cons-threshold)
+                              gc-cons-threshold)))
+     ,@body))
+
 (defun sly-agent-q--dispatch-request (_conn method _params)
   "The server sends no requests; answer any with an error naming METHOD."
   (signal 'jsonrpc-error
@@ -842,7 +859,8 @@ and exit from the pipe and exits on its own."
   "Hand notification METHOD with PARAMS from CONN to its method.  Never signals."
   (condition-case err
       (if (sly-agent-q-protocol-method-p method 'server->emacs 'notification)
-          (sly-agent-q-handle-notification conn method params)
+          (sly-agent-q-server-with-few-collections
+            (sly-agent-q-handle-notification conn method params))
         (sly-agent-q--log conn "ignored %s: not a notification of protocol %d"
                           method sly-agent-q-protocol-version))
     (error
@@ -990,9 +1008,10 @@ buffer, the chat and the model."
       (when conn
         (remhash (sly-agent-q-call-id call) (sly-agent-q--calls conn)))
       (when (and conn (jsonrpc-running-p conn))
-        (jsonrpc-notify conn 'emacs/reply
-                        (append (list :id (sly-agent-q-call-id call))
-                                (sly-agent-q-server-redact reply)))
+        (sly-agent-q-server-with-few-collections
+          (jsonrpc-notify conn 'emacs/reply
+                          (append (list :id (sly-agent-q-call-id call))
+                                  (sly-agent-q-server-redact reply))))
         t))))
 
 (defun sly-agent-q-call-reply (call result)

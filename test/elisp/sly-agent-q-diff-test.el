@@ -168,6 +168,50 @@
           (let ((text (sly-agent-q-diff--apply-hunks a b hunks (list (car all)))))
             (should (stringp text))))))))
 
+(ert-deftest sly-agent-q-diff-test-random-round-trips-of-unique-lines ()
+  ;; Texts of mostly unique lines (as source files are), edited at random: the
+  ;; lines both texts hold once anchor the diff.  All hunks give the new text,
+  ;; none the old one, and no line both texts keep in order is shown as changed
+  ;; when only insertions and deletions were made.
+  (let ((state (cl-make-random-state 7)))
+    (dotimes (_ 200)
+      (let* ((old-lines (cl-loop for i below (cl-random 60 state)
+                                 collect (if (zerop (cl-random 6 state)) "(end)\n" (format "line %d\n" i))))
+             (new-lines nil) (only-inserts-and-deletes (zerop (cl-random 2 state))))
+        (dolist (line old-lines)
+          (pcase (cl-random (if only-inserts-and-deletes 3 5) state)
+            (0 (push (format "new %d\n" (cl-random 1000 state)) new-lines) (push line new-lines))
+            (1 nil)
+            (3 (push (format "changed %s" line) new-lines))
+            (4 (push "(end)\n" new-lines))
+            (_ (push line new-lines))))
+        (let* ((old (apply #'concat old-lines))
+               (new (apply #'concat (nreverse new-lines)))
+               (a (sly-agent-q-files-split-lines old))
+               (b (sly-agent-q-files-split-lines new))
+               (hunks (sly-agent-q-diff-hunks a b 0))
+               (all (mapcar (lambda (h) (plist-get h :index)) hunks)))
+          (should (equal new (sly-agent-q-diff--apply-hunks a b hunks all)))
+          (should (equal old (sly-agent-q-diff--apply-hunks a b hunks nil)))
+          (when only-inserts-and-deletes
+            ;; Every removed line is one the edit deleted: none that survived.
+            (dolist (h hunks)
+              (dolist (l (split-string (plist-get h :text) "\n" t))
+                (when (string-prefix-p "-line" l)
+                  (should-not (member (concat (substring l 1) "\n") (append b nil))))))))))))
+
+(ert-deftest sly-agent-q-diff-test-scattered-changes-of-a-large-file ()
+  ;; 4,000 unique lines, every 20th changed: one hunk per change, each one line
+  ;; out and one in (without context), as GNU diff shows it.
+  (let* ((old (mapconcat (lambda (i) (format "(defun helper-%05d (x) x)\n" i)) (number-sequence 0 3999) ""))
+         (new (replace-regexp-in-string "^\\((defun helper-[0-9]*[02468]0 (x) x)\\)$" "\\1 ; edited" old))
+         (a (sly-agent-q-files-split-lines old))
+         (b (sly-agent-q-files-split-lines new))
+         (hunks (sly-agent-q-diff-hunks a b 0)))
+    (should (= (length hunks) 200))
+    (should (cl-every (lambda (h) (string-match-p "\\`-.*\n\\+.* ; edited\n\\'" (plist-get h :text))) hunks))
+    (should (equal new (sly-agent-q-diff--apply-hunks a b hunks (mapcar (lambda (h) (plist-get h :index)) hunks))))))
+
 ;;;; Review by a scripted approver, then apply
 
 (ert-deftest sly-agent-q-diff-test-scripted-accept-1-and-3 ()

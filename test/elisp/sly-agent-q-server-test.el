@@ -706,5 +706,22 @@
     (should-not (car got))
     (should (string-match-p "server exited (exit 3) before it was ready: boom: cannot start" (cadr got)))))
 
+(ert-deftest sly-agent-q-server-messages-are-handled-with-few-collections ()
+  "A server message is handled under `sly-agent-q-gc-cons-threshold', which never lowers it."
+  (let ((seen nil))
+    (cl-letf (((symbol-function 'sly-agent-q-handle-notification)
+               (lambda (&rest _) (push gc-cons-threshold seen))))
+      (let ((gc-cons-threshold 800000))
+        (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
+          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x")))
+        (let ((sly-agent-q-gc-cons-threshold nil))
+          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x")))
+        (let ((gc-cons-threshold (* 100 1024 1024))
+              (sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
+          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x")))
+        ;; Outside, the user's own setting again.
+        (should (= gc-cons-threshold 800000))))
+    (should (equal (reverse seen) (list (* 64 1024 1024) 800000 (* 100 1024 1024))))))
+
 (provide 'sly-agent-q-server-test)
 ;;; sly-agent-q-server-test.el ends here
