@@ -78,7 +78,8 @@
 
 (defun rd-fail (err)
   "Say that the run failed with ERR, and exit."
-  (rd-status "failed %s" (if (stringp err) err (error-message-string err)))
+  (rd-status "failed %s" (replace-regexp-in-string
+                          "\n" " | " (if (stringp err) err (error-message-string err))))
   (kill-emacs 1))
 
 ;;;; The echo key and the echo window
@@ -243,6 +244,9 @@ is what showing the current screen costs, the bound of any update."
           sly-agent-q-tools-max-chars 2000000
           sly-agent-q-tools-max-lines 100000
           sly-agent-q-extra-configuration '(:maxResultChars 2000000)
+          ;; The raised caps make a history of megabytes, which the model's real window would
+          ;; have compacted, a request the script does not play: a window that holds it all.
+          sly-agent-q-context-window 100000000
           sly-agent-q-approval-function nil)
     (sly-agent-q-server-ensure (lambda (_conn err) (if err (rd-fail err) (funcall then))))))
 
@@ -272,8 +276,17 @@ is what showing the current screen costs, the bound of any update."
 (defun rd-diff-case ()
   "Propose an edit of a 200 KB file; hold its review on screen, then abort it."
   (rd-case "200 KB diff review"
-    (sly-agent-q-send "Mark the helpers." #'ignore)
-    (let (poll)
+    (let (poll shown)
+      ;; A turn that ends before its review shows is a failure of the run, not a wait forever.
+      (sly-agent-q-send "Mark the helpers."
+                        (lambda (outcome)
+                          (unless shown
+                            (cancel-timer poll)
+                            (rd-fail (format "the turn ended before its review showed: %S; the chat ends with %S"
+                                             (plist-get outcome :status)
+                                             (with-current-buffer (sly-agent-q-chat-buffer)
+                                               (buffer-substring-no-properties
+                                                (max (point-min) (- (point-max) 400)) (point-max))))))))
       (setq poll
             (run-with-timer
              0.05 0.05
@@ -281,6 +294,7 @@ is what showing the current screen costs, the bound of any update."
                (let ((review (cl-find-if (lambda (b) (with-current-buffer b (derived-mode-p 'diff-mode)))
                                          (buffer-list))))
                  (when (and review (get-buffer-window review))
+                   (setq shown t)
                    (cancel-timer poll)
                    (rd-hold-then
                     (lambda ()

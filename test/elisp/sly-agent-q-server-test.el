@@ -723,5 +723,14 @@
         (should (= gc-cons-threshold 800000))))
     (should (equal (reverse seen) (list (* 64 1024 1024) 800000 (* 100 1024 1024))))))
 
+(ert-deftest sly-agent-q-server-raises-read-process-output-max ()
+  "Starting the server raises `read-process-output-max' to the option, never lowers it; nil leaves it."
+  (dolist (case '((4096 1048576 1048576) (4096 nil 4096) (4194304 1048576 4194304)))
+    (pcase-let ((`(,before ,option ,after) case))
+      (let ((read-process-output-max before)
+            (sly-agent-q-read-process-output-max option))
+        (sly-agent-q-test-with-server '((steps . []))
+          (should (= read-process-output-max after)))))))
+
 (provide 'sly-agent-q-server-test)
 ;;; sly-agent-q-server-test.el ends here
