@@ -188,8 +188,10 @@ second diff of a large file would cost as much again."
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
      (sly-agent-q-approval-function
-      (funcall sly-agent-q-approval-function (sly-agent-q-approval--request params preview) callback))
-     (t (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview) callback))))
+      (funcall sly-agent-q-approval-function
+               (sly-agent-q-approval--request params preview) callback))
+     (t (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
+                                   callback))))
 
 ;;;; The interactive UI
 

@@ -485,7 +485,7 @@ Without a connection, nothing is written."
         :approvals t))
 
 (defcustom sly-agent-q-read-process-output-max (* 1024 1024)
-  "At least this `read-process-output-max' while the server runs, or nil.
+  "The least `read-process-output-max' that starting the server sets, or nil.
 With Emacs's default of 4 KB a large tool result arrives in hundreds
 of reads, and keys wait until they are done: a 1 MB result made a key
 take 300 ms to show (benchmarks, figure 7), 20 ms with 1 MB.  The
