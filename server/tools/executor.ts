@@ -7,7 +7,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
 import { ToolPolicy, type ApprovalReason, type PermissionRule } from "./policy.js";
-import type { ToolRegistry } from "./registry.js";
+import { schemaForModel, type ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
 import { sentence } from "../text.js";
 
@@ -501,8 +501,8 @@ function parseArguments(raw: unknown): Record<string, unknown> | string {
 }
 
 function describeSchemaErrors(errors: ErrorObject[], tool: Tool): string {
-  // The parameters the model was offered (schemaForModel): the others are not its to pass.
-  const expected = Object.entries(tool.schema.properties).filter(([, spec]) => !spec.notOffered).map(([name]) => name);
+  // The parameters the model was offered: the others are not its to pass.
+  const expected = Object.keys(schemaForModel(tool).properties);
   const seen = new Set<string>();
   for (const e of errors) {
     const param = e.instancePath.replace(/^\//, "").replace(/\//g, ".");
