@@ -17,9 +17,10 @@
 
 (defvar *in-debugger* nil)
 
-(defun debugger-snapshot (function)
+(defun debugger-snapshot (function &optional (signaller (lambda () (debuggee (make-instance 'hostile) 41))))
   "Call FUNCTION (of no arguments) inside the debugging environment of
-an error signalled in DEBUGGEE, and return its value."
+the error that SIGNALLER (of no arguments; default: DEBUGGEE's)
+signals, and return its value."
   (block snapshot
     (handler-bind ((error (lambda (c)
                             (declare (ignore c))
@@ -28,7 +29,7 @@ an error signalled in DEBUGGEE, and return its value."
                                                     (if (find-package "SLYNK-BACKEND") "SLYNK-BACKEND"
                                                         (if (find-package "SWANK/BACKEND") "SWANK/BACKEND" "SWANK-BACKEND")))
                                        function)))))
-      (debuggee (make-instance 'hostile) 41))))
+      (funcall signaller))))
 
 (defun debuggee (monster number)
   (declare (optimize (debug 3)))
@@ -202,18 +203,11 @@ an error signalled in DEBUGGEE, and return its value."
 
 (deftest backtrace-of-hostile-frames-is-bounded-in-all
   (let* ((start (get-internal-real-time))
-         (result (block snapshot
-                   (handler-bind ((error (lambda (c)
-                                           (declare (ignore c))
-                                           (return-from snapshot
-                                             (funcall (find-symbol "CALL-WITH-DEBUGGING-ENVIRONMENT"
-                                                                   (if (find-package "SLYNK-BACKEND") "SLYNK-BACKEND"
-                                                                       (if (find-package "SWANK/BACKEND") "SWANK/BACKEND" "SWANK-BACKEND")))
-                                                      (lambda ()
-                                                        (let ((sly-agent-q::*print-seconds* 0.3)
-                                                              (sly-agent-q::*frames-seconds* 1))
-                                                          (op "backtrace" "count" 10))))))))
-                     (hostile-recursion (make-instance 'hostile) 8))))
+         (result (debugger-snapshot (lambda ()
+                                      (let ((sly-agent-q::*print-seconds* 0.3)
+                                            (sly-agent-q::*frames-seconds* 1))
+                                        (op "backtrace" "count" 10)))
+                                    (lambda () (hostile-recursion (make-instance 'hostile) 8))))
          (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second)))
     (is (ok-p result))
     (is (has result "HOSTILE-RECURSION ...) [arguments not printable in time"

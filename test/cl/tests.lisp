@@ -838,6 +838,9 @@ own, that are still alive: what a tool must not leave behind."
   (with-open-file (out file :direction :output :if-exists :supersede :external-format :utf-8)
     (write-string text out)))
 
+(defun append-text (file text)
+  (write-text file (concatenate 'string (file-text file) text)))
+
 (defun call-with-project (function)
   "Call FUNCTION with MY-APP copied to a fresh project root, its .asd
 loaded and the system loaded from there; MY-APP is restored after."
@@ -879,18 +882,16 @@ loaded and the system loaded from there; MY-APP is restored after."
 
 (deftest load-system-reports-warnings-per-file-and-form
   (with-project ()
-    (write-text (project-file "my-app.lisp")
-                (concatenate 'string (file-text (project-file "my-app.lisp"))
-                             (format nil "~%(defun uses-undefined (x)~%  (+ x *no-such-variable*))~%")))
+    (append-text (project-file "my-app.lisp")
+                 (format nil "~%(defun uses-undefined (x)~%  (+ x *no-such-variable*))~%"))
     (let ((r (tool "load_system" "system" "my-app")))
       (is (ok-p r))
       (is (has r "my-app.lisp:" "WARNING" "(defun uses-undefined (x)" "*NO-SUCH-VARIABLE*")))))
 
 (deftest load-system-reports-a-failure-without-the-debugger
   (with-project ()
-    (write-text (project-file "my-app.lisp")
-                (concatenate 'string (file-text (project-file "my-app.lisp"))
-                             (format nil "~%(defun broken (x)~%  (let ((y)) (+ x y))~%")))
+    (append-text (project-file "my-app.lisp")
+                 (format nil "~%(defun broken (x)~%  (let ((y)) (+ x y))~%"))
     (let ((r (tool "load_system" "system" "my-app")))
       (is (has r "FAILED")))))
 

@@ -120,21 +120,10 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
                ,@body))
          (delete-directory root t)))))
 
-(defun e2e-tool-results ()
-  "Every tool_result the model received, in order, as (CONTENT . IS-ERROR)."
-  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
-    (cl-loop for message across (alist-get 'messages (alist-get 'body last))
-             for content = (alist-get 'content message)
-             when (vectorp content)
-             append (cl-loop for block across content
-                             when (equal (alist-get 'type block) "tool_result")
-                             collect (cons (e2e-block-text (alist-get 'content block))
-                                           (eq (alist-get 'is_error block) t))))))
-
-(defun e2e-block-text (content)
-  "The text of a tool_result CONTENT (a string or a vector of text blocks)."
-  (if (stringp content) content
-    (mapconcat (lambda (b) (or (alist-get 'text b) "")) content "")))
+(defun e2e-every-hunk (request)
+  "The answer to a diff review REQUEST that accepts every hunk."
+  (list :accepted_hunks (vconcat (mapcar (lambda (h) (plist-get h :index))
+                                         (plist-get request :hunks)))))
 
 (defun e2e-request-count ()
   "How many requests the mock received."
@@ -167,7 +156,7 @@ CALLBACK gets the turn's outcome."
            (outcome (e2e-send "Describe the function PROCESS-DATA in MY-APP package")))
       (should (eq (plist-get outcome :status) 'finished))
       (should (= (e2e-request-count) 2))
-      (let ((result (car (e2e-tool-results))))
+      (let ((result (car (sly-agent-q-test-tool-results))))
         (should-not (cdr result))
         (should (string-match-p (regexp-quote first-line) (car result)))
         ;; The lambda list comes from the image: the script never names these.
@@ -187,7 +176,7 @@ CALLBACK gets the turn's outcome."
       (let ((outcome (e2e-send "There's a bug in PARSE-INPUT, it fails on empty strings")))
         (should (eq (plist-get outcome :status) 'finished))
         (should (= (e2e-request-count) 5))
-        (let ((results (e2e-tool-results)))
+        (let ((results (sly-agent-q-test-tool-results)))
           (should (= (length results) 4))
           ;; The reproduction brought back the image's real condition, not a debugger.
           (should (string-match-p (regexp-quote condition) (car (nth 1 results))))
@@ -210,7 +199,7 @@ CALLBACK gets the turn's outcome."
       (should-not (e2e-eval `(cl:and ,find-method t)))
       (let ((outcome (e2e-send "Add a new method to SERIALIZE for MY-CLASS")))
         (should (eq (plist-get outcome :status) 'finished))
-        (let ((results (e2e-tool-results)))
+        (let ((results (sly-agent-q-test-tool-results)))
           (should (= (length results) 4))
           (should (cl-notany #'cdr results))
           ;; Slots as the image knows them (initform "unnamed" is nowhere in the script).
@@ -260,15 +249,12 @@ the image's definition records that file, and the recorded position is the new f
               (push (list (plist-get request :tool) (plist-get request :path)
                           (length (plist-get request :hunks)))
                     reviews)
-              (funcall callback
-                       (list :accepted_hunks
-                             (vconcat (mapcar (lambda (h) (plist-get h :index))
-                                              (plist-get request :hunks))))))))
+              (funcall callback (e2e-every-hunk request)))))
       (unwind-protect
           (progn
             (should (eq (plist-get (e2e-send "The tests of my-app fail; fix it in the source" 180) :status)
                         'finished))
-            (let ((results (e2e-tool-results)))
+            (let ((results (sly-agent-q-test-tool-results)))
               (should (= (length results) 6))
               (should (cl-notany #'cdr results))
               (should (string-match-p "Loaded my-app" (car (nth 0 results))))
@@ -323,7 +309,7 @@ the image's definition records that file, and the recorded position is the new f
             (let ((before (e2e-file-text file)))
               (should (eq (plist-get (e2e-send "Rewrite PARSE-INPUT") :status) 'finished))
               (should-not asked)
-              (let ((result (car (e2e-tool-results))))
+              (let ((result (car (sly-agent-q-test-tool-results))))
                 (should (cdr result))
                 (should (string-match-p "refused" (car result)))
                 (should (string-match-p "unbalanced parentheses" (car result))))
@@ -338,16 +324,13 @@ the image's definition records that file, and the recorded position is the new f
            (sly-agent-q-approval-function
             (lambda (request callback)
               (cl-incf reviews)
-              (funcall callback
-                       (list :accepted_hunks
-                             (vconcat (mapcar (lambda (h) (plist-get h :index))
-                                              (plist-get request :hunks))))))))
+              (funcall callback (e2e-every-hunk request)))))
       (unwind-protect
           (progn
             (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t))
             (should (eq (plist-get (e2e-send "Add two helpers" 120) :status) 'finished))
             (should (= reviews 2))
-            (let ((results (e2e-tool-results)))
+            (let ((results (sly-agent-q-test-tool-results)))
               (should (cl-notany #'cdr results))
               (should (string-match-p "Compiled" (car (nth 0 results))))
               (should (string-match-p "Compiled" (car (nth 1 results))))
@@ -385,7 +368,7 @@ the image's definition records that file, and the recorded position is the new f
       (should-not (file-exists-p (expand-file-name "denied.txt" root)))
       (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "edited.txt" root)) (buffer-string))
                      "GAMMA, edited\n"))
-      (let ((results (e2e-tool-results)))
+      (let ((results (sly-agent-q-test-tool-results)))
         (should (equal (mapcar #'cdr results) '(nil t nil)))
         (should (string-match-p "not that one" (car (nth 1 results))))))))
 
@@ -416,7 +399,7 @@ the image's definition records that file, and the recorded position is the new f
       (let ((text (funcall read)))
         (should (string-match-p "(defvar \\*second\\* 2)" text))
         (should (string-match-p "(defvar \\*third-renamed\\* 3)" text)))
-      (let ((results (e2e-tool-results)))
+      (let ((results (sly-agent-q-test-tool-results)))
         (should (cdr (nth 0 results)))
         (should (string-match-p "not like this" (car (nth 0 results))))
         (should-not (cdr (nth 1 results)))
@@ -436,7 +419,7 @@ the image's definition records that file, and the recorded position is the new f
       (should (eq (plist-get (e2e-send "Set the scale to 99") :status) 'finished))
       (should (equal asked '("eval_form")))
       (should (equal (e2e-eval 'my-app::*scale*) 1))
-      (should (string-match-p "no evaluation today" (car (car (e2e-tool-results))))))))
+      (should (string-match-p "no evaluation today" (car (car (sly-agent-q-test-tool-results))))))))
 
 ;;;; The user's debugger (issue 13)
 
@@ -517,7 +500,7 @@ it before sending, REQUEST the approval's request."
             (sly-agent-q-test-wait (lambda () outcome) 90 "the debugger turn"))
         (remove-hook 'sly-agent-q-turn-finished-hook hook)))
     (should (eq (plist-get outcome :status) 'finished))
-    (list (e2e-tool-results) buffer before request repl-before)))
+    (list (sly-agent-q-test-tool-results) buffer before request repl-before)))
 
 (ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
   "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."
@@ -659,7 +642,7 @@ Every result comes back bounded, the debugger is as it was and the image answers
           (progn
             (should (eq (plist-get (sly-agent-q-test-send "Look at the debugger" 90) :status) 'finished))
             (should (< (- (float-time) start) 40))
-            (let ((results (e2e-tool-results)))
+            (let ((results (sly-agent-q-test-tool-results)))
               (should (= (length results) 5))
               (should (cl-notany #'cdr results))
               (should (string-match-p "Stubborn failure at 42" (car (nth 0 results))))
@@ -754,7 +737,7 @@ live image after the agent loaded the helpers there."
   (e2e-with-agent "tool-error-recovery.json"
     (e2e-reset-fixture)
     (should (eq (plist-get (e2e-send "Describe process-data") :status) 'finished))
-    (let ((results (e2e-tool-results)))
+    (let ((results (sly-agent-q-test-tool-results)))
       (should (cdr (nth 0 results)))
       (should (string-match-p "PROCESS-DATA" (car (nth 0 results))))
       (should-not (cdr (nth 1 results))))
@@ -801,7 +784,7 @@ live image after the agent loaded the helpers there."
     (let ((outcome (e2e-send "Start a thread")))
       (should (eq (plist-get outcome :status) 'finished))
       (should-not (e2e-debugger-buffers))
-      (let ((results (e2e-tool-results)))
+      (let ((results (sly-agent-q-test-tool-results)))
         (should-not (cdr (nth 1 results)))
         (should (string-match-p "Value: 3" (car (nth 1 results))))
         (should (string-match-p "boom from a thread" (car (nth 1 results))))
@@ -819,7 +802,7 @@ live image after the agent loaded the helpers there."
              (outcome (e2e-send "Sleep")))
         (should (eq (plist-get outcome :status) 'finished))
         (should (< (- (float-time) start) 20))
-        (let ((result (car (e2e-tool-results))))
+        (let ((result (car (sly-agent-q-test-tool-results))))
           (should (cdr result))
           (should (string-match-p "timed out after 2 s and was interrupted" (car result)))))
       (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
@@ -838,7 +821,7 @@ live image after the agent loaded the helpers there."
       (let ((inhibit-read-only t))
         (sly-agent-q-test-wait (lambda () outcome) 30 "the turn to end"))
       (should (eq (plist-get outcome :status) 'finished))
-      (let ((result (car (e2e-tool-results))))
+      (let ((result (car (sly-agent-q-test-tool-results))))
         (should (cdr result))
         (should (string-match-p "connection" (car result)))))
     (let ((inhibit-read-only t))
@@ -849,7 +832,7 @@ live image after the agent loaded the helpers there."
   (e2e-with-agent "lisp-exits.json"
     (let ((outcome (let ((inhibit-read-only t)) (sly-agent-q-test-send "Exit" 60))))
       (should (eq (plist-get outcome :status) 'finished))
-      (let ((result (car (e2e-tool-results))))
+      (let ((result (car (sly-agent-q-test-tool-results))))
         (should (cdr result))
         (should (string-match-p "Lisp process exited" (car result)))
         (should-not (string-match-p "aborted" (car result)))))

@@ -109,6 +109,21 @@ or a function returning one)."
       (re-search-forward "\n\n")
       (prog1 (json-read) (kill-buffer)))))
 
+(defun sly-agent-q-test-tool-results ()
+  "Every tool_result the model received, in order, as (TEXT . IS-ERROR).
+Read from the last request the mock LLM recorded, which carries the
+whole history."
+  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
+    (cl-loop for message across (alist-get 'messages (alist-get 'body last))
+             for content = (alist-get 'content message)
+             when (vectorp content)
+             append (cl-loop for block across content
+                             when (equal (alist-get 'type block) "tool_result")
+                             collect (cons (let ((c (alist-get 'content block)))
+                                             (if (stringp c) c
+                                               (mapconcat (lambda (b) (or (alist-get 'text b) "")) c "")))
+                                           (eq (alist-get 'is_error block) t))))))
+
 ;;;; The real server
 
 (defconst sly-agent-q-test-api-key "sk-ant-test-SECRET-0123456789"

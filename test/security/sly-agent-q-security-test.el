@@ -278,19 +278,6 @@
   "A mock step ending the turn with the last tool result."
   '((content . [((type . "text") (text . "Result: {{last_tool_result}}"))])))
 
-(defun sly-agent-q-security-test--tool-results ()
-  "Every tool_result the model received, in order, as (CONTENT . IS-ERROR)."
-  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
-    (cl-loop for message across (alist-get 'messages (alist-get 'body last))
-             for content = (alist-get 'content message)
-             when (vectorp content)
-             append (cl-loop for block across content
-                             when (equal (alist-get 'type block) "tool_result")
-                             collect (cons (let ((c (alist-get 'content block)))
-                                             (if (stringp c) c
-                                               (mapconcat (lambda (b) (or (alist-get 'text b) "")) c "")))
-                                           (eq (alist-get 'is_error block) t))))))
-
 (ert-deftest sly-agent-q-security-approval-shows-resolved-target-and-diff ()
   "Attack 5: a long content before a path full of `..' cannot hide the real target."
   (sly-agent-q-security-test--with-project
@@ -350,7 +337,7 @@
         (should-not asked)
         (should-not (string-match-p "needs your approval" (sly-agent-q-test-chat-text)))
         (should-not (file-exists-p outside))
-        (let ((results (sly-agent-q-security-test--tool-results)))
+        (let ((results (sly-agent-q-test-tool-results)))
           (should (= 2 (length results)))
           (should (cdr (nth 0 results)))
           (should (string-match-p "outside the project root" (car (nth 0 results))))
@@ -401,7 +388,7 @@
         (sly-agent-q-test-wait (lambda () outcome) 30 "the turn")
         (should (eq (plist-get outcome :status) 'finished))
         (should-not (string-match-p "needs your approval" (sly-agent-q-test-chat-text)))
-        (let ((results (sly-agent-q-security-test--tool-results)))
+        (let ((results (sly-agent-q-test-tool-results)))
           (should (cdr (car results)))
           (should (string-match-p "outside the project root" (car (car results)))))))))
 
@@ -429,7 +416,7 @@
                        (funcall callback '(:decision "approved")))))
                 (sly-agent-q-send "Read it" (lambda (o) (setq outcome o)))
                 (sly-agent-q-test-wait (lambda () outcome) 30 "the turn"))
-              (let ((results (sly-agent-q-security-test--tool-results)))
+              (let ((results (sly-agent-q-test-tool-results)))
                 (should (= 2 (length results)))
                 (dolist (r results)
                   (should (cdr r))
