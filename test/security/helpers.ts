@@ -2,8 +2,7 @@
 // in-memory JSON-RPC pair, a fake Emacs side that answers emacs/call, and the mock LLM. Each tool's
 // handler is wrapped so that the test sees which tools really ran (not a status flag).
 
-import { PassThrough } from "node:stream";
-import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
+import type { MessageConnection } from "vscode-jsonrpc/node";
 import type { MockLLM } from "../fixtures/mock-llm/server.mjs";
 import { registerChatHandlers, type ChatService } from "../../server/agent/chat-handlers.js";
 import { Logger } from "../../server/log.js";
@@ -12,11 +11,9 @@ import { AgentServer } from "../../server/rpc/server.js";
 import { builtinTools } from "../../server/tools/catalog/index.js";
 import { ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool, type Tool } from "../../server/tools/tool.js";
+import { memoryPair, recordNotes, type Note } from "../server/chat-harness.js";
 
-export interface Note {
-  method: string;
-  params: any;
-}
+export type { Note };
 
 export interface Side {
   client: MessageConnection;
@@ -51,17 +48,25 @@ export function recordingRegistry(ran: string[]): ToolRegistry {
 }
 
 export function side(): Side {
-  const up = new PassThrough();
-  const down = new PassThrough();
-  const client = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
-  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
+  const { client, serverSide } = memoryPair();
   const ran: string[] = [];
   const registry = recordingRegistry(ran);
   const logs: string[] = [];
   const server = new AgentServer(serverSide, { registry, logger: new Logger("debug", (l) => logs.push(l)) });
   const chat = registerChatHandlers(server, { retry: { maxRetries: 0, baseDelayMs: 1, maxDelayMs: 1 }, env: {} });
-  const notes: Note[] = [];
-  const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
+  const { notes, waitFor } = recordNotes(client, (n) => {
+    // The fake Emacs: answers each emacs/call as the test says.
+    if (n.method !== "emacs/call") return;
+    const call = n.params as EmacsCallParams;
+    let answer;
+    if (call.kind === "approval") {
+      s.approvals.push(call.params);
+      answer = s.answerApproval(call.params);
+    } else {
+      answer = s.answerCall(call);
+    }
+    void client.sendNotification("emacs/reply", { id: call.id, ...answer });
+  });
   const s: Side = {
     client,
     server,
@@ -81,12 +86,7 @@ export function side(): Side {
       }),
     configure: (configuration) => client.sendRequest("configuration/change", { configuration }),
     call: (name, args) => client.sendRequest("tools/call", { name, arguments: args }),
-    waitFor: (pred) =>
-      new Promise<Note>((resolve) => {
-        const found = notes.find(pred);
-        if (found) resolve(found);
-        else waiters.push({ pred, resolve });
-      }),
+    waitFor,
     dispose: () => {
       chat.cancelAll();
       server.dispose();
@@ -94,27 +94,6 @@ export function side(): Side {
       serverSide.dispose();
     },
   };
-  client.onNotification((method: string, params: any) => {
-    const n = { method, params };
-    notes.push(n);
-    if (method === "emacs/call") {
-      const call = params as EmacsCallParams;
-      let answer;
-      if (call.kind === "approval") {
-        s.approvals.push(call.params);
-        answer = s.answerApproval(call.params);
-      } else {
-        answer = s.answerCall(call);
-      }
-      void client.sendNotification("emacs/reply", { id: call.id, ...answer });
-    }
-    for (const w of [...waiters]) {
-      if (w.pred(n)) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(n);
-      }
-    }
-  });
   server.listen();
   client.listen();
   return s;

@@ -35,19 +35,27 @@ export interface ChatHarnessOptions {
   onNote?: (n: Note, client: MessageConnection) => void;
 }
 
-export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness> {
+/** A client connection and a server connection joined in memory. */
+export function memoryPair(): { client: MessageConnection; serverSide: MessageConnection } {
   const up = new PassThrough();
   const down = new PassThrough();
-  const client = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
-  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
-  const server = new AgentServer(serverSide, { registry: opts.registry, logger: new Logger("error", () => undefined) });
-  const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
+  return {
+    client: createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up)),
+    serverSide: createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down)),
+  };
+}
+
+/**
+ * Records every notification CLIENT receives, after handing it to ON_NOTE; waitFor resolves with the
+ * first recorded or future notification that matches.
+ */
+export function recordNotes(client: MessageConnection, onNote?: (n: Note) => void): { notes: Note[]; waitFor(pred: (n: Note) => boolean): Promise<Note> } {
   const notes: Note[] = [];
   const waiters: { pred: (n: Note) => boolean; resolve: (n: Note) => void }[] = [];
   client.onNotification((method: string, params: unknown) => {
     const n: Note = { method, params };
     notes.push(n);
-    opts.onNote?.(n, client);
+    onNote?.(n);
     for (const w of [...waiters]) {
       if (w.pred(n)) {
         waiters.splice(waiters.indexOf(w), 1);
@@ -55,6 +63,20 @@ export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness
       }
     }
   });
+  const waitFor = (pred: (n: Note) => boolean) =>
+    new Promise<Note>((resolve) => {
+      const found = notes.find(pred);
+      if (found) resolve(found);
+      else waiters.push({ pred, resolve });
+    });
+  return { notes, waitFor };
+}
+
+export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness> {
+  const { client, serverSide } = memoryPair();
+  const server = new AgentServer(serverSide, { registry: opts.registry, logger: new Logger("error", () => undefined) });
+  const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
+  const { notes, waitFor } = recordNotes(client, (n) => opts.onNote?.(n, client));
   server.listen();
   client.listen();
   await client.sendRequest("initialize", {
@@ -63,12 +85,6 @@ export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness
     configuration: opts.configuration,
     context: opts.context,
   });
-  const waitFor = (pred: (n: Note) => boolean) =>
-    new Promise<Note>((resolve) => {
-      const found = notes.find(pred);
-      if (found) resolve(found);
-      else waiters.push({ pred, resolve });
-    });
   const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
   const dispose = () => {
     chat.cancelAll();
