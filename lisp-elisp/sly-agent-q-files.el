@@ -161,21 +161,20 @@ NEEDLE occurs zero or several times."
                   (seq-take found 10) ", ")))
      (t (car found)))))
 
+(defun sly-agent-q-files-line-end (text start)
+  "Where the line of TEXT that begins at START ends, after its newline."
+  (let ((nl (string-search "\n" text start)))
+    (if nl (1+ nl) (length text))))
+
 (defun sly-agent-q-files-split-lines (text)
   "Return the lines of TEXT as a vector, each with its newline.
 Only the last line may lack one."
   (let ((lines nil) (start 0) (len (length text)))
     (while (< start len)
-      (let* ((nl (string-search "\n" text start))
-             (end (if nl (1+ nl) len)))
+      (let ((end (sly-agent-q-files-line-end text start)))
         (push (substring text start end) lines)
         (setq start end)))
     (vconcat (nreverse lines))))
-
-(defun sly-agent-q-files-line-end (text start)
-  "Where the line of TEXT that begins at START ends, after its newline."
-  (let ((nl (string-search "\n" text start)))
-    (if nl (1+ nl) (length text))))
 
 (defun sly-agent-q-files-line-count (text)
   "The number of lines of TEXT, as `sly-agent-q-files-split-lines' counts them.
