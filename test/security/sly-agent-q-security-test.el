@@ -313,6 +313,35 @@
         (sly-agent-q-test-wait (lambda () outcome) 20 "the turn")
         (should (equal long (sly-agent-q-security-test--contents "victim.txt")))))))
 
+(ert-deftest sly-agent-q-security-model-cannot-pre-accept-hunks ()
+  "A model that passes accepted_hunks itself (a parameter it is not offered) decides nothing:
+the user's review sees every hunk and its answer alone says what is applied."
+  (sly-agent-q-security-test--with-project
+    (let* ((old (mapconcat (lambda (i) (format "line %d\n" i)) (number-sequence 1 12) ""))
+           (new (replace-regexp-in-string "^line \\(1\\|12\\)$" "changed \\1" old))
+           (edit `((path . "two-hunks.txt") (new_content . ,new) (accepted_hunks . [1 2])))
+           (answers (list '(:decision "denied" :reason "no") '(:accepted_hunks [2])))
+           (shown nil) (outcome nil))
+      (sly-agent-q-security-test--write "two-hunks.txt" old)
+      (sly-agent-q-test-with-server
+          `((steps . [,(sly-agent-q-security-test--tool-step "propose_file_edit" edit)
+                      ,(sly-agent-q-security-test--tool-step "propose_file_edit" edit)
+                      ,(sly-agent-q-security-test--final-step)]))
+        (let ((sly-agent-q-approval-function
+               (lambda (request callback)
+                 (push (length (plist-get request :hunks)) shown)
+                 ;; The first review is denied: the model's accepted_hunks apply nothing.
+                 (when (= (length shown) 2)
+                   (should (equal (sly-agent-q-security-test--contents "two-hunks.txt") old)))
+                 (funcall callback (pop answers)))))
+          (sly-agent-q-send "Edit it" (lambda (o) (setq outcome o)))
+          (sly-agent-q-test-wait (lambda () outcome) 30 "the turn"))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (equal shown '(2 2)))
+        ;; The second review accepted hunk 2 only, whatever the model asked for.
+        (should (equal (sly-agent-q-security-test--contents "two-hunks.txt")
+                       (replace-regexp-in-string "^line 12$" "changed 12" old)))))))
+
 (ert-deftest sly-agent-q-security-refused-write-never-asked ()
   "Attack 8: a write that would be refused is never put to the user; the result says why."
   (sly-agent-q-security-test--with-project
