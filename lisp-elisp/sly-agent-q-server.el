@@ -779,6 +779,8 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
          (msg (format "The sly-agent-q server exited (%s %s)"
                       (process-status proc) (process-exit-status proc))))
     (setf (sly-agent-q--status conn) 'dead)
+    ;; No more traffic is coming: the user's threshold is back at once.
+    (sly-agent-q-server-release-collections)
     (maphash (lambda (_id call) (sly-agent-q--call-drop call "the server exited"))
              (sly-agent-q--calls conn))
     (clrhash (sly-agent-q--calls conn))
@@ -845,21 +847,74 @@ and exit from the pipe and exits on its own."
 ;;;; Dispatch
 
 (defcustom sly-agent-q-gc-cons-threshold (* 64 1024 1024)
-  "The `gc-cons-threshold' while Emacs handles one message of the server.
-Handling a large tool result or diff conses megabytes; with Emacs's
-default threshold that is a garbage collection every 800 KB, each one
-marking the whole heap, and together they were the longest pause the
-user saw.  Within this threshold there is one collection, after the
-message.  nil leaves `gc-cons-threshold' alone."
+  "The `gc-cons-threshold' while the server's traffic lasts, or nil.
+A message of the server raises `gc-cons-threshold' to this (never
+lowers it) until the server has been quiet for
+`sly-agent-q-gc-quiet-time' seconds; then the user's value is back,
+unless something else changed it meanwhile.  A model's burst of tool
+calls, with their results for the chat, the image's answers and the
+replies, conses megabytes: with Emacs's default threshold that was a
+garbage collection every 800 KB, each one marking the whole heap, at
+20-25 ms each in batch Emacs with SLIME loaded, and together most of the
+time a burst took (benchmarks, figures 2 and 7).  Held off, they are
+one collection when the burst ends.  nil leaves `gc-cons-threshold'
+alone."
   :type '(choice (const :tag "Leave gc-cons-threshold alone" nil) integer))
 
-(defmacro sly-agent-q-server-with-few-collections (&rest body)
-  "Run BODY with `gc-cons-threshold' raised to `sly-agent-q-gc-cons-threshold'."
-  (declare (indent 0) (debug t))
-  `(let ((gc-cons-threshold (if sly-agent-q-gc-cons-threshold
-                                (max gc-cons-threshold sly-agent-q-gc-cons-threshold)
-                              gc-cons-threshold)))
-     ,@body))
+(defcustom sly-agent-q-gc-quiet-time 0.5
+  "Seconds without server traffic that end the holding off of collections.
+See `sly-agent-q-gc-cons-threshold'."
+  :type 'number)
+
+(defvar sly-agent-q--gc-held nil
+  "While collections are held off, (USER-VALUE . RAISED-VALUE).
+Of `gc-cons-threshold': USER-VALUE is the one given back.")
+
+(defvar sly-agent-q--gc-last-traffic 0.0
+  "When the server's traffic was last seen, a `float-time'.")
+
+(defvar sly-agent-q--gc-timer nil
+  "The one timer that ends the holding off of collections.")
+
+(defun sly-agent-q-server-hold-collections ()
+  "Hold garbage collections off while the server's traffic lasts.
+See `sly-agent-q-gc-cons-threshold'.  The global (top-level) value is
+the one changed: a `let' of `gc-cons-threshold' around the caller is
+neither changed nor restored by mistake."
+  (setq sly-agent-q--gc-last-traffic (float-time))
+  (when (and sly-agent-q-gc-cons-threshold (not sly-agent-q--gc-held))
+    (let ((user (default-toplevel-value 'gc-cons-threshold)))
+      (when (< user sly-agent-q-gc-cons-threshold)
+        (setq sly-agent-q--gc-held (cons user sly-agent-q-gc-cons-threshold))
+        (set-default-toplevel-value 'gc-cons-threshold sly-agent-q-gc-cons-threshold)
+        (sly-agent-q--gc-arm sly-agent-q-gc-quiet-time)))))
+
+(defun sly-agent-q--gc-arm (seconds)
+  "Check in SECONDS whether the server has gone quiet."
+  (when sly-agent-q--gc-timer (cancel-timer sly-agent-q--gc-timer))
+  (setq sly-agent-q--gc-timer (run-with-timer seconds nil #'sly-agent-q--gc-check)))
+
+(defun sly-agent-q--gc-check ()
+  "Release collections once the server has been quiet long enough.
+Until then, check again later: one timer, re-armed, as a timer per
+message would cost more than it saves."
+  (setq sly-agent-q--gc-timer nil)
+  (let ((quiet (- (float-time) sly-agent-q--gc-last-traffic)))
+    (if (< quiet sly-agent-q-gc-quiet-time)
+        (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time quiet))
+      (sly-agent-q-server-release-collections))))
+
+(defun sly-agent-q-server-release-collections ()
+  "Give `gc-cons-threshold' back its value from before the server's traffic.
+A value that something else set meanwhile is left as it is.  The
+collection held off happens at Emacs's next allocation check."
+  (when sly-agent-q--gc-timer
+    (cancel-timer sly-agent-q--gc-timer)
+    (setq sly-agent-q--gc-timer nil))
+  (pcase-let ((`(,user . ,raised) sly-agent-q--gc-held))
+    (setq sly-agent-q--gc-held nil)
+    (when (and raised (eql (default-toplevel-value 'gc-cons-threshold) raised))
+      (set-default-toplevel-value 'gc-cons-threshold user))))
 
 (defun sly-agent-q--dispatch-request (_conn method _params)
   "The server sends no requests; answer any with an error naming METHOD."
@@ -871,7 +926,8 @@ message.  nil leaves `gc-cons-threshold' alone."
   "Hand notification METHOD with PARAMS from CONN to its method.  Never signals."
   (condition-case err
       (if (sly-agent-q-protocol-method-p method 'server->emacs 'notification)
-          (sly-agent-q-server-with-few-collections
+          (progn
+            (sly-agent-q-server-hold-collections)
             (sly-agent-q-handle-notification conn method params))
         (sly-agent-q--log conn "ignored %s: not a notification of protocol %d"
                           method sly-agent-q-protocol-version))
@@ -1020,10 +1076,10 @@ buffer, the chat and the model."
       (when conn
         (remhash (sly-agent-q-call-id call) (sly-agent-q--calls conn)))
       (when (and conn (jsonrpc-running-p conn))
-        (sly-agent-q-server-with-few-collections
-          (jsonrpc-notify conn 'emacs/reply
-                          (append (list :id (sly-agent-q-call-id call))
-                                  (sly-agent-q-server-redact reply))))
+        (sly-agent-q-server-hold-collections)
+        (jsonrpc-notify conn 'emacs/reply
+                        (append (list :id (sly-agent-q-call-id call))
+                                (sly-agent-q-server-redact reply)))
         t))))
 
 (defun sly-agent-q-call-reply (call result)

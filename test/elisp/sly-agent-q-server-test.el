@@ -706,22 +706,69 @@
     (should-not (car got))
     (should (string-match-p "server exited (exit 3) before it was ready: boom: cannot start" (cadr got)))))
 
-(ert-deftest sly-agent-q-server-messages-are-handled-with-few-collections ()
-  "A server message is handled under `sly-agent-q-gc-cons-threshold', which never lowers it."
-  (let ((seen nil))
+(defmacro sly-agent-q-server-test-with-user-threshold (value &rest body)
+  "Run BODY with the global `gc-cons-threshold' at VALUE, no collections held.
+The global value, whatever BODY did to it, is the user's own again afterwards."
+  (declare (indent 1))
+  `(let ((saved (default-toplevel-value 'gc-cons-threshold)))
+     (unwind-protect
+         (progn
+           (sly-agent-q-server-release-collections)
+           (set-default-toplevel-value 'gc-cons-threshold ,value)
+           ,@body)
+       (sly-agent-q-server-release-collections)
+       (set-default-toplevel-value 'gc-cons-threshold saved))))
+
+(ert-deftest sly-agent-q-server-traffic-holds-collections-off-until-quiet ()
+  "A server message raises `gc-cons-threshold' to the option until the server is quiet.
+The raised value holds across a burst of messages, and the user's own
+value is back once none came for `sly-agent-q-gc-quiet-time'."
+  (let ((seen nil)
+        (sly-agent-q-gc-cons-threshold (* 64 1024 1024))
+        (sly-agent-q-gc-quiet-time 1.0))
     (cl-letf (((symbol-function 'sly-agent-q-handle-notification)
                (lambda (&rest _) (push gc-cons-threshold seen))))
-      (let ((gc-cons-threshold 800000))
-        (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
-          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x")))
-        (let ((sly-agent-q-gc-cons-threshold nil))
-          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x")))
-        (let ((gc-cons-threshold (* 100 1024 1024))
-              (sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
-          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x")))
-        ;; Outside, the user's own setting again.
+      (sly-agent-q-server-test-with-user-threshold 800000
+        (dotimes (_ 3)
+          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x"))
+          (sleep-for 0.1))
+        ;; Between the messages too, not only while one is handled.
+        (should (= (default-toplevel-value 'gc-cons-threshold) (* 64 1024 1024)))
+        (sly-agent-q-test-wait (lambda () (= (default-toplevel-value 'gc-cons-threshold) 800000))
+                               5 "the user's threshold back")
+        (should (equal seen (make-list 3 (* 64 1024 1024))))))))
+
+(ert-deftest sly-agent-q-server-collections-never-lowered-nor-clobbered ()
+  "Holding collections off never lowers the threshold, nil leaves it alone, and a
+value the user sets meanwhile is kept."
+  (let ((sly-agent-q-gc-quiet-time 0.2))
+    (sly-agent-q-server-test-with-user-threshold (* 100 1024 1024)
+      (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
+        (sly-agent-q-server-hold-collections)
+        (should (= gc-cons-threshold (* 100 1024 1024)))))
+    (sly-agent-q-server-test-with-user-threshold 800000
+      (let ((sly-agent-q-gc-cons-threshold nil))
+        (sly-agent-q-server-hold-collections)
         (should (= gc-cons-threshold 800000))))
-    (should (equal (reverse seen) (list (* 64 1024 1024) 800000 (* 100 1024 1024))))))
+    (sly-agent-q-server-test-with-user-threshold 800000
+      (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
+        (sly-agent-q-server-hold-collections)
+        (should (= gc-cons-threshold (* 64 1024 1024)))
+        (setq gc-cons-threshold (* 8 1024 1024))
+        (sleep-for 0.4)
+        (should (= gc-cons-threshold (* 8 1024 1024)))))))
+
+(ert-deftest sly-agent-q-server-collections-held-under-a-let-change-the-global-value ()
+  "Raised and restored is the global value: a `let' around the message stays as it was."
+  (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
+    (sly-agent-q-server-test-with-user-threshold 800000
+      (let ((gc-cons-threshold 1000000))
+        (sly-agent-q-server-hold-collections)
+        (should (= gc-cons-threshold 1000000))
+        (should (= (default-toplevel-value 'gc-cons-threshold) (* 64 1024 1024)))
+        (sly-agent-q-server-release-collections)
+        (should (= gc-cons-threshold 1000000)))
+      (should (= gc-cons-threshold 800000)))))
 
 (ert-deftest sly-agent-q-server-raises-read-process-output-max ()
   "Starting the server raises `read-process-output-max' to the option, never lowers it; nil leaves it."
