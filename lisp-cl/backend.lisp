@@ -113,6 +113,50 @@ does something trivial (SPAWN, for instance, may not spawn)."
       (funcall function)))
 
 
+;;;; The connection to Emacs
+
+(defun backend-connection-symbol ()
+  "SLYNK's or SWANK's *EMACS-CONNECTION*, or NIL."
+  (let ((package (and (backend-name) (find-package (backend-name)))))
+    (and package (values (find-symbol "*EMACS-CONNECTION*" package)))))
+
+(defvar *prompt-streams* '()
+  "The connection streams SEND-PROMPTLY has set up, newest first (the
+last eight: a session has one or two).")
+
+(defun send-promptly ()
+  "Have this thread's connection to Emacs send each message at once.
+SLYNK and SWANK leave Nagle's algorithm on: a message written in two
+parts while Emacs delays its acknowledgement of the first (it has
+nothing to send back) waited 40 ms, and so did a burst of small
+answers.  Sets TCP_NODELAY on the connection's socket, once per
+connection; a no-op where that cannot be done.  Never signals."
+  (ignore-errors
+   (let* ((current (and (backend-name)
+                        (find-symbol "CURRENT-SOCKET-IO" (find-package (backend-name)))))
+          (connection (backend-connection-symbol))
+          (stream (and current (fboundp current) connection (boundp connection)
+                       (symbol-value connection) (funcall current))))
+     (when (and stream (not (member stream *prompt-streams*)))
+       (push stream *prompt-streams*)
+       (when (> (length *prompt-streams*) 8)
+         (setf *prompt-streams* (subseq *prompt-streams* 0 8)))
+       (set-tcp-nodelay stream)))))
+
+(defun set-tcp-nodelay (stream)
+  "Set TCP_NODELAY on the socket under STREAM, where this Lisp allows it."
+  (declare (ignorable stream))
+  #+(and sbcl (not win32))
+  (let ((fd (sb-sys:fd-stream-fd stream)))
+    (sb-alien:with-alien ((on sb-alien:int 1))
+      ;; IPPROTO_TCP is 6 and TCP_NODELAY 1 on every Unix.
+      (sb-alien:alien-funcall
+       (sb-alien:extern-alien "setsockopt"
+                              (function sb-alien:int sb-alien:int sb-alien:int sb-alien:int
+                                        (* sb-alien:int) sb-alien:unsigned))
+       fd 6 1 (sb-alien:addr on) 4))))
+
+
 ;;;; Source locations
 ;;;
 ;;; The backend describes where things are defined with location lists

@@ -1,8 +1,9 @@
 ;;;; package.lisp --- the SLY-AGENT-Q package.
 ;;;
 ;;; sly-agent-q's helpers run inside the user's Lisp image.  Emacs
-;;; calls exactly one entry point, CALL-TOOL, through the SLY or SLIME
-;;; connection; everything else is internal.  The package is kept
+;;; calls one entry point, CALL-TOOL (or CALL-TOOLS for several calls
+;;; at once), through the SLY or SLIME connection; everything else is
+;;; internal.  The package is kept
 ;;; small on purpose: it uses only COMMON-LISP, and reaches SLYNK or
 ;;; SWANK at run time (see backend.lisp), so that the same fasls work
 ;;; with either.
@@ -12,6 +13,7 @@
   (:export
    ;; The entry point.
    #:call-tool
+   #:call-tools
    #:cancel-call
    #:tool-names
    #:debugger-call

@@ -284,6 +284,7 @@ yet, are appended to the result as notes.
 
 Returns (:OK T :CONTENT string) or (:OK NIL :ERROR string).  Never
 signals and never enters the debugger."
+  (send-promptly)
   (let ((result nil)
         (tool-name (if (stringp name) name (ignore-errors (princ-to-string name))))
         (*call-id* (and call-id (if (stringp call-id) call-id (princ-to-string call-id))))
@@ -336,3 +337,62 @@ signals and never enters the debugger."
         (let ((key (if (getf result :ok) :content :error)))
           (list :ok (getf result :ok)
                 key (format nil "~A~2%~A" (getf result key) (string-right-trim '(#\Newline) notes)))))))
+
+
+;;;; Several calls in one request
+;;;
+;;; A model often asks for many lookups at once.  Each request through
+;;; SLYNK/SWANK costs a worker thread, which the connection's one
+;;; control thread spawns in turn: a hundred calls sent as a hundred
+;;; requests took ~100 ms of the image's time where running them took
+;;; 12 ms.  Emacs sends the calls that arrive together as one request.
+
+(defparameter *batch-serial-seconds* 0.1
+  "How long CALL-TOOLS runs its calls one after another; the calls left
+after that run in threads of their own, so that one slow call does not
+hold the rest back.")
+
+(defun call-tools (calls)
+  "Run CALLS, each a list (NAME ARGS &key PACKAGE TIMEOUT CALL-ID) of
+CALL-TOOL's arguments, and return the list of their results, in order.
+Like CALL-TOOL, never signals and never enters the debugger."
+  (send-promptly)
+  (let* ((calls (if (listp calls) calls '()))
+         (results (make-array (length calls) :initial-element nil))
+         (deadline (+ (get-internal-real-time)
+                      (round (* *batch-serial-seconds* internal-time-units-per-second))))
+         (spawned '()))
+    (loop for call in calls
+          for i from 0
+          do (if (and (> (get-internal-real-time) deadline) (threads-available-p))
+                 (push (spawn-call call i results) spawned)
+                 (setf (aref results i) (call-one call))))
+    (loop while (some (lambda (done) (not (car done))) spawned)
+          do (sleep 0.005))
+    (coerce results 'list)))
+
+(defun call-one (call)
+  "CALL-TOOL applied to CALL, a list of its arguments; an error result
+when CALL is not such a list."
+  (or (ignore-errors (apply #'call-tool call))
+      (error-result "A call of the batch was not a list of CALL-TOOL's arguments.")))
+
+(defun spawn-call (call index results)
+  "Run CALL in a new thread, with this thread's connection, into
+RESULTS at INDEX.  Returns a cell whose car becomes true when done."
+  (let* ((done (list nil))
+         (connection (backend-connection-symbol))
+         (value (and connection (boundp connection) (symbol-value connection))))
+    (handler-case
+        (bcall "SPAWN"
+               (lambda ()
+                 (unwind-protect
+                      (progv (and connection (list connection)) (and connection (list value))
+                        (setf (aref results index) (call-one call)))
+                   (setf (car done) t)))
+               :name "sly-agent-q call")
+      ;; No thread to be had: the call runs here after all.
+      (error ()
+        (setf (aref results index) (call-one call)
+              (car done) t)))
+    done))

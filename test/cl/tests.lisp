@@ -534,6 +534,65 @@ own, that are still alive: what a tool must not leave behind."
   (is (string= "Value: 3" (text (sly-agent-q:call-tool "eval_form" '(("form" . "(+ 1 2)"))
                                                       :call-id "cancel-3")))))
 
+;;;; Several calls in one request
+
+(deftest call-tools-answers-each-call-in-order
+  (let ((results (sly-agent-q:call-tools
+                  '(("describe_symbol" (("symbol" . "process-data")) :package "MY-APP")
+                    ("eval_form" (("form" . "(/ 1 0)")) :package "CL-USER")
+                    ("no_such_tool" ())
+                    "not a call"
+                    ("eval_form" (("form" . "(+ 1 2)")) :package "CL-USER" :call-id "batch-1")))))
+    (is (= 5 (length results)))
+    (is (and (ok-p (first results)) (has (first results) "PROCESS-DATA")))
+    ;; One call failing is that call's result; the others still run.
+    (is (and (error-p (second results)) (has (second results) "DIVISION-BY-ZERO")))
+    (is (error-p (third results)))
+    (is (and (error-p (fourth results)) (has (fourth results) "not a list")))
+    (is (string= "Value: 3" (text (fifth results)))))
+  (is (null (sly-agent-q:call-tools '())))
+  (is (null (sly-agent-q:call-tools 'not-a-list))))
+
+(deftest call-tools-runs-late-calls-beside-a-slow-one
+  ;; Past the serial budget the calls left run in threads of their own:
+  ;; a slow call holds up none of them, and the batch waits for all.
+  (setf cl-user::*saq-probe* nil)
+  (let* ((sly-agent-q::*batch-serial-seconds* 0)
+         (start (get-internal-real-time))
+         (results (sly-agent-q:call-tools
+                   (list* '("eval_form" (("form" . "(progn (sleep 1) (setf *saq-probe* :slow-done) :slow)"))
+                            :package "CL-USER")
+                          (loop repeat 20
+                                collect '("eval_form" (("form" . "(progn (sleep 0.5) (sb-thread:thread-name sb-thread:*current-thread*))"))
+                                          :package "CL-USER")))))
+         (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second)))
+    (is (= 21 (length results)))
+    (is (every #'ok-p results) "~S" (remove-if #'ok-p results))
+    (is (has (first results) ":SLOW"))
+    (is (eq :slow-done cl-user::*saq-probe*))
+    ;; Twenty half-second calls one after another would take ten seconds.
+    (is (< seconds 5) "the batch took ~,1F s" seconds)
+    (is (every (lambda (r) (has r "sly-agent-q call")) (rest results)))))
+
+(deftest call-tools-cancels-one-call-of-a-batch
+  (setf cl-user::*saq-probe* nil)
+  (let* ((results nil)
+         (thread (sb-thread:make-thread
+                  (lambda ()
+                    (setf results
+                          (sly-agent-q:call-tools
+                           '(("eval_form" (("form" . "(progn (setf *saq-probe* :started) (sleep 3) (setf *saq-probe* :finished))"))
+                              :package "CL-USER" :timeout 30 :call-id "batch-cancel-1")
+                             ("eval_form" (("form" . "(+ 20 22)")) :package "CL-USER" :call-id "batch-cancel-2")))))
+                  :name "saq batch worker")))
+    (loop repeat 200 until (eq cl-user::*saq-probe* :started) do (sleep 0.01))
+    (is (eq t (sly-agent-q:cancel-call "batch-cancel-1")))
+    (sb-thread:join-thread thread :default nil :timeout 10)
+    (is (and (error-p (first results)) (has (first results) "cancelled")))
+    (is (string= "Value: 42" (text (second results))))
+    (sleep 3.5)
+    (is (eq :started cl-user::*saq-probe*))))
+
 (defvar *debugger-entered* '())
 
 (deftest agent-threads-never-enter-the-debugger
