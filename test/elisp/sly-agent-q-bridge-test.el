@@ -212,6 +212,91 @@
     (should (equal other '(42 nil)))
     (should-not (get-buffer "*sldb sbcl/1*"))))
 
+(defun sly-agent-q-test--calls-together (calls)
+  "Make CALLS, each (TOOL ARGS), at once through the bridge.
+Return their (CONTENT ERROR) answers, in order, and the cancel functions."
+  (sly-agent-q-test--slime)
+  (let* ((answers (make-vector (length calls) nil))
+         (cancels (cl-loop for (tool args) in calls
+                           for i from 0
+                           collect (let ((i i))
+                                     (sly-agent-q-bridge-call-tool
+                                      tool args "CL-USER" (lambda (c e) (aset answers i (list c e))))))))
+    (list answers cancels)))
+
+(defun sly-agent-q-test--await-all (answers)
+  "Wait until every slot of ANSWERS is filled; return them as a list."
+  (sly-agent-q-test-wait (lambda () (cl-every #'identity answers)) 60 "every answer")
+  (append answers nil))
+
+(ert-deftest sly-agent-q-bridge-slime-calls-made-together-go-as-one-request ()
+  "Calls made together run in one request of the image (one worker thread), and each
+gets its own answer; a failing one fails alone.  Calls made apart go apart."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))
+  (let* ((thread '(:form "(princ-to-string sb-thread:*current-thread*)"))
+         (answers (sly-agent-q-test--await-all
+                   (car (sly-agent-q-test--calls-together
+                         `(("eval_form" ,thread)
+                           ("eval_form" (:form "(/ 1 0)"))
+                           ("describe_symbol" (:symbol "car"))
+                           ("eval_form" ,thread)))))))
+    (should (string-match-p "worker" (car (nth 0 answers))))
+    ;; The image's world: one thread ran the calls of the request.
+    (should (equal (car (nth 0 answers)) (car (nth 3 answers))))
+    (should (string-match-p "DIVISION-BY-ZERO" (or (car (nth 1 answers)) (cadr (nth 1 answers)))))
+    (should (string-match-p "CAR" (car (nth 2 answers))))
+    (let ((apart (list (car (sly-agent-q-test--call "eval_form" thread))
+                       (car (sly-agent-q-test--call "eval_form" thread)))))
+      (should-not (equal (nth 0 apart) (nth 1 apart))))))
+
+(ert-deftest sly-agent-q-bridge-slime-cancel-one-call-of-a-request ()
+  "Cancelling one call sent with others stops it in the image; the others answer.
+A call cancelled before it was sent never runs."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))
+  (should (equal (sly-agent-q-test--eval
+                  '(cl:progn (cl:defvar cl-user::*saq-bridge-probe* nil)
+                             (cl:defvar cl-user::*saq-bridge-never* nil)
+                             (cl:setf cl-user::*saq-bridge-probe* nil cl-user::*saq-bridge-never* nil) t))
+                 '(t nil)))
+  (pcase-let* ((`(,answers ,cancels)
+                (sly-agent-q-test--calls-together
+                 '(("eval_form" (:form "(progn (setf *saq-bridge-probe* :started) (sleep 3) (setf *saq-bridge-probe* :finished))"))
+                   ("eval_form" (:form "(setf *saq-bridge-never* :ran)"))
+                   ("eval_form" (:form "(+ 40 2)"))))))
+    ;; Not sent yet: dropped from the request.
+    (funcall (nth 1 cancels))
+    (should (string-match-p "before it was sent" (cadr (aref answers 1))))
+    (sly-agent-q-test-wait (lambda () (eq (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-probe*)) :started))
+                           60 "the first call to start")
+    (funcall (nth 0 cancels))
+    (should (string-match-p "cancelled" (cadr (aref answers 0))))
+    (sly-agent-q-test-wait (lambda () (aref answers 2)) 10 "the third call")
+    (should (equal (aref answers 2) '("Value: 42" nil)))
+    (sly-agent-q-test-sleep 3.5)
+    (should (eq (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-probe*)) :started))
+    (should-not (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-never*)))
+    (should-not (get-buffer "*sldb sbcl/1*"))))
+
+(ert-deftest sly-agent-q-bridge-slime-connection-sends-promptly ()
+  "After a call, the image's end of the connection has TCP_NODELAY set (SBCL)."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))
+  ;; Read by the Lisp from text: the alien types are not Emacs Lisp data.
+  (let ((r (sly-agent-q-test--eval
+            '(cl:handler-case
+                 (cl:eval (cl:read-from-string "
+(sb-alien:with-alien ((v sb-alien:int 0) (len sb-alien:unsigned 4))
+  (sb-alien:alien-funcall
+   (sb-alien:extern-alien \"getsockopt\"
+     (function sb-alien:int sb-alien:int sb-alien:int sb-alien:int (* sb-alien:int) (* sb-alien:unsigned)))
+   (sb-sys:fd-stream-fd (swank::current-socket-io)) 6 1 (sb-alien:addr v) (sb-alien:addr len))
+  v)"))
+               (cl:error (c) (cl:princ-to-string c))))))
+    (should-not (cadr r))
+    (should (/= 0 (car r)))))
+
 (ert-deftest sly-agent-q-bridge-slime-helpers-fail-to-load ()
   "When the helpers fail to load, the call says so with the reason."
   (let* ((cur (sly-agent-q-test--slime))
