@@ -25,7 +25,8 @@
 ;;    emacs/call -> bridge -> SLIME -> image and back) against a bare
 ;;    `slime-eval' of the same helper form; then 1,000 full calls in a row.
 ;; 2. one model message with 100 describe_symbol calls, first chat/toolCall
-;;    to last chat/toolResult, against 100 sequential bare evals.
+;;    to last chat/toolResult, against 100 sequential bare evals of the
+;;    same 100 calls.
 ;; 3. 20,000 small text deltas streamed into the real chat buffer.
 ;;
 ;; With BENCH_LISP=sly it runs SBCL under SLY instead (SLY from SLY_DIR)
@@ -145,9 +146,19 @@
     (unless (and (plist-get r :ok) (string-match-p "PROCESS-DATA" (plist-get r :content)))
       (error "describe_symbol does not work in the image: %S" r))))
 
-(defun bench-bare-call ()
-  "One bare round trip: `slime-eval' (or `sly-eval') of the helper form."
-  (bench-eval bench-helper-form "MY-APP"))
+(defun bench-bare-call (&optional form)
+  "One bare round trip: `slime-eval' (or `sly-eval') of FORM, or the helper form."
+  (bench-eval (or form bench-helper-form) "MY-APP"))
+
+(defun bench-batch-symbol (i)
+  "The symbol the Ith call of figure 2's model message describes."
+  (if (cl-evenp i) "process-data" "parse-input"))
+
+(defun bench-batch-forms ()
+  "The bridge's call forms of figure 2's 100 calls, for the bare evals to compare with."
+  (cl-loop for i below 100
+           collect (sly-agent-q-bridge-call-form "describe_symbol" (list :symbol (bench-batch-symbol i))
+                                                 "MY-APP" sly-agent-q-image-timeout)))
 
 ;;;; The mock LLM and the server
 
@@ -158,7 +169,7 @@
   (let* ((calls (apply #'vector
                        (cl-loop for i below 100
                                 collect `((type . "tool_use") (name . "describe_symbol")
-                                          (input . ((symbol . ,(if (cl-evenp i) "process-data" "validate-input"))
+                                          (input . ((symbol . ,(bench-batch-symbol i))
                                                     (package . "MY-APP")))))))
          (chars (* bench-deltas bench-delta-chars))
          (piece "(defun process-data (items) ...) is fine; ")
@@ -275,17 +286,38 @@ throws out of the wait as soon as the answer is read."
     (unless (eq (plist-get outcome :status) 'finished) (error "The turn failed: %S" outcome))
     outcome))
 
+(defvar bench-user-gc-cons-threshold (default-toplevel-value 'gc-cons-threshold)
+  "Emacs's own threshold, which the server's traffic raises for a while.")
+
+(defun bench-settle ()
+  "Wait until the server's traffic no longer holds collections off, then collect.
+Each measured segment starts from the user's own threshold and a fresh heap.
+Return the milliseconds of collection while waiting (the one held off)."
+  (let ((ms0 gc-elapsed))
+    (bench-wait (lambda () (= (default-toplevel-value 'gc-cons-threshold) bench-user-gc-cons-threshold))
+                10 "collections to be released")
+    ;; The release lets the next allocation check collect.
+    (dotimes (_ 3) (accept-process-output nil 0.01))
+    (prog1 (* 1000 (- gc-elapsed ms0))
+      (garbage-collect))))
+
 (defun bench-throughput ()
   (advice-add 'sly-agent-q-handle-notification :before #'bench-on-notification)
-  (let (full bare)
+  (let ((forms (bench-batch-forms)) full bare gcs after)
     (dotimes (_ bench-batches)
+      (bench-settle)
       (setq bench-first-call nil bench-results-seen 0)
-      (bench-send "Describe process-data and validate-input, fifty times each.")
+      (let ((gc0 gcs-done) (ms0 gc-elapsed))
+        (bench-send "Describe process-data and parse-input, fifty times each.")
+        (push (list (- gcs-done gc0) (* 1000 (- gc-elapsed ms0))) gcs))
       (unless (= bench-results-seen 100) (error "Expected 100 tool results, saw %d" bench-results-seen))
       (push (* 1000 (- bench-last-result bench-first-call)) full)
-      (let ((t0 (float-time)))
-        (dotimes (_ 100) (bench-bare-call))
-        (push (bench-ms t0) bare)))
+      ;; The collection held off during the burst, when it ends.
+      (push (bench-settle) after)
+      (let ((t0 (float-time)) (gc0 gcs-done))
+        (dolist (form forms) (bench-bare-call form))
+        (push (bench-ms t0) bare)
+        (push (list 'bare (- gcs-done gc0)) gcs)))
     (advice-remove 'sly-agent-q-handle-notification #'bench-on-notification)
     (let ((ratio (/ (bench-median full) (bench-median bare))))
       (bench-record :figure (format "2. 100 sequential bare %s-evals" bench-lisp) :unit "ms"
@@ -293,7 +325,12 @@ throws out of the wait as soon as the answer is read."
       (bench-record :figure (format "2. 100 calls from one model message%s" (if (eq bench-lisp 'sly) " (SLY)" ""))
                     :unit "ms" :samples (vconcat full)
                     :target "<= sequential bare" :ratio ratio :pass (bench-pass-p (<= ratio 1.0))
-                    :note "first chat/toolCall to the 100th chat/toolResult in Emacs, rendered in the chat buffer"))))
+                    :note (format "first chat/toolCall to the 100th chat/toolResult in Emacs, rendered in the chat buffer; each segment starts after a full collection, at Emacs's own gc-cons-threshold; garbage collections during each turn (count, ms): %s; during the bare evals: %s; when the burst ended (the held-off one, ms): %s"
+                                  (mapconcat (lambda (g) (format "%d/%.0f" (car g) (cadr g)))
+                                             (reverse (cl-remove 'bare gcs :key #'car)) " ")
+                                  (mapconcat (lambda (g) (format "%d" (cadr g)))
+                                             (reverse (cl-remove-if-not (lambda (g) (eq (car g) 'bare)) gcs)) " ")
+                                  (mapconcat (lambda (ms) (format "%.0f" ms)) (reverse after) " "))))))
 
 ;;;; 3. Streaming
 
