@@ -822,5 +822,61 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
                     :type 'sly-agent-q-tool-error)
       (should (equal (sly-agent-q-tools-test--contents "src/a.lisp") "(defun f (x)\n  x)\n")))))
 
+;;;; A large result, through the real server
+
+(require 'sly-agent-q-test-helper nil t)
+(declare-function sly-agent-q-test-send "sly-agent-q-test-helper" (text &optional timeout))
+(declare-function sly-agent-q-test-tool-results "sly-agent-q-test-helper" ())
+(declare-function sly-agent-q-test-mock-requests "sly-agent-q-test-helper" ())
+(defvar sly-agent-q-extra-configuration)
+(defvar sly-agent-q-events-buffer-size)
+
+(ert-deftest sly-agent-q-tools-test-large-result-goes-whole-and-in-order ()
+  "A result of hundreds of KB goes to the server in pieces, between which
+Emacs reads keys: the model gets every character of it, multibyte ones
+too, and a notification sent meanwhile arrives after it, intact."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let ((text (mapconcat (lambda (i) (format "line %d λ é — %s" i (make-string 60 ?x)))
+                           (number-sequence 1 4000) "\n"))
+          (sly-agent-q-tools-max-chars 1000000)
+          (sly-agent-q-tools-max-lines 100000)
+          (sly-agent-q-extra-configuration '(:maxResultChars 1000000))
+          (sly-agent-q-events-buffer-size 100000)
+          (script '((steps . [((content . [((type . "tool_use") (name . "read_file")
+                                            (input . ((path . "big.txt") (limit . 5000))))])
+                               (stop_reason . "tool_use"))
+                              ((content . [((type . "text") (text . "Done."))]))
+                              ((content . [((type . "text") (text . "Again."))]))]))))
+      (sly-agent-q-tools-test--write "big.txt" text)
+      (cl-flet ((meanwhile (&rest _)
+                  ;; Sent once the first piece of the reply is out, the rest not.
+                  (run-at-time 0 nil #'sly-agent-q-server-notify
+                               'context/change (list :currentPackage "SAQ-ORDER"))))
+        (advice-add 'sly-agent-q-call-reply :after #'meanwhile '((name . saq-meanwhile)))
+        (unwind-protect
+            (eval
+             `(sly-agent-q-test-with-server ',script
+                (let ((outcome (sly-agent-q-test-send "Read big.txt")))
+                  (should (eq (plist-get outcome :status) 'finished))
+                  ;; The mock's record is read with each UTF-8 byte a character:
+                  ;; decoded once, the text must be the file's (a piece cut inside
+                  ;; a character, or encoded twice, is not).
+                  (let ((result (decode-coding-string
+                                 (encode-coding-string (car (car (sly-agent-q-test-tool-results))) 'latin-1)
+                                 'utf-8)))
+                    (should (> (length result) (length ,text)))
+                    (should (string-match-p "line 1 λ é — x" result))
+                    (should (string-match-p "line 4000 λ é — x\\{60\\}" result)))
+                  ;; The notification sent meanwhile reached the server whole: the
+                  ;; next turn's system prompt names its package.
+                  (should (eq (plist-get (sly-agent-q-test-send "Again") :status) 'finished))
+                  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
+                    (should (string-match-p "SAQ-ORDER" (format "%s" (alist-get 'system (alist-get 'body last))))))
+                  (with-current-buffer (jsonrpc-events-buffer sly-agent-q--connection)
+                    (should (string-match-p "emacs/reply: [0-9]+ bytes, sent in pieces" (buffer-string))))))
+             t)
+          (advice-remove 'sly-agent-q-call-reply 'saq-meanwhile))))))
+
 (provide 'sly-agent-q-tools-test)
 ;;; sly-agent-q-tools-test.el ends here
