@@ -426,7 +426,9 @@ setting left out would keep an old one in force."
    (found :initform nil :accessor sly-agent-q--found
           :documentation "The server's (FILE . SOURCE), from `sly-agent-q-server-find'.")
    (outbox :initform nil :accessor sly-agent-q--outbox
-           :documentation "What waits to be written, in order: strings, and functions that send.
+           :documentation "What waits to be written, in order: (:message . PLIST) to
+encode, strings, (STRING . FROM) for the rest of STRING from FROM, and
+functions that send.
 Non-nil while a large message goes out in pieces.")
    (outbox-timer :initform nil :accessor sly-agent-q--outbox-timer))
   :documentation "The connection to one sly-agent-q server process.")
@@ -1087,17 +1089,23 @@ not a copy, when it holds no secret (every reply is redacted)."
   "Send notification METHOD with PARAMS on CONN; a large one in pieces.
 `process-send-string' of a whole message waits while the pipe is full,
 20 ms each time, with no key read: a 3 MB tool result kept Emacs
-deaf for half a second (benchmarks, figure 7).  Pieces go out from a
-timer, one at a time, and keys are read between them."
-  (let ((json (json-serialize (list :jsonrpc "2.0" :method (symbol-name method) :params params)
-                              :false-object :json-false :null-object nil)))
-    (if (<= (length json) sly-agent-q--piece-size)
-        (jsonrpc-notify conn method params)
-      (sly-agent-q--log conn "%s: %d bytes, sent in pieces" method (string-bytes json))
-      (sly-agent-q--outbox-add
-       conn (cons (format "Content-Length: %d\r\n\r\n" (string-bytes json))
-                  (cl-loop for i from 0 below (length json) by sly-agent-q--piece-size
-                           collect (substring json i (min (length json) (+ i sly-agent-q--piece-size)))))))))
+deaf for half a second (benchmarks, figure 7).  A large message is
+encoded, then written a piece at a time, each step from a timer, and
+keys are read between them."
+  (if (<= (sly-agent-q--text-size params) sly-agent-q--piece-size)
+      (jsonrpc-notify conn method params)
+    (sly-agent-q--outbox-add
+     conn (list (cons :message (list :jsonrpc "2.0" :method (symbol-name method) :params params))))))
+
+(defun sly-agent-q--text-size (value)
+  "The characters of the strings in VALUE: about the size of its JSON.
+VALUE is made of plists, lists and vectors."
+  (cond ((stringp value) (length value))
+        ((consp value) (cl-loop for tail on value
+                                sum (sly-agent-q--text-size (car tail))
+                                while (consp (cdr tail))))
+        ((vectorp value) (cl-loop for v across value sum (sly-agent-q--text-size v)))
+        (t 0)))
 
 (defun sly-agent-q--outbox-add (conn items)
   "Queue ITEMS on CONN's outbox and see that they are written."
@@ -1111,8 +1119,23 @@ timer, one at a time, and keys are read between them."
   (setf (sly-agent-q--outbox-timer conn) nil)
   (let ((item (pop (sly-agent-q--outbox conn))))
     (condition-case err
-        (cond ((stringp item) (process-send-string (jsonrpc--process conn) item))
-              (item (funcall item)))
+        (pcase item
+          (`(:message . ,message)
+           ;; Encoded on its own step: encoding megabytes takes tens of ms.
+           (let ((json (json-serialize message :false-object :json-false :null-object nil)))
+             (sly-agent-q--log conn "%s: %d bytes, sent in pieces"
+                               (plist-get message :method) (string-bytes json))
+             ;; Cut as they go: cutting megabytes at once took 20 ms more.
+             (push (cons json 0) (sly-agent-q--outbox conn))
+             (push (format "Content-Length: %d\r\n\r\n" (string-bytes json))
+                   (sly-agent-q--outbox conn))))
+          ((pred stringp) (process-send-string (jsonrpc--process conn) item))
+          (`(,(and (pred stringp) string) . ,from)
+           (let ((to (min (length string) (+ from sly-agent-q--piece-size))))
+             (when (< to (length string))
+               (push (cons string to) (sly-agent-q--outbox conn)))
+             (process-send-string (jsonrpc--process conn) (substring string from to))))
+          ((pred functionp) (funcall item)))
       (error
        ;; The server is gone: what waited is dropped (its sentinel reports it).
        (setf (sly-agent-q--outbox conn) nil)
