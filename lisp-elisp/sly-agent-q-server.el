@@ -1079,6 +1079,9 @@ not a copy, when it holds no secret (every reply is redacted)."
 (defconst sly-agent-q--piece-size 65536
   "Characters of a large message written to the server at a time.")
 
+(defconst sly-agent-q--piece-pause 0.001
+  "Seconds between two pieces of a large message: time to read a key.")
+
 (cl-defmethod jsonrpc-connection-send :around ((conn sly-agent-q-connection) &rest _)
   "Send after what waits in CONN's outbox, if anything does: in order."
   (if (sly-agent-q--outbox conn)
@@ -1141,8 +1144,10 @@ VALUE is made of plists, lists and vectors."
        (setf (sly-agent-q--outbox conn) nil)
        (sly-agent-q--log conn "sending failed: %s" (error-message-string err)))))
   (when (sly-agent-q--outbox conn)
+    ;; Not 0: Emacs runs timers that are due one after another before it
+    ;; reads a key or redraws, and a chain of them kept keys waiting.
     (setf (sly-agent-q--outbox-timer conn)
-          (run-at-time 0 nil #'sly-agent-q--outbox-write conn))))
+          (run-at-time sly-agent-q--piece-pause nil #'sly-agent-q--outbox-write conn))))
 
 (defun sly-agent-q--call-send (call reply)
   "Send REPLY (a plist) for CALL unless it was answered or dropped already.
