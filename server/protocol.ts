@@ -375,8 +375,7 @@ export type EmacsCallParams = {
   [K in EmacsCallKind]: { id: string; kind: K; params: EmacsCallParamsByKind[K] };
 }[EmacsCallKind];
 
-/** kind "tool": run Elisp capability TOOL with ARGUMENTS. Reply result: {content: string}. */
-/** kind "tool": an Emacs capability. Reply result: {content: string, changes?: Change[]}. */
+/** kind "tool": run Emacs capability TOOL with ARGUMENTS. Reply result: {content: string, changes?: Change[]}. */
 export interface EmacsToolParams {
   tool: string;
   arguments: Record<string, unknown>;
