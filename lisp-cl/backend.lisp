@@ -115,10 +115,16 @@ does something trivial (SPAWN, for instance, may not spawn)."
 
 ;;;; The connection to Emacs
 
-(defun backend-connection-symbol ()
-  "SLYNK's or SWANK's *EMACS-CONNECTION*, or NIL."
+(defun frontend-symbol (name)
+  "The symbol NAME (a string) of SLYNK's or SWANK's own package, or NIL."
   (let ((package (and (backend-name) (find-package (backend-name)))))
-    (and package (values (find-symbol "*EMACS-CONNECTION*" package)))))
+    (and package (values (find-symbol name package)))))
+
+(defun emacs-connection ()
+  "This thread's connection to Emacs, SLYNK's or SWANK's
+*EMACS-CONNECTION*, or NIL."
+  (let ((variable (frontend-symbol "*EMACS-CONNECTION*")))
+    (and variable (boundp variable) (symbol-value variable))))
 
 (defvar *prompt-streams* '()
   "The connection streams SEND-PROMPTLY has set up, newest first (the
@@ -132,11 +138,8 @@ nothing to send back) waited 40 ms, and so did a burst of small
 answers.  Sets TCP_NODELAY on the connection's socket, once per
 connection; a no-op where that cannot be done.  Never signals."
   (ignore-errors
-   (let* ((current (and (backend-name)
-                        (find-symbol "CURRENT-SOCKET-IO" (find-package (backend-name)))))
-          (connection (backend-connection-symbol))
-          (stream (and current (fboundp current) connection (boundp connection)
-                       (symbol-value connection) (funcall current))))
+   (let* ((current (frontend-symbol "CURRENT-SOCKET-IO"))
+          (stream (and current (fboundp current) (emacs-connection) (funcall current))))
      (when (and stream (not (member stream *prompt-streams*)))
        (push stream *prompt-streams*)
        (when (> (length *prompt-streams*) 8)

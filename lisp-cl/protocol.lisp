@@ -356,7 +356,6 @@ hold the rest back.")
   "Run CALLS, each a list (NAME ARGS &key PACKAGE TIMEOUT CALL-ID) of
 CALL-TOOL's arguments, and return the list of their results, in order.
 Like CALL-TOOL, never signals and never enters the debugger."
-  (send-promptly)
   (let* ((calls (if (listp calls) calls '()))
          (results (make-array (length calls) :initial-element nil))
          (deadline (+ (get-internal-real-time)
@@ -381,8 +380,8 @@ when CALL is not such a list."
   "Run CALL in a new thread, with this thread's connection, into
 RESULTS at INDEX.  Returns a cell whose car becomes true when done."
   (let* ((done (list nil))
-         (connection (backend-connection-symbol))
-         (value (and connection (boundp connection) (symbol-value connection))))
+         (connection (frontend-symbol "*EMACS-CONNECTION*"))
+         (value (emacs-connection)))
     (handler-case
         (bcall "SPAWN"
                (lambda ()

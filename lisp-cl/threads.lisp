@@ -46,9 +46,8 @@ there, talking to CONNECTION (the frontend's *EMACS-CONNECTION*): what
 the frontend's own debug-nth-thread runs, (WITH-CONNECTION (CONNECTION)
 (SIMPLE-BREAK)), built when the frontend is known (WITH-CONNECTION is a
 macro).  Without them, a plain BREAK."
-  (let* ((frontend (backend-name))
-         (with-connection (and frontend (find-symbol "WITH-CONNECTION" frontend)))
-         (simple-break (and frontend (find-symbol "SIMPLE-BREAK" frontend))))
+  (let ((with-connection (frontend-symbol "WITH-CONNECTION"))
+        (simple-break (frontend-symbol "SIMPLE-BREAK")))
     (if (and connection with-connection (macro-function with-connection)
              simple-break (fboundp simple-break))
         (coerce `(lambda ()
@@ -68,13 +67,11 @@ macro).  Without them, a plain BREAK."
            (fail "Thread ~A is this tool's own thread; interrupt another." thread))
           ((and (backend-implemented-p "THREAD-ALIVE-P") (not (bcall "THREAD-ALIVE-P" target)))
            (fail "Thread ~A has finished." thread)))
-    (let* ((variable (find-symbol "*EMACS-CONNECTION*" (backend-name)))
-           (connection (and variable (boundp variable) (symbol-value variable))))
-      (let ((queue (find-symbol "QUEUE-THREAD-INTERRUPT" (backend-name)))
-            (function (break-into-debugger-function connection)))
-        ;; The frontend's way (safe against its own critical sections) when it has one.
-        (if (and queue (fboundp queue))
-            (funcall queue target function)
-            (bcall "INTERRUPT-THREAD" target function)))
-      (format nil "Interrupted thread ~A: it entered the user's debugger (debugger_state shows it)."
-              (thread-line target current)))))
+    (let ((queue (frontend-symbol "QUEUE-THREAD-INTERRUPT"))
+          (function (break-into-debugger-function (emacs-connection))))
+      ;; The frontend's way (safe against its own critical sections) when it has one.
+      (if (and queue (fboundp queue))
+          (funcall queue target function)
+          (bcall "INTERRUPT-THREAD" target function)))
+    (format nil "Interrupted thread ~A: it entered the user's debugger (debugger_state shows it)."
+            (thread-line target current))))
