@@ -464,20 +464,33 @@ and null nil; strings, numbers and t stay."
         ((symbolp value) (symbol-name value))
         (t (format "%s" value))))
 
+(defconst sly-agent-q-bridge-not-loaded-result
+  '(cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")
+  "The form answering a call when the helpers' package is missing.")
+
+(defun sly-agent-q-bridge-helper-form (function arguments &optional count)
+  "The form calling lisp-cl's FUNCTION (a string) with ARGUMENTS (forms).
+When the helpers' package is missing, the form answers with
+`sly-agent-q-bridge-not-loaded-result' instead of failing to read; COUNT,
+if given, is how many calls FUNCTION answers, and as many answers come
+back.  Built as data; nothing is pasted into source text."
+  `(cl:if (cl:find-package "SLY-AGENT-Q")
+          (cl:funcall (cl:find-symbol ,function "SLY-AGENT-Q") ,@arguments)
+          ,(if count
+               `(cl:list ,@(make-list count sly-agent-q-bridge-not-loaded-result))
+             sly-agent-q-bridge-not-loaded-result)))
+
+(defun sly-agent-q-bridge--call-arguments (tool arguments package timeout call-id)
+  "CALL-TOOL's arguments, as forms, for helper TOOL with JSON ARGUMENTS.
+PACKAGE, TIMEOUT and CALL-ID (when non-nil) are passed as keywords."
+  `(,tool (quote ,(sly-agent-q-bridge-json-to-lisp arguments))
+          :package ,package :timeout ,timeout ,@(and call-id `(:call-id ,call-id))))
+
 (defun sly-agent-q-bridge-call-form (tool arguments package timeout &optional call-id)
   "The form calling helper TOOL with JSON ARGUMENTS in PACKAGE with TIMEOUT.
-CALL-ID names the call for the helpers' cancel-call.
-Built as data; nothing is pasted into source text.  When the helpers
-package is missing the form answers with an error instead of failing
-to read."
-  `(cl:if (cl:find-package "SLY-AGENT-Q")
-          (cl:funcall (cl:find-symbol "CALL-TOOL" "SLY-AGENT-Q")
-                      ,tool
-                      (quote ,(sly-agent-q-bridge-json-to-lisp arguments))
-                      :package ,package
-                      :timeout ,timeout
-                      ,@(and call-id `(:call-id ,call-id)))
-          (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
+CALL-ID names the call for the helpers' cancel-call."
+  (sly-agent-q-bridge-helper-form
+   "CALL-TOOL" (sly-agent-q-bridge--call-arguments tool arguments package timeout call-id)))
 
 ;;;; Image calls sent together
 ;;
@@ -573,17 +586,17 @@ to read."
 
 (defun sly-agent-q-bridge-calls-form (jobs)
   "The form running JOBS (`sly-agent-q-bridge--job's) with CALL-TOOLS."
-  `(cl:if (cl:find-package "SLY-AGENT-Q")
-          (cl:funcall (cl:find-symbol "CALL-TOOLS" "SLY-AGENT-Q")
-                      (quote ,(mapcar (lambda (job)
-                                        (list (sly-agent-q-bridge--job-tool job)
-                                              (sly-agent-q-bridge-json-to-lisp
-                                               (sly-agent-q-bridge--job-arguments job))
-                                              :package (sly-agent-q-bridge--job-package job)
-                                              :timeout (sly-agent-q-bridge--job-timeout job)
-                                              :call-id (sly-agent-q-bridge--job-call-id job)))
-                                      jobs)))
-          (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
+  (sly-agent-q-bridge-helper-form
+   "CALL-TOOLS"
+   `((cl:list ,@(mapcar (lambda (job)
+                          `(cl:list ,@(sly-agent-q-bridge--call-arguments
+                                       (sly-agent-q-bridge--job-tool job)
+                                       (sly-agent-q-bridge--job-arguments job)
+                                       (sly-agent-q-bridge--job-package job)
+                                       (sly-agent-q-bridge--job-timeout job)
+                                       (sly-agent-q-bridge--job-call-id job))))
+                        jobs)))
+   (length jobs)))
 
 (defun sly-agent-q-bridge--cancel-job (adapter conn job message)
   "Answer JOB with MESSAGE; if it was sent, have the image stop it.

@@ -150,10 +150,8 @@ Signal a tool error the model can act on when there is none."
 (defun sly-agent-q-debugger--form (operation args timeout call-id)
   "The form running lisp-cl's DEBUGGER-CALL of OPERATION with ARGS.
 TIMEOUT bounds it; CALL-ID names it for CANCEL-CALL."
-  `(cl:if (cl:find-package "SLY-AGENT-Q")
-          (cl:funcall (cl:find-symbol "DEBUGGER-CALL" "SLY-AGENT-Q")
-                      ,operation (quote ,args) :timeout ,timeout :call-id ,call-id)
-          (cl:list :ok nil :error "The sly-agent-q helpers are not loaded in this image.")))
+  (sly-agent-q-bridge-helper-form
+   "DEBUGGER-CALL" `(,operation (quote ,args) :timeout ,timeout :call-id ,call-id)))
 
 (defun sly-agent-q-debugger--run (buffer operation args callback)
   "Run the debugger OPERATION with ARGS (an alist) in the thread of BUFFER.

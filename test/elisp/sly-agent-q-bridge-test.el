@@ -250,6 +250,24 @@ gets its own answer; a failing one fails alone.  Calls made apart go apart."
                        (car (sly-agent-q-test--call "eval_form" thread)))))
       (should-not (equal (nth 0 apart) (nth 1 apart))))))
 
+(ert-deftest sly-agent-q-bridge-slime-helpers-gone-answers-every-call ()
+  "If the helpers' package is gone from the image, each call says so: alone, and
+each call of a request of several."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))
+  (should (equal (sly-agent-q-test--eval '(cl:progn (cl:rename-package "SLY-AGENT-Q" "SAQ-HIDDEN") t))
+                 '(t nil)))
+  (unwind-protect
+      (let ((together (sly-agent-q-test--await-all
+                       (car (sly-agent-q-test--calls-together
+                             '(("describe_symbol" (:symbol "car"))
+                               ("describe_symbol" (:symbol "cdr")))))))
+            (alone (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))))
+        (dolist (answer (cons alone together))
+          (should-not (car answer))
+          (should (string-match-p "helpers are not loaded" (cadr answer)))))
+    (sly-agent-q-test--eval '(cl:progn (cl:rename-package "SAQ-HIDDEN" "SLY-AGENT-Q") t))))
+
 (ert-deftest sly-agent-q-bridge-slime-cancel-one-call-of-a-request ()
   "Cancelling one call sent with others stops it in the image; the others answer.
 A call cancelled before it was sent never runs."
