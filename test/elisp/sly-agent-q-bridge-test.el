@@ -55,7 +55,19 @@
          (back (car (read-from-string printed))))
     (should (equal back form))
     (should (equal (cdr (assoc "symbol" (cadr (nth 3 (nth 2 back))))) evil))
-    (should (eq (car form) 'cl:if))))
+    (should (eq (car form) 'cl:if)))
+  ;; The same for calls sent together: every string stays a string.
+  (let* ((evil "x\") (cl:delete-file \"/tmp/x\") (\"")
+         (jobs (list (sly-agent-q-bridge--make-job :tool evil :arguments (list :symbol evil)
+                                                   :package evil :timeout 30 :call-id evil)
+                     (sly-agent-q-bridge--make-job :tool "describe_symbol" :arguments (list :symbol "car")
+                                                   :package "CL-USER" :timeout 30 :call-id "c2")))
+         (form (sly-agent-q-bridge-calls-form jobs))
+         (back (car (read-from-string (prin1-to-string form))))
+         (calls (cdr (nth 2 (nth 2 back)))))
+    (should (equal back form))
+    (should (= 2 (length calls)))
+    (should (equal (cdr (car calls)) `(,evil (quote (("symbol" . ,evil))) :package ,evil :timeout 30 :call-id ,evil)))))
 
 (ert-deftest sly-agent-q-bridge-no-lisp ()
   "With no Lisp connected an image call fails with the clear message."
