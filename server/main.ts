@@ -1,12 +1,13 @@
 // Entry point of the bundled server: `node sly-agent-q-server.js [--stdio] [--log-level LEVEL]`.
 // stdout carries only JSON-RPC; everything else goes to stderr.
 
-import { createMessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { createMessageConnection, StreamMessageReader } from "vscode-jsonrpc/node";
 import { Logger } from "./log.js";
 import { describeProtocol, type LogLevel } from "./protocol.js";
 import { registerChatHandlers } from "./agent/chat-handlers.js";
 import { registerMcpHandlers } from "./mcp/handlers.js";
 import { runStdioShim } from "./mcp/stdio-shim.js";
+import { FramedMessageWriter } from "./rpc/framed-writer.js";
 import { GuardedMessageReader } from "./rpc/guarded-reader.js";
 import { AgentServer } from "./rpc/server.js";
 import { SERVER_NAME, SERVER_VERSION } from "./version.js";
@@ -72,7 +73,7 @@ function main(argv: string[]): void {
   }
 
   const logger = new Logger(level);
-  const writer = new StreamMessageWriter(process.stdout);
+  const writer = new FramedMessageWriter(process.stdout);
   const reader = new GuardedMessageReader(new StreamMessageReader(process.stdin), writer);
   const connection = createMessageConnection(reader, writer);
   const server = new AgentServer(connection, {

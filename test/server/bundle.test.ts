@@ -1,7 +1,7 @@
 // The real bundle, spawned as a child process and spoken to over stdio with Content-Length framing.
 
 import { execFileSync, spawn } from "node:child_process";
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -48,6 +48,43 @@ describe("the bundled server", () => {
     await proc.connection.sendRequest("shutdown", null);
     await proc.connection.sendNotification("exit");
     expect(await proc.exited).toBe(0);
+  });
+
+  it("writes each message in one piece, its header and its body together", async () => {
+    // Emacs waits on the pipe: a header written on its own woke it for nothing, twice per message.
+    const dir = mkdtempSync(join(tmpdir(), "sly-agent-q-writes-"));
+    const preload = join(dir, "log-writes.cjs");
+    writeFileSync(
+      preload,
+      `const write = process.stdout.write.bind(process.stdout);
+process.stdout.write = (chunk, ...rest) => {
+  process.stderr.write("WRITE " + Buffer.from(chunk).toString("base64") + "\\n");
+  return write(chunk, ...rest);
+};\n`,
+    );
+    try {
+      proc = startBundle([], { NODE_OPTIONS: `--require ${preload}` });
+      await proc.connection.sendRequest("initialize", initParams);
+      await proc.connection.sendRequest("tools/list", {});
+      // An answer with multibyte text in it: the length is counted in bytes.
+      const answer = await proc.connection.sendRequest<{ content: string }>("tools/call", { name: "λ_ünknown", arguments: {} });
+      expect(answer.content).toContain("λ_ünknown");
+      const writes = proc
+        .stderr()
+        .split("\n")
+        .filter((line) => line.startsWith("WRITE "))
+        .map((line) => Buffer.from(line.slice(6), "base64"));
+      expect(writes.length).toBeGreaterThanOrEqual(3);
+      for (const chunk of writes) {
+        const header = /^Content-Length: (\d+)\r\n\r\n/.exec(chunk.toString("latin1"));
+        expect(header, `a write that is not a whole message: ${JSON.stringify(chunk.toString("utf8").slice(0, 60))}`).not.toBeNull();
+        const body = chunk.subarray(header![0].length);
+        expect(body.length).toBe(Number(header![1]));
+        expect(() => JSON.parse(body.toString("utf8"))).not.toThrow();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("answers malformed messages with JSON-RPC errors and keeps serving", async () => {
