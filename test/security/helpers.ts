@@ -11,7 +11,8 @@ import { AgentServer } from "../../server/rpc/server.js";
 import { builtinTools } from "../../server/tools/catalog/index.js";
 import { ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool, type Tool } from "../../server/tools/tool.js";
-import { memoryPair, recordNotes, type Note } from "../server/chat-harness.js";
+import { recordNotes, type Note } from "../server/chat-harness.js";
+import { connectionPair } from "../server/helpers.js";
 
 export type { Note };
 
@@ -48,7 +49,7 @@ export function recordingRegistry(ran: string[]): ToolRegistry {
 }
 
 export function side(): Side {
-  const { client, serverSide } = memoryPair();
+  const { client, serverSide } = connectionPair();
   const ran: string[] = [];
   const registry = recordingRegistry(ran);
   const logs: string[] = [];

@@ -1,14 +1,14 @@
 // An AgentServer with the chat handlers on an in-memory JSON-RPC pair, the way the chat tests talk to
 // it: the client records every notification, can wait for one, and for a turn's end.
 
-import { PassThrough } from "node:stream";
-import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
+import type { MessageConnection } from "vscode-jsonrpc/node";
 import { registerChatHandlers, type ChatService } from "../../server/agent/chat-handlers.js";
 import { Logger } from "../../server/log.js";
 import type { ClientCapabilities, Configuration, EditorContext } from "../../server/protocol.js";
 import { AgentServer } from "../../server/rpc/server.js";
 import type { ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool, type Tool } from "../../server/tools/tool.js";
+import { connectionPair } from "./helpers.js";
 
 export interface Note {
   method: string;
@@ -33,16 +33,6 @@ export interface ChatHarnessOptions {
   context?: EditorContext;
   /** Sees each notification first (to answer an emacs/call, say). */
   onNote?: (n: Note, client: MessageConnection) => void;
-}
-
-/** A client connection and a server connection joined in memory. */
-export function memoryPair(): { client: MessageConnection; serverSide: MessageConnection } {
-  const up = new PassThrough();
-  const down = new PassThrough();
-  return {
-    client: createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up)),
-    serverSide: createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down)),
-  };
 }
 
 /**
@@ -73,7 +63,7 @@ export function recordNotes(client: MessageConnection, onNote?: (n: Note) => voi
 }
 
 export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness> {
-  const { client, serverSide } = memoryPair();
+  const { client, serverSide } = connectionPair();
   const server = new AgentServer(serverSide, { registry: opts.registry, logger: new Logger("error", () => undefined) });
   const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
   const { notes, waitFor } = recordNotes(client, (n) => opts.onNote?.(n, client));

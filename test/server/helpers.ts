@@ -2,6 +2,7 @@
 
 import { PassThrough } from "node:stream";
 import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from "vscode-jsonrpc/node";
+import { FramedMessageWriter } from "../../server/rpc/framed-writer.js";
 import { defineTool, ToolError, type SafetyLevel, type Tool, type ToolHandler } from "../../server/tools/tool.js";
 
 export function testTool(name: string, handler: ToolHandler, safety: SafetyLevel = "safe", extra: Partial<Parameters<typeof defineTool>[0]> = {}): Tool {
@@ -25,12 +26,12 @@ export const boom: ToolHandler = async () => {
   throw new ToolError("boom happened");
 };
 
-/** Two connected JSON-RPC endpoints over in-memory streams. */
+/** Two connected JSON-RPC endpoints over in-memory streams; the server's end writes as the bundled server does. */
 export function connectionPair(): { client: MessageConnection; serverSide: MessageConnection; dispose(): void } {
   const up = new PassThrough();
   const down = new PassThrough();
   const client = createMessageConnection(new StreamMessageReader(down), new StreamMessageWriter(up));
-  const serverSide = createMessageConnection(new StreamMessageReader(up), new StreamMessageWriter(down));
+  const serverSide = createMessageConnection(new StreamMessageReader(up), new FramedMessageWriter(down));
   return {
     client,
     serverSide,
