@@ -47,22 +47,38 @@
   (apply (or (framework-symbol "FIVEAM" name) (fail "FiveAM has no ~A." name)) args))
 
 (defun call-capturing-fiveam-results (function)
-  "Call FUNCTION with FIVEAM:EXPLAIN! wrapped to keep each result list
-it is given; return the results, in order."
-  (let* ((symbol (framework-symbol "FIVEAM" "EXPLAIN!"))
-         (original (and symbol (fboundp symbol) (fdefinition symbol)))
-         (results '()))
-    (if (null original)
-        (progn (funcall function) nil)
-        (unwind-protect
-             (progn
-               (set-fdefinition-unlocked symbol
-                                         (lambda (result-list)
-                                           (setf results (append results result-list))
-                                           (funcall original result-list)))
-               (funcall function)
-               results)
-          (set-fdefinition-unlocked symbol original)))))
+  "Call FUNCTION with FIVEAM:RUN and FIVEAM:EXPLAIN! wrapped to keep the
+results they see.  Return those results, in order, and the error FUNCTION
+signalled, if any: a test-op commonly signals when the run failed
+\(`(unless (run! ...) (error ...))'), and the results seen before are
+what the model needs.  EXPLAIN!'s results are preferred; RUN's are used
+when nothing was explained (a test-op that checks RUN's results itself)."
+  (let ((explained '()) (ran '()) (failure nil) (wrapped '()))
+    (flet ((wrap (name keep)
+             (let* ((symbol (framework-symbol "FIVEAM" name))
+                    (original (and symbol (fboundp symbol) (fdefinition symbol))))
+               (when original
+                 (push (cons symbol original) wrapped)
+                 (set-fdefinition-unlocked
+                  symbol (lambda (&rest args)
+                           (let ((values (multiple-value-list (apply original args))))
+                             (funcall keep args values)
+                             (values-list values))))))))
+      (unwind-protect
+           (progn
+             (wrap "EXPLAIN!" (lambda (args values)
+                                (declare (ignore values))
+                                (when (listp (first args))
+                                  (setf explained (append explained (first args))))))
+             (wrap "RUN" (lambda (args values)
+                           (declare (ignore args))
+                           (when (listp (first values))
+                             (setf ran (append ran (first values))))))
+             (handler-case (funcall function)
+               (error (c) (setf failure c))))
+        (loop for (symbol . original) in wrapped
+              do (set-fdefinition-unlocked symbol original))))
+    (values (or explained ran) failure)))
 
 (defun set-fdefinition-unlocked (symbol function)
   "(SETF FDEFINITION) of SYMBOL, in a package that may be locked (SBCL)."
@@ -189,8 +205,11 @@ the framework), so that the framework is present before the run."
                            (handler-case
                                (progn
                                  (load-test-dependencies object)
-                                 (call-capturing-fiveam-results
-                                  (lambda () (asdf-call "TEST-SYSTEM" name))))
+                                 (multiple-value-bind (results error)
+                                     (call-capturing-fiveam-results
+                                      (lambda () (asdf-call "TEST-SYSTEM" name)))
+                                   (setf failure error)
+                                   results))
                              (error (c) (setf failure c) nil)))))))
               (format out "Ran asdf:test-system ~A~@[ (frameworks: ~{~A~^, ~})~].~%" name (frameworks-present))
               (when failure

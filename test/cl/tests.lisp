@@ -975,6 +975,36 @@ loaded and the system loaded from there; MY-APP is restored after."
         (is (has (tool "run_tests" "test" "my-app-tests::wrong-sum") "1 failed"))))
     (is (has (tool "run_tests") "Give a system"))))
 
+(defun set-test-op (form)
+  "Make the project's my-app/tests test-op run FORM (text, where RUN! is
+FiveAM's run of the suite), and load the changed .asd."
+  (let* ((file (project-file "my-app.asd"))
+         (text (file-text file))
+         (old "(uiop:symbol-call :fiveam :run! (uiop:find-symbol* :my-app :my-app-tests))")
+         (start (search old text)))
+    (assert start)
+    (write-text file (concatenate 'string (subseq text 0 start) form (subseq text (+ start (length old)))))
+    (let ((*standard-output* (make-broadcast-stream)))
+      (funcall (find-symbol "LOAD-ASD" "ASDF") file))))
+
+(deftest run-tests-reports-every-fiveam-idiom
+  ;; Whatever the test-op does after the run (signals, returns NIL, prints
+  ;; its own report), the counts and the failing test are what the model sees.
+  (dolist (idiom '(("signals" "(unless (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :my-app :my-app-tests)) (error \"tests failed\"))"
+                    "SIMPLE-ERROR: tests failed")
+                   ("returns nil" "(progn (uiop:symbol-call :fiveam :run! (uiop:find-symbol* :my-app :my-app-tests)) nil)" nil)
+                   ("run without explain, then signals"
+                    "(let ((results (uiop:symbol-call :fiveam :run (uiop:find-symbol* :my-app :my-app-tests)))) (unless (every (lambda (r) (typep r (uiop:find-symbol* :test-passed :fiveam))) results) (error \"~D failures\" 1)))"
+                    "SIMPLE-ERROR: 1 failures")))
+    (destructuring-bind (name form stopped) idiom
+      (with-project ()
+        (set-test-op form)
+        (let ((r (tool "run_tests" "system" "my-app")))
+          (is (has r "FiveAM: 4 tests, 4 checks: 3 passed, 0 failed, 1 error" "FAIL MY-APP-TESTS::PARSE-EMPTY")
+              "idiom ~A" name)
+          (is (not (search "No FiveAM results were seen" (text r))) "idiom ~A" name)
+          (when stopped (is (has r stopped) "idiom ~A: ~A" name (text r))))))))
+
 (deftest find-and-read-definitions
   (with-project ()
     (tool "load_system" "system" "my-app")
