@@ -1069,6 +1069,12 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
                                        (plist-get params :tokensBefore)
                                        (plist-get params :tokensAfter))))
 
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/notice)) params)
+  "Say in the chat what the chat/notice PARAMS tell the user."
+  (sly-agent-q-chat--with-turn-buffer params
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-chat-notice (format "[%s]" (plist-get params :text)))))
+
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."
   (sly-agent-q-chat--with-turn-buffer params

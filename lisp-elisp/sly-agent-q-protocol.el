@@ -75,6 +75,7 @@
     (chat/approvalNeeded   server->emacs notification)
     (chat/turnState        server->emacs notification)
     (chat/compacted        server->emacs notification)
+    (chat/notice           server->emacs notification)
     (chat/turnFinished     server->emacs notification)
     (chat/turnFailed       server->emacs notification)
     (mcp/call              server->emacs notification)

@@ -92,6 +92,8 @@ export const ServerNotifications = {
   turnState: new NotificationType<TurnStateParams>("chat/turnState"),
   /** The history neared the context window: older turns were summarized before the turn went on. */
   compacted: new NotificationType<CompactedParams>("chat/compacted"),
+  /** Something the user should know before the turn goes on (a project file that was not read). */
+  notice: new NotificationType<NoticeParams>("chat/notice"),
   /** The turn ended with an answer: stop reason, usage, cost. */
   turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
   /** The turn ended without one: cancelled, timeout, provider, auth... with a message for the user. */
@@ -662,6 +664,10 @@ export interface CompactedParams extends TurnRef {
   replacedMessages: number;
   tokensBefore: number;
   tokensAfter: number;
+}
+
+export interface NoticeParams extends TurnRef {
+  text: string;
 }
 
 export interface TextDeltaParams extends TurnRef {

@@ -20,6 +20,7 @@ import {
   type ConversationListResult,
   type ConversationNewParams,
   type ConversationNewResult,
+  type NoticeParams,
   type TextDeltaParams,
   type ToolCallParams,
   type ToolChoice,
@@ -56,6 +57,8 @@ export class ChatService {
   /** Saving to and resuming from conversationDirectory. */
   readonly saved: SavedConversations;
   private readonly retry: RetryPolicy;
+  /** What was already said about project files that were not read. */
+  private readonly refusalsSaid = new Set<string>();
 
   constructor(
     private readonly server: AgentServer,
@@ -180,6 +183,7 @@ export class ChatService {
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message: prepared, usage: emptyUsage(), costUsd: 0 });
       return;
     }
+    for (const notice of prepared.notices) notify<NoticeParams>(ServerNotifications.notice, { ...ref, text: notice });
     await this.compactIfNeeded(conversation, prepared.settings, ref, notify, signal);
     const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events: this.turnEvents(conversation, ref, text, notify) });
     this.report(conversation, ref, outcome, notify, prepared.settings.provider.name);
@@ -206,7 +210,7 @@ export class ChatService {
    * What a turn of CONVERSATION runs with under the configuration in force (the conversation's and
    * this message's overrides applied), or why it cannot start.
    */
-  private prepare(conversation: Conversation, p: ChatSendParams): Pick<TurnInput, "executor" | "settings"> | string {
+  private prepare(conversation: Conversation, p: ChatSendParams): (Pick<TurnInput, "executor" | "settings"> & { notices: string[] }) | string {
     const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
     const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
@@ -226,13 +230,21 @@ export class ChatService {
       return (err as Error).message;
     }
     const tools = policy.offered();
+    const notices: string[] = [];
     const system = buildSystemPrompt({
+      // Said once per server, not at every turn while the file stays as it is.
+      onRefused: (message) => {
+        if (this.refusalsSaid.has(message)) return;
+        this.refusalsSaid.add(message);
+        notices.push(message);
+      },
       tools,
       safetyOf: (t) => policy.effectiveSafety(t),
       currentPackage: context.currentPackage,
       projectRoot: context.projectRoot ?? config.projectRoot,
     });
     return {
+      notices,
       executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
       settings: {
         provider: resolved.provider,
