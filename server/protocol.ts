@@ -185,10 +185,22 @@ export interface PermissionRule {
 export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule };
 
 /** The user's answer to an approval. */
+/**
+ * TARGET, on an approval that Emacs prepared: the identity of what the approved call acts on (resolved
+ * path and the text there and to be written, the debugger's thread, level and restart...), which
+ * Emacs checks again at the moment the call runs (EmacsToolParams.target).
+ */
 export type ApprovalDecision =
-  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean }
+  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean; target?: string }
   | { decision: "denied"; reason?: string }
-  | { decision: "modified"; arguments: Record<string, unknown> };
+  | { decision: "modified"; arguments: Record<string, unknown>; target?: string };
+
+/** What an approval was given for, checked where the call runs: the tool and arguments it was computed from. */
+export interface ApprovedTarget {
+  tool: string;
+  arguments: Record<string, unknown>;
+  target: string;
+}
 
 export interface ToolResultMetadata {
   executionTimeMs: number;
@@ -381,6 +393,8 @@ export type EmacsCallParams = {
 export interface EmacsToolParams {
   tool: string;
   arguments: Record<string, unknown>;
+  /** Set when the user approved the call: Emacs runs it only if its target is still the approved one. */
+  approved?: ApprovedTarget;
 }
 
 /** A file or buffer a tool changed, with its text before and after (null: it did not exist), for rewinding. */
