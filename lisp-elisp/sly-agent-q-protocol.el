@@ -51,6 +51,7 @@
     (configuration/change  emacs->server request)
     (chat/send             emacs->server request)
     (chat/cancel           emacs->server request)
+    (chat/turnStatus       emacs->server request)
     (conversation/new      emacs->server request)
     (conversation/list     emacs->server request)
     (conversation/delete   emacs->server request)

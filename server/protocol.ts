@@ -36,6 +36,8 @@ export const Requests = {
   chatSend: new RequestType<ChatSendParams, ChatSendResult, void>("chat/send"),
   /** Cancel a running turn (by turn or conversation). */
   chatCancel: new RequestType<ChatCancelParams, ChatCancelResult, void>("chat/cancel"),
+  /** Whether a turn still runs: Emacs asks while it waits, so that a turn whose end it never read ends. */
+  chatTurnStatus: new RequestType<ChatTurnStatusParams, ChatTurnStatusResult, void>("chat/turnStatus"),
   /** A new conversation, with its own configuration overrides. */
   conversationNew: new RequestType<ConversationNewParams, ConversationNewResult, void>("conversation/new"),
   /** The conversations the server holds, their usage and cost. */
@@ -644,6 +646,15 @@ export interface ChatCancelParams {
 }
 export interface ChatCancelResult {
   cancelled: boolean;
+}
+
+export interface ChatTurnStatusParams {
+  conversationId: string;
+  turnId: string;
+}
+export interface ChatTurnStatusResult {
+  /** False once the turn has ended and its last notification (turnFinished or turnFailed) was sent. */
+  running: boolean;
 }
 
 export interface Usage {

@@ -12,6 +12,8 @@ import {
   type ChatCancelParams,
   type ChatCancelResult,
   type ChatSendParams,
+  type ChatTurnStatusParams,
+  type ChatTurnStatusResult,
   type ChatSendResult,
   type CompactedParams,
   type Configuration,
@@ -72,6 +74,9 @@ export class ChatService {
     const s = this.server;
     s.addRequest(Requests.chatSend, (p: ChatSendParams) => this.send(p));
     s.addRequest(Requests.chatCancel, (p: ChatCancelParams) => this.cancel(p));
+    s.addRequest(Requests.chatTurnStatus, (p: ChatTurnStatusParams): ChatTurnStatusResult => ({
+      running: this.conversations.get(p?.conversationId)?.running?.turnId === p?.turnId,
+    }));
     s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => {
       const { conversation, saveError } = this.start(p.configuration);
       return { conversationId: conversation.id, ...(saveError ? { saveError } : {}) };

@@ -57,5 +57,22 @@
         (should (equal (car (car (last (sly-agent-q-test-tool-results))))
                        "fixture echo: x\0y"))))))
 
+(ert-deftest sly-agent-q-wire-lost-end-ends-the-turn-with-an-error ()
+  "A turn whose chat/turnFinished Emacs never read ends with an error, not never."
+  (let ((sly-agent-q-turn-check-interval 0.5)
+        (drop (lambda (orig conn method params)
+                ;; As if Emacs's JSON parser had refused the message.
+                (unless (eq method 'chat/turnFinished)
+                  (funcall orig conn method params)))))
+    (advice-add 'sly-agent-q-handle-notification :around drop)
+    (unwind-protect
+        (sly-agent-q-test-with-server
+            '((steps . [((content . [((type . "text") (text . "An answer whose end is lost."))]))]))
+          (let ((outcome (sly-agent-q-test-send "Hello." 20)))
+            (should (eq (plist-get outcome :status) 'failed))
+            (should (string-match-p "never reached the chat" (plist-get outcome :message)))
+            (should (string-match-p "Error: the server ended this turn" (sly-agent-q-test-chat-text)))))
+      (advice-remove 'sly-agent-q-handle-notification drop))))
+
 (provide 'sly-agent-q-wire-test)
 ;;; sly-agent-q-wire-test.el ends here
