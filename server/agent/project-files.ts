@@ -28,14 +28,27 @@ export function readProjectFile(root: string, name: string, maxBytes: number): P
   } catch {
     return { kind: "absent" };
   }
+  return readConfinedFile(join(realRoot, name), maxBytes, realRoot);
+}
+
+/**
+ * PATH read as UTF-8 up to MAX_BYTES if, after its links are resolved, it is a regular file outside
+ * the system trees (and inside WITHIN when given). For files a user names (MCP server lists) too.
+ */
+export function readConfinedFile(path: string, maxBytes: number, within?: string): ProjectFile {
+  try {
+    lstatSync(path);
+  } catch {
+    return { kind: "absent" };
+  }
   let real: string;
   try {
-    real = realpathSync(join(realRoot, name));
+    real = realpathSync(path);
   } catch {
     return { kind: "refused", reason: "it is a link to nothing that exists" };
   }
   if (SYSTEM_TREES.some((t) => real === t || real.startsWith(`${t}/`))) return { kind: "refused", reason: "it leads into a system tree (/proc, /sys or /dev)" };
-  if (!inside(realRoot, real)) return { kind: "refused", reason: "it leads outside the project root" };
+  if (within !== undefined && !inside(within, real)) return { kind: "refused", reason: "it leads outside the project root" };
   let fd: number;
   try {
     if (!statSync(real).isFile()) return { kind: "refused", reason: "it is not a regular file" };

@@ -91,3 +91,25 @@ it("sends nothing of planted instruction links (environ, a file outside, a FIFO)
   ]);
   expect(JSON.stringify(notes) + b.stderr()).not.toContain(planted);
 }, 60_000);
+
+it("reads no MCP servers file that leads to /proc or a FIFO, and quotes none of it", async () => {
+  const planted = "planted-environment-value-9a2b4";
+  const base = mkdtempSync(join(tmpdir(), "agent-q-planted-mcp-"));
+  const environ = join(base, "environ.mcp.json");
+  symlinkSync("/proc/self/environ", environ);
+  const fifo = join(base, "fifo.mcp.json");
+  execFileSync("mkfifo", [fifo]);
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(ANTHROPIC|OPENAI)_/.test(k)));
+  // First in the environment, where a JSON parser's error would quote it.
+  const b = startBundle(["--stdio", "--log-level", "debug"], { PLANTED_VALUE: planted, ...clean, ANTHROPIC_API_KEY: "sk-ant-planted-test-key-0000" });
+  bundles.push(b);
+  const notes: { method: string; params: any }[] = [];
+  b.connection.onNotification((method: string, params: any) => notes.push({ method, params }));
+  await b.connection.sendRequest("initialize", { clientInfo: { name: "security" }, capabilities: { tools: true, image: true, approvals: false }, configuration: {} });
+  const result = (await b.connection.sendRequest("mcp/clientConfigure", { files: [environ, fifo] })) as { servers: { name: string; ok: boolean; error?: string }[] };
+  expect(result.servers.map((s) => [s.ok, s.error])).toEqual([
+    [false, `cannot read MCP servers from ${environ}: it leads into a system tree (/proc, /sys or /dev)`],
+    [false, `cannot read MCP servers from ${fifo}: it is not a regular file`],
+  ]);
+  expect(JSON.stringify(notes) + b.stderr()).not.toContain(planted);
+}, 30_000);
