@@ -869,8 +869,8 @@ CALLBACK, if non-nil, gets the outcome plist."
     (sly-agent-q-chat--refresh-header)))
 
 (defun sly-agent-q-chat--check-turn (buf turn)
-  "Ask the server whether TURN of BUF still runs; end it with an error if not.
-From a timer: the answer comes later, nothing waits here."
+  "Ask the server about TURN of BUF; end it with an error if it is over.
+Called from a timer: the answer comes later, nothing waits here."
   (if (not (and (buffer-live-p buf) (eq (buffer-local-value 'sly-agent-q-chat--turn buf) turn)))
       (cancel-timer (sly-agent-q-turn-watchdog turn))
     (when (sly-agent-q-server-live-p)

@@ -356,7 +356,11 @@ export class Executor {
       const target = reply.decision === "approved" || reply.decision === "modified" ? reply.target : undefined;
       const bound = {
         ...(previewDigest !== undefined ? { preview: previewDigest } : {}),
-        ...(typeof target === "string" ? { emacs: { tool: tool.name, arguments: reply.decision === "modified" ? args : shown, target } } : {}),
+        // Emacs checks its own preview's digest for a tool it runs itself; a tool the server prepares
+        // (a preview of its own) is checked here, and its handler's calls into Emacs are other tools.
+        ...(typeof target === "string" && tool.runtime === "emacs" && !tool.preview
+          ? { emacs: { tool: tool.name, arguments: reply.decision === "modified" ? args : shown, target } }
+          : {}),
       };
       const { ask: _asked, ...rest } = admitted;
       admitted.settled = true; // passed on: the approved call below is the one that answers

@@ -104,7 +104,9 @@ it("reads no MCP servers file that leads to /proc or a FIFO, and quotes none of 
   const b = startBundle(["--stdio", "--log-level", "debug"], { PLANTED_VALUE: planted, ...clean, ANTHROPIC_API_KEY: "sk-ant-planted-test-key-0000" });
   bundles.push(b);
   const notes: { method: string; params: any }[] = [];
-  b.connection.onNotification((method: string, params: any) => notes.push({ method, params }));
+  b.connection.onNotification((method: string, params: any) => {
+    notes.push({ method, params });
+  });
   await b.connection.sendRequest("initialize", { clientInfo: { name: "security" }, capabilities: { tools: true, image: true, approvals: false }, configuration: {} });
   const result = (await b.connection.sendRequest("mcp/clientConfigure", { files: [environ, fifo] })) as { servers: { name: string; ok: boolean; error?: string }[] };
   expect(result.servers.map((s) => [s.ok, s.error])).toEqual([
