@@ -146,10 +146,28 @@ Otherwise the diff review decides for propose_file_edit, else
          (callback (lambda (decision)
                      (unless answered
                        (setq answered t)
-                       (sly-agent-q-call-reply call (sly-agent-q-approval--normalize decision))))))
+                       (sly-agent-q-call-reply
+                        call (sly-agent-q-approval--bind
+                              params (cdr preview)
+                              (sly-agent-q-approval--normalize decision)))))))
     (if (eq (car preview) :refused)
         (sly-agent-q-call-fail call (cdr preview))
       (sly-agent-q-approval--route call params (cdr preview) callback))))
+
+(defun sly-agent-q-approval--bind (params preview decision)
+  "DECISION on the call of PARAMS, with the :target it was given for.
+The target is the digest of PREVIEW, what the user was shown (for
+edited arguments, of what they act on at the decision); the call runs
+only if what it acts on is still that."
+  (let ((target
+         (pcase (plist-get decision :decision)
+           ("approved" (sly-agent-q-tools-digest preview))
+           ("modified" (let ((arguments (plist-get decision :arguments)))
+                         (and (listp arguments)
+                              (condition-case nil
+                                  (sly-agent-q-tools-target (plist-get params :tool) arguments)
+                                (sly-agent-q-tool-error nil))))))))
+    (if target (append decision (list :target target)) decision)))
 
 (defun sly-agent-q-approval--edit-decision (arguments decision)
   "Return the decision on a call with ARGUMENTS from DECISION on its edit.

@@ -72,6 +72,13 @@ chat/turnState.  A state not listed shows no tag in the prompt."
   :type '(alist :key-type symbol :value-type string)
   :group 'sly-agent-q)
 
+(defcustom sly-agent-q-turn-check-interval 15
+  "Seconds between two checks, while a turn runs, that the server still runs it.
+A turn whose last messages Emacs never read (one it could not parse)
+is then ended with an error instead of waiting forever."
+  :type 'number
+  :group 'sly-agent-q)
+
 (defcustom sly-agent-q-stream-flush-interval 0.05
   "Seconds between insertions of streamed text.
 Deltas arriving in between are inserted together."
@@ -155,7 +162,7 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
   "One exchange: the user's message and everything until it ends.
 STATE is the last state chat/turnState gave it, a symbol, or nil."
   id conversation-id (status 'sending) callback cancel-requested (start (float-time))
-  state)
+  state watchdog)
 
 (cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
   "A tool call shown in the transcript; SECTION is where it is drawn."
@@ -854,15 +861,37 @@ CALLBACK, if non-nil, gets the outcome plist."
     (when (eq sly-agent-q-chat--turn turn)
       (setf (sly-agent-q-turn-id turn) (plist-get result :turnId))
       (setf (sly-agent-q-turn-status turn) 'running)
+      (setf (sly-agent-q-turn-watchdog turn)
+            (run-at-time sly-agent-q-turn-check-interval sly-agent-q-turn-check-interval
+                         #'sly-agent-q-chat--check-turn buf turn))
       (when (sly-agent-q-turn-cancel-requested turn)
         (sly-agent-q-chat--send-cancel turn)))
     (sly-agent-q-chat--refresh-header)))
+
+(defun sly-agent-q-chat--check-turn (buf turn)
+  "Ask the server about TURN of BUF; end it with an error if it is over.
+Called from a timer: the answer comes later, nothing waits here."
+  (if (not (and (buffer-live-p buf) (eq (buffer-local-value 'sly-agent-q-chat--turn buf) turn)))
+      (cancel-timer (sly-agent-q-turn-watchdog turn))
+    (when (sly-agent-q-server-live-p)
+      (sly-agent-q-server-request
+       'chat/turnStatus (list :conversationId (sly-agent-q-turn-conversation-id turn)
+                              :turnId (sly-agent-q-turn-id turn))
+       (lambda (result)
+         (when (eq (plist-get result :running) :json-false)
+           (sly-agent-q-chat--in buf
+             (sly-agent-q-chat--end-turn
+              turn 'failed
+              :message "the server ended this turn, but its last messages never reached the chat (Emacs could not read one; the events buffer may say which)"))))
+       #'ignore))))
 
 (cl-defun sly-agent-q-chat--end-turn (turn status &key text message usage cost)
   "End TURN with STATUS (`finished', `failed' or `cancelled'), once.
 TEXT is the final text, MESSAGE what went wrong, USAGE the tokens,
 COST the turn's cost.  Runs the turn's callback and
 `sly-agent-q-turn-finished-hook'."
+  (when (sly-agent-q-turn-watchdog turn)
+    (cancel-timer (sly-agent-q-turn-watchdog turn)))
   (when (eq sly-agent-q-chat--turn turn)
     (setq sly-agent-q-chat--turn nil)
     (setf (sly-agent-q-turn-status turn) status)
@@ -1068,6 +1097,12 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
     (sly-agent-q-chat-compacted-notice (plist-get params :replacedMessages)
                                        (plist-get params :tokensBefore)
                                        (plist-get params :tokensAfter))))
+
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/notice)) params)
+  "Say in the chat what the chat/notice PARAMS tell the user."
+  (sly-agent-q-chat--with-turn-buffer params
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-chat-notice (format "[%s]" (plist-get params :text)))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."

@@ -1186,12 +1186,21 @@ Return non-nil if the answer was sent; a second answer is ignored."
 ;;;; Emacs-runtime tools (the buffer and file tools live in sly-agent-q-tools.el)
 
 (declare-function sly-agent-q-tools-call "sly-agent-q-tools" (capability args callback &optional changes-callback))
+(declare-function sly-agent-q-tools-check-approved "sly-agent-q-tools" (approved))
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
   (let ((params (sly-agent-q-call-params call)))
-    (if (not (fboundp 'sly-agent-q-tools-call))
-        (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools).")
+    (cond
+     ((not (fboundp 'sly-agent-q-tools-call))
+      (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools)."))
+     ;; An approved call runs only on the target approved, checked here,
+     ;; in the same command that runs it.
+     ((and (plist-get params :approved)
+           (condition-case err
+               (progn (sly-agent-q-tools-check-approved (plist-get params :approved)) nil)
+             (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
+     (t
       (let* (changes
              (cancel
               (sly-agent-q-tools-call
@@ -1208,7 +1217,7 @@ Return non-nil if the answer was sent; a second answer is ignored."
         ;; A capability that answers later may be stopped: the server's
         ;; emacs/cancel (a cancelled turn or call, its timeout) stops it.
         (when (functionp cancel)
-          (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel))))))))
+          (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel)))))))))
 
 (provide 'sly-agent-q-server)
 ;;; sly-agent-q-server.el ends here

@@ -295,12 +295,24 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
 
 ;;;; Export
 
+(defun sly-agent-q-sessions-export-file-name (title)
+  "The default file name to export the conversation TITLE to, as NAME.org.
+NAME is made of TITLE's letters and digits; when it has none (an empty
+or \"...\" title), it is conversation-DATE, never an empty name that
+would make a hidden file."
+  (let ((stem (string-trim (truncate-string-to-width
+                            (replace-regexp-in-string "[^[:alnum:]]+" "-" (downcase (or title "")))
+                            56)
+                           "-+" "-+")))
+    (concat (if (string-empty-p stem)
+                (format-time-string "conversation-%Y-%m-%d-%H%M")
+              stem)
+            ".org")))
+
 (defun sly-agent-q-sessions--read-export-file (title)
   "Ask for the file to export the conversation TITLE to."
-  (let ((name (concat (replace-regexp-in-string "[^[:alnum:]]+" "-" (downcase (or title "conversation")))
-                      ".org")))
-    (read-file-name "Export to (.org or .md): " nil nil nil
-                    (string-trim (truncate-string-to-width name 60) "-" "-"))))
+  (read-file-name "Export to (.org or .md): " nil nil nil
+                  (sly-agent-q-sessions-export-file-name title)))
 
 (defun sly-agent-q-sessions--format (file)
   "The export format for FILE: \"markdown\" for .md/.markdown, else \"org\"."

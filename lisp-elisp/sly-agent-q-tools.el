@@ -344,6 +344,38 @@ FUNCTION gets the call's arguments (a plist) and returns a plist as
 shows first, or signals the `sly-agent-q-tool-error' the call would
 give.")
 
+(defun sly-agent-q-tools--plain (value)
+  "VALUE with its strings stripped of text properties, for a digest."
+  (cond ((stringp value) (substring-no-properties value))
+        ((consp value) (cons (sly-agent-q-tools--plain (car value))
+                             (sly-agent-q-tools--plain (cdr value))))
+        ((vectorp value) (vconcat (mapcar #'sly-agent-q-tools--plain value)))
+        (t value)))
+
+(defun sly-agent-q-tools-target (tool args)
+  "The identity of what TOOL with ARGS acts on now: a digest of its preview.
+The preview names the resolved target and, for what writes, the text
+there and the text to be written, or the debugger, thread, level and
+restart; an approval is bound to this digest, and the call runs only
+if it is still the same.  Signal the tool's error when it would refuse."
+  (sly-agent-q-tools-digest (sly-agent-q-tools-preview tool args)))
+
+(defun sly-agent-q-tools-digest (preview)
+  "The digest of PREVIEW, as `sly-agent-q-tools-target' gives it."
+  (secure-hash 'sha256 (prin1-to-string (sly-agent-q-tools--plain preview))))
+
+(defun sly-agent-q-tools-check-approved (approved)
+  "Signal a tool error unless the target of APPROVED is what it was.
+APPROVED is the plist (:tool :arguments :target) the server sends with
+an approved call: the call runs only on the target the user approved."
+  (let ((tool (plist-get approved :tool))
+        (now (condition-case err
+                 (sly-agent-q-tools-target (plist-get approved :tool)
+                                           (plist-get approved :arguments))
+               (sly-agent-q-tool-error (cadr err)))))
+    (unless (equal now (plist-get approved :target))
+      (sly-agent-q-tool-fail "%s was not run: what it acts on changed while the approval waited, so it is no longer what the user approved.  Look again and ask again." tool))))
+
 (defun sly-agent-q-tools-preview (tool args)
   "Prepare the call of TOOL with ARGS for approval, without running it.
 Return nil when TOOL touches no file or buffer, else a plist:

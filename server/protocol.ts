@@ -36,6 +36,8 @@ export const Requests = {
   chatSend: new RequestType<ChatSendParams, ChatSendResult, void>("chat/send"),
   /** Cancel a running turn (by turn or conversation). */
   chatCancel: new RequestType<ChatCancelParams, ChatCancelResult, void>("chat/cancel"),
+  /** Whether a turn still runs: Emacs asks while it waits, so that a turn whose end it never read ends. */
+  chatTurnStatus: new RequestType<ChatTurnStatusParams, ChatTurnStatusResult, void>("chat/turnStatus"),
   /** A new conversation, with its own configuration overrides. */
   conversationNew: new RequestType<ConversationNewParams, ConversationNewResult, void>("conversation/new"),
   /** The conversations the server holds, their usage and cost. */
@@ -92,6 +94,8 @@ export const ServerNotifications = {
   turnState: new NotificationType<TurnStateParams>("chat/turnState"),
   /** The history neared the context window: older turns were summarized before the turn went on. */
   compacted: new NotificationType<CompactedParams>("chat/compacted"),
+  /** Something the user should know before the turn goes on (a project file that was not read). */
+  notice: new NotificationType<NoticeParams>("chat/notice"),
   /** The turn ended with an answer: stop reason, usage, cost. */
   turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
   /** The turn ended without one: cancelled, timeout, provider, auth... with a message for the user. */
@@ -183,10 +187,22 @@ export interface PermissionRule {
 export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule };
 
 /** The user's answer to an approval. */
+/**
+ * TARGET, on an approval that Emacs prepared: the identity of what the approved call acts on (resolved
+ * path and the text there and to be written, the debugger's thread, level and restart...), which
+ * Emacs checks again at the moment the call runs (EmacsToolParams.target).
+ */
 export type ApprovalDecision =
-  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean }
+  | { decision: "approved"; /** allow this tool for the rest of the session */ always?: boolean; target?: string }
   | { decision: "denied"; reason?: string }
-  | { decision: "modified"; arguments: Record<string, unknown> };
+  | { decision: "modified"; arguments: Record<string, unknown>; target?: string };
+
+/** What an approval was given for, checked where the call runs: the tool and arguments it was computed from. */
+export interface ApprovedTarget {
+  tool: string;
+  arguments: Record<string, unknown>;
+  target: string;
+}
 
 export interface ToolResultMetadata {
   executionTimeMs: number;
@@ -379,6 +395,8 @@ export type EmacsCallParams = {
 export interface EmacsToolParams {
   tool: string;
   arguments: Record<string, unknown>;
+  /** Set when the user approved the call: Emacs runs it only if its target is still the approved one. */
+  approved?: ApprovedTarget;
 }
 
 /** A file or buffer a tool changed, with its text before and after (null: it did not exist), for rewinding. */
@@ -630,6 +648,15 @@ export interface ChatCancelResult {
   cancelled: boolean;
 }
 
+export interface ChatTurnStatusParams {
+  conversationId: string;
+  turnId: string;
+}
+export interface ChatTurnStatusResult {
+  /** False once the turn has ended and its last notification (turnFinished or turnFailed) was sent. */
+  running: boolean;
+}
+
 export interface Usage {
   inputTokens: number;
   outputTokens: number;
@@ -662,6 +689,10 @@ export interface CompactedParams extends TurnRef {
   replacedMessages: number;
   tokensBefore: number;
   tokensAfter: number;
+}
+
+export interface NoticeParams extends TurnRef {
+  text: string;
 }
 
 export interface TextDeltaParams extends TurnRef {

@@ -12,6 +12,8 @@ import {
   type ChatCancelParams,
   type ChatCancelResult,
   type ChatSendParams,
+  type ChatTurnStatusParams,
+  type ChatTurnStatusResult,
   type ChatSendResult,
   type CompactedParams,
   type Configuration,
@@ -20,6 +22,7 @@ import {
   type ConversationListResult,
   type ConversationNewParams,
   type ConversationNewResult,
+  type NoticeParams,
   type TextDeltaParams,
   type ToolCallParams,
   type ToolChoice,
@@ -56,6 +59,8 @@ export class ChatService {
   /** Saving to and resuming from conversationDirectory. */
   readonly saved: SavedConversations;
   private readonly retry: RetryPolicy;
+  /** What was already said about project files that were not read. */
+  private readonly refusalsSaid = new Set<string>();
 
   constructor(
     private readonly server: AgentServer,
@@ -69,6 +74,9 @@ export class ChatService {
     const s = this.server;
     s.addRequest(Requests.chatSend, (p: ChatSendParams) => this.send(p));
     s.addRequest(Requests.chatCancel, (p: ChatCancelParams) => this.cancel(p));
+    s.addRequest(Requests.chatTurnStatus, (p: ChatTurnStatusParams): ChatTurnStatusResult => ({
+      running: this.conversations.get(p?.conversationId)?.running?.turnId === p?.turnId,
+    }));
     s.addRequest(Requests.conversationNew, (p: ConversationNewParams): ConversationNewResult => {
       const { conversation, saveError } = this.start(p.configuration);
       return { conversationId: conversation.id, ...(saveError ? { saveError } : {}) };
@@ -180,6 +188,7 @@ export class ChatService {
       notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: "config", message: prepared, usage: emptyUsage(), costUsd: 0 });
       return;
     }
+    for (const notice of prepared.notices) notify<NoticeParams>(ServerNotifications.notice, { ...ref, text: notice });
     await this.compactIfNeeded(conversation, prepared.settings, ref, notify, signal);
     const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events: this.turnEvents(conversation, ref, text, notify) });
     this.report(conversation, ref, outcome, notify, prepared.settings.provider.name);
@@ -206,7 +215,7 @@ export class ChatService {
    * What a turn of CONVERSATION runs with under the configuration in force (the conversation's and
    * this message's overrides applied), or why it cannot start.
    */
-  private prepare(conversation: Conversation, p: ChatSendParams): Pick<TurnInput, "executor" | "settings"> | string {
+  private prepare(conversation: Conversation, p: ChatSendParams): (Pick<TurnInput, "executor" | "settings"> & { notices: string[] }) | string {
     const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
     const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
@@ -226,13 +235,21 @@ export class ChatService {
       return (err as Error).message;
     }
     const tools = policy.offered();
+    const notices: string[] = [];
     const system = buildSystemPrompt({
+      // Said once per server, not at every turn while the file stays as it is.
+      onRefused: (message) => {
+        if (this.refusalsSaid.has(message)) return;
+        this.refusalsSaid.add(message);
+        notices.push(message);
+      },
       tools,
       safetyOf: (t) => policy.effectiveSafety(t),
       currentPackage: context.currentPackage,
       projectRoot: context.projectRoot ?? config.projectRoot,
     });
     return {
+      notices,
       executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
       settings: {
         provider: resolved.provider,

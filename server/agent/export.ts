@@ -1,6 +1,13 @@
-// A conversation as Org or Markdown (issue 14's export): each turn under a heading, the user's and
-// the agent's text as written, each tool call a collapsible block (an Org subtree, a Markdown
-// <details>) holding its arguments and its result.
+// A conversation as Org or Markdown: each turn under a heading, the user's and the agent's text as
+// written, each tool call a collapsible block (an Org subtree, a Markdown <details>) holding its
+// arguments and its result.
+//
+// The text is the model's, a tool's or a file's, so the export is inert: opening it, or exporting it
+// again, must run and ask nothing. In Org every text goes in an example block (whose lines Org does
+// not read as keywords, links, macros, blocks or inline calls) with Org's comma escape; the title is
+// broken with Org's zero-width space where Org would read it. In Markdown raw HTML outside fences is
+// escaped. In both, the first line is ours (Emacs reads a -*- line there) and the file ends with a
+// page break (Emacs reads a Local Variables block only in the last page).
 
 import type { HistoryMessage } from "../protocol.js";
 
@@ -37,14 +44,52 @@ function parts(messages: readonly HistoryMessage[]): Part[] {
 
 const json = (v: unknown): string => JSON.stringify(v ?? {}, null, 2);
 
-/** Org text lines: a line that would start a heading is kept from doing so. */
-function orgText(text: string): string {
-  return text.replace(/^(\*+\s)/gm, " $1");
-}
-
 /** Text inside an Org block: lines Org would read as structure get its comma escape. */
 function orgBlock(text: string): string {
   return text.replace(/^(\s*)(\*|#\+|,\*|,#\+)/gm, "$1,$2");
+}
+
+/** TEXT as an Org example block: shown as written, read as nothing. */
+function orgExample(text: string): string[] {
+  return ["#+begin_example", orgBlock(text), "#+end_example"];
+}
+
+/** A one-line TEXT for an Org keyword or heading: Org's zero-width space breaks links, macros,
+ *  inline calls and inline source blocks. */
+function orgLine(text: string): string {
+  return text
+    .replace(/\n/g, " ")
+    .replace(/([[{])(?=[[{])/g, "$1\u200b")
+    .replace(/\b(src|call)_/gi, "$1\u200b_");
+}
+
+/** The first line: Emacs reads a -*- line there, so it is never the conversation's text. */
+const FIRST_LINE = "Conversation exported by sly-agent-q.";
+/** The end: a page break, after which Emacs finds no Local Variables block of the text before. */
+const LAST_PAGE = "\f";
+
+/** Markdown TEXT with raw HTML outside fenced blocks and code spans escaped. */
+function markdownText(text: string): string {
+  let fenceOpen: string | undefined;
+  return text
+    .split("\n")
+    .map((line) => {
+      const f = /^ {0,3}(`{3,}|~{3,})/.exec(line);
+      if (fenceOpen !== undefined) {
+        if (f && f[1]![0] === fenceOpen[0] && f[1]!.length >= fenceOpen.length && line.trim() === f[1]) fenceOpen = undefined;
+        return line;
+      }
+      if (f) {
+        fenceOpen = f[1];
+        return line;
+      }
+      // Code spans (between equal runs of backticks) show HTML as text already.
+      return line
+        .split(/(`+[^`]*`+)/)
+        .map((piece, i) => (i % 2 === 1 ? piece : escapeHtml(piece)))
+        .join("");
+    })
+    .join("\n");
 }
 
 function fence(text: string): string {
@@ -59,22 +104,22 @@ function escapeHtml(text: string): string {
 export function exportConversation(title: string, messages: readonly HistoryMessage[], format: ExportFormat): string {
   const lines: string[] = [];
   if (format === "org") {
-    lines.push(`#+title: ${title.replace(/\n/g, " ")}`, "");
+    lines.push(`# ${FIRST_LINE}`, `#+title: ${orgLine(title)}`, "");
     for (const p of parts(messages)) {
-      if (p.kind === "user") lines.push("* You", orgText(p.text), "");
-      else if (p.kind === "agent") lines.push("** Agent", orgText(p.text), "");
+      if (p.kind === "user") lines.push("* You", ...orgExample(p.text), "");
+      else if (p.kind === "agent") lines.push("** Agent", ...orgExample(p.text), "");
       else if (p.tool) {
         const status = p.tool.result === undefined ? " (no result)" : p.tool.isError ? " (error)" : "";
-        lines.push(`*** Tool ${p.tool.name}${status}`, "#+begin_src json", orgBlock(json(p.tool.input)), "#+end_src");
-        if (p.tool.result !== undefined) lines.push("#+begin_example", orgBlock(p.tool.result), "#+end_example");
+        lines.push(`*** Tool ${orgLine(p.tool.name)}${status}`, ...orgExample(json(p.tool.input)));
+        if (p.tool.result !== undefined) lines.push(...orgExample(p.tool.result));
         lines.push("");
       }
     }
   } else {
-    lines.push(`# ${title.replace(/\n/g, " ")}`, "");
+    lines.push(`<!-- ${FIRST_LINE} -->`, `# ${escapeHtml(title.replace(/\n/g, " "))}`, "");
     for (const p of parts(messages)) {
-      if (p.kind === "user") lines.push("## You", "", p.text, "");
-      else if (p.kind === "agent") lines.push("### Agent", "", p.text, "");
+      if (p.kind === "user") lines.push("## You", "", markdownText(p.text), "");
+      else if (p.kind === "agent") lines.push("### Agent", "", markdownText(p.text), "");
       else if (p.tool) {
         const status = p.tool.result === undefined ? " (no result)" : p.tool.isError ? " (error)" : "";
         const args = json(p.tool.input);
@@ -84,5 +129,5 @@ export function exportConversation(title: string, messages: readonly HistoryMess
       }
     }
   }
-  return `${lines.join("\n").trimEnd()}\n`;
+  return `${lines.join("\n").trimEnd()}\n\n${LAST_PAGE}\n`;
 }

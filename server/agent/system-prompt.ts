@@ -4,8 +4,7 @@
 // (the schemas carry the declared level, not the user's overrides), the editor's context (current
 // package, project root) and the project's own instructions file when there is one.
 
-import { readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { readProjectFile } from "./project-files.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
 
 export interface SystemPromptInput {
@@ -14,6 +13,8 @@ export interface SystemPromptInput {
   safetyOf: (tool: Tool) => SafetyLevel;
   currentPackage?: string;
   projectRoot?: string;
+  /** Told why a project instruction file was not read (it is confined like the file tools). */
+  onRefused?: (message: string) => void;
 }
 
 /** Project instruction files, first found wins. */
@@ -58,26 +59,27 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
   if (input.projectRoot) context.push(`- Project root: ${input.projectRoot} (paths are relative to it)`);
   if (context.length > 0) parts.push(`## Context\n${context.join("\n")}`);
 
-  const instructions = input.projectRoot ? readInstructions(input.projectRoot) : undefined;
+  const instructions = input.projectRoot ? readInstructions(input.projectRoot, input.onRefused) : undefined;
   if (instructions) parts.push(`## Project Instructions (from ${instructions.file})\n${instructions.text}`);
   return parts.join("\n\n");
 }
 
-/** The project's instruction file, bounded in size; undefined when there is none or it cannot be read. */
-export function readInstructions(projectRoot: string): { file: string; text: string } | undefined {
+/**
+ * The project's instruction file, bounded in size; undefined when there is none. A file the
+ * confinement refuses (a link out of the project, to /proc, a FIFO...) is skipped and ON-REFUSED told.
+ */
+export function readInstructions(projectRoot: string, onRefused?: (message: string) => void): { file: string; text: string } | undefined {
   for (const file of INSTRUCTION_FILES) {
-    const path = join(projectRoot, file);
-    try {
-      if (!statSync(path).isFile()) continue;
-      let text = readFileSync(path, "utf8").trim();
-      if (text === "") continue;
-      if (text.length > MAX_INSTRUCTION_CHARS) {
-        text = `${text.slice(0, MAX_INSTRUCTION_CHARS)}\n[... ${file} is longer; the rest was left out.]`;
-      }
-      return { file, text };
-    } catch {
-      // Absent or unreadable: try the next name.
+    // Bytes: a UTF-8 character is at most 4, so the character bound below still applies after.
+    const read = readProjectFile(projectRoot, file, MAX_INSTRUCTION_CHARS * 4);
+    if (read.kind === "refused") onRefused?.(`${file} was not read: ${read.reason}.`);
+    if (read.kind !== "read") continue;
+    let text = read.text.trim();
+    if (text === "") continue;
+    if (read.truncated || text.length > MAX_INSTRUCTION_CHARS) {
+      text = `${text.slice(0, MAX_INSTRUCTION_CHARS)}\n[... ${file} is longer; the rest was left out.]`;
     }
+    return { file, text };
   }
   return undefined;
 }

@@ -4,7 +4,7 @@
 // policy as every other tool. A server that fails to start or dies is reported, never fatal; a call
 // cut by a crash fails with a message and the next call starts the server again.
 
-import { readFile } from "node:fs/promises";
+import { readConfinedFile } from "../agent/project-files.js";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -17,6 +17,7 @@ import { defineTool, SAFETY_LEVELS, ToolError, type ParamSpec, type ParamType, t
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
 const MAX_NAME = 64; // the providers' limit on a tool name
+const MAX_SERVERS_FILE_BYTES = 1_000_000;
 const PARAM_TYPES: readonly ParamType[] = ["string", "boolean", "number", "integer", "object", "array"];
 
 /** NAME lowered to the tool-name pattern's alphabet. */
@@ -96,7 +97,17 @@ export class McpClientManager {
     const servers: Record<string, McpServerConfig> = {};
     for (const file of params.files ?? []) {
       try {
-        const parsed = JSON.parse(await readFile(file, "utf8")) as { mcpServers?: Record<string, McpServerConfig> };
+        // Confined like the project's files (no /proc, device or FIFO), and its text never quoted in
+        // an error: a file linked to the environment would show the start of it.
+        const read = readConfinedFile(file, MAX_SERVERS_FILE_BYTES);
+        if (read.kind !== "read") throw new Error(read.kind === "absent" ? "it does not exist" : `${read.reason}`);
+        if (read.truncated) throw new Error(`it is larger than ${MAX_SERVERS_FILE_BYTES} bytes`);
+        let parsed: { mcpServers?: Record<string, McpServerConfig> };
+        try {
+          parsed = JSON.parse(read.text) as typeof parsed;
+        } catch {
+          throw new Error("it is not valid JSON");
+        }
         Object.assign(servers, parsed?.mcpServers ?? {});
       } catch (err) {
         const error = `cannot read MCP servers from ${file}: ${(err as Error)?.message ?? String(err)}`;

@@ -115,7 +115,7 @@ export class AgentServer {
       this.connection.onRequest(method, async (params: unknown): Promise<unknown> => {
         if (!this.initialized) throw new ResponseError(ErrorCodes.notInitialized, `Call initialize before ${method}.`);
         try {
-          return wellFormed(await handler((params ?? {}) as P));
+          return await handler((params ?? {}) as P);
         } catch (err) {
           if (err instanceof ResponseError) throw err;
           this.logger.error(`${method} failed: ${(err as Error)?.stack ?? String(err)}`);
@@ -138,9 +138,9 @@ export class AgentServer {
     );
   }
 
-  /** Sends a notification to Emacs: the one way out for notifications, so strings are made well-formed here. */
+  /** Sends a notification to Emacs (the framed writer makes every string one Emacs can read). */
   notify<P>(type: NotificationType<P>, params: P): void {
-    void this.connection.sendNotification(type.method, wellFormed(params)).catch((err: unknown) => {
+    void this.connection.sendNotification(type.method, params).catch((err: unknown) => {
       this.logger.warn(`could not send ${type.method}: ${String(err)}`);
     });
   }
@@ -302,17 +302,3 @@ function inDeclaredOrder(tool: Tool, args: Record<string, unknown>): Record<stri
 /** Untaken changes kept at most (see keepChanges). */
 const MAX_UNTAKEN_CHANGES = 64;
 
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
-
-/**
- * VALUE with every string (keys too) made well-formed UTF-16: a lone surrogate becomes U+FFFD.
- * Emacs's JSON parser rejects the escaped lone surrogate that JSON.stringify writes, and drops the message.
- */
-export function wellFormed<T>(value: T): T {
-  if (typeof value === "string") return value.replace(LONE_SURROGATE, "\uFFFD") as T;
-  if (Array.isArray(value)) return value.map((v: unknown) => wellFormed(v)) as T;
-  if (value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [wellFormed(k), wellFormed(v)])) as T;
-  }
-  return value;
-}

@@ -18,7 +18,8 @@ export interface ToolCall {
   arguments: unknown;
 }
 
-import type { ApprovalDecision, ToolResult, ToolResultMetadata } from "../protocol.js";
+import { createHash } from "node:crypto";
+import type { ApprovalDecision, ApprovedTarget, ToolResult, ToolResultMetadata } from "../protocol.js";
 
 export type { ApprovalDecision, ToolResult, ToolResultMetadata } from "../protocol.js";
 
@@ -97,6 +98,9 @@ export interface AdmittedCall {
   readonly decision: AuditEntry["decision"];
   /** Present while the user must be asked before the call runs (Executor.askApproval). */
   readonly ask?: ApprovalReason;
+  /** What the user approved, checked again when the call runs: the digest of the server's preview
+   *  (the edit it will make), and the target Emacs prepared, which Emacs checks where the call runs. */
+  readonly bound?: { preview?: string; emacs?: ApprovedTarget };
   /** performance.now() when the call was admitted. */
   readonly started: number;
   /** Set when the call is answered; a later stage refuses it. */
@@ -293,11 +297,18 @@ export class Executor {
       if (!this.options.approve) return answer(`${tool.name} needs the user's approval and no approval is possible here, so it was not run.`);
       const signal = opts.signal ?? new AbortController().signal;
       if (signal.aborted) return answer(`${tool.name} was cancelled before it ran.`);
+      // The package a form is read in is part of what is approved: the REPL's may change meanwhile.
+      const currentPackage = this.options.context?.().currentPackage;
+      if (Object.prototype.hasOwnProperty.call(tool.parameters, "package") && args.package === undefined && currentPackage) {
+        args = { ...args, package: currentPackage };
+      }
       let shown = args;
+      let previewDigest: string | undefined;
       if (tool.preview) {
         try {
-          const ctx: ToolContext = { callId: call.id, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.() };
-          shown = { ...args, ...(await tool.preview(args, ctx)) };
+          const preview = await this.previewOf(tool, args, call.id, signal);
+          shown = { ...args, ...preview.shown };
+          previewDigest = preview.digest;
         } catch (err) {
           if (err instanceof ToolError && !signal.aborted) return answer(err.message);
           return answer(`${tool.name} could not be prepared for approval: ${sentence(errorMessage(err))} It was not run.`);
@@ -328,6 +339,13 @@ export class Executor {
           }
           args = edited;
           decision = "modified";
+          if (tool.preview) {
+            try {
+              previewDigest = (await this.previewOf(tool, args, call.id, signal)).digest;
+            } catch (err) {
+              return answer(err instanceof ToolError ? err.message : `${tool.name} could not be prepared: ${sentence(errorMessage(err))} It was not run.`);
+            }
+          }
           break;
         }
         case "denied":
@@ -335,9 +353,18 @@ export class Executor {
         default:
           return answer(`Approval for ${tool.name} gave no decision, so it was not run.`);
       }
+      const target = reply.decision === "approved" || reply.decision === "modified" ? reply.target : undefined;
+      const bound = {
+        ...(previewDigest !== undefined ? { preview: previewDigest } : {}),
+        // Emacs checks its own preview's digest for a tool it runs itself; a tool the server prepares
+        // (a preview of its own) is checked here, and its handler's calls into Emacs are other tools.
+        ...(typeof target === "string" && tool.runtime === "emacs" && !tool.preview
+          ? { emacs: { tool: tool.name, arguments: reply.decision === "modified" ? args : shown, target } }
+          : {}),
+      };
       const { ask: _asked, ...rest } = admitted;
       admitted.settled = true; // passed on: the approved call below is the one that answers
-      return { kind: "admitted", call: { ...rest, arguments: args, decision, settled: false } };
+      return { kind: "admitted", call: { ...rest, arguments: args, decision, bound, settled: false } };
     } catch (err) {
       return answer(err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`);
     }
@@ -351,10 +378,15 @@ export class Executor {
     let approved = false;
     try {
       if (admitted.ask) return this.settle(admitted, { call, started, tool, safety, approved, args, opts }, `${tool.name} was not run: it needs the user's approval first.`);
+      if (admitted.bound?.preview !== undefined && tool.preview) {
+        // What the call would change now must be what the user approved: else nothing runs.
+        const now = await this.previewOf(tool, args, call.id, opts.signal ?? new AbortController().signal).then((p) => p.digest, (err: unknown) => errorMessage(err));
+        if (now !== admitted.bound.preview) return this.settle(admitted, { call, started, tool, safety, approved, args, opts }, targetChanged(tool));
+      }
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, opts.signal);
+      const value = await this.runHandler(tool, args, call.id, opts.signal, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts }, undefined, content);
     } catch (err) {
@@ -420,7 +452,14 @@ export class Executor {
     return this.options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
-  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal): Promise<unknown> {
+  /** What TOOL's approval shows besides ARGS (Tool.preview), and its digest. */
+  private async previewOf(tool: Tool, args: Record<string, unknown>, callId: string, signal: AbortSignal): Promise<{ shown: Record<string, unknown>; digest: string }> {
+    const ctx: ToolContext = { callId, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.() };
+    const shown = await tool.preview!(args, ctx);
+    return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
+  }
+
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal, approved?: ApprovedTarget): Promise<unknown> {
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -436,7 +475,7 @@ export class Executor {
     });
     stopped.catch(() => undefined);
     try {
-      const context: ToolContext = { ...this.options.context?.(), callId, signal: controller.signal, timeoutMs };
+      const context: ToolContext = { ...this.options.context?.(), callId, signal: controller.signal, timeoutMs, ...(approved ? { approved } : {}) };
       const running = Promise.resolve().then(() => tool.handler(args, context));
       running.catch(() => undefined);
       return await Promise.race([running, stopped]);
@@ -523,6 +562,11 @@ function describeSchemaErrors(errors: ErrorObject[], tool: Tool): string {
     seen.add(msg);
   }
   return [...seen].join("; ") + ".";
+}
+
+/** The error of an approved call whose target changed while the approval waited. */
+export function targetChanged(tool: Tool): string {
+  return `${tool.name} was not run: what it acts on changed while the approval waited, so it is no longer what the user approved. Look again and ask again.`;
 }
 
 function deniedByRule(tool: Tool, rule: PermissionRule): string {

@@ -1,6 +1,6 @@
 // The tool protocol (seed 001): what a tool is, and the checks a definition must pass at load time.
 
-import type { Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
+import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
 
 export type { EmacsCallKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
 export const SAFETY_LEVELS: readonly SafetyLevel[] = ["safe", "cautious", "dangerous"];
@@ -21,6 +21,8 @@ export interface ToolContext {
   emacs?: EmacsPort;
   /** The REPL's current package, as Emacs last told us; the image helpers' default package. */
   currentPackage?: string;
+  /** The target the user approved, for a handler to have it checked where the call runs. */
+  approved?: ApprovedTarget;
   /** Where a handler reports what call CALLID changed in files and buffers (kept for rewinding). */
   reportChanges?: (callId: string, changes: Change[]) => void;
 }

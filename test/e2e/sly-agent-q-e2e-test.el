@@ -544,6 +544,60 @@ it before sending, REQUEST the approval's request."
         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-restart-bound-to-the-approved-debugger ()
+  "A restart approved for one thread's debugger never runs in another's.
+While the approval waits, another thread stops in a debugger of its
+own, which is now the latest; the approved call fails and neither
+debugger's restart runs."
+  (e2e-with-agent "debugger-restart-bound.json"
+    (e2e-reset-fixture)
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root))
+                         (cl:defparameter cl-user::*agent-q-y2-ran* nil)
+                         t))
+    (let* ((request nil) (callback nil) (outcome nil)
+           (sly-agent-q-approval-function (lambda (r cb) (setq request r callback cb)))
+           first before)
+      (unwind-protect
+          (progn
+            (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+            (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the first debugger to open")
+            (setq first (car (e2e-debugger-buffers)))
+            (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot first))) 10 "the debugger to draw")
+            (setq before (e2e-debugger-snapshot first))
+            (sly-agent-q-send "Retry it." (lambda (plist) (setq outcome plist)))
+            (sly-agent-q-test-wait (lambda () request) 30 "the restart's approval")
+            (should (string-match-p "RETRY-PARSE" (plist-get request :detail)))
+            ;; Meanwhile another thread stops, with a restart of its own.
+            (e2e-eval '(cl:progn
+                        (sb-thread:make-thread
+                         (cl:lambda ()
+                           (cl:restart-case (cl:error "A second thread stopped.")
+                             (cl-user::y2-delete ()
+                               :report "Y2-DELETE: delete everything."
+                               (cl:setf cl-user::*agent-q-y2-ran* t))))
+                         :name "second")
+                        t))
+            (sly-agent-q-test-wait (lambda () (= (length (e2e-debugger-buffers)) 2)) 30 "the second debugger")
+            (let ((second (car (remq first (e2e-debugger-buffers)))))
+              (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot second))) 10 "the second debugger to draw"))
+            (funcall callback '(:decision "approved"))
+            (sly-agent-q-test-wait (lambda () outcome) 60 "the turn")
+            (let ((result (car (last (sly-agent-q-test-tool-results)))))
+              (should (cdr result))
+              (should (string-match-p "changed while the approval waited" (car result))))
+            ;; Neither restart ran: both debuggers are open, the first as it was.
+            (sly-agent-q-test-sleep 1)
+            (should-not (e2e-eval 'cl-user::*agent-q-y2-ran*))
+            (should (= (length (e2e-debugger-buffers)) 2))
+            (should (buffer-live-p first))
+            (should (equal (e2e-debugger-snapshot first) before)))
+        (dolist (b (e2e-debugger-buffers))
+          (with-current-buffer b
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort)))
+          (sly-agent-q-test-sleep 0.5))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debuggers to close")
+        (e2e-reset-fixture)))))
+
 (ert-deftest e2e-debugger-restart-stops-again ()
   "A retry without a fix stops the thread again: the model is told, and the debugger is back."
   (e2e-with-agent "debugger-retry-again.json"

@@ -691,8 +691,11 @@
                                  :params '(:tool "x" :arguments (:a 1) :callId "c2")))))
     (delete-directory sly-agent-q-project-root t)
     (should (equal reviewed '(:path "f.lisp" :new_content "x\n")))
-    (should (equal (reverse replies) '((:decision "denied" :reason "no hunks")
-                                       (:decision "approved" :always t))))))
+    (should (equal (reverse replies)
+                   ;; An approval carries the digest of what it was given for (its target).
+                   `((:decision "denied" :reason "no hunks")
+                     (:decision "approved" :always t
+                                :target ,(sly-agent-q-tools-digest nil)))))))
 
 (ert-deftest sly-agent-q-server-dies-at-start ()
   "A server script that dies at once: the sender learns why, with its stderr."

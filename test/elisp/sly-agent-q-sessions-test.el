@@ -207,6 +207,16 @@ The marks move to the newest message from one request to the next."
         (should (equal (directory-files dir nil "\\`[^.]") '("out.md" "out.org")))
         (should-not (directory-files dir nil "\\`\\.saq-export"))))))
 
+(ert-deftest sly-agent-q-sessions-export-default-names ()
+  "The default export name says what the conversation is, and is never a hidden file."
+  (should (equal (sly-agent-q-sessions-export-file-name "Fix the parser!") "fix-the-parser.org"))
+  (dolist (title '("" "..." "   " "-*-" nil "/../.."))
+    (let ((name (sly-agent-q-sessions-export-file-name title)))
+      (should (string-match-p "\\`conversation-[0-9]\\{4\\}-[0-9]\\{2\\}-[0-9]\\{2\\}-[0-9]\\{4\\}\\.org\\'" name))))
+  (let ((name (sly-agent-q-sessions-export-file-name (make-string 200 ?a))))
+    (should (string-match-p "\\`a+\\.org\\'" name))
+    (should (<= (length name) 60))))
+
 (ert-deftest sly-agent-q-sessions-compact-command ()
   "M-x sly-agent-q-compact has the model summarize the first turn and says so in the chat."
   (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t)))

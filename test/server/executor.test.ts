@@ -262,3 +262,45 @@ describe("executor (seed 004)", () => {
     expect(rs[5]!.error).toMatch(/no tool name/);
   });
 });
+
+describe("an approval binds the target", () => {
+  it("runs nothing when what the server's preview shows changed while the approval waited", async () => {
+    const registry = new ToolRegistry();
+    let onDisk = "v1";
+    const ran: string[] = [];
+    registry.register(testTool("edit_thing", async () => { ran.push(onDisk); return "edited"; }, "dangerous", {
+      preview: async () => ({ edit: `replace ${onDisk}` }),
+    }));
+    const approve: ApprovalFn = async (request) => {
+      expect(request.arguments.edit).toBe("replace v1");
+      onDisk = "v2"; // the file changed while the user read the diff
+      return { decision: "approved" };
+    };
+    const [changed] = await new Executor({ registry, approve }).executeAll([{ id: "1", name: "edit_thing", arguments: {} }]);
+    expect(changed).toMatchObject({ success: false });
+    expect(changed!.error).toMatch(/changed while the approval waited/);
+    expect(ran).toEqual([]);
+    // Unchanged: it runs.
+    const [same] = await new Executor({ registry, approve: async () => ({ decision: "approved" }) }).executeAll([{ id: "2", name: "edit_thing", arguments: {} }]);
+    expect(same).toMatchObject({ success: true });
+    expect(ran).toEqual(["v2"]);
+  });
+
+  it("reads a form in the package that was current when it was approved", async () => {
+    const registry = new ToolRegistry();
+    const seen: unknown[] = [];
+    registry.register(testTool("eval_thing", async (args, ctx) => { seen.push(args.package ?? ctx.currentPackage); return "ok"; }, "dangerous", {
+      parameters: { form: { type: "string", description: "A form." }, package: { type: "string", description: "A package." } },
+    }));
+    let current = "MY-APP";
+    const approve: ApprovalFn = async (request) => {
+      expect(request.arguments.package).toBe("MY-APP");
+      current = "CL-USER"; // the user's REPL moved on meanwhile
+      return { decision: "approved" };
+    };
+    const executor = new Executor({ registry, approve, context: () => ({ currentPackage: current }) });
+    const [r] = await executor.executeAll([{ id: "1", name: "eval_thing", arguments: { form: "(delete-all)" } }]);
+    expect(r).toMatchObject({ success: true });
+    expect(seen).toEqual(["MY-APP"]);
+  });
+});

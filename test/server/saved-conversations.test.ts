@@ -130,7 +130,9 @@ describe("saved conversations", () => {
     await a.ended(sent.turnId);
     expect(await a.b.connection.sendRequest("conversation/rename", { conversationId: sent.conversationId, title: "  First   element " })).toEqual({ title: "First element" });
     const org = (await a.b.connection.sendRequest("conversation/export", { conversationId: sent.conversationId, format: "org" })) as { text: string };
-    expect(org.text).toBe("#+title: First element\n\n* You\nHow do I get the first element?\n\n** Agent\nUse `(car x)`.\n * not a heading\n");
+    expect(org.text).toBe(
+      "# Conversation exported by sly-agent-q.\n#+title: First element\n\n* You\n#+begin_example\nHow do I get the first element?\n#+end_example\n\n** Agent\n#+begin_example\nUse `(car x)`.\n,* not a heading\n#+end_example\n\n\f\n",
+    );
     const md = (await a.b.connection.sendRequest("conversation/export", { conversationId: sent.conversationId, format: "markdown" })) as { text: string };
     expect(md.text).toContain("## You\n\nHow do I get the first element?\n\n### Agent\n\nUse `(car x)`.\n* not a heading\n");
 

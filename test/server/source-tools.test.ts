@@ -67,12 +67,14 @@ describe("replace_definition", () => {
     expect(result.content).toMatch(/Compiled/);
     expect(asked).toHaveLength(1);
     expect(asked[0].arguments.edit).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment" });
-    expect(tools()).toEqual(["image:definition_edit", "image:definition_edit", "tool:propose_file_edit", "image:compile_file_form"]);
+    // Located for the approval, again for the edited arguments the user approved, again just before it
+    // runs (the edit must still be the approved one), and by the handler itself.
+    expect(tools()).toEqual(["image:definition_edit", "image:definition_edit", "image:definition_edit", "image:definition_edit", "tool:propose_file_edit", "image:compile_file_form"]);
     // The text is checked by the image when it locates the form.
     expect(fake.calls[0].arguments).toMatchObject({ symbol: "f", text: NEW });
     // The edit Emacs applies carries the user's hunks, never the preview's extra argument.
-    expect(fake.calls[2].arguments).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment", accepted_hunks: [1] });
-    expect(fake.calls[3].arguments).toEqual({ path: FILE, text: NEW });
+    expect(fake.calls[4].arguments).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment", accepted_hunks: [1] });
+    expect(fake.calls[5].arguments).toEqual({ path: FILE, text: NEW });
   });
 
   it("is refused before anyone is asked when the image refuses the text or the location", async () => {
