@@ -510,6 +510,13 @@ export interface SavedConversationSummary {
   model?: string;
   /** The server holds it now (a chat shows it). */
   open: boolean;
+  /**
+   * A fault interrupted it (a tool call whose result was never saved...): when (its last record),
+   * the tools of the calls cut off, and what resuming it repairs.
+   */
+  interrupted?: { at: string; calls: string[]; what: string[] };
+  /** It was repaired when it was resumed after a fault: when, and what was done. */
+  repaired?: { at: string; what: string[] };
 }
 export interface ConversationSavedResult {
   conversations: SavedConversationSummary[];
@@ -529,6 +536,8 @@ export interface ConversationResumeResult {
   model?: string;
   /** Set when the file's last record was cut off (a crash): it was left out. */
   truncated?: boolean;
+  /** Set when a fault had interrupted it and its history was repaired now: what was done. */
+  repaired?: string[];
 }
 
 export interface ConversationRenameParams {
@@ -620,6 +629,8 @@ export interface ChatSendResult {
   turnId: string;
   /** Why a new conversation cannot be saved (conversationDirectory): it goes on unsaved. */
   saveError?: string;
+  /** Set when the conversation came back from its file after a fault, its history repaired: what was done. */
+  repaired?: string[];
 }
 
 export interface ChatCancelParams {

@@ -100,11 +100,12 @@ export class ChatService {
     }
     let conversation: Conversation;
     let saveError: string | undefined;
+    let repaired: string[] | undefined;
     if (p.conversationId === undefined || p.conversationId === null) {
       ({ conversation, saveError } = this.start());
     } else {
       // One this server does not hold may be saved: the server restarted, or it is being resumed.
-      conversation = this.conversations.get(p.conversationId) ?? this.saved.load(p.conversationId);
+      ({ conversation, repaired } = this.saved.loadReporting(p.conversationId));
     }
     if (conversation.running) {
       throw new ResponseError(ErrorCodes.turnRunning, `A turn (${conversation.running.turnId}) is still running in this conversation; wait for it or cancel it with chat/cancel.`);
@@ -132,7 +133,7 @@ export class ChatService {
           conversation.running = undefined;
         });
     });
-    return { conversationId: conversation.id, turnId, ...(saveError ? { saveError } : {}) };
+    return { conversationId: conversation.id, turnId, ...(saveError ? { saveError } : {}), ...(repaired ? { repaired } : {}) };
   }
 
   cancel(p: ChatCancelParams): ChatCancelResult {

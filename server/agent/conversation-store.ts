@@ -12,6 +12,7 @@ import { join } from "node:path";
 import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
 import { oneLine } from "../text.js";
+import { interruptedTools, repairHistory } from "./history-rules.js";
 
 /** The format version this server writes and reads. */
 export const STORE_VERSION = 1;
@@ -42,7 +43,12 @@ export type StoreRecord =
   /** The conversation was rewound: its first `keep` messages remain, and `keepBlocks` blocks of the next. */
   | { v: number; type: "truncate"; at: string; keep: number; keepBlocks?: number }
   /** The line before this one was cut off by a crash and is not part of the conversation. */
-  | { v: number; type: "sealed"; at: string };
+  | { v: number; type: "sealed"; at: string }
+  /** The history was repaired when it was opened again after a fault: what was done. */
+  | { v: number; type: "repaired"; at: string; what: string[] };
+
+/** What interrupted the calls a file's history leaves without a result: nothing else can. */
+export const INTERRUPTED_BY_STOP = "the server stopped while it ran";
 
 /** What a file says, once read. */
 export interface StoredConversation {
@@ -64,6 +70,14 @@ export interface StoredConversation {
   /** Set when the last line was cut off (a crash mid-write): how many bytes were left out. */
   truncatedBytes?: number;
   updated: string;
+  /**
+   * Set when the history as written breaks the rule both APIs keep (history-rules.ts): a fault
+   * interrupted it; messages is the repaired history. APPEND, when the repair only added messages
+   * at the end (what a crash leaves), is what makes the file valid again once appended.
+   */
+  interrupted?: { at: string; calls: string[]; what: string[]; append?: Message[] };
+  /** The last time the history was repaired, and what was done. */
+  repaired?: { at: string; what: string[] };
 }
 
 export class StoreError extends Error {
@@ -113,6 +127,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let updated = "";
   let turnStarts: StoredConversation["turnStarts"] = [];
   let changes: StoredConversation["changes"] = [];
+  let repaired: StoredConversation["repaired"];
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     let record: StoreRecord;
@@ -171,6 +186,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
         changes = changes.filter((c) => !cut.has(c.turnId));
         break;
       }
+      case "repaired":
+        repaired = { at: record.at, what: Array.isArray(record.what) ? record.what.map(String) : [] };
+        break;
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
       default:
@@ -181,9 +199,29 @@ export function parseConversation(file: string, text: string): StoredConversatio
     if (tail !== "") throw new StoreError(file, "holds no complete record.");
     throw new StoreError(file, "is empty.");
   }
+  // A fault can leave a history no API accepts (a tool call whose result was never written): the
+  // conversation goes on from its repair, the same at every reading.
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP });
+  let interrupted: StoredConversation["interrupted"];
+  if (repair.repairs.length > 0) {
+    const onlyAppended = JSON.stringify(repair.messages.slice(0, messages.length)) === JSON.stringify(messages);
+    const endsOpen = messages[messages.length - 1]?.role === "assistant" && messages[messages.length - 1]!.content.some((b) => b.type === "tool_use");
+    // Repaired once already (when it was resumed) and not interrupted since: only the file's older part needs the repair.
+    if (!repaired || endsOpen) {
+      interrupted = {
+        at: updated || header.created,
+        calls: interruptedTools(repair.repairs),
+        what: repair.repairs.map((r) => r.description),
+        ...(onlyAppended ? { append: repair.messages.slice(messages.length) } : {}),
+      };
+    }
+  }
+  messages = repair.messages;
   return {
     header,
     messages,
+    ...(interrupted ? { interrupted } : {}),
+    ...(repaired ? { repaired } : {}),
     ...(compaction ? { compaction } : {}),
     title: title ?? titleOf(messages),
     turns: countTurns(messages),
@@ -356,6 +394,8 @@ export class ConversationStore {
           costUsd: s.costUsd,
           ...(s.header.projectRoot ? { projectRoot: s.header.projectRoot } : {}),
           ...(s.model ? { model: s.model } : {}),
+          ...(s.interrupted ? { interrupted: { at: s.interrupted.at, calls: s.interrupted.calls, what: s.interrupted.what } } : {}),
+          ...(s.repaired ? { repaired: s.repaired } : {}),
         });
       } catch (err) {
         errors.push((err as Error).message);

@@ -5,6 +5,7 @@
 import type { Change, Configuration, ConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
+import { repairHistory } from "./history-rules.js";
 
 export interface RunningTurn {
   turnId: string;
@@ -113,7 +114,8 @@ export class Conversation {
    */
   compact(cut: number, summary: string): { replaced: number; tokensBefore: number; tokensAfter: number } {
     const tokensBefore = estimateMessages(this.messages);
-    const kept = compactedHistory(this.messages, cut, summary);
+    // The kept part is valid on its own by compactionPoint; the repair makes sure of it.
+    const kept = repairHistory(compactedHistory(this.messages, cut, summary)).messages;
     this.messages.splice(0, this.messages.length, ...kept);
     this.compactedMessages += cut;
     const tokensAfter = estimateMessages(this.messages);

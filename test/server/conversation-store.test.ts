@@ -130,7 +130,10 @@ describe("conversation files", () => {
     j.append({ v: 1, type: "truncate", at: "x", keep: 2 });
     j.close();
     const s = store.read("c-rw");
-    expect(s.messages).toEqual([user("What is car?"), toolCall]);
+    // Cut after a tool call: the history read back is repaired, the call answered as interrupted.
+    expect(s.messages.slice(0, 2)).toEqual([user("What is car?"), toolCall]);
+    expect(s.messages[2]).toEqual({ role: "user", content: [{ type: "tool_result", toolUseId: "tu1", content: expect.stringContaining("was interrupted"), isError: true }] });
+    expect(s.interrupted).toMatchObject({ calls: ["describe_symbol"] });
     expect(s.compaction).toBeUndefined();
   });
 
