@@ -101,6 +101,31 @@ describe.each<Kind>(["anthropic", "openai"])("provider failures over %s", (kind)
     else expect(outcome.message).not.toContain("is overloaded");
   });
 
+  it("tells a history the provider rejects from a request too large", async () => {
+    const c = newConversation();
+    const rejected = { error: { status: 400, type: "invalid_request_error", message: "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after" } };
+    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [rejected] } });
+    expect(outcome).toMatchObject({ status: "failed", kind: "provider" });
+    if (outcome.status !== "failed") return;
+    expect(outcome.message).toContain("rejected the request as invalid");
+    expect(outcome.message).not.toMatch(/too long|too large|compact/i);
+    const large = { error: { status: 413, type: "request_too_large", message: "Request exceeds the maximum size" } };
+    const second = await turn(h, kind, c, "Hi", { script: { steps: [large] } });
+    expect(second.outcome).toMatchObject({ status: "failed", kind: "provider" });
+    if (second.outcome.status === "failed") expect(second.outcome.message).toContain("too large for the model");
+  });
+
+  it("keeps the text of an answer cut short in the history, which the provider then accepts", async () => {
+    const c = newConversation();
+    const late = { content: [{ type: "text" as const, text: "Partial answer that breaks off somewhere" }], drop_after_chunks: kind === "anthropic" ? 4 : 2 };
+    const { outcome, events } = await turn(h, kind, c, "Explain", { script: { steps: [late] } });
+    expect(outcome).toMatchObject({ status: "failed" });
+    const shown = events.text.join("");
+    expect(shown).not.toBe("");
+    expect(c.messages.at(-1)).toEqual({ role: "assistant", content: [{ type: "text", text: shown }] });
+    expect(await historyAccepted(h, kind, c)).toMatchObject({ status: "finished" });
+  });
+
   it("retries a connection dropped before the answer, then succeeds", async () => {
     const c = newConversation();
     const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [{ drop: true }, { content: [{ type: "text", text: "Back." }] }] } });
