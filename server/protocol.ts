@@ -715,6 +715,8 @@ export interface TurnFinishedParams extends TurnRef {
   model: string;
   /** Set when the model's price is unknown and its cost was counted as 0. */
   costNote?: string;
+  /** Set when saving the conversation stopped during this turn (a full disk, its file deleted): why. */
+  saveError?: string;
 }
 
 export type TurnFailureKind = "cancelled" | "timeout" | "provider" | "auth" | "rate_limit" | "config" | "internal";
@@ -725,6 +727,8 @@ export interface TurnFailedParams extends TurnRef {
   message: string;
   usage: Usage;
   costUsd: number;
+  /** As in TurnFinishedParams. */
+  saveError?: string;
 }
 
 /** Error codes of JSON-RPC errors this server answers with, besides the standard ones. */

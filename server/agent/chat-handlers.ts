@@ -281,6 +281,9 @@ export class ChatService {
   /** The turn's end: its usage added to the conversation's, then chat/turnFinished or chat/turnFailed. */
   private report(conversation: Conversation, ref: { conversationId: string; turnId: string }, outcome: TurnOutcome, notify: TurnNotify, provider: string): void {
     conversation.record(outcome.usage, outcome.costUsd, { turnId: ref.turnId, provider, model: outcome.model });
+    // Saving that stopped during the turn is told with its end, once.
+    const saveError = conversation.unsavedReason;
+    conversation.unsavedReason = undefined;
     if (outcome.status === "finished") {
       notify<TurnFinishedParams>(ServerNotifications.turnFinished, {
         ...ref,
@@ -293,10 +296,11 @@ export class ChatService {
         conversationCostUsd: conversation.costUsd,
         model: outcome.model,
         ...(outcome.costNote ? { costNote: outcome.costNote } : {}),
+        ...(saveError ? { saveError } : {}),
       });
     } else {
       if (outcome.kind !== "cancelled") this.server.logger.warn(`turn ${ref.turnId} failed (${outcome.kind}): ${outcome.message}`);
-      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd });
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd, ...(saveError ? { saveError } : {}) });
     }
   }
 }

@@ -6,7 +6,7 @@
 // or unreadable is reported with its name and never written to. A lock file per conversation keeps
 // two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
 
-import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
@@ -245,9 +245,25 @@ function sealedNext(line: string | undefined): boolean {
   }
 }
 
+/**
+ * The system calls a journal writes with: a test replaces them to inject a fault (ENOSPC after
+ * half a record, EIO...) that a real disk gives only rarely.
+ */
+export const journalIO = {
+  write: (fd: number, data: Buffer, offset: number): number => writeSync(fd, data, offset),
+  truncate: (fd: number, length: number): void => ftruncateSync(fd, length),
+};
+
 /** An open conversation file this server appends to, holding its lock. */
 export class ConversationJournal {
   private fd: number | undefined;
+  /**
+   * Why the file is no longer written to (a write failed, the file was deleted or replaced): the
+   * conversation goes on in memory, the file keeps every record written before.
+   */
+  fault: string | undefined;
+  /** Told once, when a fault stops the saving. */
+  onFault: ((message: string) => void) | undefined;
 
   private constructor(
     private readonly store: ConversationStore,
@@ -291,35 +307,81 @@ export class ConversationJournal {
     this.write(`${JSON.stringify(record)}\n`);
   }
 
+  // What the conversation records as it happens never fails the conversation: a fault stops the
+  // saving (record), the chat goes on.
   message(message: Message): void {
-    this.append({ v: STORE_VERSION, type: "message", at: now(), message });
+    this.record({ v: STORE_VERSION, type: "message", at: now(), message });
   }
 
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void {
-    this.append({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
+    this.record({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
   }
 
   shortened(turnId: string, results: number): void {
-    this.append({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
+    this.record({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
   }
 
   turn(turnId: string, index: number, blocks: number): void {
-    this.append({ v: STORE_VERSION, type: "turn", at: now(), turnId, index, blocks });
+    this.record({ v: STORE_VERSION, type: "turn", at: now(), turnId, index, blocks });
   }
 
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void {
-    this.append({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
+    this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {
-    this.append({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
+    this.record({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
   }
 
+  /** Appends RECORD unless saving stopped; a failure stops it (fault, onFault) instead of throwing. */
+  private record(record: StoreRecord): void {
+    if (this.fault !== undefined) return;
+    try {
+      this.append(record);
+    } catch (err) {
+      // A record after a gap could make the history read back differ from the one the model saw:
+      // nothing more is written to this file.
+      this.fault ??= `${(err as Error).message} This conversation goes on, but is no longer saved; what was saved before is intact.`;
+      this.onFault?.(this.fault);
+    }
+  }
+
+  /**
+   * Writes LINE at the end of the file, all of it or nothing: a write that fails part way (a full
+   * disk) is cut back to where it started. Refuses when the file at its name is no longer the one
+   * this journal opened (deleted or replaced by another program).
+   */
   private write(line: string): void {
     if (this.fd === undefined) throw new StoreError(this.file, "is closed.");
+    if (this.fault !== undefined) throw new StoreError(this.file, `is no longer saved to: ${this.fault}`);
+    const opened = fstatSync(this.fd);
+    let named: ReturnType<typeof statSync> | undefined;
+    try {
+      named = statSync(this.file);
+    } catch {
+      named = undefined;
+    }
+    if (!named || named.ino !== opened.ino || named.dev !== opened.dev) {
+      throw new StoreError(this.file, `was ${named ? "replaced" : "deleted"} by another program while this conversation was open; it is left as it is.`);
+    }
+    const start = opened.size;
     const data = Buffer.from(line);
     let done = 0;
-    while (done < data.length) done += writeSync(this.fd, data, done);
+    try {
+      while (done < data.length) done += journalIO.write(this.fd, data, done);
+    } catch (err) {
+      let cut = done === 0;
+      if (!cut) {
+        try {
+          journalIO.truncate(this.fd, start);
+          cut = true;
+        } catch {
+          // The part written stays: the next reading leaves it out (a last line cut short).
+        }
+      }
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new StoreError(this.file, `could not be written${code === "ENOSPC" ? " (the disk is full)" : ""}: ${(err as Error).message}.${cut ? "" : " Its last line was left cut short."}`, code);
+    }
   }
 
   /** Closes the file and lets go of its lock (in the directory it was opened in, whatever the configuration says now). */

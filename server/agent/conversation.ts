@@ -26,6 +26,8 @@ export class Conversation {
   readonly messages: Message[] = [];
   /** Set when the conversation is saved: each change is recorded as it is made. */
   recorder: ConversationRecorder | undefined;
+  /** Why its saving stopped part way (a full disk, its file deleted), until the user is told. */
+  unsavedReason: string | undefined;
   /** How many saved messages the summary at the head of messages stands for (0: not compacted). */
   compactedMessages = 0;
   usage: Usage = emptyUsage();

@@ -95,6 +95,10 @@ export class SavedConversations {
   private attach(c: Conversation, journal: ConversationJournal): void {
     this.journals.set(c.id, journal);
     c.recorder = journal;
+    journal.onFault = (message) => {
+      this.server.logger.warn(`conversation ${c.id}: ${message}`);
+      c.unsavedReason = message;
+    };
   }
 
   /**

@@ -159,6 +159,34 @@ describe("saved conversations", () => {
     });
   }
 
+  it("go on in memory when the file is deleted under them or the directory cannot be written, and say so once", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "One." }] }, { content: [{ type: "text", text: "Two." }] }, { content: [{ type: "text", text: "Three." }] }, { content: [{ type: "text", text: "Unsaved." }] }] });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "one" });
+    expect((await a.ended(sent.turnId)).params.saveError).toBeUndefined();
+    const file = join(dir, "conversations", `${sent.conversationId}.jsonl`);
+    rmSync(file);
+    const second: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "two" });
+    const end = await a.ended(second.turnId);
+    expect(end.method).toBe("chat/turnFinished");
+    expect(end.params.saveError).toMatch(/was deleted by another program.*no longer saved/);
+    expect(existsSync(file)).toBe(false);
+    const third: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "three" });
+    const thirdEnd = await a.ended(third.turnId);
+    expect(thirdEnd.method).toBe("chat/turnFinished");
+    expect(thirdEnd.params.saveError).toBeUndefined();
+    // The model still got the whole conversation, from memory.
+    expect(JSON.stringify(mock.requests()[2]!.body)).toContain("Two.");
+
+    // A directory that cannot be made: the new conversation goes on unsaved, and the answer says why.
+    writeFileSync(join(dir, "not-a-dir"), "");
+    await a.b.connection.sendRequest("configuration/change", { configuration: { ...config(), conversationDirectory: join(dir, "not-a-dir", "conversations") } });
+    const unsaved: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "four" });
+    expect(unsaved.saveError).toMatch(/not-a-dir\/conversations: cannot be created/);
+    expect((await a.ended(unsaved.turnId)).method).toBe("chat/turnFinished");
+  });
+
   it("rename, export and delete a saved conversation; a corrupt file is named and left alone", async () => {
     dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
     mock.setScript({ steps: [{ content: [{ type: "text", text: "Use `(car x)`.\n* not a heading" }] }] });
