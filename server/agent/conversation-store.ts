@@ -10,7 +10,7 @@ import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, r
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
-import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
+import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
 import { interruptedTools, repairHistory } from "./history-rules.js";
 
@@ -44,6 +44,8 @@ export type StoreRecord =
   | { v: number; type: "truncate"; at: string; keep: number; keepBlocks?: number }
   /** The line before this one was cut off by a crash and is not part of the conversation. */
   | { v: number; type: "sealed"; at: string }
+  /** One tool call's result as it came (the step's results message follows once every call ended). */
+  | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean }
   /** The history was repaired when it was opened again after a fault: what was done. */
   | { v: number; type: "repaired"; at: string; what: string[] };
 
@@ -128,6 +130,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let turnStarts: StoredConversation["turnStarts"] = [];
   let changes: StoredConversation["changes"] = [];
   let repaired: StoredConversation["repaired"];
+  const results = new Map<string, ToolResultBlock>();
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     let record: StoreRecord;
@@ -186,6 +189,11 @@ export function parseConversation(file: string, text: string): StoredConversatio
         changes = changes.filter((c) => !cut.has(c.turnId));
         break;
       }
+      case "result":
+        if (typeof record.callId === "string" && typeof record.content === "string") {
+          results.set(record.callId, { type: "tool_result", toolUseId: record.callId, content: record.content, isError: record.isError === true });
+        }
+        break;
       case "repaired":
         repaired = { at: record.at, what: Array.isArray(record.what) ? record.what.map(String) : [] };
         break;
@@ -201,7 +209,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   }
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
-  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP });
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results });
   let interrupted: StoredConversation["interrupted"];
   if (repair.repairs.length > 0) {
     const onlyAppended = JSON.stringify(repair.messages.slice(0, messages.length)) === JSON.stringify(messages);
@@ -327,6 +335,10 @@ export class ConversationJournal {
 
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void {
     this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
+  }
+
+  result(callId: string, content: string, isError: boolean): void {
+    this.record({ v: STORE_VERSION, type: "result", at: now(), callId, content, isError });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {

@@ -19,6 +19,8 @@ export interface ConversationRecorder {
   turn(turnId: string, index: number, blocks: number): void;
   shortened(turnId: string, results: number): void;
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
+  /** One call's result as it comes, before the step's results go into the history together. */
+  result(callId: string, content: string, isError: boolean): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -59,6 +61,14 @@ export class Conversation {
   /** Records that RESULTS old tool results were shortened for the model in turn TURNID (the file keeps them whole). */
   noteShortened(turnId: string, results: number): void {
     this.recorder?.shortened(turnId, results);
+  }
+
+  /**
+   * Records one call's result as it comes: should the process die before the step's other calls
+   * end, the result the user saw is not lost (the saved file's repair answers the call with it).
+   */
+  recordResult(callId: string, content: string, success: boolean): void {
+    this.recorder?.result(callId, content, !success);
   }
 
   /** Records what a tool call of turn TURNID changed in files and buffers (for rewinding). */

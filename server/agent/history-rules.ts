@@ -15,7 +15,7 @@ import type { AssistantMessage, Message, TextBlock, ToolResultBlock, ToolUseBloc
 
 /** What the repair did, one entry per change, in words the user can read. */
 export interface Repair {
-  kind: "interrupted-call" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block";
+  kind: "interrupted-call" | "interrupted-step" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block";
   /** The index of the message (in the repaired history) the change is in. */
   index: number;
   /** For an interrupted call, the tool it called. */
@@ -26,6 +26,11 @@ export interface Repair {
 export interface RepairOptions {
   /** What interrupted the calls left without a result, when it is known ("the server stopped"). */
   interruptedBy?: string;
+  /**
+   * Results that came for calls, by call id, though the message of the step's results was never
+   * written (the process died before the step's last call ended): such a call gets its result.
+   */
+  results?: ReadonlyMap<string, ToolResultBlock>;
 }
 
 const LOST_START = "[The beginning of this conversation was lost; it goes on from here.]";
@@ -137,13 +142,22 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
   const ids = new Set<string>();
   let open: OpenCall[] = [];
 
+  /** The result a call left without one gets: the one that came for it, or an error saying it was interrupted. */
+  const answer = (c: OpenCall): ToolResultBlock => {
+    const came = options.results?.get(c.original);
+    return came ? { ...came, toolUseId: c.id } : { type: "tool_result", toolUseId: c.id, content: interruptedResult(c.name, options.interruptedBy), isError: true };
+  };
+  const answered = (c: OpenCall, index: number): Repair =>
+    options.results?.has(c.original)
+      ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${c.name} returned; its result was kept` }
+      : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` };
+
   const closeOpen = (): void => {
     const missing = open.filter((c) => !c.answered);
     open = [];
     if (missing.length === 0) return;
-    const blocks: ToolResultBlock[] = missing.map((c) => ({ type: "tool_result", toolUseId: c.id, content: interruptedResult(c.name, options.interruptedBy), isError: true }));
-    out.push({ role: "user", content: blocks });
-    for (const c of missing) repairs.push({ kind: "interrupted-call", index: out.length - 1, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` });
+    out.push({ role: "user", content: missing.map(answer) });
+    for (const c of missing) repairs.push(answered(c, out.length - 1));
   };
 
   for (const [i, raw] of messages.entries()) {
@@ -213,8 +227,8 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
     const texts = structuredClone(blocks.filter((b): b is TextBlock => b.type === "text"));
     // Calls this message leaves unanswered get their result in it, in order with the others.
     const missing = open.filter((c) => !c.answered);
-    for (const c of missing) repairs.push({ kind: "interrupted-call", index: out.length, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` });
-    const ordered: ToolResultBlock[] = open.map((c) => results.find((r) => r.toolUseId === c.id) ?? { type: "tool_result", toolUseId: c.id, content: interruptedResult(c.name, options.interruptedBy), isError: true });
+    for (const c of missing) repairs.push(answered(c, out.length));
+    const ordered: ToolResultBlock[] = open.map((c) => results.find((r) => r.toolUseId === c.id) ?? answer(c));
     const hadOpen = open.length > 0;
     open = [];
     const content: UserMessage["content"] = [...ordered, ...texts];

@@ -159,6 +159,28 @@ describe("saved conversations", () => {
     });
   }
 
+  it("keep a result the user saw when the server dies before the step's other call returned", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({
+      steps: [
+        { content: [{ type: "tool_use", name: "no_such_tool", input: {} }, { type: "tool_use", name: "read_buffer", input: { buffer: "foo.lisp" } }] },
+        { content: [{ type: "text", text: "Back." }] },
+      ],
+    });
+    const a = await server();
+    a.b.connection.onRequest(() => new Promise(() => undefined));
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Two calls" });
+    const shown = await a.waitFor((n) => n.method === "chat/toolResult");
+    a.b.kill();
+    await a.b.exited;
+    const b = await server();
+    const next: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+    expect((await b.ended(next.turnId)).method).toBe("chat/turnFinished");
+    const results = (sentMessages(1) as { content: { type: string; content?: string; is_error?: boolean }[] }[])[2]!.content;
+    expect(results[0]).toMatchObject({ type: "tool_result", content: shown.params.content, is_error: true });
+    expect(results[1]).toMatchObject({ type: "tool_result", content: expect.stringContaining("read_buffer was interrupted"), is_error: true });
+  });
+
   it("go on in memory when the file is deleted under them or the directory cannot be written, and say so once", async () => {
     dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
     mock.setScript({ steps: [{ content: [{ type: "text", text: "One." }] }, { content: [{ type: "text", text: "Two." }] }, { content: [{ type: "text", text: "Three." }] }, { content: [{ type: "text", text: "Unsaved." }] }] });
