@@ -5,7 +5,7 @@
 import type { Change, Configuration, ConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
-import { repairHistory } from "./history-rules.js";
+import { interruptedResult, repairHistory } from "./history-rules.js";
 
 export interface RunningTurn {
   turnId: string;
@@ -104,16 +104,17 @@ export class Conversation {
 
   /**
    * Answers every tool call of the last assistant message, in its order. A call with no result
-   * (the turn was cancelled before it ran) gets a synthetic error result, so the history stays valid.
+   * (the turn stopped before it returned, INTERRUPTEDBY) gets an error result saying so, and that
+   * its effect is unknown, so the history stays valid.
    */
-  addToolResults(results: readonly { id: string; content: string; success: boolean }[], missing = "The call was cancelled before it returned a result."): void {
+  addToolResults(results: readonly { id: string; content: string; success: boolean }[], interruptedBy = "the turn was cancelled"): void {
     const last = this.messages[this.messages.length - 1];
     if (last?.role !== "assistant") return;
     const byId = new Map(results.map((r) => [r.id, r]));
     const blocks: ToolResultBlock[] = last.content.flatMap((b) => {
       if (b.type !== "tool_use") return [];
       const r = byId.get(b.id);
-      return [{ type: "tool_result", toolUseId: b.id, content: r ? r.content : missing, isError: r ? !r.success : true }];
+      return [{ type: "tool_result", toolUseId: b.id, content: r ? r.content : interruptedResult(b.name, interruptedBy), isError: r ? !r.success : true }];
     });
     if (blocks.length === 0) return;
     this.messages.push({ role: "user", content: blocks });

@@ -394,7 +394,14 @@ export class Turn {
     const step = this.step;
     if (!step) return;
     this.step = undefined;
-    this.conversation.addToolResults(step.results.filter((r): r is ToolResult => r !== undefined));
+    this.conversation.addToolResults(step.results.filter((r): r is ToolResult => r !== undefined), this.interruption());
+  }
+
+  /** What stopped the turn, for the results of calls it left unanswered. */
+  private interruption(): string {
+    if (!this.signal.aborted) return "the turn stopped on an error";
+    if (this.signal.reason === TIMEOUT) return "the turn took longer than its time limit";
+    return this.signal.reason === "connection closed" ? "Emacs closed its connection to the server" : "the turn was cancelled";
   }
 
   finish(stopReason: StopReason, text: string): TurnState {
