@@ -115,6 +115,16 @@ describe.each<Kind>(["anthropic", "openai"])("provider failures over %s", (kind)
     if (second.outcome.status === "failed") expect(second.outcome.message).toContain("too large for the model");
   });
 
+  it("never sends a history that breaks the rule: the turn fails saying what is wrong", async () => {
+    const c = newConversation();
+    // A call without its result, as no code path leaves it: the check is the last line of defence.
+    c.messages.push({ role: "user", content: [{ type: "text", text: "Run it" }] }, { role: "assistant", content: [{ type: "tool_use", id: "toolu_lost", name: "eval_form", input: {} }] });
+    const { outcome } = await turn(h, kind, c, "Go on", { script: { steps: [{ content: [{ type: "text", text: "never asked" }] }] } });
+    expect(outcome).toMatchObject({ status: "failed", kind: "internal", llmRequests: 0 });
+    if (outcome.status === "failed") expect(outcome.message).toMatch(/history .* was not sent: the call to eval_form \(toolu_lost\) in message 2 \(assistant\) has no result in the next message/);
+    expect(h.mock.requests()).toHaveLength(0);
+  });
+
   it("keeps the text of an answer cut short in the history, which the provider then accepts", async () => {
     const c = newConversation();
     const late = { content: [{ type: "text" as const, text: "Partial answer that breaks off somewhere" }], drop_after_chunks: kind === "anthropic" ? 4 : 2 };
