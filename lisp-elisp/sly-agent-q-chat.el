@@ -853,9 +853,26 @@ CALLBACK, if non-nil, gets the outcome plist."
               :timeout sly-agent-q-request-timeout)))))))
     turn))
 
+(defun sly-agent-q-chat-repaired-notice (repairs)
+  "Say in the chat that a fault had interrupted the conversation.
+REPAIRS is the list (or vector) of what the server repaired in its
+history when it read it back."
+  (sly-agent-q-chat-notice
+   (format "[A fault had interrupted this conversation; its history was repaired: %s.]"
+           (mapconcat #'identity (append repairs nil) "; "))
+   'sly-agent-q-error-face))
+
+(defun sly-agent-q-chat--save-error-notice (message)
+  "Say in the chat that the conversation is not saved, because of MESSAGE."
+  (sly-agent-q-chat-notice (format "[Not saved: %s]" message) 'sly-agent-q-error-face))
+
 (defun sly-agent-q-chat--sent (buf turn result)
   "The server accepted TURN of BUF with RESULT (conversation and turn ids)."
   (sly-agent-q-chat--in buf
+    (when (plist-get result :repaired)
+      (sly-agent-q-chat-repaired-notice (plist-get result :repaired)))
+    (when (stringp (plist-get result :saveError))
+      (sly-agent-q-chat--save-error-notice (plist-get result :saveError)))
     (setq sly-agent-q-chat--conversation-id (plist-get result :conversationId))
     (setf (sly-agent-q-turn-conversation-id turn) (plist-get result :conversationId))
     (when (eq sly-agent-q-chat--turn turn)
@@ -1112,6 +1129,8 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
           sly-agent-q-chat--model (or (plist-get params :model) sly-agent-q-chat--model))
     (sly-agent-q-chat--flush)
     (sly-agent-q-chat--end-segment)
+    (when (stringp (plist-get params :saveError))
+      (sly-agent-q-chat--save-error-notice (plist-get params :saveError)))
     (let ((reason (plist-get params :stopReason))
           (usage (plist-get params :usage)))
       (unless (member reason '("end_turn" "stop_sequence" nil))
@@ -1141,6 +1160,9 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFailed)) params)
   "End the turn of the chat/turnFailed PARAMS as failed or cancelled."
   (sly-agent-q-chat--with-turn-buffer params
+    (when (stringp (plist-get params :saveError))
+      (sly-agent-q-chat--flush)
+      (sly-agent-q-chat--save-error-notice (plist-get params :saveError)))
     (let ((cancelled (equal (plist-get params :kind) "cancelled")))
       (sly-agent-q-chat--end-turn turn (if cancelled 'cancelled 'failed)
                                   :message (plist-get params :message)

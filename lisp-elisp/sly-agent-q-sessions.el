@@ -85,6 +85,26 @@ it, d deletes its file, e exports it, g reads the list again.
       (format-time-string "%Y-%m-%d %H:%M" (encode-time (iso8601-parse iso)))
     (error (or iso ""))))
 
+(defun sly-agent-q-sessions--state (summary)
+  "Return the note of SUMMARY's health: interrupted, repaired or none.
+A conversation a fault interrupted (its server died during a tool
+call...) is repaired when it is resumed; the list says when each
+happened, and what, in the text's help-echo."
+  (let ((interrupted (plist-get summary :interrupted))
+        (repaired (plist-get summary :repaired)))
+    (cond
+     (interrupted
+      (propertize (format "  [interrupted %s%s; resuming repairs it]"
+                          (sly-agent-q-sessions--time (plist-get interrupted :at))
+                          (let ((calls (append (plist-get interrupted :calls) nil)))
+                            (if calls (concat " during " (mapconcat #'identity calls ", ")) "")))
+                  'face 'sly-agent-q-error-face
+                  'help-echo (mapconcat #'identity (append (plist-get interrupted :what) nil) "\n")))
+     (repaired
+      (propertize (format "  [repaired %s]" (sly-agent-q-sessions--time (plist-get repaired :at)))
+                  'help-echo (mapconcat #'identity (append (plist-get repaired :what) nil) "\n")))
+     (t ""))))
+
 (defun sly-agent-q-sessions--entry (summary)
   "The `tabulated-list-entries' entry of the saved conversation SUMMARY."
   (list summary
@@ -93,7 +113,8 @@ it, d deletes its file, e exports it, g reads the list again.
                 (format "$%.4f" (or (plist-get summary :costUsd) 0))
                 (or (plist-get summary :model) "")
                 (concat (plist-get summary :title)
-                        (if (eq (plist-get summary :open) t) "  (open)" "")))))
+                        (if (eq (plist-get summary :open) t) "  (open)" "")
+                        (sly-agent-q-sessions--state summary)))))
 
 (defun sly-agent-q-sessions--show (buffer result)
   "Fill BUFFER with the conversations of RESULT (conversation/saved's answer)."
@@ -158,6 +179,9 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
          (with-current-buffer buffer
            (sly-agent-q-chat-notice
             "[The file's last record was cut off (a crash while writing); it is left out.]")))
+       (when (plist-get result :repaired)
+         (with-current-buffer buffer
+           (sly-agent-q-chat-repaired-notice (plist-get result :repaired))))
        (unless noninteractive (pop-to-buffer buffer))
        (when callback (funcall callback buffer))))
    (lambda (msg) (message "sly-agent-q: cannot resume the conversation: %s" msg))))

@@ -528,6 +528,13 @@ export interface SavedConversationSummary {
   model?: string;
   /** The server holds it now (a chat shows it). */
   open: boolean;
+  /**
+   * A fault interrupted it (a tool call whose result was never saved...): when (its last record),
+   * the tools of the calls cut off, and what resuming it repairs.
+   */
+  interrupted?: { at: string; calls: string[]; what: string[] };
+  /** It was repaired when it was resumed after a fault: when, and what was done. */
+  repaired?: { at: string; what: string[] };
 }
 export interface ConversationSavedResult {
   conversations: SavedConversationSummary[];
@@ -547,6 +554,8 @@ export interface ConversationResumeResult {
   model?: string;
   /** Set when the file's last record was cut off (a crash): it was left out. */
   truncated?: boolean;
+  /** Set when a fault had interrupted it and its history was repaired now: what was done. */
+  repaired?: string[];
 }
 
 export interface ConversationRenameParams {
@@ -638,6 +647,8 @@ export interface ChatSendResult {
   turnId: string;
   /** Why a new conversation cannot be saved (conversationDirectory): it goes on unsaved. */
   saveError?: string;
+  /** Set when the conversation came back from its file after a fault, its history repaired: what was done. */
+  repaired?: string[];
 }
 
 export interface ChatCancelParams {
@@ -735,6 +746,8 @@ export interface TurnFinishedParams extends TurnRef {
   model: string;
   /** Set when the model's price is unknown and its cost was counted as 0. */
   costNote?: string;
+  /** Set when saving the conversation stopped during this turn (a full disk, its file deleted): why. */
+  saveError?: string;
 }
 
 export type TurnFailureKind = "cancelled" | "timeout" | "provider" | "auth" | "rate_limit" | "config" | "internal";
@@ -745,6 +758,8 @@ export interface TurnFailedParams extends TurnRef {
   message: string;
   usage: Usage;
   costUsd: number;
+  /** As in TurnFinishedParams. */
+  saveError?: string;
 }
 
 /** Error codes of JSON-RPC errors this server answers with, besides the standard ones. */

@@ -108,11 +108,12 @@ export class ChatService {
     }
     let conversation: Conversation;
     let saveError: string | undefined;
+    let repaired: string[] | undefined;
     if (p.conversationId === undefined || p.conversationId === null) {
       ({ conversation, saveError } = this.start());
     } else {
       // One this server does not hold may be saved: the server restarted, or it is being resumed.
-      conversation = this.conversations.get(p.conversationId) ?? this.saved.load(p.conversationId);
+      ({ conversation, repaired } = this.saved.loadReporting(p.conversationId));
     }
     if (conversation.running) {
       throw new ResponseError(ErrorCodes.turnRunning, `A turn (${conversation.running.turnId}) is still running in this conversation; wait for it or cancel it with chat/cancel.`);
@@ -140,7 +141,7 @@ export class ChatService {
           conversation.running = undefined;
         });
     });
-    return { conversationId: conversation.id, turnId, ...(saveError ? { saveError } : {}) };
+    return { conversationId: conversation.id, turnId, ...(saveError ? { saveError } : {}), ...(repaired ? { repaired } : {}) };
   }
 
   cancel(p: ChatCancelParams): ChatCancelResult {
@@ -280,6 +281,7 @@ export class ChatService {
         // What the call changed in files and buffers is kept with the saved conversation, for rewinding.
         const changes = this.server.takeChanges(r.id);
         if (changes) conversation.recordChanges(ref.turnId, r.id, r.name, changes);
+        conversation.recordResult(r.id, r.content, r.success);
         notify<ToolResultParams>(ServerNotifications.toolResult, {
           ...ref,
           callId: r.id,
@@ -297,6 +299,9 @@ export class ChatService {
   /** The turn's end: its usage added to the conversation's, then chat/turnFinished or chat/turnFailed. */
   private report(conversation: Conversation, ref: { conversationId: string; turnId: string }, outcome: TurnOutcome, notify: TurnNotify, provider: string): void {
     conversation.record(outcome.usage, outcome.costUsd, { turnId: ref.turnId, provider, model: outcome.model });
+    // Saving that stopped during the turn is told with its end, once.
+    const saveError = conversation.unsavedReason;
+    conversation.unsavedReason = undefined;
     if (outcome.status === "finished") {
       notify<TurnFinishedParams>(ServerNotifications.turnFinished, {
         ...ref,
@@ -309,10 +314,11 @@ export class ChatService {
         conversationCostUsd: conversation.costUsd,
         model: outcome.model,
         ...(outcome.costNote ? { costNote: outcome.costNote } : {}),
+        ...(saveError ? { saveError } : {}),
       });
     } else {
       if (outcome.kind !== "cancelled") this.server.logger.warn(`turn ${ref.turnId} failed (${outcome.kind}): ${outcome.message}`);
-      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd });
+      notify<TurnFailedParams>(ServerNotifications.turnFailed, { ...ref, kind: outcome.kind, message: outcome.message, usage: outcome.usage, costUsd: outcome.costUsd, ...(saveError ? { saveError } : {}) });
     }
   }
 }

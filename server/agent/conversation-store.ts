@@ -6,12 +6,13 @@
 // or unreadable is reported with its name and never written to. A lock file per conversation keeps
 // two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
 
-import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
-import { addUsage, emptyUsage, type Message } from "../llm/provider.js";
+import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
+import { interruptedTools, repairHistory } from "./history-rules.js";
 
 /** The format version this server writes and reads. */
 export const STORE_VERSION = 1;
@@ -42,7 +43,14 @@ export type StoreRecord =
   /** The conversation was rewound: its first `keep` messages remain, and `keepBlocks` blocks of the next. */
   | { v: number; type: "truncate"; at: string; keep: number; keepBlocks?: number }
   /** The line before this one was cut off by a crash and is not part of the conversation. */
-  | { v: number; type: "sealed"; at: string };
+  | { v: number; type: "sealed"; at: string }
+  /** One tool call's result as it came (the step's results message follows once every call ended). */
+  | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean }
+  /** The history was repaired when it was opened again after a fault: what was done. */
+  | { v: number; type: "repaired"; at: string; what: string[] };
+
+/** What interrupted the calls a file's history leaves without a result: nothing else can. */
+export const INTERRUPTED_BY_STOP = "the server stopped while it ran";
 
 /** What a file says, once read. */
 export interface StoredConversation {
@@ -64,6 +72,14 @@ export interface StoredConversation {
   /** Set when the last line was cut off (a crash mid-write): how many bytes were left out. */
   truncatedBytes?: number;
   updated: string;
+  /**
+   * Set when the history as written breaks the rule both APIs keep (history-rules.ts): a fault
+   * interrupted it; messages is the repaired history. APPEND, when the repair only added messages
+   * at the end (what a crash leaves), is what makes the file valid again once appended.
+   */
+  interrupted?: { at: string; calls: string[]; what: string[]; append?: Message[] };
+  /** The last time the history was repaired, and what was done. */
+  repaired?: { at: string; what: string[] };
 }
 
 export class StoreError extends Error {
@@ -113,6 +129,8 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let updated = "";
   let turnStarts: StoredConversation["turnStarts"] = [];
   let changes: StoredConversation["changes"] = [];
+  let repaired: StoredConversation["repaired"];
+  const results = new Map<string, ToolResultBlock>();
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     let record: StoreRecord;
@@ -171,6 +189,14 @@ export function parseConversation(file: string, text: string): StoredConversatio
         changes = changes.filter((c) => !cut.has(c.turnId));
         break;
       }
+      case "result":
+        if (typeof record.callId === "string" && typeof record.content === "string") {
+          results.set(record.callId, { type: "tool_result", toolUseId: record.callId, content: record.content, isError: record.isError === true });
+        }
+        break;
+      case "repaired":
+        repaired = { at: record.at, what: Array.isArray(record.what) ? record.what.map(String) : [] };
+        break;
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
       default:
@@ -181,9 +207,29 @@ export function parseConversation(file: string, text: string): StoredConversatio
     if (tail !== "") throw new StoreError(file, "holds no complete record.");
     throw new StoreError(file, "is empty.");
   }
+  // A fault can leave a history no API accepts (a tool call whose result was never written): the
+  // conversation goes on from its repair, the same at every reading.
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results });
+  let interrupted: StoredConversation["interrupted"];
+  if (repair.repairs.length > 0) {
+    const onlyAppended = JSON.stringify(repair.messages.slice(0, messages.length)) === JSON.stringify(messages);
+    const endsOpen = messages[messages.length - 1]?.role === "assistant" && messages[messages.length - 1]!.content.some((b) => b.type === "tool_use");
+    // Repaired once already (when it was resumed) and not interrupted since: only the file's older part needs the repair.
+    if (!repaired || endsOpen) {
+      interrupted = {
+        at: updated || header.created,
+        calls: interruptedTools(repair.repairs),
+        what: repair.repairs.map((r) => r.description),
+        ...(onlyAppended ? { append: repair.messages.slice(messages.length) } : {}),
+      };
+    }
+  }
+  messages = repair.messages;
   return {
     header,
     messages,
+    ...(interrupted ? { interrupted } : {}),
+    ...(repaired ? { repaired } : {}),
     ...(compaction ? { compaction } : {}),
     title: title ?? titleOf(messages),
     turns: countTurns(messages),
@@ -207,9 +253,25 @@ function sealedNext(line: string | undefined): boolean {
   }
 }
 
+/**
+ * The system calls a journal writes with: a test replaces them to inject a fault (ENOSPC after
+ * half a record, EIO...) that a real disk gives only rarely.
+ */
+export const journalIO = {
+  write: (fd: number, data: Buffer, offset: number): number => writeSync(fd, data, offset),
+  truncate: (fd: number, length: number): void => ftruncateSync(fd, length),
+};
+
 /** An open conversation file this server appends to, holding its lock. */
 export class ConversationJournal {
   private fd: number | undefined;
+  /**
+   * Why the file is no longer written to (a write failed, the file was deleted or replaced): the
+   * conversation goes on in memory, the file keeps every record written before.
+   */
+  fault: string | undefined;
+  /** Told once, when a fault stops the saving. */
+  onFault: ((message: string) => void) | undefined;
 
   private constructor(
     private readonly store: ConversationStore,
@@ -253,35 +315,85 @@ export class ConversationJournal {
     this.write(`${JSON.stringify(record)}\n`);
   }
 
+  // What the conversation records as it happens never fails the conversation: a fault stops the
+  // saving (record), the chat goes on.
   message(message: Message): void {
-    this.append({ v: STORE_VERSION, type: "message", at: now(), message });
+    this.record({ v: STORE_VERSION, type: "message", at: now(), message });
   }
 
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void {
-    this.append({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
+    this.record({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
   }
 
   shortened(turnId: string, results: number): void {
-    this.append({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
+    this.record({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
   }
 
   turn(turnId: string, index: number, blocks: number): void {
-    this.append({ v: STORE_VERSION, type: "turn", at: now(), turnId, index, blocks });
+    this.record({ v: STORE_VERSION, type: "turn", at: now(), turnId, index, blocks });
   }
 
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void {
-    this.append({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
+    this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
+  }
+
+  result(callId: string, content: string, isError: boolean): void {
+    this.record({ v: STORE_VERSION, type: "result", at: now(), callId, content, isError });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {
-    this.append({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
+    this.record({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
   }
 
+  /** Appends RECORD unless saving stopped; a failure stops it (fault, onFault) instead of throwing. */
+  private record(record: StoreRecord): void {
+    if (this.fault !== undefined) return;
+    try {
+      this.append(record);
+    } catch (err) {
+      // A record after a gap could make the history read back differ from the one the model saw:
+      // nothing more is written to this file.
+      this.fault ??= `${(err as Error).message} This conversation goes on, but is no longer saved; what was saved before is intact.`;
+      this.onFault?.(this.fault);
+    }
+  }
+
+  /**
+   * Writes LINE at the end of the file, all of it or nothing: a write that fails part way (a full
+   * disk) is cut back to where it started. Refuses when the file at its name is no longer the one
+   * this journal opened (deleted or replaced by another program).
+   */
   private write(line: string): void {
     if (this.fd === undefined) throw new StoreError(this.file, "is closed.");
+    if (this.fault !== undefined) throw new StoreError(this.file, `is no longer saved to: ${this.fault}`);
+    const opened = fstatSync(this.fd);
+    let named: ReturnType<typeof statSync> | undefined;
+    try {
+      named = statSync(this.file);
+    } catch {
+      named = undefined;
+    }
+    if (!named || named.ino !== opened.ino || named.dev !== opened.dev) {
+      throw new StoreError(this.file, `was ${named ? "replaced" : "deleted"} by another program while this conversation was open; it is left as it is.`);
+    }
+    const start = opened.size;
     const data = Buffer.from(line);
     let done = 0;
-    while (done < data.length) done += writeSync(this.fd, data, done);
+    try {
+      while (done < data.length) done += journalIO.write(this.fd, data, done);
+    } catch (err) {
+      let cut = done === 0;
+      if (!cut) {
+        try {
+          journalIO.truncate(this.fd, start);
+          cut = true;
+        } catch {
+          // The part written stays: the next reading leaves it out (a last line cut short).
+        }
+      }
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new StoreError(this.file, `could not be written${code === "ENOSPC" ? " (the disk is full)" : ""}: ${(err as Error).message}.${cut ? "" : " Its last line was left cut short."}`, code);
+    }
   }
 
   /** Closes the file and lets go of its lock (in the directory it was opened in, whatever the configuration says now). */
@@ -356,6 +468,8 @@ export class ConversationStore {
           costUsd: s.costUsd,
           ...(s.header.projectRoot ? { projectRoot: s.header.projectRoot } : {}),
           ...(s.model ? { model: s.model } : {}),
+          ...(s.interrupted ? { interrupted: { at: s.interrupted.at, calls: s.interrupted.calls, what: s.interrupted.what } } : {}),
+          ...(s.repaired ? { repaired: s.repaired } : {}),
         });
       } catch (err) {
         errors.push((err as Error).message);

@@ -5,6 +5,7 @@
 import type { Change, Configuration, ConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
+import { interruptedResult, repairHistory } from "./history-rules.js";
 
 export interface RunningTurn {
   turnId: string;
@@ -18,6 +19,8 @@ export interface ConversationRecorder {
   turn(turnId: string, index: number, blocks: number): void;
   shortened(turnId: string, results: number): void;
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
+  /** One call's result as it comes, before the step's results go into the history together. */
+  result(callId: string, content: string, isError: boolean): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -25,6 +28,8 @@ export class Conversation {
   readonly messages: Message[] = [];
   /** Set when the conversation is saved: each change is recorded as it is made. */
   recorder: ConversationRecorder | undefined;
+  /** Why its saving stopped part way (a full disk, its file deleted), until the user is told. */
+  unsavedReason: string | undefined;
   /** How many saved messages the summary at the head of messages stands for (0: not compacted). */
   compactedMessages = 0;
   usage: Usage = emptyUsage();
@@ -56,6 +61,14 @@ export class Conversation {
   /** Records that RESULTS old tool results were shortened for the model in turn TURNID (the file keeps them whole). */
   noteShortened(turnId: string, results: number): void {
     this.recorder?.shortened(turnId, results);
+  }
+
+  /**
+   * Records one call's result as it comes: should the process die before the step's other calls
+   * end, the result the user saw is not lost (the saved file's repair answers the call with it).
+   */
+  recordResult(callId: string, content: string, success: boolean): void {
+    this.recorder?.result(callId, content, !success);
   }
 
   /** Records what a tool call of turn TURNID changed in files and buffers (for rewinding). */
@@ -91,16 +104,17 @@ export class Conversation {
 
   /**
    * Answers every tool call of the last assistant message, in its order. A call with no result
-   * (the turn was cancelled before it ran) gets a synthetic error result, so the history stays valid.
+   * (the turn stopped before it returned, INTERRUPTEDBY) gets an error result saying so, and that
+   * its effect is unknown, so the history stays valid.
    */
-  addToolResults(results: readonly { id: string; content: string; success: boolean }[], missing = "The call was cancelled before it returned a result."): void {
+  addToolResults(results: readonly { id: string; content: string; success: boolean }[], interruptedBy = "the turn was cancelled"): void {
     const last = this.messages[this.messages.length - 1];
     if (last?.role !== "assistant") return;
     const byId = new Map(results.map((r) => [r.id, r]));
     const blocks: ToolResultBlock[] = last.content.flatMap((b) => {
       if (b.type !== "tool_use") return [];
       const r = byId.get(b.id);
-      return [{ type: "tool_result", toolUseId: b.id, content: r ? r.content : missing, isError: r ? !r.success : true }];
+      return [{ type: "tool_result", toolUseId: b.id, content: r ? r.content : interruptedResult(b.name, interruptedBy), isError: r ? !r.success : true }];
     });
     if (blocks.length === 0) return;
     this.messages.push({ role: "user", content: blocks });
@@ -113,7 +127,8 @@ export class Conversation {
    */
   compact(cut: number, summary: string): { replaced: number; tokensBefore: number; tokensAfter: number } {
     const tokensBefore = estimateMessages(this.messages);
-    const kept = compactedHistory(this.messages, cut, summary);
+    // The kept part is valid on its own by compactionPoint; the repair makes sure of it.
+    const kept = repairHistory(compactedHistory(this.messages, cut, summary)).messages;
     this.messages.splice(0, this.messages.length, ...kept);
     this.compactedMessages += cut;
     const tokensAfter = estimateMessages(this.messages);

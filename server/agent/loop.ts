@@ -15,6 +15,7 @@ import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
 import { estimateTokens, fitToBudget, type Conversation } from "./conversation.js";
+import { historyProblems } from "./history-rules.js";
 import { checkTransition, INITIAL_TURN_STATE, isTerminal, type LiveTurnState, type TerminalTurnState } from "./turn-states.js";
 
 export interface RetryPolicy {
@@ -131,8 +132,9 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     try {
       first = await Promise.race([t.response!, firstText]);
     } catch (err) {
-      // The partial answer is dropped: the history still ends with the user's message (or results).
+      // What of the answer reached the user stays in the history; the rest never came.
       t.showText();
+      t.keepShownText();
       return t.fail(err);
     }
     // Text shown before the answer completes (however fast) means the turn streamed.
@@ -146,6 +148,7 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     try {
       response = await t.response!;
     } catch (err) {
+      t.keepShownText();
       return t.fail(err);
     }
     return t.answered(response);
@@ -268,6 +271,8 @@ export class Turn {
   /** Text that arrived before streaming was entered; after that, text is shown as it arrives. */
   private heldText: string[] = [];
   private live = false;
+  /** The text of the answer under way that the user has seen. */
+  private shownText = "";
   private readonly controller = new AbortController();
   private readonly timer: NodeJS.Timeout;
   private readonly onCancel: () => void;
@@ -313,11 +318,12 @@ export class Turn {
   /** Starts the request (this.response); the promise returned resolves at its first text. */
   startRequest(): Promise<typeof FIRST_TEXT> {
     this.heldText = [];
+    this.shownText = "";
     this.live = false;
     let sawText: () => void = () => undefined;
     const firstText = new Promise<typeof FIRST_TEXT>((resolve) => (sawText = () => resolve(FIRST_TEXT)));
     this.response = requestWithRetry(this, (delta) => {
-      if (this.live) return this.events.textDelta(delta);
+      if (this.live) return this.showDelta(delta);
       this.heldText.push(delta);
       sawText();
     });
@@ -335,7 +341,19 @@ export class Turn {
     this.live = true;
     const held = this.heldText;
     this.heldText = [];
-    for (const delta of held) this.events.textDelta(delta);
+    for (const delta of held) this.showDelta(delta);
+  }
+
+  private showDelta(delta: string): void {
+    this.shownText += delta;
+    this.events.textDelta(delta);
+  }
+
+  /** An answer cut short (an error, a cancellation): the text the user saw goes into the history. */
+  keepShownText(): void {
+    const text = this.shownText;
+    this.shownText = "";
+    if (text.trim() !== "") this.conversation.addAssistant([{ type: "text", text }]);
   }
 
   /** A complete answer: the turn is finished, or its tool calls are the next step. */
@@ -376,7 +394,14 @@ export class Turn {
     const step = this.step;
     if (!step) return;
     this.step = undefined;
-    this.conversation.addToolResults(step.results.filter((r): r is ToolResult => r !== undefined));
+    this.conversation.addToolResults(step.results.filter((r): r is ToolResult => r !== undefined), this.interruption());
+  }
+
+  /** What stopped the turn, for the results of calls it left unanswered. */
+  private interruption(): string {
+    if (!this.signal.aborted) return "the turn stopped on an error";
+    if (this.signal.reason === TIMEOUT) return "the turn took longer than its time limit";
+    return this.signal.reason === "connection closed" ? "Emacs closed its connection to the server" : "the turn was cancelled";
   }
 
   finish(stopReason: StopReason, text: string): TurnState {
@@ -418,6 +443,15 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void): Promi
   const { settings, events, signal } = t;
   const toolChoice: ToolChoice = t.steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
   let idleRetried = false;
+  // A history no API accepts is never sent: the turn fails saying what is wrong with it.
+  const problems = historyProblems(t.conversation.messages, true);
+  if (problems.length > 0) {
+    throw new ProviderError(
+      "internal",
+      `The conversation's history breaks the rules the model's API checks, so it was not sent: ${problems.slice(0, 3).join("; ")}${problems.length > 3 ? ` (and ${problems.length - 3} more)` : ""}. Rewind the conversation to an earlier turn or start a new one; please report this.`,
+      false,
+    );
+  }
   for (let attempt = 0; ; attempt++) {
     let emitted = false;
     t.llmRequests++;

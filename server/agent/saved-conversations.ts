@@ -29,6 +29,7 @@ import type { AgentServer } from "../rpc/server.js";
 import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
+import { repairHistory } from "./history-rules.js";
 import { Conversation } from "./conversation.js";
 import { exportConversation } from "./export.js";
 
@@ -94,6 +95,10 @@ export class SavedConversations {
   private attach(c: Conversation, journal: ConversationJournal): void {
     this.journals.set(c.id, journal);
     c.recorder = journal;
+    journal.onFault = (message) => {
+      this.server.logger.warn(`conversation ${c.id}: ${message}`);
+      c.unsavedReason = message;
+    };
   }
 
   /**
@@ -101,8 +106,13 @@ export class SavedConversations {
    * on from where it ended. Throws a ResponseError when there is no such file or it cannot be trusted.
    */
   load(id: string, stored?: StoredConversation): Conversation {
+    return this.loadReporting(id, stored).conversation;
+  }
+
+  /** load, and what was repaired in the history because a fault had interrupted it (undefined: nothing). */
+  loadReporting(id: string, stored?: StoredConversation): { conversation: Conversation; repaired?: string[] } {
     const open = this.conversations.get(id);
-    if (open) return open;
+    if (open) return { conversation: open };
     const store = this.store();
     if (!store) throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${id}; start one with conversation/new or omit conversationId.`);
     let journal: ConversationJournal;
@@ -124,7 +134,17 @@ export class SavedConversations {
     if (stored.truncatedBytes !== undefined) {
       this.server.logger.warn(`${store.fileOf(id)}: its last record was cut off (${stored.truncatedBytes} bytes) and is left out.`);
     }
-    return c;
+    const interrupted = stored.interrupted;
+    if (!interrupted) return { conversation: c };
+    // The repair goes into the file as it went into memory, so that every later reading agrees.
+    try {
+      for (const m of interrupted.append ?? []) journal.message(structuredClone(m));
+      journal.append({ v: STORE_VERSION, type: "repaired", at: new Date().toISOString(), what: interrupted.what });
+    } catch (err) {
+      this.server.logger.warn(`${store.fileOf(id)}: the repair could not be saved: ${(err as Error).message}`);
+    }
+    this.server.logger.warn(`${store.fileOf(id)}: a fault had interrupted this conversation; repaired: ${interrupted.what.join("; ")}.`);
+    return { conversation: c, repaired: interrupted.what };
   }
 
   /** Stops saving conversation ID (it is deleted or closed); with DELETEFILE its file goes too. */
@@ -168,7 +188,7 @@ export class SavedConversations {
 
   private resume(p: ConversationResumeParams): ConversationResumeResult {
     const stored = this.readSaved(p?.conversationId);
-    this.load(p.conversationId, stored);
+    const { repaired } = this.loadReporting(p.conversationId, stored);
     return {
       conversationId: p.conversationId,
       title: stored.title,
@@ -177,6 +197,7 @@ export class SavedConversations {
       costUsd: stored.costUsd,
       ...(stored.model ? { model: stored.model } : {}),
       ...(stored.truncatedBytes !== undefined ? { truncated: true } : {}),
+      ...(repaired ? { repaired } : {}),
     };
   }
 
@@ -276,7 +297,8 @@ export class SavedConversations {
 function restoreHistory(c: Conversation, stored: StoredConversation): void {
   // After a compaction the model goes on from the summary, as it did before; the file keeps every message.
   const view = stored.compaction ? compactedHistory(stored.messages, stored.compaction.replaced, stored.compaction.summary) : structuredClone(stored.messages);
-  c.messages.splice(0, c.messages.length, ...view);
+  // The file's history is repaired as it is read; the summary's view is kept to the same rule.
+  c.messages.splice(0, c.messages.length, ...repairHistory(view).messages);
   c.compactedMessages = stored.compaction?.replaced ?? 0;
   c.turns = stored.turns;
 }

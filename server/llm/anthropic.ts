@@ -93,7 +93,8 @@ function toParams(request: ChatRequest): Anthropic.MessageCreateParamsStreaming 
   return params;
 }
 
-function toMessageParam(m: Message): Anthropic.MessageParam {
+/** One message of the neutral format as Anthropic's wire has it. */
+export function toMessageParam(m: Message): Anthropic.MessageParam {
   if (m.role === "assistant") {
     return {
       role: "assistant",

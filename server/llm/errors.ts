@@ -156,10 +156,26 @@ export function toProviderError(err: unknown, ctx: ErrorContext): ProviderError 
     case "server":
       return new ProviderError("provider", `${who} had a server error (${code}: ${detail}). Try again; if it persists, check the provider's status page.`, true, status, retryAfterMs);
     case "bad_request":
-      return new ProviderError("provider", `${who} rejected the request (${code}: ${detail}). Starting a new conversation may help if the history is too long.`, false, status);
+      // Only a request the provider calls too large is one a shorter history may cure.
+      if (tooLarge(err)) {
+        return new ProviderError("provider", `${who} rejected the request as too large for the model (${code}: ${detail}). Compact the conversation (sly-agent-q-compact) or start a new one.`, false, status);
+      }
+      return new ProviderError("provider", `${who} rejected the request as invalid (${code}: ${detail}). Its length is not the cause; please report this with the message.`, false, status);
     case "other":
       return new ProviderError("provider", `${who} answered ${code}: ${sentence(detail)}`, false, status);
   }
+}
+
+/**
+ * Whether the provider refused the request for its size: HTTP 413 or Anthropic's request_too_large
+ * (the body), or OpenAI's context_length_exceeded code (the tokens). Anthropic answers a prompt of
+ * too many tokens with a plain invalid_request_error whose message says so; that message is shown.
+ */
+function tooLarge(e: SdkError): boolean {
+  const body = e.error as { error?: { type?: unknown; code?: unknown }; type?: unknown; code?: unknown } | undefined;
+  const type = body?.error?.type ?? e.type;
+  const code = body?.error?.code ?? body?.code ?? (e as { code?: unknown }).code;
+  return e.status === 413 || type === "request_too_large" || code === "context_length_exceeded";
 }
 
 /** The system or undici error code (ECONNRESET, UND_ERR_SOCKET...) of ERR or of its causes. */

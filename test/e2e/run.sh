@@ -15,6 +15,14 @@ else
   ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
 
+# The fault-injection suite: the server killed after each protocol message of a scripted
+# conversation (the image and the Emacs side at a sample); every conversation must go on and lose
+# nothing the user saw. About two minutes; it prints its table.
+faults_table="$(mktemp "${TMPDIR:-/tmp}/saq-faults-XXXXXX")"
+ert_run "e2e faults" "$here/sly-agent-q-faults-test.el" SLY_AGENT_Q_FAULTS_TABLE="$faults_table"
+cat "$faults_table"
+rm -f "$faults_table"
+
 # The README's run command, in a real terminal.
 ert_run "e2e run command" "$here/sly-agent-q-run-command-test.el"
 

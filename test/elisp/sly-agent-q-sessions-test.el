@@ -180,6 +180,58 @@ The marks move to the newest message from one request to the next."
           (should (equal (mapcar (lambda (b) (cdr (assq 'type b))) (cdr (assq 'content (aref sent 2))))
                          '("tool_result" "text"))))))))
 
+(ert-deftest sly-agent-q-sessions-server-killed-during-a-call-goes-on ()
+  "The server dies while a call waits for approval; the conversation goes on.
+The call is answered as interrupted, the list tells the interrupted
+conversation from a clean one and later that it was repaired, and
+the chat says what was repaired."
+  (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t)))
+    (sly-agent-q-test-with-server
+        `((steps . [((content . [((type . "text") (text . "Writing it."))
+                                 ((type . "tool_use") (name . "write_file")
+                                  (input . ((path . "a.lisp") (content . "(defun a ())"))))]))
+                    ((content . [((type . "text") (text . "Back with {{last_tool_result}}"))]))]))
+      (let* ((old (sly-agent-q-server-connection))
+             asked outcome
+             ;; The user never answers: the call waits when the server dies.
+             (sly-agent-q-approval-function (lambda (request _callback) (setq asked request))))
+        (sly-agent-q-send "write a.lisp" (lambda (p) (setq outcome p)))
+        (sly-agent-q-test-wait (lambda () asked) 10 "the approval request")
+        (kill-process (jsonrpc--process old))
+        (sly-agent-q-test-wait (lambda () outcome) 10 "the failed turn")
+        (sly-agent-q-test-wait (lambda () (and (sly-agent-q-server-ready-p)
+                                               (not (eq old (sly-agent-q-server-connection)))))
+                               20 "the restarted server")
+        (should-not (file-exists-p (expand-file-name "a.lisp" sly-agent-q-project-root)))
+        (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+              (chat (current-buffer)))
+          (when (get-buffer sly-agent-q-conversations-buffer-name)
+            (kill-buffer sly-agent-q-conversations-buffer-name))
+          (sly-agent-q-resume)
+          (sly-agent-q-test-wait (lambda () (with-current-buffer sly-agent-q-conversations-buffer-name
+                                              tabulated-list-entries))
+                                 10 "the list of saved conversations")
+          (with-current-buffer sly-agent-q-conversations-buffer-name
+            (goto-char (point-min))
+            (should (search-forward "write a.lisp" nil t))
+            (should (equal (plist-get (tabulated-list-get-id) :conversationId) id))
+            (should (string-match-p "\\[interrupted .* during write_file; resuming repairs it\\]"
+                                    (buffer-substring (line-beginning-position) (line-end-position)))))
+          (with-current-buffer chat
+            (should (eq (plist-get (sly-agent-q-test-send "go on") :status) 'finished))
+            (let ((text (sly-agent-q-test-chat-text)))
+              (should (string-match-p "A fault had interrupted this conversation; its history was repaired: the call to write_file was interrupted" text))
+              (should (string-match-p "Back with The call to write_file was interrupted (the server stopped while it ran)" text))))
+          (with-current-buffer sly-agent-q-conversations-buffer-name
+            (setq tabulated-list-entries nil)
+            (revert-buffer)
+            (sly-agent-q-test-wait (lambda () tabulated-list-entries) 10 "the list again")
+            (goto-char (point-min))
+            (should (search-forward "write a.lisp" nil t))
+            (let ((line (buffer-substring (line-beginning-position) (line-end-position))))
+              (should (string-match-p "\\[repaired " line))
+              (should-not (string-match-p "interrupted" line)))))))))
+
 (ert-deftest sly-agent-q-sessions-export-holds-what-the-chat-showed ()
   "Org and Markdown exports carry the user's and the agent's text and the tool calls."
   (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))

@@ -305,7 +305,7 @@ describe("agent loop, provider-independent", () => {
     // The saved file is told what was shortened (it keeps the results whole).
     const shortened: [string, number][] = [];
     const saved: Message[] = [];
-    c2.recorder = { message: (m) => void saved.push(m), compaction: () => undefined, turn: () => undefined, changes: () => undefined, usage: () => undefined, shortened: (t, n) => void shortened.push([t, n]) };
+    c2.recorder = { message: (m) => void saved.push(m), compaction: () => undefined, turn: () => undefined, changes: () => undefined, usage: () => undefined, result: () => undefined, shortened: (t, n) => void shortened.push([t, n]) };
     await turn(h, "anthropic", c2, "Read", {
       script: {
         steps: [

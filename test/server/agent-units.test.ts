@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Conversation, fitToBudget } from "../../server/agent/conversation.js";
+import { interruptedResult } from "../../server/agent/history-rules.js";
 import { buildSystemPrompt, MAX_INSTRUCTION_CHARS } from "../../server/agent/system-prompt.js";
 import Anthropic from "@anthropic-ai/sdk";
 import { toProviderError } from "../../server/llm/errors.js";
@@ -113,7 +114,7 @@ describe("conversation history", () => {
     expect(c.messages[2]).toEqual({
       role: "user",
       content: [
-        { type: "tool_result", toolUseId: "1", content: "The call was cancelled before it returned a result.", isError: true },
+        { type: "tool_result", toolUseId: "1", content: interruptedResult("t", "the turn was cancelled"), isError: true },
         { type: "tool_result", toolUseId: "2", content: "two", isError: false },
       ],
     });

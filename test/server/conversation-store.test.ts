@@ -2,11 +2,11 @@
 // cut the last write short, refused (named, untouched) when corrupt, foreign or locked by a live server.
 
 import { spawn } from "node:child_process";
-import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync, statSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, truncateSync, unlinkSync, writeFileSync, writeSync, statSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type HeaderRecord } from "../../server/agent/conversation-store.js";
+import { ConversationJournal, ConversationStore, journalIO, STORE_VERSION, StoreError, type HeaderRecord } from "../../server/agent/conversation-store.js";
 import type { Message } from "../../server/llm/provider.js";
 
 let dir: string;
@@ -130,7 +130,10 @@ describe("conversation files", () => {
     j.append({ v: 1, type: "truncate", at: "x", keep: 2 });
     j.close();
     const s = store.read("c-rw");
-    expect(s.messages).toEqual([user("What is car?"), toolCall]);
+    // Cut after a tool call: the history read back is repaired, the call answered as interrupted.
+    expect(s.messages.slice(0, 2)).toEqual([user("What is car?"), toolCall]);
+    expect(s.messages[2]).toEqual({ role: "user", content: [{ type: "tool_result", toolUseId: "tu1", content: expect.stringContaining("was interrupted"), isError: true }] });
+    expect(s.interrupted).toMatchObject({ calls: ["describe_symbol"] });
     expect(s.compaction).toBeUndefined();
   });
 
@@ -193,5 +196,82 @@ describe("conversation files", () => {
     expect(s.messages).toEqual([user("one"), toolCall, toolResult]);
     expect(s.turnStarts.map((t) => t.turnId)).toEqual(["t1"]);
     expect(s.changes.map((c) => c.turnId)).toEqual(["t1"]);
+  });
+});
+
+describe("conversation files under disk faults", () => {
+  const realIO = { ...journalIO };
+  afterEach(() => Object.assign(journalIO, realIO));
+
+  /** Makes the Nth write from now write half its bytes, then fail as a full disk does. */
+  function diskFullAt(n: number, truncateFails = false): void {
+    let writes = 0;
+    journalIO.write = (fd, data, offset) => {
+      if (++writes < n) return writeSync(fd, data, offset);
+      if (offset === 0) return writeSync(fd, data, 0, Math.ceil(data.length / 2));
+      throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+    };
+    if (truncateFails) {
+      journalIO.truncate = () => {
+        throw Object.assign(new Error("EIO: i/o error, ftruncate"), { code: "EIO" });
+      };
+    }
+  }
+
+  it("a full disk mid-append: the half-written record is cut back, the fault is told once, the conversation's calls do not fail", () => {
+    const j = writeTurn("c-full");
+    const before = readFileSync(store.fileOf("c-full"), "utf8");
+    const faults: string[] = [];
+    j.onFault = (m) => faults.push(m);
+    diskFullAt(1);
+    expect(() => j.message(user("lost to a full disk"))).not.toThrow();
+    Object.assign(journalIO, realIO);
+    // Nothing more is written after the fault, even when the disk has room again.
+    j.message(user("after the fault"));
+    j.close();
+    expect(faults).toHaveLength(1);
+    expect(faults[0]).toMatch(/c-full\.jsonl: could not be written \(the disk is full\).*no longer saved; what was saved before is intact/);
+    expect(readFileSync(store.fileOf("c-full"), "utf8")).toBe(before);
+    const s = store.read("c-full");
+    expect(s.truncatedBytes).toBeUndefined();
+    expect(s.messages).toEqual([user("What is car?"), toolCall, toolResult, answer]);
+  });
+
+  it("a full disk whose half record cannot be cut back: a later resume reads every complete record and seals the cut line", () => {
+    const j = writeTurn("c-half");
+    j.onFault = () => undefined;
+    diskFullAt(1, true);
+    j.message(user("half of me"));
+    Object.assign(journalIO, realIO);
+    j.close();
+    const s = store.read("c-half");
+    expect(s.truncatedBytes).toBeGreaterThan(0);
+    expect(s.messages).toEqual([user("What is car?"), toolCall, toolResult, answer]);
+    const again = ConversationJournal.reopen(store, "c-half", s);
+    again.message(user("resumed"));
+    again.close();
+    expect(store.read("c-half").messages.at(-1)).toEqual(user("resumed"));
+  });
+
+  it("a file deleted or replaced under an open conversation is left alone and the fault is named", () => {
+    const j = writeTurn("c-gone");
+    const faults: string[] = [];
+    j.onFault = (m) => faults.push(m);
+    unlinkSync(store.fileOf("c-gone"));
+    j.message(user("into the void"));
+    expect(faults).toEqual([expect.stringMatching(/c-gone\.jsonl: was deleted by another program/)]);
+    expect(existsSync(store.fileOf("c-gone"))).toBe(false);
+    j.close();
+
+    const k = writeTurn("c-swap");
+    const seen: string[] = [];
+    k.onFault = (m) => seen.push(m);
+    const other = join(dir, "other.jsonl");
+    writeFileSync(other, `${JSON.stringify(header("c-swap"))}\n`);
+    renameSync(other, store.fileOf("c-swap"));
+    k.message(user("not into the new file"));
+    k.close();
+    expect(seen).toEqual([expect.stringMatching(/was replaced by another program/)]);
+    expect(readFileSync(store.fileOf("c-swap"), "utf8")).toBe(`${JSON.stringify(header("c-swap"))}\n`);
   });
 });

@@ -101,6 +101,41 @@ describe.each<Kind>(["anthropic", "openai"])("provider failures over %s", (kind)
     else expect(outcome.message).not.toContain("is overloaded");
   });
 
+  it("tells a history the provider rejects from a request too large", async () => {
+    const c = newConversation();
+    const rejected = { error: { status: 400, type: "invalid_request_error", message: "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after" } };
+    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [rejected] } });
+    expect(outcome).toMatchObject({ status: "failed", kind: "provider" });
+    if (outcome.status !== "failed") return;
+    expect(outcome.message).toContain("rejected the request as invalid");
+    expect(outcome.message).not.toMatch(/too long|too large|compact/i);
+    const large = { error: { status: 413, type: "request_too_large", message: "Request exceeds the maximum size" } };
+    const second = await turn(h, kind, c, "Hi", { script: { steps: [large] } });
+    expect(second.outcome).toMatchObject({ status: "failed", kind: "provider" });
+    if (second.outcome.status === "failed") expect(second.outcome.message).toContain("too large for the model");
+  });
+
+  it("never sends a history that breaks the rule: the turn fails saying what is wrong", async () => {
+    const c = newConversation();
+    // A call without its result, as no code path leaves it: the check is the last line of defence.
+    c.messages.push({ role: "user", content: [{ type: "text", text: "Run it" }] }, { role: "assistant", content: [{ type: "tool_use", id: "toolu_lost", name: "eval_form", input: {} }] });
+    const { outcome } = await turn(h, kind, c, "Go on", { script: { steps: [{ content: [{ type: "text", text: "never asked" }] }] } });
+    expect(outcome).toMatchObject({ status: "failed", kind: "internal", llmRequests: 0 });
+    if (outcome.status === "failed") expect(outcome.message).toMatch(/history .* was not sent: the call to eval_form \(toolu_lost\) in message 2 \(assistant\) has no result in the next message/);
+    expect(h.mock.requests()).toHaveLength(0);
+  });
+
+  it("keeps the text of an answer cut short in the history, which the provider then accepts", async () => {
+    const c = newConversation();
+    const late = { content: [{ type: "text" as const, text: "Partial answer that breaks off somewhere" }], drop_after_chunks: kind === "anthropic" ? 4 : 2 };
+    const { outcome, events } = await turn(h, kind, c, "Explain", { script: { steps: [late] } });
+    expect(outcome).toMatchObject({ status: "failed" });
+    const shown = events.text.join("");
+    expect(shown).not.toBe("");
+    expect(c.messages.at(-1)).toEqual({ role: "assistant", content: [{ type: "text", text: shown }] });
+    expect(await historyAccepted(h, kind, c)).toMatchObject({ status: "finished" });
+  });
+
   it("retries a connection dropped before the answer, then succeeds", async () => {
     const c = newConversation();
     const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [{ drop: true }, { content: [{ type: "text", text: "Back." }] }] } });

@@ -32,7 +32,7 @@ afterEach(() => {
 
 const config = (): Configuration => ({ provider: "anthropic", apiKey: FAKE_KEY, baseUrl: mock.url, model: "claude-sonnet-4-6", conversationDirectory: join(dir, "conversations") });
 
-async function server(): Promise<{ b: BundleProcess; notes: Note[]; ended: (turnId: string) => Promise<Note>; waitFor: (pred: (n: Note) => boolean) => Promise<Note> }> {
+async function server(configuration: Configuration = config()): Promise<{ b: BundleProcess; notes: Note[]; ended: (turnId: string) => Promise<Note>; waitFor: (pred: (n: Note) => boolean) => Promise<Note> }> {
   const b = startBundle();
   running.push(b);
   const notes: Note[] = [];
@@ -42,7 +42,7 @@ async function server(): Promise<{ b: BundleProcess; notes: Note[]; ended: (turn
     notes.push(n);
     for (const w of [...waiters]) if (w.pred(n)) (waiters.splice(waiters.indexOf(w), 1), w.resolve(n));
   });
-  await b.connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: {}, configuration: config(), context: { projectRoot: "/proj" } });
+  await b.connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: {}, configuration, context: { projectRoot: "/proj" } });
   const waitFor = (pred: (n: Note) => boolean) => new Promise<Note>((resolve) => (notes.find(pred) ? resolve(notes.find(pred)!) : waiters.push({ pred, resolve })));
   const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
   return { b, notes, ended, waitFor };
@@ -120,6 +120,93 @@ describe("saved conversations", () => {
     expect(last.slice(0, -1)).toEqual(sentMessages(1).slice(0, -1));
     expect(last.at(-1)!.role).toBe("user");
     expect(last.at(-1)!.content.map((c) => c.type)).toEqual(["tool_result", "text"]);
+  });
+
+  for (const provider of ["anthropic", "openai"] as const) {
+    it(`go on after the server was killed while a tool call ran (${provider}): the call gets an error result saying it was interrupted`, async () => {
+      dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+      mock.setScript({
+        steps: [
+          { content: [{ type: "text", text: "Reading it." }, { type: "tool_use", name: "read_buffer", input: { buffer: "foo.lisp" } }] },
+          { content: [{ type: "text", text: "Back again." }] },
+        ],
+      });
+      const wire: Configuration = provider === "anthropic" ? config() : { ...config(), provider: "openai", baseUrl: `${mock.url}/v1`, model: "gpt-4o" };
+      const a = await server(wire);
+      // Emacs never answers the call: the server dies while it runs.
+      a.b.connection.onRequest(() => new Promise(() => undefined));
+      const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Read foo.lisp" });
+      await a.waitFor((n) => n.method === "chat/toolCall");
+      a.b.kill();
+      await a.b.exited;
+
+      const b = await server(wire);
+      const listed: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});
+      expect(listed.conversations[0]).toMatchObject({ conversationId: sent.conversationId, interrupted: { calls: ["read_buffer"] } });
+      const next: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+      const end = await b.ended(next.turnId);
+      expect(end.params.message).toBeUndefined();
+      expect(end.method).toBe("chat/turnFinished");
+      const body = JSON.stringify(mock.requests()[1]!.body);
+      expect(body).toContain("was interrupted");
+      expect(body).toContain("may or may not have happened");
+      // The file is repaired: a third server reads a valid history, and the list says when and what.
+      const again: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});
+      expect(again.conversations[0]!.interrupted).toBeUndefined();
+      expect(again.conversations[0]!.repaired).toMatchObject({ what: [expect.stringContaining("read_buffer")] });
+      const resumed: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: sent.conversationId });
+      expect(resumed.messages.map((m) => m.role)).toEqual(["user", "assistant", "user", "assistant"]);
+    });
+  }
+
+  it("keep a result the user saw when the server dies before the step's other call returned", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({
+      steps: [
+        { content: [{ type: "tool_use", name: "no_such_tool", input: {} }, { type: "tool_use", name: "read_buffer", input: { buffer: "foo.lisp" } }] },
+        { content: [{ type: "text", text: "Back." }] },
+      ],
+    });
+    const a = await server();
+    a.b.connection.onRequest(() => new Promise(() => undefined));
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Two calls" });
+    const shown = await a.waitFor((n) => n.method === "chat/toolResult");
+    a.b.kill();
+    await a.b.exited;
+    const b = await server();
+    const next: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+    expect((await b.ended(next.turnId)).method).toBe("chat/turnFinished");
+    const results = (sentMessages(1) as { content: { type: string; content?: string; is_error?: boolean }[] }[])[2]!.content;
+    expect(results[0]).toMatchObject({ type: "tool_result", content: shown.params.content, is_error: true });
+    expect(results[1]).toMatchObject({ type: "tool_result", content: expect.stringContaining("read_buffer was interrupted"), is_error: true });
+  });
+
+  it("go on in memory when the file is deleted under them or the directory cannot be written, and say so once", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "One." }] }, { content: [{ type: "text", text: "Two." }] }, { content: [{ type: "text", text: "Three." }] }, { content: [{ type: "text", text: "Unsaved." }] }] });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "one" });
+    expect((await a.ended(sent.turnId)).params.saveError).toBeUndefined();
+    const file = join(dir, "conversations", `${sent.conversationId}.jsonl`);
+    rmSync(file);
+    const second: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "two" });
+    const end = await a.ended(second.turnId);
+    expect(end.method).toBe("chat/turnFinished");
+    expect(end.params.saveError).toMatch(/was deleted by another program.*no longer saved/);
+    expect(existsSync(file)).toBe(false);
+    const third: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "three" });
+    const thirdEnd = await a.ended(third.turnId);
+    expect(thirdEnd.method).toBe("chat/turnFinished");
+    expect(thirdEnd.params.saveError).toBeUndefined();
+    // The model still got the whole conversation, from memory.
+    expect(JSON.stringify(mock.requests()[2]!.body)).toContain("Two.");
+
+    // A directory that cannot be made: the new conversation goes on unsaved, and the answer says why.
+    writeFileSync(join(dir, "not-a-dir"), "");
+    await a.b.connection.sendRequest("configuration/change", { configuration: { ...config(), conversationDirectory: join(dir, "not-a-dir", "conversations") } });
+    const unsaved: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "four" });
+    expect(unsaved.saveError).toMatch(/not-a-dir\/conversations: cannot be created/);
+    expect((await a.ended(unsaved.turnId)).method).toBe("chat/turnFinished");
   });
 
   it("rename, export and delete a saved conversation; a corrupt file is named and left alone", async () => {

@@ -1,0 +1,262 @@
+// The one rule a conversation's history must keep to be sent to either provider, and the one repair
+// that brings any history back under it. Both APIs refuse a request whose history breaks it, and a
+// history broken once is refused on every later turn: so a history read from disk, restored after a
+// restart, compacted or rewound is repaired, and every request is checked before it is sent.
+//
+// The rule, on the provider-neutral format both providers translate from (provider.ts):
+// - the first message is the user's, and roles alternate;
+// - no message is empty, no text block is empty;
+// - every tool call of an assistant message is answered by exactly one result in the very next
+//   message, results before any text; no result answers anything else;
+// - tool call ids are unique in the whole history.
+// A request must also end with a user message (the model answers it).
+
+import type { AssistantMessage, Message, TextBlock, ToolResultBlock, ToolUseBlock, UserMessage } from "../llm/provider.js";
+
+/** What the repair did, one entry per change, in words the user can read. */
+export interface Repair {
+  kind: "interrupted-call" | "interrupted-step" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block";
+  /** The index of the message (in the repaired history) the change is in. */
+  index: number;
+  /** For an interrupted call, the tool it called. */
+  tool?: string;
+  description: string;
+}
+
+export interface RepairOptions {
+  /** What interrupted the calls left without a result, when it is known ("the server stopped"). */
+  interruptedBy?: string;
+  /**
+   * Results that came for calls, by call id, though the message of the step's results was never
+   * written (the process died before the step's last call ended): such a call gets its result.
+   */
+  results?: ReadonlyMap<string, ToolResultBlock>;
+}
+
+const LOST_START = "[The beginning of this conversation was lost; it goes on from here.]";
+
+/** The result an interrupted tool call gets: it says so, and that its effect is not known. */
+export function interruptedResult(tool: string, by?: string): string {
+  return (
+    `The call to ${tool} was interrupted${by ? ` (${by})` : ""} before it returned a result. ` +
+    "Its effect in the Lisp image, in files or in buffers may or may not have happened: check before relying on it or repeating it."
+  );
+}
+
+/**
+ * What is wrong with MESSAGES under the rule, first problem first (empty: nothing). With
+ * FORREQUEST the history must also end with a user message.
+ */
+export function historyProblems(messages: readonly Message[], forRequest = false): string[] {
+  const problems: string[] = [];
+  const ids = new Set<string>();
+  if (forRequest && messages.length === 0) problems.push("the history is empty");
+  messages.forEach((m, i) => {
+    const at = `message ${i + 1} (${String(m?.role)})`;
+    if (m?.role !== "user" && m?.role !== "assistant") return void problems.push(`${at} has no valid role`);
+    if (!Array.isArray(m.content) || m.content.length === 0) problems.push(`${at} is empty`);
+    if (i === 0 && m.role !== "user") problems.push("the first message is not the user's");
+    if (i > 0 && messages[i - 1]?.role === m.role) problems.push(`${at} follows another ${m.role} message`);
+    const content: readonly { type?: unknown }[] = Array.isArray(m.content) ? m.content : [];
+    for (const b of content) {
+      if (!validBlock(b, m.role)) problems.push(`${at} holds a block that is not valid there (${String(b?.type)})`);
+      else if (b.type === "text" && (b as TextBlock).text === "") problems.push(`${at} holds an empty text`);
+    }
+    if (m.role === "assistant") {
+      for (const b of content) {
+        if (b.type !== "tool_use") continue;
+        const id = (b as ToolUseBlock).id;
+        if (ids.has(id)) problems.push(`tool call id ${id} is used twice (${at})`);
+        ids.add(id);
+      }
+      const calls = content.filter((b): b is ToolUseBlock => b.type === "tool_use");
+      const next = messages[i + 1];
+      if (calls.length === 0) return;
+      if (!next) {
+        if (forRequest) problems.push(`the tool calls of ${at} (${calls.map((c) => c.name).join(", ")}) have no result`);
+        return;
+      }
+      const results = next.role === "user" && Array.isArray(next.content) ? next.content.filter((b): b is ToolResultBlock => b.type === "tool_result") : [];
+      for (const c of calls) {
+        const n = results.filter((r) => r.toolUseId === c.id).length;
+        if (n === 0) problems.push(`the call to ${c.name} (${c.id}) in ${at} has no result in the next message`);
+        if (n > 1) problems.push(`the call to ${c.name} (${c.id}) in ${at} has ${n} results`);
+      }
+    } else {
+      const prev = messages[i - 1];
+      const calls = prev?.role === "assistant" && Array.isArray(prev.content) ? prev.content.filter((b): b is ToolUseBlock => b.type === "tool_use").map((b) => b.id) : [];
+      let textSeen = false;
+      for (const b of content) {
+        if (b.type === "text") textSeen = true;
+        if (b.type !== "tool_result") continue;
+        const r = b as ToolResultBlock;
+        if (!calls.includes(r.toolUseId)) problems.push(`${at} holds a tool result (${r.toolUseId}) that answers no call of the message before it`);
+        if (textSeen) problems.push(`${at} holds a tool result after text`);
+      }
+    }
+  });
+  if (forRequest && messages.length > 0 && messages[messages.length - 1]?.role !== "user") problems.push("the history does not end with a user message");
+  return problems;
+}
+
+/** Whether MESSAGES keeps the rule. */
+export function isValidHistory(messages: readonly Message[], forRequest = false): boolean {
+  return historyProblems(messages, forRequest).length === 0;
+}
+
+function validBlock(b: { type?: unknown } | null | undefined, role: "user" | "assistant"): boolean {
+  if (b === null || typeof b !== "object") return false;
+  const x = b as Record<string, unknown>;
+  switch (b.type) {
+    case "text":
+      return typeof x.text === "string";
+    case "tool_use":
+      return role === "assistant" && typeof x.id === "string" && x.id !== "" && typeof x.name === "string" && x.name !== "" && x.input !== null && typeof x.input === "object" && !Array.isArray(x.input);
+    case "tool_result":
+      return role === "user" && typeof x.toolUseId === "string" && typeof x.content === "string";
+    default:
+      return false;
+  }
+}
+
+/** A call of the assistant message before: its id in the repaired history, its id as found, and whether it is answered. */
+interface OpenCall {
+  id: string;
+  original: string;
+  name: string;
+  answered: boolean;
+}
+
+/**
+ * MESSAGES brought under the rule, with the least change: a tool call without a result gets an
+ * error result saying it was interrupted (OPTIONS.interruptedBy, when known) and that its effect
+ * is unknown; results that answer nothing, or answer a call twice, are dropped; a later use of an
+ * id gets a new one (its result follows it); empty texts and messages go; two messages of one
+ * role in a row are joined (an assistant's calls are closed first); a history that starts with
+ * the assistant gets a user message saying its start was lost. Every block that can stay, stays,
+ * in its order: the text of an answer cut short is kept. MESSAGES is not changed.
+ */
+export function repairHistory(messages: readonly Message[], options: RepairOptions = {}): { messages: Message[]; repairs: Repair[] } {
+  const out: Message[] = [];
+  const repairs: Repair[] = [];
+  const ids = new Set<string>();
+  let open: OpenCall[] = [];
+
+  /** The result a call left without one gets: the one that came for it, or an error saying it was interrupted. */
+  const answer = (c: OpenCall): ToolResultBlock => {
+    const came = options.results?.get(c.original);
+    return came ? { ...came, toolUseId: c.id } : { type: "tool_result", toolUseId: c.id, content: interruptedResult(c.name, options.interruptedBy), isError: true };
+  };
+  const answered = (c: OpenCall, index: number): Repair =>
+    options.results?.has(c.original)
+      ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${c.name} returned; its result was kept` }
+      : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` };
+
+  const closeOpen = (): void => {
+    const missing = open.filter((c) => !c.answered);
+    open = [];
+    if (missing.length === 0) return;
+    out.push({ role: "user", content: missing.map(answer) });
+    for (const c of missing) repairs.push(answered(c, out.length - 1));
+  };
+
+  for (const [i, raw] of messages.entries()) {
+    const role = raw?.role;
+    const found: unknown[] = Array.isArray(raw?.content) ? raw.content : [];
+    if (role !== "user" && role !== "assistant") {
+      repairs.push({ kind: "bad-block", index: out.length, description: `message ${i + 1} had no valid role and was left out` });
+      continue;
+    }
+    const blocks = found.filter((b) => {
+      const ok = validBlock(b as { type?: unknown }, role);
+      if (!ok) repairs.push({ kind: "bad-block", index: out.length, description: `a block of message ${i + 1} that is not valid there was left out` });
+      return ok && !((b as { type: string }).type === "text" && (b as TextBlock).text === "");
+    }) as (TextBlock | ToolUseBlock | ToolResultBlock)[];
+
+    if (role === "assistant") {
+      const content = structuredClone(blocks.filter((b): b is TextBlock | ToolUseBlock => b.type !== "tool_result"));
+      if (content.length === 0) {
+        repairs.push({ kind: "empty", index: out.length, description: `an empty answer (message ${i + 1}) was left out` });
+        continue;
+      }
+      // The calls of an answer before this one, if any, are closed first.
+      closeOpen();
+      if (out.length === 0) {
+        out.push({ role: "user", content: [{ type: "text", text: LOST_START }] });
+        repairs.push({ kind: "lost-start", index: 0, description: "the history started with an answer; a note that its start was lost was put before it" });
+      }
+      const calls: OpenCall[] = [];
+      for (const b of content) {
+        if (b.type !== "tool_use") continue;
+        const original = b.id;
+        if (ids.has(b.id)) {
+          b.id = freshId(b.id, ids);
+          repairs.push({ kind: "duplicate-id", index: out.length, description: `tool call id ${original} was used again; the later call got id ${b.id}` });
+        }
+        ids.add(b.id);
+        calls.push({ id: b.id, original, name: b.name, answered: false });
+      }
+      const last = out[out.length - 1];
+      if (last?.role === "assistant") {
+        (last as AssistantMessage).content.push(...content);
+        repairs.push({ kind: "merged", index: out.length - 1, description: `two answers in a row (message ${i + 1}) were joined` });
+      } else {
+        out.push({ role: "assistant", content });
+      }
+      open = calls;
+      continue;
+    }
+
+    // A user message: results for the calls just made, in the calls' order, then text.
+    const results: ToolResultBlock[] = [];
+    for (const b of blocks) {
+      if (b.type !== "tool_result") continue;
+      const call = open.find((c) => !c.answered && c.original === b.toolUseId);
+      if (!call) {
+        const twice = open.some((c) => c.original === b.toolUseId);
+        repairs.push({
+          kind: twice ? "duplicate-result" : "orphan-result",
+          index: out.length,
+          description: twice ? `a second result for call ${b.toolUseId} was left out` : `a tool result (${b.toolUseId}) that answered no call was left out`,
+        });
+        continue;
+      }
+      call.answered = true;
+      results.push({ ...b, toolUseId: call.id });
+    }
+    const texts = structuredClone(blocks.filter((b): b is TextBlock => b.type === "text"));
+    // Calls this message leaves unanswered get their result in it, in order with the others.
+    const missing = open.filter((c) => !c.answered);
+    for (const c of missing) repairs.push(answered(c, out.length));
+    const ordered: ToolResultBlock[] = open.map((c) => results.find((r) => r.toolUseId === c.id) ?? answer(c));
+    const hadOpen = open.length > 0;
+    open = [];
+    const content: UserMessage["content"] = [...ordered, ...texts];
+    if (content.length === 0) {
+      repairs.push({ kind: "empty", index: out.length, description: `an empty message (message ${i + 1}) was left out` });
+      continue;
+    }
+    const last = out[out.length - 1];
+    if (last?.role === "user" && !hadOpen) {
+      (last as UserMessage).content.push(...texts);
+      if (texts.length > 0) repairs.push({ kind: "merged", index: out.length - 1, description: `two user messages in a row (message ${i + 1}) were joined` });
+    } else {
+      out.push({ role: "user", content });
+    }
+  }
+  closeOpen();
+  return { messages: out, repairs };
+}
+
+function freshId(id: string, taken: ReadonlySet<string>): string {
+  const base = id.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 56) || "call";
+  for (let n = 2; ; n++) {
+    const candidate = `${base}_r${n}`;
+    if (!taken.has(candidate)) return candidate;
+  }
+}
+
+/** The tools of the calls REPAIRS answered as interrupted. */
+export function interruptedTools(repairs: readonly Repair[]): string[] {
+  return repairs.flatMap((r) => (r.kind === "interrupted-call" && r.tool ? [r.tool] : []));
+}

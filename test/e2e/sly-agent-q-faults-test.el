@@ -1,0 +1,333 @@
+;;; sly-agent-q-faults-test.el --- Kill anything at any message: the conversation goes on  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The fault-injection suite.  A scripted conversation of three turns
+;; and a compaction (a streamed answer, two calls in one message, one
+;; of them an evaluation in the image that takes a second, a write
+;; that asks for approval, an edit reviewed as a diff, the summary) is
+;; run once with the real server, the mock model, this Emacs and a real
+;; SBCL under SLIME, counting the JSON-RPC messages between Emacs and
+;; the server.  Then it is run again once per message index N, the
+;; server killed (SIGKILL) right after message N went by; and for a
+;; sample of points the image killed instead, or the Emacs side lost
+;; (its chat gone and the server's input closed, as when Emacs dies),
+;; after which a new chat resumes the conversation from the list.
+;; Each run then sends one more turn, which must finish, and the saved
+;; conversation must hold every answer and tool result the user saw.
+;; The table of points tried, conversations that could not continue
+;; and messages lost is printed; both counts must be 0.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "../elisp/sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+(require 'sly-agent-q-sessions)
+
+(declare-function slime-start "ext:slime")
+(declare-function slime-connected-p "ext:slime")
+(declare-function slime-eval "ext:slime")
+(declare-function slime-inferior-process "ext:slime")
+(declare-function slime-disconnect "ext:slime")
+
+;;;; The image
+
+(defvar faults--ready nil "Set when SLIME has finished connecting.")
+
+(defun faults--set-ready ()
+  "Note that SLIME has finished connecting."
+  (setq faults--ready t))
+
+(defun faults-connect ()
+  "Make sure SBCL is connected through SLIME."
+  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
+  (unless (sly-agent-q-dev-require-slime) (ert-skip "slime is not available"))
+  (unless (slime-connected-p)
+    (setq faults--ready nil)
+    (add-hook 'slime-connected-hook #'faults--set-ready)
+    (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+    (sly-agent-q-test-wait (lambda () (and faults--ready (slime-connected-p))) 120 "the Lisp to connect")))
+
+(defun faults-kill-image ()
+  "Kill the SBCL process under SLIME."
+  (let ((proc (ignore-errors (slime-inferior-process (sly-agent-q-bridge-current-connection)))))
+    (when (process-live-p proc) (signal-process proc 'kill))))
+
+;;;; The scripted conversation
+
+(defconst faults-script
+  `((steps
+     . [;; Turn 1: a streamed text and two calls in one message, one of them a second in the image.
+        ((content . [((type . "text") (text . "Let me look at both of them, one after the other."))
+                     ((type . "tool_use") (name . "describe_symbol") (input . ((symbol . "cl:car"))))
+                     ((type . "tool_use") (name . "eval_form")
+                      (input . ((form . "(progn (sleep 1) (+ 1 2))") (package . "CL-USER"))))])
+         (text_delta_chars . 8) (chunk_delay_ms . 5))
+        ((content . [((type . "text") (text . "The sum is {{last_tool_result}}."))]))
+        ;; Turn 2: a write that asks for approval, then an edit reviewed as a diff.
+        ((content . [((type . "tool_use") (name . "write_file")
+                      (input . ((path . "notes.lisp") (content . "(defvar *x* 1)\n"))))]))
+        ((content . [((type . "tool_use") (name . "propose_file_edit")
+                      (input . ((path . "notes.lisp") (description . "Raise it")
+                                (new_content . "(defvar *x* 2)\n"))))]))
+        ((content . [((type . "text") (text . "Written and raised."))]))
+        ;; Turn 3.
+        ((content . [((type . "text") (text . "Nothing more to do."))]))
+        ;; The compaction's summary.
+        ((content . [((type . "text") (text . "They looked at CAR, summed, wrote notes.lisp."))]))]))
+  "What the model says in the conversation, step by step.")
+
+(defconst faults-turns '("Look at CAR and sum" "Write the notes" "Anything else?")
+  "The user's texts of the conversation's turns.")
+
+(defun faults-set-script (script)
+  "Make the mock play SCRIPT from its first step."
+  (let ((url-request-method "POST")
+        (url-request-extra-headers '(("Content-Type" . "application/json")))
+        (url-request-data (encode-coding-string (json-encode script) 'utf-8)))
+    (kill-buffer (url-retrieve-synchronously (concat sly-agent-q-test-mock-url "/_script") t t 5))))
+
+;;;; Counting the protocol's messages, and killing after one
+
+(defvar faults--count 0 "JSON-RPC messages between Emacs and the server in this run.")
+(defvar faults--kill nil "(N . TARGET): kill TARGET right after message N, or nil.")
+(defvar faults--killed nil "Non-nil once this run's fault was injected.")
+(defvar faults--seen nil "What the user was shown this run: answers' texts and tool results.")
+(defvar faults--victim nil "The server process this run's fault ended, if any.")
+
+(defun faults--server-process ()
+  "The server's process."
+  (let ((conn (sly-agent-q-server-connection)))
+    (and conn (jsonrpc--process conn))))
+
+(defun faults--message (_conn &rest _)
+  "Count one message; inject the fault when it is the one."
+  (cl-incf faults--count)
+  (when (and faults--kill (not faults--killed) (= faults--count (car faults--kill)))
+    (setq faults--killed t)
+    (pcase (cdr faults--kill)
+      ('server (let ((p (faults--server-process)))
+                 (setq faults--victim p)
+                 (when (process-live-p p) (signal-process p 'kill))))
+      ('emacs (let ((p (faults--server-process)))
+                (setq faults--victim p)
+                ;; Emacs dying closes the server's input: that is what the server sees.
+                (when (process-live-p p) (ignore-errors (process-send-eof p)))))
+      ('image (faults-kill-image)))))
+
+(defun faults--received (_conn message)
+  "Note what MESSAGE from the server shows the user."
+  (let ((method (plist-get message :method))
+        (params (plist-get message :params)))
+    (pcase method
+      ("chat/toolResult" (push (plist-get params :content) faults--seen))
+      ("chat/turnFinished" (let ((text (plist-get params :text)))
+                             (unless (string-empty-p text) (push text faults--seen)))))))
+
+(defun faults--install ()
+  "Watch every message sent and received."
+  (advice-add 'jsonrpc-connection-send :after #'faults--message)
+  (advice-add 'jsonrpc-connection-receive :after #'faults--message)
+  (advice-add 'jsonrpc-connection-receive :before #'faults--received))
+
+(defun faults--uninstall ()
+  "Stop watching."
+  (advice-remove 'jsonrpc-connection-send #'faults--message)
+  (advice-remove 'jsonrpc-connection-receive #'faults--message)
+  (advice-remove 'jsonrpc-connection-receive #'faults--received))
+
+;;;; One run
+
+(defun faults--wait (pred seconds)
+  "Wait up to SECONDS for PRED; return its value, or nil."
+  (let ((deadline (+ (float-time) seconds)) value)
+    (while (and (not (setq value (funcall pred))) (< (float-time) deadline))
+      (accept-process-output nil 0.02))
+    value))
+
+(defun faults--ensure-server ()
+  "Start the server unless it runs; return non-nil once it is ready."
+  (let (ready err)
+    (sly-agent-q-server-ensure (lambda (conn e) (setq ready conn err e)))
+    (and (faults--wait (lambda () (or ready err)) 20) (not err))))
+
+(defun faults--send (text)
+  "Send TEXT in the chat; return its outcome plist, or nil when it never ends.
+A turn that never ends is cancelled, and the chat shown in the log."
+  (let (outcome)
+    (sly-agent-q-send text (lambda (o) (setq outcome o)))
+    (or (faults--wait (lambda () outcome) 60)
+        (progn
+          (message "faults: the turn %S never ended; the chat:\n%s" text (sly-agent-q-test-chat-text))
+          (with-current-buffer (sly-agent-q-chat-buffer) (ignore-errors (sly-agent-q-cancel)))
+          (faults--wait (lambda () outcome) 10)
+          nil))))
+
+(defun faults--compact (id)
+  "Compact conversation ID; return non-nil once the server answered, whatever it answered."
+  (let (done)
+    (sly-agent-q-server-request 'conversation/compact (list :conversationId id)
+                                (lambda (_) (setq done t)) (lambda (_) (setq done t)))
+    (faults--wait (lambda () done) 30)))
+
+(defun faults--conversation ()
+  "Play the conversation, up to its end or the fault that stops it."
+  (cl-block nil
+    (dolist (text faults-turns)
+      (let ((outcome (faults--send text)))
+        (when (or faults--killed (not (eq (plist-get outcome :status) 'finished)))
+          (cl-return))))
+    (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer))))
+      (when id (faults--compact id)))))
+
+(defun faults--saved-texts (id)
+  "Every text and tool result of saved conversation ID's history, or :unreadable."
+  (let (result err)
+    (sly-agent-q-server-request 'conversation/resume (list :conversationId id)
+                                (lambda (r) (setq result r)) (lambda (e) (setq err (or e t))))
+    (faults--wait (lambda () (or result err)) 10)
+    (if (not result) :unreadable
+      (cl-loop for m across (plist-get result :messages)
+               append (cl-loop for b across (plist-get m :content)
+                               collect (or (plist-get b :text) (plist-get b :content)))))))
+
+(defun faults--fresh-chat ()
+  "Forget the chat buffer, as a new Emacs would not have it."
+  (when (get-buffer sly-agent-q-chat-buffer-name)
+    (let ((kill-buffer-query-functions nil))
+      (kill-buffer sly-agent-q-chat-buffer-name))))
+
+(defun faults-run (kill)
+  "Run the conversation with fault KILL, (N . TARGET) or nil; recover; judge.
+Return a plist: :messages counted, :continued, :lost (the texts the
+user saw that the saved conversation lacks)."
+  (faults-connect)
+  (faults--fresh-chat)
+  (unless (sly-agent-q-server-ready-p) (faults--ensure-server))
+  (faults-set-script faults-script)
+  (setq faults--count 0 faults--kill kill faults--killed nil faults--seen nil faults--victim nil)
+  (faults--conversation)
+  (let ((counted faults--count)
+        (id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer))))
+    (setq faults--kill nil)
+    ;; The user goes on once the chat said the server died (its sentinel ran).
+    (when faults--victim
+      (faults--wait (lambda () (and (not (process-live-p faults--victim))
+                                    (not (sly-agent-q-server-ready-p))))
+                    10))
+    ;; After the fault: a server again, and for a lost Emacs a new chat resumed from its file.
+    (when (eq (cdr kill) 'emacs)
+      (sly-agent-q-server-stop)
+      (faults--fresh-chat))
+    (unless (sly-agent-q-server-ready-p) (faults--ensure-server))
+    (when (and id (eq (cdr kill) 'emacs))
+      (let (shown)
+        (sly-agent-q-sessions-resume id (lambda (b) (setq shown b)))
+        (faults--wait (lambda () shown) 10)))
+    (faults-set-script `((steps . [((content . [((type . "text") (text . "Recovered."))]))])))
+    (let* ((outcome (faults--send "One more turn"))
+           (continued (eq (plist-get outcome :status) 'finished))
+           (now (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+           (saved (and id (equal now id) (faults--saved-texts id)))
+           (lost (cond ((null id) nil)
+                       ((not (equal now id)) faults--seen)
+                       ((eq saved :unreadable) faults--seen)
+                       (t (cl-remove-if (lambda (s) (member s saved)) faults--seen)))))
+      (message "faults: %s: %d messages, %s, %d shown, %d lost" (or kill "clean") counted
+               (if continued "continued" "NOT continued") (length faults--seen) (length lost))
+      (list :messages counted :continued continued :lost lost :injected faults--killed
+            :detail (unless continued (or (plist-get outcome :message) "no outcome"))))))
+
+;;;; The suite
+
+(defun faults--points (count)
+  "The faults to try for a conversation of COUNT messages.
+SLY_AGENT_Q_FAULTS_EVERY=K tries the server's every Kth message only
+\(while working on the suite)."
+  (append (mapcar (lambda (n) (cons n 'server))
+                  (number-sequence 1 count (max 1 (string-to-number (or (getenv "SLY_AGENT_Q_FAULTS_EVERY") "1")))))
+          ;; A sample: the image at its call and around it, Emacs at a few points.
+          (mapcar (lambda (n) (cons n 'image)) (list 2 (/ count 4) (/ count 3)))
+          (mapcar (lambda (n) (cons n 'emacs)) (list (/ count 4) (/ count 2) (- count 3)))))
+
+(defun faults--approve (request callback)
+  "Approve REQUEST, or accept all its hunks when it is a diff review, through CALLBACK."
+  (funcall callback (if (plist-get request :hunks)
+                        (list :accepted_hunks (vconcat (mapcar (lambda (h) (plist-get h :index))
+                                                               (plist-get request :hunks))))
+                      '(:decision "approved"))))
+
+(defun faults--table (count rows seconds)
+  "Print the table of ROWS for a conversation of COUNT messages, run in SECONDS.
+It goes to the file SLY_AGENT_Q_FAULTS_TABLE names too, for the
+suite's runner to show."
+  (let ((lines
+         (append
+          (list (format "faults: the conversation has %d protocol messages; %d fault points tried in %.0f s"
+                        count (length rows) seconds)
+                (format "faults: %-8s %6s %14s %14s" "killed" "points" "not continued" "messages lost"))
+          (mapcar (lambda (target)
+                    (let ((mine (if (eq target 'all) rows
+                                  (cl-remove-if-not (lambda (row) (eq (cdar row) target)) rows))))
+                      (format "faults: %-8s %6d %14d %14d" target (length mine)
+                              (cl-count-if-not (lambda (row) (plist-get (cdr row) :continued)) mine)
+                              (apply #'+ (mapcar (lambda (row) (length (plist-get (cdr row) :lost))) mine)))))
+                  '(server image emacs all))))
+        (file (getenv "SLY_AGENT_Q_FAULTS_TABLE")))
+    (dolist (line lines) (message "%s" line))
+    (when (and file (not (string-empty-p file)))
+      (write-region (concat (mapconcat #'identity lines "\n") "\n") nil file))))
+
+(ert-deftest faults-kill-after-every-message ()
+  "Kill the server after each protocol message (and the image or Emacs at some): every conversation goes on."
+  (faults-connect)
+  (let* ((sly-agent-q-project-root (file-name-as-directory (make-temp-file "agent-q-faults" t)))
+         (sly-agent-q-server-auto-restart nil)
+         (start (float-time)))
+    (sly-agent-q-test-with-server '((steps . []))
+      ;; The user approves the write and accepts every hunk of the review.
+      (setq sly-agent-q-approval-function #'faults--approve)
+      (faults--install)
+      (unwind-protect
+          (let* ((clean (faults-run nil))
+                 (count (plist-get clean :messages))
+                 (rows nil))
+            (should (plist-get clean :continued))
+            (should (> count 30))
+            (dolist (point (faults--points count))
+              (let ((r (faults-run point)))
+                (push (cons point r) rows)
+                (unless (and (plist-get r :continued) (null (plist-get r :lost)))
+                  (message "faults: after message %d, %s killed: %s%s" (car point) (cdr point)
+                           (if (plist-get r :continued) "continued" (format "could not continue (%s)" (plist-get r :detail)))
+                           (if (plist-get r :lost) (format "; lost %S" (plist-get r :lost)) "")))))
+            (let ((broken (cl-count-if-not (lambda (row) (plist-get (cdr row) :continued)) rows))
+                  (lost (apply #'+ (mapcar (lambda (row) (length (plist-get (cdr row) :lost))) rows))))
+              (faults--table count rows (- (float-time) start))
+              ;; Every fault was injected: its message came.
+              (should (cl-every (lambda (row) (plist-get (cdr row) :injected)) rows))
+              (should (= broken 0))
+              (should (= lost 0))))
+        (faults--uninstall)
+        (delete-directory sly-agent-q-project-root t)))))
+
+(provide 'sly-agent-q-faults-test)
+;;; sly-agent-q-faults-test.el ends here

@@ -1,0 +1,184 @@
+// The rule for a valid history and its repair (history-rules.ts): unit cases for each fault a
+// process's death or a bad file can leave, and properties over random histories cut at random
+// points, checked by the rule and by the mock's validators of both wire formats (what the real
+// APIs accept).
+
+import { describe, expect, it } from "vitest";
+import { historyProblems, interruptedResult, isValidHistory, repairHistory } from "../../server/agent/history-rules.js";
+import { toMessageParam } from "../../server/llm/anthropic.js";
+import { toMessages } from "../../server/llm/openai.js";
+import type { AssistantMessage, Message, UserMessage } from "../../server/llm/provider.js";
+import { validateAnthropic, validateOpenAI } from "../fixtures/mock-llm/server.mjs";
+
+const user = (text: string): UserMessage => ({ role: "user", content: [{ type: "text", text }] });
+const say = (text: string): AssistantMessage => ({ role: "assistant", content: [{ type: "text", text }] });
+const call = (id: string, name = "eval_form", text?: string): AssistantMessage => ({
+  role: "assistant",
+  content: [...(text ? [{ type: "text" as const, text }] : []), { type: "tool_use", id, name, input: { form: "(+ 1 2)" } }],
+});
+const result = (id: string, content = "3"): UserMessage => ({ role: "user", content: [{ type: "tool_result", toolUseId: id, content, isError: false }] });
+
+/** What the mock (the real APIs' rules) says of HISTORY sent as a request, a user text added when it ends with an answer. */
+function wireProblems(history: readonly Message[]): { anthropic?: string; openai?: string } {
+  const messages = history[history.length - 1]?.role === "user" ? history : [...history, user("next")];
+  return {
+    anthropic: validateAnthropic({ model: "m", max_tokens: 10, messages: messages.map(toMessageParam) }),
+    openai: validateOpenAI({ model: "m", messages: toMessages("system", messages) }),
+  };
+}
+
+describe("the history rule", () => {
+  it("accepts a complete conversation, and one that ends with an answer", () => {
+    const h: Message[] = [user("hi"), call("a", "eval_form", "Let me see."), result("a"), say("It is 3.")];
+    expect(historyProblems(h, true)).toEqual(["the history does not end with a user message"]);
+    expect(isValidHistory(h)).toBe(true);
+    expect(isValidHistory([...h, user("more")], true)).toBe(true);
+  });
+
+  it("names each way a history can be broken", () => {
+    expect(historyProblems([user("hi"), call("a")], true)).toEqual(expect.arrayContaining([expect.stringMatching(/eval_form.*have no result/)]));
+    expect(historyProblems([user("hi"), call("a"), user("go on")])).toEqual([expect.stringMatching(/call to eval_form \(a\) .* has no result/)]);
+    expect(historyProblems([user("hi"), say("x"), result("zz")])).toEqual([expect.stringMatching(/answers no call/)]);
+    expect(historyProblems([say("x")])).toContain("the first message is not the user's");
+    expect(historyProblems([user("a"), user("b")])).toEqual([expect.stringMatching(/follows another user message/)]);
+    expect(historyProblems([user("a"), { role: "assistant", content: [] }])).toEqual([expect.stringMatching(/is empty/)]);
+    expect(historyProblems([user("a"), call("x"), result("x"), call("x"), result("x")])).toEqual([expect.stringMatching(/id x is used twice/)]);
+    expect(historyProblems([user("a"), call("x"), { role: "user", content: [{ type: "text", text: "t" }, { type: "tool_result", toolUseId: "x", content: "", isError: false }] }])).toEqual([
+      expect.stringMatching(/tool result after text/),
+    ]);
+  });
+});
+
+describe("the repair", () => {
+  it("answers a call the server died in with an error saying it was interrupted, by what, and that its effect is unknown", () => {
+    const { messages, repairs } = repairHistory([user("run it"), call("a", "eval_form", "Running.")], { interruptedBy: "the server stopped while it ran" });
+    expect(messages).toEqual([
+      user("run it"),
+      call("a", "eval_form", "Running."),
+      { role: "user", content: [{ type: "tool_result", toolUseId: "a", content: interruptedResult("eval_form", "the server stopped while it ran"), isError: true }] },
+    ]);
+    expect(messages[2]!.content[0]).toMatchObject({ content: expect.stringMatching(/interrupted \(the server stopped while it ran\).*may or may not have happened/) });
+    expect(repairs).toEqual([expect.objectContaining({ kind: "interrupted-call", tool: "eval_form", index: 2 })]);
+  });
+
+  it("puts the missing result before the user's text when the text was appended after the call (the saved file of the old fault)", () => {
+    const { messages } = repairHistory([user("run it"), call("a"), user("go on")]);
+    expect(messages).toHaveLength(3);
+    expect(messages[2]!.content.map((b) => b.type)).toEqual(["tool_result", "text"]);
+    expect(isValidHistory(messages, true)).toBe(true);
+  });
+
+  it("drops orphan and repeated results, joins messages of one role, renames a reused id with its result", () => {
+    const { messages, repairs } = repairHistory([say("lost start"), result("nobody"), user("a"), user("b"), call("x"), result("x"), result("x"), call("x"), result("x")]);
+    expect(isValidHistory(messages)).toBe(true);
+    expect(repairs.map((r) => r.kind)).toEqual(expect.arrayContaining(["lost-start", "orphan-result", "merged", "duplicate-id"]));
+    const ids = messages.flatMap((m) => m.content.flatMap((b) => (b.type === "tool_use" ? [b.id] : [])));
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(wireProblems(messages)).toEqual({ anthropic: undefined, openai: undefined });
+  });
+
+  it("changes nothing in a valid history", () => {
+    const h: Message[] = [user("hi"), call("a", "eval_form", "Let me see."), result("a"), say("It is 3.")];
+    expect(repairHistory(h)).toEqual({ messages: h, repairs: [] });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------
+// Properties over random histories (a small seeded generator: a failure prints its seed).
+
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A valid conversation of a few turns: text, answers with 0-3 calls, their results, text joined to results. */
+function randomHistory(r: () => number): Message[] {
+  const pick = (n: number) => Math.floor(r() * n);
+  const out: Message[] = [user(`question ${pick(1000)}`)];
+  let n = 0;
+  const turns = 1 + pick(4);
+  for (let t = 0; t < turns; t++) {
+    const steps = pick(3);
+    for (let s = 0; s <= steps; s++) {
+      const calls = s < steps ? 1 + pick(3) : 0;
+      const content: AssistantMessage["content"] = [];
+      if (calls === 0 || r() < 0.6) content.push({ type: "text", text: `answer ${pick(1000)}` });
+      for (let c = 0; c < calls; c++) content.push({ type: "tool_use", id: `toolu_${++n}`, name: ["eval_form", "read_buffer", "write_file"][pick(3)]!, input: { n } });
+      out.push({ role: "assistant", content });
+      if (calls > 0) {
+        const ids = content.flatMap((b) => (b.type === "tool_use" ? [b.id] : []));
+        out.push({ role: "user", content: ids.map((id) => ({ type: "tool_result" as const, toolUseId: id, content: `result of ${id}`, isError: r() < 0.2 })) });
+      }
+    }
+    if (t < turns - 1) {
+      // The next turn's text: a message of its own, or joined to results (a turn that stopped at the step limit).
+      const last = out[out.length - 1]!;
+      if (last.role === "user") last.content.push({ type: "text", text: `follow-up ${pick(1000)}` });
+      else out.push(user(`follow-up ${pick(1000)}`));
+    }
+  }
+  return out;
+}
+
+/** HISTORY cut at a random point: the messages before it whole, the one at it with its first blocks only (a write or a stream cut short). */
+function cut(history: readonly Message[], r: () => number): { messages: Message[]; whole: number } {
+  const at = Math.floor(r() * (history.length + 1));
+  const messages = structuredClone(history.slice(0, at));
+  const partial = history[at];
+  if (partial && r() < 0.5) {
+    const blocks = Math.floor(r() * partial.content.length);
+    if (blocks > 0) messages.push({ ...structuredClone(partial), content: structuredClone(partial.content.slice(0, blocks)) } as Message);
+  }
+  return { messages, whole: at };
+}
+
+/** The blocks of MESSAGES, in order, without the results the repair wrote. */
+const keptBlocks = (messages: readonly Message[]) => messages.flatMap((m) => m.content.filter((b) => !(b.type === "tool_result" && b.isError && b.content.includes("was interrupted"))).map((b) => ({ role: m.role, b })));
+
+describe("repair on random histories cut at random points", () => {
+  const RUNS = 400;
+  it(`always gives a valid history that both wire formats accept, keeping every block that was written (${RUNS} seeds)`, () => {
+    for (let seed = 1; seed <= RUNS; seed++) {
+      const r = rng(seed);
+      const full = randomHistory(r);
+      expect(isValidHistory(full), `seed ${seed}: generator`).toBe(true);
+      const { messages } = cut(full, r);
+      const repaired = repairHistory(messages).messages;
+      expect(historyProblems(repaired), `seed ${seed}`).toEqual([]);
+      if (repaired.length > 0) expect(wireProblems(repaired), `seed ${seed}`).toEqual({ anthropic: undefined, openai: undefined });
+      // Every complete message, and what was written of the one cut short, is kept in its order.
+      const written = messages.flatMap((m) => m.content.map((b) => ({ role: m.role, b })));
+      expect(keptBlocks(repaired), `seed ${seed}`).toEqual(written);
+      // Repairing again changes nothing.
+      expect(repairHistory(repaired), `seed ${seed}`).toEqual({ messages: repaired, repairs: [] });
+    }
+  });
+
+  it(`always gives a valid history after random damage: messages dropped, repeated or swapped (${RUNS} seeds)`, () => {
+    for (let seed = 1; seed <= RUNS; seed++) {
+      const r = rng(seed * 7919);
+      const damaged = structuredClone(randomHistory(r));
+      const faults = 1 + Math.floor(r() * 3);
+      for (let f = 0; f < faults && damaged.length > 0; f++) {
+        const i = Math.floor(r() * damaged.length);
+        const kind = Math.floor(r() * 3);
+        if (kind === 0) damaged.splice(i, 1);
+        else if (kind === 1) damaged.splice(i, 0, structuredClone(damaged[i]!));
+        else if (i + 1 < damaged.length) [damaged[i], damaged[i + 1]] = [damaged[i + 1]!, damaged[i]!];
+      }
+      const repaired = repairHistory(damaged).messages;
+      expect(historyProblems(repaired), `seed ${seed}`).toEqual([]);
+      if (repaired.length > 0) expect(wireProblems(repaired), `seed ${seed}`).toEqual({ anthropic: undefined, openai: undefined });
+      expect(repairHistory(repaired).repairs, `seed ${seed}`).toEqual([]);
+      // No text is lost: every text block of the damaged history is in the repaired one.
+      const texts = (ms: readonly Message[]) => ms.flatMap((m) => m.content.flatMap((b) => (b.type === "text" ? [b.text] : [])));
+      expect(texts(repaired).filter((t) => !t.startsWith("[The beginning"))).toEqual(texts(damaged));
+    }
+  });
+});
