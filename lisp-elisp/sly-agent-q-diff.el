@@ -635,8 +635,6 @@ undecided hunks count as rejected.
          ("^## Hunk [0-9]+ of [0-9]+: \\(PENDING\\)" 1 'warning t)))
   (setq-local diff-update-on-the-fly nil)
   (setq-local diff-font-lock-syntax 'hunk-only)
-  (remove-hook 'after-change-functions #'diff-after-change-function t)
-  (remove-hook 'post-command-hook #'diff-post-command-hook t)
   (setq-local revert-buffer-function
               (lambda (&rest _) (sly-agent-q-diff-redisplay)))
   (setq-local sly-agent-q-protected-buffer t)
@@ -653,7 +651,11 @@ undecided hunks count as rejected.
          (buffer (generate-new-buffer
                   (format "*sly-agent-q-diff: %s*" (plist-get proposal :rel)))))
     (with-current-buffer buffer
-      (sly-agent-q-diff-review-mode)
+      ;; The review's text is the product's: diff-mode must not fix up its hunk
+      ;; headers as they are redrawn.  `diff-mode' reads this option when it
+      ;; starts (Emacs 28 installs its change hooks, Emacs 30 its change tracker).
+      (let ((diff-update-on-the-fly nil))
+        (sly-agent-q-diff-review-mode))
       (setq default-directory root)
       (setq sly-agent-q-diff--current
             (sly-agent-q-diff--make-review

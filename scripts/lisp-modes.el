@@ -43,9 +43,11 @@ Return non-nil when it is loaded."
   "Activate the system's Emacs packages (Debian's elpa-* ones) under `emacs -Q'."
   (let ((version-dir (file-name-directory (directory-file-name data-directory))))
     ;; What Debian's site start-up adds to `package-directory-list'.
-    (dolist (d (list (expand-file-name "site-lisp/elpa" version-dir)
+    ;; SAQ_SYSTEM_ELPA names them for an Emacs unpacked elsewhere (scripts/ensure-emacs30.sh).
+    (dolist (d (list (getenv "SAQ_SYSTEM_ELPA")
+                     (expand-file-name "site-lisp/elpa" version-dir)
                      (expand-file-name "../site-lisp/elpa" version-dir)))
-      (when (file-directory-p d) (add-to-list 'package-directory-list d t)))
+      (when (and d (file-directory-p d)) (add-to-list 'package-directory-list d t)))
     (package-initialize)))
 
 (defun sly-agent-q-dev-require-package-lint ()

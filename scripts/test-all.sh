@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/vendor-sly.sh
 
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
-        "security:test/security/run.sh")
+        "security:test/security/run.sh" "emacs30:scripts/test-emacs30.sh")
 summary=()
 total_pass=0 total_fail=0 total_skip=0 status=0
 
