@@ -347,7 +347,7 @@ nothing in them can draw a line of the approval."
                (funcall line "target" (concat "buffer " (sly-agent-q-display-line buffer)))
                (if diff (funcall line "the target is" "changed (d shows the diff of its text)") "")))
       (detail (funcall line "target" (sly-agent-q-display-line detail)))
-      (t ""))
+      (t (funcall line "target" "what the arguments below name")))
      (if (and detail (or path buffer))
          (funcall line "acts on" (sly-agent-q-display-line detail))
        "")

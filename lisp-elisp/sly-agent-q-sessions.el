@@ -84,7 +84,7 @@ it, d deletes its file, e exports it, g reads the list again.
   "The ISO 8601 time ISO as local \"YYYY-MM-DD HH:MM\"."
   (condition-case nil
       (format-time-string "%Y-%m-%d %H:%M" (encode-time (iso8601-parse iso)))
-    (error (or iso ""))))
+    (error (sly-agent-q-display-line iso 40))))
 
 (defun sly-agent-q-sessions--entry (summary)
   "The `tabulated-list-entries' entry of the saved conversation SUMMARY."
