@@ -137,9 +137,12 @@ line of data (`sly-agent-q-display-line')."
         (msg (plist-get params :message)))
     (sly-agent-q-mcp--log "MCP server %s: %s%s" name status
                           (if msg (format " (%s)" msg) ""))
-    (unless (equal status "connected")
-      (message "sly-agent-q: %s" (sly-agent-q-display-line
-                                  (or msg (format "MCP server %s %s" name status)))))))
+    ;; Connected with a message: some of its tools were renamed or refused.
+    (cond ((not (equal status "connected"))
+           (message "sly-agent-q: %s" (sly-agent-q-display-line
+                                       (or msg (format "MCP server %s %s" name status)))))
+          (msg (message "sly-agent-q: MCP server %s: %s"
+                        (sly-agent-q-display-line name 64) (sly-agent-q-display-line msg))))))
 
 
 ;;;; Serving

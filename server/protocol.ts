@@ -779,7 +779,8 @@ export interface McpClientConfigureParams {
   levels?: Record<string, SafetyLevel>;
 }
 export interface McpClientConfigureResult {
-  servers: { name: string; ok: boolean; tools: string[]; error?: string }[];
+  /** NOTES: the server's tools renamed or refused (their names drawn as data). */
+  servers: { name: string; ok: boolean; tools: string[]; error?: string; notes?: string[] }[];
 }
 export interface McpServerStatusParams {
   name: string;
