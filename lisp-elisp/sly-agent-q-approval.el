@@ -243,7 +243,7 @@ CALL's cancellation marks it cancelled."
              (buffer-name buf))))
 
 (defun sly-agent-q-approval--asker (request)
-  "Who asks for REQUEST, as the product says it: the chat, or a named MCP client."
+  "Return who asks for REQUEST, in the product's words: the chat or an MCP client."
   (if (plist-get request :client)
       (concat "MCP client calling itself " (sly-agent-q-display-name (plist-get request :client)))
     "the model in this chat"))
