@@ -169,6 +169,17 @@ It adds the rule (:action ask :category \"evaluation\") to
 `dangerous' everything (dangerous tools always ask for approval)."
   :type '(choice (const safe) (const cautious) (const dangerous)))
 
+(defcustom sly-agent-q-read-outside-project 'ask
+  "Whether read_definition may read a definition's source outside the project root.
+The image may have loaded the definition from a library's file (or
+any file it ever loaded); reading it is read-only, but the text
+goes to the model.  `allow' reads it, `ask' asks you each time
+\(naming the file), `deny' refuses.  Enforced by the server's
+policy, like the file tools' own confinement."
+  :type '(choice (const :tag "Allow (read-only)" allow)
+                 (const :tag "Ask each time" ask)
+                 (const :tag "Deny" deny)))
+
 (defcustom sly-agent-q-server-log-level "info"
   "The server's log level (its log goes to the stderr buffer)."
   :type '(choice (const "debug") (const "info") (const "warn") (const "error")))
@@ -403,6 +414,8 @@ setting left out would keep an old one in force."
                                    (round (* 1000 (symbol-value 'sly-agent-q-helpers-load-timeout))))
           :maxSafetyLevel (and sly-agent-q-max-safety-level
                                (format "%s" sly-agent-q-max-safety-level))
+          :readOutsideProject (and sly-agent-q-read-outside-project
+                                   (format "%s" sly-agent-q-read-outside-project))
           :projectRoot (sly-agent-q-server-project-root)
           :conversationDirectory (sly-agent-q-server-conversation-directory)
           :contextWindow sly-agent-q-context-window

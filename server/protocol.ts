@@ -262,6 +262,11 @@ export interface Configuration {
    * parameters and invalid patterns are rejected with invalidConfiguration.
    */
   permissionRules?: PermissionRule[];
+  /**
+   * Whether read_definition may read the source of a loaded definition whose file is outside the
+   * project root (a library's): allow (read-only), ask (an approval each time, the default) or deny.
+   */
+  readOutsideProject?: RuleAction;
   /** The most dangerous level offered to the model (default dangerous: all, with approval). */
   maxSafetyLevel?: SafetyLevel;
   /** Only tools with one of these categories (default: all). */

@@ -21,6 +21,12 @@ export interface ToolContext {
   emacs?: EmacsPort;
   /** The REPL's current package, as Emacs last told us; the image helpers' default package. */
   currentPackage?: string;
+  /**
+   * Before a handler reads PATH outside the project root (a loaded definition's source): the policy's
+   * readOutsideProject rule decides, asking the user when it says ask. Throws a ToolError when the
+   * read may not happen. Set by the executor.
+   */
+  readOutside?: (path: string) => Promise<void>;
   /** Where a handler reports what call CALLID changed in files and buffers (kept for rewinding). */
   reportChanges?: (callId: string, changes: Change[]) => void;
 }

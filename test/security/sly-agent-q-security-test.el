@@ -299,7 +299,7 @@
           (should (string-match-p "┃ target: file victim\\.txt$" chat))
           (should (string-match-p "more lines cut, [0-9]+ characters in all" chat))
           (should (< (string-search "path: \"docs/readme.txt/../../victim.txt\"" chat)
-                     (string-search "content: " chat))))
+                     (string-search "╎ content:" chat))))
         ;; d shows the real target's change in diff-mode.
         (with-current-buffer (sly-agent-q-approval-show-diff)
           (should (eq major-mode 'diff-mode))
