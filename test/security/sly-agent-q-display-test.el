@@ -27,6 +27,7 @@
 (require 'sly-agent-q-sessions)
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-debugger)
+(require 'sly-agent-q-diff)
 
 (defconst sly-agent-q-display-test--pieces
   (list "a" "b" "Z" "path/to/file.txt" " " "é" "日本" "🙂"
@@ -163,7 +164,7 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
   (random "sly-agent-q-display-property")
   (let ((sly-agent-q-approval-display nil)
         (sly-agent-q-approval-function nil)
-        (sly-agent-q-project-root temporary-file-directory)
+        (sly-agent-q-project-root (file-name-as-directory (make-temp-file "saq-display" t)))
         (cuts 0))
     (dotimes (round 25)
       (let* ((long-seen nil)
@@ -234,6 +235,22 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
                    "the resume list" (with-current-buffer list-buffer (buffer-string)))
                   (sly-agent-q-display-test--check-properties "the resume list" list-buffer))
               (kill-buffer list-buffer)))
+          ;; The hunk review of a proposed file edit: its description and new text are the model's.
+          (let* ((file (expand-file-name "review.txt" sly-agent-q-project-root))
+                 (review (progn
+                           (with-temp-file file (insert "hello\nworld\n"))
+                           (sly-agent-q-diff-review
+                            (list :path "review.txt" :old_text "hello"
+                                  :new_text (concat "hi " (funcall r)) :description (funcall r))
+                            #'ignore))))
+            (unwind-protect
+                (progn
+                  (should (bufferp review))
+                  (sly-agent-q-display-test--check-text
+                   "the diff review" (with-current-buffer review (buffer-string)))
+                  (sly-agent-q-display-test--check-properties "the diff review" review))
+              (when (buffer-live-p review) (sly-agent-q-diff-review-cancel review))
+              (delete-file file)))
           ;; What was drawn.
           (let ((chat (with-current-buffer (sly-agent-q-chat-buffer) (buffer-string)))
                 (log (with-current-buffer (sly-agent-q-mcp-log-buffer) (buffer-string)))
