@@ -157,17 +157,15 @@ async function hostileBundle(script: MockScript, toolTimeoutMs = 2_000): Promise
   return { bundle, mock, statuses, results };
 }
 
-it("a hostile configured MCP server: odd and colliding tool names renamed or refused visibly, a huge description cut, a 5 MB result bounded, 30 MB refused clearly, a call never answered timed out", async () => {
+it("a hostile configured MCP server: odd and colliding tool names renamed or refused visibly, a huge description cut, a 5 MB result bounded, 30 MB refused clearly", async () => {
   const h = await hostileBundle({
     steps: [
       { content: [{ type: "tool_use", name: "mcp__hostile__big", input: {} }] },
       { content: [{ type: "text", text: "1" }] },
-      { content: [{ type: "tool_use", name: "mcp__hostile__hang", input: {} }] },
-      { content: [{ type: "text", text: "2: {{last_tool_result}}" }] },
       { content: [{ type: "tool_use", name: "mcp__hostile__huge", input: {} }] },
       { content: [{ type: "text", text: "3: {{last_tool_result}}" }] },
     ],
-  }, 10_000);
+  }, 120_000); // megabytes through a pipe on a loaded machine: the error must be the size, not the time
   const conf = await h.bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers: { hostile: { command: process.execPath, args: [HOSTILE, "names"] } }, levels: { hostile: "safe" } });
   const tools: string[] = conf.servers[0].tools;
   expect(tools).toEqual(expect.arrayContaining(["mcp__hostile__echo", "mcp__hostile__echo_txt_exe", "mcp__hostile__big", "mcp__hostile__huge", "mcp__hostile__hang"]));
@@ -193,10 +191,6 @@ it("a hostile configured MCP server: odd and colliding tool names renamed or ref
   expect(r.success).toBe(true);
   expect(r.content.length).toBeLessThan(100_000);
 
-  const started = Date.now();
-  const t2 = await turn(h.bundle, t1.conversationId, "hang");
-  expect(t2.text).toMatch(/^2: Error: mcp__hostile__hang timed out after 10000 ms/);
-  expect(Date.now() - started).toBeLessThan(25_000);
   // 30 MB is more than an MCP message may be: a clear error, nothing held, and the server starts again.
   const t3 = await turn(h.bundle, t1.conversationId, "huge");
   expect(t3.text).toMatch(/^3: Error: huge on MCP server hostile failed: its answer was larger than 10 MB/);
@@ -204,17 +198,32 @@ it("a hostile configured MCP server: odd and colliding tool names renamed or ref
   await h.bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
 }, 90_000);
 
-it("a configured MCP server that never answers fails to connect in time; one with endless stderr is reported bounded, as data", async () => {
-  const h = await hostileBundle({ steps: [{ content: [{ type: "tool_use", name: "mcp__spew__die", input: {} }] }, { content: [{ type: "text", text: "done" }] }] });
+it("a configured MCP server that never answers fails to connect in time, a call never answered times out; endless stderr is reported bounded, as data", async () => {
+  const h = await hostileBundle({
+    steps: [
+      { content: [{ type: "tool_use", name: "mcp__hostile__hang", input: {} }] },
+      { content: [{ type: "text", text: "2: {{last_tool_result}}" }] },
+      { content: [{ type: "tool_use", name: "mcp__spew__die", input: {} }] },
+      { content: [{ type: "text", text: "done" }] },
+    ],
+  }, 6_000);
   const started = Date.now();
   const conf = await h.bundle.connection.sendRequest<any>("mcp/clientConfigure", {
-    servers: { silent: { command: process.execPath, args: [HOSTILE, "silent"] }, spew: { command: process.execPath, args: [HOSTILE, "stderr"] } },
-    levels: { spew: "safe" },
+    servers: {
+      silent: { command: process.execPath, args: [HOSTILE, "silent"] },
+      spew: { command: process.execPath, args: [HOSTILE, "stderr"] },
+      hostile: { command: process.execPath, args: [HOSTILE, "names"] },
+    },
+    levels: { spew: "safe", hostile: "safe" },
   });
-  expect(Date.now() - started).toBeLessThan(20_000);
+  expect(Date.now() - started).toBeLessThan(40_000);
   expect(conf.servers[0]).toEqual({ name: "silent", ok: false, tools: [], error: expect.stringMatching(/MCP server silent could not start: .*(timed out|timeout)/i) });
   expect(conf.servers[1]).toMatchObject({ name: "spew", ok: true, tools: ["mcp__spew__die"] });
-  const t = await turn(h.bundle, undefined, "die");
+  const hanging = Date.now();
+  const t2 = await turn(h.bundle, undefined, "hang");
+  expect(t2.text).toMatch(/^2: Error: mcp__hostile__hang timed out after 6000 ms/);
+  expect(Date.now() - hanging).toBeLessThan(20_000);
+  const t = await turn(h.bundle, t2.conversationId, "die");
   expect(t.text).toBe("done");
   await vi.waitFor(() => expect(h.statuses.some((s) => s.name === "spew" && s.status === "exited")).toBe(true), { timeout: 10_000 });
   const exited = h.statuses.find((s) => s.name === "spew" && s.status === "exited");
