@@ -352,7 +352,7 @@ nothing in them can draw a line of the approval."
          (funcall line "acts on" (sly-agent-q-display-line detail))
        "")
      (funcall line "asked by" (sly-agent-q-approval--asker request))
-     (funcall line "arguments" "")
+     (concat frame "arguments:\n")
      (mapconcat
       (lambda (pair)
         (let* ((key (sly-agent-q-display-line (substring (symbol-name (car pair)) 1) 60))
