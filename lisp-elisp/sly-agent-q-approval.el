@@ -504,6 +504,8 @@ Return the buffer."
     (with-current-buffer buf
       (let ((inhibit-read-only t)) (erase-buffer))
       (when (fboundp 'js-mode) (js-mode))
+      ;; The arguments are the model's, edited as they are: drawn without reordering.
+      (sly-agent-q-display-editable-buffer)
       (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n")
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)

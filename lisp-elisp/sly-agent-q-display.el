@@ -183,5 +183,21 @@ counts those left out.  The result ends with a newline."
               out)))
     (apply #'concat (nreverse out))))
 
+(defun sly-agent-q-display-editable-buffer ()
+  "Show text from outside that the user edits as it is, in the current buffer.
+Text being edited cannot be escaped without changing it; instead
+the buffer is shown left to right without bidi reordering, and
+format characters (bidi controls, zero-width characters...) are
+drawn as their hex codes, as Emacs draws other control characters
+\(^[ for ESC)."
+  (setq-local bidi-display-reordering nil)
+  (setq-local bidi-paragraph-direction 'left-to-right)
+  (let ((table (copy-sequence glyphless-char-display)))
+    (dolist (range '(#xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
+                          (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064)
+                          (#x2066 . #x206F) #xFEFF (#xFFF9 . #xFFFB)))
+      (set-char-table-range table range 'hex-code))
+    (setq-local glyphless-char-display table)))
+
 (provide 'sly-agent-q-display)
 ;;; sly-agent-q-display.el ends here

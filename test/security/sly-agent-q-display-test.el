@@ -294,5 +294,24 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
                  (concat "  ┃ ╎ l1\n  ┃ ╎ l2\\u202E\n  ┃ ╎ \\u2517 end\n"
                          "  ┃ ╎ …[1 more line cut, 15 characters in all]\n"))))
 
+(ert-deftest sly-agent-q-display-edited-arguments-shown-as-they-are ()
+  "The buffer editing an approval's arguments shows a bidi override as its code, without reordering."
+  (let ((sly-agent-q-approval-display nil)
+        (sly-agent-q-approval-function nil))
+    (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call)
+                               (list :tool "write_file" :safetyLevel "dangerous"
+                                     :arguments (list :path "report-\u202Etxt.exe" :content "x"))
+                               #'ignore)
+    (save-window-excursion
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (sly-agent-q-edit-arguments)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (should (string-search "\u202E" (buffer-string)))
+          (should-not bidi-display-reordering)
+          (should (eq (aref glyphless-char-display #x202E) 'hex-code))
+          (should (eq (aref glyphless-char-display #x2066) 'hex-code))
+          (kill-buffer))))
+    (should-not (eq (aref (default-value 'glyphless-char-display) #x202E) 'hex-code))))
+
 (provide 'sly-agent-q-display-test)
 ;;; sly-agent-q-display-test.el ends here
