@@ -52,6 +52,7 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-tools)
+(require 'sly-agent-q-display)
 (require 'diff-mode)
 
 (declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback))
@@ -253,9 +254,17 @@ CALL's cancellation marks it cancelled."
       (display-buffer buf))
     (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, d for its diff, v for its arguments whole; or C-c C-a / C-c C-d there)"
              (if (plist-get request :client)
-                 (format "%s wants to run %s: it" (plist-get request :client) (plist-get request :tool))
-               (plist-get request :tool))
+                 (format "%s, asked by %s,"
+                         (sly-agent-q-display-line (plist-get request :tool) 80)
+                         (sly-agent-q-approval--asker request))
+               (sly-agent-q-display-line (plist-get request :tool) 80))
              (buffer-name buf))))
+
+(defun sly-agent-q-approval--asker (request)
+  "Return who asks for REQUEST, in the product's words: the chat or an MCP client."
+  (if (plist-get request :client)
+      (concat "MCP client calling itself " (sly-agent-q-display-name (plist-get request :client)))
+    "the model in this chat"))
 
 (defun sly-agent-q-approval--deny-all ()
   "Deny every approval still waiting in the current buffer (it is being killed)."
@@ -276,20 +285,15 @@ CALL's cancellation marks it cancelled."
          (start (point)))
     (pcase (sly-agent-q-approval-status approval)
       ('pending
-       (insert (propertize (if (plist-get request :client)
-                               (format "  ⚠ %s wants to run %s (%s), over MCP; your approval:\n"
-                                       (plist-get request :client) tool
-                                       (plist-get request :safetyLevel))
-                             (format "  ⚠ %s (%s) needs your approval:\n" tool
-                                     (plist-get request :safetyLevel)))
-                           'face 'warning))
+       (insert (propertize "  ┏━ ⚠ this call needs your approval\n" 'face 'warning))
        (insert (propertize (sly-agent-q-approval--summary request)
                            'face 'sly-agent-q-notice-face))
-       (insert "    ")
+       (insert (propertize "  ┗ " 'face 'warning))
        (dolist (b `(("Approve" sly-agent-q-approve "y")
                     ("Deny" sly-agent-q-deny "n")
                     ("Edit arguments" sly-agent-q-edit-arguments "e")
-                    (,(format "Always allow %s" tool) sly-agent-q-approve-always "a")
+                    (,(format "Always allow %s" (sly-agent-q-display-line tool 80))
+                     sly-agent-q-approve-always "a")
                     ,@(and (plist-get request :diff)
                            '(("Show diff" sly-agent-q-approval-show-diff "d")))
                     ("Show arguments whole" sly-agent-q-approval-show-arguments "v")))
@@ -313,9 +317,9 @@ CALL's cancellation marks it cancelled."
                           ('modified "✎ approved with edited arguments")
                           ('denied "✗ denied")
                           (_ "– approval withdrawn"))
-                        tool
+                        (sly-agent-q-display-line tool 80)
                         (let ((d (sly-agent-q-approval-detail approval)))
-                          (if d (format ": %s" d) "")))
+                          (if d (format ": %s" (sly-agent-q-display-line d)) "")))
                 'face (if (eq status 'denied) 'sly-agent-q-error-face 'sly-agent-q-notice-face)))))))
 
 (defun sly-agent-q-approval--value (value)
@@ -327,36 +331,65 @@ CALL's cancellation marks it cancelled."
             (t (json-serialize value :false-object :json-false :null-object nil)))
     (error (format "%S" value))))
 
+(defconst sly-agent-q-approval--frame "  ┃ "
+  "The start of each line of an approval the product draws.")
+
 (defun sly-agent-q-approval--summary (request)
   "The lines of the approval REQUEST shown in the chat, before its buttons.
-The target first (the resolved path, or the buffer), then every
-argument in the order received; a long value is shortened and says
-so."
-  (let ((path (plist-get request :path))
-        (buffer (plist-get request :buffer))
-        (lines nil))
-    (when (plist-get request :detail)
-      (push (format "    %s" (plist-get request :detail)) lines))
-    (cond
-     ((and path (plist-get request :diff))
-      (push (format "    writes %s%s (d shows the diff against what is there now)"
-                    path (if (plist-get request :new-file) ", a new file," ""))
-            lines))
-     (path (push (format "    path %s (resolved, relative to the project root)" path) lines))
-     (buffer (push (format "    buffer %s%s" buffer
-                           (if (plist-get request :diff)
-                               " (d shows the diff of its text)" ""))
-                   lines)))
-    (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
-             for text = (sly-agent-q-approval--value value)
-             do (push (if (> (length text) sly-agent-q-approval-value-chars)
-                          (format "    %s: %s… [shortened here: %d characters in all; v shows every argument whole]"
-                                  (substring (symbol-name key) 1)
-                                  (substring text 0 sly-agent-q-approval-value-chars)
-                                  (length text))
-                        (format "    %s: %s" (substring (symbol-name key) 1) text))
-                      lines))
-    (concat (mapconcat #'identity (nreverse lines) "\n") "\n")))
+What the user decides on comes first, each on its own line made by
+the product: the tool, its trust level, the target (the resolved
+path, the buffer, or what the call acts on), who asks.  Then every
+argument in the order received, in a framed block: text from outside
+is drawn by `sly-agent-q-display-line' (a long value is shortened and
+says so), a value of many lines as a framed block of its own, so
+nothing in them can draw a line of the approval."
+  (let* ((frame sly-agent-q-approval--frame)
+         (path (plist-get request :path))
+         (buffer (plist-get request :buffer))
+         (detail (plist-get request :detail))
+         (diff (plist-get request :diff))
+         (line (lambda (label text) (concat frame label ": " text "\n"))))
+    (concat
+     (funcall line "tool" (sly-agent-q-display-line (plist-get request :tool) 80))
+     (funcall line "trust level" (sly-agent-q-display-line (plist-get request :safetyLevel) 40))
+     (cond
+      (path (concat
+             (funcall line "target" (concat "file " (sly-agent-q-display-line path)))
+             (funcall line "the target is"
+                      (concat "the path resolved, relative to the project root"
+                              (cond ((and diff (plist-get request :new-file))
+                                     "; a new file is written (d shows the diff)")
+                                    (diff "; the file is written (d shows the diff against what is there now)")
+                                    (t ""))))))
+      (buffer (concat
+               (funcall line "target" (concat "buffer " (sly-agent-q-display-line buffer)))
+               (if diff (funcall line "the target is" "changed (d shows the diff of its text)") "")))
+      (detail (funcall line "target" (sly-agent-q-display-line detail)))
+      (t (funcall line "target" "what the arguments below name")))
+     (if (and detail (or path buffer))
+         (funcall line "acts on" (sly-agent-q-display-line detail))
+       "")
+     (funcall line "asked by" (sly-agent-q-approval--asker request))
+     (concat frame "arguments:\n")
+     (mapconcat
+      (lambda (pair)
+        (let* ((key (sly-agent-q-display-line (substring (symbol-name (car pair)) 1) 60))
+               (value (cdr pair))
+               (sub (concat frame "  ╎ ")))
+          (if (and (stringp value) (string-search "\n" (string-trim-right value "\n")))
+              (concat sub key ":\n"
+                      (sly-agent-q-display-block value (concat sub "  ╎ ")
+                                                 :max-line-chars sly-agent-q-approval-value-chars))
+            (let ((text (sly-agent-q-approval--value value)))
+              (concat sub key ": "
+                      (if (> (length text) sly-agent-q-approval-value-chars)
+                          (concat (sly-agent-q-display-line text sly-agent-q-approval-value-chars)
+                                  " [v shows every argument whole]")
+                        (sly-agent-q-display-line text t))
+                      "\n")))))
+      (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+               collect (cons key value))
+      ""))))
 
 (defun sly-agent-q-approval-show-diff (&optional approval)
   "Show the diff of what APPROVAL would write, in a `diff-mode' buffer.
@@ -371,12 +404,14 @@ Return the buffer."
     (with-current-buffer buf
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (insert diff))
+        (insert (sly-agent-q-display-text diff)))
       (diff-mode)
       (setq buffer-read-only t)
       (setq header-line-format
-            (format " What %s would write to %s" (plist-get request :tool)
-                    (or (plist-get request :path) (plist-get request :buffer))))
+            ;; A "%" in a name would be a mode-line construct.
+            (string-replace
+             "%" "%%" (format " What %s would write to %s" (sly-agent-q-display-line (plist-get request :tool) 80)
+                              (sly-agent-q-display-line (or (plist-get request :path) (plist-get request :buffer))))))
       (goto-char (point-min)))
     (unless noninteractive (display-buffer buf))
     buf))
@@ -392,14 +427,16 @@ Return the buffer."
     (with-current-buffer buf
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (insert (format "%s%s\n\n" (plist-get request :tool)
+        (insert (format "%s%s\n\n" (sly-agent-q-display-line (plist-get request :tool) 80)
                         (if (plist-get request :path)
                             (format " on %s (resolved, relative to the project root)"
-                                    (plist-get request :path))
+                                    (sly-agent-q-display-line (plist-get request :path) t))
                           "")))
+        ;; Whole, but drawn as data: its control and bidi characters escaped.
         (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
-                 do (insert (substring (symbol-name key) 1) ":\n"
-                            (if (stringp value) value (sly-agent-q-approval--value value))
+                 do (insert (sly-agent-q-display-line (substring (symbol-name key) 1)) ":\n"
+                            (sly-agent-q-display-text
+                             (if (stringp value) value (sly-agent-q-approval--value value)))
                             "\n\n")))
       (special-mode)
       (goto-char (point-min)))
@@ -485,13 +522,16 @@ Return the buffer."
     (with-current-buffer buf
       (let ((inhibit-read-only t)) (erase-buffer))
       (when (fboundp 'js-mode) (js-mode))
+      ;; The arguments are the model's, edited as they are: drawn without reordering.
+      (sly-agent-q-display-editable-buffer)
       (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n")
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)
       (setq sly-agent-q-approval--editing a)
       (setq header-line-format
-            (format " Arguments of %s: C-c C-c run with these, C-c C-k back"
-                    (plist-get request :tool))))
+            (string-replace
+             "%" "%%" (format " Arguments of %s: C-c C-c run with these, C-c C-k back"
+                              (sly-agent-q-display-line (plist-get request :tool) 80)))))
     (pop-to-buffer buf)))
 
 (defun sly-agent-q-edit-arguments-finish ()

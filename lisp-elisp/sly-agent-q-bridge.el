@@ -41,6 +41,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'sly-agent-q-server)
+(require 'sly-agent-q-display)
 
 (defvar sly-dispatching-connection)
 (defvar sly-default-connection)
@@ -438,7 +439,7 @@ Then call CALLBACK with nil on success or an error message."
                                     (or error (plist-get value :error) "no reason given"))))
                      (waiting (cdr (process-get conn 'sly-agent-q-helpers))))
                 (process-put conn 'sly-agent-q-helpers (and ok 'loaded))
-                (when msg (message "sly-agent-q: %s" msg))
+                (when msg (message "sly-agent-q: %s" (sly-agent-q-display-line msg)))
                 (dolist (cb waiting) (sly-agent-q-server-call-safely cb msg)))))))))))
 
 ;;;; Image calls

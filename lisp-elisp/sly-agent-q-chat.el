@@ -46,6 +46,7 @@
 (require 'ewoc)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
+(require 'sly-agent-q-display)
 
 (declare-function json-pretty-print-buffer "json" (&optional minimize))
 
@@ -307,9 +308,13 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
   (sly-agent-q-chat--at-output (apply #'insert strings)))
 
 (defun sly-agent-q-chat-notice (text &optional face)
-  "Insert TEXT as a notice line in FACE in the current chat buffer."
+  "Insert TEXT as a notice line in FACE in the current chat buffer.
+TEXT may hold text from outside (an error, a title): it is drawn as
+one line of data (`sly-agent-q-display-line'), cut when very long."
   (sly-agent-q-chat--end-text)
-  (sly-agent-q-chat-insert (sly-agent-q-chat--notice-string text face) "\n"))
+  (sly-agent-q-chat-insert (sly-agent-q-chat--notice-string
+                            (sly-agent-q-display-line text 2000) face)
+                           "\n"))
 
 ;;;; Streaming
 
@@ -320,8 +325,10 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
     (setq sly-agent-q-chat--flush-timer nil)))
 
 (defun sly-agent-q-chat--add-text (text)
-  "Queue streamed TEXT; it is inserted by the next flush."
-  (setq sly-agent-q-chat--pending (concat sly-agent-q-chat--pending text))
+  "Queue streamed TEXT; it is inserted by the next flush.
+TEXT comes from the model: it is drawn as data (`sly-agent-q-display-text')."
+  (setq sly-agent-q-chat--pending (concat sly-agent-q-chat--pending
+                                          (sly-agent-q-display-text text)))
   (unless sly-agent-q-chat--flush-timer
     (let ((buf (current-buffer)))
       (setq sly-agent-q-chat--flush-timer
@@ -368,9 +375,10 @@ LABELS name the message's attachments."
   (sly-agent-q-chat-insert
    "\n" (propertize "You:" 'face 'sly-agent-q-user-face) " "
    (if labels (sly-agent-q-chat--notice-string
-               (concat (mapconcat (lambda (l) (format "[attached %s]" l)) labels " ") "\n"))
+               (concat (mapconcat (lambda (l) (format "[attached %s]" (sly-agent-q-display-line l))) labels " ")
+                       "\n"))
      "")
-   text "\n\n"
+   (sly-agent-q-display-text text) "\n\n"
    (propertize "Agent:" 'face 'sly-agent-q-assistant-face) "\n"))
 
 (defun sly-agent-q-chat--code-mode (lang)
@@ -441,16 +449,17 @@ LABELS name the message's attachments."
       (error (format "%S" value)))))
 
 (defun sly-agent-q-chat--summarize-arguments (args)
-  "A short one-line rendering of the tool arguments ARGS (a plist)."
+  "A short one-line rendering of the tool arguments ARGS (a plist).
+Keys and values come from the model: each is drawn as one line of data."
   (let ((parts (cl-loop for (k v) on (and (listp args) args) by #'cddr
-                        collect (format "%s=%s" (substring (symbol-name k) 1)
-                                        (truncate-string-to-width
-                                         (replace-regexp-in-string
-                                          "\n" "⏎" (if (stringp v)
-                                                       (prin1-to-string (substring v 0 (min 60 (length v))))
-                                                     (sly-agent-q-chat--json-inline v)))
-                                         40 nil nil "…")))))
-    (truncate-string-to-width (string-join parts " ") 100 nil nil "…")))
+                        collect (format "%s=%s"
+                                        (sly-agent-q-display-line (substring (symbol-name k) 1) 30)
+                                        (sly-agent-q-display-line
+                                         (if (stringp v)
+                                             (prin1-to-string (substring v 0 (min 60 (length v))))
+                                           (sly-agent-q-chat--json-inline v))
+                                         40)))))
+    (truncate-string-to-width (string-join parts " ") 160 nil nil "…")))
 
 (defun sly-agent-q-chat--json-inline (value)
   "VALUE as compact JSON."
@@ -484,7 +493,7 @@ of megabytes costs no more than a short one."
               lines)
         (setq n (1+ n)
               start (if nl (1+ nl) len))))
-    (let ((shown (string-join (nreverse lines) "\n")))
+    (let ((shown (sly-agent-q-display-text (string-join (nreverse lines) "\n"))))
       (if (or cut (< start len))
           (concat shown
                   (format "\n[%s characters in all, %s; o on the entry opens the whole text]"
@@ -505,16 +514,16 @@ of megabytes costs no more than a short one."
          (summary
           (format "%s %s (%s) %s"
                   (if (sly-agent-q-entry-expanded entry) "▾" "▸")
-                  (sly-agent-q-entry-name entry)
-                  (sly-agent-q-entry-safety entry)
+                  (sly-agent-q-display-line (sly-agent-q-entry-name entry) 80)
+                  (sly-agent-q-display-line (sly-agent-q-entry-safety entry) 20)
                   (sly-agent-q-chat--summarize-arguments (sly-agent-q-entry-arguments entry))))
          (state (pcase status
                   ('running "… running")
                   ('approval "… waiting for approval")
                   ('ok (format "✓ %s ms" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))))
-                  (_ (format "✗ %s" (truncate-string-to-width
+                  (_ (format "✗ %s" (sly-agent-q-display-line
                                      (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
-                                     80 nil nil "…"))))))
+                                     80))))))
     (insert "  ")
     (insert-text-button summary 'type 'sly-agent-q-entry 'sly-agent-q-entry entry
                         'face 'sly-agent-q-tool-face)
@@ -623,14 +632,16 @@ They go to a buffer of their own."
   (interactive)
   (let ((entry (get-char-property (point) 'sly-agent-q-entry)))
     (unless entry (user-error "No tool entry here"))
-    (let ((buffer (get-buffer-create (format "*sly-agent-q %s %s*" (sly-agent-q-entry-name entry)
-                                             (sly-agent-q-entry-call-id entry))))
-          (text (concat "arguments:\n" (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry))
+    (let ((buffer (get-buffer-create (format "*sly-agent-q %s %s*"
+                                             (sly-agent-q-display-line (sly-agent-q-entry-name entry) 80)
+                                             (sly-agent-q-display-line (sly-agent-q-entry-call-id entry) 80))))
+          (text (concat "arguments:\n"
+                        (sly-agent-q-display-text (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
                         "\n\n"
                         (pcase (sly-agent-q-entry-status entry)
                           ((or 'running 'approval) "(no result yet)")
-                          ('ok (concat "result:\n" (or (sly-agent-q-entry-content entry) "")))
-                          (_ (concat "error:\n" (or (sly-agent-q-entry-error entry) ""))))
+                          ('ok (concat "result:\n" (sly-agent-q-display-text (sly-agent-q-entry-content entry))))
+                          (_ (concat "error:\n" (sly-agent-q-display-text (sly-agent-q-entry-error entry)))))
                         "\n")))
       (with-current-buffer buffer
         (let ((inhibit-read-only t))
@@ -673,7 +684,9 @@ They go to a buffer of their own."
   (let ((usage sly-agent-q-chat--usage))
     (concat
      " sly-agent-q  "
-     (or sly-agent-q-chat--model sly-agent-q-model "default model")
+     ;; The model's name comes from the provider; "%" would be a mode-line construct.
+     (string-replace "%" "%%" (sly-agent-q-display-line
+                               (or sly-agent-q-chat--model sly-agent-q-model "default model") 80))
      (format "  tokens %s in / %s out"
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
@@ -974,7 +987,7 @@ Return the chat buffer."
             sly-agent-q-chat--cost (plist-get options :cost)
             sly-agent-q-chat--model (plist-get options :model))
       (sly-agent-q-chat--refresh-header)
-      (sly-agent-q-chat-notice (format "──── resumed: %s ────" title))
+      (sly-agent-q-chat-notice (format "──── resumed: %s ────" (sly-agent-q-display-line title 200)))
       (seq-doseq (message messages)
         (seq-doseq (block (plist-get message :content))
           (when (equal (plist-get block :type) "tool_result")

@@ -51,6 +51,7 @@
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-display)
 
 (declare-function sldb-invoke-restart "ext:slime" (&optional number))
 (declare-function sly-db-invoke-restart "ext:sly" (restart-number))
@@ -237,11 +238,17 @@ Signal a tool error when there is none."
   "Return what the approval of debugger_invoke_restart with ARGS names first."
   (let* ((buffer (sly-agent-q-debugger--find (plist-get args :thread) (plist-get args :level)))
          (r (sly-agent-q-debugger--restart buffer (plist-get args :restart))))
+    ;; Each part from the image drawn as data and bounded on its own: a
+    ;; long or many-line description cannot push the thread out of sight.
     (list :detail (format "invokes restart %s [%s] %s, in the debugger of thread %s, level %s (%s)"
-                          (plist-get args :restart) (nth 0 r) (nth 1 r)
-                          (sly-agent-q-debugger--get buffer :thread)
-                          (sly-agent-q-debugger--get buffer :level)
-                          (string-trim (format "%s" (nth 0 (sly-agent-q-debugger--get buffer :condition))))))))
+                          (plist-get args :restart)
+                          (sly-agent-q-display-line (nth 0 r) 60)
+                          (sly-agent-q-display-line (nth 1 r) 100)
+                          (sly-agent-q-display-line (sly-agent-q-debugger--get buffer :thread) 40)
+                          (sly-agent-q-display-line (sly-agent-q-debugger--get buffer :level) 10)
+                          (sly-agent-q-display-line
+                           (string-trim (format "%s" (nth 0 (sly-agent-q-debugger--get buffer :condition))))
+                           80)))))
 
 (cl-defun sly-agent-q-debugger-invoke-restart (&key restart thread level)
   "Invoke RESTART in the debugger of THREAD (at LEVEL), as the user would."
@@ -317,10 +324,12 @@ chat's input, to edit and send; the agent's debugger tools can dig further."
   (let ((buffer (or buffer (current-buffer))))
     (unless (and (sly-agent-q-debugger--kind buffer) (sly-agent-q-debugger--get buffer :level))
       (user-error "Not in a Lisp debugger buffer (sly-db or sldb)"))
+    ;; The condition, restarts and frames are the image's text: drawn as data.
     (sly-agent-q-chat-set-input
      (format "My program stopped in the debugger. Why, and how do I fix it?\n\n%sTop frames:\n%s\n"
-             (sly-agent-q-debugger--header buffer)
-             (sly-agent-q-debugger--frame-lines buffer sly-agent-q-debugger-ask-frames)))
+             (sly-agent-q-display-text (sly-agent-q-debugger--header buffer) 20000)
+             (sly-agent-q-display-text
+              (sly-agent-q-debugger--frame-lines buffer sly-agent-q-debugger-ask-frames) 20000)))
     (unless noninteractive
       (pop-to-buffer (sly-agent-q-chat-buffer)))
     (with-current-buffer (sly-agent-q-chat-buffer) (goto-char (point-max)))))

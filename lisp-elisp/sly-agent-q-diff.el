@@ -48,6 +48,7 @@
 (require 'button)
 (require 'ewoc)
 (require 'sly-agent-q-files)
+(require 'sly-agent-q-display)
 
 (defvar sly-agent-q-approval-function)
 
@@ -681,14 +682,16 @@ undecided hunks count as rejected.
 
 (defun sly-agent-q-diff--insert-preamble (proposal)
   "Insert the title, keys and buttons above the diff of PROPOSAL's review."
-  (insert (propertize (format "Proposed edit of %s" (plist-get proposal :rel))
+  ;; The path and the description are the model's: drawn as data.
+  (insert (propertize (format "Proposed edit of %s" (sly-agent-q-display-line (plist-get proposal :rel)))
                       'face 'bold))
   (when (plist-get proposal :description)
-    (insert ": " (plist-get proposal :description)))
+    (insert ": " (sly-agent-q-display-line (plist-get proposal :description))))
   (insert "\n")
   (when (plist-get (plist-get proposal :current) :modified)
     (insert "(computed against the unsaved text of buffer "
-            (buffer-name (plist-get (plist-get proposal :current) :buffer)) ")\n"))
+            (sly-agent-q-display-line (buffer-name (plist-get (plist-get proposal :current) :buffer)))
+            ")\n"))
   (insert (substitute-command-keys
            "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
   (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
@@ -719,7 +722,7 @@ The pretty-printer of the review's ewoc, one node per hunk."
     (insert " ")
     (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
                               "Reject this hunk")
-    (insert "\n" (plist-get hunk :header) "\n" (plist-get hunk :text))
+    (insert "\n" (plist-get hunk :header) "\n" (sly-agent-q-display-text (plist-get hunk :text)))
     (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
 
 (defun sly-agent-q-diff--summary (review)
@@ -731,7 +734,7 @@ The pretty-printer of the review's ewoc, one node per hunk."
 
 (defun sly-agent-q-diff--file-header (review)
   "The ---/+++ lines of REVIEW's diff."
-  (let ((rel (plist-get (sly-agent-q-diff--review-proposal review) :rel)))
+  (let ((rel (sly-agent-q-display-line (plist-get (sly-agent-q-diff--review-proposal review) :rel))))
     (format "--- a/%s\n+++ b/%s\n" rel rel)))
 
 (defun sly-agent-q-diff--insert-hunks (review)

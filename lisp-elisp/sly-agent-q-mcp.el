@@ -44,6 +44,7 @@
 (require 'subr-x)
 (require 'project)
 (require 'sly-agent-q-server)
+(require 'sly-agent-q-display)
 
 (defgroup sly-agent-q-mcp nil
   "MCP for sly-agent-q: serving its tools, and using MCP servers."
@@ -106,13 +107,16 @@ A server not named here is dangerous: each call of its tools asks."
     buf))
 
 (defun sly-agent-q-mcp--log (format-string &rest args)
-  "Append FORMAT-STRING with ARGS, time-stamped, to the MCP log buffer."
+  "Append FORMAT-STRING with ARGS, time-stamped, to the MCP log buffer.
+ARGS come from MCP clients and servers: each string is drawn as one
+line of data (`sly-agent-q-display-line')."
   (with-current-buffer (sly-agent-q-mcp-log-buffer)
     (let ((inhibit-read-only t))
       (save-excursion
         (goto-char (point-max))
         (insert (format-time-string "%H:%M:%S ")
-                (apply #'format format-string args)
+                (apply #'format format-string
+                       (mapcar (lambda (a) (if (stringp a) (sly-agent-q-display-line a) a)) args))
                 "\n")))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/call)) params)
@@ -120,12 +124,11 @@ A server not named here is dangerous: each call of its tools asks."
   (let ((p (sly-agent-q-server-redact params)))
     (if (equal (plist-get p :phase) "start")
         (sly-agent-q-mcp--log "%s calls %s %s" (plist-get p :client) (plist-get p :tool)
-                              (truncate-string-to-width
-                               (json-encode (or (plist-get p :arguments) '(:x nil))) 300 nil nil "…"))
+                              (json-encode (or (plist-get p :arguments) '(:x nil))))
       (sly-agent-q-mcp--log "%s %s %s (%s): %s" (plist-get p :client) (plist-get p :tool)
                             (if (eq (plist-get p :success) t) "ok" "FAILED")
                             (plist-get p :safetyLevel)
-                            (replace-regexp-in-string "\n" " " (or (plist-get p :summary) ""))))))
+                            (or (plist-get p :summary) "")))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/serverStatus)) params)
   "Report the status PARAMS of an MCP server used by the agent."
@@ -134,8 +137,12 @@ A server not named here is dangerous: each call of its tools asks."
         (msg (plist-get params :message)))
     (sly-agent-q-mcp--log "MCP server %s: %s%s" name status
                           (if msg (format " (%s)" msg) ""))
-    (unless (equal status "connected")
-      (message "sly-agent-q: %s" (or msg (format "MCP server %s %s" name status))))))
+    ;; Connected with a message: some of its tools were renamed or refused.
+    (cond ((not (equal status "connected"))
+           (message "sly-agent-q: %s" (sly-agent-q-display-line
+                                       (or msg (format "MCP server %s %s" name status)))))
+          (msg (message "sly-agent-q: MCP server %s: %s"
+                        (sly-agent-q-display-line name 64) (sly-agent-q-display-line msg))))))
 
 
 ;;;; Serving
@@ -154,7 +161,7 @@ A server not named here is dangerous: each call of its tools asks."
      (sly-agent-q-mcp--log "serving MCP on %s" sly-agent-q-mcp--url)
      (message "sly-agent-q: MCP on %s (URL and token in %s; M-x sly-agent-q-mcp-config for clients)"
               sly-agent-q-mcp--url (abbreviate-file-name sly-agent-q-mcp-state-file)))
-   (lambda (msg) (message "sly-agent-q: MCP could not start: %s" msg))))
+   (lambda (msg) (message "sly-agent-q: MCP could not start: %s" (sly-agent-q-display-line msg)))))
 
 (defun sly-agent-q-mcp-stop ()
   "Stop serving MCP; the state file is removed."

@@ -49,6 +49,7 @@
 (require 'subr-x)
 (require 'sly-agent-q-install)
 (require 'sly-agent-q-protocol)
+(require 'sly-agent-q-display)
 
 (declare-function sly-agent-q-bridge-current-package "sly-agent-q-bridge" ())
 (declare-function sly-agent-q-tools-project-root "sly-agent-q-files" ())
@@ -168,6 +169,17 @@ It adds the rule (:action ask :category \"evaluation\") to
 `safe' offers only safe tools, `cautious' also cautious ones,
 `dangerous' everything (dangerous tools always ask for approval)."
   :type '(choice (const safe) (const cautious) (const dangerous)))
+
+(defcustom sly-agent-q-read-outside-project 'ask
+  "Whether read_definition may read a definition's source outside the project root.
+The image may have loaded the definition from a library's file (or
+any file it ever loaded); reading it is read-only, but the text
+goes to the model.  `allow' reads it, `ask' asks you each time
+\(naming the file), `deny' refuses.  Enforced by the server's
+policy, like the file tools' own confinement."
+  :type '(choice (const :tag "Allow (read-only)" allow)
+                 (const :tag "Ask each time" ask)
+                 (const :tag "Deny" deny)))
 
 (defcustom sly-agent-q-server-log-level "info"
   "The server's log level (its log goes to the stderr buffer)."
@@ -403,6 +415,8 @@ setting left out would keep an old one in force."
                                    (round (* 1000 (symbol-value 'sly-agent-q-helpers-load-timeout))))
           :maxSafetyLevel (and sly-agent-q-max-safety-level
                                (format "%s" sly-agent-q-max-safety-level))
+          :readOutsideProject (and sly-agent-q-read-outside-project
+                                   (format "%s" sly-agent-q-read-outside-project))
           :projectRoot (sly-agent-q-server-project-root)
           :conversationDirectory (sly-agent-q-server-conversation-directory)
           :contextWindow sly-agent-q-context-window
@@ -590,7 +604,7 @@ Return the new connection; it becomes ready asynchronously."
   (setf (sly-agent-q--status conn) (if error 'failed 'ready))
   (setf (sly-agent-q--init-result conn) result)
   (when error
-    (message "sly-agent-q: the server failed to initialize: %s" error))
+    (message "sly-agent-q: the server failed to initialize: %s" (sly-agent-q-display-line error)))
   (let ((advice (and (not error) (sly-agent-q-server-version-problem conn))))
     ;; The version handshake: say what to run; carry on, most versions still talk.
     (when advice (display-warning 'sly-agent-q advice :warning)))
@@ -664,7 +678,7 @@ Call SUCCESS with the result, or FAILURE (if given) with a message."
   (sly-agent-q--check-method method 'request)
   (let ((fail (lambda (msg)
                 (if failure (funcall failure msg)
-                  (message "sly-agent-q: %s failed: %s" method msg)))))
+                  (message "sly-agent-q: %s failed: %s" method (sly-agent-q-display-line msg))))))
     (sly-agent-q-server-ensure
      (lambda (conn err)
        (if err (funcall fail err)
@@ -721,7 +735,7 @@ call it from a process filter, a timer or `kill-emacs-hook' (see
   (sly-agent-q-server-stop)
   (sly-agent-q-server-ensure
    (lambda (_conn err)
-     (message "sly-agent-q: %s" (or err "server restarted")))))
+     (message "sly-agent-q: %s" (sly-agent-q-display-line (or err "server restarted"))))))
 
 (defun sly-agent-q-list-tools (&optional all)
   "Show the tools offered to the model, with their safety levels.
@@ -835,7 +849,7 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
   (when (and (eq sly-agent-q--connection dead) (not (sly-agent-q-server-live-p)))
     (sly-agent-q-server-ensure
      (lambda (_conn err)
-       (when err (message "sly-agent-q: restart failed: %s" err))))))
+       (when err (message "sly-agent-q: restart failed: %s" (sly-agent-q-display-line err)))))))
 
 (defun sly-agent-q--kill-emacs ()
   "Tell the server to shut down when Emacs exits, without waiting for it.

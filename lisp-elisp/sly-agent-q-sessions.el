@@ -39,6 +39,7 @@
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-diff)
+(require 'sly-agent-q-display)
 
 (defvar sly-agent-q-conversations-buffer-name "*sly-agent-q conversations*"
   "Name of the buffer listing saved conversations.")
@@ -83,7 +84,12 @@ it, d deletes its file, e exports it, g reads the list again.
   "The ISO 8601 time ISO as local \"YYYY-MM-DD HH:MM\"."
   (condition-case nil
       (format-time-string "%Y-%m-%d %H:%M" (encode-time (iso8601-parse iso)))
-    (error (or iso ""))))
+    (error (sly-agent-q-display-line iso 40))))
+
+(defun sly-agent-q-sessions--what (event)
+  "The lines of what EVENT (interrupted or repaired) did, drawn as data."
+  (mapconcat (lambda (line) (sly-agent-q-display-line line 300))
+             (append (plist-get event :what) nil) "\n"))
 
 (defun sly-agent-q-sessions--state (summary)
   "Return the note of SUMMARY's health: interrupted, repaired or none.
@@ -97,12 +103,14 @@ happened, and what, in the text's help-echo."
       (propertize (format "  [interrupted %s%s; resuming repairs it]"
                           (sly-agent-q-sessions--time (plist-get interrupted :at))
                           (let ((calls (append (plist-get interrupted :calls) nil)))
-                            (if calls (concat " during " (mapconcat #'identity calls ", ")) "")))
+                            (if calls (concat " during " (mapconcat (lambda (c) (sly-agent-q-display-line c 80))
+                                                                    calls ", "))
+                              "")))
                   'face 'sly-agent-q-error-face
-                  'help-echo (mapconcat #'identity (append (plist-get interrupted :what) nil) "\n")))
+                  'help-echo (sly-agent-q-sessions--what interrupted)))
      (repaired
       (propertize (format "  [repaired %s]" (sly-agent-q-sessions--time (plist-get repaired :at)))
-                  'help-echo (mapconcat #'identity (append (plist-get repaired :what) nil) "\n")))
+                  'help-echo (sly-agent-q-sessions--what repaired)))
      (t ""))))
 
 (defun sly-agent-q-sessions--entry (summary)
@@ -111,8 +119,8 @@ happened, and what, in the text's help-echo."
         (vector (sly-agent-q-sessions--time (plist-get summary :updated))
                 (format "%d" (or (plist-get summary :turns) 0))
                 (format "$%.4f" (or (plist-get summary :costUsd) 0))
-                (or (plist-get summary :model) "")
-                (concat (plist-get summary :title)
+                (sly-agent-q-display-line (plist-get summary :model) 60)
+                (concat (sly-agent-q-display-line (plist-get summary :title) 200)
                         (if (eq (plist-get summary :open) t) "  (open)" "")
                         (sly-agent-q-sessions--state summary)))))
 
@@ -126,7 +134,8 @@ happened, and what, in the text's help-echo."
       (let ((errors (plist-get result :errors)))
         (when (and errors (> (length errors) 0))
           (message "sly-agent-q: %d saved conversation(s) cannot be read: %s"
-                   (length errors) (mapconcat #'identity errors "; ")))))))
+                   (length errors)
+                   (mapconcat #'sly-agent-q-display-line errors "; ")))))))
 
 (defun sly-agent-q-sessions--refresh ()
   "Ask the server for the list again."
@@ -135,7 +144,8 @@ happened, and what, in the text's help-echo."
      'conversation/saved
      (sly-agent-q-server-plist-compact (list :projectRoot sly-agent-q-sessions--project))
      (lambda (result) (sly-agent-q-sessions--show buffer result))
-     (lambda (msg) (message "sly-agent-q: cannot list the saved conversations: %s" msg)))))
+     (lambda (msg) (message "sly-agent-q: cannot list the saved conversations: %s"
+                          (sly-agent-q-display-line msg))))))
 
 ;;;###autoload
 (defun sly-agent-q-resume ()
@@ -184,7 +194,7 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
            (sly-agent-q-chat-repaired-notice (plist-get result :repaired))))
        (unless noninteractive (pop-to-buffer buffer))
        (when callback (funcall callback buffer))))
-   (lambda (msg) (message "sly-agent-q: cannot resume the conversation: %s" msg))))
+   (lambda (msg) (message "sly-agent-q: cannot resume the conversation: %s" (sly-agent-q-display-line msg)))))
 
 (defun sly-agent-q-conversations-rename (title)
   "Give the conversation at point the title TITLE."
@@ -200,7 +210,8 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
   (interactive)
   (let ((summary (sly-agent-q-sessions--at-point))
         (buffer (current-buffer)))
-    (when (yes-or-no-p (format "Delete the saved conversation \"%s\"? " (plist-get summary :title)))
+    (when (yes-or-no-p (format "Delete the saved conversation %s? "
+                               (sly-agent-q-display-name (plist-get summary :title) 200)))
       (sly-agent-q-server-request
        'conversation/delete (list :conversationId (plist-get summary :conversationId) :saved t)
        (lambda (_) (with-current-buffer buffer (sly-agent-q-sessions--refresh)))))))
@@ -220,7 +231,7 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
 CHOICES is the list of turns conversation/turns answers."
   (let* ((labelled (mapcar (lambda (turn)
                             (cons (format "%s  %s" (sly-agent-q-sessions--time (plist-get turn :at))
-                                          (plist-get turn :text))
+                                          (sly-agent-q-display-line (plist-get turn :text) 120))
                                   turn))
                           choices))
          (completion-extra-properties
@@ -228,7 +239,9 @@ CHOICES is the list of turns conversation/turns answers."
                 (lambda (choice)
                   (let ((changed (plist-get (cdr (assoc choice labelled)) :changed)))
                     (if (> (length changed) 0)
-                        (format "   changed %s" (mapconcat #'file-name-nondirectory changed ", "))
+                        (format "   changed %s"
+                                (mapconcat (lambda (f) (sly-agent-q-display-line (file-name-nondirectory f)))
+                                           changed ", "))
                       "")))))
          (choice (completing-read "Rewind to before the turn: " (mapcar #'car labelled) nil t)))
     (plist-get (cdr (assoc choice labelled)) :turnId)))
@@ -315,7 +328,7 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
                   "")
                 (if truncate "; the conversation now ends before that turn" ""))
        (when callback (funcall callback outcome))))
-   (lambda (msg) (message "sly-agent-q: cannot rewind: %s" msg))))
+   (lambda (msg) (message "sly-agent-q: cannot rewind: %s" (sly-agent-q-display-line msg)))))
 
 ;;;; Export
 
@@ -359,7 +372,7 @@ non-nil, is called with FILE once it is written."
        (sly-agent-q-files-write-atomically file (plist-get result :text))
        (message "sly-agent-q: exported to %s" file)
        (when callback (funcall callback file)))
-     (lambda (msg) (message "sly-agent-q: cannot export the conversation: %s" msg)))))
+     (lambda (msg) (message "sly-agent-q: cannot export the conversation: %s" (sly-agent-q-display-line msg))))))
 
 ;;;; Compaction
 
@@ -386,7 +399,7 @@ itself when the history nears the model's context window."
                                                 (plist-get result :tokensBefore)
                                                 (plist-get result :tokensAfter))))
          (message "sly-agent-q: compacted")))
-     (lambda (msg) (message "sly-agent-q: cannot compact: %s" msg)))))
+     (lambda (msg) (message "sly-agent-q: cannot compact: %s" (sly-agent-q-display-line msg))))))
 
 ;;;###autoload
 (defun sly-agent-q-export (file)

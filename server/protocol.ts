@@ -278,6 +278,11 @@ export interface Configuration {
    * parameters and invalid patterns are rejected with invalidConfiguration.
    */
   permissionRules?: PermissionRule[];
+  /**
+   * Whether read_definition may read the source of a loaded definition whose file is outside the
+   * project root (a library's): allow (read-only), ask (an approval each time, the default) or deny.
+   */
+  readOutsideProject?: RuleAction;
   /** The most dangerous level offered to the model (default dangerous: all, with approval). */
   maxSafetyLevel?: SafetyLevel;
   /** Only tools with one of these categories (default: all). */
@@ -825,7 +830,8 @@ export interface McpClientConfigureParams {
   levels?: Record<string, SafetyLevel>;
 }
 export interface McpClientConfigureResult {
-  servers: { name: string; ok: boolean; tools: string[]; error?: string }[];
+  /** NOTES: the server's tools renamed or refused (their names drawn as data). */
+  servers: { name: string; ok: boolean; tools: string[]; error?: string; notes?: string[] }[];
 }
 export interface McpServerStatusParams {
   name: string;

@@ -14,10 +14,21 @@ import { ServerNotifications, type McpClientConfigureParams, type McpClientConfi
 import { registerEnvSecrets, registerSecret } from "../log.js";
 import type { AgentServer } from "../rpc/server.js";
 import { defineTool, SAFETY_LEVELS, ToolError, type ParamSpec, type ParamType, type SafetyLevel, type Tool } from "../tools/tool.js";
+import { escapeUnsafe, printableName } from "../text.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
 const MAX_NAME = 64; // the providers' limit on a tool name
 const MAX_SERVERS_FILE_BYTES = 1_000_000;
+// What a server says about its tools goes to the model with every request: a description of a megabyte
+// would cost that much each time, and its control characters would reach whoever shows it.
+const MAX_DESCRIPTION = 2_000;
+const MAX_PARAM_DESCRIPTION = 500;
+// What a dying server said on stderr, as reported: its last lines, bounded.
+const MAX_STDERR_REPORT = 400;
+const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
+// The SDK's stdio transport reads at most this much in one message (its buffer grows by copying: a larger
+// limit would cost time quadratic in the answer's size) and closes the connection on a larger one.
+const MAX_MESSAGE_MB = 10;
 const PARAM_TYPES: readonly ParamType[] = ["string", "boolean", "number", "integer", "object", "array"];
 
 /** NAME lowered to the tool-name pattern's alphabet. */
@@ -33,12 +44,16 @@ export function mcpToolName(server: string, tool: string): string {
 class Connection {
   client: Client | undefined;
   tools: Tool[] = [];
+  /** Set when the server sent a message over the transport's size limit (which then closes the connection). */
+  oversized = false;
+
   private connecting: Promise<Client> | undefined;
 
   constructor(
     readonly name: string,
     readonly config: McpServerConfig,
     private readonly onDeath: (message: string) => void,
+    private readonly timeoutMs: number,
   ) {}
 
   /** The connected client, starting the server when it is not running. */
@@ -51,13 +66,27 @@ class Connection {
   private async connect(): Promise<Client> {
     const client = new Client({ name: SERVER_NAME, version: SERVER_VERSION });
     const transport = makeTransport(this.name, this.config);
+    // Only the tail is kept, however much the server writes.
     let stderr = "";
+    this.oversized = false;
+    client.onerror = (err) => {
+      if (/exceeded maximum size/.test(err?.message ?? "")) this.oversized = true;
+    };
+
     if (transport instanceof StdioClientTransport) transport.stderr?.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
-    await client.connect(transport);
+    try {
+      // A server that never answers initialize must not hold the configuration up.
+      await client.connect(transport, { timeout: this.timeoutMs });
+    } catch (err) {
+      await client.close().catch(() => undefined);
+      throw err;
+    }
     client.onclose = () => {
       if (this.client !== client) return;
       this.client = undefined;
-      this.onDeath(`MCP server ${this.name} exited${stderr.trim() ? `: ${stderr.trim().split("\n").slice(-3).join(" | ")}` : "."}`);
+      const said = escapeUnsafe(stderr.trim().split("\n").slice(-3).join(" | "));
+      const tail = said.length > MAX_STDERR_REPORT ? `…${said.slice(-MAX_STDERR_REPORT)}` : said;
+      this.onDeath(`MCP server ${printableName(this.name, 64, "?")} exited${tail ? `: ${tail}` : "."}`);
     };
     this.client = client;
     return client;
@@ -122,15 +151,18 @@ export class McpClientManager {
     }
     for (const [name, config] of Object.entries(servers)) {
       registerConfigSecrets(config ?? {});
-      const conn = new Connection(name, config ?? {}, (message) => this.status({ name, status: "exited", message }));
+      const timeout = this.agent.executor.options.defaultTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+      const conn = new Connection(name, config ?? {}, (message) => this.status({ name, status: "exited", message }), timeout);
       this.connections.set(name, conn);
       try {
         const client = await conn.ensure();
-        const listed = await client.listTools();
-        conn.tools = this.register(conn, listed.tools, levels[name] ?? "dangerous");
+        const listed = await client.listTools(undefined, { timeout });
+        const notes: string[] = [];
+        conn.tools = this.register(conn, listed.tools, levels[name] ?? "dangerous", notes);
         const names = conn.tools.map((t) => t.name);
-        this.status({ name, status: "connected", tools: names });
-        out.push({ name, ok: true, tools: names });
+        // Renamed and refused tools are said where the user sees the server's status.
+        this.status({ name, status: "connected", tools: names, ...(notes.length ? { message: notes.join("; ") } : {}) });
+        out.push({ name, ok: true, tools: names, ...(notes.length ? { notes } : {}) });
       } catch (err) {
         const error = `MCP server ${name} could not start: ${(err as Error)?.message ?? String(err)}`;
         this.agent.logger.warn(error);
@@ -154,12 +186,16 @@ export class McpClientManager {
     this.agent.notify(ServerNotifications.mcpServerStatus, p);
   }
 
-  private register(conn: Connection, tools: McpTool[], level: SafetyLevel): Tool[] {
+  /** Registers the server's TOOLS; what is renamed or refused is pushed to NOTES, as data. */
+  private register(conn: Connection, tools: McpTool[], level: SafetyLevel, notes: string[]): Tool[] {
     const registered: Tool[] = [];
     for (const t of tools) {
+      const shown = `"${printableName(String(t.name), 80, "")}"`;
       const name = mcpToolName(conn.name, t.name);
       if (this.agent.registry.get(name)) {
-        this.agent.logger.warn(`MCP server ${conn.name}: tool ${t.name} skipped, ${name} is taken.`);
+        const note = `tool ${shown} is refused: its name ${name} is taken`;
+        this.agent.logger.warn(`MCP server ${conn.name}: ${note}.`);
+        notes.push(note);
         continue;
       }
       const remote = t.name;
@@ -167,7 +203,7 @@ export class McpClientManager {
       try {
         tool = defineTool({
           name,
-          description: `${(t.description ?? "").trim() || `Tool ${remote}`} (from the MCP server ${conn.name})`,
+          description: `${cut(escapeUnsafe((t.description ?? "").trim()), MAX_DESCRIPTION) || `Tool ${name}`} (from the MCP server ${printableName(conn.name, 64, "?")})`,
           parameters: toParams(t.inputSchema),
           required: (t.inputSchema.required ?? []).filter((r) => Object.prototype.hasOwnProperty.call(t.inputSchema.properties ?? {}, r) && /^[a-z][a-z0-9_]*$/.test(r)),
           safety: level,
@@ -187,14 +223,20 @@ export class McpClientManager {
               return text;
             } catch (err) {
               if (err instanceof ToolError) throw err;
+              if (conn.oversized) {
+                throw new ToolError(`${remote} on MCP server ${conn.name} failed: its answer was larger than ${MAX_MESSAGE_MB} MB, the most an MCP message may be here; the server starts again at the next call.`);
+              }
               throw new ToolError(`${remote} on MCP server ${conn.name} failed: ${(err as Error)?.message ?? String(err)}`);
             }
           },
         });
       } catch (err) {
-        this.agent.logger.warn(`MCP server ${conn.name}: tool ${t.name} skipped: ${(err as Error).message}`);
+        const note = `tool ${shown} is refused: ${escapeUnsafe((err as Error).message)}`;
+        this.agent.logger.warn(`MCP server ${conn.name}: ${note}`);
+        notes.push(note);
         continue;
       }
+      if (`mcp__${sanitize(conn.name)}__${remote}` !== name) notes.push(`tool ${shown} is offered as ${name}`);
       registered.push(this.agent.registry.register(tool));
     }
     return registered;
@@ -217,7 +259,7 @@ function toParams(schema: McpTool["inputSchema"]): Record<string, ParamSpec> {
     const p = (v ?? {}) as { type?: unknown; description?: unknown; items?: { type?: unknown }; enum?: unknown };
     const raw = Array.isArray(p.type) ? p.type.find((x) => x !== "null") : p.type;
     const type: ParamType = PARAM_TYPES.includes(raw as ParamType) ? (raw as ParamType) : "string";
-    const spec: ParamSpec = { type, description: typeof p.description === "string" && p.description.trim() ? p.description : k };
+    const spec: ParamSpec = { type, description: typeof p.description === "string" && p.description.trim() ? cut(escapeUnsafe(p.description), MAX_PARAM_DESCRIPTION) : k };
     if (type === "array") spec.items = { type: PARAM_TYPES.includes(p.items?.type as ParamType) ? (p.items!.type as ParamType) : "string" };
     if (Array.isArray(p.enum) && p.enum.every((e) => typeof e === "string" || typeof e === "number")) spec.enum = p.enum as (string | number)[];
     out[k] = spec;
@@ -231,4 +273,9 @@ function textOf(content: unknown): string {
     .map((c: { type?: string; text?: string }) => (c?.type === "text" && typeof c.text === "string" ? c.text : c?.type ? `[${c.type} content]` : ""))
     .filter(Boolean)
     .join("\n");
+}
+
+/** TEXT cut to MAX characters, saying how many more there were. */
+function cut(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max)}… [cut: ${text.length - max} more characters]` : text;
 }

@@ -17,6 +17,7 @@ import { ServerNotifications, type EmacsApprovalParams, type McpCallParams, type
 import type { AgentServer } from "../rpc/server.js";
 import type { ApprovalDecision, ApprovalFn, ToolResult } from "../tools/executor.js";
 import { describeForModel, schemaForModel } from "../tools/registry.js";
+import { printableName } from "../text.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
 const DEFAULT_APPROVAL_TIMEOUT_MS = 60_000;
@@ -141,7 +142,8 @@ export class McpHttpService {
     const mcp = new Server({ name: SERVER_NAME, version: SERVER_VERSION }, { capabilities: { tools: {} } });
     mcp.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.listTools() }));
     mcp.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
-      const client = mcp.getClientVersion()?.name || "an MCP client";
+      // The name is the client's own word: printable and bounded before anyone shows it or keys on it.
+      const client = printableName(mcp.getClientVersion()?.name);
       const result = await this.call(client, request.params.name, request.params.arguments ?? {}, extra.signal);
       return { content: [{ type: "text", text: result.success ? result.content : result.error ?? result.content }], isError: !result.success };
     });

@@ -386,7 +386,7 @@ export class Executor {
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, opts.signal, admitted.bound?.emacs);
+      const value = await this.runHandler(tool, args, call.id, opts.signal, admitted.bound?.emacs, opts.tags);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts }, undefined, content);
     } catch (err) {
@@ -442,6 +442,26 @@ export class Executor {
     return describeSchemaErrors(validate.errors ?? [], tool);
   }
 
+  /**
+   * The policy's rule on reading a file outside the project root (readOutsideProject), applied when a
+   * handler learns only as it runs that it would read PATH there (read_definition of a library's
+   * definition): allowed, denied, or put to the user as an approval of its own. Throws a ToolError when
+   * the read may not happen.
+   */
+  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>): Promise<void> {
+    const action = this.policy.readOutsideProject();
+    if (action === "allow") return;
+    const refuse = (why: string): ToolError =>
+      new ToolError(`${tool.name}: ${clip(path)} is outside the project root, and ${why}; nothing was read (the rule is readOutsideProject, in Emacs sly-agent-q-read-outside-project).`);
+    if (action === "deny") throw refuse("reading there is denied");
+    if (!this.options.approve) throw refuse("reading there needs the user's approval, which is not possible here");
+    const reply = await this.options.approve(
+      { callId, tags, tool, arguments: { ...args, file_outside_the_project: path }, safetyLevel: this.policy.effectiveSafety(tool), reason: { kind: "rule", rule: { action: "ask", tool: tool.name } } },
+      signal,
+    );
+    if (reply?.decision !== "approved") throw refuse(`the user did not allow it${reply?.decision === "denied" && reply.reason ? ` (${reply.reason})` : ""}`);
+  }
+
   /** How long TOOL's handler may run before the executor stops it. */
   timeoutFor(tool: Tool): number {
     if (tool.timeoutMs !== undefined) return tool.timeoutMs;
@@ -459,7 +479,7 @@ export class Executor {
     return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
   }
 
-  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal, approved?: ApprovedTarget): Promise<unknown> {
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal, approved?: ApprovedTarget, tags?: Record<string, string>): Promise<unknown> {
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -475,7 +495,14 @@ export class Executor {
     });
     stopped.catch(() => undefined);
     try {
-      const context: ToolContext = { ...this.options.context?.(), callId, signal: controller.signal, timeoutMs, ...(approved ? { approved } : {}) };
+      const context: ToolContext = {
+        ...this.options.context?.(),
+        callId,
+        signal: controller.signal,
+        timeoutMs,
+        ...(approved ? { approved } : {}),
+        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags),
+      };
       const running = Promise.resolve().then(() => tool.handler(args, context));
       running.catch(() => undefined);
       return await Promise.race([running, stopped]);

@@ -27,6 +27,7 @@ export interface PolicySettings {
   safetyOverrides?: Record<string, SafetyLevel>;
   categoryLevels?: Record<string, SafetyLevel>;
   permissionRules?: readonly PermissionRule[];
+  readOutsideProject?: RuleAction;
 }
 
 /** What a call needs before it runs. */
@@ -73,7 +74,18 @@ export class ToolPolicy {
     for (const c of Object.keys(settings.categoryLevels ?? {})) {
       if (!known.has(c)) throw new PolicyError(`categoryLevels: unknown category "${c}" (categories: ${[...known].sort().join(", ")}).`);
     }
+    if (settings.readOutsideProject !== undefined && !RULE_ACTIONS.includes(settings.readOutsideProject)) {
+      throw new PolicyError(`readOutsideProject must be allow, ask or deny, not ${String(settings.readOutsideProject)}.`);
+    }
     this.rules = (settings.permissionRules ?? []).map((r, i) => compileRule(r, i, registry, known));
+  }
+
+  /**
+   * Whether a tool may read a file outside the project root that it finds only as it runs (the source
+   * of a loaded definition, such as a library's): allow (read-only), ask the user each time, or deny.
+   */
+  readOutsideProject(): RuleAction {
+    return this.settings.readOutsideProject ?? "ask";
   }
 
   /** The name of the capability: the primary tool for an alias, else the tool itself. */

@@ -23,6 +23,12 @@ export interface ToolContext {
   currentPackage?: string;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
+  /**
+   * Before a handler reads PATH outside the project root (a loaded definition's source): the policy's
+   * readOutsideProject rule decides, asking the user when it says ask. Throws a ToolError when the
+   * read may not happen. Set by the executor.
+   */
+  readOutside?: (path: string) => Promise<void>;
   /** Where a handler reports what call CALLID changed in files and buffers (kept for rewinding). */
   reportChanges?: (callId: string, changes: Change[]) => void;
 }

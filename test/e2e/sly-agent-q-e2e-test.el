@@ -973,7 +973,7 @@ Return the client's JSON output, a vector of alists."
         (should (string-match-p "Claude Code eval_form ok" (buffer-string)))))))
 
 (ert-deftest e2e-mcp-approval-in-the-chat-names-the-client-and-times-out ()
-  "The chat shows \"Claude Code wants to run write_file\"; approved there; unanswered, denied in time."
+  "The chat shows the approval asked by \"Claude Code\"; approved there; unanswered, denied in time."
   (e2e-with-mcp
     (let* ((sly-agent-q-mcp-approval-timeout 3)
            (approved nil)
@@ -988,7 +988,8 @@ Return the client's JSON output, a vector of alists."
                  "Claude Code"
                  (lambda ()
                    (when (and (not approved) (get-buffer sly-agent-q-chat-buffer-name)
-                              (string-match-p "Claude Code wants to run write_file" (sly-agent-q-test-chat-text)))
+                              (string-match-p "┃ asked by: MCP client calling itself \"Claude Code\"$"
+                                             (sly-agent-q-test-chat-text)))
                      (setq approved t)
                      (with-current-buffer sly-agent-q-chat-buffer-name (sly-agent-q-approve))))))))
       (should approved)

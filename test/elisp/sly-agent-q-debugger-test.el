@@ -153,11 +153,11 @@
     (should-not (sly-agent-q-tools-call "debugger_state" nil #'ignore))))
 
 (ert-deftest sly-agent-q-debugger-approval-summary-shows-detail ()
-  "The approval in the chat shows the detail line first."
+  "The approval in the chat shows what the restart acts on as its target, drawn by the product."
   (let ((summary (sly-agent-q-approval--summary
                   '(:tool "debugger_invoke_restart" :arguments (:restart 0)
                     :detail "invokes restart 0 [RETRY-PARSE] Parse again"))))
-    (should (string-match-p "\\`    invokes restart 0 \\[RETRY-PARSE\\] Parse again\n" summary))))
+    (should (string-match-p "^  ┃ target: invokes restart 0 \\[RETRY-PARSE\\] Parse again\n" summary))))
 
 (provide 'sly-agent-q-debugger-test)
 ;;; sly-agent-q-debugger-test.el ends here

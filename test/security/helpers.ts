@@ -101,12 +101,14 @@ export function side(): Side {
 }
 
 /** What the fake Emacs answers a call: "ok", or where a definition is for the image's definition_edit
- *  (which the server's definition tools read as JSON). */
+ *  (which the server's definition tools read as JSON), and the project root it is in. */
 export function fakeContent(call: EmacsCallParams): string {
   const params = call.params as { tool?: string };
   if (call.kind === "image" && params.tool === "definition_edit") {
     return JSON.stringify({ file: "/project/x.lisp", line: 1, label: "(DEFUN X)", old: "(defun x ())" });
   }
+  // The project the definition above is in (read_definition asks before reading outside it).
+  if (call.kind === "tool" && params.tool === "current_directory") return "Project root: /project/ (relative paths are resolved against it).";
   return "ok";
 }
 

@@ -171,5 +171,53 @@ definition_edit) cannot be called; the file and the image are unchanged."
       (delete-directory root t)
       (delete-directory outside-dir t))))
 
+;;;; read_definition outside the project root: the user's rule
+
+(ert-deftest sly-agent-q-security-read-definition-outside-follows-the-rule ()
+  "A definition loaded from a file outside the project: asked (denied: nothing read), denied, or allowed."
+  (sly-agent-q-security-e2e--connect)
+  (let* ((root (file-name-as-directory (make-temp-file "saq-sec-root" t)))
+         (outside-dir (file-name-as-directory (make-temp-file "saq-sec-library" t)))
+         (outside (expand-file-name "library.lisp" outside-dir)))
+    (unwind-protect
+        (progn
+          (with-temp-file outside
+            (insert "(in-package :cl-user)\n\n(defun saq-library-definition ()\n  :library-source-text)\n"))
+          (sly-agent-q-security-e2e--eval `(cl:load (cl:compile-file ,outside)))
+          (dolist (rule '(ask deny allow))
+            (let ((sly-agent-q-project-root root)
+                  (sly-agent-q-read-outside-project rule)
+                  (asked nil))
+              (sly-agent-q-test-with-server
+                  `((steps . [,(sly-agent-q-security-e2e--step
+                                "read_definition" '((symbol . "cl-user::saq-library-definition")))
+                              ((content . [((type . "text") (text . "done"))]))]))
+                ;; Bound here: the server macro binds it to nil around its body.
+                (let ((sly-agent-q-approval-function
+                       (lambda (request callback)
+                         (push request asked)
+                         (funcall callback '(:decision "denied" :reason "not the library")))))
+                  (should (eq (plist-get (sly-agent-q-test-send "Read it" 90) :status) 'finished))
+                  (let ((result (car (sly-agent-q-test-tool-results))))
+                    (pcase rule
+                      ('allow
+                       (should-not asked)
+                       (should-not (cdr result))
+                       (should (string-match-p ":library-source-text" (car result))))
+                      ('deny
+                       (should-not asked)
+                       (should (cdr result))
+                       (should (string-match-p "outside the project root, and reading there is denied" (car result)))
+                       (should-not (string-match-p ":library-source-text" (car result))))
+                      ('ask
+                       (should (= 1 (length asked)))
+                       (should (equal (plist-get (plist-get (car asked) :arguments) :file_outside_the_project)
+                                      (file-truename outside)))
+                       (should (cdr result))
+                       (should (string-match-p "the user did not allow it (not the library)" (car result)))
+                       (should-not (string-match-p ":library-source-text" (car result)))))))))))
+      (delete-directory root t)
+      (delete-directory outside-dir t))))
+
 (provide 'sly-agent-q-security-e2e-test)
 ;;; sly-agent-q-security-e2e-test.el ends here

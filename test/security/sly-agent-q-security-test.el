@@ -296,10 +296,10 @@
           ;; The resolved target is named, the long value says it was shortened,
           ;; and the arguments come in the tool's declared order (path first),
           ;; not the model's order (content first).
-          (should (string-match-p "writes victim\\.txt" chat))
-          (should (string-match-p "shortened here: [0-9]+ characters in all; v shows" chat))
+          (should (string-match-p "┃ target: file victim\\.txt$" chat))
+          (should (string-match-p "more lines cut, [0-9]+ characters in all" chat))
           (should (< (string-search "path: \"docs/readme.txt/../../victim.txt\"" chat)
-                     (string-search "content: " chat))))
+                     (string-search "╎ content:" chat))))
         ;; d shows the real target's change in diff-mode.
         (with-current-buffer (sly-agent-q-approval-show-diff)
           (should (eq major-mode 'diff-mode))

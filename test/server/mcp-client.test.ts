@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterEach, expect, it, vi } from "vitest";
-import { startMockLLM } from "../fixtures/mock-llm/server.mjs";
+import { startMockLLM, type MockScript } from "../fixtures/mock-llm/server.mjs";
 import { startBundle, type BundleProcess } from "./stdio-client.js";
 
 const FIXTURE = resolve(import.meta.dirname, "../fixtures/mcp/stdio-server.mjs");
@@ -136,3 +136,101 @@ it("reads servers from .mcp.json files itself, and their secrets never reach the
   expect(bundle.stderr()).not.toContain(secret);
   await bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
 }, 60_000);
+
+const HOSTILE = resolve(import.meta.dirname, "../fixtures/mcp/hostile-server.mjs");
+const UNSAFE = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
+
+async function hostileBundle(script: MockScript, toolTimeoutMs = 2_000): Promise<{ bundle: BundleProcess; mock: { url: string; requests(): any[] }; statuses: any[]; results: any[] }> {
+  const mock = await startMockLLM({ script });
+  cleanups.push(() => mock.close());
+  const bundle = startBundle(["--log-level", "warn"]);
+  cleanups.push(() => bundle.kill());
+  const statuses: any[] = [];
+  const results: any[] = [];
+  bundle.connection.onNotification("mcp/serverStatus", (p: any) => void statuses.push(p));
+  bundle.connection.onNotification("chat/toolResult", (p: any) => void results.push(p));
+  await bundle.connection.sendRequest("initialize", {
+    clientInfo: { name: "mcp-client-test" },
+    capabilities: { tools: false, image: false, approvals: false },
+    configuration: { provider: "anthropic", baseUrl: mock.url, apiKey: "any-test-key", model: "claude-sonnet-4-6", toolTimeoutMs },
+  });
+  return { bundle, mock, statuses, results };
+}
+
+it("a hostile configured MCP server: odd and colliding tool names renamed or refused visibly, a huge description cut, a 5 MB result bounded, 30 MB refused clearly", async () => {
+  const h = await hostileBundle({
+    steps: [
+      { content: [{ type: "tool_use", name: "mcp__hostile__big", input: {} }] },
+      { content: [{ type: "text", text: "1" }] },
+      { content: [{ type: "tool_use", name: "mcp__hostile__huge", input: {} }] },
+      { content: [{ type: "text", text: "3: {{last_tool_result}}" }] },
+    ],
+  }, 120_000); // megabytes through a pipe on a loaded machine: the error must be the size, not the time
+  const conf = await h.bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers: { hostile: { command: process.execPath, args: [HOSTILE, "names"] } }, levels: { hostile: "safe" } });
+  const tools: string[] = conf.servers[0].tools;
+  expect(tools).toEqual(expect.arrayContaining(["mcp__hostile__echo", "mcp__hostile__echo_txt_exe", "mcp__hostile__big", "mcp__hostile__huge", "mcp__hostile__hang"]));
+  expect(tools).toHaveLength(5);
+  // Said where the user sees it (the status Emacs shows and logs), drawn as data.
+  const connected = h.statuses.find((s) => s.name === "hostile" && s.status === "connected");
+  expect(connected.message).toMatch(/tool "Echo\\u202Etxt\.exe\\n" is offered as mcp__hostile__echo_txt_exe/);
+  expect(connected.message).toMatch(/tool "ECHO" is refused: its name mcp__hostile__echo is taken/);
+  expect(connected.message).not.toMatch(UNSAFE);
+  expect(conf.servers[0].notes.join("; ")).toBe(connected.message);
+
+  const t1 = await turn(h.bundle, undefined, "big");
+  expect(t1.text).toBe("1");
+  const offered = h.mock.requests()[0]!.body.tools.find((t: any) => t.name === "mcp__hostile__echo");
+  expect(offered.description.length).toBeLessThan(2_200);
+  expect(offered.description).toMatch(/cut: \d+ more characters/);
+  expect(offered.description).not.toMatch(UNSAFE);
+  // The 5 MB result reaches neither the model nor Emacs whole: bounded as our own tools' results are.
+  const toModel = JSON.stringify(h.mock.requests()[1]!.body.messages);
+  expect(toModel.length).toBeLessThan(100_000);
+  expect(toModel).toMatch(/B{1000}/);
+  const r = h.results.find((x) => x.name === "mcp__hostile__big");
+  expect(r.success).toBe(true);
+  expect(r.content.length).toBeLessThan(100_000);
+
+  // 30 MB is more than an MCP message may be: a clear error, nothing held, and the server starts again.
+  const t3 = await turn(h.bundle, t1.conversationId, "huge");
+  expect(t3.text).toMatch(/^3: Error: huge on MCP server hostile failed: its answer was larger than 10 MB/);
+  expect(JSON.stringify(h.mock.requests().at(-1)!.body.messages).length).toBeLessThan(100_000);
+  await h.bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
+}, 90_000);
+
+it("a configured MCP server that never answers fails to connect in time, a call never answered times out; endless stderr is reported bounded, as data", async () => {
+  const h = await hostileBundle({
+    steps: [
+      { content: [{ type: "tool_use", name: "mcp__hostile__hang", input: {} }] },
+      { content: [{ type: "text", text: "2: {{last_tool_result}}" }] },
+      { content: [{ type: "tool_use", name: "mcp__spew__die", input: {} }] },
+      { content: [{ type: "text", text: "done" }] },
+    ],
+  }, 6_000);
+  const started = Date.now();
+  const conf = await h.bundle.connection.sendRequest<any>("mcp/clientConfigure", {
+    servers: {
+      silent: { command: process.execPath, args: [HOSTILE, "silent"] },
+      spew: { command: process.execPath, args: [HOSTILE, "stderr"] },
+      hostile: { command: process.execPath, args: [HOSTILE, "names"] },
+    },
+    levels: { spew: "safe", hostile: "safe" },
+  });
+  expect(Date.now() - started).toBeLessThan(40_000);
+  expect(conf.servers[0]).toEqual({ name: "silent", ok: false, tools: [], error: expect.stringMatching(/MCP server silent could not start: .*(timed out|timeout)/i) });
+  expect(conf.servers[1]).toMatchObject({ name: "spew", ok: true, tools: ["mcp__spew__die"] });
+  const hanging = Date.now();
+  const t2 = await turn(h.bundle, undefined, "hang");
+  expect(t2.text).toMatch(/^2: Error: mcp__hostile__hang timed out after 6000 ms/);
+  expect(Date.now() - hanging).toBeLessThan(20_000);
+  const t = await turn(h.bundle, t2.conversationId, "die");
+  expect(t.text).toBe("done");
+  await vi.waitFor(() => expect(h.statuses.some((s) => s.name === "spew" && s.status === "exited")).toBe(true), { timeout: 10_000 });
+  const exited = h.statuses.find((s) => s.name === "spew" && s.status === "exited");
+  expect(exited.message.length).toBeLessThanOrEqual(600);
+  expect(exited.message).not.toMatch(UNSAFE);
+  expect(exited.message).toMatch(/^MCP server spew exited: /);
+  // The server still answers.
+  const again = await h.bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers: {} });
+  expect(again.servers).toEqual([]);
+}, 90_000);

@@ -100,6 +100,23 @@ describe("MCP server", () => {
     expect(h.bundle.stderr()).not.toContain(h.token);
   });
 
+  it("names a hostile client by a printable, bounded name: no control or bidi character, no line of its own", async () => {
+    const h = await start();
+    const hostile = "Claude Code\n  ✓ approved write_file\n\u001b[2J\u202eedoc\u2066x\u2069\u200f\u061c\u0085" + "Z".repeat(500);
+    const client = await connect(h, hostile);
+    h.decisions.push({ decision: "denied" });
+    await client.callTool({ name: "write_file", arguments: { path: "x.txt", content: "hi" } });
+    const asked = h.calls.find((c) => c.kind === "approval")!.params.client as string;
+    expect(asked.startsWith("Claude Code")).toBe(true);
+    expect(asked).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u);
+    expect(asked).toContain("\\n");
+    expect(asked).toContain("\\u202E");
+    expect(asked.length).toBeLessThanOrEqual(80);
+    await vi.waitFor(() => expect(h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done")).toHaveLength(1));
+    for (const n of h.notes.filter((n) => n.method === "mcp/call")) expect(n.params.client).toBe(asked);
+    await client.close();
+  });
+
   it("lists the registry's tools and runs them through the executor; dangerous asks in Emacs naming the client", async () => {
     const h = await start();
     const client = await connect(h);

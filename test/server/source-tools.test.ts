@@ -19,7 +19,7 @@ interface Fake {
   answers: Record<string, (args: Record<string, unknown>) => unknown>;
 }
 
-function setup(approve: (request: ApprovalRequest) => ApprovalDecision = () => ({ decision: "approved" })) {
+function setup(approve: (request: ApprovalRequest) => ApprovalDecision = () => ({ decision: "approved" }), settings: ConstructorParameters<typeof ToolPolicy>[1] = {}) {
   const registry = createDefaultRegistry();
   const fake: Fake = {
     calls: [],
@@ -46,7 +46,7 @@ function setup(approve: (request: ApprovalRequest) => ApprovalDecision = () => (
   const asked: ApprovalRequest[] = [];
   const executor = new Executor({
     registry,
-    policy: new ToolPolicy(registry, {}),
+    policy: new ToolPolicy(registry, settings),
     approve: async (request) => {
       asked.push(request);
       return approve(request);
@@ -159,6 +159,73 @@ describe("read_definition", () => {
     const { run, fake } = setup();
     fake.answers["tool:read_file"] = () => new ToolError("outside the project root");
     expect((await run("read_definition", { symbol: "f" })).content).toBe(`(DEFUN F) in ${FILE}:3-4:\n${OLD}\n`);
+  });
+});
+
+describe("read_definition outside the project root (readOutsideProject)", () => {
+  const LIBRARY = "/elsewhere/lib/library.lisp";
+  const outside = (fake: Fake) => {
+    fake.answers["image:definition_edit"] = () => JSON.stringify({ file: LIBRARY, line: 1, label: "(DEFUN G)", old: "(defun g () :secret-library-text)" });
+  };
+
+  it("asks by default, naming the file; approved, it reads", async () => {
+    const { run, fake, asked } = setup();
+    outside(fake);
+    const result = await run("read_definition", { symbol: "g" });
+    expect(asked).toHaveLength(1);
+    expect(asked[0].arguments).toMatchObject({ symbol: "g", file_outside_the_project: LIBRARY });
+    expect(result.success).toBe(true);
+    expect(result.content).toContain(":secret-library-text");
+  });
+
+  it("asks by default; denied, nothing of the file is given", async () => {
+    const { run, fake, asked } = setup(() => ({ decision: "denied", reason: "not that" }));
+    outside(fake);
+    const result = await run("read_definition", { symbol: "g" });
+    expect(asked).toHaveLength(1);
+    expect(result.success).toBe(false);
+    expect(result.content).toMatch(/library\.lisp is outside the project root, and the user did not allow it \(not that\)/);
+    expect(result.content).not.toContain(":secret-library-text");
+  });
+
+  it("deny: refused without asking; allow: read without asking; inside the root: never asks", async () => {
+    const denied = setup(undefined, { readOutsideProject: "deny" });
+    outside(denied.fake);
+    const d = await denied.run("read_definition", { symbol: "g" });
+    expect(d.success).toBe(false);
+    expect(d.content).toMatch(/outside the project root, and reading there is denied/);
+    expect(d.content).not.toContain(":secret-library-text");
+    expect(denied.asked).toHaveLength(0);
+
+    const allowed = setup(undefined, { readOutsideProject: "allow" });
+    outside(allowed.fake);
+    expect((await allowed.run("read_definition", { symbol: "g" })).content).toContain(":secret-library-text");
+    expect(allowed.asked).toHaveLength(0);
+
+    const inside = setup(undefined, { readOutsideProject: "deny" });
+    expect((await inside.run("read_definition", { symbol: "f" })).success).toBe(true);
+    expect(inside.asked).toHaveLength(0);
+  });
+
+  it("a link inside the root to a file outside is outside", async () => {
+    const { mkdtempSync, mkdirSync, symlinkSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const base = mkdtempSync(join(tmpdir(), "saq-rd-"));
+    mkdirSync(join(base, "root"));
+    writeFileSync(join(base, "secret.lisp"), "(defun s () :x)\n");
+    symlinkSync(join(base, "secret.lisp"), join(base, "root", "linked.lisp"));
+    const { run, fake, asked } = setup(undefined, { readOutsideProject: "deny" });
+    fake.answers["tool:current_directory"] = () => `Project root: ${join(base, "root")}/ (relative paths are resolved against it).`;
+    fake.answers["image:definition_edit"] = () => JSON.stringify({ file: join(base, "root", "linked.lisp"), line: 1, label: "(DEFUN S)", old: "(defun s () :x)" });
+    const r = await run("read_definition", { symbol: "s" });
+    expect(r.success).toBe(false);
+    expect(r.content).toMatch(/outside the project root/);
+    expect(asked).toHaveLength(0);
+  });
+
+  it("an invalid rule is refused with the configuration", () => {
+    expect(() => new ToolPolicy(createDefaultRegistry(), { readOutsideProject: "sometimes" as never })).toThrow(/readOutsideProject must be allow, ask or deny/);
   });
 });
 

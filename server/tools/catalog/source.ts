@@ -3,7 +3,8 @@
 // their tests, and the backend's other cross-references. The image does the looking up and compiling
 // (lisp-cl/source.lisp, systems.lisp, testing.lisp); Emacs makes the file edit, confined to the project.
 
-import { isAbsolute, resolve } from "node:path";
+import { realpathSync } from "node:fs";
+import { isAbsolute, relative, resolve } from "node:path";
 import { emacsTool, imageTool, inImage } from "../handlers.js";
 import { pkg } from "./image.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
@@ -133,6 +134,11 @@ async function applyAndCompile(planner: EditPlanner, args: Record<string, unknow
 /** read_definition: the form as the image located it, or the text of the buffer visiting its file when that differs. */
 async function readDefinition(args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
   const plan = await locate(args.symbol, undefined, args, ctx);
+  // A definition loaded from outside the project (a library's): the user's rule decides, at the executor.
+  if (!(await insideProject(plan.file, ctx))) {
+    if (!ctx.readOutside) throw new ToolError(`${plan.file} is outside the project root; nothing was read.`);
+    await ctx.readOutside(plan.file);
+  }
   const lines = plan.old.split("\n").length;
   const end = plan.line + lines - 1;
   const head = `${plan.label} in ${plan.file}:${plan.line}-${end}:\n`;
@@ -147,6 +153,25 @@ async function readDefinition(args: Record<string, unknown>, ctx: ToolContext): 
     // Outside the project, or no Emacs tools: the file's text is what there is.
   }
   return `${head}${plan.old}\n`;
+}
+
+/** Whether FILE (absolute) is inside the project root, links resolved; false when no root is known. */
+async function insideProject(file: string, ctx: ToolContext): Promise<boolean> {
+  let root: string;
+  try {
+    root = await projectRoot(ctx);
+  } catch {
+    return false;
+  }
+  const real = (p: string): string => {
+    try {
+      return realpathSync(p);
+    } catch {
+      return resolve(p);
+    }
+  };
+  const rel = relative(real(root), real(file));
+  return rel !== "" && !rel.startsWith("..") && !isAbsolute(rel);
 }
 
 /** list_systems: the systems under the project root are named unless another directory is given. */

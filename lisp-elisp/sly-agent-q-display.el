@@ -1,0 +1,203 @@
+;;; sly-agent-q-display.el --- Text from outside, drawn as data  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; Every string that comes from outside the product (a model, a tool
+;; result, the Lisp image, a file name, an MCP client or server, a saved
+;; conversation, a provider's error) is drawn through this file, so
+;; that what the user reads is what is there:
+;;
+;; - `sly-agent-q-display-line': one line.  Control characters (C0,
+;;   C1, DEL, ESC, newline, tab), bidi controls and other invisible
+;;   format characters are shown escaped (\n, \e, \u202E...) in the
+;;   face `escape-glyph'; long text is cut with a marker saying how
+;;   much was cut; the string's own text properties (a `display' or
+;;   `invisible' property could hide or fake anything) are dropped.
+;; - `sly-agent-q-display-text': the same, for text of many lines
+;;   (an answer, a tool's result): newlines and tabs stay.
+;; - `sly-agent-q-display-block': a framed block for a value of many
+;;   lines (a form, a diff): every line starts with the frame the
+;;   caller gives, so the content can neither end the block nor start
+;;   a line of its own.
+;;
+;; The frame characters (`sly-agent-q-display-frame-characters') are
+;; reserved for the product: in text from outside they are escaped too,
+;; so no line from outside can imitate a line the product draws, such
+;; as the lines of an approval the user decides on.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'rx)
+(require 'subr-x)
+
+(defcustom sly-agent-q-display-line-chars 300
+  "Most characters of text from outside shown on one line.
+Longer text is cut, with a marker saying how many characters were cut."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-display-block-lines 40
+  "Most lines of a framed block (a form, a diff) shown in an approval.
+The lines left out are counted on a last line of the block."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-display-name-chars 64
+  "Most characters of a name given by an outside party (an MCP client) shown."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defconst sly-agent-q-display-frame-characters "┏┃┗╎"
+  "Characters that start the lines the product draws for decisions.
+They never appear raw in text from outside: it cannot imitate them.")
+
+(defconst sly-agent-q-display--unsafe-line
+  (rx (any (#x00 . #x1F) (#x7F . #x9F)
+           ;; Format characters: bidi embeddings, overrides, isolates and
+           ;; marks, zero-width characters, the soft hyphen, the BOM...
+           #xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
+           (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
+           #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
+           #xE0001 (#xE0020 . #xE007F)
+           ;; Raw bytes of undecodable text.
+           (#x3FFF80 . #x3FFFFF)
+           ?┏ ?┃ ?┗ ?╎))
+  "A character drawn escaped in one line of text from outside.")
+
+(defconst sly-agent-q-display--unsafe-text
+  (rx (any (#x00 . #x08) (#x0B . #x1F) (#x7F . #x9F)
+           #xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
+           (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
+           #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
+           #xE0001 (#xE0020 . #xE007F)
+           (#x3FFF80 . #x3FFFFF)
+           ?┏ ?┃ ?┗ ?╎))
+  "A character drawn escaped in text of many lines from outside.
+Newline and tab stay.")
+
+(defun sly-agent-q-display--escape (char)
+  "The visible escape of CHAR."
+  (propertize
+   (cond ((eq char ?\n) "\\n")
+         ((eq char ?\t) "\\t")
+         ((eq char ?\r) "\\r")
+         ((eq char ?\e) "\\e")
+         ((< char #x80) (format "\\x%02X" char))
+         ((>= char #x3FFF80) (format "\\x%02X" (- char #x3FFF00)))
+         ((< char #x10000) (format "\\u%04X" char))
+         (t (format "\\U%08X" char)))
+   'face 'escape-glyph))
+
+(defun sly-agent-q-display--string (text)
+  "TEXT as a string without text properties."
+  (cond ((null text) "")
+        ((stringp text) (substring-no-properties text))
+        (t (format "%s" text))))
+
+(defun sly-agent-q-display--cut-marker (cut)
+  "The marker saying CUT characters were cut."
+  (propertize (format "…[%d more character%s cut]" cut (if (= cut 1) "" "s"))
+              'face 'escape-glyph))
+
+(defun sly-agent-q-display--sanitize (text max unsafe)
+  "TEXT from outside, cut at MAX characters (nil: not cut), UNSAFE escaped."
+  (let* ((s (sly-agent-q-display--string text))
+         (len (length s))
+         (cut (and max (> len max) (- len max)))
+         (shown (if cut (substring s 0 max) s))
+         (out (replace-regexp-in-string
+               unsafe (lambda (m) (sly-agent-q-display--escape (aref m 0))) shown t t)))
+    (if cut (concat out (sly-agent-q-display--cut-marker cut)) out)))
+
+(defun sly-agent-q-display-line (text &optional max)
+  "TEXT, from outside, as one line safe to draw.
+Control, bidi and format characters (and the reserved frame
+characters, `sly-agent-q-display-frame-characters') are shown
+escaped; the line is cut at MAX characters (default
+`sly-agent-q-display-line-chars'; t: never) with a marker saying how
+many were cut; TEXT's text properties are dropped.  TEXT may be any
+object: it is printed with %s first."
+  (sly-agent-q-display--sanitize text (if (eq max t) nil (or max sly-agent-q-display-line-chars))
+                                 sly-agent-q-display--unsafe-line))
+
+(defun sly-agent-q-display-text (text &optional max)
+  "TEXT, from outside, as text of many lines safe to draw.
+As `sly-agent-q-display-line', but newlines and tabs stay, and TEXT
+is cut only when MAX is given."
+  (sly-agent-q-display--sanitize text max sly-agent-q-display--unsafe-text))
+
+(defun sly-agent-q-display-name (name &optional max)
+  "NAME, given by an outside party, as a bounded quoted name safe to draw.
+Quotes and backslashes in NAME are escaped, so the name cannot end
+its own quotes; at most MAX characters (default
+`sly-agent-q-display-name-chars') are shown."
+  (concat "\""
+          (sly-agent-q-display-line
+           (replace-regexp-in-string "[\"\\]" "\\\\\\&" (sly-agent-q-display--string name) t)
+           (or max sly-agent-q-display-name-chars))
+          "\""))
+
+(cl-defun sly-agent-q-display-block (text frame &key max-lines max-line-chars)
+  "TEXT, from outside, as a framed block: lines each starting with FRAME.
+FRAME is the product's own prefix (it should hold a character of
+`sly-agent-q-display-frame-characters'); each line of TEXT is drawn
+with `sly-agent-q-display-line' after it, cut at MAX-LINE-CHARS
+characters, so no line of TEXT can close the block or start a line of
+its own.  At most MAX-LINES lines (default
+`sly-agent-q-display-block-lines') are shown; a last framed line
+counts those left out.  The result ends with a newline."
+  (let* ((s (string-trim-right (sly-agent-q-display--string text) "\n"))
+         (max-lines (or max-lines sly-agent-q-display-block-lines))
+         (len (length s))
+         (start 0) (n 0) (out nil))
+    ;; Only the lines shown are looked at: a value of megabytes costs
+    ;; no more than a short one.
+    (while (and (<= start len) (< n max-lines))
+      (let ((end (or (string-search "\n" s start) len)))
+        (push (concat frame (sly-agent-q-display-line (substring s start end) max-line-chars) "\n") out)
+        (setq n (1+ n) start (1+ end))))
+    (when (<= start len)
+      (let ((left (1+ (cl-count ?\n s :start start))))
+        (push (concat frame (propertize (format "…[%d more line%s cut, %d characters in all]"
+                                                left (if (= left 1) "" "s") len)
+                                        'face 'escape-glyph)
+                      "\n")
+              out)))
+    (apply #'concat (nreverse out))))
+
+(defun sly-agent-q-display-editable-buffer ()
+  "Show text from outside that the user edits as it is, in the current buffer.
+Text being edited cannot be escaped without changing it; instead
+the buffer is shown left to right without bidi reordering, and
+format characters (bidi controls, zero-width characters...) are
+drawn as their hex codes, as Emacs draws other control characters
+\(^[ for ESC)."
+  (setq-local bidi-display-reordering nil)
+  (setq-local bidi-paragraph-direction 'left-to-right)
+  (let ((table (copy-sequence glyphless-char-display)))
+    (dolist (range '(#xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
+                          (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064)
+                          (#x2066 . #x206F) #xFEFF (#xFFF9 . #xFFFB)))
+      (set-char-table-range table range 'hex-code))
+    (setq-local glyphless-char-display table)))
+
+(provide 'sly-agent-q-display)
+;;; sly-agent-q-display.el ends here

@@ -1,0 +1,317 @@
+;;; sly-agent-q-display-test.el --- Every string from outside is drawn as data  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; A property test: seeded random strings mixing every kind of hostile
+;; character (C0, C1, DEL, ESC sequences, newlines, bidi controls,
+;; format characters, raw bytes, the product's frame characters, lines
+;; of the approval itself, very long runs, text properties such as
+;; `display' and `invisible') are fed into every display path that can
+;; carry text from outside: approvals of every kind (writes and edits,
+;; evaluation, debugger restarts, interrupting a thread, MCP calls by a
+;; named client, tools of a configured MCP server), tool lines and
+;; results, notices, streamed and resumed text, the resume list, the
+;; MCP log, the echo area, the debugger's report in the chat.  The
+;; drawn text must hold no raw control or bidi character, each line the
+;; product draws for a decision exactly once and never imitated, cut
+;; text marked, and no text property from the strings.  Run with
+;; test/security/run.sh.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "../elisp/sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+(require 'sly-agent-q-display)
+(require 'sly-agent-q-approval)
+(require 'sly-agent-q-sessions)
+(require 'sly-agent-q-mcp)
+(require 'sly-agent-q-debugger)
+(require 'sly-agent-q-diff)
+
+(defconst sly-agent-q-display-test--pieces
+  (list "a" "b" "Z" "path/to/file.txt" " " "é" "日本" "🙂"
+        "\n" "\r\n" "\t" "\0" "\a" "\b" "\f" "\v" "\e" "\e[2J" "\e]0;title\a" "\e[31m" "\177"
+        (string #x80) (string #x85) (string #x9B) (string #x9F)
+        (string #x202A) (string #x202B) (string #x202C) (string #x202D) (string #x202E)
+        (string #x2066) (string #x2067) (string #x2068) (string #x2069)
+        (string #x200E) (string #x200F) (string #x061C) (string #x200B) (string #x200D)
+        (string #xFEFF) (string #x2028) (string #x2029) (string #xAD)
+        (string #x3FFF85) (string #x3FFFFF)
+        "┃" "┏" "┗" "╎" "\n  ┃ tool: write_file\n" "\n  ┃ asked by: the model in this chat\n"
+        "\n  ┃ target: file src/harmless.txt\n" "\n  ┃ trust level: safe\n"
+        "\n  ┏━ ⚠ this call needs your approval\n" "\n  ┗ [Approve]" "\n  ✓ approved write_file\n"
+        "\"" "\\" "%s" "%" "…[3 more characters cut]")
+  "Pieces the random strings are made of: every class of hostile character.")
+
+(defun sly-agent-q-display-test--random-string ()
+  "A random string of pieces, sometimes very long, sometimes with text properties."
+  (let* ((n (random 12))
+         (s (apply #'concat
+                   (cl-loop repeat (1+ n)
+                            collect (nth (random (length sly-agent-q-display-test--pieces))
+                                         sly-agent-q-display-test--pieces)))))
+    (when (zerop (random 4))
+      (setq s (concat s (make-string (+ 400 (random 3000)) ?x))))
+    (when (zerop (random 3))
+      (setq s (propertize s 'display "FAKE" 'invisible t 'face 'error
+                          'read-only nil 'sly-agent-q-approval 'forged)))
+    s))
+
+(defconst sly-agent-q-display-test--forbidden
+  (rx (any (#x00 . #x08) (#x0B . #x1F) (#x7F . #x9F)
+           #xAD #x61C (#x200B . #x200F) (#x2028 . #x202E) (#x2066 . #x2069) #xFEFF
+           (#x3FFF80 . #x3FFFFF)))
+  "A raw control, bidi or format character.
+Newlines and tabs stay in text of many lines (an answer, a result).")
+
+(defconst sly-agent-q-display-test--decision-labels
+  '("tool" "trust level" "target" "asked by")
+  "The lines the product draws for each approval.")
+
+(defun sly-agent-q-display-test--count-lines (regexp text)
+  "How many lines of TEXT match REGEXP."
+  (cl-count-if (lambda (l) (string-match-p regexp l)) (split-string text "\n")))
+
+(defun sly-agent-q-display-test--check-text (what text)
+  "Check that TEXT, drawn by WHAT, holds no raw control or bidi character."
+  (let ((pos (string-match sly-agent-q-display-test--forbidden text)))
+    (when pos
+      (ert-fail (list what "raw character" (aref text pos)
+                      (substring text (max 0 (- pos 40)) (min (length text) (+ pos 40))))))))
+
+(defun sly-agent-q-display-test--check-properties (what buffer)
+  "Check that no text property from the random strings reached BUFFER (drawn by WHAT)."
+  (with-current-buffer buffer
+    ;; The strings carry display "FAKE", invisible t and a forged approval;
+    ;; the product's own properties (a table's alignment...) may stay.
+    (dolist (forged '((display . "FAKE") (invisible . t) (sly-agent-q-approval . forged)))
+      (let ((pos (point-min)))
+        (while (< pos (point-max))
+          (when (equal (get-text-property pos (car forged)) (cdr forged))
+            (ert-fail (list what "property from outside" forged "at" pos)))
+          (setq pos (next-single-property-change pos (car forged) nil (point-max))))))))
+
+(defun sly-agent-q-display-test--make-call ()
+  "A call object as the server's emacs/call makes one."
+  (sly-agent-q--make-call :id (format "c%d" (random 100000)) :kind "approval"))
+
+(defun sly-agent-q-display-test--approvals (r)
+  "Approval requests of every kind, with random strings from R (a function)."
+  (list
+   ;; A write: the resolved path, a new file, its diff.
+   (list :tool "write_file" :safetyLevel "dangerous" :callId (funcall r)
+         :arguments (list :path (funcall r) :content (funcall r))
+         :path (funcall r) :diff (funcall r) :new-file t)
+   ;; An edit of a buffer.
+   (list :tool "write_to_buffer" :safetyLevel "dangerous"
+         :arguments (list :buffer (funcall r) :text (funcall r))
+         :buffer (funcall r) :diff (funcall r))
+   ;; An evaluation: the form, of many lines.
+   (list :tool "eval_form" :safetyLevel "dangerous"
+         :arguments (list :form (concat "(progn\n" (funcall r) "\n" (funcall r) ")") :package (funcall r)))
+   ;; A debugger restart: the image's name and description.
+   (list :tool "debugger_invoke_restart" :safetyLevel "dangerous"
+         :arguments (list :restart 0 :thread (funcall r))
+         :detail (format "invokes restart 0 [%s] %s, in the debugger of thread %s"
+                         (funcall r) (funcall r) (funcall r)))
+   ;; Interrupting a thread, by its name.
+   (list :tool "interrupt_thread" :safetyLevel "dangerous" :arguments (list :thread (funcall r)))
+   ;; A call from an MCP client, who names itself.
+   (list :tool "write_file" :safetyLevel "dangerous" :client (funcall r)
+         :arguments (list :path (funcall r) :content (funcall r)) :path (funcall r))
+   ;; A tool of an MCP server the user configured: its name and arguments are the server's.
+   (list :tool (concat "mcp__srv__" (funcall r)) :safetyLevel (funcall r)
+         :description (funcall r)
+         :arguments (list (intern (concat ":" (funcall r))) (funcall r)
+                          (intern (concat ":" (funcall r))) (vector (funcall r) 1 :json-false)))))
+
+(defun sly-agent-q-display-test--saved-messages (r)
+  "A saved conversation of random text, tool calls and results, from R."
+  (vector
+   (list :role "user" :content (vector (list :type "text" :text (funcall r))))
+   (list :role "assistant"
+         :content (vector (list :type "text" :text (funcall r))
+                          (list :type "tool_use" :id "t1" :name (funcall r)
+                                :input (list :path (funcall r) :form (funcall r)))
+                          (list :type "tool_use" :id "t2" :name "eval_form"
+                                :input (list :form (funcall r)))))
+   (list :role "user"
+         :content (vector (list :type "tool_result" :toolUseId "t1" :content (funcall r))
+                          (list :type "tool_result" :toolUseId "t2" :content (funcall r) :isError t)))))
+
+(defun sly-agent-q-display-test--fake-debugger (r)
+  "A buffer that looks like SLY's debugger to the agent, its text from R."
+  (let ((b (generate-new-buffer "*sly-db fake*")))
+    (with-current-buffer b
+      (setq major-mode 'sly-db-mode)
+      (setq-local sly-db-level 1)
+      (setq-local sly-db-restarts (list (list (funcall r) (funcall r)) (list (funcall r) (funcall r))))
+      (setq-local sly-db-condition (list (funcall r) (funcall r)))
+      (setq-local sly-current-thread 1)
+      (setq-local sly-buffer-connection nil)
+      (insert (funcall r) "\nBacktrace:\n" (funcall r) "\n" (funcall r) "\n"))
+    b))
+
+(defvar sly-db-level)
+(defvar sly-db-restarts)
+(defvar sly-db-condition)
+(defvar sly-current-thread)
+(defvar sly-buffer-connection)
+
+(ert-deftest sly-agent-q-display-property-every-path-draws-data ()
+  "Random hostile strings through every display path: drawn as data, decisions drawn once by the product."
+  (random "sly-agent-q-display-property")
+  (let ((sly-agent-q-approval-display nil)
+        (sly-agent-q-approval-function nil)
+        (sly-agent-q-project-root (file-name-as-directory (make-temp-file "saq-display" t)))
+        (cuts 0))
+    (dotimes (round 25)
+      (let* ((long-seen nil)
+             (r (lambda ()
+                  (let ((s (sly-agent-q-display-test--random-string)))
+                    (when (> (length s) 400) (setq long-seen t))
+                    s)))
+             (messages-start (with-current-buffer (get-buffer-create "*Messages*") (point-max))))
+        (when (get-buffer sly-agent-q-chat-buffer-name)
+          (let ((kill-buffer-query-functions nil)) (kill-buffer sly-agent-q-chat-buffer-name)))
+        (with-current-buffer (get-buffer-create (sly-agent-q-mcp-log-buffer))
+          (let ((inhibit-read-only t)) (erase-buffer)))
+        ;; A resumed conversation: its title, the user's and the agent's text, tool lines, results.
+        (sly-agent-q-chat-show-history (funcall r) (funcall r)
+                                       (sly-agent-q-display-test--saved-messages r)
+                                       :model (funcall r))
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          ;; Every tool entry expanded: its arguments and result drawn too.
+          (maphash (lambda (_ entry)
+                     (setf (sly-agent-q-entry-expanded entry) t)
+                     (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))
+                   sly-agent-q-chat--entries)
+          ;; Notices (errors, titles...).
+          (sly-agent-q-chat-notice (funcall r))
+          (sly-agent-q-chat-notice (concat "Error: " (funcall r)) 'sly-agent-q-error-face))
+        ;; Approvals of every kind, one after another, waiting.
+        (let ((requests (sly-agent-q-display-test--approvals r)))
+          (dolist (request requests)
+            (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call) request #'ignore))
+          ;; The MCP log and the MCP server's status.
+          (sly-agent-q-handle-notification
+           nil 'mcp/call (list :phase "start" :id "m1" :client (funcall r) :tool (funcall r)
+                               :arguments (list :x (funcall r))))
+          (sly-agent-q-handle-notification
+           nil 'mcp/call (list :phase "done" :id "m1" :client (funcall r) :tool (funcall r)
+                               :success t :safetyLevel (funcall r) :summary (funcall r)))
+          (sly-agent-q-handle-notification
+           nil 'mcp/serverStatus (list :name (funcall r) :status "exited" :message (funcall r)))
+          ;; The debugger's report, into the chat's input.
+          (let ((debugger (sly-agent-q-display-test--fake-debugger r)))
+            (unwind-protect
+                (cl-letf (((symbol-function 'sly-agent-q-bridge-current) (lambda () nil)))
+                  (sly-agent-q-debugger-ask debugger)
+                  ;; And its restart's approval.
+                  (let ((detail (plist-get (funcall (alist-get "debugger_invoke_restart"
+                                                               sly-agent-q-tools-preview-functions
+                                                               nil nil #'equal)
+                                                    '(:restart 1))
+                                           :detail)))
+                    (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call)
+                                               (list :tool "debugger_invoke_restart" :safetyLevel "dangerous"
+                                                     :arguments '(:restart 1) :detail detail)
+                                               #'ignore)
+                    (setq requests (append requests (list 'restart)))))
+              (kill-buffer debugger)))
+          ;; The resume list.
+          (let ((list-buffer (generate-new-buffer "*saq conversations test*")))
+            (unwind-protect
+                (progn
+                  (with-current-buffer list-buffer (sly-agent-q-conversations-mode))
+                  (sly-agent-q-sessions--show
+                   list-buffer
+                   (list :conversations (vector (list :conversationId "c1" :title (funcall r)
+                                                      :model (funcall r) :updated (funcall r)
+                                                      :turns 1 :costUsd 0))
+                         :errors (vector (funcall r))))
+                  (sly-agent-q-display-test--check-text
+                   "the resume list" (with-current-buffer list-buffer (buffer-string)))
+                  (sly-agent-q-display-test--check-properties "the resume list" list-buffer))
+              (kill-buffer list-buffer)))
+          ;; The hunk review of a proposed file edit: its description and new text are the model's.
+          (let* ((file (expand-file-name "review.txt" sly-agent-q-project-root))
+                 (review (progn
+                           (with-temp-file file (insert "hello\nworld\n"))
+                           (sly-agent-q-diff-review
+                            (list :path "review.txt" :old_text "hello"
+                                  :new_text (concat "hi " (funcall r)) :description (funcall r))
+                            #'ignore))))
+            (unwind-protect
+                (progn
+                  (should (bufferp review))
+                  (sly-agent-q-display-test--check-text
+                   "the diff review" (with-current-buffer review (buffer-string)))
+                  (sly-agent-q-display-test--check-properties "the diff review" review))
+              (when (buffer-live-p review) (sly-agent-q-diff-review-cancel review))
+              (delete-file file)))
+          ;; What was drawn.
+          (let ((chat (with-current-buffer (sly-agent-q-chat-buffer) (buffer-string)))
+                (log (with-current-buffer (sly-agent-q-mcp-log-buffer) (buffer-string)))
+                (echo (with-current-buffer "*Messages*"
+                        (buffer-substring-no-properties messages-start (point-max)))))
+            (sly-agent-q-display-test--check-text "the chat" chat)
+            (sly-agent-q-display-test--check-text "the MCP log" log)
+            (sly-agent-q-display-test--check-text "the echo area" echo)
+            (sly-agent-q-display-test--check-properties "the chat" (sly-agent-q-chat-buffer))
+            (sly-agent-q-display-test--check-properties "the MCP log" (sly-agent-q-mcp-log-buffer))
+            ;; Each decision line once per approval, nowhere else: not imitated.
+            (dolist (label sly-agent-q-display-test--decision-labels)
+              (should (equal (list round label (length requests))
+                             (list round label (sly-agent-q-display-test--count-lines
+                                                (concat "^  ┃ " label ": ") chat)))))
+            (should (= (length requests)
+                       (sly-agent-q-display-test--count-lines "^  ┏━ ⚠ this call needs your approval$" chat)))
+            ;; Every approval's echo-area line names who asks, on one line.
+            (should (= (length requests)
+                       (sly-agent-q-display-test--count-lines "^sly-agent-q: .* needs your approval (y, n" echo)))
+            ;; The approval an MCP client asks for says so, once.
+            (should (= 1 (sly-agent-q-display-test--count-lines
+                          "^  ┃ asked by: MCP client calling itself \"" chat)))
+            ;; Long text is cut, and says so.
+            (when long-seen
+              (should (string-match-p "more characters? cut\\]\\|more lines? cut" chat))
+              (cl-incf cuts))))))
+    (should (> cuts 0))))
+
+(ert-deftest sly-agent-q-display-functions ()
+  "The display functions themselves: escapes, cut markers, frames, names, no properties."
+  (should (equal (sly-agent-q-display-line "a\nb\e[2J\u202Ec") "a\\nb\\e[2J\\u202Ec"))
+  (should (equal (sly-agent-q-display-line (string #x85 #x7F ?\0)) "\\u0085\\x7F\\x00"))
+  (should (equal (sly-agent-q-display-line "┃ x") "\\u2503 x"))
+  (should (equal (sly-agent-q-display-line (make-string 10 ?z) 4) "zzzz…[6 more characters cut]"))
+  (should (equal (sly-agent-q-display-text "a\n\tb\ec") "a\n\tb\\ec"))
+  (should-not (text-property-not-all 0 3 'display nil
+                                     (sly-agent-q-display-line (propertize "abc" 'display "X"))))
+  (should (equal (sly-agent-q-display-name "Cl\"aude\n") "\"Cl\\\"aude\\n\""))
+  (should (equal (sly-agent-q-display-block "l1\nl2\u202E\n┗ end\nl4" "  ┃ ╎ " :max-lines 3)
+                 (concat "  ┃ ╎ l1\n  ┃ ╎ l2\\u202E\n  ┃ ╎ \\u2517 end\n"
+                         "  ┃ ╎ …[1 more line cut, 15 characters in all]\n"))))
+
+(ert-deftest sly-agent-q-display-edited-arguments-shown-as-they-are ()
+  "The buffer editing an approval's arguments shows a bidi override as its code, without reordering."
+  (let ((sly-agent-q-approval-display nil)
+        (sly-agent-q-approval-function nil))
+    (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call)
+                               (list :tool "write_file" :safetyLevel "dangerous"
+                                     :arguments (list :path "report-\u202Etxt.exe" :content "x"))
+                               #'ignore)
+    (save-window-excursion
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (sly-agent-q-edit-arguments)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (should (string-search "\u202E" (buffer-string)))
+          (should-not bidi-display-reordering)
+          (should (eq (aref glyphless-char-display #x202E) 'hex-code))
+          (should (eq (aref glyphless-char-display #x2066) 'hex-code))
+          (kill-buffer))))
+    (should-not (eq (aref (default-value 'glyphless-char-display) #x202E) 'hex-code))))
+
+(provide 'sly-agent-q-display-test)
+;;; sly-agent-q-display-test.el ends here
