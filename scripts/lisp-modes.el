@@ -51,7 +51,12 @@ Return non-nil when it is loaded."
     (package-initialize)))
 
 (defun sly-agent-q-dev-require-package-lint ()
-  "Load package-lint (Debian's elpa-package-lint); return non-nil when loaded."
+  "Load package-lint; return non-nil when loaded.
+The one in SAQ_PACKAGE_LINT_DIR (the current release, unpacked by
+scripts/ensure-package-lint.sh) comes first, then Debian's elpa-package-lint."
+  (let ((dir (getenv "SAQ_PACKAGE_LINT_DIR")))
+    (when (and dir (file-directory-p dir))
+      (add-to-list 'load-path (directory-file-name (expand-file-name dir)))))
   (or (require 'package-lint nil t)
       (progn (sly-agent-q-dev-system-packages)
              (require 'package-lint nil t))))

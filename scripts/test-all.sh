@@ -6,6 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/vendor-sly.sh
+# The current package-lint for the lint test (Debian 12's is older than Emacs 30).
+if lint_dir="$(scripts/ensure-package-lint.sh | tail -n 1)"; then
+  export SAQ_PACKAGE_LINT_DIR="$lint_dir"
+  echo "package-lint: $(basename "$lint_dir"), unpacked into .deps/package-lint/"
+fi
 
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
         "security:test/security/run.sh" "emacs30:scripts/test-emacs30.sh")
