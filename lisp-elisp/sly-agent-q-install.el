@@ -131,6 +131,35 @@ directory, or NAME@VERSION from another registry."
         (funcall callback error)
       (error (message "sly-agent-q: %s" (error-message-string err))))))
 
+(defun sly-agent-q-install--failure (spec status output)
+  "The message for npm's failure (exit STATUS, OUTPUT) to install SPEC.
+It says what went wrong when npm's output tells (the registry has no
+such version, or could not be reached) and names every other way to
+install the server."
+  (concat
+   (cond ((string-match-p "\\bE404\\b\\|404 Not Found" output)
+          (format "The npm registry has no %s (404)" spec))
+         ((string-match-p "\\b\\(ENOTFOUND\\|ECONNREFUSED\\|ECONNRESET\\|ETIMEDOUT\\|EAI_AGAIN\\)\\b" output)
+          (format "The npm registry could not be reached to install %s" spec))
+         (t (format "npm install %s failed (exit %s)" spec status)))
+   (format "; npm's output is in %s.  Other ways: C-u M-x sly-agent-q-install-server \
+with a tarball made by `npm pack' (or `make package') in a checkout of sly-agent-q, \
+or set `sly-agent-q-server-package-spec' to a tarball, a directory or another registry's spec"
+           sly-agent-q-install-buffer-name)))
+
+(defun sly-agent-q-install--replace (staging dir)
+  "Put the install made in STAGING in place of DIR's, atomically enough.
+The old install is moved aside first and deleted only once the new one
+is in place, so a failure leaves one complete install, never half of one."
+  (let ((old (and (file-directory-p dir)
+                  (make-temp-name (concat (directory-file-name dir) ".old-")))))
+    (when old (rename-file (directory-file-name dir) old))
+    (condition-case err
+        (rename-file (directory-file-name staging) (directory-file-name dir))
+      (error (when old (rename-file old (directory-file-name dir)))
+             (signal (car err) (cdr err))))
+    (when old (delete-directory old t))))
+
 (defun sly-agent-q-install--run (name command then)
   "Run COMMAND (a list) as process NAME, its output in the install buffer.
 Call THEN with the exit status and the output once it ends; never waits."
@@ -194,6 +223,9 @@ install npm (it comes with Node.js), or set that option to its full path"
          ;; A local tarball or directory is named by its absolute path: npm runs elsewhere.
          (spec (if (file-exists-p spec) (expand-file-name spec) spec))
          (dir (expand-file-name sly-agent-q-install-directory))
+         ;; npm installs beside DIR; DIR changes only once that install is whole.
+         (staging (progn (make-directory (file-name-directory (directory-file-name dir)) t)
+                         (make-temp-file (concat (directory-file-name dir) ".installing-") t)))
          ;; npm must not stop to ask, nor look for updates of itself, nor audit.
          (env (append '("npm_config_update_notifier=false"
                         "npm_config_fund=false" "npm_config_audit=false"
@@ -202,7 +234,6 @@ install npm (it comes with Node.js), or set that option to its full path"
          (process-environment env)
          (cwd (file-name-as-directory temporary-file-directory))
          (default-directory cwd))
-    (make-directory dir t)
     (with-current-buffer (get-buffer-create sly-agent-q-install-buffer-name)
       (let ((inhibit-read-only t)) (erase-buffer))
       (special-mode))
@@ -217,19 +248,25 @@ install npm (it comes with Node.js), or set that option to its full path"
              (process-environment env)
              (default-directory cwd))
          (if problem
-             (sly-agent-q-install--finish callback problem)
+             (progn (delete-directory staging t)
+                    (sly-agent-q-install--finish callback problem))
            (sly-agent-q-install--run
             "sly-agent-q-npm-install"
             ;; "--": a spec that starts with a dash is a spec, never an npm option.
-            (list npm "install" "--global" "--prefix" dir "--no-audit" "--no-fund" "--" spec)
-            (lambda (status _output)
-              (sly-agent-q-install--finish
-               callback
-               (cond ((not (eq status 0))
-                      (format "npm install %s failed (exit %s); its output is in %s"
-                              spec status sly-agent-q-install-buffer-name))
-                     ((not (sly-agent-q-install-server-file))
-                      (format "npm installed %s, but %s has no sly-agent-q server" spec dir))))))))))
+            (list npm "install" "--global" "--prefix" staging "--no-audit" "--no-fund" "--" spec)
+            (lambda (status output)
+              (let ((error
+                     (cond ((not (eq status 0))
+                            (sly-agent-q-install--failure spec status output))
+                           ((not (let ((sly-agent-q-install-directory staging))
+                                   (sly-agent-q-install-server-file)))
+                            (format "npm installed %s, but it holds no sly-agent-q server" spec))
+                           (t (condition-case err
+                                  (progn (sly-agent-q-install--replace staging dir) nil)
+                                (file-error (format "Putting the new server in place of %s failed: %s"
+                                                    dir (error-message-string err))))))))
+                (when (file-directory-p staging) (delete-directory staging t))
+                (sly-agent-q-install--finish callback error))))))))
     sly-agent-q-install--process))
 
 (provide 'sly-agent-q-install)

@@ -250,5 +250,140 @@ installs it from an npm pack tarball, and a turn completes against the mock."
       (delete-directory home t)
       (delete-directory (file-name-directory tarball) t))))
 
+;;;; The npm route: published to a real registry on loopback, installed as a user installs it
+
+(defun e2e-package-verdaccio ()
+  "The verdaccio bin of scripts/ensure-verdaccio.sh (SAQ_VERDACCIO, or .deps/), or nil."
+  (let ((bin (or (getenv "SAQ_VERDACCIO")
+                 (expand-file-name ".deps/verdaccio/node_modules/.bin/verdaccio" sly-agent-q-test-root))))
+    (and (file-executable-p bin) bin)))
+
+(defun e2e-package-start-registry (dir)
+  "Start a registry with its storage in DIR; return (PROCESS URL NPMRC)."
+  (let* ((out (generate-new-buffer " *registry*"))
+         (proc (make-process :name "saq-registry" :buffer out :noquery t :connection-type 'pipe
+                             :command (list "node" (expand-file-name "test/fixtures/npm-registry/registry.mjs"
+                                                                     sly-agent-q-test-root)
+                                            (e2e-package-verdaccio) dir)))
+         (deadline (+ (float-time) 90)))
+    (while (and (process-live-p proc) (< (float-time) deadline)
+                (not (with-current-buffer out (save-excursion (goto-char (point-min))
+                                                              (re-search-forward "^READY .*\n" nil t)))))
+      (accept-process-output proc 0.2))
+    (with-current-buffer out
+      (goto-char (point-min))
+      (unless (re-search-forward "^READY \\([^ ]+\\) \\(.+\\)$" nil t)
+        (error "The registry did not start: %s" (buffer-string)))
+      (list proc (match-string 1) (match-string 2)))))
+
+(defun e2e-package-npm (npmrc &rest args)
+  "Run npm with ARGS in the checkout, configured by NPMRC; return (STATUS . OUTPUT)."
+  (with-temp-buffer
+    (let* ((default-directory (file-name-as-directory sly-agent-q-test-root))
+           (process-environment (cons (concat "npm_config_userconfig=" npmrc) process-environment))
+           (status (apply #'call-process "npm" nil t nil args)))
+      (cons status (buffer-string)))))
+
+(defun e2e-package-install-forms (label)
+  "Forms that run `sly-agent-q-install-server' with no spec and print LABEL=result and what is installed."
+  `((let ((result 'waiting))
+      (sly-agent-q-install-server nil (lambda (e) (setq result e)))
+      (e2e-wait (lambda () (not (eq result 'waiting))) 180)
+      (princ (format "%s=%s\n%s-INSTALLED=%s\n%s-LEFT=%S\n"
+                     ,label (if (stringp result) (replace-regexp-in-string "\n" " " result) result)
+                     ,label (sly-agent-q-install-installed-version)
+                     ,label (directory-files (file-name-directory
+                                              (directory-file-name sly-agent-q-install-directory))
+                                             nil "\\.\\(installing\\|old\\)-"))))))
+
+(ert-deftest e2e-package-npm-registry-route ()
+  "The server's package published to a real npm registry (verdaccio on loopback) as a release
+would be; M-x sly-agent-q-install-server with no argument then installs the pinned version from it
+and a turn completes. Before the publish, the registry's 404 gives a message naming every other way,
+and leaves the server installed before untouched; an unreachable registry says so."
+  (unless (and (executable-find "npm") (sly-agent-q-test-mock-available-p) (e2e-package-verdaccio))
+    (ert-skip "npm, the bundle or verdaccio (scripts/ensure-verdaccio.sh) is missing"))
+  (let* ((archive (e2e-package-from-git))
+         (old-tarball (sly-agent-q-test-npm-pack "0.0.9"))
+         (home (file-name-as-directory (make-temp-file "agent-q-user" t)))
+         (registry-dir (make-temp-file "agent-q-registry" t))
+         (registry (e2e-package-start-registry registry-dir))
+         (url (nth 1 registry)) (npmrc (nth 2 registry))
+         (elpa (expand-file-name "elpa" home))
+         (install-dir (file-name-as-directory (expand-file-name "server" home)))
+         (project (file-name-as-directory (expand-file-name "project" home)))
+         (closed (let* ((p (make-network-process :name "saq-closed" :server t :host "127.0.0.1" :service t))
+                        (port (process-contact p :service)))
+                   (delete-process p) port))
+         (mock (sly-agent-q-test-start-mock
+                (json-read-file (expand-file-name "test/e2e/scripts/package-install.json" sly-agent-q-test-root)))))
+    (make-directory project t)
+    (unwind-protect
+        (let* ((process-environment (append (list (concat "npm_config_userconfig=" npmrc)
+                                                  ;; The user's npm, pointed at the registry.
+                                                  (concat "npm_config_registry=" url)
+                                                  "npm_config_fetch_retries=0")
+                                            process-environment))
+               (before (e2e-package-run-user
+                        (append
+                         (e2e-package-user-setup elpa install-dir archive)
+                         `((let ((result 'waiting))
+                             (sly-agent-q-install-server ,old-tarball (lambda (e) (setq result e)))
+                             (e2e-wait (lambda () (not (eq result 'waiting))) 120)
+                             (princ (format "OLD=%S\n" result))))
+                         (e2e-package-install-forms "MISSING"))))
+               (unreachable (let ((process-environment
+                                   (cons (format "npm_config_registry=http://127.0.0.1:%d/" closed)
+                                         process-environment)))
+                              (e2e-package-run-user
+                               (append (e2e-package-user-setup elpa install-dir archive)
+                                       (e2e-package-install-forms "UNREACHABLE")))))
+               (published (e2e-package-npm npmrc "publish"))
+               (after (e2e-package-run-user
+                       (append
+                        (e2e-package-user-setup elpa install-dir archive)
+                        (e2e-package-install-forms "REGISTRY")
+                        `((setq sly-agent-q-provider "anthropic" sly-agent-q-base-url ,mock
+                                sly-agent-q-api-key "test-key" sly-agent-q-project-root ,project)
+                          (sly-agent-q)
+                          (let (outcome)
+                            (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
+                            (e2e-wait (lambda () outcome) 60)
+                            (princ (format "STATUS=%s\nFOUND=%S\nPROBLEM=%S\n"
+                                           (plist-get outcome :status) (sly-agent-q-server-find)
+                                           (sly-agent-q-server-version-problem))))
+                          (sly-agent-q-server-stop))))))
+          (should (equal (e2e-package-field "OLD" before) "nil"))
+          ;; 404: what happened, and every way out; the old install is whole, nothing half-made is left.
+          (let ((missing (e2e-package-field "MISSING" before)))
+            (should (string-match-p "The npm registry has no sly-agent-q@0\\.1\\.0 (404)" missing))
+            (should (string-match-p "C-u M-x sly-agent-q-install-server" missing))
+            (should (string-match-p "npm pack" missing))
+            (should (string-match-p "make package" missing)))
+          (should (equal (e2e-package-field "MISSING-INSTALLED" before) "0.0.9"))
+          (should (equal (e2e-package-field "MISSING-LEFT" before) "nil"))
+          (should (string-match-p "could not be reached"
+                                  (e2e-package-field "UNREACHABLE" unreachable)))
+          (should (equal (e2e-package-field "UNREACHABLE-INSTALLED" unreachable) "0.0.9"))
+          (should (equal (e2e-package-field "UNREACHABLE-LEFT" unreachable) "nil"))
+          ;; Published as a release is, then installed by the command with no argument.
+          (should (equal (car published) 0))
+          (should (string-match-p "sly-agent-q@0\\.1\\.0" (cdr published)))
+          (should (equal (e2e-package-field "REGISTRY" after) "nil"))
+          (should (equal (e2e-package-field "REGISTRY-INSTALLED" after) "0.1.0"))
+          (should (equal (e2e-package-field "REGISTRY-LEFT" after) "nil"))
+          (should (equal (e2e-package-field "STATUS" after) "finished"))
+          (should (string-match-p (concat "^FOUND=(\"" (regexp-quote (file-truename install-dir))
+                                          ".*sly-agent-q-server\\.js\" \\. installed)$")
+                                  after))
+          (should (equal (e2e-package-field "PROBLEM" after) "nil")))
+      (sly-agent-q-test-stop-mock)
+      (when (process-live-p (car registry)) (process-send-eof (car registry)))
+      (sleep-for 0.5)
+      (when (process-live-p (car registry)) (delete-process (car registry)))
+      (delete-directory home t)
+      (delete-directory registry-dir t)
+      (delete-directory (file-name-directory old-tarball) t))))
+
 (provide 'sly-agent-q-package-test)
 ;;; sly-agent-q-package-test.el ends here
