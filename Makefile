@@ -5,7 +5,7 @@
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps test test-server test-cl test-elisp test-e2e test-security lint typecheck run package bench clean
+.PHONY: all build deps test test-server test-cl test-elisp test-e2e test-security lint typecheck run package release bench clean
 
 all: build
 
@@ -46,6 +46,10 @@ clean:
 # The package archive (dist/sly-agent-q-VERSION.tar) from the MELPA-style recipe.
 package: build
 	$(EMACS) -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package
+
+# Check that the versions agree, build the npm tarball and the Elisp package, lint, dry-run the publish.
+release: build
+	scripts/release.sh
 
 # Set up and start the product: Emacs in the terminal, SBCL under SLIME, the chat open.
 run:

@@ -28,7 +28,13 @@ ert_run "e2e run command" "$here/sly-agent-q-run-command-test.el"
 
 # The package archive (make package, with the server inside), installed with package-install-file
 # into an empty package-user-dir; and the recipe's package built from a clean git archive of HEAD,
-# whose server is installed from an npm pack tarball through sly-agent-q-install-server.
+# whose server is installed from an npm pack tarball through sly-agent-q-install-server, and
+# also published to a real npm registry on loopback (verdaccio) and installed from there.
+if verdaccio="$(scripts/ensure-verdaccio.sh | tail -n 1)"; then
+  export SAQ_VERDACCIO="$verdaccio"
+else
+  echo "e2e package: installing verdaccio from the npm registry failed; the registry test skips"
+fi
 if "$emacs" -Q --batch -l scripts/make-package.el -f sly-agent-q-make-package >/dev/null 2>&1; then
   ert_run "e2e package" "$here/sly-agent-q-package-test.el"
 else

@@ -385,5 +385,66 @@ and leaves the server installed before untouched; an unreachable registry says s
       (delete-directory registry-dir t)
       (delete-directory (file-name-directory old-tarball) t))))
 
+;;;; package-vc-install from the repository (Emacs 29 and newer)
+
+(ert-deftest e2e-package-vc-install-from-the-repository ()
+  "`package-vc-install' of the repository (here a clone of this checkout's HEAD) with its Lisp in
+lisp-elisp/: the package loads, says how to get the server, installs it and completes a turn."
+  (unless (fboundp 'package-vc-install)
+    (ert-skip "package-vc-install is in Emacs 29 and newer"))
+  (unless (and (executable-find "npm") (executable-find "git") (sly-agent-q-test-mock-available-p))
+    (ert-skip "npm, git or the bundle (make build) is missing"))
+  (let* ((home (file-name-as-directory (make-temp-file "agent-q-user" t)))
+         (repo (expand-file-name "repo" home))
+         (elpa (expand-file-name "elpa" home))
+         (install-dir (file-name-as-directory (expand-file-name "server" home)))
+         (project (file-name-as-directory (expand-file-name "project" home)))
+         (tarball (sly-agent-q-test-npm-pack))
+         (url (sly-agent-q-test-start-mock
+               (json-read-file (expand-file-name "test/e2e/scripts/package-install.json" sly-agent-q-test-root)))))
+    (make-directory project t)
+    ;; The repository as a user's clone source: this checkout's committed HEAD, nothing built.
+    (should (zerop (call-process "git" nil nil nil "clone" "--quiet" "--no-hardlinks"
+                                 sly-agent-q-test-root repo)))
+    (unwind-protect
+        (let ((out (e2e-package-run-user
+                    `((require 'package)
+                      (require 'package-vc)
+                      (setq package-user-dir ,elpa)
+                      (package-initialize)
+                      (package-vc-install '(sly-agent-q :url ,repo :lisp-dir "lisp-elisp"))
+                      (require 'sly-agent-q)
+                      (defun e2e-wait (pred seconds)
+                        (let ((deadline (+ (float-time) seconds)))
+                          (while (and (not (funcall pred)) (< (float-time) deadline))
+                            (accept-process-output nil 0.05))))
+                      (setq sly-agent-q-install-directory ,install-dir
+                            sly-agent-q-provider "anthropic" sly-agent-q-base-url ,url
+                            sly-agent-q-api-key "test-key" sly-agent-q-project-root ,project)
+                      (princ (format "LIBRARY=%s\n" (locate-library "sly-agent-q")))
+                      (princ (format "BEFORE=%s\n" (condition-case e (sly-agent-q-server-locate)
+                                                      (user-error (error-message-string e)))))
+                      (let ((result 'waiting))
+                        (sly-agent-q-install-server ,tarball (lambda (e) (setq result e)))
+                        (e2e-wait (lambda () (not (eq result 'waiting))) 120)
+                        (princ (format "INSTALL=%S\n" result)))
+                      (sly-agent-q)
+                      (let (outcome)
+                        (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
+                        (e2e-wait (lambda () outcome) 60)
+                        (princ (format "STATUS=%s\nHELPERS=%s\n" (plist-get outcome :status)
+                                       (file-exists-p (expand-file-name
+                                                       "../lisp-cl/load.lisp"
+                                                       (file-name-directory (locate-library "sly-agent-q")))))))
+                      (sly-agent-q-server-stop)))))
+          (should (string-prefix-p (file-truename elpa) (file-truename (e2e-package-field "LIBRARY" out))))
+          (should (string-match-p "not installed: M-x sly-agent-q-install-server" (e2e-package-field "BEFORE" out)))
+          (should (equal (e2e-package-field "INSTALL" out) "nil"))
+          (should (equal (e2e-package-field "STATUS" out) "finished"))
+          (should (equal (e2e-package-field "HELPERS" out) "t")))
+      (sly-agent-q-test-stop-mock)
+      (delete-directory home t)
+      (delete-directory (file-name-directory tarball) t))))
+
 (provide 'sly-agent-q-package-test)
 ;;; sly-agent-q-package-test.el ends here

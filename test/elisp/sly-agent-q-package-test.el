@@ -132,5 +132,36 @@
                                  (fboundp 'sly-agent-q) (fboundp 'sly-agent-q-tools-call)))))))
     (should (equal r '(0 . "(nil nil t t)")))))
 
+(defun sly-agent-q-test--release-versions (root)
+  "Run scripts/release.sh --check-versions on ROOT; return (STATUS . OUTPUT)."
+  (with-temp-buffer
+    (let ((status (call-process (expand-file-name "scripts/release.sh" sly-agent-q-test-root)
+                                nil t nil "--check-versions" root)))
+      (cons status (buffer-string)))))
+
+(ert-deftest sly-agent-q-package-release-versions-agree ()
+  "package.json, `sly-agent-q-server-version' and the package header say one version;
+`make release' refuses when any of them differs."
+  (should (equal (car (sly-agent-q-test--release-versions sly-agent-q-test-root)) 0))
+  (dolist (edit '(("package.json" "\"version\": \"[^\"]+\"" "\"version\": \"9.9.9\"")
+                  ("lisp-elisp/sly-agent-q-install.el" "server-version \"[^\"]+\"" "server-version \"9.9.9\"")
+                  ("lisp-elisp/sly-agent-q.el" "^;; Version: .*$" ";; Version: 9.9.9")))
+    (let ((root (make-temp-file "agent-q-release" t)))
+      (unwind-protect
+          (progn
+            (make-directory (expand-file-name "lisp-elisp" root))
+            (dolist (f '("package.json" "lisp-elisp/sly-agent-q-install.el" "lisp-elisp/sly-agent-q.el"))
+              (copy-file (expand-file-name f sly-agent-q-test-root) (expand-file-name f root)))
+            (with-temp-file (expand-file-name (car edit) root)
+              (insert-file-contents (expand-file-name (car edit) root))
+              (goto-char (point-min))
+              (should (re-search-forward (nth 1 edit) nil t))
+              (replace-match (nth 2 edit) t t))
+            (let ((r (sly-agent-q-test--release-versions root)))
+              (should-not (equal (car r) 0))
+              (should (string-match-p "9\\.9\\.9" (cdr r)))
+              (should (string-match-p "the versions disagree" (cdr r)))))
+        (delete-directory root t)))))
+
 (provide 'sly-agent-q-package-test)
 ;;; sly-agent-q-package-test.el ends here
