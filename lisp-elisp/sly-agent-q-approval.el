@@ -324,12 +324,7 @@ CALL's cancellation marks it cancelled."
 
 (defun sly-agent-q-approval--value (value)
   "VALUE, an argument parsed from JSON, as compact JSON text."
-  (condition-case nil
-      (cond ((eq value t) "true")
-            ((eq value :json-false) "false")
-            ((null value) "null")
-            (t (json-serialize value :false-object :json-false :null-object nil)))
-    (error (format "%S" value))))
+  (sly-agent-q-display-json value))
 
 (defconst sly-agent-q-approval--frame "  ┃ "
   "The start of each line of an approval the product draws.")

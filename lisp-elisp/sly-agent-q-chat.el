@@ -442,7 +442,7 @@ LABELS name the message's attachments."
   (if (null value) "{}"
     (condition-case nil
         (with-temp-buffer
-          (insert (json-serialize value :false-object :json-false :null-object nil))
+          (insert (sly-agent-q-display-json value))
           (require 'json)
           (json-pretty-print-buffer)
           (buffer-string))
@@ -457,17 +457,11 @@ Keys and values come from the model: each is drawn as one line of data."
                                         (sly-agent-q-display-line
                                          (if (stringp v)
                                              (prin1-to-string (substring v 0 (min 60 (length v))))
-                                           (sly-agent-q-chat--json-inline v))
+                                           (sly-agent-q-display-json v))
                                          40)))))
     (truncate-string-to-width (string-join parts " ") 160 nil nil "…")))
 
-(defun sly-agent-q-chat--json-inline (value)
-  "VALUE as compact JSON."
-  (condition-case nil
-      (cond ((eq value t) "true")
-            ((memq value '(nil :json-false)) (if value "false" "null"))
-            (t (json-serialize value :false-object :json-false :null-object nil)))
-    (error (format "%S" value))))
+
 
 (defun sly-agent-q-chat--indent (text)
   "TEXT with every line indented by six spaces."

@@ -199,5 +199,17 @@ drawn as their hex codes, as Emacs draws other control characters
       (set-char-table-range table range 'hex-code))
     (setq-local glyphless-char-display table)))
 
+(defun sly-agent-q-display-json (value)
+  "VALUE, parsed JSON, as compact JSON text of characters.
+Emacs 30's `json-serialize' returns UTF-8 bytes, which a buffer would
+show as octal escapes; text to draw or edit needs the characters."
+  (condition-case nil
+      (cond ((eq value t) "true")
+            ((eq value :json-false) "false")
+            ((null value) "null")
+            (t (let ((json (json-serialize value :false-object :json-false :null-object nil)))
+                 (if (multibyte-string-p json) json (decode-coding-string json 'utf-8 t)))))
+    (error (format "%S" value))))
+
 (provide 'sly-agent-q-display)
 ;;; sly-agent-q-display.el ends here

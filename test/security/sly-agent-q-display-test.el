@@ -294,6 +294,13 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
                  (concat "  ┃ ╎ l1\n  ┃ ╎ l2\\u202E\n  ┃ ╎ \\u2517 end\n"
                          "  ┃ ╎ …[1 more line cut, 15 characters in all]\n"))))
 
+(ert-deftest sly-agent-q-display-json-is-characters ()
+  "JSON of arguments is text of characters on every Emacs (Emacs 30's serializer gives bytes)."
+  (should (equal (sly-agent-q-display-json '(:path "r\u00e9sum\u00e9-\u202E.txt" :n 3))
+                 "{\"path\":\"r\u00e9sum\u00e9-\u202E.txt\",\"n\":3}"))
+  (should (multibyte-string-p (sly-agent-q-display-json '(:path "\u00e9"))))
+  (should (equal (sly-agent-q-display-json :json-false) "false")))
+
 (ert-deftest sly-agent-q-display-edited-arguments-shown-as-they-are ()
   "The buffer editing an approval's arguments shows a bidi override as its code, without reordering."
   (let ((sly-agent-q-approval-display nil)
