@@ -19,6 +19,13 @@ if [ -z "$emacs30" ]; then
 fi
 echo "Emacs: $("$emacs30" -Q --batch --eval '(princ emacs-version)')"
 
+# As make test runs them: the pinned SLY, the current package-lint (both exported when
+# scripts/test-all.sh already set them up).
+. scripts/vendor-sly.sh
+if [ -z "${SAQ_PACKAGE_LINT_DIR:-}" ] && lint_dir="$(scripts/ensure-package-lint.sh | tail -n 1)"; then
+  export SAQ_PACKAGE_LINT_DIR="$lint_dir"
+fi
+
 # Every Emacs the suites start (make run's, the package builds', a test's own child) is this one.
 export EMACS="$emacs30" PATH="$(dirname "$emacs30"):$PATH"
 status=0
