@@ -177,7 +177,11 @@ export class ChatService {
   /** Runs one turn of CONVERSATION and reports it, from its first state to chat/turnFinished or chat/turnFailed. */
   private async run(conversation: Conversation, turnId: string, p: ChatSendParams, signal: AbortSignal): Promise<void> {
     const ref = { conversationId: conversation.id, turnId };
-    const text = new TextBatcher((t) => this.server.notify(ServerNotifications.textDelta, { ...ref, text: t } satisfies TextDeltaParams));
+    // What the user is shown is saved first: a crash then loses nothing they saw.
+    const text = new TextBatcher((t) => {
+      conversation.recordStreamed(t);
+      this.server.notify(ServerNotifications.textDelta, { ...ref, text: t } satisfies TextDeltaParams);
+    });
     // Every other notification of the turn first sends the text that came before it.
     const notify: TurnNotify = (type, params) => {
       text.flush();
@@ -275,6 +279,8 @@ export class ChatService {
       state: (state, previous) => notify<TurnStateParams>(ServerNotifications.turnState, { ...ref, state, previous }),
       retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${ref.turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
       textDelta: (delta) => text.push(delta),
+      // Shown (and saved as streamed) before the answer's own message is saved, which then holds it.
+      textDone: () => text.flush(),
       toolCall: (call, safetyLevel) =>
         notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
       toolResult: (r) => {

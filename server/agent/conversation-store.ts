@@ -47,7 +47,10 @@ export type StoreRecord =
   /** One tool call's result as it came (the step's results message follows once every call ended). */
   | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean }
   /** The history was repaired when it was opened again after a fault: what was done. */
-  | { v: number; type: "repaired"; at: string; what: string[] };
+  | { v: number; type: "repaired"; at: string; what: string[] }
+  /** Text of the answer being streamed, as it was sent to Emacs: what the user saw of an answer a
+   *  crash cut off. The answer's own message, once recorded, holds it; until then this is all there is. */
+  | { v: number; type: "streamed"; at: string; text: string };
 
 /** What interrupted the calls a file's history leaves without a result: nothing else can. */
 export const INTERRUPTED_BY_STOP = "the server stopped while it ran";
@@ -131,6 +134,12 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let changes: StoredConversation["changes"] = [];
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
+  // Text streamed since the last message: an answer whose own message was never written.
+  let streamed = "";
+  const keepStreamed = (): void => {
+    if (streamed.trim() !== "") messages.push(cutOffAnswer(streamed));
+    streamed = "";
+  };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     let record: StoreRecord;
@@ -153,6 +162,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
     if ("at" in record && typeof record.at === "string") updated = record.at;
     switch (record.type) {
       case "message": {
+        // The answer's own message holds what streamed; a user's message after a cut-off answer follows it.
+        if (record.message.role === "assistant") streamed = "";
+        else keepStreamed();
         // Text the user sent after a turn that ended on a user message joins it (Conversation.addUserText).
         const last = messages[messages.length - 1];
         if (last?.role === "user" && record.message.role === "user") last.content.push(...record.message.content);
@@ -169,6 +181,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
         model = record.model ?? model;
         break;
       case "compaction":
+        streamed = "";
         compaction = { replaced: record.replaced, summary: record.summary };
         break;
       case "turn":
@@ -178,6 +191,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
         changes.push({ turnId: record.turnId, changes: record.changes });
         break;
       case "truncate": {
+        streamed = "";
         const keepBlocks = record.keepBlocks ?? 0;
         const partial = keepBlocks > 0 ? messages[record.keep] : undefined;
         messages = messages.slice(0, record.keep);
@@ -197,6 +211,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "repaired":
         repaired = { at: record.at, what: Array.isArray(record.what) ? record.what.map(String) : [] };
         break;
+      case "streamed":
+        if (typeof record.text === "string") streamed += record.text;
+        break;
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
       default:
@@ -207,11 +224,15 @@ export function parseConversation(file: string, text: string): StoredConversatio
     if (tail !== "") throw new StoreError(file, "holds no complete record.");
     throw new StoreError(file, "is empty.");
   }
+  const cutOff = streamed.trim() !== "";
+  keepStreamed();
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
   const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results });
   let interrupted: StoredConversation["interrupted"];
-  if (repair.repairs.length > 0) {
+  if (cutOff && repair.repairs.length === 0) {
+    interrupted = { at: updated || header.created, calls: [], what: [CUT_OFF_NOTE] };
+  } else if (repair.repairs.length > 0) {
     const onlyAppended = JSON.stringify(repair.messages.slice(0, messages.length)) === JSON.stringify(messages);
     const endsOpen = messages[messages.length - 1]?.role === "assistant" && messages[messages.length - 1]!.content.some((b) => b.type === "tool_use");
     // Repaired once already (when it was resumed) and not interrupted since: only the file's older part needs the repair.
@@ -219,7 +240,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
       interrupted = {
         at: updated || header.created,
         calls: interruptedTools(repair.repairs),
-        what: repair.repairs.map((r) => r.description),
+        what: [...(cutOff ? [CUT_OFF_NOTE] : []), ...repair.repairs.map((r) => r.description)],
         ...(onlyAppended ? { append: repair.messages.slice(messages.length) } : {}),
       };
     }
@@ -242,6 +263,13 @@ export function parseConversation(file: string, text: string): StoredConversatio
     ...(tail !== "" ? { truncatedBytes: Buffer.byteLength(tail) } : {}),
     updated: updated || header.created,
   };
+}
+
+const CUT_OFF_NOTE = "the answer was cut off while it streamed; the text shown is kept";
+
+/** The answer a crash cut off while it streamed: the text the user saw, marked as cut off. */
+function cutOffAnswer(text: string): Message {
+  return { role: "assistant", content: [{ type: "text", text: `${text}\n[The answer was cut off here: the server stopped while it streamed.]` }] };
 }
 
 function sealedNext(line: string | undefined): boolean {
@@ -339,6 +367,10 @@ export class ConversationJournal {
 
   result(callId: string, content: string, isError: boolean): void {
     this.record({ v: STORE_VERSION, type: "result", at: now(), callId, content, isError });
+  }
+
+  streamed(text: string): void {
+    if (text !== "") this.record({ v: STORE_VERSION, type: "streamed", at: now(), text });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {

@@ -21,6 +21,8 @@ export interface ConversationRecorder {
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
   /** One call's result as it comes, before the step's results go into the history together. */
   result(callId: string, content: string, isError: boolean): void;
+  /** Text of the answer as it streams to the user, before the answer's own message. */
+  streamed?(text: string): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -67,6 +69,11 @@ export class Conversation {
    * Records one call's result as it comes: should the process die before the step's other calls
    * end, the result the user saw is not lost (the saved file's repair answers the call with it).
    */
+  /** Records text of the answer as it is shown, so that a crash keeps what the user saw. */
+  recordStreamed(text: string): void {
+    this.recorder?.streamed?.(text);
+  }
+
   recordResult(callId: string, content: string, success: boolean): void {
     this.recorder?.result(callId, content, !success);
   }

@@ -50,6 +50,8 @@ export interface TurnSettings {
 
 export interface TurnEvents {
   textDelta(text: string): void;
+  /** The answer's text has all been given (textDelta), just before the answer goes into the history. */
+  textDone?(): void;
   /** Before the call runs or asks for approval. */
   toolCall(call: StreamedToolCall, safetyLevel: SafetyLevel | "unknown"): void;
   /** Once per call, as each finishes. */
@@ -353,6 +355,7 @@ export class Turn {
   keepShownText(): void {
     const text = this.shownText;
     this.shownText = "";
+    this.events.textDone?.();
     if (text.trim() !== "") this.conversation.addAssistant([{ type: "text", text }]);
   }
 
@@ -360,6 +363,7 @@ export class Turn {
   answered(response: ChatResponse): TurnState {
     this.response = undefined;
     this.usage = addUsage(this.usage, response.usage);
+    this.events.textDone?.();
     this.conversation.addAssistant(response.content);
     const text = response.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
     this.lastText = text;

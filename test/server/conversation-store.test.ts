@@ -45,6 +45,40 @@ describe("conversation files", () => {
     expect(s.truncatedBytes).toBeUndefined();
   });
 
+  it("keep the text the user saw of an answer the server died while streaming", () => {
+    const j = ConversationJournal.create(store, header("c-streamed"));
+    j.message(user("Explain car"));
+    j.streamed("CAR returns ");
+    j.streamed("the first element");
+    j.close();
+    // The server died here: no assistant message was written, only what had streamed.
+    const s = store.read("c-streamed");
+    expect(s.messages).toHaveLength(2);
+    const text = s.messages[1]!.content[0]!;
+    expect(s.messages[1]!.role).toBe("assistant");
+    expect(text.type === "text" && text.text).toMatch(/^CAR returns the first element\n\[The answer was cut off/);
+    expect(s.interrupted?.what.join(" ")).toMatch(/cut off while it streamed/);
+    // The user goes on: the text stays where it was, before the next message.
+    const again = ConversationJournal.reopen(store, "c-streamed", s);
+    again.message(user("Go on"));
+    again.close();
+    const t = store.read("c-streamed");
+    expect(t.messages.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
+    expect(JSON.stringify(t.messages[1])).toContain("CAR returns the first element");
+  });
+
+  it("drop the streamed text once the whole answer is recorded", () => {
+    const j = ConversationJournal.create(store, header("c-whole"));
+    j.message(user("What is car?"));
+    j.streamed("CAR is ");
+    j.streamed("a function.");
+    j.message(answer);
+    j.close();
+    const s = store.read("c-whole");
+    expect(s.messages).toEqual([user("What is car?"), answer]);
+    expect(s.interrupted).toBeUndefined();
+  });
+
   it("are written as the conversation happens, one line per record, not on close", () => {
     const j = ConversationJournal.create(store, header("c-live"));
     j.message(user("first"));

@@ -122,6 +122,38 @@ describe("saved conversations", () => {
     expect(last.at(-1)!.content.map((c) => c.type)).toEqual(["tool_result", "text"]);
   });
 
+  it("keep the text the user saw of an answer the server died while streaming, marked as cut off", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({
+      steps: [
+        { content: [{ type: "text", text: "PARSE-INPUT splits the string on commas, then parses each field" }], text_delta_chars: 10, hang_after_chunks: 6 },
+        { content: [{ type: "text", text: "Back again." }] },
+      ],
+    });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Explain parse-input" });
+    const shown = await a.waitFor((n) => n.method === "chat/textDelta");
+    a.b.kill();
+    await a.b.exited;
+    const seen = String(shown.params.text);
+    expect(seen.length).toBeGreaterThan(0);
+
+    const b = await server();
+    const list: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});
+    expect(JSON.stringify(list)).toMatch(/cut off while it streamed/);
+    const resumed: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: sent.conversationId });
+    const last = resumed.messages.at(-1)!;
+    expect(last.role).toBe("assistant");
+    expect(JSON.stringify(last.content)).toContain(JSON.stringify(seen).slice(1, -1));
+    expect(JSON.stringify(last.content)).toContain("The answer was cut off here");
+    const next: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+    expect((await b.ended(next.turnId)).method).toBe("chat/turnFinished");
+    // The model is sent what the user saw, then the new question: a history the API accepts.
+    const history = sentMessages(1) as { role: string; content: { text?: string }[] }[];
+    expect(history.map((m) => m.role)).toEqual(["user", "assistant", "user"]);
+    expect(history[1]!.content[0]!.text).toContain(seen);
+  });
+
   for (const provider of ["anthropic", "openai"] as const) {
     it(`go on after the server was killed while a tool call ran (${provider}): the call gets an error result saying it was interrupted`, async () => {
       dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
