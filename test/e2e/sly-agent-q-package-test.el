@@ -142,6 +142,13 @@ Conversations it holds are saved into a directory of its own."
   "The value of the line NAME=VALUE in OUT."
   (and (string-match (format "^%s=\\(.*\\)$" name) out) (match-string 1 out)))
 
+(defconst e2e-package-wait-form
+  '(defun e2e-wait (pred seconds)
+     (let ((deadline (+ (float-time) seconds)))
+       (while (and (not (funcall pred)) (< (float-time) deadline))
+         (accept-process-output nil 0.05))))
+  "The form defining, in the user's Emacs, a wait for PRED of at most SECONDS.")
+
 (defun e2e-package-user-setup (elpa install-dir archive)
   "Forms installing ARCHIVE into ELPA and setting the server's install directory INSTALL-DIR."
   `((require 'package)
@@ -150,10 +157,7 @@ Conversations it holds are saved into a directory of its own."
     (package-install-file ,archive)
     (require 'sly-agent-q)
     (setq sly-agent-q-install-directory ,install-dir)
-    (defun e2e-wait (pred seconds)
-      (let ((deadline (+ (float-time) seconds)))
-        (while (and (not (funcall pred)) (< (float-time) deadline))
-          (accept-process-output nil 0.05))))))
+    ,e2e-package-wait-form))
 
 (ert-deftest e2e-package-from-git-archive-installs-server-and-one-turn ()
   "The recipe's package, built from a clean git archive, has no server; the install command
@@ -414,10 +418,7 @@ lisp-elisp/: the package loads, says how to get the server, installs it and comp
                       (package-initialize)
                       (package-vc-install '(sly-agent-q :url ,repo :lisp-dir "lisp-elisp"))
                       (require 'sly-agent-q)
-                      (defun e2e-wait (pred seconds)
-                        (let ((deadline (+ (float-time) seconds)))
-                          (while (and (not (funcall pred)) (< (float-time) deadline))
-                            (accept-process-output nil 0.05))))
+                      ,e2e-package-wait-form
                       (setq sly-agent-q-install-directory ,install-dir
                             sly-agent-q-provider "anthropic" sly-agent-q-base-url ,url
                             sly-agent-q-api-key "test-key" sly-agent-q-project-root ,project)

@@ -1,38 +1,19 @@
 // Attack classes 4 (secrets in tool results) and 5 (malformed UTF-16 to Emacs), against the real
 // bundle over stdio, with the mock LLM as a separate process and this test as the Emacs side.
 
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { createInterface } from "node:readline";
 import { afterAll, expect, it } from "vitest";
 import type { EmacsCallParams } from "../../server/protocol.js";
-import { startBundle, type BundleProcess } from "../server/stdio-client.js";
+import { startBundle } from "../server/stdio-client.js";
+import { Processes } from "./processes.js";
 
-const ROOT = resolve(import.meta.dirname, "../..");
-const children: ChildProcess[] = [];
-const bundles: BundleProcess[] = [];
-afterAll(() => {
-  for (const c of children) if (c.exitCode === null) c.kill("SIGTERM");
-  for (const b of bundles) b.kill();
-});
-
-async function mockProcess(script: unknown): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "agent-q-security-"));
-  const file = join(dir, "script.json");
-  writeFileSync(file, JSON.stringify(script));
-  const proc = spawn(process.execPath, [join(ROOT, "test/fixtures/mock-llm/cli.mjs"), "--script", file], { stdio: ["pipe", "pipe", "inherit"] });
-  children.push(proc);
-  const line = await new Promise<string>((res) => createInterface({ input: proc.stdout! }).once("line", res));
-  return (JSON.parse(line) as { url: string }).url;
-}
+const processes = new Processes();
+afterAll(() => processes.end());
 
 /** A bundle whose emacs/call of kind image is answered by IMAGE; collects every notification. */
 function server(env: NodeJS.ProcessEnv, image: (call: EmacsCallParams) => string) {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(ANTHROPIC|OPENAI)_/.test(k)));
   const b = startBundle(["--stdio", "--log-level", "debug"], { ...clean, ...env });
-  bundles.push(b);
+  processes.keep(b);
   const notes: { method: string; params: any }[] = [];
   let finish!: (p: any) => void;
   const ended = new Promise<any>((r) => (finish = r));
@@ -48,7 +29,7 @@ it("redacts known secrets from tool results before the chat, the logs and the mo
   const apiKey = "sk-ant-security-test-0123456789abcdef";
   const token = "ghp_TotallySecretToken42";
   const password = "hunter2-but-longer";
-  const url = await mockProcess({
+  const url = await processes.mock({
     steps: [
       { content: [{ type: "tool_use", name: "eval_form", input: { form: "(sb-ext:posix-getenv \"ANTHROPIC_API_KEY\")" } }] },
       { content: [{ type: "text", text: "I saw: {{last_tool_result}}" }] },
@@ -77,7 +58,7 @@ it("redacts known secrets from tool results before the chat, the logs and the mo
 }, 30_000);
 
 it("sends only well-formed UTF-16: a lone surrogate from the model becomes U+FFFD and the turn finishes", async () => {
-  const url = await mockProcess({
+  const url = await processes.mock({
     steps: [
       { content: [{ type: "text", text: "a\ud800b" }, { type: "tool_use", name: "eval_form", input: { form: "(print \"\udc00\")" } }] },
       { content: [{ type: "text", text: "done \ud83d and {{last_tool_result}}" }] },

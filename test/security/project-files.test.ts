@@ -3,31 +3,16 @@
 // project or to a FIFO sends nothing of them to the provider, and the user is told once.
 // The real bundle over stdio, the mock LLM as a separate process, this test as the Emacs side.
 
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { createInterface } from "node:readline";
+import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { startBundle, type BundleProcess } from "../server/stdio-client.js";
+import { startBundle } from "../server/stdio-client.js";
+import { Processes } from "./processes.js";
 
-const ROOT = resolve(import.meta.dirname, "../..");
-const children: ChildProcess[] = [];
-const bundles: BundleProcess[] = [];
-afterAll(() => {
-  for (const c of children) if (c.exitCode === null) c.kill("SIGTERM");
-  for (const b of bundles) b.kill();
-});
-
-async function mockProcess(script: unknown): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "agent-q-security-"));
-  const file = join(dir, "script.json");
-  writeFileSync(file, JSON.stringify(script));
-  const proc = spawn(process.execPath, [join(ROOT, "test/fixtures/mock-llm/cli.mjs"), "--script", file], { stdio: ["pipe", "pipe", "inherit"] });
-  children.push(proc);
-  const line = await new Promise<string>((res) => createInterface({ input: proc.stdout! }).once("line", res));
-  return (JSON.parse(line) as { url: string }).url;
-}
+const processes = new Processes();
+afterAll(() => processes.end());
 
 it("sends nothing of planted instruction links (environ, a file outside, a FIFO) and says so once", async () => {
   // A name no redaction rule knows: were the environment read, this value would go out as it is.
@@ -54,10 +39,10 @@ it("sends nothing of planted instruction links (environ, a file outside, a FIFO)
   writeFileSync(join(goodRoot, "AGENTS.md"), "Use tabs. GOOD-INSTRUCTIONS");
 
   const roots = [environRoot, outsideRoot, fifoRoot, environRoot, goodRoot];
-  const url = await mockProcess({ steps: roots.map(() => ({ content: [{ type: "text", text: "ok" }] })) });
+  const url = await processes.mock({ steps: roots.map(() => ({ content: [{ type: "text", text: "ok" }] })) });
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(ANTHROPIC|OPENAI)_/.test(k)));
   const b = startBundle(["--stdio", "--log-level", "debug"], { ...clean, ANTHROPIC_API_KEY: "sk-ant-planted-test-key-0000", PLANTED_VALUE: planted });
-  bundles.push(b);
+  processes.keep(b);
   const notes: { method: string; params: any }[] = [];
   let finish: ((p: any) => void) | undefined;
   b.connection.onNotification((method: string, params: any) => {
@@ -102,7 +87,7 @@ it("reads no MCP servers file that leads to /proc or a FIFO, and quotes none of 
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(ANTHROPIC|OPENAI)_/.test(k)));
   // First in the environment, where a JSON parser's error would quote it.
   const b = startBundle(["--stdio", "--log-level", "debug"], { PLANTED_VALUE: planted, ...clean, ANTHROPIC_API_KEY: "sk-ant-planted-test-key-0000" });
-  bundles.push(b);
+  processes.keep(b);
   const notes: { method: string; params: any }[] = [];
   b.connection.onNotification((method: string, params: any) => {
     notes.push({ method, params });
