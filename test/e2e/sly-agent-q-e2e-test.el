@@ -49,7 +49,7 @@
 (declare-function sldb-abort "ext:slime")
 (defvar sly-agent-q-chat--turn)
 
-(defconst e2e-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
+(defconst e2e-lisp sly-agent-q-test-lisp
   "Which Lisp mode these tests drive: `slime' or `sly'.")
 
 (defconst e2e-scripts (expand-file-name "test/e2e/scripts" sly-agent-q-test-root))
@@ -58,32 +58,17 @@
 
 (defun e2e-connected-p ()
   "Non-nil when the Lisp mode under test is connected."
-  (if (eq e2e-lisp 'sly) (sly-connected-p) (slime-connected-p)))
+  (sly-agent-q-test-lisp-connected-p))
 
 (defun e2e-connect ()
   "Make sure SBCL is connected through the Lisp mode under test, with MY-APP loaded."
-  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (if (eq e2e-lisp 'sly) (sly-agent-q-dev-require-sly) (sly-agent-q-dev-require-slime))
-    (ert-skip (format "%s is not available%s" e2e-lisp (if (eq e2e-lisp 'sly) " (set SLY_DIR)" ""))))
-  (unless (e2e-connected-p)
-    (setq e2e--ready nil)
-    ;; The connected hook runs after the Lisp mode's own start-up evaluations (loading its
-    ;; contribs): evaluating before that would cancel them.
-    (add-hook (if (eq e2e-lisp 'sly) 'sly-connected-hook 'slime-connected-hook) #'e2e--set-ready)
-    (if (eq e2e-lisp 'sly)
-        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-      (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
-    (sly-agent-q-test-wait (lambda () (and e2e--ready (e2e-connected-p))) 120 "the Lisp to connect")
+  (let ((fresh (not (and (featurep e2e-lisp) (e2e-connected-p)))))
+    (sly-agent-q-test-connect-lisp)
+    (when fresh
     ;; SLY's REPL sends its first prompt while it is being created; a synchronous `sly-eval'
     ;; in that window loses it, and the REPL never takes input.  A user would wait for it too.
     (sly-agent-q-test-wait #'e2e-repl-prompt-p 120 #'e2e-repl-state)
-    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t))))
-
-(defvar e2e--ready nil "Set when the Lisp mode has finished connecting.")
-
-(defun e2e--set-ready ()
-  "Note that the Lisp mode has finished connecting."
-  (setq e2e--ready t))
+      (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t)))))
 
 (defun e2e-eval (form)
   "Evaluate FORM in the image, synchronously (tests only).

@@ -50,21 +50,10 @@
 
 ;;;; The image
 
-(defvar faults--ready nil "Set when SLIME has finished connecting.")
-
-(defun faults--set-ready ()
-  "Note that SLIME has finished connecting."
-  (setq faults--ready t))
-
 (defun faults-connect ()
   "Make sure SBCL is connected through SLIME."
-  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (sly-agent-q-dev-require-slime) (ert-skip "slime is not available"))
-  (unless (slime-connected-p)
-    (setq faults--ready nil)
-    (add-hook 'slime-connected-hook #'faults--set-ready)
-    (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-    (sly-agent-q-test-wait (lambda () (and faults--ready (slime-connected-p))) 120 "the Lisp to connect")))
+  (let ((sly-agent-q-test-lisp 'slime))
+    (sly-agent-q-test-connect-lisp)))
 
 (defun faults-kill-image ()
   "Kill the SBCL process under SLIME."

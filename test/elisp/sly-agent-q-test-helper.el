@@ -213,5 +213,42 @@ so that its server really reports VERSION."
 
 (load (expand-file-name "scripts/lisp-modes" sly-agent-q-test-root) nil t)
 
+(declare-function slime-connected-p "ext:slime")
+(declare-function slime-start "ext:slime")
+(declare-function sly-connected-p "ext:sly")
+(declare-function sly-start "ext:sly")
+
+(defvar sly-agent-q-test-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
+  "Which Lisp mode the tests that drive an image use: `slime' or `sly'.")
+
+(defvar sly-agent-q-test--lisp-ready nil "Set when the Lisp mode has finished connecting.")
+
+(defun sly-agent-q-test--lisp-ready ()
+  "Note that the Lisp mode has finished connecting."
+  (setq sly-agent-q-test--lisp-ready t))
+
+(defun sly-agent-q-test-lisp-connected-p ()
+  "Non-nil when the Lisp mode under test is connected."
+  (if (eq sly-agent-q-test-lisp 'sly) (sly-connected-p) (slime-connected-p)))
+
+(defun sly-agent-q-test-connect-lisp ()
+  "Make sure SBCL is connected through the Lisp mode under test.
+Skip the test when SBCL or the Lisp mode is not there."
+  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
+  (unless (if (eq sly-agent-q-test-lisp 'sly) (sly-agent-q-dev-require-sly) (sly-agent-q-dev-require-slime))
+    (ert-skip (format "%s is not available%s" sly-agent-q-test-lisp
+                      (if (eq sly-agent-q-test-lisp 'sly) " (set SLY_DIR)" ""))))
+  (unless (sly-agent-q-test-lisp-connected-p)
+    (setq sly-agent-q-test--lisp-ready nil)
+    ;; The connected hook runs after the Lisp mode's own start-up evaluations (loading its
+    ;; contribs): evaluating before that would cancel them.
+    (add-hook (if (eq sly-agent-q-test-lisp 'sly) 'sly-connected-hook 'slime-connected-hook)
+              #'sly-agent-q-test--lisp-ready)
+    (if (eq sly-agent-q-test-lisp 'sly)
+        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
+      (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
+    (sly-agent-q-test-wait (lambda () (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p)))
+                           120 "the Lisp to connect")))
+
 (provide 'sly-agent-q-test-helper)
 ;;; sly-agent-q-test-helper.el ends here

@@ -25,35 +25,12 @@
 (declare-function sly-start "ext:sly")
 (declare-function sly-connected-p "ext:sly")
 
-(defconst sly-agent-q-display-e2e-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
+(defconst sly-agent-q-display-e2e-lisp sly-agent-q-test-lisp
   "Which Lisp mode these tests drive: `slime' or `sly'.")
-
-(defvar sly-agent-q-display-e2e--ready nil "Set when the Lisp mode has connected.")
-
-(defun sly-agent-q-display-e2e--set-ready ()
-  "Note that the Lisp mode has finished connecting."
-  (setq sly-agent-q-display-e2e--ready t))
-
-(defun sly-agent-q-display-e2e--connected-p ()
-  "Non-nil when the Lisp mode under test is connected."
-  (if (eq sly-agent-q-display-e2e-lisp 'sly) (sly-connected-p) (slime-connected-p)))
 
 (defun sly-agent-q-display-e2e--connect ()
   "Start SBCL under the Lisp mode under test."
-  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (if (eq sly-agent-q-display-e2e-lisp 'sly)
-              (sly-agent-q-dev-require-sly)
-            (sly-agent-q-dev-require-slime))
-    (ert-skip (format "%s is not available" sly-agent-q-display-e2e-lisp)))
-  (unless (sly-agent-q-display-e2e--connected-p)
-    (add-hook (if (eq sly-agent-q-display-e2e-lisp 'sly) 'sly-connected-hook 'slime-connected-hook)
-              #'sly-agent-q-display-e2e--set-ready)
-    (if (eq sly-agent-q-display-e2e-lisp 'sly)
-        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-      (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
-    (sly-agent-q-test-wait (lambda () (and sly-agent-q-display-e2e--ready
-                                           (sly-agent-q-display-e2e--connected-p)))
-                           120 "the Lisp to connect")))
+  (sly-agent-q-test-connect-lisp))
 
 (defconst sly-agent-q-display-e2e--forbidden
   "[\0-\t\v-\37\177-\237\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]"

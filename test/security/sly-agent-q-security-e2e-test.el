@@ -20,40 +20,17 @@
 (declare-function sly-start "ext:sly")
 (declare-function sly-connected-p "ext:sly")
 
-(defconst sly-agent-q-security-e2e-lisp (intern (or (getenv "SLY_AGENT_Q_E2E_LISP") "slime"))
+(defconst sly-agent-q-security-e2e-lisp sly-agent-q-test-lisp
   "Which Lisp mode these tests drive: `slime' or `sly'.")
 
 (defconst sly-agent-q-security-e2e-env-key "sk-ant-env-FAKE-abcdef9876543210"
   "A fake key exported in the environment the image inherits.")
 
-(defvar sly-agent-q-security-e2e--ready nil "Set when the Lisp mode has connected.")
-
-(defun sly-agent-q-security-e2e--set-ready ()
-  "Note that the Lisp mode has finished connecting."
-  (setq sly-agent-q-security-e2e--ready t))
-
-(defun sly-agent-q-security-e2e--connected-p ()
-  "Non-nil when the Lisp mode under test is connected."
-  (if (eq sly-agent-q-security-e2e-lisp 'sly) (sly-connected-p) (slime-connected-p)))
-
 (defun sly-agent-q-security-e2e--connect ()
   "Start SBCL under the Lisp mode under test, the fake key in its environment."
-  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (if (eq sly-agent-q-security-e2e-lisp 'sly)
-              (sly-agent-q-dev-require-sly)
-            (sly-agent-q-dev-require-slime))
-    (ert-skip (format "%s is not available" sly-agent-q-security-e2e-lisp)))
   ;; Exported as the README's quick start says: the image inherits it.
   (setenv "ANTHROPIC_API_KEY" sly-agent-q-security-e2e-env-key)
-  (unless (sly-agent-q-security-e2e--connected-p)
-    (add-hook (if (eq sly-agent-q-security-e2e-lisp 'sly) 'sly-connected-hook 'slime-connected-hook)
-              #'sly-agent-q-security-e2e--set-ready)
-    (if (eq sly-agent-q-security-e2e-lisp 'sly)
-        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-      (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
-    (sly-agent-q-test-wait (lambda () (and sly-agent-q-security-e2e--ready
-                                           (sly-agent-q-security-e2e--connected-p)))
-                           120 "the Lisp to connect")))
+  (sly-agent-q-test-connect-lisp))
 
 (defun sly-agent-q-security-e2e--eval-step (form)
   "A mock step in which the model calls eval_form on FORM."
