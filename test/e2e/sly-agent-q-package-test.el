@@ -149,6 +149,13 @@ Conversations it holds are saved into a directory of its own."
          (accept-process-output nil 0.05))))
   "The form defining, in the user's Emacs, a wait for PRED of at most SECONDS.")
 
+(defun e2e-package-install-form (spec label)
+  "The form installing the server from SPEC in the user's Emacs and printing LABEL=its result."
+  `(let ((result 'waiting))
+     (sly-agent-q-install-server ,spec (lambda (e) (setq result e)))
+     (e2e-wait (lambda () (not (eq result 'waiting))) 120)
+     (princ (format "%s=%S\n" ,label result))))
+
 (defun e2e-package-user-setup (elpa install-dir archive)
   "Forms installing ARCHIVE into ELPA and setting the server's install directory INSTALL-DIR."
   `((require 'package)
@@ -185,10 +192,7 @@ installs it from an npm pack tarball, and a turn completes against the mock."
                        (let (before)
                          (sly-agent-q-server-ensure (lambda (_c e) (setq before e)))
                          (princ (format "BEFORE=%s\n" before)))
-                       (let ((result 'waiting))
-                         (sly-agent-q-install-server ,tarball (lambda (e) (setq result e)))
-                         (e2e-wait (lambda () (not (eq result 'waiting))) 120)
-                         (princ (format "INSTALL=%S\n" result)))
+                       ,(e2e-package-install-form tarball "INSTALL")
                        (sly-agent-q)
                        (let (outcome)
                          (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
@@ -230,11 +234,8 @@ installs it from an npm pack tarball, and a turn completes against the mock."
         (let ((out (e2e-package-run-user
                     (append
                      (e2e-package-user-setup elpa install-dir archive)
-                     `((let ((result 'waiting))
-                         (sly-agent-q-install-server ,tarball (lambda (e) (setq result e)))
-                         (e2e-wait (lambda () (not (eq result 'waiting))) 120)
-                         (princ (format "INSTALL=%S\nINSTALLED=%s\n" result
-                                        (sly-agent-q-install-installed-version))))
+                     `(,(e2e-package-install-form tarball "INSTALL")
+                       (princ (format "INSTALLED=%s\n" (sly-agent-q-install-installed-version)))
                        (let (ready)
                          (sly-agent-q-server-ensure (lambda (c e) (setq ready (or c e))))
                          (e2e-wait (lambda () ready) 30))
@@ -331,10 +332,7 @@ and leaves the server installed before untouched; an unreachable registry says s
                (before (e2e-package-run-user
                         (append
                          (e2e-package-user-setup elpa install-dir archive)
-                         `((let ((result 'waiting))
-                             (sly-agent-q-install-server ,old-tarball (lambda (e) (setq result e)))
-                             (e2e-wait (lambda () (not (eq result 'waiting))) 120)
-                             (princ (format "OLD=%S\n" result))))
+                         (list (e2e-package-install-form old-tarball "OLD"))
                          (e2e-package-install-forms "MISSING"))))
                (unreachable (let ((process-environment
                                    (cons (format "npm_config_registry=http://127.0.0.1:%d/" closed)
@@ -425,10 +423,7 @@ lisp-elisp/: the package loads, says how to get the server, installs it and comp
                       (princ (format "LIBRARY=%s\n" (locate-library "sly-agent-q")))
                       (princ (format "BEFORE=%s\n" (condition-case e (sly-agent-q-server-locate)
                                                       (user-error (error-message-string e)))))
-                      (let ((result 'waiting))
-                        (sly-agent-q-install-server ,tarball (lambda (e) (setq result e)))
-                        (e2e-wait (lambda () (not (eq result 'waiting))) 120)
-                        (princ (format "INSTALL=%S\n" result)))
+                      ,(e2e-package-install-form tarball "INSTALL")
                       (sly-agent-q)
                       (let (outcome)
                         (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
