@@ -245,6 +245,82 @@ user saw that the saved conversation lacks)."
       (list :messages counted :continued continued :lost lost :injected faults--killed
             :detail (unless continued (or (plist-get outcome :message) "no outcome"))))))
 
+;;;; A real Emacs, killed
+
+(ert-deftest faults-emacs-process-killed-while-an-approval-waits ()
+  "A real Emacs (a child `emacs --batch' running the chat) is killed with SIGKILL while a
+write_file approval waits; its server goes with it.  A new Emacs (this one) lists the
+conversation as interrupted, resumes it and finishes a turn; the call got an interrupted result
+and nothing was written."
+  (let* ((dir (file-name-as-directory (make-temp-file "agent-q-killed" t)))
+         (conversations (file-name-as-directory (expand-file-name "conversations" dir)))
+         (project (file-name-as-directory (expand-file-name "project" dir)))
+         (marker (expand-file-name "asked" dir))
+         (script (expand-file-name "child.el" dir))
+         (url (sly-agent-q-test-start-mock
+               `((steps . [((content . [((type . "text") (text . "I will write the notes."))
+                                        ((type . "tool_use") (name . "write_file")
+                                         (input . ((path . "notes.txt") (content . "Notes\n"))))]))
+                           ((content . [((type . "text") (text . "Recovered after the crash."))]))]))))
+         (child nil))
+    (make-directory project t)
+    (with-temp-file script
+      (prin1 `(progn
+                (setq sly-agent-q-conversation-directory ,conversations)
+                (require 'sly-agent-q)
+                (setq sly-agent-q-provider "anthropic" sly-agent-q-base-url ,url
+                      sly-agent-q-api-key "test-key" sly-agent-q-project-root ,project
+                      ;; The user is asked and has not answered yet when Emacs dies.
+                      sly-agent-q-approval-function
+                      (lambda (_request _callback) (write-region "asked" nil ,marker)))
+                (sly-agent-q)
+                (sly-agent-q-send "Write the notes" #'ignore)
+                (while t (accept-process-output nil 0.1)))
+             (current-buffer)))
+    (unwind-protect
+        (progn
+          (setq child (make-process :name "saq-child-emacs" :buffer (generate-new-buffer " *child*")
+                                    :noquery t
+                                    :command (list (expand-file-name invocation-name invocation-directory)
+                                                   "-Q" "--batch" "-L" (expand-file-name "lisp-elisp" sly-agent-q-test-root)
+                                                   "-l" script)))
+          (sly-agent-q-test-wait (lambda () (file-exists-p marker)) 60 "the child Emacs to ask for approval")
+          (let ((servers (cl-remove-if-not
+                          (lambda (pid) (eql (cdr (assq 'ppid (process-attributes pid))) (process-id child)))
+                          (list-system-processes)))
+                (t0 (float-time)))
+            (should servers)
+            (signal-process child 'kill)
+            ;; Its server sees its input close and ends.
+            (sly-agent-q-test-wait (lambda () (not (cl-some #'process-attributes servers)))
+                                   20 "the dead Emacs's server to end")
+            (message "faults: the server ended %.2f s after its Emacs" (- (float-time) t0)))
+          (let ((sly-agent-q-conversation-directory conversations)
+                (sly-agent-q-project-root project)
+                (sly-agent-q-base-url url) (sly-agent-q-provider "anthropic") (sly-agent-q-api-key "test-key")
+                saved shown outcome)
+            (faults--fresh-chat)
+            (when (sly-agent-q-server-ready-p) (sly-agent-q-server-stop))
+            (should (faults--ensure-server))
+            (sly-agent-q-server-request 'conversation/saved nil (lambda (r) (setq saved r)) (lambda (_) (setq saved :error)))
+            (sly-agent-q-test-wait (lambda () saved) 10 "the saved list")
+            (let ((entry (aref (plist-get saved :conversations) 0)))
+              (should (plist-get entry :interrupted))
+              (should (member "write_file" (append (plist-get (plist-get entry :interrupted) :calls) nil)))
+              (sly-agent-q-sessions-resume (plist-get entry :conversationId) (lambda (b) (setq shown b))))
+            (sly-agent-q-test-wait (lambda () shown) 10 "the resume")
+            (sly-agent-q-send "Go on" (lambda (o) (setq outcome o)))
+            (sly-agent-q-test-wait (lambda () outcome) 60 "the turn after the crash")
+            (should (eq (plist-get outcome :status) 'finished))
+            (should-not (file-exists-p (expand-file-name "notes.txt" project)))
+            ;; The model was told the call was interrupted, in a history the API accepts.
+            (should (cl-some (lambda (r) (string-match-p "interrupted" (car r))) (sly-agent-q-test-tool-results)))
+            (sly-agent-q-server-stop)))
+      (when (process-live-p child) (delete-process child))
+      (sly-agent-q-test-stop-mock)
+      (faults--fresh-chat)
+      (delete-directory dir t))))
+
 ;;;; The suite
 
 (defun faults--points (count)
