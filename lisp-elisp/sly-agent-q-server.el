@@ -1102,6 +1102,29 @@ not a copy, when it holds no secret (every reply is redacted)."
       (sly-agent-q--outbox-add conn (list (lambda () (cl-call-next-method))))
     (cl-call-next-method)))
 
+(defconst sly-agent-q--unencodable
+  (rx (any (#xD800 . #xDFFF) (#x3FFF80 . #x3FFFFF)))
+  "Characters JSON cannot carry: surrogate codes and raw bytes.")
+
+(defun sly-agent-q--wire-safe (value)
+  "VALUE, or a copy of it where each character JSON cannot carry is U+FFFD.
+Emacs's JSON encoder refuses a whole message for one such character (a
+buffer holding raw bytes): the reply would be lost and its call wait
+for its timeout.  VALUE is made of strings, plists, lists and vectors."
+  (cond
+   ((stringp value)
+    (if (string-match-p sly-agent-q--unencodable value)
+        (replace-regexp-in-string sly-agent-q--unencodable "\ufffd" value t t)
+      value))
+   ((consp value)
+    (let ((head (sly-agent-q--wire-safe (car value)))
+          (tail (sly-agent-q--wire-safe (cdr value))))
+      (if (and (eq head (car value)) (eq tail (cdr value))) value (cons head tail))))
+   ((vectorp value)
+    (let ((copy (cl-map 'vector #'sly-agent-q--wire-safe value)))
+      (if (cl-every #'eq copy value) value copy)))
+   (t value)))
+
 (defun sly-agent-q--notify-large (conn method params)
   "Send notification METHOD with PARAMS on CONN; a large one in pieces.
 `process-send-string' of a whole message waits while the pipe is full,
@@ -1176,7 +1199,7 @@ buffer, the chat and the model."
         (sly-agent-q-server-hold-collections)
         (sly-agent-q--notify-large conn 'emacs/reply
                                    (append (list :id (sly-agent-q-call-id call))
-                                           (sly-agent-q-server-redact reply)))
+                                           (sly-agent-q--wire-safe (sly-agent-q-server-redact reply))))
         t))))
 
 (defun sly-agent-q-call-reply (call result)

@@ -107,6 +107,9 @@ or a function returning one)."
     (with-current-buffer buf
       (goto-char (point-min))
       (re-search-forward "\n\n")
+      ;; The body is UTF-8 bytes: read the characters the mock received.
+      (set-buffer-multibyte t)
+      (decode-coding-region (point) (point-max) 'utf-8)
       (prog1 (json-read) (kill-buffer)))))
 
 (defun sly-agent-q-test-tool-results ()

@@ -74,5 +74,24 @@
             (should (string-match-p "Error: the server ended this turn" (sly-agent-q-test-chat-text)))))
       (advice-remove 'sly-agent-q-handle-notification drop))))
 
+(ert-deftest sly-agent-q-wire-raw-bytes-from-emacs-reach-the-server ()
+  "A buffer holding raw bytes and a surrogate code, which Emacs's JSON encoder refuses, is
+read by the model: the reply reaches the server (each such character as U+FFFD) at once."
+  (let ((buffer (generate-new-buffer "saq-raw-bytes")))
+    (unwind-protect
+        (progn
+          (with-current-buffer buffer
+            (insert "before " (string #xD800) " " (decode-coding-string "\377\376" 'raw-text) " after"))
+          (sly-agent-q-test-with-server
+              `((steps . [((content . [((type . "tool_use") (name . "read_buffer")
+                                        (input . ((buffer . ,(buffer-name buffer)))))])
+                           (stop_reason . "tool_use"))
+                          ((content . [((type . "text") (text . "Read: {{last_tool_result}}"))]))]))
+            (let ((outcome (sly-agent-q-test-send "Read it." 20)))
+              (should (eq (plist-get outcome :status) 'finished))
+              (let ((result (car (car (last (sly-agent-q-test-tool-results))))))
+                (should (string-match-p "before \ufffd \ufffd\ufffd after" result))))))
+      (kill-buffer buffer))))
+
 (provide 'sly-agent-q-wire-test)
 ;;; sly-agent-q-wire-test.el ends here
