@@ -52,8 +52,8 @@
           (progn
             (with-temp-file script
               (prin1 `(progn
-                        (require 'package)
                         (setq package-user-dir ,elpa)
+                        (require 'package)
                         ;; The user's conversations stay in this user's directory, not the tester's.
                         (setq sly-agent-q-conversation-directory ,(expand-file-name "conversations/" home))
                         (package-initialize)
@@ -158,8 +158,9 @@ Conversations it holds are saved into a directory of its own."
 
 (defun e2e-package-user-setup (elpa install-dir archive)
   "Forms installing ARCHIVE into ELPA and setting the server's install directory INSTALL-DIR."
-  `((require 'package)
+  `(;; Before package.el loads, so that its other directories (gnupg) are the user's of this test too.
     (setq package-user-dir ,elpa)
+    (require 'package)
     (package-initialize)
     (package-install-file ,archive)
     (require 'sly-agent-q)
@@ -410,9 +411,9 @@ lisp-elisp/: the package loads, says how to get the server, installs it and comp
                                  sly-agent-q-test-root repo)))
     (unwind-protect
         (let ((out (e2e-package-run-user
-                    `((require 'package)
+                    `((setq package-user-dir ,elpa)
+                      (require 'package)
                       (require 'package-vc)
-                      (setq package-user-dir ,elpa)
                       (package-initialize)
                       (package-vc-install '(sly-agent-q :url ,repo :lisp-dir "lisp-elisp"))
                       (require 'sly-agent-q)
