@@ -185,6 +185,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "message": {
         // Text the user sent after a turn that ended on a user message joins it (Conversation.addUserText).
         const last = messages[messages.length - 1];
+        // A result saved before this call is another call's, whose id this one reuses (some
+        // OpenAI-compatible servers number their calls per message): it never answers this call.
+        if (record.message.role === "assistant") for (const b of record.message.content) if (b.type === "tool_use") results.delete(b.id);
         if (last?.role === "user" && record.message.role === "user") last.content.push(...record.message.content);
         else messages.push(record.message);
         break;

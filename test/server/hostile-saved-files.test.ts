@@ -62,3 +62,36 @@ describe("a hostile saved conversation", () => {
     expect(readFileSync(store.fileOf("bad"))).toEqual(before);
   });
 });
+
+describe("a saved conversation whose call ids repeat", () => {
+  const m = (message: unknown) => JSON.stringify({ v: 1, type: "message", at: "x", message });
+  const r = (callId: string, content: string) => JSON.stringify({ v: 1, type: "result", at: "x", callId, content, isError: false });
+
+  it("an interrupted call is not answered with the saved result of an earlier call of the same id", () => {
+    const lines = [header("c"),
+      m({ role: "user", content: [{ type: "text", text: "q1" }] }),
+      m({ role: "assistant", content: [{ type: "tool_use", id: "call_0", name: "eval_form", input: {} }] }),
+      r("call_0", "first result"),
+      m({ role: "user", content: [{ type: "tool_result", toolUseId: "call_0", content: "first result" }] }),
+      m({ role: "assistant", content: [{ type: "text", text: "ok" }] }),
+      m({ role: "user", content: [{ type: "text", text: "q2" }] }),
+      // The server died while this call ran: it has no result of its own.
+      m({ role: "assistant", content: [{ type: "tool_use", id: "call_0", name: "write_file", input: {} }] }),
+    ];
+    const s = parseConversation("f", `${lines.join("\n")}\n`);
+    const last = JSON.stringify(s.messages[s.messages.length - 1]);
+    expect(last).not.toContain("first result");
+    expect(last).toMatch(/write_file was interrupted/);
+    expect(s.interrupted?.calls).toEqual(["write_file"]);
+  });
+
+  it("a call's own saved result still answers it", () => {
+    const lines = [header("c"),
+      m({ role: "user", content: [{ type: "text", text: "q1" }] }),
+      m({ role: "assistant", content: [{ type: "tool_use", id: "call_0", name: "eval_form", input: {} }] }),
+      r("call_0", "its own result"),
+    ];
+    const s = parseConversation("f", `${lines.join("\n")}\n`);
+    expect(JSON.stringify(s.messages[s.messages.length - 1])).toContain("its own result");
+  });
+});
