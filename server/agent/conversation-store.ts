@@ -117,6 +117,36 @@ function countTurns(messages: readonly Message[]): number {
 }
 
 /** Parses the text of FILE into a conversation. Throws StoreError for anything it cannot trust. */
+const isObject = (x: unknown): x is Record<string, unknown> => x !== null && typeof x === "object" && !Array.isArray(x);
+
+/**
+ * Whether RECORD, valid JSON, has the fields its type is read by: a file edited by hand or by
+ * another program must give a clear error naming its line, never a TypeError deep in the server.
+ */
+function wellShaped(record: StoreRecord): boolean {
+  const r = record as unknown as Record<string, unknown>;
+  switch (record.type) {
+    case "message": {
+      const m = r.message;
+      return isObject(m) && typeof m.role === "string" && Array.isArray(m.content) && m.content.every(isObject);
+    }
+    case "title":
+      return typeof r.title === "string";
+    case "usage":
+      return isObject(r.usage) && Object.values(r.usage).every((n) => typeof n === "number" && Number.isFinite(n)) && typeof r.costUsd === "number" && Number.isFinite(r.costUsd);
+    case "compaction":
+      return typeof r.replaced === "number" && typeof r.summary === "string";
+    case "turn":
+      return typeof r.turnId === "string" && typeof r.index === "number" && typeof r.blocks === "number";
+    case "change":
+      return typeof r.turnId === "string" && Array.isArray(r.changes);
+    case "truncate":
+      return typeof r.keep === "number" && (r.keepBlocks === undefined || typeof r.keepBlocks === "number");
+    default:
+      return true;
+  }
+}
+
 export function parseConversation(file: string, text: string): StoredConversation {
   const lines = text.split("\n");
   // Text after the last newline is a record whose write was cut off.
@@ -145,7 +175,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
     let record: StoreRecord;
     try {
       record = JSON.parse(line) as StoreRecord;
-      if (record === null || typeof record !== "object" || typeof record.type !== "string") throw new Error("not a record");
+      if (record === null || typeof record !== "object" || typeof record.type !== "string" || !wellShaped(record)) throw new Error("not a record");
     } catch {
       // A line cut off by a crash, sealed off when the file was reopened: skip it.
       if (sealedNext(lines[i + 1])) continue;
@@ -167,6 +197,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
         else keepStreamed();
         // Text the user sent after a turn that ended on a user message joins it (Conversation.addUserText).
         const last = messages[messages.length - 1];
+        // A result saved before this call is another call's, whose id this one reuses (some
+        // OpenAI-compatible servers number their calls per message): it never answers this call.
+        if (record.message.role === "assistant") for (const b of record.message.content) if (b.type === "tool_use") results.delete(b.id);
         if (last?.role === "user" && record.message.role === "user") last.content.push(...record.message.content);
         else messages.push(record.message);
         break;

@@ -105,11 +105,21 @@ process.stdout.write = (chunk, ...rest) => {
     const child = spawn(process.execPath, [BUNDLE], { stdio: ["pipe", "pipe", "pipe"] });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    const responses = () =>
-      out
-        .split(/Content-Length: \d+\r\n\r\n/)
-        .filter((s) => s.trim())
-        .map((s) => JSON.parse(s) as { id: unknown; error?: { code: number; message: string }; result?: unknown });
+    // Only whole frames: a body read in part is not parsed before the rest of it comes.
+    const responses = () => {
+      const rs: { id: unknown; error?: { code: number; message: string }; result?: unknown }[] = [];
+      let rest = Buffer.from(out);
+      for (;;) {
+        const m = /^Content-Length: (\d+)\r\n\r\n/.exec(rest.toString("latin1"));
+        if (!m) break;
+        const start = m[0].length;
+        const end = start + Number(m[1]);
+        if (rest.length < end) break;
+        rs.push(JSON.parse(rest.subarray(start, end).toString("utf8")) as (typeof rs)[number]);
+        rest = rest.subarray(end);
+      }
+      return rs;
+    };
     try {
       child.stdin.write(frame("{bad json"));
       child.stdin.write(frame("[1,2]"));
@@ -117,7 +127,9 @@ process.stdout.write = (chunk, ...rest) => {
       child.stdin.write(frame('{"jsonrpc":"2.0","id":6,"method":7}'));
       child.stdin.write(frame('{"jsonrpc":"2.0","id":7,"result":"a stray response"}'));
       child.stdin.write(frame('{"jsonrpc":"2.0","id":8,"method":"shutdown"}'));
-      for (let i = 0; i < 50 && !responses().some((r) => r.id === 8); i++) await sleep(20);
+      // Waits for the last answer, not a fixed second: a server started on a loaded machine can
+      // take longer than that to read its first message (the test failed then with "expected []").
+      for (let i = 0; i < 500 && !responses().some((r) => r.id === 8); i++) await sleep(20);
       const rs = responses();
       expect(rs.map((r) => [r.id, r.error?.code ?? "ok"])).toEqual([
         [null, -32700],
