@@ -142,6 +142,8 @@ function wellShaped(record: StoreRecord): boolean {
       return typeof r.turnId === "string" && Array.isArray(r.changes);
     case "truncate":
       return typeof r.keep === "number" && (r.keepBlocks === undefined || typeof r.keepBlocks === "number");
+    case "streamed":
+      return typeof r.text === "string";
     default:
       return true;
   }
@@ -245,7 +247,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
         repaired = { at: record.at, what: Array.isArray(record.what) ? record.what.map(String) : [] };
         break;
       case "streamed":
-        if (typeof record.text === "string") streamed += record.text;
+        streamed += record.text;
         break;
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);

@@ -23,6 +23,7 @@ const hostile: Array<[string, string]> = [
   ["compaction junk", JSON.stringify({ v: 1, type: "compaction", at: "x", replaced: "many", summary: 7 })],
   ["title an object", JSON.stringify({ v: 1, type: "title", at: "x", title: { a: 1 } })],
   ["record an array", JSON.stringify([1, 2])],
+  ["streamed text an object", JSON.stringify({ v: 1, type: "streamed", at: "x", text: { a: 1 } })],
 ];
 
 describe("a hostile saved conversation", () => {
