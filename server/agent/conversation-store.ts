@@ -6,7 +6,7 @@
 // or unreadable is reported with its name and never written to. A lock file per conversation keeps
 // two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
 
-import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
@@ -571,31 +571,59 @@ export class ConversationStore {
   }
 
   /**
-   * Takes the lock of conversation ID: a file created exclusively, naming this process. A lock left
-   * by a process that is gone (same host) is taken over; one held by a live process is refused.
+   * Takes the lock of conversation ID: a file naming this process, made whole beside it and linked
+   * into place (so no one ever reads a lock without its owner). A lock left by a process that is
+   * gone (same host) is taken over; one held by a live process is refused. Two servers taking over
+   * the same stale lock at once cannot both win: the stale lock is moved aside in one step, and
+   * what was moved is checked, since another server may have replaced it meanwhile.
    */
   lock(id: string): string {
     const lockFile = `${this.fileOf(id)}.lock`;
     const me = `${process.pid}@${hostname()}`;
-    for (let attempt = 0; attempt < 2; attempt++) {
-      try {
-        writeFileSync(lockFile, me, { flag: "wx", mode: 0o600 });
-        return lockFile;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw new StoreError(lockFile, `cannot be created: ${(err as Error).message}`);
-      }
-      const owner = readLock(lockFile);
-      if (owner === me) return lockFile;
-      if (owner !== undefined && ownerAlive(owner)) {
-        throw new StoreError(this.fileOf(id), `is open in another sly-agent-q (process ${owner}); close it there first.`);
-      }
-      try {
-        unlinkSync(lockFile);
-      } catch {
-        // Another process took it over first; the next attempt says so.
-      }
+    const unique = `${process.pid}.${Date.now().toString(36)}.${Math.random().toString(36).slice(2)}`;
+    const whole = `${lockFile}.${unique}.new`;
+    try {
+      writeFileSync(whole, me, { flag: "wx", mode: 0o600 });
+    } catch (err) {
+      throw new StoreError(lockFile, `cannot be created: ${(err as Error).message}`);
     }
-    throw new StoreError(this.fileOf(id), "its lock could not be taken.");
+    const inUse = (owner: string) =>
+      new StoreError(this.fileOf(id), `is open in another sly-agent-q (process ${owner}); close it there first.`);
+    try {
+      for (let attempt = 0; attempt < 3; attempt++) {
+        try {
+          linkSync(whole, lockFile);
+          return lockFile;
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw new StoreError(lockFile, `cannot be created: ${(err as Error).message}`);
+        }
+        const owner = readLock(lockFile);
+        if (owner === me) return lockFile;
+        if (owner !== undefined && ownerAlive(owner)) throw inUse(owner);
+        lockIO.beforeTakeover();
+        const aside = `${lockFile}.${unique}.stale`;
+        try {
+          renameSync(lockFile, aside);
+        } catch {
+          continue; // Gone already: another server took it over, or let go.
+        }
+        const moved = readLock(aside);
+        if (moved !== undefined && moved !== owner && moved !== me && ownerAlive(moved)) {
+          // A live server's lock, made after the stale one was read: put it back.
+          try {
+            linkSync(aside, lockFile);
+          } catch {
+            // It made another meanwhile.
+          }
+          unlinkQuietly(aside);
+          throw inUse(moved);
+        }
+        unlinkQuietly(aside);
+      }
+      throw new StoreError(this.fileOf(id), "its lock could not be taken.");
+    } finally {
+      unlinkQuietly(whole);
+    }
   }
 
   unlock(lockFile: string): void {
@@ -606,6 +634,19 @@ export class ConversationStore {
     }
   }
 }
+
+function unlinkQuietly(file: string): void {
+  try {
+    unlinkSync(file);
+  } catch {
+    // Not there.
+  }
+}
+
+/** Where a test steps in between reading a stale lock's owner and taking the lock over. */
+export const lockIO = {
+  beforeTakeover: (): void => {},
+};
 
 function readLock(lockFile: string): string | undefined {
   try {

@@ -2,11 +2,11 @@
 // cut the last write short, refused (named, untouched) when corrupt, foreign or locked by a live server.
 
 import { spawn } from "node:child_process";
-import { appendFileSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, truncateSync, unlinkSync, writeFileSync, writeSync, statSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, truncateSync, unlinkSync, writeFileSync, writeSync, statSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConversationJournal, ConversationStore, journalIO, STORE_VERSION, StoreError, type HeaderRecord } from "../../server/agent/conversation-store.js";
+import { ConversationJournal, ConversationStore, journalIO, lockIO, STORE_VERSION, StoreError, type HeaderRecord } from "../../server/agent/conversation-store.js";
 import type { Message } from "../../server/llm/provider.js";
 
 let dir: string;
@@ -43,6 +43,35 @@ describe("conversation files", () => {
     expect(s.usage.inputTokens).toBe(100);
     expect(s.header.projectRoot).toBe("/proj");
     expect(s.truncatedBytes).toBeUndefined();
+  });
+
+  it("never take over a lock another server took over first from the same dead owner", () => {
+    writeTurn("c-race").close();
+    const lockFile = `${store.fileOf("c-race")}.lock`;
+    // Left by a server that is gone.
+    writeFileSync(lockFile, `999999@${hostname()}`);
+    // Between this server's reading of the dead owner and its taking the lock, another live server
+    // (here: this test's parent process) took it over.
+    const live = `${process.ppid}@${hostname()}`;
+    const saved = lockIO.beforeTakeover;
+    lockIO.beforeTakeover = () => writeFileSync(lockFile, live);
+    try {
+      expect(() => store.lock("c-race")).toThrow(/is open in another sly-agent-q/);
+    } finally {
+      lockIO.beforeTakeover = saved;
+    }
+    expect(readFileSync(lockFile, "utf8")).toBe(live);
+    unlinkSync(lockFile);
+  });
+
+  it("create a lock whole and leave nothing beside it", () => {
+    writeTurn("c-whole-lock").close();
+    const lockFile = `${store.fileOf("c-whole-lock")}.lock`;
+    const lock = store.lock("c-whole-lock");
+    expect(readFileSync(lock, "utf8")).toBe(`${process.pid}@${hostname()}`);
+    store.unlock(lock);
+    expect(existsSync(lockFile)).toBe(false);
+    expect(readdirSync(join(dir, "conversations")).filter((f) => f.includes(".lock"))).toEqual([]);
   });
 
   it("keep the text the user saw of an answer the server died while streaming", () => {
