@@ -388,8 +388,14 @@ suite's runner to show."
             (let ((broken (cl-count-if-not (lambda (row) (plist-get (cdr row) :continued)) rows))
                   (lost (apply #'+ (mapcar (lambda (row) (length (plist-get (cdr row) :lost))) rows))))
               (faults--table count rows (- (float-time) start))
-              ;; Every fault was injected: its message came.
-              (should (cl-every (lambda (row) (plist-get (cdr row) :injected)) rows))
+              ;; Every fault was injected where its message came: how many messages a run has varies
+              ;; by a few (text is sent in batches of 30 ms), so a point past a run's last message
+              ;; is a run without a fault; most points must have one.
+              (should (cl-every (lambda (row) (or (plist-get (cdr row) :injected)
+                                                  (< (plist-get (cdr row) :messages) (caar row))))
+                                rows))
+              (should (>= (cl-count-if (lambda (row) (plist-get (cdr row) :injected)) rows)
+                          (- (length rows) 5)))
               (should (= broken 0))
               (should (= lost 0))))
         (faults--uninstall)
