@@ -229,11 +229,15 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
 (defun sly-agent-q-sessions--read-turn (choices)
   "Return the id of the turn the user picks among CHOICES.
 CHOICES is the list of turns conversation/turns answers."
-  (let* ((labelled (mapcar (lambda (turn)
-                            (cons (format "%s  %s" (sly-agent-q-sessions--time (plist-get turn :at))
-                                          (sly-agent-q-display-line (plist-get turn :text) 120))
-                                  turn))
-                          choices))
+  ;; Numbered, so that two turns of one minute with the same words are two
+  ;; choices, not one that always means the first; newest first.
+  (let* ((labelled (reverse
+                    (cl-loop for turn in (append choices nil)
+                             for n from 1
+                             collect (cons (format "%d. %s  %s" n
+                                                   (sly-agent-q-sessions--time (plist-get turn :at))
+                                                   (sly-agent-q-display-line (plist-get turn :text) 120))
+                                           turn))))
          (completion-extra-properties
           (list :annotation-function
                 (lambda (choice)
@@ -243,7 +247,12 @@ CHOICES is the list of turns conversation/turns answers."
                                 (mapconcat (lambda (f) (sly-agent-q-display-line (file-name-nondirectory f)))
                                            changed ", "))
                       "")))))
-         (choice (completing-read "Rewind to before the turn: " (mapcar #'car labelled) nil t)))
+         (choice (completing-read "Rewind to before the turn: "
+                                  (lambda (string pred action)
+                                    (if (eq action 'metadata)
+                                        '(metadata (display-sort-function . identity))
+                                      (complete-with-action action (mapcar #'car labelled) string pred)))
+                                  nil t)))
     (plist-get (cdr (assoc choice labelled)) :turnId)))
 
 (defun sly-agent-q-sessions--refused-diff (refused)

@@ -364,5 +364,19 @@ the chat says what was repaired."
       (should (string-match-p "outside\\|project" (cadr (car (plist-get outcome :failed))))))
     (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string)) "precious\n"))))
 
+(ert-deftest sly-agent-q-sessions-rewind-picker-tells-alike-turns-apart ()
+  "Two turns of one minute with the same words are two choices, newest first, and the one picked
+is the one rewound to (with one label for both, the first was always taken)."
+  (let* ((turns (list (list :turnId "t-1" :at "2026-11-25T10:00:05Z" :text "Go on" :changed [])
+                      (list :turnId "t-2" :at "2026-11-25T10:00:40Z" :text "Go on" :changed [])))
+         (offered nil))
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (_prompt collection &rest _)
+                 (setq offered (all-completions "" collection))
+                 (car offered))))
+      (should (equal (sly-agent-q-sessions--read-turn turns) "t-2")))
+    (should (= (length offered) 2))
+    (should (string-prefix-p "2. " (car offered)))))
+
 (provide 'sly-agent-q-sessions-test)
 ;;; sly-agent-q-sessions-test.el ends here
