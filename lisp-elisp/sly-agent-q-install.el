@@ -178,8 +178,12 @@ Call THEN with the exit status and the output once it ends; never waits."
            :sentinel
            (lambda (proc _event)
              (unless (process-live-p proc)
-               (let ((out (with-current-buffer (process-buffer proc)
-                            (buffer-substring-no-properties start (point-max)))))
+               ;; The user may have killed the install buffer (which ends npm).
+               (let ((out (let ((buf (process-buffer proc)))
+                            (if (buffer-live-p buf)
+                                (with-current-buffer buf
+                                  (buffer-substring-no-properties start (point-max)))
+                              ""))))
                  (funcall then (process-exit-status proc) out))))))))
 
 (defun sly-agent-q-install--node-problem (program status output)

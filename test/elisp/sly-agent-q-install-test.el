@@ -104,6 +104,38 @@
             (should-not (string-match-p "npm" (buffer-string)))))
       (delete-directory dir t))))
 
+(ert-deftest sly-agent-q-install-server-install-buffer-killed ()
+  "Killing *sly-agent-q install* while npm runs ends the install cleanly.
+Killing the buffer ends npm; the end is still reported (the callback
+gets a message), the staging directory is removed and the install
+already in place is left as it was."
+  (let* ((dir (make-temp-file "agent-q-install" t))
+         (slow-npm (expand-file-name "npm" dir))
+         (prefix (expand-file-name "prefix/" dir))
+         (old-server (expand-file-name "lib/node_modules/sly-agent-q/dist/sly-agent-q-server.js" prefix))
+         (sly-agent-q-install-directory prefix)
+         (sly-agent-q-npm-program slow-npm)
+         (result 'waiting))
+    (unwind-protect
+        (progn
+          (with-temp-file slow-npm (insert "#!/bin/sh\necho fetching\nexec sleep 60\n"))
+          (set-file-modes slow-npm #o755)
+          (make-directory (file-name-directory old-server) t)
+          (with-temp-file old-server (insert "// the install in place\n"))
+          (sly-agent-q-install-server "sly-agent-q@0.1.0" (lambda (err) (setq result err)))
+          (sly-agent-q-test-wait (lambda () (and (process-live-p sly-agent-q-install--process)
+                                                 (equal (process-name sly-agent-q-install--process)
+                                                        "sly-agent-q-npm-install")))
+                                 30 "npm to start")
+          (kill-buffer sly-agent-q-install-buffer-name)
+          (sly-agent-q-test-wait (lambda () (not (eq result 'waiting))) 30 "the install to end")
+          (should (stringp result))
+          (should (string-match-p "npm install sly-agent-q@0.1.0 failed" result))
+          (should-not (process-live-p sly-agent-q-install--process))
+          (should (equal (directory-files dir nil "installing") nil))
+          (should (equal (sly-agent-q-install-server-file) old-server)))
+      (delete-directory dir t))))
+
 (ert-deftest sly-agent-q-install-server-not-found-names-the-command ()
   "No server anywhere: the error says which command installs it."
   (let ((sly-agent-q-server-file nil)
