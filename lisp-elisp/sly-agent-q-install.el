@@ -228,8 +228,13 @@ install npm (it comes with Node.js), or set that option to its full path"
          (spec (if (file-exists-p spec) (expand-file-name spec) spec))
          (dir (expand-file-name sly-agent-q-install-directory))
          ;; npm installs beside DIR; DIR changes only once that install is whole.
-         (staging (progn (make-directory (file-name-directory (directory-file-name dir)) t)
-                         (make-temp-file (concat (directory-file-name dir) ".installing-") t)))
+         (staging (condition-case err
+                      (progn (make-directory (file-name-directory (directory-file-name dir)) t)
+                             (make-temp-file (concat (directory-file-name dir) ".installing-") t))
+                    (file-error
+                     (user-error "Cannot install the server beside %s (%s): make its parent \
+directory writable, or set `sly-agent-q-install-directory' to a directory you can write"
+                                 (abbreviate-file-name dir) (error-message-string err)))))
          ;; npm must not stop to ask, nor look for updates of itself, nor audit.
          (env (append '("npm_config_update_notifier=false"
                         "npm_config_fund=false" "npm_config_audit=false"

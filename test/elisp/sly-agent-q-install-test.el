@@ -136,6 +136,23 @@ already in place is left as it was."
           (should (equal (sly-agent-q-install-server-file) old-server)))
       (delete-directory dir t))))
 
+(ert-deftest sly-agent-q-install-server-directory-not-writable ()
+  "An install directory that cannot be made: a user-error naming the option, nothing started."
+  (let* ((dir (make-temp-file "agent-q-install" t))
+         ;; Its parent is a file, so not even root can make it.
+         (file (expand-file-name "a-file" dir))
+         (sly-agent-q-install-directory (expand-file-name "sly-agent-q/" file))
+         (sly-agent-q-install--process nil))
+    (unwind-protect
+        (progn
+          (with-temp-file file (insert "not a directory\n"))
+          (let ((err (should-error (sly-agent-q-install-server "sly-agent-q@0.1.0") :type 'user-error)))
+            (should (string-match-p "Cannot install the server beside .*a-file/sly-agent-q"
+                                    (error-message-string err)))
+            (should (string-match-p "sly-agent-q-install-directory" (error-message-string err))))
+          (should-not sly-agent-q-install--process))
+      (delete-directory dir t))))
+
 (ert-deftest sly-agent-q-install-server-not-found-names-the-command ()
   "No server anywhere: the error says which command installs it."
   (let ((sly-agent-q-server-file nil)
