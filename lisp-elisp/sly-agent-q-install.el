@@ -139,6 +139,9 @@ install the server."
   (concat
    (cond ((string-match-p "\\bE404\\b\\|404 Not Found" output)
           (format "The npm registry has no %s (404)" spec))
+         ;; The package is there, this version is not (yet).
+         ((string-match-p "\\bETARGET\\b\\|No matching version found" output)
+          (format "The npm registry has no %s (no such version: ETARGET)" spec))
          ((string-match-p "\\b\\(ENOTFOUND\\|ECONNREFUSED\\|ECONNRESET\\|ETIMEDOUT\\|EAI_AGAIN\\)\\b" output)
           (format "The npm registry could not be reached to install %s" spec))
          (t (format "npm install %s failed (exit %s)" spec status)))

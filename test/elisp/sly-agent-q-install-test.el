@@ -153,6 +153,28 @@ already in place is left as it was."
           (should-not sly-agent-q-install--process))
       (delete-directory dir t))))
 
+(ert-deftest sly-agent-q-install-server-version-not-on-registry ()
+  "The registry has the package but not this version (npm's ETARGET, what a
+registry answers once an older release is published): said as such, with the ways out."
+  (let* ((dir (make-temp-file "agent-q-install" t))
+         (npm (expand-file-name "npm" dir))
+         (sly-agent-q-install-directory (expand-file-name "prefix/" dir))
+         (sly-agent-q-npm-program npm))
+    (unwind-protect
+        (progn
+          ;; What npm 10 prints when the registry has sly-agent-q but not this version.
+          (with-temp-file npm
+            (insert "#!/bin/sh\necho 'npm error code ETARGET' >&2\n"
+                    "echo 'npm error notarget No matching version found for sly-agent-q@9.9.9.' >&2\n"
+                    "exit 1\n"))
+          (set-file-modes npm #o755)
+          (let ((result (cdr (sly-agent-q-install-test--install "sly-agent-q@9.9.9" sly-agent-q-install-directory))))
+            (should (stringp result))
+            (should (string-match-p "The npm registry has no sly-agent-q@9\\.9\\.9" result))
+            (should (string-match-p "C-u M-x sly-agent-q-install-server" result))
+            (should (string-match-p "npm pack" result))))
+      (delete-directory dir t))))
+
 (ert-deftest sly-agent-q-install-server-not-found-names-the-command ()
   "No server anywhere: the error says which command installs it."
   (let ((sly-agent-q-server-file nil)
