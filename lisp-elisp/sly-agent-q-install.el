@@ -139,6 +139,9 @@ install the server."
   (concat
    (cond ((string-match-p "\\bE404\\b\\|404 Not Found" output)
           (format "The npm registry has no %s (404)" spec))
+         ;; The package is there, this version is not (yet).
+         ((string-match-p "\\bETARGET\\b\\|No matching version found" output)
+          (format "The npm registry has no %s (no such version: ETARGET)" spec))
          ((string-match-p "\\b\\(ENOTFOUND\\|ECONNREFUSED\\|ECONNRESET\\|ETIMEDOUT\\|EAI_AGAIN\\)\\b" output)
           (format "The npm registry could not be reached to install %s" spec))
          (t (format "npm install %s failed (exit %s)" spec status)))
@@ -178,8 +181,12 @@ Call THEN with the exit status and the output once it ends; never waits."
            :sentinel
            (lambda (proc _event)
              (unless (process-live-p proc)
-               (let ((out (with-current-buffer (process-buffer proc)
-                            (buffer-substring-no-properties start (point-max)))))
+               ;; The user may have killed the install buffer (which ends npm).
+               (let ((out (let ((buf (process-buffer proc)))
+                            (if (buffer-live-p buf)
+                                (with-current-buffer buf
+                                  (buffer-substring-no-properties start (point-max)))
+                              ""))))
                  (funcall then (process-exit-status proc) out))))))))
 
 (defun sly-agent-q-install--node-problem (program status output)
@@ -224,8 +231,13 @@ install npm (it comes with Node.js), or set that option to its full path"
          (spec (if (file-exists-p spec) (expand-file-name spec) spec))
          (dir (expand-file-name sly-agent-q-install-directory))
          ;; npm installs beside DIR; DIR changes only once that install is whole.
-         (staging (progn (make-directory (file-name-directory (directory-file-name dir)) t)
-                         (make-temp-file (concat (directory-file-name dir) ".installing-") t)))
+         (staging (condition-case err
+                      (progn (make-directory (file-name-directory (directory-file-name dir)) t)
+                             (make-temp-file (concat (directory-file-name dir) ".installing-") t))
+                    (file-error
+                     (user-error "Cannot install the server beside %s (%s): make its parent \
+directory writable, or set `sly-agent-q-install-directory' to a directory you can write"
+                                 (abbreviate-file-name dir) (error-message-string err)))))
          ;; npm must not stop to ask, nor look for updates of itself, nor audit.
          (env (append '("npm_config_update_notifier=false"
                         "npm_config_fund=false" "npm_config_audit=false"

@@ -94,7 +94,9 @@ Then ask, for example: \"Describe the function MAPCAR\"."
          ('slime "Starting SBCL with SLIME...")
          (_ "Neither SLY nor SLIME was found: image tools will not work until one is connected.")))
       (unless (sly-agent-q-run--model-configured-p)
-        (sly-agent-q-chat-notice sly-agent-q-run--no-key-help)))
+        ;; A notice is one line of data (newlines shown escaped): one notice a line.
+        (dolist (line (split-string sly-agent-q-run--no-key-help "\n"))
+          (sly-agent-q-chat-notice line))))
     (when mode
       (setq inferior-lisp-program "sbcl")
       ;; The Lisp mode shows its REPL when connected; then lay out REPL | chat, chat selected.

@@ -105,7 +105,10 @@
     (let ((screen (e2e-run--screen session)))
       (should (string-match-p "No model is configured yet" screen))
       (should (string-match-p "ANTHROPIC_API_KEY" screen))
-      (should (string-match-p "11434" screen)))))
+      (should (string-match-p "11434" screen))
+      ;; Its lines are lines on screen, not one line with escaped newlines.
+      (should-not (string-match-p "Either:\\\\n" screen))
+      (should (string-match-p "^.*Then ask, for example" screen)))))
 
 (ert-deftest e2e-run-command-exits-when-its-terminal-closes ()
   "Closing the terminal (SIGHUP) ends Emacs, its server and its Lisp promptly."

@@ -104,6 +104,77 @@
             (should-not (string-match-p "npm" (buffer-string)))))
       (delete-directory dir t))))
 
+(ert-deftest sly-agent-q-install-server-install-buffer-killed ()
+  "Killing *sly-agent-q install* while npm runs ends the install cleanly.
+Killing the buffer ends npm; the end is still reported (the callback
+gets a message), the staging directory is removed and the install
+already in place is left as it was."
+  (let* ((dir (make-temp-file "agent-q-install" t))
+         (slow-npm (expand-file-name "npm" dir))
+         (prefix (expand-file-name "prefix/" dir))
+         (old-server (expand-file-name "lib/node_modules/sly-agent-q/dist/sly-agent-q-server.js" prefix))
+         (sly-agent-q-install-directory prefix)
+         (sly-agent-q-npm-program slow-npm)
+         (result 'waiting))
+    (unwind-protect
+        (progn
+          (with-temp-file slow-npm (insert "#!/bin/sh\necho fetching\nexec sleep 60\n"))
+          (set-file-modes slow-npm #o755)
+          (make-directory (file-name-directory old-server) t)
+          (with-temp-file old-server (insert "// the install in place\n"))
+          (sly-agent-q-install-server "sly-agent-q@0.1.0" (lambda (err) (setq result err)))
+          (sly-agent-q-test-wait (lambda () (and (process-live-p sly-agent-q-install--process)
+                                                 (equal (process-name sly-agent-q-install--process)
+                                                        "sly-agent-q-npm-install")))
+                                 30 "npm to start")
+          (kill-buffer sly-agent-q-install-buffer-name)
+          (sly-agent-q-test-wait (lambda () (not (eq result 'waiting))) 30 "the install to end")
+          (should (stringp result))
+          (should (string-match-p "npm install sly-agent-q@0.1.0 failed" result))
+          (should-not (process-live-p sly-agent-q-install--process))
+          (should (equal (directory-files dir nil "installing") nil))
+          (should (equal (sly-agent-q-install-server-file) old-server)))
+      (delete-directory dir t))))
+
+(ert-deftest sly-agent-q-install-server-directory-not-writable ()
+  "An install directory that cannot be made: a user-error naming the option, nothing started."
+  (let* ((dir (make-temp-file "agent-q-install" t))
+         ;; Its parent is a file, so not even root can make it.
+         (file (expand-file-name "a-file" dir))
+         (sly-agent-q-install-directory (expand-file-name "sly-agent-q/" file))
+         (sly-agent-q-install--process nil))
+    (unwind-protect
+        (progn
+          (with-temp-file file (insert "not a directory\n"))
+          (let ((err (should-error (sly-agent-q-install-server "sly-agent-q@0.1.0") :type 'user-error)))
+            (should (string-match-p "Cannot install the server beside .*a-file/sly-agent-q"
+                                    (error-message-string err)))
+            (should (string-match-p "sly-agent-q-install-directory" (error-message-string err))))
+          (should-not sly-agent-q-install--process))
+      (delete-directory dir t))))
+
+(ert-deftest sly-agent-q-install-server-version-not-on-registry ()
+  "The registry has the package but not this version (npm's ETARGET, what a
+registry answers once an older release is published): said as such, with the ways out."
+  (let* ((dir (make-temp-file "agent-q-install" t))
+         (npm (expand-file-name "npm" dir))
+         (sly-agent-q-install-directory (expand-file-name "prefix/" dir))
+         (sly-agent-q-npm-program npm))
+    (unwind-protect
+        (progn
+          ;; What npm 10 prints when the registry has sly-agent-q but not this version.
+          (with-temp-file npm
+            (insert "#!/bin/sh\necho 'npm error code ETARGET' >&2\n"
+                    "echo 'npm error notarget No matching version found for sly-agent-q@9.9.9.' >&2\n"
+                    "exit 1\n"))
+          (set-file-modes npm #o755)
+          (let ((result (cdr (sly-agent-q-install-test--install "sly-agent-q@9.9.9" sly-agent-q-install-directory))))
+            (should (stringp result))
+            (should (string-match-p "The npm registry has no sly-agent-q@9\\.9\\.9" result))
+            (should (string-match-p "C-u M-x sly-agent-q-install-server" result))
+            (should (string-match-p "npm pack" result))))
+      (delete-directory dir t))))
+
 (ert-deftest sly-agent-q-install-server-not-found-names-the-command ()
   "No server anywhere: the error says which command installs it."
   (let ((sly-agent-q-server-file nil)
