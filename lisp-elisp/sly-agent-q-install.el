@@ -77,8 +77,37 @@ directory, or NAME@VERSION from another registry."
 
 ;;;; Where the installed server is
 
+(defun sly-agent-q-install--recover (dir)
+  "Put back the install an Emacs killed while replacing it left beside DIR.
+`sly-agent-q-install--replace' moves the old install aside (DIR.old-*)
+just before it moves the new one in; a kill between the two leaves DIR
+missing and the whole old install aside."
+  (let ((dir (directory-file-name (expand-file-name dir))))
+    (unless (file-exists-p dir)
+      (let ((aside (car (sort (file-expand-wildcards (concat dir ".old-*"))
+                              #'file-newer-than-file-p))))
+        (when (and aside (file-directory-p aside))
+          (ignore-errors (rename-file aside dir)))))))
+
+(defconst sly-agent-q-install--stale-seconds 3600
+  "Age after which a staging directory beside the install is a killed install's.")
+
+(defun sly-agent-q-install--sweep (dir)
+  "Remove what an install killed part way left beside DIR.
+A staging directory (DIR.installing-*) more than an hour old is a
+killed install's; a newer one may be another Emacs's install under way."
+  (let ((dir (directory-file-name (expand-file-name dir))))
+    (sly-agent-q-install--recover dir)
+    (dolist (staging (file-expand-wildcards (concat dir ".installing-*")))
+      (when (and (file-directory-p staging)
+                 (> (float-time (time-subtract nil (file-attribute-modification-time
+                                                     (file-attributes staging))))
+                    sly-agent-q-install--stale-seconds))
+        (ignore-errors (delete-directory staging t))))))
+
 (defun sly-agent-q-install--package-directory ()
   "The installed npm package's directory, or nil when it is not installed."
+  (sly-agent-q-install--recover sly-agent-q-install-directory)
   (cl-loop for rel in (list (concat "lib/node_modules/" sly-agent-q-install-npm-name)
                             ;; npm on Windows puts a global prefix's packages here.
                             (concat "node_modules/" sly-agent-q-install-npm-name))
@@ -218,6 +247,7 @@ message.  Return the process."
   (when (process-live-p sly-agent-q-install--process)
     (user-error "An install of the sly-agent-q server is already running (see %s)"
                 sly-agent-q-install-buffer-name))
+  (sly-agent-q-install--sweep sly-agent-q-install-directory)
   (let* ((node-program (if (boundp 'sly-agent-q-node-program) sly-agent-q-node-program "node"))
          (node (or (executable-find node-program)
                    (user-error "Cannot find Node.js (`sly-agent-q-node-program' is %S): \

@@ -206,5 +206,33 @@ registry answers once an older release is published): said as such, with the way
   (sly-agent-q-test-with-server '((steps . []))
     (should-not (sly-agent-q-server-version-problem))))
 
+(ert-deftest sly-agent-q-install-left-by-a-kill-is-recovered ()
+  "An install moved aside (`.old-') by an Emacs killed before the new one took its place is
+found again, and staging directories an old killed install left are removed by the next one,
+while a fresh one (another Emacs's install under way) is left alone."
+  (let* ((home (file-name-as-directory (make-temp-file "agent-q-install-home" t)))
+         (dir (expand-file-name "server/" home))
+         (sly-agent-q-install-directory dir)
+         (aside (concat (directory-file-name dir) ".old-k1ll3d"))
+         (script (expand-file-name "lib/node_modules/sly-agent-q/dist/sly-agent-q-server.js" aside))
+         (stale (concat (directory-file-name dir) ".installing-st4le"))
+         (fresh (concat (directory-file-name dir) ".installing-fr3sh")))
+    (unwind-protect
+        (progn
+          (make-directory (file-name-directory script) t)
+          (write-region "// server" nil script)
+          (should (equal (sly-agent-q-install-server-file)
+                         (expand-file-name "lib/node_modules/sly-agent-q/dist/sly-agent-q-server.js" dir)))
+          (should (file-directory-p dir))
+          (should-not (file-exists-p aside))
+          (make-directory stale) (make-directory fresh)
+          (set-file-times stale (time-subtract nil (* 3 3600)))
+          ;; The next install sweeps first (here it then stops: no npm).
+          (let ((sly-agent-q-npm-program "saq-no-such-npm"))
+            (should-error (sly-agent-q-install-server) :type 'user-error))
+          (should-not (file-exists-p stale))
+          (should (file-exists-p fresh)))
+      (delete-directory home t))))
+
 (provide 'sly-agent-q-install-test)
 ;;; sly-agent-q-install-test.el ends here
