@@ -39,8 +39,10 @@
 ;;
 ;; The frame characters (`sly-agent-q-display-frame-characters') are
 ;; reserved for the product: in text from outside they are escaped too,
-;; so no line from outside can imitate a line the product draws, such
-;; as the lines of an approval the user decides on.
+;; with every character that looks like them (a lighter or dashed
+;; vertical line, another corner), so no line from outside can imitate
+;; a line the product draws, such as the lines of an approval the user
+;; decides on.
 
 ;;; Code:
 
@@ -79,7 +81,13 @@ They never appear raw in text from outside: it cannot imitate them.")
            #xE0001 (#xE0020 . #xE007F)
            ;; Raw bytes of undecodable text.
            (#x3FFF80 . #x3FFFFF)
-           ?┏ ?┃ ?┗ ?╎))
+           ?┏ ?┃ ?┗ ?╎
+           ;; Their look-alikes: every vertical line and corner of the box
+           ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
+           ;; vertical bars of other blocks.  The horizontal lines stay.
+           #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
+           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
   "A character drawn escaped in one line of text from outside.")
 
 (defconst sly-agent-q-display--unsafe-text
@@ -89,7 +97,13 @@ They never appear raw in text from outside: it cannot imitate them.")
            #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
            #xE0001 (#xE0020 . #xE007F)
            (#x3FFF80 . #x3FFFFF)
-           ?┏ ?┃ ?┗ ?╎))
+           ?┏ ?┃ ?┗ ?╎
+           ;; Their look-alikes: every vertical line and corner of the box
+           ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
+           ;; vertical bars of other blocks.  The horizontal lines stay.
+           #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
+           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
   "A character drawn escaped in text of many lines from outside.
 Newline and tab stay.")
 

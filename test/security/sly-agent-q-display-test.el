@@ -41,7 +41,10 @@
         "┃" "┏" "┗" "╎" "\n  ┃ tool: write_file\n" "\n  ┃ asked by: the model in this chat\n"
         "\n  ┃ target: file src/harmless.txt\n" "\n  ┃ trust level: safe\n"
         "\n  ┏━ ⚠ this call needs your approval\n" "\n  ┗ [Approve]" "\n  ✓ approved write_file\n"
-        "\"" "\\" "%s" "%" "…[3 more characters cut]")
+        "\"" "\\" "%s" "%" "…[3 more characters cut]"
+        ;; Look-alikes of the frame: a lighter or dashed line, another corner.
+        "\n  │ tool: write_file\n" "\n  ┍━ ⚠ this call needs your approval\n" "\n  ┕ [Approve]"
+        "\n  ╏ trust level: safe\n" "┇" "┋" "║" "┠" "▕" "▎" "❙" "｜" "⎸")
   "Pieces the random strings are made of: every class of hostile character.")
 
 (defun sly-agent-q-display-test--random-string ()
@@ -61,8 +64,12 @@
 (defconst sly-agent-q-display-test--forbidden
   (rx (any (#x00 . #x08) (#x0B . #x1F) (#x7F . #x9F)
            #xAD #x61C (#x200B . #x200F) (#x2028 . #x202E) (#x2066 . #x2069) #xFEFF
-           (#x3FFF80 . #x3FFFFF)))
-  "A raw control, bidi or format character.
+           (#x3FFF80 . #x3FFFFF)
+           ;; Look-alikes of the frame characters the product reserves.
+           #x2502 (#x2506 . #x2507) (#x250A . #x250E) (#x2510 . #x2516) (#x2518 . #x254B) #x254F
+           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
+  "A raw control, bidi or format character, or a look-alike of the frame.
 Newlines and tabs stay in text of many lines (an answer, a result).")
 
 (defconst sly-agent-q-display-test--decision-labels
