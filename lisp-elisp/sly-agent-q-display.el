@@ -79,6 +79,11 @@ They never appear raw in text from outside: it cannot imitate them.")
            (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
            #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
            #xE0001 (#xE0020 . #xE007F)
+           ;; The other invisible characters (Unicode's default ignorables:
+           ;; variation selectors, fillers...): a name that differs from
+           ;; a trusted one only by them would read the same.
+           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+           (#xFE00 . #xFE0F) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
            ;; Raw bytes of undecodable text.
            (#x3FFF80 . #x3FFFFF)
            ?┏ ?┃ ?┗ ?╎
@@ -96,6 +101,9 @@ They never appear raw in text from outside: it cannot imitate them.")
            (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
            #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
            #xE0001 (#xE0020 . #xE007F)
+           ;; As above, but an emoji's presentation selector stays in text.
+           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+           (#xFE00 . #xFE0D) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
            (#x3FFF80 . #x3FFFFF)
            ?┏ ?┃ ?┗ ?╎
            ;; Their look-alikes: every vertical line and corner of the box

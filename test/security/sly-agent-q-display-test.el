@@ -44,7 +44,11 @@
         "\"" "\\" "%s" "%" "…[3 more characters cut]"
         ;; Look-alikes of the frame: a lighter or dashed line, another corner.
         "\n  │ tool: write_file\n" "\n  ┍━ ⚠ this call needs your approval\n" "\n  ┕ [Approve]"
-        "\n  ╏ trust level: safe\n" "┇" "┋" "║" "┠" "▕" "▎" "❙" "｜" "⎸")
+        "\n  ╏ trust level: safe\n" "┇" "┋" "║" "┠" "▕" "▎" "❙" "｜" "⎸"
+        ;; Invisible characters (Unicode's default ignorables): a name that
+        ;; differs from a trusted one only by these reads the same.
+        (string #x34F) (string #x115F) (string #x17B4) (string #x180B) (string #x3164)
+        (string #xFE00) (string #xFFA0) (string #xFFF0) (string #xE0100) (string #xE0FFF))
   "Pieces the random strings are made of: every class of hostile character.")
 
 (defun sly-agent-q-display-test--random-string ()
@@ -68,7 +72,10 @@
            ;; Look-alikes of the frame characters the product reserves.
            #x2502 (#x2506 . #x2507) (#x250A . #x250E) (#x2510 . #x2516) (#x2518 . #x254B) #x254F
            (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
-           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C
+           ;; Invisible: default ignorables (but the emoji presentation selectors).
+           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+           (#xFE00 . #xFE0D) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)))
   "A raw control, bidi or format character, or a look-alike of the frame.
 Newlines and tabs stay in text of many lines (an answer, a result).")
 
