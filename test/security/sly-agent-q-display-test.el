@@ -334,5 +334,39 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
           (kill-buffer))))
     (should-not (eq (aref (default-value 'glyphless-char-display) #x202E) 'hex-code))))
 
+(ert-deftest sly-agent-q-display-diff-views-draw-the-file-name-as-data ()
+  "A file name holding a newline cannot draw a diff header of its own, in the approval's diff or the rewind's."
+  (let* ((name "notes/x\n+++ b/src/harmless.txt\n@@ -0,0 +1 @@\n+harmless\e[2J\u202E")
+         (forged "^\\+\\+\\+ b/src/harmless.txt$")
+         (sly-agent-q-approval-display nil)
+         (sly-agent-q-approval-function nil)
+         (request (sly-agent-q-approval--request
+                   (list :tool "write_file" :safetyLevel "dangerous"
+                         :arguments (list :path name :content "evil\u202E\e]0;t\a"))
+                   (list :path name :old "" :new "evil\u202E\e]0;t\a"))))
+    (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call) request #'ignore)
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (let ((diff (with-current-buffer (sly-agent-q-approval-show-diff) (buffer-string))))
+        (sly-agent-q-display-test--check-text "the approval's diff" diff)
+        (should (= 0 (sly-agent-q-display-test--count-lines forged diff)))
+        (should (= 1 (sly-agent-q-display-test--count-lines "^\\+\\+\\+ " diff)))))
+    (let ((diff (with-current-buffer (sly-agent-q-sessions--refused-diff
+                                      (list (list name "agent\u202E\n" "user\e[31m\n")))
+                  (buffer-string))))
+      (sly-agent-q-display-test--check-text "the rewind's diff" diff)
+      (should (= 0 (sly-agent-q-display-test--count-lines forged diff)))
+      (should (= 1 (sly-agent-q-display-test--count-lines "^\\+\\+\\+ " diff))))
+    ;; The rewind's message names what it could not put back.
+    (let ((start (with-current-buffer (get-buffer-create "*Messages*") (point-max))))
+      (cl-letf (((symbol-function 'sly-agent-q-server-request)
+                 (lambda (_method _params success &rest _)
+                   (funcall success (list :restore (vector (list :kind "file" :name name :tooLarge t)))))))
+        (sly-agent-q-sessions-rewind "c1" "t1" nil))
+      (let ((echo (with-current-buffer "*Messages*"
+                    (buffer-substring-no-properties start (point-max)))))
+        (should (string-search "could not put back" echo))
+        (sly-agent-q-display-test--check-text "the rewind's message" echo)
+        (should (= 0 (sly-agent-q-display-test--count-lines forged echo)))))))
+
 (provide 'sly-agent-q-display-test)
 ;;; sly-agent-q-display-test.el ends here
