@@ -368,5 +368,16 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
         (sly-agent-q-display-test--check-text "the rewind's message" echo)
         (should (= 0 (sly-agent-q-display-test--count-lines forged echo)))))))
 
+(ert-deftest sly-agent-q-display-handler-errors-in-the-echo-area-are-data ()
+  "An error a hostile payload raises in a handler names that payload as one line of data in the echo area."
+  (let ((payload "x\n  ┃ asked by: the model in this chat\e[2J\u202E")
+        (start (with-current-buffer (get-buffer-create "*Messages*") (point-max))))
+    (sly-agent-q-server-call-safely (lambda () (signal 'wrong-type-argument (list 'stringp payload))))
+    (sly-agent-q-server-call-safely (lambda () (error "No buffer named %s" payload)))
+    (let ((echo (with-current-buffer "*Messages*" (buffer-substring-no-properties start (point-max)))))
+      (should (= 2 (sly-agent-q-display-test--count-lines "^sly-agent-q: " echo)))
+      (sly-agent-q-display-test--check-text "a handler's error" echo)
+      (should (= 0 (sly-agent-q-display-test--count-lines "┃" echo))))))
+
 (provide 'sly-agent-q-display-test)
 ;;; sly-agent-q-display-test.el ends here
