@@ -126,8 +126,11 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
    (and (plist-get preview :path) (list :path (plist-get preview :path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
    (and (plist-member preview :new)
+        ;; The name on the diff's own lines is drawn as data: a name
+        ;; holding a newline would otherwise draw a header of its own.
         (list :diff (sly-agent-q-diff-text
-                     (or (plist-get preview :path) (plist-get preview :buffer))
+                     (sly-agent-q-display-line
+                      (or (plist-get preview :path) (plist-get preview :buffer)) t)
                      (plist-get preview :old) (plist-get preview :new))
               :new-file (and (plist-get preview :path)
                              (equal (plist-get preview :old) ""))))))

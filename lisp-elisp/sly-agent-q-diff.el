@@ -514,7 +514,7 @@ A denied decision forgets the review of ARGS."
         (condition-case err
             (funcall callback decision)
           (error (message "sly-agent-q: the review callback failed: %s"
-                          (error-message-string err))))))))
+                          (sly-agent-q-display-line (error-message-string err)))))))))
 
 (defun sly-agent-q-diff--decision (args accepted)
   "Return the decision for ARGS when the hunks ACCEPTED are accepted."

@@ -39,8 +39,10 @@
 ;;
 ;; The frame characters (`sly-agent-q-display-frame-characters') are
 ;; reserved for the product: in text from outside they are escaped too,
-;; so no line from outside can imitate a line the product draws, such
-;; as the lines of an approval the user decides on.
+;; with every character that looks like them (a lighter or dashed
+;; vertical line, another corner), so no line from outside can imitate
+;; a line the product draws, such as the lines of an approval the user
+;; decides on.
 
 ;;; Code:
 
@@ -77,9 +79,20 @@ They never appear raw in text from outside: it cannot imitate them.")
            (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
            #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
            #xE0001 (#xE0020 . #xE007F)
+           ;; The other invisible characters (Unicode's default ignorables:
+           ;; variation selectors, fillers...): a name that differs from
+           ;; a trusted one only by them would read the same.
+           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+           (#xFE00 . #xFE0F) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
            ;; Raw bytes of undecodable text.
            (#x3FFF80 . #x3FFFFF)
-           ?┏ ?┃ ?┗ ?╎))
+           ?┏ ?┃ ?┗ ?╎
+           ;; Their look-alikes: every vertical line and corner of the box
+           ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
+           ;; vertical bars of other blocks.  The horizontal lines stay.
+           #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
+           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
   "A character drawn escaped in one line of text from outside.")
 
 (defconst sly-agent-q-display--unsafe-text
@@ -88,8 +101,17 @@ They never appear raw in text from outside: it cannot imitate them.")
            (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
            #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
            #xE0001 (#xE0020 . #xE007F)
+           ;; As above, but an emoji's presentation selector stays in text.
+           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+           (#xFE00 . #xFE0D) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
            (#x3FFF80 . #x3FFFFF)
-           ?┏ ?┃ ?┗ ?╎))
+           ?┏ ?┃ ?┗ ?╎
+           ;; Their look-alikes: every vertical line and corner of the box
+           ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
+           ;; vertical bars of other blocks.  The horizontal lines stay.
+           #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
+           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
   "A character drawn escaped in text of many lines from outside.
 Newline and tab stay.")
 

@@ -630,7 +630,8 @@ CONN defaults to the current connection."
   (condition-case err
       (apply fn args)
     (error (setq sly-agent-q-server-last-handler-error err)
-           (message "sly-agent-q: %s" (error-message-string err))
+           ;; The error may name what a peer sent: drawn as one line of data.
+           (message "sly-agent-q: %s" (sly-agent-q-display-line (error-message-string err)))
            nil)))
 
 (defun sly-agent-q-server-run-safely (functions &rest args)

@@ -264,7 +264,10 @@ CHOICES is the list of turns conversation/turns answers."
         (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
                 "Each diff goes from what the agent left to what is there now.\n\n")
         (pcase-dolist (`(,name ,expected ,current) refused)
-          (insert (sly-agent-q-diff-text name (or expected "") current) "\n")))
+          ;; The name and both texts are from outside (the agent wrote them).
+          (insert (sly-agent-q-display-text
+                   (sly-agent-q-diff-text (sly-agent-q-display-line name t) (or expected "") current))
+                  "\n")))
       (diff-mode)
       (setq buffer-read-only t))
     (unless noninteractive (display-buffer buffer))
@@ -332,7 +335,8 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
                   "")
                 (if (plist-get outcome :failed)
                     (format "; could not put back %s"
-                            (mapconcat (lambda (f) (format "%s (%s)" (car f) (cadr f)))
+                            (mapconcat (lambda (f) (format "%s (%s)" (sly-agent-q-display-line (car f))
+                                                                     (sly-agent-q-display-line (cadr f))))
                                        (plist-get outcome :failed) ", "))
                   "")
                 (if truncate "; the conversation now ends before that turn" ""))

@@ -161,7 +161,7 @@ changed in files and buffers, for rewinding (see
                 (funcall callback nil message)
               (funcall callback content nil)))
         (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                    (error-message-string err))))
+                    (sly-agent-q-display-line (error-message-string err)))))
       nil)))
 
 (defun sly-agent-q-tools--call-deferred (capability deferred callback)
@@ -180,7 +180,7 @@ called when the server no longer wants the answer), else nil."
                              (funcall callback nil (format "%s" error))
                            (funcall callback (if (stringp content) content (format "%s" content)) nil))
                        (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                                   (error-message-string err))))))))
+                                   (sly-agent-q-display-line (error-message-string err)))))))))
     (condition-case err
         (let ((stop (funcall deferred answer)))
           (and (functionp stop)

@@ -41,7 +41,14 @@
         "┃" "┏" "┗" "╎" "\n  ┃ tool: write_file\n" "\n  ┃ asked by: the model in this chat\n"
         "\n  ┃ target: file src/harmless.txt\n" "\n  ┃ trust level: safe\n"
         "\n  ┏━ ⚠ this call needs your approval\n" "\n  ┗ [Approve]" "\n  ✓ approved write_file\n"
-        "\"" "\\" "%s" "%" "…[3 more characters cut]")
+        "\"" "\\" "%s" "%" "…[3 more characters cut]"
+        ;; Look-alikes of the frame: a lighter or dashed line, another corner.
+        "\n  │ tool: write_file\n" "\n  ┍━ ⚠ this call needs your approval\n" "\n  ┕ [Approve]"
+        "\n  ╏ trust level: safe\n" "┇" "┋" "║" "┠" "▕" "▎" "❙" "｜" "⎸"
+        ;; Invisible characters (Unicode's default ignorables): a name that
+        ;; differs from a trusted one only by these reads the same.
+        (string #x34F) (string #x115F) (string #x17B4) (string #x180B) (string #x3164)
+        (string #xFE00) (string #xFFA0) (string #xFFF0) (string #xE0100) (string #xE0FFF))
   "Pieces the random strings are made of: every class of hostile character.")
 
 (defun sly-agent-q-display-test--random-string ()
@@ -61,8 +68,15 @@
 (defconst sly-agent-q-display-test--forbidden
   (rx (any (#x00 . #x08) (#x0B . #x1F) (#x7F . #x9F)
            #xAD #x61C (#x200B . #x200F) (#x2028 . #x202E) (#x2066 . #x2069) #xFEFF
-           (#x3FFF80 . #x3FFFFF)))
-  "A raw control, bidi or format character.
+           (#x3FFF80 . #x3FFFFF)
+           ;; Look-alikes of the frame characters the product reserves.
+           #x2502 (#x2506 . #x2507) (#x250A . #x250E) (#x2510 . #x2516) (#x2518 . #x254B) #x254F
+           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C
+           ;; Invisible: default ignorables (but the emoji presentation selectors).
+           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+           (#xFE00 . #xFE0D) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)))
+  "A raw control, bidi or format character, or a look-alike of the frame.
 Newlines and tabs stay in text of many lines (an answer, a result).")
 
 (defconst sly-agent-q-display-test--decision-labels
@@ -319,6 +333,51 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
           (should (eq (aref glyphless-char-display #x2066) 'hex-code))
           (kill-buffer))))
     (should-not (eq (aref (default-value 'glyphless-char-display) #x202E) 'hex-code))))
+
+(ert-deftest sly-agent-q-display-diff-views-draw-the-file-name-as-data ()
+  "A file name holding a newline cannot draw a diff header of its own, in the approval's diff or the rewind's."
+  (let* ((name "notes/x\n+++ b/src/harmless.txt\n@@ -0,0 +1 @@\n+harmless\e[2J\u202E")
+         (forged "^\\+\\+\\+ b/src/harmless.txt$")
+         (sly-agent-q-approval-display nil)
+         (sly-agent-q-approval-function nil)
+         (request (sly-agent-q-approval--request
+                   (list :tool "write_file" :safetyLevel "dangerous"
+                         :arguments (list :path name :content "evil\u202E\e]0;t\a"))
+                   (list :path name :old "" :new "evil\u202E\e]0;t\a"))))
+    (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call) request #'ignore)
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (let ((diff (with-current-buffer (sly-agent-q-approval-show-diff) (buffer-string))))
+        (sly-agent-q-display-test--check-text "the approval's diff" diff)
+        (should (= 0 (sly-agent-q-display-test--count-lines forged diff)))
+        (should (= 1 (sly-agent-q-display-test--count-lines "^\\+\\+\\+ " diff)))))
+    (let ((diff (with-current-buffer (sly-agent-q-sessions--refused-diff
+                                      (list (list name "agent\u202E\n" "user\e[31m\n")))
+                  (buffer-string))))
+      (sly-agent-q-display-test--check-text "the rewind's diff" diff)
+      (should (= 0 (sly-agent-q-display-test--count-lines forged diff)))
+      (should (= 1 (sly-agent-q-display-test--count-lines "^\\+\\+\\+ " diff))))
+    ;; The rewind's message names what it could not put back.
+    (let ((start (with-current-buffer (get-buffer-create "*Messages*") (point-max))))
+      (cl-letf (((symbol-function 'sly-agent-q-server-request)
+                 (lambda (_method _params success &rest _)
+                   (funcall success (list :restore (vector (list :kind "file" :name name :tooLarge t)))))))
+        (sly-agent-q-sessions-rewind "c1" "t1" nil))
+      (let ((echo (with-current-buffer "*Messages*"
+                    (buffer-substring-no-properties start (point-max)))))
+        (should (string-search "could not put back" echo))
+        (sly-agent-q-display-test--check-text "the rewind's message" echo)
+        (should (= 0 (sly-agent-q-display-test--count-lines forged echo)))))))
+
+(ert-deftest sly-agent-q-display-handler-errors-in-the-echo-area-are-data ()
+  "An error a hostile payload raises in a handler names that payload as one line of data in the echo area."
+  (let ((payload "x\n  ┃ asked by: the model in this chat\e[2J\u202E")
+        (start (with-current-buffer (get-buffer-create "*Messages*") (point-max))))
+    (sly-agent-q-server-call-safely (lambda () (signal 'wrong-type-argument (list 'stringp payload))))
+    (sly-agent-q-server-call-safely (lambda () (error "No buffer named %s" payload)))
+    (let ((echo (with-current-buffer "*Messages*" (buffer-substring-no-properties start (point-max)))))
+      (should (= 2 (sly-agent-q-display-test--count-lines "^sly-agent-q: " echo)))
+      (sly-agent-q-display-test--check-text "a handler's error" echo)
+      (should (= 0 (sly-agent-q-display-test--count-lines "┃" echo))))))
 
 (provide 'sly-agent-q-display-test)
 ;;; sly-agent-q-display-test.el ends here
