@@ -298,8 +298,26 @@ Signal a tool error when there is none."
                  ("debugger_invoke_restart" . sly-agent-q-debugger-invoke-restart)))
   (setf (alist-get (car entry) sly-agent-q-tools-dispatch-table nil nil #'equal) (cdr entry)))
 
+(defun sly-agent-q-debugger--preview-frame-call (args)
+  "Return what the approval of a frame call with ARGS names first.
+The debugger is found as the call finds it (the most recent one when
+ARGS name no thread); its thread, level and condition bind the
+approval, so the call never runs in a debugger opened meanwhile."
+  (let ((buffer (sly-agent-q-debugger--find (plist-get args :thread))))
+    (list :detail (format "in frame %s of the debugger of thread %s, level %s (%s)"
+                          (sly-agent-q-display-line (plist-get args :frame) 10)
+                          (sly-agent-q-display-line (sly-agent-q-debugger--get buffer :thread) 40)
+                          (sly-agent-q-display-line (sly-agent-q-debugger--get buffer :level) 10)
+                          (sly-agent-q-display-line
+                           (string-trim (format "%s" (nth 0 (sly-agent-q-debugger--get buffer :condition))))
+                           80))
+          :buffer (buffer-name buffer))))
+
 (setf (alist-get "debugger_invoke_restart" sly-agent-q-tools-preview-functions nil nil #'equal)
       #'sly-agent-q-debugger--preview-restart)
+(dolist (tool '("debugger_eval_in_frame" "debugger_inspect_local"))
+  (setf (alist-get tool sly-agent-q-tools-preview-functions nil nil #'equal)
+        #'sly-agent-q-debugger--preview-frame-call))
 
 ;;;; From the debugger to the chat
 

@@ -206,7 +206,13 @@ state file at each start: no secret is written into .mcp.json."
 
 (defun sly-agent-q-mcp-write-claude-config (file)
   "Add the sly-agent-q entry to the mcpServers of the .mcp.json FILE.
-Other entries are kept; FILE is created when missing."
+Other entries are kept; FILE is created when missing.  A link or a
+file that is not a regular one (a FIFO...) is refused: a cloned project
+may plant one to have another file of the user's rewritten."
+  (when (file-symlink-p file)
+    (user-error "%s is a link; write the entry there yourself" file))
+  (when (and (file-exists-p file) (not (file-regular-p file)))
+    (user-error "%s is not a regular file; write the entry there yourself" file))
   (let* ((json-object-type 'alist) (json-key-type 'symbol) (json-array-type 'vector)
          (old (and (file-exists-p file)
                    (with-temp-buffer (insert-file-contents file) (json-read))))

@@ -414,7 +414,13 @@ by the server against the catalog."
        (let ((path (or (plist-get args key) ".")))
          (list :path (sly-agent-q-files-relative (sly-agent-q-files-resolve path)))))
       ('buffer
-       (list :buffer (buffer-name (sly-agent-q-tools--get-buffer (plist-get args key) t))))
+       ;; The buffer's file tells it from another of the same name; a
+       ;; position means something only in the text it was given for.
+       (let ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t)))
+         (append (list :buffer (buffer-name buffer)
+                       :file (buffer-local-value 'buffer-file-name buffer))
+                 (and (plist-get args :position)
+                      (list :text (secure-hash 'sha256 (sly-agent-q-files-buffer-text buffer)))))))
       ('definition
        ;; The server located the form and computed the edit (:edit);
        ;; the new text is checked here too, with Emacs's own scanner.

@@ -60,7 +60,9 @@ function orgLine(text: string): string {
   return text
     .replace(/\n/g, " ")
     .replace(/([[{])(?=[[{])/g, "$1\u200b")
-    .replace(/\b(src|call)_/gi, "$1\u200b_");
+    // Org reads src_ and call_ after any character but a letter, a digit or "-" (an underscore too),
+    // so every one is broken, not only those at a word's start.
+    .replace(/(src|call)_/gi, "$1\u200b_");
 }
 
 /** The first line: Emacs reads a -*- line there, so it is never the conversation's text. */

@@ -159,5 +159,40 @@
                     :detail "invokes restart 0 [RETRY-PARSE] Parse again"))))
     (should (string-match-p "^  ┃ target: invokes restart 0 \\[RETRY-PARSE\\] Parse again\n" summary))))
 
+(defun sly-agent-q-debugger-test--stand-in (name thread level condition)
+  "A stand-in sldb buffer NAME for THREAD at LEVEL stopped at CONDITION."
+  (with-current-buffer (generate-new-buffer name)
+    (setq major-mode 'sldb-mode)
+    (set (make-local-variable 'sldb-level) level)
+    (set (make-local-variable 'slime-current-thread) thread)
+    (set (make-local-variable 'sldb-condition) (list condition "" nil))
+    (set (make-local-variable 'sldb-restarts) '(("ABORT" "Return to top level.")))
+    (current-buffer)))
+
+(ert-deftest sly-agent-q-debugger-eval-in-frame-bound-to-the-approved-debugger ()
+  "A frame call approved while one debugger was open never runs in another.
+Another thread's debugger opens while the approval waits: the most
+recent debugger is no longer the one shown, so the call is refused."
+  (let* ((mine (sly-agent-q-debugger-test--stand-in "*sldb test/7*" 7 1 "my error"))
+         (other (sly-agent-q-debugger-test--stand-in "*sldb test/9*" 9 1 "thread 9's error"))
+         (open (list mine)))
+    (unwind-protect
+        (cl-letf (((symbol-function 'sly-agent-q-debugger-buffers) (lambda () open)))
+          (dolist (call '(("debugger_eval_in_frame" :form "(delete-all-records)" :frame 0)
+                          ("debugger_inspect_local" :frame 0 :local 0)))
+            (setq open (list mine))
+            (let* ((tool (car call)) (args (cdr call))
+                   (approved (sly-agent-q-tools-target tool args)))
+              ;; The same debugger at the run: it runs.
+              (sly-agent-q-tools-check-approved (list :tool tool :arguments args :target approved))
+              ;; Thread 9 stops in the debugger while the approval waits.
+              (setq open (list other mine))
+              (let ((err (should-error (sly-agent-q-tools-check-approved
+                                        (list :tool tool :arguments args :target approved))
+                                       :type 'sly-agent-q-tool-error)))
+                (should (string-match-p "changed while the approval waited" (cadr err)))))))
+      (kill-buffer mine)
+      (kill-buffer other))))
+
 (provide 'sly-agent-q-debugger-test)
 ;;; sly-agent-q-debugger-test.el ends here

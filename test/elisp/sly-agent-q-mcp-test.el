@@ -36,6 +36,27 @@
             (should-not (string-match-p "[Tt]oken\\|Bearer" (with-temp-buffer (insert-file-contents file) (buffer-string))))))
       (delete-directory dir t))))
 
+(ert-deftest sly-agent-q-mcp-config-never-writes-through-a-planted-link ()
+  "A cloned project's .mcp.json linked to a file outside it is refused, not rewritten.
+A FIFO planted there is refused too, without waiting on it."
+  (let* ((dir (make-temp-file "agent-q-mcp-conf" t))
+         (outside (make-temp-file "agent-q-users-own" nil ".json"))
+         (file (expand-file-name ".mcp.json" dir))
+         (mine "{\"settings\": {}, \"projects\": {\"a\": {}}}\n")
+         (sly-agent-q-server-file (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root)))
+    (unwind-protect
+        (progn
+          (write-region mine nil outside nil 'silent)
+          (make-symbolic-link outside file)
+          (should-error (sly-agent-q-mcp-write-claude-config file) :type 'user-error)
+          (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string)) mine))
+          (delete-file file)
+          (when (executable-find "mkfifo")
+            (call-process "mkfifo" nil nil nil file)
+            (should-error (sly-agent-q-mcp-write-claude-config file) :type 'user-error)))
+      (delete-directory dir t)
+      (delete-file outside))))
+
 (ert-deftest sly-agent-q-mcp-codex-entry-names-a-non-default-state-file ()
   "The Codex entry is TOML with the shim's arguments, --mcp-state when the file is not the default."
   (let ((sly-agent-q-server-file (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root))

@@ -875,5 +875,22 @@ too, and a notification sent meanwhile arrives after it, intact."
              t)
           (advice-remove 'sly-agent-q-call-reply 'saq-meanwhile))))))
 
+(ert-deftest sly-agent-q-tools-write-to-buffer-bound-to-the-text-at-position ()
+  "write_to_buffer at a position is approved for the text it lands in.
+The user types above that position while the approval waits: the
+position now falls elsewhere, so the target is no longer the same."
+  (let ((buffer (get-buffer-create "bound-notes.lisp"))
+        (args '(:content "(the-model-s-form)" :buffer "bound-notes.lisp" :position 14)))
+    (unwind-protect
+        (progn
+          (with-current-buffer buffer (insert "(defun a ())\n(defun b ())\n"))
+          (let ((approved (sly-agent-q-tools-target "write_to_buffer" args)))
+            (should (equal approved (sly-agent-q-tools-target "write_to_buffer" args)))
+            (with-current-buffer buffer
+              (goto-char (point-min))
+              (insert ";; typed while the approval waited\n"))
+            (should-not (equal approved (sly-agent-q-tools-target "write_to_buffer" args)))))
+      (kill-buffer buffer))))
+
 (provide 'sly-agent-q-tools-test)
 ;;; sly-agent-q-tools-test.el ends here

@@ -92,3 +92,20 @@ it("opens and exports a hostile conversation's Org and Markdown: nothing runs, n
   expect(mdText).toContain("&lt;script&gt;");
   expect(mdText).toContain("<p>fenced stays</p>");
 }, 120_000);
+
+it("an inline source block or call glued to a word in the title or a tool name runs nothing", () => {
+  const dir = mkdtempSync(join(tmpdir(), "agent-q-export-glued-"));
+  const touch = (n: string) => `(write-region "" nil ${JSON.stringify(join(dir, `ran-${n}`))})`;
+  // Glued to a letter or an underscore, where the escape (at a word boundary) does not reach.
+  const title = `xsrc_emacs-lisp[:exports results]{${touch("title-src")}} ycall_helper()`;
+  const messages: HistoryMessage[] = [
+    { role: "user", content: [{ type: "text", text: "#+name: helper\n#+begin_src emacs-lisp\n1\n#+end_src" }] },
+    { role: "assistant", content: [{ type: "tool_use", id: "t1", name: `_src_emacs-lisp[:exports results]{${touch("tool-src")}}`, input: {} }] },
+  ];
+  const orgFile = join(dir, "conversation.org");
+  writeFileSync(orgFile, exportConversation(title, messages, "org"));
+  const emacs = spawnSync("emacs", ["--batch", "-Q", "--eval", OPEN_AND_EXPORT, orgFile], { cwd: dir, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 60_000 });
+  expect(emacs.status, emacs.stderr).toBe(0);
+  expect(emacs.stdout, emacs.stderr).toBe("ASKED:nil");
+  expect(readdirSync(dir).filter((f) => f.startsWith("ran-"))).toEqual([]);
+}, 120_000);
