@@ -55,7 +55,7 @@
 (require 'sly-agent-q-display)
 (require 'diff-mode)
 
-(declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback))
+(declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback &optional tool))
 (declare-function sly-agent-q-diff-review-cancel "sly-agent-q-diff" (buffer))
 
 (defcustom sly-agent-q-approval-function nil
@@ -139,12 +139,14 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
   "Decide the approval CALL.
 The call is first prepared as the tool would do it; if the tool would
 refuse it, CALL is answered with that error and nobody is asked.
-Otherwise the diff review decides for propose_file_edit, else
+Otherwise the diff review decides for a call reviewed as a diff or a
+form (the review kind the server sent), else
 `sly-agent-q-approval-function', else the user."
   (let* ((params (sly-agent-q-call-params call))
          (preview (condition-case err
-                      (cons :ok (sly-agent-q-tools-preview (plist-get params :tool)
-                                                           (plist-get params :arguments)))
+                      (cons :ok (sly-agent-q-tools-preview (plist-get params :capability)
+                                                           (plist-get params :arguments)
+                                                           (plist-get params :review)))
                     (sly-agent-q-tool-error (cons :refused (cadr err)))))
          (answered nil)
          (callback (lambda (decision)
@@ -169,7 +171,8 @@ only if what it acts on is still that."
            ("modified" (let ((arguments (plist-get decision :arguments)))
                          (and (listp arguments)
                               (condition-case nil
-                                  (sly-agent-q-tools-target (plist-get params :tool) arguments)
+                                  (sly-agent-q-tools-target (plist-get params :capability) arguments
+                                                            (plist-get params :review))
                                 (sly-agent-q-tool-error nil))))))))
     (if target (append decision (list :target target)) decision)))
 
@@ -189,13 +192,14 @@ CALLBACK gets the decision.  The request, with its diff, is made only
 for whoever needs it: a diff review computes its own hunks, and a
 second diff of a large file would cost as much again."
   (cond
-     ((and (equal (plist-get params :tool) "propose_file_edit")
+     ((and (equal (plist-get params :review) "diff")
            (fboundp 'sly-agent-q-diff-review))
-      (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback)))
+      (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback
+                                             (plist-get params :tool))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
-     ((and (member (plist-get params :tool) '("replace_definition" "insert_form"))
+     ((and (equal (plist-get params :review) "form")
            (fboundp 'sly-agent-q-diff-review))
       ;; The edit the server computed (:edit) is reviewed as a
       ;; propose_file_edit; the accepted hunks go back with the call's
@@ -205,7 +209,8 @@ second diff of a large file would cost as much again."
                       (plist-get arguments :edit)
                       (lambda (decision)
                         (funcall callback
-                                 (sly-agent-q-approval--edit-decision arguments decision))))))
+                                 (sly-agent-q-approval--edit-decision arguments decision)))
+                      (plist-get params :tool))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))

@@ -50,6 +50,7 @@
 (require 'subr-x)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-tools)
+(require 'sly-agent-q-tool-declare)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-display)
 
@@ -291,13 +292,6 @@ Signal a tool error when there is none."
                           (funcall done (format "the debugger is still at level %s after %s s (the restart may be running)."
                                                 level sly-agent-q-debugger-restart-wait))))))))))))
 
-(dolist (entry '(("debugger_state" . sly-agent-q-debugger-state)
-                 ("debugger_frame_locals" . sly-agent-q-debugger-frame-locals)
-                 ("debugger_eval_in_frame" . sly-agent-q-debugger-eval-in-frame)
-                 ("debugger_inspect_local" . sly-agent-q-debugger-inspect-local)
-                 ("debugger_invoke_restart" . sly-agent-q-debugger-invoke-restart)))
-  (setf (alist-get (car entry) sly-agent-q-tools-dispatch-table nil nil #'equal) (cdr entry)))
-
 (defun sly-agent-q-debugger--preview-frame-call (args)
   "Return what the approval of a frame call with ARGS names first.
 The debugger is found as the call finds it (the most recent one when
@@ -313,11 +307,31 @@ approval, so the call never runs in a debugger opened meanwhile."
                            80))
           :buffer (buffer-name buffer))))
 
-(setf (alist-get "debugger_invoke_restart" sly-agent-q-tools-preview-functions nil nil #'equal)
-      #'sly-agent-q-debugger--preview-restart)
-(dolist (tool '("debugger_eval_in_frame" "debugger_inspect_local"))
-  (setf (alist-get tool sly-agent-q-tools-preview-functions nil nil #'equal)
-        #'sly-agent-q-debugger--preview-frame-call))
+;; The debugger's tools, declared once each: they change no file or
+;; buffer, and those that act in a frame or restart are approved for
+;; the debugger they were shown.
+(sly-agent-q-define-tool "debugger_state"
+  :handler #'sly-agent-q-debugger-state
+  :changes nil)
+
+(sly-agent-q-define-tool "debugger_frame_locals"
+  :handler #'sly-agent-q-debugger-frame-locals
+  :changes nil)
+
+(sly-agent-q-define-tool "debugger_eval_in_frame"
+  :handler #'sly-agent-q-debugger-eval-in-frame
+  :changes nil
+  :preview #'sly-agent-q-debugger--preview-frame-call)
+
+(sly-agent-q-define-tool "debugger_inspect_local"
+  :handler #'sly-agent-q-debugger-inspect-local
+  :changes nil
+  :preview #'sly-agent-q-debugger--preview-frame-call)
+
+(sly-agent-q-define-tool "debugger_invoke_restart"
+  :handler #'sly-agent-q-debugger-invoke-restart
+  :changes nil
+  :preview #'sly-agent-q-debugger--preview-restart)
 
 ;;;; From the debugger to the chat
 

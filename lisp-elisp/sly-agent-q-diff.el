@@ -541,11 +541,11 @@ DECISION may also be just (:accepted_hunks [N ...])."
   (list :decision "modified"
         :arguments (plist-put (copy-sequence args) :accepted_hunks [])))
 
-(defun sly-agent-q-diff--review-by-function (args proposal once)
-  "Ask `sly-agent-q-approval-function' about PROPOSAL of ARGS.
+(defun sly-agent-q-diff--review-by-function (tool args proposal once)
+  "Ask `sly-agent-q-approval-function' about PROPOSAL of TOOL's ARGS.
 ONCE gets the decision.  Return nil: no review buffer is shown."
   (funcall sly-agent-q-approval-function
-           (list :tool "propose_file_edit"
+           (list :tool tool
                  :arguments args
                  :path (plist-get proposal :rel)
                  :description (plist-get proposal :description)
@@ -560,9 +560,9 @@ ONCE gets the decision.  Return nil: no review buffer is shown."
              (funcall once (sly-agent-q-diff--normalize args decision))))
   nil)
 
-(defun sly-agent-q-diff-review (args callback)
-  "Ask the user to review the propose_file_edit call with ARGS, hunk by hunk.
-ARGS is the tool's argument plist.  CALLBACK is called once with the
+(defun sly-agent-q-diff-review (args callback &optional tool)
+  "Ask the user to review the file edit ARGS of a call of TOOL, hunk by hunk.
+ARGS is a propose_file_edit's argument plist.  CALLBACK is called once with the
 decision: (:decision \"modified\" :arguments ARGS+:accepted_hunks) or
 \(:decision \"denied\" :reason ...).  When
 `sly-agent-q-approval-function' is non-nil it is called with a
@@ -581,7 +581,7 @@ signals."
            ((null hunks)
             (funcall once (sly-agent-q-diff--none-accepted args)))
            ((and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function)
-            (sly-agent-q-diff--review-by-function args proposal once))
+            (sly-agent-q-diff--review-by-function tool args proposal once))
            (t (sly-agent-q-diff--show args proposal once))))
       (sly-agent-q-tool-error
        ;; Let the tool run and report the problem itself, applying nothing.

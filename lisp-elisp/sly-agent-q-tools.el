@@ -60,6 +60,7 @@
 (require 'subr-x)
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-diff)
+(require 'sly-agent-q-tool-declare)
 
 (defcustom sly-agent-q-tools-max-chars 20000
   "Most characters of text a buffer or file tool returns in one call.
@@ -86,32 +87,6 @@ writes them."
 
 ;;;; Dispatch
 
-(defvar sly-agent-q-tools-dispatch-table
-  '(("read_file"         . sly-agent-q-tools--read-file)
-    ("write_file"        . sly-agent-q-tools--write-file)
-    ("read_buffer"       . sly-agent-q-tools--read-buffer)
-    ("write_to_buffer"   . sly-agent-q-tools--write-to-buffer)
-    ("search_in_buffer"  . sly-agent-q-tools--search-in-buffer)
-    ("buffer_append"     . sly-agent-q-tools--buffer-append)
-    ("buffer_edit"       . sly-agent-q-tools--buffer-edit)
-    ("buffer_create"     . sly-agent-q-tools--buffer-create)
-    ("buffer_save"       . sly-agent-q-tools--buffer-save)
-    ("buffer_list"       . sly-agent-q-tools--buffer-list)
-    ("directory_list"    . sly-agent-q-tools--directory-list)
-    ("current_directory" . sly-agent-q-tools--current-directory)
-    ("file_exists"       . sly-agent-q-tools--file-exists)
-    ("goto_line"         . sly-agent-q-tools--goto-line)
-    ("propose_file_edit" . sly-agent-q-tools--propose-file-edit))
-  "Alist from capability name to handler.
-The server's catalog (server/tools/catalog/emacs.ts) declares each
-tool once: its parameters, their types, which are required.  The
-server validates a call against it before it reaches Emacs, so a
-handler takes the arguments by name as `cl-defun' keywords, nil when
-absent, and neither restates nor checks their types.  It returns the
-string for the model, or signals `sly-agent-q-tool-error' with a
-message for it.  An e2e test checks that this table and the catalog
-name the same capabilities and parameters.")
-
 (defun sly-agent-q-tools--keywords (args)
   "Return ARGS (a JSON object as jsonrpc.el gives it) with JSON false as nil."
   (cl-loop for (key value) on args by #'cddr
@@ -119,11 +94,11 @@ name the same capabilities and parameters.")
 
 (defun sly-agent-q-tools-capabilities ()
   "Return the names of the capabilities Emacs answers."
-  (mapcar #'car sly-agent-q-tools-dispatch-table))
+  (sly-agent-q-tool-names))
 
 (defun sly-agent-q-tools-call (capability args callback &optional changes-callback)
   "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
-CAPABILITY is a capability name (see `sly-agent-q-tools-dispatch-table'),
+CAPABILITY is a tool declared with `sly-agent-q-define-tool',
 ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
 CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
 or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
@@ -136,7 +111,7 @@ changed in files and buffers, for rewinding (see
 `sly-agent-q-tools-changes').  Never signals."
   (let ((content nil) (message nil) (before nil) (deferred nil))
     (condition-case err
-        (let ((handler (cdr (assoc capability sly-agent-q-tools-dispatch-table))))
+        (let ((handler (plist-get (sly-agent-q-tool-declaration capability) :handler)))
           (unless handler
             (sly-agent-q-tool-fail "Emacs has no tool capability %S (it knows: %s)."
                                capability
@@ -201,27 +176,22 @@ Larger texts are changed without a way back through `sly-agent-q-rewind'."
   :type 'integer
   :group 'sly-agent-q-tools)
 
-(defconst sly-agent-q-tools--changing
-  '(("write_file" . write) ("buffer_save" . save) ("propose_file_edit" . propose)
-    ("write_to_buffer" . buffer) ("buffer_append" . buffer) ("buffer_edit" . buffer)
-    ("buffer_create" . created-buffer))
-  "Capabilities that change files or buffers, and what they change.")
-
 (defun sly-agent-q-tools--targets (capability args)
   "Return the files and buffers a call of CAPABILITY with ARGS would change.
-A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME); nil when
-the call will be refused anyway (the tool reports why)."
-  (ignore-errors
-    (pcase (cdr (assoc capability sly-agent-q-tools--changing))
-      ('write (list (cons 'file (plist-get (sly-agent-q-tools--write-target (plist-get args :path)) :file))))
-      ('save (list (cons 'file (plist-get (sly-agent-q-tools--save-target (plist-get args :buffer_name)
-                                                                         (plist-get args :file_path))
-                                          :file))))
-      ('propose (list (cons 'file (sly-agent-q-files-resolve (plist-get args :path) t))))
-      ('buffer (list (cons 'buffer (buffer-name (sly-agent-q-tools--get-buffer
-                                                 (or (plist-get args :buffer_name) (plist-get args :buffer))
-                                                 t)))))
-      ('created-buffer (list (cons 'buffer (plist-get args :buffer_name)))))))
+A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME), as the
+tool's declared :changes gives it; nil when the call will be refused
+anyway (the tool reports why)."
+  (let ((changes (plist-get (sly-agent-q-tool-declaration capability) :changes)))
+    (and changes (ignore-errors (funcall changes args)))))
+
+(defun sly-agent-q-tools-file-target (file)
+  "The rewind target of FILE, for a tool's declared :changes."
+  (list (cons 'file file)))
+
+(defun sly-agent-q-tools-buffer-target (name)
+  "The rewind target of the buffer the agent may write named NAME.
+NAME nil is the user's last buffer, as the buffer tools take it."
+  (list (cons 'buffer (buffer-name (sly-agent-q-tools--get-buffer name t)))))
 
 (defun sly-agent-q-tools--text-of (target)
   "The text of TARGET now: a string, nil if it does not exist, or `too-large'."
@@ -315,19 +285,6 @@ NEW_TEXT, and why, DESCRIPTION) as the user reviewed it at the approval
 
 ;;;; What an approval is about
 
-(defconst sly-agent-q-tools--previews
-  '(("write_file" write :path) ("file_write" write :file_path)
-    ("buffer_save" save) ("propose_file_edit" propose)
-    ("read_file" path :path) ("file_read" path :file_path)
-    ("file_exists" path :path) ("directory_list" path :directory_path)
-    ("write_to_buffer" buffer :buffer) ("buffer_append" buffer :buffer_name)
-    ("buffer_edit" edit :buffer_name)
-    ("replace_definition" definition :new_text) ("insert_form" definition :text))
-  "Tool name -> (KIND KEY): how `sly-agent-q-tools-preview' prepares it.
-KEY is the argument holding the path or the buffer name.  The
-server's alias tools (file_write...) are named with their own
-parameter names, as the approval receives them.")
-
 (defun sly-agent-q-tools--disk-text (file)
   "Return the text of FILE on disk, \"\" when it does not exist.
 A file that cannot be read as text gives a note instead."
@@ -337,13 +294,6 @@ A file that cannot be read as text gives a note instead."
              (sly-agent-q-tool-error
               (format "[%s  It would be replaced whole.]\n" (cadr err)))))))
 
-(defvar sly-agent-q-tools-preview-functions nil
-  "Alist (CAPABILITY . FUNCTION) preparing other modules' calls for approval.
-FUNCTION gets the call's arguments (a plist) and returns a plist as
-`sly-agent-q-tools-preview' does, :detail being a line the approval
-shows first, or signals the `sly-agent-q-tool-error' the call would
-give.")
-
 (defun sly-agent-q-tools--plain (value)
   "VALUE with its strings stripped of text properties, for a digest."
   (cond ((stringp value) (substring-no-properties value))
@@ -352,13 +302,14 @@ give.")
         ((vectorp value) (vconcat (mapcar #'sly-agent-q-tools--plain value)))
         (t value)))
 
-(defun sly-agent-q-tools-target (tool args)
+(defun sly-agent-q-tools-target (tool args &optional review)
   "The identity of what TOOL with ARGS acts on now: a digest of its preview.
+REVIEW is the review kind the server sent (see `sly-agent-q-tools-preview').
 The preview names the resolved target and, for what writes, the text
 there and the text to be written, or the debugger, thread, level and
 restart; an approval is bound to this digest, and the call runs only
 if it is still the same.  Signal the tool's error when it would refuse."
-  (sly-agent-q-tools-digest (sly-agent-q-tools-preview tool args)))
+  (sly-agent-q-tools-digest (sly-agent-q-tools-preview tool args review)))
 
 (defun sly-agent-q-tools-digest (preview)
   "The digest of PREVIEW, as `sly-agent-q-tools-target' gives it."
@@ -376,71 +327,87 @@ an approved call: the call runs only on the target the user approved."
     (unless (equal now (plist-get approved :target))
       (sly-agent-q-tool-fail "%s was not run: what it acts on changed while the approval waited, so it is no longer what the user approved.  Look again and ask again." tool))))
 
-(defun sly-agent-q-tools-preview (tool args)
+(defun sly-agent-q-tools-preview (tool args &optional review)
   "Prepare the call of TOOL with ARGS for approval, without running it.
-Return nil when TOOL touches no file or buffer, else a plist:
-:path, the resolved path relative to the project root (or :buffer, a
-buffer name), and for what writes, :old (the text there now, \"\"
-for a new file) and :new (the text after the call).  Signal the
+TOOL is the primary tool's name and ARGS are under its parameter
+names, as the server sends them.  REVIEW is the call's review kind
+\(server/protocol.ts, ReviewKind): for \"form\", the edit the server
+computed (:edit) of the form :form; otherwise what the declaration of
+TOOL (`sly-agent-q-define-tool') previews, nil when it declares none.
+A preview is a plist: :path, the resolved path relative to the
+project root (or :buffer, a buffer name), for what writes :old (the
+text there now, \"\" for a new file) and :new (the text after the
+call), and :detail, a line the approval shows first.  Signal the
 `sly-agent-q-tool-error' the tool itself would give, so that a call
-that would be refused is never put to the user.  ARGS were validated
-by the server against the catalog."
-  (pcase-let ((`(,kind ,key) (cdr (assoc tool sly-agent-q-tools--previews)))
-              (other (cdr (assoc tool sly-agent-q-tools-preview-functions))))
-    (unless (and (listp args) (cl-evenp (length args)))
-      (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." tool))
-    (pcase kind
-      ((guard other) (funcall other args))
-      ('write
-       (let* ((content (plist-get args :content))
-              (target (sly-agent-q-tools--write-target (plist-get args key)))
-              (old (sly-agent-q-tools--disk-text (plist-get target :file))))
-         (list :path (plist-get target :rel) :old old
-               :new (if (eq (plist-get args :append) t)
-                        (concat old content)
-                      content))))
-      ('save
-       (let ((target (sly-agent-q-tools--save-target (plist-get args :buffer_name)
-                                                     (plist-get args :file_path))))
-         (list :path (plist-get target :rel)
-               :buffer (buffer-name (plist-get target :buffer))
-               :old (sly-agent-q-tools--disk-text (plist-get target :file))
-               :new (sly-agent-q-files-buffer-text (plist-get target :buffer)))))
-      ('propose
-       (let ((proposal (sly-agent-q-diff-proposal args)))
-         (list :path (plist-get proposal :rel)
-               :old (plist-get proposal :old) :new (plist-get proposal :new))))
-      ('path
-       (let ((path (or (plist-get args key) ".")))
-         (list :path (sly-agent-q-files-relative (sly-agent-q-files-resolve path)))))
-      ('buffer
-       ;; The buffer's file tells it from another of the same name; a
-       ;; position means something only in the text it was given for.
-       (let ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t)))
-         (append (list :buffer (buffer-name buffer)
-                       :file (buffer-local-value 'buffer-file-name buffer))
-                 (and (plist-get args :position)
-                      (list :text (secure-hash 'sha256 (sly-agent-q-files-buffer-text buffer)))))))
-      ('definition
-       ;; The server located the form and computed the edit (:edit);
-       ;; the new text is checked here too, with Emacs's own scanner.
-       (sly-agent-q-tools-check-one-form (plist-get args key))
-       (let ((edit (plist-get args :edit)))
-         (unless (and (listp edit) (plist-get edit :path))
-           (sly-agent-q-tool-fail "%s came without the edit it would make." tool))
-         (let ((proposal (sly-agent-q-diff-proposal edit)))
-           (list :path (plist-get proposal :rel)
-                 :old (plist-get proposal :old) :new (plist-get proposal :new)))))
-      ('edit
-       (let* ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t))
-              (old (sly-agent-q-files-buffer-text buffer))
-              (old-text (plist-get args :old_text))
-              (new-text (or (plist-get args :new_text) ""))
-              (pos (sly-agent-q-files-unique-occurrence
-                    old-text old (format "buffer %s" (buffer-name buffer)))))
-         (list :buffer (buffer-name buffer) :old old
-               :new (concat (substring old 0 pos) new-text
-                            (substring old (+ pos (length old-text))))))))))
+that would be refused is never put to the user."
+  (unless (and (listp args) (cl-evenp (length args)))
+    (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." tool))
+  (if (equal review "form")
+      (sly-agent-q-tools--preview-form tool args)
+    (let ((preview (plist-get (sly-agent-q-tool-declaration tool) :preview)))
+      (and preview (funcall preview args)))))
+
+(defun sly-agent-q-tools--preview-form (tool args)
+  "The preview of TOOL's edit of one Lisp form, from ARGS :form and :edit.
+The server located the form and computed the edit; the new text is
+checked here too, with Emacs's own scanner."
+  (sly-agent-q-tools-check-one-form (plist-get args :form))
+  (let ((edit (plist-get args :edit)))
+    (unless (and (listp edit) (plist-get edit :path))
+      (sly-agent-q-tool-fail "%s came without the edit it would make." tool))
+    (sly-agent-q-tools--preview-proposal edit)))
+
+(defun sly-agent-q-tools--preview-proposal (args)
+  "The preview of the file edit ARGS (a propose_file_edit's arguments)."
+  (let ((proposal (sly-agent-q-diff-proposal args)))
+    (list :path (plist-get proposal :rel)
+          :old (plist-get proposal :old) :new (plist-get proposal :new))))
+
+(defun sly-agent-q-tools--preview-write (args)
+  "The preview of writing ARGS :content (appended when :append) to file :path."
+  (let* ((content (plist-get args :content))
+         (target (sly-agent-q-tools--write-target (plist-get args :path)))
+         (old (sly-agent-q-tools--disk-text (plist-get target :file))))
+    (list :path (plist-get target :rel) :old old
+          :new (if (eq (plist-get args :append) t) (concat old content) content))))
+
+(defun sly-agent-q-tools--preview-save (args)
+  "The preview of saving buffer ARGS :buffer_name to its file or :file_path."
+  (let ((target (sly-agent-q-tools--save-target (plist-get args :buffer_name)
+                                                (plist-get args :file_path))))
+    (list :path (plist-get target :rel)
+          :buffer (buffer-name (plist-get target :buffer))
+          :old (sly-agent-q-tools--disk-text (plist-get target :file))
+          :new (sly-agent-q-files-buffer-text (plist-get target :buffer)))))
+
+(defun sly-agent-q-tools--preview-path (key)
+  "A preview function naming the resolved path in argument KEY (default \".\")."
+  (lambda (args)
+    (list :path (sly-agent-q-files-relative
+                 (sly-agent-q-files-resolve (or (plist-get args key) "."))))))
+
+(defun sly-agent-q-tools--preview-buffer (key)
+  "A preview function naming the buffer to write in argument KEY."
+  (lambda (args)
+    ;; The buffer's file tells it from another of the same name; a
+    ;; position means something only in the text it was given for.
+    (let ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t)))
+      (append (list :buffer (buffer-name buffer)
+                    :file (buffer-local-value 'buffer-file-name buffer))
+              (and (plist-get args :position)
+                   (list :text (secure-hash 'sha256 (sly-agent-q-files-buffer-text buffer))))))))
+
+(defun sly-agent-q-tools--preview-edit (args)
+  "The preview of replacing ARGS :old_text by :new_text in buffer :buffer_name."
+  (let* ((buffer (sly-agent-q-tools--get-buffer (plist-get args :buffer_name) t))
+         (old (sly-agent-q-files-buffer-text buffer))
+         (old-text (plist-get args :old_text))
+         (new-text (or (plist-get args :new_text) ""))
+         (pos (sly-agent-q-files-unique-occurrence
+               old-text old (format "buffer %s" (buffer-name buffer)))))
+    (list :buffer (buffer-name buffer) :old old
+          :new (concat (substring old 0 pos) new-text
+                       (substring old (+ pos (length old-text)))))))
 
 (defun sly-agent-q-tools-check-one-form (text)
   "Signal `sly-agent-q-tool-error' unless TEXT is exactly one balanced form.
@@ -1056,6 +1023,124 @@ matches found out of COUNT, ALL whether every match was asked for."
               line (buffer-name buffer)
               (if (window-live-p window) " (shown to the user)" "")
               (sly-agent-q-tools--line-context text)))))
+
+;;;; The region
+
+(cl-defun sly-agent-q-tools--read-region (&key buffer)
+  "Capability read_region: the text between point and mark of BUFFER.
+BUFFER defaults to the user's last one.  Point is the one its window
+shows, when it is shown.  The text is read widened: narrowing hides
+nothing of the region."
+  (let* ((buffer (sly-agent-q-tools--get-buffer buffer))
+         (window (get-buffer-window buffer t)))
+    (with-current-buffer buffer
+      (let ((mark (mark t))
+            (point (if (window-live-p window) (window-point window) (point))))
+        (unless mark
+          (sly-agent-q-tool-fail "Buffer %s has no region: the mark is not set; ask the user to select the text."
+                                 (buffer-name)))
+        (save-restriction
+          (widen)
+          (let* ((start (min point mark))
+                 (end (max point mark))
+                 (stop (min end (+ start sly-agent-q-tools-max-chars))))
+            (concat
+             (format "[%s: the region%s, characters %d-%d, lines %d-%d]\n"
+                     (sly-agent-q-tools--buffer-description buffer)
+                     (if (region-active-p) "" " (not active: between point and the last mark)")
+                     start (1- end)
+                     (line-number-at-pos start) (line-number-at-pos (max start (1- end))))
+             (buffer-substring-no-properties start stop)
+             (when (< stop end)
+               (format "\n[Cut at position %d by the %d-character limit: %d more characters; call read_buffer with start %d and end %d to read on.]"
+                       stop sly-agent-q-tools-max-chars (- end stop) stop end)))))))))
+
+;;;; The declarations
+;;
+;; One form per tool: the catalog (server/tools/catalog/emacs.ts) holds
+;; its parameters and review kind, this its handler, what it changes
+;; and how its approval is prepared.  Arguments come under the primary
+;; tool's names.
+
+(sly-agent-q-define-tool "read_file"
+  :handler #'sly-agent-q-tools--read-file
+  :changes nil
+  :preview (sly-agent-q-tools--preview-path :path))
+
+(sly-agent-q-define-tool "write_file"
+  :handler #'sly-agent-q-tools--write-file
+  :changes (lambda (args)
+             (sly-agent-q-tools-file-target
+              (plist-get (sly-agent-q-tools--write-target (plist-get args :path)) :file)))
+  :preview #'sly-agent-q-tools--preview-write)
+
+(sly-agent-q-define-tool "read_buffer"
+  :handler #'sly-agent-q-tools--read-buffer
+  :changes nil)
+
+(sly-agent-q-define-tool "read_region"
+  :handler #'sly-agent-q-tools--read-region
+  :changes nil)
+
+(sly-agent-q-define-tool "write_to_buffer"
+  :handler #'sly-agent-q-tools--write-to-buffer
+  :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer)))
+  :preview (sly-agent-q-tools--preview-buffer :buffer))
+
+(sly-agent-q-define-tool "search_in_buffer"
+  :handler #'sly-agent-q-tools--search-in-buffer
+  :changes nil)
+
+(sly-agent-q-define-tool "buffer_append"
+  :handler #'sly-agent-q-tools--buffer-append
+  :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer_name)))
+  :preview (sly-agent-q-tools--preview-buffer :buffer_name))
+
+(sly-agent-q-define-tool "buffer_edit"
+  :handler #'sly-agent-q-tools--buffer-edit
+  :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer_name)))
+  :preview #'sly-agent-q-tools--preview-edit)
+
+(sly-agent-q-define-tool "buffer_create"
+  :handler #'sly-agent-q-tools--buffer-create
+  :changes (lambda (args) (list (cons 'buffer (plist-get args :buffer_name)))))
+
+(sly-agent-q-define-tool "buffer_save"
+  :handler #'sly-agent-q-tools--buffer-save
+  :changes (lambda (args)
+             (sly-agent-q-tools-file-target
+              (plist-get (sly-agent-q-tools--save-target (plist-get args :buffer_name)
+                                                         (plist-get args :file_path))
+                         :file)))
+  :preview #'sly-agent-q-tools--preview-save)
+
+(sly-agent-q-define-tool "buffer_list"
+  :handler #'sly-agent-q-tools--buffer-list
+  :changes nil)
+
+(sly-agent-q-define-tool "directory_list"
+  :handler #'sly-agent-q-tools--directory-list
+  :changes nil
+  :preview (sly-agent-q-tools--preview-path :directory_path))
+
+(sly-agent-q-define-tool "current_directory"
+  :handler #'sly-agent-q-tools--current-directory
+  :changes nil)
+
+(sly-agent-q-define-tool "file_exists"
+  :handler #'sly-agent-q-tools--file-exists
+  :changes nil
+  :preview (sly-agent-q-tools--preview-path :path))
+
+(sly-agent-q-define-tool "goto_line"
+  :handler #'sly-agent-q-tools--goto-line
+  :changes nil)
+
+(sly-agent-q-define-tool "propose_file_edit"
+  :handler #'sly-agent-q-tools--propose-file-edit
+  :changes (lambda (args)
+             (sly-agent-q-tools-file-target (sly-agent-q-files-resolve (plist-get args :path) t)))
+  :preview #'sly-agent-q-tools--preview-proposal)
 
 (provide 'sly-agent-q-tools)
 ;;; sly-agent-q-tools.el ends here

@@ -10,6 +10,7 @@ import { runStdioShim } from "./mcp/stdio-shim.js";
 import { FramedMessageWriter } from "./rpc/framed-writer.js";
 import { GuardedMessageReader } from "./rpc/guarded-reader.js";
 import { AgentServer } from "./rpc/server.js";
+import { builtinTools } from "./tools/catalog/index.js";
 import { SERVER_NAME, SERVER_VERSION } from "./version.js";
 
 const HELP = `${SERVER_NAME} ${SERVER_VERSION}: the JSON-RPC server of sly-agent-q, started by Emacs.
@@ -27,6 +28,8 @@ Options:
                        $XDG_STATE_HOME/sly-agent-q/mcp.json, else ~/.local/state/sly-agent-q/mcp.json)
   --protocol           print the JSON-RPC protocol (methods, directions, emacs/call kinds,
                        error codes) as JSON and exit
+  --tools              print the tool catalog (names, aliases, runtimes, implementations, review
+                       kinds, categories, parameters) as JSON and exit
   --version            print the version and exit
   --help               print this help and exit
 
@@ -45,6 +48,9 @@ function main(argv: string[]): void {
       return;
     } else if (a === "--protocol") {
       process.stdout.write(`${JSON.stringify(describeProtocol(), null, 2)}\n`);
+      return;
+    } else if (a === "--tools") {
+      process.stdout.write(`${JSON.stringify(describeCatalog(), null, 2)}\n`);
       return;
     } else if (a === "--help" || a === "-h") {
       process.stdout.write(HELP);
@@ -98,3 +104,16 @@ function usage(message: string): void {
 }
 
 main(process.argv.slice(2));
+
+/** The catalog as the other halves' tests read it: what each tool is called, where it runs, how it is reviewed. */
+function describeCatalog() {
+  return builtinTools.map((t) => ({
+    name: t.name,
+    ...(t.aliasOf ? { aliasOf: t.aliasOf } : {}),
+    runtime: t.runtime,
+    ...(t.implementation ? { implementation: t.implementation } : {}),
+    review: t.review ?? "arguments",
+    categories: [...t.categories],
+    parameters: Object.keys(t.parameters),
+  }));
+}

@@ -423,6 +423,17 @@ export interface EmacsImageParams {
 }
 
 /**
+ * How the user reviews a call (declared per tool in server/tools/catalog/):
+ * - "arguments": the arguments alone;
+ * - "target": Emacs prepares what the call acts on (the resolved path or buffer, and for what writes
+ *   the text before and after) by the tool's Elisp declaration, and refuses there what the tool would;
+ * - "diff": the arguments are a file edit, reviewed hunk by hunk;
+ * - "form": the server's edit (`edit`) of one Lisp form (`form`), reviewed hunk by hunk.
+ */
+export type ReviewKind = "arguments" | "target" | "diff" | "form";
+export const REVIEW_KINDS: readonly ReviewKind[] = ["arguments", "target", "diff", "form"];
+
+/**
  * kind "approval": ask the user. Reply result: an ApprovalDecision. An error reply (Emacs refused the
  * call before asking, e.g. a path outside the project) fails the call with Emacs's message as it is.
  */
@@ -430,8 +441,11 @@ export interface EmacsApprovalParams {
   callId: string;
   /** The name the model used (may be an alias). */
   tool: string;
-  /** Every argument, the tool's declared parameters first in declaration order (not the model's). */
+  /** Every argument under the primary tool's parameter names (an alias's are renamed), the declared
+   *  parameters first in declaration order (not the model's). An edited reply uses the same names. */
   arguments: Record<string, unknown>;
+  /** How the call is reviewed. */
+  review: ReviewKind;
   /** The effective level. */
   safetyLevel: SafetyLevel;
   description: string;
@@ -445,7 +459,6 @@ export interface EmacsApprovalParams {
   /** The MCP client asking (e.g. "claude-code"), when the call came over MCP, not from our model. */
   client?: string;
 }
-export type EmacsApprovalResult = ApprovalDecision;
 
 export interface EmacsReplyParams {
   id: string;

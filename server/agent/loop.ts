@@ -496,7 +496,7 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void): Promi
 }
 
 function safetyOf(executor: Executor, name: string): SafetyLevel | "unknown" {
-  const tool = executor.options.registry.get(name);
+  const tool = executor.tool(name);
   return tool ? executor.effectiveSafety(tool) : "unknown";
 }
 

@@ -25,7 +25,6 @@ const MAX_DESCRIPTION = 2_000;
 const MAX_PARAM_DESCRIPTION = 500;
 // What a dying server said on stderr, as reported: its last lines, bounded.
 const MAX_STDERR_REPORT = 400;
-const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
 // The SDK's stdio transport reads at most this much in one message (its buffer grows by copying: a larger
 // limit would cost time quadratic in the answer's size) and closes the connection on a larger one.
 const MAX_MESSAGE_MB = 10;
@@ -151,7 +150,7 @@ export class McpClientManager {
     }
     for (const [name, config] of Object.entries(servers)) {
       registerConfigSecrets(config ?? {});
-      const timeout = this.agent.executor.options.defaultTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+      const timeout = this.agent.executor.defaultTimeoutMs;
       const conn = new Connection(name, config ?? {}, (message) => this.status({ name, status: "exited", message }), timeout);
       this.connections.set(name, conn);
       try {

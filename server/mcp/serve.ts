@@ -13,7 +13,8 @@ import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool as McpTool } from "@modelcontextprotocol/sdk/types.js";
 import { registerSecret } from "../log.js";
-import { ServerNotifications, type EmacsApprovalParams, type McpCallParams, type McpStartParams, type McpStartResult } from "../protocol.js";
+import { askApproval } from "../tools/approval.js";
+import { ServerNotifications, type McpCallParams, type McpStartParams, type McpStartResult } from "../protocol.js";
 import type { AgentServer } from "../rpc/server.js";
 import type { ApprovalDecision, ApprovalFn, ToolResult } from "../tools/executor.js";
 import { describeForModel, schemaForModel } from "../tools/registry.js";
@@ -178,8 +179,7 @@ export class McpHttpService {
       // Not re-exported: a client of ours would otherwise run another server's tools under our name.
       result = { id, name, success: false, content: `Error: ${name} is not served over MCP.`, error: `${name} is not served over MCP.`, metadata: { executionTimeMs: 0, safetyLevel: "unknown", approved: false } };
     } else {
-      const executor = this.agent.executor.withPolicy(() => this.agent.executor.policy);
-      executor.options.approve = this.approve(client);
+      const executor = this.agent.executor.withPolicy(() => this.agent.executor.policy, this.approve(client));
       let allowed = this.allowed.get(client);
       if (!allowed) this.allowed.set(client, (allowed = new Set()));
       executor.sessionAllowed = allowed;
@@ -192,20 +192,9 @@ export class McpHttpService {
   private approve(client: string): ApprovalFn {
     return async (request, signal): Promise<ApprovalDecision> => {
       if (!this.agent.capabilities.approvals) return { decision: "denied", reason: "no approval interface is connected" };
-      const params: EmacsApprovalParams = {
-        callId: request.callId,
-        tool: request.tool.name,
-        arguments: request.arguments,
-        safetyLevel: request.safetyLevel,
-        description: request.tool.description,
-        capability: request.tool.aliasOf ?? request.tool.name,
-        categories: [...request.tool.categories],
-        reason: request.reason,
-        client,
-      };
       const timeout = AbortSignal.timeout(this.approvalTimeoutMs);
       try {
-        return (await this.agent.bridge.call("approval", params, { signal: AbortSignal.any([signal, timeout]) })) as ApprovalDecision;
+        return await askApproval(request, { client }, (params) => this.agent.bridge.call("approval", params, { signal: AbortSignal.any([signal, timeout]) }));
       } catch (err) {
         if (timeout.aborted && !signal.aborted) {
           return { decision: "denied", reason: `nobody answered in Emacs within ${Math.round(this.approvalTimeoutMs / 1000)} s` };

@@ -22,7 +22,6 @@ import {
   type ClientCapabilities,
   type Configuration,
   type EditorContext,
-  type EmacsApprovalParams,
   type EmacsReplyParams,
   type InitializeParams,
   type InitializeResult,
@@ -32,6 +31,7 @@ import {
   type ToolsListResult,
   type Change,
 } from "../protocol.js";
+import { askApproval } from "../tools/approval.js";
 import { createDefaultRegistry } from "../tools/catalog/index.js";
 import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } from "../tools/executor.js";
 import type { ToolRegistry } from "../tools/registry.js";
@@ -246,11 +246,13 @@ export class AgentServer {
     registerSecret(config.apiKey, "apiKey");
     this.configuration = config;
     if (config.logLevel) this.logger.level = config.logLevel;
-    this.executor.options.policy = policy;
-    this.executor.options.defaultTimeoutMs = config.toolTimeoutMs;
-    this.executor.options.imageTimeoutMs = config.imageTimeoutMs;
-    this.executor.options.imageLoadTimeoutMs = config.imageLoadTimeoutMs;
-    this.executor.options.maxResultChars = config.maxResultChars;
+    this.executor.configure({
+      policy,
+      defaultTimeoutMs: config.toolTimeoutMs,
+      imageTimeoutMs: config.imageTimeoutMs,
+      imageLoadTimeoutMs: config.imageLoadTimeoutMs,
+      maxResultChars: config.maxResultChars,
+    });
   }
 
   private readonly approveThroughEmacs: ApprovalFn = async (request, signal): Promise<ApprovalDecision> => {
@@ -262,20 +264,8 @@ export class AgentServer {
     if (conversationId && turnId) {
       this.notify(ServerNotifications.approvalNeeded, { conversationId, turnId, callId: request.callId, name: request.tool.name } satisfies ApprovalNeededParams);
     }
-    const params: EmacsApprovalParams = {
-      callId: request.callId,
-      tool: request.tool.name,
-      arguments: inDeclaredOrder(request.tool, request.arguments),
-      safetyLevel: request.safetyLevel,
-      description: request.tool.description,
-      capability: request.tool.aliasOf ?? request.tool.name,
-      categories: [...request.tool.categories],
-      reason: request.reason,
-      ...(conversationId ? { conversationId } : {}),
-      ...(turnId ? { turnId } : {}),
-    };
     // No timeout: a user may take their time. The turn's own limits and cancellation apply.
-    return (await this.bridge.call("approval", params, { signal })) as ApprovalDecision;
+    return askApproval(request, { conversationId, turnId }, (params) => this.bridge.call("approval", params, { signal }));
   };
 
   private audit(entry: AuditEntry): void {
@@ -291,14 +281,5 @@ export class AgentServer {
   }
 }
 
-/** ARGS with the tool's declared parameters first, in declaration order (not the model's order). */
-function inDeclaredOrder(tool: Tool, args: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const k of Object.keys(tool.schema.properties)) if (Object.prototype.hasOwnProperty.call(args, k)) out[k] = args[k];
-  for (const [k, v] of Object.entries(args)) if (!Object.prototype.hasOwnProperty.call(out, k)) out[k] = v;
-  return out;
-}
-
 /** Untaken changes kept at most (see keepChanges). */
 const MAX_UNTAKEN_CHANGES = 64;
-

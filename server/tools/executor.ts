@@ -6,7 +6,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
-import { ToolPolicy, type ApprovalReason, type PermissionRule } from "./policy.js";
+import { ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
 import { schemaForModel, type ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
 import { sentence } from "../text.js";
@@ -130,8 +130,11 @@ const IMAGE_MARGIN_MS = 10_000;
 const DEFAULT_MAX_RESULT_CHARS = 40_000;
 const MAX_ERROR_CHARS = 4_000;
 
+/** What a configuration sets on a running executor (Executor.configure). */
+export type ExecutorSettings = Pick<ExecutorOptions, "policy" | "defaultTimeoutMs" | "imageTimeoutMs" | "imageLoadTimeoutMs" | "maxResultChars">;
+
 export class Executor {
-  readonly options: ExecutorOptions;
+  private readonly options: ExecutorOptions;
   private ajv = new Ajv({ allErrors: true, strict: false });
   private validators = new WeakMap<Tool, ValidateFunction>();
   /** Capabilities (primary tool names) the user said to always allow for this session. */
@@ -152,13 +155,28 @@ export class Executor {
    * This executor under POLICY (a turn's configuration): hooks, session allowances and everything else
    * are shared, so the offered list and the check come from the same object.
    */
-  withPolicy(policy: ToolPolicy | (() => ToolPolicy)): Executor {
-    const scoped = new Executor({ ...this.options, policy });
+  withPolicy(policy: ToolPolicy | (() => ToolPolicy), approve?: ApprovalFn): Executor {
+    const scoped = new Executor({ ...this.options, policy, ...(approve ? { approve } : {}) });
     scoped.options.hooks = this.options.hooks;
     scoped.ajv = this.ajv;
     scoped.validators = this.validators;
     scoped.sessionAllowed = this.sessionAllowed;
     return scoped;
+  }
+
+  /** Applies a new configuration's settings; calls admitted before keep running under what they had. */
+  configure(settings: ExecutorSettings): void {
+    Object.assign(this.options, settings);
+  }
+
+  /** The registered tool NAME (an alias too), or undefined. */
+  tool(name: string): Tool | undefined {
+    return this.options.registry.get(name);
+  }
+
+  /** Milliseconds a tool without a timeout of its own may take. */
+  get defaultTimeoutMs(): number {
+    return this.options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
   addHook(hook: ToolHook): () => void {
@@ -359,7 +377,7 @@ export class Executor {
         // Emacs checks its own preview's digest for a tool it runs itself; a tool the server prepares
         // (a preview of its own) is checked here, and its handler's calls into Emacs are other tools.
         ...(typeof target === "string" && tool.runtime === "emacs" && !tool.preview
-          ? { emacs: { tool: tool.name, arguments: reply.decision === "modified" ? args : shown, target } }
+          ? { emacs: { tool: capability, arguments: toPrimaryArgs(tool, reply.decision === "modified" ? args : shown), target } }
           : {}),
       };
       const { ask: _asked, ...rest } = admitted;
@@ -469,7 +487,7 @@ export class Executor {
       // The first call of a connection loads the helpers before it evaluates.
       return (this.options.imageTimeoutMs ?? DEFAULT_IMAGE_TIMEOUT_MS) + (this.options.imageLoadTimeoutMs ?? DEFAULT_IMAGE_LOAD_TIMEOUT_MS) + IMAGE_MARGIN_MS;
     }
-    return this.options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+    return this.defaultTimeoutMs;
   }
 
   /** What TOOL's approval shows besides ARGS (Tool.preview), and its digest. */

@@ -157,6 +157,16 @@ export function toPrimaryArgs(tool: Tool, args: Record<string, unknown>): Record
   return out;
 }
 
+/** ARGS under the names TOOL declares: the inverse of toPrimaryArgs (names it does not rename stay). */
+export function fromPrimaryArgs(tool: Tool, args: Record<string, unknown>): Record<string, unknown> {
+  const renames = tool.argumentNames;
+  if (!renames) return args;
+  const back = new Map(Object.entries(renames).map(([alias, primary]) => [primary, alias]));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(args)) out[back.get(k) ?? k] = v;
+  return out;
+}
+
 function argumentMatches(r: CompiledRule, args: Record<string, unknown>): boolean {
   if (r.rule.argument === undefined || r.regexp === undefined) return true;
   if (!Object.prototype.hasOwnProperty.call(args, r.rule.argument)) return false;

@@ -1,6 +1,7 @@
 // The tool protocol (seed 001): what a tool is, and the checks a definition must pass at load time.
 
-import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
+import { REVIEW_KINDS } from "../protocol.js";
+import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
 
 export type { EmacsCallKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
 export const SAFETY_LEVELS: readonly SafetyLevel[] = ["safe", "cautious", "dangerous"];
@@ -68,6 +69,8 @@ export interface ToolSpec {
    *  the call will make), merged into the approval's arguments. A ToolError refuses the call before
    *  anyone is asked. Keys that are not parameters are dropped from an edited reply. */
   preview?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<Record<string, unknown>>;
+  /** How the user reviews a call that asks (see ReviewKind in server/protocol.ts); "arguments" when absent. */
+  review?: ReviewKind;
 }
 
 export interface Tool extends Readonly<Omit<ToolSpec, "required">> {
@@ -137,6 +140,10 @@ export function defineTool(spec: ToolSpec): Tool {
     if (!Object.prototype.hasOwnProperty.call(spec.parameters, k)) fail(`argumentNames renames "${k}", which is not among the parameters`);
   }
   if (spec.timeoutMs !== undefined && !(spec.timeoutMs > 0)) fail("timeoutMs must be positive");
+  if (spec.review !== undefined && !REVIEW_KINDS.includes(spec.review)) fail(`review must be one of ${REVIEW_KINDS.join(", ")}`);
+  // Emacs prepares a target or a diff only for what it runs itself; a form's edit is the server's preview.
+  if ((spec.review === "target" || spec.review === "diff") && spec.runtime !== "emacs") fail(`review "${spec.review}" needs runtime emacs`);
+  if (spec.review === "form" && !spec.preview) fail(`review "form" needs a preview that computes the edit`);
   const schema: JsonSchemaObject = {
     type: "object",
     properties: spec.parameters,

@@ -744,7 +744,7 @@ A primary tool's every parameter must be a keyword of its handler; a
 handler's every keyword must be a parameter of a tool it implements
 \(an alias may add one, as file_write adds append)."
   (cl-loop for capability in (e2e-implementations catalog "emacs")
-           for handler = (cdr (assoc capability sly-agent-q-tools-dispatch-table))
+           for handler = (plist-get (sly-agent-q-tool-declaration capability) :handler)
            for taken = (e2e-handler-parameters handler)
            for tools = (cl-remove-if-not (lambda (tool) (equal (plist-get tool :implementation) capability))
                                          catalog)

@@ -119,12 +119,14 @@
 
 (ert-deftest sly-agent-q-debugger-deferred-answers-once ()
   "A handler's deferred answer reaches the callback once; an error in it becomes the answer."
-  (let ((sly-agent-q-tools-dispatch-table sly-agent-q-tools-dispatch-table)
+  (let ((sly-agent-q-tool-declarations (copy-hash-table sly-agent-q-tool-declarations))
         (later nil) (answers nil))
-    (setf (alist-get "test_later" sly-agent-q-tools-dispatch-table nil nil #'equal)
-          (cl-function (lambda (&key _x) (lambda (answer) (setq later answer)))))
-    (setf (alist-get "test_broken" sly-agent-q-tools-dispatch-table nil nil #'equal)
-          (cl-function (lambda (&key _x) (lambda (_answer) (error "Boom")))))
+    (sly-agent-q-define-tool "test_later"
+      :handler (cl-function (lambda (&key _x) (lambda (answer) (setq later answer))))
+      :changes nil)
+    (sly-agent-q-define-tool "test_broken"
+      :handler (cl-function (lambda (&key _x) (lambda (_answer) (error "Boom"))))
+      :changes nil)
     (sly-agent-q-tools-call "test_later" nil (lambda (c e) (push (list c e) answers)))
     (should-not answers)
     (funcall later "done" nil)
@@ -137,11 +139,12 @@
 
 (ert-deftest sly-agent-q-debugger-deferred-can-be-stopped ()
   "A deferred call returns a stop function: it stops the work and answers once."
-  (let ((sly-agent-q-tools-dispatch-table sly-agent-q-tools-dispatch-table)
+  (let ((sly-agent-q-tool-declarations (copy-hash-table sly-agent-q-tool-declarations))
         (stopped 0) (later nil) (answers nil))
-    (setf (alist-get "test_stoppable" sly-agent-q-tools-dispatch-table nil nil #'equal)
-          (cl-function (lambda (&key _x)
-                         (lambda (answer) (setq later answer) (lambda () (cl-incf stopped))))))
+    (sly-agent-q-define-tool "test_stoppable"
+      :handler (cl-function (lambda (&key _x)
+                              (lambda (answer) (setq later answer) (lambda () (cl-incf stopped)))))
+      :changes nil)
     (let ((stop (sly-agent-q-tools-call "test_stoppable" nil (lambda (c e) (push (list c e) answers)))))
       (should (functionp stop))
       (funcall stop)

@@ -74,7 +74,7 @@
   "Review ARGS with APPROVER as the approval function; return the decisions."
   (let ((decisions nil)
         (sly-agent-q-approval-function approver))
-    (sly-agent-q-diff-review args (lambda (d) (push d decisions)))
+    (sly-agent-q-diff-review args (lambda (d) (push d decisions)) "propose_file_edit")
     decisions))
 
 (defun sly-agent-q-diff-test-choose (hunks)

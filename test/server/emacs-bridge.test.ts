@@ -7,6 +7,7 @@ const approval: EmacsApprovalParams = {
   callId: "c1",
   tool: "write_file",
   arguments: {},
+  review: "target",
   safetyLevel: "dangerous",
   description: "",
   capability: "write_file",

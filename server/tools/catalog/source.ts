@@ -224,7 +224,8 @@ export const sourceTools: Tool[] = [
     categories: ["diff", "filesystem", "evaluation"],
     runtime: "node",
     timeoutMs: EDIT_TIMEOUT_MS,
-    preview: async (args, ctx) => ({ edit: (await replaceEdit(args, ctx)).change }),
+    review: "form",
+    preview: async (args, ctx) => ({ edit: (await replaceEdit(args, ctx)).change, form: args.new_text }),
     handler: (args, ctx) => applyAndCompile(replaceEdit, args, ctx),
   }),
   defineTool({
@@ -244,7 +245,8 @@ export const sourceTools: Tool[] = [
     categories: ["diff", "filesystem", "evaluation"],
     runtime: "node",
     timeoutMs: EDIT_TIMEOUT_MS,
-    preview: async (args, ctx) => ({ edit: (await insertEdit(args, ctx)).change }),
+    review: "form",
+    preview: async (args, ctx) => ({ edit: (await insertEdit(args, ctx)).change, form: args.text }),
     handler: (args, ctx) => applyAndCompile(insertEdit, args, ctx),
   }),
   defineTool({
