@@ -59,7 +59,7 @@ See `sly-agent-q-define-tool'.")
   name)
 
 (defmacro sly-agent-q-define-tool (name &rest declaration)
-  "Declare the Emacs tool NAME: how it runs, what it changes, how it is previewed.
+  "Declare the Emacs tool NAME: its handler, rewind targets and preview.
 DECLARATION is a plist:
 :handler  a function taking the call's arguments as `cl-defun'
           keywords (nil when absent); it returns the string for the

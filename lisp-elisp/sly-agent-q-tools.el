@@ -177,7 +177,7 @@ Larger texts are changed without a way back through `sly-agent-q-rewind'."
   :group 'sly-agent-q-tools)
 
 (defun sly-agent-q-tools--targets (capability args)
-  "Return the files and buffers a call of CAPABILITY with ARGS would change.
+  "Return the files and buffers a call of CAPABILITY with ARGS would alter.
 A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME), as the
 tool's declared :changes gives it; nil when the call will be refused
 anyway (the tool reports why)."
@@ -185,11 +185,11 @@ anyway (the tool reports why)."
     (and changes (ignore-errors (funcall changes args)))))
 
 (defun sly-agent-q-tools-file-target (file)
-  "The rewind target of FILE, for a tool's declared :changes."
+  "Return the rewind target of FILE, as a tool's :changes function gives it."
   (list (cons 'file file)))
 
 (defun sly-agent-q-tools-buffer-target (name)
-  "The rewind target of the buffer the agent may write named NAME.
+  "Return the rewind target of the buffer the agent may write named NAME.
 NAME nil is the user's last buffer, as the buffer tools take it."
   (list (cons 'buffer (buffer-name (sly-agent-q-tools--get-buffer name t)))))
 

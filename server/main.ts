@@ -113,7 +113,10 @@ function describeCatalog() {
     runtime: t.runtime,
     ...(t.implementation ? { implementation: t.implementation } : {}),
     review: t.review ?? "arguments",
+    safety: t.safety,
     categories: [...t.categories],
     parameters: Object.keys(t.parameters),
+    required: [...t.required],
+    description: t.description,
   }));
 }

@@ -673,18 +673,19 @@
     (should (equal decision '(:decision "denied" :reason "the user closed the chat buffer")))))
 
 (ert-deftest sly-agent-q-approval-routing ()
-  "propose_file_edit goes to the diff review; others to the approval function."
+  "A call reviewed as a diff goes to the diff review; others to the approval function."
   (let* ((replies nil) (reviewed nil)
          (sly-agent-q-project-root (make-temp-file "agent-q-routing" t)))
     (cl-letf (((symbol-function 'sly-agent-q-call-reply)
                (lambda (_call result) (push result replies)))
               ((symbol-function 'sly-agent-q-diff-review)
-               (lambda (args cb) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
+               (lambda (args cb &optional _tool) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
       (let ((sly-agent-q-approval-function
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
         (sly-agent-q-handle-call 'approval
          (sly-agent-q--make-call :id "e1" :kind "approval"
-                                 :params '(:tool "propose_file_edit" :arguments (:path "f.lisp" :new_content "x\n")
+                                 :params '(:tool "propose_file_edit" :capability "propose_file_edit" :review "diff"
+                                           :arguments (:path "f.lisp" :new_content "x\n")
                                            :callId "c1")))
         (sly-agent-q-handle-call 'approval
          (sly-agent-q--make-call :id "e2" :kind "approval"

@@ -806,19 +806,23 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
   (sly-agent-q-tools-test--with-project
     (sly-agent-q-tools-test--write "src/a.lisp" "(defun f (x)\n  x)\n")
     (let* ((file (sly-agent-q-tools-test--file "src/a.lisp"))
+           ;; The server sends the form's text as :form, beside the edit it computed.
            (args (list :symbol "f" :new_text "(defun f (x)\n  (1+ x))"
+                       :form "(defun f (x)\n  (1+ x))"
                        :edit (list :path file :old_text "(defun f (x)\n  x)"
                                    :new_text "(defun f (x)\n  (1+ x))")))
-           (preview (sly-agent-q-tools-preview "replace_definition" args)))
+           (preview (sly-agent-q-tools-preview "replace_definition" args "form")))
       (should (equal (plist-get preview :path) "src/a.lisp"))
       (should (equal (plist-get preview :new) "(defun f (x)\n  (1+ x))\n"))
       (should-error (sly-agent-q-tools-preview "replace_definition"
-                                               (plist-put (copy-sequence args) :new_text "(defun f (x)"))
+                                               (plist-put (copy-sequence args) :form "(defun f (x)")
+                                               "form")
                     :type 'sly-agent-q-tool-error)
       (should-error (sly-agent-q-tools-preview
                      "replace_definition"
                      (plist-put (copy-sequence args) :edit
-                                (list :path "/etc/passwd" :old_text "root" :new_text "(x)")))
+                                (list :path "/etc/passwd" :old_text "root" :new_text "(x)"))
+                     "form")
                     :type 'sly-agent-q-tool-error)
       (should (equal (sly-agent-q-tools-test--contents "src/a.lisp") "(defun f (x)\n  x)\n")))))
 
