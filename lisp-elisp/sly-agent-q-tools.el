@@ -179,13 +179,13 @@ Larger texts are changed without a way back through `sly-agent-q-rewind'."
 (defun sly-agent-q-tools--targets (capability args)
   "Return the files and buffers a call of CAPABILITY with ARGS would alter.
 A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME), as the
-tool's declared :changes gives it; nil when the call will be refused
+tool's declaration gives it; nil when the call will be refused
 anyway (the tool reports why)."
   (let ((changes (plist-get (sly-agent-q-tool-declaration capability) :changes)))
     (and changes (ignore-errors (funcall changes args)))))
 
 (defun sly-agent-q-tools-file-target (file)
-  "Return the rewind target of FILE, as a tool's :changes function gives it."
+  "Return the rewind target of FILE, for a tool's declaration."
   (list (cons 'file file)))
 
 (defun sly-agent-q-tools-buffer-target (name)
