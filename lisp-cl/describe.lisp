@@ -374,3 +374,48 @@ what each names."
               (when internal
                 (format out "(~A not listed; pass include_internal=true to list them.)~%"
                         (plural (length internal) "internal symbol")))))))))
+
+
+;;;; list_packages
+
+(defparameter *package-list-limit* 400
+  "The most packages list_packages lists.")
+
+(define-tool "list_packages" (&key pattern)
+  "The image's packages (those whose name or a nickname contains PATTERN),
+with their nicknames and how many external symbols each has; the
+implementation's own packages last."
+  (let* ((pattern (and pattern (plusp (length pattern)) pattern))
+         (matches
+           (remove-if-not
+            (lambda (package)
+              (or (null pattern)
+                  (some (lambda (name) (search pattern name :test #'char-equal))
+                        (cons (package-name package) (package-nicknames package)))))
+            (list-all-packages)))
+         (sorted (sort (copy-list matches)
+                       (lambda (a b)
+                         (let ((sa (if (system-package-p a) 1 0))
+                               (sb (if (system-package-p b) 1 0)))
+                           (if (/= sa sb)
+                               (< sa sb)
+                               (string< (package-name a) (package-name b)))))))
+         (total (length sorted))
+         (shown (subseq sorted 0 (min total *package-list-limit*))))
+    (if (zerop total)
+        (format nil "No package's name or nickname contains ~S." pattern)
+        (with-output-to-string (out)
+          (format out "~A~@[ whose name or a nickname contains ~S~] (name  nicknames  external symbols):~%"
+                  (plural total "package") pattern)
+          (dolist (package shown)
+            (let ((external 0))
+              (do-external-symbols (symbol package)
+                (declare (ignore symbol))
+                (incf external))
+              (format out "  ~A  ~:[-~;~:*~{~A~^, ~}~]  ~D~%"
+                      (package-name package)
+                      (sort (copy-list (package-nicknames package)) #'string<)
+                      external)))
+          (when (> total (length shown))
+            (format out "... ~D more not shown: pass a pattern.~%" (- total (length shown))))))))
+

@@ -491,6 +491,34 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
 
 ;;;; Buffers
 
+(ert-deftest sly-agent-q-tools-test-read-region ()
+  "read_region gives the text between point and mark, whole even where narrowing hides part of it."
+  (sly-agent-q-tools-test--with-project
+    (with-current-buffer (get-buffer-create "saq-test-region")
+      (insert (sly-agent-q-tools-test--lines 10))
+      (should (string-match-p "no region: the mark is not set"
+                              (sly-agent-q-tools-test--fails "read_region" :buffer "saq-test-region")))
+      (goto-char (point-min))
+      (forward-line 2)
+      (push-mark (point) t)
+      (forward-line 2)
+      (let ((out (sly-agent-q-tools-test--ok "read_region" :buffer "saq-test-region")))
+        (should (string-match-p "the region.*characters 15-28, lines 3-4\\]\n" out))
+        (should (string-suffix-p "]\nline 3\nline 4\n" out)))
+      ;; Narrowed to lines 4-10, the region's first line is hidden: it is read all the same.
+      (save-excursion
+        (forward-line -1)
+        (narrow-to-region (point) (point-max)))
+      (should (string-suffix-p "]\nline 3\nline 4\n"
+                               (sly-agent-q-tools-test--ok "read_region" :buffer "saq-test-region")))
+      (should (equal (buffer-narrowed-p) t))
+      (widen)
+      (let* ((sly-agent-q-tools-max-chars 4)
+             (out (sly-agent-q-tools-test--ok "read_region" :buffer "saq-test-region")))
+        (should (string-match-p "\\]\nline\n\\[Cut at position 19 by the 4-character limit: 10 more characters; call read_buffer with start 19 and end 29" out)))
+      ;; It changes nothing: no rewind snapshot, no approval preview.
+      (should-not (sly-agent-q-tools-preview "read_region" '(:buffer "saq-test-region"))))))
+
 (ert-deftest sly-agent-q-tools-test-read-buffer ()
   (sly-agent-q-tools-test--with-project
     (with-current-buffer (get-buffer-create "saq-test-read")

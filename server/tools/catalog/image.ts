@@ -67,6 +67,16 @@ export const imageTools: Tool[] = [
     ...inImage("who_references"),
   }),
   defineTool({
+    name: "list_packages",
+    description: "The image's packages with their nicknames and number of external symbols (the implementation's own last).",
+    parameters: {
+      pattern: { type: "string", description: "Only packages whose name or a nickname contains this (case-insensitive)." },
+    },
+    safety: "safe",
+    categories: ["introspection", "packages"],
+    ...inImage("list_packages"),
+  }),
+  defineTool({
     name: "list_package_symbols",
     description: "A package's symbols (external only by default) and what each names.",
     parameters: {
