@@ -21,7 +21,8 @@
 
 ;; Emacs's half of the protocol the server declares in server/protocol.ts:
 ;; every method with its direction and kind, the kinds of `emacs/call',
-;; and the server's error codes.  test/elisp/sly-agent-q-protocol-test.el
+;; and the server's error codes, in sly-agent-q-protocol-table.el, which
+;; `make generate' writes from the server's description.  test/elisp/sly-agent-q-protocol-test.el
 ;; checks these tables against the server's own description (the bundle's
 ;; --protocol) and checks that every method the server may send has a
 ;; handler here, and that no handler answers a method the server lacks.
@@ -40,61 +41,7 @@
 
 (require 'cl-lib)
 
-(defconst sly-agent-q-protocol-version 1
-  "The protocol version this Emacs speaks (the server's PROTOCOL_VERSION).")
-
-(defconst sly-agent-q-protocol-methods
-  '((initialize            emacs->server request)
-    (shutdown              emacs->server request)
-    (tools/list            emacs->server request)
-    (tools/call            emacs->server request)
-    (configuration/change  emacs->server request)
-    (chat/send             emacs->server request)
-    (chat/cancel           emacs->server request)
-    (chat/turnStatus       emacs->server request)
-    (conversation/new      emacs->server request)
-    (conversation/list     emacs->server request)
-    (conversation/delete   emacs->server request)
-    (conversation/saved    emacs->server request)
-    (conversation/resume   emacs->server request)
-    (conversation/rename   emacs->server request)
-    (conversation/compact  emacs->server request)
-    (conversation/turns    emacs->server request)
-    (conversation/rewind   emacs->server request)
-    (conversation/export   emacs->server request)
-    (mcp/start             emacs->server request)
-    (mcp/stop              emacs->server request)
-    (mcp/clientConfigure   emacs->server request)
-    (exit                  emacs->server notification)
-    (emacs/reply           emacs->server notification)
-    (context/change        emacs->server notification)
-    (emacs/call            server->emacs notification)
-    (emacs/cancel          server->emacs notification)
-    (chat/textDelta        server->emacs notification)
-    (chat/toolCall         server->emacs notification)
-    (chat/toolResult       server->emacs notification)
-    (chat/approvalNeeded   server->emacs notification)
-    (chat/turnState        server->emacs notification)
-    (chat/compacted        server->emacs notification)
-    (chat/notice           server->emacs notification)
-    (chat/turnFinished     server->emacs notification)
-    (chat/turnFailed       server->emacs notification)
-    (mcp/call              server->emacs notification)
-    (mcp/serverStatus      server->emacs notification))
-  "Every method of the protocol: (METHOD DIRECTION KIND).
-The server sends Emacs notifications only: what may wait goes through
-`emacs/call' and `emacs/reply'.")
-
-(defconst sly-agent-q-protocol-call-kinds '(tool image approval)
-  "The kinds of `emacs/call', each answered by a `sly-agent-q-handle-call' method.")
-
-(defconst sly-agent-q-protocol-error-codes
-  '((not-initialized . -32002)
-    (unknown-conversation . -32010)
-    (turn-running . -32011)
-    (invalid-configuration . -32012)
-    (saved-conversation . -32013))
-  "The server's own JSON-RPC error codes, by name.")
+(require 'sly-agent-q-protocol-table)
 
 (defun sly-agent-q-protocol-error-code (name)
   "The JSON-RPC error code NAME (a symbol of `sly-agent-q-protocol-error-codes')."
