@@ -81,5 +81,185 @@ The server sends Emacs notifications only: what may wait goes through
     (saved-conversation . -32013))
   "The server's own JSON-RPC error codes, by name.")
 
+(defconst sly-agent-q-protocol-shapes
+  '(("initialize"
+     :params (("clientInfo" . "object?") ("capabilities" . "object?")
+      ("configuration" :optional t :keys (("provider" . "string?") ("model" . "string?")
+      ("apiKey" . "string?") ("baseUrl" . "string?") ("maxTokens" . "number?")
+      ("temperature" . "number?") ("maxSteps" . "number?") ("turnTimeoutMs" . "number?")
+      ("streamIdleTimeoutMs" . "number?") ("safetyOverrides" . "object?")
+      ("categoryLevels" . "object?") ("permissionRules" . "array?")
+      ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
+      ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
+      ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
+      ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
+      ("conversationDirectory" . "string?") ("logLevel" . "string?"))) ("context" . "object?"))
+     :result (("serverInfo" . "object") ("protocolVersion" . "number") ("tools" . "array")))
+    ("shutdown"
+     :params nil
+     :result nil)
+    ("tools/list"
+     :params (("all" . "boolean?"))
+     :result (("tools" . "array")))
+    ("tools/call"
+     :params (("name" . "string") ("arguments" . "object?") ("id" . "string?"))
+     :result (("id" . "string") ("name" . "string") ("success" . "boolean") ("content" . "string")
+      ("error" . "string?") ("metadata" . "object")))
+    ("configuration/change"
+     :params (("configuration" :optional t :keys (("provider" . "string?") ("model" . "string?")
+      ("apiKey" . "string?") ("baseUrl" . "string?") ("maxTokens" . "number?")
+      ("temperature" . "number?") ("maxSteps" . "number?") ("turnTimeoutMs" . "number?")
+      ("streamIdleTimeoutMs" . "number?") ("safetyOverrides" . "object?")
+      ("categoryLevels" . "object?") ("permissionRules" . "array?")
+      ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
+      ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
+      ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
+      ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
+      ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
+     :result (("tools" . "array")))
+    ("chat/send"
+     :params (("conversationId" . "string?") ("text" . "string") ("context" . "object?")
+      ("model" . "string?") ("toolChoice" . "object?"))
+     :result (("conversationId" . "string") ("turnId" . "string") ("saveError" . "string?")
+      ("repaired" . "array?")))
+    ("chat/cancel"
+     :params (("turnId" . "string?") ("conversationId" . "string?"))
+     :result (("cancelled" . "boolean")))
+    ("chat/turnStatus"
+     :params (("conversationId" . "string") ("turnId" . "string"))
+     :result (("running" . "boolean")))
+    ("conversation/new"
+     :params (("configuration" :optional t :keys (("provider" . "string?") ("model" . "string?")
+      ("apiKey" . "string?") ("baseUrl" . "string?") ("maxTokens" . "number?")
+      ("temperature" . "number?") ("maxSteps" . "number?") ("turnTimeoutMs" . "number?")
+      ("streamIdleTimeoutMs" . "number?") ("safetyOverrides" . "object?")
+      ("categoryLevels" . "object?") ("permissionRules" . "array?")
+      ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
+      ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
+      ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
+      ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
+      ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
+     :result (("conversationId" . "string") ("saveError" . "string?")))
+    ("conversation/list"
+     :params nil
+     :result (("conversations" . "array")))
+    ("conversation/delete"
+     :params (("conversationId" . "string") ("saved" . "boolean?"))
+     :result (("deleted" . "boolean")))
+    ("conversation/saved"
+     :params (("projectRoot" . "string?"))
+     :result (("conversations" . "array") ("errors" . "array")))
+    ("conversation/resume"
+     :params (("conversationId" . "string"))
+     :result (("conversationId" . "string") ("title" . "string") ("messages" . "array")
+      ("usage" . "object") ("costUsd" . "number") ("model" . "string?") ("truncated" . "boolean?")
+      ("repaired" . "array?")))
+    ("conversation/rename"
+     :params (("conversationId" . "string") ("title" . "string"))
+     :result (("title" . "string")))
+    ("conversation/compact"
+     :params (("conversationId" . "string"))
+     :result (("compacted" . "boolean") ("replacedMessages" . "number") ("tokensBefore" . "number")
+      ("tokensAfter" . "number") ("usage" . "object") ("costUsd" . "number")))
+    ("conversation/turns"
+     :params (("conversationId" . "string"))
+     :result (("turns" . "array")))
+    ("conversation/rewind"
+     :params (("conversationId" . "string") ("turnId" . "string") ("truncate" . "boolean?"))
+     :result (("restore" . "array") ("messages" . "array?")))
+    ("conversation/export"
+     :params (("conversationId" . "string") ("format" . "string"))
+     :result (("text" . "string")))
+    ("mcp/start"
+     :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?"))
+     :result (("url" . "string") ("port" . "number") ("stateFile" . "string")))
+    ("mcp/stop"
+     :params nil
+     :result (("stopped" . "boolean")))
+    ("mcp/clientConfigure"
+     :params (("files" . "array?") ("servers" . "object?") ("levels" . "object?"))
+     :result (("servers" . "array")))
+    ("exit"
+     :params nil
+     :result nil)
+    ("emacs/reply"
+     :params (("id" . "string") ("result" . "any?") ("error" . "object?"))
+     :result nil)
+    ("context/change"
+     :params (("currentPackage" . "string?") ("projectRoot" . "string?"))
+     :result nil)
+    ("emacs/call"
+     :params (("id" . "string") ("kind" . "string") ("params" . "object"))
+     :result nil)
+    ("emacs/cancel"
+     :params (("id" . "string") ("reason" . "string"))
+     :result nil)
+    ("chat/textDelta"
+     :params (("conversationId" . "string") ("turnId" . "string") ("text" . "string"))
+     :result nil)
+    ("chat/toolCall"
+     :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("name" . "string")
+      ("arguments" . "any?") ("safetyLevel" . "string"))
+     :result nil)
+    ("chat/toolResult"
+     :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("name" . "string")
+      ("success" . "boolean") ("content" . "string") ("error" . "string?")
+      ("executionTimeMs" . "number") ("approved" . "boolean"))
+     :result nil)
+    ("chat/approvalNeeded"
+     :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string")
+      ("name" . "string"))
+     :result nil)
+    ("chat/turnState"
+     :params (("conversationId" . "string") ("turnId" . "string") ("state" . "string")
+      ("previous" . "any"))
+     :result nil)
+    ("chat/compacted"
+     :params (("conversationId" . "string") ("turnId" . "string") ("replacedMessages" . "number")
+      ("tokensBefore" . "number") ("tokensAfter" . "number"))
+     :result nil)
+    ("chat/notice"
+     :params (("conversationId" . "string") ("turnId" . "string") ("text" . "string"))
+     :result nil)
+    ("chat/turnFinished"
+     :params (("conversationId" . "string") ("turnId" . "string") ("stopReason" . "string")
+      ("text" . "string") ("steps" . "number") ("usage" . "object") ("costUsd" . "number")
+      ("conversationUsage" . "object") ("conversationCostUsd" . "number") ("model" . "string")
+      ("costNote" . "string?") ("saveError" . "string?"))
+     :result nil)
+    ("chat/turnFailed"
+     :params (("conversationId" . "string") ("turnId" . "string") ("kind" . "string")
+      ("message" . "string") ("usage" . "object") ("costUsd" . "number") ("saveError" . "string?"))
+     :result nil)
+    ("mcp/call"
+     :params (("phase" . "string") ("id" . "string") ("client" . "string") ("tool" . "string")
+      ("arguments" . "object?") ("success" . "boolean?") ("summary" . "string?")
+      ("safetyLevel" . "string?"))
+     :result nil)
+    ("mcp/serverStatus"
+     :params (("name" . "string") ("status" . "string") ("message" . "string?") ("tools" . "array?"))
+     :result nil)
+    ("emacs/call:tool"
+     :params (("tool" . "string") ("arguments" . "object") ("approved" . "object?"))
+     :result (("content" . "string") ("changes" . "array?")))
+    ("emacs/call:image"
+     :params (("tool" . "string") ("arguments" . "object") ("package" . "string?"))
+     :result (("content" . "string")))
+    ("emacs/call:approval"
+     :params (("callId" . "string") ("tool" . "string") ("arguments" . "object") ("review" . "string")
+      ("safetyLevel" . "string") ("description" . "string") ("capability" . "string")
+      ("categories" . "array") ("reason" . "object") ("conversationId" . "string?")
+      ("turnId" . "string?") ("client" . "string?"))
+     :result (("decision" . "string") ("always" . "boolean?") ("target" . "string?") ("reason" . "string?")
+      ("arguments" . "object?"))))
+  "The keys of each message and their types, as server/protocol.ts declares them.
+Each entry is (NAME :params SHAPE :result SHAPE), NAME a method or
+\"emacs/call:KIND\" for the params and reply result of that kind of
+call.  A SHAPE is a list of (KEY . TYPE), TYPE one of \"string\",
+\"number\", \"boolean\", \"object\", \"array\" or \"any\", ending in
+\"?\" when the key may be absent, or of (KEY :optional BOOL :keys SHAPE)
+for an object whose keys are checked too; nil when the message
+carries no object.")
+
 (provide 'sly-agent-q-protocol-table)
 ;;; sly-agent-q-protocol-table.el ends here

@@ -40,6 +40,7 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'subr-x)
 
 (require 'sly-agent-q-protocol-table)
 
@@ -57,6 +58,79 @@ DIRECTION is `emacs->server' or `server->emacs', KIND `request' or
 (defun sly-agent-q-protocol-call-kind (name)
   "The symbol of the `emacs/call' kind NAME (a string), or nil if there is none."
   (cl-find name sly-agent-q-protocol-call-kinds :key #'symbol-name :test #'equal))
+
+;;;; Messages in shape
+
+(defun sly-agent-q-protocol--object-p (value)
+  "Non-nil if VALUE is a JSON object as jsonrpc.el reads or writes one."
+  (or (null value) (hash-table-p value)
+      (and (consp value) (keywordp (car value)) (cl-evenp (length value)))))
+
+(defun sly-agent-q-protocol--type-p (type value)
+  "Non-nil if VALUE (as jsonrpc.el reads or writes JSON) is of TYPE."
+  (pcase type
+    ("string" (stringp value))
+    ("number" (numberp value))
+    ("boolean" (memq value '(t :json-false)))
+    ("array" (vectorp value))
+    ("object" (sly-agent-q-protocol--object-p value))
+    (_ t)))
+
+(defun sly-agent-q-protocol--keys (value)
+  "The keys of the JSON object VALUE, as strings."
+  (if (hash-table-p value)
+      (hash-table-keys value)
+    (cl-loop for (key _) on value by #'cddr
+             collect (substring (symbol-name key) 1))))
+
+(defun sly-agent-q-protocol--get (value key)
+  "The value of KEY (a string) in the JSON object VALUE."
+  (if (hash-table-p value)
+      (gethash key value)
+    (plist-get value (intern (concat ":" key)))))
+
+(defun sly-agent-q-protocol-check-shape (shape value where)
+  "What is wrong with VALUE as SHAPE: a list of messages naming WHERE.
+SHAPE is as in `sly-agent-q-protocol-shapes'; VALUE a JSON object as
+jsonrpc.el reads or writes one (a plist with keyword keys)."
+  (cond
+   ((null shape) nil)
+   ((not (sly-agent-q-protocol--object-p value))
+    (list (format "%s: expected an object, got %S" where value)))
+   (t
+    (append
+     (cl-loop for key in (sly-agent-q-protocol--keys value)
+              unless (assoc key shape)
+              collect (format "%s: unknown key %s" where key))
+     (cl-loop for (key . field) in shape
+              for nested = (consp field)
+              for optional = (if nested (plist-get field :optional) (string-suffix-p "?" field))
+              for got = (sly-agent-q-protocol--get value key)
+              ;; nil is JSON null (or an empty object, or an absent key): what optional keys may be.
+              if (null got)
+              append (unless (or optional (equal field "any") (equal field "object")
+                                 (and (not nested) (string-prefix-p "array" field)))
+                       (list (format "%s: missing key %s" where key)))
+              else if nested
+              append (sly-agent-q-protocol-check-shape (plist-get field :keys) got
+                                                       (format "%s.%s" where key))
+              else unless (sly-agent-q-protocol--type-p (string-remove-suffix "?" field) got)
+              collect (format "%s: %s should be %s, is %S" where key
+                              (string-remove-suffix "?" field) got))))))
+
+(defun sly-agent-q-protocol-check (name part value)
+  "What is wrong with the PART (:params or :result) VALUE of message NAME.
+NAME is a method, or \"emacs/call:KIND\" for a kind of `emacs/call'.
+Return a list of messages, nil when VALUE has the shape server/protocol.ts
+declares (see `sly-agent-q-protocol-shapes')."
+  (let ((entry (cdr (assoc name sly-agent-q-protocol-shapes))))
+    (if (null entry)
+        (list (format "%s: not a message of the protocol" name))
+      (append
+       (sly-agent-q-protocol-check-shape (plist-get entry part) value (format "%s %s" name part))
+       (when (and (equal name "emacs/call") (eq part :params))
+         (sly-agent-q-protocol-check (format "emacs/call:%s" (sly-agent-q-protocol--get value "kind"))
+                                     :params (sly-agent-q-protocol--get value "params")))))))
 
 (cl-defgeneric sly-agent-q-handle-notification (conn method params)
   "Handle the server's notification METHOD with PARAMS, from CONN.

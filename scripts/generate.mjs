@@ -53,7 +53,6 @@ export function elispTable(protocol) {
   const width = Math.max(...protocol.methods.map((m) => m.method.length));
   const methods = protocol.methods.map((m) => `${m.method.padEnd(width)}  ${m.direction} ${m.kind}`);
   const codes = Object.entries(protocol.errorCodes).map(([name, code]) => `(${kebab(name)} . ${code})`);
-  const lisp = (value) => elisp(value, "    ");
   return `;;; sly-agent-q-protocol-table.el --- The protocol's tables, generated from server/protocol.ts  -*- lexical-binding: t; -*-
 
 ;; Copyright (C) 2026  The sly-agent-q authors
@@ -98,30 +97,49 @@ The server sends Emacs notifications only: what may wait goes through
   "The server's own JSON-RPC error codes, by name.")
 ${protocol.shapes ? `
 (defconst sly-agent-q-protocol-shapes
-  '${lisp(protocol.shapes)}
+  '(${elispShapes(protocol.shapes)})
   "The keys of each message and their types, as server/protocol.ts declares them.
-An alist from a method name (a string) to a plist (:params SHAPE
-:result SHAPE), and from \\"emacs/call:KIND\\" to the params and result
-of that kind of call.  A SHAPE is an alist from a key (a string) to its
-type: \\"string\\", \\"number\\", \\"boolean\\", \\"object\\", \\"array\\"
-or \\"any\\", ending in \\"?\\" when the key may be absent; nil when the
-message carries no object.")
+Each entry is (NAME :params SHAPE :result SHAPE), NAME a method or
+\\"emacs/call:KIND\\" for the params and reply result of that kind of
+call.  A SHAPE is a list of (KEY . TYPE), TYPE one of \\"string\\",
+\\"number\\", \\"boolean\\", \\"object\\", \\"array\\" or \\"any\\", ending in
+\\"?\\" when the key may be absent, or of (KEY :optional BOOL :keys SHAPE)
+for an object whose keys are checked too; nil when the message
+carries no object.")
 ` : ""}
 (provide 'sly-agent-q-protocol-table)
 ;;; sly-agent-q-protocol-table.el ends here
 `;
 }
 
-/** VALUE (JSON) as an Elisp literal: objects as alists with string keys, arrays as lists. */
-function elisp(value, indent) {
-  if (value === null) return "nil";
-  if (typeof value === "string") return JSON.stringify(value);
-  if (typeof value === "number" || typeof value === "boolean") return value === true ? "t" : value === false ? "nil" : String(value);
-  if (Array.isArray(value)) return `(${value.map((v) => elisp(v, indent)).join(" ")})`;
-  const entries = Object.entries(value);
-  if (entries.length === 0) return "nil";
-  const inner = indent + " ";
-  return `(${entries.map(([k, v], i) => `${i === 0 ? "" : inner}(${JSON.stringify(k)} . ${elisp(v, inner + "  ")})`).join("\n")})`;
+/** SHAPE (a message's keys) as an Elisp alist: (KEY . TYPE), or (KEY :optional BOOL :keys SHAPE). */
+function elispShape(shape) {
+  if (shape === null) return "nil";
+  const fields = Object.entries(shape).map(([key, field]) =>
+    typeof field === "string" ? `(${JSON.stringify(key)} . ${JSON.stringify(field)})` : `(${JSON.stringify(key)} :optional ${field.optional ? "t" : "nil"} :keys ${elispShape(field.keys)})`,
+  );
+  return fields.length === 0 ? "nil" : `(${fields.join(" ")})`;
+}
+
+/** WORDS joined with spaces, broken before a word that would pass column 100, later lines at INDENT. */
+function wrap(text, indent) {
+  const out = [];
+  let line = "";
+  for (const word of text.split(/ (?=\(")/)) {
+    if (line && line.length + word.length + 1 > 100 - indent.length) {
+      out.push(line);
+      line = word;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  out.push(line);
+  return out.join(`\n${indent}`);
+}
+
+/** The shapes as the Elisp table's entries: (NAME :params SHAPE :result SHAPE). */
+function elispShapes(shapes) {
+  return Object.entries(shapes)
+    .map(([name, s]) => `(${JSON.stringify(name)}\n     :params ${wrap(elispShape(s.params), "      ")}\n     :result ${wrap(elispShape(s.result), "      ")})`)
+    .join("\n    ");
 }
 
 /** Every generated file: [path relative to the root, its content now, its content wanted]. */

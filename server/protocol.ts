@@ -11,6 +11,7 @@
 // server no longer wants an answer (timeout, cancelled turn).
 
 import { NotificationType, NotificationType0, RequestType, RequestType0 } from "vscode-jsonrpc";
+import { protocolShapes, type MethodShape } from "./protocol-shapes.js";
 
 export const PROTOCOL_VERSION = 1;
 
@@ -112,6 +113,13 @@ export interface EmacsCallParamsByKind {
   image: EmacsImageParams;
   approval: EmacsApprovalParams;
 }
+
+/** What Emacs's emacs/reply carries as the result of each kind of emacs/call. */
+export interface EmacsCallResultByKind {
+  tool: EmacsToolResult;
+  image: EmacsImageResult;
+  approval: ApprovalDecision;
+}
 export type EmacsCallKind = keyof EmacsCallParamsByKind;
 export const EMACS_CALL_KINDS: readonly EmacsCallKind[] = Object.keys({
   tool: true,
@@ -130,9 +138,12 @@ export interface ProtocolDescription {
   methods: MethodDescription[];
   emacsCallKinds: string[];
   errorCodes: Record<string, number>;
+  /** Each method's params and result keys and their types, and each emacs/call kind's (server/protocol-shapes.ts). */
+  shapes: Record<string, MethodShape>;
 }
 
-/** Every method, direction and kind, the emacs/call kinds and the error codes (printed by --protocol). */
+/** Every method, direction and kind, the emacs/call kinds, the error codes and the messages' shapes
+ *  (printed by --protocol). */
 export function describeProtocol(): ProtocolDescription {
   const list = (types: Record<string, { method: string }>, direction: Direction, kind: MethodDescription["kind"]) =>
     Object.values(types).map((t) => ({ method: t.method, direction, kind }));
@@ -145,6 +156,7 @@ export function describeProtocol(): ProtocolDescription {
     ],
     emacsCallKinds: [...EMACS_CALL_KINDS],
     errorCodes: { ...ErrorCodes },
+    shapes: protocolShapes(),
   };
 }
 
@@ -404,6 +416,12 @@ export interface EmacsToolParams {
   approved?: ApprovedTarget;
 }
 
+/** The reply to kind "tool": the text for the model, and what the call changed (for rewinding). */
+export interface EmacsToolResult {
+  content: string;
+  changes?: Change[];
+}
+
 /** A file or buffer a tool changed, with its text before and after (null: it did not exist), for rewinding. */
 export interface Change {
   kind: "file" | "buffer";
@@ -437,6 +455,11 @@ export const REVIEW_KINDS: readonly ReviewKind[] = ["arguments", "target", "diff
  * kind "approval": ask the user. Reply result: an ApprovalDecision. An error reply (Emacs refused the
  * call before asking, e.g. a path outside the project) fails the call with Emacs's message as it is.
  */
+/** The reply to kind "image": the image's text for the model. */
+export interface EmacsImageResult {
+  content: string;
+}
+
 export interface EmacsApprovalParams {
   callId: string;
   /** The name the model used (may be an alias). */

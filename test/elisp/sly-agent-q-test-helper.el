@@ -132,6 +132,51 @@ whole history."
 (defconst sly-agent-q-test-api-key "sk-ant-test-SECRET-0123456789"
   "The API key the tests give the server; it must never show in a buffer.")
 
+;;;; Every message in shape
+
+(defvar sly-agent-q-test-protocol-problems nil
+  "What was wrong with the messages sent while checking (see below).")
+
+(defvar sly-agent-q-test--call-kinds nil
+  "Alist from an `emacs/call' id to its kind, to check the reply's result.")
+
+(defun sly-agent-q-test--check-sent (_conn &rest message)
+  "Record what is wrong with MESSAGE, which Emacs sends the server."
+  (let ((method (plist-get message :method)))
+    (when method
+      (let* ((name (format "%s" method))
+             (params (plist-get message :params)))
+        (setq sly-agent-q-test-protocol-problems
+              (append sly-agent-q-test-protocol-problems
+                      (sly-agent-q-protocol-check name :params params)
+                      ;; A reply's result has the shape of its call's kind.
+                      (let ((kind (cdr (assoc (plist-get params :id) sly-agent-q-test--call-kinds))))
+                        (and (equal name "emacs/reply") kind (plist-member params :result)
+                             (sly-agent-q-protocol-check (format "emacs/call:%s" kind) :result
+                                                         (plist-get params :result))))))))))
+
+(defun sly-agent-q-test--check-received (_conn method params)
+  "Record what is wrong with notification METHOD's PARAMS from the server."
+  (when (eq method 'emacs/call)
+    (push (cons (plist-get params :id) (plist-get params :kind)) sly-agent-q-test--call-kinds))
+  (setq sly-agent-q-test-protocol-problems
+        (append sly-agent-q-test-protocol-problems
+                (sly-agent-q-protocol-check (symbol-name method) :params params))))
+
+(defmacro sly-agent-q-test-checking-protocol (&rest body)
+  "Run BODY, then fail if a message either end sent meanwhile is out of shape.
+The shapes are server/protocol.ts's (`sly-agent-q-protocol-shapes')."
+  (declare (indent 0) (debug t))
+  `(let ((sly-agent-q-test-protocol-problems nil)
+         (sly-agent-q-test--call-kinds nil))
+     (advice-add 'jsonrpc-connection-send :before #'sly-agent-q-test--check-sent)
+     (advice-add 'sly-agent-q--dispatch-notification :before #'sly-agent-q-test--check-received)
+     (unwind-protect
+         (prog1 (progn ,@body)
+           (should-not sly-agent-q-test-protocol-problems))
+       (advice-remove 'jsonrpc-connection-send #'sly-agent-q-test--check-sent)
+       (advice-remove 'sly-agent-q--dispatch-notification #'sly-agent-q-test--check-received))))
+
 (defmacro sly-agent-q-test-with-server (script &rest body)
   "Run BODY with the mock LLM playing SCRIPT and the real server started.
 The chat buffer is fresh; everything is stopped afterwards."
@@ -154,7 +199,7 @@ The chat buffer is fresh; everything is stopped afterwards."
                (sly-agent-q-server-ensure (lambda (conn e) (setq ready conn err e)))
                (sly-agent-q-test-wait (lambda () (or ready err)) 20 "the server to initialize")
                (should-not err))
-             ,@body)
+             (sly-agent-q-test-checking-protocol ,@body))
          (sly-agent-q-server-stop)
          (sly-agent-q-test-stop-mock)
          (when (get-buffer sly-agent-q-chat-buffer-name)

@@ -1,0 +1,163 @@
+// The protocol's messages in shape: every method's params and result keys and their types, and each
+// kind of emacs/call's params and reply result, as data. Each shape is checked by the compiler against
+// the type server/protocol.ts declares (a key renamed, added or dropped there fails to compile here),
+// so that this description, which `--protocol` prints and `make generate` turns into Emacs's table,
+// is protocol.ts's own. checkMessage holds a message against it: the suites check what both ends send.
+
+import type * as P from "./protocol.js";
+
+/** A key's type: "string", "number", "boolean", "object", "array" or "any", with "?" when optional;
+ *  or, for an object whose keys are checked too, its shape. */
+export type FieldShape = string | { readonly optional: boolean; readonly keys: MessageShape };
+export type MessageShape = { readonly [key: string]: FieldShape };
+export interface MethodShape {
+  params: MessageShape | null;
+  result: MessageShape | null;
+}
+
+type Base<V> = V extends string ? "string" : V extends number ? "number" : V extends boolean ? "boolean" : V extends readonly unknown[] ? "array" : V extends object ? "object" : "any";
+type Tag<V> = undefined extends V ? `${Base<Exclude<V, undefined>>}?` : Base<V>;
+type Nested<V> = NonNullable<V> extends readonly unknown[] ? never : NonNullable<V> extends object ? { optional: undefined extends V ? true : false; keys: MessageShape } : never;
+/** The shape of T: every key of T (none other), each with its type's tag or nested shape. */
+type Shape<T> = { [K in keyof T]-?: Tag<T[K]> | Nested<T[K]> };
+
+/** A union's keys, each optional where some member lacks it (the approval's decisions). */
+type KeysOf<U> = U extends unknown ? keyof U : never;
+type Flat<U> = { [K in KeysOf<U>]: U extends unknown ? (K extends keyof U ? U[K] : undefined) : never };
+
+/** SHAPE, checked against T. */
+const shape = <T>(s: Shape<T>): MessageShape => s as MessageShape;
+
+/** The configuration, whose keys Emacs writes out: checked key by key wherever it is sent. */
+const configuration: MessageShape = shape<P.Configuration>({
+  provider: "string?", model: "string?", apiKey: "string?", baseUrl: "string?", maxTokens: "number?", temperature: "number?",
+  maxSteps: "number?", turnTimeoutMs: "number?", streamIdleTimeoutMs: "number?", safetyOverrides: "object?",
+  categoryLevels: "object?", permissionRules: "array?", readOutsideProject: "string?", maxSafetyLevel: "string?",
+  categories: "array?", offerAliases: "boolean?", toolTimeoutMs: "number?", imageTimeoutMs: "number?",
+  imageLoadTimeoutMs: "number?", maxResultChars: "number?", contextWindow: "number?", projectRoot: "string?",
+  auditLogFile: "string?", conversationDirectory: "string?", logLevel: "string?",
+});
+
+/** Every method's shapes, by method name. */
+export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
+  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: { optional: true, keys: configuration }, context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array" }) },
+  "shutdown": { params: null, result: null },
+  "tools/list": { params: shape<P.ToolsListParams>({ all: "boolean?" }), result: shape<P.ToolsListResult>({ tools: "array" }) },
+  "tools/call": { params: shape<P.ToolsCallParams>({ name: "string", arguments: "object?", id: "string?" }), result: shape<P.ToolsCallResult>({ id: "string", name: "string", success: "boolean", content: "string", error: "string?", metadata: "object" }) },
+  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: { optional: true, keys: configuration } }), result: shape<P.ConfigurationChangeResult>({ tools: "array" }) },
+  "chat/send": { params: shape<P.ChatSendParams>({ conversationId: "string?", text: "string", context: "object?", model: "string?", toolChoice: "object?" }), result: shape<P.ChatSendResult>({ conversationId: "string", turnId: "string", saveError: "string?", repaired: "array?" }) },
+  "chat/cancel": { params: shape<P.ChatCancelParams>({ turnId: "string?", conversationId: "string?" }), result: shape<P.ChatCancelResult>({ cancelled: "boolean" }) },
+  "chat/turnStatus": { params: shape<P.ChatTurnStatusParams>({ conversationId: "string", turnId: "string" }), result: shape<P.ChatTurnStatusResult>({ running: "boolean" }) },
+  "conversation/new": { params: shape<P.ConversationNewParams>({ configuration: { optional: true, keys: configuration } }), result: shape<P.ConversationNewResult>({ conversationId: "string", saveError: "string?" }) },
+  "conversation/list": { params: null, result: shape<P.ConversationListResult>({ conversations: "array" }) },
+  "conversation/delete": { params: shape<P.ConversationDeleteParams>({ conversationId: "string", saved: "boolean?" }), result: shape<P.ConversationDeleteResult>({ deleted: "boolean" }) },
+  "conversation/saved": { params: shape<P.ConversationSavedParams>({ projectRoot: "string?" }), result: shape<P.ConversationSavedResult>({ conversations: "array", errors: "array" }) },
+  "conversation/resume": { params: shape<P.ConversationResumeParams>({ conversationId: "string" }), result: shape<P.ConversationResumeResult>({ conversationId: "string", title: "string", messages: "array", usage: "object", costUsd: "number", model: "string?", truncated: "boolean?", repaired: "array?" }) },
+  "conversation/rename": { params: shape<P.ConversationRenameParams>({ conversationId: "string", title: "string" }), result: shape<P.ConversationRenameResult>({ title: "string" }) },
+  "conversation/compact": { params: shape<P.ConversationCompactParams>({ conversationId: "string" }), result: shape<P.ConversationCompactResult>({ compacted: "boolean", replacedMessages: "number", tokensBefore: "number", tokensAfter: "number", usage: "object", costUsd: "number" }) },
+  "conversation/turns": { params: shape<P.ConversationTurnsParams>({ conversationId: "string" }), result: shape<P.ConversationTurnsResult>({ turns: "array" }) },
+  "conversation/rewind": { params: shape<P.ConversationRewindParams>({ conversationId: "string", turnId: "string", truncate: "boolean?" }), result: shape<P.ConversationRewindResult>({ restore: "array", messages: "array?" }) },
+  "conversation/export": { params: shape<P.ConversationExportParams>({ conversationId: "string", format: "string" }), result: shape<P.ConversationExportResult>({ text: "string" }) },
+  "mcp/start": { params: shape<P.McpStartParams>({ stateFile: "string", port: "number?", approvalTimeoutMs: "number?" }), result: shape<P.McpStartResult>({ url: "string", port: "number", stateFile: "string" }) },
+  "mcp/stop": { params: null, result: shape<P.McpStopResult>({ stopped: "boolean" }) },
+  "mcp/clientConfigure": { params: shape<P.McpClientConfigureParams>({ files: "array?", servers: "object?", levels: "object?" }), result: shape<P.McpClientConfigureResult>({ servers: "array" }) },
+  "exit": { params: null, result: null },
+  "emacs/reply": { params: shape<P.EmacsReplyParams>({ id: "string", result: "any?", error: "object?" }), result: null },
+  "context/change": { params: shape<P.EditorContext>({ currentPackage: "string?", projectRoot: "string?" }), result: null },
+  "emacs/call": { params: shape<P.EmacsCallParams>({ id: "string", kind: "string", params: "object" }), result: null },
+  "emacs/cancel": { params: shape<P.EmacsCancelParams>({ id: "string", reason: "string" }), result: null },
+  "chat/textDelta": { params: shape<P.TextDeltaParams>({ conversationId: "string", turnId: "string", text: "string" }), result: null },
+  "chat/toolCall": { params: shape<P.ToolCallParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", arguments: "any?", safetyLevel: "string" }), result: null },
+  "chat/toolResult": { params: shape<P.ToolResultParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", success: "boolean", content: "string", error: "string?", executionTimeMs: "number", approved: "boolean" }), result: null },
+  "chat/approvalNeeded": { params: shape<P.ApprovalNeededParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string" }), result: null },
+  "chat/turnState": { params: shape<P.TurnStateParams>({ conversationId: "string", turnId: "string", state: "string", previous: "any" }), result: null },
+  "chat/compacted": { params: shape<P.CompactedParams>({ conversationId: "string", turnId: "string", replacedMessages: "number", tokensBefore: "number", tokensAfter: "number" }), result: null },
+  "chat/notice": { params: shape<P.NoticeParams>({ conversationId: "string", turnId: "string", text: "string" }), result: null },
+  "chat/turnFinished": { params: shape<P.TurnFinishedParams>({ conversationId: "string", turnId: "string", stopReason: "string", text: "string", steps: "number", usage: "object", costUsd: "number", conversationUsage: "object", conversationCostUsd: "number", model: "string", costNote: "string?", saveError: "string?" }), result: null },
+  "chat/turnFailed": { params: shape<P.TurnFailedParams>({ conversationId: "string", turnId: "string", kind: "string", message: "string", usage: "object", costUsd: "number", saveError: "string?" }), result: null },
+  "mcp/call": { params: shape<P.McpCallParams>({ phase: "string", id: "string", client: "string", tool: "string", arguments: "object?", success: "boolean?", summary: "string?", safetyLevel: "string?" }), result: null },
+  "mcp/serverStatus": { params: shape<P.McpServerStatusParams>({ name: "string", status: "string", message: "string?", tools: "array?" }), result: null },
+
+};
+
+/** Each kind of emacs/call: its params and the result of Emacs's emacs/reply. */
+export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape } = {
+  tool: {
+    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?" }),
+    result: shape<P.EmacsToolResult>({ content: "string", changes: "array?" }),
+  },
+  image: {
+    params: shape<P.EmacsImageParams>({ tool: "string", arguments: "object", package: "string?" }),
+    result: shape<P.EmacsImageResult>({ content: "string" }),
+  },
+  approval: {
+    params: shape<P.EmacsApprovalParams>({
+      callId: "string", tool: "string", arguments: "object", review: "string", safetyLevel: "string", description: "string",
+      capability: "string", categories: "array", reason: "object", conversationId: "string?", turnId: "string?", client: "string?",
+    }),
+    result: shape<Flat<P.ApprovalDecision>>({ decision: "string", always: "boolean?", target: "string?", reason: "string?", arguments: "object?" }),
+  },
+};
+
+/** Every shape by name: the methods', and "emacs/call:KIND" for each kind of emacs/call. */
+export function protocolShapes(): Record<string, MethodShape> {
+  const out: Record<string, MethodShape> = { ...METHOD_SHAPES };
+  for (const [kind, s] of Object.entries(EMACS_CALL_SHAPES)) out[`emacs/call:${kind}`] = s;
+  return out;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+function typeProblem(tag: string, value: unknown): boolean {
+  switch (tag) {
+    case "string":
+      return typeof value !== "string";
+    case "number":
+      return typeof value !== "number";
+    case "boolean":
+      return typeof value !== "boolean";
+    case "array":
+      return !Array.isArray(value);
+    case "object":
+      return !isObject(value);
+    default:
+      return false;
+  }
+}
+
+/** What is wrong with VALUE as SHAPE (nothing: []): keys it lacks or does not know, values of another type. */
+export function checkShape(shape: MessageShape | null, value: unknown, where: string): string[] {
+  if (shape === null) return value === null || value === undefined ? [] : [`${where}: carries ${JSON.stringify(value)?.slice(0, 80)}, expected nothing`];
+  if (!isObject(value)) return [`${where}: expected an object, got ${JSON.stringify(value)?.slice(0, 80)}`];
+  const problems: string[] = [];
+  for (const key of Object.keys(value)) if (!Object.prototype.hasOwnProperty.call(shape, key)) problems.push(`${where}: unknown key ${key}`);
+  for (const [key, field] of Object.entries(shape)) {
+    const optional = typeof field === "string" ? field.endsWith("?") : field.optional;
+    const present = Object.prototype.hasOwnProperty.call(value, key) && value[key] !== undefined;
+    // An optional key may come as null: Emacs's nil.
+    if (!present || (optional && value[key] === null)) {
+      if (!optional) problems.push(`${where}: missing key ${key}`);
+      continue;
+    }
+    if (typeof field === "string") {
+      if (typeProblem(field.replace(/\?$/, ""), value[key])) problems.push(`${where}: ${key} should be ${field.replace(/\?$/, "")}, is ${JSON.stringify(value[key])?.slice(0, 80)}`);
+    } else {
+      problems.push(...checkShape(field.keys, value[key], `${where}.${key}`));
+    }
+  }
+  return problems;
+}
+
+/** What is wrong with a message of METHOD: its PART ("params" or "result") against SHAPES (from the
+ *  protocol's description); an emacs/call's params are checked by its kind too. */
+export function checkMessage(shapes: Record<string, MethodShape>, method: string, part: "params" | "result", value: unknown): string[] {
+  const s = shapes[method];
+  if (!s) return [`${method}: not a method of the protocol`];
+  const problems = checkShape(s[part], value, `${method} ${part}`);
+  if (method === "emacs/call" && part === "params" && isObject(value)) {
+    const kind = shapes[`emacs/call:${String(value.kind)}`];
+    if (!kind) problems.push(`emacs/call: unknown kind ${String(value.kind)}`);
+    else problems.push(...checkShape(kind.params, value.params, `emacs/call:${String(value.kind)} params`));
+  }
+  return problems;
+}
