@@ -3,7 +3,8 @@
 
 import { createMessageConnection, StreamMessageReader } from "vscode-jsonrpc/node";
 import { Logger } from "./log.js";
-import { describeProtocol, type LogLevel } from "./protocol.js";
+import type { LogLevel } from "./protocol.js";
+import { describeProtocol } from "./protocol-description.js";
 import { registerChatHandlers } from "./agent/chat-handlers.js";
 import { registerMcpHandlers } from "./mcp/handlers.js";
 import { runStdioShim } from "./mcp/stdio-shim.js";

@@ -11,7 +11,6 @@
 // server no longer wants an answer (timeout, cancelled turn).
 
 import { NotificationType, NotificationType0, RequestType, RequestType0 } from "vscode-jsonrpc";
-import { protocolShapes, type MethodShape } from "./protocol-shapes.js";
 
 export const PROTOCOL_VERSION = 1;
 
@@ -19,7 +18,8 @@ export const PROTOCOL_VERSION = 1;
 // The methods: one typed object per method (the vscode-languageserver-node shape), so that a handler
 // or a send with the wrong parameter or result type does not compile. doc/architecture.md's protocol
 // table is generated from these declarations (scripts/protocol-doc.mjs), and the Elisp side's own
-// table (lisp-elisp/sly-agent-q-protocol.el) is checked against `describeProtocol()` by a test.
+// table (lisp-elisp/sly-agent-q-protocol-table.el) is generated from `describeProtocol()`
+// (server/protocol-description.ts, which also holds every message's shape, checked against these types).
 
 /** Emacs -> server requests. */
 export const Requests = {
@@ -133,33 +133,6 @@ export interface MethodDescription {
   direction: Direction;
   kind: "request" | "notification";
 }
-export interface ProtocolDescription {
-  version: number;
-  methods: MethodDescription[];
-  emacsCallKinds: string[];
-  errorCodes: Record<string, number>;
-  /** Each method's params and result keys and their types, and each emacs/call kind's (server/protocol-shapes.ts). */
-  shapes: Record<string, MethodShape>;
-}
-
-/** Every method, direction and kind, the emacs/call kinds, the error codes and the messages' shapes
- *  (printed by --protocol). */
-export function describeProtocol(): ProtocolDescription {
-  const list = (types: Record<string, { method: string }>, direction: Direction, kind: MethodDescription["kind"]) =>
-    Object.values(types).map((t) => ({ method: t.method, direction, kind }));
-  return {
-    version: PROTOCOL_VERSION,
-    methods: [
-      ...list(Requests, "emacs->server", "request"),
-      ...list(ClientNotifications, "emacs->server", "notification"),
-      ...list(ServerNotifications, "server->emacs", "notification"),
-    ],
-    emacsCallKinds: [...EMACS_CALL_KINDS],
-    errorCodes: { ...ErrorCodes },
-    shapes: protocolShapes(),
-  };
-}
-
 // ---------------------------------------------------------------------------------------------------
 // Data shared with the implementation (which imports these from here, never the other way round)
 

@@ -94,5 +94,29 @@
       (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x"))
       (should (= calls 1)))))
 
+(ert-deftest sly-agent-q-protocol-shapes-are-the-servers ()
+  "The generated shapes are those the server describes (--protocol's shapes)."
+  (let ((server (sly-agent-q-protocol-test--server)))
+    (should (equal (sort (mapcar (lambda (s) (symbol-name (car s))) (alist-get 'shapes server)) #'string<)
+                   (sort (mapcar #'car sly-agent-q-protocol-shapes) #'string<)))))
+
+(ert-deftest sly-agent-q-protocol-renamed-key-fails ()
+  "The configuration Emacs writes out is in shape; renamed in the description, a key fails the check."
+  (let* ((sly-agent-q-model "claude-sonnet-4-5")
+         (params (list :configuration (sly-agent-q-server-configuration)))
+         (renamed (copy-tree sly-agent-q-protocol-shapes)))
+    (should (plist-get (plist-get params :configuration) :model))
+    (should-not (sly-agent-q-protocol-check "configuration/change" :params params))
+    ;; The description with "model" renamed: the same message no longer passes.
+    (let* ((entry (cdr (assoc "configuration/change" renamed)))
+           (keys (plist-get (cdr (assoc "configuration" (plist-get entry :params))) :keys)))
+      (setcar (assoc "model" keys) "modelRenamed"))
+    (let ((sly-agent-q-protocol-shapes renamed))
+      (should (member "configuration/change :params.configuration: unknown key model"
+                      (sly-agent-q-protocol-check "configuration/change" :params params))))
+    ;; And a key Emacs would misspell is caught against the real description.
+    (should (member "chat/send :params: unknown key txt"
+                    (sly-agent-q-protocol-check "chat/send" :params '(:txt "hi"))))))
+
 (provide 'sly-agent-q-protocol-test)
 ;;; sly-agent-q-protocol-test.el ends here

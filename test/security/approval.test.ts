@@ -16,9 +16,10 @@ it("an approval request lists the arguments in the tool's order, with capability
   // The model puts a long content first, hoping the path is cut off.
   await s.call("file_write", { content: "x".repeat(5000), file_path: "x/../../../etc/passwd" });
   const a = s.approvals[0];
-  expect(a).toMatchObject({ tool: "file_write", capability: "write_file", categories: ["buffer", "filesystem"], safetyLevel: "dangerous", reason: { kind: "level", level: "dangerous" } });
-  expect(Object.keys(a.arguments)).toEqual(["file_path", "content"]);
-  expect(a.arguments.file_path).toBe("x/../../../etc/passwd");
+  expect(a).toMatchObject({ tool: "file_write", capability: "write_file", review: "target", categories: ["buffer", "filesystem"], safetyLevel: "dangerous", reason: { kind: "level", level: "dangerous" } });
+  // Under the primary tool's names, so that Emacs prepares the review without knowing the alias.
+  expect(Object.keys(a.arguments)).toEqual(["path", "content"]);
+  expect(a.arguments.path).toBe("x/../../../etc/passwd");
   expect(a.arguments.content).toHaveLength(5000);
   expect(typeof a.description).toBe("string");
   expect(typeof a.callId).toBe("string");

@@ -49,7 +49,8 @@ export function recordingRegistry(ran: string[]): ToolRegistry {
 }
 
 export function side(): Side {
-  const { client, serverSide } = connectionPair();
+  const pair = connectionPair();
+  const { client, serverSide } = pair;
   const ran: string[] = [];
   const registry = recordingRegistry(ran);
   const logs: string[] = [];
@@ -91,8 +92,8 @@ export function side(): Side {
     dispose: () => {
       chat.cancelAll();
       server.dispose();
-      client.dispose();
-      serverSide.dispose();
+      // Throws when a message either end sent was out of the protocol's shape.
+      pair.dispose();
     },
   };
   server.listen();

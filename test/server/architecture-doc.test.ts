@@ -5,7 +5,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { describeProtocol, EMACS_CALL_KINDS } from "../../server/protocol.js";
+import { EMACS_CALL_KINDS } from "../../server/protocol.js";
+import { describeProtocol } from "../../server/protocol-description.js";
 // @ts-expect-error -- a plain ESM script without type declarations
 import { emacsCallKinds, protocolMethods, protocolTable, withTable } from "../../scripts/protocol-doc.mjs";
 

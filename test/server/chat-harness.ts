@@ -16,6 +16,8 @@ export interface Note {
 }
 
 export interface ChatHarness {
+  /** What was out of the protocol's shape so far (connectionPair). */
+  problems: string[];
   client: MessageConnection;
   server: AgentServer;
   chat: ChatService;
@@ -63,7 +65,8 @@ export function recordNotes(client: MessageConnection, onNote?: (n: Note) => voi
 }
 
 export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness> {
-  const { client, serverSide } = connectionPair();
+  const pair = connectionPair();
+  const { client, serverSide } = pair;
   const server = new AgentServer(serverSide, { registry: opts.registry, logger: new Logger("error", () => undefined) });
   const chat = registerChatHandlers(server, { retry: { maxRetries: 1, baseDelayMs: 1, maxDelayMs: 2 }, env: {} });
   const { notes, waitFor } = recordNotes(client, (n) => opts.onNote?.(n, client));
@@ -78,10 +81,10 @@ export async function connectChat(opts: ChatHarnessOptions): Promise<ChatHarness
   const ended = (turnId: string) => waitFor((n) => (n.method === "chat/turnFinished" || n.method === "chat/turnFailed") && n.params.turnId === turnId);
   const dispose = () => {
     chat.cancelAll();
-    client.dispose();
-    serverSide.dispose();
+    // Throws when a message either end sent was out of the protocol's shape.
+    pair.dispose();
   };
-  return { client, server, chat, notes, waitFor, ended, dispose };
+  return { client, server, chat, notes, waitFor, ended, dispose, problems: pair.problems };
 }
 
 /** A dangerous Node tool the chat tests approve or deny. */

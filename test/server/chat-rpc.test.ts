@@ -191,6 +191,7 @@ describe("chat over JSON-RPC", () => {
     await expect(s.client.sendRequest("chat/send", { conversationId: first.conversationId, text: "x" })).rejects.toMatchObject({ code: ErrorCodes.unknownConversation });
     expect(await s.client.sendRequest("conversation/delete", { conversationId: first.conversationId })).toEqual({ deleted: false });
     await expect(s.client.sendRequest("conversation/delete", {})).rejects.toMatchObject({ message: expect.stringContaining("conversationId") });
+    s.problems.splice(0); // sent out of shape on purpose
   });
 
   it("passes tool_choice and includes the project's instructions file", async () => {

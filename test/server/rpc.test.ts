@@ -18,6 +18,8 @@ interface Harness {
   cancels: { id: string; reason: string }[];
   /** How Emacs answers each emacs/call; default: no answer. */
   answer: (call: EmacsCallParams) => { result?: unknown; error?: { message: string } } | undefined;
+  /** What was out of the protocol's shape so far (connectionPair). */
+  problems: string[];
   dispose(): void;
 }
 
@@ -31,6 +33,7 @@ function harness(): Harness {
   const h: Harness = {
     client: pair.client,
     server,
+    problems: pair.problems,
     calls: [],
     cancels: [],
     answer: () => undefined,
@@ -87,6 +90,7 @@ describe("JSON-RPC server", () => {
     await init(h);
     await expect(h.client.sendRequest("no/such/method", {})).rejects.toMatchObject({ code: -32601 });
     await expect(h.client.sendRequest("tools/call", { name: 5 })).rejects.toMatchObject({ code: -32602 });
+    h.problems.splice(0); // sent out of shape on purpose
     const list = await h.client.sendRequest<ToolsListResult>("tools/list", {});
     expect(list.tools.length).toBeGreaterThan(10);
   });
@@ -212,6 +216,7 @@ describe("JSON-RPC server", () => {
     void h.client.sendNotification("emacs/reply", { nonsense: true });
     void h.client.sendNotification("emacs/reply", null);
     await sleep(20);
+    h.problems.splice(0); // sent out of shape on purpose
     const list = await h.client.sendRequest<ToolsListResult>("tools/list", {});
     expect(list.tools.length).toBeGreaterThan(0);
   });

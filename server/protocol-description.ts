@@ -1,10 +1,11 @@
-// The protocol's messages in shape: every method's params and result keys and their types, and each
+// The protocol described as data (what --protocol prints): its methods, the emacs/call kinds, the error
+// codes, and the messages in shape: every method's params and result keys and their types, and each
 // kind of emacs/call's params and reply result, as data. Each shape is checked by the compiler against
 // the type server/protocol.ts declares (a key renamed, added or dropped there fails to compile here),
 // so that this description, which `--protocol` prints and `make generate` turns into Emacs's table,
 // is protocol.ts's own. checkMessage holds a message against it: the suites check what both ends send.
 
-import type * as P from "./protocol.js";
+import * as P from "./protocol.js";
 
 /** A key's type: "string", "number", "boolean", "object", "array" or "any", with "?" when optional;
  *  or, for an object whose keys are checked too, its shape. */
@@ -127,7 +128,9 @@ function typeProblem(tag: string, value: unknown): boolean {
 
 /** What is wrong with VALUE as SHAPE (nothing: []): keys it lacks or does not know, values of another type. */
 export function checkShape(shape: MessageShape | null, value: unknown, where: string): string[] {
-  if (shape === null) return value === null || value === undefined ? [] : [`${where}: carries ${JSON.stringify(value)?.slice(0, 80)}, expected nothing`];
+  // No params: absent, null, or an empty object (as clients send for a request without params).
+  const empty = value === null || value === undefined || (isObject(value) && Object.keys(value).length === 0);
+  if (shape === null) return empty ? [] : [`${where}: carries ${JSON.stringify(value)?.slice(0, 80)}, expected nothing`];
   if (!isObject(value)) return [`${where}: expected an object, got ${JSON.stringify(value)?.slice(0, 80)}`];
   const problems: string[] = [];
   for (const key of Object.keys(value)) if (!Object.prototype.hasOwnProperty.call(shape, key)) problems.push(`${where}: unknown key ${key}`);
@@ -161,3 +164,31 @@ export function checkMessage(shapes: Record<string, MethodShape>, method: string
   }
   return problems;
 }
+
+export interface ProtocolDescription {
+  version: number;
+  methods: P.MethodDescription[];
+  emacsCallKinds: string[];
+  errorCodes: Record<string, number>;
+  /** Each method's params and result keys and their types, and each emacs/call kind's . */
+  shapes: Record<string, MethodShape>;
+}
+
+/** Every method, direction and kind, the emacs/call kinds, the error codes and the messages' shapes
+ *  (printed by --protocol). */
+export function describeProtocol(): ProtocolDescription {
+  const list = (types: Record<string, { method: string }>, direction: P.Direction, kind: P.MethodDescription["kind"]) =>
+    Object.values(types).map((t) => ({ method: t.method, direction, kind }));
+  return {
+    version: P.PROTOCOL_VERSION,
+    methods: [
+      ...list(P.Requests, "emacs->server", "request"),
+      ...list(P.ClientNotifications, "emacs->server", "notification"),
+      ...list(P.ServerNotifications, "server->emacs", "notification"),
+    ],
+    emacsCallKinds: [...P.EMACS_CALL_KINDS],
+    errorCodes: { ...P.ErrorCodes },
+    shapes: protocolShapes(),
+  };
+}
+
