@@ -40,7 +40,7 @@ test-elisp: build
 test-e2e: build
 	@bash -c '. scripts/vendor-sly.sh; exec test/e2e/run.sh'
 
-# The trust boundary, attacked (issue 10): vitest against the server, ERT with the real server and image.
+# The trust boundary, attacked: vitest against the server, ERT with the real server and image.
 test-security: build
 	@bash -c '. scripts/vendor-sly.sh; exec test/security/run.sh'
 

@@ -33,7 +33,7 @@
 ;; and measures figures 1 and 2 against a bare `sly-eval'.
 ;;
 ;; With BENCH_EVENTS_LOG=on it measures the same with jsonrpc's events log on
-;; (`sly-agent-q-events-buffer-size' 2,000,000, the default until issue 16;
+;; (`sly-agent-q-events-buffer-size' 2,000,000, the former default;
 ;; the package ships with it off).  bench/run.sh runs both, each in a fresh
 ;; Emacs and SBCL.
 ;;

@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { BUNDLE, ROOT, median, record, rssMb, sleep, startMock, startServer } from "./lib.mjs";
 import { estimate, split } from "./tokens.mjs";
 
-/** Figure 6's target: the fixed prefix of a request with every tool offered (issue 16). */
+/** Figure 6's target: the fixed prefix of a request with every tool offered. */
 const PREFIX_TARGET = 3500;
 
 const STARTS = Number(process.env.BENCH_STARTS ?? 20);

@@ -44,13 +44,10 @@
 (require 'sly-agent-q-display)
 
 (defvar sly-dispatching-connection)
-(defvar sly-default-connection)
 (defvar sly-buffer-package)
 (defvar sly-net-processes)
 (defvar sly-net-process-close-hooks)
 (defvar slime-dispatching-connection)
-(defvar slime-default-connection)
-(defvar slime-buffer-package)
 (defvar slime-net-processes)
 (defvar slime-net-process-close-hooks)
 (defvar slime-log-events)
@@ -212,10 +209,6 @@ Return nil when no Lisp is connected."
     (cl-loop for a in adapters
              for conn = (funcall (sly-agent-q-bridge-adapter-connection a))
              when conn return (cons a conn))))
-
-(defun sly-agent-q-bridge-connected-p ()
-  "Non-nil if a Lisp is connected through SLY or SLIME."
-  (and (sly-agent-q-bridge-current) t))
 
 (defun sly-agent-q-bridge-current-package ()
   "The current package of the connected Lisp's REPL, or nil."

@@ -204,7 +204,7 @@ Set it for a local model (Ollama...) the table does not know: the
 history is compacted when it nears this size."
   :type '(choice (const :tag "From the server's models table" nil) integer))
 
-;; Off by default (issue 16).  jsonrpc.el pretty-prints every message into
+;; Off by default.  jsonrpc.el pretty-prints every message into
 ;; its events buffer, and once the buffer is full trims it from the front
 ;; for every message: the largest cost on the tool path that this package
 ;; controls.  make bench (README, Benchmarks; 2 cores at load 2.5-4), log
@@ -493,10 +493,6 @@ Without a connection, nothing is written."
 (defun sly-agent-q-server-connection ()
   "The current connection, or nil."
   sly-agent-q--connection)
-
-(defun sly-agent-q-server-init-result ()
-  "The server's answer to initialize, a plist (or nil before it came)."
-  (and sly-agent-q--connection (sly-agent-q--init-result sly-agent-q--connection)))
 
 (defun sly-agent-q--capabilities ()
   "What this Emacs can do for the server."
@@ -1011,10 +1007,6 @@ collection held off happens at Emacs's next allocation check."
 (defun sly-agent-q-call-on-cancel (call function)
   "Run FUNCTION with a reason if CALL is cancelled or its server dies."
   (push function (sly-agent-q-call-cancel-functions call)))
-
-(defun sly-agent-q-call-live-p (call)
-  "Non-nil if CALL still waits for an answer."
-  (not (sly-agent-q-call-done call)))
 
 (defvar sly-agent-q--secrets-cache nil
   "(KEY ENVIRONMENT SECRETS): the last answer of `sly-agent-q-server-secrets'.

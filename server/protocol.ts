@@ -216,7 +216,7 @@ export interface ToolResult {
 // turn's included). A configuration that is rejected
 // (ErrorCodes.invalidConfiguration, with a message naming the field) leaves the previous one in force.
 //
-// Trust (issue 10; enforced in one place, the executor, through server/tools/policy.ts):
+// Trust (enforced in one place, the executor, through server/tools/policy.ts):
 // - Offered: tools whose effective level is at most maxSafetyLevel, in `categories` (if given),
 //   aliases only with offerAliases, whose runtime the client supports, and not denied by a rule
 //   without an argument. Only offered tools run; any other name (tools/call included) gets an error
@@ -787,7 +787,7 @@ export const ErrorCodes = {
 } as const;
 
 // ---------------------------------------------------------------------------------------------------
-// MCP (issue 15): the registry served over MCP, and MCP servers used as a client.
+// MCP: the registry served over MCP, and MCP servers used as a client.
 
 export interface McpStartParams {
   /** Where the URL and token are written (mode 0600); Emacs decides. */

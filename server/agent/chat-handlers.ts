@@ -231,7 +231,7 @@ export class ChatService {
     } catch (err) {
       return err instanceof ProviderError ? err.message : String(err);
     }
-    // The policy gives both the offered tools and the executor's check (issue 10); the check asks for
+    // The policy gives both the offered tools and the executor's check; the check asks for
     // it again at each call, so that a change of configuration (a revoked permission) applies at once.
     let policy: ToolPolicy;
     try {

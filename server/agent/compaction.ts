@@ -1,4 +1,4 @@
-// Compaction (issue 14): when a conversation's history nears the model's context window, or on the
+// Compaction: when a conversation's history nears the model's context window, or on the
 // user's request, its older turns are replaced, for the model only, by a summary the model writes.
 // The saved file and the chat keep every message; the file records where the summary applies.
 //

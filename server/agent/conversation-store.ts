@@ -1,4 +1,4 @@
-// Conversations on disk (issue 14): one JSON Lines file per conversation, one record per line,
+// Conversations on disk: one JSON Lines file per conversation, one record per line,
 // appended as the conversation happens (each message, each tool result, each turn's usage), never
 // rewritten. A record is one write(2) of one line, so a crash leaves at worst a last line cut
 // short; reading stops before such a line, and reopening seals it off with a `sealed` record so that

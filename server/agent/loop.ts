@@ -1,9 +1,9 @@
-// The agent loop (seed 000, "Enhanced Agent Loop"): one streamed LLM request per step; the tool calls
+// The agent loop ("Enhanced Agent Loop"): one streamed LLM request per step; the tool calls
 // that stream carried are all executed and answered in one message of results; repeat until the
 // model answers without tools, the step limit, the turn's time limit, a cancellation or an error.
 // Whatever ends the turn, the conversation's history is left in a state both APIs accept.
 //
-// The turn is a state machine (issue 11, after gptel-fsm): turn-states.ts declares the states and the
+// The turn is a state machine (after gptel-fsm): turn-states.ts declares the states and the
 // transitions table; driveTurn below runs one handler per live state, each returning the next state.
 
 import type { StopReason, ToolChoice, TurnFailureKind, TurnState, Usage } from "../protocol.js";

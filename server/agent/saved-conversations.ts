@@ -1,4 +1,4 @@
-// Saved conversations (issue 14) on the server: a conversation started while the configuration names a
+// Saved conversations on the server: a conversation started while the configuration names a
 // conversationDirectory is saved as it happens (conversation-store.ts); conversation/saved lists a
 // project's files, conversation/resume brings one back (also done by chat/send for a conversation
 // this server does not hold: the server restarted), conversation/rename and conversation/export work

@@ -1,4 +1,4 @@
-// The system prompt (seed 000, "Updated System Prompt"). The tool schemas sent with every request
+// The system prompt. The tool schemas sent with every request
 // carry each tool's full description, so the prompt says only what they cannot: how to work in a
 // live image, which offered tools ask the user first or are logged under the user's trust levels
 // (the schemas carry the declared level, not the user's overrides), the editor's context (current

@@ -1,4 +1,4 @@
-// The states of a turn and which state may follow which (issue 11), after gptel's
+// The states of a turn and which state may follow which, after gptel's
 // `gptel-request--transitions`: one frozen table, read by the loop (loop.ts drives a turn through it,
 // one handler per state), by the chat/turnState notification, by doc/turn-states.md's diagram (a test
 // compares the two) and by the tests. A transition the table does not list is a bug: it throws.

@@ -1,4 +1,4 @@
-// MCP servers our agent uses (issue 15): each configured server (the .mcp.json format, stdio or HTTP)
+// MCP servers our agent uses: each configured server (the .mcp.json format, stdio or HTTP)
 // is connected, and its tools are registered beside ours as mcp__SERVER__TOOL, at the trust level the
 // user gave that server (default dangerous: every call asks). They run through the same executor and
 // policy as every other tool. A server that fails to start or dies is reported, never fatal; a call

@@ -1,4 +1,4 @@
-// The registry served over MCP (issue 15): Streamable HTTP on 127.0.0.1 with a random bearer token.
+// The registry served over MCP: Streamable HTTP on 127.0.0.1 with a random bearer token.
 // Every call goes through the agent's own executor and policy (safe runs, cautious is audited,
 // dangerous asks in Emacs naming the MCP client and is denied when nobody answers in time). What may
 // connect: only a request to the loopback interface, with a loopback Host (and Origin, when sent:

@@ -1,7 +1,7 @@
-// The tool executor (seed 004): one result per call, in order, with matching ids; arguments validated
+// The tool executor: one result per call, in order, with matching ids; arguments validated
 // before anything runs; the policy decides (only offered tools run; rules and levels say run, ask or
 // deny; cautious runs are audited); nothing a handler does escapes, and no known secret leaves in a
-// result (issue 10: this is the trust boundary's single enforcement point).
+// result (this is the trust boundary's single enforcement point).
 
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { redact } from "../log.js";
@@ -537,7 +537,7 @@ export class Executor {
         const r = hook(event);
         if (r && typeof (r as Promise<unknown>).catch === "function") (r as Promise<unknown>).catch(() => undefined);
       } catch {
-        // A failing hook never breaks the call (seed 004).
+        // A failing hook never breaks the call.
       }
     }
   }

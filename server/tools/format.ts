@@ -1,4 +1,4 @@
-// Turning whatever a handler returns into the string the model reads (seed 004, "Result Formatting").
+// Turning whatever a handler returns into the string the model reads ("Result Formatting").
 
 export function formatResult(value: unknown): string {
   if (typeof value === "string") return value;

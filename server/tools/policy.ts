@@ -1,4 +1,4 @@
-// The trust policy (issue 10): the one place that decides, from the user's configuration, which tools
+// The trust policy: the one place that decides, from the user's configuration, which tools
 // are offered and whether a call runs, asks or is refused. The agent loop's offered list and the
 // executor's check both come from a ToolPolicy, so they cannot disagree. Decisions follow the
 // capability (the primary tool behind an alias, its categories), never the spelling the model used.

@@ -1,4 +1,4 @@
-// The tool registry (seed 002): register, get, list, filter, and the description the model sees
+// The tool registry: register, get, list, filter, and the description the model sees
 // (each provider builds its own wire format from it).
 
 import { safetyRank, type ModelSchema, type SafetyLevel, type Tool } from "./tool.js";

@@ -1,4 +1,4 @@
-// The tool protocol (seed 001): what a tool is, and the checks a definition must pass at load time.
+// The tool protocol: what a tool is, and the checks a definition must pass at load time.
 
 import { REVIEW_KINDS } from "../protocol.js";
 import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
@@ -101,7 +101,7 @@ export class ToolError extends Error {
   }
 }
 
-/** A tool definition that breaks an invariant of seed 001. Thrown at load time. */
+/** A tool definition that breaks an invariant of the tool protocol. Thrown at load time. */
 export class ToolDefinitionError extends Error {
   constructor(tool: string, problem: string) {
     super(`Invalid tool definition "${tool}": ${problem}`);

@@ -198,7 +198,7 @@ CALLBACK gets the turn's outcome."
                                  (cl:make-instance 'my-app::my-class :name "x" :items '(7))))
                      "#<MY-CLASS x: 7>")))))
 
-;;;; The Lisp programmer's loop (issue 12)
+;;;; The Lisp programmer's loop
 
 (defun e2e-project-fixture (root)
   "Copy MY-APP (an ASDF system with its FiveAM tests) to ROOT; the image learns its .asd there.
@@ -406,7 +406,7 @@ the image's definition records that file, and the recorded position is the new f
       (should (equal (e2e-eval 'my-app::*scale*) 1))
       (should (string-match-p "no evaluation today" (car (car (sly-agent-q-test-tool-results))))))))
 
-;;;; The user's debugger (issue 13)
+;;;; The user's debugger
 
 (defun e2e-repl-buffer ()
   "The REPL buffer of the Lisp mode under test."
@@ -878,7 +878,7 @@ live image after the agent loaded the helpers there."
     (let ((inhibit-read-only t))
       (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice"))))
 
-;;;; MCP (issue 15): the official MCP client reaches this image through Emacs
+;;;; MCP: the official MCP client reaches this image through Emacs
 
 (defvar sly-agent-q-mcp-state-file)
 

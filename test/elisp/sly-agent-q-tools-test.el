@@ -813,7 +813,7 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
                             (sly-agent-q-tools-test--ok "file_exists" :path "nope.lisp")))
     (should (string-match-p "outside" (sly-agent-q-tools-test--fails "file_exists" :path "/etc/passwd")))))
 
-;;;; replace_definition and insert_form (issue 12)
+;;;; replace_definition and insert_form
 
 (ert-deftest sly-agent-q-tools-test-one-form-check ()
   "The new form of a definition edit must be one balanced form, by Emacs's sexp scanner."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trust-boundary suite (issue 10): the server's vitest files test/security/*.test.ts, then each
+# The trust-boundary suite: the server's vitest files test/security/*.test.ts, then each
 # test/security/*-test.el in its own `emacs -Q --batch` (under SLIME, and again under SLY when SLY_DIR
 # names a SLY checkout, for the tests that drive a real image).
 # Ends with one line: security: N passed, N failed, N skipped.

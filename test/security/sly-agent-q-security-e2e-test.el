@@ -75,7 +75,7 @@ A failing assertion then shows a count, not a whole buffer."
               (should (sly-agent-q-security-e2e--count "[secret ANTHROPIC_API_KEY redacted]" chat)))))
       (delete-directory root t))))
 
-;;;; The programmer's loop's edits (issue 12)
+;;;; The programmer's loop's edits
 
 (declare-function slime-eval "ext:slime")
 (declare-function sly-eval "ext:sly")

@@ -2,8 +2,8 @@
 
 ;;; Commentary:
 
-;; One test per attack of issue 10 on the Emacs side (and issue 18
-;; item 5, saving the Emacs way).  Each test plays a hostile or
+;; One test per attack on the trust boundary from the Emacs side (and
+;; saving the Emacs way).  Each test plays a hostile or
 ;; confused model against the real tools and checks the world: the
 ;; disk, the buffers, the handlers Emacs entered, the state of Emacs.
 ;; Run with test/security/run.sh.
@@ -432,7 +432,7 @@ the user's review sees every hunk and its answer alone says what is applied."
           (let ((file-name-handler-alist
                  (cons '(":" . sly-agent-q-security-test--spy-handler) file-name-handler-alist))
                 (sly-agent-q-max-safety-level 'dangerous)
-                ;; Aliases run only when offered (issue 10, attack 1).
+                ;; Aliases run only when offered (attack 1).
                 (sly-agent-q-extra-configuration '(:offerAliases t)))
             (sly-agent-q-test-with-server
                 `((steps . [,(sly-agent-q-security-test--tool-step "file_read" `((file_path . ,path)))
@@ -475,7 +475,7 @@ the user's review sees every hunk and its answer alone says what is applied."
       (should (equal (aref (plist-get out :nested) 1)
                      "short /home/someone not-a-secret-at-all")))))
 
-;;;; Issue 18 item 5: saving the Emacs way
+;;;; Saving the Emacs way
 
 (ert-deftest sly-agent-q-security-saves-run-the-users-save-machinery ()
   "buffer_save and write_file run before-save-hook and after-save-hook, make backups, never ask."

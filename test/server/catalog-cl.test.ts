@@ -1,4 +1,4 @@
-// The image tools are declared once, in the catalog (issue 11): lisp-cl's define-tool forms are only
+// The image tools are declared once, in the catalog: lisp-cl's define-tool forms are only
 // handlers, taking the catalog's parameters by name as &key (generic_function is GENERIC-FUNCTION).
 // This reads lisp-cl/*.lisp and fails when the two disagree: a handler for a tool the catalog does not
 // run in the image, an image tool without a handler, or a handler's keywords that are not the

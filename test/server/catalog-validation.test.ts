@@ -1,5 +1,5 @@
 // A tool is declared once, in the catalog; Emacs's and the image's handlers take their arguments by
-// name and do not check types again (issue 11). So a call whose arguments do not fit the catalog must
+// name and do not check types again. So a call whose arguments do not fit the catalog must
 // be refused here, with a message naming the parameter, and never reach Emacs or the image. (These
 // are the checks test/elisp's tools test made of Emacs's own argument parsing before.)
 
@@ -53,7 +53,7 @@ describe("arguments are checked against the catalog before any handler runs", ()
   });
 });
 
-// lisp-cl's define-tool takes the catalog's parameters by name and checks no types (issue 11): the
+// lisp-cl's define-tool takes the catalog's parameters by name and checks no types: the
 // image refused these calls itself before (test/cl/tests.lisp asserted it); now the server must, and
 // the image is never asked.
 describe("image tools validate at the server", () => {

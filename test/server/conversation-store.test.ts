@@ -1,4 +1,4 @@
-// The conversation files (issue 14): written as the conversation happens, read back after a crash
+// The conversation files: written as the conversation happens, read back after a crash
 // cut the last write short, refused (named, untouched) when corrupt, foreign or locked by a live server.
 
 import { spawn } from "node:child_process";

@@ -36,7 +36,7 @@ function expectInvariants(calls: { id: string }[], results: ToolResult[]) {
   });
 }
 
-describe("executor (seed 004)", () => {
+describe("executor", () => {
   it("runs a safe tool and formats its result", async () => {
     const { executor } = setup();
     const [r] = await executor.executeAll([{ id: "1", name: "safe_echo", arguments: { text: "hi" } }]);

@@ -1,4 +1,4 @@
-// Issue 18 item 2: one image timeout. Emacs's sly-agent-q-image-timeout (imageTimeoutMs in the
+// One image timeout. Emacs's sly-agent-q-image-timeout (imageTimeoutMs in the
 // configuration) and the helpers' load timeout set the executor's deadline for image tools, so the
 // server never cuts an evaluation the image and Emacs still allow.
 

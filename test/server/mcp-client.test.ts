@@ -1,4 +1,4 @@
-// MCP servers used by our agent (issue 15): a real stdio MCP server written with the SDK (the
+// MCP servers used by our agent: a real stdio MCP server written with the SDK (the
 // fixture), the real bundle, the scripted model. This test stands in for Emacs (approvals).
 
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";

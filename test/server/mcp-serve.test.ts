@@ -1,4 +1,4 @@
-// The registry served over MCP (issue 15), tested with the real bundle and the official MCP client
+// The registry served over MCP, tested with the real bundle and the official MCP client
 // from the SDK. This test stands in for Emacs on the bundle's stdio (it answers emacs/call for
 // tools and approvals); the real Emacs and Lisp are in test/e2e.
 

@@ -115,7 +115,7 @@ describe("JSON-RPC server", () => {
 
   it("renames an alias's parameters onto the shared capability", async () => {
     const h = harness();
-    // Issue 10: an alias runs only when aliases are offered.
+    // An alias runs only when aliases are offered.
     await init(h, { configuration: { offerAliases: true } });
     h.answer = () => ({ result: { content: "text" } });
     await h.client.sendRequest<ToolResult>("tools/call", { name: "file_read", arguments: { file_path: "a.lisp" } });

@@ -1,4 +1,4 @@
-// Saved conversations through the real bundle (issue 14): a conversation outlives its server, killed
+// Saved conversations through the real bundle: a conversation outlives its server, killed
 // between turns or in the middle of one; the model then receives the identical history; the saved
 // list, resume, rename, export and delete work on the files.
 

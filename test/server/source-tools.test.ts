@@ -1,4 +1,4 @@
-// The programmer's loop (issue 12) at the server: replace_definition and insert_form are located by the
+// The programmer's loop at the server: replace_definition and insert_form are located by the
 // image, shown to the approval as the file edit they make, applied by Emacs's propose_file_edit with the
 // user's accepted hunks, and compiled from the file; read_definition prefers the visiting buffer's text.
 // Emacs and the image are faked here; test/e2e runs the same with the real ones.

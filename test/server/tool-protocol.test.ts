@@ -15,7 +15,7 @@ const base: ToolSpec = {
   handler: echo,
 };
 
-describe("defineTool invariants (seed 001)", () => {
+describe("defineTool invariants", () => {
   it("accepts a valid definition and builds its JSON Schema", () => {
     const t = defineTool(base);
     expect(t.schema).toEqual({ type: "object", properties: base.parameters, required: ["a"], additionalProperties: false });
@@ -65,7 +65,7 @@ describe("defineTool invariants (seed 001)", () => {
   }
 });
 
-describe("registry (seed 002)", () => {
+describe("registry", () => {
   it("registers idempotently, overwriting by name", () => {
     const r = new ToolRegistry();
     const a = testTool("alpha", echo);

@@ -1,4 +1,4 @@
-// The turn as a state machine (issue 11): the states a real server reports through chat/turnState for
+// The turn as a state machine: the states a real server reports through chat/turnState for
 // each kind of turn, against the scripted mock LLM; every transition taken is in the table; the table
 // reaches every state; each tool result is reported once, cancelled or timed out; an illegal
 // transition throws; doc/turn-states.md's diagram has exactly the table's edges.

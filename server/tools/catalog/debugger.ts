@@ -1,4 +1,4 @@
-// Tools for the user's debugger and the running program (issue 13): the debugger's state, locals,
+// Tools for the user's debugger and the running program: the debugger's state, locals,
 // evaluation in a frame and restarts (answered by Emacs, which knows each debugger's thread and level:
 // lisp-elisp/sly-agent-q-debugger.el), and threads, tracing, disassembly and profiling in the image
 // (lisp-cl/threads.lisp, lisp-cl/trace.lisp). Descriptions stay terse: every tool costs prompt tokens.

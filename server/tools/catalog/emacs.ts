@@ -1,4 +1,4 @@
-// Tools that run in Emacs: buffers, files, navigation and the reviewed file edit (seeds 000 and 003).
+// Tools that run in Emacs: buffers, files, navigation and the reviewed file edit.
 // Emacs owns every buffer, so that a buffer visiting a file is never clobbered behind the user's back.
 // Where the two seeds name one capability twice, the alias maps its parameters onto the primary's.
 

@@ -1,4 +1,4 @@
-// Tools that run inside the user's Lisp image (seed 000: introspection and execution).
+// Tools that run inside the user's Lisp image (introspection and execution).
 // Their work is done by lisp-cl/ helpers; see inImage and imageTool (handlers.ts).
 
 import { inImage } from "../handlers.js";

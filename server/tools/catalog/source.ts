@@ -1,4 +1,4 @@
-// The Lisp programmer's loop (issue 12): where a definition lives, its source form, replacing it in its
+// The Lisp programmer's loop: where a definition lives, its source form, replacing it in its
 // file (reviewed as a diff, then compiled from the file so that image and file agree), ASDF systems and
 // their tests, and the backend's other cross-references. The image does the looking up and compiling
 // (lisp-cl/source.lisp, systems.lisp, testing.lisp); Emacs makes the file edit, confined to the project.
