@@ -83,17 +83,8 @@ The server sends Emacs notifications only: what may wait goes through
 
 (defconst sly-agent-q-protocol-shapes
   '(("initialize"
-     :params (("clientInfo" . "object?") ("capabilities" . "object?")
-      ("configuration" :optional t :keys (("provider" . "string?") ("model" . "string?")
-      ("apiKey" . "string?") ("baseUrl" . "string?") ("maxTokens" . "number?")
-      ("temperature" . "number?") ("maxSteps" . "number?") ("turnTimeoutMs" . "number?")
-      ("streamIdleTimeoutMs" . "number?") ("safetyOverrides" . "object?")
-      ("categoryLevels" . "object?") ("permissionRules" . "array?")
-      ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
-      ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
-      ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
-      ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
-      ("conversationDirectory" . "string?") ("logLevel" . "string?"))) ("context" . "object?"))
+     :params (("clientInfo" . "object?") ("capabilities" . "object?") ("configuration" . "Configuration?")
+      ("context" . "object?"))
      :result (("serverInfo" . "object") ("protocolVersion" . "number") ("tools" . "array")))
     ("shutdown"
      :params nil
@@ -106,16 +97,7 @@ The server sends Emacs notifications only: what may wait goes through
      :result (("id" . "string") ("name" . "string") ("success" . "boolean") ("content" . "string")
       ("error" . "string?") ("metadata" . "object")))
     ("configuration/change"
-     :params (("configuration" :optional t :keys (("provider" . "string?") ("model" . "string?")
-      ("apiKey" . "string?") ("baseUrl" . "string?") ("maxTokens" . "number?")
-      ("temperature" . "number?") ("maxSteps" . "number?") ("turnTimeoutMs" . "number?")
-      ("streamIdleTimeoutMs" . "number?") ("safetyOverrides" . "object?")
-      ("categoryLevels" . "object?") ("permissionRules" . "array?")
-      ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
-      ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
-      ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
-      ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
-      ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
+     :params (("configuration" . "Configuration?"))
      :result (("tools" . "array")))
     ("chat/send"
      :params (("conversationId" . "string?") ("text" . "string") ("context" . "object?")
@@ -129,16 +111,7 @@ The server sends Emacs notifications only: what may wait goes through
      :params (("conversationId" . "string") ("turnId" . "string"))
      :result (("running" . "boolean")))
     ("conversation/new"
-     :params (("configuration" :optional t :keys (("provider" . "string?") ("model" . "string?")
-      ("apiKey" . "string?") ("baseUrl" . "string?") ("maxTokens" . "number?")
-      ("temperature" . "number?") ("maxSteps" . "number?") ("turnTimeoutMs" . "number?")
-      ("streamIdleTimeoutMs" . "number?") ("safetyOverrides" . "object?")
-      ("categoryLevels" . "object?") ("permissionRules" . "array?")
-      ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
-      ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
-      ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
-      ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
-      ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
+     :params (("configuration" . "Configuration?"))
      :result (("conversationId" . "string") ("saveError" . "string?")))
     ("conversation/list"
      :params nil
@@ -256,10 +229,23 @@ The server sends Emacs notifications only: what may wait goes through
 Each entry is (NAME :params SHAPE :result SHAPE), NAME a method or
 \"emacs/call:KIND\" for the params and reply result of that kind of
 call.  A SHAPE is a list of (KEY . TYPE), TYPE one of \"string\",
-\"number\", \"boolean\", \"object\", \"array\" or \"any\", ending in
-\"?\" when the key may be absent, or of (KEY :optional BOOL :keys SHAPE)
-for an object whose keys are checked too; nil when the message
-carries no object.")
+\"number\", \"boolean\", \"object\", \"array\" or \"any\", or the
+name of a shape of `sly-agent-q-protocol-shape-types' for an object
+whose keys are checked too, ending in \"?\" when the key may be
+absent; nil when the message carries no object.")
+
+(defconst sly-agent-q-protocol-shape-types
+  '(("Configuration"
+     . (("provider" . "string?") ("model" . "string?") ("apiKey" . "string?")
+       ("baseUrl" . "string?") ("maxTokens" . "number?") ("temperature" . "number?")
+       ("maxSteps" . "number?") ("turnTimeoutMs" . "number?") ("streamIdleTimeoutMs" . "number?")
+       ("safetyOverrides" . "object?") ("categoryLevels" . "object?") ("permissionRules" . "array?")
+       ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
+       ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
+       ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
+       ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
+       ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
+  "The shapes that keys of `sly-agent-q-protocol-shapes' name, by name.")
 
 (provide 'sly-agent-q-protocol-table)
 ;;; sly-agent-q-protocol-table.el ends here

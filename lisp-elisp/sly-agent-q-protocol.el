@@ -62,12 +62,12 @@ DIRECTION is `emacs->server' or `server->emacs', KIND `request' or
 ;;;; Messages in shape
 
 (defun sly-agent-q-protocol--object-p (value)
-  "Non-nil if VALUE is a JSON object as jsonrpc.el reads or writes one."
+  "Non-nil if VALUE is a JSON object in the form jsonrpc.el gives it."
   (or (null value) (hash-table-p value)
       (and (consp value) (keywordp (car value)) (cl-evenp (length value)))))
 
 (defun sly-agent-q-protocol--type-p (type value)
-  "Non-nil if VALUE (as jsonrpc.el reads or writes JSON) is of TYPE."
+  "Non-nil if VALUE, JSON in the form jsonrpc.el gives it, is of TYPE."
   (pcase type
     ("string" (stringp value))
     ("number" (numberp value))
@@ -103,20 +103,18 @@ jsonrpc.el reads or writes one (a plist with keyword keys)."
               unless (assoc key shape)
               collect (format "%s: unknown key %s" where key))
      (cl-loop for (key . field) in shape
-              for nested = (consp field)
-              for optional = (if nested (plist-get field :optional) (string-suffix-p "?" field))
+              for optional = (string-suffix-p "?" field)
+              for type = (string-remove-suffix "?" field)
+              for named = (cdr (assoc type sly-agent-q-protocol-shape-types))
               for got = (sly-agent-q-protocol--get value key)
               ;; nil is JSON null (or an empty object, or an absent key): what optional keys may be.
               if (null got)
-              append (unless (or optional (equal field "any") (equal field "object")
-                                 (and (not nested) (string-prefix-p "array" field)))
+              append (unless (or optional (member type '("any" "object" "array")) named)
                        (list (format "%s: missing key %s" where key)))
-              else if nested
-              append (sly-agent-q-protocol-check-shape (plist-get field :keys) got
-                                                       (format "%s.%s" where key))
-              else unless (sly-agent-q-protocol--type-p (string-remove-suffix "?" field) got)
-              collect (format "%s: %s should be %s, is %S" where key
-                              (string-remove-suffix "?" field) got))))))
+              else if named
+              append (sly-agent-q-protocol-check-shape named got (format "%s.%s" where key))
+              else unless (sly-agent-q-protocol--type-p type got)
+              collect (format "%s: %s should be %s, is %S" where key type got))))))
 
 (defun sly-agent-q-protocol-check (name part value)
   "What is wrong with the PART (:params or :result) VALUE of message NAME.

@@ -8,8 +8,8 @@
 import * as P from "./protocol.js";
 
 /** A key's type: "string", "number", "boolean", "object", "array" or "any", with "?" when optional;
- *  or, for an object whose keys are checked too, its shape. */
-export type FieldShape = string | { readonly optional: boolean; readonly keys: MessageShape };
+ *  or, for an object whose keys are checked too, the name of its shape in SHAPE_TYPES ("Configuration"). */
+export type FieldShape = string;
 export type MessageShape = { readonly [key: string]: FieldShape };
 export interface MethodShape {
   params: MessageShape | null;
@@ -18,7 +18,7 @@ export interface MethodShape {
 
 type Base<V> = V extends string ? "string" : V extends number ? "number" : V extends boolean ? "boolean" : V extends readonly unknown[] ? "array" : V extends object ? "object" : "any";
 type Tag<V> = undefined extends V ? `${Base<Exclude<V, undefined>>}?` : Base<V>;
-type Nested<V> = NonNullable<V> extends readonly unknown[] ? never : NonNullable<V> extends object ? { optional: undefined extends V ? true : false; keys: MessageShape } : never;
+type Nested<V> = NonNullable<V> extends readonly unknown[] ? never : NonNullable<V> extends object ? (undefined extends V ? `${ShapeType}?` : ShapeType) : never;
 /** The shape of T: every key of T (none other), each with its type's tag or nested shape. */
 type Shape<T> = { [K in keyof T]-?: Tag<T[K]> | Nested<T[K]> };
 
@@ -30,7 +30,7 @@ type Flat<U> = { [K in KeysOf<U>]: U extends unknown ? (K extends keyof U ? U[K]
 const shape = <T>(s: Shape<T>): MessageShape => s as MessageShape;
 
 /** The configuration, whose keys Emacs writes out: checked key by key wherever it is sent. */
-const configuration: MessageShape = shape<P.Configuration>({
+const configuration = shape<P.Configuration>({
   provider: "string?", model: "string?", apiKey: "string?", baseUrl: "string?", maxTokens: "number?", temperature: "number?",
   maxSteps: "number?", turnTimeoutMs: "number?", streamIdleTimeoutMs: "number?", safetyOverrides: "object?",
   categoryLevels: "object?", permissionRules: "array?", readOutsideProject: "string?", maxSafetyLevel: "string?",
@@ -39,17 +39,21 @@ const configuration: MessageShape = shape<P.Configuration>({
   auditLogFile: "string?", conversationDirectory: "string?", logLevel: "string?",
 });
 
+/** The shapes that fields name ("Configuration?"), by name. */
+type ShapeType = "Configuration";
+export const SHAPE_TYPES: Readonly<Record<ShapeType, MessageShape>> = { Configuration: configuration };
+
 /** Every method's shapes, by method name. */
 export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
-  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: { optional: true, keys: configuration }, context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array" }) },
+  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array" }) },
   "shutdown": { params: null, result: null },
   "tools/list": { params: shape<P.ToolsListParams>({ all: "boolean?" }), result: shape<P.ToolsListResult>({ tools: "array" }) },
   "tools/call": { params: shape<P.ToolsCallParams>({ name: "string", arguments: "object?", id: "string?" }), result: shape<P.ToolsCallResult>({ id: "string", name: "string", success: "boolean", content: "string", error: "string?", metadata: "object" }) },
-  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: { optional: true, keys: configuration } }), result: shape<P.ConfigurationChangeResult>({ tools: "array" }) },
+  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: "Configuration?" }), result: shape<P.ConfigurationChangeResult>({ tools: "array" }) },
   "chat/send": { params: shape<P.ChatSendParams>({ conversationId: "string?", text: "string", context: "object?", model: "string?", toolChoice: "object?" }), result: shape<P.ChatSendResult>({ conversationId: "string", turnId: "string", saveError: "string?", repaired: "array?" }) },
   "chat/cancel": { params: shape<P.ChatCancelParams>({ turnId: "string?", conversationId: "string?" }), result: shape<P.ChatCancelResult>({ cancelled: "boolean" }) },
   "chat/turnStatus": { params: shape<P.ChatTurnStatusParams>({ conversationId: "string", turnId: "string" }), result: shape<P.ChatTurnStatusResult>({ running: "boolean" }) },
-  "conversation/new": { params: shape<P.ConversationNewParams>({ configuration: { optional: true, keys: configuration } }), result: shape<P.ConversationNewResult>({ conversationId: "string", saveError: "string?" }) },
+  "conversation/new": { params: shape<P.ConversationNewParams>({ configuration: "Configuration?" }), result: shape<P.ConversationNewResult>({ conversationId: "string", saveError: "string?" }) },
   "conversation/list": { params: null, result: shape<P.ConversationListResult>({ conversations: "array" }) },
   "conversation/delete": { params: shape<P.ConversationDeleteParams>({ conversationId: "string", saved: "boolean?" }), result: shape<P.ConversationDeleteResult>({ deleted: "boolean" }) },
   "conversation/saved": { params: shape<P.ConversationSavedParams>({ projectRoot: "string?" }), result: shape<P.ConversationSavedResult>({ conversations: "array", errors: "array" }) },
@@ -127,7 +131,7 @@ function typeProblem(tag: string, value: unknown): boolean {
 }
 
 /** What is wrong with VALUE as SHAPE (nothing: []): keys it lacks or does not know, values of another type. */
-export function checkShape(shape: MessageShape | null, value: unknown, where: string): string[] {
+export function checkShape(shape: MessageShape | null, value: unknown, where: string, types: Record<string, MessageShape> = SHAPE_TYPES): string[] {
   // No params: absent, null, or an empty object (as clients send for a request without params).
   const empty = value === null || value === undefined || (isObject(value) && Object.keys(value).length === 0);
   if (shape === null) return empty ? [] : [`${where}: carries ${JSON.stringify(value)?.slice(0, 80)}, expected nothing`];
@@ -135,32 +139,31 @@ export function checkShape(shape: MessageShape | null, value: unknown, where: st
   const problems: string[] = [];
   for (const key of Object.keys(value)) if (!Object.prototype.hasOwnProperty.call(shape, key)) problems.push(`${where}: unknown key ${key}`);
   for (const [key, field] of Object.entries(shape)) {
-    const optional = typeof field === "string" ? field.endsWith("?") : field.optional;
+    const optional = field.endsWith("?");
+    const type = field.replace(/\?$/, "");
     const present = Object.prototype.hasOwnProperty.call(value, key) && value[key] !== undefined;
     // An optional key may come as null: Emacs's nil.
     if (!present || (optional && value[key] === null)) {
       if (!optional) problems.push(`${where}: missing key ${key}`);
       continue;
     }
-    if (typeof field === "string") {
-      if (typeProblem(field.replace(/\?$/, ""), value[key])) problems.push(`${where}: ${key} should be ${field.replace(/\?$/, "")}, is ${JSON.stringify(value[key])?.slice(0, 80)}`);
-    } else {
-      problems.push(...checkShape(field.keys, value[key], `${where}.${key}`));
-    }
+    const named = types[type];
+    if (named) problems.push(...checkShape(named, value[key], `${where}.${key}`, types));
+    else if (typeProblem(type, value[key])) problems.push(`${where}: ${key} should be ${type}, is ${JSON.stringify(value[key])?.slice(0, 80)}`);
   }
   return problems;
 }
 
 /** What is wrong with a message of METHOD: its PART ("params" or "result") against SHAPES (from the
  *  protocol's description); an emacs/call's params are checked by its kind too. */
-export function checkMessage(shapes: Record<string, MethodShape>, method: string, part: "params" | "result", value: unknown): string[] {
+export function checkMessage(shapes: Record<string, MethodShape>, method: string, part: "params" | "result", value: unknown, types: Record<string, MessageShape> = SHAPE_TYPES): string[] {
   const s = shapes[method];
   if (!s) return [`${method}: not a method of the protocol`];
-  const problems = checkShape(s[part], value, `${method} ${part}`);
+  const problems = checkShape(s[part], value, `${method} ${part}`, types);
   if (method === "emacs/call" && part === "params" && isObject(value)) {
     const kind = shapes[`emacs/call:${String(value.kind)}`];
     if (!kind) problems.push(`emacs/call: unknown kind ${String(value.kind)}`);
-    else problems.push(...checkShape(kind.params, value.params, `emacs/call:${String(value.kind)} params`));
+    else problems.push(...checkShape(kind.params, value.params, `emacs/call:${String(value.kind)} params`, types));
   }
   return problems;
 }
@@ -172,6 +175,8 @@ export interface ProtocolDescription {
   errorCodes: Record<string, number>;
   /** Each method's params and result keys and their types, and each emacs/call kind's . */
   shapes: Record<string, MethodShape>;
+  /** The shapes that fields name (a key of type "Configuration?" has the keys of types.Configuration). */
+  shapeTypes: Record<string, MessageShape>;
 }
 
 /** Every method, direction and kind, the emacs/call kinds, the error codes and the messages' shapes
@@ -189,6 +194,7 @@ export function describeProtocol(): ProtocolDescription {
     emacsCallKinds: [...P.EMACS_CALL_KINDS],
     errorCodes: { ...P.ErrorCodes },
     shapes: protocolShapes(),
+    shapeTypes: { ...SHAPE_TYPES },
   };
 }
 

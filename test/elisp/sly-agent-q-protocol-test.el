@@ -18,11 +18,7 @@
 
 (defun sly-agent-q-protocol-test--server ()
   "The server's protocol description, parsed from the bundle's --protocol."
-  (let ((file (car (sly-agent-q-server-find))))
-    (should (and file (file-exists-p file)))
-    (with-temp-buffer
-      (should (eql 0 (call-process "node" nil t nil file "--protocol")))
-      (json-parse-string (buffer-string) :object-type 'alist :array-type 'list))))
+  (sly-agent-q-test-bundle-json "--protocol" 'alist))
 
 (defun sly-agent-q-protocol-test--kebab (name)
   "NAME (a camelCase string) in kebab case, as a symbol."
@@ -104,14 +100,14 @@
   "The configuration Emacs writes out is in shape; renamed in the description, a key fails the check."
   (let* ((sly-agent-q-model "claude-sonnet-4-5")
          (params (list :configuration (sly-agent-q-server-configuration)))
-         (renamed (copy-tree sly-agent-q-protocol-shapes)))
+         (renamed nil))
     (should (plist-get (plist-get params :configuration) :model))
     (should-not (sly-agent-q-protocol-check "configuration/change" :params params))
     ;; The description with "model" renamed: the same message no longer passes.
-    (let* ((entry (cdr (assoc "configuration/change" renamed)))
-           (keys (plist-get (cdr (assoc "configuration" (plist-get entry :params))) :keys)))
-      (setcar (assoc "model" keys) "modelRenamed"))
-    (let ((sly-agent-q-protocol-shapes renamed))
+    (let ((types (copy-tree sly-agent-q-protocol-shape-types)))
+      (setcar (assoc "model" (cdr (assoc "Configuration" types))) "modelRenamed")
+      (setq renamed types))
+    (let ((sly-agent-q-protocol-shape-types renamed))
       (should (member "configuration/change :params.configuration: unknown key model"
                       (sly-agent-q-protocol-check "configuration/change" :params params))))
     ;; And a key Emacs would misspell is caught against the real description.

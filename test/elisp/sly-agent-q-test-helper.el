@@ -132,6 +132,14 @@ whole history."
 (defconst sly-agent-q-test-api-key "sk-ant-test-SECRET-0123456789"
   "The API key the tests give the server; it must never show in a buffer.")
 
+(defun sly-agent-q-test-bundle-json (flag object-type)
+  "What the bundled server prints for FLAG, parsed with OBJECT-TYPE (`alist', `plist')."
+  (let ((file (car (sly-agent-q-server-find))))
+    (should (and file (file-exists-p file)))
+    (with-temp-buffer
+      (should (eql 0 (call-process "node" nil t nil file flag)))
+      (json-parse-string (buffer-string) :object-type object-type :array-type 'list))))
+
 ;;;; Every message in shape
 
 (defvar sly-agent-q-test-protocol-problems nil

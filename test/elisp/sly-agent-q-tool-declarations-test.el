@@ -23,11 +23,7 @@
 
 (defun sly-agent-q-tool-declarations-test--catalog ()
   "The server's catalog, a list of plists, from the bundle's --tools."
-  (let ((file (car (sly-agent-q-server-find))))
-    (should (and file (file-exists-p file)))
-    (with-temp-buffer
-      (should (eql 0 (call-process "node" nil t nil file "--tools")))
-      (json-parse-string (buffer-string) :object-type 'plist :array-type 'list))))
+  (sly-agent-q-test-bundle-json "--tools" 'plist))
 
 (ert-deftest sly-agent-q-tool-declarations-match-the-catalog ()
   "Every Emacs tool of the catalog is declared once in Emacs, and nothing else is."
