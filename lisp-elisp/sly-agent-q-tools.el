@@ -25,7 +25,7 @@
 ;;
 ;;   (sly-agent-q-tools-call CAPABILITY ARGS CALLBACK)
 ;;
-;; looks CAPABILITY up in `sly-agent-q-tools-dispatch-table' and calls
+;; looks CAPABILITY up in its declaration (`sly-agent-q-define-tool') and calls
 ;; CALLBACK exactly once, with (CONTENT nil) on success or (nil ERROR),
 ;; ERROR being a message that tells the model what to fix.  It never
 ;; signals and never waits: every capability here is a quick local

@@ -223,9 +223,9 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
                 (cl-letf (((symbol-function 'sly-agent-q-bridge-current) (lambda () nil)))
                   (sly-agent-q-debugger-ask debugger)
                   ;; And its restart's approval.
-                  (let ((detail (plist-get (funcall (alist-get "debugger_invoke_restart"
-                                                               sly-agent-q-tools-preview-functions
-                                                               nil nil #'equal)
+                  (let ((detail (plist-get (funcall (plist-get (sly-agent-q-tool-declaration
+                                                               "debugger_invoke_restart")
+                                                              :preview)
                                                     '(:restart 1))
                                            :detail)))
                     (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call)
