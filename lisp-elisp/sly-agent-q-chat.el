@@ -32,9 +32,10 @@
 ;; running (the server gave it an id) and then ends as finished, failed
 ;; or cancelled, exactly once.  While it runs, the server's chat/turnState
 ;; notifications say what it is doing (requesting, streaming,
-;; running-tools, awaiting-approval...); the header line and the prompt
-;; show it, and `sly-agent-q-chat-turn-transitions' is the chat's view of
-;; which state may follow which.
+;; running-tools, awaiting-approval...); the header line shows it
+;; first, and `sly-agent-q-chat-turn-transitions' is the chat's view of
+;; which state may follow which.  The model's Markdown is rendered as it
+;; streams (sly-agent-q-markdown.el).
 
 ;;; Code:
 
@@ -47,6 +48,7 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-display)
+(require 'sly-agent-q-markdown)
 
 (declare-function json-pretty-print-buffer "json" (&optional minimize))
 
@@ -67,9 +69,9 @@
     (streaming . "answering")
     (running-tools . "running tools")
     (awaiting-approval . "awaiting approval: y/n on the entry"))
-  "How the prompt and the header line name the states of a running turn.
+  "How the header line names the states of a running turn.
 Each element is (STATE . LABEL), STATE a symbol of the protocol's
-chat/turnState.  A state not listed shows no tag in the prompt."
+chat/turnState.  A state not listed is shown by its name."
   :type '(alist :key-type symbol :value-type string)
   :group 'sly-agent-q)
 
@@ -187,7 +189,12 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
 (defvar-local sly-agent-q-chat--history-index nil "Position in the history while walking it.")
 (defvar-local sly-agent-q-chat--history-draft nil "The input before walking the history.")
 (defvar-local sly-agent-q-chat--attachments nil "Context for the next message: plists (:label :text).")
-(defvar-local sly-agent-q-chat--prompt-tag "" "The tag shown before `sly-agent-q-prompt' now.")
+(defvar-local sly-agent-q-chat--rendered nil
+  "Marker up to which the agent's current text has had its Markdown rendered.")
+(defvar-local sly-agent-q-chat--prompt-break nil
+  "Overlay that puts the prompt on a line of its own.")
+(defvar-local sly-agent-q-chat--server-died nil
+  "Non-nil when the server died since this buffer last used it.")
 
 (defconst sly-agent-q-chat--read-only
   '(read-only t front-sticky (read-only) rear-nonsticky t)
@@ -234,6 +241,7 @@ entry TAB or RET shows its details.
       (insert (sly-agent-q-chat--prompt-string sly-agent-q-prompt))
       (setq sly-agent-q-chat--output (copy-marker prompt-start t))
       (setq sly-agent-q-chat--input (copy-marker (point) nil))))
+  (sly-agent-q-markdown-setup)
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
 
 (defun sly-agent-q-chat--on-kill ()
@@ -290,7 +298,20 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
        (save-excursion
          (goto-char sly-agent-q-chat--output)
          (prog1 (progn ,@body)
-           (add-text-properties ,start sly-agent-q-chat--output sly-agent-q-chat--read-only))))))
+           (add-text-properties ,start sly-agent-q-chat--output sly-agent-q-chat--read-only)
+           (sly-agent-q-chat--break-before-prompt))))))
+
+
+(defun sly-agent-q-chat--break-before-prompt ()
+  "Show the prompt on a line of its own, whatever the transcript ends with.
+Streamed text ends where the model is in its sentence; the line break
+is drawn, not inserted, so the transcript's text stays the model's."
+  (let ((pos (marker-position sly-agent-q-chat--output)))
+    (unless (overlayp sly-agent-q-chat--prompt-break)
+      (setq sly-agent-q-chat--prompt-break (make-overlay pos pos nil t nil)))
+    (move-overlay sly-agent-q-chat--prompt-break pos pos)
+    (overlay-put sly-agent-q-chat--prompt-break 'before-string
+                 (and (> pos (point-min)) (not (eq (char-before pos) ?\n)) "\n"))))
 
 (defmacro sly-agent-q-chat--in (buffer &rest body)
   "Run BODY in BUFFER if it is live."
@@ -347,13 +368,28 @@ TEXT comes from the model: it is drawn as data (`sly-agent-q-display-text')."
       (setq sly-agent-q-chat--pending "")
       (unless sly-agent-q-chat--segment
         (sly-agent-q-chat--fresh-line)
-        (setq sly-agent-q-chat--segment (copy-marker sly-agent-q-chat--output nil)))
-      (sly-agent-q-chat-insert text))))
+        (setq sly-agent-q-chat--segment (copy-marker sly-agent-q-chat--output nil)
+              sly-agent-q-chat--rendered (copy-marker sly-agent-q-chat--output nil)))
+      (sly-agent-q-chat-insert text)
+      ;; The lines complete now are rendered now; the last, partial one waits.
+      (let ((end (save-excursion
+                   (goto-char sly-agent-q-chat--output)
+                   (and (search-backward "\n" sly-agent-q-chat--rendered t) (1+ (point))))))
+        (when end (sly-agent-q-chat--render sly-agent-q-chat--rendered end))))))
+
+(defun sly-agent-q-chat--render (start end)
+  "Render the Markdown of the agent's text from START to END; mark it done."
+  (let ((inhibit-read-only t)
+        (buffer-undo-list t))
+    (sly-agent-q-markdown-render-region sly-agent-q-chat--segment start end))
+  (set-marker sly-agent-q-chat--rendered end))
 
 (defun sly-agent-q-chat--end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."
   (when sly-agent-q-chat--segment
     (let ((start (marker-position sly-agent-q-chat--segment)))
+      (sly-agent-q-chat--render sly-agent-q-chat--rendered sly-agent-q-chat--output)
+      (set-marker sly-agent-q-chat--rendered nil)
       (set-marker sly-agent-q-chat--segment nil)
       (setq sly-agent-q-chat--segment nil)
       (when sly-agent-q-fontify-code-blocks
@@ -674,22 +710,34 @@ They go to a buffer of their own."
     s))
 
 (defun sly-agent-q-chat--header-line ()
-  "The header line of the chat buffer."
-  (let ((usage sly-agent-q-chat--usage))
+  "The header line of the chat buffer.
+The state comes first: a narrow window cuts the line at its right end,
+and the state is what the user looks there for."
+  (let ((usage sly-agent-q-chat--usage)
+        (state (sly-agent-q-chat--header-state)))
     (concat
-     " sly-agent-q  "
+     " " (propertize state 'face 'mode-line-emphasis)
+     " │ "
      ;; The model's name comes from the provider; "%" would be a mode-line construct.
      (string-replace "%" "%%" (sly-agent-q-display-line
-                               (or sly-agent-q-chat--model sly-agent-q-model "default model") 80))
-     (format "  tokens %s in / %s out"
+                               (or sly-agent-q-chat--model sly-agent-q-model "default model") 40))
+     (format " │ tokens %s in / %s out"
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
-     (format "  $%.4f" (or sly-agent-q-chat--cost 0))
-     (sly-agent-q-chat--header-turn sly-agent-q-chat--turn)
+     (format " │ $%.4f" (or sly-agent-q-chat--cost 0))
      (if sly-agent-q-chat--attachments
-         (format "  [%d attached]" (length sly-agent-q-chat--attachments))
-       "")
-     (if (sly-agent-q-server-live-p) "" "  [server not running]"))))
+         (format " │ [%d attached]" (length sly-agent-q-chat--attachments))
+       ""))))
+
+(defun sly-agent-q-chat--header-state ()
+  "What the chat is doing, in a few words, for the header line."
+  (let ((turn sly-agent-q-chat--turn))
+    (cond (turn (sly-agent-q-chat--header-turn turn))
+          ;; Said only once the server has died: before its first use it
+          ;; is not running, and that is no news.
+          ((and sly-agent-q-chat--server-died (not (sly-agent-q-server-live-p)))
+           "[server stopped: the next message starts it]")
+          (t "[ready]"))))
 
 ;;;; The turn's states, as the server reports them
 
@@ -744,11 +792,11 @@ another state than the chat saw last, is logged."
   "The header line's part about TURN, which is nil when no turn is running."
   (let ((state (and turn (sly-agent-q-turn-state turn))))
     (cond ((not turn) "")
-          ((eq (sly-agent-q-turn-status turn) 'sending) "  [sending]")
-          ((sly-agent-q-chat--terminal-state-p state) (format "  [%s]" state))
-          (t (format "  [running%s · C-c C-k cancels]"
-                     (let ((label (or (sly-agent-q-chat--state-label state) state)))
-                       (if label (format " · %s" label) "")))))))
+          ((sly-agent-q-turn-cancel-requested turn) "[cancelling…]")
+          ((eq (sly-agent-q-turn-status turn) 'sending) "[sending · C-c C-k cancels]")
+          ((sly-agent-q-chat--terminal-state-p state) (format "[%s]" state))
+          (t (format "[%s · C-c C-k cancels]"
+                     (or (sly-agent-q-chat--state-label state) state "running"))))))
 
 (defun sly-agent-q-chat--refresh-header ()
   "Have the header line show the chat's state, soon.
@@ -767,30 +815,10 @@ header line each time."
                                   (force-mode-line-update)))))))))
 
 (defun sly-agent-q-chat--show-state ()
-  "Show the state of the running turn in the prompt and the header line."
-  (let* ((turn sly-agent-q-chat--turn)
-         (label (and turn (sly-agent-q-chat--state-label (sly-agent-q-turn-state turn)))))
-    (sly-agent-q-chat--set-prompt-tag (if label (format "[%s] " label) "")))
+  "Show the state of the running turn in the header line.
+Only there: the prompt and the transcript are not touched, so nothing
+runs into the text being streamed or into the input."
   (sly-agent-q-chat--refresh-header))
-
-(defun sly-agent-q-chat--set-prompt-tag (tag)
-  "Show TAG, a string, before `sly-agent-q-prompt'.
-The tag is the start of the prompt's text; the input after the prompt,
-and point in it, are not touched."
-  (unless (equal tag sly-agent-q-chat--prompt-tag)
-    (let ((inhibit-read-only t)
-          (buffer-undo-list t)
-          (start (marker-position sly-agent-q-chat--output)))
-      (save-excursion
-        (delete-region start (+ start (length sly-agent-q-chat--prompt-tag)))
-        ;; The tag goes after the transcript's end, not before it.
-        (set-marker-insertion-type sly-agent-q-chat--output nil)
-        (unwind-protect
-            (progn
-              (goto-char start)
-              (insert (sly-agent-q-chat--prompt-string tag)))
-          (set-marker-insertion-type sly-agent-q-chat--output t))))
-    (setq sly-agent-q-chat--prompt-tag tag)))
 
 (defun sly-agent-q-chat--prompt-string (text)
   "TEXT as prompt text: read-only, in the prompt's face and field."
@@ -823,7 +851,8 @@ CALLBACK, if non-nil, gets the outcome plist."
          (turn (sly-agent-q--make-turn :callback callback)))
     (setq sly-agent-q-chat--attachments nil)
     (sly-agent-q-chat--insert-user-message text labels)
-    (setq sly-agent-q-chat--turn turn)
+    (setq sly-agent-q-chat--turn turn
+          sly-agent-q-chat--server-died nil)
     (sly-agent-q-chat--refresh-header)
     (sly-agent-q-server-ensure
      (lambda (conn err)
@@ -1015,11 +1044,13 @@ Return the chat buffer."
     (let ((turn sly-agent-q-chat--turn))
       (unless turn (user-error "No turn is running"))
       (setf (sly-agent-q-turn-cancel-requested turn) t)
+      ;; Said in the header line, which the turn's end clears; an echo
+      ;; area message would stay after the turn was over.
+      (sly-agent-q-chat--refresh-header)
       (if (sly-agent-q-turn-id turn)
           (sly-agent-q-chat--send-cancel turn)
         (unless (sly-agent-q-server-live-p)
-          (sly-agent-q-chat--end-turn turn 'cancelled)))
-      (message "sly-agent-q: cancelling…"))))
+          (sly-agent-q-chat--end-turn turn 'cancelled))))))
 
 ;;;; Notifications from the server
 
@@ -1180,6 +1211,7 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   "Tell every chat buffer the server died with MESSAGE; end its turn."
   (dolist (buf (sly-agent-q-chat--buffers))
     (with-current-buffer buf
+      (setq sly-agent-q-chat--server-died t)
       (sly-agent-q-chat--refresh-header)
       (if (and sly-agent-q-chat--conversation-id (sly-agent-q-server-conversation-directory))
           ;; The server saved it as it went: the next message reloads it from disk.
