@@ -193,6 +193,7 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
   "Marker up to which the agent's current text has had its Markdown rendered.")
 (defvar-local sly-agent-q-chat--prompt-break nil
   "Overlay that puts the prompt on a line of its own.")
+(defvar-local sly-agent-q-chat--title nil "The saved conversation's title, when it was resumed.")
 (defvar-local sly-agent-q-chat--server-died nil
   "Non-nil when the server died since this buffer last used it.")
 
@@ -963,6 +964,13 @@ COST the turn's cost.  Runs the turn's callback and
         (sly-agent-q-server-call-safely (sly-agent-q-turn-callback turn) plist))
       (sly-agent-q-server-run-safely sly-agent-q-turn-finished-hook plist))))
 
+(defun sly-agent-q-chat-title (&optional buffer)
+  "The title of the conversation of BUFFER (default: the current buffer), or nil.
+A resumed conversation's is the one it was saved with; a new one's is
+its first message, as the server names it."
+  (with-current-buffer (or buffer (current-buffer))
+    (or sly-agent-q-chat--title (car (last sly-agent-q-chat--history)))))
+
 (defun sly-agent-q-chat-conversation-id (&optional buffer)
   "The server's id of the conversation of BUFFER (default: the current buffer)."
   (buffer-local-value 'sly-agent-q-chat--conversation-id (or buffer (current-buffer))))
@@ -1006,6 +1014,7 @@ Return the chat buffer."
         (sly-agent-q-chat-mode)
         (sly-agent-q-chat--set-input input))
       (setq sly-agent-q-chat--conversation-id conversation-id
+            sly-agent-q-chat--title title
             sly-agent-q-chat--usage (plist-get options :usage)
             sly-agent-q-chat--cost (plist-get options :cost)
             sly-agent-q-chat--model (plist-get options :model))

@@ -156,7 +156,8 @@ START should be at a line's start.  Returns END."
                  ;; Code is the code fontifier's: markdown-mode, seeing a
                  ;; block not closed yet, would read Markdown in it.
                  (when (looking-at sly-agent-q-markdown-fence-regexp) (setq fenced (not fenced)))
-                 (remove-text-properties (point) (line-end-position) '(invisible nil display nil)))
+                 (remove-text-properties (point) (min end (1+ (line-end-position)))
+                                         '(invisible nil display nil)))
                 ((looking-at "[ \t]*|.*|[ \t]*$")
                  (sly-agent-q-markdown--render-table-row (point) (line-end-position)))
                 (t (let ((eol (line-end-position)))

@@ -102,6 +102,7 @@
       (should-not (string-match-p "|" screen))
       ;; Inside a code block nothing is Markdown.
       (should (string-match-p "^## (defun f (x) x)$" screen))
+      (should (string-match-p "^```\nDone\.$" screen))
       (should-not (string-match-p "\\*\\*\\|`loop`" screen))
       ;; Faces: the heading, the bold, the code in Lisp's faces.
       (goto-char (point-min))
