@@ -51,6 +51,7 @@
 (require 'sly-agent-q-markdown)
 
 (declare-function json-pretty-print-buffer "json" (&optional minimize))
+(autoload 'sly-agent-q-menu "sly-agent-q-menu" nil t)
 
 ;;;; Options and faces
 
@@ -212,6 +213,8 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
     (define-key map (kbd "C-c C-k") #'sly-agent-q-cancel)
     (define-key map (kbd "M-p") #'sly-agent-q-chat-previous-input)
     (define-key map (kbd "M-n") #'sly-agent-q-chat-next-input)
+    (define-key map (kbd "M-r") #'sly-agent-q-chat-previous-matching-input)
+    (define-key map (kbd "C-c C-m") #'sly-agent-q-menu)
     (define-key map (kbd "C-c C-n") #'sly-agent-q-new-conversation)
     (define-key map (kbd "C-c C-f") #'sly-agent-q-attach-file)
     (define-key map (kbd "C-c C-b") #'sly-agent-q-attach-buffer)
@@ -220,11 +223,28 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
 
 (define-derived-mode sly-agent-q-chat-mode fundamental-mode "Agent-Q"
   "Major mode of the sly-agent-q chat buffer.
-Type after the prompt; RET or \\[sly-agent-q-chat-send-input] sends,
-\\[newline] makes a new line, \\[sly-agent-q-cancel] cancels the
-running turn, \\[sly-agent-q-chat-previous-input] and
-\\[sly-agent-q-chat-next-input] walk the input history.  On a tool
-entry TAB or RET shows its details.
+The transcript (read-only) is above, the input after the prompt at the
+end.  The header line says first what the chat is doing, then the
+model, the tokens and the cost.
+
+Sending and stopping:
+  \\[sly-agent-q-chat-return]  sends the input (elsewhere: goes to the input)
+  \\[sly-agent-q-chat-send-input]  sends the input
+  \\[newline]  makes a new line in the input
+  \\[sly-agent-q-cancel]  cancels the running turn
+
+The input history, as in comint:
+  \\[sly-agent-q-chat-previous-input] / \\[sly-agent-q-chat-next-input]  the previous / next message sent
+  \\[sly-agent-q-chat-previous-matching-input]  the previous one matching a regexp (again: further back)
+
+Conversation and context:
+  \\[sly-agent-q-new-conversation]  starts a new conversation (the transcript stays)
+  \\[sly-agent-q-attach-file]  attaches a file to the next message
+  \\[sly-agent-q-attach-buffer]  attaches a buffer to the next message
+  \\[sly-agent-q-menu]  the menu: model, provider, tool level, permission
+      rules, resume, rewind, export, compact, MCP servers, cancel
+
+On a tool entry TAB shows or hides its details, RET or o opens them.
 
 \\{sly-agent-q-chat-mode-map}"
   (setq-local sly-agent-q-chat--entries (make-hash-table :test #'equal))
@@ -1303,6 +1323,42 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   "Replace the input with the next message sent."
   (interactive)
   (sly-agent-q-chat--walk-history -1))
+
+(defvar sly-agent-q-chat-matching-input-history nil
+  "The regexps given to \[sly-agent-q-chat-previous-matching-input].")
+
+(defun sly-agent-q-chat--read-matching (prompt)
+  "Read a regexp with PROMPT, the last one as default."
+  (let* ((last (car sly-agent-q-chat-matching-input-history))
+         (regexp (read-regexp (if last (format "%s (default %s): " prompt last) (concat prompt ": "))
+                              last 'sly-agent-q-chat-matching-input-history)))
+    (if (string-empty-p regexp) (or last (user-error "No regexp")) regexp)))
+
+(defun sly-agent-q-chat-previous-matching-input (regexp &optional step)
+  "Replace the input with the previous message sent that matches REGEXP.
+As comint's \\[comint-previous-matching-input]: again goes further back;
+STEP -1 searches forward (\\[sly-agent-q-chat-next-matching-input])."
+  (interactive (list (sly-agent-q-chat--read-matching "Previous message matching")))
+  (unless sly-agent-q-chat--history (user-error "No input history"))
+  (let* ((step (or step 1))
+         (i (+ (or sly-agent-q-chat--history-index -1) step))
+         (found nil))
+    (while (and (not found) (>= i 0) (< i (length sly-agent-q-chat--history)))
+      (if (string-match-p regexp (nth i sly-agent-q-chat--history))
+          (setq found i)
+        (setq i (+ i step))))
+    (unless found (user-error "No %s message matches %s" (if (> step 0) "earlier" "later") regexp))
+    (unless sly-agent-q-chat--history-index
+      (setq sly-agent-q-chat--history-draft (sly-agent-q-chat--input-text)))
+    (setq sly-agent-q-chat--history-index found)
+    (sly-agent-q-chat--set-input (nth found sly-agent-q-chat--history))
+    (message "Message %d of %d" (- (length sly-agent-q-chat--history) found)
+             (length sly-agent-q-chat--history))))
+
+(defun sly-agent-q-chat-next-matching-input (regexp)
+  "Replace the input with the next message sent that matches REGEXP."
+  (interactive (list (sly-agent-q-chat--read-matching "Next message matching")))
+  (sly-agent-q-chat-previous-matching-input regexp -1))
 
 ;;;; Commands
 
