@@ -991,6 +991,14 @@ its first message, as the server names it."
   (with-current-buffer (or buffer (current-buffer))
     (or sly-agent-q-chat--title (car (last sly-agent-q-chat--history)))))
 
+(defun sly-agent-q-chat-spending (&optional buffer)
+  "Return the usage, cost and model BUFFER's header line shows.
+The value is options of `sly-agent-q-chat-show-history' (:usage,
+:cost, :model)."
+  (with-current-buffer (or buffer (current-buffer))
+    (list :usage sly-agent-q-chat--usage :cost sly-agent-q-chat--cost
+          :model sly-agent-q-chat--model)))
+
 (defun sly-agent-q-chat-conversation-id (&optional buffer)
   "The server's id of the conversation of BUFFER (default: the current buffer)."
   (buffer-local-value 'sly-agent-q-chat--conversation-id (or buffer (current-buffer))))

@@ -333,9 +333,11 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
    (lambda (result)
      (let ((outcome (sly-agent-q-sessions-apply-rewind (plist-get result :restore))))
        (when (plist-get result :messages)
-         (sly-agent-q-chat-show-history conversation-id
-                                        (or (sly-agent-q-chat-title (sly-agent-q-chat-buffer)) "rewound")
-                                        (plist-get result :messages)))
+         ;; What was spent stays spent: the header line keeps the usage and the cost.
+         (apply #'sly-agent-q-chat-show-history conversation-id
+                (or (sly-agent-q-chat-title (sly-agent-q-chat-buffer)) "rewound")
+                (plist-get result :messages)
+                (sly-agent-q-chat-spending (sly-agent-q-chat-buffer))))
        (when (plist-get outcome :refused)
          (sly-agent-q-sessions--refused-diff (plist-get outcome :refused)))
        (message "sly-agent-q: put back %d file(s) and buffer(s)%s%s%s.  What the agent did inside the Lisp image cannot be rewound."

@@ -323,7 +323,10 @@ the chat says what was repaired."
       ;; The user edits c.txt after the agent wrote it.
       (with-temp-file (expand-file-name "c.txt" root) (insert "the user's c\n"))
       (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+             (cost (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)))
+             (header (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)))
              (turns nil) (outcome nil))
+        (should (> cost 0))
         (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
                                     (lambda (r) (setq turns (append (plist-get r :turns) nil))))
         (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
@@ -339,6 +342,9 @@ the chat says what was repaired."
         (with-current-buffer "*sly-agent-q rewind refused*"
           (should (string-match-p "^-agent's c$" (buffer-string)))
           (should (string-match-p "^\\+the user's c$" (buffer-string))))
+        ;; What was spent stays spent: the header line's cost, tokens and model are as before.
+        (should (equal (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)) cost))
+        (should (equal (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)) header))
         ;; The conversation ends before turn 2: the chat shows turn 1 only, the model gets turn 1 only.
         (let ((chat (sly-agent-q-test-chat-text)))
           (should (string-match-p "You: first" chat))
