@@ -992,7 +992,7 @@ its first message, as the server names it."
     (or sly-agent-q-chat--title (car (last sly-agent-q-chat--history)))))
 
 (defun sly-agent-q-chat-spending (&optional buffer)
-  "Return the usage, cost and model BUFFER's header line shows.
+  "Return the usage, cost and model shown in the header line of BUFFER.
 The value is options of `sly-agent-q-chat-show-history' (:usage,
 :cost, :model)."
   (with-current-buffer (or buffer (current-buffer))
