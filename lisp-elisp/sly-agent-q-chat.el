@@ -255,7 +255,7 @@ On a tool entry TAB shows or hides its details, RET or o opens them.
   (let ((inhibit-read-only t))
     (erase-buffer)
     (insert (sly-agent-q-chat--notice-string
-             "sly-agent-q: ask about your Lisp image.  RET sends, C-j newline, C-c C-k cancels, M-p/M-n history.")
+             "sly-agent-q: ask about your Lisp image.  RET sends, C-j newline, C-c C-k cancels, M-p/M-r history, C-c C-m menu.")
             "\n")
     (add-text-properties (point-min) (point) sly-agent-q-chat--read-only)
     (let ((prompt-start (point)))
