@@ -5,7 +5,7 @@
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps generate test test-server test-cl test-elisp test-e2e test-security lint typecheck run package release bench clean
+.PHONY: all build deps generate test test-server test-cl test-elisp test-e2e test-security test-tui lint typecheck run package release bench clean
 
 all: build
 
@@ -43,6 +43,10 @@ test-e2e: build
 # The trust boundary, attacked: vitest against the server, ERT with the real server and image.
 test-security: build
 	@bash -c '. scripts/vendor-sly.sh; exec test/security/run.sh'
+
+# The chat on a real terminal: make run under tmux, the screen captured and asserted (test/tui).
+test-tui: build
+	@bash -c '. scripts/vendor-sly.sh; exec test/tui/run.sh'
 
 clean:
 	rm -rf dist

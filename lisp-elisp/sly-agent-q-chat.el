@@ -32,9 +32,10 @@
 ;; running (the server gave it an id) and then ends as finished, failed
 ;; or cancelled, exactly once.  While it runs, the server's chat/turnState
 ;; notifications say what it is doing (requesting, streaming,
-;; running-tools, awaiting-approval...); the header line and the prompt
-;; show it, and `sly-agent-q-chat-turn-transitions' is the chat's view of
-;; which state may follow which.
+;; running-tools, awaiting-approval...); the header line shows it
+;; first, and `sly-agent-q-chat-turn-transitions' is the chat's view of
+;; which state may follow which.  The model's Markdown is rendered as it
+;; streams (sly-agent-q-markdown.el).
 
 ;;; Code:
 
@@ -47,8 +48,10 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-display)
+(require 'sly-agent-q-markdown)
 
 (declare-function json-pretty-print-buffer "json" (&optional minimize))
+(autoload 'sly-agent-q-menu "sly-agent-q-menu" nil t)
 
 ;;;; Options and faces
 
@@ -67,9 +70,9 @@
     (streaming . "answering")
     (running-tools . "running tools")
     (awaiting-approval . "awaiting approval: y/n on the entry"))
-  "How the prompt and the header line name the states of a running turn.
+  "How the header line names the states of a running turn.
 Each element is (STATE . LABEL), STATE a symbol of the protocol's
-chat/turnState.  A state not listed shows no tag in the prompt."
+chat/turnState.  A state not listed is shown by its name."
   :type '(alist :key-type symbol :value-type string)
   :group 'sly-agent-q)
 
@@ -187,7 +190,13 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
 (defvar-local sly-agent-q-chat--history-index nil "Position in the history while walking it.")
 (defvar-local sly-agent-q-chat--history-draft nil "The input before walking the history.")
 (defvar-local sly-agent-q-chat--attachments nil "Context for the next message: plists (:label :text).")
-(defvar-local sly-agent-q-chat--prompt-tag "" "The tag shown before `sly-agent-q-prompt' now.")
+(defvar-local sly-agent-q-chat--rendered nil
+  "Marker up to which the agent's current text has had its Markdown rendered.")
+(defvar-local sly-agent-q-chat--prompt-break nil
+  "Overlay that puts the prompt on a line of its own.")
+(defvar-local sly-agent-q-chat--title nil "The saved conversation's title, when it was resumed.")
+(defvar-local sly-agent-q-chat--server-died nil
+  "Non-nil when the server died since this buffer last used it.")
 
 (defconst sly-agent-q-chat--read-only
   '(read-only t front-sticky (read-only) rear-nonsticky t)
@@ -204,6 +213,8 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
     (define-key map (kbd "C-c C-k") #'sly-agent-q-cancel)
     (define-key map (kbd "M-p") #'sly-agent-q-chat-previous-input)
     (define-key map (kbd "M-n") #'sly-agent-q-chat-next-input)
+    (define-key map (kbd "M-r") #'sly-agent-q-chat-previous-matching-input)
+    (define-key map (kbd "C-c C-m") #'sly-agent-q-menu)
     (define-key map (kbd "C-c C-n") #'sly-agent-q-new-conversation)
     (define-key map (kbd "C-c C-f") #'sly-agent-q-attach-file)
     (define-key map (kbd "C-c C-b") #'sly-agent-q-attach-buffer)
@@ -212,11 +223,28 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
 
 (define-derived-mode sly-agent-q-chat-mode fundamental-mode "Agent-Q"
   "Major mode of the sly-agent-q chat buffer.
-Type after the prompt; RET or \\[sly-agent-q-chat-send-input] sends,
-\\[newline] makes a new line, \\[sly-agent-q-cancel] cancels the
-running turn, \\[sly-agent-q-chat-previous-input] and
-\\[sly-agent-q-chat-next-input] walk the input history.  On a tool
-entry TAB or RET shows its details.
+The transcript (read-only) is above, the input after the prompt at the
+end.  The header line says first what the chat is doing, then the
+model, the tokens and the cost.
+
+Sending and stopping:
+  \\[sly-agent-q-chat-return]  sends the input (elsewhere: goes to the input)
+  \\[sly-agent-q-chat-send-input]  sends the input
+  \\[newline]  makes a new line in the input
+  \\[sly-agent-q-cancel]  cancels the running turn
+
+The input history, as in comint:
+  \\[sly-agent-q-chat-previous-input] / \\[sly-agent-q-chat-next-input]  the previous / next message sent
+  \\[sly-agent-q-chat-previous-matching-input]  the previous one matching a regexp (again: further back)
+
+Conversation and context:
+  \\[sly-agent-q-new-conversation]  starts a new conversation (the transcript stays)
+  \\[sly-agent-q-attach-file]  attaches a file to the next message
+  \\[sly-agent-q-attach-buffer]  attaches a buffer to the next message
+  \\[sly-agent-q-menu]  the menu: model, provider, tool level, permission
+      rules, resume, rewind, export, compact, MCP servers, cancel
+
+On a tool entry TAB shows or hides its details, RET or o opens them.
 
 \\{sly-agent-q-chat-mode-map}"
   (setq-local sly-agent-q-chat--entries (make-hash-table :test #'equal))
@@ -227,13 +255,14 @@ entry TAB or RET shows its details.
   (let ((inhibit-read-only t))
     (erase-buffer)
     (insert (sly-agent-q-chat--notice-string
-             "sly-agent-q: ask about your Lisp image.  RET sends, C-j newline, C-c C-k cancels, M-p/M-n history.")
+             "sly-agent-q: ask about your Lisp image.  RET sends, C-j newline, C-c C-k cancels, M-p/M-r history, C-c C-m menu.")
             "\n")
     (add-text-properties (point-min) (point) sly-agent-q-chat--read-only)
     (let ((prompt-start (point)))
       (insert (sly-agent-q-chat--prompt-string sly-agent-q-prompt))
       (setq sly-agent-q-chat--output (copy-marker prompt-start t))
       (setq sly-agent-q-chat--input (copy-marker (point) nil))))
+  (sly-agent-q-markdown-setup)
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
 
 (defun sly-agent-q-chat--on-kill ()
@@ -290,7 +319,20 @@ Everything BODY inserts becomes read-only.  Returns BODY's value."
        (save-excursion
          (goto-char sly-agent-q-chat--output)
          (prog1 (progn ,@body)
-           (add-text-properties ,start sly-agent-q-chat--output sly-agent-q-chat--read-only))))))
+           (add-text-properties ,start sly-agent-q-chat--output sly-agent-q-chat--read-only)
+           (sly-agent-q-chat--break-before-prompt))))))
+
+
+(defun sly-agent-q-chat--break-before-prompt ()
+  "Show the prompt on a line of its own, whatever the transcript ends with.
+Streamed text ends where the model is in its sentence; the line break
+is drawn, not inserted, so the transcript's text stays the model's."
+  (let ((pos (marker-position sly-agent-q-chat--output)))
+    (unless (overlayp sly-agent-q-chat--prompt-break)
+      (setq sly-agent-q-chat--prompt-break (make-overlay pos pos nil t nil)))
+    (move-overlay sly-agent-q-chat--prompt-break pos pos)
+    (overlay-put sly-agent-q-chat--prompt-break 'before-string
+                 (and (> pos (point-min)) (not (eq (char-before pos) ?\n)) "\n"))))
 
 (defmacro sly-agent-q-chat--in (buffer &rest body)
   "Run BODY in BUFFER if it is live."
@@ -347,13 +389,28 @@ TEXT comes from the model: it is drawn as data (`sly-agent-q-display-text')."
       (setq sly-agent-q-chat--pending "")
       (unless sly-agent-q-chat--segment
         (sly-agent-q-chat--fresh-line)
-        (setq sly-agent-q-chat--segment (copy-marker sly-agent-q-chat--output nil)))
-      (sly-agent-q-chat-insert text))))
+        (setq sly-agent-q-chat--segment (copy-marker sly-agent-q-chat--output nil)
+              sly-agent-q-chat--rendered (copy-marker sly-agent-q-chat--output nil)))
+      (sly-agent-q-chat-insert text)
+      ;; The lines complete now are rendered now; the last, partial one waits.
+      (let ((end (save-excursion
+                   (goto-char sly-agent-q-chat--output)
+                   (and (search-backward "\n" sly-agent-q-chat--rendered t) (1+ (point))))))
+        (when end (sly-agent-q-chat--render sly-agent-q-chat--rendered end))))))
+
+(defun sly-agent-q-chat--render (start end)
+  "Render the Markdown of the agent's text from START to END; mark it done."
+  (let ((inhibit-read-only t)
+        (buffer-undo-list t))
+    (sly-agent-q-markdown-render-region sly-agent-q-chat--segment start end))
+  (set-marker sly-agent-q-chat--rendered end))
 
 (defun sly-agent-q-chat--end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."
   (when sly-agent-q-chat--segment
     (let ((start (marker-position sly-agent-q-chat--segment)))
+      (sly-agent-q-chat--render sly-agent-q-chat--rendered sly-agent-q-chat--output)
+      (set-marker sly-agent-q-chat--rendered nil)
       (set-marker sly-agent-q-chat--segment nil)
       (setq sly-agent-q-chat--segment nil)
       (when sly-agent-q-fontify-code-blocks
@@ -674,22 +731,34 @@ They go to a buffer of their own."
     s))
 
 (defun sly-agent-q-chat--header-line ()
-  "The header line of the chat buffer."
-  (let ((usage sly-agent-q-chat--usage))
+  "The header line of the chat buffer.
+The state comes first: a narrow window cuts the line at its right end,
+and the state is what the user looks there for."
+  (let ((usage sly-agent-q-chat--usage)
+        (state (sly-agent-q-chat--header-state)))
     (concat
-     " sly-agent-q  "
+     " " (propertize state 'face 'mode-line-emphasis)
+     " │ "
      ;; The model's name comes from the provider; "%" would be a mode-line construct.
      (string-replace "%" "%%" (sly-agent-q-display-line
-                               (or sly-agent-q-chat--model sly-agent-q-model "default model") 80))
-     (format "  tokens %s in / %s out"
+                               (or sly-agent-q-chat--model sly-agent-q-model "default model") 40))
+     (format " │ tokens %s in / %s out"
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
-     (format "  $%.4f" (or sly-agent-q-chat--cost 0))
-     (sly-agent-q-chat--header-turn sly-agent-q-chat--turn)
+     (format " │ $%.4f" (or sly-agent-q-chat--cost 0))
      (if sly-agent-q-chat--attachments
-         (format "  [%d attached]" (length sly-agent-q-chat--attachments))
-       "")
-     (if (sly-agent-q-server-live-p) "" "  [server not running]"))))
+         (format " │ [%d attached]" (length sly-agent-q-chat--attachments))
+       ""))))
+
+(defun sly-agent-q-chat--header-state ()
+  "What the chat is doing, in a few words, for the header line."
+  (let ((turn sly-agent-q-chat--turn))
+    (cond (turn (sly-agent-q-chat--header-turn turn))
+          ;; Said only once the server has died: before its first use it
+          ;; is not running, and that is no news.
+          ((and sly-agent-q-chat--server-died (not (sly-agent-q-server-live-p)))
+           "[server stopped: the next message starts it]")
+          (t "[ready]"))))
 
 ;;;; The turn's states, as the server reports them
 
@@ -744,11 +813,11 @@ another state than the chat saw last, is logged."
   "The header line's part about TURN, which is nil when no turn is running."
   (let ((state (and turn (sly-agent-q-turn-state turn))))
     (cond ((not turn) "")
-          ((eq (sly-agent-q-turn-status turn) 'sending) "  [sending]")
-          ((sly-agent-q-chat--terminal-state-p state) (format "  [%s]" state))
-          (t (format "  [running%s · C-c C-k cancels]"
-                     (let ((label (or (sly-agent-q-chat--state-label state) state)))
-                       (if label (format " · %s" label) "")))))))
+          ((sly-agent-q-turn-cancel-requested turn) "[cancelling…]")
+          ((eq (sly-agent-q-turn-status turn) 'sending) "[sending · C-c C-k cancels]")
+          ((sly-agent-q-chat--terminal-state-p state) (format "[%s]" state))
+          (t (format "[%s · C-c C-k cancels]"
+                     (or (sly-agent-q-chat--state-label state) state "running"))))))
 
 (defun sly-agent-q-chat--refresh-header ()
   "Have the header line show the chat's state, soon.
@@ -767,30 +836,10 @@ header line each time."
                                   (force-mode-line-update)))))))))
 
 (defun sly-agent-q-chat--show-state ()
-  "Show the state of the running turn in the prompt and the header line."
-  (let* ((turn sly-agent-q-chat--turn)
-         (label (and turn (sly-agent-q-chat--state-label (sly-agent-q-turn-state turn)))))
-    (sly-agent-q-chat--set-prompt-tag (if label (format "[%s] " label) "")))
+  "Show the state of the running turn in the header line.
+Only there: the prompt and the transcript are not touched, so nothing
+runs into the text being streamed or into the input."
   (sly-agent-q-chat--refresh-header))
-
-(defun sly-agent-q-chat--set-prompt-tag (tag)
-  "Show TAG, a string, before `sly-agent-q-prompt'.
-The tag is the start of the prompt's text; the input after the prompt,
-and point in it, are not touched."
-  (unless (equal tag sly-agent-q-chat--prompt-tag)
-    (let ((inhibit-read-only t)
-          (buffer-undo-list t)
-          (start (marker-position sly-agent-q-chat--output)))
-      (save-excursion
-        (delete-region start (+ start (length sly-agent-q-chat--prompt-tag)))
-        ;; The tag goes after the transcript's end, not before it.
-        (set-marker-insertion-type sly-agent-q-chat--output nil)
-        (unwind-protect
-            (progn
-              (goto-char start)
-              (insert (sly-agent-q-chat--prompt-string tag)))
-          (set-marker-insertion-type sly-agent-q-chat--output t))))
-    (setq sly-agent-q-chat--prompt-tag tag)))
 
 (defun sly-agent-q-chat--prompt-string (text)
   "TEXT as prompt text: read-only, in the prompt's face and field."
@@ -823,7 +872,8 @@ CALLBACK, if non-nil, gets the outcome plist."
          (turn (sly-agent-q--make-turn :callback callback)))
     (setq sly-agent-q-chat--attachments nil)
     (sly-agent-q-chat--insert-user-message text labels)
-    (setq sly-agent-q-chat--turn turn)
+    (setq sly-agent-q-chat--turn turn
+          sly-agent-q-chat--server-died nil)
     (sly-agent-q-chat--refresh-header)
     (sly-agent-q-server-ensure
      (lambda (conn err)
@@ -934,6 +984,21 @@ COST the turn's cost.  Runs the turn's callback and
         (sly-agent-q-server-call-safely (sly-agent-q-turn-callback turn) plist))
       (sly-agent-q-server-run-safely sly-agent-q-turn-finished-hook plist))))
 
+(defun sly-agent-q-chat-title (&optional buffer)
+  "The title of the conversation of BUFFER (default: the current buffer), or nil.
+A resumed conversation's is the one it was saved with; a new one's is
+its first message, as the server names it."
+  (with-current-buffer (or buffer (current-buffer))
+    (or sly-agent-q-chat--title (car (last sly-agent-q-chat--history)))))
+
+(defun sly-agent-q-chat-spending (&optional buffer)
+  "Return the usage, cost and model shown in the header line of BUFFER.
+The value is options of `sly-agent-q-chat-show-history' (:usage,
+:cost, :model)."
+  (with-current-buffer (or buffer (current-buffer))
+    (list :usage sly-agent-q-chat--usage :cost sly-agent-q-chat--cost
+          :model sly-agent-q-chat--model)))
+
 (defun sly-agent-q-chat-conversation-id (&optional buffer)
   "The server's id of the conversation of BUFFER (default: the current buffer)."
   (buffer-local-value 'sly-agent-q-chat--conversation-id (or buffer (current-buffer))))
@@ -977,6 +1042,7 @@ Return the chat buffer."
         (sly-agent-q-chat-mode)
         (sly-agent-q-chat--set-input input))
       (setq sly-agent-q-chat--conversation-id conversation-id
+            sly-agent-q-chat--title title
             sly-agent-q-chat--usage (plist-get options :usage)
             sly-agent-q-chat--cost (plist-get options :cost)
             sly-agent-q-chat--model (plist-get options :model))
@@ -1015,11 +1081,13 @@ Return the chat buffer."
     (let ((turn sly-agent-q-chat--turn))
       (unless turn (user-error "No turn is running"))
       (setf (sly-agent-q-turn-cancel-requested turn) t)
+      ;; Said in the header line, which the turn's end clears; an echo
+      ;; area message would stay after the turn was over.
+      (sly-agent-q-chat--refresh-header)
       (if (sly-agent-q-turn-id turn)
           (sly-agent-q-chat--send-cancel turn)
         (unless (sly-agent-q-server-live-p)
-          (sly-agent-q-chat--end-turn turn 'cancelled)))
-      (message "sly-agent-q: cancelling…"))))
+          (sly-agent-q-chat--end-turn turn 'cancelled))))))
 
 ;;;; Notifications from the server
 
@@ -1180,6 +1248,7 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   "Tell every chat buffer the server died with MESSAGE; end its turn."
   (dolist (buf (sly-agent-q-chat--buffers))
     (with-current-buffer buf
+      (setq sly-agent-q-chat--server-died t)
       (sly-agent-q-chat--refresh-header)
       (if (and sly-agent-q-chat--conversation-id (sly-agent-q-server-conversation-directory))
           ;; The server saved it as it went: the next message reloads it from disk.
@@ -1262,6 +1331,42 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   "Replace the input with the next message sent."
   (interactive)
   (sly-agent-q-chat--walk-history -1))
+
+(defvar sly-agent-q-chat-matching-input-history nil
+  "The regexps given to \[sly-agent-q-chat-previous-matching-input].")
+
+(defun sly-agent-q-chat--read-matching (prompt)
+  "Read a regexp with PROMPT, the last one as default."
+  (let* ((last (car sly-agent-q-chat-matching-input-history))
+         (regexp (read-regexp (if last (format "%s (default %s): " prompt last) (concat prompt ": "))
+                              last 'sly-agent-q-chat-matching-input-history)))
+    (if (string-empty-p regexp) (or last (user-error "No regexp")) regexp)))
+
+(defun sly-agent-q-chat-previous-matching-input (regexp &optional step)
+  "Replace the input with the previous message sent that matches REGEXP.
+As comint's \\[comint-previous-matching-input]: again goes further back;
+STEP -1 searches forward (\\[sly-agent-q-chat-next-matching-input])."
+  (interactive (list (sly-agent-q-chat--read-matching "Previous message matching")))
+  (unless sly-agent-q-chat--history (user-error "No input history"))
+  (let* ((step (or step 1))
+         (i (+ (or sly-agent-q-chat--history-index -1) step))
+         (found nil))
+    (while (and (not found) (>= i 0) (< i (length sly-agent-q-chat--history)))
+      (if (string-match-p regexp (nth i sly-agent-q-chat--history))
+          (setq found i)
+        (setq i (+ i step))))
+    (unless found (user-error "No %s message matches %s" (if (> step 0) "earlier" "later") regexp))
+    (unless sly-agent-q-chat--history-index
+      (setq sly-agent-q-chat--history-draft (sly-agent-q-chat--input-text)))
+    (setq sly-agent-q-chat--history-index found)
+    (sly-agent-q-chat--set-input (nth found sly-agent-q-chat--history))
+    (message "Message %d of %d" (- (length sly-agent-q-chat--history) found)
+             (length sly-agent-q-chat--history))))
+
+(defun sly-agent-q-chat-next-matching-input (regexp)
+  "Replace the input with the next message sent that matches REGEXP."
+  (interactive (list (sly-agent-q-chat--read-matching "Next message matching")))
+  (sly-agent-q-chat-previous-matching-input regexp -1))
 
 ;;;; Commands
 

@@ -226,17 +226,24 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
 
 (declare-function sly-agent-q-tools-rewind-change "sly-agent-q-tools" (kind name before expected))
 
+(defun sly-agent-q-sessions--first-words (text)
+  "The start of TEXT's first line, drawn as data, cut at about 60 columns."
+  (let ((line (car (split-string (or text "") "\n"))))
+    (truncate-string-to-width
+     (sly-agent-q-display-line (substring line 0 (min (length line) 200)) t) 60 nil nil "…")))
+
 (defun sly-agent-q-sessions--read-turn (choices)
   "Return the id of the turn the user picks among CHOICES.
 CHOICES is the list of turns conversation/turns answers."
   ;; Numbered, so that two turns of one minute with the same words are two
-  ;; choices, not one that always means the first; newest first.
+  ;; choices, not one that always means the first; newest first, in every
+  ;; completion UI (the list's and the cycling one's order both given).
   (let* ((labelled (reverse
                     (cl-loop for turn in (append choices nil)
                              for n from 1
                              collect (cons (format "%d. %s  %s" n
-                                                   (sly-agent-q-sessions--time (plist-get turn :at))
-                                                   (sly-agent-q-display-line (plist-get turn :text) 120))
+                                                   (sly-agent-q-sessions--first-words (plist-get turn :text))
+                                                   (sly-agent-q-sessions--time (plist-get turn :at)))
                                            turn))))
          (completion-extra-properties
           (list :annotation-function
@@ -250,7 +257,8 @@ CHOICES is the list of turns conversation/turns answers."
          (choice (completing-read "Rewind to before the turn: "
                                   (lambda (string pred action)
                                     (if (eq action 'metadata)
-                                        '(metadata (display-sort-function . identity))
+                                        '(metadata (display-sort-function . identity)
+                                                   (cycle-sort-function . identity))
                                       (complete-with-action action (mapcar #'car labelled) string pred)))
                                   nil t)))
     (plist-get (cdr (assoc choice labelled)) :turnId)))
@@ -325,7 +333,11 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
    (lambda (result)
      (let ((outcome (sly-agent-q-sessions-apply-rewind (plist-get result :restore))))
        (when (plist-get result :messages)
-         (sly-agent-q-chat-show-history conversation-id "rewound" (plist-get result :messages)))
+         ;; What was spent stays spent: the header line keeps the usage and the cost.
+         (apply #'sly-agent-q-chat-show-history conversation-id
+                (or (sly-agent-q-chat-title (sly-agent-q-chat-buffer)) "rewound")
+                (plist-get result :messages)
+                (sly-agent-q-chat-spending (sly-agent-q-chat-buffer))))
        (when (plist-get outcome :refused)
          (sly-agent-q-sessions--refused-diff (plist-get outcome :refused)))
        (message "sly-agent-q: put back %d file(s) and buffer(s)%s%s%s.  What the agent did inside the Lisp image cannot be rewound."
@@ -423,7 +435,7 @@ anything else Org.  Tool calls become collapsible blocks."
    (let ((buffer (sly-agent-q-chat-buffer t)))
      (unless (and buffer (sly-agent-q-chat-conversation-id buffer))
        (user-error "The chat has no conversation yet"))
-     (list (sly-agent-q-sessions--read-export-file (buffer-name buffer)))))
+     (list (sly-agent-q-sessions--read-export-file (sly-agent-q-chat-title buffer)))))
   (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer t))))
     (unless id (user-error "The chat has no conversation yet"))
     (sly-agent-q-sessions-export id file)))

@@ -99,6 +99,7 @@
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-sessions)
 (require 'sly-agent-q-debugger)
+(require 'sly-agent-q-menu)
 
 (defconst sly-agent-q-version "0.1.0"
   "The version of sly-agent-q.")

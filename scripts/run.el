@@ -35,6 +35,15 @@
 (require 'sly-agent-q)
 (load (expand-file-name "lisp-modes" (file-name-directory load-file-name)) nil t)
 
+;; The system's packages are compiled to native code on their first use,
+;; in the background; what that compiler has to say is for their
+;; maintainers, not a window in a new user's face.  It stays in the
+;; *Warnings* buffer, which is not shown.
+(defvar native-comp-async-report-warnings-errors)
+(setq native-comp-async-report-warnings-errors 'silent)
+;; markdown-mode (Debian's elpa-markdown-mode), when installed, renders the chat's Markdown.
+(sly-agent-q-dev-system-packages)
+
 (defun sly-agent-q-run--load-lisp-mode ()
   "Load SLY from SLY_DIR, else SLIME; return the symbol `sly', `slime' or nil."
   (cond ((sly-agent-q-dev-require-sly) 'sly)

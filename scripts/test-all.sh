@@ -13,7 +13,7 @@ if lint_dir="$(scripts/ensure-package-lint.sh | tail -n 1)"; then
 fi
 
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
-        "security:test/security/run.sh" "emacs30:scripts/test-emacs30.sh")
+        "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh")
 summary=()
 total_pass=0 total_fail=0 total_skip=0 status=0
 

@@ -524,6 +524,8 @@ export class ConversationStore {
       try {
         const s = this.read(id);
         if (projectRoot !== undefined && s.header.projectRoot !== undefined && !sameRoot(s.header.projectRoot, projectRoot)) continue;
+        // Nothing to resume (opened and never used, or rewound to before its first turn): no "(empty)" row.
+        if (s.messages.length === 0) continue;
         conversations.push({
           conversationId: id,
           file: this.fileOf(id),

@@ -226,9 +226,8 @@
       (sly-agent-q-test-wait (lambda () (string-match-p "Thinking" (sly-agent-q-test-chat-text))) 10 "streamed text")
       (should-not outcome)
       (with-current-buffer (sly-agent-q-chat-buffer)
-        (should (string-match-p "running" (sly-agent-q-chat--header-line)))
-        ;; The server's chat/turnState came before the text.
-        (should (string-match-p "running · answering" (sly-agent-q-chat--header-line)))
+        ;; The server's chat/turnState came before the text; the state comes first.
+        (should (string-match-p "\\` \\[answering · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
         (call-interactively (key-binding (kbd "C-c C-k"))))
       (sly-agent-q-test-wait (lambda () outcome) 10 "the cancellation")
       (should (eq (plist-get outcome :status) 'cancelled))
@@ -260,7 +259,8 @@
       ;; The turn is over: no state tag is left in the prompt or the header line.
       (with-current-buffer (sly-agent-q-chat-buffer)
         (should (string-match-p "claude" (sly-agent-q-chat--header-line)))
-        (should-not (string-match-p "answering\\|running" (sly-agent-q-chat--header-line)))))))
+        (should-not (string-match-p "answering\\|running" (sly-agent-q-chat--header-line)))
+        (should (string-match-p "\\` \\[ready\\]" (sly-agent-q-chat--header-line)))))))
 
 (ert-deftest sly-agent-q-chat-server-crash-and-restart ()
   "Killing the server mid-turn fails the turn, keeps the transcript, restarts it."

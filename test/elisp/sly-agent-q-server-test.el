@@ -557,30 +557,29 @@
   (buffer-substring-no-properties sly-agent-q-chat--output sly-agent-q-chat--input))
 
 (ert-deftest sly-agent-q-chat-turn-states-in-header-and-prompt ()
-  "Each chat/turnState shows in the header line and the prompt; the input stays; the end clears it."
+  "Each chat/turnState shows first in the header line, never in the prompt; the input stays; the end clears it."
   (sly-agent-q-test--with-chat
     (let ((sly-agent-q-prompt "> "))
       (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
       (goto-char (point-max))
       (insert "draft")
-      (should (string-match-p "\\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      (should (string-match-p "\\` \\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
       (should (equal (sly-agent-q-test--prompt) "> "))
       (sly-agent-q-test--turn-state "requesting" nil)
-      (should (string-match-p "\\[running · waiting for the model · C-c C-k cancels\\]"
+      (should (string-match-p "\\` \\[waiting for the model · C-c C-k cancels\\]"
                               (sly-agent-q-chat--header-line)))
-      (should (equal (sly-agent-q-test--prompt) "[waiting for the model] > "))
+      (should (equal (sly-agent-q-test--prompt) "> "))
       (sly-agent-q-test--turn-state "streaming" "requesting")
       (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Let me write it."))
       (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
                                                             :arguments (:path "a.lisp") :safetyLevel "dangerous"))
       (sly-agent-q-test--turn-state "running-tools" "streaming")
-      (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n\\[running tools\\] > draft\\'"
+      (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n> draft\\'"
                               (buffer-string)))
       (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
-      (should (string-match-p "\\[running · awaiting approval: y/n on the entry · C-c C-k cancels\\]"
+      (should (string-match-p "\\` \\[awaiting approval: y/n on the entry · C-c C-k cancels\\]"
                               (sly-agent-q-chat--header-line)))
-      (should (string-match-p "… running\n\\[awaiting approval: y/n on the entry\\] > draft\\'"
-                              (buffer-string)))
+      (should (string-match-p "… running\n> draft\\'" (buffer-string)))
       ;; The prompt stays read-only and the input editable.
       (goto-char sly-agent-q-chat--output)
       (should-error (insert "x") :type 'text-read-only)
@@ -589,8 +588,7 @@
       (should (equal (sly-agent-q-chat--input-text) "draft!"))
       ;; Transcript text still goes above the prompt.
       (sly-agent-q-chat-notice "a notice")
-      (should (string-match-p "a notice\n\\[awaiting approval: y/n on the entry\\] > draft!\\'"
-                              (buffer-string)))
+      (should (string-match-p "a notice\n> draft!\\'" (buffer-string)))
       (sly-agent-q-test--turn-state "running-tools" "awaiting-approval")
       (sly-agent-q-test--turn-state "finished" "running-tools")
       (should (string-match-p "\\[finished\\]" (sly-agent-q-chat--header-line)))
@@ -610,7 +608,8 @@
       (sly-agent-q-test--turn-state "requesting" nil)
       (sly-agent-q-test--turn-state "running-tools" "requesting")
       (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
-      (should (equal (sly-agent-q-test--prompt) "[awaiting approval: y/n on the entry] > "))
+      (should (equal (sly-agent-q-test--prompt) "> "))
+        (should (string-match-p "\\` \\[awaiting approval" (sly-agent-q-chat--header-line)))
       (sly-agent-q-handle-notification nil 'chat/turnFailed
                                        (list :turnId "t1" :kind (car end) :message "rate limited"))
       (should-not sly-agent-q-chat--turn)
@@ -648,7 +647,8 @@
         ;; Not in the graph: logged, and the server's state is shown.
         (sly-agent-q-test--turn-state "awaiting-approval" "requesting")
         (should (equal logged '("sly-agent-q: turn t1: unexpected state awaiting-approval after requesting (the server says after requesting)")))
-        (should (equal (sly-agent-q-test--prompt) "[awaiting approval: y/n on the entry] > "))
+        (should (equal (sly-agent-q-test--prompt) "> "))
+        (should (string-match-p "\\` \\[awaiting approval" (sly-agent-q-chat--header-line)))
         ;; A state the chat missed: the server's previous differs from the chat's.
         (setq logged nil)
         (sly-agent-q-test--turn-state "cancelled" "running-tools")

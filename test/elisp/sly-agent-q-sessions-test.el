@@ -323,7 +323,10 @@ the chat says what was repaired."
       ;; The user edits c.txt after the agent wrote it.
       (with-temp-file (expand-file-name "c.txt" root) (insert "the user's c\n"))
       (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+             (cost (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)))
+             (header (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)))
              (turns nil) (outcome nil))
+        (should (> cost 0))
         (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
                                     (lambda (r) (setq turns (append (plist-get r :turns) nil))))
         (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
@@ -339,6 +342,9 @@ the chat says what was repaired."
         (with-current-buffer "*sly-agent-q rewind refused*"
           (should (string-match-p "^-agent's c$" (buffer-string)))
           (should (string-match-p "^\\+the user's c$" (buffer-string))))
+        ;; What was spent stays spent: the header line's cost, tokens and model are as before.
+        (should (equal (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)) cost))
+        (should (equal (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)) header))
         ;; The conversation ends before turn 2: the chat shows turn 1 only, the model gets turn 1 only.
         (let ((chat (sly-agent-q-test-chat-text)))
           (should (string-match-p "You: first" chat))
@@ -377,6 +383,47 @@ is the one rewound to (with one label for both, the first was always taken)."
       (should (equal (sly-agent-q-sessions--read-turn turns) "t-2")))
     (should (= (length offered) 2))
     (should (string-prefix-p "2. " (car offered)))))
+
+(ert-deftest sly-agent-q-sessions-rewind-picker-newest-first-whatever-the-completion-ui ()
+  "Turns of one time are offered newest first by number (12 before 2), to the list and to cycling
+completion alike (icomplete, fido), each as number, first words, time."
+  (let* ((turns (cl-loop for n from 1 to 12
+                         collect (list :turnId (format "t-%d" n) :at "2026-11-25T10:00:05Z"
+                                       :text (format "Question %d about the parser, and a long tail %s" n
+                                                     (make-string 200 ?x))
+                                       :changed [])))
+         offered metadata)
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (_prompt collection &rest _)
+                 (setq offered (all-completions "" collection)
+                       metadata (funcall collection "" nil 'metadata))
+                 (car offered))))
+      (should (equal (sly-agent-q-sessions--read-turn turns) "t-12")))
+    (should (equal (mapcar (lambda (c) (car (split-string c "\\."))) offered)
+                   (mapcar #'number-to-string (number-sequence 12 1 -1))))
+    (dolist (sort '(display-sort-function cycle-sort-function))
+      (should (eq (completion-metadata-get metadata sort) #'identity)))
+    (should (string-match-p "\\`12\\. Question 12 about the parser, and a long tail x*…  [0-9]\\{4\\}-[0-9-]\\{5\\} [0-9:]\\{5\\}\\'"
+                            (car offered)))
+    (should (< (length (car offered)) 100))))
+
+(ert-deftest sly-agent-q-sessions-export-default-name-from-the-conversation ()
+  "M-x sly-agent-q-export offers a name made of the conversation's title, not of the buffer's name."
+  (let ((sly-agent-q-chat-buffer-name "*sly-agent-q export test*"))
+    (unwind-protect
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          (setq sly-agent-q-chat--conversation-id "c-1")
+          (push "Why does my parser loop?" sly-agent-q-chat--history)
+          (let (default)
+            (cl-letf (((symbol-function 'read-file-name)
+                       (lambda (_prompt _dir _default _mustmatch initial &rest _) (setq default initial) "x.org"))
+                      ((symbol-function 'sly-agent-q-sessions-export) #'ignore))
+              (call-interactively #'sly-agent-q-export))
+            (should (equal default "why-does-my-parser-loop.org")))
+          ;; A resumed conversation has the title it was saved with.
+          (sly-agent-q-chat-show-history "c-2" "Fix the reader" [])
+          (should (equal (sly-agent-q-chat-title) "Fix the reader")))
+      (kill-buffer sly-agent-q-chat-buffer-name))))
 
 (provide 'sly-agent-q-sessions-test)
 ;;; sly-agent-q-sessions-test.el ends here

@@ -184,6 +184,18 @@ describe("conversation files", () => {
     expect(errors[0]).toContain("c-broken.jsonl");
   });
 
+  it("leave out of the list a conversation with nothing in it to resume", () => {
+    ConversationJournal.create(store, header("c-nothing")).close();
+    const t = ConversationJournal.create(store, header("c-cut"));
+    t.append({ v: 1, type: "message", at: "2026-11-23T11:00:00.000Z", message: user("gone") });
+    t.append({ v: 1, type: "truncate", at: "x", keep: 0 });
+    t.close();
+    writeTurn("c-full").close();
+    const { conversations } = store.list("/proj");
+    expect(conversations.map((c) => c.conversationId)).toEqual(["c-full"]);
+    expect(conversations.map((c) => c.title)).not.toContain("(empty)");
+  });
+
   it("apply rewinds and compactions recorded in the file", () => {
     const j = writeTurn("c-rw");
     j.message(user("second question"));

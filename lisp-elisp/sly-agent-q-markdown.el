@@ -1,0 +1,296 @@
+;;; sly-agent-q-markdown.el --- Markdown of the model's answers, rendered in the chat  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The model writes Markdown.  The chat shows it rendered: headings,
+;; emphasis, inline code, lists, block quotes, rules, tables and links,
+;; the markup hidden.  The text itself is never changed: the markup is
+;; made invisible (or displayed as something else), so copying, saving
+;; and exporting see what the model wrote.
+;;
+;; When markdown-mode is installed its font lock is used (a soft
+;; dependency, as gptel has one): the text is fontified in a scratch
+;; buffer and its faces and hidden markup are copied over.  Otherwise a
+;; small renderer of this file's own does the common constructs.  Either
+;; way lines are rendered as they complete, so a streamed answer is
+;; rendered while it streams.
+;;
+;; What is hidden is markup only: a link shows its address beside its
+;; text, so an answer cannot dress one address up as another.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+
+(declare-function markdown-mode "markdown-mode" ())
+(defvar markdown-hide-markup)
+(defvar markdown-hide-urls)
+(defvar markdown-fontify-code-blocks-natively)
+
+(defgroup sly-agent-q-markdown nil
+  "How the chat renders the model's Markdown."
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-markdown-render t
+  "Non-nil to render the Markdown of the model's answers in the chat."
+  :type 'boolean
+  :group 'sly-agent-q-markdown)
+
+(defcustom sly-agent-q-markdown-use-markdown-mode t
+  "Non-nil to render with markdown-mode's font lock when it is installed.
+Otherwise, or when it is not installed, the chat's own renderer is used."
+  :type 'boolean
+  :group 'sly-agent-q-markdown)
+
+(defcustom sly-agent-q-markdown-context-chars 20000
+  "How much text before a new line markdown-mode sees to render it.
+A code block or a list that started earlier is rendered right when its
+start is within this many characters."
+  :type 'natnum
+  :group 'sly-agent-q-markdown)
+
+(defface sly-agent-q-markdown-heading-face '((t :inherit bold :underline t))
+  "Face of a heading in the model's text."
+  :group 'sly-agent-q-markdown)
+
+(defface sly-agent-q-markdown-code-face '((t :inherit font-lock-constant-face))
+  "Face of inline code in the model's text."
+  :group 'sly-agent-q-markdown)
+
+(defface sly-agent-q-markdown-markup-face '((t :inherit shadow))
+  "Face of markup drawn in place of Markdown (bullets, rules, table borders)."
+  :group 'sly-agent-q-markdown)
+
+(defface sly-agent-q-markdown-link-face '((t :inherit link))
+  "Face of a link's text in the model's text."
+  :group 'sly-agent-q-markdown)
+
+(defconst sly-agent-q-markdown-invisible 'sly-agent-q-markup
+  "The `invisible' value of hidden markup.
+A buffer shows the markup again when it removes this from
+`buffer-invisibility-spec'.")
+
+(defconst sly-agent-q-markdown-fence-regexp "^[ \t]*\\(```\\|~~~\\)"
+  "A line that opens or closes a fenced code block.")
+
+;;;; Entry points
+
+(defun sly-agent-q-markdown-setup ()
+  "Make the current buffer hide rendered Markdown's markup."
+  (add-to-invisibility-spec sly-agent-q-markdown-invisible))
+
+(defun sly-agent-q-markdown-render-region (context start end)
+  "Render the Markdown of the text between START and END.
+CONTEXT (no later than START) is where the text began: what lies
+between it and START tells whether START is inside a code block.
+START should be at a line's start.  Returns END."
+  (when (and sly-agent-q-markdown-render (< start end))
+    (with-silent-modifications
+      (if (and sly-agent-q-markdown-use-markdown-mode (require 'markdown-mode nil t))
+          (sly-agent-q-markdown--with-markdown-mode
+           (max context (- start sly-agent-q-markdown-context-chars)) start end)
+        (sly-agent-q-markdown--render-own context start end))))
+  end)
+
+(defun sly-agent-q-markdown-render-string (string)
+  "STRING, rendered as the chat renders the model's Markdown."
+  (with-temp-buffer
+    (insert string)
+    (sly-agent-q-markdown-render-region (point-min) (point-min) (point-max))
+    (buffer-string)))
+
+;;;; With markdown-mode
+
+(defun sly-agent-q-markdown--with-markdown-mode (context start end)
+  "Render START..END with markdown-mode, seeing the text from CONTEXT."
+  (let ((text (buffer-substring-no-properties context end))
+        (offset (- start context))
+        props)
+    (with-temp-buffer
+      (insert text)
+      (let ((markdown-hide-markup t)
+            (markdown-hide-urls nil)
+            (markdown-fontify-code-blocks-natively nil))
+        (delay-mode-hooks (markdown-mode))
+        (ignore-errors (font-lock-ensure)))
+      (dolist (prop '(face invisible display))
+        (let ((pos (+ (point-min) offset)))
+          (while (< pos (point-max))
+            (let ((next (next-single-property-change pos prop nil (point-max)))
+                  (value (get-text-property pos prop)))
+              (when value (push (list prop (- pos (point-min)) (- next (point-min)) value) props))
+              (setq pos next))))))
+    (pcase-dolist (`(,prop ,from ,to ,value) (nreverse props))
+      (let ((from (+ context from)) (to (+ context to)))
+        (pcase prop
+          ('face (add-face-text-property from to value))
+          ;; markdown-mode hides its markup under its own symbol; the chat's is ours.
+          ('invisible (when (memq value '(markdown-markup t))
+                        (put-text-property from to 'invisible sly-agent-q-markdown-invisible)))
+          ;; A bullet drawn as a bullet; nothing else markdown-mode displays is taken.
+          ('display (when (stringp value) (put-text-property from to 'display value))))))
+    ;; markdown-mode gives a table faces only; its borders are drawn as the own renderer draws them.
+    (save-excursion
+      (goto-char start)
+      (let ((fenced (sly-agent-q-markdown--in-fence-p context start)))
+        (while (< (point) end)
+          (cond ((or fenced (looking-at sly-agent-q-markdown-fence-regexp))
+                 ;; Code is the code fontifier's: markdown-mode, seeing a
+                 ;; block not closed yet, would read Markdown in it.
+                 (when (looking-at sly-agent-q-markdown-fence-regexp) (setq fenced (not fenced)))
+                 (remove-text-properties (point) (min end (1+ (line-end-position)))
+                                         '(invisible nil display nil)))
+                ((looking-at "[ \t]*|.*|[ \t]*$")
+                 (sly-agent-q-markdown--render-table-row (point) (line-end-position)))
+                (t (let ((eol (line-end-position)))
+                     (sly-agent-q-markdown--render-links (point) eol)
+                     ;; An underscore inside a name (snake_case) is no markup.
+                     (while (re-search-forward "[[:alnum:]]\\(_\\)[[:alnum:]]" eol t)
+                       (remove-text-properties (match-beginning 1) (match-end 1) '(invisible nil))
+                       (goto-char (match-end 1))))))
+          (forward-line 1))))))
+
+
+;;;; The chat's own renderer
+
+(defun sly-agent-q-markdown--in-fence-p (context start)
+  "Non-nil if START is inside a code block opened after CONTEXT."
+  (save-excursion
+    (goto-char context)
+    (let ((inside nil))
+      (while (re-search-forward sly-agent-q-markdown-fence-regexp start t)
+        (setq inside (not inside))
+        (forward-line 1))
+      inside)))
+
+(defun sly-agent-q-markdown--hide (start end)
+  "Hide the markup between START and END."
+  (put-text-property start end 'invisible sly-agent-q-markdown-invisible))
+
+(defun sly-agent-q-markdown--draw (start end string)
+  "Show STRING in place of the text between START and END."
+  (put-text-property start end 'display
+                     (propertize string 'face 'sly-agent-q-markdown-markup-face)))
+
+(defun sly-agent-q-markdown--render-own (context start end)
+  "Render START..END with the chat's own renderer; CONTEXT as for the region."
+  (save-excursion
+    (goto-char start)
+    (let ((fenced (sly-agent-q-markdown--in-fence-p context start)))
+      (while (< (point) end)
+        (let ((bol (point))
+              (eol (min end (line-end-position))))
+          (cond ((looking-at sly-agent-q-markdown-fence-regexp)
+                 (setq fenced (not fenced)))
+                (fenced)
+                (t (sly-agent-q-markdown--render-line bol eol)))
+          (goto-char eol)
+          (forward-line 1)
+          (when (= (point) eol) (goto-char end)))))))
+
+(defun sly-agent-q-markdown--render-line (bol eol)
+  "Render the Markdown line between BOL and EOL (not in a code block)."
+  (goto-char bol)
+  (let ((inline-start bol))
+    (cond
+     ;; # Heading
+     ((looking-at "\\(#\\{1,6\\}[ \t]+\\)\\(.*?\\)\\([ \t]+#+\\)?[ \t]*$")
+      (sly-agent-q-markdown--hide (match-beginning 1) (match-end 1))
+      (when (match-beginning 3) (sly-agent-q-markdown--hide (match-beginning 3) (match-end 3)))
+      (add-face-text-property (match-beginning 2) (match-end 2) 'sly-agent-q-markdown-heading-face)
+      (setq inline-start (match-beginning 2)))
+     ;; | a | b |   (a table's row; |---|---| its rule)
+     ((looking-at "[ \t]*|.*|[ \t]*$")
+      (sly-agent-q-markdown--render-table-row bol eol))
+     ;; ---  (a rule)
+     ((looking-at "[ \t]*\\([-*_]\\)\\([ \t]*\\1\\)\\{2,\\}[ \t]*$")
+      (sly-agent-q-markdown--draw bol eol (make-string 40 ?─))
+      (setq inline-start eol))
+     ;; > quote
+     ((looking-at "\\(>[ \t]?\\)")
+      (sly-agent-q-markdown--draw (match-beginning 1) (match-end 1) "▌ ")
+      (add-face-text-property (match-end 1) eol 'italic)
+      (setq inline-start (match-end 1)))
+     ;; - item, * item, + item
+     ((looking-at "\\([ \t]*\\)\\([-*+]\\)[ \t]+")
+      (sly-agent-q-markdown--draw (match-beginning 2) (match-end 2) "•")
+      (setq inline-start (match-end 0)))
+     ;; 1. item
+     ((looking-at "[ \t]*\\([0-9]+[.)]\\)[ \t]+")
+      (add-face-text-property (match-beginning 1) (match-end 1) 'bold)
+      (setq inline-start (match-end 0))))
+    (sly-agent-q-markdown--render-inline inline-start eol)))
+
+(defun sly-agent-q-markdown--render-links (start end)
+  "Render the links [text](address) between START and END.
+The text is shown as a link and the address after it: the text alone
+could pass for another address."
+  (goto-char start)
+  (while (re-search-forward "\\(\\[\\)\\([^]\n]+\\)\\(](\\)\\([^)\n[:space:]]+\\)\\()\\)" end t)
+    (unless (sly-agent-q-markdown--code-span-p (match-beginning 0))
+      (remove-text-properties (match-beginning 0) (match-end 0) '(invisible nil display nil))
+      (sly-agent-q-markdown--hide (match-beginning 1) (match-end 1))
+      (add-face-text-property (match-beginning 2) (match-end 2) 'sly-agent-q-markdown-link-face)
+      (sly-agent-q-markdown--draw (match-beginning 3) (match-end 3) " <")
+      (sly-agent-q-markdown--draw (match-beginning 5) (match-end 5) ">"))))
+
+(defun sly-agent-q-markdown--render-table-row (bol eol)
+  "Draw the table row between BOL and EOL: its bars as lines, its rule as a rule."
+  (goto-char bol)
+  (if (looking-at "[ \t]*|\\([ \t]*:?-+:?[ \t]*|\\)+[ \t]*$")
+      (sly-agent-q-markdown--draw
+       bol eol (apply #'string (mapcar (lambda (c) (if (eq c ?|) ?┼ ?─))
+                                       (buffer-substring-no-properties bol eol))))
+    (while (search-forward "|" eol t)
+      (sly-agent-q-markdown--draw (match-beginning 0) (match-end 0) "│"))))
+
+(defun sly-agent-q-markdown--code-span-p (pos)
+  "Non-nil if POS is in inline code already rendered."
+  (eq (get-text-property pos 'sly-agent-q-markdown) 'code))
+
+(defun sly-agent-q-markdown--render-inline (start end)
+  "Render the inline Markdown (code, links, emphasis) between START and END."
+  ;; Code first: what is inside a code span is not markup.
+  (goto-char start)
+  (while (re-search-forward "\\(`+\\)\\([^`\n]\\(?:.*?[^`\n]\\)?\\)\\(\\1\\)" end t)
+    (sly-agent-q-markdown--hide (match-beginning 1) (match-end 1))
+    (sly-agent-q-markdown--hide (match-beginning 3) (match-end 3))
+    (add-face-text-property (match-beginning 2) (match-end 2) 'sly-agent-q-markdown-code-face)
+    (put-text-property (match-beginning 1) (match-end 3) 'sly-agent-q-markdown 'code))
+  (sly-agent-q-markdown--render-links start end)
+  (dolist (emphasis '(("\\*\\*" . bold) ("__" . bold) ("\\*" . italic) ("_" . italic)))
+    (goto-char start)
+    (let* ((mark (car emphasis))
+           ;; Not a word's inner underscore (snake_case), not a list's "* ".
+           (re (concat "\\(?:^\\|[^[:alnum:]*_\\\\]\\)\\(" mark "\\)"
+                       "\\([^[:space:]*_]\\(?:[^\n]*?[^[:space:]\\\\]\\)?\\)"
+                       "\\(" mark "\\)\\(?:[^[:alnum:]*_]\\|$\\)")))
+      (while (re-search-forward re end t)
+        (let ((open (match-beginning 1)) (close (match-end 3)))
+          (unless (or (sly-agent-q-markdown--code-span-p open)
+                      (get-text-property open 'invisible))
+            (sly-agent-q-markdown--hide open (match-end 1))
+            (sly-agent-q-markdown--hide (match-beginning 3) close)
+            (add-face-text-property (match-beginning 2) (match-end 2) (cdr emphasis)))
+          (goto-char (match-end 3)))))))
+
+(provide 'sly-agent-q-markdown)
+;;; sly-agent-q-markdown.el ends here

@@ -1,0 +1,116 @@
+;;; sly-agent-q-menu.el --- The chat's menu of commands and settings (transient)  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; `sly-agent-q-menu' (C-c C-m in the chat) is one transient menu, as
+;; gptel's `gptel-menu' is, for what a chat user changes or does now and
+;; then: the model, the provider, the most dangerous tool level offered,
+;; a permission rule; new, resume, rewind, export, compact, cancel; the
+;; context attached; the MCP servers.  Each setting shows its value and
+;; is sent to the running server when changed.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'transient)
+(require 'sly-agent-q-server)
+(require 'sly-agent-q-chat)
+(require 'sly-agent-q-sessions)
+(require 'sly-agent-q-mcp)
+
+(defconst sly-agent-q-menu-trust-categories
+  '("execution" "evaluation" "filesystem" "buffer" "diff" "introspection" "xref"
+    "clos" "packages")
+  "The tool categories a permission rule may name (besides a tool's name).")
+
+(defun sly-agent-q-menu--set (variable value)
+  "Set VARIABLE to VALUE for this session and send the configuration to the server."
+  (customize-set-variable variable value)
+  (sly-agent-q-server-reconfigure)
+  (message "sly-agent-q: %s is now %s" variable (or value "the default")))
+
+(defun sly-agent-q-set-model (model)
+  "Use MODEL from the next request on; empty for the server's default."
+  (interactive (list (read-string "Model (empty for the server's default): " sly-agent-q-model)))
+  (sly-agent-q-menu--set 'sly-agent-q-model (if (string-empty-p (string-trim model)) nil (string-trim model))))
+
+(defun sly-agent-q-set-provider (provider)
+  "Talk to PROVIDER, \"anthropic\" or \"openai\" (any OpenAI-compatible endpoint)."
+  (interactive (list (completing-read "Provider: " '("anthropic" "openai") nil t nil nil
+                                      sly-agent-q-provider)))
+  (sly-agent-q-menu--set 'sly-agent-q-provider provider))
+
+(defun sly-agent-q-set-tool-level (level)
+  "Offer the model tools up to LEVEL: `safe', `cautious' or `dangerous'."
+  (interactive (list (intern (completing-read "Offer tools up to: " '("safe" "cautious" "dangerous")
+                                              nil t nil nil
+                                              (symbol-name sly-agent-q-max-safety-level)))))
+  (sly-agent-q-menu--set 'sly-agent-q-max-safety-level level))
+
+(defun sly-agent-q-set-permission (name level)
+  "Give tool or category NAME the trust LEVEL (`safe', `cautious', `dangerous').
+Nil LEVEL removes the rule, so NAME's own level applies again."
+  (interactive
+   (let ((name (completing-read "Tool or category: "
+                                (append (mapcar #'car sly-agent-q-trust-levels)
+                                        sly-agent-q-menu-trust-categories))))
+     (list name
+           (let ((level (completing-read (format "Trust level of %s: " name)
+                                         '("safe" "cautious" "dangerous" "remove the rule") nil t)))
+             (unless (equal level "remove the rule") (intern level))))))
+  (let ((rules (cl-remove name sly-agent-q-trust-levels :key #'car :test #'equal)))
+    (sly-agent-q-menu--set 'sly-agent-q-trust-levels
+                           (if level (append rules (list (cons name level))) rules))))
+
+(defun sly-agent-q-menu--value (value)
+  "Return VALUE, a setting's value, as the menu draws it."
+  (propertize (if value (format "%s" value) "default") 'face 'transient-value))
+
+(transient-define-prefix sly-agent-q-menu ()
+  "The chat's commands and settings in one menu."
+  [["Model"
+    ("m" sly-agent-q-set-model
+     :description (lambda () (concat "Model " (sly-agent-q-menu--value sly-agent-q-model))))
+    ("p" sly-agent-q-set-provider
+     :description (lambda () (concat "Provider " (sly-agent-q-menu--value sly-agent-q-provider))))
+    ("l" sly-agent-q-set-tool-level
+     :description (lambda () (concat "Tool level " (sly-agent-q-menu--value sly-agent-q-max-safety-level))))
+    ("t" sly-agent-q-set-permission
+     :description (lambda () (format "Permission rules (%d)" (length sly-agent-q-trust-levels))))]
+   ["Conversation"
+    ("n" "New" sly-agent-q-new-conversation)
+    ("r" "Resume a saved one" sly-agent-q-resume)
+    ("w" "Rewind files to a turn" sly-agent-q-rewind)
+    ("e" "Export (.org, .md)" sly-agent-q-export)
+    ("c" "Compact the history" sly-agent-q-compact)
+    ("k" "Cancel the running turn" sly-agent-q-cancel)]
+   ["Context"
+    ("f" "Attach a file" sly-agent-q-attach-file)
+    ("b" "Attach a buffer" sly-agent-q-attach-buffer)
+    ("x" "Clear the attachments" sly-agent-q-clear-attachments)]
+   ["MCP servers"
+    ("M c" "Connect the configured" sly-agent-q-mcp-connect-servers)
+    ("M s" "Start one" sly-agent-q-mcp-start)
+    ("M k" "Stop one" sly-agent-q-mcp-stop)
+    ("M l" "Their log" sly-agent-q-mcp-log-buffer)]])
+
+(provide 'sly-agent-q-menu)
+;;; sly-agent-q-menu.el ends here

@@ -1,0 +1,199 @@
+;;; sly-agent-q-markdown-test.el --- The chat's screen: Markdown, prompt, header line  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; What the chat shows, read as the screen shows it: text made invisible
+;; is left out and a `display' string stands for the text under it.  The
+;; Markdown is fed through the real notification handler in chunks, as a
+;; stream comes; both renderers (markdown-mode's, the chat's own) run.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+(require 'sly-agent-q)
+(load (expand-file-name "scripts/lisp-modes" sly-agent-q-test-root) nil t)
+
+(defconst sly-agent-q-markdown-test--answer
+  (concat "## Plan\n"
+          "Use **MAPCAR** and *not* `loop`; see [the spec](http://127.0.0.1/clhs).\n"
+          "- first item\n"
+          "- second item\n"
+          "| fn | arity |\n|----|-------|\n| car | 1 |\n"
+          "```lisp\n## (defun f (x) x)\n```\n"
+          "Done.")
+  "A model's answer with each construct the chat renders.")
+
+(defun sly-agent-q-markdown-test--visible (start end)
+  "The text between START and END as the screen shows it."
+  (let ((out nil) (pos start))
+    (while (< pos end)
+      (let ((next (min (next-single-char-property-change pos 'invisible nil end)
+                       (next-single-char-property-change pos 'display nil end)))
+            (display (get-text-property pos 'display)))
+        (cond ((invisible-p pos))
+              ((stringp display) (push display out))
+              (t (push (buffer-substring-no-properties pos next) out)))
+        (setq pos next)))
+    (apply #'concat (nreverse out))))
+
+(defmacro sly-agent-q-markdown-test--with-chat (&rest body)
+  "Run BODY in a fresh chat buffer with a running turn t1."
+  (declare (indent 0) (debug t))
+  `(let ((sly-agent-q-chat-buffer-name "*sly-agent-q markdown test*")
+         (sly-agent-q-stream-flush-interval 0))
+     (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+     (unwind-protect
+         (with-current-buffer (sly-agent-q-chat-buffer)
+           (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+           ,@body)
+       (kill-buffer sly-agent-q-chat-buffer-name))))
+
+(defun sly-agent-q-markdown-test--stream (text chunk)
+  "Feed TEXT to the chat as chat/textDelta notifications of CHUNK characters."
+  (let ((i 0))
+    (while (< i (length text))
+      (sly-agent-q-handle-notification
+       nil 'chat/textDelta (list :turnId "t1" :text (substring text i (min (length text) (+ i chunk)))))
+      (sly-agent-q-chat--flush)
+      (setq i (+ i chunk)))))
+
+(defun sly-agent-q-markdown-test--check-rendering ()
+  "Stream the answer into a chat and check what the screen shows."
+  (sly-agent-q-markdown-test--with-chat
+    (goto-char (point-max))
+    (insert "my draft")
+    (goto-char (- (point-max) 3))
+    (let ((point (- (point) sly-agent-q-chat--input)))
+      (sly-agent-q-markdown-test--stream sly-agent-q-markdown-test--answer 7)
+      ;; Rendered while streaming: the heading's line is complete, so it is drawn already.
+      (should (string-match-p "^Plan$" (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+      ;; Point stayed where the user left it in the input, which is unchanged.
+      (should (= (- (point) sly-agent-q-chat--input) point))
+      (should (equal (sly-agent-q-chat--input-text) "my draft")))
+    (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output))
+          (text (buffer-substring-no-properties (point-min) sly-agent-q-chat--output)))
+      ;; The text is the model's, unchanged: only its display is rendered.
+      (should (string-match-p (regexp-quote sly-agent-q-markdown-test--answer) text))
+      (should (string-match-p "^Plan$" screen))
+      (should (string-match-p "Use MAPCAR and not loop; see the spec <http://127.0.0.1/clhs>\\." screen))
+      (should (string-match-p "^[•●] first item$" screen))
+      (should (string-match-p "^│ fn │ arity │$" screen))
+      (should (string-match-p "^│ car │ 1 │$" screen))
+      (should-not (string-match-p "|" screen))
+      ;; Inside a code block nothing is Markdown.
+      (should (string-match-p "^## (defun f (x) x)$" screen))
+      (should (string-match-p "^```\nDone\.$" screen))
+      (should-not (string-match-p "\\*\\*\\|`loop`" screen))
+      ;; Faces: the heading, the bold, the code in Lisp's faces.
+      (goto-char (point-min))
+      (search-forward "Plan")
+      (should (cl-find-if (lambda (f) (string-match-p "heading\\|header" (symbol-name f)))
+                          (ensure-list (get-text-property (1- (point)) 'face))))
+      (search-forward "MAPCAR")
+      (let ((face (ensure-list (get-text-property (1- (point)) 'face))))
+        (should (or (memq 'bold face) (memq 'markdown-bold-face face))))
+      (search-forward "(defun")
+      (should (get-text-property (1- (point)) 'face)))))
+
+(ert-deftest sly-agent-q-markdown-own-renderer ()
+  "Without markdown-mode: headings, emphasis, code, links, lists and tables rendered as they stream."
+  (let ((sly-agent-q-markdown-use-markdown-mode nil))
+    (sly-agent-q-markdown-test--check-rendering)))
+
+(ert-deftest sly-agent-q-markdown-with-markdown-mode ()
+  "With markdown-mode installed its font lock renders; the link still shows its address."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (let ((sly-agent-q-markdown-use-markdown-mode t))
+    (sly-agent-q-markdown-test--check-rendering)))
+
+(ert-deftest sly-agent-q-markdown-hides-no-text-but-markup ()
+  "A hostile answer cannot hide words: only markup characters are hidden."
+  (dolist (mm '(nil t))
+    (let* ((sly-agent-q-markdown-use-markdown-mode mm)
+           (text "[click](http://127.0.0.1/evil) **a** `b` _c_ snake_case_name\n")
+           (rendered (sly-agent-q-markdown-render-string text))
+           (hidden ""))
+      (dotimes (i (length rendered))
+        (when (or (get-text-property i 'invisible rendered) (get-text-property i 'display rendered))
+          (setq hidden (concat hidden (substring-no-properties rendered i (1+ i))))))
+      ;; The address is never hidden, nor a name's underscores.
+      (should-not (string-match-p "[a-z0-9]" hidden)))))
+
+(ert-deftest sly-agent-q-chat-prompt-on-its-own-line ()
+  "Streamed text that ends mid-line does not run into the prompt, and no state is in the transcript."
+  (sly-agent-q-markdown-test--with-chat
+    (sly-agent-q-handle-notification nil 'chat/turnState
+                                     '(:conversationId "k1" :turnId "t1" :state "requesting"))
+    (sly-agent-q-handle-notification nil 'chat/turnState
+                                     '(:conversationId "k1" :turnId "t1" :state "streaming" :previous "requesting"))
+    (sly-agent-q-markdown-test--stream "It wou" 3)
+    ;; The buffer: the model's text, then the plain prompt; the state is in the header line only.
+    (should (string-match-p "It wou> \\'" (buffer-substring-no-properties (point-min) (point-max))))
+    (should-not (string-match-p "answering" (buffer-substring-no-properties (point-min) (point-max))))
+    (should (string-match-p "\\` \\[answering" (sly-agent-q-chat--header-line)))
+    ;; The screen: a line break is drawn before the prompt.
+    (let ((breaks (cl-loop for ov in (overlays-in (1- sly-agent-q-chat--output) (1+ sly-agent-q-chat--output))
+                           for s = (overlay-get ov 'before-string)
+                           when s collect s)))
+      (should (equal breaks '("\n"))))
+    (sly-agent-q-markdown-test--stream "ld.\n" 10)
+    (should-not (cl-loop for ov in (overlays-in (1- sly-agent-q-chat--output) (1+ sly-agent-q-chat--output))
+                         thereis (overlay-get ov 'before-string)))))
+
+(ert-deftest sly-agent-q-chat-header-state-first-within-80-columns ()
+  "The header line starts with the state, and the state fits in 80 columns with a long model name."
+  (sly-agent-q-markdown-test--with-chat
+    (setq sly-agent-q-chat--model (make-string 120 ?m))
+    (sly-agent-q-handle-notification nil 'chat/turnState
+                                     '(:conversationId "k1" :turnId "t1" :state "requesting"))
+    (let ((header (sly-agent-q-chat--header-line)))
+      (should (string-match-p "\\` \\[waiting for the model · C-c C-k cancels\\]" header))
+      (should (string-match-p "C-c C-k cancels\\]" (substring header 0 80))))))
+
+(ert-deftest sly-agent-q-chat-header-says-no-server-news-before-first-use ()
+  "Before the first message no \"server not running\"; after the server died, it says so."
+  (sly-agent-q-markdown-test--with-chat
+    (setq sly-agent-q-chat--turn nil)
+    (should-not (sly-agent-q-server-live-p))
+    (should-not (string-match-p "server" (sly-agent-q-chat--header-line)))
+    (should (string-match-p "\\` \\[ready\\]" (sly-agent-q-chat--header-line)))
+    (sly-agent-q-chat--on-server-died "The server exited.")
+    (should (string-match-p "\\` \\[server stopped" (sly-agent-q-chat--header-line)))))
+
+(ert-deftest sly-agent-q-chat-cancelling-is-cleared ()
+  "C-c C-k shows \"cancelling…\" in the header line, not the echo area; the turn's end clears it."
+  (sly-agent-q-markdown-test--with-chat
+    (let ((messages nil))
+      (cl-letf (((symbol-function 'sly-agent-q-chat--send-cancel) #'ignore)
+                ((symbol-function 'message)
+                 (lambda (fmt &rest args) (when fmt (push (apply #'format fmt args) messages)))))
+        (sly-agent-q-cancel))
+      (should-not (cl-find-if (lambda (m) (string-match-p "cancelling" m)) messages))
+      (should (string-match-p "\\` \\[cancelling…\\]" (sly-agent-q-chat--header-line)))
+      (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t1" :kind "cancelled" :message "cancelled"))
+      (should-not (string-match-p "cancelling" (sly-agent-q-chat--header-line))))))
+
+(provide 'sly-agent-q-markdown-test)
+;;; sly-agent-q-markdown-test.el ends here

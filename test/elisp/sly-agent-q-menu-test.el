@@ -1,0 +1,118 @@
+;;; sly-agent-q-menu-test.el --- The chat's menu, its keys and C-h m  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The menu (a transient) carries what a chat user changes or does now
+;; and then; C-h m names every key of the chat; M-r searches the input
+;; history as comint's does.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+(require 'sly-agent-q)
+
+(defmacro sly-agent-q-menu-test--with-chat (&rest body)
+  "Run BODY in a fresh chat buffer."
+  (declare (indent 0) (debug t))
+  `(let ((sly-agent-q-chat-buffer-name "*sly-agent-q menu test*"))
+     (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+     (unwind-protect
+         (with-current-buffer (sly-agent-q-chat-buffer) ,@body)
+       (kill-buffer sly-agent-q-chat-buffer-name))))
+
+(defun sly-agent-q-menu-test--commands (layout)
+  "Every command in the transient LAYOUT."
+  (let (out)
+    (cl-labels ((walk (x)
+                  (cond ((and (consp x) (plist-member x :command)) (push (plist-get x :command) out)
+                         (walk (cdr x)))
+                        ((consp x) (walk (car x)) (walk (cdr x)))
+                        ((vectorp x) (mapc #'walk x)))))
+      (walk layout))
+    out))
+
+(ert-deftest sly-agent-q-menu-offers-what-a-chat-user-needs ()
+  "C-c C-m in the chat opens the menu; it has model, provider, tool level, permission rules,
+resume, rewind, export, MCP and cancel."
+  (sly-agent-q-menu-test--with-chat
+    (should (eq (key-binding (kbd "C-c C-m")) #'sly-agent-q-menu))
+    (should (get 'sly-agent-q-menu 'transient--prefix))
+    (let ((commands (sly-agent-q-menu-test--commands (get 'sly-agent-q-menu 'transient--layout))))
+      (dolist (c '(sly-agent-q-set-model sly-agent-q-set-provider sly-agent-q-set-tool-level
+                   sly-agent-q-set-permission sly-agent-q-resume sly-agent-q-rewind sly-agent-q-export
+                   sly-agent-q-mcp-connect-servers sly-agent-q-cancel))
+        (should (memq c commands))
+        (should (commandp c))))))
+
+(ert-deftest sly-agent-q-menu-settings-take-effect ()
+  "The menu's settings change the options the server is configured from; a rule can be removed."
+  (let ((sly-agent-q-model nil) (sly-agent-q-provider "anthropic")
+        (sly-agent-q-max-safety-level 'dangerous) (sly-agent-q-trust-levels nil))
+    (sly-agent-q-set-model "claude-opus-4-1")
+    (sly-agent-q-set-provider "openai")
+    (sly-agent-q-set-tool-level 'cautious)
+    (sly-agent-q-set-permission "evaluation" 'dangerous)
+    (sly-agent-q-set-permission "write_file" 'cautious)
+    (let ((config (sly-agent-q-server-configuration)))
+      (should (equal (plist-get config :model) "claude-opus-4-1"))
+      (should (equal (plist-get config :provider) "openai")))
+    (should (eq sly-agent-q-max-safety-level 'cautious))
+    (should (equal sly-agent-q-trust-levels '(("evaluation" . dangerous) ("write_file" . cautious))))
+    (sly-agent-q-set-permission "evaluation" nil)
+    (should (equal sly-agent-q-trust-levels '(("write_file" . cautious))))
+    (sly-agent-q-set-model "")
+    (should-not sly-agent-q-model)))
+
+(ert-deftest sly-agent-q-chat-describe-mode-names-every-key ()
+  "C-h m: every command bound in the chat is named in the mode's own words, not only in the key table."
+  (let* ((raw (documentation 'sly-agent-q-chat-mode t))
+         (prose (substring raw 0 (string-match-p "\\\\\\\\{" raw)))
+         (missing nil))
+    (map-keymap (lambda (_key command)
+                  (when (and (symbolp command) (commandp command)
+                             (not (string-match-p (regexp-quote (format "\\[%s]" command)) prose)))
+                    (push command missing)))
+                sly-agent-q-chat-mode-map)
+    (should-not missing)))
+
+(ert-deftest sly-agent-q-chat-history-search-as-in-comint ()
+  "M-r finds the previous message matching a regexp; again goes further back; none left says so."
+  (sly-agent-q-menu-test--with-chat
+    (should (eq (key-binding (kbd "M-r")) #'sly-agent-q-chat-previous-matching-input))
+    (setq sly-agent-q-chat--history (list "define bar" "explain mapcar" "define foo"))
+    (goto-char (point-max))
+    (insert "draft")
+    (sly-agent-q-chat-previous-matching-input "^define")
+    (should (equal (sly-agent-q-chat--input-text) "define bar"))
+    (sly-agent-q-chat-previous-matching-input "^define")
+    (should (equal (sly-agent-q-chat--input-text) "define foo"))
+    (should-error (sly-agent-q-chat-previous-matching-input "^define") :type 'user-error)
+    (should (equal (sly-agent-q-chat--input-text) "define foo"))
+    (sly-agent-q-chat-next-matching-input "mapcar")
+    (should (equal (sly-agent-q-chat--input-text) "explain mapcar"))
+    ;; M-n walks back to the draft.
+    (sly-agent-q-chat-next-input)
+    (sly-agent-q-chat-next-input)
+    (should (equal (sly-agent-q-chat--input-text) "draft"))))
+
+(provide 'sly-agent-q-menu-test)
+;;; sly-agent-q-menu-test.el ends here

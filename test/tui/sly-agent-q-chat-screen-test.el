@@ -1,0 +1,110 @@
+;;; sly-agent-q-chat-screen-test.el --- The chat as a person sees it, on a real terminal  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; `make run' in an 80-column terminal, the mock LLM answering; what the
+;; screen shows is asserted, not the buffer behind it.
+
+;;; Code:
+
+(require 'sly-agent-q-tui-helper
+         (expand-file-name "sly-agent-q-tui-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(defconst sly-agent-q-chat-screen-test--markdown
+  (concat "## Mapping over lists\n"
+          "Use **MAPCAR** when you want the results, and `mapc` for side effects.\n"
+          "- it takes a *function*\n"
+          "- and one list or more\n\n"
+          "| function | returns |\n|---|---|\n| mapcar | a new list |\n| mapc | its first list |\n\n"
+          "```lisp\n(mapcar #'1+ '(1 2 3))\n```\n"
+          "See [the HyperSpec](http://127.0.0.1/mapcar) for the rest. That is all.")
+  "The model's Markdown answer.")
+
+(ert-deftest sly-agent-q-tui-markdown-rendered-and-prompt-apart ()
+  "A Markdown answer streams rendered; the prompt stays on its own line; the state leads the header."
+  (sly-agent-q-tui-with-run
+      (:script `((steps . [,(append (sly-agent-q-tui-step (sly-agent-q-tui-text sly-agent-q-chat-screen-test--markdown))
+                                    '((chunk_delay_ms . 120)))])))
+    (sly-agent-q-tui-type "How do I map over a list?")
+    (sly-agent-q-tui-keys "Enter")
+    ;; Mid-stream: the header line (the screen's first line) starts with the state.
+    (let ((screen (sly-agent-q-tui-wait "^ \\[answering · C-c C-k cancels\\]" 30 "the answer streaming")))
+      (sly-agent-q-tui-snapshot "chat-streaming")
+      (should (string-prefix-p " [answering" (sly-agent-q-tui-header)))
+      ;; No state text inside the transcript or the prompt line.
+      (should-not (string-match-p "\\[answering\\]" screen))
+      ;; The prompt is alone on its line, however the streamed text ends.
+      (should (member ">" (sly-agent-q-tui-lines))))
+    (let ((screen (sly-agent-q-tui-wait "That is all\\." 60 "the whole answer")))
+      (setq screen (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the turn's end"))
+      (sly-agent-q-tui-snapshot "chat-markdown")
+      (let ((lines (sly-agent-q-tui-lines)))
+        ;; Rendered: the heading without its ##, emphasis and code without their marks.
+        (should (member "Mapping over lists" lines))
+        (should-not (string-match-p "##\\|\\*\\*\\|`" (replace-regexp-in-string "^```.*" "" screen)))
+        ;; A code block's fences stand on lines of their own.
+        (should (member "```" lines))
+        (should (member "Use MAPCAR when you want the results, and mapc for side effects." lines))
+        (should (cl-some (lambda (l) (string-match-p "^[•●] it takes a function$" l)) lines))
+        (should (member "│ mapcar │ a new list │" lines))
+        (should (member "(mapcar #'1+ '(1 2 3))" lines))
+        (should (cl-some (lambda (l) (string-match-p "the HyperSpec <http://127\\.0\\.0\\.1/mapcar>" l)) lines))
+        ;; The prompt, alone at the end.
+        (should (member ">" lines))
+        ;; The header line fits: the state and the cost are both on the 80-column screen.
+        (should (string-match-p "\\` \\[ready\\] │ .* │ \\$[0-9.]+" (sly-agent-q-tui-header)))))))
+
+(ert-deftest sly-agent-q-tui-tool-call-and-approval-state ()
+  "A tool call shows as an entry; waiting for an approval is said first in the header line."
+  (sly-agent-q-tui-with-run
+      (:script `((steps . [,(sly-agent-q-tui-step (sly-agent-q-tui-text "Let me look it up.")
+                                                  (sly-agent-q-tui-tool "describe_symbol" '((symbol . "mapcar"))))
+                           ,(sly-agent-q-tui-step (sly-agent-q-tui-text "Now I write the notes.")
+                                                  (sly-agent-q-tui-tool "write_file" '((path . "notes.txt") (content . "MAPCAR maps."))))])))
+    (sly-agent-q-tui-type "Describe mapcar, then write notes")
+    (sly-agent-q-tui-keys "Enter")
+    (let ((screen (sly-agent-q-tui-wait "^ \\[awaiting approval" 60 "the approval")))
+      (sly-agent-q-tui-snapshot "chat-approval")
+      (should (string-match-p "▸ describe_symbol (safe) symbol=\"mapcar\"  ✓ [0-9]+ ms" screen))
+      (should (string-match-p "write_file" screen))
+      (should (string-match-p "C-c C-k cancels\\]" (sly-agent-q-tui-header))))
+    (sly-agent-q-tui-keys "C-c" "C-k")
+    (sly-agent-q-tui-wait "\\[cancelled\\]" 20 "the cancellation")
+    (let ((screen (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the header line cleared")))
+      (should-not (string-match-p "cancelling" screen)))))
+
+(ert-deftest sly-agent-q-tui-no-warnings-window ()
+  "make run opens no *Warnings* window (about native compilation or anything else)."
+  (sly-agent-q-tui-with-run (:layout t :width 160 :height 40)
+    ;; Native compilation's warnings come asynchronously, as its jobs end: watch for them a while.
+    (let ((deadline (+ (float-time) 30)))
+      (while (and (< (float-time) deadline)
+                  (not (string-match-p "\\*Warnings\\*" (sly-agent-q-tui-screen))))
+        (sly-agent-q-test-sleep 1)))
+    (let ((screen (sly-agent-q-tui-snapshot "run-layout")))
+      (should-not (string-match-p "\\*Warnings\\*" screen))
+      (should (string-match-p "CL-USER>" screen))
+      (should (string-match-p "\\[ready\\]" screen))
+      ;; Before the first message the server has not been used: nothing says it is not running.
+      (should-not (string-match-p "server not running\\|server stopped" screen)))))
+
+(provide 'sly-agent-q-chat-screen-test)
+;;; sly-agent-q-chat-screen-test.el ends here
