@@ -40,8 +40,10 @@
 ;; reviewed file edit, in sly-agent-q-diff.el); otherwise
 ;; `sly-agent-q-approval-function' when set (scripts, tests); otherwise
 ;; the user, inline in the chat buffer: buttons and the keys y (approve),
-;; n (deny with a reason), e (edit the arguments as JSON), a (always
-;; allow this tool for the session) on the approval.
+;; n (deny with a reason), e (edit the arguments), a (always allow this
+;; tool for the session) on the approval, and C-c C-r anywhere in the
+;; chat, a prompt offering the same answers, where point may be in the
+;; input and y would insert a y.
 
 ;;; Code:
 
@@ -232,6 +234,32 @@ second diff of a large file would cost as much again."
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-a") #'sly-agent-q-approve)
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-d") #'sly-agent-q-deny)
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-e") #'sly-agent-q-edit-arguments)
+(define-key sly-agent-q-chat-mode-map (kbd "C-c C-r") #'sly-agent-q-approval-answer)
+
+(defun sly-agent-q-approval--choices (request)
+  "The answers that apply to REQUEST: (KEY NAME COMMAND) each.
+A diff is offered only for a call that has one: a restart or an
+evaluation writes nothing to show as one."
+  `((?y "approve" sly-agent-q-approve)
+    (?n "deny" sly-agent-q-deny)
+    (?e "edit arguments" sly-agent-q-edit-arguments)
+    (?a ,(format "always allow %s" (sly-agent-q-display-line (plist-get request :tool) 40))
+        sly-agent-q-approve-always)
+    ,@(and (plist-get request :diff) '((?d "show diff" sly-agent-q-approval-show-diff)))
+    (?v "arguments whole" sly-agent-q-approval-show-arguments)))
+
+(defun sly-agent-q-approval-answer (&optional approval)
+  "Answer APPROVAL (default: the one at point, or the oldest waiting) from a prompt.
+The prompt owns the keyboard, so it works with point anywhere,
+in the input too, and offers only the answers that apply."
+  (interactive)
+  (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
+         (request (sly-agent-q-approval-request a))
+         (choices (sly-agent-q-approval--choices request))
+         (choice (read-multiple-choice
+                  (format "%s needs your approval" (sly-agent-q-display-line (plist-get request :tool) 80))
+                  (mapcar (lambda (c) (list (car c) (nth 1 c))) choices))))
+    (funcall (nth 2 (assq (car choice) choices)) a)))
 
 (define-button-type 'sly-agent-q-approval
   'keymap sly-agent-q-approval-map
@@ -255,13 +283,15 @@ CALL's cancellation marks it cancelled."
               (sly-agent-q-approval--redraw approval))))
     (when (and sly-agent-q-approval-display (not noninteractive))
       (display-buffer buf))
-    (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, d for its diff, v for its arguments whole; or C-c C-a / C-c C-d there)"
+    (message "sly-agent-q: %s needs your approval: C-c C-r in %s answers it (%s)"
              (if (plist-get request :client)
                  (format "%s, asked by %s,"
                          (sly-agent-q-display-line (plist-get request :tool) 80)
                          (sly-agent-q-approval--asker request))
                (sly-agent-q-display-line (plist-get request :tool) 80))
-             (buffer-name buf))))
+             (buffer-name buf)
+             (mapconcat (lambda (c) (format "%c %s" (car c) (nth 1 c)))
+                        (sly-agent-q-approval--choices request) ", "))))
 
 (defun sly-agent-q-approval--asker (request)
   "Return who asks for REQUEST, in the product's words: the chat or an MCP client."
@@ -306,8 +336,9 @@ CALL's cancellation marks it cancelled."
                                'action (lambda (_) (funcall cmd approval))
                                'help-echo (format "%s (key %s)" (car b) (nth 2 b))))
          (insert " "))
-       (insert (propertize (if (plist-get request :diff) "(y / n / e / a / d / v)\n"
-                             "(y / n / e / a / v)\n")
+       (insert (propertize (format "(%s here; C-c C-r anywhere in the chat)\n"
+                                   (mapconcat (lambda (c) (string (car c)))
+                                              (sly-agent-q-approval--choices request) " / "))
                            'face 'sly-agent-q-notice-face))
        (add-text-properties start (point) (list 'keymap sly-agent-q-approval-map
                                                 'sly-agent-q-approval approval)))

@@ -423,6 +423,62 @@
                                 (buffer-substring-no-properties
                                  (car (sly-agent-q-test--line-bounds "▸ write_file")) (point-max))))))))
 
+;; An approval asked of the user: what the echo area says, and the prompt C-c C-r gives.
+(defun sly-agent-q-test--ask-approval (request)
+  "Show REQUEST as an approval in the current chat; return (MESSAGES . DECISION-CELL)."
+  (let ((said nil) (cell (list nil)))
+    (cl-letf (((symbol-function 'message)
+               (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
+      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+                                 request (lambda (d) (setcar cell d))))
+    (cons said cell)))
+
+(ert-deftest sly-agent-q-approval-answered-from-the-input ()
+  "With point in the input, where y inserts a y, C-c C-r answers the approval.
+Its prompt owns the keyboard and offers only what applies: no diff for
+a restart, which writes nothing."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "debugger_invoke_restart" :arguments (:restart 1 :thread 1)
+                     :safetyLevel "dangerous" :detail "restart 1: ABORT" :callId "c1")))
+           (said (car asked)) (cell (cdr asked)) (offered nil))
+      ;; The echo area names the key that works anywhere, and no diff.
+      (should (cl-some (lambda (m) (string-match-p "C-c C-r" m)) said))
+      (should-not (cl-some (lambda (m) (string-match-p "diff" m)) said))
+      (should-not (string-match-p "\\[Show diff\\]\\|/ d /" (buffer-string)))
+      ;; Point in the input: y would be typed, C-c C-r asks.
+      (goto-char (point-max))
+      (should-not (eq (key-binding "y") #'sly-agent-q-approve))
+      (cl-letf (((symbol-function 'read-multiple-choice)
+                 (lambda (_prompt choices &rest _)
+                   (setq offered (mapcar #'car choices))
+                   (assq ?y choices))))
+        (call-interactively (key-binding (kbd "C-c C-r"))))
+      (should (memq ?y offered))
+      (should (memq ?n offered))
+      (should-not (memq ?d offered))
+      (should (equal (car cell) '(:decision "approved")))
+      (should (string-match-p "✓ approved debugger_invoke_restart" (buffer-string))))))
+
+(ert-deftest sly-agent-q-approval-prompt-offers-the-diff-when-there-is-one ()
+  "A call that writes has a diff: the echo area and the prompt offer it."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "write_file" :arguments (:path "a.lisp" :content "x")
+                     :safetyLevel "dangerous" :path "a.lisp" :diff "--- a/a.lisp\n+++ b/a.lisp\n@@ -0,0 +1 @@\n+x\n"
+                     :callId "c1")))
+           (offered nil))
+      (should (cl-some (lambda (m) (string-match-p "diff" m)) (car asked)))
+      (goto-char (point-max))
+      (cl-letf (((symbol-function 'read-multiple-choice)
+                 (lambda (_prompt choices &rest _)
+                   (setq offered (mapcar #'car choices))
+                   (assq ?n choices)))
+                ((symbol-function 'read-string) (lambda (&rest _) "no")))
+        (call-interactively (key-binding (kbd "C-c C-r"))))
+      (should (memq ?d offered))
+      (should (equal (car (cdr asked)) '(:decision "denied" :reason "no"))))))
+
 (ert-deftest sly-agent-q-approval-withdrawn ()
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
