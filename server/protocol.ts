@@ -205,7 +205,12 @@ export interface ApprovedTarget {
 }
 
 export interface ToolResultMetadata {
+  /** The call's own run time: from when it started running, after any approval, to its answer. */
   executionTimeMs: number;
+  /** How long the call waited for the user's approval, when the user was asked. */
+  approvalWaitMs?: number;
+  /** The arguments the call ran with, when the user edited them (the model's are in its tool_use). */
+  arguments?: Record<string, unknown>;
   safetyLevel: SafetyLevel | "unknown";
   /** True when the call was allowed to run (automatically, by the user, or by a session rule). */
   approved: boolean;
@@ -728,7 +733,11 @@ export interface ToolResultParams extends TurnRef {
   success: boolean;
   content: string;
   error?: string;
+  /** The call's run time, the approval's wait apart (approvalWaitMs). */
   executionTimeMs: number;
+  approvalWaitMs?: number;
+  /** The arguments that ran, when the user edited them. */
+  arguments?: Record<string, unknown>;
   approved: boolean;
 }
 

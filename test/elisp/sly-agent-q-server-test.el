@@ -499,6 +499,33 @@ a restart, which writes nothing."
   (should (hash-table-p (plist-get (sly-agent-q-approval--normalize '(:decision "modified")) :arguments)))
   (should (equal (plist-get (sly-agent-q-approval--normalize '(:decision "maybe")) :decision) "denied")))
 
+(ert-deftest sly-agent-q-chat-entry-shows-run-time-wait-and-edited-arguments ()
+  "A tool entry shows the run time, the approval's wait apart, and the arguments that ran."
+  (sly-agent-q-test--with-chat
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "eval_form"
+                                      :arguments (:form "(delete-file \"x\")") :safetyLevel "dangerous"))
+    (sly-agent-q-handle-notification nil 'chat/toolResult
+                                     '(:turnId "t1" :callId "c1" :name "eval_form" :success t :content "NIL"
+                                       :executionTimeMs 3.2 :approvalWaitMs 4200.5
+                                       :arguments (:form "(probe-file \"x\")") :approved t))
+    (let ((line (buffer-substring-no-properties
+                 (car (sly-agent-q-test--line-bounds "▸ eval_form"))
+                 (cdr (sly-agent-q-test--line-bounds "▸ eval_form")))))
+      ;; What ran, marked as edited; not the model's form.
+      (should (string-match-p "probe-file" line))
+      (should-not (string-match-p "delete-file" line))
+      (should (string-match-p "edited" line))
+      ;; Its own time, and the wait apart.
+      (should (string-match-p "✓ 3 ms" line))
+      (should (string-match-p "4\\.2 s for approval" line)))
+    ;; Expanded, both argument sets are there, each named.
+    (goto-char (point-min))
+    (search-forward "▸ eval_form")
+    (sly-agent-q-chat-toggle-entry)
+    (should (string-match-p "arguments that ran (edited by the user):\n[^:]*:[^:]*probe-file" (buffer-string)))
+    (should (string-match-p "the model's arguments:\n[^:]*:[^:]*delete-file" (buffer-string)))))
+
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)
