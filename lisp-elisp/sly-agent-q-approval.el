@@ -249,9 +249,10 @@ evaluation writes nothing to show as one."
     (?v "arguments whole" sly-agent-q-approval-show-arguments)))
 
 (defun sly-agent-q-approval-answer (&optional approval)
-  "Answer APPROVAL (default: the one at point, or the oldest waiting) from a prompt.
-The prompt owns the keyboard, so it works with point anywhere,
-in the input too, and offers only the answers that apply."
+  "Answer APPROVAL from a prompt.
+APPROVAL defaults to the one at point, or the oldest waiting.  The
+prompt owns the keyboard, so it works with point anywhere, in the
+input too, and offers only the answers that apply."
   (interactive)
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
