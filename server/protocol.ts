@@ -166,7 +166,9 @@ export interface ParamSpec {
   maximum?: number;
   /** Accepted but not in the schema the model sees: set by the user's review, or another name of a
    *  parameter kept for old callers. */
-  notOffered?: true;
+  notOffered?: true;  /** Lisp source text: an approval shows it as Lisp and the user edits it in lisp-mode. Not in the
+   *  schema the model sees. */
+  lisp?: true;
 }
 
 /** Where a tool's handler runs. */
@@ -449,6 +451,8 @@ export interface EmacsApprovalParams {
   turnId?: string;
   /** The MCP client asking (e.g. "claude-code"), when the call came over MCP, not from our model. */
   client?: string;
+  /** The arguments that are Lisp source (ParamSpec.lisp), shown and edited as Lisp. */
+  lispArguments?: string[];
 }
 export type EmacsApprovalResult = ApprovalDecision;
 

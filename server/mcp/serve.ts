@@ -17,6 +17,7 @@ import { ServerNotifications, type EmacsApprovalParams, type McpCallParams, type
 import type { AgentServer } from "../rpc/server.js";
 import type { ApprovalDecision, ApprovalFn, ToolResult } from "../tools/executor.js";
 import { describeForModel, schemaForModel } from "../tools/registry.js";
+import { lispParameters } from "../tools/tool.js";
 import { printableName } from "../text.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
@@ -201,6 +202,7 @@ export class McpHttpService {
         capability: request.tool.aliasOf ?? request.tool.name,
         categories: [...request.tool.categories],
         reason: request.reason,
+        ...(lispParameters(request.tool).length ? { lispArguments: lispParameters(request.tool) } : {}),
         client,
       };
       const timeout = AbortSignal.timeout(this.approvalTimeoutMs);

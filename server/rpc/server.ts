@@ -36,7 +36,7 @@ import { createDefaultRegistry } from "../tools/catalog/index.js";
 import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } from "../tools/executor.js";
 import type { ToolRegistry } from "../tools/registry.js";
 import { PolicyError, ToolPolicy } from "../tools/policy.js";
-import type { Tool } from "../tools/tool.js";
+import { lispParameters, type Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
@@ -271,6 +271,7 @@ export class AgentServer {
       capability: request.tool.aliasOf ?? request.tool.name,
       categories: [...request.tool.categories],
       reason: request.reason,
+      ...(lispParameters(request.tool).length ? { lispArguments: lispParameters(request.tool) } : {}),
       ...(conversationId ? { conversationId } : {}),
       ...(turnId ? { turnId } : {}),
     };
