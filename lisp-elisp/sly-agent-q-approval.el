@@ -406,7 +406,9 @@ nothing in them can draw a line of the approval."
         (let* ((key (sly-agent-q-display-line (substring (symbol-name (car pair)) 1) 60))
                (value (cdr pair))
                (sub (concat frame "  ╎ ")))
-          (if (and (stringp value) (string-search "\n" (string-trim-right value "\n")))
+          (if (and (stringp value)
+                   (or (sly-agent-q-approval--lisp-p request (car pair))
+                       (string-search "\n" (string-trim-right value "\n"))))
               (concat sub key ":\n"
                       (sly-agent-q-display-block value (concat sub "  ╎ ")
                                                  :max-line-chars sly-agent-q-approval-value-chars))
@@ -420,6 +422,18 @@ nothing in them can draw a line of the approval."
       (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
                collect (cons key value))
       ""))))
+
+(defun sly-agent-q-approval--lisp-p (request key)
+  "Non-nil when argument KEY (a keyword) of REQUEST is Lisp source.
+The server names them (:lispArguments): they are shown and edited as
+Lisp, not as JSON strings."
+  (seq-contains-p (plist-get request :lispArguments) (substring (symbol-name key) 1)))
+
+(defun sly-agent-q-approval--lisp-argument (request)
+  "The first argument of REQUEST that is Lisp source text, as a keyword, or nil."
+  (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+           when (and (stringp value) (sly-agent-q-approval--lisp-p request key))
+           return key))
 
 (defun sly-agent-q-approval-show-diff (&optional approval)
   "Show the diff of what APPROVAL would write, in a `diff-mode' buffer.
@@ -528,6 +542,9 @@ Return the buffer."
 (defvar-local sly-agent-q-approval--editing nil
   "The approval whose arguments this buffer edits.")
 
+(defvar-local sly-agent-q-approval--editing-lisp nil
+  "The argument (a keyword) this buffer edits as Lisp, or nil for JSON.")
+
 (defvar sly-agent-q-edit-arguments-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c C-c") #'sly-agent-q-edit-arguments-finish)
@@ -536,48 +553,86 @@ Return the buffer."
   "Keymap of the argument editing buffer.")
 
 (define-minor-mode sly-agent-q-edit-arguments-mode
-  "Editing a tool call's arguments as JSON.
+  "Editing a tool call's arguments: a Lisp form as Lisp, the others as JSON.
 \\[sly-agent-q-edit-arguments-finish] runs the tool with them,
 \\[sly-agent-q-edit-arguments-abort] goes back."
   :lighter " Agent-Q-Args"
   :keymap sly-agent-q-edit-arguments-mode-map)
 
-(defun sly-agent-q-edit-arguments (&optional approval)
-  "Edit APPROVAL's arguments as JSON in a small buffer.
-\\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-arguments-finish] there runs the tool with them."
-  (interactive)
+(defun sly-agent-q-edit-arguments (&optional approval json)
+  "Edit APPROVAL's arguments in a small buffer.
+A call with a Lisp form (the eval and compile tools) has that form
+edited as Lisp in `lisp-mode', its other arguments kept; with JSON
+\(interactively, a prefix argument) or for other calls, every argument
+is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-arguments-finish] there runs the tool with them."
+  (interactive (list nil current-prefix-arg))
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
+         (lisp (and (not json) (sly-agent-q-approval--lisp-argument request)))
          (buf (get-buffer-create "*sly-agent-q arguments*")))
     (with-current-buffer buf
       (let ((inhibit-read-only t)) (erase-buffer))
-      (when (fboundp 'js-mode) (js-mode))
+      (if lisp (lisp-mode) (when (fboundp 'js-mode) (js-mode)))
       ;; The arguments are the model's, edited as they are: drawn without reordering.
       (sly-agent-q-display-editable-buffer)
-      (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n")
+      (if lisp
+          (progn
+            (insert (plist-get (plist-get request :arguments) lisp))
+            (indent-region (point-min) (point-max)))
+        (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)
-      (setq sly-agent-q-approval--editing a)
+      (setq sly-agent-q-approval--editing a
+            sly-agent-q-approval--editing-lisp lisp)
       (setq header-line-format
             (string-replace
-             "%" "%%" (format " Arguments of %s: C-c C-c run with these, C-c C-k back"
-                              (sly-agent-q-display-line (plist-get request :tool) 80)))))
+             "%" "%%" (format " %s of %s: C-c C-c run with %s, C-c C-k back"
+                              (if lisp (format "The Lisp %s" (substring (symbol-name lisp) 1)) "Arguments")
+                              (sly-agent-q-display-line (plist-get request :tool) 80)
+                              (if lisp "it" "these")))))
     (pop-to-buffer buf)))
 
+(defun sly-agent-q-approval--balanced-lisp ()
+  "The current buffer's Lisp text, indented, or a user error if unbalanced.
+A form cut short or with a stray parenthesis would be read as
+something else than the user meant, or not at all, in the image."
+  (syntax-propertize (point-max))
+  (save-excursion
+    (goto-char (point-min))
+    (condition-case err
+        (while (progn (forward-comment (buffer-size)) (not (eobp)))
+          (forward-sexp 1))
+      (scan-error
+       (goto-char (nth 2 err))
+       (user-error "Unbalanced: %s (near line %d); nothing was sent"
+                   (cadr err) (line-number-at-pos)))))
+  (when (string-blank-p (buffer-string))
+    (user-error "No form; nothing was sent"))
+  (indent-region (point-min) (point-max))
+  (string-trim (buffer-substring-no-properties (point-min) (point-max))))
+
 (defun sly-agent-q-edit-arguments-finish ()
-  "Run the tool with the arguments in this buffer."
+  "Run the tool with the arguments in this buffer.
+A Lisp form is checked for balance first, and indented."
   (interactive)
-  (let ((a sly-agent-q-approval--editing)
-        (args (condition-case err
-                  (json-parse-string (buffer-string) :object-type 'plist
-                                     :null-object nil :false-object :json-false)
-                (error (user-error "Not valid JSON: %s" (error-message-string err))))))
+  (let* ((a sly-agent-q-approval--editing)
+         (lisp sly-agent-q-approval--editing-lisp)
+         (args (if lisp
+                   (plist-put (copy-sequence (plist-get (sly-agent-q-approval-request a) :arguments))
+                              lisp (sly-agent-q-approval--balanced-lisp))
+                 (condition-case err
+                     (json-parse-string (buffer-string) :object-type 'plist
+                                        :null-object nil :false-object :json-false)
+                   (error (user-error "Not valid JSON: %s" (error-message-string err)))))))
     (unless (and (listp args) (or (null args) (keywordp (car args))))
       (user-error "The arguments must be a JSON object"))
     (unless a (user-error "This buffer edits no approval"))
     (quit-window t)
-    (sly-agent-q-approval--decide a 'modified (list :decision "modified"
-                                                    :arguments (or args (make-hash-table))))))
+    (if (equal args (plist-get (sly-agent-q-approval-request a) :arguments))
+        ;; Nothing changed: approved as the model gave it, not marked as edited.
+        (sly-agent-q-approval--decide a 'approved (list :decision "approved"))
+      (sly-agent-q-approval--decide a 'modified (list :decision "modified"
+                                                      :arguments (or args (make-hash-table)))))))
 
 (defun sly-agent-q-edit-arguments-abort ()
   "Leave the arguments unchanged; the approval still waits."

@@ -479,6 +479,40 @@ a restart, which writes nothing."
       (should (memq ?d offered))
       (should (equal (car (cdr asked)) '(:decision "denied" :reason "no"))))))
 
+(ert-deftest sly-agent-q-approval-lisp-shown-and-edited-as-lisp ()
+  "A Lisp argument is shown as Lisp, not a JSON string, and edited in `lisp-mode'.
+An unbalanced edit is refused, the approval still waiting; a balanced
+one runs with the other arguments as they were."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "eval_form" :arguments (:form "(let ((x 1)) (+ x \"a\\\"b\"))" :package "CL-USER")
+                     :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1")))
+           (cell (cdr asked))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      ;; As Lisp: the form's own text, its string's quote unescaped; no JSON quoting around it.
+      (should (string-match-p "form:\n.*(let ((x 1)) (\\+ x \"a\\\\\"b\"))$" (buffer-string)))
+      (should-not (string-match-p "form: \"(let" (buffer-string)))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (should (derived-mode-p 'lisp-mode))
+          (should (equal (string-trim (buffer-string)) "(let ((x 1)) (+ x \"a\\\"b\"))"))
+          ;; Unbalanced: refused, nothing sent.
+          (goto-char (point-max))
+          (skip-chars-backward "\n")
+          (delete-char -1)
+          (should-error (sly-agent-q-edit-arguments-finish) :type 'user-error)
+          (should (null (car cell)))
+          (erase-buffer)
+          (insert "(let ((x 40))\n(+ x 2))")
+          (sly-agent-q-edit-arguments-finish)))
+      (should (equal (plist-get (car cell) :decision) "modified"))
+      (let ((args (plist-get (car cell) :arguments)))
+        ;; Indented as Lisp when accepted; the package kept.
+        (should (equal (plist-get args :form) "(let ((x 40))\n  (+ x 2))"))
+        (should (equal (plist-get args :package) "CL-USER"))))))
+
 (ert-deftest sly-agent-q-approval-withdrawn ()
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
