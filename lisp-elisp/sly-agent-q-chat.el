@@ -1239,6 +1239,11 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
     (goto-char (point-max))
     (insert text)))
 
+(defun sly-agent-q-chat-input-text ()
+  "The text of the chat buffer's input, not yet sent."
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (sly-agent-q-chat--input-text)))
+
 (defun sly-agent-q-chat-set-input (text)
   "Replace the chat buffer's input with TEXT, for the user to edit and send."
   (with-current-buffer (sly-agent-q-chat-buffer)
