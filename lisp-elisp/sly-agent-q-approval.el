@@ -40,8 +40,10 @@
 ;; reviewed file edit, in sly-agent-q-diff.el); otherwise
 ;; `sly-agent-q-approval-function' when set (scripts, tests); otherwise
 ;; the user, inline in the chat buffer: buttons and the keys y (approve),
-;; n (deny with a reason), e (edit the arguments as JSON), a (always
-;; allow this tool for the session) on the approval.
+;; n (deny with a reason), e (edit the arguments), a (always allow this
+;; tool for the session) on the approval, and C-c C-r anywhere in the
+;; chat, a prompt offering the same answers, where point may be in the
+;; input and y would insert a y.
 
 ;;; Code:
 
@@ -237,6 +239,33 @@ second diff of a large file would cost as much again."
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-a") #'sly-agent-q-approve)
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-d") #'sly-agent-q-deny)
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-e") #'sly-agent-q-edit-arguments)
+(define-key sly-agent-q-chat-mode-map (kbd "C-c C-r") #'sly-agent-q-approval-answer)
+
+(defun sly-agent-q-approval--choices (request)
+  "The answers that apply to REQUEST: (KEY NAME COMMAND) each.
+A diff is offered only for a call that has one: a restart or an
+evaluation writes nothing to show as one."
+  `((?y "approve" sly-agent-q-approve)
+    (?n "deny" sly-agent-q-deny)
+    (?e "edit arguments" sly-agent-q-edit-arguments)
+    (?a ,(format "always allow %s" (sly-agent-q-display-line (plist-get request :tool) 40))
+        sly-agent-q-approve-always)
+    ,@(and (plist-get request :diff) '((?d "show diff" sly-agent-q-approval-show-diff)))
+    (?v "arguments whole" sly-agent-q-approval-show-arguments)))
+
+(defun sly-agent-q-approval-answer (&optional approval)
+  "Answer APPROVAL from a prompt.
+APPROVAL defaults to the one at point, or the oldest waiting.  The
+prompt owns the keyboard, so it works with point anywhere, in the
+input too, and offers only the answers that apply."
+  (interactive)
+  (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
+         (request (sly-agent-q-approval-request a))
+         (choices (sly-agent-q-approval--choices request))
+         (choice (read-multiple-choice
+                  (format "%s needs your approval" (sly-agent-q-display-line (plist-get request :tool) 80))
+                  (mapcar (lambda (c) (list (car c) (nth 1 c))) choices))))
+    (funcall (nth 2 (assq (car choice) choices)) a)))
 
 (define-button-type 'sly-agent-q-approval
   'keymap sly-agent-q-approval-map
@@ -260,13 +289,15 @@ CALL's cancellation marks it cancelled."
               (sly-agent-q-approval--redraw approval))))
     (when (and sly-agent-q-approval-display (not noninteractive))
       (display-buffer buf))
-    (message "sly-agent-q: %s needs your approval (y, n, e or a on it in %s, d for its diff, v for its arguments whole; or C-c C-a / C-c C-d there)"
+    (message "sly-agent-q: %s needs your approval: C-c C-r in %s answers it (%s)"
              (if (plist-get request :client)
                  (format "%s, asked by %s,"
                          (sly-agent-q-display-line (plist-get request :tool) 80)
                          (sly-agent-q-approval--asker request))
                (sly-agent-q-display-line (plist-get request :tool) 80))
-             (buffer-name buf))))
+             (buffer-name buf)
+             (mapconcat (lambda (c) (format "%c %s" (car c) (nth 1 c)))
+                        (sly-agent-q-approval--choices request) ", "))))
 
 (defun sly-agent-q-approval--asker (request)
   "Return who asks for REQUEST, in the product's words: the chat or an MCP client."
@@ -311,8 +342,9 @@ CALL's cancellation marks it cancelled."
                                'action (lambda (_) (funcall cmd approval))
                                'help-echo (format "%s (key %s)" (car b) (nth 2 b))))
          (insert " "))
-       (insert (propertize (if (plist-get request :diff) "(y / n / e / a / d / v)\n"
-                             "(y / n / e / a / v)\n")
+       (insert (propertize (format "(%s here; C-c C-r anywhere in the chat)\n"
+                                   (mapconcat (lambda (c) (string (car c)))
+                                              (sly-agent-q-approval--choices request) " / "))
                            'face 'sly-agent-q-notice-face))
        (add-text-properties start (point) (list 'keymap sly-agent-q-approval-map
                                                 'sly-agent-q-approval approval)))
@@ -379,7 +411,9 @@ nothing in them can draw a line of the approval."
         (let* ((key (sly-agent-q-display-line (substring (symbol-name (car pair)) 1) 60))
                (value (cdr pair))
                (sub (concat frame "  ╎ ")))
-          (if (and (stringp value) (string-search "\n" (string-trim-right value "\n")))
+          (if (and (stringp value)
+                   (or (sly-agent-q-approval--lisp-p request (car pair))
+                       (string-search "\n" (string-trim-right value "\n"))))
               (concat sub key ":\n"
                       (sly-agent-q-display-block value (concat sub "  ╎ ")
                                                  :max-line-chars sly-agent-q-approval-value-chars))
@@ -393,6 +427,18 @@ nothing in them can draw a line of the approval."
       (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
                collect (cons key value))
       ""))))
+
+(defun sly-agent-q-approval--lisp-p (request key)
+  "Non-nil when argument KEY (a keyword) of REQUEST is Lisp source.
+The server names them (:lispArguments): they are shown and edited as
+Lisp, not as JSON strings."
+  (seq-contains-p (plist-get request :lispArguments) (substring (symbol-name key) 1)))
+
+(defun sly-agent-q-approval--lisp-argument (request)
+  "The first argument of REQUEST that is Lisp source text, as a keyword, or nil."
+  (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+           when (and (stringp value) (sly-agent-q-approval--lisp-p request key))
+           return key))
 
 (defun sly-agent-q-approval-show-diff (&optional approval)
   "Show the diff of what APPROVAL would write, in a `diff-mode' buffer.
@@ -501,6 +547,9 @@ Return the buffer."
 (defvar-local sly-agent-q-approval--editing nil
   "The approval whose arguments this buffer edits.")
 
+(defvar-local sly-agent-q-approval--editing-lisp nil
+  "The argument (a keyword) this buffer edits as Lisp, or nil for JSON.")
+
 (defvar sly-agent-q-edit-arguments-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c C-c") #'sly-agent-q-edit-arguments-finish)
@@ -509,48 +558,86 @@ Return the buffer."
   "Keymap of the argument editing buffer.")
 
 (define-minor-mode sly-agent-q-edit-arguments-mode
-  "Editing a tool call's arguments as JSON.
+  "Editing a tool call's arguments: a Lisp form as Lisp, the others as JSON.
 \\[sly-agent-q-edit-arguments-finish] runs the tool with them,
 \\[sly-agent-q-edit-arguments-abort] goes back."
   :lighter " Agent-Q-Args"
   :keymap sly-agent-q-edit-arguments-mode-map)
 
-(defun sly-agent-q-edit-arguments (&optional approval)
-  "Edit APPROVAL's arguments as JSON in a small buffer.
-\\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-arguments-finish] there runs the tool with them."
-  (interactive)
+(defun sly-agent-q-edit-arguments (&optional approval json)
+  "Edit APPROVAL's arguments in a small buffer.
+A call with a Lisp form (the eval and compile tools) has that form
+edited as Lisp in `lisp-mode', its other arguments kept; with JSON
+\(interactively, a prefix argument) or for other calls, every argument
+is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-arguments-finish] there runs the tool with them."
+  (interactive (list nil current-prefix-arg))
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
+         (lisp (and (not json) (sly-agent-q-approval--lisp-argument request)))
          (buf (get-buffer-create "*sly-agent-q arguments*")))
     (with-current-buffer buf
       (let ((inhibit-read-only t)) (erase-buffer))
-      (when (fboundp 'js-mode) (js-mode))
+      (if lisp (lisp-mode) (when (fboundp 'js-mode) (js-mode)))
       ;; The arguments are the model's, edited as they are: drawn without reordering.
       (sly-agent-q-display-editable-buffer)
-      (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n")
+      (if lisp
+          (progn
+            (insert (plist-get (plist-get request :arguments) lisp))
+            (indent-region (point-min) (point-max)))
+        (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)
-      (setq sly-agent-q-approval--editing a)
+      (setq sly-agent-q-approval--editing a
+            sly-agent-q-approval--editing-lisp lisp)
       (setq header-line-format
             (string-replace
-             "%" "%%" (format " Arguments of %s: C-c C-c run with these, C-c C-k back"
-                              (sly-agent-q-display-line (plist-get request :tool) 80)))))
+             "%" "%%" (format " %s of %s: C-c C-c run with %s, C-c C-k back"
+                              (if lisp (format "The Lisp %s" (substring (symbol-name lisp) 1)) "Arguments")
+                              (sly-agent-q-display-line (plist-get request :tool) 80)
+                              (if lisp "it" "these")))))
     (pop-to-buffer buf)))
 
+(defun sly-agent-q-approval--balanced-lisp ()
+  "The current buffer's Lisp text, indented, or a user error if unbalanced.
+A form cut short or with a stray parenthesis would be read as
+something else than the user meant, or not at all, in the image."
+  (syntax-propertize (point-max))
+  (save-excursion
+    (goto-char (point-min))
+    (condition-case err
+        (while (progn (forward-comment (buffer-size)) (not (eobp)))
+          (forward-sexp 1))
+      (scan-error
+       (goto-char (nth 2 err))
+       (user-error "Unbalanced: %s (near line %d); nothing was sent"
+                   (cadr err) (line-number-at-pos)))))
+  (when (string-blank-p (buffer-string))
+    (user-error "No form; nothing was sent"))
+  (indent-region (point-min) (point-max))
+  (string-trim (buffer-substring-no-properties (point-min) (point-max))))
+
 (defun sly-agent-q-edit-arguments-finish ()
-  "Run the tool with the arguments in this buffer."
+  "Run the tool with the arguments in this buffer.
+A Lisp form is checked for balance first, and indented."
   (interactive)
-  (let ((a sly-agent-q-approval--editing)
-        (args (condition-case err
-                  (json-parse-string (buffer-string) :object-type 'plist
-                                     :null-object nil :false-object :json-false)
-                (error (user-error "Not valid JSON: %s" (error-message-string err))))))
+  (let* ((a sly-agent-q-approval--editing)
+         (lisp sly-agent-q-approval--editing-lisp)
+         (args (if lisp
+                   (plist-put (copy-sequence (plist-get (sly-agent-q-approval-request a) :arguments))
+                              lisp (sly-agent-q-approval--balanced-lisp))
+                 (condition-case err
+                     (json-parse-string (buffer-string) :object-type 'plist
+                                        :null-object nil :false-object :json-false)
+                   (error (user-error "Not valid JSON: %s" (error-message-string err)))))))
     (unless (and (listp args) (or (null args) (keywordp (car args))))
       (user-error "The arguments must be a JSON object"))
     (unless a (user-error "This buffer edits no approval"))
     (quit-window t)
-    (sly-agent-q-approval--decide a 'modified (list :decision "modified"
-                                                    :arguments (or args (make-hash-table))))))
+    (if (equal args (plist-get (sly-agent-q-approval-request a) :arguments))
+        ;; Nothing changed: approved as the model gave it, not marked as edited.
+        (sly-agent-q-approval--decide a 'approved (list :decision "approved"))
+      (sly-agent-q-approval--decide a 'modified (list :decision "modified"
+                                                      :arguments (or args (make-hash-table)))))))
 
 (defun sly-agent-q-edit-arguments-abort ()
   "Leave the arguments unchanged; the approval still waits."

@@ -169,9 +169,12 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
   state watchdog)
 
 (cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
-  "A tool call shown in the transcript; SECTION is where it is drawn."
+  "A tool call shown in the transcript; SECTION is where it is drawn.
+ARGUMENTS are the model's; RAN-ARGUMENTS, when the user edited them,
+the ones that ran.  TIME-MS is the run's own time; WAIT-MS the wait
+for the user's approval."
   call-id name arguments safety (status 'running) content error time-ms
-  approved expanded section)
+  approved expanded section ran-arguments wait-ms)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
@@ -559,19 +562,31 @@ of megabytes costs no more than a short one."
   "MS, a number of milliseconds or nil, as a short string."
   (if (numberp ms) (format "%d" (round ms)) "?"))
 
+(defun sly-agent-q-chat--wait (ms)
+  "MS, the wait for an approval in milliseconds, as a short phrase, or \"\"."
+  (if (numberp ms)
+      (format " · waited %s for approval"
+              (if (< ms 1000) (format "%d ms" (round ms)) (format "%.1f s" (/ ms 1000.0))))
+    ""))
+
 (defun sly-agent-q-chat--render-entry (entry)
-  "Insert ENTRY's text at point."
+  "Insert ENTRY's text at point.
+The arguments shown are the ones that ran: the user's, marked, when
+they edited the model's."
   (let* ((status (sly-agent-q-entry-status entry))
+         (ran (sly-agent-q-entry-ran-arguments entry))
          (summary
-          (format "%s %s (%s) %s"
+          (format "%s %s (%s)%s %s"
                   (if (sly-agent-q-entry-expanded entry) "▾" "▸")
                   (sly-agent-q-display-line (sly-agent-q-entry-name entry) 80)
                   (sly-agent-q-display-line (sly-agent-q-entry-safety entry) 20)
-                  (sly-agent-q-chat--summarize-arguments (sly-agent-q-entry-arguments entry))))
+                  (if ran " ✎ edited:" "")
+                  (sly-agent-q-chat--summarize-arguments (or ran (sly-agent-q-entry-arguments entry)))))
          (state (pcase status
                   ('running "… running")
                   ('approval "… waiting for approval")
-                  ('ok (format "✓ %s ms" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))))
+                  ('ok (format "✓ %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                               (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))))
                   (_ (format "✗ %s" (sly-agent-q-display-line
                                      (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
                                      80))))))
@@ -583,11 +598,18 @@ of megabytes costs no more than a short one."
             "\n")
     (when (sly-agent-q-entry-expanded entry)
       (insert (propertize
-               (concat "    arguments:\n"
+               (concat (if ran "    arguments that ran (edited by the user):\n" "    arguments:\n")
                        (sly-agent-q-chat--indent
                         (sly-agent-q-chat--preview
-                         (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry))))
+                         (sly-agent-q-chat--json (or ran (sly-agent-q-entry-arguments entry)))))
                        "\n"
+                       (if ran
+                           (concat "    the model's arguments:\n"
+                                   (sly-agent-q-chat--indent
+                                    (sly-agent-q-chat--preview
+                                     (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry))))
+                                   "\n")
+                         "")
                        (pcase status
                          ((or 'running 'approval) "    (no result yet)\n")
                          ('ok (concat "    result:\n" (sly-agent-q-chat--indent
@@ -599,7 +621,8 @@ of megabytes costs no more than a short one."
                                                     (or (sly-agent-q-entry-error entry) "")))
                                     "\n")))
                        (if (sly-agent-q-entry-time-ms entry)
-                           (format "    time: %s ms%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                           (format "    time: %s ms%s%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                                   (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))
                                    (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)"))
                          ""))
                'face 'sly-agent-q-notice-face)))))
@@ -1163,6 +1186,8 @@ Notifications of turns that are over are ignored."
                                                  (or (plist-get params :error)
                                                      (plist-get params :content)))
             (sly-agent-q-entry-time-ms entry) (plist-get params :executionTimeMs)
+            (sly-agent-q-entry-wait-ms entry) (plist-get params :approvalWaitMs)
+            (sly-agent-q-entry-ran-arguments entry) (plist-get params :arguments)
             (sly-agent-q-entry-approved entry) (plist-get params :approved))
       (sly-agent-q-chat--redraw-entry entry))))
 
@@ -1282,6 +1307,11 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
     (delete-region sly-agent-q-chat--input (point-max))
     (goto-char (point-max))
     (insert text)))
+
+(defun sly-agent-q-chat-input-text ()
+  "The text of the chat buffer's input, not yet sent."
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (sly-agent-q-chat--input-text)))
 
 (defun sly-agent-q-chat-set-input (text)
   "Replace the chat buffer's input with TEXT, for the user to edit and send."

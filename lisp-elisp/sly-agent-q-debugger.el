@@ -335,36 +335,50 @@ approval, so the call never runs in a debugger opened meanwhile."
 
 ;;;; From the debugger to the chat
 
-(defun sly-agent-q-debugger--frame-lines (buffer count)
-  "The first COUNT frame lines shown in debugger BUFFER."
-  (with-current-buffer buffer
-    (save-excursion
-      (goto-char (point-min))
-      (if (not (re-search-forward "^Backtrace:" nil t))
-          ""
-        (forward-line 1)
-        (let ((start (point)))
-          (forward-line count)
-          (string-trim-right (buffer-substring-no-properties start (point))))))))
+(defun sly-agent-q-debugger--ask-text (buffer frames)
+  "The message asking about debugger BUFFER, with FRAMES, the image's frame text."
+  ;; The condition, restarts and frames are the image's text: drawn as data.
+  (format "My program stopped in the debugger. Why, and how do I fix it?\n\n%sTop frames:\n%s\n"
+          (sly-agent-q-display-text (sly-agent-q-debugger--header buffer) 20000)
+          (sly-agent-q-display-text (string-trim-right frames) 20000)))
+
+(defun sly-agent-q-debugger--show-chat ()
+  "Show the chat in a window other than the selected one, and select it.
+The debugger's window keeps showing the debugger: the user may want
+to read it again or choose a restart there."
+  (pop-to-buffer (sly-agent-q-chat-buffer)
+                 '((display-buffer-reuse-window display-buffer-use-some-window
+                                                display-buffer-at-bottom)
+                   (inhibit-same-window . t))))
 
 ;;;###autoload
 (defun sly-agent-q-debugger-ask (&optional buffer)
   "Ask the agent about the error in the debugger BUFFER (default: this one).
 The condition, its type, the restarts and the top frames go to the
-chat's input, to edit and send; the agent's debugger tools can dig further."
+chat's input, to edit and send; the agent's debugger tools can dig
+further.  The frames are the image's own (as debugger_state gives
+them), asked of the debugged thread, not the debugger buffer's text
+with its folds; they arrive in the input a moment later.  The chat
+opens in another window: the debugger stays where it was."
   (interactive)
   (let ((buffer (or buffer (current-buffer))))
     (unless (and (sly-agent-q-debugger--kind buffer) (sly-agent-q-debugger--get buffer :level))
       (user-error "Not in a Lisp debugger buffer (sly-db or sldb)"))
-    ;; The condition, restarts and frames are the image's text: drawn as data.
     (sly-agent-q-chat-set-input
-     (format "My program stopped in the debugger. Why, and how do I fix it?\n\n%sTop frames:\n%s\n"
-             (sly-agent-q-display-text (sly-agent-q-debugger--header buffer) 20000)
-             (sly-agent-q-display-text
-              (sly-agent-q-debugger--frame-lines buffer sly-agent-q-debugger-ask-frames) 20000)))
-    (unless noninteractive
-      (pop-to-buffer (sly-agent-q-chat-buffer)))
-    (with-current-buffer (sly-agent-q-chat-buffer) (goto-char (point-max)))))
+     (sly-agent-q-debugger--ask-text buffer "  (asking the image for its frames…)"))
+    (sly-agent-q-debugger--show-chat)
+    (with-current-buffer (sly-agent-q-chat-buffer) (goto-char (point-max)))
+    (let ((placeholder (sly-agent-q-chat-input-text)))
+      (sly-agent-q-debugger--run
+       buffer "backtrace" `(("count" . ,sly-agent-q-debugger-ask-frames))
+       (lambda (content error)
+         (let ((chat (sly-agent-q-chat-buffer t)))
+           ;; Only into the input it left: what the user typed since is theirs.
+           (when (and chat (buffer-live-p buffer)
+                      (equal (sly-agent-q-chat-input-text) placeholder))
+             (sly-agent-q-chat-set-input
+              (sly-agent-q-debugger--ask-text
+               buffer (or content (format "  (not available: %s)" error)))))))))))
 
 (provide 'sly-agent-q-debugger)
 ;;; sly-agent-q-debugger.el ends here

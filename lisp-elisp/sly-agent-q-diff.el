@@ -608,7 +608,7 @@ signals."
     (define-key map "g" #'sly-agent-q-diff-redisplay)
     (define-key map (kbd "RET") #'sly-agent-q-diff-goto-source)
     (define-key map "o" #'sly-agent-q-diff-goto-source)
-    (define-key map "q" #'sly-agent-q-diff-abort)
+    (define-key map "q" #'sly-agent-q-diff-quit)
     (define-key map (kbd "C-c C-c") #'sly-agent-q-diff-finish)
     (define-key map (kbd "C-c C-k") #'sly-agent-q-diff-abort)
     map)
@@ -623,7 +623,8 @@ signals."
 \\[sly-agent-q-diff-reject-all] rejects every hunk.
 \\[sly-agent-q-diff-finish] sends the accepted hunks to the agent;
 undecided hunks count as rejected.
-\\[sly-agent-q-diff-abort] rejects the whole edit.
+\\[sly-agent-q-diff-abort] rejects the whole edit;
+\\[sly-agent-q-diff-quit] does too, asking first when hunks were accepted.
 
 \\{sly-agent-q-diff-review-mode-map}"
   ;; `diff-mode' binds `diff-mode-shared-map' over the local map in
@@ -680,20 +681,51 @@ undecided hunks count as rejected.
   (insert-text-button label 'action (lambda (_) (funcall action))
                       'follow-link t 'help-echo help))
 
+(defun sly-agent-q-diff--width ()
+  "Columns a line of the review may take without wrapping in its window."
+  (1- (window-body-width (or (get-buffer-window (current-buffer)) (selected-window)))))
+
+(defun sly-agent-q-diff--fill (items width)
+  "ITEMS, strings, joined by two spaces into lines of at most WIDTH columns."
+  (let ((lines nil) (line ""))
+    (dolist (item items)
+      (cond ((string-empty-p line) (setq line item))
+            ((<= (+ (string-width line) 2 (string-width item)) width)
+             (setq line (concat line "  " item)))
+            (t (push line lines) (setq line item))))
+    (unless (string-empty-p line) (push line lines))
+    (mapconcat (lambda (l) (concat l "\n")) (nreverse lines) "")))
+
 (defun sly-agent-q-diff--insert-preamble (proposal)
-  "Insert the title, keys and buttons above the diff of PROPOSAL's review."
-  ;; The path and the description are the model's: drawn as data.
-  (insert (propertize (format "Proposed edit of %s" (sly-agent-q-display-line (plist-get proposal :rel)))
-                      'face 'bold))
-  (when (plist-get proposal :description)
-    (insert ": " (sly-agent-q-display-line (plist-get proposal :description))))
-  (insert "\n")
-  (when (plist-get (plist-get proposal :current) :modified)
-    (insert "(computed against the unsaved text of buffer "
-            (sly-agent-q-display-line (buffer-name (plist-get (plist-get proposal :current) :buffer)))
-            ")\n"))
-  (insert (substitute-command-keys
-           "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk  \\[sly-agent-q-diff-reject-hunk] reject hunk  \\[sly-agent-q-diff-accept-all] accept all  \\[sly-agent-q-diff-reject-all] reject all  \\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move  \\[sly-agent-q-diff-finish] finish  \\[sly-agent-q-diff-abort] abort\n"))
+  "Insert the title, keys and buttons above the diff of PROPOSAL's review.
+Each line fits the window: a wrapped header would push the hunks down
+and split the keys from what they name."
+  (let* ((width (sly-agent-q-diff--width))
+         (title (concat (format "Proposed edit of %s" (sly-agent-q-display-line (plist-get proposal :rel)))
+                        (if (plist-get proposal :description)
+                            (concat ": " (sly-agent-q-display-line (plist-get proposal :description)))
+                          ""))))
+    ;; The path and the description are the model's: drawn as data, cut to the window.
+    (insert (propertize (truncate-string-to-width title width nil nil "…") 'face 'bold) "\n")
+    (when (plist-get (plist-get proposal :current) :modified)
+      (insert (truncate-string-to-width
+               (concat "(computed against the unsaved text of buffer "
+                       (sly-agent-q-display-line
+                        (buffer-name (plist-get (plist-get proposal :current) :buffer)))
+                       ")")
+               width nil nil "…")
+              "\n"))
+    (insert (sly-agent-q-diff--fill
+             (mapcar #'substitute-command-keys
+                     '("\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-reject-hunk] reject hunk"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-all] accept all"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-reject-all] reject all"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-finish] finish"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-abort] reject the edit"
+                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-quit] quit (asks first)"))
+             width)))
   (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
   (insert " ")
   (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
@@ -889,10 +921,26 @@ the count alone."
      (sly-agent-q-diff--decision (sly-agent-q-diff--review-args review) accepted))))
 
 (defun sly-agent-q-diff-abort ()
-  "Reject the whole proposed edit."
+  "Reject the whole proposed edit, and say so."
   (interactive)
-  (sly-agent-q-diff--end
-   (list :decision "denied" :reason "The user aborted the review of the proposed edit")))
+  (let ((rel (plist-get (sly-agent-q-diff--review-proposal (sly-agent-q-diff--review-here)) :rel)))
+    (sly-agent-q-diff--end
+     (list :decision "denied" :reason "The user aborted the review of the proposed edit"))
+    (message "sly-agent-q: rejected the whole proposed edit of %s" (sly-agent-q-display-line rel))))
+
+(defun sly-agent-q-diff-quit ()
+  "Leave the review rejecting the whole edit, asking first if hunks were accepted.
+Accepted hunks are the user's work: they are not thrown away without
+a yes; declined, the review stays as it is."
+  (interactive)
+  (let* ((review (sly-agent-q-diff--review-here))
+         (accepted (cl-count 'accepted (sly-agent-q-diff--review-states review))))
+    (if (or (zerop accepted)
+            (y-or-n-p (format "Discard the %d accepted hunk%s and reject the whole edit? "
+                              accepted (if (= accepted 1) "" "s"))))
+        (sly-agent-q-diff-abort)
+      (message "%s" (substitute-command-keys
+                     "Review kept: \\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-finish] sends the accepted hunks")))))
 
 (defun sly-agent-q-diff--killed ()
   "Deny the edit when its review buffer is killed before a decision."

@@ -42,7 +42,7 @@
 (require 'cl-lib)
 (require 'json)
 (require 'subr-x)
-(require 'project)
+(require 'sly-agent-q-files)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-display)
 
@@ -197,12 +197,8 @@ state file at each start: no secret is written into .mcp.json."
           (mapconcat #'json-encode (sly-agent-q-mcp--stdio-args) ", ")))
 
 (defun sly-agent-q-mcp--project-file ()
-  "The project's .mcp.json."
-  (expand-file-name ".mcp.json"
-                    (or (and (fboundp 'project-current)
-                             (let ((pr (project-current nil)))
-                               (and pr (project-root pr))))
-                        default-directory)))
+  "The .mcp.json at the root of the project the agent works in."
+  (expand-file-name ".mcp.json" (sly-agent-q-tools-project-root)))
 
 (defun sly-agent-q-mcp-write-claude-config (file)
   "Add the sly-agent-q entry to the mcpServers of the .mcp.json FILE.

@@ -345,15 +345,13 @@ install Node.js 20 or newer, or set that option to its full path"
              (if (functionp secret) (funcall secret) secret)))))
 
 (defun sly-agent-q-server-project-root ()
-  "The project root to tell the server about."
+  "The project root to tell the server about.
+The root the file tools confine to (`sly-agent-q-tools-project-root'):
+one lookup, so that the server and the tools never disagree."
   (let ((root (or (and (fboundp 'sly-agent-q-tools-project-root)
                        (ignore-errors (sly-agent-q-tools-project-root)))
-                  (bound-and-true-p sly-agent-q-project-root)
-                  (and (fboundp 'project-current)
-                       (let ((pr (project-current nil)))
-                         (and pr (fboundp 'project-root) (project-root pr))))
                   default-directory)))
-    (and root (directory-file-name (expand-file-name root)))))
+    (directory-file-name (expand-file-name root))))
 
 (defun sly-agent-q-server-plist-compact (plist)
   "PLIST without the properties whose value is nil."

@@ -73,7 +73,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
   "emacs/cancel": { params: shape<P.EmacsCancelParams>({ id: "string", reason: "string" }), result: null },
   "chat/textDelta": { params: shape<P.TextDeltaParams>({ conversationId: "string", turnId: "string", text: "string" }), result: null },
   "chat/toolCall": { params: shape<P.ToolCallParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", arguments: "any?", safetyLevel: "string" }), result: null },
-  "chat/toolResult": { params: shape<P.ToolResultParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", success: "boolean", content: "string", error: "string?", executionTimeMs: "number", approved: "boolean" }), result: null },
+  "chat/toolResult": { params: shape<P.ToolResultParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", success: "boolean", content: "string", error: "string?", executionTimeMs: "number", approvalWaitMs: "number?", arguments: "object?", approved: "boolean" }), result: null },
   "chat/approvalNeeded": { params: shape<P.ApprovalNeededParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string" }), result: null },
   "chat/turnState": { params: shape<P.TurnStateParams>({ conversationId: "string", turnId: "string", state: "string", previous: "any" }), result: null },
   "chat/compacted": { params: shape<P.CompactedParams>({ conversationId: "string", turnId: "string", replacedMessages: "number", tokensBefore: "number", tokensAfter: "number" }), result: null },
@@ -98,7 +98,7 @@ export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape }
   approval: {
     params: shape<P.EmacsApprovalParams>({
       callId: "string", tool: "string", arguments: "object", review: "string", safetyLevel: "string", description: "string",
-      capability: "string", categories: "array", reason: "object", conversationId: "string?", turnId: "string?", client: "string?",
+      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?",
     }),
     result: shape<Flat<P.ApprovalDecision>>({ decision: "string", always: "boolean?", target: "string?", reason: "string?", arguments: "object?" }),
   },

@@ -151,7 +151,9 @@ export interface ParamSpec {
   maximum?: number;
   /** Accepted but not in the schema the model sees: set by the user's review, or another name of a
    *  parameter kept for old callers. */
-  notOffered?: true;
+  notOffered?: true;  /** Lisp source text: an approval shows it as Lisp and the user edits it in lisp-mode. Not in the
+   *  schema the model sees. */
+  lisp?: true;
 }
 
 /** Where a tool's handler runs. */
@@ -190,7 +192,12 @@ export interface ApprovedTarget {
 }
 
 export interface ToolResultMetadata {
+  /** The call's own run time: from when it started running, after any approval, to its answer. */
   executionTimeMs: number;
+  /** How long the call waited for the user's approval, when the user was asked. */
+  approvalWaitMs?: number;
+  /** The arguments the call ran with, when the user edited them (the model's are in its tool_use). */
+  arguments?: Record<string, unknown>;
   safetyLevel: SafetyLevel | "unknown";
   /** True when the call was allowed to run (automatically, by the user, or by a session rule). */
   approved: boolean;
@@ -454,6 +461,8 @@ export interface EmacsApprovalParams {
   turnId?: string;
   /** The MCP client asking (e.g. "claude-code"), when the call came over MCP, not from our model. */
   client?: string;
+  /** The arguments that are Lisp source (ParamSpec.lisp), shown and edited as Lisp. */
+  lispArguments?: string[];
 }
 
 export interface EmacsReplyParams {
@@ -737,7 +746,11 @@ export interface ToolResultParams extends TurnRef {
   success: boolean;
   content: string;
   error?: string;
+  /** The call's run time, the approval's wait apart (approvalWaitMs). */
   executionTimeMs: number;
+  approvalWaitMs?: number;
+  /** The arguments that ran, when the user edited them. */
+  arguments?: Record<string, unknown>;
   approved: boolean;
 }
 

@@ -296,6 +296,8 @@ export class ChatService {
           content: r.content,
           ...(r.error !== undefined ? { error: r.error } : {}),
           executionTimeMs: r.metadata.executionTimeMs,
+          ...(r.metadata.approvalWaitMs !== undefined ? { approvalWaitMs: r.metadata.approvalWaitMs } : {}),
+          ...(r.metadata.arguments ? { arguments: r.metadata.arguments } : {}),
           approved: r.metadata.approved,
         });
       },

@@ -5,7 +5,7 @@
 import type { ApprovalDecision, EmacsApprovalParams } from "../protocol.js";
 import type { ApprovalRequest } from "./executor.js";
 import { fromPrimaryArgs, toPrimaryArgs } from "./policy.js";
-import type { Tool } from "./tool.js";
+import { lispParameters, type Tool } from "./tool.js";
 
 /** Who asks besides the call itself: the chat's conversation and turn, or an MCP client. */
 export type ApprovalOrigin = Pick<EmacsApprovalParams, "conversationId" | "turnId" | "client">;
@@ -23,10 +23,16 @@ export function approvalParams(request: ApprovalRequest, origin: ApprovalOrigin 
     capability: tool.aliasOf ?? tool.name,
     categories: [...tool.categories],
     reason: request.reason,
+    ...(lispArguments(tool).length ? { lispArguments: lispArguments(tool) } : {}),
     ...(origin.conversationId ? { conversationId: origin.conversationId } : {}),
     ...(origin.turnId ? { turnId: origin.turnId } : {}),
     ...(origin.client ? { client: origin.client } : {}),
   };
+}
+
+/** The parameters of TOOL that hold Lisp source, under the primary tool's names as the arguments are sent. */
+function lispArguments(tool: Tool): string[] {
+  return Object.keys(toPrimaryArgs(tool, Object.fromEntries(lispParameters(tool).map((name) => [name, true]))));
 }
 
 /** Asks through SEND (the bridge's emacs/call "approval") and returns the decision, an edited reply's

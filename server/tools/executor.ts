@@ -101,8 +101,12 @@ export interface AdmittedCall {
   /** What the user approved, checked again when the call runs: the digest of the server's preview
    *  (the edit it will make), and the target Emacs prepared, which Emacs checks where the call runs. */
   readonly bound?: { preview?: string; emacs?: ApprovedTarget };
-  /** performance.now() when the call was admitted. */
+  /** performance.now() when the call was admitted, or when its approval was given. */
   readonly started: number;
+  /** How long the user took to answer, when asked: shown apart from the run time. */
+  readonly approvalWaitMs?: number;
+  /** Set when the user edited the arguments: the result says which ran. */
+  readonly edited?: boolean;
   /** Set when the call is answered; a later stage refuses it. */
   settled: boolean;
 }
@@ -118,6 +122,9 @@ interface SettleInfo {
   approved: boolean;
   args: Record<string, unknown> | undefined;
   opts: ExecuteOptions;
+  approvalWaitMs?: number;
+  /** The arguments the user edited, which ran (or failed) in place of the model's. */
+  ranArguments?: Record<string, unknown>;
 }
 
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -308,7 +315,8 @@ export class Executor {
     this.assertOpen(admitted);
     const { tool, safety, capability, call } = admitted;
     let args = admitted.arguments;
-    const answer = (message: string): CallStage => ({ kind: "answered", result: this.settle(admitted, { call, started: admitted.started, tool, safety, approved: false, args, opts }, message) });
+    let approvalWaitMs: number | undefined;
+    const answer = (message: string): CallStage => ({ kind: "answered", result: this.settle(admitted, { call, started: admitted.started, tool, safety, approved: false, args, opts, ...(approvalWaitMs !== undefined ? { approvalWaitMs } : {}) }, message) });
     try {
       const reason = admitted.ask;
       if (!reason) return { kind: "admitted", call: admitted };
@@ -333,8 +341,10 @@ export class Executor {
         }
       }
       let reply: ApprovalDecision;
+      const asked = performance.now();
       try {
         reply = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: shown, safetyLevel: safety, reason }, signal);
+        approvalWaitMs = Math.round((performance.now() - asked) * 100) / 100;
       } catch (err) {
         // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
         if (err instanceof ToolError && !signal.aborted) return answer(err.message);
@@ -382,7 +392,11 @@ export class Executor {
       };
       const { ask: _asked, ...rest } = admitted;
       admitted.settled = true; // passed on: the approved call below is the one that answers
-      return { kind: "admitted", call: { ...rest, arguments: args, decision, bound, settled: false } };
+      // The run's own time starts now: the wait for the user is reported apart.
+      return {
+        kind: "admitted",
+        call: { ...rest, arguments: args, decision, bound, settled: false, started: performance.now(), ...(approvalWaitMs !== undefined ? { approvalWaitMs } : {}), ...(decision === "modified" ? { edited: true } : {}) },
+      };
     } catch (err) {
       return answer(err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`);
     }
@@ -394,23 +408,27 @@ export class Executor {
     const { call, tool, safety, started } = admitted;
     const args = admitted.arguments;
     let approved = false;
+    const asked = {
+      ...(admitted.approvalWaitMs !== undefined ? { approvalWaitMs: admitted.approvalWaitMs } : {}),
+      ...(admitted.edited ? { ranArguments: args } : {}),
+    };
     try {
-      if (admitted.ask) return this.settle(admitted, { call, started, tool, safety, approved, args, opts }, `${tool.name} was not run: it needs the user's approval first.`);
+      if (admitted.ask) return this.settle(admitted, { call, started, tool, safety, approved, args, opts, ...asked }, `${tool.name} was not run: it needs the user's approval first.`);
       if (admitted.bound?.preview !== undefined && tool.preview) {
         // What the call would change now must be what the user approved: else nothing runs.
         const now = await this.previewOf(tool, args, call.id, opts.signal ?? new AbortController().signal).then((p) => p.digest, (err: unknown) => errorMessage(err));
-        if (now !== admitted.bound.preview) return this.settle(admitted, { call, started, tool, safety, approved, args, opts }, targetChanged(tool));
+        if (now !== admitted.bound.preview) return this.settle(admitted, { call, started, tool, safety, approved, args, opts, ...asked }, targetChanged(tool));
       }
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
       const value = await this.runHandler(tool, args, call.id, opts.signal, admitted.bound?.emacs, opts.tags);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
-      return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts }, undefined, content);
+      return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts, ...asked }, undefined, content);
     } catch (err) {
       const message = err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`;
       // A handler's failure is reported without its arguments, as before the split.
-      return this.settle(admitted, { call, started, tool, safety, approved, args: undefined, opts }, message);
+      return this.settle(admitted, { call, started, tool, safety, approved, args: undefined, opts, ...asked }, message);
     }
   }
 
@@ -426,6 +444,8 @@ export class Executor {
     }
     const metadata: ToolResultMetadata = {
       executionTimeMs: Math.round((performance.now() - s.started) * 100) / 100,
+      ...(s.approvalWaitMs !== undefined ? { approvalWaitMs: s.approvalWaitMs } : {}),
+      ...(s.ranArguments ? { arguments: s.ranArguments } : {}),
       safetyLevel: s.safety,
       approved: s.approved,
     };

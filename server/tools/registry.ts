@@ -74,12 +74,17 @@ export function describeForModel(tool: Tool, level: SafetyLevel = tool.safety): 
 }
 
 /**
- * The schema the model sees. Left out: the parameters marked notOffered, an empty required list, and
+ * The schema the model sees. Left out: the parameters marked notOffered, the lisp marks, an empty required list, and
  * additionalProperties (the executor refuses unknown arguments itself, naming the known ones): every
  * request carries these schemas, so each character costs in every request of a session.
  */
 export function schemaForModel(tool: Tool): ModelSchema {
-  const properties = Object.fromEntries(Object.entries(tool.schema.properties).filter(([, spec]) => !spec.notOffered));
+  // What the approval UI needs to know (lisp) costs tokens in every request and is no schema keyword.
+  const properties = Object.fromEntries(
+    Object.entries(tool.schema.properties)
+      .filter(([, spec]) => !spec.notOffered)
+      .map(([name, { lisp: _lisp, ...spec }]) => [name, spec]),
+  );
   return tool.required.length ? { type: "object", properties, required: [...tool.required] } : { type: "object", properties };
 }
 

@@ -89,8 +89,13 @@ export interface JsonSchemaObject {
 /** A parameters schema as the model sees it (registry.ts, schemaForModel). */
 export interface ModelSchema {
   type: "object";
-  properties: Record<string, Omit<ParamSpec, "notOffered">>;
+  properties: Record<string, Omit<ParamSpec, "notOffered" | "lisp">>;
   required?: string[];
+}
+
+/** The parameters of TOOL that are Lisp source text (ParamSpec.lisp), in declaration order. */
+export function lispParameters(tool: Pick<Tool, "parameters">): string[] {
+  return Object.entries(tool.parameters).filter(([, spec]) => spec.lisp).map(([name]) => name);
 }
 
 /** A handler error whose message is meant for the model as it is (no "Tool error" wrapping). */

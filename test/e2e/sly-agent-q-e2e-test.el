@@ -472,6 +472,9 @@ it before sending, REQUEST the approval's request."
     (setq before (e2e-debugger-snapshot buffer))
     ;; The command sends it to the chat's input, to edit and send.
     (with-current-buffer buffer (sly-agent-q-debugger-ask))
+    ;; The frames are asked of the image: they arrive a moment later.
+    (sly-agent-q-test-wait (lambda () (string-match-p "TOTAL-INPUT" (sly-agent-q-chat-input-text)))
+                           20 "the image's frames in the chat's input")
     (with-current-buffer (sly-agent-q-chat-buffer)
       (let ((input (buffer-substring-no-properties (point-min) (point-max))))
         (should (string-match-p "RETRY-PARSE" input))
@@ -486,6 +489,43 @@ it before sending, REQUEST the approval's request."
         (remove-hook 'sly-agent-q-turn-finished-hook hook)))
     (should (eq (plist-get outcome :status) 'finished))
     (list (sly-agent-q-test-tool-results) buffer before request repl-before)))
+
+(ert-deftest e2e-debugger-ask-sends-the-image-frames-and-keeps-the-debugger-window ()
+  "Sending the debugger to the chat: the image's frames (as many as asked, no
+\"--more--\" of the debugger buffer's text), and the debugger's window still shows it."
+  (e2e-with-agent "debugger-restart.json"
+    (e2e-reset-fixture)
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+    (let ((sly-agent-q-debugger-ask-frames 14)
+          buffer window)
+      (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+      (setq buffer (car (e2e-debugger-buffers)))
+      (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
+      (unwind-protect
+          (progn
+            ;; The user reads the debugger in the one window of the frame.
+            (delete-other-windows)
+            (setq window (selected-window))
+            (set-window-buffer window buffer)
+            (with-current-buffer buffer (sly-agent-q-debugger-ask))
+            (should (eq (window-buffer window) buffer))
+            (should (get-buffer-window (sly-agent-q-chat-buffer)))
+            (sly-agent-q-test-wait
+             (lambda () (with-current-buffer (sly-agent-q-chat-buffer)
+                          (string-match-p "13: " (buffer-string))))
+             20 "the frames to reach the chat's input")
+            (with-current-buffer (sly-agent-q-chat-buffer)
+              (let ((input (buffer-substring-no-properties (point-min) (point-max))))
+                (should (string-match-p "RETRY-PARSE" input))
+                (should (string-match-p "TOTAL-INPUT" input))
+                (should-not (string-match-p "--more--" input)))))
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat-set-input ""))
+        (e2e-reset-fixture)))))
 
 (ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
   "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."

@@ -387,6 +387,64 @@
         (should (null (cadr opened))))
       (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "a.lisp"))))))
 
+(ert-deftest sly-agent-q-diff-test-q-never-discards-silently ()
+  "q with hunks accepted asks before discarding them; declined, the review stays.
+Said yes (or with nothing accepted), the echo area says the edit was rejected."
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))
+          (asked nil) (said nil))
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) nil))
+                ((symbol-function 'message)
+                 (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
+        (let ((opened (sly-agent-q-diff-test-open-review args)))
+          (with-current-buffer (car opened)
+            (sly-agent-q-diff-accept-hunk 1)
+            (sly-agent-q-diff-accept-hunk 3)
+            (call-interactively (key-binding "q")))
+          ;; Asked, naming what would be lost; answered no: nothing sent, still open.
+          (should (= 1 (length asked)))
+          (should (string-match-p "2 accepted hunks" (car asked)))
+          (should (buffer-live-p (car opened)))
+          (should (null (cadr opened)))
+          (with-current-buffer (car opened)
+            (should (string-match-p "^## Hunk 1 of 3: ACCEPTED" (buffer-string))))
+          ;; Yes this time: denied, and the echo area says so.
+          (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) t)))
+            (with-current-buffer (car opened)
+              (call-interactively (key-binding "q"))))
+          (should-not (buffer-live-p (car opened)))
+          (should (equal "denied" (plist-get (car (cadr opened)) :decision)))
+          (should (cl-some (lambda (m) (string-match-p "rejected the whole proposed edit of a\\.lisp" m))
+                           said)))
+        ;; Nothing accepted: q rejects without asking, and says it did.
+        (setq asked nil said nil)
+        (let ((opened (sly-agent-q-diff-test-open-review args)))
+          (with-current-buffer (car opened)
+            (call-interactively (key-binding "q")))
+          (should (null asked))
+          (should (equal "denied" (plist-get (car (cadr opened)) :decision)))
+          (should (cl-some (lambda (m) (string-match-p "rejected the whole proposed edit of a\\.lisp" m))
+                           said)))))))
+
+(ert-deftest sly-agent-q-diff-test-review-header-fits-the-window ()
+  "The review's lines above the hunks fit in the window's width: none wraps."
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
+                       :description (make-string 200 ?x)))
+           (opened (sly-agent-q-diff-test-open-review args))
+           (width (window-body-width (get-buffer-window (car opened)))))
+      (with-current-buffer (car opened)
+        (goto-char (point-min))
+        (should (search-forward "C-c C-c" nil t))
+        (goto-char (point-min))
+        (while (not (looking-at "## Hunk\\|--- a/"))
+          (should (< (string-width (buffer-substring (line-beginning-position) (line-end-position)))
+                     width))
+          (forward-line 1)))
+      (kill-buffer (car opened)))))
+
 (defun sly-agent-q-diff-test-hunk-bounds (index)
   "The (START . END) of hunk INDEX's text in the review buffer."
   (save-excursion

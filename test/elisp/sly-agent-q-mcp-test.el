@@ -57,6 +57,18 @@ A FIFO planted there is refused too, without waiting on it."
       (delete-directory dir t)
       (delete-file outside))))
 
+(ert-deftest sly-agent-q-mcp-config-goes-to-the-agents-project-root ()
+  "The .mcp.json written is the one at the root the agent works in, the user's setting first."
+  (let* ((root (make-temp-file "sq-root" t))
+         (other (make-temp-file "sq-other" t))
+         (sly-agent-q-project-root root))
+    (unwind-protect
+        (with-temp-buffer
+          (setq default-directory (file-name-as-directory other))
+          (should (equal (expand-file-name ".mcp.json" root) (sly-agent-q-mcp--project-file))))
+      (delete-directory root t)
+      (delete-directory other t))))
+
 (ert-deftest sly-agent-q-mcp-codex-entry-names-a-non-default-state-file ()
   "The Codex entry is TOML with the shim's arguments, --mcp-state when the file is not the default."
   (let ((sly-agent-q-server-file (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root))

@@ -102,5 +102,17 @@
     (should (assoc "sly-agent-q-chat" graph))
     (should-not cycles)))
 
+(ert-deftest sly-agent-q-modules-project-root-found-in-one-place ()
+  "The project root is asked of project.el in one function; every module uses it.
+A second lookup elsewhere (the server's root, the MCP config's) would
+disagree with the root the file tools confine to."
+  (let ((callers nil))
+    (pcase-dolist (`(,module . ,forms) (sly-agent-q-modules-test--modules))
+      (dolist (form forms)
+        (when (and (memq 'project-current (sly-agent-q-modules-test--symbols form))
+                   (consp form) (symbolp (cadr form)))
+          (push (cons module (cadr form)) callers))))
+    (should (equal callers '(("sly-agent-q-files" . sly-agent-q-tools-project-root))))))
+
 (provide 'sly-agent-q-modules-test)
 ;;; sly-agent-q-modules-test.el ends here

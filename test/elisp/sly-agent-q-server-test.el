@@ -423,6 +423,96 @@
                                 (buffer-substring-no-properties
                                  (car (sly-agent-q-test--line-bounds "▸ write_file")) (point-max))))))))
 
+;; An approval asked of the user: what the echo area says, and the prompt C-c C-r gives.
+(defun sly-agent-q-test--ask-approval (request)
+  "Show REQUEST as an approval in the current chat; return (MESSAGES . DECISION-CELL)."
+  (let ((said nil) (cell (list nil)))
+    (cl-letf (((symbol-function 'message)
+               (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
+      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+                                 request (lambda (d) (setcar cell d))))
+    (cons said cell)))
+
+(ert-deftest sly-agent-q-approval-answered-from-the-input ()
+  "With point in the input, where y inserts a y, C-c C-r answers the approval.
+Its prompt owns the keyboard and offers only what applies: no diff for
+a restart, which writes nothing."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "debugger_invoke_restart" :arguments (:restart 1 :thread 1)
+                     :safetyLevel "dangerous" :detail "restart 1: ABORT" :callId "c1")))
+           (said (car asked)) (cell (cdr asked)) (offered nil))
+      ;; The echo area names the key that works anywhere, and no diff.
+      (should (cl-some (lambda (m) (string-match-p "C-c C-r" m)) said))
+      (should-not (cl-some (lambda (m) (string-match-p "diff" m)) said))
+      (should-not (string-match-p "\\[Show diff\\]\\|/ d /" (buffer-string)))
+      ;; Point in the input: y would be typed, C-c C-r asks.
+      (goto-char (point-max))
+      (should-not (eq (key-binding "y") #'sly-agent-q-approve))
+      (cl-letf (((symbol-function 'read-multiple-choice)
+                 (lambda (_prompt choices &rest _)
+                   (setq offered (mapcar #'car choices))
+                   (assq ?y choices))))
+        (call-interactively (key-binding (kbd "C-c C-r"))))
+      (should (memq ?y offered))
+      (should (memq ?n offered))
+      (should-not (memq ?d offered))
+      (should (equal (car cell) '(:decision "approved")))
+      (should (string-match-p "✓ approved debugger_invoke_restart" (buffer-string))))))
+
+(ert-deftest sly-agent-q-approval-prompt-offers-the-diff-when-there-is-one ()
+  "A call that writes has a diff: the echo area and the prompt offer it."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "write_file" :arguments (:path "a.lisp" :content "x")
+                     :safetyLevel "dangerous" :path "a.lisp" :diff "--- a/a.lisp\n+++ b/a.lisp\n@@ -0,0 +1 @@\n+x\n"
+                     :callId "c1")))
+           (offered nil))
+      (should (cl-some (lambda (m) (string-match-p "diff" m)) (car asked)))
+      (goto-char (point-max))
+      (cl-letf (((symbol-function 'read-multiple-choice)
+                 (lambda (_prompt choices &rest _)
+                   (setq offered (mapcar #'car choices))
+                   (assq ?n choices)))
+                ((symbol-function 'read-string) (lambda (&rest _) "no")))
+        (call-interactively (key-binding (kbd "C-c C-r"))))
+      (should (memq ?d offered))
+      (should (equal (car (cdr asked)) '(:decision "denied" :reason "no"))))))
+
+(ert-deftest sly-agent-q-approval-lisp-shown-and-edited-as-lisp ()
+  "A Lisp argument is shown as Lisp, not a JSON string, and edited in `lisp-mode'.
+An unbalanced edit is refused, the approval still waiting; a balanced
+one runs with the other arguments as they were."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "eval_form" :arguments (:form "(let ((x 1)) (+ x \"a\\\"b\"))" :package "CL-USER")
+                     :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1")))
+           (cell (cdr asked))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      ;; As Lisp: the form's own text, its string's quote unescaped; no JSON quoting around it.
+      (should (string-match-p "form:\n.*(let ((x 1)) (\\+ x \"a\\\\\"b\"))$" (buffer-string)))
+      (should-not (string-match-p "form: \"(let" (buffer-string)))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (should (derived-mode-p 'lisp-mode))
+          (should (equal (string-trim (buffer-string)) "(let ((x 1)) (+ x \"a\\\"b\"))"))
+          ;; Unbalanced: refused, nothing sent.
+          (goto-char (point-max))
+          (skip-chars-backward "\n")
+          (delete-char -1)
+          (should-error (sly-agent-q-edit-arguments-finish) :type 'user-error)
+          (should (null (car cell)))
+          (erase-buffer)
+          (insert "(let ((x 40))\n(+ x 2))")
+          (sly-agent-q-edit-arguments-finish)))
+      (should (equal (plist-get (car cell) :decision) "modified"))
+      (let ((args (plist-get (car cell) :arguments)))
+        ;; Indented as Lisp when accepted; the package kept.
+        (should (equal (plist-get args :form) "(let ((x 40))\n  (+ x 2))"))
+        (should (equal (plist-get args :package) "CL-USER"))))))
+
 (ert-deftest sly-agent-q-approval-withdrawn ()
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
@@ -442,6 +532,33 @@
                  '(:decision "denied" :reason "not there")))
   (should (hash-table-p (plist-get (sly-agent-q-approval--normalize '(:decision "modified")) :arguments)))
   (should (equal (plist-get (sly-agent-q-approval--normalize '(:decision "maybe")) :decision) "denied")))
+
+(ert-deftest sly-agent-q-chat-entry-shows-run-time-wait-and-edited-arguments ()
+  "A tool entry shows the run time, the approval's wait apart, and the arguments that ran."
+  (sly-agent-q-test--with-chat
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "eval_form"
+                                      :arguments (:form "(delete-file \"x\")") :safetyLevel "dangerous"))
+    (sly-agent-q-handle-notification nil 'chat/toolResult
+                                     '(:turnId "t1" :callId "c1" :name "eval_form" :success t :content "NIL"
+                                       :executionTimeMs 3.2 :approvalWaitMs 4200.5
+                                       :arguments (:form "(probe-file \"x\")") :approved t))
+    (let ((line (buffer-substring-no-properties
+                 (car (sly-agent-q-test--line-bounds "▸ eval_form"))
+                 (cdr (sly-agent-q-test--line-bounds "▸ eval_form")))))
+      ;; What ran, marked as edited; not the model's form.
+      (should (string-match-p "probe-file" line))
+      (should-not (string-match-p "delete-file" line))
+      (should (string-match-p "edited" line))
+      ;; Its own time, and the wait apart.
+      (should (string-match-p "✓ 3 ms" line))
+      (should (string-match-p "4\\.2 s for approval" line)))
+    ;; Expanded, both argument sets are there, each named.
+    (goto-char (point-min))
+    (search-forward "▸ eval_form")
+    (sly-agent-q-chat-toggle-entry)
+    (should (string-match-p "arguments that ran (edited by the user):\n[^:]*:[^:]*probe-file" (buffer-string)))
+    (should (string-match-p "the model's arguments:\n[^:]*:[^:]*delete-file" (buffer-string)))))
 
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."

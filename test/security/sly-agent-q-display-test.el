@@ -284,7 +284,7 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
                        (sly-agent-q-display-test--count-lines "^  ┏━ ⚠ this call needs your approval$" chat)))
             ;; Every approval's echo-area line names who asks, on one line.
             (should (= (length requests)
-                       (sly-agent-q-display-test--count-lines "^sly-agent-q: .* needs your approval (y, n" echo)))
+                       (sly-agent-q-display-test--count-lines "^sly-agent-q: .* needs your approval: C-c C-r" echo)))
             ;; The approval an MCP client asks for says so, once.
             (should (= 1 (sly-agent-q-display-test--count-lines
                           "^  ┃ asked by: MCP client calling itself \"" chat)))

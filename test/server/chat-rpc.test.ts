@@ -10,6 +10,8 @@ import { startMockLLM, type MockLLM, type MockScript } from "../fixtures/mock-ll
 import { ErrorCodes, type ChatSendResult, type Configuration, type EmacsCallParams } from "../../server/protocol.js";
 import { FAKE_KEY, testRegistry } from "./agent-helpers.js";
 import { connectChat, writeNoteTool, type Note } from "./chat-harness.js";
+import { schemaForModel } from "../../server/tools/registry.js";
+import { defineTool } from "../../server/tools/tool.js";
 
 let mock: MockLLM;
 beforeAll(async () => {
@@ -126,6 +128,36 @@ describe("chat over JSON-RPC", () => {
     const approval = s.notes.find((n) => n.method === "emacs/call")!.params;
     expect(approval.params).toMatchObject({ tool: "write_note", conversationId: sent.conversationId, turnId: sent.turnId, safetyLevel: "dangerous" });
     expect(s.notes.find((n) => n.method === "chat/toolCall")!.params.safetyLevel).toBe("dangerous");
+  });
+
+  it("names the arguments that are Lisp source in the approval, and keeps that out of the model's schema", async () => {
+    const registry = testRegistry();
+    registry.register(defineTool({
+      name: "eval_note",
+      description: "Evaluate a note.",
+      parameters: { form: { type: "string", description: "Lisp source text.", lisp: true }, package: { type: "string", description: "The package." } },
+      required: ["form"],
+      safety: "dangerous",
+      categories: ["evaluation"],
+      runtime: "node",
+      handler: async (a) => `ran ${String(a.form)}`,
+    }));
+    expect(JSON.stringify(schemaForModel(registry.get("eval_note")!))).not.toContain("lisp");
+    mock.setScript({ steps: [{ content: [{ type: "tool_use", name: "eval_note", input: { form: "(+ 1 2)", package: "CL-USER" } }] }, { content: [{ type: "text", text: "{{last_tool_result}}" }] }] });
+    const s = await connectChat({
+      configuration: config(),
+      registry,
+      capabilities: { tools: true, image: true, approvals: true },
+      onNote: (n, client) => {
+        const p = n.params as EmacsCallParams;
+        if (n.method === "emacs/call" && p.kind === "approval") void client.sendNotification("emacs/reply", { id: p.id, result: { decision: "approved" } });
+      },
+    });
+    open.push(s.dispose);
+    const sent: ChatSendResult = await s.client.sendRequest("chat/send", { text: "run it" });
+    expect((await s.ended(sent.turnId)).params.text).toBe("ran (+ 1 2)");
+    const approval = s.notes.find((n) => n.method === "emacs/call")!.params;
+    expect(approval.params).toMatchObject({ tool: "eval_note", lispArguments: ["form"] });
   });
 
   it("cancels a turn that waits for approval: Emacs is told, the call is answered, the history stays valid", async () => {

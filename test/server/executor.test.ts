@@ -111,6 +111,28 @@ describe("executor", () => {
     expect(ran).toEqual([]);
   });
 
+  it("times the run apart from the wait for approval, and reports the arguments that ran when edited", async () => {
+    // The user takes 400 ms to answer; the tool itself takes next to nothing.
+    const answers: Awaited<ReturnType<ApprovalFn>>[] = [{ decision: "approved" }, { decision: "modified", arguments: { text: "edited" } }];
+    const approve: ApprovalFn = async () => { await sleep(400); return answers.shift()!; };
+    const { executor } = setup({ approve });
+    const [plain, edited] = await executor.executeAll([
+      { id: "w1", name: "danger_echo", arguments: { text: "as asked" } },
+      { id: "w2", name: "danger_echo", arguments: { text: "as asked" } },
+    ]);
+    for (const r of [plain!, edited!]) {
+      expect(r.success).toBe(true);
+      expect(r.metadata.approvalWaitMs).toBeGreaterThanOrEqual(390);
+      expect(r.metadata.executionTimeMs).toBeLessThan(r.metadata.approvalWaitMs!);
+    }
+    expect(plain!.metadata.arguments).toBeUndefined();
+    expect(edited!.content).toBe("echo:edited");
+    expect(edited!.metadata.arguments).toEqual({ text: "edited" });
+    // A call nobody was asked about has no wait.
+    const [auto] = await executor.executeAll([{ id: "s1", name: "safe_echo", arguments: { text: "x" } }]);
+    expect(auto!.metadata.approvalWaitMs).toBeUndefined();
+  });
+
   it("asks the approval function: approved, denied with a reason, modified and revalidated", async () => {
     const answers: Awaited<ReturnType<ApprovalFn>>[] = [
       { decision: "approved" },

@@ -18,7 +18,7 @@ const debuggerOp = (capability: string) => ({
 const thread: ParamSpec = { type: "integer", description: "Debugged thread, as debugger_state names it (default: the latest)." };
 const frame: ParamSpec = { type: "integer", description: "Frame number, as debugger_state lists it.", minimum: 0 };
 const pkg: ParamSpec = { type: "string", description: "Package to read in (default: the REPL's)." };
-const form: ParamSpec = { type: "string", description: "Lisp forms, as source text." };
+const form: ParamSpec = { type: "string", description: "Lisp forms, as source text.", lisp: true };
 
 export const debuggerTools: Tool[] = [
   defineTool({
@@ -41,7 +41,7 @@ export const debuggerTools: Tool[] = [
   defineTool({
     name: "debugger_eval_in_frame",
     description: "Evaluate a form in a debugger frame's lexical environment.",
-    parameters: { form: { type: "string", description: "One Lisp form." }, frame, thread },
+    parameters: { form: { type: "string", description: "One Lisp form.", lisp: true }, frame, thread },
     required: ["form", "frame"],
     review: "target",
     safety: "cautious",

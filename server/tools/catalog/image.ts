@@ -119,7 +119,7 @@ export const imageTools: Tool[] = [
     name: "macroexpand_form",
     description: "Macroexpand a form, unevaluated (macroexpand-1 unless full). #. is refused.",
     parameters: {
-      form: { type: "string", description: "Lisp source text." },
+      form: { type: "string", description: "Lisp source text.", lisp: true },
       full: { type: "boolean", description: "Expand until the head is not a macro (default false)." },
       package: { type: "string", description: "Package to read in (default: the REPL's)." },
     },
@@ -133,7 +133,7 @@ export const imageTools: Tool[] = [
     description:
       "Evaluate the forms in order in the image. Returns the last one's values and the output; on error the condition, message and backtrace (no debugger). Times out.",
     parameters: {
-      form: { type: "string", description: "Forms, as Lisp source text." },
+      form: { type: "string", description: "Forms, as Lisp source text.", lisp: true },
       package: { type: "string", description: "Package to read and evaluate in (default: the REPL's)." },
     },
     required: ["form"],
@@ -145,7 +145,7 @@ export const imageTools: Tool[] = [
     name: "eval_in_package",
     description: "Like eval_form, with *package* bound to package.",
     parameters: {
-      form: { type: "string", description: "Forms, as Lisp source text." },
+      form: { type: "string", description: "Forms, as Lisp source text.", lisp: true },
       package: { type: "string", description: "Package to read and evaluate in." },
     },
     required: ["form", "package"],
@@ -158,7 +158,7 @@ export const imageTools: Tool[] = [
     description:
       "Compile and load definitions (defun, defmethod...) with the file compiler's checks. Returns warnings and notes with their forms.",
     parameters: {
-      form: { type: "string", description: "Top-level forms, as Lisp source text." },
+      form: { type: "string", description: "Top-level forms, as Lisp source text.", lisp: true },
       package: { type: "string", description: "Package to read and compile in (default: the REPL's)." },
     },
     required: ["form"],
