@@ -203,7 +203,8 @@ export class Executor {
     return out;
   }
 
-  private isSafeCall(call: unknown): boolean {
+  /** Whether CALL only reads and runs without asking (an offered safe tool no rule covers). */
+  isSafeCall(call: unknown): boolean {
     const name = (call as ToolCall | null)?.name;
     const tool = typeof name === "string" ? this.options.registry.get(name) : undefined;
     if (tool === undefined) return false;
