@@ -42,7 +42,7 @@ import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
-import { buildSystemPrompt } from "./system-prompt.js";
+import { promptForTurn } from "./system-prompt.js";
 import { stripUndefined } from "../text.js";
 
 export interface ChatOptions {
@@ -220,7 +220,7 @@ export class ChatService {
    * What a turn of CONVERSATION runs with under the configuration in force (the conversation's and
    * this message's overrides applied), or why it cannot start.
    */
-  private prepare(conversation: Conversation, p: ChatSendParams): (Pick<TurnInput, "executor" | "settings"> & { notices: string[] }) | string {
+  private prepare(conversation: Conversation, p: ChatSendParams): (Pick<TurnInput, "executor" | "settings" | "note"> & { notices: string[] }) | string {
     const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
     const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
@@ -241,20 +241,26 @@ export class ChatService {
     }
     const tools = policy.offered();
     const notices: string[] = [];
-    const system = buildSystemPrompt({
-      // Said once per server, not at every turn while the file stays as it is.
-      onRefused: (message) => {
-        if (this.refusalsSaid.has(message)) return;
-        this.refusalsSaid.add(message);
-        notices.push(message);
+    const prompt = promptForTurn(
+      {
+        // Said once per server, not at every turn while the file stays as it is.
+        onRefused: (message) => {
+          if (this.refusalsSaid.has(message)) return;
+          this.refusalsSaid.add(message);
+          notices.push(message);
+        },
+        tools,
+        safetyOf: (t) => policy.effectiveSafety(t),
+        currentPackage: context.currentPackage,
+        projectRoot: context.projectRoot ?? config.projectRoot,
       },
-      tools,
-      safetyOf: (t) => policy.effectiveSafety(t),
-      currentPackage: context.currentPackage,
-      projectRoot: context.projectRoot ?? config.projectRoot,
-    });
+      conversation.prompt,
+    );
+    conversation.prompt = prompt.kept;
+    const system = prompt.kept.text;
     return {
       notices,
+      ...(prompt.note ? { note: prompt.note } : {}),
       executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
       settings: {
         provider: resolved.provider,

@@ -71,6 +71,8 @@ export interface TurnInput {
   events: TurnEvents;
   /** Aborted when the user cancels the turn. */
   signal: AbortSignal;
+  /** Said to the model before the user's text: what changed in the editor since the system prompt was written. */
+  note?: string;
 }
 
 interface OutcomeBase {
@@ -314,6 +316,7 @@ export class Turn {
     this.tags = { conversationId: conversation.id, turnId };
     this.tools = toolDefinitions(settings);
     this.historyRoom = historyRoom(settings, this.tools);
+    if (input.note) conversation.addUserText(input.note);
     conversation.addUserText(input.text);
   }
 
@@ -333,7 +336,8 @@ export class Turn {
   }
 
   fitHistory(): void {
-    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9));
+    // Well under the trigger: the next steps then add to a history that stays as sent (the cache holds).
+    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9), Math.floor(this.historyRoom * 0.6));
     if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened);
   }
 
