@@ -273,6 +273,7 @@ export class ChatService {
         ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
         maxSteps: config.maxSteps ?? DEFAULT_MAX_STEPS,
         turnTimeoutMs: config.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS,
+        ...(config.startToolsEarly === false ? { startToolsEarly: false } : {}),
         retry: this.retry,
         ...((this.options.contextWindow ?? config.contextWindow) ? { contextWindow: this.options.contextWindow ?? config.contextWindow } : {}),
       },

@@ -46,6 +46,8 @@ export interface TurnSettings {
   contextWindow?: number;
   /** The level in force under the user's settings, so a tool's description says truly whether it asks. */
   safetyOf?: (tool: Tool) => SafetyLevel;
+  /** False: no call starts before the whole answer came (Configuration.startToolsEarly). */
+  startToolsEarly?: boolean;
 }
 
 export interface TurnEvents {
@@ -396,7 +398,7 @@ export class Turn {
    */
   private startEarly(call: StreamedToolCall): void {
     const early = this.early;
-    if (!early?.open || early.controller.signal.aborted) return;
+    if (!early?.open || early.controller.signal.aborted || this.settings.startToolsEarly === false) return;
     const toolCall: ToolCall = { id: call.id, name: call.name, arguments: call.input ?? call.rawArguments };
     if (!this.executor.isSafeCall(toolCall)) {
       early.open = false;
