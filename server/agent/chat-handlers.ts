@@ -43,6 +43,9 @@ import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
 import { promptForTurn } from "./system-prompt.js";
+import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
+import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
+import { modelInfo } from "../llm/models.js";
 import { stripUndefined } from "../text.js";
 
 export interface ChatOptions {
@@ -239,8 +242,13 @@ export class ChatService {
     } catch (err) {
       return (err as Error).message;
     }
-    const tools = policy.offered();
+    const offered = policy.offered();
     const notices: string[] = [];
+    // A small window gets a core set the model adds to (tool-set.ts); a large one every tool but add_tools.
+    const contextWindow = this.options.contextWindow ?? config.contextWindow;
+    const model = config.model ?? resolved.model;
+    const toolSet = isLean(contextWindow ?? modelInfo(model).contextWindow) ? new LeanToolSet(offered, (conversation.addedCategories ??= categoriesAddedIn(conversation.messages))) : undefined;
+    const tools = toolSet ? toolSet.current() : offered.filter((t) => t.name !== ADD_TOOLS);
     const prompt = promptForTurn(
       {
         // Said once per server, not at every turn while the file stays as it is.
@@ -249,7 +257,9 @@ export class ChatService {
           this.refusalsSaid.add(message);
           notices.push(message);
         },
-        tools,
+        // Every offered tool, so that the prompt stays the same as the model adds categories.
+        tools: offered.filter((t) => t.name !== ADD_TOOLS),
+        ...(toolSet ? { moreTools: moreToolsSection(offered) } : {}),
         safetyOf: (t) => policy.effectiveSafety(t),
         currentPackage: context.currentPackage,
         projectRoot: context.projectRoot ?? config.projectRoot,
@@ -267,6 +277,7 @@ export class ChatService {
         model: resolved.model,
         system,
         tools,
+        ...(toolSet ? { toolSet } : {}),
         safetyOf: (t) => policy.effectiveSafety(t),
         toolChoice: p.toolChoice ?? "auto",
         maxTokens: config.maxTokens ?? DEFAULT_MAX_TOKENS,

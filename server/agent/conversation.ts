@@ -41,6 +41,8 @@ export class Conversation {
   running: RunningTurn | undefined;
   /** The system prompt its requests carry, kept while only the REPL's package changes (promptForTurn). */
   prompt: KeptPrompt | undefined;
+  /** The tool categories the model added to a lean tool set (tool-set.ts), in order; undefined until known. */
+  addedCategories: string[] | undefined;
 
   constructor(
     readonly id: string,

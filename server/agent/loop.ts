@@ -14,6 +14,7 @@ import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type Streame
 import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
+import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { estimateTokens, fitToBudget, type Conversation } from "./conversation.js";
 import { historyProblems } from "./history-rules.js";
 import { checkTransition, INITIAL_TURN_STATE, isTerminal, type LiveTurnState, type TerminalTurnState } from "./turn-states.js";
@@ -48,6 +49,8 @@ export interface TurnSettings {
   safetyOf?: (tool: Tool) => SafetyLevel;
   /** False: no call starts before the whole answer came (Configuration.startToolsEarly). */
   startToolsEarly?: boolean;
+  /** A lean tool set (tool-set.ts): what it offers now, read before each request; add_tools extends it. */
+  toolSet?: { current(): readonly Tool[]; offer(category: string): string[] };
 }
 
 export interface TurnEvents {
@@ -131,6 +134,7 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
   /** Sends the request (retrying what a retry may cure) and waits for its first text or its whole answer. */
   requesting: async (t: Turn): Promise<TurnState> => {
     if (t.signal.aborted) return t.fail(undefined);
+    t.refreshTools();
     // Old tool results give way first when the history no longer fits beside the answer's room.
     t.fitHistory();
     const firstText = t.startRequest();
@@ -277,9 +281,12 @@ export class Turn {
   /** Aborted by the user's cancellation or the turn's time limit. */
   readonly signal: AbortSignal;
   readonly tags: Record<string, string>;
-  readonly tools: ToolDefinition[];
+  /** The tool definitions the requests carry (refreshTools). */
+  tools: ToolDefinition[];
   /** Tokens the history may take (historyRoom). */
-  readonly historyRoom: number;
+  historyRoom: number;
+  /** How many tools tools was made from: a lean set only grows. */
+  private toolCount: number;
 
   usage = emptyUsage();
   steps = 0;
@@ -317,6 +324,7 @@ export class Turn {
     this.signal = this.controller.signal;
     this.tags = { conversationId: conversation.id, turnId };
     this.tools = toolDefinitions(settings);
+    this.toolCount = settings.tools.length;
     this.historyRoom = historyRoom(settings, this.tools);
     if (input.note) conversation.addUserText(input.note);
     conversation.addUserText(input.text);
@@ -335,6 +343,15 @@ export class Turn {
     } catch {
       // Reporting a state must not change the turn.
     }
+  }
+
+  /** The tools a lean set offers now, when add_tools brought in more since the last request. */
+  refreshTools(): void {
+    const tools = this.settings.toolSet?.current();
+    if (!tools || tools.length === this.toolCount) return;
+    this.toolCount = tools.length;
+    this.tools = toolDefinitions({ tools, safetyOf: this.settings.safetyOf });
+    this.historyRoom = historyRoom(this.settings, this.tools);
   }
 
   fitHistory(): void {
@@ -400,7 +417,8 @@ export class Turn {
     const early = this.early;
     if (!early?.open || early.controller.signal.aborted || this.settings.startToolsEarly === false) return;
     const toolCall: ToolCall = { id: call.id, name: call.name, arguments: call.input ?? call.rawArguments };
-    if (!this.executor.isSafeCall(toolCall)) {
+    // add_tools only reads, but changes what the conversation offers: it waits for the whole answer.
+    if (!this.executor.isSafeCall(toolCall) || toolCall.name === ADD_TOOLS) {
       early.open = false;
       return;
     }
@@ -474,7 +492,8 @@ export class Turn {
 
   /** How the step's calls run: this turn's signal and tags, each result reported once as it comes. */
   executeOptions(): ExecuteOptions {
-    return { signal: this.signal, tags: this.tags, onResult: (r) => this.events.toolResult(r) };
+    const toolSet = this.settings.toolSet;
+    return { signal: this.signal, tags: this.tags, onResult: (r) => this.events.toolResult(r), ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}) };
   }
 
   /** Every call is answered: the results go into the history, and the turn goes on unless it must stop. */

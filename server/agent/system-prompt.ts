@@ -15,6 +15,8 @@ export interface SystemPromptInput {
   projectRoot?: string;
   /** Told why a project instruction file was not read (it is confined like the file tools). */
   onRefused?: (message: string) => void;
+  /** What add_tools can bring in, when a lean set is offered (tool-set.ts's moreToolsSection). */
+  moreTools?: string;
 }
 
 /** Project instruction files, first found wins. */
@@ -53,6 +55,8 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
     if (asks.length > 0) trust.push("- A denied call did not run: read the reason, then try another way or ask");
     parts.push(trust.join("\n"));
   }
+
+  if (input.moreTools) parts.push(input.moreTools);
 
   const context: string[] = [];
   if (input.currentPackage) context.push(`- Current package in the REPL: ${input.currentPackage} (names are read in it by default)`);
