@@ -10,6 +10,31 @@ import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { fileURLToPath } from "node:url";
 import { record } from "./lib.mjs";
+import { cacheShares } from "../test/fixtures/mock-llm/cache-prefix.mjs";
+
+/** Figure 10's target: the share of input a provider's prompt cache would serve. */
+const CACHE_TARGET = 0.9;
+
+/**
+ * Records figure 10 for REQUESTS (a mock's /_requests, in order) named NAME: the share of their input
+ * inside a prefix already sent up to a cache breakpoint. EARLIER requests (sent before, in the same
+ * session) count as already sent.
+ */
+export function cacheRow(requests, name, earlier = []) {
+  const shares = cacheShares([...earlier, ...requests]).slice(earlier.length);
+  const total = shares.reduce((n, s) => n + s.total, 0);
+  const cached = shares.reduce((n, s) => n + s.cached, 0);
+  const share = total ? cached / total : 0;
+  record({
+    figure: `10. cache share: ${name}`,
+    unit: "%",
+    value: 100 * share,
+    target: `>= ${100 * CACHE_TARGET}%`,
+    ratio: share / CACHE_TARGET,
+    pass: share >= CACHE_TARGET,
+    note: `${requests.length} requests, ~${estimate(total)} input tokens, ~${estimate(cached)} of them inside a prefix identical to one already sent up to a cache breakpoint${earlier.length ? ` (the ${earlier.length} requests of the scenarios before count as sent)` : ""}; per request: ${shares.map((s) => `${Math.round((100 * s.cached) / Math.max(1, s.total))}%`).join(" ")}`,
+  });
+}
 
 export const estimate = (chars) => Math.ceil(chars / 4);
 
@@ -26,7 +51,8 @@ const SCENARIOS = {
 };
 
 export function scenarioRows(files) {
-  for (const file of files) {
+  const sent = [];
+  for (const file of [...files].sort()) {
     const requests = JSON.parse(readFileSync(file, "utf8"));
     const key = basename(file, ".json");
     const name = SCENARIOS[key] ?? key;
@@ -47,6 +73,9 @@ export function scenarioRows(files) {
       target: "-",
       note: `${requests.length} requests in a real image; fixed prefix ~${prefix} tokens in all (the same each time, cacheable), history ~${history}`,
     });
+    // One Emacs session runs the scenarios one after the other: what the earlier ones sent counts.
+    cacheRow(requests, `scenario ${name}`, sent);
+    sent.push(...requests);
   }
 }
 

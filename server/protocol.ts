@@ -291,6 +291,12 @@ export interface Configuration {
   maxResultChars?: number;
   /** The model's context window in tokens, overriding the models table (a local model's own). */
   contextWindow?: number;
+  /**
+   * Whether a call that only reads (a safe tool no rule covers, with only such calls before it in the
+   * answer) starts as soon as the model has written it, while the rest of the answer streams (default
+   * true). Off: every call waits for the whole answer, as a comparison in the benchmarks.
+   */
+  startToolsEarly?: boolean;
   projectRoot?: string;
   /** Where cautious and dangerous calls are appended as JSON lines (optional). */
   auditLogFile?: string;

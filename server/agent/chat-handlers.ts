@@ -42,7 +42,10 @@ import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
-import { buildSystemPrompt } from "./system-prompt.js";
+import { promptForTurn } from "./system-prompt.js";
+import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
+import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
+import { modelInfo } from "../llm/models.js";
 import { stripUndefined } from "../text.js";
 
 export interface ChatOptions {
@@ -220,7 +223,7 @@ export class ChatService {
    * What a turn of CONVERSATION runs with under the configuration in force (the conversation's and
    * this message's overrides applied), or why it cannot start.
    */
-  private prepare(conversation: Conversation, p: ChatSendParams): (Pick<TurnInput, "executor" | "settings"> & { notices: string[] }) | string {
+  private prepare(conversation: Conversation, p: ChatSendParams): (Pick<TurnInput, "executor" | "settings" | "note"> & { notices: string[] }) | string {
     const configNow = (): Configuration => ({ ...this.server.configuration, ...conversation.configuration, ...(p.model ? { model: p.model } : {}) });
     const config = configNow();
     const context = { ...this.server.context, ...stripUndefined(p.context ?? {}) };
@@ -239,34 +242,49 @@ export class ChatService {
     } catch (err) {
       return (err as Error).message;
     }
-    const tools = policy.offered();
+    const offered = policy.offered();
     const notices: string[] = [];
-    const system = buildSystemPrompt({
-      // Said once per server, not at every turn while the file stays as it is.
-      onRefused: (message) => {
-        if (this.refusalsSaid.has(message)) return;
-        this.refusalsSaid.add(message);
-        notices.push(message);
+    // A small window gets a core set the model adds to (tool-set.ts); a large one every tool but add_tools.
+    const contextWindow = this.options.contextWindow ?? config.contextWindow;
+    const model = config.model ?? resolved.model;
+    const toolSet = isLean(contextWindow ?? modelInfo(model).contextWindow) ? new LeanToolSet(offered, (conversation.addedCategories ??= categoriesAddedIn(conversation.messages))) : undefined;
+    const tools = toolSet ? toolSet.current() : offered.filter((t) => t.name !== ADD_TOOLS);
+    const prompt = promptForTurn(
+      {
+        // Said once per server, not at every turn while the file stays as it is.
+        onRefused: (message) => {
+          if (this.refusalsSaid.has(message)) return;
+          this.refusalsSaid.add(message);
+          notices.push(message);
+        },
+        // Every offered tool, so that the prompt stays the same as the model adds categories.
+        tools: offered.filter((t) => t.name !== ADD_TOOLS),
+        ...(toolSet ? { moreTools: moreToolsSection(offered) } : {}),
+        safetyOf: (t) => policy.effectiveSafety(t),
+        currentPackage: context.currentPackage,
+        projectRoot: context.projectRoot ?? config.projectRoot,
       },
-      tools,
-      safetyOf: (t) => policy.effectiveSafety(t),
-      currentPackage: context.currentPackage,
-      projectRoot: context.projectRoot ?? config.projectRoot,
-    });
+      conversation.prompt,
+    );
+    conversation.prompt = prompt.kept;
+    const system = prompt.kept.text;
     return {
       notices,
+      ...(prompt.note ? { note: prompt.note } : {}),
       executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
       settings: {
         provider: resolved.provider,
         model: resolved.model,
         system,
         tools,
+        ...(toolSet ? { toolSet } : {}),
         safetyOf: (t) => policy.effectiveSafety(t),
         toolChoice: p.toolChoice ?? "auto",
         maxTokens: config.maxTokens ?? DEFAULT_MAX_TOKENS,
         ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
         maxSteps: config.maxSteps ?? DEFAULT_MAX_STEPS,
         turnTimeoutMs: config.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS,
+        ...(config.startToolsEarly === false ? { startToolsEarly: false } : {}),
         retry: this.retry,
         ...((this.options.contextWindow ?? config.contextWindow) ? { contextWindow: this.options.contextWindow ?? config.contextWindow } : {}),
       },

@@ -5,6 +5,7 @@
 import type { Change, Configuration, ConversationSummary, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
+import type { KeptPrompt } from "./system-prompt.js";
 import { interruptedResult, repairHistory } from "./history-rules.js";
 
 export interface RunningTurn {
@@ -38,6 +39,10 @@ export class Conversation {
   costUsd = 0;
   turns = 0;
   running: RunningTurn | undefined;
+  /** The system prompt its requests carry, kept while only the REPL's package changes (promptForTurn). */
+  prompt: KeptPrompt | undefined;
+  /** The tool categories the model added to a lean tool set (tool-set.ts), in order; undefined until known. */
+  addedCategories: string[] | undefined;
 
   constructor(
     readonly id: string,
@@ -177,13 +182,17 @@ export function estimateMessages(messages: readonly Message[]): number {
 }
 
 /**
- * Shortens long tool results of earlier steps, oldest first, until the history fits BUDGET tokens.
- * The results of the latest step are kept whole: the model is about to read them. Returns how many
- * results were shortened.
+ * When the history is over BUDGET tokens, shortens long tool results of earlier steps, oldest first,
+ * until it fits TARGET (BUDGET by default). The results of the latest step are kept whole: the model is
+ * about to read them. Returns how many results were shortened.
+ *
+ * A shortened result rewrites what was already sent, so the prompt cache is lost from there on: a
+ * TARGET well under BUDGET makes that happen once in a while rather than at every step.
  */
-export function fitToBudget(messages: Message[], budgetTokens: number): number {
+export function fitToBudget(messages: Message[], budgetTokens: number, targetTokens = budgetTokens): number {
   let total = estimateMessages(messages);
   if (total <= budgetTokens) return 0;
+  budgetTokens = Math.min(budgetTokens, targetTokens);
   let shortened = 0;
   const lastUser = messages.map((m) => m.role).lastIndexOf("user");
   for (let i = 0; i < messages.length && total > budgetTokens; i++) {

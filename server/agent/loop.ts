@@ -14,6 +14,7 @@ import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type Streame
 import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
+import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { estimateTokens, fitToBudget, type Conversation } from "./conversation.js";
 import { historyProblems } from "./history-rules.js";
 import { checkTransition, INITIAL_TURN_STATE, isTerminal, type LiveTurnState, type TerminalTurnState } from "./turn-states.js";
@@ -46,6 +47,10 @@ export interface TurnSettings {
   contextWindow?: number;
   /** The level in force under the user's settings, so a tool's description says truly whether it asks. */
   safetyOf?: (tool: Tool) => SafetyLevel;
+  /** False: no call starts before the whole answer came (Configuration.startToolsEarly). */
+  startToolsEarly?: boolean;
+  /** A lean tool set (tool-set.ts): what it offers now, read before each request; add_tools extends it. */
+  toolSet?: { current(): readonly Tool[]; offer(category: string): string[] };
 }
 
 export interface TurnEvents {
@@ -71,6 +76,8 @@ export interface TurnInput {
   events: TurnEvents;
   /** Aborted when the user cancels the turn. */
   signal: AbortSignal;
+  /** Said to the model before the user's text: what changed in the editor since the system prompt was written. */
+  note?: string;
 }
 
 interface OutcomeBase {
@@ -127,6 +134,7 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
   /** Sends the request (retrying what a retry may cure) and waits for its first text or its whole answer. */
   requesting: async (t: Turn): Promise<TurnState> => {
     if (t.signal.aborted) return t.fail(undefined);
+    t.refreshTools();
     // Old tool results give way first when the history no longer fits beside the answer's room.
     t.fitHistory();
     const firstText = t.startRequest();
@@ -175,8 +183,13 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     }
     while (step.group < step.groups.length) {
       const [i, j] = step.groups[step.group++]!;
-      if (j - i > 1) {
-        const batch = await Promise.all(step.calls.slice(i, j).map((c) => t.executor.execute(c, opts)));
+      // Calls that started while the answer streamed are awaited, and reported now, after their announcement.
+      const runOne = (k: number): Promise<ToolResult> => {
+        const early = step.early[k];
+        return early ? early.then((r) => (opts.onResult?.(r), r)) : t.executor.execute(step.calls[k]!, opts);
+      };
+      if (j - i > 1 || step.early[i]) {
+        const batch = await Promise.all(Array.from({ length: j - i }, (_, k) => runOne(i + k)));
         batch.forEach((r, k) => (step.results[i + k] = r));
         continue;
       }
@@ -211,6 +224,16 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
 
 const FIRST_TEXT = Symbol("first text");
 
+/** The safe calls of one attempt at an answer that started while it streamed. */
+interface EarlyCalls {
+  /** Stops them: aborted with the turn, or when the attempt is discarded. */
+  controller: AbortController;
+  onAbort: () => void;
+  started: Map<string, { call: StreamedToolCall; result: Promise<ToolResult> }>;
+  /** False once a call that may not start early was seen: no later call starts early either. */
+  open: boolean;
+}
+
 /** A call of the step: what the executor runs, and what chat/toolCall announces. */
 interface StepCall extends ToolCall {
   /** The call as the model streamed it. */
@@ -224,6 +247,8 @@ interface Step {
   announced: boolean;
   /** By the calls' index; a hole is a call not answered (yet). */
   results: (ToolResult | undefined)[];
+  /** By the calls' index: the result of a call that started while the answer streamed (safe calls only). */
+  early: (Promise<ToolResult> | undefined)[];
   /** Executor.batches(calls), and the next one to run. */
   groups: [number, number][];
   group: number;
@@ -256,9 +281,12 @@ export class Turn {
   /** Aborted by the user's cancellation or the turn's time limit. */
   readonly signal: AbortSignal;
   readonly tags: Record<string, string>;
-  readonly tools: ToolDefinition[];
+  /** The tool definitions the requests carry (refreshTools). */
+  tools: ToolDefinition[];
   /** Tokens the history may take (historyRoom). */
-  readonly historyRoom: number;
+  historyRoom: number;
+  /** How many tools tools was made from: a lean set only grows. */
+  private toolCount: number;
 
   usage = emptyUsage();
   steps = 0;
@@ -275,6 +303,8 @@ export class Turn {
   private live = false;
   /** The text of the answer under way that the user has seen. */
   private shownText = "";
+  /** The answer under way's safe calls that started as their blocks ended (startEarly). */
+  private early: EarlyCalls | undefined;
   private readonly controller = new AbortController();
   private readonly timer: NodeJS.Timeout;
   private readonly onCancel: () => void;
@@ -294,11 +324,14 @@ export class Turn {
     this.signal = this.controller.signal;
     this.tags = { conversationId: conversation.id, turnId };
     this.tools = toolDefinitions(settings);
+    this.toolCount = settings.tools.length;
     this.historyRoom = historyRoom(settings, this.tools);
+    if (input.note) conversation.addUserText(input.note);
     conversation.addUserText(input.text);
   }
 
   dispose(): void {
+    this.discardEarly();
     clearTimeout(this.timer);
     this.input.signal.removeEventListener("abort", this.onCancel);
   }
@@ -312,8 +345,18 @@ export class Turn {
     }
   }
 
+  /** The tools a lean set offers now, when add_tools brought in more since the last request. */
+  refreshTools(): void {
+    const tools = this.settings.toolSet?.current();
+    if (!tools || tools.length === this.toolCount) return;
+    this.toolCount = tools.length;
+    this.tools = toolDefinitions({ tools, safetyOf: this.settings.safetyOf });
+    this.historyRoom = historyRoom(this.settings, this.tools);
+  }
+
   fitHistory(): void {
-    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9));
+    // Well under the trigger: the next steps then add to a history that stays as sent (the cache holds).
+    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9), Math.floor(this.historyRoom * 0.6));
     if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened);
   }
 
@@ -324,11 +367,15 @@ export class Turn {
     this.live = false;
     let sawText: () => void = () => undefined;
     const firstText = new Promise<typeof FIRST_TEXT>((resolve) => (sawText = () => resolve(FIRST_TEXT)));
-    this.response = requestWithRetry(this, (delta) => {
-      if (this.live) return this.showDelta(delta);
-      this.heldText.push(delta);
-      sawText();
-    });
+    this.response = requestWithRetry(
+      this,
+      (delta) => {
+        if (this.live) return this.showDelta(delta);
+        this.heldText.push(delta);
+        sawText();
+      },
+      (call) => this.startEarly(call),
+    );
     // Awaited by requesting or streaming; never left unhandled.
     this.response.catch(() => undefined);
     return firstText;
@@ -351,8 +398,69 @@ export class Turn {
     this.events.textDelta(delta);
   }
 
+  /** A new attempt at the answer begins: whatever the last one started is discarded. */
+  beginAttempt(): void {
+    this.discardEarly();
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(this.signal.reason);
+    if (this.signal.aborted) onAbort();
+    else this.signal.addEventListener("abort", onAbort, { once: true });
+    this.early = { controller, onAbort, started: new Map(), open: true };
+  }
+
+  /**
+   * CALL's block ended while the answer streams. A call that only reads (safe, offered, no rule asks)
+   * starts now, as long as every call before it in the answer is one too: a call after one that may
+   * change something must see what that one did, so it waits for the end of the answer like the rest.
+   */
+  private startEarly(call: StreamedToolCall): void {
+    const early = this.early;
+    if (!early?.open || early.controller.signal.aborted || this.settings.startToolsEarly === false) return;
+    const toolCall: ToolCall = { id: call.id, name: call.name, arguments: call.input ?? call.rawArguments };
+    // add_tools only reads, but changes what the conversation offers: it waits for the whole answer.
+    if (!this.executor.isSafeCall(toolCall) || toolCall.name === ADD_TOOLS) {
+      early.open = false;
+      return;
+    }
+    const result = this.executor.execute(toolCall, { signal: early.controller.signal, tags: this.tags });
+    early.started.set(call.id, { call, result });
+  }
+
+  /** Stops and forgets what started early (a failed or cancelled stream, or a retry): none of it is reported. */
+  discardEarly(): void {
+    const early = this.early;
+    if (!early) return;
+    this.early = undefined;
+    this.signal.removeEventListener("abort", early.onAbort);
+    early.controller.abort("discarded");
+  }
+
+  /** The early results for CALLS of the complete answer, by index; what started and is not in it is stopped. */
+  private takeEarly(calls: readonly StepCall[]): (Promise<ToolResult> | undefined)[] {
+    const early = this.early;
+    this.early = undefined;
+    if (!early) return [];
+    this.signal.removeEventListener("abort", early.onAbort);
+    const taken = calls.map((c) => {
+      const e = early.started.get(c.id);
+      // The same object the stream finished: what ran is exactly what the message holds.
+      if (e?.call !== c.streamed) return undefined;
+      early.started.delete(c.id);
+      return e.result;
+    });
+    // Tied to the turn again for the rest of its life (a cancellation while they run stops them).
+    if (taken.some((r) => r !== undefined)) {
+      if (this.signal.aborted) early.controller.abort(this.signal.reason);
+      else this.signal.addEventListener("abort", early.onAbort, { once: true });
+    } else {
+      early.controller.abort("discarded");
+    }
+    return taken;
+  }
+
   /** An answer cut short (an error, a cancellation): the text the user saw goes into the history. */
   keepShownText(): void {
+    this.discardEarly();
     const text = this.shownText;
     this.shownText = "";
     this.events.textDone?.();
@@ -367,7 +475,10 @@ export class Turn {
     this.conversation.addAssistant(response.content);
     const text = response.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
     this.lastText = text;
-    if (response.toolCalls.length === 0) return this.finish(response.stopReason, text);
+    if (response.toolCalls.length === 0) {
+      this.discardEarly();
+      return this.finish(response.stopReason, text);
+    }
     const calls: StepCall[] = response.toolCalls.map((c) => ({
       id: c.id,
       name: c.name,
@@ -375,13 +486,14 @@ export class Turn {
       arguments: c.input ?? c.rawArguments,
       streamed: c,
     }));
-    this.step = { calls, results: new Array(calls.length), groups: this.executor.batches(calls), group: 0, announced: false };
+    this.step = { calls, results: new Array(calls.length), early: this.takeEarly(calls), groups: this.executor.batches(calls), group: 0, announced: false };
     return "running-tools";
   }
 
   /** How the step's calls run: this turn's signal and tags, each result reported once as it comes. */
   executeOptions(): ExecuteOptions {
-    return { signal: this.signal, tags: this.tags, onResult: (r) => this.events.toolResult(r) };
+    const toolSet = this.settings.toolSet;
+    return { signal: this.signal, tags: this.tags, onResult: (r) => this.events.toolResult(r), ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}) };
   }
 
   /** Every call is answered: the results go into the history, and the turn goes on unless it must stop. */
@@ -443,7 +555,7 @@ export class Turn {
 }
 
 /** The turn's next LLM request, streamed; failures a retry may cure are retried while no text was shown. */
-async function requestWithRetry(t: Turn, onText: (delta: string) => void): Promise<ChatResponse> {
+async function requestWithRetry(t: Turn, onText: (delta: string) => void, onToolCall: (call: StreamedToolCall) => void): Promise<ChatResponse> {
   const { settings, events, signal } = t;
   const toolChoice: ToolChoice = t.steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
   let idleRetried = false;
@@ -459,6 +571,7 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void): Promi
   for (let attempt = 0; ; attempt++) {
     let emitted = false;
     t.llmRequests++;
+    t.beginAttempt();
     try {
       return await settings.provider.stream(
         {
@@ -475,6 +588,7 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void): Promi
             emitted = true;
             onText(delta);
           },
+          onToolCall,
         },
         signal,
       );

@@ -15,6 +15,8 @@ export interface SystemPromptInput {
   projectRoot?: string;
   /** Told why a project instruction file was not read (it is confined like the file tools). */
   onRefused?: (message: string) => void;
+  /** What add_tools can bring in, when a lean set is offered (tool-set.ts's moreToolsSection). */
+  moreTools?: string;
 }
 
 /** Project instruction files, first found wins. */
@@ -54,6 +56,8 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
     parts.push(trust.join("\n"));
   }
 
+  if (input.moreTools) parts.push(input.moreTools);
+
   const context: string[] = [];
   if (input.currentPackage) context.push(`- Current package in the REPL: ${input.currentPackage} (names are read in it by default)`);
   if (input.projectRoot) context.push(`- Project root: ${input.projectRoot} (paths are relative to it)`);
@@ -62,6 +66,30 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
   const instructions = input.projectRoot ? readInstructions(input.projectRoot, input.onRefused) : undefined;
   if (instructions) parts.push(`## Project Instructions (from ${instructions.file})\n${instructions.text}`);
   return parts.join("\n\n");
+}
+
+/** The system prompt a conversation's requests carry, and the REPL package the model was told of. */
+export interface KeptPrompt {
+  readonly text: string;
+  /** The package the text names. */
+  readonly currentPackage: string | undefined;
+  /** The package the model was last told of (in the text, or in a note since). */
+  readonly told: string | undefined;
+}
+
+/**
+ * The system prompt for a turn of a conversation whose requests carried KEPT so far. When only the
+ * REPL's package changed, the text stays as sent (a provider's prompt cache holds only while the prefix
+ * is the same to the byte) and NOTE says the new package, to go before the user's text; when anything
+ * else changed (the tools, their levels, the instructions file) the prompt is written anew.
+ */
+export function promptForTurn(input: SystemPromptInput, kept: KeptPrompt | undefined): { kept: KeptPrompt; note?: string } {
+  const now = input.currentPackage;
+  if (kept && buildSystemPrompt({ ...input, currentPackage: kept.currentPackage }) === kept.text) {
+    if (!now || now === kept.told) return { kept };
+    return { kept: { ...kept, told: now }, note: `(The REPL's current package is now ${now}: names are read in it by default.)` };
+  }
+  return { kept: { text: buildSystemPrompt(input), currentPackage: now, told: now } };
 }
 
 /**

@@ -111,7 +111,12 @@ export function toMessageParam(m: Message): Anthropic.MessageParam {
   };
 }
 
-type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string } | { kind: "other" };
+type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; call?: StreamedToolCall } | { kind: "other" };
+
+/** The call a finished tool block holds (made once, so that what ran early is what the message says). */
+function finalCall(b: Extract<Block, { kind: "tool" }>): StreamedToolCall {
+  return (b.call ??= { id: b.id, name: b.name, rawArguments: b.json, input: parseToolArguments(b.json) });
+}
 
 async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
   const blocks: Block[] = [];
@@ -153,12 +158,16 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
           b.text += d.text;
           handlers.onText(d.text);
         } else if (d.type === "input_json_delta" && b.kind === "tool") {
+          if (b.call) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
           b.json += d.partial_json;
         }
         break;
       }
-      case "content_block_stop":
+      case "content_block_stop": {
+        const b = blocks[event.index];
+        if (b?.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b));
         break;
+      }
       case "message_delta": {
         stopReason = mapStopReason(event.delta.stop_reason);
         const u = event.usage;
@@ -183,9 +192,9 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
     if (b.kind === "text") {
       if (b.text !== "") content.push({ type: "text", text: b.text });
     } else {
-      const input = parseToolArguments(b.json);
-      toolCalls.push({ id: b.id, name: b.name, rawArguments: b.json, input });
-      content.push({ type: "tool_use", id: b.id, name: b.name, input: input ?? {} });
+      const call = finalCall(b);
+      toolCalls.push(call);
+      content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
     }
   }
   return { content, toolCalls, stopReason, usage, model };

@@ -104,9 +104,25 @@ export function toMessages(system: string, messages: readonly Message[]): OpenAI
   return out;
 }
 
+interface PendingCall {
+  id: string;
+  name: string;
+  json: string;
+  /** Set once the call is complete: what may start early and what the message holds are one object. */
+  final?: StreamedToolCall;
+}
+
+/** The complete call of fragments C (the I-th call of the message). */
+function finalCall(c: PendingCall, i: number): StreamedToolCall {
+  // Some local servers send no id; one is made so that the result can be matched.
+  // Ids go back to the API in history, where Anthropic (after a provider switch) allows only [a-zA-Z0-9_-].
+  const id = c.id ? c.id.replace(/[^a-zA-Z0-9_-]/g, "_") : `call_${Date.now().toString(36)}_${i}`;
+  return (c.final ??= { id, name: c.name, rawArguments: c.json, input: parseToolArguments(c.json) });
+}
+
 async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
   let text = "";
-  const calls: { id: string; name: string; json: string }[] = [];
+  const calls: PendingCall[] = [];
   const usage = emptyUsage();
   let model = requestedModel;
   let finish: string | null = null;
@@ -130,12 +146,18 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
     }
     for (const tc of delta.tool_calls ?? []) {
       const i = tc.index ?? calls.length;
+      // A fragment of a later call means the earlier ones are complete: they may start now.
+      calls.slice(0, i).forEach((c, k) => c && !c.final && handlers.onToolCall?.(finalCall(c, k)));
       const call = (calls[i] ??= { id: "", name: "", json: "" });
+      if (call.final) throw new MalformedStreamError(`a fragment of tool call ${i} after a later call began`);
       if (tc.id) call.id = tc.id;
       if (tc.function?.name) call.name += tc.function.name;
       if (tc.function?.arguments) call.json += tc.function.arguments;
     }
-    if (choice.finish_reason) finish = choice.finish_reason;
+    if (choice.finish_reason) {
+      finish = choice.finish_reason;
+      calls.forEach((c, k) => c && !c.final && handlers.onToolCall?.(finalCall(c, k)));
+    }
   }
   if (chunks === 0) throw new MalformedStreamError("the stream ended without any chunk");
   if (finish === null) throw new MalformedStreamError("the stream ended without a finish_reason");
@@ -145,12 +167,9 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
   const toolCalls: StreamedToolCall[] = [];
   calls.forEach((c, i) => {
     if (!c) return;
-    // Some local servers send no id; one is made so that the result can be matched.
-    // Ids go back to the API in history, where Anthropic (after a provider switch) allows only [a-zA-Z0-9_-].
-    const id = c.id ? c.id.replace(/[^a-zA-Z0-9_-]/g, "_") : `call_${Date.now().toString(36)}_${i}`;
-    const input = parseToolArguments(c.json);
-    toolCalls.push({ id, name: c.name, rawArguments: c.json, input });
-    content.push({ type: "tool_use", id, name: c.name, input: input ?? {} });
+    const call = finalCall(c, i);
+    toolCalls.push(call);
+    content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
   });
   const stopReason: StopReason =
     finish === "tool_calls" || finish === "function_call" ? "tool_use" : finish === "length" ? "max_tokens" : finish === "content_filter" ? "refusal" : finish === "stop" ? "end_turn" : "other";

@@ -76,6 +76,11 @@ export interface ChatResponse {
 export interface StreamHandlers {
   /** Called for every text delta as it arrives. */
   onText(delta: string): void;
+  /**
+   * Called once per tool call as soon as its arguments are final (its block ended), in the model's
+   * order, before the rest of the message streams; the same object is in the final toolCalls.
+   */
+  onToolCall?(call: StreamedToolCall): void;
 }
 
 export interface LLMProvider {

@@ -85,6 +85,8 @@ export interface ExecuteOptions {
   tags?: Record<string, string>;
   /** Given each call's result once, as the call is answered, whichever stage answers it. */
   onResult?: (result: ToolResult) => void;
+  /** Handed to handlers (ToolContext.offerCategory): the conversation's lean tool set. */
+  offerCategory?: (category: string) => string[];
 }
 
 /** A call that passed every check (Executor.admit): it may still have to ask, then it runs. */
@@ -228,7 +230,8 @@ export class Executor {
     return out;
   }
 
-  private isSafeCall(call: unknown): boolean {
+  /** Whether CALL only reads and runs without asking (an offered safe tool no rule covers). */
+  isSafeCall(call: unknown): boolean {
     const name = (call as ToolCall | null)?.name;
     const tool = typeof name === "string" ? this.options.registry.get(name) : undefined;
     if (tool === undefined) return false;
@@ -422,7 +425,7 @@ export class Executor {
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, opts.signal, admitted.bound?.emacs, opts.tags);
+      const value = await this.runHandler(tool, args, call.id, opts, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts, ...asked }, undefined, content);
     } catch (err) {
@@ -517,7 +520,8 @@ export class Executor {
     return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
   }
 
-  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, outer?: AbortSignal, approved?: ApprovedTarget, tags?: Record<string, string>): Promise<unknown> {
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions, approved?: ApprovedTarget): Promise<unknown> {
+    const { signal: outer, tags, offerCategory } = opts;
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -539,6 +543,7 @@ export class Executor {
         signal: controller.signal,
         timeoutMs,
         ...(approved ? { approved } : {}),
+        ...(offerCategory ? { offerCategory } : {}),
         readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags),
       };
       const running = Promise.resolve().then(() => tool.handler(args, context));

@@ -32,6 +32,11 @@ export interface ToolContext {
   readOutside?: (path: string) => Promise<void>;
   /** Where a handler reports what call CALLID changed in files and buffers (kept for rewinding). */
   reportChanges?: (callId: string, changes: Change[]) => void;
+  /**
+   * Offers the tools of CATEGORY to the model for the rest of the conversation (a lean tool set);
+   * returns the names added, or throws a ToolError saying why not. Absent: every tool is offered.
+   */
+  offerCategory?: (category: string) => string[];
 }
 
 /** Calls that wait for Emacs: answered asynchronously (see server/protocol.ts, emacs/call). */

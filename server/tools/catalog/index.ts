@@ -6,8 +6,9 @@ import { debuggerTools } from "./debugger.js";
 import { emacsTools } from "./emacs.js";
 import { imageTools } from "./image.js";
 import { sourceTools } from "./source.js";
+import { toolSetTools } from "./tool-set.js";
 
-export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...debuggerTools];
+export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...debuggerTools, ...toolSetTools];
 
 export function createDefaultRegistry(): ToolRegistry {
   const registry = new ToolRegistry();

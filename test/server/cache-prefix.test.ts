@@ -1,0 +1,87 @@
+// The prompt cache holds: within a conversation each request repeats the one before it, byte for byte,
+// up to that request's last cache breakpoint (Anthropic) or all of it (OpenAI's automatic prefix
+// caching), even as old tool results are shortened to fit the window and the REPL's package changes.
+
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startMockLLM, type MockLLM, type MockStep } from "../fixtures/mock-llm/server.mjs";
+import { prefixBreak } from "../fixtures/mock-llm/cache-prefix.mjs";
+import type { ChatSendResult, Configuration } from "../../server/protocol.js";
+import { FAKE_KEY, testRegistry } from "./agent-helpers.js";
+import { connectChat } from "./chat-harness.js";
+import { defineTool } from "../../server/tools/tool.js";
+
+let mock: MockLLM;
+beforeAll(async () => {
+  mock = await startMockLLM();
+});
+afterAll(async () => {
+  await mock.close();
+});
+const open: (() => void)[] = [];
+afterEach(() => {
+  open.splice(0).forEach((d) => d());
+});
+
+/** A tool whose every result is 3,000 characters long. */
+function registry() {
+  const r = testRegistry();
+  r.register(
+    defineTool({
+      name: "read_page",
+      description: "Read a page.",
+      parameters: { page: { type: "string", description: "Which page." } },
+      required: ["page"],
+      safety: "safe",
+      categories: ["files"],
+      runtime: "node",
+      handler: async (a) => `${String(a.page)}: ${"y".repeat(3000)}`,
+    }),
+  );
+  return r;
+}
+
+/** N tool steps, each reading a long page, then an answer. */
+function steps(n: number, tag: string): MockStep[] {
+  const out: MockStep[] = [];
+  for (let i = 0; i < n; i++) out.push({ content: [{ type: "tool_use", name: "read_page", input: { page: `${tag}-${i}` } }] });
+  out.push({ content: [{ type: "text", text: `Done with ${tag}.` }] });
+  return out;
+}
+
+describe.each(["anthropic", "openai"] as const)("the cache prefix over %s", (kind) => {
+  it("each request repeats the one before up to its cache breakpoint, through shortening and a package change", async () => {
+    const configuration: Configuration = {
+      provider: kind,
+      apiKey: FAKE_KEY,
+      baseUrl: kind === "anthropic" ? mock.url : `${mock.url}/v1`,
+      model: kind === "anthropic" ? "claude-sonnet-4-6" : "gpt-4.1",
+      // Small enough that old results must give way during the first turn.
+      contextWindow: 5000,
+      maxTokens: 500,
+      maxSteps: 20,
+    };
+    const h = await connectChat({ configuration, registry: registry(), capabilities: { tools: true, image: true, approvals: false }, context: { currentPackage: "MY-APP" } });
+    open.push(h.dispose);
+    mock.setScript({ steps: [...steps(8, "first"), ...steps(2, "second")] });
+    const first: ChatSendResult = await h.client.sendRequest("chat/send", { text: "Read them all", context: { currentPackage: "MY-APP" } });
+    expect((await h.ended(first.turnId)).method).toBe("chat/turnFinished");
+    const second: ChatSendResult = await h.client.sendRequest("chat/send", { conversationId: first.conversationId, text: "And these", context: { currentPackage: "OTHER-PKG" } });
+    expect((await h.ended(second.turnId)).method).toBe("chat/turnFinished");
+
+    const requests = mock.requests();
+    expect(requests).toHaveLength(12);
+    const last = JSON.stringify(requests[requests.length - 1]!.body);
+    // The test did make the server shorten old results, and the model was told of the new package.
+    expect(last).toMatch(/shortened: \d+ of \d+ characters/);
+    expect(last).toContain("OTHER-PKG");
+    const breaks = requests.slice(1).flatMap((r, i) => {
+      const b = prefixBreak(requests[i]!, r);
+      return b ? [{ request: i + 2, ...b }] : [];
+    });
+    // The only rewrites are old results shortened, well below the window at once so that it happens
+    // once in a while, not at every step; the system prompt and the tools never change.
+    expect(breaks.length).toBeGreaterThan(0);
+    expect(breaks.length).toBeLessThanOrEqual(3);
+    expect(breaks.every((b) => b.next?.includes("[... shortened:") && !b.previous?.includes("[... shortened:"))).toBe(true);
+  });
+});

@@ -1,0 +1,187 @@
+// Tools that start while the answer streams: a call that only reads starts as soon as its block ends,
+// before the rest of the message; anything that may change something waits for the end of the message,
+// and so does every call after it; results go back in the model's order; a stream that fails or is
+// cancelled discards what started and runs nothing more. Against the mock LLM with the real SDKs.
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startMockLLM } from "../fixtures/mock-llm/server.mjs";
+import { newConversation, provider, turn, type Harness } from "./agent-helpers.js";
+import type { LLMProvider, Message } from "../../server/llm/provider.js";
+import { Executor } from "../../server/tools/executor.js";
+import { ToolRegistry } from "../../server/tools/registry.js";
+import { defineTool } from "../../server/tools/tool.js";
+
+type Kind = "anthropic" | "openai";
+
+interface Probe {
+  log: string[];
+  /** Resolves when the probe called NAME starts. */
+  started(name: string): Promise<void>;
+  /** Names of probes whose signal was aborted while they ran. */
+  aborted: string[];
+  /** Probes named here wait until their signal aborts. */
+  holding: Set<string>;
+}
+
+function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
+  const waiters = new Map<string, () => void>();
+  const probe: Probe = {
+    log: [],
+    aborted: [],
+    holding: new Set(),
+    started: (name) => new Promise((resolve) => waiters.set(name, resolve)),
+  };
+  const registry = new ToolRegistry();
+  registry.register(
+    defineTool({
+      name: "probe",
+      description: "Reads something.",
+      parameters: { name: { type: "string", description: "Its name." } },
+      required: ["name"],
+      safety: "safe",
+      categories: ["introspection"],
+      runtime: "node",
+      handler: async (a, ctx) => {
+        const name = String(a.name);
+        probe.log.push(`start:${name}`);
+        waiters.get(name)?.();
+        if (probe.holding.has(name)) {
+          await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve(), { once: true }));
+          probe.aborted.push(name);
+        }
+        probe.log.push(`end:${name}`);
+        return `read ${name}`;
+      },
+    }),
+  );
+  registry.register(
+    defineTool({
+      name: "change",
+      description: "Changes something.",
+      parameters: { form: { type: "string", description: "The form." } },
+      required: ["form"],
+      safety: "cautious",
+      categories: ["execution"],
+      runtime: "node",
+      handler: async (a) => {
+        probe.log.push(`start:change`);
+        await new Promise((r) => setTimeout(r, 20));
+        probe.log.push(`end:change`);
+        return `changed ${String(a.form)}`;
+      },
+    }),
+  );
+  return { registry, probe };
+}
+
+/** PROVIDER, logging "stream-end" into LOG when an answer is complete. */
+function logged(inner: LLMProvider, log: string[]): LLMProvider {
+  return {
+    name: inner.name,
+    stream: async (request, handlers, signal) => {
+      const response = await inner.stream(request, handlers, signal);
+      log.push("stream-end");
+      return response;
+    },
+  };
+}
+
+const probeCall = (name: string) => ({ type: "tool_use" as const, name: "probe", input: { name } });
+const changeCall = { type: "tool_use" as const, name: "change", input: { form: "(setf *x* 1)" } };
+
+/** How many stream chunks the mock sends before the first chunk of tool call N (0-based), no text blocks. */
+function chunksBeforeCall(kind: Kind, n: number): number {
+  // Anthropic: message_start, ping, then per call start, five deltas (an empty one and four pieces), stop.
+  // OpenAI: the role chunk, then per call a header and four argument pieces.
+  return kind === "anthropic" ? 2 + 7 * n : 1 + 5 * n;
+}
+
+function toolUses(messages: readonly Message[]): string[] {
+  return messages.flatMap((m) => (m.role === "assistant" ? m.content.flatMap((b) => (b.type === "tool_use" ? [b.name] : [])) : []));
+}
+
+describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer streams, over %s", (kind) => {
+  let h: Harness;
+  let probe: Probe;
+  beforeAll(async () => {
+    const mock = await startMockLLM();
+    const built = probeRegistry();
+    probe = built.probe;
+    h = { mock, registry: built.registry, executor: new Executor({ registry: built.registry }), close: () => mock.close() };
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it("starts a safe call before the message ends; a change, and every call after it, waits; results keep the model's order", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const { outcome, events } = await turn(h, kind, c, "Look, change, look again", {
+      settings: { provider: logged(provider(kind, h.mock), probe.log) },
+      script: {
+        steps: [
+          { content: [probeCall("a"), probeCall("b"), changeCall, probeCall("c")], chunk_delay_ms: 5 },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    const at = (what: string) => probe.log.indexOf(what);
+    // a and b ran while the answer was still streaming...
+    expect(at("start:a")).toBeGreaterThanOrEqual(0);
+    expect(at("start:a")).toBeLessThan(at("stream-end"));
+    expect(at("start:b")).toBeLessThan(at("stream-end"));
+    // ...the change only after the whole message, and c only after the change was done.
+    expect(at("start:change")).toBeGreaterThan(at("stream-end"));
+    expect(at("start:c")).toBeGreaterThan(at("end:change"));
+    // Every call announced before any result; the results in the history in the model's order.
+    expect(events.order.slice(0, 4)).toEqual(["call:probe", "call:probe", "call:change", "call:probe"]);
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read a", "read b", "changed (setf *x* 1)", "read c"]);
+  });
+
+  it("discards a call that started early when the turn is cancelled mid-stream, and runs nothing more", async () => {
+    probe.log.length = 0;
+    probe.aborted.length = 0;
+    probe.holding.add("held");
+    const c = newConversation();
+    const controller = new AbortController();
+    const started = probe.started("held");
+    const run = turn(h, kind, c, "Look", {
+      signal: controller.signal,
+      script: { steps: [{ content: [probeCall("held"), probeCall("later")], hang_after_chunks: chunksBeforeCall(kind, 1) + 1 }] },
+    });
+    await started;
+    controller.abort();
+    const { outcome, events } = await run;
+    probe.holding.delete("held");
+    expect(outcome).toMatchObject({ status: "failed", kind: "cancelled" });
+    expect(probe.aborted).toEqual(["held"]);
+    expect(probe.log).not.toContain("start:later");
+    // Nothing of the cut answer was announced, reported or kept.
+    expect(events.calls).toEqual([]);
+    expect(events.results).toEqual([]);
+    expect(toolUses(c.messages)).toEqual([]);
+  });
+
+  it("a stream that fails after its calls runs none of the rest: no change, no later call, no results", async () => {
+    probe.log.length = 0;
+    probe.aborted.length = 0;
+    probe.holding.add("first");
+    const c = newConversation();
+    const { outcome, events } = await turn(h, kind, c, "Look and change", {
+      settings: { retry: { maxRetries: 0, baseDelayMs: 1, maxDelayMs: 1 } },
+      script: {
+        steps: [{ content: [probeCall("first"), changeCall, probeCall("second")], stream_error: { after_chunks: chunksBeforeCall(kind, 3), type: "api_error", message: "boom" } }],
+      },
+    });
+    probe.holding.delete("first");
+    expect(outcome.status).toBe("failed");
+    // The first call had started (it only reads) and was stopped; nothing else ever ran.
+    expect(probe.log).toContain("start:first");
+    expect(probe.aborted).toEqual(["first"]);
+    expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:first"]);
+    expect(events.results).toEqual([]);
+    expect(toolUses(c.messages)).toEqual([]);
+  });
+});
