@@ -11,6 +11,7 @@
 #                 when unset the SLYNK run is skipped.
 #   SBCL, ECL, CLISP  the Lisp to run (default: its name on PATH).
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
+#   SAQ_ONLY      "TEST ...": run only these tests (to try one on a Lisp).
 #
 # Prints, per Lisp and backend, a last line "cl-swank: N passed, N failed"
 # (resp. "cl-slynk: ...", and "cl-swank-ecl: ..." for another Lisp than

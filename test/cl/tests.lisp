@@ -924,11 +924,12 @@ own, that are still alive: what a tool must not leave behind."
   (merge-pathnames name *project*))
 
 (defun file-text (file)
-  (with-open-file (in file :external-format :utf-8)
+  (with-open-file (in file :external-format (sly-agent-q::utf-8-format))
     (let* ((s (make-string (file-length in))) (n (read-sequence s in))) (subseq s 0 n))))
 
 (defun write-text (file text)
-  (with-open-file (out file :direction :output :if-exists :supersede :external-format :utf-8)
+  (with-open-file (out file :direction :output :if-exists :supersede
+                                 :external-format (sly-agent-q::utf-8-format))
     (write-string text out)))
 
 (defun append-text (file text)
@@ -1134,7 +1135,13 @@ checks and of skipped tests."
         (failed 0)
         (skipped 0)
         (*test-dribble* (make-broadcast-stream)))
-    (dolist (name *test-order*)
+    (dolist (name (let ((only (saq-portable:getenv "SAQ_ONLY")))
+                    ;; SAQ_ONLY="NAME ...": just those tests, to try one on a Lisp.
+                    (if (and only (plusp (length only)))
+                        (remove-if-not (lambda (name) (search (format nil " ~(~A~) " name)
+                                                              (format nil " ~(~A~) " only)))
+                                       *test-order*)
+                        *test-order*)))
       (let ((reason (skip-reason name)))
         (if reason
             (progn (format t "~&SKIP: ~A: ~(~A~): ~A~%" suite name reason)
