@@ -113,6 +113,20 @@ does something trivial (SPAWN, for instance, may not spawn)."
       (funcall function)))
 
 
+;;;; Conditions the helpers trap
+;;;
+;;; Without threads CLISP stops an evaluation at its time limit by a
+;;; SIGINT, which it signals as a serious condition ("User break", the
+;;; same as SLIME's interrupt).  Code that traps what it calls (a
+;;; printer that fails, an error in user code) must let that one pass
+;;; to the time limit, or an endless PRINT-OBJECT would never end.
+
+(deftype trappable-condition ()
+  "The serious conditions a helper may trap: all but an interrupt."
+  #+clisp '(and serious-condition (not system::interrupt-condition))
+  #-clisp 'serious-condition)
+
+
 ;;;; External formats
 ;;;
 ;;; :UTF-8 is not an external format everywhere (CLISP wants an

@@ -13,7 +13,7 @@
   (:nicknames #:saq-portable)
   (:use #:common-lisp)
   (:export #:getenv #:quit #:lisp-name
-           #:threads-p #:make-thread #:join-thread #:thread-alive-p #:terminate-thread
+           #:threads-p #:timeouts-p #:make-thread #:join-thread #:thread-alive-p #:terminate-thread
            #:current-thread #:all-threads #:thread-name
            #:make-lock #:with-lock #:lock-free-p
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p))
@@ -57,6 +57,11 @@ before lisp-cl/, so the package is not there when it is read."
 (defun threads-p ()
   "True when the backend can spawn and interrupt threads in this Lisp."
   (product "THREADS-AVAILABLE-P"))
+
+(defun timeouts-p ()
+  "True when an evaluation can be stopped after a time limit: with
+threads, or a signal the Lisp turns into a condition (CLISP)."
+  (or (threads-p) #+(or sbcl clisp) t))
 
 (defstruct (handle (:constructor %make-handle))
   thread (value nil) (done nil))
@@ -107,7 +112,9 @@ after TIMEOUT seconds)."
   `(call-with-lock ,lock (lambda () ,@body)))
 
 (defun lock-free-p (lock &optional (seconds 5))
-  "True if another thread can take LOCK within SECONDS."
+  "True if another thread can take LOCK within SECONDS (without threads,
+locks are not taken at all)."
+  (unless (threads-p) (return-from lock-free-p t))
   (let ((handle (make-thread (lambda () (with-lock (lock) t)) :name "saq lock probe")))
     (prog1 (eq t (join-thread handle :default nil :timeout seconds))
       (when (thread-alive-p handle) (ignore-errors (terminate-thread handle))))))

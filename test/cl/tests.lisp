@@ -25,6 +25,8 @@
 (defparameter *requirements*
   '((:threads saq-portable:threads-p
      "the backend cannot spawn threads in this Lisp")
+    (:timeouts saq-portable:timeouts-p
+     "this Lisp has neither threads nor a signal to stop an evaluation")
     (:debugger-hook saq-portable:debugger-hook-portable-p
      "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's"))
   "Capability, the function that says whether this Lisp has it, and
@@ -429,7 +431,7 @@ skipped, with the reason, on a Lisp without one of them."
 (defvar cl-user::*saq-lock* (saq-portable:make-lock "saq test lock"))
 
 (deftest eval-timeout
-  (:needs :threads)
+  (:needs :timeouts)
   (let* ((start (get-internal-real-time))
          (r (tool* "eval_form" '(("form" . "(loop)")) :timeout 1)))
     (is (error-p r))
@@ -472,6 +474,7 @@ skipped, with the reason, on a Lisp without one of them."
 (defvar cl-user::*saq-slow-value* (make-instance 'cl-user::saq-slow-printer))
 
 (deftest printing-values-is-under-the-timeout
+  (:needs :timeouts)
   (let ((r (tool* "eval_form" '(("form" . "(make-instance 'saq-slow-printer)")) :timeout 1)))
     (is (error-p r))
     (is (has r "timed out" "printing the values of form 1")))
