@@ -113,6 +113,42 @@ does something trivial (SPAWN, for instance, may not spawn)."
       (funcall function)))
 
 
+;;;; Conditions the helpers trap
+;;;
+;;; Without threads CLISP stops an evaluation at its time limit by a
+;;; SIGINT, which it signals as a serious condition ("User break", the
+;;; same as SLIME's interrupt).  Code that traps what it calls (a
+;;; printer that fails, an error in user code) must let that one pass
+;;; to the time limit, or an endless PRINT-OBJECT would never end.
+
+(deftype trappable-condition ()
+  "The serious conditions a helper may trap: all but an interrupt."
+  #+clisp '(and serious-condition (not system::interrupt-condition))
+  #-clisp 'serious-condition)
+
+
+;;;; External formats
+;;;
+;;; :UTF-8 is not an external format everywhere (CLISP wants an
+;;; encoding object): the backend translates Emacs's coding system
+;;; names for its Lisp.
+
+(defun external-format (coding-system fallback)
+  "The external format of this Lisp for CODING-SYSTEM (an Emacs name,
+such as \"utf-8-unix\"), as the backend finds it, else FALLBACK."
+  (or (and (backend-implemented-p "FIND-EXTERNAL-FORMAT")
+           (ignore-errors (bcall "FIND-EXTERNAL-FORMAT" coding-system)))
+      fallback))
+
+(defun utf-8-format ()
+  "This Lisp's external format for UTF-8 files."
+  (external-format "utf-8-unix" :utf-8))
+
+(defun latin-1-format ()
+  "This Lisp's external format for Latin-1 files."
+  (external-format "latin-1-unix" :latin-1))
+
+
 ;;;; The connection to Emacs
 
 (defun frontend-symbol (name)

@@ -70,7 +70,7 @@ of compile_form go to its tmp/ subdirectory when it is writable.")
                   ;; would close the stream with :ABORT T, deleting it.
                   (created (with-open-file (out path :direction :output :if-exists nil
                                                      :if-does-not-exist :create
-                                                     :external-format :utf-8)
+                                                     :external-format (utf-8-format))
                              (when out
                                (write-string text out)
                                t))))
@@ -201,7 +201,7 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
                        ;; are reported here even if the caller is
                        ;; inside a unit.
                        (with-compilation-unit (:override t)
-                         (compile-file source :output-file fasl :external-format :utf-8)))))
+                         (compile-file source :output-file fasl :external-format (utf-8-format))))))
               (if hooks
                   (bcall "CALL-WITH-COMPILATION-HOOKS" #'compile-it)
                   (compile-it))))

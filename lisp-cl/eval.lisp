@@ -136,7 +136,7 @@ evaluation of the user's forms, the loader's top-level forms)."
             (*print-circle* t)
             (*print-readably* nil))
         (first-line (with-output-to-string (out) (bcall "PRINT-FRAME" frame out)) 240))
-    (serious-condition () "#<frame not printable>")))
+    (trappable-condition () "#<frame not printable>")))
 
 (defparameter *backtrace-seconds* 2
   "The most seconds printing a backtrace may take: frames show their
@@ -176,7 +176,7 @@ backend cannot compute a backtrace."
                                       texts :start (min 1 (length texts)))
                          (length texts))))
             (subseq texts 0 (min end limit))))
-      (serious-condition () nil))))
+      (trappable-condition () nil))))
 
 (defun format-backtrace (frames &optional (limit *backtrace-shown*))
   (with-output-to-string (out)
@@ -268,7 +268,8 @@ CANCEL-CALL asks for the current call to stop, call ON-TIMEOUT in
 THUNK's thread, at the point where it was interrupted, then unwind out
 of THUNK.  Returns NIL, :TIMEOUT or :CANCELLED.  Without thread support
 in the backend, SBCL's own timer is used and cancelling is not
-supported; elsewhere THUNK runs unbounded."
+supported; on CLISP a SIGINT from a watcher process stops it
+\(CALL-WITH-SIGNAL-TIMEOUT); elsewhere THUNK runs unbounded."
   (cond
     ((threads-available-p)
      (let* ((state (list :running))
@@ -309,10 +310,63 @@ supported; elsewhere THUNK runs unbounded."
     (t
      (handler-case (progn (sb-ext:with-timeout seconds (funcall thunk)) nil)
        (sb-ext:timeout () (ignore-errors (funcall on-timeout)) :timeout)))
-    #-sbcl
+    #+clisp
+    (t (call-with-signal-timeout seconds thunk on-timeout))
+    #-(or sbcl clisp)
     (t
      (funcall thunk)
      nil)))
+
+#+clisp
+(defun call-with-signal-timeout (seconds thunk on-timeout)
+  "CALL-WITH-TIMEOUT where the Lisp has no threads but stops at a
+SIGINT, as CLISP does (its \"User break\", what SLIME's interrupt
+sends): a watcher process sends this Lisp SIGINT after SECONDS, and
+again every 2 seconds until it is killed, which is done as soon as THUNK
+returns or has been stopped."
+  (let* ((tag (list 'timeout))
+         (watcher (ignore-errors
+                   (ext:run-program
+                    "/bin/sh"
+                    :arguments (list "-c" (format nil "echo $$; sleep ~,2F; while kill -INT ~D; do sleep 2; done"
+                                                  seconds (os:process-id)))
+                    :input nil :output :stream :wait nil)))
+         (watcher-pid (and watcher (ignore-errors (parse-integer (read-line watcher nil "")))))
+         (fired nil)
+         (done nil))
+    (unless watcher-pid
+      (when watcher (ignore-errors (close watcher)))
+      (funcall thunk)
+      (return-from call-with-signal-timeout nil))
+    (handler-bind ((system::interrupt-condition
+                     (lambda (c)
+                       (if (or fired done)
+                           ;; Sent while stopping, or as THUNK returned:
+                           ;; absorbed here, never the user's REPL's.
+                           (let ((continue (find-restart 'continue c)))
+                             (cond (continue (invoke-restart continue))
+                                   ((not done) (throw tag nil))))
+                           (progn
+                             (setf fired t)
+                             ;; A handler runs without itself: the next
+                             ;; SIGINT (ON-TIMEOUT printing a value that
+                             ;; never prints) needs a handler of its own.
+                             (handler-bind ((system::interrupt-condition
+                                              (lambda (c)
+                                                (declare (ignore c))
+                                                (throw tag nil))))
+                               (ignore-errors (funcall on-timeout)))
+                             (throw tag nil))))))
+      (unwind-protect
+           (catch tag
+             (funcall thunk))
+        (setf done t)
+        (ignore-errors
+         (ext:run-program "/bin/kill" :arguments (list "-KILL" (princ-to-string watcher-pid))
+                                      :input nil :output nil :wait t))
+        (ignore-errors (close watcher))
+        (sleep 0.02)))
+    (and fired :timeout)))
 
 
 ;;;; Threads the agent's code starts
@@ -412,7 +466,7 @@ THUNK finished normally."
          (lambda ()
            ;; Handlers inside THUNK (COMPILE-FILE's among them) run
            ;; first; we only see what none of them handled.
-           (handler-bind ((serious-condition #'trap))
+           (handler-bind ((trappable-condition #'trap))
              (funcall thunk)
              (setf finished t))))))
     finished))

@@ -105,7 +105,10 @@
                                (ignore-errors (delete-file temporary))
                                (error "sly-agent-q: compiling ~A failed:~%~A"
                                       source (get-output-stream-string log)))
-                             (rename-file output fasl)))))
+                             ;; CLISP and ECL refuse to rename onto an
+                             ;; existing file unless told to replace it.
+                             #+(or clisp ecl) (rename-file output fasl :if-exists :supersede)
+                             #-(or clisp ecl) (rename-file output fasl)))))
                      (load-it
                        (lambda ()
                          ;; Reloading redefines everything; that is expected.

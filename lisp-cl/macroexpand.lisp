@@ -20,7 +20,7 @@
             (*print-readably* nil)
             (*print-escape* t))
         (prin1-to-string form))
-    (serious-condition (c) (unprintable form c))))
+    (trappable-condition (c) (unprintable form c))))
 
 (define-tool "macroexpand_form" (&key form full package)
   "Expand FORM once (or, with FULL, until its head is not a macro)."

@@ -29,8 +29,8 @@
                (let* ((buffer (make-string (file-length in)))
                       (end (read-sequence buffer in)))
                  (subseq buffer 0 end))))))
-    (or (ignore-errors (slurp :utf-8))
-        (ignore-errors (slurp :latin-1)))))
+    (or (ignore-errors (slurp (utf-8-format)))
+        (ignore-errors (slurp (latin-1-format))))))
 
 (defun form-span-at (text position)
   "The (START END) of the form starting at or after the 1-based

@@ -67,14 +67,14 @@ binds the package), at most LIMIT characters.  Never signals."
             (format nil "~S [a string of ~D characters; first ~D shown]"
                     (subseq object 0 limit) (length object) limit)
             (cap (prin1-to-string object) limit "value")))
-    (serious-condition (c) (unprintable object c))))
+    (trappable-condition (c) (unprintable object c))))
 
 (defun princ-value (object &key (limit *value-limit*))
   "OBJECT printed as by PRINC, at most LIMIT characters.  Never signals."
   (handler-case
       (with-model-printing (*package*)
         (cap (princ-to-string object) limit "value"))
-    (serious-condition (c) (unprintable object c))))
+    (trappable-condition (c) (unprintable object c))))
 
 (defun symbol-label (symbol &optional (package (find-package "KEYWORD")))
   "SYMBOL printed as it would be read from PACKAGE.  The default, the
@@ -86,7 +86,7 @@ KEYWORD package, gives fully qualified names such as MY-APP::FOO."
             (*print-pretty* nil)
             (*print-case* :upcase))
         (prin1-to-string symbol))
-    (serious-condition () (ignore-errors (symbol-name symbol)))))
+    (trappable-condition () (ignore-errors (symbol-name symbol)))))
 
 (defun first-line (string &optional (max 120))
   "The first line of STRING, cut to MAX characters."
@@ -128,7 +128,7 @@ add (noise to the model, which sent a string) and without blank lines."
                        (*print-length* *print-length-cap*)
                        (*print-level* *print-level-cap*))
                    (princ-to-string condition))
-     (serious-condition (c)
+     (trappable-condition (c)
        (format nil "[the condition's report failed: ~A]"
                (unprintable condition c))))))
 

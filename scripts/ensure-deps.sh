@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the build and the tests need when it is missing: Debian packages (Emacs, SBCL,
-# SLIME, FiveAM, tmux, package-lint, markdown-mode) and the npm dependencies. Safe to run again; does nothing when all is there.
+# Installs what the build and the tests need when it is missing: Debian packages (Emacs, SBCL, ECL, CLISP, ASDF,
+# SLIME, FiveAM, tmux, package-lint, markdown-mode) and the npm dependencies. Safe to run again; does nothing
+# when all is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(emacs-nox sbcl slime cl-fiveam tmux elpa-package-lint elpa-markdown-mode)
+DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-fiveam tmux elpa-package-lint elpa-markdown-mode)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

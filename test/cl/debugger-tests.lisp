@@ -156,17 +156,18 @@ signals, and return its value."
     (is (has result "HOSTILE"))))
 
 (deftest interrupt-thread-breaks-into-the-debugger
+  (:needs :threads :debugger-hook)
   ;; A thread whose debugger hook records what entered it (the user's
   ;; debugger would open there under SLY or SLIME).
   (let* ((entered nil)
          (ready nil)
-         (thread (sb-thread:make-thread
+         (thread (make-thread
                   (lambda ()
-                    (let ((sb-ext:*invoke-debugger-hook*
-                            (lambda (condition hook)
-                              (declare (ignore hook))
-                              (setf entered (princ-to-string condition))
-                              (sb-thread:abort-thread))))
+                    (saq-portable:with-thread-debugger-hook
+                        ((lambda (condition hook)
+                           (declare (ignore hook))
+                           (setf entered (princ-to-string condition))
+                           (saq-portable:abort-thread)))
                       (setf ready t)
                       (loop (sleep 0.05))))
                   :name "saq-interrupt-me"))
@@ -183,8 +184,8 @@ signals, and return its value."
              (is (has result "saq-interrupt-me")))
            (loop repeat 100 until entered do (sleep 0.05))
            (is (and entered (search "Interrupted by sly-agent-q" entered))))
-      (when (sb-thread:thread-alive-p thread)
-        (sb-thread:terminate-thread thread)))))
+      (when (thread-alive-p thread)
+        (terminate-thread thread)))))
 
 (deftest trace-kept-until-untraced
   (is (has (tool "untrace_functions") "No function is left traced"))

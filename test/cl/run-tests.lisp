@@ -1,8 +1,8 @@
-;;;; run-tests.lisp --- run lisp-cl/'s tests in a batch SBCL.
+;;;; run-tests.lisp --- run lisp-cl/'s tests in a batch Lisp.
 ;;;
-;;; Started by test/cl/run.sh as
-;;;
-;;;   sbcl --non-interactive --no-userinit --no-sysinit --load run-tests.lisp
+;;; Started by test/cl/run.sh in SBCL, ECL or CLISP, without init files,
+;;; as the one file the Lisp loads (what differs between Lisps is in
+;;; portable.lisp, loaded first).
 ;;;
 ;;; with the environment:
 ;;;
@@ -15,6 +15,8 @@
 ;;; with the line "cl-<backend>: N passed, N failed", exiting non-zero
 ;;; on any failure.
 
+(load (merge-pathnames "portable.lisp" (or *load-truename* *load-pathname*)))
+
 (defpackage #:sly-agent-q-test-runner
   (:use #:common-lisp))
 
@@ -24,14 +26,14 @@
                               :defaults (or *load-truename* *load-pathname*)))
 
 (defun env (name &optional default)
-  (let ((value (sb-ext:posix-getenv name)))
+  (let ((value (saq-portable:getenv name)))
     (if (and value (plusp (length value))) value default)))
 
 (defun die (control &rest args)
   (format t "~&~?~%" control args)
-  (format t "cl-~A: 0 passed, 1 failed~%" (env "SAQ_BACKEND" "unknown"))
-  (finish-output)
-  (sb-ext:exit :code 1 :abort t))
+  (format t "~A: 0 passed, 1 failed~%"
+          (env "SAQ_SUITE" (format nil "cl-~A" (env "SAQ_BACKEND" "unknown"))))
+  (saq-portable:quit 1))
 
 (defun call-quietly (what function)
   "Call FUNCTION with its output captured; print it only if it fails."
@@ -75,18 +77,19 @@ going under WORK."
                   (lambda () (load (merge-pathnames "test/fixtures/my-app/load.lisp" root))))
     (call-quietly "load FiveAM"
                   (lambda ()
-                    (require :asdf)
+                    (require "asdf")
                     (funcall (find-symbol "LOAD-SYSTEM" "ASDF") :fiveam)))
     (call-quietly "load tests.lisp"
                   (lambda () (load (merge-pathnames "tests.lisp" *here*))))
     (call-quietly "load debugger-tests.lisp"
                   (lambda () (load (merge-pathnames "debugger-tests.lisp" *here*))))
     (let ((run (find-symbol "RUN-TESTS" "SLY-AGENT-Q-TESTS")))
-      (multiple-value-bind (passed failed)
-          (funcall run :backend backend :root root)
-        (format t "~&cl-~A: ~D passed, ~D failed~%" backend passed failed)
-        (finish-output)
-        (sb-ext:exit :code (if (zerop failed) 0 1) :abort t)))))
+      (multiple-value-bind (passed failed skipped)
+          (funcall run :backend backend :root root :suite (env "SAQ_SUITE" (format nil "cl-~A" backend)))
+        (format t "~&~A: ~D passed, ~D failed~:[~;~:*, ~D skipped~]~%"
+                (env "SAQ_SUITE" (format nil "cl-~A" backend)) passed failed
+                (and (plusp skipped) skipped))
+        (saq-portable:quit (if (zerop failed) 0 1))))))
 
 (handler-case (main)
   (serious-condition (c)

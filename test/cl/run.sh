@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# Run the Common Lisp tests of lisp-cl/ in a batch SBCL: once with SWANK
+# Run the Common Lisp tests of lisp-cl/ in a batch Lisp: once with SWANK
 # (SLIME) loaded and once with SLYNK (SLY) loaded.
+#
+#   test/cl/run.sh [LISP...]     LISP: sbcl (the default), ecl or clisp
 #
 # Environment:
 #   SWANK_LOADER  path of SLIME's swank-loader.lisp; when unset it is
 #                 derived from Emacs (where (require 'slime) finds SLIME).
 #   SLY_DIR       root of a SLY checkout (with slynk/slynk-loader.lisp);
 #                 when unset the SLYNK run is skipped.
-#   SBCL          the sbcl to run (default: sbcl on PATH).
+#   SBCL, ECL, CLISP  the Lisp to run (default: its name on PATH).
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
+#   SAQ_ONLY      "TEST ...": run only these tests (to try one on a Lisp).
 #
-# Prints, per backend, a last line "cl-swank: N passed, N failed" (resp.
-# "cl-slynk: ..."; a backend that cannot run prints "SKIP: cl-slynk: REASON"
-# and "cl-slynk: 0 passed, 0 failed, 1 skipped"); exits non-zero if anything failed.
+# Prints, per Lisp and backend, a last line "cl-swank: N passed, N failed"
+# (resp. "cl-slynk: ...", and "cl-swank-ecl: ..." for another Lisp than
+# SBCL), with ", N skipped" when tests this Lisp cannot do were skipped,
+# each named on a line "SKIP: SUITE: TEST: REASON"; a backend that cannot
+# run prints "SKIP: cl-slynk: REASON" and "cl-slynk: 0 passed, 0 failed,
+# 1 skipped".  Each run has a watchdog: a Lisp that hangs is killed and
+# its run counted failed, naming the test it was in.  Exits non-zero if
+# anything failed.
 
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-work="$root/test/.work/cl"
-sbcl="${SBCL:-sbcl}"
 emacs="${EMACS:-emacs}"
 status=0
-
-mkdir -p "$work"
+lisps=("$@")
+[ ${#lisps[@]} -gt 0 ] || lisps=(sbcl)
 
 # Where SLIME's swank-loader.lisp is, computed the way SLIME computes it
 # (slime-backend, relative to slime-path unless absolute), with SLIME found
@@ -38,22 +44,40 @@ swank_loader_from_emacs() {
             (concat slime-path slime-backend)))))' 2>/dev/null
 }
 
-# run_backend NAME LOADER: run the tests with backend NAME (swank or
-# slynk) loaded from LOADER.
+# lisp_command LISP FILE: the command that runs FILE in LISP, batch, no init files.
+lisp_command() {
+    case "$1" in
+        sbcl) echo "${SBCL:-sbcl}" --noinform --non-interactive --no-userinit --no-sysinit --load "$2" ;;
+        ecl) echo "${ECL:-ecl}" --norc --shell "$2" ;;
+        clisp) echo "${CLISP:-clisp}" -norc -q -q "$2" ;;
+        *) return 1 ;;
+    esac
+}
+
+# run_backend LISP NAME LOADER: run the tests in LISP with backend NAME
+# (swank or slynk) loaded from LOADER.
 run_backend() {
-    local name="$1" loader="$2" log="$work/$1.log" last
-    echo "== cl-$name (loader: $loader)"
-    SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" \
+    local lisp="$1" name="$2" loader="$3" suite="cl-$2" last watchdog
+    [ "$lisp" = sbcl ] || suite="cl-$name-$lisp"
+    local work="$root/test/.work/cl/$lisp"
+    local log="$work/$name.log"
+    mkdir -p "$work"
+    # The Lisps that compile slowly (ECL through its C compiler) get longer.
+    case "$lisp" in sbcl) watchdog=150 ;; *) watchdog=900 ;; esac
+    echo "== $suite (loader: $loader)"
+    # shellcheck disable=SC2046
+    SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \
         XDG_CACHE_HOME="$work/xdg-cache" \
-        timeout 100 "$sbcl" --noinform --non-interactive --no-userinit --no-sysinit \
-        --load "$here/run-tests.lisp" 2>&1 | tee "$log"
+        timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null 2>&1 | tee "$log"
     local rc="${PIPESTATUS[0]}"
     last="$(tail -n 1 "$log")"
-    if ! [[ "$last" =~ ^cl-$name:\ [0-9]+\ passed,\ [0-9]+\ failed$ ]]; then
-        # The run died before reporting (or timed out): report it ourselves.
-        echo "cl-$name: 0 passed, 1 failed"
+    if ! [[ "$last" =~ ^$suite:\ [0-9]+\ passed,\ [0-9]+\ failed(,\ [0-9]+\ skipped)?$ ]]; then
+        # The run died before reporting (or the watchdog killed it): report it ourselves.
+        [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] &&
+            echo "$suite: killed after ${watchdog} s in $(grep -E '^(start|ok  |FAIL) ' "$log" | tail -n 1)"
+        echo "$suite: 0 passed, 1 failed"
         status=1
-    elif [ "$rc" -ne 0 ] || ! [[ "$last" =~ \ 0\ failed$ ]]; then
+    elif [ "$rc" -ne 0 ] || ! [[ "$last" =~ \ 0\ failed ]]; then
         status=1
     fi
 }
@@ -62,24 +86,35 @@ swank_loader="${SWANK_LOADER:-}"
 if [ -z "$swank_loader" ]; then
     swank_loader="$(swank_loader_from_emacs)"
 fi
-if [ -n "$swank_loader" ] && [ -f "$swank_loader" ]; then
-    run_backend swank "$swank_loader"
-else
-    echo "SLIME's swank-loader.lisp not found (set SWANK_LOADER, or install SLIME for Emacs)"
-    echo "cl-swank: 0 passed, 1 failed"
-    status=1
-fi
 
-if [ -n "${SLY_DIR:-}" ] && [ -f "$SLY_DIR/slynk/slynk-loader.lisp" ]; then
-    run_backend slynk "$SLY_DIR/slynk/slynk-loader.lisp"
-elif [ -n "${SLY_DIR:-}" ]; then
-    echo "SLY_DIR=$SLY_DIR has no slynk/slynk-loader.lisp"
-    echo "cl-slynk: 0 passed, 1 failed"
-    status=1
-else
-    # A whole backend that cannot run here counts as one skip, named with its reason.
-    echo "SKIP: cl-slynk: SLY's source is not available (set SLY_DIR to a SLY checkout)"
-    echo "cl-slynk: 0 passed, 0 failed, 1 skipped"
-fi
+for lisp in "${lisps[@]}"; do
+    suffix=""
+    [ "$lisp" = sbcl ] || suffix="-$lisp"
+    if ! lisp_command "$lisp" x >/dev/null; then
+        echo "Unknown Lisp $lisp (sbcl, ecl or clisp)"
+        echo "cl-$lisp: 0 passed, 1 failed"
+        status=1
+        continue
+    fi
+    if [ -n "$swank_loader" ] && [ -f "$swank_loader" ]; then
+        run_backend "$lisp" swank "$swank_loader"
+    else
+        echo "SLIME's swank-loader.lisp not found (set SWANK_LOADER, or install SLIME for Emacs)"
+        echo "cl-swank$suffix: 0 passed, 1 failed"
+        status=1
+    fi
+
+    if [ -n "${SLY_DIR:-}" ] && [ -f "$SLY_DIR/slynk/slynk-loader.lisp" ]; then
+        run_backend "$lisp" slynk "$SLY_DIR/slynk/slynk-loader.lisp"
+    elif [ -n "${SLY_DIR:-}" ]; then
+        echo "SLY_DIR=$SLY_DIR has no slynk/slynk-loader.lisp"
+        echo "cl-slynk$suffix: 0 passed, 1 failed"
+        status=1
+    else
+        # A whole backend that cannot run here counts as one skip, named with its reason.
+        echo "SKIP: cl-slynk$suffix: SLY's source is not available (set SLY_DIR to a SLY checkout)"
+        echo "cl-slynk$suffix: 0 passed, 0 failed, 1 skipped"
+    fi
+done
 
 exit "$status"

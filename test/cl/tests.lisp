@@ -7,6 +7,8 @@
 
 (defpackage #:sly-agent-q-tests
   (:use #:common-lisp #:fiveam)
+  (:import-from #:sly-agent-q-test-portable #:make-thread #:join-thread #:thread-alive-p
+                #:terminate-thread #:current-thread #:all-threads #:thread-name)
   (:export #:run-tests))
 
 (in-package #:sly-agent-q-tests)
@@ -17,10 +19,35 @@
 (defvar *test-order* '()
   "Test names in definition order (FiveAM keeps them in a hash table).")
 
+(defvar *needs* (make-hash-table)
+  "Test name -> the capabilities of the Lisp it needs (see REQUIREMENTS).")
+
+(defparameter *requirements*
+  '((:threads saq-portable:threads-p
+     "the backend cannot spawn threads in this Lisp")
+    (:timeouts saq-portable:timeouts-p
+     "this Lisp has neither threads nor a signal to stop an evaluation")
+    (:debugger-hook saq-portable:debugger-hook-portable-p
+     "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's"))
+  "Capability, the function that says whether this Lisp has it, and
+the reason a test needing it is skipped where it has not.")
+
 (defmacro deftest (name &body body)
-  `(progn
-     (setf *test-order* (append (remove ',name *test-order*) (list ',name)))
-     (test ,name ,@body)))
+  "A test NAME.  When BODY starts with (:NEEDS CAPABILITY...), the test is
+skipped, with the reason, on a Lisp without one of them."
+  (let ((needs (and (consp (first body)) (eq :needs (first (first body)))
+                    (rest (pop body)))))
+    `(progn
+       (setf *test-order* (append (remove ',name *test-order*) (list ',name)))
+       (setf (gethash ',name *needs*) ',needs)
+       (test ,name ,@body))))
+
+(defun skip-reason (name)
+  "Why test NAME cannot run in this Lisp, or NIL."
+  (loop for need in (gethash name *needs*)
+        for (nil predicate reason) = (or (assoc need *requirements*)
+                                         (error "Unknown capability ~S" need))
+        unless (funcall predicate) return reason))
 
 (defvar *root* nil "The project's root directory.")
 (defvar *backend* nil "\"swank\" or \"slynk\".")
@@ -420,9 +447,10 @@
   (is (eq :ran cl-user::*saq-side-effect*)))
 
 (defvar cl-user::*saq-cleanup-ran* nil)
-(defvar cl-user::*saq-lock* (sb-thread:make-mutex :name "saq test lock"))
+(defvar cl-user::*saq-lock* (saq-portable:make-lock "saq test lock"))
 
 (deftest eval-timeout
+  (:needs :timeouts)
   (let* ((start (get-internal-real-time))
          (r (tool* "eval_form" '(("form" . "(loop)")) :timeout 1)))
     (is (error-p r))
@@ -433,23 +461,24 @@
   (is (has (tool "get_last_error") "TIMEOUT"))
   ;; Unwinding ran the cleanups and released the locks.
   (let ((r (tool* "eval_form"
-                  '(("form" . "(sb-thread:with-mutex (*saq-lock*)
+                  '(("form" . "(saq-portable:with-lock (*saq-lock*)
                                  (unwind-protect (loop) (setf *saq-cleanup-ran* t)))"))
                   :timeout 1)))
     (is (has r "timed out")))
   (is (eq t cl-user::*saq-cleanup-ran*))
-  (is (null (sb-thread:mutex-owner cl-user::*saq-lock*)))
+  (is (saq-portable:lock-free-p cl-user::*saq-lock*))
   ;; A fast evaluation is not disturbed by its (now finished) watcher.
   (is (ok-p (tool* "eval_form" '(("form" . "(sleep 0.2) :fine")) :timeout 1))))
 
 (deftest eval-timeout-in-another-thread
+  (:needs :threads)
   ;; As from a SLYNK/SWANK worker thread.
   (let* ((result nil)
-         (thread (sb-thread:make-thread
+         (thread (make-thread
                   (lambda ()
                     (setf result (tool* "eval_form" '(("form" . "(loop (sleep 0.01))")) :timeout 1)))
                   :name "saq test worker")))
-    (sb-thread:join-thread thread :default nil :timeout 30)
+    (join-thread thread :default nil :timeout 30)
     (is (error-p result))
     (is (has result "timed out"))))
 
@@ -464,6 +493,7 @@
 (defvar cl-user::*saq-slow-value* (make-instance 'cl-user::saq-slow-printer))
 
 (deftest printing-values-is-under-the-timeout
+  (:needs :timeouts)
   (let ((r (tool* "eval_form" '(("form" . "(make-instance 'saq-slow-printer)")) :timeout 1)))
     (is (error-p r))
     (is (has r "timed out" "printing the values of form 1")))
@@ -478,25 +508,29 @@
   "FUNCTION's value, called in a thread given SECONDS; :HUNG if it did
 not return (the thread is then terminated, so a failing test does not
 leave it burning)."
-  (let* ((thread (sb-thread:make-thread function :name "saq bounded call"))
-         (value (sb-thread:join-thread thread :default :hung :timeout seconds)))
+  (let* ((thread (make-thread function :name "saq bounded call"))
+         (value (join-thread thread :default :hung :timeout seconds)))
     (when (eq value :hung)
-      (ignore-errors (sb-thread:terminate-thread thread))
-      (ignore-errors (sb-thread:join-thread thread :default nil :timeout 5)))
+      (ignore-errors (terminate-thread thread))
+      (ignore-errors (join-thread thread :default nil :timeout 5)))
     value))
+
+(defvar *main-thread* (ignore-errors (current-thread))
+  "The thread that loaded the tests.")
 
 (defun busy-threads ()
   "Threads other than the current one, the main thread and the backend's
 own, that are still alive: what a tool must not leave behind."
   (remove-if (lambda (thread)
-               (or (eq thread sb-thread:*current-thread*)
-                   (eq thread (sb-thread:main-thread))
-                   (not (sb-thread:thread-alive-p thread))
-                   (let ((name (or (sb-thread:thread-name thread) "")))
-                     (or (search "finalizer" name) (search "auto-flush" name)))))
-             (sb-thread:list-all-threads)))
+               (or (eq thread (current-thread))
+                   (eq thread *main-thread*)
+                   (not (thread-alive-p thread))
+                   (let ((name (or (thread-name thread) "")))
+                     (or (not (stringp name)) (search "finalizer" name) (search "auto-flush" name)))))
+             (all-threads)))
 
 (deftest printing-never-escapes-the-timeout
+  (:needs :threads)
   ;; Every helper that prints a user object does so under the call's
   ;; timeout: a PRINT-OBJECT that never returns gives a bounded error.
   (eval `(defclass cl-user::saq-slow-slots ()
@@ -522,9 +556,10 @@ own, that are still alive: what a tool must not leave behind."
 (defvar cl-user::*saq-probe* nil)
 
 (deftest cancel-call-interrupts-the-evaluation
+  (:needs :threads)
   (setf cl-user::*saq-probe* nil)
   (let* ((result nil)
-         (thread (sb-thread:make-thread
+         (thread (make-thread
                   (lambda ()
                     (setf result (sly-agent-q:call-tool
                                   "eval_form"
@@ -534,7 +569,7 @@ own, that are still alive: what a tool must not leave behind."
     (loop repeat 200 until (eq cl-user::*saq-probe* :started) do (sleep 0.01))
     (is (eq :started cl-user::*saq-probe*))
     (is (eq t (sly-agent-q:cancel-call "cancel-1")))
-    (sb-thread:join-thread thread :default nil :timeout 10)
+    (join-thread thread :default nil :timeout 10)
     (is (error-p result))
     (is (has result "cancelled"))
     (sleep 2.5)
@@ -573,6 +608,7 @@ own, that are still alive: what a tool must not leave behind."
   (is (null (sly-agent-q:call-tools 'not-a-list))))
 
 (deftest call-tools-runs-late-calls-beside-a-slow-one
+  (:needs :threads)
   ;; Past the serial budget the calls left run in threads of their own:
   ;; a slow call holds up none of them, and the batch waits for all.
   (setf cl-user::*saq-probe* nil)
@@ -582,7 +618,7 @@ own, that are still alive: what a tool must not leave behind."
                    (list* '("eval_form" (("form" . "(progn (sleep 1) (setf *saq-probe* :slow-done) :slow)"))
                             :package "CL-USER")
                           (loop repeat 20
-                                collect '("eval_form" (("form" . "(progn (sleep 0.5) (sb-thread:thread-name sb-thread:*current-thread*))"))
+                                collect '("eval_form" (("form" . "(progn (sleep 0.5) (saq-portable:thread-name (saq-portable:current-thread)))"))
                                           :package "CL-USER")))))
          (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second)))
     (is (= 21 (length results)))
@@ -594,9 +630,10 @@ own, that are still alive: what a tool must not leave behind."
     (is (every (lambda (r) (has r "sly-agent-q call")) (rest results)))))
 
 (deftest call-tools-cancels-one-call-of-a-batch
+  (:needs :threads)
   (setf cl-user::*saq-probe* nil)
   (let* ((results nil)
-         (thread (sb-thread:make-thread
+         (thread (make-thread
                   (lambda ()
                     (setf results
                           (sly-agent-q:call-tools
@@ -606,7 +643,7 @@ own, that are still alive: what a tool must not leave behind."
                   :name "saq batch worker")))
     (loop repeat 200 until (eq cl-user::*saq-probe* :started) do (sleep 0.01))
     (is (eq t (sly-agent-q:cancel-call "batch-cancel-1")))
-    (sb-thread:join-thread thread :default nil :timeout 10)
+    (join-thread thread :default nil :timeout 10)
     (is (and (error-p (first results)) (has (first results) "cancelled")))
     (is (string= "Value: 42" (text (second results))))
     (sleep 3.5)
@@ -615,28 +652,28 @@ own, that are still alive: what a tool must not leave behind."
 (defvar *debugger-entered* '())
 
 (deftest agent-threads-never-enter-the-debugger
+  (:needs :threads :debugger-hook)
   ;; SLIME/SLY install their debugger hook globally, and new threads see
   ;; the global value: stand in for it with one that records entries.
-  (let ((old-hook sb-ext:*invoke-debugger-hook*)
-        (old-debugger-hook *debugger-hook*))
+  (let ((old-debugger-hook *debugger-hook*))
     (setf *debugger-entered* '())
     (unwind-protect
-         (progn
-           (setf sb-ext:*invoke-debugger-hook*
-                 (lambda (condition hook)
-                   (declare (ignore hook))
-                   (push (princ-to-string condition) *debugger-entered*)
-                   (sb-thread:abort-thread))
-                 *debugger-hook* nil)
+         (saq-portable:call-with-debugger-hook
+          (lambda (condition hook)
+            (declare (ignore hook))
+            (push (princ-to-string condition) *debugger-entered*)
+            (saq-portable:abort-thread))
+          (lambda ()
+           (setf *debugger-hook* nil)
            (let ((r (tool "eval_form" "form"
-                          "(let ((th (sb-thread:make-thread (lambda () (error \"boom in a thread\")) :name \"saq-boomer\")))
-                             (sb-thread:join-thread th :default :ended))")))
+                          "(let ((th (saq-portable:make-thread (lambda () (error \"boom in a thread\")) :name \"saq-boomer\")))
+                             (saq-portable:join-thread th :default :ended))")))
              (is (ok-p r))
              ;; The error of a thread that ended within the call is in its result.
              (is (has r "boom in a thread" "saq-boomer")))
            ;; A thread that outlives its call: the next call's notes.
            (is (ok-p (tool "eval_form" "form"
-                           "(sb-thread:make-thread (lambda () (sleep 0.3) (error \"late boom\")) :name \"saq-late\") :started")))
+                           "(saq-portable:make-thread (lambda () (sleep 0.3) (error \"late boom\")) :name \"saq-late\") :started")))
            (sleep 1)
            (let ((r (tool "eval_form" "form" "(+ 1 2)")))
              (is (has r "Value: 3" "late boom" "saq-late" "earlier evaluation")))
@@ -644,14 +681,13 @@ own, that are still alive: what a tool must not leave behind."
            (is (not (has (tool "eval_form" "form" "(+ 1 2)") "late boom")))
            ;; BREAK in such a thread, and a thread of a thread.
            (tool "eval_form" "form"
-                 "(sb-thread:join-thread (sb-thread:make-thread (lambda () (sb-thread:join-thread (sb-thread:make-thread (lambda () (break \"nested break\")))))))")
+                 "(saq-portable:join-thread (saq-portable:make-thread (lambda () (saq-portable:join-thread (saq-portable:make-thread (lambda () (break \"nested break\")))))))")
            (is (null *debugger-entered*) "the debugger was entered: ~S" *debugger-entered*)
            ;; A thread the user starts outside the agent still gets the debugger.
-           (sb-thread:join-thread (sb-thread:make-thread (lambda () (error "user's own")))
-                                  :default nil :timeout 5)
-           (is (equal '("user's own") *debugger-entered*)))
-      (setf sb-ext:*invoke-debugger-hook* old-hook
-            *debugger-hook* old-debugger-hook))))
+           (join-thread (make-thread (lambda () (error "user's own")))
+                        :default nil :timeout 5)
+           (is (equal '("user's own") *debugger-entered*))))
+      (setf *debugger-hook* old-debugger-hook))))
 
 (deftest eval-never-enters-the-debugger
   (is (has (tool "eval_form" "form" "(break \"stop here\")") "stop here"))
@@ -825,12 +861,13 @@ own, that are still alive: what a tool must not leave behind."
   (is (has (tool "list_package_symbols" "package" "MY-APP" "include-internal" t) "SPLIT-ON-COMMAS")))
 
 (deftest concurrent-calls
+  (:needs :threads)
   ;; SLYNK/SWANK run each request in its own worker thread.
   (let* ((before sly-agent-q::*history-counter*)
          (results (make-array 4 :initial-element nil))
          (threads (loop for i below 4
                         collect (let ((i i))
-                                  (sb-thread:make-thread
+                                  (make-thread
                                    (lambda ()
                                      (setf (aref results i)
                                            (loop repeat 10
@@ -839,7 +876,7 @@ own, that are still alive: what a tool must not leave behind."
                                                  collect (tool "describe_symbol"
                                                                "symbol" "my-app:process-data"))))
                                    :name (format nil "saq worker ~D" i))))))
-    (dolist (thread threads) (sb-thread:join-thread thread :default nil :timeout 60))
+    (dolist (thread threads) (join-thread thread :default nil :timeout 60))
     (is (every (lambda (list) (and (= 20 (length list)) (every #'ok-p list)))
                (coerce results 'list)))
     (is (= (+ before 40) sly-agent-q::*history-counter*))))
@@ -909,11 +946,12 @@ own, that are still alive: what a tool must not leave behind."
   (merge-pathnames name *project*))
 
 (defun file-text (file)
-  (with-open-file (in file :external-format :utf-8)
+  (with-open-file (in file :external-format (sly-agent-q::utf-8-format))
     (let* ((s (make-string (file-length in))) (n (read-sequence s in))) (subseq s 0 n))))
 
 (defun write-text (file text)
-  (with-open-file (out file :direction :output :if-exists :supersede :external-format :utf-8)
+  (with-open-file (out file :direction :output :if-exists :supersede
+                                 :external-format (sly-agent-q::utf-8-format))
     (write-string text out)))
 
 (defun append-text (file text)
@@ -1108,26 +1146,39 @@ FiveAM's run of the suite), and load the changed .asd."
 
 ;;;; Running
 
-(defun run-tests (&key backend root)
+(defun run-tests (&key backend root (suite (format nil "cl-~A" backend)))
   "Run every test in definition order; print one line per test and the
-details of failures.  Returns the numbers of passed and failed checks."
+details of failures, and a line \"SKIP: SUITE: TEST: REASON\" for each
+test this Lisp cannot do.  Returns the numbers of passed and failed
+checks and of skipped tests."
   (let ((*backend* backend)
         (*root* root)
         (passed 0)
         (failed 0)
+        (skipped 0)
         (*test-dribble* (make-broadcast-stream)))
-    (dolist (name *test-order*)
-      (let* ((start (get-internal-real-time))
-             (results (run name))
-             (bad (remove-if (lambda (r) (typep r 'it.bese.fiveam::test-passed)) results))
-             (good (- (length results) (length bad))))
-        (incf passed good)
-        (incf failed (length bad))
-        (format t "~&~:[FAIL~;ok  ~] ~(~A~) (~D check~:P, ~,1Fs)~%"
-                (null bad) name (length results)
-                (/ (- (get-internal-real-time) start) internal-time-units-per-second))
-        (when bad
-          (let ((*test-dribble* *standard-output*))
-            (explain! bad)))
-        (finish-output)))
-    (values passed failed)))
+    (dolist (name (let ((only (saq-portable:getenv "SAQ_ONLY")))
+                    ;; SAQ_ONLY="NAME ...": just those tests, to try one on a Lisp.
+                    (if (and only (plusp (length only)))
+                        (remove-if-not (lambda (name) (search (format nil " ~(~A~) " name)
+                                                              (format nil " ~(~A~) " only)))
+                                       *test-order*)
+                        *test-order*)))
+      (let ((reason (skip-reason name)))
+        (if reason
+            (progn (format t "~&SKIP: ~A: ~(~A~): ~A~%" suite name reason)
+                   (incf skipped))
+            (let* ((start (get-internal-real-time))
+                   (results (run name))
+                   (bad (remove-if (lambda (r) (typep r 'it.bese.fiveam::test-passed)) results))
+                   (good (- (length results) (length bad))))
+              (incf passed good)
+              (incf failed (length bad))
+              (format t "~&~:[FAIL~;ok  ~] ~(~A~) (~D check~:P, ~,1Fs)~%"
+                      (null bad) name (length results)
+                      (/ (- (get-internal-real-time) start) internal-time-units-per-second))
+              (when bad
+                (let ((*test-dribble* *standard-output*))
+                  (explain! bad))))))
+      (finish-output))
+    (values passed failed skipped)))

@@ -1,0 +1,159 @@
+;;;; portable.lisp --- what the CL tests need from the Lisp, on any Lisp.
+;;;
+;;; The tests run on SBCL, ECL and CLISP (test/cl/run.sh LISP).  What is
+;;; not standard -- the environment, exiting, threads, locks, the
+;;; debugger hook that BREAK honours -- is reached here and nowhere else
+;;; in the tests.  Threads and locks go through the backend's portable
+;;; interface (SWANK/BACKEND or SLYNK-BACKEND, through sly-agent-q's own
+;;; BCALL), so this file names no thread package of a Lisp.  Loaded
+;;; first by run-tests.lisp; forms that tests send
+;;; to eval_form may call these functions by their package-qualified name.
+
+(defpackage #:sly-agent-q-test-portable
+  (:nicknames #:saq-portable)
+  (:use #:common-lisp)
+  (:export #:getenv #:quit #:lisp-name
+           #:threads-p #:timeouts-p #:make-thread #:join-thread #:thread-alive-p #:terminate-thread
+           #:current-thread #:all-threads #:thread-name
+           #:make-lock #:with-lock #:lock-free-p
+           #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p))
+
+(in-package #:sly-agent-q-test-portable)
+
+(defun getenv (name)
+  "The value of the environment variable NAME, or NIL."
+  #+sbcl (sb-ext:posix-getenv name)
+  #+ecl (ext:getenv name)
+  #+clisp (ext:getenv name)
+  #+ccl (ccl:getenv name)
+  #-(or sbcl ecl clisp ccl) (progn name nil))
+
+(defun quit (code)
+  "End this Lisp with exit status CODE, at once."
+  (finish-output *standard-output*)
+  (finish-output *error-output*)
+  #+sbcl (sb-ext:exit :code code :abort t)
+  #+ecl (ext:quit code)
+  #+clisp (ext:quit code)
+  #+ccl (ccl:quit code)
+  #-(or sbcl ecl clisp ccl) (error "Cannot exit this Lisp (code ~D)." code))
+
+(defun lisp-name ()
+  "The short name of this Lisp, as test/cl/run.sh calls it."
+  #+sbcl "sbcl" #+ecl "ecl" #+clisp "clisp" #+ccl "ccl"
+  #-(or sbcl ecl clisp ccl) (string-downcase (lisp-implementation-type)))
+
+
+;;;; Threads, through the backend
+
+(defun product (name &rest args)
+  "Call sly-agent-q's function NAME (a string): this file is loaded
+before lisp-cl/, so the package is not there when it is read."
+  (apply (find-symbol name "SLY-AGENT-Q") args))
+
+(defun bcall (name &rest args)
+  (apply #'product "BCALL" name args))
+
+(defun threads-p ()
+  "True when the backend can spawn and interrupt threads in this Lisp."
+  (product "THREADS-AVAILABLE-P"))
+
+(defun timeouts-p ()
+  "True when an evaluation can be stopped after a time limit: with
+threads, or a signal the Lisp turns into a condition (CLISP)."
+  (or (threads-p) #+(or sbcl clisp) t))
+
+(defstruct (handle (:constructor %make-handle))
+  thread (value nil) (done nil))
+
+(defun make-thread (function &key (name "saq test thread"))
+  "Run FUNCTION in a new thread; a handle for JOIN-THREAD, THREAD-ALIVE-P
+and TERMINATE-THREAD."
+  (let ((handle (%make-handle)))
+    (setf (handle-thread handle)
+          (bcall "SPAWN" (lambda ()
+                           (unwind-protect (setf (handle-value handle) (funcall function))
+                             (setf (handle-done handle) t)))
+                 :name name))
+    handle))
+
+(defun thread-of (thread)
+  (if (handle-p thread) (handle-thread thread) thread))
+
+(defun thread-alive-p (thread)
+  (bcall "THREAD-ALIVE-P" (thread-of thread)))
+
+(defun join-thread (handle &key default (timeout 60))
+  "The value of HANDLE's function once its thread ends, or DEFAULT when
+it has not returned (it ended by a non-local exit, or is still running
+after TIMEOUT seconds)."
+  (loop with deadline = (+ (get-internal-real-time) (* timeout internal-time-units-per-second))
+        while (and (not (handle-done handle))
+                   (thread-alive-p handle)
+                   (< (get-internal-real-time) deadline))
+        do (sleep 0.01))
+  ;; The thread may be finishing its UNWIND-PROTECT.
+  (loop repeat 50 while (and (not (handle-done handle)) (thread-alive-p handle)) do (sleep 0.01))
+  (if (handle-done handle) (handle-value handle) default))
+
+(defun terminate-thread (thread)
+  (bcall "KILL-THREAD" (thread-of thread)))
+
+(defun current-thread () (bcall "CURRENT-THREAD"))
+(defun all-threads () (bcall "ALL-THREADS"))
+(defun thread-name (thread) (ignore-errors (bcall "THREAD-NAME" (thread-of thread))))
+
+(defun make-lock (name) (product "MAKE-BACKEND-LOCK" name))
+
+(defun call-with-lock (lock function)
+  (product "CALL-WITH-BACKEND-LOCK" lock function))
+
+(defmacro with-lock ((lock) &body body)
+  `(call-with-lock ,lock (lambda () ,@body)))
+
+(defun lock-free-p (lock &optional (seconds 5))
+  "True if another thread can take LOCK within SECONDS (without threads,
+locks are not taken at all)."
+  (unless (threads-p) (return-from lock-free-p t))
+  (let ((handle (make-thread (lambda () (with-lock (lock) t)) :name "saq lock probe")))
+    (prog1 (eq t (join-thread handle :default nil :timeout seconds))
+      (when (thread-alive-p handle) (ignore-errors (terminate-thread handle))))))
+
+
+;;;; The debugger hook that every entry into the debugger honours
+;;;
+;;; CL's *DEBUGGER-HOOK* is bypassed by BREAK; SBCL and ECL have a hook
+;;; that is not, and it is the one SLIME and SLY set globally.
+
+(defun debugger-hook-portable-p ()
+  #+(or sbcl ecl) t #-(or sbcl ecl) nil)
+
+(defun call-with-debugger-hook (hook function)
+  "Call FUNCTION with HOOK (a function of a condition and the hook) as
+the global debugger hook that BREAK honours too, restored afterwards."
+  #+sbcl
+  (let ((old sb-ext:*invoke-debugger-hook*))
+    (unwind-protect (progn (setf sb-ext:*invoke-debugger-hook* hook) (funcall function))
+      (setf sb-ext:*invoke-debugger-hook* old)))
+  #+ecl
+  (let ((old ext:*invoke-debugger-hook*))
+    (unwind-protect (progn (setf ext:*invoke-debugger-hook* hook) (funcall function))
+      (setf ext:*invoke-debugger-hook* old)))
+  #-(or sbcl ecl)
+  (let ((old *debugger-hook*))
+    (unwind-protect (progn (setf *debugger-hook* hook) (funcall function))
+      (setf *debugger-hook* old))))
+
+(defmacro with-thread-debugger-hook ((hook) &body body)
+  "BODY with HOOK bound, in this thread only, as the debugger hook."
+  `(let (#+sbcl (sb-ext:*invoke-debugger-hook* ,hook)
+         #+ecl (ext:*invoke-debugger-hook* ,hook)
+         #-(or sbcl ecl) (*debugger-hook* ,hook))
+     ,@body))
+(export 'with-thread-debugger-hook)
+
+(defun abort-thread ()
+  "End the current thread (from a debugger hook)."
+  #+sbcl (sb-thread:abort-thread)
+  #+ecl (mp:exit-process)
+  #-(or sbcl ecl) (abort))
