@@ -177,7 +177,8 @@ The server sends Emacs notifications only: what may wait goes through
     ("chat/toolResult"
      :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("name" . "string")
       ("success" . "boolean") ("content" . "string") ("error" . "string?")
-      ("executionTimeMs" . "number") ("approved" . "boolean"))
+      ("executionTimeMs" . "number") ("approvalWaitMs" . "number?") ("arguments" . "object?")
+      ("approved" . "boolean"))
      :result nil)
     ("chat/approvalNeeded"
      :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string")
@@ -221,8 +222,8 @@ The server sends Emacs notifications only: what may wait goes through
     ("emacs/call:approval"
      :params (("callId" . "string") ("tool" . "string") ("arguments" . "object") ("review" . "string")
       ("safetyLevel" . "string") ("description" . "string") ("capability" . "string")
-      ("categories" . "array") ("reason" . "object") ("conversationId" . "string?")
-      ("turnId" . "string?") ("client" . "string?"))
+      ("categories" . "array") ("reason" . "object") ("lispArguments" . "array?")
+      ("conversationId" . "string?") ("turnId" . "string?") ("client" . "string?"))
      :result (("decision" . "string") ("always" . "boolean?") ("target" . "string?") ("reason" . "string?")
       ("arguments" . "object?"))))
   "The keys of each message and their types, as server/protocol.ts declares them.
@@ -243,8 +244,8 @@ absent; nil when the message carries no object.")
        ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
        ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
        ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
-       ("contextWindow" . "number?") ("projectRoot" . "string?") ("auditLogFile" . "string?")
-       ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
+       ("contextWindow" . "number?") ("startToolsEarly" . "boolean?") ("projectRoot" . "string?")
+       ("auditLogFile" . "string?") ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
   "The shapes that keys of `sly-agent-q-protocol-shapes' name, by name.")
 
 (provide 'sly-agent-q-protocol-table)

@@ -35,7 +35,7 @@ const configuration = shape<P.Configuration>({
   maxSteps: "number?", turnTimeoutMs: "number?", streamIdleTimeoutMs: "number?", safetyOverrides: "object?",
   categoryLevels: "object?", permissionRules: "array?", readOutsideProject: "string?", maxSafetyLevel: "string?",
   categories: "array?", offerAliases: "boolean?", toolTimeoutMs: "number?", imageTimeoutMs: "number?",
-  imageLoadTimeoutMs: "number?", maxResultChars: "number?", contextWindow: "number?", projectRoot: "string?",
+  imageLoadTimeoutMs: "number?", maxResultChars: "number?", contextWindow: "number?", startToolsEarly: "boolean?", projectRoot: "string?",
   auditLogFile: "string?", conversationDirectory: "string?", logLevel: "string?",
 });
 
