@@ -1026,9 +1026,11 @@ The value is options of `sly-agent-q-chat-show-history' (:usage,
   "The server's id of the conversation of BUFFER (default: the current buffer)."
   (buffer-local-value 'sly-agent-q-chat--conversation-id (or buffer (current-buffer))))
 
-(defun sly-agent-q-chat--draw-message (message results)
+(defun sly-agent-q-chat--draw-message (message results &optional calls)
   "Draw the saved MESSAGE (a plist) in the transcript.
-RESULTS maps tool call ids to their tool_result blocks."
+RESULTS maps tool call ids to their tool_result blocks; CALLS, a
+plist keyed by call id, says how each call ran (its time, the
+approval's wait, the arguments that ran when edited)."
   (let ((user (equal (plist-get message :role) "user")))
     (seq-doseq (block (plist-get message :content))
       (pcase (plist-get block :type)
@@ -1039,7 +1041,9 @@ RESULTS maps tool call ids to their tool_result blocks."
            (sly-agent-q-chat--flush)))
         ("tool_use"
          (let* ((result (gethash (plist-get block :id) results))
-                (failed (or (null result) (eq (plist-get result :isError) t))))
+                (failed (or (null result) (eq (plist-get result :isError) t)))
+                (run (and (stringp (plist-get block :id))
+                          (plist-get calls (intern (concat ":" (plist-get block :id)))))))
            (sly-agent-q-chat--add-entry
             (sly-agent-q--make-entry
              :call-id (plist-get block :id) :name (plist-get block :name)
@@ -1047,12 +1051,16 @@ RESULTS maps tool call ids to their tool_result blocks."
              :status (if failed 'error 'ok)
              :content (and result (plist-get result :content))
              :error (and failed (if result (plist-get result :content) "no result was saved"))
+             :time-ms (plist-get run :executionTimeMs)
+             :wait-ms (plist-get run :approvalWaitMs)
+             :ran-arguments (plist-get run :arguments)
              :approved t))))))))
 
 (defun sly-agent-q-chat-show-history (conversation-id title messages &rest options)
   "Show saved conversation CONVERSATION-ID, called TITLE, in the chat buffer.
 MESSAGES is its whole history (the server's conversation/resume
-answer).  OPTIONS are :usage, :cost and :model.  The buffer's
+answer).  OPTIONS are :usage, :cost, :model and :calls (how each tool call
+ran, a plist keyed by call id).  The buffer's
 transcript is replaced; the next message continues the conversation.
 Return the chat buffer."
   (let ((buffer (sly-agent-q-chat-buffer))
@@ -1076,7 +1084,7 @@ Return the chat buffer."
           (when (equal (plist-get block :type) "tool_result")
             (puthash (plist-get block :toolUseId) block results))))
       (seq-doseq (message messages)
-        (sly-agent-q-chat--draw-message message results))
+        (sly-agent-q-chat--draw-message message results (plist-get options :calls)))
       (sly-agent-q-chat--flush)
       (sly-agent-q-chat--end-segment)
       (goto-char (point-max)))

@@ -184,7 +184,8 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
                     (plist-get result :messages)
                     :usage (plist-get result :usage)
                     :cost (plist-get result :costUsd)
-                    :model (plist-get result :model))))
+                    :model (plist-get result :model)
+                    :calls (plist-get result :calls))))
        (when (eq (plist-get result :truncated) t)
          (with-current-buffer buffer
            (sly-agent-q-chat-notice

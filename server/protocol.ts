@@ -574,10 +574,20 @@ export interface ConversationSavedResult {
 export interface ConversationResumeParams {
   conversationId: string;
 }
+/** How a tool call ran, as the chat showed it live: kept with the conversation for resuming. */
+export interface ToolCallRun {
+  executionTimeMs: number;
+  approvalWaitMs?: number;
+  /** The arguments that ran, when the user edited the model's. */
+  arguments?: Record<string, unknown>;
+}
+
 export interface ConversationResumeResult {
   conversationId: string;
   title: string;
   messages: HistoryMessage[];
+  /** Per tool call id, how it ran (calls saved before this was kept have none). */
+  calls?: Record<string, ToolCallRun>;
   usage: Usage;
   costUsd: number;
   model?: string;

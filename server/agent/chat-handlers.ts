@@ -305,7 +305,11 @@ export class ChatService {
         // What the call changed in files and buffers is kept with the saved conversation, for rewinding.
         const changes = this.server.takeChanges(r.id);
         if (changes) conversation.recordChanges(ref.turnId, r.id, r.name, changes);
-        conversation.recordResult(r.id, r.content, r.success);
+        conversation.recordResult(r.id, r.content, r.success, {
+          executionTimeMs: r.metadata.executionTimeMs,
+          ...(r.metadata.approvalWaitMs !== undefined ? { approvalWaitMs: r.metadata.approvalWaitMs } : {}),
+          ...(r.metadata.arguments ? { arguments: r.metadata.arguments } : {}),
+        });
         notify<ToolResultParams>(ServerNotifications.toolResult, {
           ...ref,
           callId: r.id,

@@ -9,7 +9,7 @@
 import { closeSync, existsSync, fstatSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import type { Change, SavedConversationSummary, Usage } from "../protocol.js";
+import type { Change, SavedConversationSummary, ToolCallRun, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
 import { interruptedTools, repairHistory } from "./history-rules.js";
@@ -45,12 +45,24 @@ export type StoreRecord =
   /** The line before this one was cut off by a crash and is not part of the conversation. */
   | { v: number; type: "sealed"; at: string }
   /** One tool call's result as it came (the step's results message follows once every call ended). */
-  | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean }
+  | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean; run?: ToolCallRun }
   /** The history was repaired when it was opened again after a fault: what was done. */
   | { v: number; type: "repaired"; at: string; what: string[] }
   /** Text of the answer being streamed, as it was sent to Emacs: what the user saw of an answer a
    *  crash cut off. The answer's own message, once recorded, holds it; until then this is all there is. */
   | { v: number; type: "streamed"; at: string; text: string };
+
+/** A saved call's run, if the record holds a well-formed one: a file is read as data, not trusted. */
+function toolCallRun(value: unknown): ToolCallRun | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  if (typeof v.executionTimeMs !== "number" || !Number.isFinite(v.executionTimeMs)) return undefined;
+  return {
+    executionTimeMs: v.executionTimeMs,
+    ...(typeof v.approvalWaitMs === "number" && Number.isFinite(v.approvalWaitMs) ? { approvalWaitMs: v.approvalWaitMs } : {}),
+    ...(typeof v.arguments === "object" && v.arguments !== null && !Array.isArray(v.arguments) ? { arguments: v.arguments as Record<string, unknown> } : {}),
+  };
+}
 
 /** What interrupted the calls a file's history leaves without a result: nothing else can. */
 export const INTERRUPTED_BY_STOP = "the server stopped while it ran";
@@ -72,6 +84,8 @@ export interface StoredConversation {
   turnStarts: { turnId: string; at: string; index: number; blocks: number }[];
   /** What each turn's tools changed, in order. */
   changes: { turnId: string; changes: Change[] }[];
+  /** Per tool call id, how it ran (result records that kept it). */
+  calls: Record<string, ToolCallRun>;
   /** Set when the last line was cut off (a crash mid-write): how many bytes were left out. */
   truncatedBytes?: number;
   updated: string;
@@ -166,6 +180,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let changes: StoredConversation["changes"] = [];
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
+  const calls: Record<string, ToolCallRun> = Object.create(null) as Record<string, ToolCallRun>;
   // Text streamed since the last message: an answer whose own message was never written.
   let streamed = "";
   const keepStreamed = (): void => {
@@ -241,6 +256,8 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "result":
         if (typeof record.callId === "string" && typeof record.content === "string") {
           results.set(record.callId, { type: "tool_result", toolUseId: record.callId, content: record.content, isError: record.isError === true });
+          const run = toolCallRun(record.run);
+          if (run) calls[record.callId] = run;
         }
         break;
       case "repaired":
@@ -295,6 +312,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
     ...((model ?? header.model) ? { model: model ?? header.model } : {}),
     turnStarts,
     changes,
+    calls,
     ...(tail !== "" ? { truncatedBytes: Buffer.byteLength(tail) } : {}),
     updated: updated || header.created,
   };
@@ -400,8 +418,8 @@ export class ConversationJournal {
     this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
   }
 
-  result(callId: string, content: string, isError: boolean): void {
-    this.record({ v: STORE_VERSION, type: "result", at: now(), callId, content, isError });
+  result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void {
+    this.record({ v: STORE_VERSION, type: "result", at: now(), callId, content, isError, ...(run ? { run } : {}) });
   }
 
   streamed(text: string): void {

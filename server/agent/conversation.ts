@@ -2,7 +2,7 @@
 // moment a request can be built from it (roles alternate, every tool call has exactly one result),
 // plus its usage, cost and the turn that is running, if any.
 
-import type { Change, Configuration, ConversationSummary, Usage } from "../protocol.js";
+import type { Change, Configuration, ConversationSummary, ToolCallRun, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
@@ -20,8 +20,9 @@ export interface ConversationRecorder {
   turn(turnId: string, index: number, blocks: number): void;
   shortened(turnId: string, results: number): void;
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
-  /** One call's result as it comes, before the step's results go into the history together. */
-  result(callId: string, content: string, isError: boolean): void;
+  /** One call's result as it comes, before the step's results go into the history together; RUN is
+   *  how it ran (time, approval wait, edited arguments), shown again when the conversation resumes. */
+  result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
@@ -79,8 +80,8 @@ export class Conversation {
     this.recorder?.streamed?.(text);
   }
 
-  recordResult(callId: string, content: string, success: boolean): void {
-    this.recorder?.result(callId, content, !success);
+  recordResult(callId: string, content: string, success: boolean, run?: ToolCallRun): void {
+    this.recorder?.result(callId, content, !success, run);
   }
 
   /** Records what a tool call of turn TURNID changed in files and buffers (for rewinding). */

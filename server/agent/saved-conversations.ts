@@ -193,6 +193,7 @@ export class SavedConversations {
       conversationId: p.conversationId,
       title: stored.title,
       messages: stored.messages as HistoryMessage[],
+      calls: stored.calls,
       usage: stored.usage,
       costUsd: stored.costUsd,
       ...(stored.model ? { model: stored.model } : {}),

@@ -560,6 +560,26 @@ one runs with the other arguments as they were."
     (should (string-match-p "arguments that ran (edited by the user):\n[^:]*:[^:]*probe-file" (buffer-string)))
     (should (string-match-p "the model's arguments:\n[^:]*:[^:]*delete-file" (buffer-string)))))
 
+(ert-deftest sly-agent-q-chat-resumed-entry-shows-how-the-call-ran ()
+  "A resumed conversation's tool entry shows its time, the approval's wait and the edited arguments, as live."
+  (let ((sly-agent-q-chat-buffer-name "*sly-agent-q test*"))
+    (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+    (unwind-protect
+        (with-current-buffer
+            (sly-agent-q-chat-show-history
+             "c1" "a title"
+             [(:role "user" :content [(:type "text" :text "go")])
+              (:role "assistant" :content [(:type "tool_use" :id "tu1" :name "eval_form"
+                                            :input (:form "(delete-file \"x\")"))])
+              (:role "user" :content [(:type "tool_result" :toolUseId "tu1" :content "NIL" :isError :json-false)])]
+             :calls '(:tu1 (:executionTimeMs 3.2 :approvalWaitMs 4200 :arguments (:form "(probe-file \"x\")"))))
+          (let ((line (buffer-substring-no-properties
+                       (car (sly-agent-q-test--line-bounds "▸ eval_form"))
+                       (cdr (sly-agent-q-test--line-bounds "▸ eval_form")))))
+            (should (string-match-p "✎ edited: form=\"(probe-file" line))
+            (should (string-match-p "✓ 3 ms · waited 4\\.2 s for approval" line))))
+      (kill-buffer sly-agent-q-chat-buffer-name))))
+
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)

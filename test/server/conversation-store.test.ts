@@ -32,6 +32,17 @@ function writeTurn(id: string): ConversationJournal {
 }
 
 describe("conversation files", () => {
+  it("keep each call's run as the chat showed it: its time, the approval's wait, the arguments that ran", () => {
+    const j = ConversationJournal.create(store, header("c-run"));
+    j.message(user("What is car?"));
+    j.message(toolCall);
+    j.result("tu1", "CAR names a function", false, { executionTimeMs: 3.25, approvalWaitMs: 4200, arguments: { symbol: "cdr" } });
+    j.message(toolResult);
+    j.message(answer);
+    j.close();
+    expect(store.read("c-run").calls).toEqual({ tu1: { executionTimeMs: 3.25, approvalWaitMs: 4200, arguments: { symbol: "cdr" } } });
+  });
+
   it("read back every message, the usage, the title and the turns", () => {
     const j = writeTurn("c-1");
     j.close();
