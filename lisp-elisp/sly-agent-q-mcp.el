@@ -132,9 +132,7 @@ line of data (`sly-agent-q-display-line')."
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/serverStatus)) params)
   "Report the status PARAMS of an MCP server used by the agent."
-  (let ((name (plist-get params :name))
-        (status (plist-get params :status))
-        (msg (plist-get params :message)))
+  (cl-destructuring-bind (&key name status ((:message msg)) &allow-other-keys) params
     (sly-agent-q-mcp--log "MCP server %s: %s%s" name status
                           (if msg (format " (%s)" msg) ""))
     ;; Connected with a message: some of its tools were renamed or refused.

@@ -962,9 +962,10 @@ collection held off happens at Emacs's next allocation check."
 
 (cl-defmethod sly-agent-q-handle-notification (conn (_method (eql emacs/cancel)) params)
   "The server no longer wants an answer to the call in PARAMS from CONN."
-  (let ((call (gethash (plist-get params :id) (sly-agent-q--calls conn))))
-    (when call
-      (sly-agent-q--call-drop call (or (plist-get params :reason) "cancelled")))))
+  (cl-destructuring-bind (&key id reason &allow-other-keys) params
+    (let ((call (gethash id (sly-agent-q--calls conn))))
+      (when call
+        (sly-agent-q--call-drop call (or reason "cancelled"))))))
 
 ;;;; emacs/call objects
 

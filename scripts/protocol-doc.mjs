@@ -106,7 +106,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     const updated = withTable(doc, table);
     if (mode === "--write") writeFileSync(docFile, updated);
     else if (updated !== doc) {
-      process.stderr.write("doc/architecture.md's protocol table is stale: run node scripts/protocol-doc.mjs --write\n");
+      process.stderr.write("doc/architecture.md's protocol table is stale: run make generate\n");
       process.exit(1);
     }
   } else {

@@ -42,3 +42,17 @@ it("an error reply to an approval fails the call with Emacs's message as it is",
   expect(r.content).toBe(`Error: ${message}`);
   expect(s.ran).toEqual([]);
 });
+
+it("an edited reply for an alias, under the primary tool's names, runs with those arguments", async () => {
+  const s = side();
+  open.push(s);
+  await s.init({ offerAliases: true });
+  const toolCalls: unknown[] = [];
+  s.answerCall = (call) => (toolCalls.push(call.params), { result: { content: "written" } });
+  s.answerApproval = (a) => ({ result: { decision: "modified", arguments: { ...a.arguments, path: "notes/b.txt" } } });
+  const r = await s.call("file_write", { file_path: "a.txt", content: "y" });
+  expect(r.success).toBe(true);
+  expect(s.approvals[0].arguments).toEqual({ path: "a.txt", content: "y" });
+  // The edited path reached Emacs (the alias's file_path mapped back, then onto the primary's path).
+  expect(toolCalls).toEqual([expect.objectContaining({ tool: "write_file", arguments: { path: "notes/b.txt", content: "y" } })]);
+});
