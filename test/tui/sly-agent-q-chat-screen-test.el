@@ -59,7 +59,9 @@
       (let ((lines (sly-agent-q-tui-lines)))
         ;; Rendered: the heading without its ##, emphasis and code without their marks.
         (should (member "Mapping over lists" lines))
-        (should-not (string-match-p "##\\|\\*\\*\\|`" (replace-regexp-in-string "^```.*" "" screen)))
+        ;; (In the transcript: the mode line below has its own "**".)
+        (let ((transcript (substring screen (string-match "^You:" screen) (string-match "^>$" screen))))
+          (should-not (string-match-p "##\\|\\*\\*\\|`" (replace-regexp-in-string "^```.*" "" transcript))))
         ;; A code block's fences stand on lines of their own.
         (should (member "```" lines))
         (should (member "Use MAPCAR when you want the results, and mapc for side effects." lines))
