@@ -117,6 +117,18 @@ START should be at a line's start.  Returns END."
     (sly-agent-q-markdown-render-region (point-min) (point-min) (point-max))
     (buffer-string)))
 
+(defun sly-agent-q-markdown-show-fences (start end)
+  "Show the fence lines of the code blocks between START and END whole.
+A code block's fences say where its code starts and ends; whatever a
+renderer hid of them while the block streamed in is shown again."
+  (with-silent-modifications
+    (save-excursion
+      (goto-char start)
+      (while (re-search-forward sly-agent-q-markdown-fence-regexp end t)
+        (remove-text-properties (line-beginning-position) (min end (1+ (line-end-position)))
+                                '(invisible nil display nil))
+        (forward-line 1)))))
+
 ;;;; With markdown-mode
 
 (defun sly-agent-q-markdown--with-markdown-mode (context start end)

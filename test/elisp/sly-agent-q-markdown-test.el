@@ -141,6 +141,15 @@
       ;; The address is never hidden, nor a name's underscores.
       (should-not (string-match-p "[a-z0-9]" hidden)))))
 
+(ert-deftest sly-agent-q-markdown-fences-shown-whole ()
+  "Whatever hid a code block's fence while it streamed, the block's end shows it again."
+  (with-temp-buffer
+    (insert "Code:\n```lisp\n(car x)\n```\nafter\n")
+    (put-text-property (point-min) (point-max) 'invisible 'sly-agent-q-markup)
+    (sly-agent-q-markdown-show-fences (point-min) (point-max))
+    (add-to-invisibility-spec 'sly-agent-q-markup)
+    (should (equal (sly-agent-q-markdown-test--visible (point-min) (point-max)) "```lisp\n```\n"))))
+
 (ert-deftest sly-agent-q-chat-prompt-on-its-own-line ()
   "Streamed text that ends mid-line does not run into the prompt, and no state is in the transcript."
   (sly-agent-q-markdown-test--with-chat
