@@ -47,6 +47,7 @@
     (conversation/turns    emacs->server request)
     (conversation/rewind   emacs->server request)
     (conversation/export   emacs->server request)
+    (diff/hunks            emacs->server request)
     (mcp/start             emacs->server request)
     (mcp/stop              emacs->server request)
     (mcp/clientConfigure   emacs->server request)
@@ -126,7 +127,7 @@ The server sends Emacs notifications only: what may wait goes through
      :params (("conversationId" . "string"))
      :result (("conversationId" . "string") ("title" . "string") ("messages" . "array")
       ("usage" . "object") ("costUsd" . "number") ("model" . "string?") ("truncated" . "boolean?")
-      ("repaired" . "array?")))
+      ("repaired" . "array?") ("calls" . "object?")))
     ("conversation/rename"
      :params (("conversationId" . "string") ("title" . "string"))
      :result (("title" . "string")))
@@ -143,6 +144,9 @@ The server sends Emacs notifications only: what may wait goes through
     ("conversation/export"
      :params (("conversationId" . "string") ("format" . "string"))
      :result (("text" . "string")))
+    ("diff/hunks"
+     :params (("old" . "string") ("new" . "string") ("context" . "number?"))
+     :result (("hunks" . "array")))
     ("mcp/start"
      :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?"))
      :result (("url" . "string") ("port" . "number") ("stateFile" . "string")))

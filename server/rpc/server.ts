@@ -30,6 +30,8 @@ import {
   type ToolsListParams,
   type ToolsListResult,
   type Change,
+  type DiffHunksParams,
+  type DiffHunksResult,
 } from "../protocol.js";
 import { askApproval } from "../tools/approval.js";
 import { createDefaultRegistry } from "../tools/catalog/index.js";
@@ -40,6 +42,7 @@ import type { Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
+import { diffHunks } from "../diff.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
@@ -217,6 +220,11 @@ export class AgentServer {
       const offered = new Set(this.offeredTools().map((t) => t.name));
       const tools = params.all ? this.registry.list({ includeAliases: true }) : this.registry.list({ names: [...offered] });
       return { tools: tools.map((t) => this.toolInfo(t, offered.has(t.name))) };
+    });
+    this.addRequest(Requests.diffHunks, (params: DiffHunksParams): DiffHunksResult => {
+      if (typeof params.old !== "string" || typeof params.new !== "string")
+        throw new ResponseError(RpcErrorCodes.InvalidParams, "diff/hunks needs the old and the new text.");
+      return { hunks: diffHunks(params.old, params.new, typeof params.context === "number" ? params.context : 3) };
     });
     this.addRequest(Requests.toolsCall, async (params: ToolsCallParams) => {
       if (typeof params.name !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "tools/call needs a tool name.");

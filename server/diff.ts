@@ -1,0 +1,94 @@
+// The hunks of a file edit, computed here rather than in Emacs: a line diff of a large file takes tens of
+// milliseconds to seconds, and Emacs has one thread for the user's typing too. The review shows these hunks
+// and the apply uses their line ranges, so what is accepted is exactly what is written.
+
+import { structuredPatch } from "diff";
+import type { DiffHunk } from "./protocol.js";
+
+/** How long one diff may take before the edit is shown as one replacement of the whole text. */
+const DIFF_TIMEOUT_MS = 2000;
+
+/** The unified-diff range of COUNT lines from 0-based START (as GNU diff -u writes it). */
+function range(start: number, count: number): string {
+  if (count === 0) return `${start},0`;
+  return count === 1 ? `${start + 1}` : `${start + 1},${count}`;
+}
+
+/** The lines of TEXT, each with its newline (only the last may lack one), as Emacs splits them. */
+function splitLines(text: string): string[] {
+  return text.match(/[^\n]*\n|[^\n]+$/g) ?? [];
+}
+
+/** One hunk replacing every line of OLD by every line of NEW: what is shown when the diff takes too long. */
+function wholeHunk(old: string, neu: string): DiffHunk[] {
+  const a = splitLines(old);
+  const b = splitLines(neu);
+  if (old === neu) return [];
+  const body = (prefix: string, lines: string[]) =>
+    lines.map((l) => (l.endsWith("\n") ? prefix + l : `${prefix}${l}\n\\ No newline at end of file\n`)).join("");
+  return [
+    {
+      index: 1,
+      oldStart: 0,
+      oldEnd: a.length,
+      newStart: 0,
+      newEnd: b.length,
+      changes: [[0, a.length, 0, b.length]],
+      header: `@@ -${range(0, a.length)} +${range(0, b.length)} @@`,
+      text: body("-", a) + body("+", b),
+    },
+  ];
+}
+
+/**
+ * The hunks turning OLD into NEW with CONTEXT lines around each change. Line indexes are 0-based, ends
+ * excluded; a hunk's range includes its context; `changes` are the changed regions inside it
+ * ([oldStart, oldEnd, newStart, newEnd]), what applying a hunk replaces.
+ */
+export function diffHunks(old: string, neu: string, context = 3): DiffHunk[] {
+  const patch = structuredPatch("a", "b", old, neu, undefined, undefined, {
+    context: Math.max(0, Math.floor(context)),
+    timeout: DIFF_TIMEOUT_MS,
+  });
+  if (!patch) return wholeHunk(old, neu);
+  return patch.hunks.map((h, n) => {
+    // A structured patch's starts are 1-based, even for a range of no lines (its text form says the line before).
+    const oldStart = h.oldStart - 1;
+    const newStart = h.newStart - 1;
+    const changes: number[][] = [];
+    let i = oldStart;
+    let j = newStart;
+    let open: number[] | undefined;
+    let text = "";
+    for (const line of h.lines) {
+      const kind = line[0];
+      if (kind === "\\") {
+        text += `${line}\n`;
+        continue;
+      }
+      text += `${line}\n`;
+      if (kind === " ") {
+        open = undefined;
+        i++;
+        j++;
+        continue;
+      }
+      if (!open) {
+        open = [i, i, j, j];
+        changes.push(open);
+      }
+      if (kind === "-") open[1] = ++i;
+      else open[3] = ++j;
+    }
+    return {
+      index: n + 1,
+      oldStart,
+      oldEnd: oldStart + h.oldLines,
+      newStart,
+      newEnd: newStart + h.newLines,
+      changes,
+      header: `@@ -${range(oldStart, h.oldLines)} +${range(newStart, h.newLines)} @@`,
+      text,
+    };
+  });
+}
