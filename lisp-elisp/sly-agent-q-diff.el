@@ -51,6 +51,8 @@
 (require 'sly-agent-q-display)
 
 (defvar sly-agent-q-approval-function)
+(declare-function sly-agent-q-server-ready-p "sly-agent-q-server" ())
+(declare-function sly-agent-q-server-request "sly-agent-q-server" (method params success &optional failure))
 
 (defcustom sly-agent-q-diff-context-lines 3
   "Lines of unchanged context around each hunk of a proposed edit."
@@ -280,13 +282,15 @@ A and B are the line vectors HUNKS were computed from."
           (t (sly-agent-q-tool-fail "Parameter %s must be a string."
                                 (substring (symbol-name key) 1))))))
 
-(defun sly-agent-q-diff-proposal (args)
+(defun sly-agent-q-diff-proposal (args &optional texts-only)
   "Compute the proposal of propose_file_edit ARGS, a plist.
 Return a plist with keys :file (resolved), :rel (relative name),
 :current (see `sly-agent-q-files-current-text'), :old and :new (the
 texts), :a and :b (their lines), :hunks (see `sly-agent-q-diff-hunks')
-and :description.  Signal `sly-agent-q-tool-error' when ARGS are
-unusable."
+and :description.  With TEXTS-ONLY, leave out :a, :b and :hunks, the
+costly part.  The hunks are the server's when it computed them for
+these texts (see `sly-agent-q-diff--server-hunks').  Signal
+`sly-agent-q-tool-error' when ARGS are unusable."
   (let* ((path (sly-agent-q-diff--string-arg args :path))
          (new-content (sly-agent-q-diff--string-arg args :new_content))
          (old-text (sly-agent-q-diff--string-arg args :old_text))
@@ -314,11 +318,68 @@ unusable."
                   (let ((pos (sly-agent-q-files-unique-occurrence old-text old rel)))
                     (concat (substring old 0 pos) new-text
                             (substring old (+ pos (length old-text)))))))
-           (a (sly-agent-q-files-split-lines old))
-           (b (sly-agent-q-files-split-lines new)))
-      (list :file file :rel rel :current current :old old :new new
-            :a a :b b :hunks (sly-agent-q-diff-hunks a b)
-            :description description))))
+           (texts (list :file file :rel rel :current current :old old :new new
+                        :description description)))
+      (if texts-only
+          texts
+        (let ((a (sly-agent-q-files-split-lines old))
+              (b (sly-agent-q-files-split-lines new)))
+          (append texts
+                  (list :a a :b b
+                        :hunks (or (sly-agent-q-diff--server-hunks old new)
+                                   (sly-agent-q-diff-hunks a b)))))))))
+
+;;;; Hunks from the server
+
+;; The server computes the hunks (server/diff.ts): a line diff of a large
+;; file would hold Emacs's only thread.  The review asks for them without
+;; waiting and keeps them here, under the digests of the two texts; the
+;; proposal, and so the apply, finds them, so review and apply agree.
+;; The diff here in Lisp serves only when no server answers.
+
+(defvar sly-agent-q-diff--hunk-cache nil
+  "The server's hunks of recent edits, newest first.
+Each is ((OLD-DIGEST . NEW-DIGEST) . HUNKS).")
+
+(defconst sly-agent-q-diff--hunk-cache-size 8
+  "Edits whose server hunks are kept: more than ever wait for review at once.")
+
+(defun sly-agent-q-diff--digests (old new)
+  "The key of the texts OLD and NEW in `sly-agent-q-diff--hunk-cache'."
+  (cons (secure-hash 'sha256 old) (secure-hash 'sha256 new)))
+
+(defun sly-agent-q-diff--server-hunks (old new)
+  "The hunks the server computed turning OLD into NEW, or nil if none were."
+  (cdr (assoc (sly-agent-q-diff--digests old new) sly-agent-q-diff--hunk-cache)))
+
+(defun sly-agent-q-diff--from-server (hunk)
+  "HUNK as the server sends it (diff/hunks), in `sly-agent-q-diff-hunks' form."
+  (list :index (plist-get hunk :index)
+        :old-start (plist-get hunk :oldStart) :old-end (plist-get hunk :oldEnd)
+        :new-start (plist-get hunk :newStart) :new-end (plist-get hunk :newEnd)
+        :changes (mapcar (lambda (c) (append c nil)) (plist-get hunk :changes))
+        :header (plist-get hunk :header)
+        :text (plist-get hunk :text)))
+
+(defun sly-agent-q-diff--fetch-hunks (old new then)
+  "Ask the server for the hunks turning OLD into NEW; call THEN with no argument.
+Never waits: THEN runs when the server answered (the hunks are then in
+`sly-agent-q-diff--hunk-cache') or failed, or at once without a server
+\=(the proposal then computes the hunks here)."
+  (if (not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+      (funcall then)
+    (let ((key (sly-agent-q-diff--digests old new)))
+      (sly-agent-q-server-request
+       'diff/hunks
+       (list :old old :new new :context sly-agent-q-diff-context-lines)
+       (lambda (result)
+         (push (cons key (mapcar #'sly-agent-q-diff--from-server
+                                 (append (plist-get result :hunks) nil)))
+               sly-agent-q-diff--hunk-cache)
+         (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
+           (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache) nil))
+         (funcall then))
+       (lambda (_message) (funcall then))))))
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.
@@ -541,10 +602,10 @@ DECISION may also be just (:accepted_hunks [N ...])."
   (list :decision "modified"
         :arguments (plist-put (copy-sequence args) :accepted_hunks [])))
 
-(defun sly-agent-q-diff--review-by-function (tool args proposal once)
-  "Ask `sly-agent-q-approval-function' about PROPOSAL of TOOL's ARGS.
+(defun sly-agent-q-diff--review-by-function (approver tool args proposal once)
+  "Ask APPROVER, an approval function, about PROPOSAL of TOOL's ARGS.
 ONCE gets the decision.  Return nil: no review buffer is shown."
-  (funcall sly-agent-q-approval-function
+  (funcall approver
            (list :tool tool
                  :arguments args
                  :path (plist-get proposal :rel)
@@ -568,21 +629,32 @@ decision: (:decision \"modified\" :arguments ARGS+:accepted_hunks) or
 `sly-agent-q-approval-function' is non-nil it is called with a
 request plist (:tool :arguments :path :description :hunks :diff)
 and a callback instead of showing the review buffer.  A proposal
-that cannot be computed, or changes nothing, is answered at once
-with no hunk accepted, so that the tool itself tells the model why.
-Return the review buffer, or nil when none was shown.  Never
-signals."
-  (let ((once (sly-agent-q-diff--once callback args)))
+that cannot be computed, or changes nothing, is answered with no hunk
+accepted, so that the tool itself tells the model why.  The hunks
+come from the server, asked without waiting: the decision may come
+after this returns.  Return the review buffer (shown once the hunks
+are there), or nil when none is shown.  Never signals."
+  (let ((once (sly-agent-q-diff--once callback args))
+        ;; Bound by the caller now, maybe not when the server answers.
+        (approver (and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function))
+        (display sly-agent-q-diff-display-function))
     (condition-case err
-        (let* ((proposal (sly-agent-q-diff-proposal args))
-               (hunks (plist-get proposal :hunks)))
-          (sly-agent-q-diff--remember args proposal)
-          (cond
-           ((null hunks)
-            (funcall once (sly-agent-q-diff--none-accepted args)))
-           ((and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function)
-            (sly-agent-q-diff--review-by-function tool args proposal once))
-           (t (sly-agent-q-diff--show args proposal once))))
+        (let* ((texts (sly-agent-q-diff-proposal args t))
+               (buffer (unless approver (sly-agent-q-diff--new-buffer (plist-get texts :rel)))))
+          (sly-agent-q-diff--fetch-hunks
+           (plist-get texts :old) (plist-get texts :new)
+           (lambda ()
+             (sly-agent-q-diff--decide args once tool approver
+                                                (lambda (proposal)
+                                                  (if (buffer-live-p buffer)
+                                                      (sly-agent-q-diff--show args proposal once buffer display)
+                                                    (funcall once (list :decision "denied"
+                                                                        :reason "The user closed the review without deciding")))))
+             (when (and (buffer-live-p buffer)
+                        (not (buffer-local-value 'sly-agent-q-diff--current buffer)))
+               ;; Answered without a review (no change): nothing to show.
+               (kill-buffer buffer))))
+          (and (buffer-live-p buffer) buffer))
       (sly-agent-q-tool-error
        ;; Let the tool run and report the problem itself, applying nothing.
        (ignore err)
@@ -593,6 +665,28 @@ signals."
                            :reason (format "The proposed edit could not be reviewed: %s"
                                            (error-message-string err))))
        nil))))
+
+(defun sly-agent-q-diff--decide (args once tool approver show)
+  "Review ARGS of TOOL, whose hunks are now known; ONCE gets the decision.
+APPROVER is the approval function, if any; else SHOW is called with
+the proposal."
+  (condition-case err
+      (let* ((proposal (sly-agent-q-diff-proposal args))
+             (hunks (plist-get proposal :hunks)))
+        (sly-agent-q-diff--remember args proposal)
+        (cond
+         ((null hunks)
+          (funcall once (sly-agent-q-diff--none-accepted args)))
+         (approver
+          (sly-agent-q-diff--review-by-function approver tool args proposal once))
+         (t (funcall show proposal))))
+    (sly-agent-q-tool-error
+     (ignore err)
+     (funcall once (sly-agent-q-diff--none-accepted args)))
+    (error
+     (funcall once (list :decision "denied"
+                         :reason (format "The proposed edit could not be reviewed: %s"
+                                         (error-message-string err)))))))
 
 (defvar sly-agent-q-diff-review-mode-map
   (let ((map (make-sparse-keymap)))
@@ -647,27 +741,31 @@ undecided hunks count as rejected.
 ;; editing keys would corrupt the review; keep only `special-mode-map'.
 (set-keymap-parent sly-agent-q-diff-review-mode-map special-mode-map)
 
-(defun sly-agent-q-diff--show (args proposal callback)
-  "Show PROPOSAL of ARGS in a review buffer; CALLBACK gets the decision."
-  (let* ((root (sly-agent-q-tools-project-root))
-         (buffer (generate-new-buffer
-                  (format "*sly-agent-q-diff: %s*" (plist-get proposal :rel)))))
+(defun sly-agent-q-diff--new-buffer (rel)
+  "A new review buffer for the edit of REL, empty until its hunks are there."
+  (let ((buffer (generate-new-buffer (format "*sly-agent-q-diff: %s*" rel))))
     (with-current-buffer buffer
       ;; The review's text is the product's: diff-mode must not fix up its hunk
       ;; headers as they are redrawn.  `diff-mode' reads this option when it
       ;; starts (Emacs 28 installs its change hooks, Emacs 30 its change tracker).
       (let ((diff-update-on-the-fly nil))
         (sly-agent-q-diff-review-mode))
-      (setq default-directory root)
-      (setq sly-agent-q-diff--current
-            (sly-agent-q-diff--make-review
-             :args args :proposal proposal :callback callback
-             :states (make-vector (length (plist-get proposal :hunks)) 'pending)))
-      (sly-agent-q-diff-redisplay)
-      (goto-char (point-min))
-      (sly-agent-q-diff-next-hunk))
-    (funcall sly-agent-q-diff-display-function buffer)
+      (setq default-directory (sly-agent-q-tools-project-root)))
     buffer))
+
+(defun sly-agent-q-diff--show (args proposal callback buffer display)
+  "Show PROPOSAL of ARGS in the review BUFFER with DISPLAY.
+CALLBACK gets the decision."
+  (with-current-buffer buffer
+    (setq sly-agent-q-diff--current
+          (sly-agent-q-diff--make-review
+           :args args :proposal proposal :callback callback
+           :states (make-vector (length (plist-get proposal :hunks)) 'pending)))
+    (sly-agent-q-diff-redisplay)
+    (goto-char (point-min))
+    (sly-agent-q-diff-next-hunk))
+  (funcall display buffer)
+  buffer)
 
 (defun sly-agent-q-diff--review-here ()
   "Return the review of the current buffer, or signal a user error."

@@ -651,5 +651,35 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
       (should (equal (sly-agent-q-diff-test-expected '(1 3))
                      (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
+(ert-deftest sly-agent-q-diff-test-hunks-come-from-the-server ()
+  "With the server running, no line diff runs in Emacs: review and apply use the server's hunks."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let ((script
+           `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                     (input . ((path . "src/a.lisp")
+                                               (new_content . ,(sly-agent-q-diff-test-new)))))])
+                        (stop_reason . "tool_use"))
+                       ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+          (diffs-in-emacs 0))
+      (advice-add 'sly-agent-q-diff-hunks :before (lambda (&rest _) (cl-incf diffs-in-emacs))
+                  '((name . count-diffs)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (let* ((sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(2)))
+                     (outcome (sly-agent-q-test-send "Change it")))
+                (should (string-match-p "Applied hunk 2 of 3 to src/a.lisp (rejected: 1, 3)\\."
+                                        (plist-get outcome :text)))
+                (should (equal "@@ -13,6 +12,7 @@"
+                               (plist-get (aref (plist-get sly-agent-q-diff-test-request :hunks) 1)
+                                          :header)))))
+           t)
+        (advice-remove 'sly-agent-q-diff-hunks 'count-diffs))
+      (should (= 0 diffs-in-emacs))
+      (should (equal (sly-agent-q-diff-test-expected '(2))
+                     (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here
