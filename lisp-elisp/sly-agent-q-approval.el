@@ -59,6 +59,7 @@
 
 (declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback &optional tool))
 (declare-function sly-agent-q-diff-review-cancel "sly-agent-q-diff" (buffer))
+(declare-function sly-agent-q-diff-fetch-hunks "sly-agent-q-diff" (old new then))
 
 (defcustom sly-agent-q-approval-function nil
   "Function deciding approvals instead of the interactive UI, or nil.
@@ -216,11 +217,16 @@ second diff of a large file would cost as much again."
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
-     (sly-agent-q-approval-function
-      (funcall sly-agent-q-approval-function
-               (sly-agent-q-approval--request params preview) callback))
-     (t (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
-                                   callback))))
+     (t
+      ;; The diff of what a call writes is the server's, asked without waiting.
+      (let ((approver sly-agent-q-approval-function))
+        (sly-agent-q-diff-fetch-hunks
+         (plist-get preview :old) (plist-get preview :new)
+         (lambda ()
+           (if approver
+               (funcall approver (sly-agent-q-approval--request params preview) callback)
+             (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
+                                        callback))))))))
 
 ;;;; The interactive UI
 

@@ -361,12 +361,14 @@ Each is ((OLD-DIGEST . NEW-DIGEST) . HUNKS).")
         :header (plist-get hunk :header)
         :text (plist-get hunk :text)))
 
-(defun sly-agent-q-diff--fetch-hunks (old new then)
+(defun sly-agent-q-diff-fetch-hunks (old new then)
   "Ask the server for the hunks turning OLD into NEW; call THEN with no argument.
 Never waits: THEN runs when the server answered (the hunks are then in
 `sly-agent-q-diff--hunk-cache') or failed, or at once without a server
-\=(the proposal then computes the hunks here)."
-  (if (not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+or when OLD or NEW is not a string (the hunks are then computed here
+if needed)."
+  (if (not (and (stringp old) (stringp new)
+                (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
       (funcall then)
     (let ((key (sly-agent-q-diff--digests old new)))
       (sly-agent-q-server-request
@@ -383,11 +385,13 @@ Never waits: THEN runs when the server answered (the hunks are then in
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.
-A new file (OLD empty) shows its whole text as added lines."
-  (let ((a (sly-agent-q-files-split-lines old))
-        (b (sly-agent-q-files-split-lines new)))
-    (sly-agent-q-diff-unified
-     (list :rel name :hunks (sly-agent-q-diff-hunks a b)))))
+A new file (OLD empty) shows its whole text as added lines.  The
+hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them."
+  (sly-agent-q-diff-unified
+   (list :rel name
+         :hunks (or (sly-agent-q-diff--server-hunks old new)
+                    (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines old)
+                                            (sly-agent-q-files-split-lines new))))))
 
 (defun sly-agent-q-diff-unified (proposal &optional hunks)
   "Return PROPOSAL's HUNKS (default: all) as one unified diff."
@@ -641,7 +645,7 @@ are there), or nil when none is shown.  Never signals."
     (condition-case err
         (let* ((texts (sly-agent-q-diff-proposal args t))
                (buffer (unless approver (sly-agent-q-diff--new-buffer (plist-get texts :rel)))))
-          (sly-agent-q-diff--fetch-hunks
+          (sly-agent-q-diff-fetch-hunks
            (plist-get texts :old) (plist-get texts :new)
            (lambda ()
              (sly-agent-q-diff--decide args once tool approver

@@ -681,5 +681,35 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
       (should (equal (sly-agent-q-diff-test-expected '(2))
                      (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
+(ert-deftest sly-agent-q-diff-test-write-approval-diff-comes-from-the-server ()
+  "The diff an approval of write_file shows is the server's: no line diff runs in Emacs."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let ((script
+           `((steps . [((content . [((type . "tool_use") (name . "write_file")
+                                     (input . ((path . "src/a.lisp")
+                                               (content . ,(sly-agent-q-diff-test-expected '(2))))))])
+                        (stop_reason . "tool_use"))
+                       ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+          (diffs-in-emacs 0))
+      (setq sly-agent-q-diff-test-request nil)
+      (advice-add 'sly-agent-q-diff-hunks :before (lambda (&rest _) (cl-incf diffs-in-emacs))
+                  '((name . count-diffs)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (let* ((sly-agent-q-approval-function
+                      (lambda (r callback)
+                        (setq sly-agent-q-diff-test-request r)
+                        (funcall callback '(:decision "approved"))))
+                     (outcome (sly-agent-q-test-send "Write it")))
+                (should (eq (plist-get outcome :status) 'finished))))
+           t)
+        (advice-remove 'sly-agent-q-diff-hunks 'count-diffs))
+      (should (string-match-p "^@@ -13,6 \\+13,7 @@$" (plist-get sly-agent-q-diff-test-request :diff)))
+      (should (= 0 diffs-in-emacs))
+      (should (equal (sly-agent-q-diff-test-expected '(2)) (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here
