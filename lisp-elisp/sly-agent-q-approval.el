@@ -37,7 +37,7 @@
 ;; what writes, d shows the diff against what is there now.
 ;;
 ;; Who decides: `sly-agent-q-diff-review' for propose_file_edit (the
-;; reviewed file edit, in sly-agent-q-diff.el); otherwise
+;; reviewed file edit, in sly-agent-q-diff-review.el); otherwise
 ;; `sly-agent-q-approval-function' when set (scripts, tests); otherwise
 ;; the user, inline in the chat buffer: buttons and the keys y (approve),
 ;; n (deny with a reason), e (edit the arguments), a (always allow this
@@ -54,11 +54,10 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-tools)
+(require 'sly-agent-q-diff-review)
 (require 'sly-agent-q-display)
 (require 'diff-mode)
 
-(declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback &optional tool))
-(declare-function sly-agent-q-diff-review-cancel "sly-agent-q-diff" (buffer))
 (declare-function sly-agent-q-diff-fetch-hunks "sly-agent-q-diff" (old new then))
 
 (defcustom sly-agent-q-approval-function nil

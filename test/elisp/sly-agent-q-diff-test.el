@@ -34,6 +34,7 @@
 (require 'cl-lib)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-tools-test)
+(require 'sly-agent-q-diff-review)
 
 ;; The helpers come from sly-agent-q-tools-test.el; its tests run from
 ;; that file, not again from this one.
