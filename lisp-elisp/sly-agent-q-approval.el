@@ -58,7 +58,7 @@
 (require 'sly-agent-q-display)
 (require 'diff-mode)
 
-(declare-function sly-agent-q-diff-fetch-hunks "sly-agent-q-diff" (old new then))
+(declare-function sly-agent-q-diff-fetch-hunks "sly-agent-q-diff" (old new then &optional source))
 
 (defcustom sly-agent-q-approval-function nil
   "Function deciding approvals instead of the interactive UI, or nil.
@@ -197,7 +197,7 @@ second diff of a large file would cost as much again."
      ((and (equal (plist-get params :review) "diff")
            (fboundp 'sly-agent-q-diff-review))
       (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback
-                                             (plist-get params :tool))))
+                                             (plist-get params :tool) (plist-get params :callId))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
@@ -212,7 +212,7 @@ second diff of a large file would cost as much again."
                       (lambda (decision)
                         (funcall callback
                                  (sly-agent-q-approval--edit-decision arguments decision)))
-                      (plist-get params :tool))))
+                      (plist-get params :tool) (plist-get params :callId))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))

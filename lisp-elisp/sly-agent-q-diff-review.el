@@ -115,7 +115,7 @@ ONCE gets the decision.  Return nil: no review buffer is shown."
              (funcall once (sly-agent-q-diff--normalize args decision))))
   nil)
 
-(defun sly-agent-q-diff-review (args callback &optional tool)
+(defun sly-agent-q-diff-review (args callback &optional tool call-id)
   "Ask the user to review the file edit ARGS of a call of TOOL, hunk by hunk.
 ARGS is a propose_file_edit's argument plist.  CALLBACK is called once with the
 decision: (:decision \"modified\" :arguments ARGS+:accepted_hunks) or
@@ -127,7 +127,9 @@ that cannot be computed, or changes nothing, is answered with no hunk
 accepted, so that the tool itself tells the model why.  The hunks
 come from the server, asked without waiting: the decision may come
 after this returns.  Return the review buffer (shown once the hunks
-are there), or nil when none is shown.  Never signals."
+are there), or nil when none is shown.  CALL-ID names the call whose
+approval this is: the server then finds the texts itself (see
+`sly-agent-q-diff-fetch-hunks').  Never signals."
   (let ((once (sly-agent-q-diff--once callback args))
         ;; Bound by the caller now, maybe not when the server answers.
         (approver (and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function))
@@ -147,7 +149,11 @@ are there), or nil when none is shown.  Never signals."
              (when (and (buffer-live-p buffer)
                         (not (buffer-local-value 'sly-agent-q-diff--current buffer)))
                ;; Answered without a review (no change): nothing to show.
-               (kill-buffer buffer))))
+               (kill-buffer buffer)))
+           (let ((current (plist-get texts :current)))
+             ;; The text on disk is the one reviewed: the server can read it itself.
+             (and call-id (plist-get current :exists) (not (plist-get current :modified))
+                  (list :callId call-id :file (plist-get texts :file)))))
           (and (buffer-live-p buffer) buffer))
       (sly-agent-q-tool-error
        ;; Let the tool run and report the problem itself, applying nothing.

@@ -331,8 +331,10 @@ Each is ((OLD-DIGEST . NEW-DIGEST) . HUNKS).")
   "Edits whose server hunks are kept: more than ever wait for review at once.")
 
 (defun sly-agent-q-diff--digests (old new)
-  "The key of the texts OLD and NEW in `sly-agent-q-diff--hunk-cache'."
-  (cons (secure-hash 'sha256 old) (secure-hash 'sha256 new)))
+  "The key of the texts OLD and NEW in `sly-agent-q-diff--hunk-cache'.
+SHA-256 of their UTF-8 bytes, as the server computes them."
+  (cons (secure-hash 'sha256 (encode-coding-string old 'utf-8 t))
+        (secure-hash 'sha256 (encode-coding-string new 'utf-8 t))))
 
 (defun sly-agent-q-diff--server-hunks (old new)
   "The hunks the server computed turning OLD into NEW, or nil if none were."
@@ -347,27 +349,41 @@ Each is ((OLD-DIGEST . NEW-DIGEST) . HUNKS).")
         :header (plist-get hunk :header)
         :text (plist-get hunk :text)))
 
-(defun sly-agent-q-diff-fetch-hunks (old new then)
+(defun sly-agent-q-diff-fetch-hunks (old new then &optional source)
   "Ask the server for the hunks turning OLD into NEW; call THEN with no argument.
 Never waits: THEN runs when the server answered (the hunks are then in
 `sly-agent-q-diff--hunk-cache') or failed, or at once without a server
 or when OLD or NEW is not a string (the hunks are then computed here
-if needed)."
+if needed).  SOURCE, a plist (:callId ID :file FILE), says that OLD is
+the text of FILE on disk and NEW the one the arguments of the call ID,
+whose approval waits, give: the server then reads them itself,
+checked against the digests of OLD and NEW, and a large file's texts
+are not sent back to it.  If it cannot, the texts are sent."
   (if (not (and (stringp old) (stringp new)
                 (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
       (funcall then)
-    (let ((key (sly-agent-q-diff--digests old new)))
-      (sly-agent-q-server-request
-       'diff/hunks
-       (list :old old :new new :context sly-agent-q-diff-context-lines)
-       (lambda (result)
-         (push (cons key (mapcar #'sly-agent-q-diff--from-server
-                                 (append (plist-get result :hunks) nil)))
-               sly-agent-q-diff--hunk-cache)
-         (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
-           (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache) nil))
-         (funcall then))
-       (lambda (_message) (funcall then))))))
+    (let* ((key (sly-agent-q-diff--digests old new))
+           (keep (lambda (result)
+                   (push (cons key (mapcar #'sly-agent-q-diff--from-server
+                                           (append (plist-get result :hunks) nil)))
+                         sly-agent-q-diff--hunk-cache)
+                   (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
+                     (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache)
+                             nil))
+                   (funcall then)))
+           (send-texts (lambda (&rest _)
+                         (sly-agent-q-server-request
+                          'diff/hunks
+                          (list :old old :new new :context sly-agent-q-diff-context-lines)
+                          keep (lambda (_message) (funcall then))))))
+      (if (and (plist-get source :callId) (plist-get source :file))
+          (sly-agent-q-server-request
+           'diff/hunks
+           (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
+                 :oldDigest (car key) :newDigest (cdr key)
+                 :context sly-agent-q-diff-context-lines)
+           keep send-texts)
+        (funcall send-texts)))))
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.

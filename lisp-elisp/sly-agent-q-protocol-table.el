@@ -145,7 +145,8 @@ The server sends Emacs notifications only: what may wait goes through
      :params (("conversationId" . "string") ("format" . "string"))
      :result (("text" . "string")))
     ("diff/hunks"
-     :params (("old" . "string") ("new" . "string") ("context" . "number?"))
+     :params (("old" . "string?") ("new" . "string?") ("callId" . "string?") ("oldFile" . "string?")
+      ("oldDigest" . "string?") ("newDigest" . "string?") ("context" . "number?"))
      :result (("hunks" . "array")))
     ("mcp/start"
      :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?"))

@@ -2,8 +2,10 @@
 // milliseconds to seconds, and Emacs has one thread for the user's typing too. The review shows these hunks
 // and the apply uses their line ranges, so what is accepted is exactly what is written.
 
+import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { structuredPatch } from "diff";
-import type { DiffHunk } from "./protocol.js";
+import type { DiffHunk, DiffHunksParams } from "./protocol.js";
 
 /** How long one diff may take before the edit is shown as one replacement of the whole text. */
 const DIFF_TIMEOUT_MS = 2000;
@@ -91,4 +93,26 @@ export function diffHunks(old: string, neu: string, context = 3): DiffHunk[] {
       text,
     };
   });
+}
+
+const sha256 = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
+
+/**
+ * The old and new texts of PARAMS: given, or (so that Emacs need not send a large file's texts) the old read
+ * from `oldFile` and the new made from the waiting call's ARGUMENTS, each checked against the digest of the
+ * text Emacs holds. Throws when they cannot be had or differ from Emacs's: Emacs then sends the texts.
+ */
+export async function diffTexts(params: DiffHunksParams, args: Record<string, unknown> | undefined): Promise<{ old: string; neu: string }> {
+  if (typeof params.old === "string" && typeof params.new === "string") return { old: params.old, neu: params.new };
+  if (!args || typeof params.oldFile !== "string") throw new Error("diff/hunks needs the texts, or a waiting call and the file");
+  const edit = (typeof args.edit === "object" && args.edit !== null ? args.edit : args) as Record<string, unknown>;
+  const old = await readFile(params.oldFile, "utf8");
+  if (sha256(old) !== params.oldDigest) throw new Error("the file's text is not the one Emacs holds");
+  let neu: string;
+  if (typeof edit.new_content === "string") neu = edit.new_content;
+  else if (typeof edit.old_text === "string" && typeof edit.new_text === "string" && old.includes(edit.old_text))
+    neu = old.replace(edit.old_text, () => edit.new_text as string);
+  else throw new Error("the call's arguments give no new text");
+  if (sha256(neu) !== params.newDigest) throw new Error("the new text is not the one Emacs holds");
+  return { old, neu };
 }

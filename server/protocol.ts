@@ -671,8 +671,15 @@ export interface ConversationExportResult {
 }
 
 export interface DiffHunksParams {
-  old: string;
-  new: string;
+  /** The texts; or, for an edit whose approval waits (callId), where the server finds them. */
+  old?: string;
+  new?: string;
+  /** The call whose approval waits: its arguments (propose_file_edit's, or a form edit's `edit`) give the new text. */
+  callId?: string;
+  /** The file holding the old text, read by the server; the digests (SHA-256 of the UTF-8 texts) must match. */
+  oldFile?: string;
+  oldDigest?: string;
+  newDigest?: string;
   /** Lines of unchanged context around each change (3 when absent). */
   context?: number;
 }

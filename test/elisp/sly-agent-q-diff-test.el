@@ -682,6 +682,36 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
       (should (equal (sly-agent-q-diff-test-expected '(2))
                      (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
+(ert-deftest sly-agent-q-diff-test-reviewed-texts-are-not-sent-back ()
+  "The server reads a reviewed edit's texts itself (the file, the call's arguments): Emacs sends digests."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let ((script
+           `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                     (input . ((path . "src/a.lisp")
+                                               (new_content . ,(sly-agent-q-diff-test-expected '(1 2))))))])
+                        (stop_reason . "tool_use"))
+                       ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+          (sent nil))
+      (advice-add 'sly-agent-q-server-request :before
+                  (lambda (method params &rest _) (when (eq method 'diff/hunks) (push params sent)))
+                  '((name . record-diff-requests)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (let* ((sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(1)))
+                     (outcome (sly-agent-q-test-send "Change it")))
+                (should (string-match-p "Applied hunk 1 of 2 to src/a.lisp (rejected: 2)\\."
+                                        (plist-get outcome :text)))))
+           t)
+        (advice-remove 'sly-agent-q-server-request 'record-diff-requests))
+      (should (= 1 (length sent)))
+      (should-not (plist-member (car sent) :old))
+      (should-not (plist-member (car sent) :new))
+      (should (equal (sly-agent-q-diff-test-expected '(1))
+                     (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
 (ert-deftest sly-agent-q-diff-test-write-approval-diff-comes-from-the-server ()
   "The diff an approval of write_file shows is the server's: no line diff runs in Emacs."
   (skip-unless (fboundp 'sly-agent-q-test-send))

@@ -5,7 +5,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { diffHunks } from "../../server/diff.js";
+import { createHash } from "node:crypto";
+import { diffHunks, diffTexts } from "../../server/diff.js";
 import type { DiffHunk } from "../../server/protocol.js";
 
 const lines = (text: string) => text.match(/[^\n]*\n|[^\n]+$/g) ?? [];
@@ -90,5 +91,31 @@ describe("diff/hunks", () => {
     const hunks = diffHunks(old, neu, 0);
     expect(hunks.length).toBe(199);
     expect(apply(old, neu, hunks, new Set(hunks.map((h) => h.index)))).toBe(neu);
+  });
+});
+
+describe("diff/hunks texts found by the server", () => {
+  const sha = (t: string) => createHash("sha256").update(t, "utf8").digest("hex");
+
+  it("reads the old text from the file and makes the new from the waiting call, checked by digest", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "saq-diff-"));
+    try {
+      const file = join(dir, "a.lisp");
+      writeFileSync(file, old30);
+      const got = await diffTexts({ callId: "c1", oldFile: file, oldDigest: sha(old30), newDigest: sha(new30) }, { path: "a.lisp", new_content: new30 });
+      expect(got).toEqual({ old: old30, neu: new30 });
+      const edited = old30.replace("(line 7)", "(line seven)");
+      const byReplace = await diffTexts(
+        { callId: "c2", oldFile: file, oldDigest: sha(old30), newDigest: sha(edited) },
+        { edit: { path: "a.lisp", old_text: "(line 7)", new_text: "(line seven)" } },
+      );
+      expect(byReplace.neu).toBe(edited);
+      // Texts that are not the ones Emacs holds are refused: Emacs then sends its own.
+      await expect(diffTexts({ callId: "c1", oldFile: file, oldDigest: sha("other"), newDigest: sha(new30) }, { new_content: new30 })).rejects.toThrow(/not the one Emacs holds/);
+      await expect(diffTexts({ callId: "c1", oldFile: file, oldDigest: sha(old30), newDigest: sha("x") }, { new_content: new30 })).rejects.toThrow(/not the one Emacs holds/);
+      await expect(diffTexts({ callId: "c9", oldFile: file, oldDigest: sha(old30), newDigest: sha(new30) }, undefined)).rejects.toThrow();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
