@@ -27,7 +27,8 @@
 ;;   big-line    a tool result of 1 MB on one line (read_file), then the
 ;;               entry expanded and point moved into the result;
 ;;   many-lines  a 50,000-line result, the same way;
-;;   diff        a 200 KB file's proposed edit, its diff review shown;
+;;   diff        a 200 KB file's proposed edit, its diff review shown
+;;               (the hunks computed by the server, drawn by Emacs);
 ;;   stream      20,000 deltas of Markdown with code blocks;
 ;;   long-chat   a chat of 500 turns (built first, not measured),
 ;;               scrolled from top to bottom a screenful at a time.
@@ -47,7 +48,7 @@
 ;; Protocol with bench/redisplay.mjs, in $BENCH_REDISPLAY_DIR: lines
 ;; appended to status ("ready", "start CASE", "end CASE", "done",
 ;; "failed MESSAGE"); rows (JSON lines, bench/report.mjs's format)
-;; appended to rows.jsonl.
+;; appended to rows.jsonl.  BENCH_REDISPLAY_ONLY=N runs the Nth case alone.
 
 ;;; Code:
 
@@ -130,13 +131,23 @@ is what showing the current screen costs, the bound of any update."
     (redisplay t)
     (push (* 1000 (- (float-time) t0)) rd-redisplays)))
 
+(defconst rd-gap-targets '(("200 KB diff review" . 50))
+  "Cases whose largest gap has a target of its own, in ms; the others' is 100 ms.
+The diff review's hunks are the server's, so Emacs only draws them: 50 ms.")
+
+(defun rd-gap-target (name)
+  "The largest-gap target of case NAME, in ms."
+  (or (cdr (assoc name rd-gap-targets)) 100))
+
 (defun rd-measure-end (name what)
   "Stop measuring; write CASE NAME's rows (WHAT says what happened)."
   (mapc #'cancel-timer rd-timers)
   (setq rd-gap (max rd-gap (- (float-time) rd-last)))
-  (let ((slowest (apply #'max 0 rd-redisplays)))
+  (let ((slowest (apply #'max 0 rd-redisplays))
+        (target (rd-gap-target name)))
     (rd-row :figure (format "7. %s: largest gap" name) :unit "ms" :value (* 1000 rd-gap)
-            :target "<= 100 ms" :ratio (/ (* 1000 rd-gap) 100) :pass (if (<= (* 1000 rd-gap) 100) t :json-false)
+            :target (format "<= %d ms" target) :ratio (/ (* 1000 rd-gap) target)
+            :pass (if (<= (* 1000 rd-gap) target) t :json-false)
             :note (format "%s; largest interval between firings of a 10 ms timer in emacs -nw (tmux 200x50)" what))
     (rd-row :figure (format "7. %s: full redisplay" name) :unit "ms" :samples (vconcat rd-redisplays)
             :spread "min-max" :target "max <= 50 ms" :ratio (/ slowest 50.0) :pass (if (<= slowest 50) t :json-false)
@@ -204,12 +215,21 @@ is what showing the current screen costs, the bound of any update."
                        "> A quote, and `inline code` again.\n\n")))
     (substring (apply #'concat (make-list (1+ (/ chars (length block))) block)) 0 chars)))
 
+(defun rd-only ()
+  "The case run alone (BENCH_REDISPLAY_ONLY, 1-5), or nil when all run."
+  (let ((n (string-to-number (or (getenv "BENCH_REDISPLAY_ONLY") ""))))
+    (and (<= 1 n 5) n)))
+
 (defun rd-script (diff-content)
   "The mock's steps for every case, in order; DIFF-CONTENT is the diff case's new file."
   (let ((text (lambda (s) `((content . [((type . "text") (text . ,s))]))))
         (tool (lambda (name input) `((content . [((type . "tool_use") (name . ,name) (input . ,input))])))))
     `((steps
        . ,(vconcat
+           (nthcdr
+            ;; Run alone, a case's steps come first.
+            (if (rd-only) (nth (1- (rd-only)) '(0 2 4 6 7)) 0)
+            (append
            (list (funcall tool "read_file" '((path . "big-line.txt")))
                  (funcall text "That was one long line.")
                  (funcall tool "read_file" '((path . "many-lines.txt") (limit . 50000)))
@@ -219,7 +239,7 @@ is what showing the current screen costs, the bound of any update."
                  (funcall text "Understood, no edit.")
                  `((content . [((type . "text") (text . ,(rd-markdown 100000)))]) (text_delta_chars . 5)))
            (cl-loop for i below rd-turns
-                    collect (funcall text (format "Answer %d: use `helper-%05d`.\n\n```lisp\n%s\n```\n" i i (rd-lisp-line i)))))))))
+                    collect (funcall text (format "Answer %d: use `helper-%05d`.\n\n```lisp\n%s\n```\n" i i (rd-lisp-line i)))))))))))
 
 (defvar rd-mock nil)
 
@@ -359,6 +379,8 @@ is what showing the current screen costs, the bound of any update."
               #'rd-diff-case
               #'rd-stream-case
               #'rd-scroll-case))
+  (when (rd-only)
+    (setq rd-queue (list (nth (1- (rd-only)) rd-queue))))
   (rd-layout)
   (rd-start (lambda () (rd-layout) (rd-status "ready") (rd-next))))
 

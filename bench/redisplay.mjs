@@ -27,7 +27,7 @@ const screen = () => tmux("capture-pane", "-p", "-t", "bench");
 const statusLines = () => (existsSync(join(dir, "status")) ? readFileSync(join(dir, "status"), "utf8").split("\n").filter(Boolean) : []);
 
 const env = { ...process.env, BENCH_REDISPLAY_DIR: dir };
-const cmd = `cd ${JSON.stringify(ROOT)} && exec ${EMACS} -nw -Q -l bench/redisplay.el`;
+const cmd = `cd ${JSON.stringify(ROOT)} && exec ${EMACS} -nw -Q -l bench/redisplay.el ${process.env.BENCH_EXTRA_EL ? `-l ${process.env.BENCH_EXTRA_EL}` : ""}`;
 // A fresh tmux server on its own socket: nothing of anyone else's sessions is touched.
 execFileSync("tmux", ["-L", socket, "-f", "/dev/null", "new-session", "-d", "-s", "bench", "-x", "200", "-y", "50", cmd], { env });
 tmux("set-option", "-t", "bench", "remain-on-exit", "on");

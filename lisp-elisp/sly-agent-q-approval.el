@@ -37,7 +37,7 @@
 ;; what writes, d shows the diff against what is there now.
 ;;
 ;; Who decides: `sly-agent-q-diff-review' for propose_file_edit (the
-;; reviewed file edit, in sly-agent-q-diff.el); otherwise
+;; reviewed file edit, in sly-agent-q-diff-review.el); otherwise
 ;; `sly-agent-q-approval-function' when set (scripts, tests); otherwise
 ;; the user, inline in the chat buffer: buttons and the keys y (approve),
 ;; n (deny with a reason), e (edit the arguments), a (always allow this
@@ -54,11 +54,11 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-tools)
+(require 'sly-agent-q-diff-review)
 (require 'sly-agent-q-display)
 (require 'diff-mode)
 
-(declare-function sly-agent-q-diff-review "sly-agent-q-diff" (args callback &optional tool))
-(declare-function sly-agent-q-diff-review-cancel "sly-agent-q-diff" (buffer))
+(declare-function sly-agent-q-diff-fetch-hunks "sly-agent-q-diff" (old new then &optional source))
 
 (defcustom sly-agent-q-approval-function nil
   "Function deciding approvals instead of the interactive UI, or nil.
@@ -124,6 +124,8 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
          :callId (plist-get params :callId))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
+   ;; The arguments that are Lisp source: shown and edited as Lisp.
+   (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    (and (plist-get preview :detail) (list :detail (plist-get preview :detail)))
    (and (plist-get preview :path) (list :path (plist-get preview :path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
@@ -197,7 +199,7 @@ second diff of a large file would cost as much again."
      ((and (equal (plist-get params :review) "diff")
            (fboundp 'sly-agent-q-diff-review))
       (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback
-                                             (plist-get params :tool))))
+                                             (plist-get params :tool) (plist-get params :callId))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
@@ -212,15 +214,20 @@ second diff of a large file would cost as much again."
                       (lambda (decision)
                         (funcall callback
                                  (sly-agent-q-approval--edit-decision arguments decision)))
-                      (plist-get params :tool))))
+                      (plist-get params :tool) (plist-get params :callId))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
-     (sly-agent-q-approval-function
-      (funcall sly-agent-q-approval-function
-               (sly-agent-q-approval--request params preview) callback))
-     (t (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
-                                   callback))))
+     (t
+      ;; The diff of what a call writes is the server's, asked without waiting.
+      (let ((approver sly-agent-q-approval-function))
+        (sly-agent-q-diff-fetch-hunks
+         (plist-get preview :old) (plist-get preview :new)
+         (lambda ()
+           (if approver
+               (funcall approver (sly-agent-q-approval--request params preview) callback)
+             (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
+                                        callback))))))))
 
 ;;;; The interactive UI
 

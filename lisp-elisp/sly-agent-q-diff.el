@@ -1,4 +1,4 @@
-;;; sly-agent-q-diff.el --- Hunk-by-hunk review of the agent's file edits  -*- lexical-binding: t; -*-
+;;; sly-agent-q-diff.el --- The hunks of the agent's file edits, and their application  -*- lexical-binding: t; -*-
 
 ;; Copyright (C) 2026  The sly-agent-q authors
 
@@ -19,47 +19,35 @@
 
 ;;; Commentary:
 
-;; The propose_file_edit tool, in two steps:
+;; The propose_file_edit tool's hunks and their application; the review
+;; the user makes of them is in sly-agent-q-diff-review.el.
 ;;
-;; 1. Review.  The approvals code calls `sly-agent-q-diff-review' with
-;;    the tool's arguments.  It computes the proposal as a unified
-;;    diff of hunks and shows it in a `sly-agent-q-diff-review-mode'
-;;    buffer (derived from `diff-mode'), where the user accepts or
-;;    rejects each hunk, then finishes (C-c C-c) or aborts (C-c C-k).
-;;    The decision goes to the callback: "modified" with the original
-;;    arguments plus :accepted_hunks, or "denied".  When
-;;    `sly-agent-q-approval-function' is set (scripted approvers,
-;;    tests), it is asked instead of showing the buffer.
+;; Hunks.  The server computes them (diff/hunks, asked without waiting
+;; by `sly-agent-q-diff-fetch-hunks'): a line diff of a large file would
+;; hold Emacs's only thread.  They are kept under the digests of the two
+;; texts, so that the proposal, computed again at the apply, finds the
+;; very hunks the user reviewed.  Without a server the hunks are
+;; computed here (Myers' algorithm on lines anchored by patience
+;; diff, three lines of context, as GNU diff -u).
 ;;
-;; 2. Apply.  The capability propose_file_edit (see
-;;    `sly-agent-q-diff-apply-proposal') computes the same hunks from
-;;    the same text and proposal again, applies exactly the accepted
-;;    ones, through the visiting buffer if there is one, and says
-;;    which.  If the text changed since the review, nothing is applied.
-;;
-;; Hunks are computed here in Lisp (Myers' algorithm on lines, three
-;; lines of context, as GNU diff -u), so review and apply always agree
-;; and no external program is needed.
+;; Apply.  The capability propose_file_edit (see
+;; `sly-agent-q-diff-apply-proposal') applies exactly the accepted
+;; hunks, through the visiting buffer if there is one, and says which.
+;; If the text changed since the review, nothing is applied.
 
 ;;; Code:
 
 (require 'cl-lib)
-(require 'diff-mode)
-(require 'button)
-(require 'ewoc)
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-display)
 
 (defvar sly-agent-q-approval-function)
+(declare-function sly-agent-q-server-ready-p "sly-agent-q-server" ())
+(declare-function sly-agent-q-server-request "sly-agent-q-server" (method params success &optional failure))
 
 (defcustom sly-agent-q-diff-context-lines 3
   "Lines of unchanged context around each hunk of a proposed edit."
   :type 'integer
-  :group 'sly-agent-q-tools)
-
-(defcustom sly-agent-q-diff-display-function #'pop-to-buffer
-  "Function called with the review buffer to show it to the user."
-  :type 'function
   :group 'sly-agent-q-tools)
 
 (defconst sly-agent-q-diff--max-cost 1000
@@ -280,13 +268,15 @@ A and B are the line vectors HUNKS were computed from."
           (t (sly-agent-q-tool-fail "Parameter %s must be a string."
                                 (substring (symbol-name key) 1))))))
 
-(defun sly-agent-q-diff-proposal (args)
+(defun sly-agent-q-diff-proposal (args &optional texts-only)
   "Compute the proposal of propose_file_edit ARGS, a plist.
 Return a plist with keys :file (resolved), :rel (relative name),
 :current (see `sly-agent-q-files-current-text'), :old and :new (the
 texts), :a and :b (their lines), :hunks (see `sly-agent-q-diff-hunks')
-and :description.  Signal `sly-agent-q-tool-error' when ARGS are
-unusable."
+and :description.  With TEXTS-ONLY, leave out :a, :b and :hunks, the
+costly part.  The hunks are the server's when it computed them for
+these texts (see `sly-agent-q-diff--server-hunks').  Signal
+`sly-agent-q-tool-error' when ARGS are unusable."
   (let* ((path (sly-agent-q-diff--string-arg args :path))
          (new-content (sly-agent-q-diff--string-arg args :new_content))
          (old-text (sly-agent-q-diff--string-arg args :old_text))
@@ -314,19 +304,96 @@ unusable."
                   (let ((pos (sly-agent-q-files-unique-occurrence old-text old rel)))
                     (concat (substring old 0 pos) new-text
                             (substring old (+ pos (length old-text)))))))
-           (a (sly-agent-q-files-split-lines old))
-           (b (sly-agent-q-files-split-lines new)))
-      (list :file file :rel rel :current current :old old :new new
-            :a a :b b :hunks (sly-agent-q-diff-hunks a b)
-            :description description))))
+           (texts (list :file file :rel rel :current current :old old :new new
+                        :description description)))
+      (if texts-only
+          texts
+        (let ((a (sly-agent-q-files-split-lines old))
+              (b (sly-agent-q-files-split-lines new)))
+          (append texts
+                  (list :a a :b b
+                        :hunks (or (sly-agent-q-diff--server-hunks old new)
+                                   (sly-agent-q-diff-hunks a b)))))))))
+
+;;;; Hunks from the server
+
+;; The server computes the hunks (server/diff.ts): a line diff of a large
+;; file would hold Emacs's only thread.  The review asks for them without
+;; waiting and keeps them here, under the digests of the two texts; the
+;; proposal, and so the apply, finds them, so review and apply agree.
+;; The diff here in Lisp serves only when no server answers.
+
+(defvar sly-agent-q-diff--hunk-cache nil
+  "The server's hunks of recent edits, newest first.
+Each is ((OLD-DIGEST . NEW-DIGEST) . HUNKS).")
+
+(defconst sly-agent-q-diff--hunk-cache-size 8
+  "Edits whose server hunks are kept: more than ever wait for review at once.")
+
+(defun sly-agent-q-diff--digests (old new)
+  "The key of the texts OLD and NEW in `sly-agent-q-diff--hunk-cache'.
+SHA-256 of their UTF-8 bytes, as the server computes them."
+  (cons (secure-hash 'sha256 (encode-coding-string old 'utf-8 t))
+        (secure-hash 'sha256 (encode-coding-string new 'utf-8 t))))
+
+(defun sly-agent-q-diff--server-hunks (old new)
+  "The hunks the server computed turning OLD into NEW, or nil if none were."
+  (cdr (assoc (sly-agent-q-diff--digests old new) sly-agent-q-diff--hunk-cache)))
+
+(defun sly-agent-q-diff--from-server (hunk)
+  "HUNK as the server sends it (diff/hunks), in `sly-agent-q-diff-hunks' form."
+  (list :index (plist-get hunk :index)
+        :old-start (plist-get hunk :oldStart) :old-end (plist-get hunk :oldEnd)
+        :new-start (plist-get hunk :newStart) :new-end (plist-get hunk :newEnd)
+        :changes (mapcar (lambda (c) (append c nil)) (plist-get hunk :changes))
+        :header (plist-get hunk :header)
+        :text (plist-get hunk :text)))
+
+(defun sly-agent-q-diff-fetch-hunks (old new then &optional source)
+  "Ask the server for the hunks turning OLD into NEW; call THEN with no argument.
+Never waits: THEN runs when the server answered (the hunks are then in
+`sly-agent-q-diff--hunk-cache') or failed, or at once without a server
+or when OLD or NEW is not a string (the hunks are then computed here
+if needed).  SOURCE, a plist (:callId ID :file FILE), says that OLD is
+the text of FILE on disk and NEW the one the arguments of the call ID,
+whose approval waits, give: the server then reads them itself,
+checked against the digests of OLD and NEW, and a large file's texts
+are not sent back to it.  If it cannot, the texts are sent."
+  (if (not (and (stringp old) (stringp new)
+                (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+      (funcall then)
+    (let* ((key (sly-agent-q-diff--digests old new))
+           (keep (lambda (result)
+                   (push (cons key (mapcar #'sly-agent-q-diff--from-server
+                                           (append (plist-get result :hunks) nil)))
+                         sly-agent-q-diff--hunk-cache)
+                   (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
+                     (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache)
+                             nil))
+                   (funcall then)))
+           (send-texts (lambda (&rest _)
+                         (sly-agent-q-server-request
+                          'diff/hunks
+                          (list :old old :new new :context sly-agent-q-diff-context-lines)
+                          keep (lambda (_message) (funcall then))))))
+      (if (and (plist-get source :callId) (plist-get source :file))
+          (sly-agent-q-server-request
+           'diff/hunks
+           (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
+                 :oldDigest (car key) :newDigest (cdr key)
+                 :context sly-agent-q-diff-context-lines)
+           keep send-texts)
+        (funcall send-texts)))))
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.
-A new file (OLD empty) shows its whole text as added lines."
-  (let ((a (sly-agent-q-files-split-lines old))
-        (b (sly-agent-q-files-split-lines new)))
-    (sly-agent-q-diff-unified
-     (list :rel name :hunks (sly-agent-q-diff-hunks a b)))))
+A new file (OLD empty) shows its whole text as added lines.  The
+hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them."
+  (sly-agent-q-diff-unified
+   (list :rel name
+         :hunks (or (sly-agent-q-diff--server-hunks old new)
+                    (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines old)
+                                            (sly-agent-q-files-split-lines new))))))
 
 (defun sly-agent-q-diff-unified (proposal &optional hunks)
   "Return PROPOSAL's HUNKS (default: all) as one unified diff."
@@ -345,14 +412,14 @@ A new file (OLD empty) shows its whole text as added lines."
   (list file (plist-get args :new_content) (plist-get args :old_text)
         (plist-get args :new_text)))
 
-(defun sly-agent-q-diff--remember (args proposal)
+(defun sly-agent-q-diff-remember-review (args proposal)
   "Remember that PROPOSAL, from ARGS, is being reviewed."
   (puthash (sly-agent-q-diff--key (plist-get proposal :file) args)
            (cons (secure-hash 'sha1 (plist-get proposal :old))
                  (length (plist-get proposal :hunks)))
            sly-agent-q-diff--reviews))
 
-(defun sly-agent-q-diff--forget (args)
+(defun sly-agent-q-diff-forget-review (args)
   "Forget the review of ARGS, if any."
   (let ((file (ignore-errors
                 (sly-agent-q-files-resolve (plist-get args :path)))))
@@ -489,478 +556,6 @@ nothing can be applied."
            (if (plist-get (plist-get proposal :current) :buffer)
                (sly-agent-q-diff--apply-through-buffer proposal accepted)
              (sly-agent-q-diff--apply-to-file proposal accepted))))))))
-
-;;;; Review
-
-(cl-defstruct (sly-agent-q-diff--review
-               (:constructor sly-agent-q-diff--make-review)
-               (:copier nil))
-  "A review of a proposed edit in progress; EWOC shows its hunks."
-  args proposal states callback done ewoc)
-
-(defvar-local sly-agent-q-diff--current nil
-  "The `sly-agent-q-diff--review' shown in this buffer.")
-
-(defun sly-agent-q-diff--once (callback args)
-  "Return a function calling CALLBACK with a decision once, for ARGS.
-Later calls do nothing.  Errors in CALLBACK are reported, not signalled.
-A denied decision forgets the review of ARGS."
-  (let ((called nil))
-    (lambda (decision)
-      (unless called
-        (setq called t)
-        (when (equal (plist-get decision :decision) "denied")
-          (ignore-errors (sly-agent-q-diff--forget args)))
-        (condition-case err
-            (funcall callback decision)
-          (error (message "sly-agent-q: the review callback failed: %s"
-                          (sly-agent-q-display-line (error-message-string err)))))))))
-
-(defun sly-agent-q-diff--decision (args accepted)
-  "Return the decision for ARGS when the hunks ACCEPTED are accepted."
-  (if accepted
-      (list :decision "modified"
-            :arguments (plist-put (copy-sequence args) :accepted_hunks
-                                  (vconcat (sort (copy-sequence accepted) #'<))))
-    (list :decision "denied" :reason "The user rejected every hunk")))
-
-(defun sly-agent-q-diff--normalize (args decision)
-  "Return the decision of an approval function DECISION for ARGS.
-DECISION may also be just (:accepted_hunks [N ...])."
-  (let ((kind (plist-get decision :decision))
-        (hunks (plist-get decision :accepted_hunks)))
-    (cond
-     ((and (member kind '(nil "modified")) hunks (not (plist-get decision :arguments)))
-      (sly-agent-q-diff--decision args (append hunks nil)))
-     ((member kind '("approved" "denied" "modified")) decision)
-     (t (list :decision "denied"
-              :reason (format "The approver gave no usable decision: %S" decision))))))
-
-(defun sly-agent-q-diff--none-accepted (args)
-  "Return the decision running the tool on ARGS with no hunk accepted."
-  (list :decision "modified"
-        :arguments (plist-put (copy-sequence args) :accepted_hunks [])))
-
-(defun sly-agent-q-diff--review-by-function (tool args proposal once)
-  "Ask `sly-agent-q-approval-function' about PROPOSAL of TOOL's ARGS.
-ONCE gets the decision.  Return nil: no review buffer is shown."
-  (funcall sly-agent-q-approval-function
-           (list :tool tool
-                 :arguments args
-                 :path (plist-get proposal :rel)
-                 :description (plist-get proposal :description)
-                 :hunks (vconcat
-                         (mapcar (lambda (h)
-                                   (list :index (plist-get h :index)
-                                         :header (plist-get h :header)
-                                         :text (plist-get h :text)))
-                                 (plist-get proposal :hunks)))
-                 :diff (sly-agent-q-diff-unified proposal))
-           (lambda (decision)
-             (funcall once (sly-agent-q-diff--normalize args decision))))
-  nil)
-
-(defun sly-agent-q-diff-review (args callback &optional tool)
-  "Ask the user to review the file edit ARGS of a call of TOOL, hunk by hunk.
-ARGS is a propose_file_edit's argument plist.  CALLBACK is called once with the
-decision: (:decision \"modified\" :arguments ARGS+:accepted_hunks) or
-\(:decision \"denied\" :reason ...).  When
-`sly-agent-q-approval-function' is non-nil it is called with a
-request plist (:tool :arguments :path :description :hunks :diff)
-and a callback instead of showing the review buffer.  A proposal
-that cannot be computed, or changes nothing, is answered at once
-with no hunk accepted, so that the tool itself tells the model why.
-Return the review buffer, or nil when none was shown.  Never
-signals."
-  (let ((once (sly-agent-q-diff--once callback args)))
-    (condition-case err
-        (let* ((proposal (sly-agent-q-diff-proposal args))
-               (hunks (plist-get proposal :hunks)))
-          (sly-agent-q-diff--remember args proposal)
-          (cond
-           ((null hunks)
-            (funcall once (sly-agent-q-diff--none-accepted args)))
-           ((and (boundp 'sly-agent-q-approval-function) sly-agent-q-approval-function)
-            (sly-agent-q-diff--review-by-function tool args proposal once))
-           (t (sly-agent-q-diff--show args proposal once))))
-      (sly-agent-q-tool-error
-       ;; Let the tool run and report the problem itself, applying nothing.
-       (ignore err)
-       (funcall once (sly-agent-q-diff--none-accepted args))
-       nil)
-      (error
-       (funcall once (list :decision "denied"
-                           :reason (format "The proposed edit could not be reviewed: %s"
-                                           (error-message-string err))))
-       nil))))
-
-(defvar sly-agent-q-diff-review-mode-map
-  (let ((map (make-sparse-keymap)))
-    (set-keymap-parent map special-mode-map)
-    (define-key map "a" #'sly-agent-q-diff-accept-hunk)
-    (define-key map "r" #'sly-agent-q-diff-reject-hunk)
-    (define-key map "A" #'sly-agent-q-diff-accept-all)
-    (define-key map "R" #'sly-agent-q-diff-reject-all)
-    (define-key map "n" #'sly-agent-q-diff-next-hunk)
-    (define-key map "p" #'sly-agent-q-diff-previous-hunk)
-    (define-key map "\t" #'forward-button)
-    (define-key map [backtab] #'backward-button)
-    (define-key map "g" #'sly-agent-q-diff-redisplay)
-    (define-key map (kbd "RET") #'sly-agent-q-diff-goto-source)
-    (define-key map "o" #'sly-agent-q-diff-goto-source)
-    (define-key map "q" #'sly-agent-q-diff-quit)
-    (define-key map (kbd "C-c C-c") #'sly-agent-q-diff-finish)
-    (define-key map (kbd "C-c C-k") #'sly-agent-q-diff-abort)
-    map)
-  "Keymap of `sly-agent-q-diff-review-mode'.")
-
-(define-derived-mode sly-agent-q-diff-review-mode diff-mode "Agent-Q-Review"
-  "Review a change the agent proposes, hunk by hunk.
-\\<sly-agent-q-diff-review-mode-map>
-\\[sly-agent-q-diff-accept-hunk] accepts the hunk at point,
-\\[sly-agent-q-diff-reject-hunk] rejects it.
-\\[sly-agent-q-diff-accept-all] accepts every hunk,
-\\[sly-agent-q-diff-reject-all] rejects every hunk.
-\\[sly-agent-q-diff-finish] sends the accepted hunks to the agent;
-undecided hunks count as rejected.
-\\[sly-agent-q-diff-abort] rejects the whole edit;
-\\[sly-agent-q-diff-quit] does too, asking first when hunks were accepted.
-
-\\{sly-agent-q-diff-review-mode-map}"
-  ;; `diff-mode' binds `diff-mode-shared-map' over the local map in
-  ;; read-only buffers; it would shadow the review's own keys.
-  (setq minor-mode-overriding-map-alist
-        (cl-remove 'buffer-read-only minor-mode-overriding-map-alist :key #'car))
-  (font-lock-add-keywords
-   nil '(("^## Hunk [0-9]+ of [0-9]+: \\(ACCEPTED\\)" 1 'success t)
-         ("^## Hunk [0-9]+ of [0-9]+: \\(REJECTED\\)" 1 'error t)
-         ("^## Hunk [0-9]+ of [0-9]+: \\(PENDING\\)" 1 'warning t)))
-  (setq-local diff-update-on-the-fly nil)
-  (setq-local diff-font-lock-syntax 'hunk-only)
-  (setq-local revert-buffer-function
-              (lambda (&rest _) (sly-agent-q-diff-redisplay)))
-  (setq-local sly-agent-q-protected-buffer t)
-  (setq buffer-read-only t)
-  (add-hook 'kill-buffer-hook #'sly-agent-q-diff--killed nil t))
-
-;; `define-derived-mode' gave the map `diff-mode-map' as parent, whose
-;; editing keys would corrupt the review; keep only `special-mode-map'.
-(set-keymap-parent sly-agent-q-diff-review-mode-map special-mode-map)
-
-(defun sly-agent-q-diff--show (args proposal callback)
-  "Show PROPOSAL of ARGS in a review buffer; CALLBACK gets the decision."
-  (let* ((root (sly-agent-q-tools-project-root))
-         (buffer (generate-new-buffer
-                  (format "*sly-agent-q-diff: %s*" (plist-get proposal :rel)))))
-    (with-current-buffer buffer
-      ;; The review's text is the product's: diff-mode must not fix up its hunk
-      ;; headers as they are redrawn.  `diff-mode' reads this option when it
-      ;; starts (Emacs 28 installs its change hooks, Emacs 30 its change tracker).
-      (let ((diff-update-on-the-fly nil))
-        (sly-agent-q-diff-review-mode))
-      (setq default-directory root)
-      (setq sly-agent-q-diff--current
-            (sly-agent-q-diff--make-review
-             :args args :proposal proposal :callback callback
-             :states (make-vector (length (plist-get proposal :hunks)) 'pending)))
-      (sly-agent-q-diff-redisplay)
-      (goto-char (point-min))
-      (sly-agent-q-diff-next-hunk))
-    (funcall sly-agent-q-diff-display-function buffer)
-    buffer))
-
-(defun sly-agent-q-diff--review-here ()
-  "Return the review of the current buffer, or signal a user error."
-  (let ((review sly-agent-q-diff--current))
-    (unless (and review (not (sly-agent-q-diff--review-done review)))
-      (user-error "No review in progress in this buffer"))
-    review))
-
-(defun sly-agent-q-diff--button (label action help)
-  "Insert a button LABEL calling ACTION with no argument, with tooltip HELP."
-  (insert-text-button label 'action (lambda (_) (funcall action))
-                      'follow-link t 'help-echo help))
-
-(defun sly-agent-q-diff--width ()
-  "Columns a line of the review may take without wrapping in its window."
-  (1- (window-body-width (or (get-buffer-window (current-buffer)) (selected-window)))))
-
-(defun sly-agent-q-diff--fill (items width)
-  "ITEMS, strings, joined by two spaces into lines of at most WIDTH columns."
-  (let ((lines nil) (line ""))
-    (dolist (item items)
-      (cond ((string-empty-p line) (setq line item))
-            ((<= (+ (string-width line) 2 (string-width item)) width)
-             (setq line (concat line "  " item)))
-            (t (push line lines) (setq line item))))
-    (unless (string-empty-p line) (push line lines))
-    (mapconcat (lambda (l) (concat l "\n")) (nreverse lines) "")))
-
-(defun sly-agent-q-diff--insert-preamble (proposal)
-  "Insert the title, keys and buttons above the diff of PROPOSAL's review.
-Each line fits the window: a wrapped header would push the hunks down
-and split the keys from what they name."
-  (let* ((width (sly-agent-q-diff--width))
-         (title (concat (format "Proposed edit of %s" (sly-agent-q-display-line (plist-get proposal :rel)))
-                        (if (plist-get proposal :description)
-                            (concat ": " (sly-agent-q-display-line (plist-get proposal :description)))
-                          ""))))
-    ;; The path and the description are the model's: drawn as data, cut to the window.
-    (insert (propertize (truncate-string-to-width title width nil nil "…") 'face 'bold) "\n")
-    (when (plist-get (plist-get proposal :current) :modified)
-      (insert (truncate-string-to-width
-               (concat "(computed against the unsaved text of buffer "
-                       (sly-agent-q-display-line
-                        (buffer-name (plist-get (plist-get proposal :current) :buffer)))
-                       ")")
-               width nil nil "…")
-              "\n"))
-    (insert (sly-agent-q-diff--fill
-             (mapcar #'substitute-command-keys
-                     '("\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-hunk] accept hunk"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-reject-hunk] reject hunk"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-accept-all] accept all"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-reject-all] reject all"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-next-hunk]/\\[sly-agent-q-diff-previous-hunk] move"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-finish] finish"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-abort] reject the edit"
-                       "\\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-quit] quit (asks first)"))
-             width)))
-  (sly-agent-q-diff--button "[Accept all]" #'sly-agent-q-diff-accept-all "Accept every hunk")
-  (insert " ")
-  (sly-agent-q-diff--button "[Reject all]" #'sly-agent-q-diff-reject-all "Reject every hunk")
-  (insert " ")
-  (sly-agent-q-diff--button "[Finish]" #'sly-agent-q-diff-finish
-                            "Send the decision; undecided hunks count as rejected")
-  (insert " ")
-  (sly-agent-q-diff--button "[Abort]" #'sly-agent-q-diff-abort "Reject the whole edit")
-  (insert "\n\n"))
-
-(defun sly-agent-q-diff--insert-hunk (review index)
-  "Insert hunk INDEX of REVIEW: its status line with buttons, then its diff.
-The pretty-printer of the review's ewoc, one node per hunk."
-  (let* ((hunks (plist-get (sly-agent-q-diff--review-proposal review) :hunks))
-         (hunk (nth (1- index) hunks))
-         (state (aref (sly-agent-q-diff--review-states review) (1- index)))
-         (start (point)))
-    (insert (propertize (format "## Hunk %d of %d: %s " index (length hunks)
-                                (upcase (symbol-name state)))
-                        'face (pcase state
-                                ('accepted 'success)
-                                ('rejected 'error)
-                                (_ 'warning))))
-    (sly-agent-q-diff--button "[Accept]" (lambda () (sly-agent-q-diff-accept-hunk index))
-                              "Accept this hunk")
-    (insert " ")
-    (sly-agent-q-diff--button "[Reject]" (lambda () (sly-agent-q-diff-reject-hunk index))
-                              "Reject this hunk")
-    (insert "\n" (plist-get hunk :header) "\n" (sly-agent-q-display-text (plist-get hunk :text)))
-    (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
-
-(defun sly-agent-q-diff--summary (review)
-  "The line under the hunks of REVIEW: how many are decided and accepted."
-  (let ((states (sly-agent-q-diff--review-states review)))
-    (format "\n## %d of %d hunks decided, %d accepted.\n"
-            (cl-count 'pending states :test-not #'eq) (length states)
-            (cl-count 'accepted states))))
-
-(defun sly-agent-q-diff--file-header (review)
-  "The ---/+++ lines of REVIEW's diff."
-  (let ((rel (sly-agent-q-display-line (plist-get (sly-agent-q-diff--review-proposal review) :rel))))
-    (format "--- a/%s\n+++ b/%s\n" rel rel)))
-
-(defun sly-agent-q-diff--insert-hunks (review)
-  "Insert REVIEW's diff at point as an ewoc, one node per hunk.
-The ewoc is kept in REVIEW.  Its header is the file header; its last
-node, the count of decisions; so deciding a hunk redraws that hunk and
-the count alone."
-  (let ((ewoc (ewoc-create (lambda (node)
-                             (if (eq node :summary)
-                                 (insert (sly-agent-q-diff--summary review))
-                               (sly-agent-q-diff--insert-hunk review node)))
-                           (sly-agent-q-diff--file-header review) "" t)))
-    (dotimes (i (length (sly-agent-q-diff--review-states review)))
-      (ewoc-enter-last ewoc (1+ i)))
-    (ewoc-enter-last ewoc :summary)
-    (setf (sly-agent-q-diff--review-ewoc review) ewoc)))
-
-(defun sly-agent-q-diff--redraw-hunks (review &optional indexes)
-  "Redraw the hunks INDEXES (default: all) of REVIEW, and the count of decisions."
-  (let ((ewoc (sly-agent-q-diff--review-ewoc review)))
-    (apply #'ewoc-invalidate ewoc
-           (append (mapcar (lambda (i) (ewoc-nth ewoc (1- i)))
-                           (or indexes
-                               (number-sequence 1 (length (sly-agent-q-diff--review-states review)))))
-                   (list (ewoc-nth ewoc -1))))))
-
-(defun sly-agent-q-diff-redisplay ()
-  "Redraw the whole review buffer, keeping point on the same line."
-  (interactive)
-  (let* ((review (sly-agent-q-diff--review-here))
-         (line (line-number-at-pos))
-         (column (current-column))
-         (inhibit-read-only t))
-    (erase-buffer)
-    (sly-agent-q-diff--insert-preamble (sly-agent-q-diff--review-proposal review))
-    (sly-agent-q-diff--insert-hunks review)
-    (goto-char (point-min))
-    (forward-line (1- line))
-    (move-to-column column)))
-
-(defun sly-agent-q-diff--hunk-at-point ()
-  "Return the number of the hunk at point, or signal a user error."
-  (or (get-text-property (point) 'sly-agent-q-diff-hunk)
-      (user-error "Point is not on a hunk")))
-
-(defun sly-agent-q-diff--set (index state)
-  "Set hunk INDEX (nil: the one at point) to STATE and redisplay."
-  (let* ((review (sly-agent-q-diff--review-here))
-         (index (or index (sly-agent-q-diff--hunk-at-point)))
-         (states (sly-agent-q-diff--review-states review)))
-    (unless (and (integerp index) (<= 1 index (length states)))
-      (user-error "No hunk %s" index))
-    (aset states (1- index) state)
-    (sly-agent-q-diff--redraw-hunks review (list index))
-    index))
-
-(defun sly-agent-q-diff--goto-hunk (index)
-  "Move point to the status line of hunk INDEX; return non-nil if found."
-  (let* ((ewoc (and sly-agent-q-diff--current
-                    (sly-agent-q-diff--review-ewoc sly-agent-q-diff--current)))
-         (node (and ewoc (integerp index)
-                    (<= 1 index (length (sly-agent-q-diff--review-states sly-agent-q-diff--current)))
-                    (ewoc-nth ewoc (1- index)))))
-    (when node
-      (goto-char (ewoc-location node)))))
-
-(defun sly-agent-q-diff-accept-hunk (&optional index)
-  "Accept hunk INDEX, by default the hunk at point, and move to the next."
-  (interactive)
-  (let ((index (sly-agent-q-diff--set index 'accepted)))
-    (sly-agent-q-diff--goto-hunk index)
-    (sly-agent-q-diff-next-hunk)))
-
-(defun sly-agent-q-diff-reject-hunk (&optional index)
-  "Reject hunk INDEX, by default the hunk at point, and move to the next."
-  (interactive)
-  (let ((index (sly-agent-q-diff--set index 'rejected)))
-    (sly-agent-q-diff--goto-hunk index)
-    (sly-agent-q-diff-next-hunk)))
-
-(defun sly-agent-q-diff-goto-source ()
-  "Show the file of the review at the line of the hunk at point."
-  (interactive)
-  (let* ((review (sly-agent-q-diff--review-here))
-         (proposal (sly-agent-q-diff--review-proposal review))
-         (index (sly-agent-q-diff--hunk-at-point))
-         (hunk (nth (1- index) (plist-get proposal :hunks)))
-         (file (plist-get proposal :file))
-         (buffer (or (sly-agent-q-files-visiting-buffer file)
-                     (and (file-exists-p file) (find-file-noselect file))
-                     (user-error "%s does not exist yet" (plist-get proposal :rel))))
-         (window (display-buffer buffer)))
-    (with-current-buffer buffer
-      (save-restriction
-        (widen)
-        (goto-char (point-min))
-        (forward-line (plist-get hunk :old-start))
-        (when window (set-window-point window (point)))))))
-
-(defun sly-agent-q-diff-accept-all ()
-  "Accept every hunk."
-  (interactive)
-  (let ((review (sly-agent-q-diff--review-here)))
-    (fillarray (sly-agent-q-diff--review-states review) 'accepted)
-    (sly-agent-q-diff--redraw-hunks review)))
-
-(defun sly-agent-q-diff-reject-all ()
-  "Reject every hunk."
-  (interactive)
-  (let ((review (sly-agent-q-diff--review-here)))
-    (fillarray (sly-agent-q-diff--review-states review) 'rejected)
-    (sly-agent-q-diff--redraw-hunks review)))
-
-(defun sly-agent-q-diff-next-hunk ()
-  "Move to the next hunk's status line; return its number."
-  (interactive)
-  (let ((here (get-text-property (point) 'sly-agent-q-diff-hunk)))
-    (if here
-        (unless (sly-agent-q-diff--goto-hunk (1+ here))
-          (message "No more hunks"))
-      (let ((next (next-single-property-change (point) 'sly-agent-q-diff-hunk)))
-        (if next (goto-char next) (message "No more hunks"))))
-    (get-text-property (point) 'sly-agent-q-diff-hunk)))
-
-(defun sly-agent-q-diff-previous-hunk ()
-  "Move to the previous hunk's status line."
-  (interactive)
-  (let ((here (get-text-property (point) 'sly-agent-q-diff-hunk)))
-    (unless (sly-agent-q-diff--goto-hunk (max 1 (1- (or here 2))))
-      (message "No previous hunk"))))
-
-(defun sly-agent-q-diff--end (decision)
-  "End the review of the current buffer with DECISION and close it."
-  (let* ((review (sly-agent-q-diff--review-here))
-         (buffer (current-buffer)))
-    (setf (sly-agent-q-diff--review-done review) t)
-    (funcall (sly-agent-q-diff--review-callback review) decision)
-    (when (buffer-live-p buffer)
-      (let ((window (get-buffer-window buffer)))
-        (if window
-            (quit-window t window)
-          (kill-buffer buffer))))))
-
-(defun sly-agent-q-diff-finish ()
-  "Send the accepted hunks to the agent; undecided hunks count as rejected."
-  (interactive)
-  (let* ((review (sly-agent-q-diff--review-here))
-         (states (sly-agent-q-diff--review-states review))
-         (accepted (cl-loop for i from 1 to (length states)
-                            when (eq (aref states (1- i)) 'accepted) collect i)))
-    (sly-agent-q-diff--end
-     (sly-agent-q-diff--decision (sly-agent-q-diff--review-args review) accepted))))
-
-(defun sly-agent-q-diff-abort ()
-  "Reject the whole proposed edit, and say so."
-  (interactive)
-  (let ((rel (plist-get (sly-agent-q-diff--review-proposal (sly-agent-q-diff--review-here)) :rel)))
-    (sly-agent-q-diff--end
-     (list :decision "denied" :reason "The user aborted the review of the proposed edit"))
-    (message "sly-agent-q: rejected the whole proposed edit of %s" (sly-agent-q-display-line rel))))
-
-(defun sly-agent-q-diff-quit ()
-  "Leave the review rejecting the whole edit, asking first if hunks were accepted.
-Accepted hunks are the user's work: they are not thrown away without
-a yes; declined, the review stays as it is."
-  (interactive)
-  (let* ((review (sly-agent-q-diff--review-here))
-         (accepted (cl-count 'accepted (sly-agent-q-diff--review-states review))))
-    (if (or (zerop accepted)
-            (y-or-n-p (format "Discard the %d accepted hunk%s and reject the whole edit? "
-                              accepted (if (= accepted 1) "" "s"))))
-        (sly-agent-q-diff-abort)
-      (message "%s" (substitute-command-keys
-                     "Review kept: \\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-finish] sends the accepted hunks")))))
-
-(defun sly-agent-q-diff--killed ()
-  "Deny the edit when its review buffer is killed before a decision."
-  (let ((review sly-agent-q-diff--current))
-    (when (and review (not (sly-agent-q-diff--review-done review)))
-      (setf (sly-agent-q-diff--review-done review) t)
-      (funcall (sly-agent-q-diff--review-callback review)
-               (list :decision "denied"
-                     :reason "The user closed the review without deciding")))))
-
-(defun sly-agent-q-diff-review-cancel (buffer)
-  "Close review BUFFER without answering (the server gave up waiting)."
-  (when (buffer-live-p buffer)
-    (with-current-buffer buffer
-      (let ((review sly-agent-q-diff--current))
-        (when review
-          (setf (sly-agent-q-diff--review-done review) t)
-          (ignore-errors (sly-agent-q-diff--forget
-                          (sly-agent-q-diff--review-args review))))))
-    (kill-buffer buffer)))
 
 (provide 'sly-agent-q-diff)
 ;;; sly-agent-q-diff.el ends here

@@ -47,6 +47,7 @@
     (conversation/turns    emacs->server request)
     (conversation/rewind   emacs->server request)
     (conversation/export   emacs->server request)
+    (diff/hunks            emacs->server request)
     (mcp/start             emacs->server request)
     (mcp/stop              emacs->server request)
     (mcp/clientConfigure   emacs->server request)
@@ -143,6 +144,10 @@ The server sends Emacs notifications only: what may wait goes through
     ("conversation/export"
      :params (("conversationId" . "string") ("format" . "string"))
      :result (("text" . "string")))
+    ("diff/hunks"
+     :params (("old" . "string?") ("new" . "string?") ("callId" . "string?") ("oldFile" . "string?")
+      ("oldDigest" . "string?") ("newDigest" . "string?") ("context" . "number?"))
+     :result (("hunks" . "array")))
     ("mcp/start"
      :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?"))
      :result (("url" . "string") ("port" . "number") ("stateFile" . "string")))

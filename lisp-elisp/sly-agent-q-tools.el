@@ -359,7 +359,7 @@ checked here too, with Emacs's own scanner."
 
 (defun sly-agent-q-tools--preview-proposal (args)
   "The preview of the file edit ARGS (a propose_file_edit's arguments)."
-  (let ((proposal (sly-agent-q-diff-proposal args)))
+  (let ((proposal (sly-agent-q-diff-proposal args t)))
     (list :path (plist-get proposal :rel)
           :old (plist-get proposal :old) :new (plist-get proposal :new))))
 

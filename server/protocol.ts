@@ -59,6 +59,8 @@ export const Requests = {
   conversationRewind: new RequestType<ConversationRewindParams, ConversationRewindResult, void>("conversation/rewind"),
   /** The conversation as Org or Markdown text, tool calls as collapsible blocks. */
   conversationExport: new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"),
+  /** The hunks of a file edit (a line diff with context), for Emacs's review and apply. */
+  diffHunks: new RequestType<DiffHunksParams, DiffHunksResult, void>("diff/hunks"),
   /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
   mcpStart: new RequestType<McpStartParams, McpStartResult, void>("mcp/start"),
   /** Stop serving MCP and remove the state file. */
@@ -666,6 +668,38 @@ export interface ConversationExportParams {
 }
 export interface ConversationExportResult {
   text: string;
+}
+
+export interface DiffHunksParams {
+  /** The texts; or, for an edit whose approval waits (callId), where the server finds them. */
+  old?: string;
+  new?: string;
+  /** The call whose approval waits: its arguments (propose_file_edit's, or a form edit's `edit`) give the new text. */
+  callId?: string;
+  /** The file holding the old text, read by the server; the digests (SHA-256 of the UTF-8 texts) must match. */
+  oldFile?: string;
+  oldDigest?: string;
+  newDigest?: string;
+  /** Lines of unchanged context around each change (3 when absent). */
+  context?: number;
+}
+/** One hunk: 0-based line indexes, ends excluded, context included. */
+export interface DiffHunk {
+  /** From 1. */
+  index: number;
+  oldStart: number;
+  oldEnd: number;
+  newStart: number;
+  newEnd: number;
+  /** The changed regions inside, [oldStart, oldEnd, newStart, newEnd]: what applying the hunk replaces. */
+  changes: number[][];
+  /** The @@ line. */
+  header: string;
+  /** The hunk's diff lines, each ended by a newline. */
+  text: string;
+}
+export interface DiffHunksResult {
+  hunks: DiffHunk[];
 }
 
 export interface ChatSendParams {

@@ -30,6 +30,8 @@ import {
   type ToolsListParams,
   type ToolsListResult,
   type Change,
+  type DiffHunksParams,
+  type DiffHunksResult,
 } from "../protocol.js";
 import { askApproval } from "../tools/approval.js";
 import { createDefaultRegistry } from "../tools/catalog/index.js";
@@ -40,6 +42,7 @@ import type { Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
+import { diffHunks, diffTexts } from "../diff.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
@@ -218,6 +221,15 @@ export class AgentServer {
       const tools = params.all ? this.registry.list({ includeAliases: true }) : this.registry.list({ names: [...offered] });
       return { tools: tools.map((t) => this.toolInfo(t, offered.has(t.name))) };
     });
+    this.addRequest(Requests.diffHunks, async (params: DiffHunksParams): Promise<DiffHunksResult> => {
+      let texts;
+      try {
+        texts = await diffTexts(params, params.callId === undefined ? undefined : this.waitingApprovals.get(params.callId));
+      } catch (err) {
+        throw new ResponseError(RpcErrorCodes.InvalidParams, `diff/hunks: ${(err as Error).message}`);
+      }
+      return { hunks: diffHunks(texts.old, texts.neu, typeof params.context === "number" ? params.context : 3) };
+    });
     this.addRequest(Requests.toolsCall, async (params: ToolsCallParams) => {
       if (typeof params.name !== "string") throw new ResponseError(RpcErrorCodes.InvalidParams, "tools/call needs a tool name.");
       return this.executor.execute({ id: params.id ?? `rpc-${Date.now()}`, name: params.name, arguments: params.arguments ?? {} });
@@ -265,8 +277,17 @@ export class AgentServer {
       this.notify(ServerNotifications.approvalNeeded, { conversationId, turnId, callId: request.callId, name: request.tool.name } satisfies ApprovalNeededParams);
     }
     // No timeout: a user may take their time. The turn's own limits and cancellation apply.
-    return askApproval(request, { conversationId, turnId }, (params) => this.bridge.call("approval", params, { signal }));
+    // While it waits, its arguments give Emacs's diff/hunks the new text of an edit without sending it back.
+    this.waitingApprovals.set(request.callId, request.arguments);
+    try {
+      return await askApproval(request, { conversationId, turnId }, (params) => this.bridge.call("approval", params, { signal }));
+    } finally {
+      this.waitingApprovals.delete(request.callId);
+    }
   };
+
+  /** The arguments of the calls whose approval waits, by call id. */
+  private readonly waitingApprovals = new Map<string, Record<string, unknown>>();
 
   private audit(entry: AuditEntry): void {
     this.logger.info(`audit ${entry.safetyLevel} ${entry.tool} (${entry.decision}) ${redact(JSON.stringify(entry.arguments)).slice(0, 500)}`);

@@ -34,6 +34,7 @@
 (require 'cl-lib)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-tools-test)
+(require 'sly-agent-q-diff-review)
 
 ;; The helpers come from sly-agent-q-tools-test.el; its tests run from
 ;; that file, not again from this one.
@@ -650,6 +651,83 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
        t)
       (should (equal (sly-agent-q-diff-test-expected '(1 3))
                      (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
+(defvar sly-agent-q-diff-test-diff-requests nil
+  "The diff/hunks requests Emacs sent during the last `sly-agent-q-diff-test-through-server'.")
+
+(defun sly-agent-q-diff-test-through-server (tool input approver)
+  "Run a turn where the model calls TOOL with INPUT, APPROVER deciding.
+The project's src/a.lisp holds the 30-line text first.  Return (OUTCOME
+. DIFFS): the turn's outcome, and how many line diffs ran in Emacs.
+The diff/hunks requests sent are in `sly-agent-q-diff-test-diff-requests'."
+  (let ((script
+         `((steps . [((content . [((type . "tool_use") (name . ,tool) (input . ,input))])
+                      (stop_reason . "tool_use"))
+                     ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+        (diffs 0))
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (setq sly-agent-q-diff-test-diff-requests nil)
+    (advice-add 'sly-agent-q-diff-hunks :before (lambda (&rest _) (cl-incf diffs))
+                '((name . count-diffs)))
+    (advice-add 'sly-agent-q-server-request :before
+                (lambda (method params &rest _)
+                  (when (eq method 'diff/hunks) (push params sly-agent-q-diff-test-diff-requests)))
+                '((name . record-diff-requests)))
+    (unwind-protect
+        (cons (eval `(sly-agent-q-test-with-server ',script
+                       (let ((sly-agent-q-approval-function ',approver))
+                         (sly-agent-q-test-send "Change it")))
+                    t)
+              diffs)
+      (advice-remove 'sly-agent-q-diff-hunks 'count-diffs)
+      (advice-remove 'sly-agent-q-server-request 'record-diff-requests))))
+
+(ert-deftest sly-agent-q-diff-test-hunks-come-from-the-server ()
+  "With the server running, no line diff runs in Emacs: review and apply use the server's hunks."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let ((run (sly-agent-q-diff-test-through-server
+                "propose_file_edit" `((path . "src/a.lisp") (new_content . ,(sly-agent-q-diff-test-new)))
+                (sly-agent-q-diff-test-choose '(2)))))
+      (should (string-match-p "Applied hunk 2 of 3 to src/a.lisp (rejected: 1, 3)\\."
+                              (plist-get (car run) :text)))
+      (should (equal "@@ -13,6 +12,7 @@"
+                     (plist-get (aref (plist-get sly-agent-q-diff-test-request :hunks) 1) :header)))
+      (should (= 0 (cdr run)))
+      (should (equal (sly-agent-q-diff-test-expected '(2))
+                     (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
+(ert-deftest sly-agent-q-diff-test-reviewed-texts-are-not-sent-back ()
+  "The server reads a reviewed edit's texts itself (the file, the call's arguments): Emacs sends digests."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let ((run (sly-agent-q-diff-test-through-server
+                "propose_file_edit"
+                `((path . "src/a.lisp") (new_content . ,(sly-agent-q-diff-test-expected '(1 2))))
+                (sly-agent-q-diff-test-choose '(1)))))
+      (should (string-match-p "Applied hunk 1 of 2 to src/a.lisp (rejected: 2)\\."
+                              (plist-get (car run) :text)))
+      (should (= 1 (length sly-agent-q-diff-test-diff-requests)))
+      (should-not (plist-member (car sly-agent-q-diff-test-diff-requests) :old))
+      (should-not (plist-member (car sly-agent-q-diff-test-diff-requests) :new))
+      (should (equal (sly-agent-q-diff-test-expected '(1))
+                     (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
+(ert-deftest sly-agent-q-diff-test-write-approval-diff-comes-from-the-server ()
+  "The diff an approval of write_file shows is the server's: no line diff runs in Emacs."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (setq sly-agent-q-diff-test-request nil)
+    (let ((run (sly-agent-q-diff-test-through-server
+                "write_file"
+                `((path . "src/a.lisp") (content . ,(sly-agent-q-diff-test-expected '(3))))
+                (lambda (r callback)
+                  (setq sly-agent-q-diff-test-request r)
+                  (funcall callback '(:decision "approved"))))))
+      (should (eq (plist-get (car run) :status) 'finished))
+      (should (string-match-p "^@@ -25,6 \\+25,6 @@$" (plist-get sly-agent-q-diff-test-request :diff)))
+      (should (= 0 (cdr run)))
+      (should (equal (sly-agent-q-diff-test-expected '(3)) (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here

@@ -12,7 +12,7 @@
 (require 'sly-agent-q-test-helper
          (expand-file-name "sly-agent-q-test-helper"
                            (file-name-directory (or load-file-name buffer-file-name))))
-(require 'sly-agent-q-diff)
+(require 'sly-agent-q-diff-review)
 
 (ert-deftest sly-agent-q-docstrings-substitute-keys ()
   "No function of the package shows key markup unsubstituted in its documentation."

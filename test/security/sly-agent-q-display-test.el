@@ -27,7 +27,7 @@
 (require 'sly-agent-q-sessions)
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-debugger)
-(require 'sly-agent-q-diff)
+(require 'sly-agent-q-diff-review)
 
 (defconst sly-agent-q-display-test--pieces
   (list "a" "b" "Z" "path/to/file.txt" " " "é" "日本" "🙂"

@@ -291,7 +291,11 @@
                         "write_file" `((content . ,long) (path . "docs/readme.txt/../../victim.txt")))
                       ,(sly-agent-q-security-test--final-step)]))
         (sly-agent-q-send "Write the docs" (lambda (o) (setq outcome o)))
-        (sly-agent-q-test-wait (lambda () (sly-agent-q-call-pending "approval")) 20 "the approval")
+        ;; The approval is drawn once the server's diff of the write is there.
+        (sly-agent-q-test-wait (lambda () (and (sly-agent-q-call-pending "approval")
+                                               (string-match-p "needs your approval"
+                                                               (sly-agent-q-test-chat-text))))
+                               20 "the approval")
         (let ((chat (sly-agent-q-test-chat-text)))
           ;; The resolved target is named, the long value says it was shortened,
           ;; and the arguments come in the tool's declared order (path first),

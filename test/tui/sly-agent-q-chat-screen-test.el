@@ -137,5 +137,35 @@ user's and the model's text is compared.)"
       ;; Before the first message the server has not been used: nothing says it is not running.
       (should-not (string-match-p "server not running\\|server stopped" screen)))))
 
+(ert-deftest sly-agent-q-tui-approval-shows-the-lisp-form-as-lisp ()
+  "An eval_form approval shows its form as Lisp, not a JSON string; C-c C-e edits it in Lisp mode."
+  (sly-agent-q-tui-with-run
+      (:script `((steps . [,(sly-agent-q-tui-step
+                             (sly-agent-q-tui-tool "eval_form" '((form . "(format nil \"~a-~a\" \"forty\" 2)"))))
+                           ,(sly-agent-q-tui-step (sly-agent-q-tui-text "It gave {{last_tool_result}}"))])))
+    ;; Evaluating asks first (the option a user sets for it): eval_form waits for the approval.
+    (sly-agent-q-tui-keys "M-:")
+    (sly-agent-q-tui-wait "Eval:" 10 "the M-: prompt")
+    (sly-agent-q-tui-type "(progn (setq sly-agent-q-ask-before-evaluating t) (sly-agent-q-server-reconfigure) 'set)")
+    (sly-agent-q-tui-keys "Enter")
+    (sly-agent-q-tui-wait "^set$" 10 "the option set")
+    (sly-agent-q-tui-type "Evaluate it")
+    (sly-agent-q-tui-keys "Enter")
+    (let* ((screen (sly-agent-q-tui-wait "^ \\[awaiting approval" 60 "the approval"))
+           (lines (split-string screen "\n")))
+      (sly-agent-q-tui-snapshot "approval-lisp-form")
+      ;; The form's own text, its strings' quotes as typed: no JSON string around it.
+      (should (cl-some (lambda (l) (string-match-p "(format nil \"~a-~a\" \"forty\" 2)\\s-*$" l)) lines))
+      (let ((box (seq-filter (lambda (l) (string-match-p "┃" l)) lines)))
+        (should (member "  ┃   ╎ form:" box))
+        (should-not (cl-some (lambda (l) (string-match-p "form: \"\\|\\\\\"" l)) box))))
+    (sly-agent-q-tui-keys "C-c" "C-e")
+    (let ((screen (sly-agent-q-tui-wait "The Lisp form of eval_form" 20 "the form's editing buffer")))
+      (sly-agent-q-tui-snapshot "approval-lisp-edit")
+      ;; In Lisp mode, the form as it is.
+      (should (string-match-p "(Lisp" screen))
+      (should (string-match-p "^(format nil \"~a-~a\" \"forty\" 2)" screen)))
+    (sly-agent-q-tui-keys "C-c" "C-k")))
+
 (provide 'sly-agent-q-chat-screen-test)
 ;;; sly-agent-q-chat-screen-test.el ends here
