@@ -564,12 +564,22 @@ Return the buffer."
     map)
   "Keymap of the argument editing buffer.")
 
+(defvar-local sly-agent-q-approval--edit-keys nil
+  "The editing buffer's keys, ahead of every minor mode's.
+`lisp-mode-hook' turns on modes such as SLIME's or SLY's that bind their
+compile to the finishing key; there it must run the edited form.")
+
+(add-to-list 'emulation-mode-map-alists 'sly-agent-q-approval--edit-keys)
+
 (define-minor-mode sly-agent-q-edit-arguments-mode
   "Editing a tool call's arguments: a Lisp form as Lisp, the others as JSON.
 \\[sly-agent-q-edit-arguments-finish] runs the tool with them,
 \\[sly-agent-q-edit-arguments-abort] goes back."
   :lighter " Agent-Q-Args"
-  :keymap sly-agent-q-edit-arguments-mode-map)
+  :keymap sly-agent-q-edit-arguments-mode-map
+  (setq sly-agent-q-approval--edit-keys
+        (and sly-agent-q-edit-arguments-mode
+             `((sly-agent-q-edit-arguments-mode . ,sly-agent-q-edit-arguments-mode-map)))))
 
 (defun sly-agent-q-edit-arguments (&optional approval json)
   "Edit APPROVAL's arguments in a small buffer.

@@ -513,6 +513,26 @@ one runs with the other arguments as they were."
         (should (equal (plist-get args :form) "(let ((x 40))\n  (+ x 2))"))
         (should (equal (plist-get args :package) "CL-USER"))))))
 
+(ert-deftest sly-agent-q-approval-lisp-edit-keys-win-over-slime ()
+  "With SLIME set up as users have it, C-c C-c in the Lisp form's editing
+buffer runs the edited form, not SLIME's compile (`slime-mode' is turned
+on by `lisp-mode-hook' and binds the same key)."
+  (unless (sly-agent-q-dev-require-slime) (ert-skip "SLIME cannot be found"))
+  (let ((lisp-mode-hook (cons #'slime-lisp-mode-hook lisp-mode-hook)))
+    (sly-agent-q-test--with-chat
+      (sly-agent-q-test--ask-approval
+       '(:tool "eval_form" :arguments (:form "(+ 1 2)") :safetyLevel "dangerous"
+         :lispArguments ["form"] :callId "c1"))
+      (let ((a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                      (get-text-property (point) 'sly-agent-q-approval))))
+        (save-window-excursion
+          (sly-agent-q-edit-arguments a)
+          (with-current-buffer "*sly-agent-q arguments*"
+            (should (bound-and-true-p slime-mode))
+            (should (eq (key-binding (kbd "C-c C-c")) #'sly-agent-q-edit-arguments-finish))
+            (should (eq (key-binding (kbd "C-c C-k")) #'sly-agent-q-edit-arguments-abort))
+            (sly-agent-q-edit-arguments-abort)))))))
+
 (ert-deftest sly-agent-q-approval-withdrawn ()
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
