@@ -193,7 +193,9 @@ skipped, with the reason, on a Lisp without one of them."
 
 (deftest describe-odd-symbols
   (is (has (tool "describe_symbol" "symbol" ":test") "Keyword"))
-  (is (has (tool "describe_symbol" "symbol" "pi") "Constant: 3.14"))
+  ;; CLISP's PI is a special variable (its long-float precision can change).
+  (is (has (tool "describe_symbol" "symbol" "pi")
+           (if (constantp 'pi) "Constant: 3.14" "Special variable: global value 3.14")))
   (let ((r (tool "describe_symbol" "symbol" "my-app::string")))
     ;; Inherited from COMMON-LISP: both a function and a class.
     (is (ok-p r))
