@@ -218,6 +218,16 @@ Return the project's my-app.lisp."
                        t))
   (e2e-reset-fixture))
 
+(defun e2e-threads-p ()
+  "Non-nil when the connected Lisp's backend runs with threads (style :spawn)."
+  (let ((cur (sly-agent-q-bridge-current)))
+    (eq (funcall (sly-agent-q-bridge-adapter-style (car cur)) (cdr cur)) :spawn)))
+
+(defun e2e-skip-without-threads ()
+  "Skip the test on a Lisp without threads: it watches the image while an evaluation runs."
+  (unless (e2e-threads-p)
+    (ert-skip "this Lisp has no threads: the image cannot answer, nor be interrupted, while an evaluation runs (the bridge's cancel-without-threads test covers what a cancel says there)")))
+
 (defun e2e-file-text (file)
   "The text of FILE on disk."
   (with-temp-buffer (insert-file-contents file) (buffer-string)))
@@ -686,6 +696,7 @@ debugger's restart runs."
   "C-c C-k during an endless evaluation in a frame interrupts it: the user's debugger answers at once."
   (let ((sly-agent-q-image-timeout 120))
     (e2e-with-agent "debugger-cancel.json"
+      (e2e-skip-without-threads)
       (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
       (e2e-repl-type "(my-app::stubborn-step 1)")
       (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
@@ -882,6 +893,7 @@ live image after the agent loaded the helpers there."
 (ert-deftest e2e-cancel-stops-the-evaluation-in-the-image ()
   "C-c C-k interrupts the evaluation in the image: the rest of the form never runs."
   (e2e-with-agent "cancel-probe.json"
+    (e2e-skip-without-threads)
     (e2e-eval '(cl:progn (cl:defvar cl-user::*saq-probe* nil) (cl:setf cl-user::*saq-probe* nil) t))
     (let (outcome)
       (sly-agent-q-send "Probe" (lambda (o) (setq outcome o)))
