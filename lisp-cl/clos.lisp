@@ -59,7 +59,12 @@ most specific first."
                    :test #'equal))
          (initargs (ignore-errors (mop "SLOT-DEFINITION-INITARGS" slot)))
          (has-initform (ignore-errors (mop "SLOT-DEFINITION-INITFUNCTION" slot)))
-         (type (ignore-errors (mop "SLOT-DEFINITION-TYPE" slot)))
+         (type (let ((type (ignore-errors (mop "SLOT-DEFINITION-TYPE" slot))))
+                 ;; An effective slot's type is the AND of the direct
+                 ;; slots' types; CLISP writes (AND STRING) for one.
+                 (if (and (consp type) (eq (first type) 'and) (consp (rest type)) (null (cddr type)))
+                     (second type)
+                     type)))
          (allocation (ignore-errors (mop "SLOT-DEFINITION-ALLOCATION" slot)))
          (doc (some (lambda (entry) (slot-documentation (cdr entry))) direct)))
     (format out "~A  (~:[defined here~;~:*inherited from ~A~])~%"

@@ -325,6 +325,7 @@ sends): a watcher process sends this Lisp SIGINT after SECONDS, and
 again every 2 seconds until it is killed, which is done as soon as THUNK
 returns or has been stopped."
   (let* ((tag (list 'timeout))
+         (absorbed (list 'absorbed))
          (watcher (ignore-errors
                    (ext:run-program
                     "/bin/sh"
@@ -342,10 +343,13 @@ returns or has been stopped."
                      (lambda (c)
                        (if (or fired done)
                            ;; Sent while stopping, or as THUNK returned:
-                           ;; absorbed here, never the user's REPL's.
+                           ;; absorbed here, never the user's REPL's (a
+                           ;; batch CLISP exits at a SIGINT that reaches
+                           ;; its top level).
                            (let ((continue (find-restart 'continue c)))
                              (cond (continue (invoke-restart continue))
-                                   ((not done) (throw tag nil))))
+                                   (done (throw absorbed nil))
+                                   (t (throw tag nil))))
                            (progn
                              (setf fired t)
                              ;; A handler runs without itself: the next
@@ -360,12 +364,19 @@ returns or has been stopped."
       (unwind-protect
            (catch tag
              (funcall thunk))
-        (setf done t)
-        (ignore-errors
-         (ext:run-program "/bin/kill" :arguments (list "-KILL" (princ-to-string watcher-pid))
-                                      :input nil :output nil :wait t))
-        (ignore-errors (close watcher))
-        (sleep 0.02)))
+        ;; A SIGINT the watcher sent just before it was killed may arrive
+        ;; while stopping it or just after: stopping is retried when one
+        ;; cuts it short, and waits a little inside the handler for any
+        ;; still on its way.
+        (loop repeat 5
+              until (catch absorbed
+                      (setf done t)
+                      (ignore-errors
+                       (ext:run-program "/bin/kill" :arguments (list "-KILL" (princ-to-string watcher-pid))
+                                                    :input nil :output nil :wait t))
+                      (ignore-errors (close watcher))
+                      (sleep 0.05)
+                      t))))
     (and fired :timeout)))
 
 

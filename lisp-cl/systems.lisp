@@ -143,21 +143,41 @@ value and the LOAD-NOTEs of the compiler conditions signalled."
   "Load an ASDF system (with Quicklisp when present), reporting compiler notes."
   (let* ((object (find-system-or-fail system))
          (name (asdf-call "COMPONENT-NAME" object))
+         (asd (ignore-errors (asdf-call "SYSTEM-SOURCE-FILE" object)))
          (quickload (quicklisp-loader))
          (started (get-internal-real-time))
-         (failure nil))
+         (failure nil)
+         (upgraded nil))
     (multiple-value-bind (value notes)
         (call-collecting-notes
          (lambda ()
-           (handler-case
-               (if quickload
-                   (funcall quickload name :silent t)
-                   (asdf-call "LOAD-SYSTEM" name))
-             (error (c) (setf failure c) nil))))
+           (flet ((load-it ()
+                    (setf failure nil)
+                    (handler-case
+                        (if quickload
+                            (funcall quickload name :silent t)
+                            (asdf-call "LOAD-SYSTEM" name))
+                      (error (c) (setf failure c) nil))))
+             (let ((version (ignore-errors (asdf-call "ASDF-VERSION"))))
+               (load-it)
+               ;; An old ASDF (CLISP's 3.2) upgrades itself from the
+               ;; source registry at its first operation and forgets
+               ;; the systems known through asdf:load-asd: the system's
+               ;; .asd is loaded again and the load tried once more.
+               (when (and failure asd
+                          (not (equal version (ignore-errors (asdf-call "ASDF-VERSION"))))
+                          (not (ignore-errors (asdf-call "FIND-SYSTEM" name nil))))
+                 (setf upgraded (list version (ignore-errors (asdf-call "ASDF-VERSION"))))
+                 (ignore-errors (asdf-call "LOAD-ASD" asd))
+                 (load-it))))))
       (declare (ignore value))
       (let ((seconds (/ (- (get-internal-real-time) started) internal-time-units-per-second))
             (errors (count-if (lambda (n) (error-severity-p (load-note-severity n))) notes)))
         (with-output-to-string (out)
+          (when upgraded
+            (format out "ASDF upgraded itself from ~A to ~A during the load and forgot the systems ~
+                         it knew; ~A was loaded again and the load retried.~%"
+                    (first upgraded) (second upgraded) asd))
           (if failure
               (format out "Loading ~A FAILED~@[ (~A)~]: ~A: ~A~%"
                       name (and quickload "ql:quickload")

@@ -62,6 +62,8 @@
 (declare-function slime-connection-name "ext:slime" (&optional process))
 (declare-function slime-lisp-package "ext:slime-repl" (&optional process))
 (declare-function sly-inferior-process "ext:sly" (&optional connection))
+(declare-function sly-communication-style "ext:sly" (&optional process))
+(declare-function slime-communication-style "ext:slime" (&optional process))
 (declare-function slime-inferior-process "ext:slime" (&optional connection))
 
 (defcustom sly-agent-q-image-timeout 50
@@ -131,7 +133,8 @@ the Lisp exited rather than that the evaluation was aborted.")
   dispatch      ; (CONN EVENT) -> send an event on CONN
   repl-package  ; (CONN) -> the REPL's current package name, or nil
   inferior      ; (CONN) -> the Lisp's process when Emacs started it, or nil
-  close-hook)   ; the hook run with a connection when it closes
+  close-hook    ; the hook run with a connection when it closes
+  style)        ; (CONN) -> the backend's communication style (:spawn with threads), or `unknown'
 
 (defun sly-agent-q-bridge--live (conn)
   "CONN if it is an open network process."
@@ -190,7 +193,10 @@ the Lisp exited rather than that the evaluation was aborted.")
          :repl-package #'sly-agent-q-bridge--sly-repl-package
          :inferior (lambda (conn) (and (fboundp 'sly-inferior-process)
                                        (ignore-errors (sly-inferior-process conn))))
-         :close-hook 'sly-net-process-close-hooks)
+         :close-hook 'sly-net-process-close-hooks
+         :style (lambda (conn) (if (fboundp 'sly-communication-style)
+                                   (ignore-errors (sly-communication-style conn))
+                                 'unknown)))
         (sly-agent-q-bridge--make-adapter
          :name "SLIME"
          :connection #'sly-agent-q-bridge--slime-connection
@@ -198,7 +204,10 @@ the Lisp exited rather than that the evaluation was aborted.")
          :repl-package #'sly-agent-q-bridge--slime-repl-package
          :inferior (lambda (conn) (and (fboundp 'slime-inferior-process)
                                        (ignore-errors (slime-inferior-process conn))))
-         :close-hook 'slime-net-process-close-hooks))
+         :close-hook 'slime-net-process-close-hooks
+         :style (lambda (conn) (if (fboundp 'slime-communication-style)
+                                   (ignore-errors (slime-communication-style conn))
+                                 'unknown))))
   "The adapters, SLY's first.")
 
 (defun sly-agent-q-bridge-current ()
@@ -646,7 +655,18 @@ interrupts its evaluation, and CALLBACK gets an error."
                 ;; Still loading the helpers: the call is never sent.
                 (funcall callback nil "The call was cancelled before it was sent to the image.")
               (sly-agent-q-bridge--cancel-job
-               adapter conn job "The call was cancelled; its evaluation in the image was interrupted."))))))))
+               adapter conn job (sly-agent-q-bridge--cancel-message adapter conn)))))))))
+
+(defun sly-agent-q-bridge--cancel-message (adapter conn)
+  "What a cancelled call answers on CONN, whose backend ADAPTER asks.
+Without threads (a communication style other than :spawn, such as
+CLISP's) the cancel waits behind the evaluation it would stop, so the
+answer says the evaluation goes on, bounded by the image timeout."
+  (let ((style (funcall (sly-agent-q-bridge-adapter-style adapter) conn)))
+    (if (memq style '(:spawn unknown))
+        "The call was cancelled; its evaluation in the image was interrupted."
+      (format "The call was cancelled, but this Lisp runs without threads (communication style %s), so its evaluation in the image could not be interrupted: it goes on until it ends or reaches the image timeout (%s s)."
+              style sly-agent-q-image-timeout))))
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql image)) call)
   "Answer the server's image CALL through the connected Lisp."

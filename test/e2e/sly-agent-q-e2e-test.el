@@ -218,6 +218,16 @@ Return the project's my-app.lisp."
                        t))
   (e2e-reset-fixture))
 
+(defun e2e-threads-p ()
+  "Non-nil when the connected Lisp's backend runs with threads (style :spawn)."
+  (let ((cur (sly-agent-q-bridge-current)))
+    (eq (funcall (sly-agent-q-bridge-adapter-style (car cur)) (cdr cur)) :spawn)))
+
+(defun e2e-skip-without-threads ()
+  "Skip the test on a Lisp without threads: it watches the image while an evaluation runs."
+  (unless (e2e-threads-p)
+    (ert-skip "this Lisp has no threads: the image cannot answer, nor be interrupted, while an evaluation runs (the bridge's cancel-without-threads test covers what a cancel says there)")))
+
 (defun e2e-file-text (file)
   "The text of FILE on disk."
   (with-temp-buffer (insert-file-contents file) (buffer-string)))
@@ -300,6 +310,49 @@ the image's definition records that file, and the recorded position is the new f
                 (should (string-match-p "unbalanced parentheses" (car result))))
               (should (equal (e2e-file-text file) before))))
         (e2e-forget-project)))))
+
+(ert-deftest e2e-replace-definition-refused-on-a-buffer-with-unsaved-changes ()
+  "replace_definition and insert_form on a file whose buffer has unsaved edits elsewhere are refused
+before any review, saying why; buffer, disk and image are as they were."
+  (e2e-with-agent "replace-definition-unsaved-buffer.json"
+    (let* ((file (e2e-project-fixture root))
+           (asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push request asked)
+              (funcall callback (e2e-every-hunk request))))
+           (buffer nil))
+      (unwind-protect
+          (progn
+            (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t))
+            ;; Visited in fundamental-mode: the Lisp mode's hooks have no part in this test.
+            (setq buffer (let ((auto-mode-alist nil)) (find-file-noselect file)))
+            ;; The user's unsaved work, away from the definitions the model edits.
+            (with-current-buffer buffer
+              (goto-char (point-max))
+              (insert "\n;; the user's unsaved note\n"))
+            (let ((disk (e2e-file-text file))
+                  (edited (with-current-buffer buffer (buffer-string)))
+                  (double-all (e2e-eval '(cl:fboundp (cl:find-symbol "DOUBLE-ALL" "MY-APP")))))
+              (should (eq (plist-get (e2e-send "Fix PARSE-INPUT and add a helper" 120) :status) 'finished))
+              (should-not asked)
+              (let ((results (sly-agent-q-test-tool-results)))
+                (should (= (length results) 2))
+                (dolist (result results)
+                  (should (cdr result))
+                  (should (string-match-p "has unsaved changes" (car result)))
+                  (should (string-match-p "save" (car result)))
+                  (should (string-match-p "nothing was changed" (car result)))))
+              (should (equal (e2e-file-text file) disk))
+              (should (equal (with-current-buffer buffer (buffer-string)) edited))
+              (should (buffer-modified-p buffer))
+              ;; The image keeps its definitions (DOUBLE-ALL stays as an earlier test may have left it).
+              (should (eq (e2e-eval '(cl:fboundp (cl:find-symbol "DOUBLE-ALL" "MY-APP"))) double-all))
+              (should (e2e-eval '(cl:null (cl:ignore-errors (my-app::parse-input "") t))))))
+        (e2e-forget-project)
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer (set-buffer-modified-p nil))
+          (kill-buffer buffer))))))
 
 (ert-deftest e2e-insert-form-after-a-definition-and-at-the-end ()
   "insert_form after PROCESS-DATA and at the end of my-app.lisp: reviewed, in the file, compiled from it."
@@ -645,6 +698,7 @@ debugger's restart runs."
   "C-c C-k during an endless evaluation in a frame interrupts it: the user's debugger answers at once."
   (let ((sly-agent-q-image-timeout 120))
     (e2e-with-agent "debugger-cancel.json"
+      (e2e-skip-without-threads)
       (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
       (e2e-repl-type "(my-app::stubborn-step 1)")
       (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
@@ -841,6 +895,7 @@ live image after the agent loaded the helpers there."
 (ert-deftest e2e-cancel-stops-the-evaluation-in-the-image ()
   "C-c C-k interrupts the evaluation in the image: the rest of the form never runs."
   (e2e-with-agent "cancel-probe.json"
+    (e2e-skip-without-threads)
     (e2e-eval '(cl:progn (cl:defvar cl-user::*saq-probe* nil) (cl:setf cl-user::*saq-probe* nil) t))
     (let (outcome)
       (sly-agent-q-send "Probe" (lambda (o) (setq outcome o)))

@@ -33,6 +33,7 @@
 
 (declare-function slime-start "ext:slime")
 (declare-function slime-connected-p "ext:slime")
+(declare-function slime-communication-style "ext:slime" (&optional process))
 (declare-function slime-inferior-process "ext:slime")
 (declare-function slime-net-close "ext:slime")
 
@@ -122,12 +123,14 @@
 (defvar sly-agent-q-test--slime-ready nil)
 
 (defun sly-agent-q-test--slime ()
-  "Make sure SLIME is connected to an SBCL; return (ADAPTER . CONNECTION)."
-  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
-  (unless (sly-agent-q-dev-require-slime) (ert-skip "SLIME cannot be found"))
-  (unless (slime-connected-p)
-    (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-    (sly-agent-q-test-wait #'slime-connected-p 120 "SLIME to connect to SBCL"))
+  "Make sure SLIME is connected to the Lisp under test (SBCL unless
+SLY_AGENT_Q_TEST_PROGRAM says another); return (ADAPTER . CONNECTION)."
+  (let ((program (sly-agent-q-test--lisp-program)))
+    (unless (executable-find (car program)) (ert-skip (format "%s is not installed" (car program))))
+    (unless (sly-agent-q-dev-require-slime) (ert-skip "SLIME cannot be found"))
+    (unless (slime-connected-p)
+      (slime-start :program (car program) :program-args (cdr program))
+      (sly-agent-q-test-wait #'slime-connected-p 120 (format "SLIME to connect to %s" (car program)))))
   (let ((cur (sly-agent-q-bridge-current)))
     (should cur)
     (should (equal (sly-agent-q-bridge-adapter-name (car cur)) "SLIME"))
@@ -201,6 +204,8 @@
   "Cancelling an image call stops its evaluation in the image; another evaluation goes on."
   (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
   (sly-agent-q-test--slime)
+  (unless (sly-agent-q-test--threads-p)
+    (ert-skip "this Lisp has no threads: a cancel cannot interrupt it (sly-agent-q-bridge-slime-cancel-without-threads-says-so)"))
   (should (equal (sly-agent-q-test--eval
                   '(cl:progn (cl:defvar cl-user::*saq-bridge-probe* nil)
                              (cl:setf cl-user::*saq-bridge-probe* nil) t))
@@ -223,6 +228,37 @@
     (should (eq (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-probe*)) :started))
     (should (equal other '(42 nil)))
     (should-not (get-buffer "*sldb sbcl/1*"))))
+
+(defun sly-agent-q-test--threads-p ()
+  "Non-nil when the connected Lisp's backend runs with threads (style :spawn)."
+  (eq (slime-communication-style (cdr (sly-agent-q-bridge-current))) :spawn))
+
+(ert-deftest sly-agent-q-bridge-slime-cancel-without-threads-says-so ()
+  "On a Lisp without threads (CLISP) a cancel cannot interrupt the image: the answer says so,
+and the evaluation indeed goes on to its end; the image answers afterwards."
+  (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
+  (sly-agent-q-test--slime)
+  (when (sly-agent-q-test--threads-p)
+    (ert-skip "this Lisp has threads: sly-agent-q-bridge-slime-cancel-interrupts-the-image tests its cancel"))
+  (should (equal (sly-agent-q-test--eval
+                  '(cl:progn (cl:defvar cl-user::*saq-bridge-probe* nil)
+                             (cl:setf cl-user::*saq-bridge-probe* nil) t))
+                 '(t nil)))
+  (let* (result
+         (cancel (sly-agent-q-bridge-call-tool
+                  "eval_form"
+                  '(:form "(progn (setf *saq-bridge-probe* :started) (sleep 3) (setf *saq-bridge-probe* :finished))"
+                    :package "CL-USER")
+                  nil (lambda (c e) (setq result (list c e))))))
+    (sly-agent-q-test-sleep 1)
+    (funcall cancel)
+    (should (string-match-p "cancelled, but this Lisp runs without threads" (cadr result)))
+    (should (string-match-p "could not be interrupted: it goes on until it ends or reaches the image timeout"
+                            (cadr result)))
+    ;; The image, once the evaluation is over: it ran to its end, and answers.
+    (sly-agent-q-test-sleep 4)
+    (should (eq (car (sly-agent-q-test--eval 'cl-user::*saq-bridge-probe*)) :finished))
+    (should (equal (sly-agent-q-test--eval '(cl:+ 1 2)) '(3 nil)))))
 
 (defun sly-agent-q-test--calls-together (calls)
   "Make CALLS, each (TOOL ARGS), at once through the bridge.
@@ -285,6 +321,8 @@ each call of a request of several."
 A call cancelled before it was sent never runs."
   (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))
   (sly-agent-q-test--call "describe_symbol" '(:symbol "car"))
+  (unless (sly-agent-q-test--threads-p)
+    (ert-skip "this Lisp has no threads: a cancel cannot interrupt it (sly-agent-q-bridge-slime-cancel-without-threads-says-so)"))
   (should (equal (sly-agent-q-test--eval
                   '(cl:progn (cl:defvar cl-user::*saq-bridge-probe* nil)
                              (cl:defvar cl-user::*saq-bridge-never* nil)

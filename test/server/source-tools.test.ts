@@ -67,14 +67,15 @@ describe("replace_definition", () => {
     expect(result.content).toMatch(/Compiled/);
     expect(asked).toHaveLength(1);
     expect(asked[0].arguments.edit).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment" });
-    // Located for the approval, again for the edited arguments the user approved, again just before it
-    // runs (the edit must still be the approved one), and by the handler itself.
-    expect(tools()).toEqual(["image:definition_edit", "image:definition_edit", "image:definition_edit", "image:definition_edit", "tool:propose_file_edit", "image:compile_file_form"]);
+    // Located (and the visiting buffer checked) for the approval, again for the edited arguments the user
+    // approved, again just before it runs (the edit must still be the approved one), and by the handler itself.
+    const locate = ["image:definition_edit", "tool:read_file"];
+    expect(tools()).toEqual([...locate, ...locate, ...locate, ...locate, "tool:propose_file_edit", "image:compile_file_form"]);
     // The text is checked by the image when it locates the form.
     expect(fake.calls[0].arguments).toMatchObject({ symbol: "f", text: NEW });
     // The edit Emacs applies carries the user's hunks, never the preview's extra argument.
-    expect(fake.calls[4].arguments).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment", accepted_hunks: [1] });
-    expect(fake.calls[5].arguments).toEqual({ path: FILE, text: NEW });
+    expect(fake.calls[8].arguments).toEqual({ path: FILE, old_text: OLD, new_text: NEW, description: "increment", accepted_hunks: [1] });
+    expect(fake.calls[9].arguments).toEqual({ path: FILE, text: NEW });
   });
 
   it("is refused before anyone is asked when the image refuses the text or the location", async () => {
@@ -98,7 +99,20 @@ describe("replace_definition", () => {
     const { run, tools } = setup(() => ({ decision: "denied", reason: "no" }));
     const result = await run("replace_definition", { symbol: "f", new_text: NEW });
     expect(result.success).toBe(false);
-    expect(tools()).toEqual(["image:definition_edit"]);
+    expect(tools()).toEqual(["image:definition_edit", "tool:read_file"]);
+  });
+
+  it("is refused before anyone is asked when the file's buffer has unsaved changes, saying so", async () => {
+    const { run, fake, asked, tools } = setup();
+    fake.answers["tool:read_file"] = () => "[src/app.lisp: lines 1-1 of 9, read from buffer app.lisp, which has unsaved changes]\n(in-package :x)\n";
+    for (const [name, args] of [["replace_definition", { symbol: "f", new_text: NEW }], ["insert_form", { after: "f", text: "(defun g () 2)" }], ["insert_form", { path: "src/app.lisp", text: "(defun g () 2)" }]] as const) {
+      const result = await run(name, args);
+      expect(result.success).toBe(false);
+      expect(result.content).toMatch(/buffer app\.lisp visiting \/project\/src\/app\.lisp has unsaved changes, so nothing was changed.*save \(or revert\)/s);
+    }
+    expect(asked).toHaveLength(0);
+    expect(tools()).not.toContain("tool:propose_file_edit");
+    expect(tools()).not.toContain("image:compile_file_form");
   });
 
   it("reports a failed compilation with the applied edit", async () => {

@@ -64,10 +64,39 @@ type EditPlanner = (args: Record<string, unknown>, ctx: ToolContext) => Promise<
 const withDescription = (change: Record<string, unknown>, args: Record<string, unknown>) =>
   str(args.description) ? { ...change, description: args.description } : change;
 
+/**
+ * Refuses, before the review, an edit of a file whose visiting buffer has unsaved changes: the edit would land
+ * in the buffer, which is not saved over the user's work, and the form is compiled from the file, which would
+ * not hold it. Saving is the user's call, so the answer says so and nothing is changed.
+ * HEADER is the first line of Emacs's read_file answer, which names such a buffer.
+ */
+function refuseUnsaved(header: string, file: string): void {
+  const m = /read from buffer (.*), which has unsaved changes/.exec(header);
+  if (m) {
+    throw new ToolError(
+      `The buffer ${m[1]} visiting ${file} has unsaved changes, so nothing was changed: the form is compiled ` +
+        "from the file, and the edit would stay in the unsaved buffer. Ask the user to save (or revert) the buffer, then try again.",
+    );
+  }
+}
+
+/** refuseUnsaved for FILE, asking Emacs; without Emacs (or outside the project) propose_file_edit answers for itself. */
+async function refuseUnsavedBuffer(file: string, ctx: ToolContext): Promise<void> {
+  let read: string;
+  try {
+    read = String(await emacsTool("read_file")({ path: file, offset: 1, limit: 1 }, ctx));
+  } catch {
+    return;
+  }
+  const newline = read.indexOf("\n");
+  refuseUnsaved(newline < 0 ? read : read.slice(0, newline), file);
+}
+
 /** replace_definition: the definition's form, located by the image, gives way to new_text. */
 const replaceEdit: EditPlanner = async (args, ctx) => {
   const form = String(args.new_text).trim();
   const plan = await locate(args.symbol, form, args, ctx);
+  await refuseUnsavedBuffer(plan.file, ctx);
   return { file: plan.file, label: plan.label, form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
 };
 
@@ -94,6 +123,7 @@ const insertEdit: EditPlanner = async (args, ctx) => {
   const form = String(args.text).trim();
   if (str(args.after)) {
     const plan = await locate(args.after, form, args, ctx);
+    await refuseUnsavedBuffer(plan.file, ctx);
     return { file: plan.file, label: form.split("\n")[0], form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: `${plan.old}\n\n${form}` }, args) };
   }
   const path = str(args.path);
@@ -104,6 +134,7 @@ const insertEdit: EditPlanner = async (args, ctx) => {
   const read = String(await emacsTool("read_file")({ path: file }, ctx));
   const newline = read.indexOf("\n");
   const header = newline < 0 ? read : read.slice(0, newline);
+  refuseUnsaved(header, file);
   if (/: empty file/.test(header)) return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, new_content: `${form}\n` }, args) };
   const text = read.slice(newline + 1);
   if (/more lines?; call read_file/.test(text) || /was cut\.\]/.test(text)) {
