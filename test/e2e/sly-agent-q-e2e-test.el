@@ -262,8 +262,8 @@ the image's definition records that file, and the recorded position is the new f
               (should (string-match-p "Compiled" (car (nth 4 results))))
               ;; The second run: everything passes.
               (should (string-match-p "4 passed, 0 failed, 0 errors" (car (nth 5 results)))))
-            ;; One review, of the project's file, as a propose_file_edit diff.
-            (should (equal (mapcar #'car reviews) '("propose_file_edit")))
+            ;; One review, of the project's file, as a diff, named for the tool that asked.
+            (should (equal (mapcar #'car reviews) '("replace_definition")))
             (should (equal (nth 1 (car reviews)) "my-app.lisp"))
             ;; The file holds the fix, balanced.
             (let ((text (e2e-file-text file)))
