@@ -32,15 +32,17 @@
 (require 'sly-agent-q-display)
 (require 'sly-agent-q-options)
 
-
 (defclass sly-agent-q-connection (jsonrpc-process-connection)
   ((status :initform 'starting :accessor sly-agent-q-connection-status
            :documentation "starting, ready, failed or stopping.")
-   (ready-callbacks :initform nil :accessor sly-agent-q-connection-ready-callbacks)
-   (init-result :initform nil :accessor sly-agent-q-connection-init-result)
+   (ready-callbacks :initform nil :accessor sly-agent-q-connection-ready-callbacks
+                    :documentation "Functions of (CONNECTION ERROR) waiting for initialize's answer.")
+   (init-result :initform nil :accessor sly-agent-q-connection-init-result
+                :documentation "The server's answer to initialize.")
    (calls :initform (make-hash-table :test #'equal) :accessor sly-agent-q-connection-calls
           :documentation "Pending `emacs/call's by id.")
-   (started :initform (float-time) :accessor sly-agent-q-connection-started)
+   (started :initform (float-time) :accessor sly-agent-q-connection-started
+            :documentation "When the server was started, a `float-time'.")
    (found :initform nil :accessor sly-agent-q-connection-found
           :documentation "The server's (FILE . SOURCE), from `sly-agent-q-server-find'.")
    (outbox :initform nil :accessor sly-agent-q-connection-outbox
@@ -48,7 +50,8 @@
 encode, strings, (STRING . FROM) for the rest of STRING from FROM, and
 functions that send.
 Non-nil while a large message goes out in pieces.")
-   (outbox-timer :initform nil :accessor sly-agent-q-connection-outbox-timer))
+   (outbox-timer :initform nil :accessor sly-agent-q-connection-outbox-timer
+                 :documentation "The timer that writes the outbox's next item, or nil."))
   :documentation "The connection to one sly-agent-q server process.")
 
 (defvar sly-agent-q-current-connection nil
