@@ -79,20 +79,18 @@
 
 (defun sly-agent-q--handle-call (conn params)
   "Start the `emacs/call' PARAMS from CONN through its kind's method."
-  (let* ((id (plist-get params :id))
-         (kind (plist-get params :kind))
-         (call (sly-agent-q--make-call :id id :kind kind :conn conn
-                                       :params (plist-get params :params)))
-         (known (sly-agent-q-protocol-call-kind kind)))
-    (puthash id call (sly-agent-q-connection-calls conn))
-    (if (not known)
-        (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))
-      (condition-case err
-          (sly-agent-q-handle-call known call)
-        (error
-         (setq sly-agent-q-server-last-handler-error err)
-         (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
-                                             kind (error-message-string err))))))))
+  (cl-destructuring-bind (&key id kind ((:params call-params)) &allow-other-keys) params
+    (let ((call (sly-agent-q--make-call :id id :kind kind :conn conn :params call-params))
+          (known (sly-agent-q-protocol-call-kind kind)))
+      (puthash id call (sly-agent-q-connection-calls conn))
+      (if (not known)
+          (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))
+        (condition-case err
+            (sly-agent-q-handle-call known call)
+          (error
+           (setq sly-agent-q-server-last-handler-error err)
+           (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
+                                               kind (error-message-string err)))))))))
 
 (cl-defmethod sly-agent-q-handle-call (kind call)
   "Fail CALL, whose KIND nothing here answers (its module is not loaded)."
@@ -152,21 +150,22 @@ Return non-nil if the answer was sent; a second answer is ignored."
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
-  (let ((params (sly-agent-q-call-params call)))
+  (cl-destructuring-bind (&key tool arguments approved &allow-other-keys)
+      (sly-agent-q-call-params call)
     (cond
      ((not (fboundp 'sly-agent-q-tools-call))
       (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools)."))
      ;; An approved call runs only on the target approved, checked here,
      ;; in the same command that runs it.
-     ((and (plist-get params :approved)
+     ((and approved
            (condition-case err
-               (progn (sly-agent-q-tools-check-approved (plist-get params :approved)) nil)
+               (progn (sly-agent-q-tools-check-approved approved) nil)
              (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
      (t
       (let* (changes
              (cancel
               (sly-agent-q-tools-call
-               (plist-get params :tool) (plist-get params :arguments)
+               tool arguments
                (lambda (content error)
                  (if error
                      (sly-agent-q-call-fail call error)
