@@ -356,7 +356,10 @@ answer is ignored, and nothing else on the connection is touched."
   "CONN closed: answer every call pending on it with an error.
 When Emacs started the Lisp, the error says how its process ended (an
 exit from the evaluated code, or a kill), once that is known."
-  (process-put conn 'sly-agent-q-helpers nil)
+  ;; While the helpers load, the load's own pending call, failed below,
+  ;; answers the calls waiting for them: forgetting them here lost them.
+  (unless (eq (car-safe (process-get conn 'sly-agent-q-helpers)) 'loading)
+    (process-put conn 'sly-agent-q-helpers nil))
   (let ((entries (cl-remove-if-not (lambda (entry) (eq (car entry) conn))
                                    (reverse sly-agent-q-bridge--pending))))
     (when entries

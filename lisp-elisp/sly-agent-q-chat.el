@@ -413,6 +413,8 @@ TEXT comes from the model: it is drawn as data (`sly-agent-q-display-text')."
   (when sly-agent-q-chat--segment
     (let ((start (marker-position sly-agent-q-chat--segment)))
       (sly-agent-q-chat--render sly-agent-q-chat--rendered sly-agent-q-chat--output)
+      (let ((inhibit-read-only t))
+        (sly-agent-q-markdown-show-fences start sly-agent-q-chat--output))
       (set-marker sly-agent-q-chat--rendered nil)
       (set-marker sly-agent-q-chat--segment nil)
       (setq sly-agent-q-chat--segment nil)

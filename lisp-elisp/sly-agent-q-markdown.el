@@ -60,10 +60,19 @@ Otherwise, or when it is not installed, the chat's own renderer is used."
   :type 'boolean
   :group 'sly-agent-q-markdown)
 
-(defcustom sly-agent-q-markdown-context-chars 20000
+(defcustom sly-agent-q-markdown-context-chars 4000
   "How much text before a new line markdown-mode sees to render it.
-A code block or a list that started earlier is rendered right when its
-start is within this many characters."
+A list or an emphasis that started earlier is rendered right when its
+start is within this many characters.  (Code blocks are found from the
+answer's start, whatever this says.)"
+  :type 'natnum
+  :group 'sly-agent-q-markdown)
+
+(defcustom sly-agent-q-markdown-max-line-chars 2000
+  "Longest line whose inline Markdown is rendered.
+A longer line is shown as it was written: its emphasis would cost time
+growing with the square of its length, and Emacs must not freeze on
+what a model sends."
   :type 'natnum
   :group 'sly-agent-q-markdown)
 
@@ -104,11 +113,23 @@ between it and START tells whether START is inside a code block.
 START should be at a line's start.  Returns END."
   (when (and sly-agent-q-markdown-render (< start end))
     (with-silent-modifications
-      (if (and sly-agent-q-markdown-use-markdown-mode (require 'markdown-mode nil t))
-          (sly-agent-q-markdown--with-markdown-mode
-           (max context (- start sly-agent-q-markdown-context-chars)) start end)
+      (if (and sly-agent-q-markdown-use-markdown-mode
+               (not (sly-agent-q-markdown--long-line-p start end))
+               (require 'markdown-mode nil t))
+          (sly-agent-q-markdown--with-markdown-mode context start end)
         (sly-agent-q-markdown--render-own context start end))))
   end)
+
+(defun sly-agent-q-markdown--long-line-p (start end)
+  "Non-nil if a line between START and END is longer than the longest rendered."
+  (save-excursion
+    (goto-char start)
+    (let ((long nil))
+      (while (and (not long) (< (point) end))
+        (setq long (> (- (line-end-position) (point)) sly-agent-q-markdown-max-line-chars))
+        (forward-line 1)
+        (when (eobp) (goto-char end)))
+      long)))
 
 (defun sly-agent-q-markdown-render-string (string)
   "STRING, rendered as the chat renders the model's Markdown."
@@ -117,11 +138,27 @@ START should be at a line's start.  Returns END."
     (sly-agent-q-markdown-render-region (point-min) (point-min) (point-max))
     (buffer-string)))
 
+(defun sly-agent-q-markdown-show-fences (start end)
+  "Show the fence lines of the code blocks between START and END whole.
+A code block's fences say where its code starts and ends; whatever a
+renderer hid of them while the block streamed in is shown again."
+  (with-silent-modifications
+    (save-excursion
+      (goto-char start)
+      (while (re-search-forward sly-agent-q-markdown-fence-regexp end t)
+        (remove-text-properties (line-beginning-position) (min end (1+ (line-end-position)))
+                                '(invisible nil display nil))
+        (forward-line 1)))))
+
 ;;;; With markdown-mode
 
-(defun sly-agent-q-markdown--with-markdown-mode (context start end)
-  "Render START..END with markdown-mode, seeing the text from CONTEXT."
-  (let ((text (buffer-substring-no-properties context end))
+(defun sly-agent-q-markdown--with-markdown-mode (answer start end)
+  "Render START..END with markdown-mode; the answer's text began at ANSWER.
+markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
+  (let* ((context (max answer (save-excursion
+                                (goto-char (max answer (- start sly-agent-q-markdown-context-chars)))
+                                (line-beginning-position))))
+         (text (buffer-substring-no-properties context end))
         (offset (- start context))
         props)
     (with-temp-buffer
@@ -150,7 +187,7 @@ START should be at a line's start.  Returns END."
     ;; markdown-mode gives a table faces only; its borders are drawn as the own renderer draws them.
     (save-excursion
       (goto-char start)
-      (let ((fenced (sly-agent-q-markdown--in-fence-p context start)))
+      (let ((fenced (sly-agent-q-markdown--in-fence-p answer start)))
         (while (< (point) end)
           (cond ((or fenced (looking-at sly-agent-q-markdown-fence-regexp))
                  ;; Code is the code fontifier's: markdown-mode, seeing a
@@ -201,6 +238,7 @@ START should be at a line's start.  Returns END."
           (cond ((looking-at sly-agent-q-markdown-fence-regexp)
                  (setq fenced (not fenced)))
                 (fenced)
+                ((> (- eol bol) sly-agent-q-markdown-max-line-chars))
                 (t (sly-agent-q-markdown--render-line bol eol)))
           (goto-char eol)
           (forward-line 1)

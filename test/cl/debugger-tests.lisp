@@ -51,6 +51,7 @@ signals, and return its value."
             return (parse-integer line :junk-allowed t))))
 
 (deftest debugger-backtrace-locals-and-eval-in-frame
+  (:needs :bounded-frame-printing)
   (let ((results
           (debugger-snapshot
            (lambda ()
@@ -78,6 +79,7 @@ signals, and return its value."
       (is (has missing "no frame 9999")))))
 
 (deftest image-healthy-after-hostile-local
+  (:needs :bounded-frame-printing)
   (is (has (tool "eval_form" "form" "(+ 1 2)") "3")))
 
 (deftest threads-listed-and-interrupt-checks
@@ -118,6 +120,7 @@ signals, and return its value."
     (and start (parse-integer text :start (+ start (length marker)) :junk-allowed t))))
 
 (deftest inspect-values-from-eval-and-frame-locals
+  (:needs :bounded-frame-printing)
   ;; Immediate values get no id: the result reads as before.
   (is (not (has (tool "eval_form" "form" "(+ 1 2)") "inspect_value")))
   (let* ((result (tool "eval_form" "package" "MY-APP"
@@ -203,6 +206,7 @@ signals, and return its value."
       (list (hostile-recursion monster (1- n)) monster)))
 
 (deftest backtrace-of-hostile-frames-is-bounded-in-all
+  (:needs :bounded-frame-printing)
   (let* ((start (get-internal-real-time))
          (result (debugger-snapshot (lambda ()
                                       (let ((sly-agent-q::*print-seconds* 0.3)

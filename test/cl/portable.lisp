@@ -16,7 +16,9 @@
            #:threads-p #:timeouts-p #:make-thread #:join-thread #:thread-alive-p #:terminate-thread
            #:current-thread #:all-threads #:thread-name
            #:make-lock #:with-lock #:lock-free-p
-           #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p))
+           #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
+           #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
+           #:bounded-frame-printing-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -33,7 +35,9 @@
   (finish-output *standard-output*)
   (finish-output *error-output*)
   #+sbcl (sb-ext:exit :code code :abort t)
-  #+ecl (ext:quit code)
+  ;; Not unwinding the other threads first: that fails on one that has
+  ;; ended, and EXT:EXIT crashes in one still running.
+  #+ecl (ext:quit code nil)
   #+clisp (ext:quit code)
   #+ccl (ccl:quit code)
   #-(or sbcl ecl clisp ccl) (error "Cannot exit this Lisp (code ~D)." code))
@@ -118,6 +122,30 @@ locks are not taken at all)."
   (let ((handle (make-thread (lambda () (with-lock (lock) t)) :name "saq lock probe")))
     (prog1 (eq t (join-thread handle :default nil :timeout seconds))
       (when (thread-alive-p handle) (ignore-errors (terminate-thread handle))))))
+
+
+(defun xref-p ()
+  "True when the backend keeps cross-reference data (who calls...)."
+  (let ((result (product "CALL-TOOL" "who_calls" '(("function" . "common-lisp:car")))))
+    (not (search "keeps no cross-reference" (or (getf result :error) "")))))
+
+(defun agent-threads-trapped-p ()
+  "True when sly-agent-q can wrap the threads that agent code starts
+(SBCL; ECL's MP:PROCESS-RUN-FUNCTION is called directly by compiled code)."
+  #+sbcl t #-sbcl nil)
+
+
+(defun stack-overflow-condition-p ()
+  "True when a stack overflow is signalled as a condition that code can
+handle (CLISP instead resets to its top level, ending a batch run)."
+  #+clisp nil #-clisp t)
+
+
+(defun bounded-frame-printing-p ()
+  "False where the debugger tools' time limit on printing frames is
+known not to work yet (CLISP: the SIGINT does not stop a printer
+running inside the backend's debugging environment)."
+  #+clisp nil #-clisp t)
 
 
 ;;;; The debugger hook that every entry into the debugger honours

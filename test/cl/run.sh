@@ -64,6 +64,11 @@ run_backend() {
     mkdir -p "$work"
     # The Lisps that compile slowly (ECL through its C compiler) get longer.
     case "$lisp" in sbcl) watchdog=150 ;; *) watchdog=900 ;; esac
+    # ASDF upgrades itself to Debian's cl-asdf when it finds it; ECL 21
+    # then fails to load that upgrade from the cache on the next run (an
+    # unbound ASDF/PLAN::STAMP slot while loading the backend), so the
+    # cached upgrade is dropped and made again.
+    [ "$lisp" = ecl ] && rm -rf "$work"/xdg-cache/common-lisp/*/usr/share/common-lisp/source/cl-asdf
     echo "== $suite (loader: $loader)"
     # shellcheck disable=SC2046
     SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \

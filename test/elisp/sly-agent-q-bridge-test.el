@@ -370,6 +370,27 @@ A call cancelled before it was sent never runs."
         (should (string-match-p "PROCESS-DATA" (plist-get outcome :text)))
         (should (string-match-p "describe_symbol (safe).*✓" (sly-agent-q-test-chat-text)))))))
 
+(ert-deftest sly-agent-q-bridge-slime-zz-lisp-killed-while-helpers-load ()
+  "The Lisp dies while the helpers load: the call waiting for them gets an error."
+  (let* ((conn (cdr (sly-agent-q-test--slime)))
+         (dir (make-temp-file "saq-slow-helpers-" t))
+         (sly-agent-q-lisp-cl-directory dir)
+         result)
+    (unwind-protect
+        (progn
+          ;; A helpers file that takes its time, as a first compile does on a loaded machine.
+          (with-temp-file (expand-file-name "load.lisp" dir) (insert "(sleep 60)\n"))
+          (process-put conn 'sly-agent-q-helpers nil)
+          (sly-agent-q-bridge-call-tool "describe_symbol" '(:symbol "car") nil
+                                        (lambda (c e) (setq result (list c e))))
+          (sly-agent-q-test-sleep 1)
+          (should-not result)
+          (delete-process (slime-inferior-process conn))
+          (sly-agent-q-test-wait (lambda () result) 20 "the call waiting for the helpers")
+          (should-not (car result))
+          (should (string-match-p "connection to the Lisp image closed" (cadr result))))
+      (delete-directory dir t))))
+
 (ert-deftest sly-agent-q-bridge-slime-zz-server-lisp-killed ()
   "The Lisp dies while the model's eval_form runs: the model gets an error result."
   (unless (sly-agent-q-bridge-helpers-file) (ert-skip "lisp-cl/load.lisp is not there yet"))

@@ -141,6 +141,29 @@
       ;; The address is never hidden, nor a name's underscores.
       (should-not (string-match-p "[a-z0-9]" hidden)))))
 
+(ert-deftest sly-agent-q-markdown-fences-shown-whole ()
+  "Whatever hid a code block's fence while it streamed, the block's end shows it again."
+  (with-temp-buffer
+    (insert "Code:\n```lisp\n(car x)\n```\nafter\n")
+    (put-text-property (point-min) (point-max) 'invisible 'sly-agent-q-markup)
+    (sly-agent-q-markdown-show-fences (point-min) (point-max))
+    (add-to-invisibility-spec 'sly-agent-q-markup)
+    (should (equal (sly-agent-q-markdown-test--visible (point-min) (point-max)) "```lisp\n```\n"))))
+
+(ert-deftest sly-agent-q-markdown-long-line-shown-as-written ()
+  "A line longer than `sly-agent-q-markdown-max-line-chars' is not rendered (its cost grows as its
+square), by either renderer; shorter lines around it still are."
+  (dolist (mm '(nil t))
+    (let* ((sly-agent-q-markdown-use-markdown-mode mm)
+           (long (concat "**b** " (apply #'concat (make-list 2000 "*a ")) "\n"))
+           (rendered (sly-agent-q-markdown-render-string (concat "## Title\n" long "**c**\n"))))
+      (with-temp-buffer
+        (insert rendered)
+        (add-to-invisibility-spec 'sly-agent-q-markup)
+        (let ((screen (sly-agent-q-markdown-test--visible (point-min) (point-max))))
+          (should (string-prefix-p "Title\n**b** *a *a" screen))
+          (should (string-suffix-p "\nc\n" screen)))))))
+
 (ert-deftest sly-agent-q-chat-prompt-on-its-own-line ()
   "Streamed text that ends mid-line does not run into the prompt, and no state is in the transcript."
   (sly-agent-q-markdown-test--with-chat

@@ -287,10 +287,24 @@ so that its server really reports VERSION."
   "Non-nil when the Lisp mode under test is connected."
   (if (eq sly-agent-q-test-lisp 'sly) (sly-connected-p) (slime-connected-p)))
 
+(defconst sly-agent-q-test--lisp-programs
+  '(("sbcl" "--noinform" "--no-userinit")
+    ("ecl" "--norc")
+    ("clisp" "-norc" "-q"))
+  "The Lisps the tests can drive, each with its arguments for no init file.")
+
+(defun sly-agent-q-test--lisp-program ()
+  "The Lisp to drive and its arguments: SLY_AGENT_Q_TEST_PROGRAM (sbcl, ecl
+or clisp), SBCL by default."
+  (let ((name (or (getenv "SLY_AGENT_Q_TEST_PROGRAM") "")))
+    (or (assoc (if (string-empty-p name) "sbcl" name) sly-agent-q-test--lisp-programs)
+        (error "SLY_AGENT_Q_TEST_PROGRAM=%s is not one of sbcl, ecl, clisp" name))))
+
 (defun sly-agent-q-test-connect-lisp ()
-  "Make sure SBCL is connected through the Lisp mode under test.
-Skip the test when SBCL or the Lisp mode is not there."
-  (unless (executable-find "sbcl") (ert-skip "sbcl is not installed"))
+  "Make sure the Lisp is connected through the Lisp mode under test.
+Skip the test when the Lisp or the Lisp mode is not there."
+  (unless (executable-find (car (sly-agent-q-test--lisp-program)))
+    (ert-skip (format "%s is not installed" (car (sly-agent-q-test--lisp-program)))))
   (unless (if (eq sly-agent-q-test-lisp 'sly) (sly-agent-q-dev-require-sly) (sly-agent-q-dev-require-slime))
     (ert-skip (format "%s is not available%s" sly-agent-q-test-lisp
                       (if (eq sly-agent-q-test-lisp 'sly) " (set SLY_DIR)" ""))))
@@ -300,11 +314,13 @@ Skip the test when SBCL or the Lisp mode is not there."
     ;; contribs): evaluating before that would cancel them.
     (add-hook (if (eq sly-agent-q-test-lisp 'sly) 'sly-connected-hook 'slime-connected-hook)
               #'sly-agent-q-test--lisp-ready)
-    (if (eq sly-agent-q-test-lisp 'sly)
-        (sly-start :program "sbcl" :program-args '("--noinform" "--no-userinit"))
-      (slime-start :program "sbcl" :program-args '("--noinform" "--no-userinit")))
-    (sly-agent-q-test-wait (lambda () (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p)))
-                           120 "the Lisp to connect")))
+    (let ((program (sly-agent-q-test--lisp-program)))
+      (if (eq sly-agent-q-test-lisp 'sly)
+          (sly-start :program (car program) :program-args (cdr program))
+        (slime-start :program (car program) :program-args (cdr program)))
+      ;; ECL compiles the backend through its C compiler the first time.
+      (sly-agent-q-test-wait (lambda () (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p)))
+                             (if (equal (car program) "sbcl") 120 900) "the Lisp to connect"))))
 
 (provide 'sly-agent-q-test-helper)
 ;;; sly-agent-q-test-helper.el ends here

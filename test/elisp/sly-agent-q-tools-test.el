@@ -898,11 +898,11 @@ too, and a notification sent meanwhile arrives after it, intact."
                     (should (string-match-p "line 1 λ é — x" result))
                     (should (string-match-p "line 4000 λ é — x\\{60\\}" result)))
                   ;; The notification sent meanwhile reached the server whole: the
-                  ;; next turn's request names its package (in the note that tells
-                  ;; the model of a new package, the system prompt kept for the cache).
+                  ;; next turn's request names its package (in a note before the
+                  ;; user's text, so that the system prompt stays cached).
                   (should (eq (plist-get (sly-agent-q-test-send "Again") :status) 'finished))
                   (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
-                    (should (string-match-p "SAQ-ORDER" (format "%s" (alist-get 'body last)))))
+                    (should (string-match-p "SAQ-ORDER" (format "%s" (alist-get 'messages (alist-get 'body last))))))
                   (with-current-buffer (jsonrpc-events-buffer sly-agent-q-current-connection)
                     (should (string-match-p "emacs/reply: [0-9]+ bytes, sent in pieces" (buffer-string))))))
              t)

@@ -2,25 +2,15 @@
 // up to that request's last cache breakpoint (Anthropic) or all of it (OpenAI's automatic prefix
 // caching), even as old tool results are shortened to fit the window and the REPL's package changes.
 
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { startMockLLM, type MockLLM, type MockStep } from "../fixtures/mock-llm/server.mjs";
+import { describe, expect, it } from "vitest";
+import type { MockStep } from "../fixtures/mock-llm/server.mjs";
 import { prefixBreak } from "../fixtures/mock-llm/cache-prefix.mjs";
 import type { ChatSendResult, Configuration } from "../../server/protocol.js";
 import { FAKE_KEY, testRegistry } from "./agent-helpers.js";
-import { connectChat } from "./chat-harness.js";
+import { chatsWithMock } from "./chat-harness.js";
 import { defineTool } from "../../server/tools/tool.js";
 
-let mock: MockLLM;
-beforeAll(async () => {
-  mock = await startMockLLM();
-});
-afterAll(async () => {
-  await mock.close();
-});
-const open: (() => void)[] = [];
-afterEach(() => {
-  open.splice(0).forEach((d) => d());
-});
+const chats = chatsWithMock();
 
 /** A tool whose every result is 3,000 characters long. */
 function registry() {
@@ -53,22 +43,21 @@ describe.each(["anthropic", "openai"] as const)("the cache prefix over %s", (kin
     const configuration: Configuration = {
       provider: kind,
       apiKey: FAKE_KEY,
-      baseUrl: kind === "anthropic" ? mock.url : `${mock.url}/v1`,
+      baseUrl: kind === "anthropic" ? chats.mock().url : `${chats.mock().url}/v1`,
       model: kind === "anthropic" ? "claude-sonnet-4-6" : "gpt-4.1",
       // Small enough that old results must give way during the first turn.
       contextWindow: 5000,
       maxTokens: 500,
       maxSteps: 20,
     };
-    const h = await connectChat({ configuration, registry: registry(), capabilities: { tools: true, image: true, approvals: false }, context: { currentPackage: "MY-APP" } });
-    open.push(h.dispose);
-    mock.setScript({ steps: [...steps(8, "first"), ...steps(2, "second")] });
+    const h = await chats.connect({ configuration, registry: registry(), capabilities: { tools: true, image: true, approvals: false }, context: { currentPackage: "MY-APP" } });
+    chats.mock().setScript({ steps: [...steps(8, "first"), ...steps(2, "second")] });
     const first: ChatSendResult = await h.client.sendRequest("chat/send", { text: "Read them all", context: { currentPackage: "MY-APP" } });
     expect((await h.ended(first.turnId)).method).toBe("chat/turnFinished");
     const second: ChatSendResult = await h.client.sendRequest("chat/send", { conversationId: first.conversationId, text: "And these", context: { currentPackage: "OTHER-PKG" } });
     expect((await h.ended(second.turnId)).method).toBe("chat/turnFinished");
 
-    const requests = mock.requests();
+    const requests = chats.mock().requests();
     expect(requests).toHaveLength(12);
     const last = JSON.stringify(requests[requests.length - 1]!.body);
     // The test did make the server shorten old results, and the model was told of the new package.

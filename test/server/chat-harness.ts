@@ -1,7 +1,9 @@
 // An AgentServer with the chat handlers on an in-memory JSON-RPC pair, the way the chat tests talk to
 // it: the client records every notification, can wait for one, and for a turn's end.
 
+import { afterAll, afterEach, beforeAll } from "vitest";
 import type { MessageConnection } from "vscode-jsonrpc/node";
+import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
 import { registerChatHandlers, type ChatService } from "../../server/agent/chat-handlers.js";
 import { Logger } from "../../server/log.js";
 import type { ClientCapabilities, Configuration, EditorContext } from "../../server/protocol.js";
@@ -99,4 +101,30 @@ export function writeNoteTool(): Tool {
     runtime: "node",
     handler: async (a) => `wrote ${String(a.text)}`,
   });
+}
+
+/**
+ * For a test file's chats: a mock LLM started before its tests and closed after them, and chats
+ * connected with these options' defaults, each disposed of after its test.
+ */
+export function chatsWithMock(): { mock(): MockLLM; connect(opts: ChatHarnessOptions): Promise<ChatHarness> } {
+  let mock: MockLLM | undefined;
+  const open: ChatHarness[] = [];
+  beforeAll(async () => {
+    mock = await startMockLLM();
+  });
+  afterAll(async () => {
+    await mock?.close();
+  });
+  afterEach(() => {
+    open.splice(0).forEach((h) => h.dispose());
+  });
+  return {
+    mock: () => mock!,
+    connect: async (opts) => {
+      const h = await connectChat(opts);
+      open.push(h);
+      return h;
+    },
+  };
 }

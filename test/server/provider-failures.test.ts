@@ -32,7 +32,8 @@ describe.each<Kind>(["anthropic", "openai"])("provider failures over %s", (kind)
     const started = Date.now();
     const { outcome, events } = await turn(h, kind, c, "Hi", {
       script: { steps: [stall, { content: [{ type: "text", text: "Recovered." }] }] },
-      settings: { provider: idleProvider(kind, h, 300), turnTimeoutMs: 20_000 },
+      // The retry's own first chunk must come within the idle limit: room for a loaded machine.
+      settings: { provider: idleProvider(kind, h, 1500), turnTimeoutMs: 20_000 },
     });
     expect(outcome, JSON.stringify(outcome)).toMatchObject({ status: "finished", text: "Recovered.", llmRequests: 2 });
     expect(events.text.join("")).toBe("Recovered.");
@@ -70,14 +71,14 @@ describe.each<Kind>(["anthropic", "openai"])("provider failures over %s", (kind)
   it("does not time out a slow stream that keeps sending", async () => {
     const c = newConversation();
     const slow = { content: [{ type: "text" as const, text: "slow but steady answer" }], chunk_delay_ms: 150, text_delta_chars: 2 };
-    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [slow] }, settings: { provider: idleProvider(kind, h, 400), turnTimeoutMs: 20_000 } });
+    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [slow] }, settings: { provider: idleProvider(kind, h, 1000), turnTimeoutMs: 20_000 } });
     expect(outcome).toMatchObject({ status: "finished", text: "slow but steady answer", llmRequests: 1 });
   });
 
   it("counts keep-alive bytes as life: a long pause with pings is not a stall", async () => {
     const c = newConversation();
-    const paused = { content: [{ type: "text" as const, text: "after a long think" }], pause: { after_chunks: 1, ms: 1200, ping_every_ms: 100 } };
-    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [paused] }, settings: { provider: idleProvider(kind, h, 400), turnTimeoutMs: 20_000 } });
+    const paused = { content: [{ type: "text" as const, text: "after a long think" }], pause: { after_chunks: 1, ms: 2500, ping_every_ms: 100 } };
+    const { outcome } = await turn(h, kind, c, "Hi", { script: { steps: [paused] }, settings: { provider: idleProvider(kind, h, 1000), turnTimeoutMs: 20_000 } });
     expect(outcome, JSON.stringify(outcome)).toMatchObject({ status: "finished", text: "after a long think", llmRequests: 1 });
   });
 

@@ -6,39 +6,27 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { startMockLLM, type MockLLM, type RecordedRequest } from "../fixtures/mock-llm/server.mjs";
+import { describe, expect, it } from "vitest";
+import type { RecordedRequest } from "../fixtures/mock-llm/server.mjs";
 import type { ChatSendResult, Configuration } from "../../server/protocol.js";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { CORE_TOOLS } from "../../server/agent/tool-set.js";
 import { FAKE_KEY } from "./agent-helpers.js";
-import { connectChat, type ChatHarness } from "./chat-harness.js";
+import { chatsWithMock, type ChatHarness } from "./chat-harness.js";
 
-let mock: MockLLM;
-beforeAll(async () => {
-  mock = await startMockLLM();
-});
-afterAll(async () => {
-  await mock.close();
-});
-const open: (() => void)[] = [];
-afterEach(() => {
-  open.splice(0).forEach((d) => d());
-});
+const chats = chatsWithMock();
 
 /** The tools the server's policy offers H (the lean set or not). */
 const offeredBy = (h: ChatHarness) => h.server.policyFor(h.server.configuration).offered();
 const names = (r: RecordedRequest): string[] => (r.body.tools as { name: string }[]).map((t) => t.name);
 const system = (r: RecordedRequest): string => (r.body.system as { text: string }[]).map((b) => b.text).join("");
 
-async function connect(extra: Configuration): Promise<ChatHarness> {
-  const h = await connectChat({
-    configuration: { provider: "anthropic", apiKey: FAKE_KEY, baseUrl: mock.url, model: "claude-sonnet-4-6", ...extra },
+function connect(extra: Configuration): Promise<ChatHarness> {
+  return chats.connect({
+    configuration: { provider: "anthropic", apiKey: FAKE_KEY, baseUrl: chats.mock().url, model: "claude-sonnet-4-6", ...extra },
     registry: createDefaultRegistry(),
     capabilities: { tools: true, image: true, approvals: false },
   });
-  open.push(h.dispose);
-  return h;
 }
 
 async function send(h: ChatHarness, text: string, conversationId?: string): Promise<ChatSendResult> {
@@ -53,7 +41,7 @@ describe("the lean tool set", () => {
     const dir = mkdtempSync(join(tmpdir(), "saq-lean-"));
     const h = await connect({ contextWindow: 16_000, conversationDirectory: dir });
     const all = offeredBy(h).map((t) => t.name);
-    mock.setScript({
+    chats.mock().setScript({
       steps: [
         { content: [{ type: "tool_use", name: "add_tools", input: { category: "debugger" } }] },
         { content: [{ type: "text", text: "Now I can look at the debugger." }] },
@@ -62,7 +50,7 @@ describe("the lean tool set", () => {
     });
     const first = await send(h, "What is on the stack?");
     await send(h, "And now?", first.conversationId);
-    const [r1, r2, r3] = mock.requests() as [RecordedRequest, RecordedRequest, RecordedRequest];
+    const [r1, r2, r3] = chats.mock().requests() as [RecordedRequest, RecordedRequest, RecordedRequest];
     expect(names(r1).sort()).toEqual([...CORE_TOOLS, "add_tools"].sort());
     // Every tool stays reachable: the prompt names each one the set holds back, under its category.
     for (const name of all.filter((n) => !names(r1).includes(n))) expect(system(r1)).toContain(`\`${name}\``);
@@ -79,30 +67,30 @@ describe("the lean tool set", () => {
     h.dispose();
     const again = await connect({ contextWindow: 16_000, conversationDirectory: dir });
     await again.client.sendRequest("conversation/resume", { conversationId: first.conversationId });
-    mock.setScript({ steps: [{ content: [{ type: "text", text: "Back." }] }] });
+    chats.mock().setScript({ steps: [{ content: [{ type: "text", text: "Back." }] }] });
     await send(again, "Go on", first.conversationId);
-    expect(names(mock.requests()[0]!)).toEqual(names(r2));
+    expect(names(chats.mock().requests()[0]!)).toEqual(names(r2));
   });
 
   it("answers an unknown category with the categories there are", async () => {
     const h = await connect({ contextWindow: 8_000 });
-    mock.setScript({
+    chats.mock().setScript({
       steps: [{ content: [{ type: "tool_use", name: "add_tools", input: { category: "teleportation" } }] }, { content: [{ type: "text", text: "ok" }] }],
     });
     await send(h, "Teleport");
-    const result = JSON.stringify(mock.requests()[1]!.body.messages[2]);
+    const result = JSON.stringify(chats.mock().requests()[1]!.body.messages[2]);
     expect(result).toContain('Unknown category \\"teleportation\\"');
     expect(result).toContain("debugger");
-    expect(names(mock.requests()[1]!)).toEqual(names(mock.requests()[0]!));
+    expect(names(chats.mock().requests()[1]!)).toEqual(names(chats.mock().requests()[0]!));
   });
 
   it("offers a large window every tool, and no add_tools", async () => {
     const h = await connect({});
-    mock.setScript({ steps: [{ content: [{ type: "text", text: "Hello." }] }] });
+    chats.mock().setScript({ steps: [{ content: [{ type: "text", text: "Hello." }] }] });
     await send(h, "Hi");
-    const offered = names(mock.requests()[0]!);
+    const offered = names(chats.mock().requests()[0]!);
     expect(offered).not.toContain("add_tools");
     expect(offered).toEqual(offeredBy(h).flatMap((t) => (t.name === "add_tools" ? [] : [t.name])));
-    expect(system(mock.requests()[0]!)).not.toContain("add_tools");
+    expect(system(chats.mock().requests()[0]!)).not.toContain("add_tools");
   });
 });

@@ -15,10 +15,10 @@ const debuggerOp = (capability: string) => ({
   timeoutMs: DEBUGGER_TIMEOUT_MS,
 });
 
-const thread: ParamSpec = { type: "integer", description: "Debugged thread, as debugger_state names it (default: the latest)." };
+const thread: ParamSpec = { type: "integer", description: "Thread, as debugger_state names it (default: latest)." };
 const frame: ParamSpec = { type: "integer", description: "Frame number, as debugger_state lists it.", minimum: 0 };
 const pkg: ParamSpec = { type: "string", description: "Package to read in (default: the REPL's)." };
-const form: ParamSpec = { type: "string", description: "Lisp forms, as source text.", lisp: true };
+const form: ParamSpec = { type: "string", description: "Forms, as source text.", lisp: true };
 
 export const debuggerTools: Tool[] = [
   defineTool({
@@ -31,7 +31,7 @@ export const debuggerTools: Tool[] = [
   }),
   defineTool({
     name: "debugger_frame_locals",
-    description: "A debugger frame's local variables, printed bounded.",
+    description: "A debugger frame's locals, printed bounded.",
     parameters: { frame, thread },
     required: ["frame"],
     safety: "safe",
@@ -140,7 +140,7 @@ export const debuggerTools: Tool[] = [
   }),
   defineTool({
     name: "profile_eval",
-    description: "Evaluate forms under the statistical profiler; returns the top entries.",
+    description: "Run forms under the statistical profiler; returns top entries.",
     parameters: { form, package: pkg },
     required: ["form"],
     safety: "cautious",

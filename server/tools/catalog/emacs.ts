@@ -187,7 +187,7 @@ export const emacsTools: Tool[] = [
     description: "Save a buffer to a project file.",
     parameters: {
       buffer_name: bufferName,
-      file_path: { type: "string", description: "Where to save, relative to the project root (default: its file)." },
+      file_path: { type: "string", description: "Project-relative path (default: its file)." },
     },
     required: ["buffer_name"],
     review: "target",

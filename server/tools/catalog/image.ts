@@ -7,11 +7,11 @@ import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 /** The package argument of the tools that read Lisp names. */
 export const pkg: ParamSpec = {
   type: "string",
-  description: "Package names are read in (default: the REPL's).",
+  description: "Package to read names in (default: the REPL's).",
 };
 const symbolName = (what: string): ParamSpec => ({
   type: "string",
-  description: `${what} name, read by the reader (pkg:name, pkg::name ok).`,
+  description: `${what} name, read as Lisp (pkg::name ok).`,
 });
 
 // No per-tool timeout: the executor derives image tools' deadline from the configured image timeout
@@ -90,7 +90,7 @@ export const imageTools: Tool[] = [
   }),
   defineTool({
     name: "class_slots",
-    description: "A class's slots, own and inherited, with initargs, initforms, types, readers, writers.",
+    description: "A class's slots, inherited too: initargs, initforms, types, accessors.",
     parameters: { class: symbolName("Class"), package: pkg },
     required: ["class"],
     safety: "safe",

@@ -10,7 +10,7 @@ import { pkg } from "./image.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
 
 
-const symbol: ParamSpec = { type: "string", description: "The definition's name, e.g. my-app::parse-input." };
+const symbol: ParamSpec = { type: "string", description: "Definition's name, e.g. app::parse-input." };
 const which: ParamSpec = { type: "string", description: "Which definition, as find_definition labels it (when several)." };
 const system: ParamSpec = { type: "string", description: "ASDF system name." };
 const description: ParamSpec = { type: "string", description: "One line telling the user why." };
@@ -190,7 +190,7 @@ async function listSystems(args: Record<string, unknown>, ctx: ToolContext): Pro
 export const sourceTools: Tool[] = [
   defineTool({
     name: "find_definition",
-    description: "Where a symbol's definitions are in the source: file, line and first line of each.",
+    description: "Where a symbol is defined in source: file, line, first line of each.",
     parameters: { symbol, package: pkg },
     required: ["symbol"],
     safety: "safe",

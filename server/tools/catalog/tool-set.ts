@@ -2,7 +2,7 @@
 // offered a core set, and this tool adds the tools of one category for the rest of it
 // (server/agent/tool-set.ts). It runs in Node and changes nothing but what the model is offered.
 
-import { defineTool, ToolError, type Tool } from "../tool.js";
+import { defineTool, type Tool } from "../tool.js";
 
 export const ADD_TOOLS = "add_tools";
 
@@ -16,7 +16,8 @@ export const toolSetTools: Tool[] = [
     categories: ["tools"],
     runtime: "node",
     handler: async (a, ctx) => {
-      if (!ctx.offerCategory) throw new ToolError("Every tool is offered already: call the one you need.");
+      // Outside a lean conversation (a large window, tools/call, MCP) there is nothing to add.
+      if (!ctx.offerCategory) return "Every tool is offered already: call the one you need.";
       const category = String(a.category);
       const added = ctx.offerCategory(category);
       return added.length > 0 ? `Added the ${category} tools: ${added.join(", ")}. Call them from your next step on.` : `The ${category} tools are offered already.`;
