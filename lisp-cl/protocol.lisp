@@ -14,25 +14,6 @@
 
 (in-package #:sly-agent-q)
 
-(define-condition tool-error (error)
-  ((message :initarg :message :reader tool-error-message))
-  (:report (lambda (c stream) (write-string (tool-error-message c) stream)))
-  (:documentation "A problem the model can fix: bad arguments, a name
-that does not exist, code that does not read.  Its message is the
-whole error result."))
-
-(defun fail (control &rest args)
-  "Signal a TOOL-ERROR whose message is CONTROL formatted with ARGS."
-  (error 'tool-error :message (apply #'format nil control args)))
-
-(define-condition tool-failure (error)
-  ((message :initarg :message :reader tool-failure-message))
-  (:report (lambda (c stream) (write-string (tool-failure-message c) stream)))
-  (:documentation "Signalled by a tool whose work ran but failed (an
-evaluation error, a timeout, a failed compilation): the result is an
-error carrying MESSAGE."))
-
-
 ;;;; The tool table
 ;;;
 ;;; A tool is declared once, in the server's catalog
@@ -174,21 +155,8 @@ matches everything)."
   "The PACKAGE argument of CALL-TOOL: the name of the REPL's package,
 the default for tools whose \"package\" argument is absent.")
 
-(defvar *call-timeout* nil
-  "The TIMEOUT of the current CALL-TOOL, in seconds, or NIL.")
-
-(defvar *call-id* nil
-  "The :CALL-ID of the current CALL-TOOL, or NIL (see CANCEL-CALL).")
-
-(defvar *in-agent-code* nil
-  "True while code the agent asked for runs in this thread (see
-WRAP-AGENT-THREAD-FUNCTION).")
-
 (defvar *evaluation-serial* 0
   "Counts CALL-TOOL calls, so a thread's error can say which one started it.")
-
-(defvar *current-evaluation* nil
-  "The serial of the CALL-TOOL running in this thread.")
 
 (defparameter *tools-guarding-themselves*
   '("eval_form" "eval_in_package" "compile_form" "macroexpand_form")
@@ -216,23 +184,6 @@ run before it is interrupted.  NIL means no limit.")
 an unexpected state of the image)."
   (format nil "~A failed inside the image: ~A: ~A"
           tool-name (condition-type-label condition) (condition-message condition)))
-
-(defun call-with-debugger-trap (hook function)
-  "Call FUNCTION with HOOK (taking a condition) as the debugger.
-The backend binds *DEBUGGER-HOOK* and, where the implementation has
-one, its own hook that even BREAK and INVOKE-DEBUGGER honour (e.g.
-SB-EXT:*INVOKE-DEBUGGER-HOOK*); without a backend, *DEBUGGER-HOOK*
-alone is bound.  HOOK must not return normally."
-  (let ((debugger-hook (lambda (condition old-hook)
-                         (declare (ignore old-hook))
-                         (funcall hook condition))))
-    (if (backend-implemented-p "CALL-WITH-DEBUGGER-HOOK")
-        (bcall "CALL-WITH-DEBUGGER-HOOK" debugger-hook function)
-        (let ((*debugger-hook* debugger-hook)
-              ;; BREAK binds *DEBUGGER-HOOK* to NIL; SBCL's own hook
-              ;; is consulted first by INVOKE-DEBUGGER.
-              #+sbcl (sb-ext:*invoke-debugger-hook* debugger-hook))
-          (funcall function)))))
 
 (defun normalize-timeout (timeout)
   "TIMEOUT as CALL-TOOL accepts it, checked: a positive real or NIL."

@@ -146,23 +146,22 @@ refuse it, CALL is answered with that error and nobody is asked.
 Otherwise the diff review decides for a call reviewed as a diff or a
 form (the review kind the server sent), else
 `sly-agent-q-approval-function', else the user."
-  (let* ((params (sly-agent-q-call-params call))
-         (preview (condition-case err
-                      (cons :ok (sly-agent-q-tools-preview (plist-get params :capability)
-                                                           (plist-get params :arguments)
-                                                           (plist-get params :review)))
-                    (sly-agent-q-tool-error (cons :refused (cadr err)))))
-         (answered nil)
-         (callback (lambda (decision)
-                     (unless answered
-                       (setq answered t)
-                       (sly-agent-q-call-reply
-                        call (sly-agent-q-approval--bind
-                              params (cdr preview)
-                              (sly-agent-q-approval--normalize decision)))))))
-    (if (eq (car preview) :refused)
-        (sly-agent-q-call-fail call (cdr preview))
-      (sly-agent-q-approval--route call params (cdr preview) callback))))
+  (let ((params (sly-agent-q-call-params call)))
+    (cl-destructuring-bind (&key capability arguments review &allow-other-keys) params
+      (let* ((preview (condition-case err
+                          (cons :ok (sly-agent-q-tools-preview capability arguments review))
+                        (sly-agent-q-tool-error (cons :refused (cadr err)))))
+             (answered nil)
+             (callback (lambda (decision)
+                         (unless answered
+                           (setq answered t)
+                           (sly-agent-q-call-reply
+                            call (sly-agent-q-approval--bind
+                                  params (cdr preview)
+                                  (sly-agent-q-approval--normalize decision)))))))
+        (if (eq (car preview) :refused)
+            (sly-agent-q-call-fail call (cdr preview))
+          (sly-agent-q-approval--route call params (cdr preview) callback))))))
 
 (defun sly-agent-q-approval--bind (params preview decision)
   "DECISION on the call of PARAMS, with the :target it was given for.

@@ -670,16 +670,17 @@ answer says the evaluation goes on, bounded by the image timeout."
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql image)) call)
   "Answer the server's image CALL through the connected Lisp."
-  (let* ((params (sly-agent-q-call-params call))
-         (cancel (sly-agent-q-bridge-call-tool
-                  (plist-get params :tool) (plist-get params :arguments) (plist-get params :package)
-                  (lambda (content error)
-                    (if error
-                        (sly-agent-q-call-fail call error)
-                      (sly-agent-q-call-reply call (list :content content)))))))
-    ;; The server's emacs/cancel (a cancelled turn or call, its timeout)
-    ;; stops the evaluation in the image, not only the wait for it.
-    (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel)))))
+  (cl-destructuring-bind (&key tool arguments package &allow-other-keys)
+      (sly-agent-q-call-params call)
+    (let ((cancel (sly-agent-q-bridge-call-tool
+                   tool arguments package
+                   (lambda (content error)
+                     (if error
+                         (sly-agent-q-call-fail call error)
+                       (sly-agent-q-call-reply call (list :content content)))))))
+      ;; The server's emacs/cancel (a cancelled turn or call, its timeout)
+      ;; stops the evaluation in the image, not only the wait for it.
+      (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel))))))
 
 (defun sly-agent-q-bridge--lisp-connected (&rest _)
   "Tell the server the current package of a Lisp that just connected."

@@ -1160,54 +1160,55 @@ Notifications of turns that are over are ignored."
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/textDelta)) params)
   "Show the streamed text of the chat/textDelta PARAMS."
-  (sly-agent-q-chat--with-turn-buffer params
-    (sly-agent-q-chat--add-text (or (plist-get params :text) ""))))
+  (cl-destructuring-bind (&key text &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (sly-agent-q-chat--add-text (or text "")))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolCall)) params)
   "Add the tool entry of the chat/toolCall PARAMS."
-  (sly-agent-q-chat--with-turn-buffer params
-    (sly-agent-q-chat--add-entry
-     (sly-agent-q--make-entry :call-id (plist-get params :callId)
-                              :name (plist-get params :name)
-                              :arguments (plist-get params :arguments)
-                              :safety (plist-get params :safetyLevel)))))
+  (cl-destructuring-bind (&key callId name arguments safetyLevel &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (sly-agent-q-chat--add-entry
+       (sly-agent-q--make-entry :call-id callId :name name :arguments arguments
+                                :safety safetyLevel)))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/approvalNeeded)) params)
   "Mark the entry of the chat/approvalNeeded PARAMS as waiting for you."
-  (sly-agent-q-chat--with-turn-buffer params
-    (let ((entry (sly-agent-q-chat-entry (plist-get params :callId))))
-      (when (and entry (eq (sly-agent-q-entry-status entry) 'running))
-        (setf (sly-agent-q-entry-status entry) 'approval)
-        (sly-agent-q-chat--redraw-entry entry)))))
+  (cl-destructuring-bind (&key callId &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (let ((entry (sly-agent-q-chat-entry callId)))
+        (when (and entry (eq (sly-agent-q-entry-status entry) 'running))
+          (setf (sly-agent-q-entry-status entry) 'approval)
+          (sly-agent-q-chat--redraw-entry entry))))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolResult)) params)
   "Show the result in the chat/toolResult PARAMS in its entry."
-  (sly-agent-q-chat--with-turn-buffer params
-    (let ((entry (or (sly-agent-q-chat-entry (plist-get params :callId))
-                     (let ((e (sly-agent-q--make-entry :call-id (plist-get params :callId)
-                                                       :name (plist-get params :name)
-                                                       :safety "?")))
-                       (sly-agent-q-chat--add-entry e)
-                       e)))
-          (success (eq (plist-get params :success) t)))
-      (setf (sly-agent-q-entry-status entry) (if success 'ok 'error)
-            (sly-agent-q-entry-content entry) (plist-get params :content)
-            (sly-agent-q-entry-error entry) (and (not success)
-                                                 (or (plist-get params :error)
-                                                     (plist-get params :content)))
-            (sly-agent-q-entry-time-ms entry) (plist-get params :executionTimeMs)
-            (sly-agent-q-entry-wait-ms entry) (plist-get params :approvalWaitMs)
-            (sly-agent-q-entry-ran-arguments entry) (plist-get params :arguments)
-            (sly-agent-q-entry-approved entry) (plist-get params :approved))
-      (sly-agent-q-chat--redraw-entry entry))))
+  (cl-destructuring-bind (&key callId name success content error executionTimeMs
+                              approvalWaitMs arguments approved &allow-other-keys)
+      params
+    (sly-agent-q-chat--with-turn-buffer params
+      (let ((entry (or (sly-agent-q-chat-entry callId)
+                       (let ((e (sly-agent-q--make-entry :call-id callId :name name :safety "?")))
+                         (sly-agent-q-chat--add-entry e)
+                         e)))
+            (ok (eq success t)))
+        (setf (sly-agent-q-entry-status entry) (if ok 'ok 'error)
+              (sly-agent-q-entry-content entry) content
+              (sly-agent-q-entry-error entry) (and (not ok) (or error content))
+              (sly-agent-q-entry-time-ms entry) executionTimeMs
+              (sly-agent-q-entry-wait-ms entry) approvalWaitMs
+              (sly-agent-q-entry-ran-arguments entry) arguments
+              (sly-agent-q-entry-approved entry) approved)
+        (sly-agent-q-chat--redraw-entry entry)))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnState)) params)
   "Show the state of the turn the chat/turnState PARAMS name.
 The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
-  (sly-agent-q-chat--with-turn-buffer params
-    (sly-agent-q-chat--enter-state turn
-                                   (sly-agent-q-chat--state-symbol (plist-get params :state))
-                                   (sly-agent-q-chat--state-symbol (plist-get params :previous)))))
+  (cl-destructuring-bind (&key state previous &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (sly-agent-q-chat--enter-state turn
+                                     (sly-agent-q-chat--state-symbol state)
+                                     (sly-agent-q-chat--state-symbol previous)))))
 
 (defun sly-agent-q-chat-compacted-notice (replaced before after)
   "Tell the chat that REPLACED messages were summarized, BEFORE to AFTER tokens."
@@ -1219,45 +1220,42 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/compacted)) params)
   "Say in the chat that the history was compacted, as chat/compacted PARAMS tell."
-  (sly-agent-q-chat--with-turn-buffer params
-    (sly-agent-q-chat--flush)
-    (sly-agent-q-chat-compacted-notice (plist-get params :replacedMessages)
-                                       (plist-get params :tokensBefore)
-                                       (plist-get params :tokensAfter))))
+  (cl-destructuring-bind (&key replacedMessages tokensBefore tokensAfter &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (sly-agent-q-chat--flush)
+      (sly-agent-q-chat-compacted-notice replacedMessages tokensBefore tokensAfter))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/notice)) params)
   "Say in the chat what the chat/notice PARAMS tell the user."
-  (sly-agent-q-chat--with-turn-buffer params
-    (sly-agent-q-chat--flush)
-    (sly-agent-q-chat-notice (format "[%s]" (plist-get params :text)))))
+  (cl-destructuring-bind (&key text &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (sly-agent-q-chat--flush)
+      (sly-agent-q-chat-notice (format "[%s]" text)))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."
-  (sly-agent-q-chat--with-turn-buffer params
-    (setq sly-agent-q-chat--usage (plist-get params :conversationUsage)
-          sly-agent-q-chat--cost (plist-get params :conversationCostUsd)
-          sly-agent-q-chat--model (or (plist-get params :model) sly-agent-q-chat--model))
-    (sly-agent-q-chat--flush)
-    (sly-agent-q-chat--end-segment)
-    (when (stringp (plist-get params :saveError))
-      (sly-agent-q-chat--save-error-notice (plist-get params :saveError)))
-    (let ((reason (plist-get params :stopReason))
-          (usage (plist-get params :usage)))
-      (unless (member reason '("end_turn" "stop_sequence" nil))
-        (sly-agent-q-chat-notice (sly-agent-q-chat--stop-notice reason)))
+  (cl-destructuring-bind (&key conversationUsage conversationCostUsd model saveError stopReason
+                              usage steps costUsd text &allow-other-keys)
+      params
+    (sly-agent-q-chat--with-turn-buffer params
+      (setq sly-agent-q-chat--usage conversationUsage
+            sly-agent-q-chat--cost conversationCostUsd
+            sly-agent-q-chat--model (or model sly-agent-q-chat--model))
+      (sly-agent-q-chat--flush)
+      (sly-agent-q-chat--end-segment)
+      (when (stringp saveError)
+        (sly-agent-q-chat--save-error-notice saveError))
+      (unless (member stopReason '("end_turn" "stop_sequence" nil))
+        (sly-agent-q-chat-notice (sly-agent-q-chat--stop-notice stopReason)))
       (sly-agent-q-chat-notice
        (format "(%s%s in / %s out · $%.4f)"
-               (let ((steps (plist-get params :steps)))
-                 (if (and (numberp steps) (> steps 0))
-                     (format "%d tool step%s · " steps (if (= steps 1) "" "s"))
-                   ""))
+               (if (and (numberp steps) (> steps 0))
+                   (format "%d tool step%s · " steps (if (= steps 1) "" "s"))
+                 "")
                (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
                (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens))
-               (or (plist-get params :costUsd) 0))))
-    (sly-agent-q-chat--end-turn turn 'finished
-                                :text (plist-get params :text)
-                                :usage (plist-get params :usage)
-                                :cost (plist-get params :costUsd))))
+               (or costUsd 0)))
+      (sly-agent-q-chat--end-turn turn 'finished :text text :usage usage :cost costUsd))))
 
 (defun sly-agent-q-chat--stop-notice (reason)
   "Return the notice for a turn that ended for REASON, a protocol stop reason."
@@ -1269,15 +1267,13 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFailed)) params)
   "End the turn of the chat/turnFailed PARAMS as failed or cancelled."
-  (sly-agent-q-chat--with-turn-buffer params
-    (when (stringp (plist-get params :saveError))
-      (sly-agent-q-chat--flush)
-      (sly-agent-q-chat--save-error-notice (plist-get params :saveError)))
-    (let ((cancelled (equal (plist-get params :kind) "cancelled")))
-      (sly-agent-q-chat--end-turn turn (if cancelled 'cancelled 'failed)
-                                  :message (plist-get params :message)
-                                  :usage (plist-get params :usage)
-                                  :cost (plist-get params :costUsd)))))
+  (cl-destructuring-bind (&key saveError kind message usage costUsd &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (when (stringp saveError)
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-chat--save-error-notice saveError))
+      (sly-agent-q-chat--end-turn turn (if (equal kind "cancelled") 'cancelled 'failed)
+                                  :message message :usage usage :cost costUsd))))
 
 (defun sly-agent-q-chat--on-server-died (message)
   "Tell every chat buffer the server died with MESSAGE; end its turn."

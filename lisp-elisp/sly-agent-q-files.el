@@ -652,5 +652,44 @@ Return the coding system used."
              (signal (car err) (cdr err)))))))
       coding)))
 
+;;;; The buffers the agent may use
+
+(defcustom sly-agent-q-tools-allow-hidden-buffers nil
+  "Non-nil lets the agent read internal buffers (names starting with a space).
+They may hold process output, credentials included; the agent never
+writes them."
+  :type 'boolean
+  :group 'sly-agent-q-tools)
+
+(defun sly-agent-q-files-agent-buffer (name &optional for-write)
+  "Return the live buffer named NAME, or the user's last buffer when NAME is nil.
+Signal a tool error when there is none, when it is internal, or, if
+FOR-WRITE is non-nil, when the agent may not write it."
+  (let ((buffer (if name (get-buffer name) (sly-agent-q-files-default-buffer))))
+    (unless (buffer-live-p buffer)
+      (sly-agent-q-tool-fail "There is no buffer named %S; buffer_list shows the open buffers."
+                         name))
+    (let ((file (buffer-local-value 'buffer-file-name buffer)))
+      (when (and file (sly-agent-q-files-private-p (file-truename file)))
+        (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
+                           (buffer-name buffer))))
+    (when (and (sly-agent-q-hidden-buffer-p buffer)
+               (or for-write (not sly-agent-q-tools-allow-hidden-buffers)))
+      (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
+                         (buffer-name buffer)))
+    (when for-write
+      (let ((file (buffer-local-value 'buffer-file-name buffer)))
+        (when (and file (not (sly-agent-q-files-inside-root-p file)))
+          (sly-agent-q-tool-fail
+           "Buffer %s visits %s, which is outside the project root or read-only for the agent; the agent may not change it."
+           (buffer-name buffer) (abbreviate-file-name file))))
+      (when (sly-agent-q-protected-buffer-p buffer)
+        (sly-agent-q-tool-fail
+         "Buffer %s belongs to the agent's own interface; the agent may not write it."
+         (buffer-name buffer)))
+      (when (buffer-local-value 'buffer-read-only buffer)
+        (sly-agent-q-tool-fail "Buffer %s is read-only." (buffer-name buffer))))
+    buffer))
+
 (provide 'sly-agent-q-files)
 ;;; sly-agent-q-files.el ends here

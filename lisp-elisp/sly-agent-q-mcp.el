@@ -121,14 +121,16 @@ line of data (`sly-agent-q-display-line')."
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/call)) params)
   "Log the MCP call PARAMS (an mcp/call notification)."
-  (let ((p (sly-agent-q-server-redact params)))
-    (if (equal (plist-get p :phase) "start")
-        (sly-agent-q-mcp--log "%s calls %s %s" (plist-get p :client) (plist-get p :tool)
-                              (json-encode (or (plist-get p :arguments) '(:x nil))))
-      (sly-agent-q-mcp--log "%s %s %s (%s): %s" (plist-get p :client) (plist-get p :tool)
-                            (if (eq (plist-get p :success) t) "ok" "FAILED")
-                            (plist-get p :safetyLevel)
-                            (or (plist-get p :summary) "")))))
+  (cl-destructuring-bind (&key phase client tool arguments success ((:safetyLevel level)) summary
+                              &allow-other-keys)
+      (sly-agent-q-server-redact params)
+    (if (equal phase "start")
+        (sly-agent-q-mcp--log "%s calls %s %s" client tool
+                              (json-encode (or arguments '(:x nil))))
+      (sly-agent-q-mcp--log "%s %s %s (%s): %s" client tool
+                            (if (eq success t) "ok" "FAILED")
+                            level
+                            (or summary "")))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/serverStatus)) params)
   "Report the status PARAMS of an MCP server used by the agent."

@@ -225,7 +225,7 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
 
 ;;;; Rewind
 
-(declare-function sly-agent-q-tools-rewind-change "sly-agent-q-tools" (kind name before expected))
+(declare-function sly-agent-q-tools-rewind-change "sly-agent-q-tool-rewind" (kind name before expected))
 
 (defun sly-agent-q-sessions--first-words (text)
   "The start of TEXT's first line, drawn as data, cut at about 60 columns."

@@ -61,6 +61,9 @@
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-diff)
 (require 'sly-agent-q-tool-declare)
+(require 'sly-agent-q-tool-call)
+(require 'sly-agent-q-tool-rewind)
+(require 'sly-agent-q-tool-preview)
 
 (defcustom sly-agent-q-tools-max-chars 20000
   "Most characters of text a buffer or file tool returns in one call.
@@ -78,200 +81,6 @@ Longer text is cut, with a note telling the model how to read on."
   :type 'integer
   :group 'sly-agent-q-tools)
 
-(defcustom sly-agent-q-tools-allow-hidden-buffers nil
-  "Non-nil lets the agent read internal buffers (names starting with a space).
-They may hold process output, credentials included; the agent never
-writes them."
-  :type 'boolean
-  :group 'sly-agent-q-tools)
-
-;;;; Dispatch
-
-(defun sly-agent-q-tools--keywords (args)
-  "Return ARGS (a JSON object as jsonrpc.el gives it) with JSON false as nil."
-  (cl-loop for (key value) on args by #'cddr
-           nconc (list key (if (eq value :json-false) nil value))))
-
-(defun sly-agent-q-tools-capabilities ()
-  "Return the names of the capabilities Emacs answers."
-  (sly-agent-q-tool-names))
-
-(defun sly-agent-q-tools-call (capability args callback &optional changes-callback)
-  "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
-CAPABILITY is a tool declared with `sly-agent-q-define-tool',
-ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
-CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
-or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
-the handler returned a function to answer later (see
-`sly-agent-q-tools--call-deferred'; such capabilities change no file
-or buffer).  Return nil, or for a call answered later a function of no
-arguments that stops it.
-CHANGES-CALLBACK, if non-nil, is called first with what the call
-changed in files and buffers, for rewinding (see
-`sly-agent-q-tools-changes').  Never signals."
-  (let ((content nil) (message nil) (before nil) (deferred nil))
-    (condition-case err
-        (let ((handler (plist-get (sly-agent-q-tool-declaration capability) :handler)))
-          (unless handler
-            (sly-agent-q-tool-fail "Emacs has no tool capability %S (it knows: %s)."
-                               capability
-                               (string-join (sly-agent-q-tools-capabilities) ", ")))
-          (unless (and (listp args) (cl-evenp (length args)))
-            (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." capability))
-          (setq before (sly-agent-q-tools--snapshot capability args))
-          (let ((result (apply handler (sly-agent-q-tools--keywords args))))
-            (if (and (functionp result) (not (symbolp result)))
-                (setq deferred result)
-              (setq content (if (stringp result) result (format "%s" result))))))
-      (sly-agent-q-tool-error (setq message (cadr err)))
-      (t (setq message (format "%s failed in Emacs: %s" capability
-                               (error-message-string err)))))
-    (if (and deferred (not message))
-        (sly-agent-q-tools--call-deferred capability deferred callback)
-      (condition-case err
-          (progn
-            (when changes-callback
-              (funcall changes-callback (sly-agent-q-tools-changes before)))
-            (if message
-                (funcall callback nil message)
-              (funcall callback content nil)))
-        (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                    (sly-agent-q-display-line (error-message-string err)))))
-      nil)))
-
-(defun sly-agent-q-tools--call-deferred (capability deferred callback)
-  "Let DEFERRED, what the handler of CAPABILITY returned, answer CALLBACK later.
-A handler that must wait (for the Lisp image, say) returns a function
-of one argument, a function of (CONTENT ERROR); it calls that once.
-CALLBACK is called exactly once, whatever DEFERRED does.  Return what
-DEFERRED returns when it is a function (one that stops the work: it is
-called when the server no longer wants the answer), else nil."
-  (let* ((answered nil)
-         (answer (lambda (content error)
-                   (unless answered
-                     (setq answered t)
-                     (condition-case err
-                         (if error
-                             (funcall callback nil (format "%s" error))
-                           (funcall callback (if (stringp content) content (format "%s" content)) nil))
-                       (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                                   (sly-agent-q-display-line (error-message-string err)))))))))
-    (condition-case err
-        (let ((stop (funcall deferred answer)))
-          (and (functionp stop)
-               (lambda ()
-                 (unless answered
-                   (funcall stop)
-                   (funcall answer nil "The call was cancelled.")))))
-      (sly-agent-q-tool-error (funcall answer nil (cadr err)) nil)
-      (t (funcall answer nil (format "%s failed in Emacs: %s" capability
-                                     (error-message-string err)))
-         nil))))
-
-;;;; What a call changed, for rewinding
-
-(defcustom sly-agent-q-tools-rewind-max-chars 2000000
-  "Largest file or buffer text kept to rewind a change the agent made.
-Larger texts are changed without a way back through `sly-agent-q-rewind'."
-  :type 'integer
-  :group 'sly-agent-q-tools)
-
-(defun sly-agent-q-tools--targets (capability args)
-  "Return the files and buffers a call of CAPABILITY with ARGS would alter.
-A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME), as the
-tool's declaration gives it; nil when the call will be refused
-anyway (the tool reports why)."
-  (let ((changes (plist-get (sly-agent-q-tool-declaration capability) :changes)))
-    (and changes (ignore-errors (funcall changes args)))))
-
-(defun sly-agent-q-tools-file-target (file)
-  "Return the rewind target of FILE, for a tool's declaration."
-  (list (cons 'file file)))
-
-(defun sly-agent-q-tools-buffer-target (name)
-  "Return the rewind target of the buffer the agent may write named NAME.
-NAME nil is the user's last buffer, as the buffer tools take it."
-  (list (cons 'buffer (buffer-name (sly-agent-q-tools--get-buffer name t)))))
-
-(defun sly-agent-q-tools--text-of (target)
-  "The text of TARGET now: a string, nil if it does not exist, or `too-large'."
-  (pcase-let ((`(,kind . ,name) target))
-    (let ((text (pcase kind
-                  ('file (and (file-regular-p name)
-                              (if (> (file-attribute-size (file-attributes name))
-                                     sly-agent-q-tools-rewind-max-chars)
-                                  'too-large
-                                (ignore-errors (car (sly-agent-q-files-read-disk name))))))
-                  ('buffer (let ((b (get-buffer name)))
-                             (and b (if (> (buffer-size b) sly-agent-q-tools-rewind-max-chars)
-                                        'too-large
-                                      (sly-agent-q-files-buffer-text b))))))))
-      (if (and (stringp text) (> (length text) sly-agent-q-tools-rewind-max-chars)) 'too-large text))))
-
-(defun sly-agent-q-tools--snapshot (capability args)
-  "Return the texts of what a call of CAPABILITY with ARGS would change.
-A list of (TARGET . TEXT) (see `sly-agent-q-tools--text-of')."
-  (mapcar (lambda (target) (cons target (sly-agent-q-tools--text-of target)))
-          (sly-agent-q-tools--targets capability args)))
-
-(defun sly-agent-q-tools-changes (before)
-  "What changed since the snapshot BEFORE was taken, as a vector for JSON.
-Each change is a plist (:kind \"file\" or \"buffer\" :name NAME :before
-TEXT-OR-NIL :after TEXT-OR-NIL); a text too large to keep is replaced
-by :tooLarge t."
-  (vconcat
-   (delq nil
-         (mapcar
-          (pcase-lambda (`(,target . ,old))
-            (let ((new (sly-agent-q-tools--text-of target)))
-              (unless (and (stringp old) (stringp new) (string= old new))
-                (unless (and (null old) (null new))
-                  (if (or (eq old 'too-large) (eq new 'too-large))
-                      (list :kind (symbol-name (car target)) :name (cdr target) :tooLarge t)
-                    (list :kind (symbol-name (car target)) :name (cdr target)
-                          :before old :after new))))))
-          before))))
-
-(defun sly-agent-q-tools-rewind-change (kind name before expected)
-  "Put back file or buffer NAME (KIND \"file\" or \"buffer\") to BEFORE.
-BEFORE nil means it did not exist: the file is deleted, the buffer
-killed.  EXPECTED is the text the agent left there (nil: none).  When
-the text there now is not EXPECTED, the user changed it since:
-nothing is done and the text now is returned (\"\" when there is
-none).  Return nil when it was put back.  A file is put back only
-inside the project root and under the write tools' other rules; a
-tool error says why not."
-  (pcase kind
-    ("file"
-     (let* ((file (sly-agent-q-files-resolve name t))
-            (buffer (sly-agent-q-files-visiting-buffer file))
-            (current (and (file-exists-p file) (car (sly-agent-q-files-read-disk file)))))
-       (cond
-        ((and buffer (buffer-modified-p buffer)) (sly-agent-q-files-buffer-text buffer))
-        ((not (equal current expected)) (or current ""))
-        (t (if before
-               (progn (sly-agent-q-files-write-atomically file before)
-                      (when buffer (sly-agent-q-files-revert-buffer buffer)))
-             (when current (delete-file file))
-             (when buffer (kill-buffer buffer)))
-           nil))))
-    ("buffer"
-     (let* ((buffer (get-buffer name))
-            (current (and buffer (sly-agent-q-files-buffer-text buffer))))
-       (cond
-        ((not (equal current expected)) (or current ""))
-        ((null buffer) nil)
-        (t (sly-agent-q-tools--get-buffer name t)
-           (if before
-               (with-current-buffer buffer
-                 (save-excursion
-                   (atomic-change-group
-                     (erase-buffer)
-                     (insert before))))
-             (kill-buffer buffer))
-           nil))))
-    (_ (sly-agent-q-tool-fail "Unknown kind of change %S." kind))))
-
 ;;;; The reviewed file edit
 
 (cl-defun sly-agent-q-tools--propose-file-edit (&rest proposal &key path new_content old_text
@@ -283,91 +92,13 @@ NEW_TEXT, and why, DESCRIPTION) as the user reviewed it at the approval
   (ignore path new_content old_text new_text description accepted_hunks)
   (sly-agent-q-diff-apply-proposal proposal))
 
-;;;; What an approval is about
-
-(defun sly-agent-q-tools--disk-text (file)
-  "Return the text of FILE on disk, \"\" when it does not exist.
-A file that cannot be read as text gives a note instead."
-  (cond ((not (file-exists-p file)) "")
-        (t (condition-case err
-               (car (sly-agent-q-files-read-disk file))
-             (sly-agent-q-tool-error
-              (format "[%s  It would be replaced whole.]\n" (cadr err)))))))
-
-(defun sly-agent-q-tools--plain (value)
-  "VALUE with its strings stripped of text properties, for a digest."
-  (cond ((stringp value) (substring-no-properties value))
-        ((consp value) (cons (sly-agent-q-tools--plain (car value))
-                             (sly-agent-q-tools--plain (cdr value))))
-        ((vectorp value) (vconcat (mapcar #'sly-agent-q-tools--plain value)))
-        (t value)))
-
-(defun sly-agent-q-tools-target (tool args &optional review)
-  "The identity of what TOOL with ARGS acts on now: a digest of its preview.
-REVIEW is the review kind the server sent (see `sly-agent-q-tools-preview').
-The preview names the resolved target and, for what writes, the text
-there and the text to be written, or the debugger, thread, level and
-restart; an approval is bound to this digest, and the call runs only
-if it is still the same.  Signal the tool's error when it would refuse."
-  (sly-agent-q-tools-digest (sly-agent-q-tools-preview tool args review)))
-
-(defun sly-agent-q-tools-digest (preview)
-  "The digest of PREVIEW, as `sly-agent-q-tools-target' gives it."
-  (secure-hash 'sha256 (prin1-to-string (sly-agent-q-tools--plain preview))))
-
-(defun sly-agent-q-tools-check-approved (approved)
-  "Signal a tool error unless the target of APPROVED is what it was.
-APPROVED is the plist (:tool :arguments :target) the server sends with
-an approved call: the call runs only on the target the user approved."
-  (let ((tool (plist-get approved :tool))
-        (now (condition-case err
-                 (sly-agent-q-tools-target (plist-get approved :tool)
-                                           (plist-get approved :arguments))
-               (sly-agent-q-tool-error (cadr err)))))
-    (unless (equal now (plist-get approved :target))
-      (sly-agent-q-tool-fail "%s was not run: what it acts on changed while the approval waited, so it is no longer what the user approved.  Look again and ask again." tool))))
-
-(defun sly-agent-q-tools-preview (tool args &optional review)
-  "Prepare the call of TOOL with ARGS for approval, without running it.
-TOOL is the primary tool's name and ARGS are under its parameter
-names, as the server sends them.  REVIEW is the call's review kind
-\(server/protocol.ts, ReviewKind): for \"form\", the edit the server
-computed (:edit) of the form :form; otherwise what the declaration of
-TOOL (`sly-agent-q-define-tool') previews, nil when it declares none.
-A preview is a plist: :path, the resolved path relative to the
-project root (or :buffer, a buffer name), for what writes :old (the
-text there now, \"\" for a new file) and :new (the text after the
-call), and :detail, a line the approval shows first.  Signal the
-`sly-agent-q-tool-error' the tool itself would give, so that a call
-that would be refused is never put to the user."
-  (unless (and (listp args) (cl-evenp (length args)))
-    (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." tool))
-  (if (equal review "form")
-      (sly-agent-q-tools--preview-form tool args)
-    (let ((preview (plist-get (sly-agent-q-tool-declaration tool) :preview)))
-      (and preview (funcall preview args)))))
-
-(defun sly-agent-q-tools--preview-form (tool args)
-  "The preview of TOOL's edit of one Lisp form, from ARGS :form and :edit.
-The server located the form and computed the edit; the new text is
-checked here too, with Emacs's own scanner."
-  (sly-agent-q-tools-check-one-form (plist-get args :form))
-  (let ((edit (plist-get args :edit)))
-    (unless (and (listp edit) (plist-get edit :path))
-      (sly-agent-q-tool-fail "%s came without the edit it would make." tool))
-    (sly-agent-q-tools--preview-proposal edit)))
-
-(defun sly-agent-q-tools--preview-proposal (args)
-  "The preview of the file edit ARGS (a propose_file_edit's arguments)."
-  (let ((proposal (sly-agent-q-diff-proposal args t)))
-    (list :path (plist-get proposal :rel)
-          :old (plist-get proposal :old) :new (plist-get proposal :new))))
+;;;; How the tools' approvals are previewed
 
 (defun sly-agent-q-tools--preview-write (args)
   "The preview of writing ARGS :content (appended when :append) to file :path."
   (let* ((content (plist-get args :content))
          (target (sly-agent-q-tools--write-target (plist-get args :path)))
-         (old (sly-agent-q-tools--disk-text (plist-get target :file))))
+         (old (sly-agent-q-tools-disk-text (plist-get target :file))))
     (list :path (plist-get target :rel) :old old
           :new (if (eq (plist-get args :append) t) (concat old content) content))))
 
@@ -377,7 +108,7 @@ checked here too, with Emacs's own scanner."
                                                 (plist-get args :file_path))))
     (list :path (plist-get target :rel)
           :buffer (buffer-name (plist-get target :buffer))
-          :old (sly-agent-q-tools--disk-text (plist-get target :file))
+          :old (sly-agent-q-tools-disk-text (plist-get target :file))
           :new (sly-agent-q-files-buffer-text (plist-get target :buffer)))))
 
 (defun sly-agent-q-tools--preview-path (key)
@@ -391,7 +122,7 @@ checked here too, with Emacs's own scanner."
   (lambda (args)
     ;; The buffer's file tells it from another of the same name; a
     ;; position means something only in the text it was given for.
-    (let ((buffer (sly-agent-q-tools--get-buffer (plist-get args key) t)))
+    (let ((buffer (sly-agent-q-files-agent-buffer (plist-get args key) t)))
       (append (list :buffer (buffer-name buffer)
                     :file (buffer-local-value 'buffer-file-name buffer))
               (and (plist-get args :position)
@@ -399,7 +130,7 @@ checked here too, with Emacs's own scanner."
 
 (defun sly-agent-q-tools--preview-edit (args)
   "The preview of replacing ARGS :old_text by :new_text in buffer :buffer_name."
-  (let* ((buffer (sly-agent-q-tools--get-buffer (plist-get args :buffer_name) t))
+  (let* ((buffer (sly-agent-q-files-agent-buffer (plist-get args :buffer_name) t))
          (old (sly-agent-q-files-buffer-text buffer))
          (old-text (plist-get args :old_text))
          (new-text (or (plist-get args :new_text) ""))
@@ -409,74 +140,6 @@ checked here too, with Emacs's own scanner."
           :new (concat (substring old 0 pos) new-text
                        (substring old (+ pos (length old-text)))))))
 
-(defun sly-agent-q-tools-check-one-form (text)
-  "Signal `sly-agent-q-tool-error' unless TEXT is exactly one balanced form.
-TEXT is scanned with Emacs's sexp scanner in `lisp-mode' syntax:
-parentheses must balance, strings and comments must end."
-  (unless (stringp text)
-    (sly-agent-q-tool-fail "The new form's text is missing."))
-  (with-temp-buffer
-    (set-syntax-table lisp-mode-syntax-table)
-    (insert text)
-    (let ((state (parse-partial-sexp (point-min) (point-max))))
-      (cond ((nth 3 state)
-             (sly-agent-q-tool-fail
-              "The new text is refused: it ends inside a string (an unterminated \" or |)."))
-            ((nth 4 state)
-             (sly-agent-q-tool-fail "The new text is refused: it ends inside a comment."))
-            ((> (car state) 0)
-             (sly-agent-q-tool-fail
-              "The new text is refused: unbalanced parentheses, %d ( not closed." (car state)))
-            ((< (car state) 0)
-             (sly-agent-q-tool-fail
-              "The new text is refused: unbalanced parentheses, %d ) too many." (- (car state))))))
-    (goto-char (point-min))
-    (forward-comment (buffer-size))
-    (when (eobp)
-      (sly-agent-q-tool-fail "The new text is refused: it holds no form."))
-    (unless (eq (char-after) ?\()
-      (sly-agent-q-tool-fail "The new text is refused: it is not a parenthesized form."))
-    (condition-case err
-        (forward-sexp 1)
-      (scan-error
-       (sly-agent-q-tool-fail "The new text is refused: %s." (cadr err))))
-    (forward-comment (buffer-size))
-    (unless (eobp)
-      (sly-agent-q-tool-fail
-       "The new text is refused: there is more than one form (the second at line %d); give exactly one."
-       (line-number-at-pos)))))
-
-;;;; Buffers
-
-(defun sly-agent-q-tools--get-buffer (name &optional for-write)
-  "Return the live buffer named NAME, or the user's last buffer when NAME is nil.
-Signal a tool error when there is none, when it is internal, or, if
-FOR-WRITE is non-nil, when the agent may not write it."
-  (let ((buffer (if name (get-buffer name) (sly-agent-q-files-default-buffer))))
-    (unless (buffer-live-p buffer)
-      (sly-agent-q-tool-fail "There is no buffer named %S; buffer_list shows the open buffers."
-                         name))
-    (let ((file (buffer-local-value 'buffer-file-name buffer)))
-      (when (and file (sly-agent-q-files-private-p (file-truename file)))
-        (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
-                           (buffer-name buffer))))
-    (when (and (sly-agent-q-hidden-buffer-p buffer)
-               (or for-write (not sly-agent-q-tools-allow-hidden-buffers)))
-      (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
-                         (buffer-name buffer)))
-    (when for-write
-      (let ((file (buffer-local-value 'buffer-file-name buffer)))
-        (when (and file (not (sly-agent-q-files-inside-root-p file)))
-          (sly-agent-q-tool-fail
-           "Buffer %s visits %s, which is outside the project root or read-only for the agent; the agent may not change it."
-           (buffer-name buffer) (abbreviate-file-name file))))
-      (when (sly-agent-q-protected-buffer-p buffer)
-        (sly-agent-q-tool-fail
-         "Buffer %s belongs to the agent's own interface; the agent may not write it."
-         (buffer-name buffer)))
-      (when (buffer-local-value 'buffer-read-only buffer)
-        (sly-agent-q-tool-fail "Buffer %s is read-only." (buffer-name buffer))))
-    buffer))
 
 (defun sly-agent-q-tools--count-lines (text)
   "Return the number of lines of TEXT (a last line without newline counts)."
@@ -691,7 +354,7 @@ With RECURSIVE, those of its subdirectories too."
   "Capability read_buffer: BUFFER's text from START to END, at most MAX_LINES."
   (let* ((max-lines max_lines)
          (start (or start 1))
-         (buffer (sly-agent-q-tools--get-buffer buffer)))
+         (buffer (sly-agent-q-files-agent-buffer buffer)))
     (with-current-buffer buffer
       (save-restriction
         (widen)
@@ -744,16 +407,16 @@ With RECURSIVE, those of its subdirectories too."
 
 (cl-defun sly-agent-q-tools--write-to-buffer (&key content buffer position)
   "Capability write_to_buffer: insert CONTENT into BUFFER at POSITION."
-  (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer buffer t) position content))
+  (sly-agent-q-tools--insert (sly-agent-q-files-agent-buffer buffer t) position content))
 
 (cl-defun sly-agent-q-tools--buffer-append (&key buffer_name text)
   "Capability buffer_append: insert TEXT at the end of buffer BUFFER_NAME."
-  (sly-agent-q-tools--insert (sly-agent-q-tools--get-buffer buffer_name t) nil text))
+  (sly-agent-q-tools--insert (sly-agent-q-files-agent-buffer buffer_name t) nil text))
 
 (cl-defun sly-agent-q-tools--buffer-edit (&key buffer_name old_text new_text)
   "Capability buffer_edit: in buffer BUFFER_NAME, replace OLD_TEXT by NEW_TEXT.
 OLD_TEXT must occur exactly once."
-  (let ((buffer (sly-agent-q-tools--get-buffer buffer_name t))
+  (let ((buffer (sly-agent-q-files-agent-buffer buffer_name t))
         (old old_text)
         (new new_text))
     (with-current-buffer buffer
@@ -834,7 +497,7 @@ mode (`server-mode', `desktop-save-mode'...) changes the whole Emacs."
   "Check saving buffer NAME to PATH (nil: its own file) as buffer_save would.
 Return a plist (:buffer :file :rel :own :same :other); signal the tool
 error buffer_save gives when it may not save."
-  (let* ((buffer (sly-agent-q-tools--get-buffer name))
+  (let* ((buffer (sly-agent-q-files-agent-buffer name))
          (own (buffer-local-value 'buffer-file-name buffer)))
     (when (sly-agent-q-protected-buffer-p buffer)
       (sly-agent-q-tool-fail "Buffer %s belongs to the agent's own interface; it cannot be saved."
@@ -944,7 +607,7 @@ REGEX; ALL_MATCHES gives every match; CASE_SENSITIVE makes case count."
         (invalid-regexp
          (sly-agent-q-tool-fail "pattern is not a valid Emacs regexp: %s"
                             (error-message-string err)))))
-    (let ((buffer (sly-agent-q-tools--get-buffer name))
+    (let ((buffer (sly-agent-q-files-agent-buffer name))
           (matches nil) (count 0)
           (wanted (if all sly-agent-q-tools-max-entries 1))
           (done nil))
@@ -995,7 +658,7 @@ matches found out of COUNT, ALL whether every match was asked for."
 (cl-defun sly-agent-q-tools--goto-line (&key buffer_name line_number)
   "Capability goto_line: show line LINE_NUMBER of buffer BUFFER_NAME."
   (let* ((line line_number)
-         (buffer (sly-agent-q-tools--get-buffer buffer_name))
+         (buffer (sly-agent-q-files-agent-buffer buffer_name))
          (position nil) (text nil))
     (with-current-buffer buffer
       (let ((total (save-restriction (widen) (line-number-at-pos (point-max)))))
@@ -1031,7 +694,7 @@ matches found out of COUNT, ALL whether every match was asked for."
 BUFFER defaults to the user's last one.  Point is the one its window
 shows, when it is shown.  The text is read widened: narrowing hides
 nothing of the region."
-  (let* ((buffer (sly-agent-q-tools--get-buffer buffer))
+  (let* ((buffer (sly-agent-q-files-agent-buffer buffer))
          (window (get-buffer-window buffer t)))
     (with-current-buffer buffer
       (let ((mark (mark t))
@@ -1140,7 +803,7 @@ nothing of the region."
   :handler #'sly-agent-q-tools--propose-file-edit
   :changes (lambda (args)
              (sly-agent-q-tools-file-target (sly-agent-q-files-resolve (plist-get args :path) t)))
-  :preview #'sly-agent-q-tools--preview-proposal)
+  :preview #'sly-agent-q-tools-preview-proposal)
 
 (provide 'sly-agent-q-tools)
 ;;; sly-agent-q-tools.el ends here

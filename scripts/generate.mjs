@@ -2,7 +2,7 @@
 // description of them (its --tools and --protocol), so that nothing derived is kept by hand:
 //
 //   README.md's tool table                  from the catalog (server/tools/catalog/)
-//   doc/architecture.md's protocol table    from server/protocol.ts (scripts/protocol-doc.mjs)
+//   doc/architecture.md's protocol table    from the protocol's description (scripts/protocol-doc.mjs)
 //   lisp-elisp/sly-agent-q-protocol-table.el  Emacs's protocol table, from server/protocol.ts
 //
 //   node scripts/generate.mjs          write them
@@ -148,7 +148,7 @@ export function generated() {
   }
   return [
     ["README.md", readme, replaceBetween(readme, README_BEGIN, README_END, toolTable(tools), "README.md")],
-    ["doc/architecture.md", doc, withTable(doc, protocolTable())],
+    ["doc/architecture.md", doc, withTable(doc, protocolTable(protocol))],
     ["lisp-elisp/sly-agent-q-protocol-table.el", table, elispTable(protocol)],
   ];
 }

@@ -55,7 +55,7 @@
       sly-agent-q-base-url
       (getenv "ANTHROPIC_API_KEY")
       (getenv "OPENAI_API_KEY")
-      (ignore-errors (sly-agent-q--api-key))))
+      (ignore-errors (sly-agent-q-configuration-api-key))))
 
 (defconst sly-agent-q-run--no-key-help
   "No model is configured yet.  Either:

@@ -183,8 +183,8 @@ export interface ProtocolDescription {
 /** Every method, direction and kind, the emacs/call kinds, the error codes and the messages' shapes
  *  (printed by --protocol). */
 export function describeProtocol(): ProtocolDescription {
-  const list = (types: Record<string, { method: string }>, direction: P.Direction, kind: P.MethodDescription["kind"]) =>
-    Object.values(types).map((t) => ({ method: t.method, direction, kind }));
+  const list = (types: Record<string, { method: string; note: string }>, direction: P.Direction, kind: P.MethodDescription["kind"]) =>
+    Object.values(types).map((t) => ({ method: t.method, direction, kind, note: t.note }));
   return {
     version: P.PROTOCOL_VERSION,
     methods: [

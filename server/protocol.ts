@@ -16,97 +16,66 @@ export const PROTOCOL_VERSION = 1;
 
 // ---------------------------------------------------------------------------------------------------
 // The methods: one typed object per method (the vscode-languageserver-node shape), so that a handler
-// or a send with the wrong parameter or result type does not compile. doc/architecture.md's protocol
-// table is generated from these declarations (scripts/protocol-doc.mjs), and the Elisp side's own
-// table (lisp-elisp/sly-agent-q-protocol-table.el) is generated from `describeProtocol()`
-// (server/protocol-description.ts, which also holds every message's shape, checked against these types).
+// or a send with the wrong parameter or result type does not compile; each with its note, what it is
+// for. `describeProtocol()` (server/protocol-description.ts, which also holds every message's shape,
+// checked against these types) describes them as data, printed by the bundle's --protocol, from which
+// `make generate` writes doc/architecture.md's protocol table (scripts/protocol-doc.mjs) and the Elisp
+// side's table (lisp-elisp/sly-agent-q-protocol-table.el).
+
+/** TYPE with NOTE, what the method is for: the protocol's description (--protocol) carries it, and the
+ *  architecture doc's table shows it, so that it is written here once. */
+function documented<T extends object>(type: T, note: string): T & { readonly note: string } {
+  return Object.assign(type, { note });
+}
 
 /** Emacs -> server requests. */
 export const Requests = {
-  /** The client's capabilities, configuration and context; answers the server's version and offered tools. */
-  initialize: new RequestType<InitializeParams, InitializeResult, void>("initialize"),
-  /** Stop: pending emacs/calls fail; `exit` follows. */
-  shutdown: new RequestType0<null, void>("shutdown"),
-  /** The tools offered under the configuration (all of them with `all`), with their effective levels. */
-  toolsList: new RequestType<ToolsListParams, ToolsListResult, void>("tools/list"),
-  /** Run one tool as the model would, under the same policy (scripting, benchmarks). */
-  toolsCall: new RequestType<ToolsCallParams, ToolsCallResult, void>("tools/call"),
-  /** Replace the whole configuration; a rejected one leaves the previous in force. */
-  configurationChange: new RequestType<ConfigurationChangeParams, ConfigurationChangeResult, void>("configuration/change"),
-  /** Start a turn; answered at once, the turn reports through chat/* notifications. */
-  chatSend: new RequestType<ChatSendParams, ChatSendResult, void>("chat/send"),
-  /** Cancel a running turn (by turn or conversation). */
-  chatCancel: new RequestType<ChatCancelParams, ChatCancelResult, void>("chat/cancel"),
-  /** Whether a turn still runs: Emacs asks while it waits, so that a turn whose end it never read ends. */
-  chatTurnStatus: new RequestType<ChatTurnStatusParams, ChatTurnStatusResult, void>("chat/turnStatus"),
-  /** A new conversation, with its own configuration overrides. */
-  conversationNew: new RequestType<ConversationNewParams, ConversationNewResult, void>("conversation/new"),
-  /** The conversations the server holds, their usage and cost. */
-  conversationList: new RequestType0<ConversationListResult, void>("conversation/list"),
-  /** Free a conversation (a running turn is cancelled first). */
-  conversationDelete: new RequestType<ConversationDeleteParams, ConversationDeleteResult, void>("conversation/delete"),
-  /** The saved conversations (conversationDirectory) of a project, newest first. */
-  conversationSaved: new RequestType<ConversationSavedParams, ConversationSavedResult, void>("conversation/saved"),
-  /** Open a saved conversation: the server holds it again and returns its whole history to draw. */
-  conversationResume: new RequestType<ConversationResumeParams, ConversationResumeResult, void>("conversation/resume"),
-  /** Give a saved conversation another title. */
-  conversationRename: new RequestType<ConversationRenameParams, ConversationRenameResult, void>("conversation/rename"),
-  /** Replace the older turns, for the model, by a summary it writes (the file and the chat keep them). */
-  conversationCompact: new RequestType<ConversationCompactParams, ConversationCompactResult, void>("conversation/compact"),
-  /** The turns of a saved conversation, with the files and buffers each changed. */
-  conversationTurns: new RequestType<ConversationTurnsParams, ConversationTurnsResult, void>("conversation/turns"),
-  /** What restores the files and buffers changed since a turn; optionally drops that turn and the later ones. */
-  conversationRewind: new RequestType<ConversationRewindParams, ConversationRewindResult, void>("conversation/rewind"),
-  /** The conversation as Org or Markdown text, tool calls as collapsible blocks. */
-  conversationExport: new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"),
-  /** The hunks of a file edit (a line diff with context), for Emacs's review and apply. */
-  diffHunks: new RequestType<DiffHunksParams, DiffHunksResult, void>("diff/hunks"),
-  /** Serve the tools over MCP (Streamable HTTP on 127.0.0.1). */
-  mcpStart: new RequestType<McpStartParams, McpStartResult, void>("mcp/start"),
-  /** Stop serving MCP and remove the state file. */
-  mcpStop: new RequestType0<McpStopResult, void>("mcp/stop"),
-  /** The MCP servers our agent uses as a client. */
-  mcpClientConfigure: new RequestType<McpClientConfigureParams, McpClientConfigureResult, void>("mcp/clientConfigure"),
+  initialize: documented(new RequestType<InitializeParams, InitializeResult, void>("initialize"), "The client's capabilities, configuration and context; answers the server's version and offered tools."),
+  shutdown: documented(new RequestType0<null, void>("shutdown"), "Stop: pending emacs/calls fail; `exit` follows."),
+  toolsList: documented(new RequestType<ToolsListParams, ToolsListResult, void>("tools/list"), "The tools offered under the configuration (all of them with `all`), with their effective levels."),
+  toolsCall: documented(new RequestType<ToolsCallParams, ToolsCallResult, void>("tools/call"), "Run one tool as the model would, under the same policy (scripting, benchmarks)."),
+  configurationChange: documented(new RequestType<ConfigurationChangeParams, ConfigurationChangeResult, void>("configuration/change"), "Replace the whole configuration; a rejected one leaves the previous in force."),
+  chatSend: documented(new RequestType<ChatSendParams, ChatSendResult, void>("chat/send"), "Start a turn; answered at once, the turn reports through chat/* notifications."),
+  chatCancel: documented(new RequestType<ChatCancelParams, ChatCancelResult, void>("chat/cancel"), "Cancel a running turn (by turn or conversation)."),
+  chatTurnStatus: documented(new RequestType<ChatTurnStatusParams, ChatTurnStatusResult, void>("chat/turnStatus"), "Whether a turn still runs: Emacs asks while it waits, so that a turn whose end it never read ends."),
+  conversationNew: documented(new RequestType<ConversationNewParams, ConversationNewResult, void>("conversation/new"), "A new conversation, with its own configuration overrides."),
+  conversationList: documented(new RequestType0<ConversationListResult, void>("conversation/list"), "The conversations the server holds, their usage and cost."),
+  conversationDelete: documented(new RequestType<ConversationDeleteParams, ConversationDeleteResult, void>("conversation/delete"), "Free a conversation (a running turn is cancelled first)."),
+  conversationSaved: documented(new RequestType<ConversationSavedParams, ConversationSavedResult, void>("conversation/saved"), "The saved conversations (conversationDirectory) of a project, newest first."),
+  conversationResume: documented(new RequestType<ConversationResumeParams, ConversationResumeResult, void>("conversation/resume"), "Open a saved conversation: the server holds it again and returns its whole history to draw."),
+  conversationRename: documented(new RequestType<ConversationRenameParams, ConversationRenameResult, void>("conversation/rename"), "Give a saved conversation another title."),
+  conversationCompact: documented(new RequestType<ConversationCompactParams, ConversationCompactResult, void>("conversation/compact"), "Replace the older turns, for the model, by a summary it writes (the file and the chat keep them)."),
+  conversationTurns: documented(new RequestType<ConversationTurnsParams, ConversationTurnsResult, void>("conversation/turns"), "The turns of a saved conversation, with the files and buffers each changed."),
+  conversationRewind: documented(new RequestType<ConversationRewindParams, ConversationRewindResult, void>("conversation/rewind"), "What restores the files and buffers changed since a turn; optionally drops that turn and the later ones."),
+  conversationExport: documented(new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"), "The conversation as Org or Markdown text, tool calls as collapsible blocks."),
+  diffHunks: documented(new RequestType<DiffHunksParams, DiffHunksResult, void>("diff/hunks"), "The hunks of a file edit (a line diff with context), for Emacs's review and apply."),
+  mcpStart: documented(new RequestType<McpStartParams, McpStartResult, void>("mcp/start"), "Serve the tools over MCP (Streamable HTTP on 127.0.0.1)."),
+  mcpStop: documented(new RequestType0<McpStopResult, void>("mcp/stop"), "Stop serving MCP and remove the state file."),
+  mcpClientConfigure: documented(new RequestType<McpClientConfigureParams, McpClientConfigureResult, void>("mcp/clientConfigure"), "The MCP servers our agent uses as a client."),
 } as const;
 
 /** Emacs -> server notifications. */
 export const ClientNotifications = {
-  /** End the process (status 0 after shutdown). */
-  exit: new NotificationType0("exit"),
-  /** The answer to an emacs/call, by its id: a result or an error message. */
-  emacsReply: new NotificationType<EmacsReplyParams>("emacs/reply"),
-  /** Emacs's view changed: the REPL's current package, the project root. */
-  contextChange: new NotificationType<EditorContext>("context/change"),
+  exit: documented(new NotificationType0("exit"), "End the process (status 0 after shutdown)."),
+  emacsReply: documented(new NotificationType<EmacsReplyParams>("emacs/reply"), "The answer to an emacs/call, by its id: a result or an error message."),
+  contextChange: documented(new NotificationType<EditorContext>("context/change"), "Emacs's view changed: the REPL's current package, the project root."),
 } as const;
 
 /** Server -> Emacs notifications. The server sends Emacs no requests (see emacs/call above). */
 export const ServerNotifications = {
-  /** Ask Emacs for something that may wait (a tool, an image call, an approval); answered by emacs/reply. */
-  emacsCall: new NotificationType<EmacsCallParams>("emacs/call"),
-  /** The server no longer wants the answer to an emacs/call (timeout, cancelled turn). */
-  emacsCancel: new NotificationType<EmacsCancelParams>("emacs/cancel"),
-  /** Streamed text of the answer. */
-  textDelta: new NotificationType<TextDeltaParams>("chat/textDelta"),
-  /** A tool call of the model, before it runs or asks. */
-  toolCall: new NotificationType<ToolCallParams>("chat/toolCall"),
-  /** A tool call's result, once per call. */
-  toolResult: new NotificationType<ToolResultParams>("chat/toolResult"),
-  /** A call waits for the user's approval (the emacs/call of kind approval follows). */
-  approvalNeeded: new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"),
-  /** The turn moved to another state (doc/turn-states.md); the chat shows it. */
-  turnState: new NotificationType<TurnStateParams>("chat/turnState"),
-  /** The history neared the context window: older turns were summarized before the turn went on. */
-  compacted: new NotificationType<CompactedParams>("chat/compacted"),
-  /** Something the user should know before the turn goes on (a project file that was not read). */
-  notice: new NotificationType<NoticeParams>("chat/notice"),
-  /** The turn ended with an answer: stop reason, usage, cost. */
-  turnFinished: new NotificationType<TurnFinishedParams>("chat/turnFinished"),
-  /** The turn ended without one: cancelled, timeout, provider, auth... with a message for the user. */
-  turnFailed: new NotificationType<TurnFailedParams>("chat/turnFailed"),
-  /** An MCP client's tool call, started or finished, for Emacs's MCP log. */
-  mcpCall: new NotificationType<McpCallParams>("mcp/call"),
-  /** An MCP server our agent uses connected, failed or died. */
-  mcpServerStatus: new NotificationType<McpServerStatusParams>("mcp/serverStatus"),
+  emacsCall: documented(new NotificationType<EmacsCallParams>("emacs/call"), "Ask Emacs for something that may wait (a tool, an image call, an approval); answered by emacs/reply."),
+  emacsCancel: documented(new NotificationType<EmacsCancelParams>("emacs/cancel"), "The server no longer wants the answer to an emacs/call (timeout, cancelled turn)."),
+  textDelta: documented(new NotificationType<TextDeltaParams>("chat/textDelta"), "Streamed text of the answer."),
+  toolCall: documented(new NotificationType<ToolCallParams>("chat/toolCall"), "A tool call of the model, before it runs or asks."),
+  toolResult: documented(new NotificationType<ToolResultParams>("chat/toolResult"), "A tool call's result, once per call."),
+  approvalNeeded: documented(new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"), "A call waits for the user's approval (the emacs/call of kind approval follows)."),
+  turnState: documented(new NotificationType<TurnStateParams>("chat/turnState"), "The turn moved to another state (doc/turn-states.md); the chat shows it."),
+  compacted: documented(new NotificationType<CompactedParams>("chat/compacted"), "The history neared the context window: older turns were summarized before the turn went on."),
+  notice: documented(new NotificationType<NoticeParams>("chat/notice"), "Something the user should know before the turn goes on (a project file that was not read)."),
+  turnFinished: documented(new NotificationType<TurnFinishedParams>("chat/turnFinished"), "The turn ended with an answer: stop reason, usage, cost."),
+  turnFailed: documented(new NotificationType<TurnFailedParams>("chat/turnFailed"), "The turn ended without one: cancelled, timeout, provider, auth... with a message for the user."),
+  mcpCall: documented(new NotificationType<McpCallParams>("mcp/call"), "An MCP client's tool call, started or finished, for Emacs's MCP log."),
+  mcpServerStatus: documented(new NotificationType<McpServerStatusParams>("mcp/serverStatus"), "An MCP server our agent uses connected, failed or died."),
 } as const;
 
 /** The kinds of emacs/call, each answered by an Elisp handler, and what each carries. */
@@ -134,6 +103,8 @@ export interface MethodDescription {
   method: string;
   direction: Direction;
   kind: "request" | "notification";
+  /** What the method is for, one line. */
+  note: string;
 }
 // ---------------------------------------------------------------------------------------------------
 // Data shared with the implementation (which imports these from here, never the other way round)

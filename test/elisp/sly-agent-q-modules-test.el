@@ -114,5 +114,25 @@ disagree with the root the file tools confine to."
           (push (cons module (cadr form)) callers))))
     (should (equal callers '(("sly-agent-q-files" . sly-agent-q-tools-project-root))))))
 
+(ert-deftest sly-agent-q-modules-handlers-destructure-by-key ()
+  "Protocol handlers take their params' keys with `&key', as eglot's do.
+A `plist-get' of a handler's params or of its call's params, in the
+method itself, is one key the reader has to look for in the body."
+  (let ((found nil))
+    (pcase-dolist (`(,module . ,forms) (sly-agent-q-modules-test--modules))
+      (dolist (form forms)
+        (when (and (eq (car-safe form) 'cl-defmethod)
+                   (memq (cadr form) '(sly-agent-q-handle-notification sly-agent-q-handle-call)))
+          (cl-labels ((walk (x)
+                        (when (consp x)
+                          (when (and (eq (car x) 'plist-get)
+                                     (consp (cdr x))
+                                     (or (eq (cadr x) 'params)
+                                         (eq (car-safe (cadr x)) 'sly-agent-q-call-params)))
+                            (push (list module (nth 2 form) (nth 2 x)) found))
+                          (walk (car x)) (walk (cdr x)))))
+            (walk (nthcdr 3 form))))))
+    (should-not (sort found (lambda (a b) (string< (format "%S" a) (format "%S" b)))))))
+
 (provide 'sly-agent-q-modules-test)
 ;;; sly-agent-q-modules-test.el ends here

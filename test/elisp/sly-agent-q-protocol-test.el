@@ -85,9 +85,9 @@
   (let ((calls 0))
     (cl-letf (((symbol-function 'sly-agent-q-handle-notification)
                (lambda (&rest _) (cl-incf calls))))
-      (sly-agent-q--dispatch-notification nil 'chat/bogus '(:text "x"))
+      (sly-agent-q-dispatch-notification nil 'chat/bogus '(:text "x"))
       (should (= calls 0))
-      (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x"))
+      (sly-agent-q-dispatch-notification nil 'chat/textDelta '(:text "x"))
       (should (= calls 1)))))
 
 (ert-deftest sly-agent-q-protocol-shapes-are-the-servers ()

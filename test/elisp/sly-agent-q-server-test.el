@@ -53,7 +53,7 @@
   "A missing node gives a clear message."
   (let ((sly-agent-q-node-program "/nonexistent/node-xyz")
         (sly-agent-q--node-checked nil))
-    (let ((err (should-error (sly-agent-q--check-node) :type 'user-error)))
+    (let ((err (should-error (sly-agent-q-locate-node) :type 'user-error)))
       (should (string-match-p "cannot find Node.js" (cadr err)))
       (should (string-match-p "20 or newer" (cadr err))))))
 
@@ -65,10 +65,10 @@
     (with-temp-file fake (insert "#!/bin/sh\necho v18.19.0\n"))
     (set-file-modes fake #o755)
     (let ((sly-agent-q-node-program fake))
-      (let ((err (should-error (sly-agent-q--check-node) :type 'user-error)))
+      (let ((err (should-error (sly-agent-q-locate-node) :type 'user-error)))
         (should (string-match-p "Node.js v18.19.0; version 20 or newer is needed" (cadr err)))))
     ;; And the error reaches a sender instead of escaping.
-    (let ((sly-agent-q-node-program fake) (sly-agent-q--connection nil) got)
+    (let ((sly-agent-q-node-program fake) (sly-agent-q-current-connection nil) got)
       (sly-agent-q-server-ensure (lambda (conn msg) (setq got (list conn msg))))
       (should (null (car got)))
       (should (string-match-p "version 20 or newer" (cadr got))))))
@@ -124,18 +124,18 @@
                                            process-environment))
         (sly-agent-q-provider "anthropic")
         (sly-agent-q-base-url nil))
-    (let ((sly-agent-q-api-key "sk-direct")) (should (equal (sly-agent-q--api-key) "sk-direct")))
-    (let ((sly-agent-q-api-key (lambda () "sk-fn"))) (should (equal (sly-agent-q--api-key) "sk-fn")))
+    (let ((sly-agent-q-api-key "sk-direct")) (should (equal (sly-agent-q-configuration-api-key) "sk-direct")))
+    (let ((sly-agent-q-api-key (lambda () "sk-fn"))) (should (equal (sly-agent-q-configuration-api-key) "sk-fn")))
     (let* ((file (make-temp-file "agent-q-authinfo" nil nil
                                  "machine api.anthropic.com login apikey password sk-from-authinfo\n"))
            (auth-sources (list file))
            (sly-agent-q-api-key nil))
       (require 'auth-source)
       (auth-source-forget-all-cached)
-      (should (equal (sly-agent-q--api-key) "sk-from-authinfo"))
+      (should (equal (sly-agent-q-configuration-api-key) "sk-from-authinfo"))
       ;; The environment wins: nothing to add to the server's environment.
       (let ((process-environment (cons "ANTHROPIC_API_KEY=sk-env" process-environment)))
-        (should (null (sly-agent-q--api-key)))))))
+        (should (null (sly-agent-q-configuration-api-key)))))))
 
 ;;;; The chat buffer without a server
 
@@ -537,7 +537,7 @@ on by `lisp-mode-hook' and binds the same key)."
   "An approval the server cancels is marked withdrawn and cannot be answered."
   (let (decision)
     (sly-agent-q-test--with-approval a decision
-      (sly-agent-q--call-drop call "cancelled")
+      (sly-agent-q-call-drop call "cancelled")
       (should (string-match-p "approval withdrawn write_file: cancelled" (buffer-string)))
       (should-error (sly-agent-q-approve a) :type 'user-error)
       (should-not decision))))
@@ -860,7 +860,7 @@ on by `lisp-mode-hook' and binds the same key)."
   (let* ((file (make-temp-file "agent-q-bad-server" nil ".js"
                                "process.stderr.write('boom: cannot start\\n'); process.exit(3);\n"))
          (sly-agent-q-server-file file)
-         (sly-agent-q--connection nil)
+         (sly-agent-q-current-connection nil)
          got)
     (sly-agent-q-server-ensure (lambda (conn msg) (setq got (list conn msg))))
     (sly-agent-q-test-wait (lambda () got) 10 "the failure")
@@ -891,7 +891,7 @@ value is back once none came for `sly-agent-q-gc-quiet-time'."
                (lambda (&rest _) (push gc-cons-threshold seen))))
       (sly-agent-q-server-test-with-user-threshold 800000
         (dotimes (_ 3)
-          (sly-agent-q--dispatch-notification nil 'chat/textDelta '(:text "x"))
+          (sly-agent-q-dispatch-notification nil 'chat/textDelta '(:text "x"))
           (sleep-for 0.1))
         ;; Between the messages too, not only while one is handled.
         (should (= (default-toplevel-value 'gc-cons-threshold) (* 64 1024 1024)))

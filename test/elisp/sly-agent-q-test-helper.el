@@ -178,12 +178,12 @@ The shapes are server/protocol.ts's (`sly-agent-q-protocol-shapes')."
   `(let ((sly-agent-q-test-protocol-problems nil)
          (sly-agent-q-test--call-kinds nil))
      (advice-add 'jsonrpc-connection-send :before #'sly-agent-q-test--check-sent)
-     (advice-add 'sly-agent-q--dispatch-notification :before #'sly-agent-q-test--check-received)
+     (advice-add 'sly-agent-q-dispatch-notification :before #'sly-agent-q-test--check-received)
      (unwind-protect
          (prog1 (progn ,@body)
            (should-not sly-agent-q-test-protocol-problems))
        (advice-remove 'jsonrpc-connection-send #'sly-agent-q-test--check-sent)
-       (advice-remove 'sly-agent-q--dispatch-notification #'sly-agent-q-test--check-received))))
+       (advice-remove 'sly-agent-q-dispatch-notification #'sly-agent-q-test--check-received))))
 
 (defmacro sly-agent-q-test-with-server (script &rest body)
   "Run BODY with the mock LLM playing SCRIPT and the real server started.

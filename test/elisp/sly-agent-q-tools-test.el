@@ -903,7 +903,7 @@ too, and a notification sent meanwhile arrives after it, intact."
                   (should (eq (plist-get (sly-agent-q-test-send "Again") :status) 'finished))
                   (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
                     (should (string-match-p "SAQ-ORDER" (format "%s" (alist-get 'messages (alist-get 'body last))))))
-                  (with-current-buffer (jsonrpc-events-buffer sly-agent-q--connection)
+                  (with-current-buffer (jsonrpc-events-buffer sly-agent-q-current-connection)
                     (should (string-match-p "emacs/reply: [0-9]+ bytes, sent in pieces" (buffer-string))))))
              t)
           (advice-remove 'sly-agent-q-call-reply 'saq-meanwhile))))))

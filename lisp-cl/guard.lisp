@@ -1,0 +1,555 @@
+;;;; guard.lisp --- running code the agent asked for, guarded.
+;;;
+;;; User code runs under RUN-USER-CODE, which
+;;;
+;;;  - captures *STANDARD-OUTPUT*, *ERROR-OUTPUT* and *TRACE-OUTPUT*, up
+;;;    to *OUTPUT-LIMIT* characters (a capped stream, so a printing loop
+;;;    cannot fill the heap), and gives it an empty *STANDARD-INPUT* (a
+;;;    READ-LINE must fail, not wait for the user's REPL);
+;;;  - traps every serious condition and every entry into the debugger
+;;;    (BREAK, INVOKE-DEBUGGER), recording type, message and backtrace,
+;;;    so the user's debugger never pops up;
+;;;  - interrupts the code after a timeout: a watcher thread, spawned
+;;;    through the backend, interrupts the evaluating thread, which
+;;;    records where it was and throws out of the user code.  Unwinding
+;;;    runs UNWIND-PROTECT cleanups and releases locks, so the image
+;;;    stays usable.
+;;;
+;;; CALL-TOOL (protocol.lisp, loaded after this file) binds the specials
+;;; below for each call and runs every tool but the evaluating ones
+;;; under CALL-GUARDING-USER-CODE.
+
+(in-package #:sly-agent-q)
+
+;;;; What the current call binds
+
+(defvar *call-timeout* nil
+  "The TIMEOUT of the current CALL-TOOL, in seconds, or NIL.")
+
+(defvar *call-id* nil
+  "The :CALL-ID of the current CALL-TOOL, or NIL (see CANCEL-CALL).")
+
+(defvar *in-agent-code* nil
+  "True while code the agent asked for runs in this thread (see
+WRAP-AGENT-THREAD-FUNCTION).")
+
+(defvar *current-evaluation* nil
+  "The serial of the CALL-TOOL running in this thread.")
+
+(defvar *output-limit* 4000
+  "The most characters of printed output an evaluation keeps.")
+
+(defparameter *backtrace-limit* 25
+  "The most frames a recorded backtrace keeps.")
+
+(defparameter *backtrace-shown* 12
+  "The most frames an error result shows (get_last_error shows all kept).")
+
+(defvar *state-lock* nil
+  "Guards the state tools share across threads: the running calls, the
+history and the last error.")
+
+(defun call-with-state-lock (function)
+  (unless *state-lock*
+    (setf *state-lock* (make-backend-lock "sly-agent-q state")))
+  (call-with-backend-lock *state-lock* function))
+
+;;;; The debugger trap
+
+(defun call-with-debugger-trap (hook function)
+  "Call FUNCTION with HOOK (taking a condition) as the debugger.
+The backend binds *DEBUGGER-HOOK* and, where the implementation has
+one, its own hook that even BREAK and INVOKE-DEBUGGER honour (e.g.
+SB-EXT:*INVOKE-DEBUGGER-HOOK*); without a backend, *DEBUGGER-HOOK*
+alone is bound.  HOOK must not return normally."
+  (let ((debugger-hook (lambda (condition old-hook)
+                         (declare (ignore old-hook))
+                         (funcall hook condition))))
+    (if (backend-implemented-p "CALL-WITH-DEBUGGER-HOOK")
+        (bcall "CALL-WITH-DEBUGGER-HOOK" debugger-hook function)
+        (let ((*debugger-hook* debugger-hook)
+              ;; BREAK binds *DEBUGGER-HOOK* to NIL; SBCL's own hook
+              ;; is consulted first by INVOKE-DEBUGGER.
+              #+sbcl (sb-ext:*invoke-debugger-hook* debugger-hook))
+          (funcall function)))))
+
+;;;; Captured output
+
+(defstruct (sink (:constructor make-sink (limit)))
+  "Where captured output goes: the first LIMIT characters are kept, the
+rest only counted."
+  (limit 0)
+  (buffer (make-string-output-stream))
+  (kept 0)
+  (dropped 0))
+
+(defun sink-write (sink string)
+  (let* ((room (max 0 (- (sink-limit sink) (sink-kept sink))))
+         (n (length string))
+         (keep (min n room)))
+    (when (plusp keep)
+      (write-string string (sink-buffer sink) :end keep)
+      (incf (sink-kept sink) keep))
+    (incf (sink-dropped sink) (- n keep))))
+
+(defun sink-text (sink)
+  "The captured text, with a note if some was dropped."
+  (let ((text (get-output-stream-string (sink-buffer sink))))
+    (if (plusp (sink-dropped sink))
+        (format nil "~A~%[... output truncated: ~D more characters not kept]"
+                text (sink-dropped sink))
+        text)))
+
+(defun make-capture-stream (sink)
+  "An output stream writing into SINK.  The backend's stream calls us
+with chunks, so nothing beyond the limit is ever kept; without one, a
+string stream whose text is cut afterwards."
+  (or (and (backend-implemented-p "MAKE-OUTPUT-STREAM")
+           (ignore-errors
+            (bcall "MAKE-OUTPUT-STREAM" (lambda (string) (sink-write sink string)))))
+      (sink-buffer sink)))
+
+(defun finish-capture (stream sink)
+  "Flush STREAM into SINK; return the captured text."
+  (unless (eq stream (sink-buffer sink))
+    (ignore-errors (finish-output stream)))
+  (sink-text sink))
+
+
+;;;; Backtraces
+
+(defparameter *machinery-frame-markers*
+  '("(ERROR " "(CERROR " "(SIGNAL " "(WARN " "(BREAK" "(INVOKE-DEBUGGER "
+    "(SB-KERNEL:" "(SB-KERNEL::" "(SB-INT:" "(SB-DEBUG:" "(SB-DEBUG::"
+    "(SB-THREAD:" "(SB-THREAD::" "((FLET SB-THREAD::" "((FLET SB-UNIX::" "((LAMBDA () :IN SB-THREAD"
+    "(SB-UNIX:" "(SB-UNIX::" "(SB-SYS:" "(SB-IMPL::" "(\"foreign function"
+    "((FLET \"WITHOUT-INTERRUPTS" "((FLET SB-KERNEL::" "(SB-DI:" "(SB-DI::"
+    "(\"bogus stack frame\"")
+  "Beginnings of printed frames that belong to the condition system,
+signal handling or thread interruption: dropped from the top of a
+backtrace, where they sit above the user's frames.")
+
+(defun our-frame-p (text)
+  "True for frames of sly-agent-q or of the SLYNK/SWANK backend."
+  (or (search "SLY-AGENT-Q" text)
+      (search "SWANK" text)
+      (search "SLYNK" text)))
+
+(defun machinery-frame-p (text)
+  (some (lambda (marker)
+          (and (>= (length text) (length marker))
+               (string= marker text :end2 (length marker))))
+        *machinery-frame-markers*))
+
+(defun loader-frame-p (text)
+  "True for the frames of LOAD running a fasl, or of the compiler,
+below the user's code (the compiler's macroexpansion and compile-time
+evaluation of the user's forms, the loader's top-level forms)."
+  (some (lambda (marker)
+          (and (>= (length text) (length marker))
+               (string= marker text :end2 (length marker))))
+        '("(SB-FASL::" "((LAMBDA NIL :IN SB-FASL::" "((LAMBDA () :IN SB-FASL::"
+          "(SB-C::" "((FLET SB-C::" "((LAMBDA (SB-KERNEL:FORM" "(COMPILE-FILE ")))
+
+(defun frame-text (frame)
+  (handler-case
+      (let ((*print-length* 8)
+            (*print-level* 4)
+            (*print-pretty* nil)
+            (*print-circle* t)
+            (*print-readably* nil))
+        (first-line (with-output-to-string (out) (bcall "PRINT-FRAME" frame out)) 240))
+    (trappable-condition () "#<frame not printable>")))
+
+(defparameter *backtrace-seconds* 2
+  "The most seconds printing a backtrace may take: frames show their
+arguments, whose PRINT-OBJECT methods are user code and may not return.")
+
+(defun print-frames-bounded (frames)
+  "The texts of FRAMES, printed within *BACKTRACE-SECONDS*; a frame
+that could not be printed in time ends the list with a marker."
+  (let ((texts '()))
+    (when (let ((*call-id* nil))
+            (call-with-interrupts-allowed
+             (lambda ()
+               (call-with-timeout *backtrace-seconds*
+                                  (lambda () (dolist (frame frames) (push (frame-text frame) texts)))
+                                  (lambda () nil)))))
+      (push "#<frame not printable in time: a PRINT-OBJECT method does not return>" texts))
+    (nreverse texts)))
+
+(defun capture-backtrace (&optional (limit *backtrace-limit*))
+  "The frames of the user's code on the current stack, innermost first,
+as strings: frames of ours and of the signalling machinery above it are
+dropped, and so is everything below the code we evaluated.  NIL if the
+backend cannot compute a backtrace."
+  (when (and (backend-implemented-p "CALL-WITH-DEBUGGING-ENVIRONMENT")
+             (backend-implemented-p "COMPUTE-BACKTRACE"))
+    (handler-case
+        (let ((texts (bcall "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                            (lambda ()
+                              (print-frames-bounded (bcall "COMPUTE-BACKTRACE" 0 200))))))
+          ;; Above the user's code: our handler, the backend, the signal.
+          (loop while (and texts (or (our-frame-p (first texts))
+                                     (machinery-frame-p (first texts))))
+                do (pop texts))
+          ;; Below it: our evaluation loop (or the loader running a
+          ;; compiled file) and whatever called CALL-TOOL.
+          (let ((end (or (position-if (lambda (text) (or (our-frame-p text) (loader-frame-p text)))
+                                      texts :start (min 1 (length texts)))
+                         (length texts))))
+            (subseq texts 0 (min end limit))))
+      (trappable-condition () nil))))
+
+(defun format-backtrace (frames &optional (limit *backtrace-shown*))
+  (with-output-to-string (out)
+    (loop for frame in frames
+          for i below limit
+          do (format out "  ~D: ~A~%" i frame))
+    (when (> (length frames) limit)
+      (format out "  ... ~D more frames (get_last_error shows up to ~D)~%"
+              (- (length frames) limit) *backtrace-limit*))))
+
+
+;;;; Timeouts and cancellation
+;;;
+;;; Each guarded evaluation has a STATE, a cons whose car is :RUNNING,
+;;; :CANCEL (asked for by CANCEL-CALL), :TIMED-OUT, :CANCELLED or :DONE,
+;;; and a watcher thread that interrupts the evaluating thread when the
+;;; deadline passes or a cancel is asked for.  Evaluations are recorded
+;;; under the id of their call (CALL-TOOL's :CALL-ID), so that a second
+;;; request can stop exactly that one and nothing else.
+
+(defvar *running* (make-hash-table :test 'equal)
+  "Call id => the STATEs of its guarded evaluations, innermost first.")
+
+(defvar *cancelled-early* '()
+  "Ids cancelled before their call started, newest first (bounded).")
+
+(defun note-running (id state)
+  (when id
+    (call-with-state-lock (lambda () (push state (gethash id *running*))))))
+
+(defun note-finished (id state)
+  (when id
+    (call-with-state-lock
+     (lambda ()
+       (let ((states (remove state (gethash id *running*))))
+         (if states
+             (setf (gethash id *running*) states)
+             (remhash id *running*)))))))
+
+(defun cancel-call (id)
+  "Stop the evaluation of the call ID (CALL-TOOL's :CALL-ID): its thread
+is interrupted and unwinds, and the call answers that it was cancelled.
+Returns T if an evaluation of that call was running; otherwise NIL, and
+the call, should it arrive later, does not run.  Never signals."
+  (ignore-errors
+   (let ((id (if (stringp id) id (princ-to-string id))))
+     (call-with-state-lock
+      (lambda ()
+        (let ((state (first (gethash id *running*))))
+          (cond ((and state (eq (car state) :running))
+                 (setf (car state) :cancel)
+                 t)
+                (state t)
+                (t
+                 (push id *cancelled-early*)
+                 (when (> (length *cancelled-early*) 100)
+                   (setf *cancelled-early* (subseq *cancelled-early* 0 100)))
+                 nil))))))))
+
+(defun take-early-cancel (id)
+  "True (once) if ID was cancelled before its call started."
+  (and id
+       (call-with-state-lock
+        (lambda ()
+          (when (member id *cancelled-early* :test #'equal)
+            (setf *cancelled-early* (remove id *cancelled-early* :test #'equal))
+            t)))))
+
+(defun watch-deadline (state seconds worker interrupt)
+  "In the watcher thread: wait until STATE is no longer :RUNNING or
+:CANCEL; interrupt WORKER with INTERRUPT when SECONDS (NIL: no limit)
+have passed or a cancel was asked for."
+  (handler-case
+      (let ((deadline (and seconds
+                           (+ (get-internal-real-time)
+                              (round (* seconds internal-time-units-per-second))))))
+        (loop while (member (car state) '(:running :cancel))
+              do (when (or (eq (car state) :cancel)
+                           (and deadline (>= (get-internal-real-time) deadline)))
+                   (bcall "INTERRUPT-THREAD" worker interrupt)
+                   (return))
+                 (sleep 0.05)))
+    ;; Never let the user's debugger pop up in our watcher thread.
+    (serious-condition () nil)))
+
+(defun call-with-timeout (seconds thunk on-timeout)
+  "Call THUNK.  If it is still running after SECONDS (NIL: no limit), or
+CANCEL-CALL asks for the current call to stop, call ON-TIMEOUT in
+THUNK's thread, at the point where it was interrupted, then unwind out
+of THUNK.  Returns NIL, :TIMEOUT or :CANCELLED.  Without thread support
+in the backend, SBCL's own timer is used and cancelling is not
+supported; on CLISP a SIGINT from a watcher process stops it
+\(CALL-WITH-SIGNAL-TIMEOUT); elsewhere THUNK runs unbounded."
+  (cond
+    ((threads-available-p)
+     (let* ((state (list :running))
+            (tag (list 'timeout))
+            (id *call-id*)
+            (how :timeout)
+            (worker (bcall "CURRENT-THREAD")))
+       (catch tag
+         (unwind-protect
+              (progn
+                (note-running id state)
+                (let ((*in-agent-code* nil))
+                  (bcall "SPAWN"
+                         (lambda ()
+                           (watch-deadline
+                            state seconds worker
+                            (lambda ()
+                              ;; Runs in the worker.  The check is made
+                              ;; here, in the worker itself, so an
+                              ;; interrupt arriving after THUNK finished
+                              ;; does nothing.
+                              (let ((now (car state)))
+                                (when (member now '(:running :cancel))
+                                  (setf (car state) (if (eq now :cancel) :cancelled :timed-out))
+                                  (ignore-errors (funcall on-timeout))
+                                  (throw tag nil))))))
+                         :name "sly-agent-q timeout watcher"))
+                (funcall thunk)
+                (setf how nil))
+           (when (eq (car state) :cancelled) (setf how :cancelled))
+           (setf (car state) :done)
+           (note-finished id state)))
+       how))
+    ((null seconds)
+     (funcall thunk)
+     nil)
+    #+sbcl
+    (t
+     (handler-case (progn (sb-ext:with-timeout seconds (funcall thunk)) nil)
+       (sb-ext:timeout () (ignore-errors (funcall on-timeout)) :timeout)))
+    #+clisp
+    (t (call-with-signal-timeout seconds thunk on-timeout))
+    #-(or sbcl clisp)
+    (t
+     (funcall thunk)
+     nil)))
+
+#+clisp
+(defun call-with-signal-timeout (seconds thunk on-timeout)
+  "CALL-WITH-TIMEOUT where the Lisp has no threads but stops at a
+SIGINT, as CLISP does (its \"User break\", what SLIME's interrupt
+sends): a watcher process sends this Lisp SIGINT after SECONDS, and
+again every 2 seconds until it is killed, which is done as soon as THUNK
+returns or has been stopped."
+  (let* ((tag (list 'timeout))
+         (absorbed (list 'absorbed))
+         (watcher (ignore-errors
+                   (ext:run-program
+                    "/bin/sh"
+                    :arguments (list "-c" (format nil "echo $$; sleep ~,2F; while kill -INT ~D; do sleep 2; done"
+                                                  seconds (os:process-id)))
+                    :input nil :output :stream :wait nil)))
+         (watcher-pid (and watcher (ignore-errors (parse-integer (read-line watcher nil "")))))
+         (fired nil)
+         (done nil))
+    (unless watcher-pid
+      (when watcher (ignore-errors (close watcher)))
+      (funcall thunk)
+      (return-from call-with-signal-timeout nil))
+    (handler-bind ((system::interrupt-condition
+                     (lambda (c)
+                       (if (or fired done)
+                           ;; Sent while stopping, or as THUNK returned:
+                           ;; absorbed here, never the user's REPL's (a
+                           ;; batch CLISP exits at a SIGINT that reaches
+                           ;; its top level).
+                           (let ((continue (find-restart 'continue c)))
+                             (cond (continue (invoke-restart continue))
+                                   (done (throw absorbed nil))
+                                   (t (throw tag nil))))
+                           (progn
+                             (setf fired t)
+                             ;; A handler runs without itself: the next
+                             ;; SIGINT (ON-TIMEOUT printing a value that
+                             ;; never prints) needs a handler of its own.
+                             (handler-bind ((system::interrupt-condition
+                                              (lambda (c)
+                                                (declare (ignore c))
+                                                (throw tag nil))))
+                               (ignore-errors (funcall on-timeout)))
+                             (throw tag nil))))))
+      (unwind-protect
+           (catch tag
+             (funcall thunk))
+        ;; A SIGINT the watcher sent just before it was killed may arrive
+        ;; while stopping it or just after: stopping is retried when one
+        ;; cuts it short, and waits a little inside the handler for any
+        ;; still on its way.
+        (loop repeat 5
+              until (catch absorbed
+                      (setf done t)
+                      (ignore-errors
+                       (ext:run-program "/bin/kill" :arguments (list "-KILL" (princ-to-string watcher-pid))
+                                                    :input nil :output nil :wait t))
+                      (ignore-errors (close watcher))
+                      (sleep 0.05)
+                      t))))
+    (and fired :timeout)))
+
+
+;;;; Threads the agent's code starts
+;;;
+;;; A thread created while agent code runs (or by such a thread) runs
+;;; its function under our debugger trap: an error that nobody handles
+;;; is recorded, the thread ends, and the error shows in the result of
+;;; the call (or of the next one) instead of in the user's debugger.
+
+(defvar *thread-errors* '()
+  "Errors of agent threads not yet reported, newest first: plists with
+:THREAD :TYPE :MESSAGE :BACKTRACE :STARTED-BY.")
+
+(defparameter *thread-errors-kept* 10
+  "The most unreported thread errors kept.")
+
+(defun record-thread-error (condition started-by)
+  (let ((entry (list :thread (thread-label (ignore-errors (bcall "CURRENT-THREAD")))
+                     :type (condition-type-label condition)
+                     :message (first-line (condition-message condition) 300)
+                     :backtrace (ignore-errors (capture-backtrace 5))
+                     :started-by started-by)))
+    (call-with-state-lock
+     (lambda ()
+       (push entry *thread-errors*)
+       (when (> (length *thread-errors*) *thread-errors-kept*)
+         (setf *thread-errors* (subseq *thread-errors* 0 *thread-errors-kept*)))))))
+
+(defun wrap-agent-thread-function (function)
+  "FUNCTION, or, when agent code is creating the thread, FUNCTION run
+under the trap described above."
+  (if (not *in-agent-code*)
+      function
+      (let ((started-by *current-evaluation*))
+        (lambda (&rest args)
+          (let ((*in-agent-code* t)
+                (*current-evaluation* started-by)
+                (tag (list 'agent-thread)))
+            (catch tag
+              (call-with-debugger-trap
+               (lambda (condition)
+                 (ignore-errors (record-thread-error condition started-by))
+                 (throw tag nil))
+               (lambda () (apply function args)))))))))
+
+(defun take-thread-notes ()
+  "Notes on the errors of agent threads not reported yet, or NIL."
+  (let ((errors (call-with-state-lock
+                 (lambda () (shiftf *thread-errors* '())))))
+    (when errors
+      (with-output-to-string (out)
+        (dolist (entry (reverse errors))
+          (destructuring-bind (&key thread type message backtrace started-by) entry
+            (format out "~&Note: a thread started by ~:[an earlier evaluation~;this evaluation~] ~
+                         (thread \"~A\") signalled ~A: ~A~%It was ended; the debugger was not entered.~%"
+                    (eql started-by *current-evaluation*) thread type message)
+            (when backtrace
+              (format out "Its backtrace (innermost first):~%~A" (format-backtrace backtrace 5)))))))))
+
+;; Never let a failure here stop the helpers from loading.
+(ignore-errors (install-thread-wrapper 'wrap-agent-thread-function))
+
+
+;;;; Running user code
+
+(defstruct (outcome (:constructor make-outcome ()))
+  "What happened when user code ran."
+  (output "")
+  ;; When a serious condition or the debugger stopped it:
+  (condition nil)
+  (type nil)
+  (message nil)
+  (backtrace nil)
+  ;; When the timeout stopped it:
+  (timed-out nil)
+  ;; When CANCEL-CALL stopped it:
+  (cancelled nil)
+  (seconds nil))
+
+(defun call-trapping-conditions (thunk outcome)
+  "Call THUNK.  An unhandled serious condition, or any entry into the
+debugger, is recorded in OUTCOME and unwinds THUNK.  Returns true if
+THUNK finished normally."
+  (let ((tag (list 'trapped))
+        (finished nil))
+    (flet ((trap (condition)
+             (setf (outcome-condition outcome) condition
+                   (outcome-type outcome) (condition-type-label condition)
+                   (outcome-message outcome) (condition-message condition)
+                   ;; A tool's own error needs no backtrace.
+                   (outcome-backtrace outcome) (unless (typep condition '(or tool-error tool-failure))
+                                                 (capture-backtrace)))
+             (throw tag nil)))
+      (catch tag
+        (call-with-debugger-trap
+         #'trap
+         (lambda ()
+           ;; Handlers inside THUNK (COMPILE-FILE's among them) run
+           ;; first; we only see what none of them handled.
+           (handler-bind ((trappable-condition #'trap))
+             (funcall thunk)
+             (setf finished t))))))
+    finished))
+
+(defun run-user-code (thunk &key (timeout *call-timeout*))
+  "Run THUNK, user code, with output captured, conditions trapped and
+TIMEOUT seconds allowed.  Returns an OUTCOME; when the call was
+cancelled, signals a TOOL-FAILURE saying so instead."
+  (let* ((outcome (make-outcome))
+         (sink (make-sink *output-limit*))
+         (stream (make-capture-stream sink))
+         (empty (make-string-input-stream ""))
+         (io (make-two-way-stream empty stream))
+         (how (call-with-timeout
+               timeout
+               (lambda ()
+                 (let ((*standard-output* stream)
+                       (*error-output* stream)
+                       (*trace-output* stream)
+                       (*standard-input* empty)
+                       (*query-io* io)
+                       (*debug-io* io)
+                       (*terminal-io* io)
+                       (*in-agent-code* t))
+                   (call-trapping-conditions thunk outcome)))
+               (lambda ()
+                 (setf (outcome-backtrace outcome) (capture-backtrace))))))
+    (setf (outcome-timed-out outcome) (eq how :timeout)
+          (outcome-cancelled outcome) (eq how :cancelled))
+    (setf (outcome-seconds outcome) timeout)
+    (setf (outcome-output outcome) (finish-capture stream sink))
+    (when (outcome-cancelled outcome)
+      (error 'tool-failure
+             :message "The call was cancelled: its evaluation was interrupted. Side effects made before the interruption remain."))
+    outcome))
+
+
+(defun call-guarding-user-code (what function)
+  "Call FUNCTION, which may run user code incidentally (PRINT-OBJECT
+methods of values it shows), under the timeout and condition trap of
+RUN-USER-CODE; return its value or FAIL saying what went wrong.  The
+tool's own TOOL-ERRORs and TOOL-FAILUREs pass through unchanged."
+  (let* ((value nil)
+         (outcome (run-user-code (lambda () (setf value (funcall function))))))
+    (cond ((outcome-timed-out outcome)
+           (fail "~A timed out after ~A s and was interrupted (printing a value may not terminate)."
+                 what (outcome-seconds outcome)))
+          ((typep (outcome-condition outcome) '(or tool-error tool-failure))
+           (error (outcome-condition outcome)))
+          ((outcome-condition outcome)
+           (fail "~A failed: ~A: ~A" what (outcome-type outcome) (outcome-message outcome)))
+          (t value))))

@@ -1,0 +1,104 @@
+;;; sly-agent-q-collections.el --- Holding off garbage collections while the server talks  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; While the server's traffic lasts, `gc-cons-threshold' is raised, and
+;; given back when the server has been quiet for a while: one collection
+;; at the end of a burst instead of one every 800 KB.
+
+;;; Code:
+
+(require 'sly-agent-q-options)
+
+
+(defcustom sly-agent-q-gc-cons-threshold (* 64 1024 1024)
+  "The `gc-cons-threshold' while the server's traffic lasts, or nil.
+A message of the server raises `gc-cons-threshold' to this (never
+lowers it) until the server has been quiet for
+`sly-agent-q-gc-quiet-time' seconds; then the user's value is back,
+unless something else changed it meanwhile.  A model's burst of tool
+calls, with their results for the chat, the image's answers and the
+replies, conses megabytes: with Emacs's default threshold that was a
+garbage collection every 800 KB, each one marking the whole heap, at
+20-25 ms each in batch Emacs with SLIME loaded, and together most of the
+time a burst took (benchmarks, figures 2 and 7).  Held off, they are
+one collection when the burst ends.  nil leaves `gc-cons-threshold'
+alone."
+  :type '(choice (const :tag "Leave gc-cons-threshold alone" nil) integer)
+  :group 'sly-agent-q)
+
+(defcustom sly-agent-q-gc-quiet-time 0.5
+  "Seconds without server traffic that end the holding off of collections.
+See `sly-agent-q-gc-cons-threshold'."
+  :type 'number
+  :group 'sly-agent-q)
+
+(defvar sly-agent-q--gc-held nil
+  "While collections are held off, (USER-VALUE . RAISED-VALUE).
+Of `gc-cons-threshold': USER-VALUE is the one given back.")
+
+(defvar sly-agent-q--gc-last-traffic 0.0
+  "When the server's traffic was last seen, a `float-time'.")
+
+(defvar sly-agent-q--gc-timer nil
+  "The one timer that ends the holding off of collections.")
+
+(defun sly-agent-q-server-hold-collections ()
+  "Hold garbage collections off while the server's traffic lasts.
+See `sly-agent-q-gc-cons-threshold'.  The global (top-level) value is
+the one changed: a `let' of `gc-cons-threshold' around the caller is
+neither changed nor restored by mistake."
+  (setq sly-agent-q--gc-last-traffic (float-time))
+  (when (and sly-agent-q-gc-cons-threshold (not sly-agent-q--gc-held))
+    (let ((user (default-toplevel-value 'gc-cons-threshold)))
+      (when (< user sly-agent-q-gc-cons-threshold)
+        (setq sly-agent-q--gc-held (cons user sly-agent-q-gc-cons-threshold))
+        (set-default-toplevel-value 'gc-cons-threshold sly-agent-q-gc-cons-threshold)
+        (sly-agent-q--gc-arm sly-agent-q-gc-quiet-time)))))
+
+(defun sly-agent-q--gc-arm (seconds)
+  "Check in SECONDS whether the server has gone quiet."
+  (when sly-agent-q--gc-timer (cancel-timer sly-agent-q--gc-timer))
+  (setq sly-agent-q--gc-timer (run-with-timer seconds nil #'sly-agent-q--gc-check)))
+
+(defun sly-agent-q--gc-check ()
+  "Release collections once the server has been quiet long enough.
+Until then, check again later: one timer, re-armed, as a timer per
+message would cost more than it saves."
+  (setq sly-agent-q--gc-timer nil)
+  (let ((quiet (- (float-time) sly-agent-q--gc-last-traffic)))
+    (if (< quiet sly-agent-q-gc-quiet-time)
+        (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time quiet))
+      (sly-agent-q-server-release-collections))))
+
+(defun sly-agent-q-server-release-collections ()
+  "Give `gc-cons-threshold' back its value from before the server's traffic.
+A value that something else set meanwhile is left as it is.  The
+collection held off happens at Emacs's next allocation check."
+  (when sly-agent-q--gc-timer
+    (cancel-timer sly-agent-q--gc-timer)
+    (setq sly-agent-q--gc-timer nil))
+  (pcase-let ((`(,user . ,raised) sly-agent-q--gc-held))
+    (setq sly-agent-q--gc-held nil)
+    (when (and raised (eql (default-toplevel-value 'gc-cons-threshold) raised))
+      (set-default-toplevel-value 'gc-cons-threshold user))))
+
+(provide 'sly-agent-q-collections)
+;;; sly-agent-q-collections.el ends here
