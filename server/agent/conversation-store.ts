@@ -117,7 +117,7 @@ function titleOf(messages: readonly Message[]): string {
   for (const m of messages) {
     if (m.role !== "user") continue;
     for (const b of m.content) {
-      if (b.type === "text" && b.text.trim() !== "") return oneLine(b.text, 72);
+      if (b.type === "text" && !b.note && b.text.trim() !== "") return oneLine(b.text, 72);
     }
   }
   return "(empty)";

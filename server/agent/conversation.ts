@@ -92,10 +92,11 @@ export class Conversation {
   /**
    * Adds the user's text. When the history already ends with a user message (the last turn was
    * cancelled or failed before the model answered, or stopped at the step limit after tool results)
-   * the text joins it, so that roles keep alternating.
+   * the text joins it, so that roles keep alternating. NOTE: the server's word to the model (kept
+   * in the history the model is sent, left out of what shows the user's text: shownHistory).
    */
-  addUserText(text: string): void {
-    const block: TextBlock = { type: "text", text };
+  addUserText(text: string, note = false): void {
+    const block: TextBlock = { type: "text", text, ...(note ? { note: true as const } : {}) };
     const last = this.messages[this.messages.length - 1];
     if (last?.role === "user") last.content.push(block);
     else this.messages.push({ role: "user", content: [block] });
@@ -209,4 +210,16 @@ export function fitToBudget(messages: Message[], budgetTokens: number, targetTok
     }
   }
   return shortened;
+}
+
+/**
+ * MESSAGES as the user is shown them (resume, rewind, export): without the notes the server said to
+ * the model (TextBlock.note), and without a message that held nothing else.
+ */
+export function shownHistory<M extends Message>(messages: readonly M[]): M[] {
+  return messages.flatMap((m) => {
+    if (!m.content.some((b) => b.type === "text" && (b as TextBlock).note)) return [m];
+    const content = m.content.filter((b) => !(b.type === "text" && (b as TextBlock).note));
+    return content.length > 0 ? [{ ...m, content } as M] : [];
+  });
 }

@@ -326,7 +326,7 @@ export class Turn {
     this.tools = toolDefinitions(settings);
     this.toolCount = settings.tools.length;
     this.historyRoom = historyRoom(settings, this.tools);
-    if (input.note) conversation.addUserText(input.note);
+    if (input.note) conversation.addUserText(input.note, true);
     conversation.addUserText(input.text);
   }
 

@@ -30,7 +30,7 @@ import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
 import { repairHistory } from "./history-rules.js";
-import { Conversation } from "./conversation.js";
+import { Conversation, shownHistory } from "./conversation.js";
 import { exportConversation } from "./export.js";
 
 export class SavedConversations {
@@ -192,7 +192,7 @@ export class SavedConversations {
     return {
       conversationId: p.conversationId,
       title: stored.title,
-      messages: stored.messages as HistoryMessage[],
+      messages: shownHistory(stored.messages) as HistoryMessage[],
       calls: stored.calls,
       usage: stored.usage,
       costUsd: stored.costUsd,
@@ -256,7 +256,7 @@ export class SavedConversations {
     const after = this.readSaved(p.conversationId);
     // The server's copy goes on from the same history as the file.
     if (open) restoreHistory(open, after);
-    return { restore: [...restore.values()], messages: after.messages as HistoryMessage[] };
+    return { restore: [...restore.values()], messages: shownHistory(after.messages) as HistoryMessage[] };
   }
 
   private rename(p: ConversationRenameParams): ConversationRenameResult {
@@ -284,9 +284,9 @@ export class SavedConversations {
     }
     if (stored) {
       title = stored.title;
-      messages = stored.messages as HistoryMessage[];
+      messages = shownHistory(stored.messages) as HistoryMessage[];
     } else if (open) {
-      messages = open.messages as HistoryMessage[];
+      messages = shownHistory(open.messages) as HistoryMessage[];
     } else {
       throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId}.`);
     }
@@ -306,6 +306,7 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
 
 /** The start of the text of the turn whose text is block BLOCKS of message INDEX. */
 function turnText(messages: readonly Message[], index: number, blocks: number): string {
-  const block = messages[index]?.content.slice(blocks).find((b) => b.type === "text");
+  // The user's own text: not a note the server said to the model before it.
+  const block = messages[index]?.content.slice(blocks).find((b) => b.type === "text" && !b.note);
   return block?.type === "text" ? oneLine(block.text, 80) : "";
 }

@@ -8,6 +8,8 @@ import type { ModelSchema } from "../tools/tool.js";
 export interface TextBlock {
   type: "text";
   text: string;
+  /** Said to the model by the server (the package note), not typed by the user: never shown as theirs. */
+  note?: true;
 }
 
 export interface ToolUseBlock {
