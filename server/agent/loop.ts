@@ -175,6 +175,7 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     if (!step.announced) {
       step.announced = true;
       for (const call of step.calls) t.events.toolCall(call.streamed, safetyOf(t.executor, call.name));
+      step.announceEarly?.();
     }
     if (step.approved) {
       const { index, call } = step.approved;
@@ -232,6 +233,11 @@ interface EarlyCalls {
   started: Map<string, { call: StreamedToolCall; result: Promise<ToolResult> }>;
   /** False once a call that may not start early was seen: no later call starts early either. */
   open: boolean;
+  /** What they await before asking the user anything (ExecuteOptions.beforeAsking): resolved once the
+   *  complete answer's calls are announced, rejected when the attempt is discarded. */
+  announced: Promise<void>;
+  announce: () => void;
+  refuse: () => void;
 }
 
 /** A call of the step: what the executor runs, and what chat/toolCall announces. */
@@ -245,6 +251,8 @@ interface Step {
   calls: StepCall[];
   /** Whether the calls were announced (TurnEvents.toolCall), which running-tools does first. */
   announced: boolean;
+  /** Lets the calls that started early ask the user, once the calls are announced. */
+  announceEarly?: () => void;
   /** By the calls' index; a hole is a call not answered (yet). */
   results: (ToolResult | undefined)[];
   /** By the calls' index: the result of a call that started while the answer streamed (safe calls only). */
@@ -405,7 +413,11 @@ export class Turn {
     const onAbort = () => controller.abort(this.signal.reason);
     if (this.signal.aborted) onAbort();
     else this.signal.addEventListener("abort", onAbort, { once: true });
-    this.early = { controller, onAbort, started: new Map(), open: true };
+    let announce: () => void = () => undefined;
+    let refuse: () => void = () => undefined;
+    const announced = new Promise<void>((resolve, reject) => ((announce = resolve), (refuse = () => reject(new Error("discarded")))));
+    announced.catch(() => undefined);
+    this.early = { controller, onAbort, started: new Map(), open: true, announced, announce, refuse };
   }
 
   /**
@@ -422,7 +434,8 @@ export class Turn {
       early.open = false;
       return;
     }
-    const result = this.executor.execute(toolCall, { signal: early.controller.signal, tags: this.tags });
+    // Should it need to ask the user as it runs, it waits until the whole answer came and it was announced.
+    const result = this.executor.execute(toolCall, { signal: early.controller.signal, tags: this.tags, beforeAsking: () => early.announced });
     early.started.set(call.id, { call, result });
   }
 
@@ -432,14 +445,15 @@ export class Turn {
     if (!early) return;
     this.early = undefined;
     this.signal.removeEventListener("abort", early.onAbort);
+    early.refuse();
     early.controller.abort("discarded");
   }
 
   /** The early results for CALLS of the complete answer, by index; what started and is not in it is stopped. */
-  private takeEarly(calls: readonly StepCall[]): (Promise<ToolResult> | undefined)[] {
+  private takeEarly(calls: readonly StepCall[]): { taken: (Promise<ToolResult> | undefined)[]; announce?: () => void } {
     const early = this.early;
     this.early = undefined;
-    if (!early) return [];
+    if (!early) return { taken: [] };
     this.signal.removeEventListener("abort", early.onAbort);
     const taken = calls.map((c) => {
       const e = early.started.get(c.id);
@@ -452,10 +466,11 @@ export class Turn {
     if (taken.some((r) => r !== undefined)) {
       if (this.signal.aborted) early.controller.abort(this.signal.reason);
       else this.signal.addEventListener("abort", early.onAbort, { once: true });
-    } else {
-      early.controller.abort("discarded");
+      return { taken, announce: early.announce };
     }
-    return taken;
+    early.refuse();
+    early.controller.abort("discarded");
+    return { taken };
   }
 
   /** An answer cut short (an error, a cancellation): the text the user saw goes into the history. */
@@ -486,7 +501,8 @@ export class Turn {
       arguments: c.input ?? c.rawArguments,
       streamed: c,
     }));
-    this.step = { calls, results: new Array(calls.length), early: this.takeEarly(calls), groups: this.executor.batches(calls), group: 0, announced: false };
+    const early = this.takeEarly(calls);
+    this.step = { calls, results: new Array(calls.length), early: early.taken, groups: this.executor.batches(calls), group: 0, announced: false, ...(early.announce ? { announceEarly: early.announce } : {}) };
     return "running-tools";
   }
 

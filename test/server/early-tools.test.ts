@@ -71,6 +71,23 @@ function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
       },
     }),
   );
+  registry.register(
+    defineTool({
+      name: "library",
+      description: "Reads a library's definition, outside the project.",
+      parameters: {},
+      safety: "safe",
+      categories: ["introspection"],
+      runtime: "node",
+      handler: async (_a, ctx) => {
+        probe.log.push("start:library");
+        waiters.get("library")?.();
+        await ctx.readOutside!("/elsewhere/library.lisp");
+        probe.log.push("end:library");
+        return "read the library";
+      },
+    }),
+  );
   return { registry, probe };
 }
 
@@ -87,6 +104,7 @@ function logged(inner: LLMProvider, log: string[]): LLMProvider {
 }
 
 const probeCall = (name: string) => ({ type: "tool_use" as const, name: "probe", input: { name } });
+const libraryCall = { type: "tool_use" as const, name: "library", input: {} };
 const changeCall = { type: "tool_use" as const, name: "change", input: { form: "(setf *x* 1)" } };
 
 /** How many stream chunks the mock sends before the first chunk of tool call N (0-based), no text blocks. */
@@ -183,5 +201,47 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:first"]);
     expect(events.results).toEqual([]);
     expect(toolUses(c.messages)).toEqual([]);
+  });
+
+  it("a read that must ask the user as it runs asks only after its call was announced; a cut stream asks nothing", async () => {
+    probe.log.length = 0;
+    const order: string[] = [];
+    const asked: string[] = [];
+    const executor = new Executor({
+      registry: h.registry,
+      approve: async (request, signal) => {
+        asked.push(request.callId);
+        order.push(`ask:${request.tool.name}`);
+        if (signal.aborted) return { decision: "denied" };
+        return { decision: "approved" };
+      },
+    });
+    const withAsking = { ...h, executor };
+    // A whole message: the approval comes after the call is announced, as for any call that asks.
+    const c = newConversation();
+    const { outcome } = await turn(withAsking, kind, c, "Read the library", {
+      script: { steps: [{ content: [libraryCall, probeCall("after")], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
+      onEvent: (what) => order.push(what),
+    });
+    expect(outcome.status).toBe("finished");
+    expect(order.indexOf("ask:library")).toBeGreaterThan(order.indexOf("call"));
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read the library", "read after"]);
+
+    // A stream cancelled after the call started: the user is never asked about a call of a discarded answer.
+    asked.length = 0;
+    const controller = new AbortController();
+    const started = probe.started("library");
+    const run = turn(withAsking, kind, newConversation(), "Read the library", {
+      signal: controller.signal,
+      script: { steps: [{ content: [libraryCall, probeCall("later")], hang_after_chunks: chunksBeforeCall(kind, 1) + 1 }] },
+    });
+    await started;
+    await new Promise((resolve) => setImmediate(resolve));
+    controller.abort();
+    const cut = await run;
+    expect(cut.outcome).toMatchObject({ status: "failed", kind: "cancelled" });
+    expect(asked).toEqual([]);
+    expect(cut.events.results).toEqual([]);
   });
 });
