@@ -111,7 +111,7 @@ export function toMessageParam(m: Message): Anthropic.MessageParam {
   };
 }
 
-type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; call?: StreamedToolCall } | { kind: "other" };
+type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; stopped?: boolean; call?: StreamedToolCall } | { kind: "other" };
 
 /** The call a finished tool block holds (made once, so that what ran early is what the message says). */
 function finalCall(b: Extract<Block, { kind: "tool" }>): StreamedToolCall {
@@ -125,6 +125,13 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
   let stopReason: StopReason = "other";
   let started = false;
   let stopped = false;
+  // Calls are given (onToolCall) in the message's order: a block ended out of order waits for those before it.
+  let given = 0;
+  const giveInOrder = () => {
+    for (let b = blocks[given]; b && (b.kind !== "tool" || b.stopped); b = blocks[++given]) {
+      if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b));
+    }
+  };
   for await (const event of stream) {
     switch (event.type) {
       case "message_start": {
@@ -158,14 +165,15 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
           b.text += d.text;
           handlers.onText(d.text);
         } else if (d.type === "input_json_delta" && b.kind === "tool") {
-          if (b.call) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
+          if (b.stopped) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
           b.json += d.partial_json;
         }
         break;
       }
       case "content_block_stop": {
         const b = blocks[event.index];
-        if (b?.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b));
+        if (b?.kind === "tool") b.stopped = true;
+        giveInOrder();
         break;
       }
       case "message_delta": {

@@ -146,8 +146,9 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
     }
     for (const tc of delta.tool_calls ?? []) {
       const i = tc.index ?? calls.length;
-      // A fragment of a later call means the earlier ones are complete: they may start now.
-      calls.slice(0, i).forEach((c, k) => c && !c.final && handlers.onToolCall?.(finalCall(c, k)));
+      // A fragment of a later call means the earlier ones are complete: they may start now, in the
+      // message's order (a call whose index has not come yet holds back those after it).
+      for (let k = 0; k < i && calls[k]; k++) if (!calls[k]!.final) handlers.onToolCall?.(finalCall(calls[k]!, k));
       const call = (calls[i] ??= { id: "", name: "", json: "" });
       if (call.final) throw new MalformedStreamError(`a fragment of tool call ${i} after a later call began`);
       if (tc.id) call.id = tc.id;

@@ -244,4 +244,25 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(asked).toEqual([]);
     expect(cut.events.results).toEqual([]);
   });
+
+  it("a read streamed before a change it comes after in the message waits for that change", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const { outcome } = await turn(h, kind, c, "Look, change, look again", {
+      settings: { provider: logged(provider(kind, h.mock), probe.log) },
+      script: {
+        steps: [
+          // Calls c and d stream before the change, though the message holds the change before them.
+          { content: [probeCall("a"), changeCall, probeCall("c"), probeCall("d")], block_order: [0, 2, 3, 1], chunk_delay_ms: 2 },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    const at = (what: string) => probe.log.indexOf(what);
+    expect(at("start:c")).toBeGreaterThan(at("end:change"));
+    expect(at("start:d")).toBeGreaterThan(at("end:change"));
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read a", "changed (setf *x* 1)", "read c", "read d"]);
+  });
 });
