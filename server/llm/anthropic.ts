@@ -11,6 +11,8 @@ import {
   emptyUsage,
   IdleWatch,
   parseToolArguments,
+  uniqueCallId,
+  usedCallIds,
   type ChatRequest,
   type ChatResponse,
   type LLMProvider,
@@ -49,7 +51,7 @@ export class AnthropicProvider implements LLMProvider {
     try {
       const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(toParams(request), { signal: idle.signal });
       ctx.streaming = true;
-      return await readStream(stream, handlers, request.model);
+      return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
     } catch (err) {
       if (signal.aborted) throw err;
       if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);
@@ -114,11 +116,11 @@ export function toMessageParam(m: Message): Anthropic.MessageParam {
 type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; stopped?: boolean; call?: StreamedToolCall } | { kind: "other" };
 
 /** The call a finished tool block holds (made once, so that what ran early is what the message says). */
-function finalCall(b: Extract<Block, { kind: "tool" }>): StreamedToolCall {
-  return (b.call ??= { id: b.id, name: b.name, rawArguments: b.json, input: parseToolArguments(b.json) });
+function finalCall(b: Extract<Block, { kind: "tool" }>, usedIds: Set<string>): StreamedToolCall {
+  return (b.call ??= { id: uniqueCallId(b.id, usedIds), name: b.name, rawArguments: b.json, input: parseToolArguments(b.json) });
 }
 
-async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
+async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>, handlers: StreamHandlers, requestedModel: string, usedIds: Set<string>): Promise<ChatResponse> {
   const blocks: Block[] = [];
   const usage: Usage = emptyUsage();
   let model = requestedModel;
@@ -129,7 +131,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
   let given = 0;
   const giveInOrder = () => {
     for (let b = blocks[given]; b && (b.kind !== "tool" || b.stopped); b = blocks[++given]) {
-      if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b));
+      if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b, usedIds));
     }
   };
   for await (const event of stream) {
@@ -200,7 +202,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
     if (b.kind === "text") {
       if (b.text !== "") content.push({ type: "text", text: b.text });
     } else {
-      const call = finalCall(b);
+      const call = finalCall(b, usedIds);
       toolCalls.push(call);
       content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
     }

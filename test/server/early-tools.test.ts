@@ -265,4 +265,25 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
     expect(results).toEqual(["read a", "changed (setf *x* 1)", "read c", "read d"]);
   });
+
+  it("calls that repeat an id (in the message, or one of the history's) each get a result of their own, in order", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const { outcome, events } = await turn(h, kind, c, "Look twice", {
+      script: {
+        steps: [
+          { content: [{ ...probeCall("a"), id: "same" }, { ...probeCall("b"), id: "same" }], chunk_delay_ms: 2 },
+          { content: [{ ...probeCall("c"), id: "same" }] },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    const results = c.messages.flatMap((m) => (m.role === "user" ? m.content.flatMap((b) => (b.type === "tool_result" ? [`${b.toolUseId}:${b.content}`] : [])) : []));
+    const ids = c.messages.flatMap((m) => (m.role === "assistant" ? m.content.flatMap((b) => (b.type === "tool_use" ? [b.id] : [])) : []));
+    expect(new Set(ids).size).toBe(3);
+    expect(results).toEqual([`${ids[0]}:read a`, `${ids[1]}:read b`, `${ids[2]}:read c`]);
+    expect(events.results.map((r) => r.content)).toEqual(["read a", "read b", "read c"]);
+    expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:a", "start:b", "start:c"]);
+  });
 });
