@@ -32,6 +32,7 @@ import { compactedHistory } from "./compaction.js";
 import { repairHistory } from "./history-rules.js";
 import { Conversation, shownHistory } from "./conversation.js";
 import { exportConversation } from "./export.js";
+import { categoriesAddedIn } from "./tool-set.js";
 
 export class SavedConversations {
   private readonly journals = new Map<string, ConversationJournal>();
@@ -302,6 +303,8 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
   c.messages.splice(0, c.messages.length, ...repairHistory(view).messages);
   c.compactedMessages = stored.compaction?.replaced ?? 0;
   c.turns = stored.turns;
+  // What add_tools added, from every message the file keeps: a compaction's summary has no calls.
+  c.addedCategories = categoriesAddedIn(stored.messages);
 }
 
 /** The start of the text of the turn whose text is block BLOCKS of message INDEX. */
