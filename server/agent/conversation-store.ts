@@ -46,6 +46,8 @@ export type StoreRecord =
   | { v: number; type: "sealed"; at: string }
   /** One tool call's result as it came (the step's results message follows once every call ended). */
   | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean; run?: ToolCallRun }
+  /** A system prompt was written anew, naming this package (written the same when the conversation resumes). */
+  | { v: number; type: "prompt"; at: string; currentPackage?: string }
   /** The history was repaired when it was opened again after a fault: what was done. */
   | { v: number; type: "repaired"; at: string; what: string[] }
   /** Text of the answer being streamed, as it was sent to Emacs: what the user saw of an answer a
@@ -74,6 +76,8 @@ export interface StoredConversation {
   messages: Message[];
   /** The latest compaction still in force, if any. */
   compaction?: { replaced: number; summary: string };
+  /** The package the last system prompt was written with (a "prompt" record), if one was recorded. */
+  prompt?: { currentPackage?: string };
   title: string;
   turns: number;
   usage: Usage;
@@ -158,6 +162,9 @@ function wellShaped(record: StoreRecord): boolean {
       return typeof r.keep === "number" && (r.keepBlocks === undefined || typeof r.keepBlocks === "number");
     case "streamed":
       return typeof r.text === "string";
+    case "prompt":
+      // A package name as the REPL gives it, written into the system prompt: one line, bounded.
+      return r.currentPackage === undefined || (typeof r.currentPackage === "string" && r.currentPackage.length <= 1000 && !/[\n\r]/.test(r.currentPackage));
     default:
       return true;
   }
@@ -170,6 +177,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let header: HeaderRecord | undefined;
   let messages: Message[] = [];
   let compaction: StoredConversation["compaction"];
+  let prompt: StoredConversation["prompt"];
   let title: string | undefined;
   let usage = emptyUsage();
   let costUsd = 0;
@@ -266,6 +274,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "streamed":
         streamed += record.text;
         break;
+      case "prompt":
+        prompt = record.currentPackage !== undefined ? { currentPackage: record.currentPackage } : {};
+        break;
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
       default:
@@ -304,6 +315,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
     ...(interrupted ? { interrupted } : {}),
     ...(repaired ? { repaired } : {}),
     ...(compaction ? { compaction } : {}),
+    ...(prompt ? { prompt } : {}),
     title: title ?? titleOf(messages),
     turns: countTurns(messages),
     usage,
@@ -424,6 +436,10 @@ export class ConversationJournal {
 
   streamed(text: string): void {
     if (text !== "") this.record({ v: STORE_VERSION, type: "streamed", at: now(), text });
+  }
+
+  prompt(currentPackage: string | undefined): void {
+    this.record({ v: STORE_VERSION, type: "prompt", at: now(), ...(currentPackage !== undefined ? { currentPackage } : {}) });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {

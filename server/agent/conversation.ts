@@ -25,6 +25,8 @@ export interface ConversationRecorder {
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
+  /** A system prompt was written anew, naming CURRENTPACKAGE: a resumed conversation writes it the same. */
+  prompt?(currentPackage: string | undefined): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -42,6 +44,8 @@ export class Conversation {
   running: RunningTurn | undefined;
   /** The system prompt its requests carry, kept while only the REPL's package changes (promptForTurn). */
   prompt: KeptPrompt | undefined;
+  /** Of a conversation read from its file: the package its last system prompt was written with. */
+  savedPrompt: { currentPackage?: string } | undefined;
   /** The tool categories the model added to a lean tool set (tool-set.ts), in order; undefined until known. */
   addedCategories: string[] | undefined;
 
@@ -75,6 +79,12 @@ export class Conversation {
    * Records one call's result as it comes: should the process die before the step's other calls
    * end, the result the user saw is not lost (the saved file's repair answers the call with it).
    */
+  /** The system prompt KEPT is the one requests carry from now on; recorded when it was written anew. */
+  keepPrompt(kept: KeptPrompt): void {
+    if (this.prompt?.text !== kept.text) this.recorder?.prompt?.(kept.currentPackage);
+    this.prompt = kept;
+  }
+
   /** Records text of the answer as it is shown, so that a crash keeps what the user saw. */
   recordStreamed(text: string): void {
     this.recorder?.streamed?.(text);

@@ -305,6 +305,10 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
   c.turns = stored.turns;
   // What add_tools added, from every message the file keeps: a compaction's summary has no calls.
   c.addedCategories = categoriesAddedIn(stored.messages);
+  // The system prompt stays as it was sent; a note of the package said in a turn now undone (a rewind)
+  // is no longer in the history: the model is told again where the package differs from the prompt's.
+  if (c.prompt) c.prompt = { ...c.prompt, told: c.prompt.currentPackage };
+  else c.savedPrompt = stored.prompt;
 }
 
 /** The start of the text of the turn whose text is block BLOCKS of message INDEX. */

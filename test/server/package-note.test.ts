@@ -74,7 +74,27 @@ describe("the package note", () => {
     expect(await b.ended(third.turnId)).toBe("chat/turnFinished");
     const strip = (i: number) => JSON.parse(JSON.stringify(mock.requests()[i]!.body.messages, (k, v: unknown) => (k === "cache_control" ? undefined : v))) as unknown[];
     expect(strip(2).slice(0, strip(1).length)).toEqual(strip(1));
+    // ...and the system prompt it had: the package it names is the one it was written with.
+    expect(JSON.stringify(mock.requests()[2]!.body.system)).toBe(JSON.stringify(mock.requests()[1]!.body.system));
     const again: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: first.conversationId });
     expect(userTexts(again.messages)).toEqual(["Look at MY-APP", "And now this one", "Go on"]);
+  });
+
+  it("is said again after a rewind undid the turn that said it", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "First answer." }] }, { content: [{ type: "text", text: "Second answer." }] }, { content: [{ type: "text", text: "Third answer." }] }] });
+    const a = await server();
+    const first: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Look at MY-APP", context: { currentPackage: "MY-APP" } });
+    expect(await a.ended(first.turnId)).toBe("chat/turnFinished");
+    const second: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: first.conversationId, text: "And now this one", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(second.turnId)).toBe("chat/turnFinished");
+    await a.b.connection.sendRequest("conversation/rewind", { conversationId: first.conversationId, turnId: second.turnId, truncate: true });
+    const third: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: first.conversationId, text: "Try again", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(third.turnId)).toBe("chat/turnFinished");
+    // The system prompt still names MY-APP, so the model must be told of OTHER-PKG in what it is sent now.
+    const sent = mock.requests()[2]!.body;
+    expect(JSON.stringify(sent.system)).toContain("MY-APP");
+    expect(JSON.stringify(sent.messages)).not.toContain("And now this one");
+    expect(JSON.stringify(sent.messages)).toContain("current package is now OTHER-PKG");
   });
 });
