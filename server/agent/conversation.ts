@@ -155,6 +155,9 @@ export class Conversation {
     const kept = repairHistory(compactedHistory(this.messages, cut, summary)).messages;
     this.messages.splice(0, this.messages.length, ...kept);
     this.compactedMessages += cut;
+    // A note of the package may have gone into the summary: the next turn tells the model again
+    // where the package differs from the one the kept system prompt names.
+    if (this.prompt) this.prompt = { ...this.prompt, told: this.prompt.currentPackage };
     const tokensAfter = estimateMessages(this.messages);
     this.recorder?.compaction(this.compactedMessages, summary, tokensBefore, tokensAfter);
     return { replaced: cut, tokensBefore, tokensAfter };

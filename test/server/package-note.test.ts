@@ -97,4 +97,25 @@ describe("the package note", () => {
     expect(JSON.stringify(sent.messages)).not.toContain("And now this one");
     expect(JSON.stringify(sent.messages)).toContain("current package is now OTHER-PKG");
   });
+
+  it("is said again after a compaction summarized the turn that said it", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    const answer = (text: string) => ({ content: [{ type: "text" as const, text }] });
+    mock.setScript({ steps: [answer("One."), answer("Two."), answer("Three."), answer("Four."), answer("They looked at two packages."), answer("Five.")] });
+    const a = await server();
+    let id: string | undefined;
+    for (const [text, pkg] of [["one", "MY-APP"], ["two", "OTHER-PKG"], ["three", "OTHER-PKG"], ["four", "OTHER-PKG"]] as const) {
+      const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { ...(id ? { conversationId: id } : {}), text, context: { currentPackage: pkg } });
+      id = sent.conversationId;
+      expect(await a.ended(sent.turnId)).toBe("chat/turnFinished");
+    }
+    const compacted = (await a.b.connection.sendRequest("conversation/compact", { conversationId: id })) as { compacted: boolean };
+    expect(compacted.compacted).toBe(true);
+    const five: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: id, text: "five", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(five.turnId)).toBe("chat/turnFinished");
+    const sent = mock.requests()[5]!.body;
+    expect(JSON.stringify(sent.system)).toContain("MY-APP");
+    expect(JSON.stringify(sent.messages)).not.toContain('"two"');
+    expect(JSON.stringify(sent.messages)).toContain("current package is now OTHER-PKG");
+  });
 });
