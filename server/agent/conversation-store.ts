@@ -33,7 +33,7 @@ export type StoreRecord =
   | { v: number; type: "title"; at: string; title: string }
   | { v: number; type: "usage"; at: string; turnId: string; usage: Usage; costUsd: number; provider?: string; model?: string }
   /** Tool results the model saw shortened to fit the context window (the file keeps them whole). */
-  | { v: number; type: "shortened"; at: string; turnId: string; results: number }
+  | { v: number; type: "shortened"; at: string; turnId: string; results: number; callIds?: string[] }
   /** Messages [0, replaced) are, for the model, the summary (the file and the chat keep them). */
   | { v: number; type: "compaction"; at: string; replaced: number; summary: string; tokensBefore: number; tokensAfter: number }
   /** A turn starts: its text is block `blocks` of message `index` (0 unless it joined a user message). */
@@ -76,6 +76,8 @@ export interface StoredConversation {
   messages: Message[];
   /** The latest compaction still in force, if any. */
   compaction?: { replaced: number; summary: string };
+  /** The calls whose results the model was sent shortened (the file keeps them whole). */
+  shortened?: string[];
   /** The package the last system prompt was written with (a "prompt" record), if one was recorded. */
   prompt?: { currentPackage?: string };
   title: string;
@@ -185,6 +187,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let model: string | undefined;
   let updated = "";
   let turnStarts: StoredConversation["turnStarts"] = [];
+  const shortened = new Set<string>();
   let changes: StoredConversation["changes"] = [];
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
@@ -274,6 +277,9 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "streamed":
         streamed += record.text;
         break;
+      case "shortened":
+        if (Array.isArray(record.callIds)) for (const id of record.callIds) if (typeof id === "string") shortened.add(id);
+        break;
       case "prompt":
         prompt = record.currentPackage !== undefined ? { currentPackage: record.currentPackage } : {};
         break;
@@ -316,6 +322,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
     ...(repaired ? { repaired } : {}),
     ...(compaction ? { compaction } : {}),
     ...(prompt ? { prompt } : {}),
+    ...(shortened.size > 0 ? { shortened: [...shortened] } : {}),
     title: title ?? titleOf(messages),
     turns: countTurns(messages),
     usage,
@@ -418,8 +425,8 @@ export class ConversationJournal {
     this.record({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
   }
 
-  shortened(turnId: string, results: number): void {
-    this.record({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
+  shortened(turnId: string, results: number, callIds?: readonly string[]): void {
+    this.record({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results, ...(callIds && callIds.length > 0 ? { callIds: [...callIds] } : {}) });
   }
 
   turn(turnId: string, index: number, blocks: number): void {

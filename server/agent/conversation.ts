@@ -18,7 +18,8 @@ export interface ConversationRecorder {
   message(message: Message): void;
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void;
   turn(turnId: string, index: number, blocks: number): void;
-  shortened(turnId: string, results: number): void;
+  /** CALLIDS: the calls whose results were shortened, shortened again when the conversation resumes. */
+  shortened(turnId: string, results: number, callIds?: readonly string[]): void;
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
   /** One call's result as it comes, before the step's results go into the history together; RUN is
    *  how it ran (time, approval wait, edited arguments), shown again when the conversation resumes. */
@@ -71,8 +72,8 @@ export class Conversation {
   }
 
   /** Records that RESULTS old tool results were shortened for the model in turn TURNID (the file keeps them whole). */
-  noteShortened(turnId: string, results: number): void {
-    this.recorder?.shortened(turnId, results);
+  noteShortened(turnId: string, results: number, callIds?: readonly string[]): void {
+    this.recorder?.shortened(turnId, results, callIds);
   }
 
   /**
@@ -204,7 +205,7 @@ export function estimateMessages(messages: readonly Message[]): number {
  * A shortened result rewrites what was already sent, so the prompt cache is lost from there on: a
  * TARGET well under BUDGET makes that happen once in a while rather than at every step.
  */
-export function fitToBudget(messages: Message[], budgetTokens: number, targetTokens = budgetTokens): number {
+export function fitToBudget(messages: Message[], budgetTokens: number, targetTokens = budgetTokens, shortenedIds?: string[]): number {
   let total = estimateMessages(messages);
   if (total <= budgetTokens) return 0;
   budgetTokens = Math.min(budgetTokens, targetTokens);
@@ -216,13 +217,29 @@ export function fitToBudget(messages: Message[], budgetTokens: number, targetTok
     for (const b of m.content) {
       if (b.type !== "tool_result" || b.content.length <= SHORTENED_KEEP * 2) continue;
       const before = b.content.length;
-      b.content = `${b.content.slice(0, SHORTENED_KEEP)}\n[... shortened: ${before - SHORTENED_KEEP} of ${before} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
+      b.content = shortenedResult(b.content);
       total -= Math.floor((before - b.content.length) / 4);
       shortened++;
+      shortenedIds?.push(b.toolUseId);
       if (total <= budgetTokens) break;
     }
   }
   return shortened;
+}
+
+/** An old tool result's CONTENT as fitToBudget shortens it (the same text each time, for the prompt cache). */
+export function shortenedResult(content: string): string {
+  if (content.length <= SHORTENED_KEEP * 2) return content;
+  return `${content.slice(0, SHORTENED_KEEP)}\n[... shortened: ${content.length - SHORTENED_KEEP} of ${content.length} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
+}
+
+/** Shortens in MESSAGES the results of the calls IDS name, as they were before (a resumed conversation). */
+export function shortenAgain(messages: Message[], ids: ReadonlySet<string>): void {
+  if (ids.size === 0) return;
+  for (const m of messages) {
+    if (m.role !== "user") continue;
+    for (const b of m.content) if (b.type === "tool_result" && ids.has(b.toolUseId)) b.content = shortenedResult(b.content);
+  }
 }
 
 /**

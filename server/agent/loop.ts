@@ -364,8 +364,9 @@ export class Turn {
 
   fitHistory(): void {
     // Well under the trigger: the next steps then add to a history that stays as sent (the cache holds).
-    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9), Math.floor(this.historyRoom * 0.6));
-    if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened);
+    const ids: string[] = [];
+    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9), Math.floor(this.historyRoom * 0.6), ids);
+    if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened, ids);
   }
 
   /** Starts the request (this.response); the promise returned resolves at its first text. */

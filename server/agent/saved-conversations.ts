@@ -30,7 +30,7 @@ import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
 import { repairHistory } from "./history-rules.js";
-import { Conversation, shownHistory } from "./conversation.js";
+import { Conversation, shortenAgain, shownHistory } from "./conversation.js";
 import { exportConversation } from "./export.js";
 import { categoriesAddedIn } from "./tool-set.js";
 
@@ -300,7 +300,11 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
   // After a compaction the model goes on from the summary, as it did before; the file keeps every message.
   const view = stored.compaction ? compactedHistory(stored.messages, stored.compaction.replaced, stored.compaction.summary) : structuredClone(stored.messages);
   // The file's history is repaired as it is read; the summary's view is kept to the same rule.
-  c.messages.splice(0, c.messages.length, ...repairHistory(view).messages);
+  // A copy: the file's messages (shown on resume) keep every result whole.
+  const messages = structuredClone(repairHistory(view).messages);
+  // The old results the model was sent shortened are sent shortened again: the prefix it had stays the same.
+  shortenAgain(messages, new Set(stored.shortened ?? []));
+  c.messages.splice(0, c.messages.length, ...messages);
   c.compactedMessages = stored.compaction?.replaced ?? 0;
   c.turns = stored.turns;
   // What add_tools added, from every message the file keeps: a compaction's summary has no calls.
