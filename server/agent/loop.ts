@@ -230,7 +230,7 @@ interface EarlyCalls {
   /** Stops them: aborted with the turn, or when the attempt is discarded. */
   controller: AbortController;
   onAbort: () => void;
-  started: Map<string, { call: StreamedToolCall; result: Promise<ToolResult> }>;
+  started: Map<string, { call: StreamedToolCall; result: Promise<ToolResult>; controller: AbortController }>;
   /** False once a call that may not start early was seen: no later call starts early either. */
   open: boolean;
   /** What they await before asking the user anything (ExecuteOptions.beforeAsking): resolved once the
@@ -436,8 +436,14 @@ export class Turn {
       return;
     }
     // Should it need to ask the user as it runs, it waits until the whole answer came and it was announced.
-    const result = this.executor.execute(toolCall, { signal: early.controller.signal, tags: this.tags, beforeAsking: () => early.announced });
-    early.started.set(call.id, { call, result });
+    // Each its own stop, so that one the complete answer does not hold is stopped alone (takeEarly).
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(early.controller.signal.reason);
+    early.controller.signal.addEventListener("abort", onAbort, { once: true });
+    const result = this.executor.execute(toolCall, { signal: controller.signal, tags: this.tags, beforeAsking: () => early.announced });
+    result.finally(() => early.controller.signal.removeEventListener("abort", onAbort)).catch(() => undefined);
+    early.started.get(call.id)?.controller.abort("discarded");
+    early.started.set(call.id, { call, result, controller });
   }
 
   /** Stops and forgets what started early (a failed or cancelled stream, or a retry): none of it is reported. */
@@ -463,6 +469,8 @@ export class Turn {
       early.started.delete(c.id);
       return e.result;
     });
+    // What started and is not the message's call (a block the stream sent again) is stopped and forgotten.
+    for (const e of early.started.values()) e.controller.abort("discarded");
     // Tied to the turn again for the rest of its life (a cancellation while they run stops them).
     if (taken.some((r) => r !== undefined)) {
       if (this.signal.aborted) early.controller.abort(this.signal.reason);

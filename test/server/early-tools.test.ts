@@ -286,4 +286,28 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(events.results.map((r) => r.content)).toEqual(["read a", "read b", "read c"]);
     expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:a", "start:b", "start:c"]);
   });
+
+  // Anthropic only: there a block can be streamed again under its index (an OpenAI call's fragments
+  // after a later call began make the stream malformed, which the failed-stream test covers).
+  it.runIf(kind === "anthropic")("a call streamed again under its block's index runs once, and only the message's call asks", async () => {
+    probe.log.length = 0;
+    const asked: string[] = [];
+    const executor = new Executor({
+      registry: h.registry,
+      approve: async (request) => {
+        asked.push(request.callId);
+        return { decision: "approved" };
+      },
+    });
+    const c = newConversation();
+    const { outcome } = await turn({ ...h, executor }, kind, c, "Read the library", {
+      script: { steps: [{ content: [libraryCall, probeCall("b")], block_order: [0, 1, 0], chunk_delay_ms: 2 }, { content: [{ type: "text", text: "Done." }] }] },
+    });
+    expect(outcome.status).toBe("finished");
+    const ids = c.messages[1]!.content.flatMap((b) => (b.type === "tool_use" ? [b.id] : []));
+    expect(asked).toEqual([ids[0]]);
+    expect(probe.log.filter((l) => l === "end:library")).toHaveLength(1);
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read the library", "read b"]);
+  });
 });
