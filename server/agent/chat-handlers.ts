@@ -42,7 +42,7 @@ import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
-import { promptForTurn } from "./system-prompt.js";
+import { buildSystemPrompt, promptForTurn, type KeptPrompt, type SystemPromptInput } from "./system-prompt.js";
 import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
 import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { modelInfo } from "../llm/models.js";
@@ -249,24 +249,27 @@ export class ChatService {
     const model = config.model ?? resolved.model;
     const toolSet = isLean(contextWindow ?? modelInfo(model).contextWindow) ? new LeanToolSet(offered, (conversation.addedCategories ??= categoriesAddedIn(conversation.messages))) : undefined;
     const tools = toolSet ? toolSet.current() : offered.filter((t) => t.name !== ADD_TOOLS);
-    const prompt = promptForTurn(
-      {
-        // Said once per server, not at every turn while the file stays as it is.
-        onRefused: (message) => {
-          if (this.refusalsSaid.has(message)) return;
-          this.refusalsSaid.add(message);
-          notices.push(message);
-        },
-        // Every offered tool, so that the prompt stays the same as the model adds categories.
-        tools: offered.filter((t) => t.name !== ADD_TOOLS),
-        ...(toolSet ? { moreTools: moreToolsSection(offered) } : {}),
-        safetyOf: (t) => policy.effectiveSafety(t),
-        currentPackage: context.currentPackage,
-        projectRoot: context.projectRoot ?? config.projectRoot,
+    const promptInput: SystemPromptInput = {
+      // Said once per server, not at every turn while the file stays as it is.
+      onRefused: (message) => {
+        if (this.refusalsSaid.has(message)) return;
+        this.refusalsSaid.add(message);
+        notices.push(message);
       },
-      conversation.prompt,
-    );
-    conversation.prompt = prompt.kept;
+      // Every offered tool, so that the prompt stays the same as the model adds categories.
+      tools: offered.filter((t) => t.name !== ADD_TOOLS),
+      ...(toolSet ? { moreTools: moreToolsSection(offered) } : {}),
+      safetyOf: (t) => policy.effectiveSafety(t),
+      currentPackage: context.currentPackage,
+      projectRoot: context.projectRoot ?? config.projectRoot,
+    };
+    // A conversation read from its file writes its prompt as it was last sent: with the package it named then.
+    const saved = conversation.savedPrompt;
+    conversation.savedPrompt = undefined;
+    const kept: KeptPrompt | undefined =
+      conversation.prompt ?? (saved ? { text: buildSystemPrompt({ ...promptInput, currentPackage: saved.currentPackage }), currentPackage: saved.currentPackage, told: saved.currentPackage } : undefined);
+    const prompt = promptForTurn(promptInput, kept);
+    conversation.keepPrompt(prompt.kept);
     const system = prompt.kept.text;
     return {
       notices,

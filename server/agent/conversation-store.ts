@@ -33,7 +33,7 @@ export type StoreRecord =
   | { v: number; type: "title"; at: string; title: string }
   | { v: number; type: "usage"; at: string; turnId: string; usage: Usage; costUsd: number; provider?: string; model?: string }
   /** Tool results the model saw shortened to fit the context window (the file keeps them whole). */
-  | { v: number; type: "shortened"; at: string; turnId: string; results: number }
+  | { v: number; type: "shortened"; at: string; turnId: string; results: number; callIds?: string[] }
   /** Messages [0, replaced) are, for the model, the summary (the file and the chat keep them). */
   | { v: number; type: "compaction"; at: string; replaced: number; summary: string; tokensBefore: number; tokensAfter: number }
   /** A turn starts: its text is block `blocks` of message `index` (0 unless it joined a user message). */
@@ -46,6 +46,8 @@ export type StoreRecord =
   | { v: number; type: "sealed"; at: string }
   /** One tool call's result as it came (the step's results message follows once every call ended). */
   | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean; run?: ToolCallRun }
+  /** A system prompt was written anew, naming this package (written the same when the conversation resumes). */
+  | { v: number; type: "prompt"; at: string; currentPackage?: string }
   /** The history was repaired when it was opened again after a fault: what was done. */
   | { v: number; type: "repaired"; at: string; what: string[] }
   /** Text of the answer being streamed, as it was sent to Emacs: what the user saw of an answer a
@@ -74,6 +76,10 @@ export interface StoredConversation {
   messages: Message[];
   /** The latest compaction still in force, if any. */
   compaction?: { replaced: number; summary: string };
+  /** The calls whose results the model was sent shortened (the file keeps them whole). */
+  shortened?: string[];
+  /** The package the last system prompt was written with (a "prompt" record), if one was recorded. */
+  prompt?: { currentPackage?: string };
   title: string;
   turns: number;
   usage: Usage;
@@ -117,7 +123,7 @@ function titleOf(messages: readonly Message[]): string {
   for (const m of messages) {
     if (m.role !== "user") continue;
     for (const b of m.content) {
-      if (b.type === "text" && b.text.trim() !== "") return oneLine(b.text, 72);
+      if (b.type === "text" && !b.note && b.text.trim() !== "") return oneLine(b.text, 72);
     }
   }
   return "(empty)";
@@ -158,6 +164,9 @@ function wellShaped(record: StoreRecord): boolean {
       return typeof r.keep === "number" && (r.keepBlocks === undefined || typeof r.keepBlocks === "number");
     case "streamed":
       return typeof r.text === "string";
+    case "prompt":
+      // A package name as the REPL gives it, written into the system prompt: one line, bounded.
+      return r.currentPackage === undefined || (typeof r.currentPackage === "string" && r.currentPackage.length <= 1000 && !/[\n\r]/.test(r.currentPackage));
     default:
       return true;
   }
@@ -170,6 +179,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let header: HeaderRecord | undefined;
   let messages: Message[] = [];
   let compaction: StoredConversation["compaction"];
+  let prompt: StoredConversation["prompt"];
   let title: string | undefined;
   let usage = emptyUsage();
   let costUsd = 0;
@@ -177,6 +187,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let model: string | undefined;
   let updated = "";
   let turnStarts: StoredConversation["turnStarts"] = [];
+  const shortened = new Set<string>();
   let changes: StoredConversation["changes"] = [];
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
@@ -266,6 +277,12 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "streamed":
         streamed += record.text;
         break;
+      case "shortened":
+        if (Array.isArray(record.callIds)) for (const id of record.callIds) if (typeof id === "string") shortened.add(id);
+        break;
+      case "prompt":
+        prompt = record.currentPackage !== undefined ? { currentPackage: record.currentPackage } : {};
+        break;
       case "header":
         throw new StoreError(file, `line ${i + 1} is a second header; the file is left as it is.`);
       default:
@@ -304,6 +321,8 @@ export function parseConversation(file: string, text: string): StoredConversatio
     ...(interrupted ? { interrupted } : {}),
     ...(repaired ? { repaired } : {}),
     ...(compaction ? { compaction } : {}),
+    ...(prompt ? { prompt } : {}),
+    ...(shortened.size > 0 ? { shortened: [...shortened] } : {}),
     title: title ?? titleOf(messages),
     turns: countTurns(messages),
     usage,
@@ -406,8 +425,8 @@ export class ConversationJournal {
     this.record({ v: STORE_VERSION, type: "compaction", at: now(), replaced, summary, tokensBefore, tokensAfter });
   }
 
-  shortened(turnId: string, results: number): void {
-    this.record({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results });
+  shortened(turnId: string, results: number, callIds?: readonly string[]): void {
+    this.record({ v: STORE_VERSION, type: "shortened", at: now(), turnId, results, ...(callIds && callIds.length > 0 ? { callIds: [...callIds] } : {}) });
   }
 
   turn(turnId: string, index: number, blocks: number): void {
@@ -424,6 +443,10 @@ export class ConversationJournal {
 
   streamed(text: string): void {
     if (text !== "") this.record({ v: STORE_VERSION, type: "streamed", at: now(), text });
+  }
+
+  prompt(currentPackage: string | undefined): void {
+    this.record({ v: STORE_VERSION, type: "prompt", at: now(), ...(currentPackage !== undefined ? { currentPackage } : {}) });
   }
 
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {

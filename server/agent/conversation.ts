@@ -18,13 +18,16 @@ export interface ConversationRecorder {
   message(message: Message): void;
   compaction(replaced: number, summary: string, tokensBefore: number, tokensAfter: number): void;
   turn(turnId: string, index: number, blocks: number): void;
-  shortened(turnId: string, results: number): void;
+  /** CALLIDS: the calls whose results were shortened, shortened again when the conversation resumes. */
+  shortened(turnId: string, results: number, callIds?: readonly string[]): void;
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void;
   /** One call's result as it comes, before the step's results go into the history together; RUN is
    *  how it ran (time, approval wait, edited arguments), shown again when the conversation resumes. */
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
+  /** A system prompt was written anew, naming CURRENTPACKAGE: a resumed conversation writes it the same. */
+  prompt?(currentPackage: string | undefined): void;
   usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
 }
 
@@ -42,6 +45,8 @@ export class Conversation {
   running: RunningTurn | undefined;
   /** The system prompt its requests carry, kept while only the REPL's package changes (promptForTurn). */
   prompt: KeptPrompt | undefined;
+  /** Of a conversation read from its file: the package its last system prompt was written with. */
+  savedPrompt: { currentPackage?: string } | undefined;
   /** The tool categories the model added to a lean tool set (tool-set.ts), in order; undefined until known. */
   addedCategories: string[] | undefined;
 
@@ -67,14 +72,20 @@ export class Conversation {
   }
 
   /** Records that RESULTS old tool results were shortened for the model in turn TURNID (the file keeps them whole). */
-  noteShortened(turnId: string, results: number): void {
-    this.recorder?.shortened(turnId, results);
+  noteShortened(turnId: string, results: number, callIds?: readonly string[]): void {
+    this.recorder?.shortened(turnId, results, callIds);
   }
 
   /**
    * Records one call's result as it comes: should the process die before the step's other calls
    * end, the result the user saw is not lost (the saved file's repair answers the call with it).
    */
+  /** The system prompt KEPT is the one requests carry from now on; recorded when it was written anew. */
+  keepPrompt(kept: KeptPrompt): void {
+    if (this.prompt?.text !== kept.text) this.recorder?.prompt?.(kept.currentPackage);
+    this.prompt = kept;
+  }
+
   /** Records text of the answer as it is shown, so that a crash keeps what the user saw. */
   recordStreamed(text: string): void {
     this.recorder?.streamed?.(text);
@@ -92,10 +103,11 @@ export class Conversation {
   /**
    * Adds the user's text. When the history already ends with a user message (the last turn was
    * cancelled or failed before the model answered, or stopped at the step limit after tool results)
-   * the text joins it, so that roles keep alternating.
+   * the text joins it, so that roles keep alternating. NOTE: the server's word to the model (kept
+   * in the history the model is sent, left out of what shows the user's text: shownHistory).
    */
-  addUserText(text: string): void {
-    const block: TextBlock = { type: "text", text };
+  addUserText(text: string, note = false): void {
+    const block: TextBlock = { type: "text", text, ...(note ? { note: true as const } : {}) };
     const last = this.messages[this.messages.length - 1];
     if (last?.role === "user") last.content.push(block);
     else this.messages.push({ role: "user", content: [block] });
@@ -144,6 +156,9 @@ export class Conversation {
     const kept = repairHistory(compactedHistory(this.messages, cut, summary)).messages;
     this.messages.splice(0, this.messages.length, ...kept);
     this.compactedMessages += cut;
+    // A note of the package may have gone into the summary: the next turn tells the model again
+    // where the package differs from the one the kept system prompt names.
+    if (this.prompt) this.prompt = { ...this.prompt, told: this.prompt.currentPackage };
     const tokensAfter = estimateMessages(this.messages);
     this.recorder?.compaction(this.compactedMessages, summary, tokensBefore, tokensAfter);
     return { replaced: cut, tokensBefore, tokensAfter };
@@ -190,7 +205,7 @@ export function estimateMessages(messages: readonly Message[]): number {
  * A shortened result rewrites what was already sent, so the prompt cache is lost from there on: a
  * TARGET well under BUDGET makes that happen once in a while rather than at every step.
  */
-export function fitToBudget(messages: Message[], budgetTokens: number, targetTokens = budgetTokens): number {
+export function fitToBudget(messages: Message[], budgetTokens: number, targetTokens = budgetTokens, shortenedIds?: string[]): number {
   let total = estimateMessages(messages);
   if (total <= budgetTokens) return 0;
   budgetTokens = Math.min(budgetTokens, targetTokens);
@@ -202,11 +217,39 @@ export function fitToBudget(messages: Message[], budgetTokens: number, targetTok
     for (const b of m.content) {
       if (b.type !== "tool_result" || b.content.length <= SHORTENED_KEEP * 2) continue;
       const before = b.content.length;
-      b.content = `${b.content.slice(0, SHORTENED_KEEP)}\n[... shortened: ${before - SHORTENED_KEEP} of ${before} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
+      b.content = shortenedResult(b.content);
       total -= Math.floor((before - b.content.length) / 4);
       shortened++;
+      shortenedIds?.push(b.toolUseId);
       if (total <= budgetTokens) break;
     }
   }
   return shortened;
+}
+
+/** An old tool result's CONTENT as fitToBudget shortens it (the same text each time, for the prompt cache). */
+export function shortenedResult(content: string): string {
+  if (content.length <= SHORTENED_KEEP * 2) return content;
+  return `${content.slice(0, SHORTENED_KEEP)}\n[... shortened: ${content.length - SHORTENED_KEEP} of ${content.length} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
+}
+
+/** Shortens in MESSAGES the results of the calls IDS name, as they were before (a resumed conversation). */
+export function shortenAgain(messages: Message[], ids: ReadonlySet<string>): void {
+  if (ids.size === 0) return;
+  for (const m of messages) {
+    if (m.role !== "user") continue;
+    for (const b of m.content) if (b.type === "tool_result" && ids.has(b.toolUseId)) b.content = shortenedResult(b.content);
+  }
+}
+
+/**
+ * MESSAGES as the user is shown them (resume, rewind, export): without the notes the server said to
+ * the model (TextBlock.note), and without a message that held nothing else.
+ */
+export function shownHistory<M extends Message>(messages: readonly M[]): M[] {
+  return messages.flatMap((m) => {
+    if (!m.content.some((b) => b.type === "text" && (b as TextBlock).note)) return [m];
+    const content = m.content.filter((b) => !(b.type === "text" && (b as TextBlock).note));
+    return content.length > 0 ? [{ ...m, content } as M] : [];
+  });
 }

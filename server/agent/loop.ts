@@ -175,6 +175,7 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     if (!step.announced) {
       step.announced = true;
       for (const call of step.calls) t.events.toolCall(call.streamed, safetyOf(t.executor, call.name));
+      step.announceEarly?.();
     }
     if (step.approved) {
       const { index, call } = step.approved;
@@ -229,9 +230,14 @@ interface EarlyCalls {
   /** Stops them: aborted with the turn, or when the attempt is discarded. */
   controller: AbortController;
   onAbort: () => void;
-  started: Map<string, { call: StreamedToolCall; result: Promise<ToolResult> }>;
+  started: Map<string, { call: StreamedToolCall; result: Promise<ToolResult>; controller: AbortController }>;
   /** False once a call that may not start early was seen: no later call starts early either. */
   open: boolean;
+  /** What they await before asking the user anything (ExecuteOptions.beforeAsking): resolved once the
+   *  complete answer's calls are announced, rejected when the attempt is discarded. */
+  announced: Promise<void>;
+  announce: () => void;
+  refuse: () => void;
 }
 
 /** A call of the step: what the executor runs, and what chat/toolCall announces. */
@@ -245,6 +251,8 @@ interface Step {
   calls: StepCall[];
   /** Whether the calls were announced (TurnEvents.toolCall), which running-tools does first. */
   announced: boolean;
+  /** Lets the calls that started early ask the user, once the calls are announced. */
+  announceEarly?: () => void;
   /** By the calls' index; a hole is a call not answered (yet). */
   results: (ToolResult | undefined)[];
   /** By the calls' index: the result of a call that started while the answer streamed (safe calls only). */
@@ -326,7 +334,7 @@ export class Turn {
     this.tools = toolDefinitions(settings);
     this.toolCount = settings.tools.length;
     this.historyRoom = historyRoom(settings, this.tools);
-    if (input.note) conversation.addUserText(input.note);
+    if (input.note) conversation.addUserText(input.note, true);
     conversation.addUserText(input.text);
   }
 
@@ -356,8 +364,9 @@ export class Turn {
 
   fitHistory(): void {
     // Well under the trigger: the next steps then add to a history that stays as sent (the cache holds).
-    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9), Math.floor(this.historyRoom * 0.6));
-    if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened);
+    const ids: string[] = [];
+    const shortened = fitToBudget(this.conversation.messages, Math.floor(this.historyRoom * 0.9), Math.floor(this.historyRoom * 0.6), ids);
+    if (shortened > 0) this.conversation.noteShortened(this.input.turnId, shortened, ids);
   }
 
   /** Starts the request (this.response); the promise returned resolves at its first text. */
@@ -405,7 +414,11 @@ export class Turn {
     const onAbort = () => controller.abort(this.signal.reason);
     if (this.signal.aborted) onAbort();
     else this.signal.addEventListener("abort", onAbort, { once: true });
-    this.early = { controller, onAbort, started: new Map(), open: true };
+    let announce: () => void = () => undefined;
+    let refuse: () => void = () => undefined;
+    const announced = new Promise<void>((resolve, reject) => ((announce = resolve), (refuse = () => reject(new Error("discarded")))));
+    announced.catch(() => undefined);
+    this.early = { controller, onAbort, started: new Map(), open: true, announced, announce, refuse };
   }
 
   /**
@@ -422,8 +435,15 @@ export class Turn {
       early.open = false;
       return;
     }
-    const result = this.executor.execute(toolCall, { signal: early.controller.signal, tags: this.tags });
-    early.started.set(call.id, { call, result });
+    // Should it need to ask the user as it runs, it waits until the whole answer came and it was announced.
+    // Each its own stop, so that one the complete answer does not hold is stopped alone (takeEarly).
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(early.controller.signal.reason);
+    early.controller.signal.addEventListener("abort", onAbort, { once: true });
+    const result = this.executor.execute(toolCall, { signal: controller.signal, tags: this.tags, beforeAsking: () => early.announced });
+    result.finally(() => early.controller.signal.removeEventListener("abort", onAbort)).catch(() => undefined);
+    early.started.get(call.id)?.controller.abort("discarded");
+    early.started.set(call.id, { call, result, controller });
   }
 
   /** Stops and forgets what started early (a failed or cancelled stream, or a retry): none of it is reported. */
@@ -432,14 +452,15 @@ export class Turn {
     if (!early) return;
     this.early = undefined;
     this.signal.removeEventListener("abort", early.onAbort);
+    early.refuse();
     early.controller.abort("discarded");
   }
 
   /** The early results for CALLS of the complete answer, by index; what started and is not in it is stopped. */
-  private takeEarly(calls: readonly StepCall[]): (Promise<ToolResult> | undefined)[] {
+  private takeEarly(calls: readonly StepCall[]): { taken: (Promise<ToolResult> | undefined)[]; announce?: () => void } {
     const early = this.early;
     this.early = undefined;
-    if (!early) return [];
+    if (!early) return { taken: [] };
     this.signal.removeEventListener("abort", early.onAbort);
     const taken = calls.map((c) => {
       const e = early.started.get(c.id);
@@ -448,14 +469,17 @@ export class Turn {
       early.started.delete(c.id);
       return e.result;
     });
+    // What started and is not the message's call (a block the stream sent again) is stopped and forgotten.
+    for (const e of early.started.values()) e.controller.abort("discarded");
     // Tied to the turn again for the rest of its life (a cancellation while they run stops them).
     if (taken.some((r) => r !== undefined)) {
       if (this.signal.aborted) early.controller.abort(this.signal.reason);
       else this.signal.addEventListener("abort", early.onAbort, { once: true });
-    } else {
-      early.controller.abort("discarded");
+      return { taken, announce: early.announce };
     }
-    return taken;
+    early.refuse();
+    early.controller.abort("discarded");
+    return { taken };
   }
 
   /** An answer cut short (an error, a cancellation): the text the user saw goes into the history. */
@@ -486,7 +510,8 @@ export class Turn {
       arguments: c.input ?? c.rawArguments,
       streamed: c,
     }));
-    this.step = { calls, results: new Array(calls.length), early: this.takeEarly(calls), groups: this.executor.batches(calls), group: 0, announced: false };
+    const early = this.takeEarly(calls);
+    this.step = { calls, results: new Array(calls.length), early: early.taken, groups: this.executor.batches(calls), group: 0, announced: false, ...(early.announce ? { announceEarly: early.announce } : {}) };
     return "running-tools";
   }
 

@@ -30,8 +30,9 @@ import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
 import { repairHistory } from "./history-rules.js";
-import { Conversation } from "./conversation.js";
+import { Conversation, shortenAgain, shownHistory } from "./conversation.js";
 import { exportConversation } from "./export.js";
+import { categoriesAddedIn } from "./tool-set.js";
 
 export class SavedConversations {
   private readonly journals = new Map<string, ConversationJournal>();
@@ -192,7 +193,7 @@ export class SavedConversations {
     return {
       conversationId: p.conversationId,
       title: stored.title,
-      messages: stored.messages as HistoryMessage[],
+      messages: shownHistory(stored.messages) as HistoryMessage[],
       calls: stored.calls,
       usage: stored.usage,
       costUsd: stored.costUsd,
@@ -256,7 +257,7 @@ export class SavedConversations {
     const after = this.readSaved(p.conversationId);
     // The server's copy goes on from the same history as the file.
     if (open) restoreHistory(open, after);
-    return { restore: [...restore.values()], messages: after.messages as HistoryMessage[] };
+    return { restore: [...restore.values()], messages: shownHistory(after.messages) as HistoryMessage[] };
   }
 
   private rename(p: ConversationRenameParams): ConversationRenameResult {
@@ -284,9 +285,9 @@ export class SavedConversations {
     }
     if (stored) {
       title = stored.title;
-      messages = stored.messages as HistoryMessage[];
+      messages = shownHistory(stored.messages) as HistoryMessage[];
     } else if (open) {
-      messages = open.messages as HistoryMessage[];
+      messages = shownHistory(open.messages) as HistoryMessage[];
     } else {
       throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId}.`);
     }
@@ -299,13 +300,24 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
   // After a compaction the model goes on from the summary, as it did before; the file keeps every message.
   const view = stored.compaction ? compactedHistory(stored.messages, stored.compaction.replaced, stored.compaction.summary) : structuredClone(stored.messages);
   // The file's history is repaired as it is read; the summary's view is kept to the same rule.
-  c.messages.splice(0, c.messages.length, ...repairHistory(view).messages);
+  // A copy: the file's messages (shown on resume) keep every result whole.
+  const messages = structuredClone(repairHistory(view).messages);
+  // The old results the model was sent shortened are sent shortened again: the prefix it had stays the same.
+  shortenAgain(messages, new Set(stored.shortened ?? []));
+  c.messages.splice(0, c.messages.length, ...messages);
   c.compactedMessages = stored.compaction?.replaced ?? 0;
   c.turns = stored.turns;
+  // What add_tools added, from every message the file keeps: a compaction's summary has no calls.
+  c.addedCategories = categoriesAddedIn(stored.messages);
+  // The system prompt stays as it was sent; a note of the package said in a turn now undone (a rewind)
+  // is no longer in the history: the model is told again where the package differs from the prompt's.
+  if (c.prompt) c.prompt = { ...c.prompt, told: c.prompt.currentPackage };
+  else c.savedPrompt = stored.prompt;
 }
 
 /** The start of the text of the turn whose text is block BLOCKS of message INDEX. */
 function turnText(messages: readonly Message[], index: number, blocks: number): string {
-  const block = messages[index]?.content.slice(blocks).find((b) => b.type === "text");
+  // The user's own text: not a note the server said to the model before it.
+  const block = messages[index]?.content.slice(blocks).find((b) => b.type === "text" && !b.note);
   return block?.type === "text" ? oneLine(block.text, 80) : "";
 }

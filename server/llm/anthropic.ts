@@ -11,6 +11,8 @@ import {
   emptyUsage,
   IdleWatch,
   parseToolArguments,
+  uniqueCallId,
+  usedCallIds,
   type ChatRequest,
   type ChatResponse,
   type LLMProvider,
@@ -49,7 +51,7 @@ export class AnthropicProvider implements LLMProvider {
     try {
       const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(toParams(request), { signal: idle.signal });
       ctx.streaming = true;
-      return await readStream(stream, handlers, request.model);
+      return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
     } catch (err) {
       if (signal.aborted) throw err;
       if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);
@@ -111,20 +113,27 @@ export function toMessageParam(m: Message): Anthropic.MessageParam {
   };
 }
 
-type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; call?: StreamedToolCall } | { kind: "other" };
+type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; stopped?: boolean; call?: StreamedToolCall } | { kind: "other" };
 
 /** The call a finished tool block holds (made once, so that what ran early is what the message says). */
-function finalCall(b: Extract<Block, { kind: "tool" }>): StreamedToolCall {
-  return (b.call ??= { id: b.id, name: b.name, rawArguments: b.json, input: parseToolArguments(b.json) });
+function finalCall(b: Extract<Block, { kind: "tool" }>, usedIds: Set<string>): StreamedToolCall {
+  return (b.call ??= { id: uniqueCallId(b.id, usedIds), name: b.name, rawArguments: b.json, input: parseToolArguments(b.json) });
 }
 
-async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
+async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>, handlers: StreamHandlers, requestedModel: string, usedIds: Set<string>): Promise<ChatResponse> {
   const blocks: Block[] = [];
   const usage: Usage = emptyUsage();
   let model = requestedModel;
   let stopReason: StopReason = "other";
   let started = false;
   let stopped = false;
+  // Calls are given (onToolCall) in the message's order: a block ended out of order waits for those before it.
+  let given = 0;
+  const giveInOrder = () => {
+    for (let b = blocks[given]; b && (b.kind !== "tool" || b.stopped); b = blocks[++given]) {
+      if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b, usedIds));
+    }
+  };
   for await (const event of stream) {
     switch (event.type) {
       case "message_start": {
@@ -158,14 +167,15 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
           b.text += d.text;
           handlers.onText(d.text);
         } else if (d.type === "input_json_delta" && b.kind === "tool") {
-          if (b.call) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
+          if (b.stopped) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
           b.json += d.partial_json;
         }
         break;
       }
       case "content_block_stop": {
         const b = blocks[event.index];
-        if (b?.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b));
+        if (b?.kind === "tool") b.stopped = true;
+        giveInOrder();
         break;
       }
       case "message_delta": {
@@ -192,7 +202,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
     if (b.kind === "text") {
       if (b.text !== "") content.push({ type: "text", text: b.text });
     } else {
-      const call = finalCall(b);
+      const call = finalCall(b, usedIds);
       toolCalls.push(call);
       content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
     }

@@ -10,6 +10,8 @@ import {
   emptyUsage,
   IdleWatch,
   parseToolArguments,
+  uniqueCallId,
+  usedCallIds,
   type ChatRequest,
   type ChatResponse,
   type LLMProvider,
@@ -50,7 +52,7 @@ export class OpenAIProvider implements LLMProvider {
     try {
       const stream = await this.client.withOptions({ fetch: idle.fetch }).chat.completions.create(this.toParams(request), { signal: idle.signal });
       ctx.streaming = true;
-      return await readStream(stream, handlers, request.model);
+      return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
     } catch (err) {
       if (signal.aborted) throw err;
       if (idle.fired) throw new StreamIdleError(this.streamIdleTimeoutMs);
@@ -113,14 +115,14 @@ interface PendingCall {
 }
 
 /** The complete call of fragments C (the I-th call of the message). */
-function finalCall(c: PendingCall, i: number): StreamedToolCall {
+function finalCall(c: PendingCall, i: number, usedIds: Set<string>): StreamedToolCall {
   // Some local servers send no id; one is made so that the result can be matched.
   // Ids go back to the API in history, where Anthropic (after a provider switch) allows only [a-zA-Z0-9_-].
   const id = c.id ? c.id.replace(/[^a-zA-Z0-9_-]/g, "_") : `call_${Date.now().toString(36)}_${i}`;
-  return (c.final ??= { id, name: c.name, rawArguments: c.json, input: parseToolArguments(c.json) });
+  return (c.final ??= { id: uniqueCallId(id, usedIds), name: c.name, rawArguments: c.json, input: parseToolArguments(c.json) });
 }
 
-async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, handlers: StreamHandlers, requestedModel: string): Promise<ChatResponse> {
+async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, handlers: StreamHandlers, requestedModel: string, usedIds: Set<string>): Promise<ChatResponse> {
   let text = "";
   const calls: PendingCall[] = [];
   const usage = emptyUsage();
@@ -146,8 +148,9 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
     }
     for (const tc of delta.tool_calls ?? []) {
       const i = tc.index ?? calls.length;
-      // A fragment of a later call means the earlier ones are complete: they may start now.
-      calls.slice(0, i).forEach((c, k) => c && !c.final && handlers.onToolCall?.(finalCall(c, k)));
+      // A fragment of a later call means the earlier ones are complete: they may start now, in the
+      // message's order (a call whose index has not come yet holds back those after it).
+      for (let k = 0; k < i && calls[k]; k++) if (!calls[k]!.final) handlers.onToolCall?.(finalCall(calls[k]!, k, usedIds));
       const call = (calls[i] ??= { id: "", name: "", json: "" });
       if (call.final) throw new MalformedStreamError(`a fragment of tool call ${i} after a later call began`);
       if (tc.id) call.id = tc.id;
@@ -156,7 +159,7 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
     }
     if (choice.finish_reason) {
       finish = choice.finish_reason;
-      calls.forEach((c, k) => c && !c.final && handlers.onToolCall?.(finalCall(c, k)));
+      calls.forEach((c, k) => c && !c.final && handlers.onToolCall?.(finalCall(c, k, usedIds)));
     }
   }
   if (chunks === 0) throw new MalformedStreamError("the stream ended without any chunk");
@@ -167,7 +170,7 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
   const toolCalls: StreamedToolCall[] = [];
   calls.forEach((c, i) => {
     if (!c) return;
-    const call = finalCall(c, i);
+    const call = finalCall(c, i, usedIds);
     toolCalls.push(call);
     content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
   });

@@ -8,6 +8,8 @@ import type { ModelSchema } from "../tools/tool.js";
 export interface TextBlock {
   type: "text";
   text: string;
+  /** Said to the model by the server (the package note), not typed by the user: never shown as theirs. */
+  note?: true;
 }
 
 export interface ToolUseBlock {
@@ -100,6 +102,22 @@ export function addUsage(a: Usage, b: Usage): Usage {
     cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
     cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
   };
+}
+
+/** The tool call ids MESSAGES use: a new call's id must be none of them (usedCallIds, uniqueCallId). */
+export function usedCallIds(messages: readonly Message[]): Set<string> {
+  return new Set(messages.flatMap((m) => (m.role === "assistant" ? m.content.flatMap((b) => (b.type === "tool_use" ? [b.id] : [])) : [])));
+}
+
+/**
+ * ID, or ID with a suffix when USED has it already (a confused server repeating an id within a message,
+ * or one of the history's: both APIs then refuse every later request); the id returned is added to USED.
+ */
+export function uniqueCallId(id: string, used: Set<string>): string {
+  let out = id;
+  for (let n = 2; used.has(out); n++) out = `${id}_${n}`;
+  used.add(out);
+  return out;
 }
 
 /** Parses streamed tool arguments; "" means no arguments. */

@@ -87,6 +87,12 @@ export interface ExecuteOptions {
   onResult?: (result: ToolResult) => void;
   /** Handed to handlers (ToolContext.offerCategory): the conversation's lean tool set. */
   offerCategory?: (category: string) => string[];
+  /**
+   * Awaited before the user is asked anything while the call runs (reading outside the project): a
+   * call that started while the answer streamed asks only once the answer is complete and the call
+   * announced; rejected when that answer is discarded, and then nothing is asked.
+   */
+  beforeAsking?: () => Promise<void>;
 }
 
 /** A call that passed every check (Executor.admit): it may still have to ask, then it runs. */
@@ -489,13 +495,21 @@ export class Executor {
    * definition): allowed, denied, or put to the user as an approval of its own. Throws a ToolError when
    * the read may not happen.
    */
-  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>): Promise<void> {
+  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>, beforeAsking?: () => Promise<void>): Promise<void> {
     const action = this.policy.readOutsideProject();
     if (action === "allow") return;
     const refuse = (why: string): ToolError =>
       new ToolError(`${tool.name}: ${clip(path)} is outside the project root, and ${why}; nothing was read (the rule is readOutsideProject, in Emacs sly-agent-q-read-outside-project).`);
     if (action === "deny") throw refuse("reading there is denied");
     if (!this.options.approve) throw refuse("reading there needs the user's approval, which is not possible here");
+    if (beforeAsking) {
+      try {
+        await beforeAsking();
+      } catch {
+        throw new ToolError(`${tool.name} was cancelled.`);
+      }
+    }
+    if (signal.aborted) throw new ToolError(`${tool.name} was cancelled.`);
     const reply = await this.options.approve(
       { callId, tags, tool, arguments: { ...args, file_outside_the_project: path }, safetyLevel: this.policy.effectiveSafety(tool), reason: { kind: "rule", rule: { action: "ask", tool: tool.name } } },
       signal,
@@ -521,7 +535,7 @@ export class Executor {
   }
 
   private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions, approved?: ApprovedTarget): Promise<unknown> {
-    const { signal: outer, tags, offerCategory } = opts;
+    const { signal: outer, tags, offerCategory, beforeAsking } = opts;
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -544,7 +558,7 @@ export class Executor {
         timeoutMs,
         ...(approved ? { approved } : {}),
         ...(offerCategory ? { offerCategory } : {}),
-        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags),
+        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking),
       };
       const running = Promise.resolve().then(() => tool.handler(args, context));
       running.catch(() => undefined);

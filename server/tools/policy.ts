@@ -12,6 +12,7 @@
 
 import { safetyRank, SAFETY_LEVELS, type SafetyLevel, type Tool } from "./tool.js";
 import type { ToolRegistry } from "./registry.js";
+import { ADD_TOOLS } from "./catalog/tool-set.js";
 
 import type { ApprovalReason, PermissionRule, RuleAction } from "../protocol.js";
 
@@ -112,7 +113,8 @@ export class ToolPolicy {
     if (tool.internal) return false;
     if (tool.aliasOf && !s.offerAliases) return false;
     if (s.maxSafetyLevel && safetyRank(this.effectiveSafety(tool)) > safetyRank(s.maxSafetyLevel)) return false;
-    if (s.categories && s.categories.length > 0 && !tool.categories.some((c) => s.categories!.includes(c))) return false;
+    // add_tools is not held to the categories: it changes nothing, and brings in only tools they allow.
+    if (s.categories && s.categories.length > 0 && tool.name !== ADD_TOOLS && !tool.categories.some((c) => s.categories!.includes(c))) return false;
     if (this.rules.some((r) => r.rule.action === "deny" && r.rule.argument === undefined && this.ruleCovers(r, tool))) return false;
     return this.available(tool);
   }

@@ -2,6 +2,9 @@
 // up to that request's last cache breakpoint (Anthropic) or all of it (OpenAI's automatic prefix
 // caching), even as old tool results are shortened to fit the window and the REPL's package changes.
 
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { MockStep } from "../fixtures/mock-llm/server.mjs";
 import { prefixBreak } from "../fixtures/mock-llm/cache-prefix.mjs";
@@ -72,5 +75,36 @@ describe.each(["anthropic", "openai"] as const)("the cache prefix over %s", (kin
     expect(breaks.length).toBeGreaterThan(0);
     expect(breaks.length).toBeLessThanOrEqual(3);
     expect(breaks.every((b) => b.next?.includes("[... shortened:") && !b.previous?.includes("[... shortened:"))).toBe(true);
+  });
+
+  it("a conversation resumed by a restarted server repeats the prefix it sent, old results shortened as they were", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "saq-cache-"));
+    const configuration: Configuration = {
+      provider: kind,
+      apiKey: FAKE_KEY,
+      baseUrl: kind === "anthropic" ? chats.mock().url : `${chats.mock().url}/v1`,
+      model: kind === "anthropic" ? "claude-sonnet-4-6" : "gpt-4.1",
+      contextWindow: 5000,
+      maxTokens: 500,
+      maxSteps: 20,
+      conversationDirectory: dir,
+    };
+    const opts = { configuration, registry: registry(), capabilities: { tools: true, image: true, approvals: false }, context: { currentPackage: "MY-APP" } };
+    const h = await chats.connect(opts);
+    chats.mock().setScript({ steps: steps(6, "first") });
+    const first: ChatSendResult = await h.client.sendRequest("chat/send", { text: "Read them all" });
+    expect((await h.ended(first.turnId)).method).toBe("chat/turnFinished");
+    const before = chats.mock().requests();
+    const last = before[before.length - 1]!;
+    expect(JSON.stringify(last.body)).toMatch(/shortened: \d+ of \d+ characters/);
+    h.dispose();
+
+    const again = await chats.connect(opts);
+    await again.client.sendRequest("conversation/resume", { conversationId: first.conversationId });
+    chats.mock().setScript({ steps: [{ content: [{ type: "text", text: "Back." }] }] });
+    const next: ChatSendResult = await again.client.sendRequest("chat/send", { conversationId: first.conversationId, text: "And now" });
+    expect((await again.ended(next.turnId)).method).toBe("chat/turnFinished");
+    expect(prefixBreak(last, chats.mock().requests()[0]!)).toBeUndefined();
+    rmSync(dir, { recursive: true, force: true });
   });
 });

@@ -71,6 +71,23 @@ function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
       },
     }),
   );
+  registry.register(
+    defineTool({
+      name: "library",
+      description: "Reads a library's definition, outside the project.",
+      parameters: {},
+      safety: "safe",
+      categories: ["introspection"],
+      runtime: "node",
+      handler: async (_a, ctx) => {
+        probe.log.push("start:library");
+        waiters.get("library")?.();
+        await ctx.readOutside!("/elsewhere/library.lisp");
+        probe.log.push("end:library");
+        return "read the library";
+      },
+    }),
+  );
   return { registry, probe };
 }
 
@@ -87,6 +104,7 @@ function logged(inner: LLMProvider, log: string[]): LLMProvider {
 }
 
 const probeCall = (name: string) => ({ type: "tool_use" as const, name: "probe", input: { name } });
+const libraryCall = { type: "tool_use" as const, name: "library", input: {} };
 const changeCall = { type: "tool_use" as const, name: "change", input: { form: "(setf *x* 1)" } };
 
 /** How many stream chunks the mock sends before the first chunk of tool call N (0-based), no text blocks. */
@@ -183,5 +201,113 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:first"]);
     expect(events.results).toEqual([]);
     expect(toolUses(c.messages)).toEqual([]);
+  });
+
+  it("a read that must ask the user as it runs asks only after its call was announced; a cut stream asks nothing", async () => {
+    probe.log.length = 0;
+    const order: string[] = [];
+    const asked: string[] = [];
+    const executor = new Executor({
+      registry: h.registry,
+      approve: async (request, signal) => {
+        asked.push(request.callId);
+        order.push(`ask:${request.tool.name}`);
+        if (signal.aborted) return { decision: "denied" };
+        return { decision: "approved" };
+      },
+    });
+    const withAsking = { ...h, executor };
+    // A whole message: the approval comes after the call is announced, as for any call that asks.
+    const c = newConversation();
+    const { outcome } = await turn(withAsking, kind, c, "Read the library", {
+      script: { steps: [{ content: [libraryCall, probeCall("after")], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
+      onEvent: (what) => order.push(what),
+    });
+    expect(outcome.status).toBe("finished");
+    expect(order.indexOf("ask:library")).toBeGreaterThan(order.indexOf("call"));
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read the library", "read after"]);
+
+    // A stream cancelled after the call started: the user is never asked about a call of a discarded answer.
+    asked.length = 0;
+    const controller = new AbortController();
+    const started = probe.started("library");
+    const run = turn(withAsking, kind, newConversation(), "Read the library", {
+      signal: controller.signal,
+      script: { steps: [{ content: [libraryCall, probeCall("later")], hang_after_chunks: chunksBeforeCall(kind, 1) + 1 }] },
+    });
+    await started;
+    await new Promise((resolve) => setImmediate(resolve));
+    controller.abort();
+    const cut = await run;
+    expect(cut.outcome).toMatchObject({ status: "failed", kind: "cancelled" });
+    expect(asked).toEqual([]);
+    expect(cut.events.results).toEqual([]);
+  });
+
+  it("a read streamed before a change it comes after in the message waits for that change", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const { outcome } = await turn(h, kind, c, "Look, change, look again", {
+      settings: { provider: logged(provider(kind, h.mock), probe.log) },
+      script: {
+        steps: [
+          // Calls c and d stream before the change, though the message holds the change before them.
+          { content: [probeCall("a"), changeCall, probeCall("c"), probeCall("d")], block_order: [0, 2, 3, 1], chunk_delay_ms: 2 },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    const at = (what: string) => probe.log.indexOf(what);
+    expect(at("start:c")).toBeGreaterThan(at("end:change"));
+    expect(at("start:d")).toBeGreaterThan(at("end:change"));
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read a", "changed (setf *x* 1)", "read c", "read d"]);
+  });
+
+  it("calls that repeat an id (in the message, or one of the history's) each get a result of their own, in order", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const { outcome, events } = await turn(h, kind, c, "Look twice", {
+      script: {
+        steps: [
+          { content: [{ ...probeCall("a"), id: "same" }, { ...probeCall("b"), id: "same" }], chunk_delay_ms: 2 },
+          { content: [{ ...probeCall("c"), id: "same" }] },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    const results = c.messages.flatMap((m) => (m.role === "user" ? m.content.flatMap((b) => (b.type === "tool_result" ? [`${b.toolUseId}:${b.content}`] : [])) : []));
+    const ids = c.messages.flatMap((m) => (m.role === "assistant" ? m.content.flatMap((b) => (b.type === "tool_use" ? [b.id] : [])) : []));
+    expect(new Set(ids).size).toBe(3);
+    expect(results).toEqual([`${ids[0]}:read a`, `${ids[1]}:read b`, `${ids[2]}:read c`]);
+    expect(events.results.map((r) => r.content)).toEqual(["read a", "read b", "read c"]);
+    expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:a", "start:b", "start:c"]);
+  });
+
+  // Anthropic only: there a block can be streamed again under its index (an OpenAI call's fragments
+  // after a later call began make the stream malformed, which the failed-stream test covers).
+  it.runIf(kind === "anthropic")("a call streamed again under its block's index runs once, and only the message's call asks", async () => {
+    probe.log.length = 0;
+    const asked: string[] = [];
+    const executor = new Executor({
+      registry: h.registry,
+      approve: async (request) => {
+        asked.push(request.callId);
+        return { decision: "approved" };
+      },
+    });
+    const c = newConversation();
+    const { outcome } = await turn({ ...h, executor }, kind, c, "Read the library", {
+      script: { steps: [{ content: [libraryCall, probeCall("b")], block_order: [0, 1, 0], chunk_delay_ms: 2 }, { content: [{ type: "text", text: "Done." }] }] },
+    });
+    expect(outcome.status).toBe("finished");
+    const ids = c.messages[1]!.content.flatMap((b) => (b.type === "tool_use" ? [b.id] : []));
+    expect(asked).toEqual([ids[0]]);
+    expect(probe.log.filter((l) => l === "end:library")).toHaveLength(1);
+    const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
+    expect(results).toEqual(["read the library", "read b"]);
   });
 });

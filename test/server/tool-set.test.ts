@@ -93,4 +93,52 @@ describe("the lean tool set", () => {
     expect(offered).toEqual(offeredBy(h).flatMap((t) => (t.name === "add_tools" ? [] : [t.name])));
     expect(system(chats.mock().requests()[0]!)).not.toContain("add_tools");
   });
+
+  it("keeps the added categories after the turn that added them is compacted and the server restarted", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "saq-lean-"));
+    const h = await connect({ contextWindow: 16_000, conversationDirectory: dir });
+    chats.mock().setScript({
+      steps: [
+        { content: [{ type: "tool_use", name: "add_tools", input: { category: "debugger" } }] },
+        { content: [{ type: "text", text: "Added." }] },
+        { content: [{ type: "text", text: "Second." }] },
+        { content: [{ type: "text", text: "Third." }] },
+        { content: [{ type: "text", text: "They added the debugger's tools." }] },
+      ],
+    });
+    const first = await send(h, "What is on the stack?");
+    await send(h, "two", first.conversationId);
+    await send(h, "three", first.conversationId);
+    const before = names(chats.mock().requests()[3]!);
+    expect(before).toContain("debugger_state");
+    const compacted = (await h.client.sendRequest("conversation/compact", { conversationId: first.conversationId })) as { compacted: boolean };
+    expect(compacted.compacted).toBe(true);
+    h.dispose();
+
+    const again = await connect({ contextWindow: 16_000, conversationDirectory: dir });
+    await again.client.sendRequest("conversation/resume", { conversationId: first.conversationId });
+    chats.mock().setScript({ steps: [{ content: [{ type: "text", text: "Back." }] }] });
+    await send(again, "four", first.conversationId);
+    expect(names(chats.mock().requests()[0]!)).toEqual(before);
+  });
+
+  it("offers add_tools under a categories setting, and adds only what that setting allows", async () => {
+    const h = await connect({ contextWindow: 16_000, categories: ["introspection", "debugger"] });
+    const allowed = offeredBy(h).map((t) => t.name);
+    chats.mock().setScript({
+      steps: [
+        { content: [{ type: "tool_use", name: "add_tools", input: { category: "debugger" } }] },
+        { content: [{ type: "tool_use", name: "add_tools", input: { category: "filesystem" } }] },
+        { content: [{ type: "text", text: "Done." }] },
+      ],
+    });
+    await send(h, "Look");
+    const [r1, r2, r3] = chats.mock().requests() as [RecordedRequest, RecordedRequest, RecordedRequest];
+    expect(names(r1)).toContain("add_tools");
+    expect(names(r2).some((n) => n.startsWith("debugger_"))).toBe(true);
+    // Nothing the user's categories leave out is ever offered.
+    for (const n of names(r3)) if (n !== "add_tools") expect(allowed).toContain(n);
+    expect(names(r3)).toEqual(names(r2));
+    expect(JSON.stringify(r3.body.messages[4])).toContain('Unknown category \\"filesystem\\"');
+  });
 });

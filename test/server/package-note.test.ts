@@ -1,0 +1,121 @@
+// The note that tells the model the REPL's package changed (the system prompt stays as sent, for the
+// prompt cache) is said to the model only: the user never typed it, so the saved conversation shows
+// the user's own text where it shows what the user said (resume, the turns list, the export), while
+// the model is sent the very same history after a restart. Through the real bundle.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
+import type { ChatSendResult, Configuration, ConversationExportResult, ConversationResumeResult, ConversationTurnsResult } from "../../server/protocol.js";
+import { FAKE_KEY } from "./agent-helpers.js";
+import { startBundle, type BundleProcess } from "./stdio-client.js";
+
+let mock: MockLLM;
+let dir: string;
+const running: BundleProcess[] = [];
+beforeAll(async () => {
+  mock = await startMockLLM();
+});
+afterAll(async () => {
+  await mock.close();
+});
+afterEach(() => {
+  running.splice(0).forEach((b) => b.kill());
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+async function server(): Promise<{ b: BundleProcess; ended: (turnId: string) => Promise<string> }> {
+  const b = startBundle();
+  running.push(b);
+  const ends = new Map<string, string>();
+  const waiters = new Map<string, (m: string) => void>();
+  b.connection.onNotification((method: string, params: unknown) => {
+    const turnId = (params as { turnId?: string } | undefined)?.turnId;
+    if ((method !== "chat/turnFinished" && method !== "chat/turnFailed") || !turnId) return;
+    ends.set(turnId, method);
+    waiters.get(turnId)?.(method);
+  });
+  const configuration: Configuration = { provider: "anthropic", apiKey: FAKE_KEY, baseUrl: mock.url, model: "claude-sonnet-4-6", conversationDirectory: join(dir, "conversations") };
+  await b.connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: {}, configuration, context: { projectRoot: "/proj", currentPackage: "MY-APP" } });
+  const ended = (turnId: string) => new Promise<string>((resolve) => (ends.has(turnId) ? resolve(ends.get(turnId)!) : waiters.set(turnId, resolve)));
+  return { b, ended };
+}
+
+const userTexts = (messages: ConversationResumeResult["messages"]): string[] =>
+  messages.flatMap((m) => (m.role === "user" ? m.content.flatMap((b) => (b.type === "text" ? [b.text] : [])) : []));
+
+describe("the package note", () => {
+  it("is sent to the model, also after a restart, but never shown as the user's text", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "First answer." }] }, { content: [{ type: "text", text: "Second answer." }] }, { content: [{ type: "text", text: "Third answer." }] }] });
+    const a = await server();
+    const first: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Look at MY-APP", context: { currentPackage: "MY-APP" } });
+    expect(await a.ended(first.turnId)).toBe("chat/turnFinished");
+    const second: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: first.conversationId, text: "And now this one", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(second.turnId)).toBe("chat/turnFinished");
+    // The model was told.
+    expect(JSON.stringify(mock.requests()[1]!.body.messages)).toContain("OTHER-PKG");
+
+    const resumed: ConversationResumeResult = await a.b.connection.sendRequest("conversation/resume", { conversationId: first.conversationId });
+    expect(userTexts(resumed.messages)).toEqual(["Look at MY-APP", "And now this one"]);
+    const turns: ConversationTurnsResult = await a.b.connection.sendRequest("conversation/turns", { conversationId: first.conversationId });
+    expect(turns.turns.map((t) => t.text)).toEqual(["Look at MY-APP", "And now this one"]);
+    const exported: ConversationExportResult = await a.b.connection.sendRequest("conversation/export", { conversationId: first.conversationId, format: "markdown" });
+    expect(exported.text).toContain("And now this one");
+    expect(exported.text).not.toContain("OTHER-PKG");
+    a.b.kill();
+    await a.b.exited;
+
+    // After a restart the model gets the same history, note included: the cached prefix holds.
+    const b = await server();
+    const third: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: first.conversationId, text: "Go on", context: { currentPackage: "OTHER-PKG" } });
+    expect(await b.ended(third.turnId)).toBe("chat/turnFinished");
+    const strip = (i: number) => JSON.parse(JSON.stringify(mock.requests()[i]!.body.messages, (k, v: unknown) => (k === "cache_control" ? undefined : v))) as unknown[];
+    expect(strip(2).slice(0, strip(1).length)).toEqual(strip(1));
+    // ...and the system prompt it had: the package it names is the one it was written with.
+    expect(JSON.stringify(mock.requests()[2]!.body.system)).toBe(JSON.stringify(mock.requests()[1]!.body.system));
+    const again: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: first.conversationId });
+    expect(userTexts(again.messages)).toEqual(["Look at MY-APP", "And now this one", "Go on"]);
+  });
+
+  it("is said again after a rewind undid the turn that said it", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "First answer." }] }, { content: [{ type: "text", text: "Second answer." }] }, { content: [{ type: "text", text: "Third answer." }] }] });
+    const a = await server();
+    const first: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Look at MY-APP", context: { currentPackage: "MY-APP" } });
+    expect(await a.ended(first.turnId)).toBe("chat/turnFinished");
+    const second: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: first.conversationId, text: "And now this one", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(second.turnId)).toBe("chat/turnFinished");
+    await a.b.connection.sendRequest("conversation/rewind", { conversationId: first.conversationId, turnId: second.turnId, truncate: true });
+    const third: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: first.conversationId, text: "Try again", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(third.turnId)).toBe("chat/turnFinished");
+    // The system prompt still names MY-APP, so the model must be told of OTHER-PKG in what it is sent now.
+    const sent = mock.requests()[2]!.body;
+    expect(JSON.stringify(sent.system)).toContain("MY-APP");
+    expect(JSON.stringify(sent.messages)).not.toContain("And now this one");
+    expect(JSON.stringify(sent.messages)).toContain("current package is now OTHER-PKG");
+  });
+
+  it("is said again after a compaction summarized the turn that said it", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    const answer = (text: string) => ({ content: [{ type: "text" as const, text }] });
+    mock.setScript({ steps: [answer("One."), answer("Two."), answer("Three."), answer("Four."), answer("They looked at two packages."), answer("Five.")] });
+    const a = await server();
+    let id: string | undefined;
+    for (const [text, pkg] of [["one", "MY-APP"], ["two", "OTHER-PKG"], ["three", "OTHER-PKG"], ["four", "OTHER-PKG"]] as const) {
+      const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { ...(id ? { conversationId: id } : {}), text, context: { currentPackage: pkg } });
+      id = sent.conversationId;
+      expect(await a.ended(sent.turnId)).toBe("chat/turnFinished");
+    }
+    const compacted = (await a.b.connection.sendRequest("conversation/compact", { conversationId: id })) as { compacted: boolean };
+    expect(compacted.compacted).toBe(true);
+    const five: ChatSendResult = await a.b.connection.sendRequest("chat/send", { conversationId: id, text: "five", context: { currentPackage: "OTHER-PKG" } });
+    expect(await a.ended(five.turnId)).toBe("chat/turnFinished");
+    const sent = mock.requests()[5]!.body;
+    expect(JSON.stringify(sent.system)).toContain("MY-APP");
+    expect(JSON.stringify(sent.messages)).not.toContain('"two"');
+    expect(JSON.stringify(sent.messages)).toContain("current package is now OTHER-PKG");
+  });
+});
