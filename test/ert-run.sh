@@ -11,11 +11,13 @@ ert_run() {
   local label=$1 file=$2; shift 2
   local out rc summary e u s
   # A bounded run: a Lisp debugger or a lost answer must not hang the suite.
-  # Conversations the suites hold are saved into a directory of the run's own, not the user's.
+  # Conversations the suites hold, and the REPLs' input histories, are saved into a directory of the
+  # run's own, not the user's (a history another run half-wrote stops SLIME at a question).
   local conversations
   conversations="$(mktemp -d "${TMPDIR:-/tmp}/saq-conversations-XXXXXX")"
   out="$(env "$@" timeout "${ERT_FILE_TIMEOUT:-900}" "${EMACS:-emacs}" -Q --batch -L "$ert_root/lisp-elisp" -L "$ert_root/test/elisp" \
            --eval "(setq sly-agent-q-conversation-directory \"$conversations/\")" \
+           --eval "(setq slime-repl-history-file \"$conversations/slime-history.eld\" sly-mrepl-history-file-name \"$conversations/sly-history.eld\")" \
            -l "$ert_root/test/ert-skip-reasons.el" -l "$file" -f ert-run-tests-batch-and-exit 2>&1)"
   rc=$?
   rm -rf "$conversations"
