@@ -126,7 +126,7 @@ The server sends Emacs notifications only: what may wait goes through
      :params (("conversationId" . "string"))
      :result (("conversationId" . "string") ("title" . "string") ("messages" . "array")
       ("usage" . "object") ("costUsd" . "number") ("model" . "string?") ("truncated" . "boolean?")
-      ("repaired" . "array?") ("calls" . "object?")))
+      ("repaired" . "array?") ("calls" . "object?") ("turnEnds" . "array?")))
     ("conversation/rename"
      :params (("conversationId" . "string") ("title" . "string"))
      :result (("title" . "string")))

@@ -185,7 +185,8 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
                     :usage (plist-get result :usage)
                     :cost (plist-get result :costUsd)
                     :model (plist-get result :model)
-                    :calls (plist-get result :calls))))
+                    :calls (plist-get result :calls)
+                    :turn-ends (plist-get result :turnEnds))))
        (when (eq (plist-get result :truncated) t)
          (with-current-buffer buffer
            (sly-agent-q-chat-notice

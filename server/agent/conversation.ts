@@ -2,7 +2,7 @@
 // moment a request can be built from it (roles alternate, every tool call has exactly one result),
 // plus its usage, cost and the turn that is running, if any.
 
-import type { Change, Configuration, ConversationSummary, ToolCallRun, Usage } from "../protocol.js";
+import type { Change, Configuration, ConversationSummary, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
@@ -25,7 +25,7 @@ export interface ConversationRecorder {
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
-  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
+  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string, end?: TurnEnd): void;
 }
 
 export class Conversation {
@@ -150,10 +150,10 @@ export class Conversation {
   }
 
   /** Adds a turn's usage and cost; TURN names it in the saved file. */
-  record(usage: Usage, costUsd: number, turn?: { turnId: string; provider?: string; model?: string }): void {
+  record(usage: Usage, costUsd: number, turn?: { turnId: string; provider?: string; model?: string; end?: TurnEnd }): void {
     this.usage = addUsage(this.usage, usage);
     this.costUsd = Math.round((this.costUsd + costUsd) * 1e6) / 1e6;
-    if (turn) this.recorder?.usage(turn.turnId, usage, costUsd, turn.provider, turn.model);
+    if (turn) this.recorder?.usage(turn.turnId, usage, costUsd, turn.provider, turn.model, turn.end);
   }
 
   summary(): ConversationSummary {

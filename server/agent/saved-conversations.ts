@@ -194,6 +194,7 @@ export class SavedConversations {
       title: stored.title,
       messages: stored.messages as HistoryMessage[],
       calls: stored.calls,
+      turnEnds: stored.turnEnds,
       usage: stored.usage,
       costUsd: stored.costUsd,
       ...(stored.model ? { model: stored.model } : {}),

@@ -580,6 +580,57 @@ one runs with the other arguments as they were."
             (should (string-match-p "✓ 3 ms · waited 4\\.2 s for approval" line))))
       (kill-buffer sly-agent-q-chat-buffer-name))))
 
+;; What a live turn shows and what its saved record gives back on resuming.
+(defconst sly-agent-q-test--saved-turns
+  [(:role "user" :content [(:type "text" :text "go")])
+   (:role "assistant" :content [(:type "text" :text "Looking.")
+                                (:type "tool_use" :id "tu1" :name "describe_symbol" :input (:symbol "car"))])
+   (:role "user" :content [(:type "tool_result" :toolUseId "tu1" :content "CAR names a function" :isError :json-false)])
+   (:role "assistant" :content [(:type "text" :text "CAR is a function.")])
+   (:role "user" :content [(:type "text" :text "and cdr?") (:type "text" :text "well?")])
+   (:role "assistant" :content [(:type "text" :text "CDR too.")])]
+  "A saved history: a turn with a tool call, a cancelled one, one that finished.")
+
+(defun sly-agent-q-test--transcript ()
+  "The chat's transcript from its first \"You:\" to the prompt, without text properties."
+  (let ((text (buffer-substring-no-properties (point-min) sly-agent-q-chat--output)))
+    (substring text (string-match "^You:" text))))
+
+(ert-deftest sly-agent-q-chat-resumed-conversation-looks-as-live ()
+  "A resumed conversation shows what the live one did: entries' trust levels and times, footers, cancellations."
+  (let (live)
+    (sly-agent-q-test--with-chat
+      (let ((usage1 '(:inputTokens 1200 :outputTokens 80)) (usage2 '(:inputTokens 300 :outputTokens 5)))
+        (sly-agent-q-chat--insert-user-message "go")
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
+        (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "tu1" :name "describe_symbol"
+                                                              :arguments (:symbol "car") :safetyLevel "safe"))
+        (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "tu1" :name "describe_symbol" :success t
+                                                                :content "CAR names a function" :executionTimeMs 3.2 :approved t))
+        (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "CAR is a function."))
+        (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                         `(:turnId "t1" :stopReason "end_turn" :steps 1 :usage ,usage1 :costUsd 0.0123))
+        (sly-agent-q-chat--insert-user-message "and cdr?")
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t2" :kind "cancelled" :message "cancelled by the user"))
+        (sly-agent-q-chat--insert-user-message "well?")
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t3" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t3" :text "CDR too."))
+        (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                         `(:turnId "t3" :stopReason "max_tokens" :steps 0 :usage ,usage2 :costUsd 0.001))
+        (setq live (sly-agent-q-test--transcript))
+        (sly-agent-q-chat-show-history
+         "c1" "go" sly-agent-q-test--saved-turns
+         :calls '(:tu1 (:executionTimeMs 3.2 :safetyLevel "safe" :approved t))
+         :turn-ends `[(:afterMessage 4 :usage ,usage1 :costUsd 0.0123 :steps 1 :stopReason "end_turn")
+                      (:afterMessage 5 :afterBlocks 1 :usage (:inputTokens 0 :outputTokens 0) :costUsd 0
+                       :failed (:kind "cancelled" :message "cancelled by the user"))
+                      (:afterMessage 6 :usage ,usage2 :costUsd 0.001 :steps 0 :stopReason "max_tokens")])
+        (should (string-match-p "describe_symbol (safe) symbol=\"car\"  ✓ 3 ms" live))
+        (should (string-match-p "(1 tool step · 1,200 in / 80 out · \\$0.0123)" live))
+        (should (equal (sly-agent-q-test--transcript) live))))))
+
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)
