@@ -139,7 +139,7 @@ The server sends Emacs notifications only: what may wait goes through
      :result (("turns" . "array")))
     ("conversation/rewind"
      :params (("conversationId" . "string") ("turnId" . "string") ("truncate" . "boolean?"))
-     :result (("restore" . "array") ("messages" . "array?")))
+     :result (("restore" . "array") ("messages" . "array?") ("calls" . "object?") ("turnEnds" . "array?")))
     ("conversation/export"
      :params (("conversationId" . "string") ("format" . "string"))
      :result (("text" . "string")))

@@ -61,7 +61,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
   "conversation/rename": { params: shape<P.ConversationRenameParams>({ conversationId: "string", title: "string" }), result: shape<P.ConversationRenameResult>({ title: "string" }) },
   "conversation/compact": { params: shape<P.ConversationCompactParams>({ conversationId: "string" }), result: shape<P.ConversationCompactResult>({ compacted: "boolean", replacedMessages: "number", tokensBefore: "number", tokensAfter: "number", usage: "object", costUsd: "number" }) },
   "conversation/turns": { params: shape<P.ConversationTurnsParams>({ conversationId: "string" }), result: shape<P.ConversationTurnsResult>({ turns: "array" }) },
-  "conversation/rewind": { params: shape<P.ConversationRewindParams>({ conversationId: "string", turnId: "string", truncate: "boolean?" }), result: shape<P.ConversationRewindResult>({ restore: "array", messages: "array?" }) },
+  "conversation/rewind": { params: shape<P.ConversationRewindParams>({ conversationId: "string", turnId: "string", truncate: "boolean?" }), result: shape<P.ConversationRewindResult>({ restore: "array", messages: "array?", calls: "object?", turnEnds: "array?" }) },
   "conversation/export": { params: shape<P.ConversationExportParams>({ conversationId: "string", format: "string" }), result: shape<P.ConversationExportResult>({ text: "string" }) },
   "mcp/start": { params: shape<P.McpStartParams>({ stateFile: "string", port: "number?", approvalTimeoutMs: "number?" }), result: shape<P.McpStartResult>({ url: "string", port: "number", stateFile: "string" }) },
   "mcp/stop": { params: null, result: shape<P.McpStopResult>({ stopped: "boolean" }) },

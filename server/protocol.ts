@@ -679,8 +679,10 @@ export interface Restore {
 export interface ConversationRewindResult {
   /** Oldest change first per file or buffer, in the order they were first changed. */
   restore: Restore[];
-  /** The whole history left, when truncate was asked. */
+  /** The whole history left, when truncate was asked, with how its calls ran and its turns ended. */
   messages?: HistoryMessage[];
+  calls?: Record<string, ToolCallRun>;
+  turnEnds?: SavedTurnEnd[];
 }
 
 export interface ConversationExportParams {

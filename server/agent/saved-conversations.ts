@@ -257,7 +257,7 @@ export class SavedConversations {
     const after = this.readSaved(p.conversationId);
     // The server's copy goes on from the same history as the file.
     if (open) restoreHistory(open, after);
-    return { restore: [...restore.values()], messages: after.messages as HistoryMessage[] };
+    return { restore: [...restore.values()], messages: after.messages as HistoryMessage[], calls: after.calls, turnEnds: after.turnEnds };
   }
 
   private rename(p: ConversationRenameParams): ConversationRenameResult {
