@@ -122,6 +122,8 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
          :safetyLevel (plist-get params :safetyLevel)
          :description (plist-get params :description)
          :callId (plist-get params :callId))
+   ;; The arguments that are Lisp source: shown and edited as Lisp.
+   (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
    (and (plist-get preview :detail) (list :detail (plist-get preview :detail)))

@@ -631,6 +631,17 @@ one runs with the other arguments as they were."
         (should (string-match-p "(1 tool step · 1,200 in / 80 out · \\$0.0123)" live))
         (should (equal (sly-agent-q-test--transcript) live))))))
 
+(ert-deftest sly-agent-q-approval-request-keeps-the-lisp-arguments ()
+  "The server's call names the Lisp arguments; the request the chat draws keeps them."
+  (let ((request (sly-agent-q-approval--request
+                  '(:tool "eval_form" :arguments (:form "(+ 1 2)" :package "CL-USER")
+                    :safetyLevel "cautious" :callId "c1" :lispArguments ["form"])
+                  nil)))
+    (should (sly-agent-q-approval--lisp-p request :form))
+    (should-not (sly-agent-q-approval--lisp-p request :package))
+    ;; Drawn as Lisp: the form as written, not as a quoted JSON string.
+    (should (string-match-p "╎ (\\+ 1 2)$" (sly-agent-q-approval--summary request)))))
+
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)
