@@ -642,6 +642,30 @@ one runs with the other arguments as they were."
     ;; Drawn as Lisp: the form as written, not as a quoted JSON string.
     (should (string-match-p "╎ (\\+ 1 2)$" (sly-agent-q-approval--summary request)))))
 
+(defvar sly-agent-q-test--lisp-minor-map
+  (let ((m (make-sparse-keymap))) (define-key m (kbd "C-c C-c") #'ignore) m)
+  "A keymap binding C-c C-c, as SLIME's and SLY's Lisp minor modes do (to compile).")
+(define-minor-mode sly-agent-q-test--lisp-minor-mode
+  "Stands for slime-mode or sly-mode: turned on in every `lisp-mode' buffer."
+  :keymap sly-agent-q-test--lisp-minor-map)
+
+(ert-deftest sly-agent-q-approval-edit-keys-win-over-lisp-minor-modes ()
+  "In the Lisp edit of an approval, C-c C-c runs the tool: not SLIME's compile, which would run the form unapproved."
+  (sly-agent-q-test--with-chat
+    (let* ((lisp-mode-hook (list #'sly-agent-q-test--lisp-minor-mode))
+           (_ (sly-agent-q-test--ask-approval
+               '(:tool "eval_form" :arguments (:form "(+ 1 2)") :safetyLevel "dangerous"
+                 :lispArguments ["form"] :callId "c1")))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (should sly-agent-q-test--lisp-minor-mode)
+          (should (eq (key-binding (kbd "C-c C-c")) #'sly-agent-q-edit-arguments-finish))
+          (should (eq (key-binding (kbd "C-c C-k")) #'sly-agent-q-edit-arguments-abort))
+          (sly-agent-q-edit-arguments-abort))))))
+
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)
