@@ -122,6 +122,8 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
          :safetyLevel (plist-get params :safetyLevel)
          :description (plist-get params :description)
          :callId (plist-get params :callId))
+   ;; The arguments that are Lisp source: shown and edited as Lisp.
+   (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
    ;; The arguments that are Lisp source: shown and edited as Lisp.
@@ -603,6 +605,11 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
         (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)
+      ;; Above the Lisp minor modes `lisp-mode' turned on (SLIME's and SLY's
+      ;; bind C-c C-c to compiling, which would run the form unapproved).
+      (setq-local minor-mode-overriding-map-alist
+                  (cons (cons 'sly-agent-q-edit-arguments-mode sly-agent-q-edit-arguments-mode-map)
+                        minor-mode-overriding-map-alist))
       (setq sly-agent-q-approval--editing a
             sly-agent-q-approval--editing-lisp lisp)
       (setq header-line-format

@@ -997,10 +997,7 @@ COST the turn's cost.  Runs the turn's callback and
     (sly-agent-q-chat--refresh-header)
     (sly-agent-q-chat--flush)
     (sly-agent-q-chat--end-segment)
-    (pcase status
-      ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
-      ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
-                                        'sly-agent-q-error-face)))
+    (sly-agent-q-chat--failure-notice status message)
     (sly-agent-q-chat--show-state)
     (let ((plist (list :status status :text (or text "") :message message :usage usage
                        :costUsd cost :turnId (sly-agent-q-turn-id turn)
@@ -1008,6 +1005,39 @@ COST the turn's cost.  Runs the turn's callback and
       (when (sly-agent-q-turn-callback turn)
         (sly-agent-q-server-call-safely (sly-agent-q-turn-callback turn) plist))
       (sly-agent-q-server-run-safely sly-agent-q-turn-finished-hook plist))))
+
+(defun sly-agent-q-chat--failure-notice (status message)
+  "Say in the chat that a turn ended with STATUS.
+STATUS is `cancelled', or `failed' for MESSAGE."
+  (pcase status
+    ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
+    ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
+                                      'sly-agent-q-error-face))))
+
+(defun sly-agent-q-chat--footer (reason steps usage cost)
+  "Say in the chat how a finished turn ended.
+REASON is why the model stopped, STEPS the tool steps, USAGE the
+tokens and COST what the turn cost."
+  (unless (member reason '("end_turn" "stop_sequence" nil))
+    (sly-agent-q-chat-notice (sly-agent-q-chat--stop-notice reason)))
+  (sly-agent-q-chat-notice
+   (format "(%s%s in / %s out · $%.4f)"
+           (if (and (numberp steps) (> steps 0))
+               (format "%d tool step%s · " steps (if (= steps 1) "" "s"))
+             "")
+           (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
+           (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens))
+           (or cost 0))))
+
+(defun sly-agent-q-chat--draw-turn-end (end)
+  "Draw the saved turn END as it was shown live.
+END is a plist of conversation/resume's turnEnds."
+  (let ((failed (plist-get end :failed)))
+    (if failed
+        (sly-agent-q-chat--failure-notice (if (equal (plist-get failed :kind) "cancelled") 'cancelled 'failed)
+                                          (plist-get failed :message))
+      (sly-agent-q-chat--footer (plist-get end :stopReason) (plist-get end :steps)
+                                (plist-get end :usage) (plist-get end :costUsd)))))
 
 (defun sly-agent-q-chat-title (&optional buffer)
   "The title of the conversation of BUFFER (default: the current buffer), or nil.
@@ -1028,13 +1058,18 @@ The value is options of `sly-agent-q-chat-show-history' (:usage,
   "The server's id of the conversation of BUFFER (default: the current buffer)."
   (buffer-local-value 'sly-agent-q-chat--conversation-id (or buffer (current-buffer))))
 
-(defun sly-agent-q-chat--draw-message (message results &optional calls)
+(defun sly-agent-q-chat--draw-message (message results &optional calls after-block)
   "Draw the saved MESSAGE (a plist) in the transcript.
 RESULTS maps tool call ids to their tool_result blocks; CALLS, a
 plist keyed by call id, says how each call ran (its time, the
-approval's wait, the arguments that ran when edited)."
-  (let ((user (equal (plist-get message :role) "user")))
+approval's wait, the arguments that ran when edited).  AFTER-BLOCK,
+if non-nil, is called after each block with the number of blocks drawn
+and whether it was the last."
+  (let ((user (equal (plist-get message :role) "user"))
+        (drawn 0))
     (seq-doseq (block (plist-get message :content))
+      (when (and after-block (> drawn 0)) (funcall after-block drawn nil))
+      (setq drawn (1+ drawn))
       (pcase (plist-get block :type)
         ("text"
          (if user
@@ -1049,20 +1084,23 @@ approval's wait, the arguments that ran when edited)."
            (sly-agent-q-chat--add-entry
             (sly-agent-q--make-entry
              :call-id (plist-get block :id) :name (plist-get block :name)
-             :arguments (plist-get block :input) :safety "saved"
+             ;; Calls saved before their trust level was kept say only that they were saved.
+             :arguments (plist-get block :input) :safety (or (plist-get run :safetyLevel) "saved")
              :status (if failed 'error 'ok)
              :content (and result (plist-get result :content))
              :error (and failed (if result (plist-get result :content) "no result was saved"))
              :time-ms (plist-get run :executionTimeMs)
              :wait-ms (plist-get run :approvalWaitMs)
              :ran-arguments (plist-get run :arguments)
-             :approved t))))))))
+             :approved t))))))
+    (when after-block (funcall after-block drawn t))))
 
 (defun sly-agent-q-chat-show-history (conversation-id title messages &rest options)
   "Show saved conversation CONVERSATION-ID, called TITLE, in the chat buffer.
 MESSAGES is its whole history (the server's conversation/resume
-answer).  OPTIONS are :usage, :cost, :model and :calls (how each tool call
-ran, a plist keyed by call id).  The buffer's
+answer).  OPTIONS are :usage, :cost, :model, :calls (how each tool call
+ran, a plist keyed by call id) and :turn-ends (how each turn ended, with
+the number of messages before its end).  The buffer's
 transcript is replaced; the next message continues the conversation.
 Return the chat buffer."
   (let ((buffer (sly-agent-q-chat-buffer))
@@ -1085,8 +1123,22 @@ Return the chat buffer."
         (seq-doseq (block (plist-get message :content))
           (when (equal (plist-get block :type) "tool_result")
             (puthash (plist-get block :toolUseId) block results))))
-      (seq-doseq (message messages)
-        (sly-agent-q-chat--draw-message message results (plist-get options :calls)))
+      (let ((ends (append (plist-get options :turn-ends) nil))
+            (drawn 0))
+        (seq-doseq (message messages)
+          (setq drawn (1+ drawn))
+          ;; A turn's end follows its last message (or its last block, when the
+          ;; user's next text joined that message), as it did live.
+          (sly-agent-q-chat--draw-message
+           message results (plist-get options :calls)
+           (lambda (blocks last)
+             (while (and ends
+                         (let ((at (or (plist-get (car ends) :afterMessage) 0))
+                               (at-blocks (plist-get (car ends) :afterBlocks)))
+                           (or (< at drawn)
+                               (and (= at drawn)
+                                    (if (numberp at-blocks) (<= at-blocks blocks) last)))))
+               (sly-agent-q-chat--draw-turn-end (pop ends)))))))
       (sly-agent-q-chat--flush)
       (sly-agent-q-chat--end-segment)
       (goto-char (point-max)))
@@ -1245,16 +1297,7 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
       (sly-agent-q-chat--end-segment)
       (when (stringp saveError)
         (sly-agent-q-chat--save-error-notice saveError))
-      (unless (member stopReason '("end_turn" "stop_sequence" nil))
-        (sly-agent-q-chat-notice (sly-agent-q-chat--stop-notice stopReason)))
-      (sly-agent-q-chat-notice
-       (format "(%s%s in / %s out · $%.4f)"
-               (if (and (numberp steps) (> steps 0))
-                   (format "%d tool step%s · " steps (if (= steps 1) "" "s"))
-                 "")
-               (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
-               (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens))
-               (or costUsd 0)))
+      (sly-agent-q-chat--footer stopReason steps usage costUsd)
       (sly-agent-q-chat--end-turn turn 'finished :text text :usage usage :cost costUsd))))
 
 (defun sly-agent-q-chat--stop-notice (reason)

@@ -127,7 +127,7 @@ The server sends Emacs notifications only: what may wait goes through
      :params (("conversationId" . "string"))
      :result (("conversationId" . "string") ("title" . "string") ("messages" . "array")
       ("usage" . "object") ("costUsd" . "number") ("model" . "string?") ("truncated" . "boolean?")
-      ("repaired" . "array?") ("calls" . "object?")))
+      ("repaired" . "array?") ("calls" . "object?") ("turnEnds" . "array?")))
     ("conversation/rename"
      :params (("conversationId" . "string") ("title" . "string"))
      :result (("title" . "string")))
@@ -140,7 +140,7 @@ The server sends Emacs notifications only: what may wait goes through
      :result (("turns" . "array")))
     ("conversation/rewind"
      :params (("conversationId" . "string") ("turnId" . "string") ("truncate" . "boolean?"))
-     :result (("restore" . "array") ("messages" . "array?")))
+     :result (("restore" . "array") ("messages" . "array?") ("calls" . "object?") ("turnEnds" . "array?")))
     ("conversation/export"
      :params (("conversationId" . "string") ("format" . "string"))
      :result (("text" . "string")))

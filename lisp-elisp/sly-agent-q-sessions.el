@@ -185,7 +185,8 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
                     :usage (plist-get result :usage)
                     :cost (plist-get result :costUsd)
                     :model (plist-get result :model)
-                    :calls (plist-get result :calls))))
+                    :calls (plist-get result :calls)
+                    :turn-ends (plist-get result :turnEnds))))
        (when (eq (plist-get result :truncated) t)
          (with-current-buffer buffer
            (sly-agent-q-chat-notice
@@ -338,6 +339,8 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
          (apply #'sly-agent-q-chat-show-history conversation-id
                 (or (sly-agent-q-chat-title (sly-agent-q-chat-buffer)) "rewound")
                 (plist-get result :messages)
+                :calls (plist-get result :calls)
+                :turn-ends (plist-get result :turnEnds)
                 (sly-agent-q-chat-spending (sly-agent-q-chat-buffer))))
        (when (plist-get outcome :refused)
          (sly-agent-q-sessions--refused-diff (plist-get outcome :refused)))

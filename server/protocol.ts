@@ -553,6 +553,27 @@ export interface ToolCallRun {
   approvalWaitMs?: number;
   /** The arguments that ran, when the user edited the model's. */
   arguments?: Record<string, unknown>;
+  /** The trust level its entry showed, and whether it was allowed to run. */
+  safetyLevel?: string;
+  approved?: boolean;
+}
+
+/** How a turn ended, as the chat said it live: a finished turn's footer, a failed one's message. */
+export interface TurnEnd {
+  /** A finished turn's tool steps and why the model stopped. */
+  steps?: number;
+  stopReason?: string;
+  /** A failed or cancelled turn's kind and message. */
+  failed?: { kind: string; message: string };
+}
+
+/** A saved turn's end: where in the history it came (after that many messages), its usage and cost. */
+export interface SavedTurnEnd extends TurnEnd {
+  afterMessage: number;
+  /** Set when the user's next text joined that message: the end came after this many of its blocks. */
+  afterBlocks?: number;
+  usage: Usage;
+  costUsd: number;
 }
 
 export interface ConversationResumeResult {
@@ -561,6 +582,8 @@ export interface ConversationResumeResult {
   messages: HistoryMessage[];
   /** Per tool call id, how it ran (calls saved before this was kept have none). */
   calls?: Record<string, ToolCallRun>;
+  /** Each turn's end, in order (turns saved before this was kept have none). */
+  turnEnds?: SavedTurnEnd[];
   usage: Usage;
   costUsd: number;
   model?: string;
@@ -629,8 +652,10 @@ export interface Restore {
 export interface ConversationRewindResult {
   /** Oldest change first per file or buffer, in the order they were first changed. */
   restore: Restore[];
-  /** The whole history left, when truncate was asked. */
+  /** The whole history left, when truncate was asked, with how its calls ran and its turns ended. */
   messages?: HistoryMessage[];
+  calls?: Record<string, ToolCallRun>;
+  turnEnds?: SavedTurnEnd[];
 }
 
 export interface ConversationExportParams {

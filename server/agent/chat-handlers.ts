@@ -312,6 +312,8 @@ export class ChatService {
           executionTimeMs: r.metadata.executionTimeMs,
           ...(r.metadata.approvalWaitMs !== undefined ? { approvalWaitMs: r.metadata.approvalWaitMs } : {}),
           ...(r.metadata.arguments ? { arguments: r.metadata.arguments } : {}),
+          safetyLevel: r.metadata.safetyLevel,
+          approved: r.metadata.approved,
         });
         notify<ToolResultParams>(ServerNotifications.toolResult, {
           ...ref,
@@ -331,7 +333,9 @@ export class ChatService {
 
   /** The turn's end: its usage added to the conversation's, then chat/turnFinished or chat/turnFailed. */
   private report(conversation: Conversation, ref: { conversationId: string; turnId: string }, outcome: TurnOutcome, notify: TurnNotify, provider: string): void {
-    conversation.record(outcome.usage, outcome.costUsd, { turnId: ref.turnId, provider, model: outcome.model });
+    // How it ended is saved with it: a resumed chat shows the footer or the message it showed live.
+    const end = outcome.status === "finished" ? { steps: outcome.steps, stopReason: outcome.stopReason } : { failed: { kind: outcome.kind, message: outcome.message } };
+    conversation.record(outcome.usage, outcome.costUsd, { turnId: ref.turnId, provider, model: outcome.model, end });
     // Saving that stopped during the turn is told with its end, once.
     const saveError = conversation.unsavedReason;
     conversation.unsavedReason = undefined;

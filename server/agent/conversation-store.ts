@@ -9,7 +9,7 @@
 import { closeSync, existsSync, fstatSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import type { Change, SavedConversationSummary, ToolCallRun, Usage } from "../protocol.js";
+import type { Change, SavedConversationSummary, SavedTurnEnd, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
 import { interruptedTools, repairHistory } from "./history-rules.js";
@@ -31,7 +31,7 @@ export type StoreRecord =
   | HeaderRecord
   | { v: number; type: "message"; at: string; message: Message }
   | { v: number; type: "title"; at: string; title: string }
-  | { v: number; type: "usage"; at: string; turnId: string; usage: Usage; costUsd: number; provider?: string; model?: string }
+  | { v: number; type: "usage"; at: string; turnId: string; usage: Usage; costUsd: number; provider?: string; model?: string; end?: TurnEnd }
   /** Tool results the model saw shortened to fit the context window (the file keeps them whole). */
   | { v: number; type: "shortened"; at: string; turnId: string; results: number; callIds?: string[] }
   /** Messages [0, replaced) are, for the model, the summary (the file and the chat keep them). */
@@ -63,6 +63,22 @@ function toolCallRun(value: unknown): ToolCallRun | undefined {
     executionTimeMs: v.executionTimeMs,
     ...(typeof v.approvalWaitMs === "number" && Number.isFinite(v.approvalWaitMs) ? { approvalWaitMs: v.approvalWaitMs } : {}),
     ...(typeof v.arguments === "object" && v.arguments !== null && !Array.isArray(v.arguments) ? { arguments: v.arguments as Record<string, unknown> } : {}),
+    ...(typeof v.safetyLevel === "string" ? { safetyLevel: v.safetyLevel } : {}),
+    ...(typeof v.approved === "boolean" ? { approved: v.approved } : {}),
+  };
+}
+
+/** A saved turn's end, if the record holds a well-formed one (read as data, not trusted). */
+function turnEnd(value: unknown): TurnEnd | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  const failed = v.failed as Record<string, unknown> | undefined;
+  return {
+    ...(typeof v.steps === "number" && Number.isFinite(v.steps) ? { steps: v.steps } : {}),
+    ...(typeof v.stopReason === "string" ? { stopReason: v.stopReason } : {}),
+    ...(typeof failed === "object" && failed !== null && typeof failed.kind === "string" && typeof failed.message === "string"
+      ? { failed: { kind: failed.kind, message: failed.message } }
+      : {}),
   };
 }
 
@@ -92,6 +108,8 @@ export interface StoredConversation {
   changes: { turnId: string; changes: Change[] }[];
   /** Per tool call id, how it ran (result records that kept it). */
   calls: Record<string, ToolCallRun>;
+  /** Each turn's end (usage records that kept it), in order, with the turn it ended. */
+  turnEnds: SavedTurnEnd[];
   /** Set when the last line was cut off (a crash mid-write): how many bytes were left out. */
   truncatedBytes?: number;
   updated: string;
@@ -192,6 +210,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
   const calls: Record<string, ToolCallRun> = Object.create(null) as Record<string, ToolCallRun>;
+  let turnEnds: (SavedTurnEnd & { turnId: string })[] = [];
   // Text streamed since the last message: an answer whose own message was never written.
   let streamed = "";
   const keepStreamed = (): void => {
@@ -240,6 +259,13 @@ export function parseConversation(file: string, text: string): StoredConversatio
         costUsd = Math.round((costUsd + record.costUsd) * 1e6) / 1e6;
         provider = record.provider ?? provider;
         model = record.model ?? model;
+        {
+          const end = turnEnd(record.end);
+          // A turn that ended on a user message (cancelled before the answer) may see the user's next
+          // text join that message: its end is placed after the blocks the message had then.
+          const last = messages[messages.length - 1];
+          if (end) turnEnds.push({ turnId: record.turnId, afterMessage: messages.length, ...(last?.role === "user" ? { afterBlocks: last.content.length } : {}), usage: record.usage, costUsd: record.costUsd, ...end });
+        }
         break;
       case "compaction":
         streamed = "";
@@ -262,6 +288,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
         const cut = new Set(turnStarts.filter((t) => t.index > record.keep || (t.index === record.keep && t.blocks >= keepBlocks)).map((t) => t.turnId));
         turnStarts = turnStarts.filter((t) => !cut.has(t.turnId));
         changes = changes.filter((c) => !cut.has(c.turnId));
+        turnEnds = turnEnds.filter((t) => !cut.has(t.turnId) && (t.afterMessage < messages.length || (t.afterMessage === messages.length && (t.afterBlocks ?? 0) <= (messages[messages.length - 1]?.content.length ?? 0))));
         break;
       }
       case "result":
@@ -332,6 +359,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
     turnStarts,
     changes,
     calls,
+    turnEnds: turnEnds.map(({ turnId: _turnId, ...end }) => end),
     ...(tail !== "" ? { truncatedBytes: Buffer.byteLength(tail) } : {}),
     updated: updated || header.created,
   };
@@ -449,8 +477,8 @@ export class ConversationJournal {
     this.record({ v: STORE_VERSION, type: "prompt", at: now(), ...(currentPackage !== undefined ? { currentPackage } : {}) });
   }
 
-  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void {
-    this.record({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}) });
+  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string, end?: TurnEnd): void {
+    this.record({ v: STORE_VERSION, type: "usage", at: now(), turnId, usage, costUsd, ...(provider ? { provider } : {}), ...(model ? { model } : {}), ...(end ? { end } : {}) });
   }
 
   /** Appends RECORD unless saving stopped; a failure stops it (fault, onFault) instead of throwing. */

@@ -2,7 +2,7 @@
 // moment a request can be built from it (roles alternate, every tool call has exactly one result),
 // plus its usage, cost and the turn that is running, if any.
 
-import type { Change, Configuration, ConversationSummary, ToolCallRun, Usage } from "../protocol.js";
+import type { Change, Configuration, ConversationSummary, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
@@ -28,7 +28,7 @@ export interface ConversationRecorder {
   streamed?(text: string): void;
   /** A system prompt was written anew, naming CURRENTPACKAGE: a resumed conversation writes it the same. */
   prompt?(currentPackage: string | undefined): void;
-  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string): void;
+  usage(turnId: string, usage: Usage, costUsd: number, provider?: string, model?: string, end?: TurnEnd): void;
 }
 
 export class Conversation {
@@ -165,10 +165,10 @@ export class Conversation {
   }
 
   /** Adds a turn's usage and cost; TURN names it in the saved file. */
-  record(usage: Usage, costUsd: number, turn?: { turnId: string; provider?: string; model?: string }): void {
+  record(usage: Usage, costUsd: number, turn?: { turnId: string; provider?: string; model?: string; end?: TurnEnd }): void {
     this.usage = addUsage(this.usage, usage);
     this.costUsd = Math.round((this.costUsd + costUsd) * 1e6) / 1e6;
-    if (turn) this.recorder?.usage(turn.turnId, usage, costUsd, turn.provider, turn.model);
+    if (turn) this.recorder?.usage(turn.turnId, usage, costUsd, turn.provider, turn.model, turn.end);
   }
 
   summary(): ConversationSummary {
@@ -251,5 +251,24 @@ export function shownHistory<M extends Message>(messages: readonly M[]): M[] {
     if (!m.content.some((b) => b.type === "text" && (b as TextBlock).note)) return [m];
     const content = m.content.filter((b) => !(b.type === "text" && (b as TextBlock).note));
     return content.length > 0 ? [{ ...m, content } as M] : [];
+  });
+}
+
+/** ENDS (positions in MESSAGES, as saved) as positions in `shownHistory(MESSAGES)`: the notes it
+ *  leaves out must not move a turn's end onto another message or block. */
+export function shownTurnEnds<E extends { afterMessage: number; afterBlocks?: number }>(messages: readonly Message[], ends: readonly E[] | undefined): E[] | undefined {
+  if (!ends) return ends;
+  const isNote = (b: Message["content"][number]): boolean => b.type === "text" && Boolean((b as TextBlock).note);
+  const shownBefore: number[] = [0];
+  for (const m of messages) shownBefore.push(shownBefore[shownBefore.length - 1] + (m.content.some(isNote) && m.content.every(isNote) ? 0 : 1));
+  return ends.map((end) => {
+    const at = Math.min(Math.max(end.afterMessage, 0), messages.length);
+    const out: E = { ...end, afterMessage: shownBefore[at] };
+    const last = messages[at - 1];
+    if (end.afterBlocks !== undefined && last) {
+      if (last.content.every(isNote)) delete out.afterBlocks;
+      else out.afterBlocks = last.content.slice(0, end.afterBlocks).filter((b) => !isNote(b)).length;
+    }
+    return out;
   });
 }

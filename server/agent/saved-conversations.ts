@@ -30,7 +30,7 @@ import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
 import { repairHistory } from "./history-rules.js";
-import { Conversation, shortenAgain, shownHistory } from "./conversation.js";
+import { Conversation, shortenAgain, shownHistory, shownTurnEnds } from "./conversation.js";
 import { exportConversation } from "./export.js";
 import { categoriesAddedIn } from "./tool-set.js";
 
@@ -195,6 +195,7 @@ export class SavedConversations {
       title: stored.title,
       messages: shownHistory(stored.messages) as HistoryMessage[],
       calls: stored.calls,
+      turnEnds: shownTurnEnds(stored.messages, stored.turnEnds),
       usage: stored.usage,
       costUsd: stored.costUsd,
       ...(stored.model ? { model: stored.model } : {}),
@@ -257,7 +258,7 @@ export class SavedConversations {
     const after = this.readSaved(p.conversationId);
     // The server's copy goes on from the same history as the file.
     if (open) restoreHistory(open, after);
-    return { restore: [...restore.values()], messages: shownHistory(after.messages) as HistoryMessage[] };
+    return { restore: [...restore.values()], messages: shownHistory(after.messages) as HistoryMessage[], calls: after.calls, turnEnds: shownTurnEnds(after.messages, after.turnEnds) };
   }
 
   private rename(p: ConversationRenameParams): ConversationRenameResult {

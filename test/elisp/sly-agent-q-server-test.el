@@ -600,6 +600,92 @@ on by `lisp-mode-hook' and binds the same key)."
             (should (string-match-p "✓ 3 ms · waited 4\\.2 s for approval" line))))
       (kill-buffer sly-agent-q-chat-buffer-name))))
 
+;; What a live turn shows and what its saved record gives back on resuming.
+(defconst sly-agent-q-test--saved-turns
+  [(:role "user" :content [(:type "text" :text "go")])
+   (:role "assistant" :content [(:type "text" :text "Looking.")
+                                (:type "tool_use" :id "tu1" :name "describe_symbol" :input (:symbol "car"))])
+   (:role "user" :content [(:type "tool_result" :toolUseId "tu1" :content "CAR names a function" :isError :json-false)])
+   (:role "assistant" :content [(:type "text" :text "CAR is a function.")])
+   (:role "user" :content [(:type "text" :text "and cdr?") (:type "text" :text "well?")])
+   (:role "assistant" :content [(:type "text" :text "CDR too.")])]
+  "A saved history: a turn with a tool call, a cancelled one, one that finished.")
+
+(defun sly-agent-q-test--transcript ()
+  "The chat's transcript from its first \"You:\" to the prompt, without text properties."
+  (let ((text (buffer-substring-no-properties (point-min) sly-agent-q-chat--output)))
+    (substring text (string-match "^You:" text))))
+
+(ert-deftest sly-agent-q-chat-resumed-conversation-looks-as-live ()
+  "A resumed conversation shows what the live one did: entries' trust levels and times, footers, cancellations."
+  (let (live)
+    (sly-agent-q-test--with-chat
+      (let ((usage1 '(:inputTokens 1200 :outputTokens 80)) (usage2 '(:inputTokens 300 :outputTokens 5)))
+        (sly-agent-q-chat--insert-user-message "go")
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
+        (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "tu1" :name "describe_symbol"
+                                                              :arguments (:symbol "car") :safetyLevel "safe"))
+        (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "tu1" :name "describe_symbol" :success t
+                                                                :content "CAR names a function" :executionTimeMs 3.2 :approved t))
+        (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "CAR is a function."))
+        (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                         `(:turnId "t1" :stopReason "end_turn" :steps 1 :usage ,usage1 :costUsd 0.0123))
+        (sly-agent-q-chat--insert-user-message "and cdr?")
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t2" :kind "cancelled" :message "cancelled by the user"))
+        (sly-agent-q-chat--insert-user-message "well?")
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t3" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t3" :text "CDR too."))
+        (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                         `(:turnId "t3" :stopReason "max_tokens" :steps 0 :usage ,usage2 :costUsd 0.001))
+        (setq live (sly-agent-q-test--transcript))
+        (sly-agent-q-chat-show-history
+         "c1" "go" sly-agent-q-test--saved-turns
+         :calls '(:tu1 (:executionTimeMs 3.2 :safetyLevel "safe" :approved t))
+         :turn-ends `[(:afterMessage 4 :usage ,usage1 :costUsd 0.0123 :steps 1 :stopReason "end_turn")
+                      (:afterMessage 5 :afterBlocks 1 :usage (:inputTokens 0 :outputTokens 0) :costUsd 0
+                       :failed (:kind "cancelled" :message "cancelled by the user"))
+                      (:afterMessage 6 :usage ,usage2 :costUsd 0.001 :steps 0 :stopReason "max_tokens")])
+        (should (string-match-p "describe_symbol (safe) symbol=\"car\"  ✓ 3 ms" live))
+        (should (string-match-p "(1 tool step · 1,200 in / 80 out · \\$0.0123)" live))
+        (should (equal (sly-agent-q-test--transcript) live))))))
+
+(ert-deftest sly-agent-q-approval-request-keeps-the-lisp-arguments ()
+  "The server's call names the Lisp arguments; the request the chat draws keeps them."
+  (let ((request (sly-agent-q-approval--request
+                  '(:tool "eval_form" :arguments (:form "(+ 1 2)" :package "CL-USER")
+                    :safetyLevel "cautious" :callId "c1" :lispArguments ["form"])
+                  nil)))
+    (should (sly-agent-q-approval--lisp-p request :form))
+    (should-not (sly-agent-q-approval--lisp-p request :package))
+    ;; Drawn as Lisp: the form as written, not as a quoted JSON string.
+    (should (string-match-p "╎ (\\+ 1 2)$" (sly-agent-q-approval--summary request)))))
+
+(defvar sly-agent-q-test--lisp-minor-map
+  (let ((m (make-sparse-keymap))) (define-key m (kbd "C-c C-c") #'ignore) m)
+  "A keymap binding C-c C-c, as SLIME's and SLY's Lisp minor modes do (to compile).")
+(define-minor-mode sly-agent-q-test--lisp-minor-mode
+  "Stands for slime-mode or sly-mode: turned on in every `lisp-mode' buffer."
+  :keymap sly-agent-q-test--lisp-minor-map)
+
+(ert-deftest sly-agent-q-approval-edit-keys-win-over-lisp-minor-modes ()
+  "In the Lisp edit of an approval, C-c C-c runs the tool: not SLIME's compile, which would run the form unapproved."
+  (sly-agent-q-test--with-chat
+    (let* ((lisp-mode-hook (list #'sly-agent-q-test--lisp-minor-mode))
+           (_ (sly-agent-q-test--ask-approval
+               '(:tool "eval_form" :arguments (:form "(+ 1 2)") :safetyLevel "dangerous"
+                 :lispArguments ["form"] :callId "c1")))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (should sly-agent-q-test--lisp-minor-mode)
+          (should (eq (key-binding (kbd "C-c C-c")) #'sly-agent-q-edit-arguments-finish))
+          (should (eq (key-binding (kbd "C-c C-k")) #'sly-agent-q-edit-arguments-abort))
+          (sly-agent-q-edit-arguments-abort))))))
+
 (ert-deftest sly-agent-q-chat-entries-redraw-in-place ()
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)

@@ -94,7 +94,7 @@ The marks move to the newest message from one request to the next."
               (should (string-match-p "resumed: Where am I\\?" text))
               (should (string-match-p "You: Where am I\\?" text))
               (should (string-match-p "Let me look\\." text))
-              (should (string-match-p "▸ current_directory (saved) .*✓" text))
+              (should (string-match-p "▸ current_directory (safe) .*✓ [0-9]+ ms" text))
               (should (string-match-p (concat "You are in .*" (regexp-quote (file-name-nondirectory root))) text))
               ;; What the first chat showed of the exchange, the resumed one shows too.
               (should (string-match-p (regexp-quote (file-name-nondirectory root)) before))))
@@ -148,7 +148,7 @@ The marks move to the newest message from one request to the next."
             (pcase-let ((`(,outcome ,chat) (with-temp-buffer (insert-file-contents out) (read (current-buffer)))))
               (should (eq outcome 'finished))
               (should (string-match-p "You: Where am I\\?" chat))
-              (should (string-match-p "current_directory (saved)" chat))
+              (should (string-match-p "current_directory (safe) .*✓ [0-9]+ ms" chat))
               (should (string-match-p "Still there\\." chat)))
             (let ((first (sly-agent-q-sessions-test--messages 1))
                   (next (sly-agent-q-sessions-test--messages 2)))
@@ -348,7 +348,11 @@ the chat says what was repaired."
         ;; The conversation ends before turn 2: the chat shows turn 1 only, the model gets turn 1 only.
         (let ((chat (sly-agent-q-test-chat-text)))
           (should (string-match-p "You: first" chat))
-          (should-not (string-match-p "You: second" chat)))
+          (should-not (string-match-p "You: second" chat))
+          ;; Turn 1 as it was live: its entry's trust level and time, its footer.
+          (should (string-match-p "write_file (dangerous) .* ✓ [0-9]+ ms" chat))
+          (should-not (string-match-p "(saved)" chat))
+          (should (string-match-p "Wrote a\\.\n(1 tool step · .* in / .* out · \\$" chat)))
         (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
         (let ((sent (sly-agent-q-sessions-test--messages 6)))
           (should (= (length sent) 5))

@@ -43,6 +43,31 @@ describe("conversation files", () => {
     expect(store.read("c-run").calls).toEqual({ tu1: { executionTimeMs: 3.25, approvalWaitMs: 4200, arguments: { symbol: "cdr" } } });
   });
 
+  it("keep each call's trust level and each turn's end (its usage, cost, steps, how it stopped) where it was shown; a rewind drops the turns it cut", () => {
+    const j = ConversationJournal.create(store, header("c-ends"));
+    const u = (n: number) => ({ inputTokens: n, outputTokens: 2, cacheReadTokens: 0, cacheWriteTokens: 0 });
+    j.turn("t1", 0, 0);
+    j.message(user("What is car?"));
+    j.message(toolCall);
+    j.result("tu1", "CAR names a function", false, { executionTimeMs: 3, safetyLevel: "safe", approved: true });
+    j.message(toolResult);
+    j.message(answer);
+    j.usage("t1", u(100), 0.01, "anthropic", "m", { steps: 1, stopReason: "end_turn" });
+    j.turn("t2", 4, 0);
+    j.message(user("And cdr?"));
+    j.usage("t2", u(7), 0.001, "anthropic", "m", { failed: { kind: "cancelled", message: "cancelled by the user" } });
+    j.usage("compaction", u(5), 0.002, "anthropic", "m");
+    j.close();
+    const s = store.read("c-ends");
+    expect(s.calls.tu1).toEqual({ executionTimeMs: 3, safetyLevel: "safe", approved: true });
+    expect(s.turnEnds).toEqual([
+      { afterMessage: 4, usage: u(100), costUsd: 0.01, steps: 1, stopReason: "end_turn" },
+      { afterMessage: 5, afterBlocks: 1, usage: u(7), costUsd: 0.001, failed: { kind: "cancelled", message: "cancelled by the user" } },
+    ]);
+    store.appendTo("c-ends", { v: STORE_VERSION, type: "truncate", at: "2026-11-23T11:00:00.000Z", keep: 4, keepBlocks: 0 });
+    expect(store.read("c-ends").turnEnds).toEqual([{ afterMessage: 4, usage: u(100), costUsd: 0.01, steps: 1, stopReason: "end_turn" }]);
+  });
+
   it("read back every message, the usage, the title and the turns", () => {
     const j = writeTurn("c-1");
     j.close();

@@ -93,35 +93,6 @@
     (let ((screen (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the header line cleared")))
       (should-not (string-match-p "cancelling" screen)))))
 
-(ert-deftest sly-agent-q-tui-resumed-text-as-live ()
-  "Resumed from the list, the conversation's text is rendered as it was live.
-\(Tool entries' times, trust levels and the turns' footers are not saved yet: only the
-user's and the model's text is compared.)"
-  (sly-agent-q-tui-with-run
-      (:script `((steps . [,(sly-agent-q-tui-step (sly-agent-q-tui-text sly-agent-q-chat-screen-test--markdown))])))
-    (sly-agent-q-tui-type "How do I map over a list?")
-    (sly-agent-q-tui-keys "Enter")
-    (sly-agent-q-tui-wait "That is all\\." 60 "the answer")
-    (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the turn's end")
-    (let ((live (sly-agent-q-chat-screen-test--text (sly-agent-q-tui-screen))))
-      (sly-agent-q-tui-keys "C-c" "C-n")
-      (sly-agent-q-tui-command "sly-agent-q-resume")
-      (sly-agent-q-tui-wait "^ [0-9-]+ [0-9:]+ +1 .*How do I map over a list" 20 "the list of saved conversations")
-      (sly-agent-q-tui-snapshot "resume-list")
-      (should-not (string-match-p "(empty)" (sly-agent-q-tui-screen)))
-      (sly-agent-q-tui-keys "Enter")
-      (sly-agent-q-tui-wait "resumed: How do I map" 20 "the resumed conversation")
-      (sly-agent-q-tui-keys "C-x" "1")
-      (let ((screen (sly-agent-q-tui-wait "That is all\\.\n\\(.*\n\\)?>" 10 "the chat alone")))
-        (sly-agent-q-tui-snapshot "chat-resumed")
-        (should (equal (sly-agent-q-chat-screen-test--text screen) live))))))
-
-(defun sly-agent-q-chat-screen-test--text (screen)
-  "The user's and the model's text on SCREEN, from \"You:\" to the footer or the prompt."
-  (let* ((start (string-match "^You:" screen))
-         (end (string-match "^(.* in / .* out\\|^>$" screen start)))
-    (substring screen start end)))
-
 (ert-deftest sly-agent-q-tui-no-warnings-window ()
   "make run opens no *Warnings* window (about native compilation or anything else)."
   (sly-agent-q-tui-with-run (:layout t :width 160 :height 40)
