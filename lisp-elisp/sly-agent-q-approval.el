@@ -604,12 +604,10 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
             (indent-region (point-min) (point-max)))
         (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
       (goto-char (point-min))
+      ;; Its keys come before the Lisp minor modes `lisp-mode' turned on
+      ;; (SLIME's and SLY's bind C-c C-c to compiling, which would run the
+      ;; form unapproved): see `sly-agent-q-approval--edit-keys'.
       (sly-agent-q-edit-arguments-mode 1)
-      ;; Above the Lisp minor modes `lisp-mode' turned on (SLIME's and SLY's
-      ;; bind C-c C-c to compiling, which would run the form unapproved).
-      (setq-local minor-mode-overriding-map-alist
-                  (cons (cons 'sly-agent-q-edit-arguments-mode sly-agent-q-edit-arguments-mode-map)
-                        minor-mode-overriding-map-alist))
       (setq sly-agent-q-approval--editing a
             sly-agent-q-approval--editing-lisp lisp)
       (setq header-line-format
