@@ -322,14 +322,13 @@ supported; on CLISP a SIGINT from a watcher process stops it
 
 #+ecl
 (progn
-  ;; ECL crashed the image when threads ended often: a thread that is
-  ;; exiting has interrupts disabled and its environment being freed, and
-  ;; a signal reaching it then (the garbage collector stopping the world,
-  ;; an interrupt) ends in a segmentation violation ("write access to the
-  ;; environment while interrupts were disabled", or "pthread_getspecific()
-  ;; failed").  One watcher thread per evaluation made that likely as soon
-  ;; as collections were frequent (after a system was compiled and
-  ;; loaded), so on ECL one long-lived watcher serves every evaluation.
+  ;; ECL's segmentation violations came from the watcher threads, one
+  ;; started and ended per evaluation: a signal handled by a thread that
+  ;; is ending finds its environment gone ("pthread_getspecific()
+  ;; failed" in ECL's handler, or a write to the environment while its
+  ;; interrupts are disabled for the exit).  Signals are frequent while
+  ;; systems compile (the collector's, the C compiler's SIGCHLD), so on
+  ;; ECL one long-lived watcher serves every evaluation.
   (defvar *watched* '()
     "(STATE DEADLINE WORKER INTERRUPT) of the evaluations being watched.")
 

@@ -89,8 +89,15 @@ skipped, with the reason, on a Lisp without one of them."
   (or (getf result :content) (getf result :error) ""))
 
 (defun has (result &rest strings)
-  "True if the text of RESULT contains every one of STRINGS."
-  (every (lambda (string) (search string (text result))) strings))
+  "True if the text of RESULT contains every one of STRINGS.  With
+SAQ_SHOW set, a text that lacks one is printed (to word a check for
+another Lisp)."
+  (or (every (lambda (string) (search string (text result))) strings)
+      (progn (when (saq-portable:getenv "SAQ_SHOW")
+               (format t "~&--- lacks ~S:~%~A~%---~%"
+                       (find-if-not (lambda (string) (search string (text result))) strings)
+                       (text result)))
+             nil)))
 
 (defun occurrences (string result)
   (loop with text = (text result)
