@@ -129,6 +129,18 @@ evaluation of the user's forms, the loader's top-level forms)."
           "(SB-C::" "((FLET SB-C::" "((LAMBDA (SB-KERNEL:FORM" "(COMPILE-FILE ")))
 
 (defun frame-text (frame)
+  ;; ECL's backend frames print their function with PRINC (no package,
+  ;; no arguments): name it fully qualified, so our own frames are known.
+  #+ecl
+  (let ((head (and (consp frame) (first frame))))
+    (when head
+      (return-from frame-text
+        (or (ignore-errors
+             (let ((*package* (find-package "KEYWORD")))
+               (prin1-to-string (if (functionp head)
+                                    (or (si:compiled-function-name head) head)
+                                    head))))
+            "#<frame not printable>"))))
   (handler-case
       (let ((*print-length* 8)
             (*print-level* 4)
