@@ -79,7 +79,15 @@ arguments' PRINT-OBJECT methods are user code."
   #+sbcl (ignore-errors
           (with-model-printing (*package*)
             (prin1-to-string (sb-di:debug-fun-name (sb-di:frame-debug-fun frame)))))
-  #-sbcl nil)
+  ;; The ECL backends' frames are lists headed by the function or its name.
+  #+ecl (ignore-errors
+         (let ((head (and (consp frame) (first frame))))
+           (when head
+             (with-model-printing (*package*)
+               (prin1-to-string (if (functionp head)
+                                    (or (si:compiled-function-name head) head)
+                                    head))))))
+  #-(or sbcl ecl) nil)
 
 (defun need-debugging-backend ()
   (unless (and (backend-implemented-p "COMPUTE-BACKTRACE")

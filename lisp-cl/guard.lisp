@@ -152,6 +152,18 @@ evaluation of the user's forms, the loader's top-level forms)."
           "(SB-C::" "((FLET SB-C::" "((LAMBDA (SB-KERNEL:FORM" "(COMPILE-FILE ")))
 
 (defun frame-text (frame)
+  ;; ECL's backend frames print their function with PRINC (no package,
+  ;; no arguments): name it fully qualified, so our own frames are known.
+  #+ecl
+  (let ((head (and (consp frame) (first frame))))
+    (when head
+      (return-from frame-text
+        (or (ignore-errors
+             (let ((*package* (find-package "KEYWORD")))
+               (prin1-to-string (if (functionp head)
+                                    (or (si:compiled-function-name head) head)
+                                    head))))
+            "#<frame not printable>"))))
   (handler-case
       (let ((*print-length* 8)
             (*print-level* 4)
@@ -294,6 +306,9 @@ in the backend, SBCL's own timer is used and cancelling is not
 supported; on CLISP a SIGINT from a watcher process stops it
 \(CALL-WITH-SIGNAL-TIMEOUT); elsewhere THUNK runs unbounded."
   (cond
+    #+ecl
+    ((threads-available-p)
+     (call-with-shared-watcher seconds thunk on-timeout))
     ((threads-available-p)
      (let* ((state (list :running))
             (tag (list 'timeout))
@@ -339,6 +354,85 @@ supported; on CLISP a SIGINT from a watcher process stops it
     (t
      (funcall thunk)
      nil)))
+
+#+ecl
+(progn
+  ;; ECL's segmentation violations came from the watcher threads, one
+  ;; started and ended per evaluation: a signal handled by a thread that
+  ;; is ending finds its environment gone ("pthread_getspecific()
+  ;; failed" in ECL's handler, or a write to the environment while its
+  ;; interrupts are disabled for the exit).  Signals are frequent while
+  ;; systems compile (the collector's, the C compiler's SIGCHLD), so on
+  ;; ECL one long-lived watcher serves every evaluation.
+  (defvar *watched* '()
+    "(STATE DEADLINE WORKER INTERRUPT) of the evaluations being watched.")
+
+  (defvar *shared-watcher* nil
+    "The long-lived watcher thread, or NIL before the first evaluation.")
+
+  (defun watch-all ()
+    "The shared watcher's loop: interrupt each watched worker whose
+deadline passed or whose cancel was asked for; forget finished ones."
+    (loop
+      (handler-case
+          (let ((now (get-internal-real-time))
+                (due '()))
+            (call-with-state-lock
+             (lambda ()
+               (setf *watched*
+                     (remove-if (lambda (entry)
+                                  (destructuring-bind (state deadline worker interrupt) entry
+                                    (cond ((not (member (car state) '(:running :cancel))) t)
+                                          ((or (eq (car state) :cancel)
+                                               (and deadline (>= now deadline)))
+                                           (push (cons worker interrupt) due)
+                                           t))))
+                                *watched*))))
+            (loop for (worker . interrupt) in due
+                  do (ignore-errors (bcall "INTERRUPT-THREAD" worker interrupt))))
+        ;; Never let the user's debugger pop up in our watcher thread.
+        (serious-condition () nil))
+      (sleep 0.05)))
+
+  (defun ensure-shared-watcher ()
+    (call-with-state-lock
+     (lambda ()
+       (unless (and *shared-watcher* (bcall "THREAD-ALIVE-P" *shared-watcher*))
+         (setf *shared-watcher*
+               (let ((*in-agent-code* nil))
+                 (bcall "SPAWN" #'watch-all :name "sly-agent-q timeout watcher")))))))
+
+  (defun call-with-shared-watcher (seconds thunk on-timeout)
+    "CALL-WITH-TIMEOUT with threads, on ECL: the shared watcher stops THUNK."
+    (let* ((state (list :running))
+           (tag (list 'timeout))
+           (id *call-id*)
+           (how :timeout)
+           (worker (bcall "CURRENT-THREAD"))
+           (deadline (and seconds
+                          (+ (get-internal-real-time)
+                             (round (* seconds internal-time-units-per-second)))))
+           (interrupt (lambda ()
+                        ;; Runs in the worker; checked here so that an
+                        ;; interrupt arriving after THUNK finished does nothing.
+                        (let ((now (car state)))
+                          (when (member now '(:running :cancel))
+                            (setf (car state) (if (eq now :cancel) :cancelled :timed-out))
+                            (ignore-errors (funcall on-timeout))
+                            (throw tag nil))))))
+      (ensure-shared-watcher)
+      (catch tag
+        (unwind-protect
+             (progn
+               (note-running id state)
+               (call-with-state-lock
+                (lambda () (push (list state deadline worker interrupt) *watched*)))
+               (funcall thunk)
+               (setf how nil))
+          (when (eq (car state) :cancelled) (setf how :cancelled))
+          (setf (car state) :done)
+          (note-finished id state)))
+      how)))
 
 #+clisp
 (defun call-with-signal-timeout (seconds thunk on-timeout)
@@ -463,6 +557,91 @@ under the trap described above."
 ;; Never let a failure here stop the helpers from loading.
 (ignore-errors (install-thread-wrapper 'wrap-agent-thread-function))
 
+;;; ECL: compiled code (Bordeaux Threads, the backends) calls the C
+;;; function behind MP:PROCESS-RUN-FUNCTION directly, so thread creation
+;;; cannot be wrapped, and a new thread starts with the global bindings
+;;; only.  Instead the global EXT:*INVOKE-DEBUGGER-HOOK* (which the
+;;; backends set) is wrapped: in a thread the agent's code started it
+;;; records the error and ends the thread, elsewhere it passes on to the
+;;; hook it wraps.  A thread counts as the agent's when it did not exist
+;;; when an agent evaluation began and it fails while that evaluation
+;;; runs, or it was still alive when the evaluation ended.  The backend's
+;;; own threads (its workers) are never counted.
+
+#+ecl
+(progn
+  (defvar *agent-evaluations* '()
+    "Running agent evaluations: (EVALUATION-ID . THREADS-THAT-EXISTED-BEFORE).")
+
+  (defvar *agent-threads* (make-hash-table :test 'eq :weakness :key)
+    "Threads started by agent code that outlived their evaluation => its id.")
+
+  (defvar *debugger-hook-wrapper* nil
+    "The global debugger hook we installed, to see whether it is still ours.")
+
+  (defun backend-thread-p (thread)
+    (let ((name (string-downcase (thread-label thread))))
+      (or (member name '("worker" "repl-thread" "reader-thread" "control-thread"
+                         "auto-flush-thread" "sly-agent-q timeout watcher")
+                  :test #'string=)
+          (some (lambda (prefix) (eql 0 (search prefix name)))
+                '("swank" "slynk" "sly-" "slime")))))
+
+  (defun agent-thread-started-by (thread)
+    "The evaluation that started THREAD, or NIL when it is not the agent's."
+    (call-with-state-lock
+     (lambda ()
+       (or (gethash thread *agent-threads*)
+           (and (not (backend-thread-p thread))
+                (car (find-if (lambda (entry) (not (member thread (cdr entry))))
+                              *agent-evaluations*)))))))
+
+  ;; The global value, whatever this thread has bound (the backends
+  ;; bind the hook in their request threads); no thread is started for
+  ;; it (see the shared watcher above for why).
+  (defun global-invoke-debugger-hook ()
+    (let ((symbol 'ext:*invoke-debugger-hook*))
+      (ffi:c-inline (symbol) (:object) :object "(#0)->symbol.value" :one-liner t)))
+
+  (defun (setf global-invoke-debugger-hook) (value)
+    (let ((symbol 'ext:*invoke-debugger-hook*))
+      (ffi:c-inline (symbol value) (:object :object) :object
+                    "(#0)->symbol.value = #1" :one-liner t)))
+
+  (defun ensure-agent-thread-debugger-hook ()
+    "Make the global EXT:*INVOKE-DEBUGGER-HOOK* our wrapper of whatever it is."
+    (let ((old (global-invoke-debugger-hook)))
+      (unless (and old (eq old *debugger-hook-wrapper*))
+        (let ((wrapper (lambda (condition hook)
+                         (let ((started-by (ignore-errors (agent-thread-started-by mp:*current-process*))))
+                           (cond (started-by
+                                  (ignore-errors (record-thread-error condition started-by))
+                                  (mp:exit-process))
+                                 (old (funcall old condition hook)))))))
+          (setf *debugger-hook-wrapper* wrapper
+                (global-invoke-debugger-hook) wrapper)))))
+
+  (defun call-watching-agent-threads (function)
+    "Call FUNCTION (agent code) so that errors of the threads it starts
+never reach the user's debugger."
+    (ignore-errors (ensure-agent-thread-debugger-hook))
+    (let ((entry (cons *current-evaluation* (ignore-errors (bcall "ALL-THREADS")))))
+      (call-with-state-lock (lambda () (push entry *agent-evaluations*)))
+      (unwind-protect (funcall function)
+        (ignore-errors
+         (let ((after (bcall "ALL-THREADS")))
+           (call-with-state-lock
+            (lambda ()
+              (setf *agent-evaluations* (remove entry *agent-evaluations*))
+              (dolist (thread after)
+                (unless (or (member thread (cdr entry)) (backend-thread-p thread)
+                            (not (bcall "THREAD-ALIVE-P" thread)))
+                  (setf (gethash thread *agent-threads*) (car entry))))))))))))
+
+;; Elsewhere (SBCL) new threads are wrapped where they are made.
+#-ecl
+(defun call-watching-agent-threads (function) (funcall function))
+
 
 ;;;; Running user code
 
@@ -525,7 +704,8 @@ cancelled, signals a TOOL-FAILURE saying so instead."
                        (*debug-io* io)
                        (*terminal-io* io)
                        (*in-agent-code* t))
-                   (call-trapping-conditions thunk outcome)))
+                   (call-watching-agent-threads
+                    (lambda () (call-trapping-conditions thunk outcome)))))
                (lambda ()
                  (setf (outcome-backtrace outcome) (capture-backtrace))))))
     (setf (outcome-timed-out outcome) (eq how :timeout)

@@ -107,8 +107,13 @@
     (when (and (symbolp name) (or (macro-function name) (special-operator-p name)))
       (fail "~A is a ~:[macro~;special operator~], not a function." (symbol-label name package)
             (special-operator-p name)))
-    (cap (with-output-to-string (out)
-           (let ((*standard-output* out)
-                 (*package* package))
-             (disassemble (fdefinition name))))
-         6000 "disassembly")))
+    ;; Some Lisps say why they cannot disassemble on *ERROR-OUTPUT*
+    ;; (ECL for natively compiled code): that is the answer then.
+    (let ((text (with-output-to-string (out)
+                  (let ((*standard-output* out)
+                        (*error-output* out)
+                        (*package* package))
+                    (disassemble (fdefinition name))))))
+      (when (zerop (length (string-trim '(#\Space #\Tab #\Newline #\Return) text)))
+        (fail "~A printed no disassembly of ~A." (lisp-implementation-type) function))
+      (cap text 6000 "disassembly"))))

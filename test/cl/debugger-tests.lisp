@@ -102,15 +102,21 @@ signals, and return its value."
   (is (has (tool "trace_eval" "functions" '("no-such-fn") "package" "MY-APP" "form" "1")
            "NO-SUCH-FN")))
 
-(deftest profile-and-disassemble
+(deftest profile-eval
+  (:needs :statistical-profiler)
   (let ((result (tool "profile_eval" "package" "MY-APP"
                       "form" "(let ((s 0)) (dotimes (i 3000000 s) (incf s (mod i 7))))")))
     (is (ok-p result))
-    (is (has result "Statistical profile")))
+    (is (has result "Statistical profile"))))
+
+(deftest disassemble-function-answers
+  ;; SBCL disassembles; ECL says why it cannot (natively compiled code):
+  ;; either way the answer names the function, never an empty text.
   (let ((result (tool "disassemble_function" "function" "my-app::split-on-commas")))
     (is (ok-p result))
-    (is (has result "disassembly")))
-  (is (has (tool "disassemble_function" "function" "cl:when") "macro")))
+    (is (has result "SPLIT-ON-COMMAS")))
+  ;; WHEN is a macro in SBCL, a special operator in ECL.
+  (is (has (tool "disassemble_function" "function" "cl:when") "WHEN is a" ", not a function")))
 
 (defun inspect-id (result &optional (value 1))
   "The inspect id RESULT gives for its VALUEth value."

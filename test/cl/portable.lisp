@@ -18,7 +18,7 @@
            #:make-lock #:with-lock #:lock-free-p
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
-           #:bounded-frame-printing-p))
+           #:bounded-frame-printing-p #:statistical-profiler-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -130,9 +130,10 @@ locks are not taken at all)."
     (not (search "keeps no cross-reference" (or (getf result :error) "")))))
 
 (defun agent-threads-trapped-p ()
-  "True when sly-agent-q can wrap the threads that agent code starts
-(SBCL; ECL's MP:PROCESS-RUN-FUNCTION is called directly by compiled code)."
-  #+sbcl t #-sbcl nil)
+  "True when sly-agent-q keeps the errors of threads that agent code
+starts from the debugger (SBCL: their creation is wrapped; ECL: the
+global debugger hook is)."
+  #+(or sbcl ecl) t #-(or sbcl ecl) nil)
 
 
 (defun stack-overflow-condition-p ()
@@ -146,6 +147,11 @@ handle (CLISP instead resets to its top level, ending a batch run)."
 known not to work yet (CLISP: the SIGINT does not stop a printer
 running inside the backend's debugging environment)."
   #+clisp nil #-clisp t)
+
+
+(defun statistical-profiler-p ()
+  "True where profile_eval has a profiler (SBCL's SB-SPROF)."
+  #+sbcl t #-sbcl nil)
 
 
 ;;;; The debugger hook that every entry into the debugger honours
