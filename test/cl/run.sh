@@ -63,7 +63,7 @@ run_backend() {
     local log="$work/$name.log"
     mkdir -p "$work"
     # The Lisps that compile slowly (ECL through its C compiler) get longer.
-    case "$lisp" in sbcl) watchdog=150 ;; *) watchdog=900 ;; esac
+    case "$lisp" in sbcl) watchdog=300 ;; *) watchdog=900 ;; esac
     # ASDF upgrades itself to Debian's cl-asdf when it finds it; ECL 21
     # then fails to load that upgrade from the cache on the next run (an
     # unbound ASDF/PLAN::STAMP slot while loading the backend), so the
