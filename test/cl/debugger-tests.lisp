@@ -1,5 +1,5 @@
 ;;;; debugger-tests.lisp --- tests of the debugger, thread, trace,
-;;;; profile and disassembly helpers (issue 13).
+;;;; profile and disassembly helpers (the tools a Lisp programmer uses at a failure).
 ;;;
 ;;; Loaded after tests.lisp, whose helpers (TOOL, HAS, ...) it uses.
 ;;; The debugger operations run where the user's debugger runs them: in

@@ -971,7 +971,7 @@ own, that are still alive: what a tool must not leave behind."
         (when method (remove-method gf method))))))
 
 
-;;;; The programmer's loop (issue 12): source, systems, tests
+;;;; The programmer's loop: source, systems, tests
 
 (defvar *project* nil "A temporary project root holding a copy of MY-APP.")
 

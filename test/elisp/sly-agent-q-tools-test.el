@@ -722,7 +722,7 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
   (sly-agent-q-tools-test--with-project
     (with-current-buffer (get-buffer-create "saq-test-s")
       (insert "(defun foo ()\n  (bar))\n(defun Foo-2 ()\n  (FOO))\n")
-      ;; Seed 000: pattern, buffer, regex, all_matches.
+      ;; The parameter names the model most often uses: pattern, buffer, regex, all_matches.
       (let ((out (sly-agent-q-tools-test--ok "search_in_buffer" :pattern "(defun \\(\\w+\\)" :buffer "saq-test-s"
                                       :regex t :all_matches t)))
         (should (string-match-p "2 matches for regexp" out))
@@ -733,7 +733,7 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
         (should (string-match-p "the first shown" out))
         (should (string-match-p "line 1, column 7" out))
         (should-not (string-match-p "line 3" out)))
-      ;; Seed 003: buffer_name, search_text, case_sensitive.
+      ;; Their aliases: buffer_name, search_text, case_sensitive.
       (let ((out (sly-agent-q-tools-test--ok "search_in_buffer" :buffer_name "saq-test-s" :search_text "FOO"
                                       :case_sensitive t :all_matches t)))
         (should (string-match-p "1 match for text \"FOO\"" out))
