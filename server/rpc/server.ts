@@ -236,6 +236,7 @@ export class AgentServer {
       parameters: t.schema.properties,
       required: [...t.required],
       ...(t.aliasOf ? { aliasOf: t.aliasOf } : {}),
+      ...(t.argumentNames ? { argumentNames: { ...t.argumentNames } } : {}),
       offered,
     };
   }
