@@ -77,3 +77,17 @@ it("a rule on a parameter holds under its other name: search_in_buffer's buffer_
   expect(ok.success).toBe(true);
   expect(toolCalls).toEqual([expect.objectContaining({ tool: "search_in_buffer", arguments: { pattern: "password", buffer: "notes" } })]);
 });
+
+it("a rule written on a parameter's other name holds as well", async () => {
+  const s = side();
+  open.push(s);
+  await s.init({ permissionRules: [{ action: "deny", tool: "search_in_buffer", argument: "buffer_name", pattern: "secret" }] });
+  const toolCalls: unknown[] = [];
+  s.answerCall = (call) => (toolCalls.push(call.params), { result: { content: "1 match" } });
+  for (const args of [{ pattern: "password", buffer_name: "secret-notes" }, { pattern: "password", buffer: "secret-notes" }]) {
+    const r = await s.call("search_in_buffer", args);
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/denied by a permission rule/);
+  }
+  expect(toolCalls).toEqual([]);
+});
