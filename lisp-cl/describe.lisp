@@ -381,6 +381,12 @@ what each names."
 (defparameter *package-list-limit* 400
   "The most packages list_packages lists.")
 
+(defparameter *package-list-chars* 20000
+  "About the most characters list_packages answers: the packages after are counted, not listed.")
+
+(defparameter *package-nickname-limit* 8
+  "The most nicknames list_packages shows for one package.")
+
 (define-tool "list_packages" (&key pattern)
   "The image's packages (those whose name or a nickname contains PATTERN),
 with their nicknames and how many external symbols each has; the
@@ -407,15 +413,27 @@ implementation's own packages last."
         (with-output-to-string (out)
           (format out "~A~@[ whose name or a nickname contains ~S~] (name  nicknames  external symbols):~%"
                   (plural total "package") pattern)
-          (dolist (package shown)
-            (let ((external 0))
-              (do-external-symbols (symbol package)
-                (declare (ignore symbol))
-                (incf external))
-              (format out "  ~A  ~:[-~;~:*~{~A~^, ~}~]  ~D~%"
-                      (package-name package)
-                      (sort (copy-list (package-nicknames package)) #'string<)
-                      external)))
-          (when (> total (length shown))
-            (format out "... ~D more not shown: pass a pattern.~%" (- total (length shown))))))))
+          (let ((listed 0) (chars 0))
+            (dolist (package shown)
+              (when (> chars *package-list-chars*)
+                (return))
+              (let ((external 0)
+                    (nicknames (sort (copy-list (package-nicknames package)) #'string<)))
+                (do-external-symbols (symbol package)
+                  (declare (ignore symbol))
+                  (incf external))
+                ;; Names are the image's data, a hostile library's too: one line each, bounded.
+                (let ((line (format nil "  ~A  ~:[-~;~:*~{~A~^, ~}~]~@[, and ~D more~]  ~D~%"
+                                    (listing-name (package-name package))
+                                    (mapcar #'listing-name
+                                            (subseq nicknames 0 (min (length nicknames)
+                                                                     *package-nickname-limit*)))
+                                    (and (> (length nicknames) *package-nickname-limit*)
+                                         (- (length nicknames) *package-nickname-limit*))
+                                    external)))
+                  (write-string line out)
+                  (incf chars (length line)))
+                (incf listed)))
+            (when (> total listed)
+              (format out "... ~D more not shown: pass a pattern.~%" (- total listed))))))))
 

@@ -229,22 +229,6 @@ nothing is interned or evaluated."
            (fail "The new text is refused: it is not a parenthesized form (~A)."
                  (form-excerpt text (car (first spans)) (cdr (first spans)) 60))))))
 
-(defun json-string (string)
-  "STRING as a JSON string literal."
-  (with-output-to-string (out)
-    (write-char #\" out)
-    (loop for c across string
-          do (case c
-               (#\" (write-string "\\\"" out))
-               (#\\ (write-string "\\\\" out))
-               (#\Newline (write-string "\\n" out))
-               (#\Return (write-string "\\r" out))
-               (#\Tab (write-string "\\t" out))
-               (t (if (< (char-code c) 32)
-                      (format out "\\u~4,'0X" (char-code c))
-                      (write-char c out)))))
-    (write-char #\" out)))
-
 (define-tool "definition_edit" (&key symbol package definition text)
   "Locate SYMBOL's definition (for read_definition, replace_definition and
 insert_form), first checking that TEXT, when given, is one form: JSON for

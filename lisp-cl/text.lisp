@@ -88,6 +88,36 @@ KEYWORD package, gives fully qualified names such as MY-APP::FOO."
         (prin1-to-string symbol))
     (trappable-condition () (ignore-errors (symbol-name symbol)))))
 
+(defun json-string (string)
+  "STRING as a JSON string literal."
+  (with-output-to-string (out)
+    (write-char #\" out)
+    (loop for c across string
+          do (case c
+               (#\" (write-string "\\\"" out))
+               (#\\ (write-string "\\\\" out))
+               (#\Newline (write-string "\\n" out))
+               (#\Return (write-string "\\r" out))
+               (#\Tab (write-string "\\t" out))
+               (t (if (or (< (char-code c) 32) (= (char-code c) 127))
+                      (format out "\\u~4,'0X" (char-code c))
+                      (write-char c out)))))
+    (write-char #\" out)))
+
+(defun listing-name (name &optional (max 100))
+  "NAME (a package's name or nickname, say) for one line of a listing:
+as it is when it is plain (printable ASCII, no space, no quote), else
+as a JSON string, so that a hostile name cannot make a line or a row
+of its own; cut to MAX characters with \"...\"."
+  (let ((name (if (> (length name) max)
+                  (concatenate 'string (subseq name 0 max) "...")
+                  name)))
+    (if (and (plusp (length name))
+             (every (lambda (c) (and (< 32 (char-code c) 127) (char/= c #\")))
+                    name))
+        name
+        (json-string name))))
+
 (defun first-line (string &optional (max 120))
   "The first line of STRING, cut to MAX characters."
   (let* ((string (string-trim '(#\Space #\Tab #\Newline #\Return) string))

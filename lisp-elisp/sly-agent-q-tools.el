@@ -586,21 +586,17 @@ error buffer_save gives when it may not save."
   "Return LINE trimmed to at most 200 characters."
   (if (> (length line) 200) (concat (substring line 0 200) "...") line))
 
-(cl-defun sly-agent-q-tools--search-in-buffer (&key pattern search_text buffer buffer_name
-                                                    regex all_matches case_sensitive)
-  "Capability search_in_buffer: find PATTERN (or SEARCH_TEXT) in BUFFER.
-BUFFER_NAME is BUFFER's other name: both seeds' parameters, see the
-catalog.  PATTERN is a regexp when
-REGEX; ALL_MATCHES gives every match; CASE_SENSITIVE makes case count."
-  (let* ((text search_text)
-         (all all_matches)
+(cl-defun sly-agent-q-tools--search-in-buffer (&key pattern buffer regex all_matches case_sensitive)
+  "Capability search_in_buffer: find PATTERN in BUFFER.
+PATTERN is a regexp when REGEX; ALL_MATCHES gives every match;
+CASE_SENSITIVE makes case count.  The server sends the parameters'
+other names (the catalog's argumentNames) under these."
+  (let* ((all all_matches)
          (case-sensitive case_sensitive)
-         (name (or buffer buffer_name))
-         (needle (or pattern text)))
-    (when (and pattern text (not (equal pattern text)))
-      (sly-agent-q-tool-fail "Give pattern or search_text, not both."))
+         (name buffer)
+         (needle pattern))
     (when (or (null needle) (string-empty-p needle))
-      (sly-agent-q-tool-fail "Give the text to find as pattern (or search_text)."))
+      (sly-agent-q-tool-fail "Give the text to find as pattern."))
     (when regex
       (condition-case err
           (string-match-p needle "")

@@ -333,6 +333,9 @@ export interface ToolInfo {
   parameters: Record<string, ParamSpec>;
   required: string[];
   aliasOf?: string;
+  /** Parameters sent to the handler under another name (Tool.argumentNames): an alias's, or a
+   *  primary's hidden second names of its own parameters. */
+  argumentNames?: Record<string, string>;
   offered: boolean;
 }
 

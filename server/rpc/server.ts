@@ -38,6 +38,7 @@ import { createDefaultRegistry } from "../tools/catalog/index.js";
 import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } from "../tools/executor.js";
 import type { ToolRegistry } from "../tools/registry.js";
 import { PolicyError, ToolPolicy } from "../tools/policy.js";
+import { checkShape, SHAPE_TYPES } from "../protocol-description.js";
 import type { Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
@@ -158,6 +159,9 @@ export class AgentServer {
    * offered tools and its executor from the same policy. Throws a JSON-RPC invalidConfiguration error.
    */
   policyFor(config: Configuration = this.configuration): ToolPolicy {
+    // In the protocol's shape first: a key misspelt or of another type is named, not ignored or thrown on.
+    const problems = checkShape(SHAPE_TYPES.Configuration, config, "configuration");
+    if (problems.length > 0) throw new ResponseError(ErrorCodes.invalidConfiguration, `The configuration was not applied: ${problems.join("; ")}.`);
     try {
       return new ToolPolicy(this.registry, config, (t) => this.runtimeAvailable(t));
     } catch (err) {
@@ -248,6 +252,7 @@ export class AgentServer {
       parameters: t.schema.properties,
       required: [...t.required],
       ...(t.aliasOf ? { aliasOf: t.aliasOf } : {}),
+      ...(t.argumentNames ? { argumentNames: { ...t.argumentNames } } : {}),
       offered,
     };
   }

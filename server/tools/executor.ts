@@ -485,8 +485,11 @@ export class Executor {
       validate = this.ajv.compile(tool.schema) as ValidateFunction;
       this.validators.set(tool, validate);
     }
-    if (validate(args)) return undefined;
-    return describeSchemaErrors(validate.errors ?? [], tool);
+    if (!validate(args)) return describeSchemaErrors(validate.errors ?? [], tool);
+    // Two names of one parameter (argumentNames): a rule reads one, the handler might use the other.
+    const twice = Object.entries(tool.argumentNames ?? {}).filter(([other, primary]) => Object.prototype.hasOwnProperty.call(args, other) && Object.prototype.hasOwnProperty.call(args, primary));
+    if (twice.length > 0) return twice.map(([other, primary]) => `give ${primary} or ${other}, not both (they are the same parameter)`).join("; ") + ".";
+    return undefined;
   }
 
   /**

@@ -202,8 +202,11 @@ function compileRule(rule: PermissionRule, i: number, registry: ToolRegistry, ca
   if (rule.argument !== undefined) {
     if (tool) {
       const primary = registry.get(compiled.primary!) ?? tool;
+      // A parameter's other name (argumentNames) is matched as the name calls are checked under.
+      const renamed = tool.argumentNames?.[rule.argument] ?? primary.argumentNames?.[rule.argument];
+      if (renamed !== undefined) compiled.rule.argument = renamed;
       const params = Object.keys(primary.schema.properties);
-      if (!params.includes(rule.argument)) {
+      if (!params.includes(compiled.rule.argument!)) {
         throw new PolicyError(`${where}: "${rule.argument}" is not a parameter of ${primary.name} (parameters: ${params.join(", ") || "none"}).`);
       }
     }

@@ -63,7 +63,9 @@ export interface ToolSpec {
   /** Another name for the same capability (read_file / file_read): offered to the model only on request. */
   aliasOf?: string;
   /** For an alias: its parameter names that differ from the primary's (file_path -> path), so that
-   *  trust rules written against the primary's parameters also match the alias. */
+   *  trust rules written against the primary's parameters also match the alias. For a primary: its
+   *  hidden second names of its own parameters (search_text -> pattern). Either way the handler gets
+   *  the primary names alone, and a call giving both names of one parameter is refused. */
   argumentNames?: Readonly<Record<string, string>>;
   /** Told to the model when a long result is cut, e.g. "use offset and limit". */
   pagingHint?: string;

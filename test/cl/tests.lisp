@@ -158,6 +158,28 @@ another Lisp)."
     (is (ok-p r))
     (is (has r "No package's name or nickname contains"))))
 
+(deftest list-packages-hostile-names
+  ;; A package whose name holds a newline and a fake row, and one with a thousand long nicknames:
+  ;; each package stays one line, and the listing stays small.
+  (let ((evil (make-package (format nil "SAQRT-EVIL~%  FAKE-ROW  -  999~%~C[31m" (code-char 27))
+                            :use '()))
+        (many (make-package "SAQRT-MANY" :use '()
+                                       :nicknames (loop for i below 1000
+                                                        collect (format nil "SAQ-NICK-~4,'0D-~A" i
+                                                                        (make-string 200 :initial-element #\X))))))
+    (unwind-protect
+         (let* ((r (tool "list_packages" "pattern" "saqrt-"))
+                (text (text r)))
+           (is (ok-p r))
+           (is (has r "2 packages"))
+           ;; No line the package's name made: the newline and the escape are shown escaped.
+           (is (not (search (format nil "~%  FAKE-ROW") text)))
+           (is (not (find (code-char 27) text)))
+           (is (= 3 (count #\Newline text)))
+           (is (< (length text) 5000)))
+      (delete-package evil)
+      (delete-package many))))
+
 (deftest fasls-are-cached
   (let ((directory (symbol-value (find-symbol "*CACHE-DIRECTORY*" "SLY-AGENT-Q"))))
     (is-true directory)

@@ -828,9 +828,13 @@ Every result comes back bounded, the debugger is as it was and the image answers
                                   (if (consp (car-safe arg)) 1 0))))))
 
 (defun e2e-tool-parameters (tool)
-  "The parameter names CATALOG entry TOOL declares."
-  (cl-loop for (key _spec) on (plist-get tool :parameters) by #'cddr
-           collect (substring (symbol-name key) 1)))
+  "The parameter names CATALOG entry TOOL's handler gets.
+A name TOOL's argumentNames renames reaches the handler as its target."
+  (let ((renames (plist-get tool :argumentNames)))
+    (delete-dups
+     (cl-loop for (key _spec) on (plist-get tool :parameters) by #'cddr
+              for name = (substring (symbol-name key) 1)
+              collect (or (plist-get renames (intern (concat ":" name))) name)))))
 
 (defun e2e-parameter-mismatches (catalog)
   "Where CATALOG's Emacs tools and their handlers' keywords disagree.

@@ -733,17 +733,19 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
         (should (string-match-p "the first shown" out))
         (should (string-match-p "line 1, column 7" out))
         (should-not (string-match-p "line 3" out)))
-      ;; Their aliases: buffer_name, search_text, case_sensitive.
-      (let ((out (sly-agent-q-tools-test--ok "search_in_buffer" :buffer_name "saq-test-s" :search_text "FOO"
+      ;; case_sensitive; the server sends the other names (buffer_name, search_text) as these.
+      (let ((out (sly-agent-q-tools-test--ok "search_in_buffer" :buffer "saq-test-s" :pattern "FOO"
                                       :case_sensitive t :all_matches t)))
         (should (string-match-p "1 match for text \"FOO\"" out))
         (should (string-match-p "line 4, column 3:   (FOO))" out)))
       (should (string-match-p "3 matches"
-                              (sly-agent-q-tools-test--ok "search_in_buffer" :buffer_name "saq-test-s"
-                                                   :search_text "FOO" :case_sensitive :json-false)))
+                              (sly-agent-q-tools-test--ok "search_in_buffer" :buffer "saq-test-s"
+                                                   :pattern "FOO" :case_sensitive :json-false)))
       (should (string-match-p "No match for text \"zork\""
-                              (sly-agent-q-tools-test--ok "search_in_buffer" :buffer_name "saq-test-s"
-                                                   :search_text "zork")))
+                              (sly-agent-q-tools-test--ok "search_in_buffer" :buffer "saq-test-s"
+                                                   :pattern "zork")))
+      ;; The other names never reach Emacs: given, they are refused, not half-used.
+      (should (sly-agent-q-tools-test--fails "search_in_buffer" :buffer_name "saq-test-s" :search_text "FOO"))
       ;; Regexp metacharacters are literal unless regex is true.
       (should (string-match-p "No match"
                               (sly-agent-q-tools-test--ok "search_in_buffer" :buffer "saq-test-s" :pattern "f.o")))

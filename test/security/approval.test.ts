@@ -56,3 +56,38 @@ it("an edited reply for an alias, under the primary tool's names, runs with thos
   // The edited path reached Emacs (the alias's file_path mapped back, then onto the primary's path).
   expect(toolCalls).toEqual([expect.objectContaining({ tool: "write_file", arguments: { path: "notes/b.txt", content: "y" } })]);
 });
+
+it("a rule on a parameter holds under its other name: search_in_buffer's buffer_name is its buffer, and both at once are refused", async () => {
+  const s = side();
+  open.push(s);
+  await s.init({ permissionRules: [{ action: "deny", tool: "search_in_buffer", argument: "buffer", pattern: "secret" }] });
+  const toolCalls: unknown[] = [];
+  s.answerCall = (call) => (toolCalls.push(call.params), { result: { content: "1 match" } });
+  // The hidden synonym of the denied parameter.
+  const r = await s.call("search_in_buffer", { pattern: "password", buffer_name: "secret-notes" });
+  expect(r.success).toBe(false);
+  expect(r.error).toMatch(/denied by a permission rule/);
+  // Both names with different values: the rule would see one and Emacs search the other.
+  const both = await s.call("search_in_buffer", { pattern: "password", buffer: "notes", buffer_name: "secret-notes" });
+  expect(both.success).toBe(false);
+  expect(both.error).toMatch(/buffer_name.*buffer|buffer.*buffer_name/);
+  expect(toolCalls).toEqual([]);
+  // Allowed: Emacs gets the primary name alone.
+  const ok = await s.call("search_in_buffer", { search_text: "password", buffer_name: "notes" });
+  expect(ok.success).toBe(true);
+  expect(toolCalls).toEqual([expect.objectContaining({ tool: "search_in_buffer", arguments: { pattern: "password", buffer: "notes" } })]);
+});
+
+it("a rule written on a parameter's other name holds as well", async () => {
+  const s = side();
+  open.push(s);
+  await s.init({ permissionRules: [{ action: "deny", tool: "search_in_buffer", argument: "buffer_name", pattern: "secret" }] });
+  const toolCalls: unknown[] = [];
+  s.answerCall = (call) => (toolCalls.push(call.params), { result: { content: "1 match" } });
+  for (const args of [{ pattern: "password", buffer_name: "secret-notes" }, { pattern: "password", buffer: "secret-notes" }]) {
+    const r = await s.call("search_in_buffer", args);
+    expect(r.success).toBe(false);
+    expect(r.error).toMatch(/denied by a permission rule/);
+  }
+  expect(toolCalls).toEqual([]);
+});

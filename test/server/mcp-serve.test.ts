@@ -157,6 +157,19 @@ describe("MCP server", () => {
     await client.close();
   });
 
+  it("an MCP call asks as a chat call does: the declared order, the review kind, capability, categories and reason", async () => {
+    const h = await start();
+    const client = await connect(h);
+    h.decisions.push({ decision: "denied" });
+    // The client puts a long content first, hoping the path is cut off.
+    await client.callTool({ name: "write_file", arguments: { content: "x".repeat(5000), path: "x/../../../etc/passwd" } });
+    const asked = h.calls.find((c) => c.kind === "approval")!.params;
+    expect(Object.keys(asked.arguments as object)).toEqual(["path", "content"]);
+    expect(asked).toMatchObject({ tool: "write_file", capability: "write_file", review: "target", categories: ["buffer", "filesystem"], reason: { kind: "level", level: "dangerous" }, client: "Claude Code" });
+    expect(asked).not.toHaveProperty("conversationId");
+    await client.close();
+  });
+
   it("an \"always allow\" answer holds for that client only", async () => {
     const h = await start();
     const claude = await connect(h, "Claude Code");

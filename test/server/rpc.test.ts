@@ -103,6 +103,21 @@ describe("JSON-RPC server", () => {
     });
   });
 
+  it("refuses a configuration out of the protocol's shape, naming the key: a typo is not silently ignored", async () => {
+    const h = harness();
+    await init(h);
+    const refused = async (configuration: unknown, message: RegExp) =>
+      expect(h.client.sendRequest("configuration/change", { configuration })).rejects.toMatchObject({ code: ErrorCodes.invalidConfiguration, message: expect.stringMatching(message) });
+    await refused({ maxSafetyLevel: "safe", modle: "x" }, /unknown key modle/);
+    await refused({ permissionRules: { action: "deny" } }, /permissionRules should be array/);
+    await refused({ maxSteps: "many" }, /maxSteps should be number/);
+    await refused("x", /expected an object/);
+    h.problems.splice(0); // sent out of shape on purpose
+    // Refused whole: what was in force stays.
+    const tools = (await h.client.sendRequest("tools/list", {})) as { tools: { name: string }[] };
+    expect(tools.tools.map((t) => t.name)).toContain("eval_form");
+  });
+
   it("relays an emacs tool through emacs/call and emacs/reply", async () => {
     const h = harness();
     await init(h);

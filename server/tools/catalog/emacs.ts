@@ -143,7 +143,8 @@ export const emacsTools: Tool[] = [
     },
     safety: "safe",
     categories: ["buffer", "navigation"],
-    ...emacs("search_in_buffer"),
+    // The other seed's names of buffer and pattern: rules and Emacs see the primary names alone.
+    ...emacsAlias("search_in_buffer", { buffer_name: "buffer", search_text: "pattern" }),
   }),
   defineTool({
     name: "buffer_append",
