@@ -262,10 +262,43 @@ input too, and offers only the answers that apply."
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
          (choices (sly-agent-q-approval--choices request))
+         (waiting (sly-agent-q-approval--pending (sly-agent-q-approval-buffer a)))
          (choice (read-multiple-choice
-                  (format "%s needs your approval" (sly-agent-q-display-line (plist-get request :tool) 80))
+                  ;; Which call is answered, when several wait: the prompt names it.
+                  (format "%s%s needs your approval%s"
+                          (sly-agent-q-display-line (plist-get request :tool) 80)
+                          (let ((what (sly-agent-q-approval--what request)))
+                            (if what (concat " " what) ""))
+                          (if (cdr waiting)
+                              (format " (%d of %d waiting)" (1+ (or (cl-position a waiting) 0))
+                                      (length waiting))
+                            ""))
                   (mapcar (lambda (c) (list (car c) (nth 1 c))) choices))))
     (funcall (nth 2 (assq (car choice) choices)) a)))
+
+(defun sly-agent-q-approval--what (request)
+  "What REQUEST acts on, in one short line, or nil: its target, or its Lisp form's start."
+  (let ((lisp (sly-agent-q-approval--lisp-argument request)))
+    (cond ((plist-get request :path) (sly-agent-q-display-line (plist-get request :path) 60))
+          ((plist-get request :buffer) (sly-agent-q-display-line (plist-get request :buffer) 60))
+          ((plist-get request :detail) (sly-agent-q-display-line (plist-get request :detail) 60))
+          (lisp (sly-agent-q-display-line
+                 (replace-regexp-in-string "[ \t\n]+" " "
+                                           (plist-get (plist-get request :arguments) lisp))
+                 60)))))
+
+(defun sly-agent-q-approval--pending (buffer)
+  "The approvals waiting in BUFFER, oldest first."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (save-excursion
+        (goto-char (point-min))
+        (let (match found)
+          (while (setq match (text-property-search-forward 'sly-agent-q-approval nil nil))
+            (let ((a (prop-match-value match)))
+              (when (and (eq (sly-agent-q-approval-status a) 'pending) (not (memq a found)))
+                (push a found))))
+          (nreverse found))))))
 
 (define-button-type 'sly-agent-q-approval
   'keymap sly-agent-q-approval-map

@@ -460,6 +460,28 @@ a restart, which writes nothing."
       (should (equal (car cell) '(:decision "approved")))
       (should (string-match-p "✓ approved debugger_invoke_restart" (buffer-string))))))
 
+(ert-deftest sly-agent-q-approval-prompt-says-which-of-several ()
+  "With two approvals waiting, C-c C-r from the input says which one it answers: its call, and
+that another waits.  (Its prompt said only \"eval_form needs your approval\", so a user reading the
+newest approval, near the input, approved the oldest one, perhaps scrolled away.)"
+  (sly-agent-q-test--with-chat
+    (let* ((first (cdr (sly-agent-q-test--ask-approval
+                        '(:tool "eval_form" :arguments (:form "(delete-the-first)" :package "CL-USER")
+                          :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1"))))
+           (second (cdr (sly-agent-q-test--ask-approval
+                         '(:tool "eval_form" :arguments (:form "(print 'second)" :package "CL-USER")
+                           :safetyLevel "dangerous" :lispArguments ["form"] :callId "c2"))))
+           (prompt nil))
+      (goto-char (point-max))
+      (cl-letf (((symbol-function 'read-multiple-choice)
+                 (lambda (p choices &rest _) (setq prompt p) (assq ?y choices))))
+        (call-interactively (key-binding (kbd "C-c C-r"))))
+      ;; The oldest is answered, and the prompt said so: its form, and one more waiting.
+      (should (equal (car first) '(:decision "approved")))
+      (should-not (car second))
+      (should (string-match-p "(delete-the-first)" prompt))
+      (should (string-match-p "1 of 2" prompt)))))
+
 (ert-deftest sly-agent-q-approval-prompt-offers-the-diff-when-there-is-one ()
   "A call that writes has a diff: the echo area and the prompt offer it."
   (sly-agent-q-test--with-chat
