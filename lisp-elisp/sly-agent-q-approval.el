@@ -583,6 +583,9 @@ Return the buffer."
 (defvar-local sly-agent-q-approval--editing-lisp nil
   "The argument (a keyword) this buffer edits as Lisp, or nil for JSON.")
 
+(defvar-local sly-agent-q-approval--editing-text nil
+  "The text this buffer opened with, indented: left as it is, nothing was edited.")
+
 (defvar sly-agent-q-edit-arguments-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c C-c") #'sly-agent-q-edit-arguments-finish)
@@ -621,7 +624,8 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
       (goto-char (point-min))
       (sly-agent-q-edit-arguments-mode 1)
       (setq sly-agent-q-approval--editing a
-            sly-agent-q-approval--editing-lisp lisp)
+            sly-agent-q-approval--editing-lisp lisp
+            sly-agent-q-approval--editing-text (buffer-substring-no-properties (point-min) (point-max)))
       (setq header-line-format
             (string-replace
              "%" "%%" (format " %s of %s: C-c C-c run with %s, C-c C-k back"
@@ -655,9 +659,14 @@ A Lisp form is checked for balance first, and indented."
   (interactive)
   (let* ((a sly-agent-q-approval--editing)
          (lisp sly-agent-q-approval--editing-lisp)
+         (unchanged (and lisp (equal (string-trim (buffer-substring-no-properties (point-min) (point-max)))
+                                     (string-trim (or sly-agent-q-approval--editing-text "")))))
          (args (if lisp
-                   (plist-put (copy-sequence (plist-get (sly-agent-q-approval-request a) :arguments))
-                              lisp (sly-agent-q-approval--balanced-lisp))
+                   (if unchanged
+                       ;; Only indented when the buffer opened: the model's form, as it was.
+                       (plist-get (sly-agent-q-approval-request a) :arguments)
+                     (plist-put (copy-sequence (plist-get (sly-agent-q-approval-request a) :arguments))
+                              lisp (sly-agent-q-approval--balanced-lisp)))
                  (condition-case err
                      (json-parse-string (buffer-string) :object-type 'plist
                                         :null-object nil :false-object :json-false)

@@ -501,6 +501,25 @@ newest approval, near the input, approved the oldest one, perhaps scrolled away.
       (should (memq ?d offered))
       (should (equal (car (cdr asked)) '(:decision "denied" :reason "no"))))))
 
+(ert-deftest sly-agent-q-approval-lisp-left-as-it-was-is-approved-as-it-was ()
+  "Editing a Lisp form and changing nothing approves the model's form as it was, not \"edited\".
+The editing buffer indents the form when it opens; that indentation is
+not the user's edit (the chat said \"approved with edited arguments\"
+and the model was told its form was modified)."
+  (sly-agent-q-test--with-chat
+    (let* ((form "(let ((x 1))\n(+ x 1))\n")
+           (cell (cdr (sly-agent-q-test--ask-approval
+                       `(:tool "eval_form" :arguments (:form ,form :package "CL-USER")
+                         :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1"))))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (sly-agent-q-edit-arguments-finish)))
+      (should (equal (car cell) '(:decision "approved")))
+      (should-not (string-match-p "edited arguments" (buffer-string))))))
+
 (ert-deftest sly-agent-q-approval-lisp-shown-and-edited-as-lisp ()
   "A Lisp argument is shown as Lisp, not a JSON string, and edited in `lisp-mode'.
 An unbalanced edit is refused, the approval still waiting; a balanced
