@@ -755,7 +755,7 @@ one runs with the other arguments as they were."
       (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n> draft\\'"
                               (buffer-string)))
       (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
-      (should (string-match-p "\\` \\[awaiting approval: y/n on the entry · C-c C-k cancels\\]"
+      (should (string-match-p "\\` \\[awaiting approval: C-c C-r answers · C-c C-k cancels\\]"
                               (sly-agent-q-chat--header-line)))
       (should (string-match-p "… running\n> draft\\'" (buffer-string)))
       ;; The prompt stays read-only and the input editable.
