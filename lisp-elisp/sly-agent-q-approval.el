@@ -270,10 +270,43 @@ input too, and offers only the answers that apply."
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
          (choices (sly-agent-q-approval--choices request))
+         (waiting (sly-agent-q-approval--pending (sly-agent-q-approval-buffer a)))
          (choice (read-multiple-choice
-                  (format "%s needs your approval" (sly-agent-q-display-line (plist-get request :tool) 80))
+                  ;; Which call is answered, when several wait: the prompt names it.
+                  (format "%s%s needs your approval%s"
+                          (sly-agent-q-display-line (plist-get request :tool) 80)
+                          (let ((what (sly-agent-q-approval--what request)))
+                            (if what (concat " " what) ""))
+                          (if (cdr waiting)
+                              (format " (%d of %d waiting)" (1+ (or (cl-position a waiting) 0))
+                                      (length waiting))
+                            ""))
                   (mapcar (lambda (c) (list (car c) (nth 1 c))) choices))))
     (funcall (nth 2 (assq (car choice) choices)) a)))
+
+(defun sly-agent-q-approval--what (request)
+  "What REQUEST acts on, in one short line, or nil: its target, or its Lisp form's start."
+  (let ((lisp (sly-agent-q-approval--lisp-argument request)))
+    (cond ((plist-get request :path) (sly-agent-q-display-line (plist-get request :path) 60))
+          ((plist-get request :buffer) (sly-agent-q-display-line (plist-get request :buffer) 60))
+          ((plist-get request :detail) (sly-agent-q-display-line (plist-get request :detail) 60))
+          (lisp (sly-agent-q-display-line
+                 (replace-regexp-in-string "[ \t\n]+" " "
+                                           (plist-get (plist-get request :arguments) lisp))
+                 60)))))
+
+(defun sly-agent-q-approval--pending (buffer)
+  "The approvals waiting in BUFFER, oldest first."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (save-excursion
+        (goto-char (point-min))
+        (let (match found)
+          (while (setq match (text-property-search-forward 'sly-agent-q-approval nil nil))
+            (let ((a (prop-match-value match)))
+              (when (and (eq (sly-agent-q-approval-status a) 'pending) (not (memq a found)))
+                (push a found))))
+          (nreverse found))))))
 
 (define-button-type 'sly-agent-q-approval
   'keymap sly-agent-q-approval-map
@@ -558,6 +591,9 @@ Return the buffer."
 (defvar-local sly-agent-q-approval--editing-lisp nil
   "The argument (a keyword) this buffer edits as Lisp, or nil for JSON.")
 
+(defvar-local sly-agent-q-approval--editing-text nil
+  "The text this buffer opened with, indented: left as it is, nothing was edited.")
+
 (defvar sly-agent-q-edit-arguments-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c C-c") #'sly-agent-q-edit-arguments-finish)
@@ -609,7 +645,8 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
       ;; form unapproved): see `sly-agent-q-approval--edit-keys'.
       (sly-agent-q-edit-arguments-mode 1)
       (setq sly-agent-q-approval--editing a
-            sly-agent-q-approval--editing-lisp lisp)
+            sly-agent-q-approval--editing-lisp lisp
+            sly-agent-q-approval--editing-text (buffer-substring-no-properties (point-min) (point-max)))
       (setq header-line-format
             (string-replace
              "%" "%%" (format " %s of %s: C-c C-c run with %s, C-c C-k back"
@@ -643,9 +680,14 @@ A Lisp form is checked for balance first, and indented."
   (interactive)
   (let* ((a sly-agent-q-approval--editing)
          (lisp sly-agent-q-approval--editing-lisp)
+         (unchanged (and lisp (equal (string-trim (buffer-substring-no-properties (point-min) (point-max)))
+                                     (string-trim (or sly-agent-q-approval--editing-text "")))))
          (args (if lisp
-                   (plist-put (copy-sequence (plist-get (sly-agent-q-approval-request a) :arguments))
-                              lisp (sly-agent-q-approval--balanced-lisp))
+                   (if unchanged
+                       ;; Only indented when the buffer opened: the model's form, as it was.
+                       (plist-get (sly-agent-q-approval-request a) :arguments)
+                     (plist-put (copy-sequence (plist-get (sly-agent-q-approval-request a) :arguments))
+                              lisp (sly-agent-q-approval--balanced-lisp)))
                  (condition-case err
                      (json-parse-string (buffer-string) :object-type 'plist
                                         :null-object nil :false-object :json-false)

@@ -69,7 +69,7 @@
   '((requesting . "waiting for the model")
     (streaming . "answering")
     (running-tools . "running tools")
-    (awaiting-approval . "awaiting approval: y/n on the entry"))
+    (awaiting-approval . "awaiting approval: C-c C-r answers"))
   "How the header line names the states of a running turn.
 Each element is (STATE . LABEL), STATE a symbol of the protocol's
 chat/turnState.  A state not listed is shown by its name."

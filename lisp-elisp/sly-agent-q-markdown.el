@@ -60,10 +60,12 @@ Otherwise, or when it is not installed, the chat's own renderer is used."
   :type 'boolean
   :group 'sly-agent-q-markdown)
 
-(defcustom sly-agent-q-markdown-context-chars 4000
-  "How much text before a new line markdown-mode sees to render it.
-A list or an emphasis that started earlier is rendered right when its
-start is within this many characters.  (Code blocks are found from the
+(defcustom sly-agent-q-markdown-context-chars 1000
+  "How much text before a new line markdown-mode sees to render it, at most.
+It sees the line's paragraph, no further back than this: an emphasis
+that started earlier in the paragraph is rendered right when its start
+is within this many characters.  Each streamed line costs markdown-mode
+this much again, so a long answer costs this times its lines.  (Code blocks are found from the
 answer's start, whatever this says.)"
   :type 'natnum
   :group 'sly-agent-q-markdown)
@@ -117,8 +119,24 @@ START should be at a line's start.  Returns END."
                (not (sly-agent-q-markdown--long-line-p start end))
                (require 'markdown-mode nil t))
           (sly-agent-q-markdown--with-markdown-mode context start end)
-        (sly-agent-q-markdown--render-own context start end))))
+        (sly-agent-q-markdown--render-own context start end))
+      (sly-agent-q-markdown--show-words start end)))
   end)
+
+(defun sly-agent-q-markdown--show-words (start end)
+  "Show again whatever was hidden or drawn over between START and END that holds a word.
+Markup is punctuation; a letter or a digit hidden (a link's address,
+its title, a reference's label) is text the user should see."
+  (let ((pos start))
+    (while (< pos end)
+      (let ((next (min (next-single-property-change pos 'invisible nil end)
+                       (next-single-property-change pos 'display nil end))))
+        (when (and (or (get-text-property pos 'invisible) (get-text-property pos 'display))
+                   (save-excursion
+                     (goto-char pos)
+                     (re-search-forward "[[:alnum:]]" next t)))
+          (remove-text-properties pos next '(invisible nil display nil)))
+        (setq pos next)))))
 
 (defun sly-agent-q-markdown--long-line-p (start end)
   "Non-nil if a line between START and END is longer than the longest rendered."
@@ -155,9 +173,14 @@ renderer hid of them while the block streamed in is shown again."
 (defun sly-agent-q-markdown--with-markdown-mode (answer start end)
   "Render START..END with markdown-mode; the answer's text began at ANSWER.
 markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
-  (let* ((context (max answer (save-excursion
-                                (goto-char (max answer (- start sly-agent-q-markdown-context-chars)))
-                                (line-beginning-position))))
+  (let* ((context (save-excursion
+                    (let ((limit (max answer (- start sly-agent-q-markdown-context-chars))))
+                      (goto-char start)
+                      ;; Emphasis does not cross a blank line: the paragraph is context enough.
+                      (if (re-search-backward "^[ \t]*\n" limit t)
+                          (match-end 0)
+                        (goto-char limit)
+                        (line-beginning-position)))))
          (text (buffer-substring-no-properties context end))
         (offset (- start context))
         props)
@@ -282,7 +305,11 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
 The text is shown as a link and the address after it: the text alone
 could pass for another address."
   (goto-char start)
-  (while (re-search-forward "\\(\\[\\)\\([^]\n]+\\)\\(](\\)\\([^)\n[:space:]]+\\)\\()\\)" end t)
+  (while (re-search-forward
+          (concat "\\(\\[\\)\\([^]\n]+\\)\\(](\\)\\(<[^>\n]*>\\|[^)\n[:space:]]+\\)"
+                  ;; An optional title: shown too, after the address.
+                  "\\(?:[ \t]+\\(?:\"[^\"\n]*\"\\|'[^'\n]*'\\)\\)?[ \t]*\\()\\)")
+          end t)
     (unless (sly-agent-q-markdown--code-span-p (match-beginning 0))
       (remove-text-properties (match-beginning 0) (match-end 0) '(invisible nil display nil))
       (sly-agent-q-markdown--hide (match-beginning 1) (match-end 1))

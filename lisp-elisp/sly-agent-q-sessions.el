@@ -263,7 +263,9 @@ CHOICES is the list of turns conversation/turns answers."
                                                    (cycle-sort-function . identity))
                                       (complete-with-action action (mapcar #'car labelled) string pred)))
                                   nil t)))
-    (plist-get (cdr (assoc choice labelled)) :turnId)))
+    ;; RET on an empty answer gives "": no turn, and nothing to rewind.
+    (or (plist-get (cdr (assoc choice labelled)) :turnId)
+        (user-error "No turn chosen; nothing was rewound"))))
 
 (defun sly-agent-q-sessions--refused-diff (refused)
   "Show the diffs of REFUSED, a list of (NAME EXPECTED CURRENT), in a buffer."

@@ -164,6 +164,54 @@ square), by either renderer; shorter lines around it still are."
           (should (string-prefix-p "Title\n**b** *a *a" screen))
           (should (string-suffix-p "\nc\n" screen)))))))
 
+(ert-deftest sly-agent-q-markdown-link-address-never-hidden ()
+  "A link with a title or an address in <> still shows its address, by either renderer.
+markdown-mode hides such a link's address and title, so the text
+\"https://bank.example\" could stand alone for another address."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (dolist (mm '(nil t))
+    (dolist (text '("See [https://bank.example/](http://127.0.0.1/evil \"Bank\") now\n"
+                    "See [https://bank.example/](<http://127.0.0.1/evil>) now\n"
+                    "See [https://bank.example/][r] now\n\n[r]: http://127.0.0.1/evil\n"))
+      (let ((sly-agent-q-markdown-use-markdown-mode mm))
+        (with-temp-buffer
+          (insert (sly-agent-q-markdown-render-string text))
+          (add-to-invisibility-spec 'sly-agent-q-markup)
+          (let ((screen (sly-agent-q-markdown-test--visible (point-min) (point-max))))
+            (should (string-match-p "See \\[?https://bank\\.example/" screen))
+            (should (string-match-p "127\\.0\\.0\\.1/evil" screen))
+            ;; Nothing but markup is hidden: no letter or digit.
+            (should-not (string-match-p "[[:alnum:]]"
+                                        (cl-loop for i from (point-min) below (point-max)
+                                                 when (or (invisible-p i) (get-text-property i 'display))
+                                                 concat (buffer-substring-no-properties i (1+ i)))))))))))
+
+(ert-deftest sly-agent-q-markdown-streaming-cost-grows-with-the-answer ()
+  "Rendering an answer line by line as it streams gives markdown-mode each line's paragraph,
+not thousands of characters before it again and again (4000 characters of prose took markdown-mode
+a third of a second: a long answer froze Emacs for minutes)."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (let ((sly-agent-q-markdown-use-markdown-mode t)
+        (seen 0)
+        (answer (apply #'concat (make-list 150 "Some **prose** with `code`,\nover two lines.\n\n"))))
+    (advice-add 'font-lock-ensure :before (lambda (&rest _) (setq seen (+ seen (buffer-size))))
+                '((name . rt-count)))
+    (unwind-protect
+        (with-temp-buffer
+          (insert answer)
+          (goto-char (point-min))
+          (while (not (eobp))
+            (let ((start (point)))
+              (forward-line 1)
+              (sly-agent-q-markdown-render-region (point-min) start (point)))))
+      (advice-remove 'font-lock-ensure 'rt-count))
+    ;; Each line is fontified with its paragraph's earlier lines only.
+    (should (< seen (* 4 (length answer))))))
+
 (ert-deftest sly-agent-q-chat-prompt-on-its-own-line ()
   "Streamed text that ends mid-line does not run into the prompt, and no state is in the transcript."
   (sly-agent-q-markdown-test--with-chat

@@ -460,6 +460,28 @@ a restart, which writes nothing."
       (should (equal (car cell) '(:decision "approved")))
       (should (string-match-p "✓ approved debugger_invoke_restart" (buffer-string))))))
 
+(ert-deftest sly-agent-q-approval-prompt-says-which-of-several ()
+  "With two approvals waiting, C-c C-r from the input says which one it answers: its call, and
+that another waits.  (Its prompt said only \"eval_form needs your approval\", so a user reading the
+newest approval, near the input, approved the oldest one, perhaps scrolled away.)"
+  (sly-agent-q-test--with-chat
+    (let* ((first (cdr (sly-agent-q-test--ask-approval
+                        '(:tool "eval_form" :arguments (:form "(delete-the-first)" :package "CL-USER")
+                          :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1"))))
+           (second (cdr (sly-agent-q-test--ask-approval
+                         '(:tool "eval_form" :arguments (:form "(print 'second)" :package "CL-USER")
+                           :safetyLevel "dangerous" :lispArguments ["form"] :callId "c2"))))
+           (prompt nil))
+      (goto-char (point-max))
+      (cl-letf (((symbol-function 'read-multiple-choice)
+                 (lambda (p choices &rest _) (setq prompt p) (assq ?y choices))))
+        (call-interactively (key-binding (kbd "C-c C-r"))))
+      ;; The oldest is answered, and the prompt said so: its form, and one more waiting.
+      (should (equal (car first) '(:decision "approved")))
+      (should-not (car second))
+      (should (string-match-p "(delete-the-first)" prompt))
+      (should (string-match-p "1 of 2" prompt)))))
+
 (ert-deftest sly-agent-q-approval-prompt-offers-the-diff-when-there-is-one ()
   "A call that writes has a diff: the echo area and the prompt offer it."
   (sly-agent-q-test--with-chat
@@ -478,6 +500,25 @@ a restart, which writes nothing."
         (call-interactively (key-binding (kbd "C-c C-r"))))
       (should (memq ?d offered))
       (should (equal (car (cdr asked)) '(:decision "denied" :reason "no"))))))
+
+(ert-deftest sly-agent-q-approval-lisp-left-as-it-was-is-approved-as-it-was ()
+  "Editing a Lisp form and changing nothing approves the model's form as it was, not \"edited\".
+The editing buffer indents the form when it opens; that indentation is
+not the user's edit (the chat said \"approved with edited arguments\"
+and the model was told its form was modified)."
+  (sly-agent-q-test--with-chat
+    (let* ((form "(let ((x 1))\n(+ x 1))\n")
+           (cell (cdr (sly-agent-q-test--ask-approval
+                       `(:tool "eval_form" :arguments (:form ,form :package "CL-USER")
+                         :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1"))))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (sly-agent-q-edit-arguments-finish)))
+      (should (equal (car cell) '(:decision "approved")))
+      (should-not (string-match-p "edited arguments" (buffer-string))))))
 
 (ert-deftest sly-agent-q-approval-lisp-shown-and-edited-as-lisp ()
   "A Lisp argument is shown as Lisp, not a JSON string, and edited in `lisp-mode'.
@@ -820,7 +861,7 @@ on by `lisp-mode-hook' and binds the same key)."
       (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n> draft\\'"
                               (buffer-string)))
       (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
-      (should (string-match-p "\\` \\[awaiting approval: y/n on the entry · C-c C-k cancels\\]"
+      (should (string-match-p "\\` \\[awaiting approval: C-c C-r answers · C-c C-k cancels\\]"
                               (sly-agent-q-chat--header-line)))
       (should (string-match-p "… running\n> draft\\'" (buffer-string)))
       ;; The prompt stays read-only and the input editable.

@@ -388,6 +388,13 @@ is the one rewound to (with one label for both, the first was always taken)."
     (should (= (length offered) 2))
     (should (string-prefix-p "2. " (car offered)))))
 
+(ert-deftest sly-agent-q-sessions-rewind-picker-empty-answer-rewinds-nothing ()
+  "RET on an empty answer (completing-read gives \"\" then) says nothing was chosen; it gave no
+turn, and the rewind went on to ask whether to drop turns and sent the server a null turn."
+  (let ((turns (list (list :turnId "t-1" :at "2026-11-25T10:00:05Z" :text "Go on" :changed []))))
+    (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "")))
+      (should-error (sly-agent-q-sessions--read-turn turns) :type 'user-error))))
+
 (ert-deftest sly-agent-q-sessions-rewind-picker-newest-first-whatever-the-completion-ui ()
   "Turns of one time are offered newest first by number (12 before 2), to the list and to cycling
 completion alike (icomplete, fido), each as number, first words, time."

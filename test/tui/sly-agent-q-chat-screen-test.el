@@ -74,6 +74,24 @@
         ;; The header line fits: the state and the cost are both on the 80-column screen.
         (should (string-match-p "\\` \\[ready\\] │ .* │ \\$[0-9.]+" (sly-agent-q-tui-header)))))))
 
+(ert-deftest sly-agent-q-tui-link-shows-its-address ()
+  "A link whose text looks like an address shows its real address on the screen, title or not.
+With markdown-mode (as `make run' has it when installed) a link with a
+title showed its text alone: \"https://bank.example/\", the address hidden."
+  (sly-agent-q-tui-with-run
+      (:script `((steps . [,(sly-agent-q-tui-step
+                             (sly-agent-q-tui-text
+                              (concat "Log in at [https://bank.example/](http://127.0.0.1/evil \"Bank\") now.\n"
+                                      "Or at [https://bank.example/](<http://127.0.0.1/evil2>) then.\n"
+                                      "That is all.")))])))
+    (sly-agent-q-tui-type "Where do I log in?")
+    (sly-agent-q-tui-keys "Enter")
+    (sly-agent-q-tui-wait "That is all\\." 60 "the whole answer")
+    (let ((screen (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the turn's end")))
+      (sly-agent-q-tui-snapshot "chat-link")
+      (should (string-match-p "^Log in at https://bank\\.example/ <http://127\\.0\\.0\\.1/evil" screen))
+      (should (string-match-p "^Or at https://bank\\.example/ <.*127\\.0\\.0\\.1/evil2" screen)))))
+
 (ert-deftest sly-agent-q-tui-tool-call-and-approval-state ()
   "A tool call shows as an entry; waiting for an approval is said first in the header line."
   (sly-agent-q-tui-with-run
