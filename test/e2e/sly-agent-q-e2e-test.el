@@ -311,49 +311,6 @@ the image's definition records that file, and the recorded position is the new f
               (should (equal (e2e-file-text file) before))))
         (e2e-forget-project)))))
 
-(ert-deftest e2e-replace-definition-refused-on-a-buffer-with-unsaved-changes ()
-  "replace_definition and insert_form on a file whose buffer has unsaved edits elsewhere are refused
-before any review, saying why; buffer, disk and image are as they were."
-  (e2e-with-agent "replace-definition-unsaved-buffer.json"
-    (let* ((file (e2e-project-fixture root))
-           (asked nil)
-           (sly-agent-q-approval-function
-            (lambda (request callback)
-              (push request asked)
-              (funcall callback (e2e-every-hunk request))))
-           (buffer nil))
-      (unwind-protect
-          (progn
-            (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t))
-            ;; Visited in fundamental-mode: the Lisp mode's hooks have no part in this test.
-            (setq buffer (let ((auto-mode-alist nil)) (find-file-noselect file)))
-            ;; The user's unsaved work, away from the definitions the model edits.
-            (with-current-buffer buffer
-              (goto-char (point-max))
-              (insert "\n;; the user's unsaved note\n"))
-            (let ((disk (e2e-file-text file))
-                  (edited (with-current-buffer buffer (buffer-string)))
-                  (double-all (e2e-eval '(cl:fboundp (cl:find-symbol "DOUBLE-ALL" "MY-APP")))))
-              (should (eq (plist-get (e2e-send "Fix PARSE-INPUT and add a helper" 120) :status) 'finished))
-              (should-not asked)
-              (let ((results (sly-agent-q-test-tool-results)))
-                (should (= (length results) 2))
-                (dolist (result results)
-                  (should (cdr result))
-                  (should (string-match-p "has unsaved changes" (car result)))
-                  (should (string-match-p "save" (car result)))
-                  (should (string-match-p "nothing was changed" (car result)))))
-              (should (equal (e2e-file-text file) disk))
-              (should (equal (with-current-buffer buffer (buffer-string)) edited))
-              (should (buffer-modified-p buffer))
-              ;; The image keeps its definitions (DOUBLE-ALL stays as an earlier test may have left it).
-              (should (eq (e2e-eval '(cl:fboundp (cl:find-symbol "DOUBLE-ALL" "MY-APP"))) double-all))
-              (should (e2e-eval '(cl:null (cl:ignore-errors (my-app::parse-input "") t))))))
-        (e2e-forget-project)
-        (when (buffer-live-p buffer)
-          (with-current-buffer buffer (set-buffer-modified-p nil))
-          (kill-buffer buffer))))))
-
 (ert-deftest e2e-insert-form-after-a-definition-and-at-the-end ()
   "insert_form after PROCESS-DATA and at the end of my-app.lisp: reviewed, in the file, compiled from it."
   (e2e-with-agent "insert-form.json"
