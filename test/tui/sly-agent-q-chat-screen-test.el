@@ -93,9 +93,12 @@ title showed its text alone: \"https://bank.example/\", the address hidden."
       (should (string-match-p "^Or at https://bank\\.example/ <.*127\\.0\\.0\\.1/evil2" screen)))))
 
 (ert-deftest sly-agent-q-tui-tool-call-and-approval-state ()
-  "A tool call shows as an entry; waiting for an approval is said first in the header line."
+  "A tool call shows as an entry; waiting for an approval is said first in the header line.
+At 80 columns; 40 lines, so that the entry above the file's approval and
+its diff stays on the screen."
   (sly-agent-q-tui-with-run
-      (:script `((steps . [,(sly-agent-q-tui-step (sly-agent-q-tui-text "Let me look it up.")
+      (:height 40
+       :script `((steps . [,(sly-agent-q-tui-step (sly-agent-q-tui-text "Let me look it up.")
                                                   (sly-agent-q-tui-tool "describe_symbol" '((symbol . "mapcar"))))
                            ,(sly-agent-q-tui-step (sly-agent-q-tui-text "Now I write the notes.")
                                                   (sly-agent-q-tui-tool "write_file" '((path . "notes.txt") (content . "MAPCAR maps."))))])))
