@@ -285,7 +285,8 @@ input too, and offers only the answers that apply."
     (funcall (nth 2 (assq (car choice) choices)) a)))
 
 (defun sly-agent-q-approval--what (request)
-  "What REQUEST acts on, in one short line, or nil: its target, or its Lisp form's start."
+  "What REQUEST acts on, in one short line, or nil.
+Its target, or the start of its Lisp form."
   (let ((lisp (sly-agent-q-approval--lisp-argument request)))
     (cond ((plist-get request :path) (sly-agent-q-display-line (plist-get request :path) 60))
           ((plist-get request :buffer) (sly-agent-q-display-line (plist-get request :buffer) 60))

@@ -65,8 +65,8 @@ Otherwise, or when it is not installed, the chat's own renderer is used."
 It sees the line's paragraph, no further back than this: an emphasis
 that started earlier in the paragraph is rendered right when its start
 is within this many characters.  Each streamed line costs markdown-mode
-this much again, so a long answer costs this times its lines.  (Code blocks are found from the
-answer's start, whatever this says.)"
+this much again, so a long answer costs this times its lines.  (Code
+blocks are found from the answer's start, whatever this says.)"
   :type 'natnum
   :group 'sly-agent-q-markdown)
 
@@ -124,7 +124,7 @@ START should be at a line's start.  Returns END."
   end)
 
 (defun sly-agent-q-markdown--show-words (start end)
-  "Show again whatever was hidden or drawn over between START and END that holds a word.
+  "Show again what was hidden or drawn over between START and END, if a word.
 Markup is punctuation; a letter or a digit hidden (a link's address,
 its title, a reference's label) is text the user should see."
   (let ((pos start))
