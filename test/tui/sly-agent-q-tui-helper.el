@@ -136,7 +136,7 @@ given); :layout non-nil to keep the REPL beside the chat."
            "-y" (number-to-string (or (plist-get spec :height) 30))
            (mapconcat #'shell-quote-argument
                       (list "env" "-C" sly-agent-q-test-root
-                            "-u" "OPENAI_API_KEY" "ANTHROPIC_API_KEY=test-key" (concat "HOME=" home)
+                            "-u" "OPENAI_API_KEY" "-u" "SLY_DIR" "ANTHROPIC_API_KEY=test-key" (concat "HOME=" home)
                             (concat "SLY_AGENT_Q_BASE_URL=" url)
                             (concat "SLY_AGENT_Q_CONVERSATION_DIRECTORY=" sly-agent-q-tui-conversations)
                             "scripts/run.sh")
