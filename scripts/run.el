@@ -42,7 +42,10 @@
 (defvar native-comp-async-report-warnings-errors)
 (setq native-comp-async-report-warnings-errors 'silent)
 ;; markdown-mode (Debian's elpa-markdown-mode), when installed, renders the chat's Markdown.
-(sly-agent-q-dev-system-packages)
+;; Not beside SLY (SLY_DIR): the system's SLIME would join `lisp-mode-hook', and SLY
+;; would stop at its question about it.
+(unless (getenv "SLY_DIR")
+  (sly-agent-q-dev-system-packages))
 
 (defun sly-agent-q-run--load-lisp-mode ()
   "Load SLY from SLY_DIR, else SLIME; return the symbol `sly', `slime' or nil."
