@@ -248,17 +248,21 @@ export function shortenAgain(messages: Message[], ids: ReadonlySet<string>): voi
  */
 export function shownHistory<M extends Message>(messages: readonly M[]): M[] {
   return messages.flatMap((m) => {
-    if (!m.content.some((b) => b.type === "text" && (b as TextBlock).note)) return [m];
-    const content = m.content.filter((b) => !(b.type === "text" && (b as TextBlock).note));
+    if (!m.content.some(isNote)) return [m];
+    const content = m.content.filter((b) => !isNote(b));
     return content.length > 0 ? [{ ...m, content } as M] : [];
   });
+}
+
+/** Whether BLOCK is a note the server said to the model, which the user is not shown. */
+function isNote(block: Message["content"][number]): boolean {
+  return block.type === "text" && Boolean((block as TextBlock).note);
 }
 
 /** ENDS (positions in MESSAGES, as saved) as positions in `shownHistory(MESSAGES)`: the notes it
  *  leaves out must not move a turn's end onto another message or block. */
 export function shownTurnEnds<E extends { afterMessage: number; afterBlocks?: number }>(messages: readonly Message[], ends: readonly E[] | undefined): E[] | undefined {
   if (!ends) return ends;
-  const isNote = (b: Message["content"][number]): boolean => b.type === "text" && Boolean((b as TextBlock).note);
   const shownBefore: number[] = [0];
   for (const m of messages) shownBefore.push(shownBefore[shownBefore.length - 1] + (m.content.some(isNote) && m.content.every(isNote) ? 0 : 1));
   return ends.map((end) => {
