@@ -295,15 +295,19 @@ function tokens(body, { lean = false } = {}) {
 // A server that plays Emacs: every image call is answered after TOOL_MS (each on its own, as SBCL's
 // swank answers each request in a thread of its own); ON_END gets chat/turnFinished or chat/turnFailed.
 
-async function playedEmacs(mock, dir, configuration, { toolMs = TOOL_MS, result = () => "PROCESS-DATA names a function." } = {}) {
+async function playedEmacs(mock, dir, configuration, { toolMs = TOOL_MS, serial = false, result = () => "PROCESS-DATA names a function." } = {}) {
   let ended;
   let calls = 0;
+  // SERIAL: an image that answers one call at a time (CLISP without threads), each after the one before.
+  let busyUntil = 0;
   const server = startServer({
     cwd: dir,
     onNotification(method, params, client) {
       if (method === "emacs/call") {
         const content = result(++calls);
-        setTimeout(() => client.notify("emacs/reply", { id: params.id, result: { content } }), toolMs);
+        const now = Date.now();
+        busyUntil = serial ? Math.max(now, busyUntil) + toolMs : now + toolMs;
+        setTimeout(() => client.notify("emacs/reply", { id: params.id, result: { content } }), busyUntil - now);
       } else if (method === "chat/turnFinished" || method === "chat/turnFailed") {
         ended?.({ method, params });
       }
@@ -342,46 +346,60 @@ async function streamingToolStart() {
   const mock = await startMock();
   const dir = mkdtempSync(join(tmpdir(), "agent-q-stream-"));
   const runs = {};
-  for (const early of [true, false]) {
-    const { server, turn } = await playedEmacs(mock, dir, { provider: "anthropic", baseUrl: mock.url, model: "claude-sonnet-4-5", startToolsEarly: early });
-    for (const n of [1, 4, 10]) {
-      const waits = [];
-      const steps = [];
-      for (let rep = 0; rep < STREAM_REPS; rep++) {
-        const requests = await turn(toolStep(n));
-        waits.push(requests[1].received_at - requests[0].last_chunk_at);
-        steps.push(requests[1].received_at - requests[0].received_at);
+  for (const serial of [false, true]) {
+    for (const early of [true, false]) {
+      const { server, turn } = await playedEmacs(mock, dir, { provider: "anthropic", baseUrl: mock.url, model: "claude-sonnet-4-5", startToolsEarly: early }, { serial });
+      for (const n of [1, 4, 10]) {
+        const waits = [];
+        const steps = [];
+        const streams = [];
+        for (let rep = 0; rep < STREAM_REPS; rep++) {
+          const requests = await turn(toolStep(n));
+          waits.push(requests[1].received_at - requests[0].last_chunk_at);
+          steps.push(requests[1].received_at - requests[0].received_at);
+          streams.push(requests[0].last_chunk_at - requests[0].received_at);
+        }
+        runs[`${serial}-${early}-${n}`] = { waits, steps, streams };
       }
-      runs[`${early}-${n}`] = { waits, steps };
+      await server.close();
     }
-    await server.close();
   }
   mock.close();
   rmSync(dir, { recursive: true, force: true });
-  for (const n of [1, 4, 10]) {
-    const now = runs[`true-${n}`];
-    const before = runs[`false-${n}`];
-    const { tokens } = toolStep(n);
-    const waitTarget = TOOL_MS + 5;
-    record({
-      figure: `9. streamed answer of ${n} call${n > 1 ? "s" : ""}: last token -> next request`,
-      unit: "ms",
-      samples: now.waits,
-      target: `<= ${waitTarget} ms (tool ${TOOL_MS} + 5)`,
-      ratio: median(now.waits) / waitTarget,
-      pass: median(now.waits) <= waitTarget,
-      note: `~${tokens} tokens at ~${TOKENS_PER_SECOND} tokens/s, each describe answered by the played image after ${TOOL_MS} ms; every call waiting for the whole answer: ${median(before.waits).toFixed(0)} ms`,
-    });
-    const ratio = median(now.steps) / median(before.steps);
-    record({
-      figure: `9. streamed answer of ${n} call${n > 1 ? "s" : ""}: whole step`,
-      unit: "ms",
-      samples: now.steps,
-      target: n === 10 ? "<= 0.7x all after the answer" : "-",
-      ratio,
-      ...(n === 10 ? { pass: ratio <= 0.7 } : {}),
-      note: `request -> next request; every call waiting for the whole answer (startToolsEarly off): ${median(before.steps).toFixed(0)} ms`,
-    });
+  for (const serial of [false, true]) {
+    const image = serial ? "image answering one call at a time (CLISP, no threads)" : "image answering each call in a thread (SBCL, ECL)";
+    for (const n of [1, 4, 10]) {
+      const now = runs[`${serial}-true-${n}`];
+      const before = runs[`${serial}-false-${n}`];
+      const { tokens } = toolStep(n);
+      // The slowest call's own time; a serial image cannot answer sooner than that after the last token.
+      const waitTarget = TOOL_MS + 5;
+      record({
+        figure: `9. ${n} call${n > 1 ? "s" : ""} streamed, ${image}: last token -> next request`,
+        unit: "ms",
+        samples: now.waits,
+        target: `<= ${waitTarget} ms (tool ${TOOL_MS} + 5)`,
+        ratio: median(now.waits) / waitTarget,
+        pass: median(now.waits) <= waitTarget,
+        note: `~${tokens} tokens at ~${TOKENS_PER_SECOND} tokens/s, each describe answered by the played image after ${TOOL_MS} ms; every call waiting for the whole answer: ${median(before.waits).toFixed(0)} ms`,
+      });
+      const ratio = median(now.steps) / median(before.steps);
+      // No schedule can beat the answer's own stream plus the last call's tool time.
+      const floor = (median(now.streams) + TOOL_MS) / median(before.steps);
+      // Consecutive safe calls already ran together before the early start, so on a threaded image the
+      // whole answer's calls cost one tool time after it; the early start can save at most that. The
+      // step target applies where the calls used to queue after the answer: an image without threads.
+      const target = n !== 10 ? "-" : serial ? "<= 0.7x all after the answer" : "- (before: all together after the answer, one tool time)";
+      record({
+        figure: `9. ${n} call${n > 1 ? "s" : ""} streamed, ${image}: whole step`,
+        unit: "ms",
+        samples: now.steps,
+        target,
+        ratio,
+        ...(n === 10 && serial ? { pass: ratio <= 0.7 } : {}),
+        note: `request -> next request; every call waiting for the whole answer (startToolsEarly off): ${median(before.steps).toFixed(0)} ms; the answer streams for ${median(now.streams).toFixed(0)} ms, so no schedule can do better than ${floor.toFixed(2)}x (the stream plus one tool time)`,
+      });
+    }
   }
 }
 

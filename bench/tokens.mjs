@@ -20,19 +20,23 @@ const CACHE_TARGET = 0.9;
  * inside a prefix already sent up to a cache breakpoint. EARLIER requests (sent before, in the same
  * session) count as already sent.
  */
-export function cacheRow(requests, name, earlier = []) {
+export function cacheRow(requests, name, earlier = [], { cold = false } = {}) {
   const shares = cacheShares([...earlier, ...requests]).slice(earlier.length);
   const total = shares.reduce((n, s) => n + s.total, 0);
   const cached = shares.reduce((n, s) => n + s.cached, 0);
   const share = total ? cached / total : 0;
+  // A session's very first request can only write the cache: a conversation of two requests that
+  // starts the session cannot pass half. Its row is shown for what it is, without the target.
+  const first = shares[0]?.total ?? 0;
+  const ceiling = total ? (total - first) / total : 0;
   record({
     figure: `10. cache share: ${name}`,
     unit: "%",
     value: 100 * share,
-    target: `>= ${100 * CACHE_TARGET}%`,
-    ratio: share / CACHE_TARGET,
-    pass: share >= CACHE_TARGET,
-    note: `${requests.length} requests, ~${estimate(total)} input tokens, ~${estimate(cached)} of them inside a prefix identical to one already sent up to a cache breakpoint${earlier.length ? ` (the ${earlier.length} requests of the scenarios before count as sent)` : ""}; per request: ${shares.map((s) => `${Math.round((100 * s.cached) / Math.max(1, s.total))}%`).join(" ")}`,
+    target: cold ? `- (at most ${Math.round(100 * ceiling)}%: the first request writes the cache)` : `>= ${100 * CACHE_TARGET}%`,
+    ratio: cold ? undefined : share / CACHE_TARGET,
+    ...(cold ? {} : { pass: share >= CACHE_TARGET }),
+    note: `${requests.length} requests, ~${estimate(total)} input tokens, ~${estimate(cached)} of them inside a prefix identical to one already sent up to a cache breakpoint${earlier.length ? ` (the ${earlier.length} requests sent before in the same session count as sent)` : ""}; per request: ${shares.map((s) => `${Math.round((100 * s.cached) / Math.max(1, s.total))}%`).join(" ")}`,
   });
 }
 
@@ -52,6 +56,7 @@ const SCENARIOS = {
 
 export function scenarioRows(files) {
   const sent = [];
+  const all = [];
   for (const file of [...files].sort()) {
     const requests = JSON.parse(readFileSync(file, "utf8"));
     const key = basename(file, ".json");
@@ -74,8 +79,15 @@ export function scenarioRows(files) {
       note: `${requests.length} requests in a real image; fixed prefix ~${prefix} tokens in all (the same each time, cacheable), history ~${history}`,
     });
     // One Emacs session runs the scenarios one after the other: what the earlier ones sent counts.
-    cacheRow(requests, `scenario ${name}`, sent);
+    // The first scenario starts the session cold; it is measured again as a later conversation of a
+    // session under way (the provider keeps a prefix for minutes, across conversations).
+    cacheRow(requests, `scenario ${name}${sent.length ? "" : ", the session's first conversation"}`, sent, { cold: sent.length === 0 });
+    all.push({ name, requests });
     sent.push(...requests);
+  }
+  if (all.length > 1) {
+    const [{ name, requests }, ...rest] = all;
+    cacheRow(requests, `scenario ${name}, after the others in the same session`, rest.flatMap((r) => r.requests));
   }
 }
 
