@@ -124,8 +124,16 @@
 
 (defvar bench-helper-form nil "The bridge's call form for describe_symbol, as `slime-eval' gets it.")
 
+(defvar slime-repl-history-file)
+(defvar sly-mrepl-history-file-name)
+
 (defun bench-start-lisp ()
   (unless (executable-find "sbcl") (error "sbcl is not installed"))
+  ;; The REPL's history is the run's own: one that another Emacs half-wrote in the user's home stops
+  ;; SLIME at a question, which batch Emacs answers with an error.
+  (let ((dir (make-temp-file "bench-history" t)))
+    (setq slime-repl-history-file (expand-file-name "slime-history.eld" dir)
+          sly-mrepl-history-file-name (expand-file-name "sly-history.eld" dir)))
   (if (eq bench-lisp 'sly)
       (progn
         (unless (sly-agent-q-dev-require-sly) (error "SLY cannot be found (set SLY_DIR)"))
