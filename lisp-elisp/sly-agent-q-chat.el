@@ -510,17 +510,31 @@ LABELS name the message's attachments."
           (buffer-string))
       (error (format "%S" value)))))
 
-(defun sly-agent-q-chat--summarize-arguments (args)
+(defun sly-agent-q-chat--lisp-summary (form)
+  "The Lisp source FORM as a summary: its first line, drawn as data.
+An ellipsis at its end says that there was more."
+  (let* ((text (string-trim form))
+         (nl (string-search "\n" text))
+         (first (string-trim-right (if nl (substring text 0 nl) text))))
+    (concat (sly-agent-q-display-line first 60) (if nl "…" ""))))
+
+(defun sly-agent-q-chat--summarize-arguments (args &optional lisp)
   "A short one-line rendering of the tool arguments ARGS (a plist).
-Keys and values come from the model: each is drawn as one line of data."
+LISP names the arguments (strings) that hold Lisp source: they are
+shown as Lisp, the others as JSON.  Keys and values come from the
+model: each is drawn as one line of data."
   (let ((parts (cl-loop for (k v) on (and (listp args) args) by #'cddr
+                        for name = (substring (symbol-name k) 1)
                         collect (format "%s=%s"
-                                        (sly-agent-q-display-line (substring (symbol-name k) 1) 30)
-                                        (sly-agent-q-display-line
-                                         (if (stringp v)
-                                             (prin1-to-string (substring v 0 (min 60 (length v))))
-                                           (sly-agent-q-display-json v))
-                                         40)))))
+                                        (sly-agent-q-display-line name 30)
+                                        (cond
+                                         ((and (stringp v) (member name lisp))
+                                          (sly-agent-q-chat--lisp-summary v))
+                                         (t (sly-agent-q-display-line
+                                             (if (stringp v)
+                                                 (prin1-to-string (substring v 0 (min 60 (length v))))
+                                               (sly-agent-q-display-json v))
+                                             40)))))))
     (truncate-string-to-width (string-join parts " ") 160 nil nil "…")))
 
 
@@ -583,7 +597,9 @@ they edited the model's."
                   (sly-agent-q-display-line (sly-agent-q-entry-name entry) 80)
                   (sly-agent-q-display-line (sly-agent-q-entry-safety entry) 20)
                   (if ran " ✎ edited:" "")
-                  (sly-agent-q-chat--summarize-arguments (or ran (sly-agent-q-entry-arguments entry)))))
+                  (sly-agent-q-chat--summarize-arguments
+                   (or ran (sly-agent-q-entry-arguments entry))
+                   (sly-agent-q-server-lisp-arguments (sly-agent-q-entry-name entry)))))
          (state (pcase status
                   ('running "… running")
                   ('approval "… waiting for approval")

@@ -24,11 +24,11 @@
 ;;
 ;; Hunks.  The server computes them (diff/hunks, asked without waiting
 ;; by `sly-agent-q-diff-fetch-hunks'): a line diff of a large file would
-;; hold Emacs's only thread.  They are kept under the digests of the two
-;; texts, so that the proposal, computed again at the apply, finds the
-;; very hunks the user reviewed.  Without a server the hunks are
-;; computed here (Myers' algorithm on lines anchored by patience
-;; diff, three lines of context, as GNU diff -u).
+;; hold Emacs's only thread, so there is none here.  They are kept under
+;; the digests of the two texts, and a review keeps those it showed, so
+;; that the proposal, computed again at the apply, finds the very hunks
+;; the user reviewed.  When the server gives none, one hunk replaces the
+;; whole text.
 ;;
 ;; Apply.  The capability propose_file_edit (see
 ;; `sly-agent-q-diff-apply-proposal') applies exactly the accepted
@@ -50,143 +50,14 @@
   :type 'integer
   :group 'sly-agent-q-tools)
 
-(defconst sly-agent-q-diff--max-cost 1000
-  "Edit distance beyond which a region is diffed as one replacement.")
+;;;; Hunks
 
-;;;; Line diff
-
-(defun sly-agent-q-diff--myers (a b)
-  "Return the matched pairs (I . J) of a shortest edit from A to B.
-A and B are vectors of integers.  The pairs ascend.  When A and B
-differ by more than `sly-agent-q-diff--max-cost' edits, return
-nil, which makes them one change."
-  (let* ((n (length a)) (m (length b)) (max (+ n m)) (off (1+ max))
-         (v (make-vector (+ 3 (* 2 max)) 0))
-         (limit (min max sly-agent-q-diff--max-cost))
-         (trace nil) (found nil) (d 0))
-    (unless (or (zerop n) (zerop m))
-      (while (and (not found) (<= d limit))
-        (let ((k (- d)))
-          (while (and (not found) (<= k d))
-            (let* ((x (if (or (= k (- d))
-                              (and (/= k d)
-                                   (< (aref v (+ off k -1)) (aref v (+ off k 1)))))
-                          (aref v (+ off k 1))
-                        (1+ (aref v (+ off k -1)))))
-                   (y (- x k)))
-              (while (and (< x n) (< y m) (= (aref a x) (aref b y)))
-                (setq x (1+ x) y (1+ y)))
-              (aset v (+ off k) x)
-              (when (and (>= x n) (>= y m))
-                (setq found t)))
-            (setq k (+ k 2))))
-        (push (substring v (- off d) (+ off d 1)) trace)
-        (unless found (setq d (1+ d))))
-      (when found
-        (let ((x n) (y m) (matches nil))
-          (cl-loop for dd downfrom d to 1
-                   for prev in (cdr trace)
-                   do (let* ((k (- x y))
-                             (base (1- dd))
-                             (prev-k (if (or (= k (- dd))
-                                             (and (/= k dd)
-                                                  (< (aref prev (+ base k -1))
-                                                     (aref prev (+ base k 1)))))
-                                         (1+ k)
-                                       (1- k)))
-                             (prev-x (aref prev (+ base prev-k)))
-                             (prev-y (- prev-x prev-k)))
-                        (while (and (> x prev-x) (> y prev-y))
-                          (setq x (1- x) y (1- y))
-                          (push (cons x y) matches))
-                        (setq x prev-x y prev-y)))
-          (while (and (> x 0) (> y 0))
-            (setq x (1- x) y (1- y))
-            (push (cons x y) matches))
-          matches)))))
-
-(defun sly-agent-q-diff--anchors (a b)
-  "Return the lines found once in A and once in B, matched in order.
-A and B are vectors of integers.  The result is the longest run of
-such pairs (I . J) ascending in both, found by patience sorting."
-  (let ((seen (make-hash-table :test #'eql)) (pairs nil))
-    ;; Each line's [count in A, index in A, count in B, index in B].
-    (dotimes (i (length a))
-      (let ((e (gethash (aref a i) seen)))
-        (if e (aset e 0 (1+ (aref e 0))) (puthash (aref a i) (vector 1 i 0 nil) seen))))
-    (dotimes (j (length b))
-      (let ((e (gethash (aref b j) seen)))
-        (when e (aset e 2 (1+ (aref e 2))) (aset e 3 j))))
-    (maphash (lambda (_line e)
-               (when (and (= (aref e 0) 1) (= (aref e 2) 1))
-                 (push (cons (aref e 1) (aref e 3)) pairs)))
-             seen)
-    (let* ((pairs (vconcat (sort pairs (lambda (x y) (< (car x) (car y))))))
-           (n (length pairs))
-           (tails (make-vector n 0))      ; index of the pair ending each pile
-           (back (make-vector n nil))     ; the pair before it in its run
-           (piles 0))
-      (dotimes (p n)
-        (let ((j (cdr (aref pairs p))) (lo 0) (hi piles))
-          (while (< lo hi)
-            (let ((mid (/ (+ lo hi) 2)))
-              (if (< (cdr (aref pairs (aref tails mid))) j) (setq lo (1+ mid)) (setq hi mid))))
-          (when (> lo 0) (aset back p (aref tails (1- lo))))
-          (aset tails lo p)
-          (when (= lo piles) (setq piles (1+ piles)))))
-      (let ((run nil) (p (and (> piles 0) (aref tails (1- piles)))))
-        (while p
-          (push (aref pairs p) run)
-          (setq p (aref back p)))
-        run))))
-
-(defun sly-agent-q-diff--matches (a b)
-  "Return the matched pairs (I . J) of an edit from A to B, ascending.
-Lines unique to both texts anchor the match (patience diff); Myers's
-algorithm matches the gaps between anchors.  A large file with many
-scattered changes is then diffed in about linear time, where Myers's
-alone took time growing with the product of its size and the changes."
-  (let ((anchors (sly-agent-q-diff--anchors a b)))
-    (if (null anchors)
-        (sly-agent-q-diff--myers a b)
-      (let ((i 0) (j 0) (out nil))
-        (dolist (anchor (append anchors (list (cons (length a) (length b)))))
-          (dolist (m (sly-agent-q-diff--myers (substring a i (car anchor)) (substring b j (cdr anchor))))
-            (push (cons (+ i (car m)) (+ j (cdr m))) out))
-          (when (< (car anchor) (length a)) (push anchor out))
-          (setq i (1+ (car anchor)) j (1+ (cdr anchor))))
-        (nreverse out)))))
-
-(defun sly-agent-q-diff--changes (a b)
-  "Return the changed regions between line vectors A and B.
-Each is (OLD-START OLD-END NEW-START NEW-END), 0-based, end excluded."
-  (let* ((n (length a)) (m (length b)) (pre 0) (suf 0))
-    (while (and (< pre n) (< pre m) (equal (aref a pre) (aref b pre)))
-      (cl-incf pre))
-    (while (and (< suf (- n pre)) (< suf (- m pre))
-                (equal (aref a (- n suf 1)) (aref b (- m suf 1))))
-      (cl-incf suf))
-    (let* ((table (make-hash-table :test #'equal))
-           (ids (lambda (vec from to)
-                  (let ((out (make-vector (- to from) 0)))
-                    (dotimes (i (- to from))
-                      (let ((line (aref vec (+ from i))))
-                        (aset out i (or (gethash line table)
-                                        (puthash line (hash-table-count table)
-                                                 table)))))
-                    out)))
-           (ma (funcall ids a pre (- n suf)))
-           (mb (funcall ids b pre (- m suf)))
-           (changes nil) (i 0) (j 0))
-      (dolist (match (sly-agent-q-diff--matches ma mb))
-        (when (or (< i (car match)) (< j (cdr match)))
-          (push (list (+ pre i) (+ pre (car match)) (+ pre j) (+ pre (cdr match)))
-                changes))
-        (setq i (1+ (car match)) j (1+ (cdr match))))
-      (when (or (< i (length ma)) (< j (length mb)))
-        (push (list (+ pre i) (+ pre (length ma)) (+ pre j) (+ pre (length mb)))
-              changes))
-      (nreverse changes))))
+;; A hunk is a plist: :index (1-based), :old-start, :old-end, :new-start,
+;; :new-end (0-based line indexes, end excluded, context included),
+;; :changes (the changed regions inside, each (OLD-START OLD-END
+;; NEW-START NEW-END)), :header (the @@ line) and :text (its diff lines).
+;; The server computes them (see "Hunks from the server" below); Emacs
+;; only applies them.
 
 (defun sly-agent-q-diff--range (start count)
   "Return the unified-diff range of COUNT lines from 0-based START."
@@ -194,55 +65,30 @@ Each is (OLD-START OLD-END NEW-START NEW-END), 0-based, end excluded."
         ((= count 1) (format "%d" (1+ start)))
         (t (format "%d,%d" (1+ start) count))))
 
-(defun sly-agent-q-diff--hunk-lines (prefix lines from to)
-  "Return LINES FROM..TO (excluded) as diff lines starting with PREFIX."
-  (let ((out nil))
-    (cl-loop for i from from below to
-             do (let ((line (aref lines i)))
-                  (push (if (string-suffix-p "\n" line)
-                            (concat prefix line)
-                          (concat prefix line "\n\\ No newline at end of file\n"))
-                        out)))
-    (apply #'concat (nreverse out))))
+(defun sly-agent-q-diff--hunk-lines (prefix lines)
+  "Return the strings LINES as diff lines starting with PREFIX."
+  (mapconcat (lambda (line)
+               (if (string-suffix-p "\n" line)
+                   (concat prefix line)
+                 (concat prefix line "\n\\ No newline at end of file\n")))
+             lines ""))
 
-(defun sly-agent-q-diff-hunks (a b &optional context)
-  "Return the hunks turning line vector A into line vector B.
-CONTEXT is the number of context lines (default
-`sly-agent-q-diff-context-lines').  Each hunk is a plist with keys
-:index (1-based), :old-start, :old-end, :new-start, :new-end (0-based
-line indexes, end excluded, context included), :changes (the
-changed regions inside, see `sly-agent-q-diff--changes'), :header
-\(the @@ line) and :text (the hunk's diff lines)."
-  (let* ((c (or context sly-agent-q-diff-context-lines))
-         (n (length a)) (groups nil) (current nil) (index 0))
-    (dolist (change (sly-agent-q-diff--changes a b))
-      (if (and current (<= (- (nth 0 change) (nth 1 (car current))) (* 2 c)))
-          (push change current)
-        (when current (push (nreverse current) groups))
-        (setq current (list change))))
-    (when current (push (nreverse current) groups))
-    (mapcar
-     (lambda (group)
-       (let* ((first (car group)) (last (car (last group)))
-              (os (max 0 (- (nth 0 first) c)))
-              (oe (min n (+ (nth 1 last) c)))
-              (ns (- (nth 2 first) (- (nth 0 first) os)))
-              (ne (+ (nth 3 last) (- oe (nth 1 last))))
-              (i os) (parts nil))
-         (dolist (change group)
-           (push (sly-agent-q-diff--hunk-lines " " a i (nth 0 change)) parts)
-           (push (sly-agent-q-diff--hunk-lines "-" a (nth 0 change) (nth 1 change)) parts)
-           (push (sly-agent-q-diff--hunk-lines "+" b (nth 2 change) (nth 3 change)) parts)
-           (setq i (nth 1 change)))
-         (push (sly-agent-q-diff--hunk-lines " " a i oe) parts)
-         (list :index (cl-incf index)
-               :old-start os :old-end oe :new-start ns :new-end ne
-               :changes group
-               :header (format "@@ -%s +%s @@"
-                               (sly-agent-q-diff--range os (- oe os))
-                               (sly-agent-q-diff--range ns (- ne ns)))
-               :text (apply #'concat (nreverse parts)))))
-     (nreverse groups))))
+(defun sly-agent-q-diff--whole-hunks (old new)
+  "Return the one hunk replacing every line of OLD by every line of NEW.
+What is shown and applied when the server gives no hunks: no diff, so
+its cost is the texts' length (the server does the same when a diff
+takes too long).  Nil when OLD and NEW are the same."
+  (unless (equal old new)
+    (let ((a (sly-agent-q-files-split-lines old))
+          (b (sly-agent-q-files-split-lines new)))
+      (list (list :index 1
+                  :old-start 0 :old-end (length a) :new-start 0 :new-end (length b)
+                  :changes (list (list 0 (length a) 0 (length b)))
+                  :header (format "@@ -%s +%s @@"
+                                  (sly-agent-q-diff--range 0 (length a))
+                                  (sly-agent-q-diff--range 0 (length b)))
+                  :text (concat (sly-agent-q-diff--hunk-lines "-" a)
+                                (sly-agent-q-diff--hunk-lines "+" b)))))))
 
 (defun sly-agent-q-diff--apply-hunks (a b hunks accepted)
   "Return the text of A with the hunks of HUNKS whose index is in ACCEPTED.
@@ -272,11 +118,12 @@ A and B are the line vectors HUNKS were computed from."
   "Compute the proposal of propose_file_edit ARGS, a plist.
 Return a plist with keys :file (resolved), :rel (relative name),
 :current (see `sly-agent-q-files-current-text'), :old and :new (the
-texts), :a and :b (their lines), :hunks (see `sly-agent-q-diff-hunks')
-and :description.  With TEXTS-ONLY, leave out :a, :b and :hunks, the
-costly part.  The hunks are the server's when it computed them for
-these texts (see `sly-agent-q-diff--server-hunks').  Signal
-`sly-agent-q-tool-error' when ARGS are unusable."
+texts), :a and :b (their lines), :hunks and :description.  With
+TEXTS-ONLY, leave out :a, :b and :hunks.  The hunks are those the
+user reviewed of these texts, else the server's when it computed them
+\(see `sly-agent-q-diff-fetch-hunks'), else one hunk replacing the
+whole text: no line diff runs here.  Signal `sly-agent-q-tool-error'
+when ARGS are unusable."
   (let* ((path (sly-agent-q-diff--string-arg args :path))
          (new-content (sly-agent-q-diff--string-arg args :new_content))
          (old-text (sly-agent-q-diff--string-arg args :old_text))
@@ -308,20 +155,20 @@ these texts (see `sly-agent-q-diff--server-hunks').  Signal
                         :description description)))
       (if texts-only
           texts
-        (let ((a (sly-agent-q-files-split-lines old))
-              (b (sly-agent-q-files-split-lines new)))
-          (append texts
-                  (list :a a :b b
-                        :hunks (or (sly-agent-q-diff--server-hunks old new)
-                                   (sly-agent-q-diff-hunks a b)))))))))
+        (append texts
+                (list :a (sly-agent-q-files-split-lines old)
+                      :b (sly-agent-q-files-split-lines new)
+                      :hunks (or (sly-agent-q-diff--reviewed-hunks args file old)
+                                 (sly-agent-q-diff--known-hunks old new)
+                                 (sly-agent-q-diff--whole-hunks old new))))))))
 
 ;;;; Hunks from the server
 
 ;; The server computes the hunks (server/diff.ts): a line diff of a large
-;; file would hold Emacs's only thread.  The review asks for them without
-;; waiting and keeps them here, under the digests of the two texts; the
-;; proposal, and so the apply, finds them, so review and apply agree.
-;; The diff here in Lisp serves only when no server answers.
+;; file would hold Emacs's only thread.  Every path asks for them without
+;; waiting and finds them here, under the digests of the two texts; a
+;; review also keeps the hunks it showed (see
+;; `sly-agent-q-diff-remember-review'), so that review and apply agree.
 
 (defvar sly-agent-q-diff--hunk-cache nil
   "The server's hunks of recent edits, newest first.
@@ -336,12 +183,24 @@ SHA-256 of their UTF-8 bytes, as the server computes them."
   (cons (secure-hash 'sha256 (encode-coding-string old 'utf-8 t))
         (secure-hash 'sha256 (encode-coding-string new 'utf-8 t))))
 
-(defun sly-agent-q-diff--server-hunks (old new)
-  "The hunks the server computed turning OLD into NEW, or nil if none were."
+(defun sly-agent-q-diff--known-hunks (old new)
+  "The hunks fetched turning OLD into NEW: a list, possibly empty, or nil.
+Nil also when none were fetched; see `sly-agent-q-diff--hunks-known-p'."
   (cdr (assoc (sly-agent-q-diff--digests old new) sly-agent-q-diff--hunk-cache)))
 
+(defun sly-agent-q-diff--hunks-known-p (old new)
+  "Non-nil when the hunks turning OLD into NEW were fetched."
+  (and (assoc (sly-agent-q-diff--digests old new) sly-agent-q-diff--hunk-cache) t))
+
+(defun sly-agent-q-diff--keep-hunks (key hunks)
+  "Keep HUNKS under KEY in `sly-agent-q-diff--hunk-cache'."
+  (push (cons key hunks) sly-agent-q-diff--hunk-cache)
+  (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
+    (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache)
+            nil)))
+
 (defun sly-agent-q-diff--from-server (hunk)
-  "HUNK as the server sends it (diff/hunks), in `sly-agent-q-diff-hunks' form."
+  "HUNK as the server sends it (diff/hunks), as a hunk plist here."
   (list :index (plist-get hunk :index)
         :old-start (plist-get hunk :oldStart) :old-end (plist-get hunk :oldEnd)
         :new-start (plist-get hunk :newStart) :new-end (plist-get hunk :newEnd)
@@ -350,50 +209,69 @@ SHA-256 of their UTF-8 bytes, as the server computes them."
         :text (plist-get hunk :text)))
 
 (defun sly-agent-q-diff-fetch-hunks (old new then &optional source)
-  "Ask the server for the hunks turning OLD into NEW; call THEN with no argument.
-Never waits: THEN runs when the server answered (the hunks are then in
-`sly-agent-q-diff--hunk-cache') or failed, or at once without a server
-or when OLD or NEW is not a string (the hunks are then computed here
-if needed).  SOURCE, a plist (:callId ID :file FILE), says that OLD is
-the text of FILE on disk and NEW the one the arguments of the call ID,
-whose approval waits, give: the server then reads them itself,
-checked against the digests of OLD and NEW, and a large file's texts
-are not sent back to it.  If it cannot, the texts are sent."
-  (if (not (and (stringp old) (stringp new)
-                (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+  "Ask the server for the hunks turning OLD into NEW; then call THEN.
+THEN gets no argument.  Never waits: THEN runs when the server
+answered (the hunks are then in `sly-agent-q-diff--hunk-cache') or
+failed, or at once when they were fetched already, without a server,
+or when OLD or NEW is not a string (then one hunk replaces the whole
+text, see `sly-agent-q-diff-proposal').  SOURCE, a plist (:callId ID
+:file FILE), says that OLD is the text of FILE on disk and NEW the one
+the arguments of the call ID, whose approval waits, give: the server
+then reads them itself, checked against the digests of OLD and NEW,
+and a large file's texts are not sent back to it.  If it cannot, the
+texts are sent."
+  (if (or (not (and (stringp old) (stringp new)))
+          (sly-agent-q-diff--hunks-known-p old new))
       (funcall then)
     (let* ((key (sly-agent-q-diff--digests old new))
            (keep (lambda (result)
-                   (push (cons key (mapcar #'sly-agent-q-diff--from-server
-                                           (append (plist-get result :hunks) nil)))
-                         sly-agent-q-diff--hunk-cache)
-                   (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
-                     (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache)
-                             nil))
+                   (sly-agent-q-diff--keep-hunks
+                    key (mapcar #'sly-agent-q-diff--from-server
+                                (append (plist-get result :hunks) nil)))
                    (funcall then)))
+           (fail (lambda (&rest _) (funcall then)))
            (send-texts (lambda (&rest _)
                          (sly-agent-q-server-request
                           'diff/hunks
                           (list :old old :new new :context sly-agent-q-diff-context-lines)
-                          keep (lambda (_message) (funcall then))))))
-      (if (and (plist-get source :callId) (plist-get source :file))
-          (sly-agent-q-server-request
-           'diff/hunks
-           (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
-                 :oldDigest (car key) :newDigest (cdr key)
-                 :context sly-agent-q-diff-context-lines)
-           keep send-texts)
-        (funcall send-texts)))))
+                          keep fail))))
+      (cond
+       ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+        (funcall then))
+       ((and (plist-get source :callId) (plist-get source :file))
+        (sly-agent-q-server-request
+         'diff/hunks
+         (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
+               :oldDigest (car key) :newDigest (cdr key)
+               :context sly-agent-q-diff-context-lines)
+         keep send-texts))
+       (t (funcall send-texts))))))
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.
 A new file (OLD empty) shows its whole text as added lines.  The
-hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them."
+hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them,
+else one hunk replaces the whole text."
   (sly-agent-q-diff-unified
    (list :rel name
-         :hunks (or (sly-agent-q-diff--server-hunks old new)
-                    (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines old)
-                                            (sly-agent-q-files-split-lines new))))))
+         :hunks (if (sly-agent-q-diff--hunks-known-p old new)
+                    (sly-agent-q-diff--known-hunks old new)
+                  (sly-agent-q-diff--whole-hunks old new)))))
+
+(defun sly-agent-q-diff-texts-later (diffs then)
+  "Call THEN with the unified diffs of DIFFS once the server computed them.
+DIFFS is a list of (NAME OLD NEW); THEN gets the list of their diffs
+\(see `sly-agent-q-diff-text'), in order.  Never waits: the hunks are
+asked for one edit after another."
+  (if (null diffs)
+      (funcall then nil)
+    (pcase-let ((`(,name ,old ,new) (car diffs)))
+      (sly-agent-q-diff-fetch-hunks
+       old new
+       (lambda ()
+         (let ((text (sly-agent-q-diff-text name old new)))
+           (sly-agent-q-diff-texts-later
+            (cdr diffs) (lambda (rest) (funcall then (cons text rest))))))))))
 
 (defun sly-agent-q-diff-unified (proposal &optional hunks)
   "Return PROPOSAL's HUNKS (default: all) as one unified diff."
@@ -403,7 +281,8 @@ hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them."
                        (or hunks (plist-get proposal :hunks)) ""))))
 
 ;; What was reviewed: the key is the file and the proposal's arguments,
-;; the value the hash of the text the hunks were computed from.
+;; the value the hash of the text the hunks were computed from, and the
+;; hunks shown: the accepted numbers mean those hunks.
 (defvar sly-agent-q-diff--reviews (make-hash-table :test #'equal)
   "Proposals reviewed and not applied yet: key -> (BASE-HASH . HUNKS).")
 
@@ -416,8 +295,14 @@ hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them."
   "Remember that PROPOSAL, from ARGS, is being reviewed."
   (puthash (sly-agent-q-diff--key (plist-get proposal :file) args)
            (cons (secure-hash 'sha1 (plist-get proposal :old))
-                 (length (plist-get proposal :hunks)))
+                 (plist-get proposal :hunks))
            sly-agent-q-diff--reviews))
+
+(defun sly-agent-q-diff--reviewed-hunks (args file old)
+  "The hunks reviewed of ARGS editing FILE, if they were of the text OLD."
+  (let ((reviewed (gethash (sly-agent-q-diff--key file args) sly-agent-q-diff--reviews)))
+    (and reviewed (equal (car reviewed) (secure-hash 'sha1 old))
+         (cdr reviewed))))
 
 (defun sly-agent-q-diff-forget-review (args)
   "Forget the review of ARGS, if any."
@@ -556,6 +441,49 @@ nothing can be applied."
            (if (plist-get (plist-get proposal :current) :buffer)
                (sly-agent-q-diff--apply-through-buffer proposal accepted)
              (sly-agent-q-diff--apply-to-file proposal accepted))))))))
+
+(defconst sly-agent-q-diff--fetch-tries 3
+  "How often the hunks of an edit are asked for when its file keeps changing.")
+
+(defun sly-agent-q-diff-apply-proposal-later (args)
+  "Run the capability propose_file_edit with ARGS once its hunks are known.
+Return the model's answer (see `sly-agent-q-diff-apply-proposal') when
+they are, because the user reviewed them or the server computed them;
+otherwise a function of one argument, a function of (CONTENT ERROR),
+which asks the server for them without waiting and answers it once
+they came, for `sly-agent-q-tools-call' (it returns the function that
+stops it).  Signal `sly-agent-q-tool-error' at once when ARGS are
+unusable."
+  (let ((texts (sly-agent-q-diff-proposal args t)))
+    (if (or (sly-agent-q-diff--reviewed-hunks args (plist-get texts :file) (plist-get texts :old))
+            (sly-agent-q-diff--hunks-known-p (plist-get texts :old) (plist-get texts :new)))
+        (sly-agent-q-diff-apply-proposal args)
+      (lambda (answer)
+        (let ((stopped nil) (tries 0))
+          (cl-labels
+              ((apply-now ()
+                 (condition-case err
+                     (funcall answer (sly-agent-q-diff-apply-proposal args) nil)
+                   (sly-agent-q-tool-error (funcall answer nil (cadr err)))
+                   (error (funcall answer nil (format "propose_file_edit failed in Emacs: %s"
+                                                      (error-message-string err))))))
+               (fetch (texts)
+                 (cl-incf tries)
+                 (sly-agent-q-diff-fetch-hunks
+                  (plist-get texts :old) (plist-get texts :new)
+                  (lambda ()
+                    (unless stopped
+                      ;; The file may have changed meanwhile: the hunks of its new
+                      ;; text are asked for (a few times at most).
+                      (let ((now (condition-case nil (sly-agent-q-diff-proposal args t)
+                                   (sly-agent-q-tool-error nil))))
+                        (if (and now (< tries sly-agent-q-diff--fetch-tries)
+                                 (not (and (equal (plist-get now :old) (plist-get texts :old))
+                                           (equal (plist-get now :new) (plist-get texts :new)))))
+                            (fetch now)
+                          (apply-now))))))))
+            (fetch texts))
+          (lambda () (setq stopped t)))))))
 
 (provide 'sly-agent-q-diff)
 ;;; sly-agent-q-diff.el ends here

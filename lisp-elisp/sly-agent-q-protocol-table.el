@@ -86,7 +86,8 @@ The server sends Emacs notifications only: what may wait goes through
   '(("initialize"
      :params (("clientInfo" . "object?") ("capabilities" . "object?") ("configuration" . "Configuration?")
       ("context" . "object?"))
-     :result (("serverInfo" . "object") ("protocolVersion" . "number") ("tools" . "array")))
+     :result (("serverInfo" . "object") ("protocolVersion" . "number") ("tools" . "array")
+      ("lispArguments" . "object?")))
     ("shutdown"
      :params nil
      :result nil)

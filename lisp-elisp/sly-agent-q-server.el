@@ -183,6 +183,16 @@ Return the new connection; it becomes ready asynchronously."
       (sly-agent-q-server-call-safely cb (and (not error) conn)
                                 (and error (format "The server failed to initialize: %s" error))))))
 
+(defun sly-agent-q-server-lisp-arguments (tool)
+  "The names (strings) of the arguments of TOOL that hold Lisp source, or nil.
+TOOL is a tool's name as the model calls it; the running server said
+which at initialize."
+  (let* ((c sly-agent-q-current-connection)
+         (table (and c (plist-get (sly-agent-q-connection-init-result c) :lispArguments)))
+         (names (and (stringp tool) (listp table) (plist-get table (intern (concat ":" tool))))))
+    (and (or (vectorp names) (listp names))
+         (seq-filter #'stringp (append names nil)))))
+
 (defun sly-agent-q-server-version-problem (&optional conn)
   "What the user should run when CONN's server is not the version needed, or nil.
 CONN defaults to the current connection."

@@ -267,23 +267,28 @@ CHOICES is the list of turns conversation/turns answers."
     (or (plist-get (cdr (assoc choice labelled)) :turnId)
         (user-error "No turn chosen; nothing was rewound"))))
 
-(defun sly-agent-q-sessions--refused-diff (refused)
-  "Show the diffs of REFUSED, a list of (NAME EXPECTED CURRENT), in a buffer."
-  (let ((buffer (get-buffer-create "*sly-agent-q rewind refused*")))
-    (with-current-buffer buffer
-      (let ((inhibit-read-only t))
-        (erase-buffer)
-        (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
-                "Each diff goes from what the agent left to what is there now.\n\n")
-        (pcase-dolist (`(,name ,expected ,current) refused)
-          ;; The name and both texts are from outside (the agent wrote them).
-          (insert (sly-agent-q-display-text
-                   (sly-agent-q-diff-text (sly-agent-q-display-line name t) (or expected "") current))
-                  "\n")))
-      (diff-mode)
-      (setq buffer-read-only t))
-    (unless noninteractive (display-buffer buffer))
-    buffer))
+(defun sly-agent-q-sessions--refused-diff (refused &optional then)
+  "Show the diffs of REFUSED, a list of (NAME EXPECTED CURRENT), in a buffer.
+The server computes them; the buffer is shown once they came, then
+THEN, if non-nil, is called with no argument.  Never waits."
+  (sly-agent-q-diff-texts-later
+   ;; The name and both texts are from outside (the agent wrote them).
+   (mapcar (pcase-lambda (`(,name ,expected ,current))
+             (list (sly-agent-q-display-line name t) (or expected "") current))
+           refused)
+   (lambda (diffs)
+     (let ((buffer (get-buffer-create "*sly-agent-q rewind refused*")))
+       (with-current-buffer buffer
+         (let ((inhibit-read-only t))
+           (erase-buffer)
+           (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
+                   "Each diff goes from what the agent left to what is there now.\n\n")
+           (dolist (diff diffs)
+             (insert (sly-agent-q-display-text diff) "\n")))
+         (diff-mode)
+         (setq buffer-read-only t))
+       (unless noninteractive (display-buffer buffer)))
+     (when then (funcall then)))))
 
 (defun sly-agent-q-sessions-apply-rewind (restore)
   "Put back the files and buffers of RESTORE (conversation/rewind's list).
@@ -331,7 +336,8 @@ definitions) cannot be rewound."
 (defun sly-agent-q-sessions-rewind (conversation-id turn-id truncate &optional callback)
   "Rewind CONVERSATION-ID to before its turn TURN-ID.
 With TRUNCATE, also drop that turn and the later ones.
-CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
+CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind',
+after the diffs of what was left alone are shown."
   (sly-agent-q-server-request
    'conversation/rewind (list :conversationId conversation-id :turnId turn-id :truncate (if truncate t :json-false))
    (lambda (result)
@@ -344,8 +350,6 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
                 :calls (plist-get result :calls)
                 :turn-ends (plist-get result :turnEnds)
                 (sly-agent-q-chat-spending (sly-agent-q-chat-buffer))))
-       (when (plist-get outcome :refused)
-         (sly-agent-q-sessions--refused-diff (plist-get outcome :refused)))
        (message "sly-agent-q: put back %d file(s) and buffer(s)%s%s%s.  What the agent did inside the Lisp image cannot be rewound."
                 (length (plist-get outcome :restored))
                 (if (plist-get outcome :refused)
@@ -358,7 +362,12 @@ CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind'."
                                        (plist-get outcome :failed) ", "))
                   "")
                 (if truncate "; the conversation now ends before that turn" ""))
-       (when callback (funcall callback outcome))))
+       (cond ((plist-get outcome :refused)
+              ;; The callback comes once the diffs are shown.
+              (sly-agent-q-sessions--refused-diff
+               (plist-get outcome :refused)
+               (and callback (lambda () (funcall callback outcome)))))
+             (callback (funcall callback outcome)))))
    (lambda (msg) (message "sly-agent-q: cannot rewind: %s" (sly-agent-q-display-line msg)))))
 
 ;;;; Export

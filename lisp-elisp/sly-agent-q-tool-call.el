@@ -52,12 +52,11 @@ ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
 CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
 or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
 the handler returned a function to answer later (see
-`sly-agent-q-tools--call-deferred'; such capabilities change no file
-or buffer).  Return nil, or for a call answered later a function of no
-arguments that stops it.
+`sly-agent-q-tools--call-deferred').  Return nil, or for a call
+answered later a function of no arguments that stops it.
 CHANGES-CALLBACK, if non-nil, is called first with what the call
 changed in files and buffers, for rewinding (see
-`sly-agent-q-tools-changes').  Never signals."
+`sly-agent-q-tools-changes'), when it answers.  Never signals."
   (let ((content nil) (message nil) (before nil) (deferred nil))
     (condition-case err
         (let ((handler (plist-get (sly-agent-q-tool-declaration capability) :handler)))
@@ -75,36 +74,36 @@ changed in files and buffers, for rewinding (see
       (sly-agent-q-tool-error (setq message (cadr err)))
       (t (setq message (format "%s failed in Emacs: %s" capability
                                (error-message-string err)))))
-    (if (and deferred (not message))
-        (sly-agent-q-tools--call-deferred capability deferred callback)
-      (condition-case err
-          (progn
-            (when changes-callback
-              (funcall changes-callback (sly-agent-q-tools-changes before)))
-            (if message
-                (funcall callback nil message)
-              (funcall callback content nil)))
-        (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                    (sly-agent-q-display-line (error-message-string err)))))
-      nil)))
+    (let ((answer (lambda (content message)
+                    (condition-case err
+                        (progn
+                          (when changes-callback
+                            (funcall changes-callback (sly-agent-q-tools-changes before)))
+                          (if message
+                              (funcall callback nil message)
+                            (funcall callback content nil)))
+                      (t (message "sly-agent-q: the callback of %s failed: %s" capability
+                                  (sly-agent-q-display-line (error-message-string err))))))))
+      (if (and deferred (not message))
+          (sly-agent-q-tools--call-deferred capability deferred answer)
+        (funcall answer content message)
+        nil))))
 
 (defun sly-agent-q-tools--call-deferred (capability deferred callback)
   "Let DEFERRED, what the handler of CAPABILITY returned, answer CALLBACK later.
-A handler that must wait (for the Lisp image, say) returns a function
-of one argument, a function of (CONTENT ERROR); it calls that once.
-CALLBACK is called exactly once, whatever DEFERRED does.  Return what
+A handler that must wait (for the Lisp image, for the server's hunks)
+returns a function of one argument, a function of (CONTENT ERROR); it
+calls that once.  CALLBACK, a function of (CONTENT ERROR), is called
+exactly once, whatever DEFERRED does.  Return what
 DEFERRED returns when it is a function (one that stops the work: it is
 called when the server no longer wants the answer), else nil."
   (let* ((answered nil)
          (answer (lambda (content error)
                    (unless answered
                      (setq answered t)
-                     (condition-case err
-                         (if error
-                             (funcall callback nil (format "%s" error))
-                           (funcall callback (if (stringp content) content (format "%s" content)) nil))
-                       (t (message "sly-agent-q: the callback of %s failed: %s" capability
-                                   (sly-agent-q-display-line (error-message-string err)))))))))
+                     (if error
+                         (funcall callback nil (format "%s" error))
+                       (funcall callback (if (stringp content) content (format "%s" content)) nil))))))
     (condition-case err
         (let ((stop (funcall deferred answer)))
           (and (functionp stop)

@@ -29,9 +29,10 @@
 ;; CALLBACK exactly once, with (CONTENT nil) on success or (nil ERROR),
 ;; ERROR being a message that tells the model what to fix.  It never
 ;; signals and never waits: every capability here is a quick local
-;; operation that finishes before it returns, except those of other
-;; modules that must wait for the Lisp image (the debugger's): their
-;; handlers return a function that answers later.  The user's review of
+;; operation that finishes before it returns, except those that must
+;; wait for the Lisp image (the debugger's) or for the server (the hunks
+;; of an unreviewed propose_file_edit): their handlers return a function
+;; that answers later.  The user's review of
 ;; propose_file_edit happens before, in `sly-agent-q-diff-review'.
 ;;
 ;; Paths are confined to the project root (see sly-agent-q-files.el),
@@ -88,9 +89,10 @@ Longer text is cut, with a note telling the model how to read on."
   "Capability propose_file_edit: apply the hunks of PROPOSAL the user accepted.
 PROPOSAL is the edit of file PATH (NEW_CONTENT, or OLD_TEXT replaced by
 NEW_TEXT, and why, DESCRIPTION) as the user reviewed it at the approval
-\(sly-agent-q-diff.el), with ACCEPTED_HUNKS."
+\(sly-agent-q-diff.el), with ACCEPTED_HUNKS.  An edit the user's rules
+allow without a review waits for the server's hunks, without blocking."
   (ignore path new_content old_text new_text description accepted_hunks)
-  (sly-agent-q-diff-apply-proposal proposal))
+  (sly-agent-q-diff-apply-proposal-later proposal))
 
 ;;;; How the tools' approvals are previewed
 

@@ -45,7 +45,7 @@ export const SHAPE_TYPES: Readonly<Record<ShapeType, MessageShape>> = { Configur
 
 /** Every method's shapes, by method name. */
 export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
-  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array" }) },
+  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array", lispArguments: "object?" }) },
   "shutdown": { params: null, result: null },
   "tools/list": { params: shape<P.ToolsListParams>({ all: "boolean?" }), result: shape<P.ToolsListResult>({ tools: "array" }) },
   "tools/call": { params: shape<P.ToolsCallParams>({ name: "string", arguments: "object?", id: "string?" }), result: shape<P.ToolsCallResult>({ id: "string", name: "string", success: "boolean", content: "string", error: "string?", metadata: "object" }) },

@@ -310,6 +310,8 @@ export interface InitializeResult {
   protocolVersion: number;
   /** Names of the tools offered to the model under this configuration. */
   tools: string[];
+  /** For each tool with parameters that hold Lisp source, their names, as the model calls them. */
+  lispArguments?: Record<string, string[]>;
 }
 
 // ---------------------------------------------------------------------------------------------------

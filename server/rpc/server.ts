@@ -39,7 +39,7 @@ import { Executor, type ApprovalDecision, type ApprovalFn, type AuditEntry } fro
 import type { ToolRegistry } from "../tools/registry.js";
 import { PolicyError, ToolPolicy } from "../tools/policy.js";
 import { checkShape, SHAPE_TYPES } from "../protocol-description.js";
-import type { Tool } from "../tools/tool.js";
+import { lispParameters, type Tool } from "../tools/tool.js";
 import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
@@ -178,6 +178,17 @@ export class AgentServer {
     return true;
   }
 
+  /** Every tool's parameters that hold Lisp source, by the names the model calls them (aliases too): the
+   *  chat shows their values as Lisp, whether the tool is offered now or was in a saved conversation. */
+  private lispArguments(): Record<string, string[]> {
+    const out: Record<string, string[]> = {};
+    for (const tool of this.registry.list({ includeAliases: true })) {
+      const names = lispParameters(tool);
+      if (names.length) out[tool.name] = names;
+    }
+    return out;
+  }
+
   private registerHandlers(): void {
     const c = this.connection;
     c.onRequest(Requests.initialize, (params: InitializeParams | undefined): InitializeResult => {
@@ -191,6 +202,7 @@ export class AgentServer {
         serverInfo: { name: SERVER_NAME, version: SERVER_VERSION },
         protocolVersion: PROTOCOL_VERSION,
         tools: this.offeredTools().map((t) => t.name),
+        lispArguments: this.lispArguments(),
       };
     });
     c.onRequest(Requests.shutdown, () => {

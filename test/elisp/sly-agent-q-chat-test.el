@@ -301,6 +301,25 @@
         (should (string-match-p "describe_symbol (safe).*✗ No Lisp is connected"
                                 (sly-agent-q-test-chat-text)))))))
 
+(ert-deftest sly-agent-q-chat-tool-entry-shows-lisp-forms-as-lisp ()
+  "A tool entry's line shows a Lisp form argument as Lisp: its text, not a JSON string.
+Cut to its first line, drawn as data; other strings stay quoted."
+  (cl-letf (((symbol-function 'sly-agent-q-bridge-current) #'ignore))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (sly-agent-q-test--step
+          (sly-agent-q-test--tool "eval_form" '((form . "(format nil \"~a\" \"x\e[31m\")\n(+ 1 2)")))
+          (sly-agent-q-test--tool "describe_symbol" '((symbol . "car"))))
+         (sly-agent-q-test--step (sly-agent-q-test--text "Done.")))
+      (let ((outcome (sly-agent-q-test-send "evaluate")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (let* ((chat (sly-agent-q-test-chat-text))
+               (line (seq-find (lambda (l) (string-search "eval_form (" l)) (split-string chat "\n"))))
+          (should line)
+          (should (string-match-p "eval_form ([a-z]+) form=(format nil \"~a\" \"x.*\")…" line))
+          (should-not (string-match-p "\\\\\"\\|\\\\n\\|(\\+ 1 2)\\|\e" line))
+          (should (string-match-p "describe_symbol (safe) symbol=\"car\"" chat)))))))
+
 (ert-deftest sly-agent-q-chat-key-never-shown ()
   "The API key reaches the server through its environment, never a buffer."
   (sly-agent-q-test-with-server

@@ -35,6 +35,7 @@
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-tools-test)
 (require 'sly-agent-q-diff-review)
+(require 'sly-agent-q-test-helper)
 
 ;; The helpers come from sly-agent-q-tools-test.el; its tests run from
 ;; that file, not again from this one.
@@ -71,11 +72,21 @@
       (setq text (replace-regexp-in-string "(line 28)" "(line 28 changed)" text t t)))
     text))
 
+(defmacro sly-agent-q-diff-test--with-server (&rest body)
+  "Run BODY in a fresh project, the real server running to compute hunks."
+  (declare (indent 0) (debug t))
+  `(sly-agent-q-tools-test--with-project
+     (setq sly-agent-q-diff--hunk-cache nil)
+     (sly-agent-q-test-with-server '((steps . []))
+       ,@body)))
+
 (defun sly-agent-q-diff-test-review (args &optional approver)
-  "Review ARGS with APPROVER as the approval function; return the decisions."
+  "Review ARGS with APPROVER as the approval function; return the decisions.
+Wait for the first: the hunks come from the server."
   (let ((decisions nil)
         (sly-agent-q-approval-function approver))
     (sly-agent-q-diff-review args (lambda (d) (push d decisions)) "propose_file_edit")
+    (sly-agent-q-test-wait (lambda () decisions) 20 "the review's decision")
     decisions))
 
 (defun sly-agent-q-diff-test-choose (hunks)
@@ -87,136 +98,43 @@
                    :arguments (append (plist-get request :arguments)
                                       (list :accepted_hunks (vconcat hunks)))))))
 
-;;;; The diff
+;;;; Applying hunks
 
-(ert-deftest sly-agent-q-diff-test-hunks-of-three-changes ()
-  (let* ((a (sly-agent-q-files-split-lines (sly-agent-q-diff-test-old)))
-         (b (sly-agent-q-files-split-lines (sly-agent-q-diff-test-new)))
-         (hunks (sly-agent-q-diff-hunks a b)))
-    (should (= 3 (length hunks)))
-    (should (equal '("@@ -1,5 +1,4 @@" "@@ -13,6 +12,7 @@" "@@ -25,6 +25,6 @@")
-                   (mapcar (lambda (h) (plist-get h :header)) hunks)))
-    (should (equal " (line 1)\n-(line 2)\n (line 3)\n (line 4)\n (line 5)\n"
-                   (plist-get (car hunks) :text)))
-    (should (equal (sly-agent-q-diff-test-new)
-                   (sly-agent-q-diff--apply-hunks a b hunks '(1 2 3))))
-    (should (equal (sly-agent-q-diff-test-old)
-                   (sly-agent-q-diff--apply-hunks a b hunks '())))
-    (should (equal (sly-agent-q-diff-test-expected '(1 3))
-                   (sly-agent-q-diff--apply-hunks a b hunks '(1 3))))))
+(ert-deftest sly-agent-q-diff-test-apply-hunks-by-their-ranges ()
+  "Hunks as the server sends them apply by their line ranges, in any subset."
+  (let* ((a (sly-agent-q-files-split-lines "a\nb\nc\nd\n"))
+         (b (sly-agent-q-files-split-lines "a\nB\nc\nd\nE\n"))
+         (hunks (mapcar #'sly-agent-q-diff--from-server
+                        (list '(:index 1 :oldStart 0 :oldEnd 3 :newStart 0 :newEnd 3
+                                       :changes [[1 2 1 2]] :header "@@ -1,3 +1,3 @@"
+                                       :text " a\n-b\n+B\n c\n")
+                              '(:index 2 :oldStart 3 :oldEnd 4 :newStart 3 :newEnd 5
+                                       :changes [[4 4 4 5]] :header "@@ -4 +4,2 @@"
+                                       :text " d\n+E\n")))))
+    (should (equal "a\nB\nc\nd\nE\n" (sly-agent-q-diff--apply-hunks a b hunks '(1 2))))
+    (should (equal "a\nb\nc\nd\nE\n" (sly-agent-q-diff--apply-hunks a b hunks '(2))))
+    (should (equal "a\nb\nc\nd\n" (sly-agent-q-diff--apply-hunks a b hunks '())))))
 
-(ert-deftest sly-agent-q-diff-test-same-as-gnu-diff ()
-  (skip-unless (executable-find "diff"))
-  (let ((old-file (make-temp-file "saq-old-" nil nil (sly-agent-q-diff-test-old)))
-        (new-file (make-temp-file "saq-new-" nil nil (sly-agent-q-diff-test-new))))
-    (unwind-protect
-        (let* ((gnu (with-temp-buffer
-                      (call-process "diff" nil t nil "-u" old-file new-file)
-                      (goto-char (point-min))
-                      (forward-line 2)
-                      (buffer-substring (point) (point-max))))
-               (proposal (list :rel "x"
-                               :hunks (sly-agent-q-diff-hunks
-                                       (sly-agent-q-files-split-lines (sly-agent-q-diff-test-old))
-                                       (sly-agent-q-files-split-lines (sly-agent-q-diff-test-new))))))
-          (should (equal gnu (substring (sly-agent-q-diff-unified proposal)
-                                        (length "--- a/x\n+++ b/x\n")))))
-      (delete-file old-file)
-      (delete-file new-file))))
-
-(ert-deftest sly-agent-q-diff-test-no-newline-and-edges ()
-  (let* ((a (sly-agent-q-files-split-lines "a\nb"))
-         (b (sly-agent-q-files-split-lines "a\nb\n"))
-         (hunks (sly-agent-q-diff-hunks a b)))
+(ert-deftest sly-agent-q-diff-test-without-hunks-one-replaces-the-whole-text ()
+  "When the server gives no hunks, one hunk replaces the whole text: applied, it gives the new text."
+  (should-not (sly-agent-q-diff--whole-hunks "same\n" "same\n"))
+  (let ((hunks (sly-agent-q-diff--whole-hunks "a\nb" "a\nc\n")))
     (should (equal '("@@ -1,2 +1,2 @@") (mapcar (lambda (h) (plist-get h :header)) hunks)))
-    (should (equal " a\n-b\n\\ No newline at end of file\n+b\n" (plist-get (car hunks) :text)))
-    (should (equal "a\nb\n" (sly-agent-q-diff--apply-hunks a b hunks '(1)))))
-  ;; From and to empty.
-  (let ((hunks (sly-agent-q-diff-hunks [] (sly-agent-q-files-split-lines "x\ny\n"))))
-    (should (equal "@@ -0,0 +1,2 @@" (plist-get (car hunks) :header))))
-  (let ((hunks (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines "x\n") [])))
-    (should (equal "@@ -1 +0,0 @@" (plist-get (car hunks) :header))))
-  (should-not (sly-agent-q-diff-hunks (sly-agent-q-files-split-lines "same\n")
-                                      (sly-agent-q-files-split-lines "same\n"))))
-
-(ert-deftest sly-agent-q-diff-test-random-round-trips ()
-  ;; For random texts: all hunks give the new text, none the old one,
-  ;; and each hunk's header counts its lines.
-  (let ((state (cl-make-random-state 42)))
-    (dotimes (_ 200)
-      (let* ((gen (lambda ()
-                    (let ((lines nil))
-                      (dotimes (_ (cl-random 40 state))
-                        (push (format "%c\n" (+ ?a (cl-random 5 state))) lines))
-                      (apply #'concat lines))))
-             (old (funcall gen)) (new (funcall gen))
-             (a (sly-agent-q-files-split-lines old))
-             (b (sly-agent-q-files-split-lines new))
-             (hunks (sly-agent-q-diff-hunks a b))
-             (all (mapcar (lambda (h) (plist-get h :index)) hunks)))
-        (should (equal new (sly-agent-q-diff--apply-hunks a b hunks all)))
-        (should (equal old (sly-agent-q-diff--apply-hunks a b hunks nil)))
-        (dolist (h hunks)
-          (let ((text (plist-get h :text)))
-            (should (= (- (plist-get h :old-end) (plist-get h :old-start))
-                       (cl-count-if (lambda (l) (string-match-p "\\`[ -]" l))
-                                    (split-string text "\n" t))))
-            (should (= (- (plist-get h :new-end) (plist-get h :new-start))
-                       (cl-count-if (lambda (l) (string-match-p "\\`[ +]" l))
-                                    (split-string text "\n" t))))))
-        ;; Any subset applies too: hunks are independent.
-        (when (cdr all)
-          (let ((text (sly-agent-q-diff--apply-hunks a b hunks (list (car all)))))
-            (should (stringp text))))))))
-
-(ert-deftest sly-agent-q-diff-test-random-round-trips-of-unique-lines ()
-  ;; Texts of mostly unique lines (as source files are), edited at random: the
-  ;; lines both texts hold once anchor the diff.  All hunks give the new text,
-  ;; none the old one, and no line both texts keep in order is shown as changed
-  ;; when only insertions and deletions were made.
-  (let ((state (cl-make-random-state 7)))
-    (dotimes (_ 200)
-      (let* ((old-lines (cl-loop for i below (cl-random 60 state)
-                                 collect (if (zerop (cl-random 6 state)) "(end)\n" (format "line %d\n" i))))
-             (new-lines nil) (only-inserts-and-deletes (zerop (cl-random 2 state))))
-        (dolist (line old-lines)
-          (pcase (cl-random (if only-inserts-and-deletes 3 5) state)
-            (0 (push (format "new %d\n" (cl-random 1000 state)) new-lines) (push line new-lines))
-            (1 nil)
-            (3 (push (format "changed %s" line) new-lines))
-            (4 (push "(end)\n" new-lines))
-            (_ (push line new-lines))))
-        (let* ((old (apply #'concat old-lines))
-               (new (apply #'concat (nreverse new-lines)))
-               (a (sly-agent-q-files-split-lines old))
-               (b (sly-agent-q-files-split-lines new))
-               (hunks (sly-agent-q-diff-hunks a b 0))
-               (all (mapcar (lambda (h) (plist-get h :index)) hunks)))
-          (should (equal new (sly-agent-q-diff--apply-hunks a b hunks all)))
-          (should (equal old (sly-agent-q-diff--apply-hunks a b hunks nil)))
-          (when only-inserts-and-deletes
-            ;; Every removed line is one the edit deleted: none that survived.
-            (dolist (h hunks)
-              (dolist (l (split-string (plist-get h :text) "\n" t))
-                (when (string-prefix-p "-line" l)
-                  (should-not (member (concat (substring l 1) "\n") (append b nil))))))))))))
-
-(ert-deftest sly-agent-q-diff-test-scattered-changes-of-a-large-file ()
-  ;; 4,000 unique lines, every 20th changed: one hunk per change, each one line
-  ;; out and one in (without context), as GNU diff shows it.
-  (let* ((old (mapconcat (lambda (i) (format "(defun helper-%05d (x) x)\n" i)) (number-sequence 0 3999) ""))
-         (new (replace-regexp-in-string "^\\((defun helper-[0-9]*[02468]0 (x) x)\\)$" "\\1 ; edited" old))
-         (a (sly-agent-q-files-split-lines old))
-         (b (sly-agent-q-files-split-lines new))
-         (hunks (sly-agent-q-diff-hunks a b 0)))
-    (should (= (length hunks) 200))
-    (should (cl-every (lambda (h) (string-match-p "\\`-.*\n\\+.* ; edited\n\\'" (plist-get h :text))) hunks))
-    (should (equal new (sly-agent-q-diff--apply-hunks a b hunks (mapcar (lambda (h) (plist-get h :index)) hunks))))))
+    (should (equal "-a\n-b\n\\ No newline at end of file\n+a\n+c\n" (plist-get (car hunks) :text))))
+  (should (equal "@@ -0,0 +1 @@" (plist-get (car (sly-agent-q-diff--whole-hunks "" "x\n")) :header)))
+  (sly-agent-q-tools-test--with-project
+    (setq sly-agent-q-diff--hunk-cache nil)
+    (should-not (sly-agent-q-server-ready-p))
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (should (equal "Applied all 1 hunk to a.lisp."
+                   (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
+                                               :new_content (sly-agent-q-diff-test-new))))
+    (should (equal (sly-agent-q-diff-test-new) (sly-agent-q-tools-test--contents "a.lisp")))))
 
 ;;;; Review by a scripted approver, then apply
 
 (ert-deftest sly-agent-q-diff-test-scripted-accept-1-and-3 ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
     (let* ((args (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
                        :description "Three changes"))
@@ -244,7 +162,7 @@
       (should-not (sly-agent-q-tools-test--temp-files)))))
 
 (ert-deftest sly-agent-q-diff-test-scripted-short-answers ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new))))
       ;; Just the hunk numbers.
@@ -266,7 +184,7 @@
         (should (string-match-p "Approver broke" (plist-get d :reason)))))))
 
 (ert-deftest sly-agent-q-diff-test-approved-applies-all ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (should (equal "Applied all 3 hunks to a.lisp."
                    (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
@@ -282,11 +200,14 @@
          (sly-agent-q-diff-display-function #'display-buffer)
          (buffer (sly-agent-q-diff-review args (lambda (d) (push d (car cell))))))
     (should (bufferp buffer))
+    ;; The review shows once the server's hunks came.
+    (sly-agent-q-test-wait (lambda () (buffer-local-value 'sly-agent-q-diff--current buffer))
+                           20 "the review to show")
     (should (null (car cell)))
     (cons buffer cell)))
 
 (ert-deftest sly-agent-q-diff-test-review-buffer-accept-1-and-3 ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
     (let* ((args (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
                        :description "Three changes"))
@@ -341,7 +262,7 @@
       (should (equal (sly-agent-q-diff-test-expected '(1 3)) (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
 (ert-deftest sly-agent-q-diff-test-review-buffer-denials ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new))))
       ;; Reject all, then finish.
@@ -391,7 +312,7 @@
 (ert-deftest sly-agent-q-diff-test-q-never-discards-silently ()
   "q with hunks accepted asks before discarding them; declined, the review stays.
 Said yes (or with nothing accepted), the echo area says the edit was rejected."
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))
           (asked nil) (said nil))
@@ -430,7 +351,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
 
 (ert-deftest sly-agent-q-diff-test-review-header-fits-the-window ()
   "The review's lines above the hunks fit in the window's width: none wraps."
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let* ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
                        :description (make-string 200 ?x)))
@@ -454,7 +375,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
 
 (ert-deftest sly-agent-q-diff-test-review-redraws-one-hunk ()
   "Deciding a hunk redraws that hunk and the count alone; the other hunks are not touched."
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let ((opened (sly-agent-q-diff-test-open-review
                    (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))))
@@ -500,7 +421,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let* ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))
            (decision (car (sly-agent-q-diff-test-review args (sly-agent-q-diff-test-choose '(1 3)))))
@@ -511,7 +432,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
       (should (equal changed (sly-agent-q-tools-test--contents "a.lisp"))))))
 
 (ert-deftest sly-agent-q-diff-test-denied-review-is-forgotten ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new))))
       (sly-agent-q-diff-test-review args (lambda (_r cb) (funcall cb '(:decision "denied"))))
@@ -523,7 +444,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
 ;;;; Buffers, old_text, errors
 
 (ert-deftest sly-agent-q-diff-test-old-text-new-text ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" "(defun f (x)\n  (+ x 1))\n")
     (let* ((args (list :path "a.lisp" :old_text "(+ x 1)" :new_text "(+ x 2)"))
            (d (car (sly-agent-q-diff-test-review args (sly-agent-q-diff-test-choose '(1))))))
@@ -533,7 +454,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
       (should (equal "(defun f (x)\n  (+ x 2))\n" (sly-agent-q-tools-test--contents "a.lisp"))))))
 
 (ert-deftest sly-agent-q-diff-test-through-buffers ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (let ((file (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))))
       ;; An unmodified visiting buffer is edited, then saved.
       (with-current-buffer (find-file-noselect file)
@@ -557,7 +478,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
           (should (equal (sly-agent-q-diff-test-expected '(3)) (sly-agent-q-tools-test--contents "a.lisp"))))))))
 
 (ert-deftest sly-agent-q-diff-test-coding-kept ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (let ((file (sly-agent-q-tools-test--write "latin.txt" "caf\u00e9\n" 'iso-latin-1-unix)))
       ;; On disk.
       (should (string-match-p "Applied all"
@@ -613,7 +534,7 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
     (should (equal "(a)\n(a)\n" (sly-agent-q-tools-test--contents "a.lisp")))))
 
 (ert-deftest sly-agent-q-diff-test-new-file ()
-  (sly-agent-q-tools-test--with-project
+  (sly-agent-q-diff-test--with-server
     (let ((d (car (sly-agent-q-diff-test-review (list :path "new/b.lisp" :new_content "(b)\n")
                                                 (sly-agent-q-diff-test-choose '(1))))))
       (should (equal "@@ -0,0 +1 @@"
@@ -624,8 +545,6 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
 
 ;;;; End to end, through the real server
 
-(require 'sly-agent-q-test-helper nil t)
-(declare-function sly-agent-q-test-send "sly-agent-q-test-helper" (text &optional timeout))
 (defvar sly-agent-q-project-root)
 
 (ert-deftest sly-agent-q-diff-test-end-to-end ()
@@ -657,33 +576,28 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
 
 (defun sly-agent-q-diff-test-through-server (tool input approver)
   "Run a turn where the model calls TOOL with INPUT, APPROVER deciding.
-The project's src/a.lisp holds the 30-line text first.  Return (OUTCOME
-. DIFFS): the turn's outcome, and how many line diffs ran in Emacs.
-The diff/hunks requests sent are in `sly-agent-q-diff-test-diff-requests'."
+The project's src/a.lisp holds the 30-line text first.  Return (OUTCOME):
+the turn's outcome.  The diff/hunks requests sent are in
+`sly-agent-q-diff-test-diff-requests'."
   (let ((script
          `((steps . [((content . [((type . "tool_use") (name . ,tool) (input . ,input))])
                       (stop_reason . "tool_use"))
-                     ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
-        (diffs 0))
+                     ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
     (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
     (setq sly-agent-q-diff-test-diff-requests nil)
-    (advice-add 'sly-agent-q-diff-hunks :before (lambda (&rest _) (cl-incf diffs))
-                '((name . count-diffs)))
     (advice-add 'sly-agent-q-server-request :before
                 (lambda (method params &rest _)
                   (when (eq method 'diff/hunks) (push params sly-agent-q-diff-test-diff-requests)))
                 '((name . record-diff-requests)))
     (unwind-protect
-        (cons (eval `(sly-agent-q-test-with-server ',script
+        (list (eval `(sly-agent-q-test-with-server ',script
                        (let ((sly-agent-q-approval-function ',approver))
                          (sly-agent-q-test-send "Change it")))
-                    t)
-              diffs)
-      (advice-remove 'sly-agent-q-diff-hunks 'count-diffs)
+                    t))
       (advice-remove 'sly-agent-q-server-request 'record-diff-requests))))
 
 (ert-deftest sly-agent-q-diff-test-hunks-come-from-the-server ()
-  "With the server running, no line diff runs in Emacs: review and apply use the server's hunks."
+  "Review and apply use the server's hunks."
   (skip-unless (fboundp 'sly-agent-q-test-send))
   (sly-agent-q-tools-test--with-project
     (let ((run (sly-agent-q-diff-test-through-server
@@ -693,7 +607,6 @@ The diff/hunks requests sent are in `sly-agent-q-diff-test-diff-requests'."
                               (plist-get (car run) :text)))
       (should (equal "@@ -13,6 +12,7 @@"
                      (plist-get (aref (plist-get sly-agent-q-diff-test-request :hunks) 1) :header)))
-      (should (= 0 (cdr run)))
       (should (equal (sly-agent-q-diff-test-expected '(2))
                      (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
@@ -714,7 +627,7 @@ The diff/hunks requests sent are in `sly-agent-q-diff-test-diff-requests'."
                      (sly-agent-q-tools-test--contents "src/a.lisp"))))))
 
 (ert-deftest sly-agent-q-diff-test-write-approval-diff-comes-from-the-server ()
-  "The diff an approval of write_file shows is the server's: no line diff runs in Emacs."
+  "The diff an approval of write_file shows is the server's."
   (skip-unless (fboundp 'sly-agent-q-test-send))
   (sly-agent-q-tools-test--with-project
     (setq sly-agent-q-diff-test-request nil)
@@ -726,8 +639,80 @@ The diff/hunks requests sent are in `sly-agent-q-diff-test-diff-requests'."
                   (funcall callback '(:decision "approved"))))))
       (should (eq (plist-get (car run) :status) 'finished))
       (should (string-match-p "^@@ -25,6 \\+25,6 @@$" (plist-get sly-agent-q-diff-test-request :diff)))
-      (should (= 0 (cdr run)))
       (should (equal (sly-agent-q-diff-test-expected '(3)) (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+
+;;;; No line diff in Emacs
+
+(ert-deftest sly-agent-q-diff-test-no-line-diff-in-emacs ()
+  "Emacs has no line diff of its own: every path takes the server's hunks.
+A diff of a large file would hold Emacs's only thread."
+  (dolist (f '(sly-agent-q-diff-hunks sly-agent-q-diff--myers sly-agent-q-diff--anchors
+               sly-agent-q-diff--matches sly-agent-q-diff--changes))
+    (should-not (fboundp f))))
+
+(defvar sly-agent-q-permission-rules)
+
+(defvar sly-agent-q-diff-test-asked nil
+  "Non-nil when the last allowed edit was put to the approver nonetheless.")
+
+(ert-deftest sly-agent-q-diff-test-allowed-edit-takes-the-servers-hunks ()
+  "A propose_file_edit the user's rules allow, unreviewed, applies the server's hunks.
+Emacs asks for them without waiting; the edit lands through the visiting
+buffer, point in unchanged text stays, and a rewind puts the file back."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let* ((sly-agent-q-permission-rules '((:action allow :tool "propose_file_edit")))
+           (file (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old)))
+           (buffer (find-file-noselect file))
+           (script
+            `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                      (input . ((path . "src/a.lisp")
+                                                (new_content . ,(sly-agent-q-diff-test-new)))))])
+                         (stop_reason . "tool_use"))
+                        ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))
+                        ((content . [((type . "text") (text . "Again."))]))]))))
+      (with-current-buffer buffer
+        (goto-char (point-min))
+        (search-forward "(line 20)"))
+      (setq sly-agent-q-diff-test-diff-requests nil
+            sly-agent-q-diff-test-asked nil)
+      (advice-add 'sly-agent-q-server-request :before
+                  (lambda (method params &rest _)
+                    (when (eq method 'diff/hunks) (push params sly-agent-q-diff-test-diff-requests)))
+                  '((name . record-diff-requests)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (let* ((sly-agent-q-approval-function
+                      (lambda (_r cb) (setq sly-agent-q-diff-test-asked t) (funcall cb '(:decision "denied"))))
+                     (outcome (sly-agent-q-test-send "Change it")))
+                (should (eq (plist-get outcome :status) 'finished))
+                (should-not sly-agent-q-diff-test-asked)
+                (should (string-match-p "Applied all 3 hunks to src/a.lisp (through buffer a.lisp, saved)\\."
+                                        (plist-get outcome :text)))
+                ;; The server computed the hunks, from the texts Emacs sent.
+                (should (= 1 (length sly-agent-q-diff-test-diff-requests)))
+                (should (equal (sly-agent-q-diff-test-new)
+                               (plist-get (car sly-agent-q-diff-test-diff-requests) :new)))
+                (should (equal (sly-agent-q-diff-test-new) (sly-agent-q-tools-test--contents "src/a.lisp")))
+                ;; Only the changed lines were replaced: point stays on its line.
+                (with-current-buffer ,buffer
+                  (should (equal (sly-agent-q-diff-test-new) (buffer-string)))
+                  (should (looking-back "^(line 20)" (line-beginning-position))))
+                ;; What the edit changed was kept: a rewind puts the file back.
+                (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+                       (turns nil) (rewound nil))
+                  (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
+                                              (lambda (r) (setq turns (append (plist-get r :turns) nil))))
+                  (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
+                  (should (equal (append (plist-get (car turns) :changed) nil) (list ,file)))
+                  (sly-agent-q-sessions-rewind id (plist-get (car turns) :turnId) nil
+                                               (lambda (o) (setq rewound o)))
+                  (sly-agent-q-test-wait (lambda () rewound) 10 "the rewind")
+                  (should (equal (list ,file) (plist-get rewound :restored)))
+                  (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp"))))))
+           t)
+        (advice-remove 'sly-agent-q-server-request 'record-diff-requests)))))
 
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here

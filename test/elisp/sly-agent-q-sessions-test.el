@@ -325,7 +325,7 @@ the chat says what was repaired."
       (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
              (cost (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)))
              (header (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)))
-             (turns nil) (outcome nil))
+             (turns nil) (outcome nil) (diffs nil))
         (should (> cost 0))
         (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
                                     (lambda (r) (setq turns (append (plist-get r :turns) nil))))
@@ -333,12 +333,23 @@ the chat says what was repaired."
         (should (equal (mapcar (lambda (tu) (plist-get tu :text)) turns) '("first" "second" "third")))
         (should (equal (append (plist-get (nth 1 turns) :changed) nil)
                        (list (expand-file-name "a.txt" root) (expand-file-name "b.txt" root))))
-        (sly-agent-q-sessions-rewind id (plist-get (nth 1 turns) :turnId) t (lambda (o) (setq outcome o)))
-        (sly-agent-q-test-wait (lambda () outcome) 10 "the rewind")
+        (when (get-buffer "*sly-agent-q rewind refused*") (kill-buffer "*sly-agent-q rewind refused*"))
+        (advice-add 'sly-agent-q-server-request :before
+                    (lambda (method params &rest _)
+                      (when (eq method 'diff/hunks) (push params diffs)))
+                    '((name . record-diff-requests)))
+        (unwind-protect
+            (progn
+              (sly-agent-q-sessions-rewind id (plist-get (nth 1 turns) :turnId) t (lambda (o) (setq outcome o)))
+              (sly-agent-q-test-wait (lambda () outcome) 10 "the rewind"))
+          (advice-remove 'sly-agent-q-server-request 'record-diff-requests))
         (should (equal (sly-agent-q-sessions-test--file root "a.txt") "one\n"))
         (should-not (sly-agent-q-sessions-test--file root "b.txt"))
         (should (equal (sly-agent-q-sessions-test--file root "c.txt") "the user's c\n"))
         (should (equal (mapcar #'car (plist-get outcome :refused)) (list (expand-file-name "c.txt" root))))
+        ;; The diff of what the user changed is the server's: no line diff runs in Emacs.
+        (should (equal (mapcar (lambda (p) (list (plist-get p :old) (plist-get p :new))) diffs)
+                       '(("agent's c\n" "the user's c\n"))))
         (with-current-buffer "*sly-agent-q rewind refused*"
           (should (string-match-p "^-agent's c$" (buffer-string)))
           (should (string-match-p "^\\+the user's c$" (buffer-string))))

@@ -98,10 +98,15 @@
     (buffer-string)))
 
 (defun sly-agent-q-tools-test--call (capability &rest args)
-  "Call CAPABILITY with ARGS; check the callback ran once; return (CONTENT ERROR)."
-  (let ((calls 0) content error)
+  "Call CAPABILITY with ARGS; check the callback ran once; return (CONTENT ERROR).
+A capability that answers later (the hunks of an edit come from the
+server) is waited for."
+  (let ((calls 0) content error
+        (deadline (+ (float-time) 20)))
     (sly-agent-q-tools-call capability args
                             (lambda (c e) (cl-incf calls) (setq content c error e)))
+    (while (and (= calls 0) (< (float-time) deadline))
+      (accept-process-output nil 0.05))
     (should (= calls 1))
     (if error
         (progn (should (stringp error)) (should (null content)))

@@ -85,6 +85,14 @@ describe("JSON-RPC server", () => {
     expect(all.tools.find((t) => t.name === "describe_symbol")).toMatchObject({ runtime: "image", safetyLevel: "safe", offered: false });
   });
 
+  it("names each tool's Lisp source parameters, offered or not, for the chat to show as Lisp", async () => {
+    const h = harness();
+    const r = await init(h, { capabilities: { tools: true, image: false, approvals: true } });
+    expect(r.tools).not.toContain("eval_form");
+    expect(r.lispArguments?.eval_form).toEqual(["form"]);
+    expect(r.lispArguments?.read_file).toBeUndefined();
+  });
+
   it("answers unknown methods with MethodNotFound and keeps serving", async () => {
     const h = harness();
     await init(h);
