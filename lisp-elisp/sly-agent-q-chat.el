@@ -361,6 +361,53 @@ one line of data (`sly-agent-q-display-line'), cut when very long."
                             (sly-agent-q-display-line text 2000) face)
                            "\n"))
 
+;;;; What is said while no server is installed
+
+(defun sly-agent-q-chat-error-notice (message)
+  "Insert \"Error: MESSAGE\" as a notice in the current chat buffer.
+An error said while no server is found is marked: it stops being true
+once `sly-agent-q-install-server' installs one, and that install takes
+it away (`sly-agent-q-chat--on-install-finished')."
+  (let ((missing (condition-case nil (null (sly-agent-q-server-find)) (user-error nil))))
+    (sly-agent-q-chat--end-text)
+    (let ((start (marker-position sly-agent-q-chat--output)))
+      (sly-agent-q-chat-notice (concat "Error: " message) 'sly-agent-q-error-face)
+      (when missing
+        (let ((inhibit-read-only t) (buffer-undo-list t))
+          (put-text-property start sly-agent-q-chat--output 'sly-agent-q-server-missing t))))))
+
+(defun sly-agent-q-chat--installed-notice ()
+  "What to say once a server is installed, as the chat will find it."
+  (let ((found (condition-case nil (sly-agent-q-server-find) (user-error nil)))
+        (version (or (sly-agent-q-install-installed-version) "?")))
+    (cond ((not (eq (cdr found) 'installed))
+           (format "[The sly-agent-q server %s is installed, but the one used is %s.]"
+                   version (if found (abbreviate-file-name (car found)) "none")))
+          ((sly-agent-q-server-live-p)
+           (format "[The sly-agent-q server %s is installed: M-x sly-agent-q-restart-server \
+puts it in place of the one running.]" version))
+          (t (format "[The sly-agent-q server %s is installed: the next message starts it.]"
+                     version)))))
+
+(defun sly-agent-q-chat--on-install-finished (error)
+  "An install ended with ERROR (nil on success): correct what each chat said.
+On success, the errors saying no server is installed are taken away and
+the chat says the server is there."
+  (unless error
+    (dolist (buf (sly-agent-q-chat--buffers))
+      (with-current-buffer buf
+        (let ((inhibit-read-only t) (buffer-undo-list t) (pos (point-min)))
+          (while (setq pos (text-property-any pos sly-agent-q-chat--output
+                                              'sly-agent-q-server-missing t))
+            (let ((end (or (text-property-not-all pos sly-agent-q-chat--output
+                                                  'sly-agent-q-server-missing t)
+                           sly-agent-q-chat--output)))
+              ;; The mark covers the notice's whole line, its newline too.
+              (delete-region pos end))))
+        (sly-agent-q-chat-notice (sly-agent-q-chat--installed-notice))))))
+
+(add-hook 'sly-agent-q-install-finished-functions #'sly-agent-q-chat--on-install-finished)
+
 ;;;; Streaming
 
 (defun sly-agent-q-chat--cancel-timer ()
@@ -1011,8 +1058,7 @@ COST the turn's cost.  Runs the turn's callback and
 STATUS is `cancelled', or `failed' for MESSAGE."
   (pcase status
     ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
-    ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
-                                      'sly-agent-q-error-face))))
+    ('failed (sly-agent-q-chat-error-notice (or message "the turn failed")))))
 
 (defun sly-agent-q-chat--footer (reason steps usage cost)
   "Say in the chat how a finished turn ended.
