@@ -198,6 +198,9 @@ for the user's approval."
 (defvar-local sly-agent-q-chat--prompt-break nil
   "Overlay that puts the prompt on a line of its own.")
 (defvar-local sly-agent-q-chat--title nil "The saved conversation's title, when it was resumed.")
+(defvar-local sly-agent-q-chat--input-hold nil
+  "Why the input may not be sent yet: (MESSAGE . DEADLINE), or nil.
+See `sly-agent-q-chat-hold-input'.")
 (defvar-local sly-agent-q-chat--server-died nil
   "Non-nil when the server died since this buffer last used it.")
 
@@ -1413,10 +1416,40 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   (with-current-buffer (sly-agent-q-chat-buffer)
     (sly-agent-q-chat--set-input text)))
 
+(defun sly-agent-q-chat-hold-input (message seconds)
+  "Refuse to send the chat's input, saying MESSAGE, for at most SECONDS.
+For an input still being filled in from elsewhere (the image's answer
+is on its way).  Return the hold, for `sly-agent-q-chat-release-input'."
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (setq sly-agent-q-chat--input-hold (cons message (+ (float-time) seconds)))))
+
+(defun sly-agent-q-chat-release-input (hold)
+  "End HOLD, from `sly-agent-q-chat-hold-input', if it is still the chat's."
+  (let ((chat (sly-agent-q-chat-buffer t)))
+    (when chat
+      (with-current-buffer chat
+        (when (eq sly-agent-q-chat--input-hold hold)
+          (setq sly-agent-q-chat--input-hold nil))))))
+
+(defun sly-agent-q-chat-replace-in-input (old new)
+  "Replace the first OLD in the chat's input by NEW; non-nil if it was there.
+Only that text changes: what the user typed around it, and point, stay."
+  (let ((chat (sly-agent-q-chat-buffer t)))
+    (when chat
+      (with-current-buffer chat
+        (save-excursion
+          (goto-char sly-agent-q-chat--input)
+          (when (search-forward old nil t)
+            (replace-match new t t)
+            t))))))
+
 (defun sly-agent-q-chat-send-input ()
   "Send the input as a message."
   (interactive)
-  (let ((text (string-trim (sly-agent-q-chat--input-text))))
+  (let ((text (string-trim (sly-agent-q-chat--input-text)))
+        (hold sly-agent-q-chat--input-hold))
+    (when (and hold (< (float-time) (cdr hold)))
+      (user-error "%s" (car hold)))
     (when (and (string-empty-p text) (null sly-agent-q-chat--attachments))
       (user-error "Nothing to send"))
     (when sly-agent-q-chat--turn
