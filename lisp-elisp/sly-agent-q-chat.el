@@ -198,6 +198,9 @@ for the user's approval."
 (defvar-local sly-agent-q-chat--prompt-break nil
   "Overlay that puts the prompt on a line of its own.")
 (defvar-local sly-agent-q-chat--title nil "The saved conversation's title, when it was resumed.")
+(defvar-local sly-agent-q-chat--input-hold nil
+  "Why the input may not be sent yet: (MESSAGE . DEADLINE), or nil.
+See `sly-agent-q-chat-hold-input'.")
 (defvar-local sly-agent-q-chat--server-died nil
   "Non-nil when the server died since this buffer last used it.")
 
@@ -360,6 +363,53 @@ one line of data (`sly-agent-q-display-line'), cut when very long."
   (sly-agent-q-chat-insert (sly-agent-q-chat--notice-string
                             (sly-agent-q-display-line text 2000) face)
                            "\n"))
+
+;;;; What is said while no server is installed
+
+(defun sly-agent-q-chat-error-notice (message)
+  "Insert \"Error: MESSAGE\" as a notice in the current chat buffer.
+An error said while no server is found is marked: it stops being true
+once `sly-agent-q-install-server' installs one, and that install takes
+it away (`sly-agent-q-chat--on-install-finished')."
+  (let ((missing (condition-case nil (null (sly-agent-q-server-find)) (user-error nil))))
+    (sly-agent-q-chat--end-text)
+    (let ((start (marker-position sly-agent-q-chat--output)))
+      (sly-agent-q-chat-notice (concat "Error: " message) 'sly-agent-q-error-face)
+      (when missing
+        (let ((inhibit-read-only t) (buffer-undo-list t))
+          (put-text-property start sly-agent-q-chat--output 'sly-agent-q-server-missing t))))))
+
+(defun sly-agent-q-chat--installed-notice ()
+  "What to say once a server is installed, as the chat will find it."
+  (let ((found (condition-case nil (sly-agent-q-server-find) (user-error nil)))
+        (version (or (sly-agent-q-install-installed-version) "?")))
+    (cond ((not (eq (cdr found) 'installed))
+           (format "[The sly-agent-q server %s is installed, but the one used is %s.]"
+                   version (if found (abbreviate-file-name (car found)) "none")))
+          ((sly-agent-q-server-live-p)
+           (format "[The sly-agent-q server %s is installed: M-x sly-agent-q-restart-server \
+puts it in place of the one running.]" version))
+          (t (format "[The sly-agent-q server %s is installed: the next message starts it.]"
+                     version)))))
+
+(defun sly-agent-q-chat--on-install-finished (error)
+  "An install ended with ERROR (nil on success): correct what each chat said.
+On success, the errors saying no server is installed are taken away and
+the chat says the server is there."
+  (unless error
+    (dolist (buf (sly-agent-q-chat--buffers))
+      (with-current-buffer buf
+        (let ((inhibit-read-only t) (buffer-undo-list t) (pos (point-min)))
+          (while (setq pos (text-property-any pos sly-agent-q-chat--output
+                                              'sly-agent-q-server-missing t))
+            (let ((end (or (text-property-not-all pos sly-agent-q-chat--output
+                                                  'sly-agent-q-server-missing t)
+                           sly-agent-q-chat--output)))
+              ;; The mark covers the notice's whole line, its newline too.
+              (delete-region pos end))))
+        (sly-agent-q-chat-notice (sly-agent-q-chat--installed-notice))))))
+
+(add-hook 'sly-agent-q-install-finished-functions #'sly-agent-q-chat--on-install-finished)
 
 ;;;; Streaming
 
@@ -1027,8 +1077,7 @@ COST the turn's cost.  Runs the turn's callback and
 STATUS is `cancelled', or `failed' for MESSAGE."
   (pcase status
     ('cancelled (sly-agent-q-chat-notice "[cancelled]"))
-    ('failed (sly-agent-q-chat-notice (concat "Error: " (or message "the turn failed"))
-                                      'sly-agent-q-error-face))))
+    ('failed (sly-agent-q-chat-error-notice (or message "the turn failed")))))
 
 (defun sly-agent-q-chat--footer (reason steps usage cost)
   "Say in the chat how a finished turn ended.
@@ -1383,10 +1432,40 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   (with-current-buffer (sly-agent-q-chat-buffer)
     (sly-agent-q-chat--set-input text)))
 
+(defun sly-agent-q-chat-hold-input (message seconds)
+  "Refuse to send the chat's input, saying MESSAGE, for at most SECONDS.
+For an input still being filled in from elsewhere (the image's answer
+is on its way).  Return the hold, for `sly-agent-q-chat-release-input'."
+  (with-current-buffer (sly-agent-q-chat-buffer)
+    (setq sly-agent-q-chat--input-hold (cons message (+ (float-time) seconds)))))
+
+(defun sly-agent-q-chat-release-input (hold)
+  "End HOLD, from `sly-agent-q-chat-hold-input', if it is still the chat's."
+  (let ((chat (sly-agent-q-chat-buffer t)))
+    (when chat
+      (with-current-buffer chat
+        (when (eq sly-agent-q-chat--input-hold hold)
+          (setq sly-agent-q-chat--input-hold nil))))))
+
+(defun sly-agent-q-chat-replace-in-input (old new)
+  "Replace the first OLD in the chat's input by NEW; non-nil if it was there.
+Only that text changes: what the user typed around it, and point, stay."
+  (let ((chat (sly-agent-q-chat-buffer t)))
+    (when chat
+      (with-current-buffer chat
+        (save-excursion
+          (goto-char sly-agent-q-chat--input)
+          (when (search-forward old nil t)
+            (replace-match new t t)
+            t))))))
+
 (defun sly-agent-q-chat-send-input ()
   "Send the input as a message."
   (interactive)
-  (let ((text (string-trim (sly-agent-q-chat--input-text))))
+  (let ((text (string-trim (sly-agent-q-chat--input-text)))
+        (hold sly-agent-q-chat--input-hold))
+    (when (and hold (< (float-time) (cdr hold)))
+      (user-error "%s" (car hold)))
     (when (and (string-empty-p text) (null sly-agent-q-chat--attachments))
       (user-error "Nothing to send"))
     (when sly-agent-q-chat--turn

@@ -335,6 +335,9 @@ approval, so the call never runs in a debugger opened meanwhile."
 
 ;;;; From the debugger to the chat
 
+(defconst sly-agent-q-debugger--asking "  (asking the image for its frames…)"
+  "What stands for the frames in the chat's input until the image gives them.")
+
 (defun sly-agent-q-debugger--ask-text (buffer frames)
   "The message asking about debugger BUFFER, with FRAMES, the image's frame text."
   ;; The condition, restarts and frames are the image's text: drawn as data.
@@ -364,21 +367,24 @@ opens in another window: the debugger stays where it was."
   (let ((buffer (or buffer (current-buffer))))
     (unless (and (sly-agent-q-debugger--kind buffer) (sly-agent-q-debugger--get buffer :level))
       (user-error "Not in a Lisp debugger buffer (sly-db or sldb)"))
-    (sly-agent-q-chat-set-input
-     (sly-agent-q-debugger--ask-text buffer "  (asking the image for its frames…)"))
+    (sly-agent-q-chat-set-input (sly-agent-q-debugger--ask-text buffer sly-agent-q-debugger--asking))
     (sly-agent-q-debugger--show-chat)
     (with-current-buffer (sly-agent-q-chat-buffer) (goto-char (point-max)))
-    (let ((placeholder (sly-agent-q-chat-input-text)))
+    ;; The message without its frames is not the message: RET waits for them
+    ;; (the image answers within its timeout, or the call fails and says so).
+    (let ((hold (sly-agent-q-chat-hold-input
+                 "The debugger's frames are still coming from the image; RET sends once they are in the input"
+                 (+ sly-agent-q-image-timeout 10))))
       (sly-agent-q-debugger--run
        buffer "backtrace" `(("count" . ,sly-agent-q-debugger-ask-frames))
        (lambda (content error)
-         (let ((chat (sly-agent-q-chat-buffer t)))
-           ;; Only into the input it left: what the user typed since is theirs.
-           (when (and chat (buffer-live-p buffer)
-                      (equal (sly-agent-q-chat-input-text) placeholder))
-             (sly-agent-q-chat-set-input
-              (sly-agent-q-debugger--ask-text
-               buffer (or content (format "  (not available: %s)" error)))))))))))
+         (sly-agent-q-chat-release-input hold)
+         ;; Only the placeholder changes: what the user typed around it is theirs.
+         (sly-agent-q-chat-replace-in-input
+          sly-agent-q-debugger--asking
+          (if content
+              (sly-agent-q-display-text (string-trim-right content) 20000)
+            (format "  (not available: %s)" (sly-agent-q-display-line error)))))))))
 
 (provide 'sly-agent-q-debugger)
 ;;; sly-agent-q-debugger.el ends here

@@ -75,6 +75,10 @@ directory, or NAME@VERSION from another registry."
 (defvar sly-agent-q-install--process nil
   "The running install step (node --version or npm), or nil.")
 
+(defvar sly-agent-q-install-finished-functions nil
+  "Functions called with nil or an error message when an install ends.
+Whatever said the server is missing (the chat) says what is true now.")
+
 ;;;; Where the installed server is
 
 (defun sly-agent-q-install--recover (dir)
@@ -155,6 +159,10 @@ killed install's; a newer one may be another Emacs's install under way."
                        (abbreviate-file-name sly-agent-q-install-directory))))
       (sly-agent-q-install--log "\nDone: %s" msg)
       (message "sly-agent-q: %s" msg)))
+  (dolist (fn sly-agent-q-install-finished-functions)
+    (condition-case err
+        (funcall fn error)
+      (error (message "sly-agent-q: %s" (error-message-string err)))))
   (when callback
     (condition-case err
         (funcall callback error)

@@ -300,13 +300,24 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
       (setq inline-start (match-end 0))))
     (sly-agent-q-markdown--render-inline inline-start eol)))
 
+(defconst sly-agent-q-markdown--address-regexp
+  (let* ((plain "[^()\n[:space:]\\]\\|\\\\.")
+         (inner (concat "(\\(?:" plain "\\)*)"))
+         (nested (concat "(\\(?:" plain "\\|" inner "\\)*)")))
+    (concat "<[^>\n]*>\\|\\(?:" plain "\\|" nested "\\)+"))
+  "A link's address: in <>, or with parentheses in it balanced.
+As CommonMark reads it, an address may hold balanced parentheses
+\(Lisp_(language)) and escaped ones; the link ends at the parenthesis
+that closes it.  Two levels of nesting are read, which addresses do not
+go past.")
+
 (defun sly-agent-q-markdown--render-links (start end)
   "Render the links [text](address) between START and END.
 The text is shown as a link and the address after it: the text alone
 could pass for another address."
   (goto-char start)
   (while (re-search-forward
-          (concat "\\(\\[\\)\\([^]\n]+\\)\\(](\\)\\(<[^>\n]*>\\|[^)\n[:space:]]+\\)"
+          (concat "\\(\\[\\)\\([^]\n]+\\)\\(](\\)\\(" sly-agent-q-markdown--address-regexp "\\)"
                   ;; An optional title: shown too, after the address.
                   "\\(?:[ \t]+\\(?:\"[^\"\n]*\"\\|'[^'\n]*'\\)\\)?[ \t]*\\()\\)")
           end t)

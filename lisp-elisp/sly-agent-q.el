@@ -120,7 +120,7 @@ When no server is found, offer to install it with npm first."
          (report (lambda (_conn err)
                    (when (and err (buffer-live-p buf))
                      (with-current-buffer buf
-                       (sly-agent-q-chat-notice (concat "Error: " err) 'sly-agent-q-error-face)))))
+                       (sly-agent-q-chat-error-notice err)))))
          (missing (condition-case nil (null (sly-agent-q-server-find)) (user-error nil))))
     (if (and missing
              (called-interactively-p 'interactive)

@@ -537,6 +537,53 @@ it before sending, REQUEST the approval's request."
         (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat-set-input ""))
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-ask-return-before-the-frames-waits-for-them ()
+  "RET in the chat right after the debugger was sent there, before the image's frames came:
+nothing is sent, and the user is told the frames are coming; once they are in, RET sends them."
+  (e2e-connect)
+  (sly-agent-q-test-with-server '((steps . [((content . [((type . "text") (text . "Seen the frames."))]))]))
+    (e2e-reset-fixture)
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+    (let (buffer)
+      (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+      (setq buffer (car (e2e-debugger-buffers)))
+      (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
+      (unwind-protect
+          (progn
+            (with-current-buffer buffer (sly-agent-q-debugger-ask))
+            ;; At once, as a quick user presses RET: the image has not answered yet.
+            (with-current-buffer (sly-agent-q-chat-buffer)
+              (goto-char (point-max))
+              (should (string-match-p "asking the image for its frames" (sly-agent-q-chat-input-text)))
+              (let ((err (should-error (sly-agent-q-chat-return) :type 'user-error)))
+                (should (string-match-p "frames" (cadr err))))
+              ;; Nothing was sent: no turn, the input still there, nothing in the transcript.
+              (should-not sly-agent-q-chat--turn)
+              (should-not (string-match-p "^You:" (buffer-substring-no-properties (point-min) sly-agent-q-chat--input))))
+            (sly-agent-q-test-wait (lambda () (string-match-p "TOTAL-INPUT" (sly-agent-q-chat-input-text)))
+                                   20 "the image's frames in the chat's input")
+            (let* ((outcome nil)
+                   (hook (lambda (plist) (setq outcome plist))))
+              (add-hook 'sly-agent-q-turn-finished-hook hook)
+              (unwind-protect
+                  (progn
+                    (with-current-buffer (sly-agent-q-chat-buffer)
+                      (goto-char (point-max))
+                      (sly-agent-q-chat-return))
+                    (sly-agent-q-test-wait (lambda () outcome) 60 "the turn"))
+                (remove-hook 'sly-agent-q-turn-finished-hook hook))
+              (should (eq (plist-get outcome :status) 'finished)))
+            ;; What the model got is the frames, never the placeholder.
+            (let ((sent (format "%S" (sly-agent-q-test-mock-requests))))
+              (should (string-match-p "TOTAL-INPUT" sent))
+              (should-not (string-match-p "asking the image for its frames" sent))))
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (e2e-reset-fixture)))))
+
 (ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
   "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."
   (e2e-with-agent "debugger-restart.json"

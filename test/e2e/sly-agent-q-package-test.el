@@ -256,6 +256,61 @@ installs it from an npm pack tarball, and a turn completes against the mock."
       (delete-directory home t)
       (delete-directory (file-name-directory tarball) t))))
 
+;;;; What the chat says about the server, before and after its install
+
+(ert-deftest e2e-package-chat-after-install-says-installed ()
+  "The chat opened before the server was installed said it is not installed; once
+`sly-agent-q-install-server' installed it, the chat no longer says so, but that it is installed,
+and the next message runs against it."
+  (unless (and (executable-find "npm") (sly-agent-q-test-mock-available-p))
+    (ert-skip "npm, node or the bundle (make build) is missing"))
+  (let* ((archive (e2e-package-from-git))
+         (tarball (sly-agent-q-test-npm-pack))
+         (home (file-name-as-directory (make-temp-file "agent-q-user" t)))
+         (elpa (expand-file-name "elpa" home))
+         (install-dir (file-name-as-directory (expand-file-name "server" home)))
+         (project (file-name-as-directory (expand-file-name "project" home)))
+         (url (sly-agent-q-test-start-mock
+               (json-read-file (expand-file-name "test/e2e/scripts/package-install.json" sly-agent-q-test-root)))))
+    (make-directory project t)
+    (unwind-protect
+        (let* ((chat-text '(with-current-buffer "*sly-agent-q*"
+                             (replace-regexp-in-string "\n" "\\\\n" (buffer-substring-no-properties
+                                                                     (point-min) (point-max)))))
+               (out (e2e-package-run-user
+                     (append
+                      (e2e-package-user-setup elpa install-dir archive)
+                      `((setq sly-agent-q-provider "anthropic" sly-agent-q-base-url ,url
+                              sly-agent-q-api-key "test-key" sly-agent-q-project-root ,project)
+                        ;; The chat opened, and a message sent, with no server yet.
+                        (sly-agent-q)
+                        (let (outcome)
+                          (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
+                          (e2e-wait (lambda () outcome) 30)
+                          (princ (format "FIRST=%s\n" (plist-get outcome :status))))
+                        (princ (format "BEFORE=%s\n" ,chat-text))
+                        ,(e2e-package-install-form tarball "INSTALL")
+                        (princ (format "AFTER=%s\n" ,chat-text))
+                        (let (outcome)
+                          (sly-agent-q-send "Where am I now?" (lambda (o) (setq outcome o)))
+                          (e2e-wait (lambda () outcome) 60)
+                          (princ (format "SECOND=%s\n" (plist-get outcome :status))))
+                        (sly-agent-q-server-stop)))))
+               (before (e2e-package-field "BEFORE" out))
+               (after (e2e-package-field "AFTER" out)))
+          (should (equal (e2e-package-field "FIRST" out) "failed"))
+          (should (string-match-p "server is not installed" before))
+          (should (equal (e2e-package-field "INSTALL" out) "nil"))
+          ;; Installed: nothing in the chat says otherwise, and it says what is true now.
+          (should-not (string-match-p "not installed" after))
+          (should (string-match-p "server 0\\.1\\.0 is installed" after))
+          ;; The conversation before the install is still there.
+          (should (string-match-p "You: Where am I\\?" after))
+          (should (equal (e2e-package-field "SECOND" out) "finished")))
+      (sly-agent-q-test-stop-mock)
+      (delete-directory home t)
+      (delete-directory (file-name-directory tarball) t))))
+
 ;;;; The npm route: published to a real registry on loopback, installed as a user installs it
 
 (defun e2e-package-verdaccio ()

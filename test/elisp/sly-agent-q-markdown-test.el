@@ -188,6 +188,36 @@ markdown-mode hides such a link's address and title, so the text
                                                  when (or (invisible-p i) (get-text-property i 'display))
                                                  concat (buffer-substring-no-properties i (1+ i)))))))))))
 
+(ert-deftest sly-agent-q-markdown-link-address-with-parentheses ()
+  "A link's address with balanced parentheses is shown whole, by either renderer: the link ends
+at the parenthesis that closes it, not at the address's first one; no letter or digit is hidden."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (dolist (mm '(nil t))
+    (pcase-dolist (`(,text . ,shown)
+                   '(("See [x](https://en.wikipedia.org/wiki/Lisp_(language)) now\n"
+                      . "See x <https://en.wikipedia.org/wiki/Lisp_(language)> now\n")
+                     ;; In a parenthesis of the prose: the last ")" is the prose's.
+                     ("(see [Lisp](http://127.0.0.1/Lisp_(lang)))\n"
+                      . "(see Lisp <http://127.0.0.1/Lisp_(lang)>)\n")
+                     ;; Nested, and a title after it.
+                     ("A [f](http://127.0.0.1/f(a(b))c \"T\") b\n"
+                      . "A f <http://127.0.0.1/f(a(b))c \"T\"> b\n")
+                     ;; Unbalanced: the address ends at its first \")\", the rest is prose.
+                     ("B [y](http://127.0.0.1/a) b) c\n"
+                      . "B y <http://127.0.0.1/a> b) c\n")))
+      (let ((sly-agent-q-markdown-use-markdown-mode mm))
+        (with-temp-buffer
+          (insert (sly-agent-q-markdown-render-string text))
+          (add-to-invisibility-spec 'sly-agent-q-markup)
+          (should (equal (list mm (sly-agent-q-markdown-test--visible (point-min) (point-max)))
+                         (list mm shown)))
+          (should-not (string-match-p "[[:alnum:]]"
+                                      (cl-loop for i from (point-min) below (point-max)
+                                               when (or (invisible-p i) (get-text-property i 'display))
+                                               concat (buffer-substring-no-properties i (1+ i))))))))))
+
 (ert-deftest sly-agent-q-markdown-streaming-cost-grows-with-the-answer ()
   "Rendering an answer line by line as it streams gives markdown-mode each line's paragraph,
 not thousands of characters before it again and again (4000 characters of prose took markdown-mode

@@ -114,8 +114,28 @@ its diff stays on the screen."
     (let ((screen (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the header line cleared")))
       (should-not (string-match-p "cancelling" screen)))))
 
+(defconst sly-agent-q-chat-screen-test--warning-package
+  ";;; saq-throwaway.el --- A package whose compilation warns  -*- lexical-binding: t; -*-
+(defun saq-throwaway-value () saq-throwaway-free-variable)
+;;; saq-throwaway.el ends here
+"
+  "A user's package that native compilation warns about (a free variable).")
+
+(defun sly-agent-q-chat-screen-test--eval (form)
+  "Evaluate FORM in the session with M-:, as a user does; return what the echo area shows."
+  (sly-agent-q-tui-keys "M-:")
+  (sly-agent-q-tui-wait "Eval:" 10 "the M-: prompt")
+  (sly-agent-q-tui-type (prin1-to-string form))
+  (sly-agent-q-tui-keys "Enter")
+  (let ((deadline (+ (float-time) 10)))
+    (while (and (string-match-p "Eval:" (sly-agent-q-tui-screen)) (< (float-time) deadline))
+      (sly-agent-q-test-sleep 0.2)))
+  (car (last (cl-remove-if #'string-empty-p (sly-agent-q-tui-lines)))))
+
 (ert-deftest sly-agent-q-tui-no-warnings-window ()
-  "make run opens no *Warnings* window (about native compilation or anything else)."
+  "make run opens no *Warnings* window (about native compilation or anything else).
+Native compilation is made to warn, as it does of a package the user
+loads: the warning is logged in *Warnings*, and no window shows it."
   (sly-agent-q-tui-with-run (:layout t :width 160 :height 40)
     ;; Native compilation's warnings come asynchronously, as its jobs end: watch for them a while.
     (let ((deadline (+ (float-time) 30)))
@@ -127,7 +147,41 @@ its diff stays on the screen."
       (should (string-match-p "CL-USER>" screen))
       (should (string-match-p "\\[ready\\]" screen))
       ;; Before the first message the server has not been used: nothing says it is not running.
-      (should-not (string-match-p "server not running\\|server stopped" screen)))))
+      (should-not (string-match-p "server not running\\|server stopped" screen)))
+    ;; A package with a warning, compiled to native code in the background as Emacs does.
+    (let* ((dir (make-temp-file "agent-q-tui-package" t))
+           (file (expand-file-name "saq-throwaway.el" dir))
+           ;; Not typed on the screen: the buffer's name is what the screen is searched for.
+           (logged `(let ((b (get-buffer (format "*%s*" "Warnings"))))
+                      (intern (concat "saq-warning-"
+                                      (if (and b (with-current-buffer b
+                                                   (string-search "saq-throwaway-free-variable" (buffer-string))))
+                                          "logged" "not-yet"))))))
+      (unwind-protect
+          (progn
+            (with-temp-file file (insert sly-agent-q-chat-screen-test--warning-package))
+            ;; A first run queues dozens of the system's files for native
+            ;; compilation, one job at a time: the package goes first in the queue
+            ;; (the same queue and workers), so that it is compiled within the test.
+            (should (equal "saq-compiling"
+                           (sly-agent-q-chat-screen-test--eval
+                            `(let ((queued comp-files-queue))
+                               (setq comp-files-queue nil)
+                               (native-compile-async ,file)
+                               (setq comp-files-queue (append comp-files-queue queued))
+                               'saq-compiling))))
+            (let ((deadline (+ (float-time) 120)) (seen nil))
+              (while (and (not seen) (< (float-time) deadline))
+                (sly-agent-q-test-sleep 2)
+                (setq seen (or (string-match-p "\\*Warnings\\*" (sly-agent-q-tui-screen))
+                               (string-match-p "saq-warning-logged"
+                                               (sly-agent-q-chat-screen-test--eval logged))))))
+            ;; The compilation warned (it is in *Warnings*), and no window shows it.
+            (let ((screen (sly-agent-q-tui-screen)))
+              (should-not (string-match-p "\\*Warnings\\*" screen))
+              (should (string-match-p "saq-warning-logged" (sly-agent-q-chat-screen-test--eval logged)))
+              (should-not (string-match-p "\\*Warnings\\*" (sly-agent-q-tui-screen)))))
+        (delete-directory dir t)))))
 
 (ert-deftest sly-agent-q-tui-approval-shows-the-lisp-form-as-lisp ()
   "An eval_form approval shows its form as Lisp, not a JSON string; C-c C-e edits it in Lisp mode."
