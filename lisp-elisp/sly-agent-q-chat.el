@@ -561,12 +561,15 @@ LABELS name the message's attachments."
       (error (format "%S" value)))))
 
 (defun sly-agent-q-chat--lisp-summary (form)
-  "The Lisp source FORM as a summary: its first line, drawn as data.
-An ellipsis at its end says that there was more."
-  (let* ((text (string-trim form))
-         (nl (string-search "\n" text))
-         (first (string-trim-right (if nl (substring text 0 nl) text))))
-    (concat (sly-agent-q-display-line first 60) (if nl "…" ""))))
+  "The Lisp source FORM as a summary: its first line's start, drawn as data.
+An ellipsis at its end says that there was more.  Only the start of
+FORM is looked at, however long it is."
+  (let* ((start (or (string-match-p "[^ \t\n\r]" form) (length form)))
+         (nl (string-search "\n" form start))
+         (end (min (or nl (length form)) (+ start 60)))
+         (more (string-match-p "[^ \t\n\r]" form end)))
+    (concat (sly-agent-q-display-line (string-trim-right (substring form start end)) t)
+            (if more "…" ""))))
 
 (defun sly-agent-q-chat--summarize-arguments (args &optional lisp)
   "A short one-line rendering of the tool arguments ARGS (a plist).

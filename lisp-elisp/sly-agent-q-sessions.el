@@ -269,26 +269,29 @@ CHOICES is the list of turns conversation/turns answers."
 
 (defun sly-agent-q-sessions--refused-diff (refused &optional then)
   "Show the diffs of REFUSED, a list of (NAME EXPECTED CURRENT), in a buffer.
-The server computes them; the buffer is shown once they came, then
-THEN, if non-nil, is called with no argument.  Never waits."
-  (sly-agent-q-diff-texts-later
-   ;; The name and both texts are from outside (the agent wrote them).
-   (mapcar (pcase-lambda (`(,name ,expected ,current))
-             (list (sly-agent-q-display-line name t) (or expected "") current))
-           refused)
-   (lambda (diffs)
-     (let ((buffer (get-buffer-create "*sly-agent-q rewind refused*")))
-       (with-current-buffer buffer
-         (let ((inhibit-read-only t))
-           (erase-buffer)
-           (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
-                   "Each diff goes from what the agent left to what is there now.\n\n")
-           (dolist (diff diffs)
-             (insert (sly-agent-q-display-text diff) "\n")))
-         (diff-mode)
-         (setq buffer-read-only t))
-       (unless noninteractive (display-buffer buffer)))
-     (when then (funcall then)))))
+Return the buffer.  The server computes the diffs: the buffer is
+filled and shown once they came, then THEN, if non-nil, is called
+with no argument.  Never waits."
+  (let ((buffer (get-buffer-create "*sly-agent-q rewind refused*")))
+    (sly-agent-q-diff-texts-later
+     ;; The name and both texts are from outside (the agent wrote them).
+     (mapcar (pcase-lambda (`(,name ,expected ,current))
+               (list (sly-agent-q-display-line name t) (or expected "") current))
+             refused)
+     (lambda (diffs)
+       (when (buffer-live-p buffer)
+         (with-current-buffer buffer
+           (let ((inhibit-read-only t))
+             (erase-buffer)
+             (insert "These were changed since the agent changed them, so the rewind left them alone.\n"
+                     "Each diff goes from what the agent left to what is there now.\n\n")
+             (dolist (diff diffs)
+               (insert (sly-agent-q-display-text diff) "\n")))
+           (diff-mode)
+           (setq buffer-read-only t))
+         (unless noninteractive (display-buffer buffer)))
+       (when then (funcall then))))
+    buffer))
 
 (defun sly-agent-q-sessions-apply-rewind (restore)
   "Put back the files and buffers of RESTORE (conversation/rewind's list).

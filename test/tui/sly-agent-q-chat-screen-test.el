@@ -204,7 +204,12 @@ loads: the warning is logged in *Warnings*, and no window shows it."
       (should (cl-some (lambda (l) (string-match-p "(format nil \"~a-~a\" \"forty\" 2)\\s-*$" l)) lines))
       (let ((box (seq-filter (lambda (l) (string-match-p "┃" l)) lines)))
         (should (member "  ┃   ╎ form:" box))
-        (should-not (cl-some (lambda (l) (string-match-p "form: \"\\|\\\\\"" l)) box))))
+        (should-not (cl-some (lambda (l) (string-match-p "form: \"\\|\\\\\"" l)) box)))
+      ;; The chat's line of the call shows the form as Lisp too, not as a JSON string.
+      (let ((entry (cl-find-if (lambda (l) (string-search "eval_form (" l)) lines)))
+        (should entry)
+        (should (string-search "form=(format nil \"~a-~a\" \"forty\" 2)" entry))
+        (should-not (string-search "\\\"" entry))))
     (sly-agent-q-tui-keys "C-c" "C-e")
     (let ((screen (sly-agent-q-tui-wait "The Lisp form of eval_form" 20 "the form's editing buffer")))
       (sly-agent-q-tui-snapshot "approval-lisp-edit")
