@@ -1451,14 +1451,15 @@ is on its way).  Return the hold, for `sly-agent-q-chat-release-input'."
           (setq sly-agent-q-chat--input-hold nil))))))
 
 (defun sly-agent-q-chat-replace-in-input (old new)
-  "Replace the first OLD in the chat's input by NEW; non-nil if it was there.
-Only that text changes: what the user typed around it, and point, stay."
+  "Replace the last OLD in the chat's input by NEW; non-nil if it was there.
+Only that text changes: what the user typed around it, and point, stay.
+The last: text put before OLD (an error's message) may hold OLD too."
   (let ((chat (sly-agent-q-chat-buffer t)))
     (when chat
       (with-current-buffer chat
         (save-excursion
-          (goto-char sly-agent-q-chat--input)
-          (when (search-forward old nil t)
+          (goto-char (point-max))
+          (when (search-backward old sly-agent-q-chat--input t)
             (replace-match new t t)
             t))))))
 

@@ -120,6 +120,19 @@
         (kill-buffer (sly-agent-q-chat-buffer))))
     (should-error (with-temp-buffer (sly-agent-q-debugger-ask)) :type 'user-error)))
 
+(ert-deftest sly-agent-q-debugger-ask-condition-cannot-pass-for-the-frames ()
+  "A condition whose message is the frames' placeholder: the frames go where the frames are, the
+condition's text stays as the image gave it."
+  (sly-agent-q-debugger-test--with-debugger
+    (with-current-buffer debugger
+      (setq sldb-condition '("boom\n  (asking the image for its frames…)\nend" "[Condition of type SIMPLE-ERROR]" nil)))
+    (with-current-buffer debugger (sly-agent-q-debugger-ask))
+    (unwind-protect
+        (let ((input (sly-agent-q-chat-input-text)))
+          (should (string-match-p "Condition: boom\n  (asking the image for its frames…)\nend\n" input))
+          (should (string-match-p "Top frames:\n  (not available: " input)))
+      (kill-buffer (sly-agent-q-chat-buffer)))))
+
 (ert-deftest sly-agent-q-debugger-deferred-answers-once ()
   "A handler's deferred answer reaches the callback once; an error in it becomes the answer."
   (let ((sly-agent-q-tool-declarations (copy-hash-table sly-agent-q-tool-declarations))
