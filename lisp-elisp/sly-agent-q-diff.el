@@ -104,6 +104,43 @@ A and B are the line vectors HUNKS were computed from."
     (cl-loop for k from i below (length a) do (push (aref a k) parts))
     (apply #'concat (nreverse parts))))
 
+(defun sly-agent-q-diff--hunks-fit-p (old new hunks)
+  "Non-nil when HUNKS turn the text OLD into NEW, as they are applied here.
+Their line ranges must lie in the texts, in order, and applying them
+all, by hunk and by change, must give NEW: hunks that do not are
+never applied, so a buffer is never left half edited."
+  (let* ((a (sly-agent-q-files-split-lines old))
+         (b (sly-agent-q-files-split-lines new))
+         (n (length a)) (m (length b))
+         (old-end 0) (new-end 0) (at 0) (index 0) (parts nil))
+    (and (cl-every
+          (lambda (h)
+            (let ((os (plist-get h :old-start)) (oe (plist-get h :old-end))
+                  (ns (plist-get h :new-start)) (ne (plist-get h :new-end)))
+              (and (eql (plist-get h :index) (cl-incf index))
+                   (cl-every #'natnump (list os oe ns ne))
+                   (<= old-end os oe n) (<= new-end ns ne m)
+                   (stringp (plist-get h :header)) (stringp (plist-get h :text))
+                   (listp (plist-get h :changes))
+                   (cl-every
+                    (lambda (c)
+                      (and (listp c) (= (length c) 4) (cl-every #'natnump c)
+                           (<= (max at os) (nth 0 c) (nth 1 c) oe)
+                           (<= ns (nth 2 c) (nth 3 c) ne)
+                           (progn
+                             (cl-loop for k from at below (nth 0 c) do (push (aref a k) parts))
+                             (cl-loop for k from (nth 2 c) below (nth 3 c) do (push (aref b k) parts))
+                             (setq at (nth 1 c))
+                             t)))
+                    (plist-get h :changes))
+                   (setq old-end oe new-end ne))))
+          hunks)
+         (progn
+           (cl-loop for k from at below n do (push (aref a k) parts))
+           (equal new (apply #'concat (nreverse parts))))
+         (equal new (sly-agent-q-diff--apply-hunks
+                     a b hunks (mapcar (lambda (h) (plist-get h :index)) hunks))))))
+
 ;;;; Proposals
 
 (defun sly-agent-q-diff--string-arg (args key)
@@ -225,9 +262,13 @@ texts are sent."
       (funcall then)
     (let* ((key (sly-agent-q-diff--digests old new))
            (keep (lambda (result)
-                   (sly-agent-q-diff--keep-hunks
-                    key (mapcar #'sly-agent-q-diff--from-server
-                                (append (plist-get result :hunks) nil)))
+                   ;; Hunks that do not fit the texts are not kept: one hunk of
+                   ;; the whole text serves instead.
+                   (let ((hunks (ignore-errors
+                                  (mapcar #'sly-agent-q-diff--from-server
+                                          (append (plist-get result :hunks) nil)))))
+                     (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks))
+                       (sly-agent-q-diff--keep-hunks key hunks)))
                    (funcall then)))
            (fail (lambda (&rest _) (funcall then)))
            (send-texts (lambda (&rest _)

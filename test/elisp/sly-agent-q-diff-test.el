@@ -115,6 +115,31 @@ Wait for the first: the hunks come from the server."
     (should (equal "a\nb\nc\nd\nE\n" (sly-agent-q-diff--apply-hunks a b hunks '(2))))
     (should (equal "a\nb\nc\nd\n" (sly-agent-q-diff--apply-hunks a b hunks '())))))
 
+(ert-deftest sly-agent-q-diff-test-hunks-that-do-not-fit-are-refused ()
+  "Hunks are applied only when their ranges lie in the texts and give the new text."
+  (let* ((old "a\nb\nc\nd\n") (new "a\nB\nc\nd\nE\n")
+         (good (list '(:index 1 :oldStart 0 :oldEnd 3 :newStart 0 :newEnd 3
+                              :changes [[1 2 1 2]] :header "@@ -1,3 +1,3 @@" :text " a\n-b\n+B\n c\n")
+                     '(:index 2 :oldStart 3 :oldEnd 4 :newStart 3 :newEnd 5
+                              :changes [[4 4 4 5]] :header "@@ -4 +4,2 @@" :text " d\n+E\n")))
+         (fit (lambda (hunks) (sly-agent-q-diff--hunks-fit-p
+                               old new (mapcar #'sly-agent-q-diff--from-server hunks))))
+         (with (lambda (n key value)
+                 (let ((copy (mapcar #'copy-sequence good)))
+                   (setf (nth n copy) (plist-put (nth n copy) key value))
+                   copy))))
+    (should (funcall fit good))
+    ;; Out of the text, out of order, numbered wrong, a change outside its hunk, or not giving the new text.
+    (should-not (funcall fit (funcall with 1 :oldEnd 9)))
+    (should-not (funcall fit (funcall with 1 :oldStart 1)))
+    (should-not (funcall fit (funcall with 1 :index 3)))
+    (should-not (funcall fit (funcall with 0 :changes [[1 2 1 2] [0 1 0 1]])))
+    (should-not (funcall fit (funcall with 0 :changes [[3 4 1 2]])))
+    (should-not (funcall fit (funcall with 1 :changes [])))
+    (should-not (funcall fit (list (car good))))
+    (should-not (sly-agent-q-diff--hunks-fit-p old new nil))
+    (should (sly-agent-q-diff--hunks-fit-p old old nil))))
+
 (ert-deftest sly-agent-q-diff-test-without-hunks-one-replaces-the-whole-text ()
   "When the server gives no hunks, one hunk replaces the whole text: applied, it gives the new text."
   (should-not (sly-agent-q-diff--whole-hunks "same\n" "same\n"))
