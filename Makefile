@@ -5,7 +5,7 @@
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps generate test test-server test-cl test-elisp test-e2e test-security test-tui lint typecheck run package release bench clean
+.PHONY: all build deps generate test test-server test-cl test-elisp test-e2e test-security test-tui screens lint typecheck run package release bench clean
 
 all: build
 
@@ -47,6 +47,11 @@ test-security: build
 # The chat on a real terminal: make run under tmux, the screen captured and asserted (test/tui).
 test-tui: build
 	@bash -c '. scripts/vendor-sly.sh; exec test/tui/run.sh'
+
+# The README's text captures of the chat, rewritten from the screens the terminal suite keeps.
+screens: build
+	@bash -c '. scripts/vendor-sly.sh; dir="$$(mktemp -d)"; SAQ_TUI_SNAPSHOTS="$$dir" test/tui/run.sh; \
+	  node scripts/readme-screens.mjs "$$dir"; status=$$?; rm -rf "$$dir"; exit $$status'
 
 clean:
 	rm -rf dist

@@ -199,7 +199,7 @@ loads: the warning is logged in *Warnings*, and no window shows it."
     (sly-agent-q-tui-keys "Enter")
     (let* ((screen (sly-agent-q-tui-wait "^ \\[awaiting approval" 60 "the approval"))
            (lines (split-string screen "\n")))
-      (sly-agent-q-tui-snapshot "approval-lisp-form")
+      (sly-agent-q-tui-snapshot "approval-lisp-form-strings")
       ;; The form's own text, its strings' quotes as typed: no JSON string around it.
       (should (cl-some (lambda (l) (string-match-p "(format nil \"~a-~a\" \"forty\" 2)\\s-*$" l)) lines))
       (let ((box (seq-filter (lambda (l) (string-match-p "┃" l)) lines)))
