@@ -258,15 +258,19 @@ connection; a no-op where that cannot be done.  Never signals."
          (t "source unknown"))))))
 
 (defun definitions-of (name)
-  "The backend's definitions of NAME: a list of (DSPEC LOCATION), or NIL."
-  (when (backend-implemented-p "FIND-DEFINITIONS")
-    (let ((result (ignore-errors (bcall "FIND-DEFINITIONS" name))))
-      (and (listp result) result))))
+  "The definitions of NAME: a list of (DSPEC LOCATION), or NIL.  From
+the backend, or where it cannot find the source of code loaded from a
+fasl (CLISP), from the Lisp's records (locations.lisp)."
+  (cond ((recorded-definitions-p) (definitions-from-records name))
+        ((backend-implemented-p "FIND-DEFINITIONS")
+         (let ((result (ignore-errors (bcall "FIND-DEFINITIONS" name))))
+           (and (listp result) result)))))
 
 (defun source-location-of (object)
-  "The backend's source location of OBJECT (a method, class...), or NIL."
-  (when (backend-implemented-p "FIND-SOURCE-LOCATION")
-    (ignore-errors (bcall "FIND-SOURCE-LOCATION" object))))
+  "The source location of OBJECT (a method, class...), or NIL."
+  (or (and (recorded-definitions-p) (object-location-from-records object))
+      (when (backend-implemented-p "FIND-SOURCE-LOCATION")
+        (ignore-errors (bcall "FIND-SOURCE-LOCATION" object)))))
 
 
 ;;;; Threads started by user code

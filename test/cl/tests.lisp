@@ -37,6 +37,8 @@
      "NOT DONE on this Lisp: printing a hostile frame inside the debugger is not bounded yet (the test hangs)")
     (:statistical-profiler saq-portable:statistical-profiler-p
      "profile_eval needs SBCL's SB-SPROF (it refuses clearly elsewhere)")
+    (:fasl-names-its-source saq-portable:fasl-names-its-source-p
+     "this Lisp's fasls do not name their source: the source of one compiled away from it outside ASDF is unknown (ASDF's are mapped back, tested in definitions-of-asdf-loaded-code)")
     (:debugger-hook saq-portable:debugger-hook-portable-p
      "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's"))
   "Capability, the function that says whether this Lisp has it, and
@@ -201,7 +203,13 @@ another Lisp)."
     (is (has r "MY-APP:PROCESS-DATA" "external in MY-APP"
              "Function: (PROCESS-DATA ITEMS &KEY (SCALE *SCALE*))"
              "Multiply every number in ITEMS"
-             "(DEFUN PROCESS-DATA)" "my-app.lisp:"))))
+             "(DEFUN PROCESS-DATA)"))))
+
+(deftest describe-function-source-of-a-fasl-compiled-elsewhere
+  (:needs :fasl-names-its-source)
+  ;; The fixture is compiled into test/.work/, away from its source.
+  (is (has (tool "describe_symbol" "symbol" "process-data" "package" "MY-APP")
+           "(DEFUN PROCESS-DATA)" "my-app.lisp:")))
 
 (deftest describe-variable-class-generic-macro
   (let ((r (tool "describe_symbol" "symbol" "my-app:*scale*")))
@@ -985,7 +993,7 @@ own, that are still alive: what a tool must not leave behind."
            (is (has (tool "eval_form" "package" "MY-APP" "form"
                           "(serialize-to-string (make-instance 'my-class :name \"n\" :items '(1 2)))")
                     "\"{\\\"n\\\": [1, 2]}\""))
-           (is (has (tool "method_specializers" "generic_function" "my-app:serialize")
+           (is (has (tool "method_specializers" "generic_function" "serialize" "package" "MY-APP")
                     "4 methods" "(MY-APP:MY-CLASS T)")))
       (let ((method (find-method gf '() (list (find-class (find-symbol "MY-CLASS" "MY-APP"))
                                                (find-class t))
@@ -1163,6 +1171,22 @@ FiveAM's run of the suite), and load the changed .asd."
     (tool "compile_form" "form" "(defun cl-user::saq-repl-only () 1)")
     (is (has (tool "find_definition" "symbol" "cl-user::saq-repl-only") "no source recorded"))
     (is (has (tool "definition_edit" "symbol" "cl-user::saq-repl-only") "no source location"))))
+
+(deftest definitions-of-asdf-loaded-code
+  ;; Compiled by ASDF into its output cache, away from the source.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((file (namestring (project-file "my-app.lisp"))))
+      (is (has (tool "describe_symbol" "symbol" "my-app:process-data")
+               "(DEFUN MY-APP:PROCESS-DATA)" (format nil "~A:42" file)))
+      (is (has (tool "describe_symbol" "symbol" "my-app:with-scale")
+               "(DEFMACRO MY-APP:WITH-SCALE)" (format nil "~A:22" file)))
+      (is (has (tool "method_specializers" "generic_function" "serialize" "package" "MY-APP")
+               "(STRING T)  ((OBJECT STRING) STREAM)" (format nil "~A:93" file)))
+      ;; (The class may still be recorded in the fixture's file, which
+      ;; defined it the same way before.)
+      (is (has (tool "find_definition" "symbol" "my-app:my-class")
+               "(DEFCLASS MY-APP:MY-CLASS)" "my-app.lisp:63" "(defclass my-class ()")))))
 
 (deftest definition-edit-checks-the-text-and-the-file
   (with-project ()
