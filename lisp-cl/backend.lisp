@@ -217,6 +217,10 @@ connection; a no-op where that cannot be done.  Never signals."
       (when (consp position)
         (case (first position)
           (:position (and (integerp (second position)) (second position)))
+          ;; CLISP's backend locates by line: the line's first character.
+          (:line (let ((file (location-file location)))
+                   (and file (integerp (second position)) (plusp (second position))
+                        (file-line-start file (second position)))))
           (:offset (and (integerp (second position))
                         (integerp (third position))
                         (+ (second position) (third position)))))))))
@@ -231,6 +235,20 @@ connection; a no-op where that cannot be done.  Never signals."
            (let ((char (read-char in nil nil)))
              (cond ((null char) (return nil))
                    ((char= char #\Newline) (incf line))))))))))
+
+(defun file-line-start (file line)
+  "The 1-based character position where the 1-based LINE of FILE starts, or NIL."
+  (ignore-errors
+   (with-open-file (in file :direction :input :if-does-not-exist nil
+                            :external-format (utf-8-format))
+     (when in
+       (let ((position 1) (at 1))
+         (loop while (< at line)
+               do (let ((char (read-char in nil nil)))
+                    (cond ((null char) (return-from file-line-start nil))
+                          ((char= char #\Newline) (incf at)))
+                    (incf position)))
+         position)))))
 
 (defun format-location (location)
   "A short description of a backend LOCATION for the model."
@@ -258,15 +276,96 @@ connection; a no-op where that cannot be done.  Never signals."
          (t "source unknown"))))))
 
 (defun definitions-of (name)
-  "The backend's definitions of NAME: a list of (DSPEC LOCATION), or NIL."
-  (when (backend-implemented-p "FIND-DEFINITIONS")
-    (let ((result (ignore-errors (bcall "FIND-DEFINITIONS" name))))
-      (and (listp result) result))))
+  "The definitions of NAME: a list of (DSPEC LOCATION), or NIL.  From
+the backend, or where it cannot find the source of code loaded from a
+fasl (CLISP), from the Lisp's records (locations.lisp)."
+  (cond ((recorded-definitions-p) (definitions-from-records name))
+        ((backend-implemented-p "FIND-DEFINITIONS")
+         (let ((result (ignore-errors (bcall "FIND-DEFINITIONS" name))))
+           (and (listp result) result)))))
 
 (defun source-location-of (object)
-  "The backend's source location of OBJECT (a method, class...), or NIL."
-  (when (backend-implemented-p "FIND-SOURCE-LOCATION")
-    (ignore-errors (bcall "FIND-SOURCE-LOCATION" object))))
+  "The source location of OBJECT (a method, class...), or NIL."
+  (or (and (recorded-definitions-p) (object-location-from-records object))
+      (when (backend-implemented-p "FIND-SOURCE-LOCATION")
+        (ignore-errors (bcall "FIND-SOURCE-LOCATION" object)))))
+
+
+;;;; Compilation hooks
+;;;
+;;; The backends turn the compiler's warnings into compiler conditions
+;;; that say where they are.  SWANK's CLISP hooks break: its C-ERROR
+;;; hook formats the compiler's arguments wrongly (CLISP passes the
+;;; offending form first), so a malformed form aborted compilation with
+;;; a FORMAT error, and every warning came twice, once without its
+;;; place.  On CLISP the compiler's own functions are wrapped here
+;;; instead, and each warning they signal is resignalled as the
+;;; backend's compiler condition, located at the line being compiled.
+
+(defvar *compiler-severity* nil
+  "While CLISP's compiler reports a problem: its severity.")
+
+(defun call-with-compilation-hooks (function)
+  "Call FUNCTION (which compiles) so that the compiler's warnings and
+errors are signalled as the backend's located compiler conditions."
+  #+clisp
+  (let ((type (backend-type "COMPILER-CONDITION"))
+        (c-warn #'system::c-warn) (c-style-warn #'system::c-style-warn) (c-error #'system::c-error)
+        (c-report-problems #'system::c-report-problems))
+    (labels ((note (original severity message file line)
+               (let ((*compiler-severity* nil))
+                 (signal (make-condition
+                          type :original-condition original :severity severity
+                               :message (string-trim '(#\Space #\Newline) message)
+                               :location (if (and file (integerp line))
+                                             (list :location (list :file (namestring file))
+                                                   (list :line line) nil)
+                                             (list :error "No location"))))))
+             (resignal (c)
+               (when (and type *compiler-severity*)
+                 (note c *compiler-severity* (princ-to-string c)
+                       system::*compile-file-truename* system::*compile-file-lineno1*)))
+             (report-problems (original)
+               ;; Undefined functions are only printed at the end, in a
+               ;; list: each is reported as SBCL does, where it is called.
+               (lambda (&rest args)
+                 (when type
+                   (loop for (name where) in system::*unknown-functions*
+                         unless (ignore-errors (fboundp name))
+                           do (note nil :style-warning (format nil "undefined function: ~S" name)
+                                    (ignore-errors (system::c-source-point-file where))
+                                    (ignore-errors (system::c-source-point-lineno1 where)))))
+                 (apply original args)))
+             (wrap (severity original)
+               (lambda (&rest args)
+                 (let ((*compiler-severity* (or *compiler-severity* severity)))
+                   ;; The compiler signals an error it expects the
+                   ;; debugger to continue from ("Ignore the error and
+                   ;; proceed"): it is reported, and compilation goes
+                   ;; on to report the rest, failing.
+                   (handler-bind ((error (lambda (e)
+                                           (let ((continue (find-restart 'continue e)))
+                                             (when continue
+                                               (resignal e)
+                                               (invoke-restart continue))))))
+                     (apply original args))))))
+      (handler-bind ((warning #'resignal)
+                     ;; An error while reading the file ends compiling:
+                     ;; reported as a read error (CLISP does not say where).
+                     (error (lambda (e)
+                              (when (and type (null *compiler-severity*)
+                                         system::*compile-file-truename*
+                                         (typep e '(or reader-error package-error end-of-file)))
+                                (note e :read-error (princ-to-string e) nil nil)))))
+        (ext:letf* (((symbol-function 'system::c-warn) (wrap :warning c-warn))
+                    ((symbol-function 'system::c-style-warn) (wrap :style-warning c-style-warn))
+                    ((symbol-function 'system::c-error) (wrap :error c-error))
+                    ((symbol-function 'system::c-report-problems) (report-problems c-report-problems)))
+          (funcall function)))))
+  #-clisp
+  (if (backend-implemented-p "CALL-WITH-COMPILATION-HOOKS")
+      (bcall "CALL-WITH-COMPILATION-HOOKS" function)
+      (funcall function)))
 
 
 ;;;; Threads started by user code

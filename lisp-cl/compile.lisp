@@ -122,7 +122,9 @@ INDEX, or of the last one starting before it."
 
 (defun note-line (note spans text)
   "A line describing NOTE for the model."
-  (let ((form (form-index-at spans (note-position note))))
+  ;; CLISP's pretty printer breaks a long ~A onto a line of its own.
+  (let ((form (form-index-at spans (note-position note)))
+        (*print-pretty* nil))
     (format nil "~A~:[~; while loading~]~@[ in form ~A~]: ~A"
             (severity-label (note-severity note))
             (eq (note-phase note) :load)
@@ -203,7 +205,7 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
                        (with-compilation-unit (:override t)
                          (compile-file source :output-file fasl :external-format (utf-8-format))))))
               (if hooks
-                  (bcall "CALL-WITH-COMPILATION-HOOKS" #'compile-it)
+                  (call-with-compilation-hooks #'compile-it)
                   (compile-it))))
         ;; Warnings the backend never located.
         (dolist (c (reverse pending))
@@ -340,7 +342,8 @@ other notes among NOTES."
 (defun notes-listing (note-lines)
   "NOTE-LINES, one per line, at most *NOTES-LIMIT* of them."
   (with-output-to-string (out)
-    (loop for line in note-lines
+    (loop with *print-pretty* = nil
+          for line in note-lines
           for i below *notes-limit*
           do (format out "  ~A~%" line))
     (when (> (length note-lines) *notes-limit*)
@@ -369,13 +372,16 @@ its summary and the backtrace to show (or NIL)."
                               ones were not.~]"
                          (outcome-seconds outcome) (eq phase :load) where (eq phase :load))
                  (outcome-backtrace outcome)))
-        ((and (outcome-condition outcome) (eq phase :compile))
+        ((and (outcome-condition outcome) (eq phase :compile)
+              ;; Unless it was the read error the compiler reported.
+              (notany (lambda (note) (eq (note-severity note) :read-error))
+                      (attempt-notes attempt)))
          (values (outcome-type outcome)
                  (format nil "Compilation ~A was aborted by ~A: ~A~%Nothing was loaded; ~
                               previous definitions (if any) are unchanged."
                          where (outcome-type outcome) (outcome-message outcome))
                  (outcome-backtrace outcome)))
-        ((outcome-condition outcome)
+        ((and (outcome-condition outcome) (eq phase :load))
          (values (outcome-type outcome)
                  (format nil "Compiled ~A, but loading failed with ~A: ~A~%Top-level forms ~
                               before the failing one were loaded; it and later ones were not."
@@ -466,5 +472,6 @@ its summary and the backtrace to show (or NIL)."
             (format out "Most recent compile_form (in package ~A, ~A):~%~A~%Code:~%~A~%"
                     package (time-ago time) summary (indent (cap form 800 "code") "  "))
             (if notes
-                (format out "Errors, warnings and notes:~%~{  ~A~%~}" notes)
+                (let ((*print-pretty* nil))
+                  (format out "Errors, warnings and notes:~%~{  ~A~%~}" notes))
                 (format out "It produced no warnings or notes.~%")))))))

@@ -19,11 +19,29 @@
                      :not-available)))
     (if (listp arglist) arglist :not-available)))
 
+(defparameter *special-operator-syntax*
+  '((block "(NAME &BODY FORMS)") (catch "(TAG &BODY FORMS)")
+    (eval-when "((&REST SITUATIONS) &BODY FORMS)") (flet "((&REST DEFINITIONS) &BODY BODY)")
+    (function "(NAME)") (go "(TAG)") (if "(TEST-FORM THEN-FORM &OPTIONAL ELSE-FORM)")
+    (labels "((&REST DEFINITIONS) &BODY BODY)") (let "((&REST BINDINGS) &BODY BODY)")
+    (let* "((&REST BINDINGS) &BODY BODY)") (load-time-value "(FORM &OPTIONAL READ-ONLY-P)")
+    (locally "(&BODY BODY)") (macrolet "((&REST DEFINITIONS) &BODY BODY)")
+    (multiple-value-call "(FUNCTION-FORM &REST FORMS)")
+    (multiple-value-prog1 "(FIRST-FORM &BODY FORMS)") (progn "(&BODY FORMS)")
+    (progv "(SYMBOLS VALUES &BODY FORMS)") (quote "(OBJECT)")
+    (return-from "(NAME &OPTIONAL RESULT)") (setq "(&REST PAIRS)")
+    (symbol-macrolet "((&REST BINDINGS) &BODY BODY)") (tagbody "(&BODY STATEMENTS)")
+    (the "(VALUE-TYPE FORM)") (throw "(TAG RESULT-FORM)")
+    (unwind-protect "(PROTECTED-FORM &BODY CLEANUP-FORMS)"))
+  "The standard's syntax of its special operators, for a Lisp whose
+backend cannot give their lambda lists (CLISP).")
+
 (defun arglist-text (name package)
   "NAME's lambda list printed relative to PACKAGE."
   (let ((arglist (arglist-of name)))
     (if (eq arglist :not-available)
-        "(lambda list not available)"
+        (or (second (assoc name *special-operator-syntax*))
+            "(lambda list not available)")
         (let ((*package* package))
           (print-value arglist :limit 600)))))
 
@@ -75,7 +93,9 @@
   (flet ((signature ()
            (let ((arglist (arglist-of symbol))
                  (name (symbol-label symbol package)))
-             (cond ((eq arglist :not-available)
+             (cond ((and (eq arglist :not-available) (assoc symbol *special-operator-syntax*))
+                    (format nil "(~A ~A" name (subseq (second (assoc symbol *special-operator-syntax*)) 1)))
+                   ((eq arglist :not-available)
                     (format nil "~A (lambda list not available)" name))
                    ((null arglist) (format nil "(~A)" name))
                    (t (let ((text (let ((*package* package))

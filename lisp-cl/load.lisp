@@ -19,7 +19,7 @@
 
 (let* ((files '("package" "backend" "text" "errors" "guard" "protocol" "symbols" "reader"
                 "describe" "xref" "clos" "eval" "compile" "macroexpand"
-                "source" "systems" "testing"
+                "source" "locations" "systems" "testing"
                 "debugger" "inspect" "threads" "trace"))
        (source-directory (make-pathname :name nil :type nil :version nil
                                         :defaults (or *load-truename* *load-pathname*)))

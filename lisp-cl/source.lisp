@@ -275,8 +275,9 @@ or CL-USER."
   "The backend's COMPILE-STRING interface (SLYNK- or SWANK-), or NIL."
   (find-if #'backend-implemented-p '("SLYNK-COMPILE-STRING" "SWANK-COMPILE-STRING")))
 
-(defun compile-string-from-file (text file index)
-  "Compile TEXT, found at the 0-based INDEX of FILE, with the backend,
+(defun compile-string-from-file (text file contents index)
+  "Compile TEXT, found at the 0-based INDEX of FILE (whose text is
+CONTENTS), with the backend,
 recording FILE and the position as its source.  Returns success and
 the list of (SEVERITY MESSAGE) notes."
   (let ((notes '()))
@@ -294,10 +295,15 @@ the list of (SEVERITY MESSAGE) notes."
                               (muffle-warning c))))))
                 (let ((*compile-verbose* nil) (*compile-print* nil)
                       (*load-verbose* nil) (*load-print* nil))
-                  (bcall (compile-string-function) text
-                         :buffer (file-namestring file)
-                         :position (1+ index)
-                         :filename file)))))
+                  ;; CLISP's backend compiles the string as a lambda:
+                  ;; without this it would record no file at all.
+                  (call-recording-source
+                   file (line-of contents index) (line-of contents (+ index (length text)))
+                   (lambda ()
+                     (bcall (compile-string-function) text
+                            :buffer (file-namestring file)
+                            :position (1+ index)
+                            :filename file)))))))
       (values ok (nreverse notes)))))
 
 (define-tool "compile_file_form" (&key path text)
@@ -317,7 +323,7 @@ the list of (SEVERITY MESSAGE) notes."
       (fail "This Lisp's backend cannot compile a string with its file recorded."))
     (multiple-value-bind (ok notes)
         (let ((*package* (file-package-at contents index)))
-          (compile-string-from-file text file index))
+          (compile-string-from-file text file contents index))
       (let ((summary (format nil "~{~A~^~%~}"
                              (loop for (severity message) in notes
                                    for i below *notes-limit*

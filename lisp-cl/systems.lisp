@@ -41,7 +41,9 @@
 
 (defun directory-of (text)
   "TEXT (a directory name, with or without a final slash) as a pathname."
-  (let ((probe (ignore-errors (probe-file (concatenate 'string (string-right-trim "/" text) "/")))))
+  (let* ((name (concatenate 'string (string-right-trim "/" text) "/"))
+         ;; CLISP's PROBE-FILE refuses directories; its TRUENAME takes them.
+         (probe (ignore-errors #+clisp (truename name) #-clisp (probe-file name))))
     (and probe (make-pathname :name nil :type nil :version nil :defaults probe))))
 
 (define-tool "list_systems" (&key directory)
@@ -114,9 +116,7 @@ value and the LOAD-NOTEs of the compiler conditions signalled."
                             (muffle-warning c))))))
               (let ((*compile-verbose* nil) (*compile-print* nil)
                     (*load-verbose* nil) (*load-print* nil))
-                (if (backend-implemented-p "CALL-WITH-COMPILATION-HOOKS")
-                    (bcall "CALL-WITH-COMPILATION-HOOKS" function)
-                    (funcall function))))))
+                (call-with-compilation-hooks function)))))
       (values value (nreverse notes)))))
 
 (defun write-load-notes (out notes)

@@ -9,6 +9,10 @@
 (in-package #:sly-agent-q)
 
 (defun need-thread-backend (&rest functions)
+  (unless (threads-available-p)
+    (fail "This Lisp (~A ~A) runs without threads here: the only thread is the one running ~
+           this call, so there is no other to list or interrupt."
+          (lisp-implementation-type) (lisp-implementation-version)))
   (dolist (name functions)
     (unless (backend-implemented-p name)
       (fail "This Lisp's ~A backend does not support threads (~A is missing)."

@@ -18,7 +18,7 @@
            #:make-lock #:with-lock #:lock-free-p
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
-           #:bounded-frame-printing-p #:statistical-profiler-p))
+           #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -146,6 +146,18 @@ handle (CLISP instead resets to its top level, ending a batch run)."
   "False where the debugger tools' time limit on printing frames is
 known not to work yet (CLISP: the SIGINT does not stop a printer
 running inside the backend's debugging environment)."
+  #+clisp nil #-clisp t)
+
+
+(defun fasl-names-its-source-p ()
+  "True where code loaded from a fasl compiled away from its source, not
+by ASDF, still has that source (CLISP records only the fasl)."
+  #+clisp nil #-clisp t)
+
+
+(defun located-read-errors-p ()
+  "True where a read error in compile_form's code is placed in its form
+(CLISP's COMPILE-FILE says neither position nor line)."
   #+clisp nil #-clisp t)
 
 

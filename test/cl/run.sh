@@ -2,7 +2,8 @@
 # Run the Common Lisp tests of lisp-cl/ in a batch Lisp: once with SWANK
 # (SLIME) loaded and once with SLYNK (SLY) loaded.
 #
-#   test/cl/run.sh [LISP...]     LISP: sbcl (the default), ecl or clisp
+#   test/cl/run.sh [LISP...]     LISP: sbcl, ecl or clisp; without one, SBCL
+#                                and the Lisps of SAQ_CL_OTHER_LISPS
 #
 # Environment:
 #   SWANK_LOADER  path of SLIME's swank-loader.lisp; when unset it is
@@ -12,6 +13,8 @@
 #   SBCL, ECL, CLISP  the Lisp to run (default: its name on PATH).
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
 #   SAQ_ONLY      "TEST ...": run only these tests (to try one on a Lisp).
+#   SAQ_CL_OTHER_LISPS  "clisp ecl": the Lisps run after SBCL when none
+#                 is named (make test sets it: scripts/test-all.sh).
 #
 # Prints, per Lisp and backend, a last line "cl-swank: N passed, N failed"
 # (resp. "cl-slynk: ...", and "cl-swank-ecl: ..." for another Lisp than
@@ -29,7 +32,8 @@ root="$(cd "$here/../.." && pwd)"
 emacs="${EMACS:-emacs}"
 status=0
 lisps=("$@")
-[ ${#lisps[@]} -gt 0 ] || lisps=(sbcl)
+# shellcheck disable=SC2206
+[ ${#lisps[@]} -gt 0 ] || lisps=(sbcl ${SAQ_CL_OTHER_LISPS:-})
 
 # Where SLIME's swank-loader.lisp is, computed the way SLIME computes it
 # (slime-backend, relative to slime-path unless absolute), with SLIME found
@@ -70,11 +74,13 @@ run_backend() {
     # cached upgrade is dropped and made again.
     [ "$lisp" = ecl ] && rm -rf "$work"/xdg-cache/common-lisp/*/usr/share/common-lisp/source/cl-asdf
     echo "== $suite (loader: $loader)"
+    local started; started="$(date +%s)"
     # shellcheck disable=SC2046
     SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \
         XDG_CACHE_HOME="$work/xdg-cache" \
         timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null 2>&1 | tee "$log"
     local rc="${PIPESTATUS[0]}"
+    echo "$suite: took $(( $(date +%s) - started )) s"
     last="$(tail -n 1 "$log")"
     if ! [[ "$last" =~ ^$suite:\ [0-9]+\ passed,\ [0-9]+\ failed(,\ [0-9]+\ skipped)?$ ]]; then
         # The run died before reporting (or the watchdog killed it): report it ourselves.
