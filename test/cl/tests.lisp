@@ -36,7 +36,7 @@
     (:bounded-frame-printing saq-portable:bounded-frame-printing-p
      "NOT DONE on this Lisp: printing a hostile frame inside the debugger is not bounded yet (the test hangs)")
     (:statistical-profiler saq-portable:statistical-profiler-p
-     "profile_eval needs SBCL's SB-SPROF (it refuses clearly elsewhere)")
+     "only SBCL has a statistical profiler (SB-SPROF); elsewhere profile_eval's profile is deterministic, tested in profile-eval-deterministic-of-named-packages")
     (:debugger-hook saq-portable:debugger-hook-portable-p
      "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's"))
   "Capability, the function that says whether this Lisp has it, and
@@ -184,7 +184,11 @@ another Lisp)."
   (let ((directory (symbol-value (find-symbol "*CACHE-DIRECTORY*" "SLY-AGENT-Q"))))
     (is-true directory)
     (is-true (and directory (probe-file (compile-file-pathname
-                                         (merge-pathnames "eval.lisp" directory)))))))
+                                         (merge-pathnames "eval.lisp" directory)))))
+    ;; Under XDG_CACHE_HOME when it is set (test/cl/run.sh sets it).
+    (let ((xdg (saq-portable:getenv "XDG_CACHE_HOME")))
+      (when (and xdg (plusp (length xdg)))
+        (is (eql 0 (search (namestring (truename xdg)) (namestring (truename directory)))))))))
 
 (deftest get-last-error-when-none
   (let ((sly-agent-q::*last-error* nil))
