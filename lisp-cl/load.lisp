@@ -20,7 +20,7 @@
 (let* ((files '("package" "backend" "text" "errors" "guard" "protocol" "symbols" "reader"
                 "describe" "xref" "clos" "eval" "compile" "macroexpand"
                 "source" "locations" "systems" "testing"
-                "debugger" "inspect" "threads" "trace"))
+                "debugger" "inspect" "threads" "trace" "profile"))
        (source-directory (make-pathname :name nil :type nil :version nil
                                         :defaults (or *load-truename* *load-pathname*)))
        (loader (or *load-truename* *load-pathname*))

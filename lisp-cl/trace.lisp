@@ -1,4 +1,4 @@
-;;;; trace.lisp --- trace_eval, profile_eval, disassemble_function.
+;;;; trace.lisp --- trace_eval, disassemble_function.
 ;;;
 ;;; trace_eval traces functions for one evaluation only: those it
 ;;; traced are untraced when the evaluation ends, however it ends
@@ -6,13 +6,10 @@
 ;;; KEEP them, until untrace_functions.  The calls are the
 ;;; trace output, captured with the evaluation's output and bounded as
 ;;; it is, printed with short *PRINT-LENGTH* and *PRINT-LEVEL*.
-;;; profile_eval uses SBCL's statistical profiler (SB-SPROF); elsewhere
-;;; it says it is not supported.
 
 (in-package #:sly-agent-q)
 
 (pushnew "trace_eval" *tools-guarding-themselves* :test #'string=)
-(pushnew "profile_eval" *tools-guarding-themselves* :test #'string=)
 
 (defun traced-functions ()
   "The names TRACE reports as traced now."
@@ -65,40 +62,6 @@
            (let ((*standard-output* (make-broadcast-stream))
                  (*trace-output* (make-broadcast-stream)))
              (eval `(untrace ,@ours))))))))
-
-(defun sprof-function (name)
-  (let ((package (find-package "SB-SPROF")))
-    (and package (fboundp (find-symbol name package)) (find-symbol name package))))
-
-(defun ensure-sprof ()
-  "True when SBCL's statistical profiler is loaded (loading it if need be)."
-  #+sbcl (or (find-package "SB-SPROF")
-             (ignore-errors (let ((*standard-output* (make-broadcast-stream)))
-                              (require "SB-SPROF"))
-                            (find-package "SB-SPROF")))
-  #-sbcl nil)
-
-(define-tool "profile_eval" (&key form package)
-  "Evaluate FORM under the statistical profiler; report the top entries."
-  (unless (ensure-sprof)
-    (fail "Profiling is not supported on ~A: it needs SBCL's SB-SPROF." (lisp-implementation-type)))
-  (let* ((package (tool-package package))
-         (text (nonblank form "form" "one or more Lisp forms"))
-         (result nil)
-         (report nil))
-    (funcall (sprof-function "RESET"))
-    (unwind-protect
-         (progn
-           (funcall (sprof-function "START-PROFILING") :sample-interval 0.001 :max-samples 100000
-                    :threads (list (bcall "CURRENT-THREAD")))
-           (setf result (evaluate-text "profile_eval" text package)))
-      (funcall (sprof-function "STOP-PROFILING"))
-      (setf report (with-output-to-string (out)
-                     (ignore-errors
-                      (funcall (sprof-function "REPORT") :type :flat :max 15 :stream out))))
-      (funcall (sprof-function "RESET")))
-    (format nil "~A~%Statistical profile (SB-SPROF, 1 ms samples, top 15 by self time):~%~A"
-            result (cap report 3000 "profile"))))
 
 (define-tool "disassemble_function" (&key function package)
   "The disassembly of FUNCTION."

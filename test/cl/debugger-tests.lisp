@@ -114,6 +114,73 @@ signals, and return its value."
     (is (ok-p result))
     (is (has result "Statistical profile"))))
 
+(defun parse-input-definition ()
+  (fdefinition (find-symbol "PARSE-INPUT" "MY-APP")))
+
+(defun profiler-wrapped ()
+  "The functions the backend's profiler or its metering has wrapped now."
+  (append (let* ((package (find-package (format nil "~A-MONITOR" (string-upcase *backend*))))
+                 (monitor (and package (find-symbol "*MONITORED-FUNCTIONS*" package))))
+            (and monitor (boundp monitor) (symbol-value monitor)))
+          (ignore-errors (saq-portable::bcall "PROFILED-FUNCTIONS"))))
+
+(deftest profile-eval-deterministic-of-named-packages
+  ;; On every Lisp: the functions of MY-APP wrapped for the evaluation,
+  ;; counted, and unwrapped after.
+  (let* ((before (parse-input-definition))
+         (result (tool "profile_eval" "packages" '("my-app")
+                       "form" "(dotimes (i 300 (my-app::parse-input \"1, 2, 3\")) (my-app::parse-input \"4, 5\"))")))
+    (is (ok-p result))
+    (is (has result "(1 2 3)" "Deterministic profile" "MY-APP" "PARSE-INPUT" "301"))
+    (is (eq before (parse-input-definition)))
+    (is (null (profiler-wrapped)))))
+
+(deftest profile-eval-of-the-forms-package
+  ;; Without packages: SBCL samples everything; elsewhere the form's
+  ;; package is the one profiled.
+  (let ((result (tool "profile_eval" "package" "MY-APP"
+                      "form" "(dotimes (i 50 (parse-input \"7, 8\")) (parse-input \"1\"))")))
+    (is (ok-p result))
+    (is (has result "(7 8)"))
+    (if (saq-portable:statistical-profiler-p)
+        (is (has result "Statistical profile"))
+        (is (has result "Deterministic profile" "functions of MY-APP" "PARSE-INPUT"))))
+  (is (null (profiler-wrapped))))
+
+(deftest profile-eval-unwraps-after-an-error
+  (let* ((before (parse-input-definition))
+         (result (tool "profile_eval" "packages" '("MY-APP") "package" "MY-APP"
+                       "form" "(parse-input \"1, 2\") (error \"profiled boom\")")))
+    (is (error-p result))
+    (is (has result "profiled boom"))
+    (is (eq before (parse-input-definition)))
+    (is (null (profiler-wrapped)))
+    ;; The image profiles again afterwards.
+    (is (has (tool "profile_eval" "packages" '("MY-APP") "package" "MY-APP"
+                   "form" "(parse-input \"3\")")
+             "Deterministic profile" "PARSE-INPUT"))))
+
+(deftest profile-eval-unwraps-after-a-timeout
+  (:needs :timeouts)
+  (let* ((before (parse-input-definition))
+         (result (tool* "profile_eval" '(("packages" "MY-APP") ("package" . "MY-APP")
+                                         ("form" . "(loop (parse-input \"1, 2\"))"))
+                        :timeout 1)))
+    (is (error-p result))
+    (is (has result "timed out"))
+    (is (eq before (parse-input-definition)))
+    (is (null (profiler-wrapped))))
+  (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)")))))
+
+(deftest profile-eval-refuses-the-lisps-own-packages
+  (dolist (package '("COMMON-LISP" "SLY-AGENT-Q"))
+    (let ((result (tool "profile_eval" "packages" (list package) "form" "(car '(1))")))
+      (is (error-p result))
+      (is (has result "does not wrap the functions of" package))))
+  (is (has (tool "profile_eval" "packages" '("no-such-package-here") "form" "1")
+           "no-such-package-here" "not found"))
+  (is (null (profiler-wrapped))))
+
 (deftest disassemble-function-answers
   ;; SBCL disassembles; ECL says why it cannot (natively compiled code):
   ;; either way the answer names the function, never an empty text.

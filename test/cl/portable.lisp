@@ -1,6 +1,6 @@
 ;;;; portable.lisp --- what the CL tests need from the Lisp, on any Lisp.
 ;;;
-;;; The tests run on SBCL, ECL and CLISP (test/cl/run.sh LISP).  What is
+;;; The tests run on SBCL, ECL, CLISP and ABCL (test/cl/run.sh LISP).  What is
 ;;; not standard -- the environment, exiting, threads, locks, the
 ;;; debugger hook that BREAK honours -- is reached here and nowhere else
 ;;; in the tests.  Threads and locks go through the backend's portable
@@ -28,7 +28,8 @@
   #+ecl (ext:getenv name)
   #+clisp (ext:getenv name)
   #+ccl (ccl:getenv name)
-  #-(or sbcl ecl clisp ccl) (progn name nil))
+  #+abcl (ext:getenv name)
+  #-(or sbcl ecl clisp ccl abcl) (progn name nil))
 
 (defun quit (code)
   "End this Lisp with exit status CODE, at once."
@@ -40,12 +41,13 @@
   #+ecl (ext:quit code nil)
   #+clisp (ext:quit code)
   #+ccl (ccl:quit code)
-  #-(or sbcl ecl clisp ccl) (error "Cannot exit this Lisp (code ~D)." code))
+  #+abcl (ext:quit :status code)
+  #-(or sbcl ecl clisp ccl abcl) (error "Cannot exit this Lisp (code ~D)." code))
 
 (defun lisp-name ()
   "The short name of this Lisp, as test/cl/run.sh calls it."
-  #+sbcl "sbcl" #+ecl "ecl" #+clisp "clisp" #+ccl "ccl"
-  #-(or sbcl ecl clisp ccl) (string-downcase (lisp-implementation-type)))
+  #+sbcl "sbcl" #+ecl "ecl" #+clisp "clisp" #+ccl "ccl" #+abcl "abcl"
+  #-(or sbcl ecl clisp ccl abcl) (string-downcase (lisp-implementation-type)))
 
 
 ;;;; Threads, through the backend
@@ -162,7 +164,7 @@ by ASDF, still has that source (CLISP records only the fasl)."
 
 
 (defun statistical-profiler-p ()
-  "True where profile_eval has a profiler (SBCL's SB-SPROF)."
+  "True where profile_eval has a statistical profiler (SBCL's SB-SPROF)."
   #+sbcl t #-sbcl nil)
 
 

@@ -1,6 +1,6 @@
 ;;;; run-tests.lisp --- run lisp-cl/'s tests in a batch Lisp.
 ;;;
-;;; Started by test/cl/run.sh in SBCL, ECL or CLISP, without init files,
+;;; Started by test/cl/run.sh in SBCL, ECL, CLISP or ABCL, without init files,
 ;;; as the one file the Lisp loads (what differs between Lisps is in
 ;;; portable.lisp, loaded first).
 ;;;

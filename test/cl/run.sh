@@ -2,15 +2,15 @@
 # Run the Common Lisp tests of lisp-cl/ in a batch Lisp: once with SWANK
 # (SLIME) loaded and once with SLYNK (SLY) loaded.
 #
-#   test/cl/run.sh [LISP...]     LISP: sbcl, ecl or clisp; without one, SBCL
-#                                and the Lisps of SAQ_CL_OTHER_LISPS
+#   test/cl/run.sh [LISP...]     LISP: sbcl, ecl, clisp or abcl; without one,
+#                                SBCL and the Lisps of SAQ_CL_OTHER_LISPS
 #
 # Environment:
 #   SWANK_LOADER  path of SLIME's swank-loader.lisp; when unset it is
 #                 derived from Emacs (where (require 'slime) finds SLIME).
 #   SLY_DIR       root of a SLY checkout (with slynk/slynk-loader.lisp);
 #                 when unset the SLYNK run is skipped.
-#   SBCL, ECL, CLISP  the Lisp to run (default: its name on PATH).
+#   SBCL, ECL, CLISP, ABCL  the Lisp to run (default: its name on PATH).
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
 #   SAQ_ONLY      "TEST ...": run only these tests (to try one on a Lisp).
 #   SAQ_CL_OTHER_LISPS  "clisp ecl": the Lisps run after SBCL when none
@@ -54,6 +54,7 @@ lisp_command() {
         sbcl) echo "${SBCL:-sbcl}" --noinform --non-interactive --no-userinit --no-sysinit --load "$2" ;;
         ecl) echo "${ECL:-ecl}" --norc --shell "$2" ;;
         clisp) echo "${CLISP:-clisp}" -norc -q -q "$2" ;;
+        abcl) echo "${ABCL:-abcl}" --noinform --noinit --nosystem --batch --load "$2" ;;
         *) return 1 ;;
     esac
 }
@@ -66,8 +67,9 @@ run_backend() {
     local work="$root/test/.work/cl/$lisp"
     local log="$work/$name.log"
     mkdir -p "$work"
-    # The Lisps that compile slowly (ECL through its C compiler) get longer.
-    case "$lisp" in sbcl) watchdog=300 ;; *) watchdog=900 ;; esac
+    # The Lisps that compile slowly (ECL through its C compiler, ABCL on
+    # the JVM) get longer.
+    case "$lisp" in sbcl) watchdog=300 ;; abcl) watchdog=1800 ;; *) watchdog=900 ;; esac
     # ASDF upgrades itself to Debian's cl-asdf when it finds it; ECL 21
     # then fails to load that upgrade from the cache on the next run (an
     # unbound ASDF/PLAN::STAMP slot while loading the backend), so the
@@ -102,7 +104,7 @@ for lisp in "${lisps[@]}"; do
     suffix=""
     [ "$lisp" = sbcl ] || suffix="-$lisp"
     if ! lisp_command "$lisp" x >/dev/null; then
-        echo "Unknown Lisp $lisp (sbcl, ecl or clisp)"
+        echo "Unknown Lisp $lisp (sbcl, ecl, clisp or abcl)"
         echo "cl-$lisp: 0 passed, 1 failed"
         status=1
         continue

@@ -140,8 +140,18 @@ export const debuggerTools: Tool[] = [
   }),
   defineTool({
     name: "profile_eval",
-    description: "Run forms under the statistical profiler; returns top entries.",
-    parameters: { form, package: pkg },
+    description:
+      "Run forms under a profiler: SBCL samples everything (statistical) unless packages are given; " +
+      "otherwise, and on other Lisps, counts calls and time of the packages' functions (deterministic).",
+    parameters: {
+      form,
+      package: pkg,
+      packages: {
+        type: "array",
+        items: { type: "string" },
+        description: "Packages whose functions to profile deterministically (default: the form's).",
+      },
+    },
     required: ["form"],
     safety: "cautious",
     categories: ["execution", "evaluation"],
