@@ -126,8 +126,6 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
    (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
-   ;; The arguments that are Lisp source: shown and edited as Lisp.
-   (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    (and (plist-get preview :detail) (list :detail (plist-get preview :detail)))
    (and (plist-get preview :path) (list :path (plist-get preview :path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
