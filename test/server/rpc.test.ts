@@ -1,7 +1,7 @@
 // The JSON-RPC server in process, over an in-memory stream pair: initialize, tools, and the
 // emacs/call + emacs/reply protocol for tools, images and approvals.
 
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import type { MessageConnection } from "vscode-jsonrpc/node";
 import { ErrorCodes, type EmacsCallParams, type InitializeParams, type InitializeResult, type ToolsListResult } from "../../server/protocol.js";
 import { AgentServer } from "../../server/rpc/server.js";
@@ -9,7 +9,7 @@ import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import type { ToolResult } from "../../server/tools/executor.js";
 import { emacsTool } from "../../server/tools/handlers.js";
 import { defineTool } from "../../server/tools/tool.js";
-import { connectionPair, sleep } from "./helpers.js";
+import { connectionPair } from "./helpers.js";
 
 interface Harness {
   client: MessageConnection;
@@ -223,8 +223,7 @@ describe("JSON-RPC server", () => {
     expect(r).toMatchObject({ success: false });
     expect(r.error).toMatch(/slow_emacs timed out after 100 ms/);
     expect(Date.now() - t0).toBeLessThan(5000);
-    await sleep(20);
-    expect(h.cancels).toEqual([{ id: h.calls[0]!.id, reason: "cancelled" }]);
+    await vi.waitFor(() => expect(h.cancels).toEqual([{ id: h.calls[0]!.id, reason: "cancelled" }]));
     // The late answer is dropped, and the server still serves.
     void h.client.sendNotification("emacs/reply", { id: h.calls[0]!.id, result: { content: "late" } });
     h.answer = () => ({ result: { content: "fine" } });
@@ -238,9 +237,9 @@ describe("JSON-RPC server", () => {
     void h.client.sendNotification("emacs/reply", { id: "e999", result: { content: "stray" } });
     void h.client.sendNotification("emacs/reply", { nonsense: true });
     void h.client.sendNotification("emacs/reply", null);
-    await sleep(20);
-    h.problems.splice(0); // sent out of shape on purpose
+    // Answered after the notifications before it were handled: the connection keeps their order.
     const list = await h.client.sendRequest<ToolsListResult>("tools/list", {});
+    h.problems.splice(0); // sent out of shape on purpose
     expect(list.tools.length).toBeGreaterThan(0);
   });
 
@@ -248,8 +247,7 @@ describe("JSON-RPC server", () => {
     const h = harness();
     await init(h);
     const pending = h.server.executor.execute({ id: "x", name: "buffer_list", arguments: {} });
-    await sleep(20);
-    expect(h.server.bridge.inFlight).toBe(1);
+    await vi.waitFor(() => expect(h.server.bridge.inFlight).toBe(1));
     h.server.bridge.close("The connection to Emacs is closed.");
     const r = await pending;
     expect(r).toMatchObject({ success: false, error: "The connection to Emacs is closed." });
