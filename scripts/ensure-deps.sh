@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-fiveam tmux elpa-package-lint elpa-markdown-mode)
+# cl-swank is SLIME's Lisp half, the SWANK every Lisp's run loads (there is no per-Lisp package).
+DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-swank cl-fiveam tmux elpa-package-lint elpa-markdown-mode)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

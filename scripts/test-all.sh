@@ -12,6 +12,13 @@ if lint_dir="$(scripts/ensure-package-lint.sh | tail -n 1)"; then
   echo "package-lint: $(basename "$lint_dir"), unpacked into .deps/package-lint/"
 fi
 
+# The Lisps besides SBCL on which the CL suite (test/cl/run.sh) and the end-to-end default group
+# (test/e2e/run.sh: the SLIME run of sly-agent-q-e2e-test.el) also run, under SLIME's SWANK from
+# Debian. Each costs its own run (the README's support table gives the time of each). ECL is
+# switched on by adding it to the first line; a Lisp joins the second once its end-to-end run passes.
+export SAQ_CL_OTHER_LISPS="${SAQ_CL_OTHER_LISPS-clisp}"
+export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-}"
+
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
         "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh")
 summary=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end suite: the spec's scenarios with a real SBCL under SLIME (and SLY when SLY_DIR names a
-# SLY checkout), the real bundled server and the mock LLM; then the package installed from its
-# archive. Ends with one line: e2e: N passed, N failed[, N skipped].
+# SLY checkout), the real bundled server and the mock LLM, and with SLIME on each Lisp of
+# SAQ_E2E_OTHER_LISPS (ecl, clisp); then the package installed from its archive. Ends with one line: e2e: N passed, N failed[, N skipped].
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 emacs="${EMACS:-emacs}"
@@ -14,6 +14,14 @@ if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
 else
   ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
+
+# The default group on the other Lisps of SAQ_E2E_OTHER_LISPS (make test sets it:
+# scripts/test-all.sh), under SLIME, each run timed.
+for lisp in ${SAQ_E2E_OTHER_LISPS:-}; do
+  started="$(date +%s)"
+  ert_run "e2e slime $lisp" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime SLY_AGENT_Q_TEST_PROGRAM="$lisp"
+  echo "e2e slime $lisp: took $(( $(date +%s) - started )) s"
+done
 
 # The fault-injection suite: the server killed after each protocol message of a scripted
 # conversation (the image and the Emacs side at a sample); every conversation must go on and lose
