@@ -18,7 +18,8 @@
            #:make-lock #:with-lock #:lock-free-p
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
-           #:bounded-frame-printing-p #:statistical-profiler-p))
+           #:bounded-frame-printing-p #:statistical-profiler-p
+           #:undefined-function-warnings-p #:frame-arguments-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -147,6 +148,18 @@ handle (CLISP instead resets to its top level, ending a batch run)."
 known not to work yet (CLISP: the SIGINT does not stop a printer
 running inside the backend's debugging environment)."
   #+clisp nil #-clisp t)
+
+
+(defun undefined-function-warnings-p ()
+  "False where the compiler signals nothing for a call to an undefined
+function (ECL: neither a warning nor a compiler condition SWANK sees)."
+  #+ecl nil #-ecl t)
+
+
+(defun frame-arguments-p ()
+  "False where the backend's frames carry no arguments (SWANK's ECL
+backend: no FRAME-CALL, its frames are function names)."
+  #+ecl nil #-ecl t)
 
 
 (defun statistical-profiler-p ()
