@@ -115,9 +115,12 @@ temporary file.  The SBCL backends of SLYNK and SWANK count characters
 
 (defun form-index-at (spans index)
   "The 0-based index of the span (of SPANS) containing the character
-INDEX, or of the last one starting before it."
+INDEX; for an INDEX between two forms, of the next one (ECL locates a
+form where its reader starts, after the previous form); else of the
+last one starting before it."
   (when (and index spans)
     (or (position-if (lambda (span) (and (<= (car span) index) (< index (cdr span)))) spans)
+        (position-if (lambda (span) (< index (car span))) spans)
         (position-if (lambda (span) (<= (car span) index)) spans :from-end t))))
 
 (defun note-line (note spans text)
@@ -131,7 +134,8 @@ INDEX, or of the last one starting before it."
             (and form
                  (let ((span (nth form spans)))
                    (format nil "~D (line ~D: ~A)" (1+ form)
-                           (line-of text (or (note-position note) (car span)))
+                           ;; A position before the form (ECL's) is its start.
+                           (line-of text (max (or (note-position note) 0) (car span)))
                            (form-excerpt text (car span) (cdr span) 50))))
             (let ((message (note-message note)))
               (if (find #\Newline message)

@@ -63,6 +63,11 @@ the reader condition and the start of the form it stopped in."
         (handler-case
             (multiple-value-bind (object end) (read-from-string text t nil :start start)
               (declare (ignore object))
+              ;; READ may consume the whitespace after a form (ECL's
+              ;; does): a span ends with its form.
+              (loop while (and (> end (1+ start)) (blank-char-p (char text (1- end)))
+                               (char/= #\\ (char text (- end 2)))) ; not #\<space>
+                    do (decf end))
               (push (cons start end) spans)
               (setf position end))
           (error (c)

@@ -18,7 +18,8 @@
            #:make-lock #:with-lock #:lock-free-p
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
-           #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p))
+           #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
+           #:undefined-function-warnings-p #:frame-arguments-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -161,6 +162,18 @@ by ASDF, still has that source (CLISP records only the fasl)."
   "True where a read error in compile_form's code is placed in its form
 (CLISP's COMPILE-FILE says neither position nor line)."
   #+clisp nil #-clisp t)
+
+
+(defun undefined-function-warnings-p ()
+  "False where the compiler signals nothing for a call to an undefined
+function (ECL: neither a warning nor a compiler condition SWANK sees)."
+  #+ecl nil #-ecl t)
+
+
+(defun frame-arguments-p ()
+  "False where the backend's frames carry no arguments (SWANK's ECL
+backend: no FRAME-CALL, its frames are function names)."
+  #+ecl nil #-ecl t)
 
 
 (defun statistical-profiler-p ()

@@ -68,7 +68,14 @@
     ;; SLY's REPL sends its first prompt while it is being created; a synchronous `sly-eval'
     ;; in that window loses it, and the REPL never takes input.  A user would wait for it too.
     (sly-agent-q-test-wait #'e2e-repl-prompt-p 120 #'e2e-repl-state)
-      (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t)))))
+      (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/load.lisp" sly-agent-q-test-root)) t))
+      ;; The helpers' first load, through the bridge as a tool call does it, waited for
+      ;; here: ECL compiles them through its C compiler, longer than a turn's wait.
+      (let* ((current (sly-agent-q-bridge-current)) (done nil) (failure nil))
+        (sly-agent-q-bridge-ensure-helpers (car current) (cdr current)
+                                           (lambda (error) (setq done t failure error)))
+        (sly-agent-q-test-wait (lambda () done) sly-agent-q-helpers-load-timeout "the helpers to load")
+        (should-not failure)))))
 
 (defun e2e-eval (form)
   "Evaluate FORM in the image, synchronously (tests only).
@@ -80,6 +87,17 @@ entering the Lisp mode's debugger (which would wait for a key forever)."
     (if (eq (car answer) :ok)
         (cadr answer)
       (ert-fail (list "Evaluation in the image failed" form (cadr answer))))))
+
+(defun e2e-spawn-form (function name)
+  "A form starting a thread named NAME that calls FUNCTION (a lambda form).
+Through the backend's SPAWN, found when the form runs: a symbol of a
+package the Lisp lacks (sb-thread: on ECL) must not be in a form Emacs
+sends, since ECL's reader signals a plain error for it, which SWANK
+does not take for a reader error: it closes the connection."
+  `(cl:funcall (cl:find-symbol "SPAWN" (cl:or (cl:find-package "SLYNK-BACKEND")
+                                              (cl:find-package "SWANK/BACKEND")
+                                              (cl:find-package "SWANK-BACKEND")))
+               ,function :name ,name))
 
 (defun e2e-reset-fixture ()
   "Load MY-APP afresh, so each scenario starts from the buggy original."
@@ -650,14 +668,14 @@ debugger's restart runs."
             (sly-agent-q-test-wait (lambda () request) 30 "the restart's approval")
             (should (string-match-p "RETRY-PARSE" (plist-get request :detail)))
             ;; Meanwhile another thread stops, with a restart of its own.
-            (e2e-eval '(cl:progn
-                        (sb-thread:make-thread
-                         (cl:lambda ()
-                           (cl:restart-case (cl:error "A second thread stopped.")
-                             (cl-user::y2-delete ()
-                               :report "Y2-DELETE: delete everything."
-                               (cl:setf cl-user::*agent-q-y2-ran* t))))
-                         :name "second")
+            (e2e-eval `(cl:progn
+                        ,(e2e-spawn-form
+                          '(cl:lambda ()
+                             (cl:restart-case (cl:error "A second thread stopped.")
+                               (cl-user::y2-delete ()
+                                 :report "Y2-DELETE: delete everything."
+                                 (cl:setf cl-user::*agent-q-y2-ran* t))))
+                          "second")
                         t))
             (sly-agent-q-test-wait (lambda () (= (length (e2e-debugger-buffers)) 2)) 30 "the second debugger")
             (let ((second (car (remq first (e2e-debugger-buffers)))))
@@ -738,8 +756,7 @@ debugger's restart runs."
 (ert-deftest e2e-interrupt-thread-opens-the-users-debugger ()
   "interrupt_thread (approved) breaks a thread into the user's debugger, which debugger_state then sees."
   (e2e-with-agent "mcp-none.json"
-    (e2e-eval '(cl:progn (sb-thread:make-thread (cl:lambda () (cl:loop (cl:sleep 0.1)))
-                                                :name "saq-e2e-sleeper")
+    (e2e-eval `(cl:progn ,(e2e-spawn-form '(cl:lambda () (cl:loop (cl:sleep 0.1))) "saq-e2e-sleeper")
                          t))
     (let* ((asked nil)
            (sly-agent-q-approval-function (lambda (r callback) (push (plist-get r :tool) asked)
@@ -970,7 +987,7 @@ live image after the agent loaded the helpers there."
       (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice"))))
 
 (ert-deftest e2e-zzz-lisp-exits-from-eval-form ()
-  "(sb-ext:exit) from eval_form: the model is told the Lisp process exited."
+  "Exiting the Lisp from eval_form: the model is told the Lisp process exited."
   (e2e-with-agent "lisp-exits.json"
     (let ((outcome (let ((inhibit-read-only t)) (sly-agent-q-test-send "Exit" 60))))
       (should (eq (plist-get outcome :status) 'finished))

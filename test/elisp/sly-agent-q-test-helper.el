@@ -300,6 +300,22 @@ or clisp), SBCL by default."
     (or (assoc (if (string-empty-p name) "sbcl" name) sly-agent-q-test--lisp-programs)
         (error "SLY_AGENT_Q_TEST_PROGRAM=%s is not one of sbcl, ecl, clisp" name))))
 
+(defun sly-agent-q-test--lisp-environment (name)
+  "The `process-environment' to start the Lisp NAME in.
+ECL gets a cache of its own under test/.work/ (its compiled SWANK, ASDF
+and helpers), without the copy of Debian's ASDF that ECL's ASDF upgraded
+itself to: ECL 21 fails to load that copy back from its cache (an
+unbound ASDF/PLAN::STAMP slot) and stops in its debugger, never
+connecting; test/cl/run.sh drops it the same way."
+  (if (not (equal name "ecl"))
+      process-environment
+    (let ((cache (expand-file-name "test/.work/e2e/ecl/xdg-cache/" sly-agent-q-test-root)))
+      (make-directory cache t)
+      (dolist (dir (file-expand-wildcards
+                    (concat cache "common-lisp/*/usr/share/common-lisp/source/cl-asdf")))
+        (delete-directory dir t))
+      (cons (concat "XDG_CACHE_HOME=" cache) process-environment))))
+
 (defun sly-agent-q-test-connect-lisp ()
   "Make sure the Lisp is connected through the Lisp mode under test.
 Skip the test when the Lisp or the Lisp mode is not there."
@@ -314,7 +330,8 @@ Skip the test when the Lisp or the Lisp mode is not there."
     ;; contribs): evaluating before that would cancel them.
     (add-hook (if (eq sly-agent-q-test-lisp 'sly) 'sly-connected-hook 'slime-connected-hook)
               #'sly-agent-q-test--lisp-ready)
-    (let ((program (sly-agent-q-test--lisp-program)))
+    (let* ((program (sly-agent-q-test--lisp-program))
+           (process-environment (sly-agent-q-test--lisp-environment (car program))))
       (if (eq sly-agent-q-test-lisp 'sly)
           (sly-start :program (car program) :program-args (cdr program))
         (slime-start :program (car program) :program-args (cdr program)))
