@@ -108,11 +108,14 @@ or NIL when neither is there."
        ,@body)))
 
 (defun profiled-now (profiler)
-  "The names PROFILER has wrapped now (the user's included)."
-  (ignore-errors
-   (copy-list (ecase profiler
-                (:backend (bcall "PROFILED-FUNCTIONS"))
-                (:metering (symbol-value (monitor-symbol "*MONITORED-FUNCTIONS*")))))))
+  "The names PROFILER has wrapped now (the user's included), but the
+metering's own stub, which it may leave wrapped after measuring its
+overhead (ABCL)."
+  (remove-if (lambda (name) (and (symbolp name) (eq (symbol-package name) (monitor-package))))
+             (ignore-errors
+              (copy-list (ecase profiler
+                           (:backend (bcall "PROFILED-FUNCTIONS"))
+                           (:metering (symbol-value (monitor-symbol "*MONITORED-FUNCTIONS*"))))))))
 
 (defun profile-names (profiler names)
   "Wrap each of NAMES; one that cannot be wrapped is left alone."
