@@ -18,7 +18,8 @@
            #:make-lock #:with-lock #:lock-free-p
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
-           #:bounded-frame-printing-p #:statistical-profiler-p))
+           #:bounded-frame-printing-p #:statistical-profiler-p
+           #:deterministic-profiler-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -149,6 +150,12 @@ handle (CLISP instead resets to its top level, ending a batch run)."
 known not to work yet (CLISP: the SIGINT does not stop a printer
 running inside the backend's debugging environment)."
   #+clisp nil #-clisp t)
+
+
+(defun deterministic-profiler-p ()
+  "True where profile_eval can wrap functions to profile them: not on
+ABCL, whose 32-bit fixnums the metering's clock outgrows."
+  #+abcl nil #-abcl t)
 
 
 (defun statistical-profiler-p ()
