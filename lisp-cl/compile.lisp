@@ -149,6 +149,19 @@ last one starting before it."
   (let ((type (backend-type "COMPILER-CONDITION")))
     (and type (typep condition type))))
 
+(defun call-resignalling-compiler-warnings (function)
+  "Call FUNCTION (which compiles) so that the compiler's warnings reach
+our handlers: ABCL's file compiler catches and prints them unless told
+to signal them again (as SWANK's ABCL backend tells it)."
+  #+abcl (let ((jvm::*resignal-compiler-warnings* t)) (funcall function))
+  #-abcl (funcall function))
+
+(defun compiled-form-position ()
+  "The 0-based position in the file being compiled of the top-level
+form the compiler is at, where the Lisp says (ABCL), else NIL."
+  #+abcl (let ((position sys::*source-position*)) (and (integerp position) position))
+  #-abcl nil)
+
 (defun compile-collecting (source fasl notes)
   "COMPILE-FILE SOURCE into FASL, pushing a NOTE for every compiler
 condition onto the list in the car of NOTES (whose cdr is the text).
@@ -190,7 +203,8 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
                                (record (if (typep c 'style-warning) :style-warning :warning)
                                        (condition-message c) nil))
                              (muffle-warning c))
-                            (t (pushnew c pending))))
+                            (t (unless (assoc c pending)
+                                 (push (cons c (compiled-form-position)) pending)))))
                      ;; Compiler notes (SBCL's are not warnings) are
                      ;; recorded through the backend; don't print them.
                      ((find-restart 'muffle-warning c)
@@ -207,15 +221,19 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
                        ;; are reported here even if the caller is
                        ;; inside a unit.
                        (with-compilation-unit (:override t)
-                         (compile-file source :output-file fasl :external-format (utf-8-format))))))
+                         (call-resignalling-compiler-warnings
+                          (lambda ()
+                            (compile-file source :output-file fasl
+                                                 :external-format (utf-8-format))))))))
               (if hooks
                   (call-with-compilation-hooks #'compile-it)
                   (compile-it))))
         ;; Warnings the backend never located.
-        (dolist (c (reverse pending))
-          (unless (or (member c located) (redefinition-p c))
-            (record (if (typep c 'style-warning) :style-warning :warning)
-                    (condition-message c) nil)))
+        (loop for (c . position) in (reverse pending)
+              unless (or (member c located) (redefinition-p c))
+                do (push (make-note (if (typep c 'style-warning) :style-warning :warning)
+                                    (clean-message (condition-message c)) position :compile)
+                         (car notes)))
         (values output warnings-p failure-p (get-output-stream-string log))))))
 
 (defun load-collecting (fasl notes)

@@ -90,13 +90,6 @@ source from beside the backend if need be."
                (load file))))
           (monitor-package)))))
 
-(defun deterministic-profiler ()
-  "How this image wraps functions to profile them: :BACKEND (the
-backend's PROFILE interface), :METERING (the backend's metering.lisp),
-or NIL when neither is there."
-  (cond ((backend-implemented-p "PROFILE") :backend)
-        ((load-metering) :metering)))
-
 (defmacro quietly (&body body)
   "BODY with what the profilers print (warnings, notes) thrown away."
   `(let* ((*standard-output* (make-broadcast-stream))
@@ -107,12 +100,43 @@ or NIL when neither is there."
      (handler-bind ((warning #'muffle-warning))
        ,@body)))
 
+(defvar *metering-works* :unknown
+  "Whether a function wrapped by the metering can still be called in
+this Lisp (T or NIL), once tried.")
+
+(defun metering-works-p ()
+  "True when a function the metering wraps still runs.  Its counters
+are declared fixnums: where the clock outgrows them (ABCL's fixnums are
+32 bits) every wrapped call fails, and the user's code with it."
+  (when (eq *metering-works* :unknown)
+    (setf *metering-works*
+          (let ((probe (make-symbol "PROFILE-PROBE")))
+            (setf (symbol-function probe) (lambda (x) (1+ x)))
+            (unwind-protect
+                 (quietly
+                  (eval `(,(monitor-symbol "MONITOR") ,probe))
+                  (and (member probe (symbol-value (monitor-symbol "*MONITORED-FUNCTIONS*")))
+                       (ignore-errors (eql 2 (funcall probe 1)))
+                       t))
+              (ignore-errors (quietly (eval `(,(monitor-symbol "UNMONITOR") ,probe))))))))
+  *metering-works*)
+
+(defun deterministic-profiler ()
+  "How this image wraps functions to profile them: :BACKEND (the
+backend's PROFILE interface), :METERING (the backend's metering.lisp),
+or NIL when neither is there or works."
+  (cond ((backend-implemented-p "PROFILE") :backend)
+        ((and (load-metering) (metering-works-p)) :metering)))
+
 (defun profiled-now (profiler)
-  "The names PROFILER has wrapped now (the user's included)."
-  (ignore-errors
-   (copy-list (ecase profiler
-                (:backend (bcall "PROFILED-FUNCTIONS"))
-                (:metering (symbol-value (monitor-symbol "*MONITORED-FUNCTIONS*")))))))
+  "The names PROFILER has wrapped now (the user's included), but the
+metering's own stub, which it may leave wrapped after measuring its
+overhead (ABCL)."
+  (remove-if (lambda (name) (and (symbolp name) (eq (symbol-package name) (monitor-package))))
+             (ignore-errors
+              (copy-list (ecase profiler
+                           (:backend (bcall "PROFILED-FUNCTIONS"))
+                           (:metering (symbol-value (monitor-symbol "*MONITORED-FUNCTIONS*"))))))))
 
 (defun profile-names (profiler names)
   "Wrap each of NAMES; one that cannot be wrapped is left alone."
@@ -190,16 +214,16 @@ a DEFMETHOD during the evaluation fail)."
     (sort names #'string< :key #'symbol-name)))
 
 (defun deterministic-profile (text package packages)
+  (dolist (each packages)
+    (when (refused-profile-package-p each)
+      (fail "profile_eval does not wrap the functions of ~A (the Lisp's, the backend's or ~
+             the agent's own); name the packages of the code to profile."
+            (package-name each))))
   (let ((profiler (or (deterministic-profiler)
                       (fail "Profiling is not available in this image: ~A has no statistical ~
-                             profiler here, and the ~A backend neither implements its profiler ~
-                             interface on it nor has its metering.lisp beside it."
+                             profiler here, the ~A backend implements no profiler interface on ~
+                             it, and its metering.lisp is not beside it or fails in this Lisp."
                             (lisp-implementation-type) (or (backend-name) "SWANK or SLYNK")))))
-    (dolist (each packages)
-      (when (refused-profile-package-p each)
-        (fail "profile_eval does not wrap the functions of ~A (the Lisp's, the backend's or ~
-               the agent's own); name the packages of the code to profile."
-              (package-name each))))
     (let ((names (remove-duplicates (mapcan #'profilable-functions packages)))
           (already (profiled-now profiler)))
       (when already

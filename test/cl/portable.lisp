@@ -19,7 +19,7 @@
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
-           #:undefined-function-warnings-p #:frame-arguments-p))
+           #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -174,6 +174,12 @@ function (ECL: neither a warning nor a compiler condition SWANK sees)."
   "False where the backend's frames carry no arguments (SWANK's ECL
 backend: no FRAME-CALL, its frames are function names)."
   #+ecl nil #-ecl t)
+
+
+(defun deterministic-profiler-p ()
+  "True where profile_eval can wrap functions to profile them: not on
+ABCL, whose 32-bit fixnums the metering's clock outgrows."
+  #+abcl nil #-abcl t)
 
 
 (defun statistical-profiler-p ()
