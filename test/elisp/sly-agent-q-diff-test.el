@@ -767,5 +767,51 @@ land later, whole or in part, and Emacs must not wait on it."
            t)
         (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request)))))
 
+(ert-deftest sly-agent-q-diff-test-server-killed-while-a-review-waits-for-its-hunks ()
+  "The server killed while an edit's review waits for its hunks: the user is told, the turn ends.
+The review asks the server to read the texts itself; that request fails
+with the server's death, and asking again with the texts must not
+start a new server before the death is reported, which took the
+report away (the chat still showed the turn going, and its entry waiting)."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let* ((sly-agent-q-server-auto-restart t)
+           (outcome nil)
+           (script
+            `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                      (input . ((path . "src/a.lisp")
+                                                (new_content . ,(sly-agent-q-diff-test-new)))))])
+                         (stop_reason . "tool_use"))
+                        ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
+      (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+      (setq sly-agent-q-diff-test-killed nil
+            sly-agent-q-diff--hunk-cache nil)
+      (advice-add 'sly-agent-q-server-request :after
+                  (lambda (method &rest _)
+                    (when (and (eq method 'diff/hunks) (not sly-agent-q-diff-test-killed))
+                      (setq sly-agent-q-diff-test-killed
+                            (jsonrpc--process sly-agent-q-current-connection))
+                      (signal-process sly-agent-q-diff-test-killed 'SIGKILL)))
+                  '((name . kill-at-diff-request)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (let ((sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(1 2 3))))
+                (sly-agent-q-send "Change it" (lambda (o) (setq outcome o)))
+                (sly-agent-q-test-wait (lambda () sly-agent-q-diff-test-killed) 20 "the review's hunks asked for")
+                (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-diff-test-killed)))
+                                       10 "the server's death")
+                ;; The user is told, and the turn is over.
+                (sly-agent-q-test-wait (lambda () (string-match-p "server exited" (sly-agent-q-test-chat-text)))
+                                       10 "the chat to say the server exited")
+                (sly-agent-q-test-wait (lambda () outcome) 10 "the turn to end")
+                (should (eq (plist-get outcome :status) 'failed))
+                (with-current-buffer (sly-agent-q-chat-buffer)
+                  (should-not sly-agent-q-chat--turn))
+                ;; The edit did not land.
+                (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))))
+           t)
+        (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request)))))
+
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here
