@@ -726,6 +726,8 @@ land later, whole or in part, and Emacs must not wait on it."
   (sly-agent-q-tools-test--with-project
     (let* ((sly-agent-q-permission-rules '((:action allow :tool "propose_file_edit")))
            (sly-agent-q-server-auto-restart t)
+           ;; Its restart is not counted against the other tests' (three a minute).
+           (sly-agent-q--restart-times nil)
            (file (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old)))
            (script
             `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
@@ -776,6 +778,8 @@ report away (the chat still showed the turn going, and its entry waiting)."
   (skip-unless (fboundp 'sly-agent-q-test-send))
   (sly-agent-q-tools-test--with-project
     (let* ((sly-agent-q-server-auto-restart t)
+           ;; Its restart is not counted against the other tests' (three a minute).
+           (sly-agent-q--restart-times nil)
            (outcome nil)
            (script
             `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
