@@ -199,7 +199,7 @@ for the user's approval."
   "Overlay that puts the prompt on a line of its own.")
 (defvar-local sly-agent-q-chat--title nil "The saved conversation's title, when it was resumed.")
 (defvar-local sly-agent-q-chat--input-hold nil
-  "Why the input may not be sent yet: (MESSAGE . DEADLINE), or nil.
+  "Why the input may not be sent yet: (MESSAGE DEADLINE PLACEHOLDER), or nil.
 See `sly-agent-q-chat-hold-input'.")
 (defvar-local sly-agent-q-chat--server-died nil
   "Non-nil when the server died since this buffer last used it.")
@@ -1435,12 +1435,27 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
   (with-current-buffer (sly-agent-q-chat-buffer)
     (sly-agent-q-chat--set-input text)))
 
-(defun sly-agent-q-chat-hold-input (message seconds)
+(defun sly-agent-q-chat-hold-input (message seconds &optional placeholder)
   "Refuse to send the chat's input, saying MESSAGE, for at most SECONDS.
 For an input still being filled in from elsewhere (the image's answer
-is on its way).  Return the hold, for `sly-agent-q-chat-release-input'."
+is on its way).  With PLACEHOLDER, the text standing for what is to
+come, only while the input holds it: a user who replaced it sends
+their own message.  Return the hold, for
+`sly-agent-q-chat-release-input'."
   (with-current-buffer (sly-agent-q-chat-buffer)
-    (setq sly-agent-q-chat--input-hold (cons message (+ (float-time) seconds)))))
+    (setq sly-agent-q-chat--input-hold (list message (+ (float-time) seconds) placeholder))))
+
+(defun sly-agent-q-chat--input-held ()
+  "The message of the hold on the input, if it holds now.
+See `sly-agent-q-chat-hold-input'."
+  (pcase sly-agent-q-chat--input-hold
+    (`(,message ,deadline ,placeholder)
+     (and (< (float-time) deadline)
+          (or (null placeholder)
+              (save-excursion
+                (goto-char sly-agent-q-chat--input)
+                (search-forward placeholder nil t)))
+          message))))
 
 (defun sly-agent-q-chat-release-input (hold)
   "End HOLD, from `sly-agent-q-chat-hold-input', if it is still the chat's."
@@ -1467,9 +1482,9 @@ The last: text put before OLD (an error's message) may hold OLD too."
   "Send the input as a message."
   (interactive)
   (let ((text (string-trim (sly-agent-q-chat--input-text)))
-        (hold sly-agent-q-chat--input-hold))
-    (when (and hold (< (float-time) (cdr hold)))
-      (user-error "%s" (car hold)))
+        (held (sly-agent-q-chat--input-held)))
+    (when held
+      (user-error "%s" held))
     (when (and (string-empty-p text) (null sly-agent-q-chat--attachments))
       (user-error "Nothing to send"))
     (when sly-agent-q-chat--turn

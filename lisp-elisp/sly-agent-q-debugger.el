@@ -374,7 +374,9 @@ opens in another window: the debugger stays where it was."
     ;; (the image answers within its timeout, or the call fails and says so).
     (let ((hold (sly-agent-q-chat-hold-input
                  "The debugger's frames are still coming from the image; RET sends once they are in the input"
-                 (+ sly-agent-q-image-timeout 10))))
+                 (+ sly-agent-q-image-timeout 10)
+                 ;; A user who replaced the placeholder sends their own message.
+                 sly-agent-q-debugger--asking)))
       (sly-agent-q-debugger--run
        buffer "backtrace" `(("count" . ,sly-agent-q-debugger-ask-frames))
        (lambda (content error)

@@ -42,7 +42,9 @@
 (require 'sly-agent-q-display)
 
 (defvar sly-agent-q-approval-function)
+(defvar sly-agent-q-current-connection)
 (declare-function sly-agent-q-server-ready-p "sly-agent-q-server" ())
+(declare-function sly-agent-q-server-live-p "sly-agent-q-connection" (&optional conn))
 (declare-function sly-agent-q-server-request "sly-agent-q-server" (method params success &optional failure))
 
 (defcustom sly-agent-q-diff-context-lines 3
@@ -494,8 +496,11 @@ otherwise a function of one argument, a function of (CONTENT ERROR),
 which asks the server for them without waiting and answers it once
 they came, for `sly-agent-q-tools-call' (it returns the function that
 stops it).  Signal `sly-agent-q-tool-error' at once when ARGS are
-unusable."
-  (let ((texts (sly-agent-q-diff-proposal args t)))
+unusable.  When the server that asked dies before the hunks came,
+nothing is applied: the call died with it, and no one would answer
+the model or keep the change for a rewind."
+  (let ((texts (sly-agent-q-diff-proposal args t))
+        (asker (and (boundp 'sly-agent-q-current-connection) sly-agent-q-current-connection)))
     (if (or (sly-agent-q-diff--reviewed-hunks args (plist-get texts :file) (plist-get texts :old))
             (sly-agent-q-diff--hunks-known-p (plist-get texts :old) (plist-get texts :new)))
         (sly-agent-q-diff-apply-proposal args)
@@ -513,7 +518,14 @@ unusable."
                  (sly-agent-q-diff-fetch-hunks
                   (plist-get texts :old) (plist-get texts :new)
                   (lambda ()
-                    (unless stopped
+                    (cond
+                     (stopped)
+                     ((and asker (not (sly-agent-q-server-live-p asker)))
+                      ;; Answered for the form's sake: the call is dropped with its server.
+                      (setq stopped t)
+                      (funcall answer nil (format "The server exited before the hunks of the edit of %s came; nothing was applied."
+                                                  (plist-get texts :rel))))
+                     (t
                       ;; The file may have changed meanwhile: the hunks of its new
                       ;; text are asked for (a few times at most).
                       (let ((now (condition-case nil (sly-agent-q-diff-proposal args t)
@@ -522,7 +534,7 @@ unusable."
                                  (not (and (equal (plist-get now :old) (plist-get texts :old))
                                            (equal (plist-get now :new) (plist-get texts :new)))))
                             (fetch now)
-                          (apply-now))))))))
+                          (apply-now)))))))))
             (fetch texts))
           (lambda () (setq stopped t)))))))
 

@@ -101,8 +101,9 @@ Nil LEVEL removes the rule, so NAME's own level applies again."
     ("w" "Rewind files to a turn" sly-agent-q-rewind)
     ("e" "Export (.org, .md)" sly-agent-q-export)
     ("c" "Compact the history" sly-agent-q-compact)
-    ("k" "Cancel the running turn" sly-agent-q-cancel)]
-   ["Context"
+    ("k" "Cancel the running turn" sly-agent-q-cancel)]]
+  ;; Two groups a row: four side by side were wider than 80 columns.
+  [["Context"
     ("f" "Attach a file" sly-agent-q-attach-file)
     ("b" "Attach a buffer" sly-agent-q-attach-buffer)
     ("x" "Clear the attachments" sly-agent-q-clear-attachments)]

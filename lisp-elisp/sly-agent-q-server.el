@@ -205,7 +205,21 @@ CONN defaults to the current connection."
 (defun sly-agent-q-server-ensure (callback)
   "Call CALLBACK with (CONNECTION nil) once the server is ready.
 Start it when it is not running.  On failure CALLBACK gets (nil MESSAGE).
-CALLBACK may be called before this function returns."
+CALLBACK may be called before this function returns.
+Called while the current server's death is being handled (from a
+request's error handler, which jsonrpc runs before
+`sly-agent-q--on-shutdown'), it waits until that is done: a server
+started then would take the dead one's place before its death was
+reported, and the chat would never be told."
+  (let ((c sly-agent-q-current-connection))
+    (if (and c (not (jsonrpc-running-p c))
+             (not (memq (sly-agent-q-connection-status c) '(dead failed))))
+        (run-at-time 0 nil #'sly-agent-q-server--ensure-now callback)
+      (sly-agent-q-server--ensure-now callback))))
+
+(defun sly-agent-q-server--ensure-now (callback)
+  "Call CALLBACK with (CONNECTION nil) once the server is ready, starting it.
+See `sly-agent-q-server-ensure'."
   (let* ((problem nil)
          (conn (condition-case err
                    (if (and (sly-agent-q-server-live-p)

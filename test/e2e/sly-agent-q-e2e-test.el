@@ -602,6 +602,44 @@ nothing is sent, and the user is told the frames are coming; once they are in, R
         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-ask-input-replaced-before-the-frames-is-sent ()
+  "The user replaces the debugger's message before the image's frames came: RET sends theirs.
+The input waits for the frames only while their placeholder is in it;
+the frames, once they come, do not go into the user's own message."
+  (e2e-connect)
+  (sly-agent-q-test-with-server '((steps . [((content . [((type . "text") (text . "Hello to you."))]))]))
+    (e2e-reset-fixture)
+    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
+    (let (buffer)
+      (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+      (setq buffer (car (e2e-debugger-buffers)))
+      (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
+      (unwind-protect
+          (let* ((outcome nil)
+                 (hook (lambda (plist) (setq outcome plist))))
+            (with-current-buffer buffer (sly-agent-q-debugger-ask))
+            (add-hook 'sly-agent-q-turn-finished-hook hook)
+            (unwind-protect
+                (progn
+                  ;; At once, before the image answered: the user changes their mind.
+                  (sly-agent-q-chat-set-input "Never mind the debugger: hello")
+                  (with-current-buffer (sly-agent-q-chat-buffer)
+                    (goto-char (point-max))
+                    (sly-agent-q-chat-return))
+                  (sly-agent-q-test-wait (lambda () outcome) 60 "the turn"))
+              (remove-hook 'sly-agent-q-turn-finished-hook hook))
+            (should (eq (plist-get outcome :status) 'finished))
+            (should (string-match-p "You: Never mind the debugger: hello" (sly-agent-q-test-chat-text)))
+            (let ((sent (format "%S" (sly-agent-q-test-mock-requests))))
+              (should (string-match-p "Never mind the debugger: hello" sent))
+              (should-not (string-match-p "asking the image for its frames" sent))))
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+        (e2e-reset-fixture)))))
+
 (ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
   "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."
   (e2e-with-agent "debugger-restart.json"

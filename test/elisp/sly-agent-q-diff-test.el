@@ -739,5 +739,108 @@ buffer, point in unchanged text stays, and a rewind puts the file back."
            t)
         (advice-remove 'sly-agent-q-server-request 'record-diff-requests)))))
 
+(defvar sly-agent-q-diff-test-killed nil
+  "The server process killed by the last fault test, once it was.")
+
+(ert-deftest sly-agent-q-diff-test-server-killed-while-an-allowed-edit-waits-for-its-hunks ()
+  "The server killed while an allowed edit waits for its hunks: the file is left alone.
+The call is dropped with the server that made it, so nothing would
+answer the model or keep the change for a rewind: the edit must not
+land later, whole or in part, and Emacs must not wait on it."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let* ((sly-agent-q-permission-rules '((:action allow :tool "propose_file_edit")))
+           (sly-agent-q-server-auto-restart t)
+           ;; Its restart is not counted against the other tests' (three a minute).
+           (sly-agent-q--restart-times nil)
+           (file (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old)))
+           (script
+            `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                      (input . ((path . "src/a.lisp")
+                                                (new_content . ,(sly-agent-q-diff-test-new)))))])
+                         (stop_reason . "tool_use"))
+                        ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
+      (setq sly-agent-q-diff-test-killed nil
+            sly-agent-q-diff--hunk-cache nil)
+      ;; Right after the edit's hunks were asked for, the server is killed.
+      (advice-add 'sly-agent-q-server-request :after
+                  (lambda (method &rest _)
+                    (when (and (eq method 'diff/hunks) (not sly-agent-q-diff-test-killed))
+                      (setq sly-agent-q-diff-test-killed
+                            (jsonrpc--process sly-agent-q-current-connection))
+                      (signal-process sly-agent-q-diff-test-killed 'SIGKILL)))
+                  '((name . kill-at-diff-request)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (sly-agent-q-send "Change it" #'ignore)
+              (sly-agent-q-test-wait (lambda () sly-agent-q-diff-test-killed) 20 "the edit's hunks asked for")
+              ;; The death is seen, the server is started again and ready.
+              (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-diff-test-killed)))
+                                     10 "the server's death")
+              (sly-agent-q-test-wait (lambda ()
+                                       (and (sly-agent-q-server-ready-p)
+                                            (not (eq (jsonrpc--process sly-agent-q-current-connection)
+                                                     sly-agent-q-diff-test-killed))))
+                                     20 "the server started again")
+              ;; A request to the new server and its answer: anything the dead one left
+              ;; waiting has had its chance to run.
+              (let (turns)
+                (sly-agent-q-server-request 'conversation/list nil (lambda (r) (setq turns (or r t))))
+                (sly-agent-q-test-wait (lambda () turns) 10 "the new server's answer"))
+              (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))
+              ;; The user is told.
+              (should (string-match-p "server exited" (sly-agent-q-test-chat-text))))
+           t)
+        (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request)))))
+
+(ert-deftest sly-agent-q-diff-test-server-killed-while-a-review-waits-for-its-hunks ()
+  "The server killed while an edit's review waits for its hunks: the user is told, the turn ends.
+The review asks the server to read the texts itself; that request fails
+with the server's death, and asking again with the texts must not
+start a new server before the death is reported, which took the
+report away (the chat still showed the turn going, and its entry waiting)."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let* ((sly-agent-q-server-auto-restart t)
+           ;; Its restart is not counted against the other tests' (three a minute).
+           (sly-agent-q--restart-times nil)
+           (outcome nil)
+           (script
+            `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                                      (input . ((path . "src/a.lisp")
+                                                (new_content . ,(sly-agent-q-diff-test-new)))))])
+                         (stop_reason . "tool_use"))
+                        ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
+      (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+      (setq sly-agent-q-diff-test-killed nil
+            sly-agent-q-diff--hunk-cache nil)
+      (advice-add 'sly-agent-q-server-request :after
+                  (lambda (method &rest _)
+                    (when (and (eq method 'diff/hunks) (not sly-agent-q-diff-test-killed))
+                      (setq sly-agent-q-diff-test-killed
+                            (jsonrpc--process sly-agent-q-current-connection))
+                      (signal-process sly-agent-q-diff-test-killed 'SIGKILL)))
+                  '((name . kill-at-diff-request)))
+      (unwind-protect
+          (eval
+           `(sly-agent-q-test-with-server ',script
+              (let ((sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(1 2 3))))
+                (sly-agent-q-send "Change it" (lambda (o) (setq outcome o)))
+                (sly-agent-q-test-wait (lambda () sly-agent-q-diff-test-killed) 20 "the review's hunks asked for")
+                (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-diff-test-killed)))
+                                       10 "the server's death")
+                ;; The user is told, and the turn is over.
+                (sly-agent-q-test-wait (lambda () (string-match-p "server exited" (sly-agent-q-test-chat-text)))
+                                       10 "the chat to say the server exited")
+                (sly-agent-q-test-wait (lambda () outcome) 10 "the turn to end")
+                (should (eq (plist-get outcome :status) 'failed))
+                (with-current-buffer (sly-agent-q-chat-buffer)
+                  (should-not sly-agent-q-chat--turn))
+                ;; The edit did not land.
+                (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))))
+           t)
+        (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request)))))
+
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here

@@ -302,6 +302,57 @@ the chat says what was repaired."
     (and (file-exists-p file)
          (with-temp-buffer (insert-file-contents file) (buffer-string)))))
 
+(defvar sly-agent-q-sessions-test--killed nil
+  "The server process the last fault test killed, once it did.")
+
+(ert-deftest sly-agent-q-sessions-rewind-server-killed-while-the-refused-diffs-wait ()
+  "The server killed while a rewind's refused diffs wait for its hunks: nothing hangs, no file is touched.
+The files the rewind put back stay put back, the file the user changed
+stays theirs, the diffs are shown (one hunk of the whole text) and the
+chat says the server exited."
+  (let* ((root (file-name-as-directory (make-temp-file "agent-q-root" t)))
+         (sly-agent-q-project-root root)
+         (sly-agent-q-server-auto-restart t)
+         ;; Its restart is not counted against the other tests' (three a minute).
+         (sly-agent-q--restart-times nil)
+         (approve (lambda (_request callback) (funcall callback '(:decision "approved")))))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-sessions-test--script
+         (list (sly-agent-q-sessions-test--write "a.txt" "agent's a\n")
+               (sly-agent-q-sessions-test--write "c.txt" "agent's c\n"))
+         '(((type . "text") (text . "Wrote a and c."))))
+      (let ((sly-agent-q-approval-function approve))
+        (should (eq (plist-get (sly-agent-q-test-send "first") :status) 'finished)))
+      (with-temp-file (expand-file-name "c.txt" root) (insert "the user's c\n"))
+      (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+             (turns nil) (outcome nil))
+        (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
+                                    (lambda (r) (setq turns (append (plist-get r :turns) nil))))
+        (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
+        (when (get-buffer "*sly-agent-q rewind refused*") (kill-buffer "*sly-agent-q rewind refused*"))
+        (setq sly-agent-q-sessions-test--killed nil
+              sly-agent-q-diff--hunk-cache nil)
+        (advice-add 'sly-agent-q-server-request :after
+                    (lambda (method &rest _)
+                      (when (and (eq method 'diff/hunks) (not sly-agent-q-sessions-test--killed))
+                        (setq sly-agent-q-sessions-test--killed
+                              (jsonrpc--process sly-agent-q-current-connection))
+                        (signal-process sly-agent-q-sessions-test--killed 'SIGKILL)))
+                    '((name . kill-at-diff-request)))
+        (unwind-protect
+            (progn
+              (sly-agent-q-sessions-rewind id (plist-get (car turns) :turnId) nil (lambda (o) (setq outcome o)))
+              (sly-agent-q-test-wait (lambda () outcome) 20 "the rewind's end"))
+          (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request))
+        (should sly-agent-q-sessions-test--killed)
+        (should-not (sly-agent-q-sessions-test--file root "a.txt"))
+        (should (equal (sly-agent-q-sessions-test--file root "c.txt") "the user's c\n"))
+        (with-current-buffer "*sly-agent-q rewind refused*"
+          (should (string-match-p "^-agent's c$" (buffer-string)))
+          (should (string-match-p "^\\+the user's c$" (buffer-string))))
+        (sly-agent-q-test-wait (lambda () (string-match-p "server exited" (sly-agent-q-test-chat-text)))
+                               10 "the chat to say the server exited")))))
+
 (ert-deftest sly-agent-q-sessions-rewind-restores-files-and-refuses-user-edits ()
   "Rewind to before turn 2: a.txt back as turn 1 left it, b.txt gone, c.txt (edited since) left alone."
   (let* ((root (file-name-as-directory (make-temp-file "agent-q-root" t)))

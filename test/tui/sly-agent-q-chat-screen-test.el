@@ -92,6 +92,24 @@ title showed its text alone: \"https://bank.example/\", the address hidden."
       (should (string-match-p "^Log in at https://bank\\.example/ <http://127\\.0\\.0\\.1/evil" screen))
       (should (string-match-p "^Or at https://bank\\.example/ <.*127\\.0\\.0\\.1/evil2" screen)))))
 
+(ert-deftest sly-agent-q-tui-menu-fits-80-columns ()
+  "The chat's menu (C-c C-m) at 80 columns: every group and key on the screen, no line wrapped.
+Its four groups side by side were wider than the terminal: Emacs
+wrapped each line, the last group's keys under the others' (a \\ at
+each right edge)."
+  (sly-agent-q-tui-with-run ()
+    (sly-agent-q-tui-keys "C-c" "C-m")
+    (let ((screen (sly-agent-q-tui-wait "MCP servers" 10 "the menu")))
+      (sly-agent-q-tui-snapshot "menu")
+      (dolist (title '("Model" "Conversation" "Context" "MCP servers"))
+        (should (string-match-p (regexp-quote title) screen)))
+      (dolist (entry '("Permission rules" "Rewind files to a turn" "Cancel the running turn"
+                       "Clear the attachments" "Connect the configured" "Their log"))
+        (should (string-match-p (regexp-quote entry) screen)))
+      ;; No line of the menu is continued on the next (Emacs's \ at the right edge).
+      (should-not (cl-some (lambda (line) (string-match-p "\\\\$" line)) (sly-agent-q-tui-lines)))
+      (sly-agent-q-tui-keys "C-g"))))
+
 (ert-deftest sly-agent-q-tui-tool-call-and-approval-state ()
   "A tool call shows as an entry; waiting for an approval is said first in the header line.
 At 80 columns; 40 lines, so that the entry above the file's approval and
