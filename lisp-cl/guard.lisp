@@ -446,7 +446,12 @@ returns or has been stopped."
          (watcher (ignore-errors
                    (ext:run-program
                     "/bin/sh"
-                    :arguments (list "-c" (format nil "echo $$; sleep ~,2F; while kill -INT ~D; do sleep 2; done"
+                    ;; The sleeps run in the background and are waited for,
+                    ;; so that a TERM ends the one under way too (a killed
+                    ;; shell would leave it running, orphaned).
+                    :arguments (list "-c" (format nil "echo $$; trap 'kill $s 2>/dev/null; exit 0' TERM; ~
+                                                       sleep ~,2F & s=$!; wait $s; ~
+                                                       while kill -INT ~D; do sleep 2 & s=$!; wait $s; done"
                                                   seconds (os:process-id)))
                     :input nil :output :stream :wait nil)))
          (watcher-pid (and watcher (ignore-errors (parse-integer (read-line watcher nil "")))))
@@ -489,7 +494,7 @@ returns or has been stopped."
               until (catch absorbed
                       (setf done t)
                       (ignore-errors
-                       (ext:run-program "/bin/kill" :arguments (list "-KILL" (princ-to-string watcher-pid))
+                       (ext:run-program "/bin/kill" :arguments (list "-TERM" (princ-to-string watcher-pid))
                                                     :input nil :output nil :wait t))
                       (ignore-errors (close watcher))
                       (sleep 0.05)

@@ -19,7 +19,8 @@
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
-           #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p))
+           #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p
+           #:watcher-process-p #:processes-matching-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -180,6 +181,19 @@ backend: no FRAME-CALL, its frames are function names)."
   "True where profile_eval can wrap functions to profile them: not on
 ABCL, whose 32-bit fixnums the metering's clock outgrows."
   #+abcl nil #-abcl t)
+
+
+(defun watcher-process-p ()
+  "True where an evaluation's time limit is kept by a watcher process
+(CLISP, without threads), not by a thread."
+  #+clisp t #-clisp nil)
+
+
+(defun processes-matching-p (pattern)
+  "True if a process whose command line matches PATTERN (pgrep -f) runs."
+  #+clisp (null (ext:run-program "/bin/sh" :arguments (list "-c" (format nil "pgrep -f '~A' >/dev/null" pattern))
+                                 :input nil :output nil :wait t))
+  #-clisp (error "processes-matching-p is only needed where a watcher process is: ~A" pattern))
 
 
 (defun statistical-profiler-p ()

@@ -47,6 +47,8 @@
      "this Lisp's compiler signals no condition for a call to an undefined function, so compile_form cannot report it")
     (:frame-arguments saq-portable:frame-arguments-p
      "the backend shows frames without their arguments in this Lisp (function names only)")
+    (:watcher-process saq-portable:watcher-process-p
+     "this Lisp keeps an evaluation's time limit with a thread, not a watcher process")
     (:debugger-hook saq-portable:debugger-hook-portable-p
      "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's"))
   "Capability, the function that says whether this Lisp has it, and
@@ -544,6 +546,13 @@ another Lisp)."
   (is (saq-portable:lock-free-p cl-user::*saq-lock*))
   ;; A fast evaluation is not disturbed by its (now finished) watcher.
   (is (ok-p (tool* "eval_form" '(("form" . "(sleep 0.2) :fine")) :timeout 1))))
+
+(deftest eval-timeout-leaves-no-process-behind
+  (:needs :watcher-process)
+  ;; An unusual limit names the watcher's sleep; once the evaluation
+  ;; returned, neither the watcher nor its sleep may still run.
+  (is (ok-p (tool* "eval_form" '(("form" . ":quick")) :timeout 77)))
+  (is (not (saq-portable:processes-matching-p "sleep 77[.]00"))))
 
 (deftest eval-timeout-in-another-thread
   (:needs :threads)
