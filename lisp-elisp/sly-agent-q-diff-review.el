@@ -543,8 +543,8 @@ a yes; declined, the review stays as it is."
 
 (defun sly-agent-q-diff--kill-query ()
   "Before the review buffer is killed undecided: ask if hunks were accepted.
-As \[sly-agent-q-diff-quit] does: accepted hunks are not thrown away
-without a yes."
+As \\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-quit] does: accepted hunks are
+not thrown away without a yes."
   (let* ((review sly-agent-q-diff--current)
          (accepted (and review (not (sly-agent-q-diff--review-done review))
                         (cl-count 'accepted (sly-agent-q-diff--review-states review)))))
