@@ -667,7 +667,15 @@ something else than the user meant, or not at all, in the image."
       (scan-error
        (goto-char (nth 2 err))
        (user-error "Unbalanced: %s (near line %d); nothing was sent"
-                   (cadr err) (line-number-at-pos)))))
+                   (cadr err) (line-number-at-pos))))
+    ;; A #| comment (nested: its depth, where a ; comment is t, ended by
+    ;; the text's end) or a |symbol| left open scans as whitespace to the end.
+    (let ((state (syntax-ppss (point-max))))
+      (when (or (nth 3 state) (integerp (nth 4 state)))
+        (goto-char (nth 8 state))
+        (user-error "Unbalanced: %s not closed (near line %d); nothing was sent"
+                    (if (nth 4 state) "a comment" "a string or |symbol|")
+                    (line-number-at-pos)))))
   (when (string-blank-p (buffer-string))
     (user-error "No form; nothing was sent"))
   (indent-region (point-min) (point-max))

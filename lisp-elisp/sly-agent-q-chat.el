@@ -1446,7 +1446,7 @@ their own message.  Return the hold, for
     (setq sly-agent-q-chat--input-hold (list message (+ (float-time) seconds) placeholder))))
 
 (defun sly-agent-q-chat--input-held ()
-  "The message of the hold on the input, if it holds now.
+  "Return the message of the hold on the input while it is in force.
 See `sly-agent-q-chat-hold-input'."
   (pcase sly-agent-q-chat--input-hold
     (`(,message ,deadline ,placeholder)

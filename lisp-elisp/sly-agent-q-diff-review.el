@@ -235,6 +235,7 @@ undecided hunks count as rejected.
               (lambda (&rest _) (sly-agent-q-diff-redisplay)))
   (setq-local sly-agent-q-protected-buffer t)
   (setq buffer-read-only t)
+  (add-hook 'kill-buffer-query-functions #'sly-agent-q-diff--kill-query nil t)
   (add-hook 'kill-buffer-hook #'sly-agent-q-diff--killed nil t))
 
 ;; `define-derived-mode' gave the map `diff-mode-map' as parent, whose
@@ -540,14 +541,28 @@ a yes; declined, the review stays as it is."
       (message "%s" (substitute-command-keys
                      "Review kept: \\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-finish] sends the accepted hunks")))))
 
+(defun sly-agent-q-diff--kill-query ()
+  "Before the review buffer is killed undecided: ask if hunks were accepted.
+As \\<sly-agent-q-diff-review-mode-map>\\[sly-agent-q-diff-quit] does: accepted hunks are
+not thrown away without a yes."
+  (let* ((review sly-agent-q-diff--current)
+         (accepted (and review (not (sly-agent-q-diff--review-done review))
+                        (cl-count 'accepted (sly-agent-q-diff--review-states review)))))
+    (or (null accepted) (zerop accepted)
+        (y-or-n-p (format "Discard the %d accepted hunk%s and reject the whole edit? "
+                          accepted (if (= accepted 1) "" "s"))))))
+
 (defun sly-agent-q-diff--killed ()
-  "Deny the edit when its review buffer is killed before a decision."
+  "Deny the edit when its review buffer is killed before a decision; say so."
   (let ((review sly-agent-q-diff--current))
     (when (and review (not (sly-agent-q-diff--review-done review)))
       (setf (sly-agent-q-diff--review-done review) t)
       (funcall (sly-agent-q-diff--review-callback review)
                (list :decision "denied"
-                     :reason "The user closed the review without deciding")))))
+                     :reason "The user closed the review without deciding"))
+      (message "sly-agent-q: rejected the whole proposed edit of %s"
+               (sly-agent-q-display-line
+                (plist-get (sly-agent-q-diff--review-proposal review) :rel))))))
 
 (defun sly-agent-q-diff-review-cancel (buffer)
   "Close review BUFFER without answering (the server gave up waiting)."

@@ -374,6 +374,36 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
           (should (cl-some (lambda (m) (string-match-p "rejected the whole proposed edit of a\\.lisp" m))
                            said)))))))
 
+(ert-deftest sly-agent-q-diff-test-kill-buffer-never-discards-silently ()
+  "Killing the review (C-x k) with hunks accepted asks first, as q does; declined, it stays.
+The kill-buffer hook denied the whole edit at once, the accepted hunks
+thrown away without a word."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((args (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))
+          (asked nil) (said nil))
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) nil))
+                ((symbol-function 'yes-or-no-p) (lambda (prompt) (push prompt asked) nil))
+                ((symbol-function 'message)
+                 (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
+        (let ((opened (sly-agent-q-diff-test-open-review args)))
+          (with-current-buffer (car opened)
+            (sly-agent-q-diff-accept-hunk 2))
+          (kill-buffer (car opened))
+          ;; Asked, naming what would be lost; answered no: nothing sent, still open.
+          (should (= 1 (length asked)))
+          (should (string-match-p "1 accepted hunk" (car asked)))
+          (should (buffer-live-p (car opened)))
+          (should (null (cadr opened)))
+          ;; Yes this time: killed and denied, and the echo area says so.
+          (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) t))
+                    ((symbol-function 'yes-or-no-p) (lambda (prompt) (push prompt asked) t)))
+            (kill-buffer (car opened)))
+          (should-not (buffer-live-p (car opened)))
+          (should (equal "denied" (plist-get (car (cadr opened)) :decision)))
+          (should (cl-some (lambda (m) (string-match-p "rejected the whole proposed edit of a\\.lisp" m))
+                           said)))))))
+
 (ert-deftest sly-agent-q-diff-test-review-header-fits-the-window ()
   "The review's lines above the hunks fit in the window's width: none wraps."
   (sly-agent-q-diff-test--with-server

@@ -556,6 +556,34 @@ one runs with the other arguments as they were."
         (should (equal (plist-get args :form) "(let ((x 40))\n  (+ x 2))"))
         (should (equal (plist-get args :package) "CL-USER"))))))
 
+(ert-deftest sly-agent-q-approval-lisp-edit-unterminated-comment-or-string-refused ()
+  "A Lisp edit ending inside a #| comment or a |symbol| is refused, the approval still waiting.
+The balance check passed them: the reader of the image would take the
+rest of the text into the comment (to an end-of-file error) or read a
+different symbol than the user meant."
+  (sly-agent-q-test--with-chat
+    (let* ((asked (sly-agent-q-test--ask-approval
+                   '(:tool "eval_form" :arguments (:form "(+ 1 2)" :package "CL-USER")
+                     :safetyLevel "dangerous" :lispArguments ["form"] :callId "c1")))
+           (cell (cdr asked))
+           (a (progn (goto-char (point-min)) (search-forward "needs your approval")
+                     (get-text-property (point) 'sly-agent-q-approval))))
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          (dolist (text '("(+ 1 2) #| (delete-everything)" "(+ 1 2) |open symbol"))
+            (erase-buffer)
+            (insert text)
+            (should-error (sly-agent-q-edit-arguments-finish) :type 'user-error)
+            (should (null (car cell))))
+          (erase-buffer)
+          ;; A ; comment ends with the text, as the reader reads it.
+          (insert "(+ 1 2) #| a comment |# ; and a last one")
+          (sly-agent-q-edit-arguments-finish)))
+      (should (equal (plist-get (car cell) :decision) "modified"))
+      (should (equal (plist-get (plist-get (car cell) :arguments) :form)
+                     "(+ 1 2) #| a comment |# ; and a last one")))))
+
 (ert-deftest sly-agent-q-approval-lisp-edit-keys-win-over-slime ()
   "With SLIME set up as users have it, C-c C-c in the Lisp form's editing
 buffer runs the edited form, not SLIME's compile (`slime-mode' is turned
