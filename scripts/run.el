@@ -113,7 +113,13 @@ Then ask, for example: \"Describe the function MAPCAR\"."
       (setq inferior-lisp-program "sbcl")
       ;; The Lisp mode shows its REPL when connected; then lay out REPL | chat, chat selected.
       (add-hook (if (eq mode 'sly) 'sly-connected-hook 'slime-connected-hook)
-                (lambda () (run-at-time 0 nil #'sly-agent-q-run--layout chat))
+                (lambda ()
+                  ;; The "Starting..." notice above is followed by what became of it.
+                  (when (buffer-live-p chat)
+                    (with-current-buffer chat
+                      (sly-agent-q-chat-notice
+                       (if (eq mode 'sly) "SBCL is connected with SLY." "SBCL is connected with SLIME."))))
+                  (run-at-time 0 nil #'sly-agent-q-run--layout chat))
                 t)
       (if (eq mode 'sly) (funcall 'sly) (funcall 'slime)))))
 

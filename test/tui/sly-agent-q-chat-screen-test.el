@@ -43,6 +43,8 @@
   (sly-agent-q-tui-with-run
       (:script `((steps . [,(append (sly-agent-q-tui-step (sly-agent-q-tui-text sly-agent-q-chat-screen-test--markdown))
                                     '((chunk_delay_ms . 120)))])))
+    ;; The chat's "Starting SBCL..." is followed by what became of it.
+    (sly-agent-q-tui-wait "^SBCL is connected with SLIME\\.$" 10 "the chat saying the Lisp connected")
     (sly-agent-q-tui-type "How do I map over a list?")
     (sly-agent-q-tui-keys "Enter")
     ;; Mid-stream: the header line (the screen's first line) starts with the state.
