@@ -190,6 +190,13 @@ that could not be printed in time ends the list with a marker."
       (push "#<frame not printable in time: a PRINT-OBJECT method does not return>" texts))
     (nreverse texts)))
 
+(defun call-with-stack-saved (function)
+  "Call FUNCTION where the backend can see the current stack.  ABCL's
+backends read the stack ABCL saves on entering its debugger, and a
+handler is not in the debugger: there it is saved here."
+  #+abcl (let ((sys::*saved-backtrace* (rest (sys:backtrace)))) (funcall function))
+  #-abcl (funcall function))
+
 (defun capture-backtrace (&optional (limit *backtrace-limit*))
   "The frames of the user's code on the current stack, innermost first,
 as strings: frames of ours and of the signalling machinery above it are
@@ -198,9 +205,11 @@ backend cannot compute a backtrace."
   (when (and (backend-implemented-p "CALL-WITH-DEBUGGING-ENVIRONMENT")
              (backend-implemented-p "COMPUTE-BACKTRACE"))
     (handler-case
-        (let ((texts (bcall "CALL-WITH-DEBUGGING-ENVIRONMENT"
-                            (lambda ()
-                              (print-frames-bounded (bcall "COMPUTE-BACKTRACE" 0 200))))))
+        (let ((texts (call-with-stack-saved
+                      (lambda ()
+                        (bcall "CALL-WITH-DEBUGGING-ENVIRONMENT"
+                               (lambda ()
+                                 (print-frames-bounded (bcall "COMPUTE-BACKTRACE" 0 200))))))))
           ;; Above the user's code: our handler, the backend, the signal.
           (loop while (and texts (or (our-frame-p (first texts))
                                      (machinery-frame-p (first texts))))
