@@ -35,6 +35,7 @@
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-sessions)
 (require 'sly-agent-q-mcp)
+(require 'sly-agent-q-display)
 
 (defconst sly-agent-q-menu-trust-categories
   '("execution" "evaluation" "filesystem" "buffer" "diff" "introspection" "xref"
@@ -80,21 +81,60 @@ Nil LEVEL removes the rule, so NAME's own level applies again."
     (sly-agent-q-menu--set 'sly-agent-q-trust-levels
                            (if level (append rules (list (cons name level))) rules))))
 
+(defun sly-agent-q-set-permission-rule (action name &optional argument pattern)
+  "Make ACTION (`allow', `ask' or `deny') the permission rule for NAME.
+NAME is a tool or a category.  With ARGUMENT and PATTERN (a JavaScript
+regular expression), the rule matches only the calls whose ARGUMENT matches
+PATTERN.  A rule on the same NAME and ARGUMENT is replaced; ACTION
+`remove' takes it away.  See `sly-agent-q-permission-rules'."
+  (interactive
+   (let* ((action (intern (completing-read "Action: " '("allow" "ask" "deny" "remove") nil t)))
+          (name (completing-read "Tool or category: " sly-agent-q-menu-trust-categories))
+          (argument (unless (eq action 'remove)
+                      (read-string "Only when this argument matches (empty for every call): "))))
+     (list action name
+           (and argument (not (string-empty-p argument)) argument)
+           (and argument (not (string-empty-p argument))
+                (read-string (format "Pattern %s must match (a JavaScript regexp): " argument))))))
+  (let* ((key (if (member name sly-agent-q-menu-trust-categories) :category :tool))
+         (same (lambda (rule) (and (equal (plist-get rule key) name)
+                                   (equal (plist-get rule :argument) argument))))
+         (rules (cl-remove-if same sly-agent-q-permission-rules)))
+    (sly-agent-q-menu--set
+     'sly-agent-q-permission-rules
+     (if (eq action 'remove)
+         rules
+       (append rules (list (append (list :action action key name)
+                                   (and argument (list :argument argument :pattern (or pattern ""))))))))))
+
 (defun sly-agent-q-menu--value (value)
   "Return VALUE, a setting's value, as the menu draws it."
   (propertize (if value (format "%s" value) "default") 'face 'transient-value))
+
+(defun sly-agent-q-menu--model ()
+  "The model as the menu draws it: the one chosen, else the server's.
+With none chosen, the one the chat's last answer came from is named,
+so that the menu and the header line say the same."
+  (if sly-agent-q-model
+      (sly-agent-q-menu--value sly-agent-q-model)
+    (let* ((chat (sly-agent-q-chat-buffer t))
+           (used (and chat (plist-get (sly-agent-q-chat-spending chat) :model))))
+      (propertize (if used (format "default (%s)" (sly-agent-q-display-line used)) "default")
+                  'face 'transient-value))))
 
 (transient-define-prefix sly-agent-q-menu ()
   "The chat's commands and settings in one menu."
   [["Model"
     ("m" sly-agent-q-set-model
-     :description (lambda () (concat "Model " (sly-agent-q-menu--value sly-agent-q-model))))
+     :description (lambda () (concat "Model " (sly-agent-q-menu--model))))
     ("p" sly-agent-q-set-provider
      :description (lambda () (concat "Provider " (sly-agent-q-menu--value sly-agent-q-provider))))
     ("l" sly-agent-q-set-tool-level
      :description (lambda () (concat "Tool level " (sly-agent-q-menu--value sly-agent-q-max-safety-level))))
     ("t" sly-agent-q-set-permission
-     :description (lambda () (format "Permission rules (%d)" (length sly-agent-q-trust-levels))))]
+     :description (lambda () (format "Trust levels (%d)" (length sly-agent-q-trust-levels))))
+    ("R" sly-agent-q-set-permission-rule
+     :description (lambda () (format "Permission rules (%d)" (length sly-agent-q-permission-rules))))]
    ["Conversation"
     ("n" "New" sly-agent-q-new-conversation)
     ("r" "Resume a saved one" sly-agent-q-resume)

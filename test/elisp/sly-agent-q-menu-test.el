@@ -63,6 +63,46 @@ resume, rewind, export, MCP and cancel."
         (should (memq c commands))
         (should (commandp c))))))
 
+(defun sly-agent-q-menu-test--description (command)
+  "What the menu shows for COMMAND's suffix."
+  (let (found)
+    (cl-labels ((walk (x)
+                  (cond (found)
+                        ((and (consp x) (eq (plist-get x :command) command))
+                         (setq found (plist-get x :description)))
+                        ((and (consp x) (plist-member x :command)) (walk (cdr x)))
+                        ((consp x) (walk (car x)) (walk (cdr x)))
+                        ((vectorp x) (mapc #'walk x)))))
+      (walk (get 'sly-agent-q-menu 'transient--layout)))
+    (substring-no-properties (if (functionp found) (funcall found) found))))
+
+(ert-deftest sly-agent-q-menu-says-what-is-in-use ()
+  "With no model chosen the menu names the one the server uses, and what `t' sets is called
+what it is: trust levels."
+  (sly-agent-q-menu-test--with-chat
+    (let ((sly-agent-q-model nil) (sly-agent-q-trust-levels '(("eval_form" . safe))))
+      (sly-agent-q-chat-show-history "menu-test" "Menu test" [] :model "claude-menu-test")
+      (should (string-match-p "claude-menu-test" (sly-agent-q-menu-test--description 'sly-agent-q-set-model)))
+      (should (equal (sly-agent-q-menu-test--description 'sly-agent-q-set-permission) "Trust levels (1)")))))
+
+(ert-deftest sly-agent-q-menu-edits-permission-rules ()
+  "The menu adds and removes permission rules (allow, ask, deny), sent to the server."
+  (let ((sly-agent-q-permission-rules nil))
+    (should (memq 'sly-agent-q-set-permission-rule
+                  (sly-agent-q-menu-test--commands (get 'sly-agent-q-menu 'transient--layout))))
+    (sly-agent-q-set-permission-rule 'deny "write_file" "path" "\\.asd$")
+    (sly-agent-q-set-permission-rule 'ask "evaluation")
+    (should (equal sly-agent-q-permission-rules
+                   '((:action deny :tool "write_file" :argument "path" :pattern "\\.asd$")
+                     (:action ask :category "evaluation"))))
+    (should (equal (sly-agent-q-menu-test--description 'sly-agent-q-set-permission-rule)
+                   "Permission rules (2)"))
+    (let ((sent (plist-get (sly-agent-q-server-configuration) :permissionRules)))
+      (should (= (length sent) 2)))
+    ;; The same tool, category and argument again replaces the rule; remove takes it away.
+    (sly-agent-q-set-permission-rule 'remove "evaluation")
+    (should (equal (length sly-agent-q-permission-rules) 1))))
+
 (ert-deftest sly-agent-q-menu-settings-take-effect ()
   "The menu's settings change the options the server is configured from; a rule can be removed."
   (let ((sly-agent-q-model nil) (sly-agent-q-provider "anthropic")

@@ -105,7 +105,7 @@ each right edge)."
       (sly-agent-q-tui-snapshot "menu")
       (dolist (title '("Model" "Conversation" "Context" "MCP servers"))
         (should (string-match-p (regexp-quote title) screen)))
-      (dolist (entry '("Permission rules" "Rewind files to a turn" "Cancel the running turn"
+      (dolist (entry '("Trust levels" "Permission rules" "Rewind files to a turn" "Cancel the running turn"
                        "Clear the attachments" "Connect the configured" "Their log"))
         (should (string-match-p (regexp-quote entry) screen)))
       ;; No line of the menu is continued on the next (Emacs's \ at the right edge).
