@@ -61,8 +61,12 @@ the reader condition and the start of the form it stopped in."
         (when (>= start (length text))
           (return (values (nreverse spans) nil nil)))
         (handler-case
-            (multiple-value-bind (object end) (read-from-string text t nil :start start)
-              (declare (ignore object))
+            (multiple-value-bind (object end) (read-from-string text nil text :start start)
+              ;; The end of the text where a form was expected: what
+              ;; was left the reader skipped, as #+(or) (...) at the
+              ;; end.  The text is balanced; that was not a form.
+              (when (eq object text)
+                (return (values (nreverse spans) nil nil)))
               ;; READ may consume the whitespace after a form (ECL's
               ;; does): a span ends with its form.
               (loop while (and (> end (1+ start)) (blank-char-p (char text (1- end)))

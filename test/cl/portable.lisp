@@ -19,7 +19,7 @@
            #:call-with-debugger-hook #:abort-thread #:debugger-hook-portable-p
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
            #:bounded-frame-printing-p #:statistical-profiler-p
-           #:undefined-function-warnings-p #:frame-arguments-p))
+           #:undefined-function-warnings-p #:frame-arguments-p #:method-source-locations-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -153,6 +153,13 @@ running inside the backend's debugging environment)."
 (defun undefined-function-warnings-p ()
   "False where the compiler signals nothing for a call to an undefined
 function (ECL: neither a warning nor a compiler condition SWANK sees)."
+  #+ecl nil #-ecl t)
+
+
+(defun method-source-locations-p ()
+  "False where the Lisp records no source location for a method (ECL 21:
+its methods' plists are empty and EXT:COMPILED-FUNCTION-FILE of a
+method function answers NIL)."
   #+ecl nil #-ecl t)
 
 
