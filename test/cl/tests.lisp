@@ -503,7 +503,11 @@ another Lisp)."
   (is (has (tool "eval_form" "form" "(+ 1 2) #+(or) (error \"never read\")") "Value: 3"))
   (is (has (tool "compile_form" "form" "(defun saq-before-feature () 1) #+(or) (defun saq-not-there ())")
            "Compiled and loaded 1 form"))
-  (is (not (fboundp (cl-user-symbol "SAQ-NOT-THERE")))))
+  (is (not (fboundp (cl-user-symbol "SAQ-NOT-THERE"))))
+  ;; A form kept by its feature expression is a form (the scan reads
+  ;; everything suppressed, which skipped it).
+  (is (has (tool "eval_form" "form" "#+(or) (error \"no\") #-(or) (+ 40 2)") "Value: 42"))
+  (is (has (tool "eval_form" "form" "#+(and) (+ 1 1)") "Value: 2")))
 
 (deftest eval-reader-errors
   (let ((r (tool "eval_form" "form" "(nopkg::foo)")))
