@@ -110,7 +110,11 @@ print the values of the last, all as user code; return the OUTCOME."
            (setf (evaluation-phase evaluation) :read
                  (evaluation-current evaluation) (1+ (evaluation-current evaluation))
                  (evaluation-current-start evaluation) position)
-           (multiple-value-bind (form end) (read-from-string text t nil :start position)
+           (multiple-value-bind (form end) (read-from-string text nil text :start position)
+             ;; Only a form the reader skips (#+(or) ...) was left.
+             (when (eq form text)
+               (decf (evaluation-current evaluation))
+               (return))
              (setf position end
                    (evaluation-phase evaluation) :eval)
              (setf values (multiple-value-list (eval form)))))

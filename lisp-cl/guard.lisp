@@ -366,13 +366,15 @@ supported; on CLISP a SIGINT from a watcher process stops it
 
 #+ecl
 (progn
-  ;; ECL's segmentation violations came from the watcher threads, one
-  ;; started and ended per evaluation: a signal handled by a thread that
-  ;; is ending finds its environment gone ("pthread_getspecific()
-  ;; failed" in ECL's handler, or a write to the environment while its
-  ;; interrupts are disabled for the exit).  Signals are frequent while
-  ;; systems compile (the collector's, the C compiler's SIGCHLD), so on
-  ;; ECL one long-lived watcher serves every evaluation.
+  ;; One long-lived watcher serves every evaluation on ECL, rather than
+  ;; a thread started and ended per evaluation: ECL aborts when a thread
+  ;; interrupt (MP:INTERRUPT-PROCESS, which the watcher sends) arrives
+  ;; while C code has interrupts disabled and then writes to its
+  ;; environment ("write access to the environment while interrupts
+  ;; were disabled"), and threads ending are such code.  A crash of that
+  ;; kind was reported after a system was compiled and loaded; it was
+  ;; not reproduced with either design (test
+  ;; compile-form-again-and-again-after-compiled-systems).
   (defvar *watched* '()
     "(STATE DEADLINE WORKER INTERRUPT) of the evaluations being watched.")
 

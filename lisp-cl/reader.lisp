@@ -44,6 +44,33 @@ ends inside a #| comment."
   "The first line of the form between START and END in TEXT, shortened."
   (first-line (subseq text start (min end (length text))) max))
 
+(defun skip-feature-conditionals (text start)
+  "Where the form at START in TEXT begins once the #+ and #- before it
+are decided: past a conditional that keeps its form, past the form of
+one that does not.  Under *READ-SUPPRESS* ECL's reader skips every
+conditional form, so the scan decides them itself, as the reader would
+without it (the feature expression is read in the keyword package)."
+  (loop
+    (unless (and (< (1+ start) (length text)) (char= (char text start) #\#)
+                 (member (char text (1+ start)) '(#\+ #\-)))
+      (return start))
+    (multiple-value-bind (feature after)
+        (let ((*package* (find-package "KEYWORD")) (*read-suppress* nil))
+          (read-from-string text t nil :start (+ start 2)))
+      (setf start (skip-blank text (if (eq (feature-true-p feature) (char= (char text (1+ start)) #\+))
+                                        after
+                                        (nth-value 1 (read-from-string text t nil :start after))))))))
+
+(defun feature-true-p (expression)
+  "True if the feature EXPRESSION holds in this Lisp."
+  (if (atom expression)
+      (and (member expression *features*) t)
+      (let ((operator (string (first expression))) (rest (rest expression)))
+        (cond ((string= operator "OR") (some #'feature-true-p rest))
+              ((string= operator "AND") (every #'feature-true-p rest))
+              ((string= operator "NOT") (not (feature-true-p (first rest))))
+              (t (error "~S is not a feature expression." expression))))))
+
 (defun scan-forms (text)
   "Find the top-level forms of TEXT without interning or evaluating.
 Returns a list of (START . END) spans, and, if the scan stopped early,
@@ -61,8 +88,13 @@ the reader condition and the start of the form it stopped in."
         (when (>= start (length text))
           (return (values (nreverse spans) nil nil)))
         (handler-case
-            (multiple-value-bind (object end) (read-from-string text t nil :start start)
-              (declare (ignore object))
+            (multiple-value-bind (object end)
+                (read-from-string text nil text :start (skip-feature-conditionals text start))
+              ;; The end of the text where a form was expected: what
+              ;; was left the reader skipped, as #+(or) (...) at the
+              ;; end.  The text is balanced; that was not a form.
+              (when (eq object text)
+                (return (values (nreverse spans) nil nil)))
               ;; READ may consume the whitespace after a form (ECL's
               ;; does): a span ends with its form.
               (loop while (and (> end (1+ start)) (blank-char-p (char text (1- end)))

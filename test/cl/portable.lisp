@@ -20,7 +20,7 @@
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
            #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p
-           #:watcher-process-p #:processes-matching-p))
+           #:watcher-process-p #:processes-matching-p #:method-source-locations-p))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -168,6 +168,13 @@ by ASDF, still has that source (CLISP records only the fasl)."
 (defun undefined-function-warnings-p ()
   "False where the compiler signals nothing for a call to an undefined
 function (ECL: neither a warning nor a compiler condition SWANK sees)."
+  #+ecl nil #-ecl t)
+
+
+(defun method-source-locations-p ()
+  "False where the Lisp records no source location for a method (ECL 21:
+its methods' plists are empty and EXT:COMPILED-FUNCTION-FILE of a
+method function answers NIL)."
   #+ecl nil #-ecl t)
 
 

@@ -45,6 +45,8 @@
      "this Lisp's compiler does not say where in the file a read error is (the error and that nothing was loaded are tested in compile-error-loads-nothing)")
     (:undefined-function-warnings saq-portable:undefined-function-warnings-p
      "this Lisp's compiler signals no condition for a call to an undefined function, so compile_form cannot report it")
+    (:method-source-locations saq-portable:method-source-locations-p
+     "this Lisp records no source location for methods (nor for a generic function or a class's accessors): the tools say the source is unknown")
     (:frame-arguments saq-portable:frame-arguments-p
      "the backend shows frames without their arguments in this Lisp (function names only)")
     (:watcher-process saq-portable:watcher-process-p
@@ -409,11 +411,16 @@ another Lisp)."
   (let ((r (tool "class_hierarchy" "class" "my-class" "package" "MY-APP")))
     (is (has r "Direct superclasses: STANDARD-OBJECT" "MY-SUBCLASS"))))
 
+(deftest methods-with-their-source
+  (:needs :method-source-locations)
+  (is (has (tool "method_specializers" "generic_function" "serialize" "package" "MY-APP")
+           "(INTEGER T)  ((OBJECT INTEGER) STREAM)" "my-app.lisp:")))
+
 (deftest methods
   (let ((r (tool "method_specializers" "generic_function" "serialize" "package" "MY-APP")))
     (is (ok-p r))
     (is (has r "Lambda list: (OBJECT STREAM)" "3 methods"
-             "(INTEGER T)  ((OBJECT INTEGER) STREAM)" "(STRING T)" "(LIST T)" "my-app.lisp:"))
+             "(INTEGER T)  ((OBJECT INTEGER) STREAM)" "(STRING T)" "(LIST T)"))
     (is (not (has r "MY-CLASS"))))
   (let ((r (tool "method_specializers" "generic_function" "my-app:process-data")))
     (is (error-p r))
@@ -507,6 +514,19 @@ another Lisp)."
   (is (has (tool "get_last_error") "(MY-APP:PARSE-INPUT \"\")")))
 
 (defvar cl-user::*saq-side-effect* nil)
+
+(deftest a-last-form-read-out-by-a-feature-is-no-unbalanced-code
+  ;; The reader skips "#+(or) (...)": the text is balanced, that form
+  ;; is just not there (a per-Lisp form that ends the code, such as
+  ;; "#+sbcl (sb-ext:exit) #+ecl (ext:quit)").
+  (is (has (tool "eval_form" "form" "(+ 1 2) #+(or) (error \"never read\")") "Value: 3"))
+  (is (has (tool "compile_form" "form" "(defun saq-before-feature () 1) #+(or) (defun saq-not-there ())")
+           "Compiled and loaded 1 form"))
+  (is (not (fboundp (cl-user-symbol "SAQ-NOT-THERE"))))
+  ;; A form kept by its feature expression is a form (the scan reads
+  ;; everything suppressed, which skipped it).
+  (is (has (tool "eval_form" "form" "#+(or) (error \"no\") #-(or) (+ 40 2)") "Value: 42"))
+  (is (has (tool "eval_form" "form" "#+(and) (+ 1 1)") "Value: 2")))
 
 (deftest eval-reader-errors
   (let ((r (tool "eval_form" "form" "(nopkg::foo)")))
@@ -1209,26 +1229,32 @@ FiveAM's run of the suite), and load the changed .asd."
           (is (not (search "No FiveAM results were seen" (text r))) "idiom ~A" name)
           (when stopped (is (has r stopped) "idiom ~A: ~A" name (text r))))))))
 
+(deftest find-and-read-definitions-of-methods
+  (:needs :method-source-locations)
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((r (tool "find_definition" "symbol" "my-app:serialize")))
+      (is (has r "DEFGENERIC" "(DEFMETHOD MY-APP:SERIALIZE INTEGER T)" "(defmethod serialize ((object list) stream)")))
+    ;; Several methods: ambiguous until one is named.
+    (is (has (tool "definition_edit" "symbol" "my-app:serialize") "4 definitions" "say which"))
+    (is (has (tool "definition_edit" "symbol" "my-app:serialize" "definition" "(DEFMETHOD MY-APP:SERIALIZE STRING T)")
+             "(defmethod serialize ((object string) stream)" "prin1"))
+    ;; An accessor is defined by its class's form (a method of the
+    ;; class): not edited as if it were its own.
+    (is (has (tool "definition_edit" "symbol" "my-app:my-class-name")
+             "inside another definition's form" "(defclass my-class ()"))))
+
 (deftest find-and-read-definitions
   (with-project ()
     (tool "load_system" "system" "my-app")
     (let ((r (tool "find_definition" "symbol" "my-app:parse-input")))
       (is (has r "(DEFUN MY-APP:PARSE-INPUT)" (namestring (project-file "my-app.lisp"))
                "(defun parse-input (string)")))
-    (let ((r (tool "find_definition" "symbol" "my-app:serialize")))
-      (is (has r "DEFGENERIC" "(DEFMETHOD MY-APP:SERIALIZE INTEGER T)" "(defmethod serialize ((object list) stream)")))
     (let ((r (tool "definition_edit" "symbol" "my-app:parse-input")))
       (is (ok-p r))
       (is (has r "\"label\":\"(DEFUN MY-APP:PARSE-INPUT)\"" "(defun parse-input (string)"
                "(split-on-commas string)))\"}"))
       (is (not (has r "(defun process-data"))))
-    ;; Several methods: ambiguous until one is named.
-    (is (has (tool "definition_edit" "symbol" "my-app:serialize") "4 definitions" "say which"))
-    (is (has (tool "definition_edit" "symbol" "my-app:serialize" "definition" "(DEFMETHOD MY-APP:SERIALIZE STRING T)")
-             "(defmethod serialize ((object string) stream)" "prin1"))
-    ;; An accessor is defined by its class's form: not edited as if it were its own.
-    (is (has (tool "definition_edit" "symbol" "my-app:my-class-name")
-             "inside another definition's form" "(defclass my-class ()"))
     ;; Only checking a text.
     (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true}"))
     (is (has (tool "definition_edit" "text" "(defun new-one () 1") "refused"))
