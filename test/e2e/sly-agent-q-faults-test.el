@@ -379,7 +379,12 @@ suite's runner to show."
             (should (plist-get clean :continued))
             (should (> count 30))
             (dolist (point (faults--points count))
-              (let ((r (faults-run point)))
+              (let ((r (faults-run point)) (tries 1))
+                ;; A run shorter than the point (its text came in fewer batches, as on a busy
+                ;; machine) had no fault: it is run again, twice at most.
+                (while (and (< tries 3) (not (plist-get r :injected))
+                            (< (plist-get r :messages) (car point)))
+                  (setq r (faults-run point) tries (1+ tries)))
                 (push (cons point r) rows)
                 (unless (and (plist-get r :continued) (null (plist-get r :lost)))
                   (message "faults: after message %d, %s killed: %s%s" (car point) (cdr point)
@@ -390,7 +395,7 @@ suite's runner to show."
               (faults--table count rows (- (float-time) start))
               ;; Every fault was injected where its message came: how many messages a run has varies
               ;; by a few (text is sent in batches of 30 ms), so a point past a run's last message
-              ;; is a run without a fault; most points must have one.
+              ;; is a run without a fault, even after its runs again; most points must have one.
               (should (cl-every (lambda (row) (or (plist-get (cdr row) :injected)
                                                   (< (plist-get (cdr row) :messages) (caar row))))
                                 rows))
