@@ -198,7 +198,7 @@ when ARGS are unusable."
                 (list :a (sly-agent-q-files-split-lines old)
                       :b (sly-agent-q-files-split-lines new)
                       :hunks (or (sly-agent-q-diff--reviewed-hunks args file old)
-                                 (sly-agent-q-diff--known-hunks old new)
+                                 (cdr (sly-agent-q-diff--fetched old new))
                                  (sly-agent-q-diff--whole-hunks old new))))))))
 
 ;;;; Hunks from the server
@@ -222,14 +222,11 @@ SHA-256 of their UTF-8 bytes, as the server computes them."
   (cons (secure-hash 'sha256 (encode-coding-string old 'utf-8 t))
         (secure-hash 'sha256 (encode-coding-string new 'utf-8 t))))
 
-(defun sly-agent-q-diff--known-hunks (old new)
-  "The hunks fetched turning OLD into NEW: a list, possibly empty, or nil.
-Nil also when none were fetched; see `sly-agent-q-diff--hunks-known-p'."
-  (cdr (assoc (sly-agent-q-diff--digests old new) sly-agent-q-diff--hunk-cache)))
-
-(defun sly-agent-q-diff--hunks-known-p (old new)
-  "Non-nil when the hunks turning OLD into NEW were fetched."
-  (and (assoc (sly-agent-q-diff--digests old new) sly-agent-q-diff--hunk-cache) t))
+(defun sly-agent-q-diff--fetched (old new &optional key)
+  "The entry (KEY . HUNKS) of the hunks fetched turning OLD into NEW, or nil.
+HUNKS may be empty.  KEY, when given, is their digests already
+computed: hashing a large text twice is what this saves."
+  (assoc (or key (sly-agent-q-diff--digests old new)) sly-agent-q-diff--hunk-cache))
 
 (defun sly-agent-q-diff--keep-hunks (key hunks)
   "Keep HUNKS under KEY in `sly-agent-q-diff--hunk-cache'."
@@ -259,36 +256,35 @@ the arguments of the call ID, whose approval waits, give: the server
 then reads them itself, checked against the digests of OLD and NEW,
 and a large file's texts are not sent back to it.  If it cannot, the
 texts are sent."
-  (if (or (not (and (stringp old) (stringp new)))
-          (sly-agent-q-diff--hunks-known-p old new))
-      (funcall then)
-    (let* ((key (sly-agent-q-diff--digests old new))
-           (keep (lambda (result)
-                   ;; Hunks that do not fit the texts are not kept: one hunk of
-                   ;; the whole text serves instead.
-                   (let ((hunks (ignore-errors
-                                  (mapcar #'sly-agent-q-diff--from-server
-                                          (append (plist-get result :hunks) nil)))))
-                     (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks))
-                       (sly-agent-q-diff--keep-hunks key hunks)))
-                   (funcall then)))
-           (fail (lambda (&rest _) (funcall then)))
-           (send-texts (lambda (&rest _)
-                         (sly-agent-q-server-request
-                          'diff/hunks
-                          (list :old old :new new :context sly-agent-q-diff-context-lines)
-                          keep fail))))
-      (cond
-       ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
-        (funcall then))
-       ((and (plist-get source :callId) (plist-get source :file))
-        (sly-agent-q-server-request
-         'diff/hunks
-         (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
-               :oldDigest (car key) :newDigest (cdr key)
-               :context sly-agent-q-diff-context-lines)
-         keep send-texts))
-       (t (funcall send-texts))))))
+  (let ((key (and (stringp old) (stringp new) (sly-agent-q-diff--digests old new))))
+    (if (or (not key) (sly-agent-q-diff--fetched old new key))
+        (funcall then)
+      (let* ((keep (lambda (result)
+                     ;; Hunks that do not fit the texts are not kept: one hunk of
+                     ;; the whole text serves instead.
+                     (let ((hunks (ignore-errors
+                                    (mapcar #'sly-agent-q-diff--from-server
+                                            (append (plist-get result :hunks) nil)))))
+                       (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks))
+                         (sly-agent-q-diff--keep-hunks key hunks)))
+                     (funcall then)))
+             (fail (lambda (&rest _) (funcall then)))
+             (send-texts (lambda (&rest _)
+                           (sly-agent-q-server-request
+                            'diff/hunks
+                            (list :old old :new new :context sly-agent-q-diff-context-lines)
+                            keep fail))))
+        (cond
+         ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+          (funcall then))
+         ((and (plist-get source :callId) (plist-get source :file))
+          (sly-agent-q-server-request
+           'diff/hunks
+           (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
+                 :oldDigest (car key) :newDigest (cdr key)
+                 :context sly-agent-q-diff-context-lines)
+           keep send-texts))
+         (t (funcall send-texts)))))))
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.
@@ -297,9 +293,8 @@ hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them,
 else one hunk replaces the whole text."
   (sly-agent-q-diff-unified
    (list :rel name
-         :hunks (if (sly-agent-q-diff--hunks-known-p old new)
-                    (sly-agent-q-diff--known-hunks old new)
-                  (sly-agent-q-diff--whole-hunks old new)))))
+         :hunks (let ((fetched (sly-agent-q-diff--fetched old new)))
+                  (if fetched (cdr fetched) (sly-agent-q-diff--whole-hunks old new))))))
 
 (defun sly-agent-q-diff-texts-later (diffs then)
   "Call THEN with the unified diffs of DIFFS once the server computed them.
@@ -502,7 +497,7 @@ the model or keep the change for a rewind."
   (let ((texts (sly-agent-q-diff-proposal args t))
         (asker (and (boundp 'sly-agent-q-current-connection) sly-agent-q-current-connection)))
     (if (or (sly-agent-q-diff--reviewed-hunks args (plist-get texts :file) (plist-get texts :old))
-            (sly-agent-q-diff--hunks-known-p (plist-get texts :old) (plist-get texts :new)))
+            (sly-agent-q-diff--fetched (plist-get texts :old) (plist-get texts :new)))
         (sly-agent-q-diff-apply-proposal args)
       (lambda (answer)
         (let ((stopped nil) (tries 0))
