@@ -518,89 +518,89 @@ it before sending, REQUEST the approval's request."
     (should (eq (plist-get outcome :status) 'finished))
     (list (sly-agent-q-test-tool-results) buffer before request repl-before)))
 
+(defmacro e2e-with-total-input-debugger (buffer &rest body)
+  "Open the debugger from the REPL on MY-APP::TOTAL-INPUT and run BODY, BUFFER its buffer.
+However BODY ends, the debugger is then aborted and the fixture reset."
+  (declare (indent 1) (debug t))
+  `(progn
+     (e2e-reset-fixture)
+     (e2e-eval (list 'cl:progn
+                     (list 'cl:load (expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root))
+                     t))
+     (let (,buffer)
+       (e2e-repl-type "(list :total (my-app::total-input \"\"))")
+       (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+       (setq ,buffer (car (e2e-debugger-buffers)))
+       (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot ,buffer))) 10 "the debugger to draw")
+       (unwind-protect
+           (progn ,@body)
+         (when (buffer-live-p ,buffer)
+           (with-current-buffer ,buffer
+             (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
+         (e2e-reset-fixture)))))
+
 (ert-deftest e2e-debugger-ask-sends-the-image-frames-and-keeps-the-debugger-window ()
   "Sending the debugger to the chat: the image's frames (as many as asked, no
 \"--more--\" of the debugger buffer's text), and the debugger's window still shows it."
   (e2e-with-agent "debugger-restart.json"
-    (e2e-reset-fixture)
-    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
     (let ((sly-agent-q-debugger-ask-frames 14)
-          buffer window)
-      (e2e-repl-type "(list :total (my-app::total-input \"\"))")
-      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
-      (setq buffer (car (e2e-debugger-buffers)))
-      (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
-      (unwind-protect
-          (progn
-            ;; The user reads the debugger in the one window of the frame.
-            (delete-other-windows)
-            (setq window (selected-window))
-            (set-window-buffer window buffer)
-            (with-current-buffer buffer (sly-agent-q-debugger-ask))
-            (should (eq (window-buffer window) buffer))
-            (should (get-buffer-window (sly-agent-q-chat-buffer)))
-            (sly-agent-q-test-wait
-             (lambda () (with-current-buffer (sly-agent-q-chat-buffer)
-                          (string-match-p "13: " (buffer-string))))
-             20 "the frames to reach the chat's input")
-            (with-current-buffer (sly-agent-q-chat-buffer)
-              (let ((input (buffer-substring-no-properties (point-min) (point-max))))
-                (should (string-match-p "RETRY-PARSE" input))
-                (should (string-match-p "TOTAL-INPUT" input))
-                (should-not (string-match-p "--more--" input)))))
-        (when (buffer-live-p buffer)
-          (with-current-buffer buffer
-            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
-        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
-        (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat-set-input ""))
-        (e2e-reset-fixture)))))
+          window)
+      (e2e-with-total-input-debugger buffer
+        (unwind-protect
+            (progn
+              ;; The user reads the debugger in the one window of the frame.
+              (delete-other-windows)
+              (setq window (selected-window))
+              (set-window-buffer window buffer)
+              (with-current-buffer buffer (sly-agent-q-debugger-ask))
+              (should (eq (window-buffer window) buffer))
+              (should (get-buffer-window (sly-agent-q-chat-buffer)))
+              (sly-agent-q-test-wait
+               (lambda () (with-current-buffer (sly-agent-q-chat-buffer)
+                            (string-match-p "13: " (buffer-string))))
+               20 "the frames to reach the chat's input")
+              (with-current-buffer (sly-agent-q-chat-buffer)
+                (let ((input (buffer-substring-no-properties (point-min) (point-max))))
+                  (should (string-match-p "RETRY-PARSE" input))
+                  (should (string-match-p "TOTAL-INPUT" input))
+                  (should-not (string-match-p "--more--" input)))))
+          (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat-set-input "")))))))
 
 (ert-deftest e2e-debugger-ask-return-before-the-frames-waits-for-them ()
   "RET in the chat right after the debugger was sent there, before the image's frames came:
 nothing is sent, and the user is told the frames are coming; once they are in, RET sends them."
   (e2e-connect)
   (sly-agent-q-test-with-server '((steps . [((content . [((type . "text") (text . "Seen the frames."))]))]))
-    (e2e-reset-fixture)
-    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
-    (let (buffer)
-      (e2e-repl-type "(list :total (my-app::total-input \"\"))")
-      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
-      (setq buffer (car (e2e-debugger-buffers)))
-      (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
-      (unwind-protect
-          (progn
-            (with-current-buffer buffer (sly-agent-q-debugger-ask))
-            ;; At once, as a quick user presses RET: the image has not answered yet.
-            (with-current-buffer (sly-agent-q-chat-buffer)
-              (goto-char (point-max))
-              (should (string-match-p "asking the image for its frames" (sly-agent-q-chat-input-text)))
-              (let ((err (should-error (sly-agent-q-chat-return) :type 'user-error)))
-                (should (string-match-p "frames" (cadr err))))
-              ;; Nothing was sent: no turn, the input still there, nothing in the transcript.
-              (should-not sly-agent-q-chat--turn)
-              (should-not (string-match-p "^You:" (buffer-substring-no-properties (point-min) sly-agent-q-chat--input))))
-            (sly-agent-q-test-wait (lambda () (string-match-p "TOTAL-INPUT" (sly-agent-q-chat-input-text)))
-                                   20 "the image's frames in the chat's input")
-            (let* ((outcome nil)
-                   (hook (lambda (plist) (setq outcome plist))))
-              (add-hook 'sly-agent-q-turn-finished-hook hook)
-              (unwind-protect
-                  (progn
-                    (with-current-buffer (sly-agent-q-chat-buffer)
-                      (goto-char (point-max))
-                      (sly-agent-q-chat-return))
-                    (sly-agent-q-test-wait (lambda () outcome) 60 "the turn"))
-                (remove-hook 'sly-agent-q-turn-finished-hook hook))
-              (should (eq (plist-get outcome :status) 'finished)))
-            ;; What the model got is the frames, never the placeholder.
-            (let ((sent (format "%S" (sly-agent-q-test-mock-requests))))
-              (should (string-match-p "TOTAL-INPUT" sent))
-              (should-not (string-match-p "asking the image for its frames" sent))))
-        (when (buffer-live-p buffer)
-          (with-current-buffer buffer
-            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
-        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
-        (e2e-reset-fixture)))))
+    (e2e-with-total-input-debugger buffer
+      (progn
+        (with-current-buffer buffer (sly-agent-q-debugger-ask))
+        ;; At once, as a quick user presses RET: the image has not answered yet.
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          (goto-char (point-max))
+          (should (string-match-p "asking the image for its frames" (sly-agent-q-chat-input-text)))
+          (let ((err (should-error (sly-agent-q-chat-return) :type 'user-error)))
+            (should (string-match-p "frames" (cadr err))))
+          ;; Nothing was sent: no turn, the input still there, nothing in the transcript.
+          (should-not sly-agent-q-chat--turn)
+          (should-not (string-match-p "^You:" (buffer-substring-no-properties (point-min) sly-agent-q-chat--input))))
+        (sly-agent-q-test-wait (lambda () (string-match-p "TOTAL-INPUT" (sly-agent-q-chat-input-text)))
+                               20 "the image's frames in the chat's input")
+        (let* ((outcome nil)
+               (hook (lambda (plist) (setq outcome plist))))
+          (add-hook 'sly-agent-q-turn-finished-hook hook)
+          (unwind-protect
+              (progn
+                (with-current-buffer (sly-agent-q-chat-buffer)
+                  (goto-char (point-max))
+                  (sly-agent-q-chat-return))
+                (sly-agent-q-test-wait (lambda () outcome) 60 "the turn"))
+            (remove-hook 'sly-agent-q-turn-finished-hook hook))
+          (should (eq (plist-get outcome :status) 'finished)))
+        ;; What the model got is the frames, never the placeholder.
+        (let ((sent (format "%S" (sly-agent-q-test-mock-requests))))
+          (should (string-match-p "TOTAL-INPUT" sent))
+          (should-not (string-match-p "asking the image for its frames" sent)))))))
 
 (ert-deftest e2e-debugger-ask-input-replaced-before-the-frames-is-sent ()
   "The user replaces the debugger's message before the image's frames came: RET sends theirs.
@@ -608,37 +608,25 @@ The input waits for the frames only while their placeholder is in it;
 the frames, once they come, do not go into the user's own message."
   (e2e-connect)
   (sly-agent-q-test-with-server '((steps . [((content . [((type . "text") (text . "Hello to you."))]))]))
-    (e2e-reset-fixture)
-    (e2e-eval `(cl:progn (cl:load ,(expand-file-name "test/fixtures/my-app/retry.lisp" sly-agent-q-test-root)) t))
-    (let (buffer)
-      (e2e-repl-type "(list :total (my-app::total-input \"\"))")
-      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
-      (setq buffer (car (e2e-debugger-buffers)))
-      (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw")
-      (unwind-protect
-          (let* ((outcome nil)
-                 (hook (lambda (plist) (setq outcome plist))))
-            (with-current-buffer buffer (sly-agent-q-debugger-ask))
-            (add-hook 'sly-agent-q-turn-finished-hook hook)
-            (unwind-protect
-                (progn
-                  ;; At once, before the image answered: the user changes their mind.
-                  (sly-agent-q-chat-set-input "Never mind the debugger: hello")
-                  (with-current-buffer (sly-agent-q-chat-buffer)
-                    (goto-char (point-max))
-                    (sly-agent-q-chat-return))
-                  (sly-agent-q-test-wait (lambda () outcome) 60 "the turn"))
-              (remove-hook 'sly-agent-q-turn-finished-hook hook))
-            (should (eq (plist-get outcome :status) 'finished))
-            (should (string-match-p "You: Never mind the debugger: hello" (sly-agent-q-test-chat-text)))
-            (let ((sent (format "%S" (sly-agent-q-test-mock-requests))))
-              (should (string-match-p "Never mind the debugger: hello" sent))
-              (should-not (string-match-p "asking the image for its frames" sent))))
-        (when (buffer-live-p buffer)
-          (with-current-buffer buffer
-            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
-        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
-        (e2e-reset-fixture)))))
+    (e2e-with-total-input-debugger buffer
+      (let* ((outcome nil)
+             (hook (lambda (plist) (setq outcome plist))))
+        (with-current-buffer buffer (sly-agent-q-debugger-ask))
+        (add-hook 'sly-agent-q-turn-finished-hook hook)
+        (unwind-protect
+            (progn
+              ;; At once, before the image answered: the user changes their mind.
+              (sly-agent-q-chat-set-input "Never mind the debugger: hello")
+              (with-current-buffer (sly-agent-q-chat-buffer)
+                (goto-char (point-max))
+                (sly-agent-q-chat-return))
+              (sly-agent-q-test-wait (lambda () outcome) 60 "the turn"))
+          (remove-hook 'sly-agent-q-turn-finished-hook hook))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (string-match-p "You: Never mind the debugger: hello" (sly-agent-q-test-chat-text)))
+        (let ((sent (format "%S" (sly-agent-q-test-mock-requests))))
+          (should (string-match-p "Never mind the debugger: hello" sent))
+          (should-not (string-match-p "asking the image for its frames" sent)))))))
 
 (ert-deftest e2e-debugger-to-chat-fix-and-retry-approved ()
   "REPL call -> debugger -> chat; the model reads frames and locals, fixes, retries (approved)."
