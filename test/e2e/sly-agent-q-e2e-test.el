@@ -329,6 +329,146 @@ the image's definition records that file, and the recorded position is the new f
               (should (equal (e2e-file-text file) before))))
         (e2e-forget-project)))))
 
+;;;; Definitions in a file whose buffer has unsaved changes
+
+(defun e2e-visit (file)
+  "Visit FILE as the user would, in `fundamental-mode' (the Lisp mode's hooks have no part here)."
+  (let ((auto-mode-alist nil)) (find-file-noselect file)))
+
+(defun e2e-forget-buffer (buffer)
+  "Kill BUFFER, a test's visit, without the question about its unsaved changes."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer (set-buffer-modified-p nil))
+    (kill-buffer buffer)))
+
+(defun e2e-buffer-text (buffer)
+  "The whole text of BUFFER."
+  (with-current-buffer buffer (save-restriction (widen) (buffer-string))))
+
+(defun e2e-load-project-system ()
+  "Load MY-APP from the temporary project, as the user's image has it."
+  (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app") t)))
+
+(defun e2e-parse-input-state ()
+  "`fixed' when PARSE-INPUT gives NIL for a blank string, `buggy' when it signals."
+  (intern (e2e-eval '(cl:handler-case (cl:progn (my-app::parse-input "") "fixed")
+                       (cl:error () "buggy")))))
+
+(defun e2e-fboundp (name)
+  "Non-nil when MY-APP::NAME (a string) names a function in the image.
+Never the function object itself: SLIME's reader would choke on #<...> and drop the connection."
+  (e2e-eval `(cl:and (cl:fboundp (cl:find-symbol ,name "MY-APP")) t)))
+
+(defconst e2e-unsaved-refusal
+  "The buffer my-app\\.lisp visiting .*my-app\\.lisp has unsaved changes, so nothing was changed: .* Ask the user to save (or revert) the buffer"
+  "How replace_definition and insert_form refuse a file whose buffer has unsaved changes.")
+
+(ert-deftest e2e-replace-definition-on-a-buffer-with-unsaved-changes ()
+  "replace_definition and insert_form on a file whose buffer has unsaved edits elsewhere are refused
+before any review, saying why; buffer, disk and image are as they were.  Once the user saves, the
+same edit is reviewed, lands in the file beside the user's edit, and the image runs it from there."
+  (e2e-with-agent "replace-definition-unsaved-buffer.json"
+    (let* ((file (e2e-project-fixture root))
+           (asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push request asked)
+              (funcall callback (e2e-every-hunk request))))
+           (note "\n;; the user's unsaved note\n")
+           (buffer nil))
+      (unwind-protect
+          (progn
+            (e2e-load-project-system)
+            (setq buffer (e2e-visit file))
+            ;; The user's unsaved work, away from the definitions the model edits.
+            (with-current-buffer buffer
+              (goto-char (point-max))
+              (insert note))
+            (let ((disk (e2e-file-text file))
+                  (edited (e2e-buffer-text buffer))
+                  (double-all (e2e-fboundp "DOUBLE-ALL")))
+              (should (eq (e2e-parse-input-state) 'buggy))
+              (should (eq (plist-get (e2e-send "Fix PARSE-INPUT and add a helper" 120) :status) 'finished))
+              (should-not asked)
+              (let ((results (sly-agent-q-test-tool-results)))
+                (should (= (length results) 2))
+                (dolist (result results)
+                  (should (cdr result))
+                  (should (string-match-p e2e-unsaved-refusal (car result)))))
+              (should (equal (e2e-file-text file) disk))
+              (should (equal (e2e-buffer-text buffer) edited))
+              (should (buffer-modified-p buffer))
+              ;; The image keeps its definitions (DOUBLE-ALL stays as an earlier test may have left it).
+              (should (eq (e2e-fboundp "DOUBLE-ALL") double-all))
+              (should (eq (e2e-parse-input-state) 'buggy))
+              ;; The user does what the answer asks, and the model tries again.
+              (with-current-buffer buffer
+                (let ((inhibit-message t)) (save-buffer)))
+              (should (eq (plist-get (e2e-send "Saved; try again" 120) :status) 'finished))
+              (should (= (length asked) 1))
+              (should (equal (plist-get (car asked) :tool) "replace_definition"))
+              (let ((result (nth 2 (sly-agent-q-test-tool-results))))
+                (should-not (cdr result))
+                (should (string-match-p "Applied all" (car result)))
+                (should (string-match-p "Compiled" (car result))))
+              ;; The file holds the fix and the user's note; the buffer shows it, saved.
+              (let ((text (e2e-file-text file)))
+                (should (string-match-p "A blank string gives NIL" text))
+                (should-not (string-match-p "Bug: an empty string" text))
+                (should (string-suffix-p note text))
+                (should (equal (e2e-buffer-text buffer) text))
+                (should-not (buffer-modified-p buffer))
+                ;; The image runs the fix, and its source is the file, at the new form.
+                (should (eq (e2e-parse-input-state) 'fixed))
+                (should (equal (e2e-eval '(my-app::parse-input "3, 4")) '(3 4)))
+                (let ((location (e2e-eval '(cl:let ((d (cl:first (sly-agent-q::definitions-of 'my-app::parse-input))))
+                                             (cl:list (sly-agent-q::location-file (cl:second d))
+                                                      (sly-agent-q::location-char-position (cl:second d)))))))
+                  (should (equal (file-truename (car location)) (file-truename file)))
+                  (should (string-prefix-p "(defun parse-input (string)\n  \"Parse STRING, comma-separated integers such as \\\"1, 2, 3\\\", into a\nlist of integers.  A blank string gives NIL."
+                                           (substring text (1- (cadr location)))))))))
+        (e2e-forget-project)
+        (e2e-forget-buffer buffer)))))
+
+(ert-deftest e2e-replace-definition-denied-or-the-buffer-edited-during-the-review ()
+  "replace_definition on a file visited by an unmodified buffer: denied, nothing changes; approved
+after the user typed in the buffer during the review, it is refused, saying why, and nothing
+changes: the user's typing stays in the buffer, the disk and the image are as they were."
+  (e2e-with-agent "replace-definition-unsaved-review.json"
+    (let* ((file (e2e-project-fixture root))
+           (buffer nil)
+           (typed ";; typed while the review was open\n")
+           (asked 0)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (cl-incf asked)
+              (if (= asked 1)
+                  (funcall callback '(:decision "denied" :reason "not this way"))
+                (with-current-buffer buffer
+                  (goto-char (point-min))
+                  (insert typed))
+                (funcall callback (e2e-every-hunk request))))))
+      (unwind-protect
+          (progn
+            (e2e-load-project-system)
+            (setq buffer (e2e-visit file))
+            (let ((disk (e2e-file-text file)))
+              (should (equal (e2e-buffer-text buffer) disk))
+              (should (eq (plist-get (e2e-send "Fix PARSE-INPUT" 120) :status) 'finished))
+              (should (= asked 2))
+              (let ((results (sly-agent-q-test-tool-results)))
+                (should (= (length results) 2))
+                (should (cdr (nth 0 results)))
+                (should (string-match-p "not this way" (car (nth 0 results))))
+                (should (cdr (nth 1 results)))
+                (should (string-match-p e2e-unsaved-refusal (car (nth 1 results)))))
+              (should (equal (e2e-file-text file) disk))
+              (should (equal (e2e-buffer-text buffer) (concat typed disk)))
+              (should (buffer-modified-p buffer))
+              (should (eq (e2e-parse-input-state) 'buggy))))
+        (e2e-forget-project)
+        (e2e-forget-buffer buffer)))))
+
 (ert-deftest e2e-insert-form-after-a-definition-and-at-the-end ()
   "insert_form after PROCESS-DATA and at the end of my-app.lisp: reviewed, in the file, compiled from it."
   (e2e-with-agent "insert-form.json"
