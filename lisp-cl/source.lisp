@@ -189,6 +189,8 @@ that definition's form.  FAILs otherwise."
               (symbol-label symbol) file (line-of text (car top))
               (form-excerpt text (car top) (cdr top) 60))))
     (unless (and span (form-defines-p text (first span) symbol))
+      ;; The server reads this sentence's start ("The form at FILE:LINE is not the definition of NAME
+      ;; any more") to tell the user about an unsaved buffer the definition was compiled from.
       (fail "The form at ~A is not the definition of ~A any more (~:[no form reads there~;~:*it reads: ~A~]): ~
              the file changed since it was loaded. Load it again (load_system) or use find_definition, ~
              read_file and propose_file_edit."

@@ -47,6 +47,8 @@
 (declare-function slime-output-buffer "ext:slime-repl")
 (declare-function slime-repl-return "ext:slime-repl")
 (declare-function sldb-abort "ext:slime")
+(declare-function slime-compile-defun "ext:slime")
+(declare-function sly-compile-defun "ext:sly")
 (defvar sly-agent-q-chat--turn)
 
 (defconst e2e-lisp sly-agent-q-test-lisp
@@ -466,6 +468,66 @@ changes: the user's typing stays in the buffer, the disk and the image are as th
               (should (equal (e2e-buffer-text buffer) (concat typed disk)))
               (should (buffer-modified-p buffer))
               (should (eq (e2e-parse-input-state) 'buggy))))
+        (e2e-forget-project)
+        (e2e-forget-buffer buffer)))))
+
+(defun e2e-compile-defun (buffer)
+  "Compile the form at point in BUFFER as the user's C-c C-c does, with the Lisp mode under test."
+  (with-current-buffer buffer
+    (if (eq e2e-lisp 'sly) (sly-compile-defun) (slime-compile-defun))))
+
+(ert-deftest e2e-replace-definition-of-forms-the-unsaved-buffer-changed ()
+  "Definitions the user changed in an unsaved buffer: a new one compiled from it with C-c C-c (so the
+file does not hold it), and one deleted from the buffer but still in the file.  replace_definition
+refuses both before any review, naming the unsaved buffer, never advising to load the file again
+(that would replace the user's compiled definition); buffer, disk and image are as they were."
+  (e2e-with-agent "replace-definition-unsaved-attacks.json"
+    (let* ((file (e2e-project-fixture root))
+           (asked nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push request asked)
+              (funcall callback (e2e-every-hunk request))))
+           (buffer nil))
+      (unwind-protect
+          (progn
+            (e2e-load-project-system)
+            (setq buffer (e2e-visit file))
+            (with-current-buffer buffer
+              ;; The user deletes PROCESS-DATA's form...
+              (goto-char (point-min))
+              (re-search-forward "^(defun process-data ")
+              (let ((start (match-beginning 0)))
+                (goto-char start)
+                (forward-sexp)
+                (delete-region start (1+ (point))))
+              ;; ...and writes a helper in its place, compiled with C-c C-c.
+              (insert "(defun halve-all (items)\n  (process-data items :scale 1/2))\n")
+              (forward-line -2))
+            (e2e-compile-defun buffer)
+            (sly-agent-q-test-wait (lambda () (e2e-fboundp "HALVE-ALL")) 60 "C-c C-c to compile HALVE-ALL")
+            (let ((disk (e2e-file-text file))
+                  (edited (e2e-buffer-text buffer)))
+              (should (eq (plist-get (e2e-send "Make HALVE-ALL round, and PROCESS-DATA skip non-numbers" 120) :status)
+                          'finished))
+              (should-not asked)
+              (let ((results (sly-agent-q-test-tool-results)))
+                (should (= (length results) 2))
+                (should (cl-every #'cdr results))
+                ;; HALVE-ALL's form is in the buffer only: the answer says so.
+                (should (string-match-p "HALVE-ALL is not where .*my-app\\.lisp has it: the buffer my-app\\.lisp visiting it has unsaved changes"
+                                        (car (nth 0 results))))
+                (should (string-match-p "save (or revert) the buffer" (car (nth 0 results))))
+                (should-not (string-match-p "load_system\\|Load it again" (car (nth 0 results))))
+                ;; PROCESS-DATA is still in the file, not in the buffer.
+                (should (string-match-p e2e-unsaved-refusal (car (nth 1 results)))))
+              (should (equal (e2e-file-text file) disk))
+              (should (equal (e2e-buffer-text buffer) edited))
+              (should (buffer-modified-p buffer))
+              ;; The image keeps the user's HALVE-ALL and the loaded PROCESS-DATA.
+              (should (equal (e2e-eval '(my-app::halve-all '(2 4))) '(1 2)))
+              (should (equal (e2e-eval '(cl:multiple-value-list (my-app::process-data '(1 2)))) '((1 2) 3)))))
+        (e2e-eval '(cl:progn (cl:fmakunbound (cl:find-symbol "HALVE-ALL" "MY-APP")) t))
         (e2e-forget-project)
         (e2e-forget-buffer buffer)))))
 

@@ -115,6 +115,29 @@ describe("replace_definition", () => {
     expect(tools()).not.toContain("image:compile_file_form");
   });
 
+  it("names the unsaved buffer when the image does not find the form in the file (compiled from that buffer)", async () => {
+    const moved = `The form at ${FILE}:42 is not the definition of X::H any more (no form reads there): the file changed since it was loaded. Load it again (load_system) or use find_definition, read_file and propose_file_edit.`;
+    const { run, fake, asked, tools } = setup();
+    fake.answers["image:definition_edit"] = (args) => (args.symbol ? new ToolError(moved) : '{"checked":true}');
+    fake.answers["tool:read_file"] = () => "[src/app.lisp: lines 1-1 of 9, read from buffer app.lisp, which has unsaved changes]\n(in-package :x)\n";
+    for (const [name, args] of [["replace_definition", { symbol: "h", new_text: NEW }], ["insert_form", { after: "h", text: "(defun g () 2)" }], ["read_definition", { symbol: "h" }]] as const) {
+      const result = await run(name, args);
+      expect(result.success).toBe(false);
+      expect(result.content).toMatch(/X::H is not where \/project\/src\/app\.lisp has it: the buffer app\.lisp visiting it has unsaved changes/);
+      expect(result.content).toMatch(/Nothing was changed\. Ask the user to save \(or revert\) the buffer, then try again/);
+      // Loading the file again would put the file's older definitions over the ones compiled from the buffer.
+      expect(result.content).not.toMatch(/load_system|Load it again/);
+    }
+    expect(asked).toHaveLength(0);
+    expect(tools().filter((t) => t === "tool:read_file")).toHaveLength(3);
+    // Saved, the image's own answer stands.
+    fake.answers["tool:read_file"] = () => "[src/app.lisp: lines 1-1 of 9, read from buffer app.lisp]\n(in-package :x)\n";
+    expect((await run("replace_definition", { symbol: "h", new_text: NEW })).content).toContain(moved);
+    // Outside the project (Emacs refuses to read it), the same.
+    fake.answers["tool:read_file"] = () => new ToolError("/elsewhere/app.lisp is outside the project root.");
+    expect((await run("replace_definition", { symbol: "h", new_text: NEW })).content).toContain(moved);
+  });
+
   it("reports a failed compilation with the applied edit", async () => {
     const { run, fake } = setup();
     fake.answers["image:compile_file_form"] = () => new ToolError("Compiling the form failed.");

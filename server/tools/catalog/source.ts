@@ -40,7 +40,13 @@ async function locate(name: unknown, text: unknown, args: Record<string, unknown
   if (text !== undefined) query.text = text;
   if (str(args.package)) query.package = args.package;
   if (str(args.definition)) query.definition = args.definition;
-  const answer = await imageTool("definition_edit")(query, ctx);
+  let answer: unknown;
+  try {
+    answer = await imageTool("definition_edit")(query, ctx);
+  } catch (err) {
+    await explainMissedForm(err, ctx);
+    throw err;
+  }
   let plan: unknown;
   try {
     plan = JSON.parse(String(answer));
@@ -64,6 +70,11 @@ type EditPlanner = (args: Record<string, unknown>, ctx: ToolContext) => Promise<
 const withDescription = (change: Record<string, unknown>, args: Record<string, unknown>) =>
   str(args.description) ? { ...change, description: args.description } : change;
 
+/** The buffer with unsaved changes that the first line of Emacs's read_file answer names, if any. */
+function unsavedBuffer(header: string): string | undefined {
+  return /read from buffer (.*), which has unsaved changes/.exec(header)?.[1];
+}
+
 /**
  * Refuses, before the review, an edit of a file whose visiting buffer has unsaved changes: the edit would land
  * in the buffer, which is not saved over the user's work, and the form is compiled from the file, which would
@@ -71,10 +82,10 @@ const withDescription = (change: Record<string, unknown>, args: Record<string, u
  * HEADER is the first line of Emacs's read_file answer, which names such a buffer.
  */
 function refuseUnsaved(header: string, file: string): void {
-  const m = /read from buffer (.*), which has unsaved changes/.exec(header);
-  if (m) {
+  const buffer = unsavedBuffer(header);
+  if (buffer) {
     throw new ToolError(
-      `The buffer ${m[1]} visiting ${file} has unsaved changes, so nothing was changed: the form is compiled ` +
+      `The buffer ${buffer} visiting ${file} has unsaved changes, so nothing was changed: the form is compiled ` +
         "from the file, and the edit would stay in the unsaved buffer. Ask the user to save (or revert) the buffer, then try again.",
     );
   }
@@ -90,6 +101,35 @@ async function refuseUnsavedBuffer(file: string, ctx: ToolContext): Promise<void
   }
   const newline = read.indexOf("\n");
   refuseUnsaved(newline < 0 ? read : read.slice(0, newline), file);
+}
+
+// How the image says a definition's recorded place in its file holds another form (lisp-cl/source.lisp, locate-form).
+const MISSED_FORM = /The form at (.+):\d+ is not the definition of (\S+) any more/;
+
+/**
+ * When the image did not find a definition's form where it recorded it, and the buffer visiting that file has
+ * unsaved changes, says so instead: the definition was most likely compiled from that buffer (C-c C-c), whose
+ * text the file does not hold yet. The image's advice, to load the file again, would put the file's older
+ * definitions over the user's. Any other failure is left as it is.
+ */
+async function explainMissedForm(err: unknown, ctx: ToolContext): Promise<void> {
+  const m = err instanceof Error ? MISSED_FORM.exec(err.message) : null;
+  if (!m) return;
+  const [, file, name] = m;
+  let read: string;
+  try {
+    read = String(await emacsTool("read_file")({ path: file, offset: 1, limit: 1 }, ctx));
+  } catch {
+    return;
+  }
+  const buffer = unsavedBuffer(read.split("\n", 1)[0]);
+  if (buffer) {
+    throw new ToolError(
+      `${name} is not where ${file} has it: the buffer ${buffer} visiting it has unsaved changes, and the image's ` +
+        "definition was most likely compiled from that buffer's text, which the file does not hold yet. Nothing was changed. " +
+        "Ask the user to save (or revert) the buffer, then try again.",
+    );
+  }
 }
 
 /** replace_definition: the definition's form, located by the image, gives way to new_text. */
