@@ -581,6 +581,13 @@ parent directories are created.  Return the coding system used."
        (sly-agent-q-tool-fail "Could not write %s: %s.  Nothing was changed."
                           (sly-agent-q-files-relative file)
                           (error-message-string err))))
+    ;; An unmodified buffer visiting FILE that is older than the disk (the file changed behind
+    ;; Emacs) would make the write below ask whether to go on; it holds nothing of the user's,
+    ;; so it is brought up to the disk first, as the text the edit was made from.
+    (let ((visiting (sly-agent-q-files-visiting-buffer file)))
+      (when (and visiting exists (not (buffer-modified-p visiting))
+                 (not (verify-visited-file-modtime visiting)))
+        (sly-agent-q-files-revert-buffer visiting)))
     (with-temp-buffer
       (insert text)
       ;; Visiting FILE only now, so that inserting took no lock.

@@ -531,6 +531,46 @@ refuses both before any review, naming the unsaved buffer, never advising to loa
         (e2e-forget-project)
         (e2e-forget-buffer buffer)))))
 
+(ert-deftest e2e-replace-definition-in-a-file-changed-on-disk-behind-emacs ()
+  "The file changed on disk behind the back of the unmodified buffer visiting it (a checkout, another
+editor): replace_definition edits the file as it is on disk, keeping that change, and the buffer shows
+the result; the image runs the new form from the file."
+  (e2e-with-agent "replace-definition-changed-on-disk.json"
+    (let* ((file (e2e-project-fixture root))
+           (reviews nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push request reviews)
+              (funcall callback (e2e-every-hunk request))))
+           (outside ";;; Changed outside Emacs.\n")
+           (buffer nil))
+      (unwind-protect
+          (progn
+            (e2e-load-project-system)
+            (setq buffer (e2e-visit file))
+            (let ((before (e2e-buffer-text buffer)))
+              (with-temp-file file (insert outside before))
+              ;; Later than the visit, whatever the clock's resolution.
+              (set-file-times file (time-add nil 10))
+              (with-current-buffer buffer (should-not (verify-visited-file-modtime buffer)))
+              (should (eq (plist-get (e2e-send "Fix PARSE-INPUT" 120) :status) 'finished))
+              ;; One review, of the fix alone: nothing undoes the change made outside.
+              (should (= (length reviews) 1))
+              (should (= (length (plist-get (car reviews) :hunks)) 1))
+              (let ((result (car (sly-agent-q-test-tool-results))))
+                (should-not (cdr result))
+                (should (string-match-p "Applied all" (car result)))
+                (should (string-match-p "Compiled" (car result))))
+              (let ((text (e2e-file-text file)))
+                (should (string-prefix-p outside text))
+                (should (string-match-p "A blank string gives NIL" text))
+                (should-not (string-match-p "Bug: an empty string" text))
+                (should (equal (e2e-buffer-text buffer) text))
+                (should-not (buffer-modified-p buffer)))
+              (should (eq (e2e-parse-input-state) 'fixed))))
+        (e2e-forget-project)
+        (e2e-forget-buffer buffer)))))
+
 (ert-deftest e2e-insert-form-after-a-definition-and-at-the-end ()
   "insert_form after PROCESS-DATA and at the end of my-app.lisp: reviewed, in the file, compiled from it."
   (e2e-with-agent "insert-form.json"

@@ -532,6 +532,39 @@ thrown away without a word."
           (should (buffer-modified-p))
           (should (equal (sly-agent-q-diff-test-expected '(3)) (sly-agent-q-tools-test--contents "a.lisp"))))))))
 
+(ert-deftest sly-agent-q-diff-test-file-changed-behind-an-unmodified-buffer ()
+  "The file changed on disk behind its unmodified visiting buffer: propose_file_edit and write_file
+write the file (the edit computed against the disk, so the outside change stays), without a
+question, and the buffer shows the result."
+  (sly-agent-q-diff-test--with-server
+    (let* ((file (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old)))
+           (buffer (find-file-noselect file))
+           (outside ";; changed outside Emacs\n"))
+      (unwind-protect
+          (progn
+            (sly-agent-q-tools-test--write "a.lisp" (concat outside (sly-agent-q-diff-test-old)))
+            ;; Later than the visit, whatever the clock's resolution.
+            (set-file-times file (time-add nil 10))
+            (should-not (verify-visited-file-modtime buffer))
+            (let ((out (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
+                                                   :new_content (concat outside (sly-agent-q-diff-test-new)))))
+              (should (string-match-p "\\`Applied all 3 hunks to a.lisp (buffer a.lisp reverted)\\.\\'" out)))
+            (should (equal (concat outside (sly-agent-q-diff-test-new)) (sly-agent-q-tools-test--contents "a.lisp")))
+            (should (equal (sly-agent-q-tools-test--contents "a.lisp") (with-current-buffer buffer (buffer-string))))
+            (should-not (buffer-modified-p buffer))
+            (should (verify-visited-file-modtime buffer))
+            ;; write_file the same way.
+            (sly-agent-q-tools-test--write "a.lisp" "(changed outside again)\n")
+            (set-file-times file (time-add nil 20))
+            (should (string-match-p "buffer a.lisp reverted"
+                                    (sly-agent-q-tools-test--ok "write_file" :path "a.lisp" :content "(new)\n")))
+            (should (equal "(new)\n" (sly-agent-q-tools-test--contents "a.lisp")))
+            (should (equal "(new)\n" (with-current-buffer buffer (buffer-string))))
+            (should-not (buffer-modified-p buffer))
+            (should-not (sly-agent-q-tools-test--temp-files)))
+        (with-current-buffer buffer (set-buffer-modified-p nil))
+        (kill-buffer buffer)))))
+
 (ert-deftest sly-agent-q-diff-test-coding-kept ()
   (sly-agent-q-diff-test--with-server
     (let ((file (sly-agent-q-tools-test--write "latin.txt" "caf\u00e9\n" 'iso-latin-1-unix)))
