@@ -505,22 +505,32 @@ disk is newer.  A file that does not exist has empty :text."
   (sly-agent-q-tool-fail "Saving would have asked the user %S, so it was stopped."
                      (string-trim (format "%s" prompt))))
 
+(defun sly-agent-q-files--load-userlock ()
+  "Load userlock.el, the home of Emacs's file questions, if only autoloaded.
+Emacs itself calls its autoloaded supersession check while writing;
+loading the file then would put the asking definitions back over the
+ones `sly-agent-q-files--without-questions' binds."
+  (dolist (name '(ask-user-about-supersession-threat ask-user-about-lock))
+    (autoload-do-load (symbol-function name) name)))
+
 (defmacro sly-agent-q-files--without-questions (&rest body)
   "Run BODY so that any question Emacs would ask becomes a tool error.
 The agent's saves run inside process filters, where no one can
 answer, so nothing may prompt."
   (declare (indent 0) (debug t))
-  `(cl-letf (((symbol-function 'yes-or-no-p) #'sly-agent-q-files--refuse-question)
-             ((symbol-function 'y-or-n-p) #'sly-agent-q-files--refuse-question)
-             ((symbol-function 'ask-user-about-supersession-threat)
-              (lambda (file)
-                (sly-agent-q-files--refuse-question
-                 (format "%s changed on disk; really edit the buffer?" file))))
-             ((symbol-function 'ask-user-about-lock)
-              (lambda (file opponent)
-                (sly-agent-q-files--refuse-question
-                 (format "%s is locked by %s; steal the lock?" file opponent)))))
-     ,@body))
+  `(progn
+     (sly-agent-q-files--load-userlock)
+     (cl-letf (((symbol-function 'yes-or-no-p) #'sly-agent-q-files--refuse-question)
+               ((symbol-function 'y-or-n-p) #'sly-agent-q-files--refuse-question)
+               ((symbol-function 'ask-user-about-supersession-threat)
+                (lambda (file)
+                  (sly-agent-q-files--refuse-question
+                   (format "%s changed on disk; really edit the buffer?" file))))
+               ((symbol-function 'ask-user-about-lock)
+                (lambda (file opponent)
+                  (sly-agent-q-files--refuse-question
+                   (format "%s is locked by %s; steal the lock?" file opponent)))))
+       ,@body)))
 
 (defun sly-agent-q-files--save-here (file)
   "Save the current buffer, which visits FILE, as the user's save would.

@@ -385,6 +385,27 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
 
 ;;;; write_file
 
+(ert-deftest sly-agent-q-tools-test-no-question-when-userlock-loads-during-a-write ()
+  "A write's questions stay refused when Emacs loads userlock.el (whose functions ask) during it.
+Emacs calls the autoloaded `userlock--ask-user-about-supersession-threat' itself; loading its
+file then would put the asking `ask-user-about-supersession-threat' back in the middle of a write."
+  (sly-agent-q-tools-test--with-project
+    (let ((file (sly-agent-q-tools-test--write "a.lisp" "(on disk)\n"))
+          (unloaded '(autoload "userlock" nil nil nil)))
+      (cl-letf (((symbol-function 'ask-user-about-supersession-threat) unloaded)
+                ((symbol-function 'ask-user-about-lock) unloaded)
+                ((symbol-function 'userlock--ask-user-about-supersession-threat) unloaded))
+        (with-temp-buffer
+          (insert "(in the buffer)\n")
+          (setq buffer-file-name file buffer-file-truename file)
+          (let ((err (should-error (sly-agent-q-files--without-questions
+                                     (userlock--ask-user-about-supersession-threat file))
+                                   :type 'sly-agent-q-tool-error)))
+            (should (string-match-p "Saving would have asked the user \".*a\\.lisp changed on disk; really edit the buffer\\?\", so it was stopped"
+                                    (cadr err))))
+          (set-buffer-modified-p nil)
+          (setq buffer-file-name nil))))))
+
 (ert-deftest sly-agent-q-tools-test-write-file-new-in-new-directory ()
   (sly-agent-q-tools-test--with-project
     (let ((out (sly-agent-q-tools-test--ok "write_file" :path "new/deep/b.lisp" :content "(b)\n")))
