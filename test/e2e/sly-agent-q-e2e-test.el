@@ -480,7 +480,8 @@ changes: the user's typing stays in the buffer, the disk and the image are as th
   "Definitions the user changed in an unsaved buffer: a new one compiled from it with C-c C-c (so the
 file does not hold it), and one deleted from the buffer but still in the file.  replace_definition
 refuses both before any review, naming the unsaved buffer, never advising to load the file again
-(that would replace the user's compiled definition); buffer, disk and image are as they were."
+(that would replace the user's compiled definition); buffer, disk and image are as they were.
+Saved as the answer asks, the edit of the new helper is reviewed, lands and is compiled."
   (e2e-with-agent "replace-definition-unsaved-attacks.json"
     (let* ((file (e2e-project-fixture root))
            (asked nil)
@@ -526,7 +527,22 @@ refuses both before any review, naming the unsaved buffer, never advising to loa
               (should (buffer-modified-p buffer))
               ;; The image keeps the user's HALVE-ALL and the loaded PROCESS-DATA.
               (should (equal (e2e-eval '(my-app::halve-all '(2 4))) '(1 2)))
-              (should (equal (e2e-eval '(cl:multiple-value-list (my-app::process-data '(1 2)))) '((1 2) 3)))))
+              (should-not (e2e-eval '(cl:equal (my-app::halve-all '(3)) '(2))))
+              (should (equal (e2e-eval '(cl:multiple-value-list (my-app::process-data '(1 2)))) '((1 2) 3)))
+              ;; Saved as the answer asks, the same edit of HALVE-ALL is reviewed and lands.
+              (with-current-buffer buffer
+                (let ((inhibit-message t)) (save-buffer)))
+              (should (eq (plist-get (e2e-send "Saved; try HALVE-ALL again" 120) :status) 'finished))
+              (should (= (length asked) 1))
+              (let ((result (nth 2 (sly-agent-q-test-tool-results))))
+                (should-not (cdr result))
+                (should (string-match-p "Applied all" (car result)))
+                (should (string-match-p "Compiled" (car result))))
+              (let ((text (e2e-file-text file)))
+                (should (string-match-p (regexp-quote "(mapcar #'round (process-data items :scale 1/2))") text))
+                (should-not (string-match-p "(defun process-data " text))
+                (should (equal (e2e-buffer-text buffer) text)))
+              (should (e2e-eval '(cl:equal (my-app::halve-all '(3)) '(2))))))
         (e2e-eval '(cl:progn (cl:fmakunbound (cl:find-symbol "HALVE-ALL" "MY-APP")) t))
         (e2e-forget-project)
         (e2e-forget-buffer buffer)))))
