@@ -705,7 +705,15 @@ FOR-WRITE is non-nil, when the agent may not write it."
          "Buffer %s belongs to the agent's own interface; the agent may not write it."
          (buffer-name buffer)))
       (when (buffer-local-value 'buffer-read-only buffer)
-        (sly-agent-q-tool-fail "Buffer %s is read-only." (buffer-name buffer))))
+        (sly-agent-q-tool-fail "Buffer %s is read-only." (buffer-name buffer)))
+      ;; Its first change would make Emacs ask whether to edit it anyway, from inside the
+      ;; handler; a modified buffer was asked already, by the user's own edit.
+      (let ((file (buffer-local-value 'buffer-file-name buffer)))
+        (when (and file (not (buffer-modified-p buffer)) (file-exists-p file)
+                   (not (verify-visited-file-modtime buffer)))
+          (sly-agent-q-tool-fail
+           "Buffer %s is older than %s, which changed on disk since it was visited, so nothing was changed.  read_file shows the file as it is now; ask the user to revert the buffer to edit it here."
+           (buffer-name buffer) (sly-agent-q-files-relative file)))))
     buffer))
 
 (provide 'sly-agent-q-files)

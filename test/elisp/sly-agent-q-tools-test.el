@@ -406,6 +406,30 @@ file then would put the asking `ask-user-about-supersession-threat' back in the 
           (set-buffer-modified-p nil)
           (setq buffer-file-name nil))))))
 
+(ert-deftest sly-agent-q-tools-test-buffer-older-than-its-file-is-not-edited ()
+  "An unmodified buffer whose file changed on disk behind Emacs is not edited by the buffer tools:
+editing it would ask the user whether to go on from inside the handler.  The answer says why and
+what to do; buffer and file are as they were."
+  (sly-agent-q-tools-test--with-project
+    (let* ((file (sly-agent-q-tools-test--write "a.lisp" "(a)\n"))
+           (buffer (find-file-noselect file)))
+      (unwind-protect
+          (progn
+            (sly-agent-q-tools-test--write "a.lisp" "(b)\n")
+            ;; Later than the visit, whatever the clock's resolution.
+            (set-file-times file (time-add nil 10))
+            (dolist (call `(("buffer_edit" :buffer_name ,(buffer-name buffer) :old_text "(a)" :new_text "(c)")
+                            ("write_to_buffer" :buffer ,(buffer-name buffer) :content "(c)")
+                            ("buffer_append" :buffer_name ,(buffer-name buffer) :text "(c)")))
+              (let ((msg (apply #'sly-agent-q-tools-test--fails call)))
+                (should (string-match-p "\\`Buffer a\\.lisp is older than a\\.lisp, which changed on disk since it was visited, so nothing was changed" msg))
+                (should (string-match-p "revert" msg))))
+            (should (equal "(a)\n" (with-current-buffer buffer (buffer-string))))
+            (should-not (buffer-modified-p buffer))
+            (should (equal "(b)\n" (sly-agent-q-tools-test--contents "a.lisp"))))
+        (with-current-buffer buffer (set-buffer-modified-p nil))
+        (kill-buffer buffer)))))
+
 (ert-deftest sly-agent-q-tools-test-write-file-new-in-new-directory ()
   (sly-agent-q-tools-test--with-project
     (let ((out (sly-agent-q-tools-test--ok "write_file" :path "new/deep/b.lisp" :content "(b)\n")))
