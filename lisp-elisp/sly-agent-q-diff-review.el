@@ -34,6 +34,8 @@
 
 (require 'cl-lib)
 (require 'diff-mode)
+;; Loaded with the package: the first hunk refined would otherwise load it.
+(require 'smerge-mode)
 (require 'button)
 (require 'ewoc)
 (require 'sly-agent-q-files)
@@ -231,6 +233,11 @@ undecided hunks count as rejected.
          ("^## Hunk [0-9]+ of [0-9]+: \\(PENDING\\)" 1 'warning t)))
   (setq-local diff-update-on-the-fly nil)
   (setq-local diff-font-lock-syntax 'hunk-only)
+  ;; diff-mode refines the words of every hunk redisplay shows, running
+  ;; `diff' for each inside redisplay: a large edit held Emacs for the
+  ;; whole screen.  The review refines the hunks in view from timers instead.
+  (setq-local diff-refine nil)
+  (add-hook 'window-scroll-functions #'sly-agent-q-diff--refine-later nil t)
   (setq-local revert-buffer-function
               (lambda (&rest _) (sly-agent-q-diff-redisplay)))
   (setq-local sly-agent-q-protected-buffer t)
@@ -390,7 +397,8 @@ the count alone."
            (append (mapcar (lambda (i) (ewoc-nth ewoc (1- i)))
                            (or indexes
                                (number-sequence 1 (length (sly-agent-q-diff--review-states review)))))
-                   (list (ewoc-nth ewoc -1))))))
+                   (list (ewoc-nth ewoc -1)))))
+  (sly-agent-q-diff--refine-later))
 
 (defun sly-agent-q-diff-redisplay ()
   "Redraw the whole review buffer, keeping point on the same line."
@@ -404,7 +412,57 @@ the count alone."
     (sly-agent-q-diff--insert-hunks review)
     (goto-char (point-min))
     (forward-line (1- line))
-    (move-to-column column)))
+    (move-to-column column)
+    (sly-agent-q-diff--refine-later)))
+
+;;;; Word refinement
+
+(defvar-local sly-agent-q-diff--refine-timer nil
+  "The timer that refines the next hunk in view, if one is due.")
+
+(defun sly-agent-q-diff--refine-later (&rest _)
+  "Refine the hunks in view of the current review, one per timer run.
+Each run refines one hunk (`diff-refine-hunk' runs `diff'), so Emacs
+answers between them however many hunks show."
+  (unless sly-agent-q-diff--refine-timer
+    (setq sly-agent-q-diff--refine-timer
+          (run-with-timer 0 nil #'sly-agent-q-diff--refine-next (current-buffer)))))
+
+(defun sly-agent-q-diff--unrefined-in-view (window)
+  "The start of the first hunk in WINDOW not refined yet, or nil."
+  (let* ((start (window-start window))
+         (end (save-excursion (goto-char start)
+                              (forward-line (window-body-height window))
+                              (point)))
+         (pos start) (found nil))
+    (while (and (not found) (< pos end))
+      (let ((next (next-single-property-change pos 'sly-agent-q-diff-hunk nil end)))
+        (when (and (get-text-property pos 'sly-agent-q-diff-hunk)
+                   (not (get-text-property pos 'sly-agent-q-diff-refined)))
+          (setq found (or (previous-single-property-change (1+ pos) 'sly-agent-q-diff-hunk)
+                          (point-min))))
+        (setq pos next)))
+    found))
+
+(defun sly-agent-q-diff--refine-next (buffer)
+  "Refine the first hunk in view of the review BUFFER not refined yet.
+Then ask for the next."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (setq sly-agent-q-diff--refine-timer nil)
+      (let ((start (cl-some #'sly-agent-q-diff--unrefined-in-view
+                            (get-buffer-window-list buffer nil t))))
+        (when start
+          (let ((end (next-single-property-change start 'sly-agent-q-diff-hunk nil (point-max))))
+            (save-excursion
+              (goto-char start)
+              (when (re-search-forward "^@@ " end t)
+                ;; A missing `diff' program must not stop the review.
+                (with-demoted-errors "Refining a hunk: %S"
+                  (diff-refine-hunk))))
+            (with-silent-modifications
+              (put-text-property start end 'sly-agent-q-diff-refined t)))
+          (sly-agent-q-diff--refine-later))))))
 
 (defun sly-agent-q-diff--hunk-at-point ()
   "Return the number of the hunk at point, or signal a user error."

@@ -106,13 +106,14 @@ A and B are the line vectors HUNKS were computed from."
     (cl-loop for k from i below (length a) do (push (aref a k) parts))
     (apply #'concat (nreverse parts))))
 
-(defun sly-agent-q-diff--hunks-fit-p (old new hunks)
+(defun sly-agent-q-diff--hunks-fit-p (old new hunks &optional a b)
   "Non-nil when HUNKS turn the text OLD into NEW, as they are applied here.
 Their line ranges must lie in the texts, in order, and applying them
 all, by hunk and by change, must give NEW: hunks that do not are
-never applied, so a buffer is never left half edited."
-  (let* ((a (sly-agent-q-files-split-lines old))
-         (b (sly-agent-q-files-split-lines new))
+never applied, so a buffer is never left half edited.  A and B, when
+given, are the lines of OLD and NEW already split."
+  (let* ((a (or a (sly-agent-q-files-split-lines old)))
+         (b (or b (sly-agent-q-files-split-lines new)))
          (n (length a)) (m (length b))
          (old-end 0) (new-end 0) (at 0) (index 0) (parts nil))
     (and (cl-every
@@ -194,24 +195,33 @@ when ARGS are unusable."
                         :description description)))
       (if texts-only
           texts
-        (append texts
-                (list :a (sly-agent-q-files-split-lines old)
-                      :b (sly-agent-q-files-split-lines new)
-                      :hunks (or (sly-agent-q-diff--reviewed-hunks args file old)
-                                 (cdr (sly-agent-q-diff--fetched old new))
-                                 (sly-agent-q-diff--whole-hunks old new))))))))
+        ;; Lines split when the server's hunks came are not split again.
+        (let ((known (sly-agent-q-diff--fetched old new)))
+          (append texts
+                  (list :a (if known (sly-agent-q-diff--known-a known) (sly-agent-q-files-split-lines old))
+                        :b (if known (sly-agent-q-diff--known-b known) (sly-agent-q-files-split-lines new))
+                        :hunks (or (sly-agent-q-diff--reviewed-hunks args file old)
+                                   (and known (sly-agent-q-diff--known-hunks known))
+                                   (sly-agent-q-diff--whole-hunks old new)))))))))
 
 ;;;; Hunks from the server
 
 ;; The server computes the hunks (server/diff.ts): a line diff of a large
 ;; file would hold Emacs's only thread.  Every path asks for them without
-;; waiting and finds them here, under the digests of the two texts; a
-;; review also keeps the hunks it showed (see
-;; `sly-agent-q-diff-remember-review'), so that review and apply agree.
+;; waiting and finds them here, under the two texts; a review also keeps
+;; the hunks it showed (see `sly-agent-q-diff-remember-review'), so that
+;; review and apply agree.  The texts are compared as they are, not
+;; hashed: hashing encodes a large text first, which costs far more than
+;; comparing it.
+
+(cl-defstruct (sly-agent-q-diff--known
+               (:constructor sly-agent-q-diff--make-known)
+               (:copier nil))
+  "The server's hunks turning OLD into NEW, whose lines are A and B."
+  old new a b hunks)
 
 (defvar sly-agent-q-diff--hunk-cache nil
-  "The server's hunks of recent edits, newest first.
-Each is ((OLD-DIGEST . NEW-DIGEST) . HUNKS).")
+  "The server's hunks of recent edits, newest first: `sly-agent-q-diff--known's.")
 
 (defconst sly-agent-q-diff--hunk-cache-size 8
   "Edits whose server hunks are kept: more than ever wait for review at once.")
@@ -222,15 +232,17 @@ SHA-256 of their UTF-8 bytes, as the server computes them."
   (cons (secure-hash 'sha256 (encode-coding-string old 'utf-8 t))
         (secure-hash 'sha256 (encode-coding-string new 'utf-8 t))))
 
-(defun sly-agent-q-diff--fetched (old new &optional key)
-  "The entry (KEY . HUNKS) of the hunks fetched turning OLD into NEW, or nil.
-HUNKS may be empty.  KEY, when given, is their digests already
-computed: hashing a large text twice is what this saves."
-  (assoc (or key (sly-agent-q-diff--digests old new)) sly-agent-q-diff--hunk-cache))
+(defun sly-agent-q-diff--fetched (old new)
+  "The `sly-agent-q-diff--known' hunks turning OLD into NEW, or nil.
+Its hunks may be empty."
+  (and (stringp old) (stringp new)
+       (cl-find-if (lambda (known) (and (string= new (sly-agent-q-diff--known-new known))
+                                        (string= old (sly-agent-q-diff--known-old known))))
+                   sly-agent-q-diff--hunk-cache)))
 
-(defun sly-agent-q-diff--keep-hunks (key hunks)
-  "Keep HUNKS under KEY in `sly-agent-q-diff--hunk-cache'."
-  (push (cons key hunks) sly-agent-q-diff--hunk-cache)
+(defun sly-agent-q-diff--keep-hunks (known)
+  "Keep KNOWN, a `sly-agent-q-diff--known', in `sly-agent-q-diff--hunk-cache'."
+  (push known sly-agent-q-diff--hunk-cache)
   (when (> (length sly-agent-q-diff--hunk-cache) sly-agent-q-diff--hunk-cache-size)
     (setcdr (nthcdr (1- sly-agent-q-diff--hunk-cache-size) sly-agent-q-diff--hunk-cache)
             nil)))
@@ -256,18 +268,23 @@ the arguments of the call ID, whose approval waits, give: the server
 then reads them itself, checked against the digests of OLD and NEW,
 and a large file's texts are not sent back to it.  If it cannot, the
 texts are sent."
-  (let ((key (and (stringp old) (stringp new) (sly-agent-q-diff--digests old new))))
-    (if (or (not key) (sly-agent-q-diff--fetched old new key))
-        (funcall then)
+  (if (or (not (and (stringp old) (stringp new))) (sly-agent-q-diff--fetched old new))
+      (funcall then)
+    (let ((key (sly-agent-q-diff--digests old new)))
       (let* ((keep (lambda (result)
                      ;; Hunks that do not fit the texts are not kept: one hunk of
                      ;; the whole text serves instead.
                      (let ((hunks (ignore-errors
                                     (mapcar #'sly-agent-q-diff--from-server
-                                            (append (plist-get result :hunks) nil)))))
-                       (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks))
-                         (sly-agent-q-diff--keep-hunks key hunks)))
-                     (funcall then)))
+                                            (append (plist-get result :hunks) nil))))
+                           (a (sly-agent-q-files-split-lines old))
+                           (b (sly-agent-q-files-split-lines new)))
+                       (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks a b))
+                         (sly-agent-q-diff--keep-hunks
+                          (sly-agent-q-diff--make-known :old old :new new :a a :b b :hunks hunks))))
+                     ;; What follows (a review drawn, an edit applied) is work of
+                     ;; its own: it runs after Emacs has answered its input.
+                     (run-with-timer 0 nil then)))
              (fail (lambda (&rest _) (funcall then)))
              (send-texts (lambda (&rest _)
                            (sly-agent-q-server-request
@@ -293,8 +310,10 @@ hunks are the server's when `sly-agent-q-diff-fetch-hunks' got them,
 else one hunk replaces the whole text."
   (sly-agent-q-diff-unified
    (list :rel name
-         :hunks (let ((fetched (sly-agent-q-diff--fetched old new)))
-                  (if fetched (cdr fetched) (sly-agent-q-diff--whole-hunks old new))))))
+         :hunks (let ((known (sly-agent-q-diff--fetched old new)))
+                  (if known
+                      (sly-agent-q-diff--known-hunks known)
+                    (sly-agent-q-diff--whole-hunks old new))))))
 
 (defun sly-agent-q-diff-texts-later (diffs then)
   "Call THEN with the unified diffs of DIFFS once the server computed them.

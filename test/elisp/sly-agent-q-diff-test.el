@@ -473,6 +473,51 @@ thrown away without a word."
         (sly-agent-q-diff-finish))
       (should (equal [2] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))))
 
+;;;; Word refinement
+
+(defun sly-agent-q-diff-test-refined-p (index)
+  "Non-nil when hunk INDEX of the review at point's buffer shows its changed words."
+  (let ((bounds (sly-agent-q-diff-test-hunk-bounds index)))
+    (cl-some (lambda (o) (and (eq (overlay-get o 'diff-mode) 'fine)
+                              (memq (overlay-get o 'face) '(diff-refine-added diff-refine-removed))))
+             (overlays-in (car bounds) (cdr bounds)))))
+
+(ert-deftest sly-agent-q-diff-test-words-refined-outside-redisplay ()
+  "The review refines the hunks in view from timers, one at a time, never in redisplay.
+diff-mode's own refinement runs `diff' for every hunk redisplay shows:
+a large edit's review held Emacs for the whole screen's hunks at once."
+  (sly-agent-q-diff-test--with-server
+    (let* ((old (sly-agent-q-tools-test--lines 600 "(defun f%d (x) (list x :old))\n"))
+           (new (replace-regexp-in-string "(defun f\\([0-9]*0\\) (x) (list x :old))"
+                                          "(defun f\\1 (x) (list x :new))" old)))
+      (sly-agent-q-tools-test--write "big.lisp" old)
+      (let* ((opened (sly-agent-q-diff-test-open-review (list :path "big.lisp" :new_content new)))
+             (buffer (car opened))
+             (window (get-buffer-window buffer)))
+        (should window)
+        (with-current-buffer buffer
+          (should (= 60 (length (sly-agent-q-diff--review-states sly-agent-q-diff--current))))
+          ;; Fontifying the whole review, as redisplay would, refines nothing.
+          (font-lock-ensure)
+          (should-not (cl-loop for i from 1 to 60 thereis (sly-agent-q-diff-test-refined-p i)))
+          ;; The hunk in view is refined once timers ran; one far below is not.
+          (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10
+                                 "hunk 1's words refined")
+          (should-not (sly-agent-q-diff-test-refined-p 60))
+          ;; Scrolled to, it is.
+          (let ((start (car (sly-agent-q-diff-test-hunk-bounds 60))))
+            (set-window-start window start)
+            (run-hook-with-args 'window-scroll-functions window start))
+          (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 60)) 10
+                                 "hunk 60's words refined once in view")
+          ;; A hunk redrawn when decided is refined again.
+          (set-window-start window (point-min))
+          (sly-agent-q-diff-accept-hunk 1)
+          (should-not (sly-agent-q-diff-test-refined-p 1))
+          (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10
+                                 "hunk 1 refined again after its redraw")
+          (sly-agent-q-diff-abort))))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
