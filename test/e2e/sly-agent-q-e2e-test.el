@@ -786,6 +786,33 @@ debugger's restart runs."
         (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")
         (e2e-reset-fixture)))))
 
+(ert-deftest e2e-debugger-restart-stops-again-after-a-while ()
+  "A restart whose code runs a while before the thread stops again: the model is told it stopped again.
+Until the thread is back at its REPL or in a debugger, it has not gone on."
+  (e2e-with-agent "debugger-retry-again.json"
+    (e2e-eval '(cl:progn
+                (cl:defun cl-user::saq-slow-retry ()
+                  (cl:loop (cl:restart-case (cl:error "Slow failure.")
+                             (cl-user::slow-retry ()
+                               :report "Wait two seconds, then fail again."
+                               (cl:sleep 2)))))
+                t))
+    (let* ((sly-agent-q-approval-function (lambda (_r callback) (funcall callback '(:decision "approved")))))
+      (e2e-repl-type "(cl-user::saq-slow-retry)")
+      (sly-agent-q-test-wait (lambda () (e2e-debugger-buffers)) 30 "the debugger to open")
+      (let ((buffer (car (e2e-debugger-buffers))))
+        (sly-agent-q-test-wait (lambda () (cadr (e2e-debugger-snapshot buffer))) 10 "the debugger to draw"))
+      (unwind-protect
+          (let ((result (car (car (progn (should (eq (plist-get (sly-agent-q-test-send "Retry it." 60) :status) 'finished))
+                                         (sly-agent-q-test-tool-results))))))
+            (should (string-match-p "stopped again at level 1" result))
+            (should (string-match-p "Slow failure" result))
+            (should (e2e-debugger-buffers)))
+        (dolist (b (e2e-debugger-buffers))
+          (with-current-buffer b
+            (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort))))
+        (sly-agent-q-test-wait (lambda () (not (e2e-debugger-buffers))) 20 "the debugger to close")))))
+
 (ert-deftest e2e-debugger-eval-in-frame-cancelled ()
   "C-c C-k during an endless evaluation in a frame interrupts it: the user's debugger answers at once."
   (let ((sly-agent-q-image-timeout 120))
