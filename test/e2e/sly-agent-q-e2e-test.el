@@ -1067,6 +1067,23 @@ live image after the agent loaded the helpers there."
           (should (string-match-p "timed out after 2 s and was interrupted" (car result)))))
       (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
 
+(ert-deftest e2e-endless-loop-is-stopped-and-the-image-answers ()
+  "An endless loop the model evaluates is stopped at the image timeout, on every Lisp (threads or not);
+the image then answers the agent's next evaluation and the user's."
+  (let ((sly-agent-q-image-timeout 2))
+    (e2e-with-agent "endless-loop.json"
+      (let* ((start (float-time))
+             (outcome (e2e-send "Loop forever")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (< (- (float-time) start) 30))
+        (let ((results (sly-agent-q-test-tool-results)))
+          (should (= (length results) 2))
+          (should (cdr (nth 0 results)))
+          (should (string-match-p "timed out after 2 s and was interrupted" (car (nth 0 results))))
+          (should-not (cdr (nth 1 results)))
+          (should (string-match-p "3" (car (nth 1 results))))))
+      (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
+
 (ert-deftest e2e-zz-lisp-dropped-mid-turn ()
   "The Lisp dies during an evaluation: the model gets a clear error and the turn ends."
   (e2e-with-agent "lisp-dropped.json"
