@@ -256,7 +256,9 @@ Signal a tool error when there is none."
   (let* ((buffer (sly-agent-q-debugger--find thread level))
          (r (sly-agent-q-debugger--restart buffer restart))
          (level (sly-agent-q-debugger--get buffer :level))
-         (thread (sly-agent-q-debugger--get buffer :thread)))
+         (thread (sly-agent-q-debugger--get buffer :thread))
+         (adapter (sly-agent-q-debugger--adapter buffer))
+         (conn (sly-agent-q-debugger--get buffer :connection)))
     (lambda (answer)
       ;; The debugger buffer's own command, in that buffer.
       (with-current-buffer buffer
@@ -266,8 +268,15 @@ Signal a tool error when there is none."
       (let* ((tries (* 10 sly-agent-q-debugger-restart-wait))
              (grace 5)
              (timer nil)
+             ;; Once the debugger closed: a request to the debugged thread, which
+             ;; that thread answers only when it is back at its REPL or in a new
+             ;; debugger (whose buffer opens first), so that code the restart
+             ;; runs before stopping again is not taken for the program going on.
+             (returned nil)
+             (stop-asking nil)
              (done (lambda (how)
                      (cancel-timer timer)
+                     (when stop-asking (funcall stop-asking "The restart's outcome was reported."))
                      (funcall answer (format "Invoked restart %s [%s] %s in the debugger of thread %s, level %s: %s"
                                              restart (nth 0 r) (nth 1 r) thread level how)
                               nil))))
@@ -279,10 +288,19 @@ Signal a tool error when there is none."
                         (again (and (null now)
                                     (cl-find-if (lambda (b) (equal (sly-agent-q-debugger--get b :thread) thread))
                                                 (sly-agent-q-debugger-buffers)))))
+                   (when (and (null now) (not stop-asking) adapter (process-live-p conn))
+                     (setq stop-asking
+                           (sly-agent-q-bridge-eval adapter conn t "CL-USER" sly-agent-q-debugger-restart-wait
+                                                    (lambda (_value _error) (setq returned t))
+                                                    nil thread)))
                    (cond (again
                           (funcall done (format "the debugger closed, and the thread stopped again at level %s: %s"
                                                 (sly-agent-q-debugger--get again :level)
                                                 (sly-agent-q-debugger--condition-lines again))))
+                         ((and (null now) (not returned) (> (cl-decf tries) 0)) nil)
+                         ((and (null now) (not returned))
+                          (funcall done (format "the debugger closed; the thread is still running after %s s."
+                                                sly-agent-q-debugger-restart-wait)))
                          ;; A moment for a new error of the same thread to show.
                          ((and (null now) (> (cl-decf grace) 0)) nil)
                          ((null now) (funcall done "the debugger closed; the program went on."))

@@ -17,7 +17,7 @@ fi
 # Debian. Each costs its own run (the README's support table gives the time of each). ECL is
 # switched on by adding it to the first line; a Lisp joins the second once its end-to-end run passes.
 export SAQ_CL_OTHER_LISPS="${SAQ_CL_OTHER_LISPS-clisp}"
-export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-}"
+export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-clisp}"
 
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
         "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh")
