@@ -124,6 +124,7 @@ async function memoryAndTokens() {
   const historyChars = [];
   const historyHeap = [];
   const heap = [];
+  const collected = [];
   let firstRequest;
   for (let c = 0; c < conversations; c++) {
     await mock.setScript(conversationScript());
@@ -138,7 +139,12 @@ async function memoryAndTokens() {
     historyChars.push(history.length);
     historyHeap.push(heapOf(history));
     after.push(rssMb(server.pid));
-    if (c === 0 || c === conversations - 1) heap.push(await liveHeapMb(server, dir));
+    if (c === 0 || c === conversations - 1) {
+      // The heap snapshot collects fully first: RSS then is what the server keeps, not where V8's
+      // collection cycle happened to be.
+      heap.push(await liveHeapMb(server, dir));
+      collected.push(rssMb(server.pid));
+    }
   }
   await server.close();
   mock.close();
@@ -150,21 +156,30 @@ async function memoryAndTokens() {
   // The history's own size in memory: the same messages as live objects in this process (needs --expose-gc).
   const ownMb = historyHeap.every((x) => x > 0) ? historyHeap.reduce((a, b) => a + b, 0) / conversations : historyMb;
   record({ figure: "5. server RSS idle (after initialize)", unit: "MB", value: idle, target: "< 80 MB", ratio: idle / 80, pass: idle < 80 });
-  // The bound: RSS after the first conversation holds V8's working room for a long conversation (the
-  // pages it grew into for each request's transient copies: the history serialized, the SDK's body,
-  // the stream), which it keeps and reuses. Each later conversation may add only what it keeps alive,
-  // its history, twice over (V8 lets its old space grow to about twice what survived its last full
-  // collection before collecting again), plus 32 MB of the allocator's slack. A leak grows past it.
-  const rssBound = after[0] + 2 * (conversations - 1) * ownMb + 32;
-  const rssAfter = after[after.length - 1];
+  // RSS as it stands swings by tens of MB from one conversation to the next at a flat live heap: it
+  // holds V8's working room for each request's transient copies (the history serialized, the SDK's
+  // body, the stream) wherever its collection cycle is. Shown as it is, for information.
   record({
-    figure: `5. RSS after ${conversations} ${STEPS}-step conversations`,
+    figure: `5. RSS after ${conversations} ${STEPS}-step conversations, as it stands`,
     unit: "MB",
-    value: rssAfter,
+    value: after[after.length - 1],
+    target: "-",
+    note: `${conversations} conversations in a row, each tool result ${RESULT_CHARS} chars, all kept open (RSS after each: ${after.map((x) => x.toFixed(0)).join(", ")} MB; grew ${growth.toFixed(0)} MB from idle)`,
+  });
+  // After a full collection, RSS is what the server keeps. The bound: that after the first
+  // conversation (V8's pages, kept and reused), plus what each later conversation may keep alive, its
+  // history, twice over (V8 lets its old space grow to about twice what survived its last full
+  // collection), plus 32 MB of the allocator's slack. A leak of a few MB a conversation passes it.
+  const rssBound = collected[0] + 2 * (conversations - 1) * ownMb + 32;
+  const rssCollected = collected[collected.length - 1];
+  record({
+    figure: `5. RSS after ${conversations} ${STEPS}-step conversations, after a full collection`,
+    unit: "MB",
+    value: rssCollected,
     target: `<= ${rssBound.toFixed(0)} MB`,
-    ratio: rssAfter / rssBound,
-    pass: rssAfter <= rssBound,
-    note: `${conversations} conversations in a row, each tool result ${RESULT_CHARS} chars, all kept open (RSS after each: ${after.map((x) => x.toFixed(0)).join(", ")} MB; grew ${growth.toFixed(0)} MB from idle); bound: RSS after the first (V8's working room, kept and reused) + twice the ${conversations - 1} later histories as live objects (${ownMb.toFixed(2)} MB each; V8 grows its old space to about twice what survives) + 32 MB of allocator slack`,
+    ratio: rssCollected / rssBound,
+    pass: rssCollected <= rssBound,
+    note: `RSS right after the heap snapshots (each collects fully first): ${collected.map((x) => x.toFixed(0)).join(" after the first, ")} after the last; bound: the first + twice the ${conversations - 1} later histories as live objects (${ownMb.toFixed(2)} MB each) + 32 MB of allocator slack`,
   });
   record({
     figure: "5. live heap growth per conversation (full GC)",
