@@ -256,6 +256,29 @@ Its hunks may be empty."
         :header (plist-get hunk :header)
         :text (plist-get hunk :text)))
 
+(defun sly-agent-q-diff--drawn (a b hunk)
+  "HUNK with its header and text drawn from the lines A and B it applies.
+What the review shows is then what applying the hunk writes, whatever
+header and text the server sent with it."
+  (let ((parts nil) (at (plist-get hunk :old-start))
+        (os (plist-get hunk :old-start)) (oe (plist-get hunk :old-end))
+        (ns (plist-get hunk :new-start)) (ne (plist-get hunk :new-end))
+        (line (lambda (prefix s) (if (string-suffix-p "\n" s)
+                                     (concat prefix s)
+                                   (concat prefix s "\n\\ No newline at end of file\n")))))
+    (dolist (c (plist-get hunk :changes))
+      (cl-loop for k from at below (nth 0 c) do (push (funcall line " " (aref a k)) parts))
+      (cl-loop for k from (nth 0 c) below (nth 1 c) do (push (funcall line "-" (aref a k)) parts))
+      (cl-loop for k from (nth 2 c) below (nth 3 c) do (push (funcall line "+" (aref b k)) parts))
+      (setq at (nth 1 c)))
+    (cl-loop for k from at below oe do (push (funcall line " " (aref a k)) parts))
+    (append (list :header (format "@@ -%s +%s @@"
+                                  (sly-agent-q-diff--range os (- oe os))
+                                  (sly-agent-q-diff--range ns (- ne ns)))
+                  :text (apply #'concat (nreverse parts)))
+            (cl-loop for (key value) on hunk by #'cddr
+                     unless (memq key '(:header :text)) append (list key value)))))
+
 (defun sly-agent-q-diff-fetch-hunks (old new then &optional source)
   "Ask the server for the hunks turning OLD into NEW; then call THEN.
 THEN gets no argument.  Never waits: THEN runs when the server
@@ -281,7 +304,10 @@ texts are sent."
                            (b (sly-agent-q-files-split-lines new)))
                        (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks a b))
                          (sly-agent-q-diff--keep-hunks
-                          (sly-agent-q-diff--make-known :old old :new new :a a :b b :hunks hunks))))
+                          (sly-agent-q-diff--make-known
+                           :old old :new new :a a :b b
+                           ;; Shown as they are applied, not as the server wrote them.
+                           :hunks (mapcar (lambda (h) (sly-agent-q-diff--drawn a b h)) hunks)))))
                      ;; What follows (a review drawn, an edit applied) is work of
                      ;; its own: it runs after Emacs has answered its input.
                      (run-with-timer 0 nil then)))
