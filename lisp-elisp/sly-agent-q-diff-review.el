@@ -456,8 +456,10 @@ Then ask for the next."
           (let ((end (next-single-property-change start 'sly-agent-q-diff-hunk nil (point-max))))
             (save-excursion
               (goto-char start)
-              (when (re-search-forward "^@@ " end t)
-                ;; A missing `diff' program must not stop the review.
+              ;; Without a `diff' program the words are not refined: the
+              ;; review goes on, saying nothing of it for every hunk.
+              (when (and (executable-find diff-command)
+                         (re-search-forward "^@@ " end t))
                 (with-demoted-errors "Refining a hunk: %S"
                   (diff-refine-hunk))))
             (with-silent-modifications

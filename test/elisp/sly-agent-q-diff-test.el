@@ -567,6 +567,33 @@ a large edit's review held Emacs for the whole screen's hunks at once."
                                  "hunk 1 refined again after its redraw")
           (sly-agent-q-diff-abort))))))
 
+(ert-deftest sly-agent-q-diff-test-review-without-diff-program ()
+  "Without a `diff' program the review shows, decides and refines nothing, silently.
+Each hunk in view ran the missing program again and logged its error."
+  (sly-agent-q-diff-test--with-server
+    (let* ((old (sly-agent-q-tools-test--lines 100 "(defun f%d (x) (list x :old))\n"))
+           (new (replace-regexp-in-string "(defun f\\([0-9]*0\\) (x) (list x :old))"
+                                          "(defun f\\1 (x) (list x :new))" old))
+           (diff-command "sly-agent-q-no-such-diff-program")
+           (logged (with-current-buffer (messages-buffer) (point-max))))
+      (sly-agent-q-tools-test--write "big.lisp" old)
+      (let* ((opened (sly-agent-q-diff-test-open-review (list :path "big.lisp" :new_content new)))
+             (buffer (car opened)))
+        (with-current-buffer buffer
+          ;; The refinement ran over the hunks in view and stopped.
+          (sly-agent-q-test-wait (lambda () (and (get-text-property (car (sly-agent-q-diff-test-hunk-bounds 1))
+                                                                    'sly-agent-q-diff-refined)
+                                                 (not sly-agent-q-diff--refine-timer)))
+                                 10 "the hunks in view done")
+          (should-not (sly-agent-q-diff-test-refined-p 1))
+          (sly-agent-q-diff-accept-hunk 1)
+          (should (string-match-p "^## Hunk 1 of 10: ACCEPTED" (buffer-string)))
+          (sly-agent-q-test-wait (lambda () (not sly-agent-q-diff--refine-timer)) 10 "the refinement idle")
+          (sly-agent-q-diff-abort))
+        (should-not (string-match-p "diff-program\\|Refining"
+                                    (with-current-buffer (messages-buffer)
+                                      (buffer-substring logged (point-max)))))))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
