@@ -420,6 +420,14 @@ the count alone."
 (defvar-local sly-agent-q-diff--refine-timer nil
   "The timer that refines the next hunk in view, if one is due.")
 
+(defconst sly-agent-q-diff--refine-max-chars 5000
+  "The longest hunk, in characters, whose changed words are shown.
+Refining runs `diff' on the hunk's words, and its time grows faster
+than the hunk: a hunk of 5,000 characters took some 60 ms, one of
+50,000 most of a second, one line of 500,000 seventeen seconds, all
+that time in one timer holding Emacs.  A longer hunk shows its lines
+changed without its words.")
+
 (defun sly-agent-q-diff--refine-later (&rest _)
   "Refine the hunks in view of the current review, one per timer run.
 Each run refines one hunk (`diff-refine-hunk' runs `diff'), so Emacs
@@ -458,7 +466,8 @@ Then ask for the next."
               (goto-char start)
               ;; Without a `diff' program the words are not refined: the
               ;; review goes on, saying nothing of it for every hunk.
-              (when (and (executable-find diff-command)
+              (when (and (<= (- end start) sly-agent-q-diff--refine-max-chars)
+                         (executable-find diff-command)
                          (re-search-forward "^@@ " end t))
                 (with-demoted-errors "Refining a hunk: %S"
                   (diff-refine-hunk))))

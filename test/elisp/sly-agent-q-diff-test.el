@@ -594,6 +594,30 @@ Each hunk in view ran the missing program again and logged its error."
                                     (with-current-buffer (messages-buffer)
                                       (buffer-substring logged (point-max)))))))))
 
+(ert-deftest sly-agent-q-diff-test-long-hunk-not-refined ()
+  "A hunk too long to refine at once shows its lines, not its words; the others are refined.
+Refining one hunk of a long line held Emacs in one timer for seconds
+\(a line of 500,000 characters: seventeen)."
+  (sly-agent-q-diff-test--with-server
+    (let* ((line (mapconcat (lambda (i) (format "w%d" (% i 977))) (number-sequence 1 20000) " "))
+           (body (sly-agent-q-tools-test--lines 12 "(line %d)\n"))
+           (old (concat "(small :old)\n" body line "\n"))
+           (new (concat "(small :new)\n" body (replace-regexp-in-string "w5 " "W5 " line) "\n")))
+      (sly-agent-q-tools-test--write "long.lisp" old)
+      (let ((buffer (car (sly-agent-q-diff-test-open-review (list :path "long.lisp" :new_content new)))))
+        (with-current-buffer buffer
+          (should (= 2 (length (sly-agent-q-diff--review-states sly-agent-q-diff--current))))
+          (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10 "hunk 1's words refined")
+          (let ((window (get-buffer-window buffer))
+                (start (car (sly-agent-q-diff-test-hunk-bounds 2))))
+            (set-window-start window start)
+            (run-hook-with-args 'window-scroll-functions window start))
+          (sly-agent-q-test-wait (lambda () (get-text-property (car (sly-agent-q-diff-test-hunk-bounds 2))
+                                                               'sly-agent-q-diff-refined))
+                                 60 "hunk 2 done")
+          (should-not (sly-agent-q-diff-test-refined-p 2))
+          (sly-agent-q-diff-abort))))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
