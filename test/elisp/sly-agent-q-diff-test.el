@@ -618,6 +618,30 @@ Refining one hunk of a long line held Emacs in one timer for seconds
           (should-not (sly-agent-q-diff-test-refined-p 2))
           (sly-agent-q-diff-abort))))))
 
+(ert-deftest sly-agent-q-diff-test-approval-of-a-dropped-call-not-asked ()
+  "A call cancelled while its diff's hunks were on their way is not put to the user.
+The approval was asked once the hunks came, for a call already
+dropped: it stayed pending in the chat, and nothing could answer it."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((call (sly-agent-q--make-call
+                 :id "e1" :kind "approval"
+                 :params (list :tool "write_file" :capability "write_file" :callId "c1"
+                               :arguments (list :path "a.lisp" :content (sly-agent-q-diff-test-new)))))
+          (sly-agent-q-approval-function nil)
+          (after nil))
+      (sly-agent-q-handle-call 'approval call)
+      ;; The turn is cancelled before the server's hunks come.
+      (sly-agent-q-call-drop call "cancelled")
+      (sly-agent-q-test-wait (lambda () (sly-agent-q-diff--fetched (sly-agent-q-diff-test-old)
+                                                                   (sly-agent-q-diff-test-new)))
+                             20 "the hunks")
+      ;; Timers run in order: once this one ran, what the hunks' answer started did.
+      (run-with-timer 0 nil (lambda () (setq after t)))
+      (sly-agent-q-test-wait (lambda () after) 10 "the timers")
+      (should-not (sly-agent-q-approval--pending (get-buffer sly-agent-q-chat-buffer-name)))
+      (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "a.lisp"))))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
