@@ -256,22 +256,30 @@ Its hunks may be empty."
         :header (plist-get hunk :header)
         :text (plist-get hunk :text)))
 
+(defun sly-agent-q-diff--diff-lines (prefix lines from to)
+  "The lines FROM to TO (excluded) of the vector LINES as diff lines of PREFIX.
+Joined in one `mapconcat' of `identity': a large hunk costs no Lisp
+call per line.  Only the last line of a text may lack its newline."
+  (if (>= from to)
+      ""
+    (let ((text (concat prefix (mapconcat #'identity (substring lines from to) prefix))))
+      (if (string-suffix-p "\n" text)
+          text
+        (concat text "\n\\ No newline at end of file\n")))))
+
 (defun sly-agent-q-diff--drawn (a b hunk)
   "HUNK with its header and text drawn from the lines A and B it applies.
 What the review shows is then what applying the hunk writes, whatever
 header and text the server sent with it."
   (let ((parts nil) (at (plist-get hunk :old-start))
         (os (plist-get hunk :old-start)) (oe (plist-get hunk :old-end))
-        (ns (plist-get hunk :new-start)) (ne (plist-get hunk :new-end))
-        (line (lambda (prefix s) (if (string-suffix-p "\n" s)
-                                     (concat prefix s)
-                                   (concat prefix s "\n\\ No newline at end of file\n")))))
+        (ns (plist-get hunk :new-start)) (ne (plist-get hunk :new-end)))
     (dolist (c (plist-get hunk :changes))
-      (cl-loop for k from at below (nth 0 c) do (push (funcall line " " (aref a k)) parts))
-      (cl-loop for k from (nth 0 c) below (nth 1 c) do (push (funcall line "-" (aref a k)) parts))
-      (cl-loop for k from (nth 2 c) below (nth 3 c) do (push (funcall line "+" (aref b k)) parts))
+      (push (sly-agent-q-diff--diff-lines " " a at (nth 0 c)) parts)
+      (push (sly-agent-q-diff--diff-lines "-" a (nth 0 c) (nth 1 c)) parts)
+      (push (sly-agent-q-diff--diff-lines "+" b (nth 2 c) (nth 3 c)) parts)
       (setq at (nth 1 c)))
-    (cl-loop for k from at below oe do (push (funcall line " " (aref a k)) parts))
+    (push (sly-agent-q-diff--diff-lines " " a at oe) parts)
     (append (list :header (format "@@ -%s +%s @@"
                                   (sly-agent-q-diff--range os (- oe os))
                                   (sly-agent-q-diff--range ns (- ne ns)))
