@@ -261,10 +261,22 @@ undecided hunks count as rejected.
       (setq default-directory (sly-agent-q-tools-project-root)))
     buffer))
 
+(defconst sly-agent-q-diff--syntax-max-chars 10000
+  "The longest hunk, in characters, of a review whose lines get their language's colors.
+diff-mode colors a hunk's code by running its language's font-lock on
+the whole hunk, inside redisplay, each time the hunk is shown or
+redrawn: a hunk of 2,000 lines of Lisp took 350 ms, one of 20,000 four
+seconds.  A review holding a longer hunk (a new file, or the one hunk
+of a large edit the server could not diff in time) shows its lines
+without them.")
+
 (defun sly-agent-q-diff--show (args proposal callback buffer display)
   "Show PROPOSAL of ARGS in the review BUFFER with DISPLAY.
 CALLBACK gets the decision."
   (with-current-buffer buffer
+    (when (cl-some (lambda (h) (> (length (plist-get h :text)) sly-agent-q-diff--syntax-max-chars))
+                   (plist-get proposal :hunks))
+      (setq-local diff-font-lock-syntax nil))
     (setq sly-agent-q-diff--current
           (sly-agent-q-diff--make-review
            :args args :proposal proposal :callback callback

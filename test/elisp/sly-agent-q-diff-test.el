@@ -642,6 +642,33 @@ dropped: it stayed pending in the chat, and nothing could answer it."
       (should-not (sly-agent-q-approval--pending (get-buffer sly-agent-q-chat-buffer-name)))
       (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "a.lisp"))))))
 
+(defun sly-agent-q-diff-test-colored-p (index)
+  "Non-nil when hunk INDEX of the review at point's buffer, fontified, shows its code's colors."
+  (let ((bounds (sly-agent-q-diff-test-hunk-bounds index)))
+    (font-lock-ensure (car bounds) (min (cdr bounds) (+ (car bounds) 2000)))
+    (cl-some (lambda (o) (eq (overlay-get o 'diff-mode) 'syntax))
+             (overlays-in (car bounds) (min (cdr bounds) (+ (car bounds) 2000))))))
+
+(ert-deftest sly-agent-q-diff-test-long-hunk-without-code-colors ()
+  "A review holding a long hunk shows its lines without their language's colors; a short one with them.
+diff-mode colors a hunk by running the language's font-lock on all of
+it inside redisplay: a new file of 20,000 lines held the review's
+first display for seconds, and again each time the hunk was redrawn."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "short.lisp" (sly-agent-q-diff-test-old))
+    (let ((buffer (car (sly-agent-q-diff-test-open-review
+                        (list :path "short.lisp" :new_content (sly-agent-q-diff-test-new))))))
+      (with-current-buffer buffer
+        (should (sly-agent-q-diff-test-colored-p 1))
+        (sly-agent-q-diff-abort)))
+    (let ((buffer (car (sly-agent-q-diff-test-open-review
+                        (list :path "new.lisp"
+                              :new_content (sly-agent-q-tools-test--lines 2000 "(defun f%d (x) (list x))\n"))))))
+      (with-current-buffer buffer
+        (should (string-match-p "^\\+(defun f1999 (x) (list x))$" (buffer-string)))
+        (should-not (sly-agent-q-diff-test-colored-p 1))
+        (sly-agent-q-diff-abort)))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
