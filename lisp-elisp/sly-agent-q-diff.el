@@ -372,35 +372,49 @@ asked for one edit after another."
                        (or hunks (plist-get proposal :hunks)) ""))))
 
 ;; What was reviewed: the key is the file and the proposal's arguments,
-;; the value the hash of the text the hunks were computed from, and the
-;; hunks shown: the accepted numbers mean those hunks.
+;; the value the hash of the text the hunks were computed from, the
+;; hunks shown (the accepted numbers mean those hunks), and how many
+;; reviews of these arguments are open or approved and not applied yet:
+;; the same proposal made twice is two reviews, and applying one leaves
+;; the other bound to the text it showed.
 (defvar sly-agent-q-diff--reviews (make-hash-table :test #'equal)
-  "Proposals reviewed and not applied yet: key -> (BASE-HASH . HUNKS).")
+  "Proposals reviewed and not applied yet: key -> (BASE-HASH HUNKS COUNT).")
 
 (defun sly-agent-q-diff--key (file args)
   "Return the review key of ARGS proposing an edit of FILE."
   (list file (plist-get args :new_content) (plist-get args :old_text)
-        (plist-get args :new_text)))
+        (plist-get args :new_text) (plist-get args :description)))
 
 (defun sly-agent-q-diff-remember-review (args proposal)
   "Remember that PROPOSAL, from ARGS, is being reviewed."
-  (puthash (sly-agent-q-diff--key (plist-get proposal :file) args)
-           (cons (secure-hash 'sha1 (plist-get proposal :old))
-                 (plist-get proposal :hunks))
-           sly-agent-q-diff--reviews))
+  (let* ((key (sly-agent-q-diff--key (plist-get proposal :file) args))
+         (before (gethash key sly-agent-q-diff--reviews)))
+    (puthash key
+             (list (secure-hash 'sha1 (plist-get proposal :old))
+                   (plist-get proposal :hunks)
+                   (1+ (if before (nth 2 before) 0)))
+             sly-agent-q-diff--reviews)))
+
+(defun sly-agent-q-diff--release-review (key)
+  "One review of KEY is over: forget it when it was the last."
+  (let ((reviewed (gethash key sly-agent-q-diff--reviews)))
+    (when reviewed
+      (if (> (nth 2 reviewed) 1)
+          (setf (nth 2 reviewed) (1- (nth 2 reviewed)))
+        (remhash key sly-agent-q-diff--reviews)))))
 
 (defun sly-agent-q-diff--reviewed-hunks (args file old)
   "The hunks reviewed of ARGS editing FILE, if they were of the text OLD."
   (let ((reviewed (gethash (sly-agent-q-diff--key file args) sly-agent-q-diff--reviews)))
     (and reviewed (equal (car reviewed) (secure-hash 'sha1 old))
-         (cdr reviewed))))
+         (nth 1 reviewed))))
 
 (defun sly-agent-q-diff-forget-review (args)
   "Forget the review of ARGS, if any."
   (let ((file (ignore-errors
                 (sly-agent-q-files-resolve (plist-get args :path)))))
     (when file
-      (remhash (sly-agent-q-diff--key file args) sly-agent-q-diff--reviews))))
+      (sly-agent-q-diff--release-review (sly-agent-q-diff--key file args)))))
 
 (defun sly-agent-q-diff--accepted (args count)
   "Return the sorted list of hunk numbers accepted in ARGS, out of COUNT."
@@ -451,7 +465,7 @@ asked for one edit after another."
 The review of ARGS is forgotten either way: a proposal applies once."
   (let* ((key (sly-agent-q-diff--key (plist-get proposal :file) args))
          (reviewed (gethash key sly-agent-q-diff--reviews)))
-    (remhash key sly-agent-q-diff--reviews)
+    (sly-agent-q-diff--release-review key)
     (when (and reviewed
                (not (equal (car reviewed)
                            (secure-hash 'sha1 (plist-get proposal :old)))))

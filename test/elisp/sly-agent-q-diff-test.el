@@ -682,6 +682,35 @@ first display for seconds, and again each time the hunk was redrawn."
         (should (string-match-p "a.lisp changed after the user reviewed the proposed edit, so nothing was applied" msg)))
       (should (equal changed (sly-agent-q-tools-test--contents "a.lisp"))))))
 
+(ert-deftest sly-agent-q-diff-test-same-edit-reviewed-twice ()
+  "Two reviews of one edit open at once: the second applies what it showed, or nothing.
+Both were kept under one record, which applying the first forgot: the
+second's hunk numbers were then read against the hunks of the text the
+first had written, and a hunk its user had rejected was written."
+  (dolist (descriptions '(("one" "two") ("same" "same")))
+    (sly-agent-q-diff-test--with-server
+      (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+      (let* ((first (sly-agent-q-diff-test-open-review
+                     (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
+                           :description (car descriptions))))
+             (second (sly-agent-q-diff-test-open-review
+                      (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
+                            :description (cadr descriptions)))))
+        (with-current-buffer (car first)
+          (sly-agent-q-diff-accept-hunk 1) (sly-agent-q-diff-reject-hunk 2) (sly-agent-q-diff-reject-hunk 3)
+          (sly-agent-q-diff-finish))
+        (apply #'sly-agent-q-tools-test--ok "propose_file_edit"
+               (plist-get (car (car (cdr first))) :arguments))
+        (should (equal (sly-agent-q-diff-test-expected '(1)) (sly-agent-q-tools-test--contents "a.lisp")))
+        ;; The second review showed hunk 2 as the line inserted after 15.
+        (with-current-buffer (car second)
+          (sly-agent-q-diff-reject-hunk 1) (sly-agent-q-diff-accept-hunk 2) (sly-agent-q-diff-reject-hunk 3)
+          (sly-agent-q-diff-finish))
+        (let ((msg (apply #'sly-agent-q-tools-test--fails "propose_file_edit"
+                          (plist-get (car (car (cdr second))) :arguments))))
+          (should (string-match-p "changed after the user reviewed the proposed edit, so nothing was applied" msg)))
+        (should (equal (sly-agent-q-diff-test-expected '(1)) (sly-agent-q-tools-test--contents "a.lisp")))))))
+
 (ert-deftest sly-agent-q-diff-test-denied-review-is-forgotten ()
   (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
