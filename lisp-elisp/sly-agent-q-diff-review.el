@@ -262,9 +262,9 @@ undecided hunks count as rejected.
     buffer))
 
 (defconst sly-agent-q-diff--syntax-max-chars 10000
-  "The longest hunk, in characters, of a review whose lines get their language's colors.
-diff-mode colors a hunk's code by running its language's font-lock on
-the whole hunk, inside redisplay, each time the hunk is shown or
+  "The longest hunk, in characters, of a review shown with code colors.
+`diff-mode' colors a hunk's code by running its language's font-lock
+on the whole hunk, inside redisplay, each time the hunk is shown or
 redrawn: a hunk of 2,000 lines of Lisp took 350 ms, one of 20,000 four
 seconds.  A review holding a longer hunk (a new file, or the one hunk
 of a large edit the server could not diff in time) shows its lines

@@ -257,7 +257,8 @@ Its hunks may be empty."
         :text (plist-get hunk :text)))
 
 (defun sly-agent-q-diff--diff-lines (prefix lines from to)
-  "The lines FROM to TO (excluded) of the vector LINES as diff lines of PREFIX.
+  "Return the lines FROM to TO (excluded) of the vector LINES as diff lines.
+Each starts with PREFIX.
 Joined in one `mapconcat' of `identity': a large hunk costs no Lisp
 call per line.  Only the last line of a text may lack its newline."
   (if (>= from to)
@@ -268,7 +269,7 @@ call per line.  Only the last line of a text may lack its newline."
         (concat text "\n\\ No newline at end of file\n")))))
 
 (defun sly-agent-q-diff--drawn (a b hunk)
-  "HUNK with its header and text drawn from the lines A and B it applies.
+  "Return HUNK, its header and text drawn from the lines A and B it puts in.
 What the review shows is then what applying the hunk writes, whatever
 header and text the server sent with it."
   (let ((parts nil) (at (plist-get hunk :old-start))
