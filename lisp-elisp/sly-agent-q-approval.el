@@ -223,10 +223,13 @@ second diff of a large file would cost as much again."
         (sly-agent-q-diff-fetch-hunks
          (plist-get preview :old) (plist-get preview :new)
          (lambda ()
-           (if approver
-               (funcall approver (sly-agent-q-approval--request params preview) callback)
-             (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
-                                        callback))))))))
+           ;; A call cancelled (or whose server died) while the hunks came is
+           ;; put to no one: nothing would answer it.
+           (unless (sly-agent-q-call-done call)
+             (if approver
+                 (funcall approver (sly-agent-q-approval--request params preview) callback)
+               (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
+                                          callback)))))))))
 
 ;;;; The interactive UI
 

@@ -261,10 +261,22 @@ undecided hunks count as rejected.
       (setq default-directory (sly-agent-q-tools-project-root)))
     buffer))
 
+(defconst sly-agent-q-diff--syntax-max-chars 10000
+  "The longest hunk, in characters, of a review shown with code colors.
+`diff-mode' colors a hunk's code by running its language's font-lock
+on the whole hunk, inside redisplay, each time the hunk is shown or
+redrawn: a hunk of 2,000 lines of Lisp took 350 ms, one of 20,000 four
+seconds.  A review holding a longer hunk (a new file, or the one hunk
+of a large edit the server could not diff in time) shows its lines
+without them.")
+
 (defun sly-agent-q-diff--show (args proposal callback buffer display)
   "Show PROPOSAL of ARGS in the review BUFFER with DISPLAY.
 CALLBACK gets the decision."
   (with-current-buffer buffer
+    (when (cl-some (lambda (h) (> (length (plist-get h :text)) sly-agent-q-diff--syntax-max-chars))
+                   (plist-get proposal :hunks))
+      (setq-local diff-font-lock-syntax nil))
     (setq sly-agent-q-diff--current
           (sly-agent-q-diff--make-review
            :args args :proposal proposal :callback callback
@@ -420,6 +432,14 @@ the count alone."
 (defvar-local sly-agent-q-diff--refine-timer nil
   "The timer that refines the next hunk in view, if one is due.")
 
+(defconst sly-agent-q-diff--refine-max-chars 5000
+  "The longest hunk, in characters, whose changed words are shown.
+Refining runs `diff' on the hunk's words, and its time grows faster
+than the hunk: a hunk of 5,000 characters took some 60 ms, one of
+50,000 most of a second, one line of 500,000 seventeen seconds, all
+that time in one timer holding Emacs.  A longer hunk shows its lines
+changed without its words.")
+
 (defun sly-agent-q-diff--refine-later (&rest _)
   "Refine the hunks in view of the current review, one per timer run.
 Each run refines one hunk (`diff-refine-hunk' runs `diff'), so Emacs
@@ -456,8 +476,11 @@ Then ask for the next."
           (let ((end (next-single-property-change start 'sly-agent-q-diff-hunk nil (point-max))))
             (save-excursion
               (goto-char start)
-              (when (re-search-forward "^@@ " end t)
-                ;; A missing `diff' program must not stop the review.
+              ;; Without a `diff' program the words are not refined: the
+              ;; review goes on, saying nothing of it for every hunk.
+              (when (and (<= (- end start) sly-agent-q-diff--refine-max-chars)
+                         (executable-find diff-command)
+                         (re-search-forward "^@@ " end t))
                 (with-demoted-errors "Refining a hunk: %S"
                   (diff-refine-hunk))))
             (with-silent-modifications

@@ -256,6 +256,38 @@ Its hunks may be empty."
         :header (plist-get hunk :header)
         :text (plist-get hunk :text)))
 
+(defun sly-agent-q-diff--diff-lines (prefix lines from to)
+  "Return the lines FROM to TO (excluded) of the vector LINES as diff lines.
+Each starts with PREFIX.
+Joined in one `mapconcat' of `identity': a large hunk costs no Lisp
+call per line.  Only the last line of a text may lack its newline."
+  (if (>= from to)
+      ""
+    (let ((text (concat prefix (mapconcat #'identity (substring lines from to) prefix))))
+      (if (string-suffix-p "\n" text)
+          text
+        (concat text "\n\\ No newline at end of file\n")))))
+
+(defun sly-agent-q-diff--drawn (a b hunk)
+  "Return HUNK, its header and text drawn from the lines A and B it puts in.
+What the review shows is then what applying the hunk writes, whatever
+header and text the server sent with it."
+  (let ((parts nil) (at (plist-get hunk :old-start))
+        (os (plist-get hunk :old-start)) (oe (plist-get hunk :old-end))
+        (ns (plist-get hunk :new-start)) (ne (plist-get hunk :new-end)))
+    (dolist (c (plist-get hunk :changes))
+      (push (sly-agent-q-diff--diff-lines " " a at (nth 0 c)) parts)
+      (push (sly-agent-q-diff--diff-lines "-" a (nth 0 c) (nth 1 c)) parts)
+      (push (sly-agent-q-diff--diff-lines "+" b (nth 2 c) (nth 3 c)) parts)
+      (setq at (nth 1 c)))
+    (push (sly-agent-q-diff--diff-lines " " a at oe) parts)
+    (append (list :header (format "@@ -%s +%s @@"
+                                  (sly-agent-q-diff--range os (- oe os))
+                                  (sly-agent-q-diff--range ns (- ne ns)))
+                  :text (apply #'concat (nreverse parts)))
+            (cl-loop for (key value) on hunk by #'cddr
+                     unless (memq key '(:header :text)) append (list key value)))))
+
 (defun sly-agent-q-diff-fetch-hunks (old new then &optional source)
   "Ask the server for the hunks turning OLD into NEW; then call THEN.
 THEN gets no argument.  Never waits: THEN runs when the server
@@ -281,7 +313,10 @@ texts are sent."
                            (b (sly-agent-q-files-split-lines new)))
                        (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks a b))
                          (sly-agent-q-diff--keep-hunks
-                          (sly-agent-q-diff--make-known :old old :new new :a a :b b :hunks hunks))))
+                          (sly-agent-q-diff--make-known
+                           :old old :new new :a a :b b
+                           ;; Shown as they are applied, not as the server wrote them.
+                           :hunks (mapcar (lambda (h) (sly-agent-q-diff--drawn a b h)) hunks)))))
                      ;; What follows (a review drawn, an edit applied) is work of
                      ;; its own: it runs after Emacs has answered its input.
                      (run-with-timer 0 nil then)))
@@ -338,35 +373,49 @@ asked for one edit after another."
                        (or hunks (plist-get proposal :hunks)) ""))))
 
 ;; What was reviewed: the key is the file and the proposal's arguments,
-;; the value the hash of the text the hunks were computed from, and the
-;; hunks shown: the accepted numbers mean those hunks.
+;; the value the hash of the text the hunks were computed from, the
+;; hunks shown (the accepted numbers mean those hunks), and how many
+;; reviews of these arguments are open or approved and not applied yet:
+;; the same proposal made twice is two reviews, and applying one leaves
+;; the other bound to the text it showed.
 (defvar sly-agent-q-diff--reviews (make-hash-table :test #'equal)
-  "Proposals reviewed and not applied yet: key -> (BASE-HASH . HUNKS).")
+  "Proposals reviewed and not applied yet: key -> (BASE-HASH HUNKS COUNT).")
 
 (defun sly-agent-q-diff--key (file args)
   "Return the review key of ARGS proposing an edit of FILE."
   (list file (plist-get args :new_content) (plist-get args :old_text)
-        (plist-get args :new_text)))
+        (plist-get args :new_text) (plist-get args :description)))
 
 (defun sly-agent-q-diff-remember-review (args proposal)
   "Remember that PROPOSAL, from ARGS, is being reviewed."
-  (puthash (sly-agent-q-diff--key (plist-get proposal :file) args)
-           (cons (secure-hash 'sha1 (plist-get proposal :old))
-                 (plist-get proposal :hunks))
-           sly-agent-q-diff--reviews))
+  (let* ((key (sly-agent-q-diff--key (plist-get proposal :file) args))
+         (before (gethash key sly-agent-q-diff--reviews)))
+    (puthash key
+             (list (secure-hash 'sha1 (plist-get proposal :old))
+                   (plist-get proposal :hunks)
+                   (1+ (if before (nth 2 before) 0)))
+             sly-agent-q-diff--reviews)))
+
+(defun sly-agent-q-diff--release-review (key)
+  "One review of KEY is over: forget it when it was the last."
+  (let ((reviewed (gethash key sly-agent-q-diff--reviews)))
+    (when reviewed
+      (if (> (nth 2 reviewed) 1)
+          (setf (nth 2 reviewed) (1- (nth 2 reviewed)))
+        (remhash key sly-agent-q-diff--reviews)))))
 
 (defun sly-agent-q-diff--reviewed-hunks (args file old)
   "The hunks reviewed of ARGS editing FILE, if they were of the text OLD."
   (let ((reviewed (gethash (sly-agent-q-diff--key file args) sly-agent-q-diff--reviews)))
     (and reviewed (equal (car reviewed) (secure-hash 'sha1 old))
-         (cdr reviewed))))
+         (nth 1 reviewed))))
 
 (defun sly-agent-q-diff-forget-review (args)
   "Forget the review of ARGS, if any."
   (let ((file (ignore-errors
                 (sly-agent-q-files-resolve (plist-get args :path)))))
     (when file
-      (remhash (sly-agent-q-diff--key file args) sly-agent-q-diff--reviews))))
+      (sly-agent-q-diff--release-review (sly-agent-q-diff--key file args)))))
 
 (defun sly-agent-q-diff--accepted (args count)
   "Return the sorted list of hunk numbers accepted in ARGS, out of COUNT."
@@ -417,7 +466,7 @@ asked for one edit after another."
 The review of ARGS is forgotten either way: a proposal applies once."
   (let* ((key (sly-agent-q-diff--key (plist-get proposal :file) args))
          (reviewed (gethash key sly-agent-q-diff--reviews)))
-    (remhash key sly-agent-q-diff--reviews)
+    (sly-agent-q-diff--release-review key)
     (when (and reviewed
                (not (equal (car reviewed)
                            (secure-hash 'sha1 (plist-get proposal :old)))))

@@ -473,6 +473,55 @@ thrown away without a word."
         (sly-agent-q-diff-finish))
       (should (equal [2] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))))
 
+;;;; A broken server's hunks
+
+(defun sly-agent-q-diff-test--lying-text (request method params &optional success &rest rest)
+  "Call REQUEST with METHOD and PARAMS; diff/hunks answers SUCCESS with false texts.
+Every hunk keeps its ranges and changes (they fit the edit) but says
+it adds a harmless line, under a header of other lines."
+  (apply request method params
+         (if (and (eq method 'diff/hunks) success)
+             (lambda (result)
+               (funcall success
+                        (plist-put (copy-sequence result) :hunks
+                                   (vconcat (mapcar (lambda (h)
+                                                      (plist-put (plist-put (copy-sequence h)
+                                                                            :text "+(harmless)\n")
+                                                                 :header "@@ -1,999 +1,999 @@"))
+                                                    (plist-get result :hunks))))))
+           success)
+         rest))
+
+(ert-deftest sly-agent-q-diff-test-review-shows-what-is-applied ()
+  "The review shows the lines the hunks apply, not the text the server sent with them.
+A server's hunks whose ranges fit the edit but whose text said
+something else were shown as sent, and approved, and then other lines
+were written."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (advice-add 'sly-agent-q-server-request :around #'sly-agent-q-diff-test--lying-text)
+    (unwind-protect
+        (let* ((args (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)))
+               (opened (sly-agent-q-diff-test-open-review args))
+               (cell (cdr opened)))
+          (with-current-buffer (car opened)
+            (should-not (string-match-p "harmless\\|999" (buffer-string)))
+            (should (string-match-p "^@@ -1,5 \\+1,4 @@\n (line 1)\n-(line 2)\n (line 3)\n" (buffer-string)))
+            (should (string-match-p "^@@ -13,6 \\+12,7 @@$" (buffer-string)))
+            (should (string-match-p "^\\+(inserted after 15)$" (buffer-string)))
+            (should (string-match-p "^-(line 28)\n\\+(line 28 changed)$" (buffer-string)))
+            (sly-agent-q-diff-accept-hunk 3)
+            (sly-agent-q-diff-reject-hunk 1)
+            (sly-agent-q-diff-reject-hunk 2)
+            (sly-agent-q-diff-finish))
+          ;; What is written is what the review showed of hunk 3.
+          (let ((decision (car (car cell))))
+            (should (equal [3] (plist-get (plist-get decision :arguments) :accepted_hunks)))
+            (apply #'sly-agent-q-tools-test--ok "propose_file_edit" (plist-get decision :arguments)))
+          (should (equal (sly-agent-q-diff-test-expected '(3))
+                         (sly-agent-q-tools-test--contents "src/a.lisp"))))
+      (advice-remove 'sly-agent-q-server-request #'sly-agent-q-diff-test--lying-text))))
+
 ;;;; Word refinement
 
 (defun sly-agent-q-diff-test-refined-p (index)
@@ -518,6 +567,108 @@ a large edit's review held Emacs for the whole screen's hunks at once."
                                  "hunk 1 refined again after its redraw")
           (sly-agent-q-diff-abort))))))
 
+(ert-deftest sly-agent-q-diff-test-review-without-diff-program ()
+  "Without a `diff' program the review shows, decides and refines nothing, silently.
+Each hunk in view ran the missing program again and logged its error."
+  (sly-agent-q-diff-test--with-server
+    (let* ((old (sly-agent-q-tools-test--lines 100 "(defun f%d (x) (list x :old))\n"))
+           (new (replace-regexp-in-string "(defun f\\([0-9]*0\\) (x) (list x :old))"
+                                          "(defun f\\1 (x) (list x :new))" old))
+           (diff-command "sly-agent-q-no-such-diff-program")
+           (logged (with-current-buffer (messages-buffer) (point-max))))
+      (sly-agent-q-tools-test--write "big.lisp" old)
+      (let* ((opened (sly-agent-q-diff-test-open-review (list :path "big.lisp" :new_content new)))
+             (buffer (car opened)))
+        (with-current-buffer buffer
+          ;; The refinement ran over the hunks in view and stopped.
+          (sly-agent-q-test-wait (lambda () (and (get-text-property (car (sly-agent-q-diff-test-hunk-bounds 1))
+                                                                    'sly-agent-q-diff-refined)
+                                                 (not sly-agent-q-diff--refine-timer)))
+                                 10 "the hunks in view done")
+          (should-not (sly-agent-q-diff-test-refined-p 1))
+          (sly-agent-q-diff-accept-hunk 1)
+          (should (string-match-p "^## Hunk 1 of 10: ACCEPTED" (buffer-string)))
+          (sly-agent-q-test-wait (lambda () (not sly-agent-q-diff--refine-timer)) 10 "the refinement idle")
+          (sly-agent-q-diff-abort))
+        (should-not (string-match-p "diff-program\\|Refining"
+                                    (with-current-buffer (messages-buffer)
+                                      (buffer-substring logged (point-max)))))))))
+
+(ert-deftest sly-agent-q-diff-test-long-hunk-not-refined ()
+  "A hunk too long to refine at once shows its lines, not its words; the others are refined.
+Refining one hunk of a long line held Emacs in one timer for seconds
+\(a line of 500,000 characters: seventeen)."
+  (sly-agent-q-diff-test--with-server
+    (let* ((line (mapconcat (lambda (i) (format "w%d" (% i 977))) (number-sequence 1 20000) " "))
+           (body (sly-agent-q-tools-test--lines 12 "(line %d)\n"))
+           (old (concat "(small :old)\n" body line "\n"))
+           (new (concat "(small :new)\n" body (replace-regexp-in-string "w5 " "W5 " line) "\n")))
+      (sly-agent-q-tools-test--write "long.lisp" old)
+      (let ((buffer (car (sly-agent-q-diff-test-open-review (list :path "long.lisp" :new_content new)))))
+        (with-current-buffer buffer
+          (should (= 2 (length (sly-agent-q-diff--review-states sly-agent-q-diff--current))))
+          (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10 "hunk 1's words refined")
+          (let ((window (get-buffer-window buffer))
+                (start (car (sly-agent-q-diff-test-hunk-bounds 2))))
+            (set-window-start window start)
+            (run-hook-with-args 'window-scroll-functions window start))
+          (sly-agent-q-test-wait (lambda () (get-text-property (car (sly-agent-q-diff-test-hunk-bounds 2))
+                                                               'sly-agent-q-diff-refined))
+                                 60 "hunk 2 done")
+          (should-not (sly-agent-q-diff-test-refined-p 2))
+          (sly-agent-q-diff-abort))))))
+
+(ert-deftest sly-agent-q-diff-test-approval-of-a-dropped-call-not-asked ()
+  "A call cancelled while its diff's hunks were on their way is not put to the user.
+The approval was asked once the hunks came, for a call already
+dropped: it stayed pending in the chat, and nothing could answer it."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((call (sly-agent-q--make-call
+                 :id "e1" :kind "approval"
+                 :params (list :tool "write_file" :capability "write_file" :callId "c1"
+                               :arguments (list :path "a.lisp" :content (sly-agent-q-diff-test-new)))))
+          (sly-agent-q-approval-function nil)
+          (after nil))
+      (sly-agent-q-handle-call 'approval call)
+      ;; The turn is cancelled before the server's hunks come.
+      (sly-agent-q-call-drop call "cancelled")
+      (sly-agent-q-test-wait (lambda () (sly-agent-q-diff--fetched (sly-agent-q-diff-test-old)
+                                                                   (sly-agent-q-diff-test-new)))
+                             20 "the hunks")
+      ;; Timers run in order: once this one ran, what the hunks' answer started did.
+      (run-with-timer 0 nil (lambda () (setq after t)))
+      (sly-agent-q-test-wait (lambda () after) 10 "the timers")
+      (should-not (sly-agent-q-approval--pending (get-buffer sly-agent-q-chat-buffer-name)))
+      (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "a.lisp"))))))
+
+(defun sly-agent-q-diff-test-colored-p (index)
+  "Non-nil when hunk INDEX of the review at point's buffer, fontified, shows its code's colors."
+  (let ((bounds (sly-agent-q-diff-test-hunk-bounds index)))
+    (font-lock-ensure (car bounds) (min (cdr bounds) (+ (car bounds) 2000)))
+    (cl-some (lambda (o) (eq (overlay-get o 'diff-mode) 'syntax))
+             (overlays-in (car bounds) (min (cdr bounds) (+ (car bounds) 2000))))))
+
+(ert-deftest sly-agent-q-diff-test-long-hunk-without-code-colors ()
+  "A review holding a long hunk shows its lines without their language's colors; a short one with them.
+diff-mode colors a hunk by running the language's font-lock on all of
+it inside redisplay: a new file of 20,000 lines held the review's
+first display for seconds, and again each time the hunk was redrawn."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "short.lisp" (sly-agent-q-diff-test-old))
+    (let ((buffer (car (sly-agent-q-diff-test-open-review
+                        (list :path "short.lisp" :new_content (sly-agent-q-diff-test-new))))))
+      (with-current-buffer buffer
+        (should (sly-agent-q-diff-test-colored-p 1))
+        (sly-agent-q-diff-abort)))
+    (let ((buffer (car (sly-agent-q-diff-test-open-review
+                        (list :path "new.lisp"
+                              :new_content (sly-agent-q-tools-test--lines 2000 "(defun f%d (x) (list x))\n"))))))
+      (with-current-buffer buffer
+        (should (string-match-p "^\\+(defun f1999 (x) (list x))$" (buffer-string)))
+        (should-not (sly-agent-q-diff-test-colored-p 1))
+        (sly-agent-q-diff-abort)))))
+
 ;;;; Changes between review and apply
 
 (ert-deftest sly-agent-q-diff-test-file-changed-between-review-and-apply ()
@@ -530,6 +681,35 @@ a large edit's review held Emacs for the whole screen's hunks at once."
       (let ((msg (apply #'sly-agent-q-tools-test--fails "propose_file_edit" (plist-get decision :arguments))))
         (should (string-match-p "a.lisp changed after the user reviewed the proposed edit, so nothing was applied" msg)))
       (should (equal changed (sly-agent-q-tools-test--contents "a.lisp"))))))
+
+(ert-deftest sly-agent-q-diff-test-same-edit-reviewed-twice ()
+  "Two reviews of one edit open at once: the second applies what it showed, or nothing.
+Both were kept under one record, which applying the first forgot: the
+second's hunk numbers were then read against the hunks of the text the
+first had written, and a hunk its user had rejected was written."
+  (dolist (descriptions '(("one" "two") ("same" "same")))
+    (sly-agent-q-diff-test--with-server
+      (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+      (let* ((first (sly-agent-q-diff-test-open-review
+                     (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
+                           :description (car descriptions))))
+             (second (sly-agent-q-diff-test-open-review
+                      (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
+                            :description (cadr descriptions)))))
+        (with-current-buffer (car first)
+          (sly-agent-q-diff-accept-hunk 1) (sly-agent-q-diff-reject-hunk 2) (sly-agent-q-diff-reject-hunk 3)
+          (sly-agent-q-diff-finish))
+        (apply #'sly-agent-q-tools-test--ok "propose_file_edit"
+               (plist-get (car (car (cdr first))) :arguments))
+        (should (equal (sly-agent-q-diff-test-expected '(1)) (sly-agent-q-tools-test--contents "a.lisp")))
+        ;; The second review showed hunk 2 as the line inserted after 15.
+        (with-current-buffer (car second)
+          (sly-agent-q-diff-reject-hunk 1) (sly-agent-q-diff-accept-hunk 2) (sly-agent-q-diff-reject-hunk 3)
+          (sly-agent-q-diff-finish))
+        (let ((msg (apply #'sly-agent-q-tools-test--fails "propose_file_edit"
+                          (plist-get (car (car (cdr second))) :arguments))))
+          (should (string-match-p "changed after the user reviewed the proposed edit, so nothing was applied" msg)))
+        (should (equal (sly-agent-q-diff-test-expected '(1)) (sly-agent-q-tools-test--contents "a.lisp")))))))
 
 (ert-deftest sly-agent-q-diff-test-denied-review-is-forgotten ()
   (sly-agent-q-diff-test--with-server
