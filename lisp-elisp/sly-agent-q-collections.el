@@ -20,8 +20,9 @@
 ;;; Commentary:
 
 ;; While the server's traffic lasts, `gc-cons-threshold' is raised, and
-;; given back when the server has been quiet for a while: one collection
-;; at the end of a burst instead of one every 800 KB.
+;; given back when the server and the user have been quiet for a while:
+;; a few collections in a burst instead of one every 800 KB, and the one
+;; after it made while the user is idle.
 
 ;;; Code:
 
@@ -47,7 +48,8 @@ the burst ended.  nil leaves `gc-cons-threshold' alone."
   :group 'sly-agent-q)
 
 (defcustom sly-agent-q-gc-quiet-time 0.5
-  "Seconds without server traffic that end the holding off of collections.
+  "Seconds without server traffic, then without input, that end the hold.
+The collection held off is made then, while the user is idle.
 See `sly-agent-q-gc-cons-threshold'."
   :type 'number
   :group 'sly-agent-q)
@@ -81,14 +83,23 @@ neither changed nor restored by mistake."
   (setq sly-agent-q--gc-timer (run-with-timer seconds nil #'sly-agent-q--gc-check)))
 
 (defun sly-agent-q--gc-check ()
-  "Release collections once the server has been quiet long enough.
+  "Release collections once the server and the user have been quiet long enough.
 Until then, check again later: one timer, re-armed, as a timer per
-message would cost more than it saves."
+message would cost more than it saves.  The collection held off
+marks the whole heap (tens of milliseconds): it is made while the
+user is idle, not on the key they type next."
   (setq sly-agent-q--gc-timer nil)
-  (let ((quiet (- (float-time) sly-agent-q--gc-last-traffic)))
-    (if (< quiet sly-agent-q-gc-quiet-time)
-        (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time quiet))
-      (sly-agent-q-server-release-collections))))
+  (let ((quiet (- (float-time) sly-agent-q--gc-last-traffic))
+        (idle (if noninteractive
+                  sly-agent-q-gc-quiet-time
+                (let ((time (current-idle-time))) (if time (float-time time) 0)))))
+    (cond ((< quiet sly-agent-q-gc-quiet-time)
+           (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time quiet)))
+          ((< idle sly-agent-q-gc-quiet-time)
+           (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time idle)))
+          (t (when sly-agent-q--gc-held
+               (sly-agent-q-server-release-collections)
+               (garbage-collect))))))
 
 (defun sly-agent-q-server-release-collections ()
   "Give `gc-cons-threshold' back its value from before the server's traffic.

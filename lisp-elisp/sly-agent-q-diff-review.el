@@ -284,7 +284,14 @@ CALLBACK gets the decision."
     (sly-agent-q-diff-redisplay)
     (goto-char (point-min))
     (sly-agent-q-diff-next-hunk))
-  (funcall display buffer)
+  ;; Shown on a timer step of its own: drawing a large review and its
+  ;; first redisplay, one after the other, held Emacs longer than a key
+  ;; should wait.
+  (run-with-timer 0 nil (lambda ()
+                          (when (and (buffer-live-p buffer)
+                                     (buffer-local-value 'sly-agent-q-diff--current buffer))
+                            (funcall display buffer)
+                            (with-current-buffer buffer (sly-agent-q-diff--refine-later)))))
   buffer)
 
 (defun sly-agent-q-diff--review-here ()

@@ -226,7 +226,8 @@ Wait for the first: the hunks come from the server."
          (buffer (sly-agent-q-diff-review args (lambda (d) (push d (car cell))))))
     (should (bufferp buffer))
     ;; The review shows once the server's hunks came.
-    (sly-agent-q-test-wait (lambda () (buffer-local-value 'sly-agent-q-diff--current buffer))
+    (sly-agent-q-test-wait (lambda () (and (buffer-local-value 'sly-agent-q-diff--current buffer)
+                                           (get-buffer-window buffer)))
                            20 "the review to show")
     (should (null (car cell)))
     (cons buffer cell)))

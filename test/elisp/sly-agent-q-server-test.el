@@ -1056,6 +1056,32 @@ value is back once none came for `sly-agent-q-gc-quiet-time'."
                                5 "the user's threshold back")
         (should (equal seen (make-list 3 (* 64 1024 1024))))))))
 
+(ert-deftest sly-agent-q-server-held-collection-waits-for-the-user-to-be-idle ()
+  "Once the server is quiet, the collection held off waits until the user is idle too.
+It is one pause of the whole heap: made while the user types, it is a
+key that waits."
+  (let ((sly-agent-q-gc-cons-threshold (* 16 1024 1024))
+        (sly-agent-q-gc-quiet-time 0.2)
+        (noninteractive nil)
+        (idle 0)
+        (collections 0))
+    (cl-letf* (((symbol-function 'current-idle-time)
+                (lambda () (and idle (seconds-to-time idle))))
+               (real-gc (symbol-function 'garbage-collect))
+               ((symbol-function 'garbage-collect)
+                (lambda () (cl-incf collections) (funcall real-gc))))
+      (sly-agent-q-server-test-with-user-threshold 800000
+        (sly-agent-q-server-hold-collections)
+        ;; The server is quiet, but the user is typing: still held.
+        (sleep-for 0.6)
+        (should (= (default-toplevel-value 'gc-cons-threshold) (* 16 1024 1024)))
+        (should (= collections 0))
+        ;; The user stops: the threshold is back and the collection made then.
+        (setq idle 1.0)
+        (sly-agent-q-test-wait (lambda () (= (default-toplevel-value 'gc-cons-threshold) 800000))
+                               5 "the user's threshold back")
+        (should (= collections 1))))))
+
 (ert-deftest sly-agent-q-server-collections-never-lowered-nor-clobbered ()
   "Holding collections off never lowers the threshold, nil leaves it alone, and a
 value the user sets meanwhile is kept."
