@@ -75,7 +75,15 @@
         (sly-agent-q-bridge-ensure-helpers (car current) (cdr current)
                                            (lambda (error) (setq done t failure error)))
         (sly-agent-q-test-wait (lambda () done) sly-agent-q-helpers-load-timeout "the helpers to load")
-        (should-not failure)))))
+        (should-not failure))
+      ;; The fixture's tests use FiveAM, which ECL compiles through its C compiler
+      ;; on a cold cache (as in CI) in a minute or more: longer than the tool's time
+      ;; limit, so the first run_tests would spend its call compiling a dependency,
+      ;; not running the tests.  Compiled and loaded here once, waited for.
+      (when (equal (getenv "SLY_AGENT_Q_TEST_PROGRAM") "ecl")
+        (e2e-eval '(cl:progn (cl:require "asdf")
+                             (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "fiveam")
+                             t))))))
 
 (defun e2e-eval (form)
   "Evaluate FORM in the image, synchronously (tests only).
@@ -638,7 +646,9 @@ the frames, once they come, do not go into the user's own message."
       ;; The frames, the restarts and the condition, from the image and the debugger buffer.
       (should (string-match-p "TOTAL-INPUT" (car (nth 0 results))))
       (should (string-match-p "RETRY-PARSE" (car (nth 0 results))))
-      (should (string-match-p "Frame 2: (MY-APP::TOTAL-INPUT" (car (nth 1 results))))
+      ;; The frame the model picked from the backtrace it read (frames print with
+      ;; their arguments on SBCL, without on ECL).
+      (should (string-match-p "Frame [0-9]+: (?MY-APP::TOTAL-INPUT" (car (nth 1 results))))
       (should (string-match-p "STRING = \"\"" (car (nth 1 results))))
       ;; The approval named the restart and its description.
       (should (string-match-p "RETRY-PARSE" (plist-get request :detail)))
@@ -734,7 +744,9 @@ debugger's restart runs."
             (should (= (length results) 1))
             (should-not (cdr (car results)))
             (should (string-match-p "stopped again at level 1" (car (car results))))
-            (should (string-match-p "no non-whitespace characters" (car (car results))))
+            ;; The condition again, in the Lisp's own words (SBCL's, ECL's).
+            (should (string-match-p "no non-whitespace characters\\|Cannot parse an integer in the string \"\""
+                                    (car (car results))))
             (should (e2e-debugger-buffers)))
         (dolist (b (e2e-debugger-buffers))
           (with-current-buffer b
