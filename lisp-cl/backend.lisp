@@ -210,13 +210,35 @@ connection; a no-op where that cannot be done.  Never signals."
         (:file (second buffer))
         (:buffer-and-file (third buffer))))))
 
+(defun aligned-location-p (location)
+  "True if LOCATION carries (:ALIGN T): the backend (ECL's) records where
+the reader started, after the previous form, and the form is the next
+one from there, past blank lines and comments (what the editor does
+with such a location)."
+  (let ((align (find-if (lambda (part) (and (consp part) (eq (first part) :align)))
+                        (cdddr location))))
+    (and align (second align))))
+
+(defun form-start-in-file (file position)
+  "The 1-based position of the first character at or after the 1-based
+POSITION in FILE that is neither blank nor in a comment; POSITION when
+FILE cannot be read."
+  (let ((text (and file (ignore-errors (read-file-text file)))))
+    (if (and text (<= 1 position (1+ (length text))))
+        (let ((start (skip-blank text (1- position))))
+          (if (< start (length text)) (1+ start) position))
+        position)))
+
 (defun location-char-position (location)
   "The 1-based character position of a backend LOCATION, or NIL."
   (when (and (consp location) (eq (first location) :location))
     (let ((position (third location)))
       (when (consp position)
         (case (first position)
-          (:position (and (integerp (second position)) (second position)))
+          (:position (and (integerp (second position))
+                          (if (aligned-location-p location)
+                              (form-start-in-file (location-file location) (second position))
+                              (second position))))
           ;; CLISP's backend locates by line: the line's first character.
           (:line (let ((file (location-file location)))
                    (and file (integerp (second position)) (plusp (second position))

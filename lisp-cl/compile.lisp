@@ -149,6 +149,28 @@ last one starting before it."
   (let ((type (backend-type "COMPILER-CONDITION")))
     (and type (typep condition type))))
 
+(defun compiler-condition-message (condition)
+  "The message of the backend's compiler CONDITION, cleaned.  ECL's
+reports start with a header (\"Style warning:\", then lines naming the
+file, position and form) and put the message after \"! \": the note
+already gives file, line and form, and the first line is what a report
+shows, so only the message is kept."
+  (let* ((text (clean-message (or (ignore-errors (bcall "MESSAGE" condition))
+                                  (condition-message condition))))
+         (lines (split-lines text))
+         (bang (position-if (lambda (line)
+                              (let ((trimmed (string-left-trim '(#\Space #\Tab) line)))
+                                (and (> (length trimmed) 2) (string= "! " trimmed :end2 2))))
+                            lines)))
+    (if (and bang (plusp bang)
+             (let ((head (string-right-trim '(#\Space) (first lines))))
+               (and (plusp (length head)) (char= #\: (char head (1- (length head)))))))
+        (format nil "~{~A~^~%~}"
+                (cons (subseq (string-left-trim '(#\Space #\Tab) (nth bang lines)) 2)
+                      (mapcar (lambda (line) (string-left-trim '(#\Space #\Tab) line))
+                              (nthcdr (1+ bang) lines))))
+        text)))
+
 (defun call-resignalling-compiler-warnings (function)
   "Call FUNCTION (which compiles) so that the compiler's warnings reach
 our handlers: ABCL's file compiler catches and prints them unless told
@@ -187,8 +209,7 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
                         (unless (or (eq severity :redefinition)
                                     (and original (redefinition-p original)))
                           (record (or severity :warning)
-                                  (or (ignore-errors (bcall "MESSAGE" c))
-                                      (condition-message c))
+                                  (compiler-condition-message c)
                                   (ignore-errors (bcall "LOCATION" c))))))
                      ((typep c 'warning)
                       ;; The backend's hook resignals a warning before

@@ -89,6 +89,23 @@ arguments' PRINT-OBJECT methods are user code."
                                     head))))))
   #-(or sbcl ecl) nil)
 
+(defun frame-name-package (frame)
+  "The package of the symbol naming FRAME's function, or NIL: where a
+form about that frame is read when the backend has no FRAME-PACKAGE
+\(SWANK's and SLYNK's ECL backends), so that its locals are named as in
+its source."
+  (declare (ignorable frame))
+  (let ((name #+sbcl (ignore-errors (sb-di:debug-fun-name (sb-di:frame-debug-fun frame)))
+              #+ecl (ignore-errors
+                     (let ((head (and (consp frame) (first frame))))
+                       (if (functionp head) (si:compiled-function-name head) head)))
+              #-(or sbcl ecl) nil))
+    (when (and (consp name) (eq (first name) 'setf)) (setf name (second name)))
+    (let ((package (and name (symbolp name) (symbol-package name))))
+      (and package
+           (not (member package (mapcar #'find-package '("COMMON-LISP" "KEYWORD"))))
+           package))))
+
 (defun need-debugging-backend ()
   (unless (and (backend-implemented-p "COMPUTE-BACKTRACE")
                (backend-implemented-p "FRAME-LOCALS"))
@@ -152,11 +169,12 @@ function and source location."
 
 (define-debugger-operation "eval_in_frame" (&key frame form)
   "Evaluate FORM in FRAME's lexical environment; print its values."
-  (frame-at frame)
   (unless (backend-implemented-p "EVAL-IN-FRAME")
     (fail "This Lisp's backend cannot evaluate in a frame."))
-  (let* ((package (or (ignore-errors (and (backend-implemented-p "FRAME-PACKAGE")
+  (let* ((object (frame-at frame))
+         (package (or (ignore-errors (and (backend-implemented-p "FRAME-PACKAGE")
                                           (bcall "FRAME-PACKAGE" frame)))
+                      (frame-name-package object)
                       (tool-package nil)))
          (form (let ((*package* package)
                      (*read-eval* nil))

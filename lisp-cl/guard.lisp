@@ -135,6 +135,11 @@ backtrace, where they sit above the user's frames.")
       (search "SWANK" text)
       (search "SLYNK" text)))
 
+(defun anonymous-frame-p (text)
+  "True for the frame of an anonymous function, ours or the user's."
+  (or (eql 0 (search "#:LAMBDA" text))
+      (eql 0 (search "((LAMBDA " text))))
+
 (defun machinery-frame-p (text)
   (some (lambda (marker)
           (and (>= (length text) (length marker))
@@ -211,6 +216,15 @@ backend cannot compute a backtrace."
                                (lambda ()
                                  (print-frames-bounded (bcall "COMPUTE-BACKTRACE" 0 200))))))))
           ;; Above the user's code: our handler, the backend, the signal.
+          ;; ECL names our anonymous functions as it names the user's
+          ;; (#:LAMBDA60), so the top block of ours, the signal's and
+          ;; anonymous frames is cut after its last frame of ours.
+          (let ((last-ours nil))
+            (loop for text in texts
+                  for i from 0
+                  while (or (our-frame-p text) (machinery-frame-p text) (anonymous-frame-p text))
+                  when (our-frame-p text) do (setf last-ours i))
+            (when last-ours (setf texts (nthcdr (1+ last-ours) texts))))
           (loop while (and texts (or (our-frame-p (first texts))
                                      (machinery-frame-p (first texts))))
                 do (pop texts))
@@ -383,27 +397,40 @@ supported; on CLISP a SIGINT from a watcher process stops it
 
   (defun watch-all ()
     "The shared watcher's loop: interrupt each watched worker whose
-deadline passed or whose cancel was asked for; forget finished ones."
+deadline passed or whose cancel was asked for; forget finished ones.
+With nothing to watch it waits in its mailbox for the next evaluation
+(CALL-WITH-SHARED-WATCHER sends it a message), rather than waking every
+50 ms: ECL tears down its memory when the image quits without stopping
+other threads first, and a thread that wakes then crashes the image
+on its way out (a segmentation violation in the watcher)."
     (loop
-      (handler-case
-          (let ((now (get-internal-real-time))
-                (due '()))
-            (call-with-state-lock
-             (lambda ()
-               (setf *watched*
-                     (remove-if (lambda (entry)
-                                  (destructuring-bind (state deadline worker interrupt) entry
-                                    (cond ((not (member (car state) '(:running :cancel))) t)
-                                          ((or (eq (car state) :cancel)
-                                               (and deadline (>= now deadline)))
-                                           (push (cons worker interrupt) due)
-                                           t))))
-                                *watched*))))
-            (loop for (worker . interrupt) in due
-                  do (ignore-errors (bcall "INTERRUPT-THREAD" worker interrupt))))
-        ;; Never let the user's debugger pop up in our watcher thread.
-        (serious-condition () nil))
-      (sleep 0.05)))
+      (let ((idle nil))
+        (handler-case
+            (let ((now (get-internal-real-time))
+                  (due '()))
+              (call-with-state-lock
+               (lambda ()
+                 (setf *watched*
+                       (remove-if (lambda (entry)
+                                    (destructuring-bind (state deadline worker interrupt) entry
+                                      (cond ((not (member (car state) '(:running :cancel))) t)
+                                            ((or (eq (car state) :cancel)
+                                                 (and deadline (>= now deadline)))
+                                             (push (cons worker interrupt) due)
+                                             t))))
+                                  *watched*))
+                 (setf idle (null *watched*))))
+              (loop for (worker . interrupt) in due
+                    do (ignore-errors (bcall "INTERRUPT-THREAD" worker interrupt)))
+              (when idle
+                ;; A message sent after the check above is in the mailbox
+                ;; already, so none is missed; those that piled up are
+                ;; taken all at once.
+                (bcall "RECEIVE-IF" (constantly t))
+                (loop while (bcall "RECEIVE-IF" (constantly t) t))))
+          ;; Never let the user's debugger pop up in our watcher thread.
+          (serious-condition () (setf idle nil)))
+        (unless idle (sleep 0.05)))))
 
   (defun ensure-shared-watcher ()
     (call-with-state-lock
@@ -411,7 +438,8 @@ deadline passed or whose cancel was asked for; forget finished ones."
        (unless (and *shared-watcher* (bcall "THREAD-ALIVE-P" *shared-watcher*))
          (setf *shared-watcher*
                (let ((*in-agent-code* nil))
-                 (bcall "SPAWN" #'watch-all :name "sly-agent-q timeout watcher")))))))
+                 (bcall "SPAWN" #'watch-all :name "sly-agent-q timeout watcher"))))
+       *shared-watcher*)))
 
   (defun call-with-shared-watcher (seconds thunk on-timeout)
     "CALL-WITH-TIMEOUT with threads, on ECL: the shared watcher stops THUNK."
@@ -431,13 +459,13 @@ deadline passed or whose cancel was asked for; forget finished ones."
                             (setf (car state) (if (eq now :cancel) :cancelled :timed-out))
                             (ignore-errors (funcall on-timeout))
                             (throw tag nil))))))
-      (ensure-shared-watcher)
       (catch tag
         (unwind-protect
              (progn
                (note-running id state)
                (call-with-state-lock
                 (lambda () (push (list state deadline worker interrupt) *watched*)))
+               (bcall "SEND" (ensure-shared-watcher) :watch)
                (funcall thunk)
                (setf how nil))
           (when (eq (car state) :cancelled) (setf how :cancelled))

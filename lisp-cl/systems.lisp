@@ -92,7 +92,7 @@
          (index (and spans (form-index-at spans (1- position))))
          (span (and index (let ((s (nth index spans))) (list (car s) (cdr s))))))
     (make-load-note (or (ignore-errors (bcall "SEVERITY" c)) :warning)
-                    (clean-message (or (ignore-errors (bcall "MESSAGE" c)) (condition-message c)))
+                    (compiler-condition-message c)
                     file
                     (and text (line-of text (1- position)))
                     (and span (form-excerpt text (first span) (second span) 60)))))

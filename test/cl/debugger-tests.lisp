@@ -68,10 +68,13 @@ signals, and return its value."
                     (locals (op "frame_locals" "frame" frame))
                     (seconds (/ (- (get-internal-real-time) start) internal-time-units-per-second))
                     (eval (op "eval_in_frame" "frame" frame "form" "(* number 2)"))
+                    ;; ANSWER is the frame's package's own symbol (NUMBER is CL's):
+                    ;; the form is read in the package of the frame's function.
+                    (own (op "eval_in_frame" "frame" frame "form" "(* answer 2)"))
                     (bad (op "eval_in_frame" "frame" frame "form" "(error \"inner ~A\" number)"))
                     (missing (op "frame_locals" "frame" 9999)))
-               (list bt frame locals seconds eval bad missing))))))
-    (destructuring-bind (bt frame locals seconds eval bad missing) results
+               (list bt frame locals seconds eval own bad missing))))))
+    (destructuring-bind (bt frame locals seconds eval own bad missing) results
       (is (ok-p bt))
       (is (integerp frame))
       (is (has bt "DEBUGGEE"))
@@ -80,6 +83,7 @@ signals, and return its value."
       (is (has locals "NUMBER = 41" "not printable within"))
       (is (< seconds 8))
       (is (has eval "82"))
+      (is (has own "84"))
       (is (error-p bad))
       (is (has bad "inner 41"))
       (is (error-p missing))

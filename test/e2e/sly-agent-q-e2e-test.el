@@ -77,7 +77,15 @@
         (sly-agent-q-bridge-ensure-helpers (car current) (cdr current)
                                            (lambda (error) (setq done t failure error)))
         (sly-agent-q-test-wait (lambda () done) sly-agent-q-helpers-load-timeout "the helpers to load")
-        (should-not failure)))))
+        (should-not failure))
+      ;; The fixture's tests use FiveAM, which ECL compiles through its C compiler
+      ;; on a cold cache (as in CI) in a minute or more: longer than the tool's time
+      ;; limit, so the first run_tests would spend its call compiling a dependency,
+      ;; not running the tests.  Compiled and loaded here once, waited for.
+      (when (equal (getenv "SLY_AGENT_Q_TEST_PROGRAM") "ecl")
+        (e2e-eval '(cl:progn (cl:require "asdf")
+                             (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "fiveam")
+                             t))))))
 
 (defun e2e-eval (form)
   "Evaluate FORM in the image, waiting at most two minutes for it (tests only).
@@ -933,11 +941,12 @@ the frames, once they come, do not go into the user's own message."
       ;; The frames, the restarts and the condition, from the image and the debugger buffer.
       (should (string-match-p "TOTAL-INPUT" (car (nth 0 results))))
       (should (string-match-p "RETRY-PARSE" (car (nth 0 results))))
-      (should (string-match-p "Frame 2: .*MY-APP::TOTAL-INPUT" (car (nth 1 results))))
+      ;; The frame the model picked from the backtrace it read (frames print with
+      ;; their arguments on SBCL, without on ECL).
+      (should (string-match-p "Frame [0-9]+: .*MY-APP::TOTAL-INPUT" (car (nth 1 results))))
       (if (e2e-clisp-p)
           ;; CLISP keeps no local variables of compiled functions: said so.
           (should (string-match-p "No local variables are known" (car (nth 1 results))))
-        (should (string-match-p "Frame 2: (MY-APP::TOTAL-INPUT" (car (nth 1 results))))
         (should (string-match-p "STRING = \"\"" (car (nth 1 results)))))
       ;; The approval named the restart and its description.
       (should (string-match-p "RETRY-PARSE" (plist-get request :detail)))

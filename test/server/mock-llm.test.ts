@@ -103,6 +103,28 @@ describe("mock LLM over HTTP", () => {
     expect(recorded[0]).toMatchObject({ api: "anthropic", status: 200, step: 0, body: { messages: [{ content: "hello" }] } });
   });
 
+  it("fills a tool input's number from the tool results, as a model reading them would", async () => {
+    const pick = { $number_from_tool_results: "^\\s*(\\d+): .*TOTAL-INPUT" };
+    mock.setScript({ steps: [{ content: [{ type: "tool_use", name: "t", input: { frame: pick, keep: "x" } }] }, { content: [{ type: "tool_use", name: "t", input: { frame: pick } }] }] });
+    const asked = (...texts: string[]) => ({
+      ...base,
+      messages: [
+        { role: "user", content: "a" },
+        ...texts.flatMap((text, i) => [
+          { role: "assistant", content: [use(`toolu_${i}`)] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: `toolu_${i}`, content: text }] },
+        ]),
+      ],
+    });
+    // The newest result that shows the frame: here the first, the second shows none.
+    const frames = "  0: PARSE-INTEGER\n  1: MY-APP::PARSE-INPUT\n  12: MY-APP::TOTAL-INPUT\n";
+    const r = (await (await post("/v1/messages", asked(frames, "Value: 84"))).json()) as any;
+    expect(r.content[0].input).toEqual({ frame: 12, keep: "x" });
+    // No such frame: a string that says so, which the tool refuses (the test then fails on it).
+    const none = (await (await post("/v1/messages", asked("  0: PARSE-INTEGER\n"))).json()) as any;
+    expect(none.content[0].input.frame).toMatch(/no match .*TOTAL-INPUT/);
+  });
+
   it("answers errors with the provider's error bodies and headers", async () => {
     mock.setScript({ steps: [{ error: { status: 429, type: "rate_limit_error", message: "slow down", retry_after: 2 } }, { error: { status: 503, type: "api_error", message: "down" } }] });
     const r = await post("/v1/messages", hello);
