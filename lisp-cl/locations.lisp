@@ -144,8 +144,10 @@ being loaded when it was made)."
                 (at (and text (integerp line) (line-start text line))))
            (cond ((null text) (list :error (format nil "~A cannot be read" (namestring source))))
                  ;; From a fasl: the form is where the lines say, or the
-                 ;; file has changed since (which the callers detect).
-                 ((and at lines-exact) (location-at source at))
+                 ;; file has changed since (which the callers detect).  The
+                 ;; first line is where the reader started: the comments
+                 ;; above the form are skipped.
+                 ((and at lines-exact) (location-at source (min (skip-blank text at) (length text))))
                  (t
                   (let ((start (or (and at (let ((start (skip-blank text at)))
                                              (and (< start (length text))
