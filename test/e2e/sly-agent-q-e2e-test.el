@@ -536,9 +536,13 @@ Saved as the answer asks, the edit of the new helper is reviewed, lands and is c
                 (should (= (length results) 2))
                 (should (cl-every #'cdr results))
                 ;; HALVE-ALL's form is in the buffer only: the answer says so.
-                (should (string-match-p "HALVE-ALL is not where .*my-app\\.lisp has it: the buffer my-app\\.lisp visiting it has unsaved changes"
-                                        (car (nth 0 results))))
-                (should (string-match-p "save (or revert) the buffer" (car (nth 0 results))))
+                (if (e2e-clisp-p)
+                    ;; CLISP records no source of a definition compiled from a buffer.
+                    (should (string-match-p "No definitions of MY-APP::HALVE-ALL are known to the image"
+                                            (car (nth 0 results))))
+                  (should (string-match-p "HALVE-ALL is not where .*my-app\\.lisp has it: the buffer my-app\\.lisp visiting it has unsaved changes"
+                                          (car (nth 0 results))))
+                  (should (string-match-p "save (or revert) the buffer" (car (nth 0 results)))))
                 (should-not (string-match-p "load_system\\|Load it again" (car (nth 0 results))))
                 ;; PROCESS-DATA is still in the file, not in the buffer.
                 (should (string-match-p e2e-unsaved-refusal (car (nth 1 results)))))
@@ -549,6 +553,8 @@ Saved as the answer asks, the edit of the new helper is reviewed, lands and is c
               (should (equal (e2e-eval '(my-app::halve-all '(2 4))) '(1 2)))
               (should-not (e2e-eval '(cl:equal (my-app::halve-all '(3)) '(2))))
               (should (equal (e2e-eval '(cl:multiple-value-list (my-app::process-data '(1 2)))) '((1 2) 3)))
+              (when (e2e-clisp-p)
+                (ert-skip "CLISP records no source location for a definition compiled from a buffer (C-c C-c): replace_definition says no definition of it is known (checked above), so the saved file's form is out of its reach"))
               ;; Saved as the answer asks, the same edit of HALVE-ALL is reviewed and lands.
               (with-current-buffer buffer
                 (let ((inhibit-message t)) (save-buffer)))
