@@ -67,14 +67,6 @@
         ((= count 1) (format "%d" (1+ start)))
         (t (format "%d,%d" (1+ start) count))))
 
-(defun sly-agent-q-diff--hunk-lines (prefix lines)
-  "Return the strings LINES as diff lines starting with PREFIX."
-  (mapconcat (lambda (line)
-               (if (string-suffix-p "\n" line)
-                   (concat prefix line)
-                 (concat prefix line "\n\\ No newline at end of file\n")))
-             lines ""))
-
 (defun sly-agent-q-diff--whole-hunks (old new)
   "Return the one hunk replacing every line of OLD by every line of NEW.
 What is shown and applied when the server gives no hunks: no diff, so
@@ -89,8 +81,8 @@ takes too long).  Nil when OLD and NEW are the same."
                   :header (format "@@ -%s +%s @@"
                                   (sly-agent-q-diff--range 0 (length a))
                                   (sly-agent-q-diff--range 0 (length b)))
-                  :text (concat (sly-agent-q-diff--hunk-lines "-" a)
-                                (sly-agent-q-diff--hunk-lines "+" b)))))))
+                  :text (concat (sly-agent-q-diff--diff-lines "-" a 0 (length a))
+                                (sly-agent-q-diff--diff-lines "+" b 0 (length b))))))))
 
 (defun sly-agent-q-diff--apply-hunks (a b hunks accepted)
   "Return the text of A with the hunks of HUNKS whose index is in ACCEPTED.
@@ -302,41 +294,41 @@ and a large file's texts are not sent back to it.  If it cannot, the
 texts are sent."
   (if (or (not (and (stringp old) (stringp new))) (sly-agent-q-diff--fetched old new))
       (funcall then)
-    (let ((key (sly-agent-q-diff--digests old new)))
-      (let* ((keep (lambda (result)
-                     ;; Hunks that do not fit the texts are not kept: one hunk of
-                     ;; the whole text serves instead.
-                     (let ((hunks (ignore-errors
-                                    (mapcar #'sly-agent-q-diff--from-server
-                                            (append (plist-get result :hunks) nil))))
-                           (a (sly-agent-q-files-split-lines old))
-                           (b (sly-agent-q-files-split-lines new)))
-                       (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks a b))
-                         (sly-agent-q-diff--keep-hunks
-                          (sly-agent-q-diff--make-known
-                           :old old :new new :a a :b b
-                           ;; Shown as they are applied, not as the server wrote them.
-                           :hunks (mapcar (lambda (h) (sly-agent-q-diff--drawn a b h)) hunks)))))
-                     ;; What follows (a review drawn, an edit applied) is work of
-                     ;; its own: it runs after Emacs has answered its input.
-                     (run-with-timer 0 nil then)))
-             (fail (lambda (&rest _) (funcall then)))
-             (send-texts (lambda (&rest _)
-                           (sly-agent-q-server-request
-                            'diff/hunks
-                            (list :old old :new new :context sly-agent-q-diff-context-lines)
-                            keep fail))))
-        (cond
-         ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
-          (funcall then))
-         ((and (plist-get source :callId) (plist-get source :file))
-          (sly-agent-q-server-request
-           'diff/hunks
-           (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
-                 :oldDigest (car key) :newDigest (cdr key)
-                 :context sly-agent-q-diff-context-lines)
-           keep send-texts))
-         (t (funcall send-texts)))))))
+    (let* ((key (sly-agent-q-diff--digests old new))
+           (keep (lambda (result)
+                   ;; Hunks that do not fit the texts are not kept: one hunk of
+                   ;; the whole text serves instead.
+                   (let ((hunks (ignore-errors
+                                  (mapcar #'sly-agent-q-diff--from-server
+                                          (append (plist-get result :hunks) nil))))
+                         (a (sly-agent-q-files-split-lines old))
+                         (b (sly-agent-q-files-split-lines new)))
+                     (when (ignore-errors (sly-agent-q-diff--hunks-fit-p old new hunks a b))
+                       (sly-agent-q-diff--keep-hunks
+                        (sly-agent-q-diff--make-known
+                         :old old :new new :a a :b b
+                         ;; Shown as they are applied, not as the server wrote them.
+                         :hunks (mapcar (lambda (h) (sly-agent-q-diff--drawn a b h)) hunks)))))
+                   ;; What follows (a review drawn, an edit applied) is work of
+                   ;; its own: it runs after Emacs has answered its input.
+                   (run-with-timer 0 nil then)))
+           (fail (lambda (&rest _) (funcall then)))
+           (send-texts (lambda (&rest _)
+                         (sly-agent-q-server-request
+                          'diff/hunks
+                          (list :old old :new new :context sly-agent-q-diff-context-lines)
+                          keep fail))))
+      (cond
+       ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+        (funcall then))
+       ((and (plist-get source :callId) (plist-get source :file))
+        (sly-agent-q-server-request
+         'diff/hunks
+         (list :callId (plist-get source :callId) :oldFile (plist-get source :file)
+               :oldDigest (car key) :newDigest (cdr key)
+               :context sly-agent-q-diff-context-lines)
+         keep send-texts))
+       (t (funcall send-texts))))))
 
 (defun sly-agent-q-diff-text (name old new)
   "Return the unified diff turning the text OLD into NEW, for file NAME.
