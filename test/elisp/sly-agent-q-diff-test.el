@@ -1028,9 +1028,6 @@ buffer, point in unchanged text stays, and a rewind puts the file back."
            t)
         (advice-remove 'sly-agent-q-server-request 'record-diff-requests)))))
 
-(defvar sly-agent-q-diff-test-killed nil
-  "The server process killed by the last fault test, once it was.")
-
 (ert-deftest sly-agent-q-diff-test-server-killed-while-an-allowed-edit-waits-for-its-hunks ()
   "The server killed while an allowed edit waits for its hunks: the file is left alone.
 The call is dropped with the server that made it, so nothing would
@@ -1049,28 +1046,21 @@ land later, whole or in part, and Emacs must not wait on it."
                                                 (new_content . ,(sly-agent-q-diff-test-new)))))])
                          (stop_reason . "tool_use"))
                         ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
-      (setq sly-agent-q-diff-test-killed nil
-            sly-agent-q-diff--hunk-cache nil)
+      (setq sly-agent-q-diff--hunk-cache nil)
       ;; Right after the edit's hunks were asked for, the server is killed.
-      (advice-add 'sly-agent-q-server-request :after
-                  (lambda (method &rest _)
-                    (when (and (eq method 'diff/hunks) (not sly-agent-q-diff-test-killed))
-                      (setq sly-agent-q-diff-test-killed
-                            (jsonrpc--process sly-agent-q-current-connection))
-                      (signal-process sly-agent-q-diff-test-killed 'SIGKILL)))
-                  '((name . kill-at-diff-request)))
+      (sly-agent-q-test-kill-server-at 'diff/hunks)
       (unwind-protect
           (eval
            `(sly-agent-q-test-with-server ',script
               (sly-agent-q-send "Change it" #'ignore)
-              (sly-agent-q-test-wait (lambda () sly-agent-q-diff-test-killed) 20 "the edit's hunks asked for")
+              (sly-agent-q-test-wait (lambda () sly-agent-q-test-killed-server) 20 "the edit's hunks asked for")
               ;; The death is seen, the server is started again and ready.
-              (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-diff-test-killed)))
+              (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-test-killed-server)))
                                      10 "the server's death")
               (sly-agent-q-test-wait (lambda ()
                                        (and (sly-agent-q-server-ready-p)
                                             (not (eq (jsonrpc--process sly-agent-q-current-connection)
-                                                     sly-agent-q-diff-test-killed))))
+                                                     sly-agent-q-test-killed-server))))
                                      20 "the server started again")
               ;; A request to the new server and its answer: anything the dead one left
               ;; waiting has had its chance to run.
@@ -1081,7 +1071,7 @@ land later, whole or in part, and Emacs must not wait on it."
               ;; The user is told.
               (should (string-match-p "server exited" (sly-agent-q-test-chat-text))))
            t)
-        (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request)))))
+        (sly-agent-q-test-stop-killing)))))
 
 (ert-deftest sly-agent-q-diff-test-server-killed-while-a-review-waits-for-its-hunks ()
   "The server killed while an edit's review waits for its hunks: the user is told, the turn ends.
@@ -1102,22 +1092,15 @@ report away (the chat still showed the turn going, and its entry waiting)."
                          (stop_reason . "tool_use"))
                         ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
       (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
-      (setq sly-agent-q-diff-test-killed nil
-            sly-agent-q-diff--hunk-cache nil)
-      (advice-add 'sly-agent-q-server-request :after
-                  (lambda (method &rest _)
-                    (when (and (eq method 'diff/hunks) (not sly-agent-q-diff-test-killed))
-                      (setq sly-agent-q-diff-test-killed
-                            (jsonrpc--process sly-agent-q-current-connection))
-                      (signal-process sly-agent-q-diff-test-killed 'SIGKILL)))
-                  '((name . kill-at-diff-request)))
+      (setq sly-agent-q-diff--hunk-cache nil)
+      (sly-agent-q-test-kill-server-at 'diff/hunks)
       (unwind-protect
           (eval
            `(sly-agent-q-test-with-server ',script
               (let ((sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(1 2 3))))
                 (sly-agent-q-send "Change it" (lambda (o) (setq outcome o)))
-                (sly-agent-q-test-wait (lambda () sly-agent-q-diff-test-killed) 20 "the review's hunks asked for")
-                (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-diff-test-killed)))
+                (sly-agent-q-test-wait (lambda () sly-agent-q-test-killed-server) 20 "the review's hunks asked for")
+                (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-test-killed-server)))
                                        10 "the server's death")
                 ;; The user is told, and the turn is over.
                 (sly-agent-q-test-wait (lambda () (string-match-p "server exited" (sly-agent-q-test-chat-text)))
@@ -1129,7 +1112,7 @@ report away (the chat still showed the turn going, and its entry waiting)."
                 ;; The edit did not land.
                 (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))))
            t)
-        (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request)))))
+        (sly-agent-q-test-stop-killing)))))
 
 (provide 'sly-agent-q-diff-test)
 ;;; sly-agent-q-diff-test.el ends here

@@ -302,9 +302,6 @@ the chat says what was repaired."
     (and (file-exists-p file)
          (with-temp-buffer (insert-file-contents file) (buffer-string)))))
 
-(defvar sly-agent-q-sessions-test--killed nil
-  "The server process the last fault test killed, once it did.")
-
 (ert-deftest sly-agent-q-sessions-rewind-server-killed-while-the-refused-diffs-wait ()
   "The server killed while a rewind's refused diffs wait for its hunks: nothing hangs, no file is touched.
 The files the rewind put back stay put back, the file the user changed
@@ -330,21 +327,14 @@ chat says the server exited."
                                     (lambda (r) (setq turns (append (plist-get r :turns) nil))))
         (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
         (when (get-buffer "*sly-agent-q rewind refused*") (kill-buffer "*sly-agent-q rewind refused*"))
-        (setq sly-agent-q-sessions-test--killed nil
-              sly-agent-q-diff--hunk-cache nil)
-        (advice-add 'sly-agent-q-server-request :after
-                    (lambda (method &rest _)
-                      (when (and (eq method 'diff/hunks) (not sly-agent-q-sessions-test--killed))
-                        (setq sly-agent-q-sessions-test--killed
-                              (jsonrpc--process sly-agent-q-current-connection))
-                        (signal-process sly-agent-q-sessions-test--killed 'SIGKILL)))
-                    '((name . kill-at-diff-request)))
+        (setq sly-agent-q-diff--hunk-cache nil)
+        (sly-agent-q-test-kill-server-at 'diff/hunks)
         (unwind-protect
             (progn
               (sly-agent-q-sessions-rewind id (plist-get (car turns) :turnId) nil (lambda (o) (setq outcome o)))
               (sly-agent-q-test-wait (lambda () outcome) 20 "the rewind's end"))
-          (advice-remove 'sly-agent-q-server-request 'kill-at-diff-request))
-        (should sly-agent-q-sessions-test--killed)
+          (sly-agent-q-test-stop-killing))
+        (should sly-agent-q-test-killed-server)
         (should-not (sly-agent-q-sessions-test--file root "a.txt"))
         (should (equal (sly-agent-q-sessions-test--file root "c.txt") "the user's c\n"))
         (with-current-buffer "*sly-agent-q rewind refused*"

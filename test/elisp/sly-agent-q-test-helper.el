@@ -62,6 +62,31 @@ or a function returning one)."
     (while (< (float-time) deadline)
       (accept-process-output nil 0.02))))
 
+;;;; A server killed at a request
+
+(defvar sly-agent-q-test-killed-server nil
+  "The server process `sly-agent-q-test-kill-server-at' killed, once it did.")
+
+(defun sly-agent-q-test-kill-server-at (method)
+  "Kill the server right after it is sent the request METHOD, a symbol.
+What it wrote is never read: on a second core it may answer before
+the kill, and the test would see a server that answered, then died.
+The process killed goes into `sly-agent-q-test-killed-server'.  Call
+`sly-agent-q-test-stop-killing' afterwards."
+  (setq sly-agent-q-test-killed-server nil)
+  (advice-add 'sly-agent-q-server-request :after
+              (lambda (requested &rest _)
+                (when (and (eq requested method) (not sly-agent-q-test-killed-server))
+                  (let ((process (jsonrpc--process sly-agent-q-current-connection)))
+                    (set-process-filter process #'ignore)
+                    (signal-process process 'SIGKILL)
+                    (setq sly-agent-q-test-killed-server process))))
+              '((name . sly-agent-q-test-kill-at))))
+
+(defun sly-agent-q-test-stop-killing ()
+  "Undo `sly-agent-q-test-kill-server-at'."
+  (advice-remove 'sly-agent-q-server-request 'sly-agent-q-test-kill-at))
+
 ;;;; The mock LLM
 
 (defvar sly-agent-q-test-mock nil "The mock LLM process.")
