@@ -39,12 +39,16 @@ for entry in "${suites[@]}"; do
     sed -E 's/^[^:]+: ([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' |
     awk '{p+=$1; f+=$2; s+=($3==""?0:$3)} END {print p+0, f+0, s+0}')
   skips=$(grep -E '^SKIP: ' "$log" | sed -E 's/^SKIP: /  skipped: /' || true)
+  # What failed, named again here: a CI log may show only its end.
+  fails=$(grep -E '^ +FAILED +[^0-9 ]|^ ?FAIL |did not run to the end|killed after' "$log" |
+            awk '!seen[$0]++' | sed -E -e 's/^ *(FAILED|FAIL) +//' -e 's/^/  failed: /' || true)
   named=$(grep -cE '^SKIP: ' "$log")
   rm -f "$log"
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   [ "$rc" -ne 0 ] && status=1
   total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
   summary+=("$name: $p passed, $f failed, $s skipped (exit $rc)")
+  [ -n "$fails" ] && summary+=("$fails")
   [ -n "$skips" ] && summary+=("$skips")
   if [ "$named" -ne "$s" ]; then
     summary+=("  $name counted $s skipped but named $named: every skip must be named with its reason")
