@@ -52,8 +52,8 @@
 (cl-defstruct (sly-agent-q-diff--review
                (:constructor sly-agent-q-diff--make-review)
                (:copier nil))
-  "A review of a proposed edit in progress; EWOC shows its hunks."
-  args proposal states callback done ewoc)
+  "A review of a proposed edit in progress; EWOC shows its first DRAWN hunks."
+  args proposal states callback done ewoc (drawn 0))
 
 (defvar-local sly-agent-q-diff--current nil
   "The `sly-agent-q-diff--review' shown in this buffer.")
@@ -258,6 +258,9 @@ undecided hunks count as rejected.
       ;; starts (Emacs 28 installs its change hooks, Emacs 30 its change tracker).
       (let ((diff-update-on-the-fly nil))
         (sly-agent-q-diff-review-mode))
+      ;; Its text is drawn, never typed: undo would copy each redraw of a
+      ;; large edit, megabytes of garbage.
+      (buffer-disable-undo)
       (setq default-directory (sly-agent-q-tools-project-root)))
     buffer))
 
@@ -394,28 +397,58 @@ The pretty-printer of the review's ewoc, one node per hunk."
   (let ((rel (sly-agent-q-display-line (plist-get (sly-agent-q-diff--review-proposal review) :rel))))
     (format "--- a/%s\n+++ b/%s\n" rel rel)))
 
+(defvar sly-agent-q-diff--hunks-per-step 20
+  "Hunks of a review drawn in one step, some 5 ms of drawing.
+A large edit has hundreds of hunks: drawn at once, 143 of them held
+Emacs 50 ms, more on a busy machine.  They are drawn in steps, the
+first ones at once, the rest from timers, with keys read between.")
+
 (defun sly-agent-q-diff--insert-hunks (review)
   "Insert REVIEW's diff at point as an ewoc, one node per hunk.
 The ewoc is kept in REVIEW.  Its header is the file header; its last
 node, the count of decisions; so deciding a hunk redraws that hunk and
-the count alone."
+the count alone.  The hunks are drawn in steps (see
+`sly-agent-q-diff--hunks-per-step'); those drawn are counted in REVIEW."
   (let ((ewoc (ewoc-create (lambda (node)
                              (if (eq node :summary)
                                  (insert (sly-agent-q-diff--summary review))
                                (sly-agent-q-diff--insert-hunk review node)))
                            (sly-agent-q-diff--file-header review) "" t)))
-    (dotimes (i (length (sly-agent-q-diff--review-states review)))
-      (ewoc-enter-last ewoc (1+ i)))
     (ewoc-enter-last ewoc :summary)
-    (setf (sly-agent-q-diff--review-ewoc review) ewoc)))
+    (setf (sly-agent-q-diff--review-ewoc review) ewoc
+          (sly-agent-q-diff--review-drawn review) 0)
+    (sly-agent-q-diff--draw-more review ewoc)))
+
+(defun sly-agent-q-diff--draw-more (review ewoc)
+  "Draw the next hunks of REVIEW into its EWOC for a step; the rest later.
+Nothing is drawn once the review ended or was drawn again."
+  (when (and (eq (sly-agent-q-diff--review-ewoc review) ewoc)
+             (not (sly-agent-q-diff--review-done review)))
+    (let ((count (length (sly-agent-q-diff--review-states review)))
+          (summary (ewoc-nth ewoc -1))
+          (inhibit-read-only t))
+      (dotimes (_ (min sly-agent-q-diff--hunks-per-step
+                       (- count (sly-agent-q-diff--review-drawn review))))
+        (ewoc-enter-before ewoc summary (cl-incf (sly-agent-q-diff--review-drawn review))))
+      (when (< (sly-agent-q-diff--review-drawn review) count)
+        (let ((buffer (current-buffer)))
+          ;; Not 0: timers due are run one after another before a key is read.
+          (run-with-timer 0.001 nil
+                          (lambda ()
+                            (when (buffer-live-p buffer)
+                              (with-current-buffer buffer
+                                (sly-agent-q-diff--draw-more review ewoc)))))))
+      (sly-agent-q-diff--refine-later))))
 
 (defun sly-agent-q-diff--redraw-hunks (review &optional indexes)
-  "Redraw the hunks INDEXES (default: all) of REVIEW, and the count of decisions."
-  (let ((ewoc (sly-agent-q-diff--review-ewoc review)))
+  "Redraw the hunks INDEXES (default: all) of REVIEW, and the count of decisions.
+Hunks not drawn yet are drawn with their state when their turn comes."
+  (let ((ewoc (sly-agent-q-diff--review-ewoc review))
+        (drawn (sly-agent-q-diff--review-drawn review)))
     (apply #'ewoc-invalidate ewoc
            (append (mapcar (lambda (i) (ewoc-nth ewoc (1- i)))
-                           (or indexes
-                               (number-sequence 1 (length (sly-agent-q-diff--review-states review)))))
+                           (cl-remove-if (lambda (i) (> i drawn))
+                                         (or indexes (number-sequence 1 drawn))))
                    (list (ewoc-nth ewoc -1)))))
   (sly-agent-q-diff--refine-later))
 
@@ -515,7 +548,7 @@ Then ask for the next."
   (let* ((ewoc (and sly-agent-q-diff--current
                     (sly-agent-q-diff--review-ewoc sly-agent-q-diff--current)))
          (node (and ewoc (integerp index)
-                    (<= 1 index (length (sly-agent-q-diff--review-states sly-agent-q-diff--current)))
+                    (<= 1 index (sly-agent-q-diff--review-drawn sly-agent-q-diff--current))
                     (ewoc-nth ewoc (1- index)))))
     (when node
       (goto-char (ewoc-location node)))))

@@ -229,6 +229,11 @@ Wait for the first: the hunks come from the server."
     (sly-agent-q-test-wait (lambda () (and (buffer-local-value 'sly-agent-q-diff--current buffer)
                                            (get-buffer-window buffer)))
                            20 "the review to show")
+    ;; A large review's hunks are drawn in steps.
+    (let ((review (buffer-local-value 'sly-agent-q-diff--current buffer)))
+      (sly-agent-q-test-wait (lambda () (= (sly-agent-q-diff--review-drawn review)
+                                           (length (sly-agent-q-diff--review-states review))))
+                             10 "every hunk drawn"))
     (should (null (car cell)))
     (cons buffer cell)))
 
@@ -474,6 +479,46 @@ thrown away without a word."
         (sly-agent-q-diff-finish))
       (should (equal [2] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))))
 
+(ert-deftest sly-agent-q-diff-test-large-review-drawn-in-steps ()
+  "A review's hunks are drawn a few at a time, keys acting between the steps.
+A large edit's hundreds of hunks, drawn at once, held Emacs.  A decision
+taken before a hunk is drawn shows in it once it is, the decision sent
+counts every hunk, and g while the hunks are drawn starts again with
+none drawn twice."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
+    (let ((sly-agent-q-diff--hunks-per-step 1)
+          (steps nil))
+      (advice-add 'sly-agent-q-diff--draw-more :after
+                  (lambda (review ewoc)
+                    ;; A step of a chain g replaced draws nothing, and is not counted.
+                    (when (eq ewoc (sly-agent-q-diff--review-ewoc review))
+                      (push (sly-agent-q-diff--review-drawn review) steps)
+                      (pcase (length steps)
+                        ;; Keys pressed between the steps.
+                        (1 (should (= 1 (how-many "^## Hunk " (point-min) (point-max))))
+                           (sly-agent-q-diff-accept-all))
+                        (2 (should (= 2 (how-many "^## Hunk " (point-min) (point-max))))
+                           (sly-agent-q-diff-redisplay)))))
+                  '((name . record-steps)))
+      (unwind-protect
+          (let ((opened (sly-agent-q-diff-test-open-review
+                         (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))))
+            (with-current-buffer (car opened)
+              (sly-agent-q-test-wait
+               (lambda () (= 3 (sly-agent-q-diff--review-drawn sly-agent-q-diff--current)))
+               10 "every hunk drawn")
+              ;; The chain g left behind drew nothing more.
+              (sly-agent-q-test-sleep 0.1)
+              (should (equal '(1 2 1 2 3) (reverse steps)))
+              (should (= 3 (how-many "^## Hunk " (point-min) (point-max))))
+              (should (= 3 (how-many "^## Hunk [0-9] of 3: ACCEPTED" (point-min) (point-max))))
+              (should (string-match-p "\n## 3 of 3 hunks decided, 3 accepted\\.\n\\'" (buffer-string)))
+              (sly-agent-q-diff-finish))
+            (should (equal [1 2 3] (plist-get (plist-get (car (cadr opened)) :arguments)
+                                              :accepted_hunks))))
+        (advice-remove 'sly-agent-q-diff--draw-more 'record-steps)))))
+
 ;;;; A broken server's hunks
 
 (defun sly-agent-q-diff-test--lying-text (request method params &optional success &rest rest)
@@ -547,9 +592,14 @@ a large edit's review held Emacs for the whole screen's hunks at once."
         (should window)
         (with-current-buffer buffer
           (should (= 60 (length (sly-agent-q-diff--review-states sly-agent-q-diff--current))))
-          ;; Fontifying the whole review, as redisplay would, refines nothing.
-          (font-lock-ensure)
-          (should-not (cl-loop for i from 1 to 60 thereis (sly-agent-q-diff-test-refined-p i)))
+          ;; Fontifying the whole review, as redisplay would, refines nothing
+          ;; (timers may have refined hunks in view while the hunks were drawn).
+          (let ((refined (lambda () (cl-loop for i from 1 to 60
+                                             collect (and (sly-agent-q-diff-test-refined-p i) t)))))
+            (let ((before (funcall refined)))
+              (font-lock-ensure)
+              (should (equal before (funcall refined)))))
+          (should-not (sly-agent-q-diff-test-refined-p 60))
           ;; The hunk in view is refined once timers ran; one far below is not.
           (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10
                                  "hunk 1's words refined")
