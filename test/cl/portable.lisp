@@ -105,7 +105,11 @@ after TIMEOUT seconds)."
   (if (handle-done handle) (handle-value handle) default))
 
 (defun terminate-thread (thread)
-  (bcall "KILL-THREAD" (thread-of thread)))
+  "Kill THREAD, unless it is a handle whose function has ended: that
+thread is ending by itself, and killing a thread during its own exit
+crashes ECL 21 (segmentation violations, later threads' work lost)."
+  (unless (and (handle-p thread) (handle-done thread))
+    (bcall "KILL-THREAD" (thread-of thread))))
 
 (defun current-thread () (bcall "CURRENT-THREAD"))
 (defun all-threads () (bcall "ALL-THREADS"))
