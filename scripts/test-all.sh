@@ -15,7 +15,7 @@ fi
 # The Lisps besides SBCL on which the CL suite (test/cl/run.sh) and the end-to-end default group
 # (test/e2e/run.sh: the SLIME run of sly-agent-q-e2e-test.el) also run, under SLIME's SWANK from
 # Debian. Each costs its own run (the README's support table gives the time of each). ECL is
-# switched on by adding it to the first line; a Lisp joins the second once its end-to-end run passes.
+# switched on by adding it to both lines once its end-to-end group passes again (the README says what fails).
 export SAQ_CL_OTHER_LISPS="${SAQ_CL_OTHER_LISPS-clisp}"
 export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-clisp}"
 

@@ -46,6 +46,18 @@
   #+abcl (ext:quit :status code)
   #-(or sbcl ecl clisp ccl abcl) (error "Cannot exit this Lisp (code ~D)." code))
 
+;;; ECL 21's ASDF (3.1.8.8) upgrades itself, at the first operation, to
+;;; a newer ASDF it finds among the systems (Debian's cl-asdf): a minute
+;;; or more of compiling through gcc at each start, as ECL 21 fails to
+;;; load that upgrade back from its cache (an unbound ASDF/PLAN::STAMP
+;;; slot), so the cache could not keep it.  The tests keep ECL's own.
+(defun keep-lisps-own-asdf ()
+  "Load ASDF and, on ECL, keep the version it came with: never upgraded
+from the systems found on disk."
+  (require "asdf")
+  #+ecl (funcall (find-symbol "REGISTER-IMMUTABLE-SYSTEM" "ASDF") "asdf"))
+(export 'keep-lisps-own-asdf)
+
 (defun lisp-name ()
   "The short name of this Lisp, as test/cl/run.sh calls it."
   #+sbcl "sbcl" #+ecl "ecl" #+clisp "clisp" #+ccl "ccl" #+abcl "abcl"
@@ -105,7 +117,11 @@ after TIMEOUT seconds)."
   (if (handle-done handle) (handle-value handle) default))
 
 (defun terminate-thread (thread)
-  (bcall "KILL-THREAD" (thread-of thread)))
+  "Kill THREAD, unless it is a handle whose function has ended: that
+thread is ending by itself, and killing a thread during its own exit
+crashes ECL 21 (segmentation violations, later threads' work lost)."
+  (unless (and (handle-p thread) (handle-done thread))
+    (bcall "KILL-THREAD" (thread-of thread))))
 
 (defun current-thread () (bcall "CURRENT-THREAD"))
 (defun all-threads () (bcall "ALL-THREADS"))

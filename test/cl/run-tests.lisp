@@ -70,6 +70,7 @@ going under WORK."
          (loader (or (env "SAQ_BACKEND_LOADER") (die "SAQ_BACKEND_LOADER is not set.")))
          (work (env "SAQ_WORK" (namestring (merge-pathnames "../.work/" *here*))))
          (root (merge-pathnames "../../" *here*)))
+    (saq-portable:keep-lisps-own-asdf)
     (load-backend backend loader work)
     (call-quietly "load lisp-cl/load.lisp"
                   (lambda () (load (merge-pathnames "lisp-cl/load.lisp" root))))

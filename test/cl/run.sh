@@ -72,11 +72,6 @@ run_backend() {
     # The Lisps that compile slowly (ECL through its C compiler, ABCL on
     # the JVM) get longer.
     case "$lisp" in sbcl) watchdog=300 ;; abcl) watchdog=1800 ;; *) watchdog=900 ;; esac
-    # ASDF upgrades itself to Debian's cl-asdf when it finds it; ECL 21
-    # then fails to load that upgrade from the cache on the next run (an
-    # unbound ASDF/PLAN::STAMP slot while loading the backend), so the
-    # cached upgrade is dropped and made again.
-    [ "$lisp" = ecl ] && rm -rf "$work"/xdg-cache/common-lisp/*/usr/share/common-lisp/source/cl-asdf
     echo "== $suite (loader: $loader)"
     local started; started="$(date +%s)"
     # shellcheck disable=SC2046
