@@ -166,6 +166,24 @@ or the one whose label matches WHICH.  FAILs saying why otherwise."
                         places)))
         (first places)))))
 
+(defun moved-definition-span (text symbol dspec)
+  "The (START END) of the only top-level form of TEXT that defines SYMBOL
+with DSPEC's definer (DEFUN of (DEFUN NAME), ...), or NIL when there is
+none or more than one, or DSPEC names no definer.  A recorded position
+goes stale when text is added above the form: ECL records a character
+position (SBCL a top-level form's number, stale only when forms are
+added).  Judged from the text alone, as form-defines-p does."
+  (let ((definer (and (consp dspec) (first dspec) (symbolp (first dspec)) (first dspec))))
+    (when definer
+      (let ((matches
+              (loop for (start . nil) in (values (scan-forms text))
+                    when (and (char= (char text start) #\()
+                              (token-names-p (token-at text (1+ start)) definer)
+                              (form-defines-p text start symbol))
+                      collect start)))
+        (when (and matches (null (rest matches)))
+          (form-span-at text (1+ (first matches))))))))
+
 (defstruct (located-form (:conc-name located-))
   label file text start end line)
 
@@ -188,6 +206,11 @@ that definition's form.  FAILs otherwise."
         (fail "~A is defined inside another definition's form, at ~A:~D (~A): edit that one instead."
               (symbol-label symbol) file (line-of text (car top))
               (form-excerpt text (car top) (cdr top) 60))))
+    (unless (and span (form-defines-p text (first span) symbol))
+      ;; The file changed since the definition was compiled (lines added above it by a checkout
+      ;; or another editor): the form is where the only one like it is now.
+      (let ((moved (moved-definition-span text symbol (definition-dspec definition))))
+        (when moved (setf span moved))))
     (unless (and span (form-defines-p text (first span) symbol))
       ;; The server reads this sentence's start ("The form at FILE:LINE is not the definition of NAME
       ;; any more") to tell the user about an unsaved buffer the definition was compiled from.
