@@ -766,9 +766,10 @@ blocks) between the user's functions in a backtrace."
         (directory (file-name-as-directory (make-temp-file "agent-q-retry" t))))
     (unwind-protect
         (if (equal (getenv "SLY_AGENT_Q_TEST_PROGRAM") "ecl")
-            ;; ECL names no frame of the compiled TOTAL-INPUT (its RESTART-CASE
-            ;; body shows as #:LAMBDA frames), so the frames the model reads would
-            ;; lack the caller; loaded from source, ECL's bytecodes name it.
+            ;; ECL's backtrace has no frame at all for TOTAL-INPUT compiled: code
+            ;; ECL compiles below (debug 3), as TOTAL-INPUT declares, keeps no frame
+            ;; in its invocation history (the unnamed frames are the REPL form's
+            ;; bytecodes).  Loaded from source, its bytecodes keep one.
             (e2e-eval `(cl:progn (cl:load ,source) t))
           (e2e-eval `(cl:let ((fasl (cl:compile-file
                                    ,source
