@@ -115,6 +115,41 @@
       (search-forward "(defun")
       (should (get-text-property (1- (point)) 'face)))))
 
+(defun sly-agent-q-markdown-test--at-once (text)
+  "TEXT streamed in one piece and its turn ended; return the screen once rendered.
+Check that a step's worth was rendered before the turn's end returned,
+and the rest after."
+  (sly-agent-q-markdown-test--with-chat
+    (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text text))
+    (sly-agent-q-chat--flush)
+    (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+    (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+      (if (> (length text) sly-agent-q-chat--render-step-chars)
+          (progn
+            ;; The first heading is drawn, the last answer's markup still shows.
+            (should (string-match-p "^Plan$" screen))
+            (should (string-match-p "\\*\\*MAPCAR\\*\\*" screen)))
+        (should-not sly-agent-q-chat--render-queue)))
+    (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+    (goto-char (point-max))
+    (search-backward "(defun")
+    ;; The last code block is fontified too.
+    (should (get-text-property (1+ (point)) 'face))
+    (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+
+(ert-deftest sly-agent-q-markdown-long-answer-rendered-in-steps ()
+  "A long answer that came at once is rendered a step at a time, as it would be at once.
+100,000 characters rendered in the filter that read them held Emacs
+over 100 ms; the rest is rendered from timers."
+  (let* ((sly-agent-q-markdown-use-markdown-mode nil)
+         (text (mapconcat #'identity (make-list 500 sly-agent-q-markdown-test--answer) "\n"))
+         (in-steps (sly-agent-q-markdown-test--at-once text))
+         (at-once (let ((sly-agent-q-chat--render-step-chars most-positive-fixnum))
+                    (sly-agent-q-markdown-test--at-once text))))
+    (should (> (length text) (* 4 sly-agent-q-chat--render-step-chars)))
+    (should (equal in-steps at-once))
+    (should-not (string-match-p "\\*\\*" in-steps))))
+
 (ert-deftest sly-agent-q-markdown-own-renderer ()
   "Without markdown-mode: headings, emphasis, code, links, lists and tables rendered as they stream."
   (let ((sly-agent-q-markdown-use-markdown-mode nil))
