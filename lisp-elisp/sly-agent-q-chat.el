@@ -570,13 +570,26 @@ Return where it ends, or END when there is none."
               (sly-agent-q-chat--fontify-as mode code-start code-end))))
         (point)))))
 
+(defun sly-agent-q-chat--fontify-buffer (mode)
+  "The hidden buffer in MODE where code blocks are fontified.
+It is kept: setting a mode up for each block cost as much as
+fontifying it (the way Org fontifies source blocks)."
+  (let ((buffer (get-buffer-create (format " *sly-agent-q-fontify %s*" mode))))
+    (with-current-buffer buffer
+      (unless (eq major-mode mode)
+        (delay-mode-hooks (funcall mode))))
+    buffer))
+
 (defun sly-agent-q-chat--fontify-as (mode start end)
   "Give the text between START and END the faces MODE's font lock gives it."
   (let ((code (buffer-substring-no-properties start end))
         (faces nil))
-    (with-temp-buffer
-      (insert code)
-      (delay-mode-hooks (funcall mode))
+    (with-current-buffer (sly-agent-q-chat--fontify-buffer mode)
+      (let ((inhibit-read-only t) (buffer-undo-list t))
+        (erase-buffer)
+        (insert code))
+      ;; Else a buffer fontified once counts as fontified for good.
+      (setq font-lock-fontified nil)
       (ignore-errors (font-lock-ensure))
       (let ((pos (point-min)))
         (while (< pos (point-max))
