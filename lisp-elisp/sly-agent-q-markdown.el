@@ -174,7 +174,7 @@ renderer hid of them while the block streamed in is shown again."
   "The `load-path' markdown-mode was last looked for in, not found.")
 
 (defun sly-agent-q-markdown--markdown-mode-p ()
-  "Non-nil when markdown-mode is loaded, or now loads.
+  "Return non-nil when markdown-mode is loaded, or could be loaded now.
 A search that failed is not made again while `load-path' is the same:
 each searched every directory of it, for every piece rendered."
   (or (featurep 'markdown-mode)
