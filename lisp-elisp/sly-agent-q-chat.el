@@ -505,13 +505,7 @@ fontified after.  What is more than a step's worth is rendered later
             (pop sly-agent-q-chat--render-queue)))))
     (setq sly-agent-q-chat--render-timer
           (and sly-agent-q-chat--render-queue
-               (let ((buffer (current-buffer)))
-                 ;; Not 0: timers due are run one after another before a key is read.
-                 (run-with-timer 0.001 nil
-                                 (lambda ()
-                                   (when (buffer-live-p buffer)
-                                     (with-current-buffer buffer
-                                       (sly-agent-q-chat--render-some))))))))))
+               (sly-agent-q-display-next-step #'sly-agent-q-chat--render-some)))))
 
 (defun sly-agent-q-chat--end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."
