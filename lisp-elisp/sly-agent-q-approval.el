@@ -140,12 +140,28 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
                              (equal (plist-get preview :old) ""))))))
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql approval)) call)
-  "Decide the approval CALL.
+  "Decide the approval CALL, from a timer (see `sly-agent-q-approval--start')."
+  ;; Reading a request that carries a large edit already held the process
+  ;; filter; preparing its review is a second step, with keys read between.
+  (run-at-time 0 nil #'sly-agent-q-approval--start call))
+
+(defun sly-agent-q-approval--start (call)
+  "Decide the approval CALL, unless it was cancelled before it started.
 The call is first prepared as the tool would do it; if the tool would
 refuse it, CALL is answered with that error and nobody is asked.
 Otherwise the diff review decides for a call reviewed as a diff or a
 form (the review kind the server sent), else
 `sly-agent-q-approval-function', else the user."
+  (unless (sly-agent-q-call-done call)
+    (condition-case err
+        (sly-agent-q-approval--prepare call)
+      (error
+       (setq sly-agent-q-server-last-handler-error err)
+       (sly-agent-q-call-fail call (format "Emacs failed to start the approval: %s"
+                                           (error-message-string err)))))))
+
+(defun sly-agent-q-approval--prepare (call)
+  "Prepare the approval CALL and put it to whoever decides."
   (let ((params (sly-agent-q-call-params call)))
     (cl-destructuring-bind (&key capability arguments review &allow-other-keys) params
       (let* ((preview (condition-case err

@@ -194,7 +194,19 @@ for the user's approval."
 (defvar-local sly-agent-q-chat--history-draft nil "The input before walking the history.")
 (defvar-local sly-agent-q-chat--attachments nil "Context for the next message: plists (:label :text).")
 (defvar-local sly-agent-q-chat--rendered nil
-  "Marker up to which the agent's current text has had its Markdown rendered.")
+  "Marker up to which the agent's current text was queued for rendering.")
+(defvar-local sly-agent-q-chat--render-queue nil
+  "The agent's text inserted but not rendered yet, oldest first.
+Each is a list (CONTEXT FROM TO CODE): markers at the start of its
+run of text, at what is still to render and at its end; CODE, a
+marker at the start of a run of text now complete, whose code blocks
+are fontified once the text is rendered, or nil.")
+(defvar-local sly-agent-q-chat--render-timer nil
+  "Timer rendering the rest of `sly-agent-q-chat--render-queue'.")
+(defvar sly-agent-q-chat--render-step-chars 16000
+  "Most characters of the agent's text rendered in one step.
+Rendering 100,000 characters that came at once held Emacs over 100 ms;
+the rest is rendered from timers, with keys read between.")
 (defvar-local sly-agent-q-chat--prompt-break nil
   "Overlay that puts the prompt on a line of its own.")
 (defvar-local sly-agent-q-chat--title nil "The saved conversation's title, when it was resumed.")
@@ -451,27 +463,57 @@ TEXT comes from the model: it is drawn as data (`sly-agent-q-display-text')."
                    (and (search-backward "\n" sly-agent-q-chat--rendered t) (1+ (point))))))
         (when end (sly-agent-q-chat--render sly-agent-q-chat--rendered end))))))
 
-(defun sly-agent-q-chat--render (start end)
-  "Render the Markdown of the agent's text from START to END; mark it done."
-  (let ((inhibit-read-only t)
+(defun sly-agent-q-chat--render (start end &optional complete)
+  "Render the Markdown of the agent's text from START to END.
+With COMPLETE, the run of text ends at END: its code blocks are
+fontified after.  What is more than a step's worth is rendered later
+\=(`sly-agent-q-chat--render-step-chars'), in order."
+  (setq sly-agent-q-chat--render-queue
+        (nconc sly-agent-q-chat--render-queue
+               (list (list (copy-marker sly-agent-q-chat--segment) (copy-marker start)
+                           (copy-marker end)
+                           (and complete (copy-marker sly-agent-q-chat--segment))))))
+  (set-marker sly-agent-q-chat--rendered end)
+  (unless sly-agent-q-chat--render-timer
+    (sly-agent-q-chat--render-some)))
+
+(defun sly-agent-q-chat--render-some ()
+  "Render a step's worth of `sly-agent-q-chat--render-queue'; ask for the rest."
+  (let ((budget sly-agent-q-chat--render-step-chars)
+        (inhibit-read-only t)
         (buffer-undo-list t))
-    (sly-agent-q-markdown-render-region sly-agent-q-chat--segment start end))
-  (set-marker sly-agent-q-chat--rendered end))
+    (while (and sly-agent-q-chat--render-queue (> budget 0))
+      (pcase-let ((`(,context ,from ,to ,code) (car sly-agent-q-chat--render-queue)))
+        (if (< from to)
+            (let ((end (save-excursion
+                         (goto-char (min to (+ from budget)))
+                         (unless (or (= (point) to) (bolp)) (forward-line 1))
+                         (min (point) to))))
+              (sly-agent-q-markdown-render-region context from end)
+              (cl-decf budget (- end from))
+              (set-marker from end))
+          ;; Rendered; a complete run of text then has its code blocks
+          ;; fontified, one at a time (each costs about as much as rendering it).
+          (when (and code (= code context))
+            (sly-agent-q-markdown-show-fences code to))
+          (while (and code sly-agent-q-fontify-code-blocks (< code to) (> budget 0))
+            (let ((next (sly-agent-q-chat--fontify-next-code-block code to)))
+              (cl-decf budget (- next code))
+              (set-marker code next)))
+          (when (or (null code) (not sly-agent-q-fontify-code-blocks) (>= code to))
+            (dolist (m (car sly-agent-q-chat--render-queue)) (and m (set-marker m nil)))
+            (pop sly-agent-q-chat--render-queue)))))
+    (setq sly-agent-q-chat--render-timer
+          (and sly-agent-q-chat--render-queue
+               (sly-agent-q-display-next-step #'sly-agent-q-chat--render-some)))))
 
 (defun sly-agent-q-chat--end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."
   (when sly-agent-q-chat--segment
-    (let ((start (marker-position sly-agent-q-chat--segment)))
-      (sly-agent-q-chat--render sly-agent-q-chat--rendered sly-agent-q-chat--output)
-      (let ((inhibit-read-only t))
-        (sly-agent-q-markdown-show-fences start sly-agent-q-chat--output))
-      (set-marker sly-agent-q-chat--rendered nil)
-      (set-marker sly-agent-q-chat--segment nil)
-      (setq sly-agent-q-chat--segment nil)
-      (when sly-agent-q-fontify-code-blocks
-        (let ((inhibit-read-only t)
-              (buffer-undo-list t))
-          (sly-agent-q-chat--fontify-code-blocks start sly-agent-q-chat--output))))))
+    (sly-agent-q-chat--render sly-agent-q-chat--rendered sly-agent-q-chat--output t)
+    (set-marker sly-agent-q-chat--rendered nil)
+    (set-marker sly-agent-q-chat--segment nil)
+    (setq sly-agent-q-chat--segment nil)))
 
 (defun sly-agent-q-chat--end-text ()
   "End the agent's run of text and start a fresh line.
@@ -502,9 +544,15 @@ LABELS name the message's attachments."
 
 (defun sly-agent-q-chat--fontify-code-blocks (start end)
   "Fontify the Markdown code blocks between START and END."
+  (while (< (setq start (sly-agent-q-chat--fontify-next-code-block start end)) end)))
+
+(defun sly-agent-q-chat--fontify-next-code-block (start end)
+  "Fontify the first Markdown code block between START and END.
+Return where it ends, or END when there is none."
   (save-excursion
     (goto-char start)
-    (while (re-search-forward "^[ \t]*```\\([^ \t\n`]*\\)[^\n]*\n" end t)
+    (if (not (re-search-forward "^[ \t]*```\\([^ \t\n`]*\\)[^\n]*\n" end t))
+        end
       (let ((fence-start (match-beginning 0))
             (code-start (match-end 0))
             (mode (sly-agent-q-chat--code-mode (match-string 1))))
@@ -513,15 +561,29 @@ LABELS name the message's attachments."
           (let ((code-end (match-beginning 0)))
             (put-text-property code-end (match-end 0) 'face 'sly-agent-q-code-fence-face)
             (when (and mode (<= (- code-end code-start) sly-agent-q-fontify-max-chars))
-              (sly-agent-q-chat--fontify-as mode code-start code-end))))))))
+              (sly-agent-q-chat--fontify-as mode code-start code-end))))
+        (point)))))
+
+(defun sly-agent-q-chat--fontify-buffer (mode)
+  "The hidden buffer in MODE where code blocks are fontified.
+It is kept: setting a mode up for each block cost as much as
+fontifying it (the way Org fontifies source blocks)."
+  (let ((buffer (get-buffer-create (format " *sly-agent-q-fontify %s*" mode))))
+    (with-current-buffer buffer
+      (unless (eq major-mode mode)
+        (delay-mode-hooks (funcall mode))))
+    buffer))
 
 (defun sly-agent-q-chat--fontify-as (mode start end)
   "Give the text between START and END the faces MODE's font lock gives it."
   (let ((code (buffer-substring-no-properties start end))
         (faces nil))
-    (with-temp-buffer
-      (insert code)
-      (delay-mode-hooks (funcall mode))
+    (with-current-buffer (sly-agent-q-chat--fontify-buffer mode)
+      (let ((inhibit-read-only t) (buffer-undo-list t))
+        (erase-buffer)
+        (insert code))
+      ;; Else a buffer fontified once counts as fontified for good.
+      (setq font-lock-fontified nil)
       (ignore-errors (font-lock-ensure))
       (let ((pos (point-min)))
         (while (< pos (point-max))

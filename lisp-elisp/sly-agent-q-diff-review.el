@@ -431,13 +431,7 @@ Nothing is drawn once the review ended or was drawn again."
                        (- count (sly-agent-q-diff--review-drawn review))))
         (ewoc-enter-before ewoc summary (cl-incf (sly-agent-q-diff--review-drawn review))))
       (when (< (sly-agent-q-diff--review-drawn review) count)
-        (let ((buffer (current-buffer)))
-          ;; Not 0: timers due are run one after another before a key is read.
-          (run-with-timer 0.001 nil
-                          (lambda ()
-                            (when (buffer-live-p buffer)
-                              (with-current-buffer buffer
-                                (sly-agent-q-diff--draw-more review ewoc)))))))
+        (sly-agent-q-display-next-step #'sly-agent-q-diff--draw-more review ewoc))
       (sly-agent-q-diff--refine-later))))
 
 (defun sly-agent-q-diff--redraw-hunks (review &optional indexes)

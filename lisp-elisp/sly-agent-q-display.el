@@ -233,5 +233,19 @@ show as octal escapes; text to draw or edit needs the characters."
                  (if (multibyte-string-p json) json (decode-coding-string json 'utf-8 t)))))
     (error (format "%S" value))))
 
+;;;; Drawing in steps
+
+(defun sly-agent-q-display-next-step (function &rest args)
+  "Call FUNCTION with ARGS in the current buffer on the next step, if it lives.
+Drawing that would hold Emacs too long is done a step at a time: keys
+are read between steps.  The step is 1 ms away, not 0: timers already
+due run one after another before a key is read."
+  (let ((buffer (current-buffer)))
+    (run-with-timer 0.001 nil
+                    (lambda ()
+                      (when (buffer-live-p buffer)
+                        (with-current-buffer buffer
+                          (apply function args)))))))
+
 (provide 'sly-agent-q-display)
 ;;; sly-agent-q-display.el ends here

@@ -117,7 +117,7 @@ START should be at a line's start.  Returns END."
     (with-silent-modifications
       (if (and sly-agent-q-markdown-use-markdown-mode
                (not (sly-agent-q-markdown--long-line-p start end))
-               (require 'markdown-mode nil t))
+               (sly-agent-q-markdown--markdown-mode-p))
           (sly-agent-q-markdown--with-markdown-mode context start end)
         (sly-agent-q-markdown--render-own context start end))
       (sly-agent-q-markdown--show-words start end)))
@@ -169,6 +169,18 @@ renderer hid of them while the block streamed in is shown again."
         (forward-line 1)))))
 
 ;;;; With markdown-mode
+
+(defvar sly-agent-q-markdown--missing-for nil
+  "The `load-path' markdown-mode was last looked for in, not found.")
+
+(defun sly-agent-q-markdown--markdown-mode-p ()
+  "Return non-nil when markdown-mode is loaded, or could be loaded now.
+A search that failed is not made again while `load-path' is the same:
+each searched every directory of it, for every piece rendered."
+  (or (featurep 'markdown-mode)
+      (and (not (eq load-path sly-agent-q-markdown--missing-for))
+           (or (require 'markdown-mode nil t)
+               (progn (setq sly-agent-q-markdown--missing-for load-path) nil)))))
 
 (defun sly-agent-q-markdown--with-markdown-mode (answer start end)
   "Render START..END with markdown-mode; the answer's text began at ANSWER.

@@ -129,6 +129,41 @@
                            (buffer-string))
                          "hello")))))))
 
+;; An approval is prepared from a timer, after the filter that read it:
+;; the server's cancel may be read in that same filter, and a call it
+;; cancelled is then never put to anyone.
+(ert-deftest sly-agent-q-chat-approval-cancelled-before-it-started ()
+  "An approval cancelled in the batch that brought it is asked of no one."
+  (sly-agent-q-test--with-root root
+    (sly-agent-q-test-with-server '((steps . []))
+      (let* ((asked nil)
+             (sly-agent-q-approval-function
+              (lambda (request callback)
+                (push (plist-get request :path) asked)
+                (funcall callback '(:decision "denied" :reason "test"))))
+             (conn sly-agent-q-current-connection)
+             (call (lambda (id)
+                     (sly-agent-q-handle-notification
+                      conn 'emacs/call
+                      (list :id id :kind "approval"
+                            :params (list :callId id :tool "propose_file_edit"
+                                          :capability "propose_file_edit"
+                                          :arguments '(:path "notes.txt" :new_content "hello"
+                                                       :description "Write notes.txt")
+                                          :review "diff" :safetyLevel "dangerous"
+                                          :description "Write notes.txt" :categories []
+                                          :reason '(:kind "level")))))))
+        ;; One call cancelled at once, as if both came in one read.
+        (funcall call "cancelled-1")
+        (sly-agent-q-handle-notification conn 'emacs/cancel '(:id "cancelled-1" :reason "turn cancelled"))
+        ;; The other, left alone, shows the approval is asked at all.
+        (funcall call "asked-2")
+        (sly-agent-q-test-wait (lambda () asked) 10 "the second approval")
+        (sly-agent-q-test-sleep 0.2)
+        (should (= (length asked) 1))
+        (should-not (sly-agent-q-call-pending "approval"))
+        (should-not (file-exists-p (expand-file-name "notes.txt" root)))))))
+
 (ert-deftest sly-agent-q-chat-approval-function-denies ()
   "A denial: nothing is written and the model learns the reason."
   (sly-agent-q-test--with-root root

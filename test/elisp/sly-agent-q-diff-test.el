@@ -681,7 +681,8 @@ dropped: it stayed pending in the chat, and nothing could answer it."
                                :arguments (list :path "a.lisp" :content (sly-agent-q-diff-test-new)))))
           (sly-agent-q-approval-function nil)
           (after nil))
-      (sly-agent-q-handle-call 'approval call)
+      ;; Started at once (the method starts it from a timer).
+      (sly-agent-q-approval--start call)
       ;; The turn is cancelled before the server's hunks come.
       (sly-agent-q-call-drop call "cancelled")
       (sly-agent-q-test-wait (lambda () (sly-agent-q-diff--fetched (sly-agent-q-diff-test-old)

@@ -996,12 +996,13 @@ on by `lisp-mode-hook' and binds the same key)."
                (lambda (args cb &optional _tool _call-id) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
       (let ((sly-agent-q-approval-function
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
-        (sly-agent-q-handle-call 'approval
+        ;; Started at once, not from the timer the method uses.
+        (sly-agent-q-approval--start
          (sly-agent-q--make-call :id "e1" :kind "approval"
                                  :params '(:tool "propose_file_edit" :capability "propose_file_edit" :review "diff"
                                            :arguments (:path "f.lisp" :new_content "x\n")
                                            :callId "c1")))
-        (sly-agent-q-handle-call 'approval
+        (sly-agent-q-approval--start
          (sly-agent-q--make-call :id "e2" :kind "approval"
                                  :params '(:tool "x" :arguments (:a 1) :callId "c2")))))
     (delete-directory sly-agent-q-project-root t)
