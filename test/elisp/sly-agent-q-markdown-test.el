@@ -150,6 +150,29 @@ over 100 ms; the rest is rendered from timers."
     (should (equal in-steps at-once))
     (should-not (string-match-p "\\*\\*" in-steps))))
 
+(ert-deftest sly-agent-q-markdown-dense-answer-rendered-in-linear-work ()
+  "Rendering a region asks where each property changes next once per change.
+Showing words again asked, at each run of hidden text, where the next
+`display' change was: with none after it, each question walked every
+run of text to the region's end.  A step of dense Markdown (16,000
+characters, a heading and emphasis on every line) held Emacs 130-360 ms.
+The work is counted as the distance those questions walk, not timed."
+  (let* ((sly-agent-q-markdown-use-markdown-mode nil)
+         (walked 0)
+         (count (lambda (result pos) (setq walked (+ walked (- (or result pos) pos))) result)))
+    (with-temp-buffer
+      (dotimes (i 500) (insert (format "## H%d\nUse **MAPCAR** and `x`.\n" i)))
+      (let ((orig (symbol-function 'next-single-property-change)))
+        (cl-letf (((symbol-function 'next-single-property-change)
+                   (lambda (pos prop &optional object limit)
+                     (funcall count (funcall orig pos prop object limit) pos))))
+          (sly-agent-q-markdown-render-region (point-min) (point-min) (point-max))))
+      ;; Rendered all the same: the stars are hidden, the words shown.
+      (should (equal (sly-agent-q-markdown-test--visible (point-min) (point-max))
+                     (mapconcat (lambda (i) (format "H%d\nUse MAPCAR and x.\n" i))
+                                (number-sequence 0 499) "")))
+      (should (< walked (* 4 (buffer-size)))))))
+
 (ert-deftest sly-agent-q-markdown-missing-markdown-mode-looked-for-once ()
   "Without markdown-mode, it is looked for once, not at every piece rendered.
 Each search went through every directory of `load-path': resuming a
