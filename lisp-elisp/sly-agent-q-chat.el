@@ -567,7 +567,12 @@ Return where it ends, or END when there is none."
           (let ((code-end (match-beginning 0)))
             (put-text-property code-end (match-end 0) 'face 'sly-agent-q-code-fence-face)
             (when (and mode (<= (- code-end code-start) sly-agent-q-fontify-max-chars))
-              (sly-agent-q-chat--fontify-as mode code-start code-end))))
+              ;; A mode that fails is the user's to mend; the block stays
+              ;; plain, and the rest of the answer, and later ones, render.
+              (condition-case err
+                  (sly-agent-q-chat--fontify-as mode code-start code-end)
+                (error (message "sly-agent-q: %s could not fontify a code block: %s"
+                                mode (error-message-string err)))))))
         (point)))))
 
 (defun sly-agent-q-chat--fontify-buffer (mode)
@@ -577,7 +582,11 @@ fontifying it (the way Org fontifies source blocks)."
   (let ((buffer (get-buffer-create (format " *sly-agent-q-fontify %s*" mode))))
     (with-current-buffer buffer
       (unless (eq major-mode mode)
-        (delay-mode-hooks (funcall mode))))
+        (condition-case err
+            (delay-mode-hooks (funcall mode))
+          ;; Named in the mode already, the buffer would pass for set up.
+          (error (kill-buffer buffer)
+                 (signal (car err) (cdr err))))))
     buffer))
 
 (defun sly-agent-q-chat--fontify-as (mode start end)

@@ -173,6 +173,46 @@ The work is counted as the distance those questions walk, not timed."
                                 (number-sequence 0 499) "")))
       (should (< walked (* 4 (buffer-size)))))))
 
+(define-derived-mode sly-agent-q-markdown-test--broken-mode prog-mode "Broken"
+  "A mode whose setup fails after it is named the buffer's mode."
+  (error "This mode fails to set up"))
+
+(ert-deftest sly-agent-q-markdown-code-mode-failing-to-set-up ()
+  "A code block whose mode fails to set up is shown plain; the rest is rendered.
+The block's mode is set up in a kept buffer, from a timer: the failure
+stopped that step, and every later one of the buffer (the timer was
+never asked for again), and the kept buffer, named in the mode, passed
+for set up after."
+  (let ((sly-agent-q-markdown-use-markdown-mode nil)
+        (code-mode (symbol-function 'sly-agent-q-chat--code-mode))
+        (text (concat "```broken\n(a b)\n```\n"
+                      (mapconcat #'identity (make-list 300 sly-agent-q-markdown-test--answer) "\n")
+                      "\n```broken\n(c d)\n```\nLast **word**.")))
+    (should (> (length text) (* 2 sly-agent-q-chat--render-step-chars)))
+    (cl-letf (((symbol-function 'sly-agent-q-chat--code-mode)
+               (lambda (lang) (if (equal lang "broken") #'sly-agent-q-markdown-test--broken-mode
+                                (funcall code-mode lang)))))
+      (sly-agent-q-markdown-test--with-chat
+        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text text))
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
+        ;; The next answer is rendered too.
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t2" :text "Next **answer**.\n```lisp\n(defun g ())\n```\n"))
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t2" :text "" :stopReason "end_turn"))
+        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
+        (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+          (should (string-match-p "^Last word\\.$" screen))
+          (should (string-match-p "^Next answer\\.$" screen))
+          (should (string-match-p "^(c d)$" screen)))
+        (goto-char (point-max))
+        (search-backward "(defun g")
+        (should (get-text-property (1+ (point)) 'face))
+        (search-backward "(c d)")
+        (should-not (get-text-property (1+ (point)) 'face))))))
+
 (ert-deftest sly-agent-q-markdown-missing-markdown-mode-looked-for-once ()
   "Without markdown-mode, it is looked for once, not at every piece rendered.
 Each search went through every directory of `load-path': resuming a
