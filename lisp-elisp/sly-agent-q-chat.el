@@ -477,9 +477,18 @@ fontified after.  What is more than a step's worth is rendered later
   (unless sly-agent-q-chat--render-timer
     (sly-agent-q-chat--render-some)))
 
+(defvar sly-agent-q-chat--markdown-mode-step-chars 1000
+  "Most characters rendered in one step when markdown-mode renders.
+Its font lock costs about ten times the chat's own renderer's (and
+more in a long paragraph): 16,000 characters of ordinary Markdown held
+Emacs 0.7 s, of one long paragraph tens of seconds.")
+
 (defun sly-agent-q-chat--render-some ()
   "Render a step's worth of `sly-agent-q-chat--render-queue'; ask for the rest."
-  (let ((budget sly-agent-q-chat--render-step-chars)
+  (let ((budget (if (and sly-agent-q-markdown-use-markdown-mode sly-agent-q-markdown-render
+                         (sly-agent-q-markdown--markdown-mode-p))
+                    (min sly-agent-q-chat--render-step-chars sly-agent-q-chat--markdown-mode-step-chars)
+                  sly-agent-q-chat--render-step-chars))
         (inhibit-read-only t)
         (buffer-undo-list t))
     (while (and sly-agent-q-chat--render-queue (> budget 0))

@@ -213,6 +213,33 @@ for set up after."
         (search-backward "(c d)")
         (should-not (get-text-property (1+ (point)) 'face))))))
 
+(ert-deftest sly-agent-q-markdown-markdown-mode-renders-small-steps ()
+  "With markdown-mode, a step hands it a small piece: its font lock costs far more.
+A step of 16,000 characters of ordinary Markdown held Emacs 0.7 s with
+markdown-mode, a long paragraph tens of seconds (a 700 KB answer froze
+the terminal for minutes).  The work is counted as the text markdown-mode
+is given in each step, not timed; the answer ends rendered all the same."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (let* ((sly-agent-q-markdown-use-markdown-mode t)
+         (text (mapconcat #'identity (make-list 100 sly-agent-q-markdown-test--answer) "\n\n"))
+         (given 0) (most 0)
+         (count (lambda (answer start end)
+                  (ignore answer)
+                  (setq given (+ given (- end start))))))
+    (advice-add 'sly-agent-q-markdown--with-markdown-mode :before count)
+    (advice-add 'sly-agent-q-chat--render-some :around
+                (lambda (orig) (setq given 0) (funcall orig) (setq most (max most given)))
+                '((name . sly-agent-q-markdown-test--step)))
+    (unwind-protect
+        (let ((screen (sly-agent-q-markdown-test--at-once text)))
+          (should-not (string-match-p "\\*\\*" screen))
+          (should (> most 0))
+          (should (<= most 2000)))
+      (advice-remove 'sly-agent-q-markdown--with-markdown-mode count)
+      (advice-remove 'sly-agent-q-chat--render-some 'sly-agent-q-markdown-test--step))))
+
 (ert-deftest sly-agent-q-markdown-missing-markdown-mode-looked-for-once ()
   "Without markdown-mode, it is looked for once, not at every piece rendered.
 Each search went through every directory of `load-path': resuming a
