@@ -195,7 +195,9 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
                       (if (re-search-backward "^[ \t]*\n" limit t)
                           (match-end 0)
                         (goto-char limit)
-                        (line-beginning-position)))))
+                        ;; Not back past LIMIT: the line there may be a long one
+                        ;; (100,000 backticks) that markdown-mode takes minutes on.
+                        (if (bolp) (point) (min start (line-beginning-position 2)))))))
          (text (buffer-substring-no-properties context end))
         (offset (- start context))
         props)

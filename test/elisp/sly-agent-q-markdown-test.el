@@ -240,6 +240,31 @@ is given in each step, not timed; the answer ends rendered all the same."
       (advice-remove 'sly-agent-q-markdown--with-markdown-mode count)
       (advice-remove 'sly-agent-q-chat--render-some 'sly-agent-q-markdown-test--step))))
 
+(ert-deftest sly-agent-q-markdown-markdown-mode-never-sees-a-long-line-before ()
+  "The text after a very long line is rendered without markdown-mode seeing that line.
+A line longer than the longest rendered is left as written, but the
+next piece's context went back to its start: markdown-mode was given
+100,000 backticks, and took minutes (a step, or a streamed line, held
+Emacs that long).  Counted as the text markdown-mode is given, not timed."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (let* ((sly-agent-q-markdown-use-markdown-mode t)
+         (most 0)
+         (count (lambda (&rest _)
+                 (when (derived-mode-p 'markdown-mode) (setq most (max most (buffer-size)))))))
+    (advice-add 'font-lock-ensure :before count)
+    (unwind-protect
+        (with-temp-buffer
+          (insert "x " (make-string 100000 ?`) "\n")
+          (let ((after (point)))
+            (insert "Last **word**.\n")
+            (sly-agent-q-markdown-render-region (point-min) (point-min) after)
+            (sly-agent-q-markdown-render-region (point-min) after (point-max))
+            (should (equal (sly-agent-q-markdown-test--visible after (point-max)) "Last word.\n"))
+            (should (<= most (+ sly-agent-q-markdown-context-chars (- (point-max) after))))))
+      (advice-remove 'font-lock-ensure count))))
+
 (ert-deftest sly-agent-q-markdown-missing-markdown-mode-looked-for-once ()
   "Without markdown-mode, it is looked for once, not at every piece rendered.
 Each search went through every directory of `load-path': resuming a
