@@ -477,9 +477,18 @@ fontified after.  What is more than a step's worth is rendered later
   (unless sly-agent-q-chat--render-timer
     (sly-agent-q-chat--render-some)))
 
+(defvar sly-agent-q-chat--markdown-mode-step-chars 1000
+  "Most characters rendered in one step when markdown-mode renders.
+Its font lock costs about ten times the chat's own renderer's (and
+more in a long paragraph): 16,000 characters of ordinary Markdown held
+Emacs 0.7 s, of one long paragraph tens of seconds.")
+
 (defun sly-agent-q-chat--render-some ()
   "Render a step's worth of `sly-agent-q-chat--render-queue'; ask for the rest."
-  (let ((budget sly-agent-q-chat--render-step-chars)
+  (let ((budget (if (and sly-agent-q-markdown-use-markdown-mode sly-agent-q-markdown-render
+                         (sly-agent-q-markdown--markdown-mode-p))
+                    (min sly-agent-q-chat--render-step-chars sly-agent-q-chat--markdown-mode-step-chars)
+                  sly-agent-q-chat--render-step-chars))
         (inhibit-read-only t)
         (buffer-undo-list t))
     (while (and sly-agent-q-chat--render-queue (> budget 0))
@@ -561,7 +570,12 @@ Return where it ends, or END when there is none."
           (let ((code-end (match-beginning 0)))
             (put-text-property code-end (match-end 0) 'face 'sly-agent-q-code-fence-face)
             (when (and mode (<= (- code-end code-start) sly-agent-q-fontify-max-chars))
-              (sly-agent-q-chat--fontify-as mode code-start code-end))))
+              ;; A mode that fails is the user's to mend; the block stays
+              ;; plain, and the rest of the answer, and later ones, render.
+              (condition-case err
+                  (sly-agent-q-chat--fontify-as mode code-start code-end)
+                (error (message "sly-agent-q: %s could not fontify a code block: %s"
+                                mode (error-message-string err)))))))
         (point)))))
 
 (defun sly-agent-q-chat--fontify-buffer (mode)
@@ -571,7 +585,11 @@ fontifying it (the way Org fontifies source blocks)."
   (let ((buffer (get-buffer-create (format " *sly-agent-q-fontify %s*" mode))))
     (with-current-buffer buffer
       (unless (eq major-mode mode)
-        (delay-mode-hooks (funcall mode))))
+        (condition-case err
+            (delay-mode-hooks (funcall mode))
+          ;; Named in the mode already, the buffer would pass for set up.
+          (error (kill-buffer buffer)
+                 (signal (car err) (cdr err))))))
     buffer))
 
 (defun sly-agent-q-chat--fontify-as (mode start end)

@@ -81,7 +81,13 @@
   "Start the `emacs/call' PARAMS from CONN through its kind's method."
   (cl-destructuring-bind (&key id kind ((:params call-params)) &allow-other-keys) params
     (let ((call (sly-agent-q--make-call :id id :kind kind :conn conn :params call-params))
-          (known (sly-agent-q-protocol-call-kind kind)))
+          (known (sly-agent-q-protocol-call-kind kind))
+          (earlier (gethash id (sly-agent-q-connection-calls conn))))
+      ;; A call sent again under its id takes the earlier one's place: the
+      ;; earlier, no longer reachable by a cancel or the server's end, is
+      ;; dropped (an approval not prepared yet is then put to no one).
+      (when earlier
+        (sly-agent-q-call-drop earlier "sent again under its id"))
       (puthash id call (sly-agent-q-connection-calls conn))
       (if (not known)
           (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))

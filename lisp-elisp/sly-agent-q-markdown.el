@@ -126,11 +126,14 @@ START should be at a line's start.  Returns END."
 (defun sly-agent-q-markdown--show-words (start end)
   "Show again what was hidden or drawn over between START and END, if a word.
 Markup is punctuation; a letter or a digit hidden (a link's address,
-its title, a reference's label) is text the user should see."
-  (let ((pos start))
+its title, a reference's label) is text the user should see.
+Where each property changes next is asked once per change: asked at
+each run, it walked every run to END while the other changed first."
+  (let ((pos start) (invisible start) (display start))
     (while (< pos end)
-      (let ((next (min (next-single-property-change pos 'invisible nil end)
-                       (next-single-property-change pos 'display nil end))))
+      (when (<= invisible pos) (setq invisible (next-single-property-change pos 'invisible nil end)))
+      (when (<= display pos) (setq display (next-single-property-change pos 'display nil end)))
+      (let ((next (min invisible display)))
         (when (and (or (get-text-property pos 'invisible) (get-text-property pos 'display))
                    (save-excursion
                      (goto-char pos)
@@ -192,7 +195,9 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
                       (if (re-search-backward "^[ \t]*\n" limit t)
                           (match-end 0)
                         (goto-char limit)
-                        (line-beginning-position)))))
+                        ;; Not back past LIMIT: the line there may be a long one
+                        ;; (100,000 backticks) that markdown-mode takes minutes on.
+                        (if (bolp) (point) (min start (line-beginning-position 2)))))))
          (text (buffer-substring-no-properties context end))
         (offset (- start context))
         props)

@@ -164,6 +164,42 @@
         (should-not (sly-agent-q-call-pending "approval"))
         (should-not (file-exists-p (expand-file-name "notes.txt" root)))))))
 
+(ert-deftest sly-agent-q-chat-approval-resent-under-its-id-then-cancelled ()
+  "An approval sent twice under one id, then cancelled, is asked of no one.
+The second call under an id took the first's place in the calls
+pending: the cancel reached the second only, and the first, prepared
+after the read, was put to the user, where no cancel nor the server's
+end could reach it again."
+  (sly-agent-q-test--with-root root
+    (sly-agent-q-test-with-server '((steps . []))
+      (let* ((asked nil)
+             (sly-agent-q-approval-function
+              (lambda (request callback)
+                (push (plist-get request :path) asked)
+                (funcall callback '(:decision "denied" :reason "test"))))
+             (conn sly-agent-q-current-connection)
+             (call (lambda (id)
+                     (sly-agent-q-handle-notification
+                      conn 'emacs/call
+                      (list :id id :kind "approval"
+                            :params (list :callId id :tool "propose_file_edit"
+                                          :capability "propose_file_edit"
+                                          :arguments '(:path "notes.txt" :new_content "hello"
+                                                       :description "Write notes.txt")
+                                          :review "diff" :safetyLevel "dangerous"
+                                          :description "Write notes.txt" :categories []
+                                          :reason '(:kind "level")))))))
+        ;; As if all came in one read: the call, again under its id, its cancel.
+        (funcall call "twice-1")
+        (funcall call "twice-1")
+        (sly-agent-q-handle-notification conn 'emacs/cancel '(:id "twice-1" :reason "turn cancelled"))
+        ;; Another, left alone, shows the approvals are asked at all.
+        (funcall call "asked-2")
+        (sly-agent-q-test-wait (lambda () asked) 10 "the other approval")
+        (sly-agent-q-test-sleep 0.2)
+        (should (= (length asked) 1))
+        (should-not (sly-agent-q-call-pending "approval"))))))
+
 (ert-deftest sly-agent-q-chat-approval-function-denies ()
   "A denial: nothing is written and the model learns the reason."
   (sly-agent-q-test--with-root root

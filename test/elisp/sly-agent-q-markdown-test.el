@@ -150,6 +150,121 @@ over 100 ms; the rest is rendered from timers."
     (should (equal in-steps at-once))
     (should-not (string-match-p "\\*\\*" in-steps))))
 
+(ert-deftest sly-agent-q-markdown-dense-answer-rendered-in-linear-work ()
+  "Rendering a region asks where each property changes next once per change.
+Showing words again asked, at each run of hidden text, where the next
+`display' change was: with none after it, each question walked every
+run of text to the region's end.  A step of dense Markdown (16,000
+characters, a heading and emphasis on every line) held Emacs 130-360 ms.
+The work is counted as the distance those questions walk, not timed."
+  (let* ((sly-agent-q-markdown-use-markdown-mode nil)
+         (walked 0)
+         (count (lambda (result pos) (setq walked (+ walked (- (or result pos) pos))) result)))
+    (with-temp-buffer
+      (dotimes (i 500) (insert (format "## H%d\nUse **MAPCAR** and `x`.\n" i)))
+      (let ((orig (symbol-function 'next-single-property-change)))
+        (cl-letf (((symbol-function 'next-single-property-change)
+                   (lambda (pos prop &optional object limit)
+                     (funcall count (funcall orig pos prop object limit) pos))))
+          (sly-agent-q-markdown-render-region (point-min) (point-min) (point-max))))
+      ;; Rendered all the same: the stars are hidden, the words shown.
+      (should (equal (sly-agent-q-markdown-test--visible (point-min) (point-max))
+                     (mapconcat (lambda (i) (format "H%d\nUse MAPCAR and x.\n" i))
+                                (number-sequence 0 499) "")))
+      (should (< walked (* 4 (buffer-size)))))))
+
+(define-derived-mode sly-agent-q-markdown-test--broken-mode prog-mode "Broken"
+  "A mode whose setup fails after it is named the buffer's mode."
+  (error "This mode fails to set up"))
+
+(ert-deftest sly-agent-q-markdown-code-mode-failing-to-set-up ()
+  "A code block whose mode fails to set up is shown plain; the rest is rendered.
+The block's mode is set up in a kept buffer, from a timer: the failure
+stopped that step, and every later one of the buffer (the timer was
+never asked for again), and the kept buffer, named in the mode, passed
+for set up after."
+  (let ((sly-agent-q-markdown-use-markdown-mode nil)
+        (code-mode (symbol-function 'sly-agent-q-chat--code-mode))
+        (text (concat "```broken\n(a b)\n```\n"
+                      (mapconcat #'identity (make-list 300 sly-agent-q-markdown-test--answer) "\n")
+                      "\n```broken\n(c d)\n```\nLast **word**.")))
+    (should (> (length text) (* 2 sly-agent-q-chat--render-step-chars)))
+    (cl-letf (((symbol-function 'sly-agent-q-chat--code-mode)
+               (lambda (lang) (if (equal lang "broken") #'sly-agent-q-markdown-test--broken-mode
+                                (funcall code-mode lang)))))
+      (sly-agent-q-markdown-test--with-chat
+        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text text))
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
+        ;; The next answer is rendered too.
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t2" :text "Next **answer**.\n```lisp\n(defun g ())\n```\n"))
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t2" :text "" :stopReason "end_turn"))
+        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
+        (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+          (should (string-match-p "^Last word\\.$" screen))
+          (should (string-match-p "^Next answer\\.$" screen))
+          (should (string-match-p "^(c d)$" screen)))
+        (goto-char (point-max))
+        (search-backward "(defun g")
+        (should (get-text-property (1+ (point)) 'face))
+        (search-backward "(c d)")
+        (should-not (get-text-property (1+ (point)) 'face))))))
+
+(ert-deftest sly-agent-q-markdown-markdown-mode-renders-small-steps ()
+  "With markdown-mode, a step hands it a small piece: its font lock costs far more.
+A step of 16,000 characters of ordinary Markdown held Emacs 0.7 s with
+markdown-mode, a long paragraph tens of seconds (a 700 KB answer froze
+the terminal for minutes).  The work is counted as the text markdown-mode
+is given in each step, not timed; the answer ends rendered all the same."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (let* ((sly-agent-q-markdown-use-markdown-mode t)
+         (text (mapconcat #'identity (make-list 100 sly-agent-q-markdown-test--answer) "\n\n"))
+         (given 0) (most 0)
+         (count (lambda (answer start end)
+                  (ignore answer)
+                  (setq given (+ given (- end start))))))
+    (advice-add 'sly-agent-q-markdown--with-markdown-mode :before count)
+    (advice-add 'sly-agent-q-chat--render-some :around
+                (lambda (orig) (setq given 0) (funcall orig) (setq most (max most given)))
+                '((name . sly-agent-q-markdown-test--step)))
+    (unwind-protect
+        (let ((screen (sly-agent-q-markdown-test--at-once text)))
+          (should-not (string-match-p "\\*\\*" screen))
+          (should (> most 0))
+          (should (<= most 2000)))
+      (advice-remove 'sly-agent-q-markdown--with-markdown-mode count)
+      (advice-remove 'sly-agent-q-chat--render-some 'sly-agent-q-markdown-test--step))))
+
+(ert-deftest sly-agent-q-markdown-markdown-mode-never-sees-a-long-line-before ()
+  "The text after a very long line is rendered without markdown-mode seeing that line.
+A line longer than the longest rendered is left as written, but the
+next piece's context went back to its start: markdown-mode was given
+100,000 backticks, and took minutes (a step, or a streamed line, held
+Emacs that long).  Counted as the text markdown-mode is given, not timed."
+  (unless (or (require 'markdown-mode nil t)
+              (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+    (ert-skip "markdown-mode is not installed (Debian: elpa-markdown-mode)"))
+  (let* ((sly-agent-q-markdown-use-markdown-mode t)
+         (most 0)
+         (count (lambda (&rest _)
+                 (when (derived-mode-p 'markdown-mode) (setq most (max most (buffer-size)))))))
+    (advice-add 'font-lock-ensure :before count)
+    (unwind-protect
+        (with-temp-buffer
+          (insert "x " (make-string 100000 ?`) "\n")
+          (let ((after (point)))
+            (insert "Last **word**.\n")
+            (sly-agent-q-markdown-render-region (point-min) (point-min) after)
+            (sly-agent-q-markdown-render-region (point-min) after (point-max))
+            (should (equal (sly-agent-q-markdown-test--visible after (point-max)) "Last word.\n"))
+            (should (<= most (+ sly-agent-q-markdown-context-chars (- (point-max) after))))))
+      (advice-remove 'font-lock-ensure count))))
+
 (ert-deftest sly-agent-q-markdown-missing-markdown-mode-looked-for-once ()
   "Without markdown-mode, it is looked for once, not at every piece rendered.
 Each search went through every directory of `load-path': resuming a
