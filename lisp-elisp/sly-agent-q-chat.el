@@ -486,35 +486,47 @@ Emacs 0.7 s, of one long paragraph tens of seconds.")
 (defun sly-agent-q-chat--render-some ()
   "Render a step's worth of `sly-agent-q-chat--render-queue'; ask for the rest."
   (let ((budget (if (and sly-agent-q-markdown-use-markdown-mode sly-agent-q-markdown-render
-                         (sly-agent-q-markdown--markdown-mode-p))
+                         (sly-agent-q-markdown-mode-available-p))
                     (min sly-agent-q-chat--render-step-chars sly-agent-q-chat--markdown-mode-step-chars)
                   sly-agent-q-chat--render-step-chars))
         (inhibit-read-only t)
         (buffer-undo-list t))
     (while (and sly-agent-q-chat--render-queue (> budget 0))
-      (pcase-let ((`(,context ,from ,to ,code) (car sly-agent-q-chat--render-queue)))
-        (if (< from to)
-            (let ((end (save-excursion
-                         (goto-char (min to (+ from budget)))
-                         (unless (or (= (point) to) (bolp)) (forward-line 1))
-                         (min (point) to))))
-              (sly-agent-q-markdown-render-region context from end)
-              (cl-decf budget (- end from))
-              (set-marker from end))
-          ;; Rendered; a complete run of text then has its code blocks
-          ;; fontified, one at a time (each costs about as much as rendering it).
-          (when (and code (= code context))
-            (sly-agent-q-markdown-show-fences code to))
-          (while (and code sly-agent-q-fontify-code-blocks (< code to) (> budget 0))
-            (let ((next (sly-agent-q-chat--fontify-next-code-block code to)))
-              (cl-decf budget (- next code))
-              (set-marker code next)))
-          (when (or (null code) (not sly-agent-q-fontify-code-blocks) (>= code to))
-            (dolist (m (car sly-agent-q-chat--render-queue)) (and m (set-marker m nil)))
-            (pop sly-agent-q-chat--render-queue)))))
+      (condition-case err
+          (setq budget (sly-agent-q-chat--render-job budget))
+        (error
+         ;; That run of text stays as written; the rest is still rendered.
+         (message "sly-agent-q: rendering the agent's text failed: %s" (error-message-string err))
+         (dolist (m (car sly-agent-q-chat--render-queue)) (and m (set-marker m nil)))
+         (pop sly-agent-q-chat--render-queue))))
     (setq sly-agent-q-chat--render-timer
           (and sly-agent-q-chat--render-queue
                (sly-agent-q-display-next-step #'sly-agent-q-chat--render-some)))))
+
+(defun sly-agent-q-chat--render-job (budget)
+  "Render up to BUDGET characters of the first job of the render queue.
+Return the budget left; a job done leaves the queue."
+  (pcase-let ((`(,context ,from ,to ,code) (car sly-agent-q-chat--render-queue)))
+    (if (< from to)
+        (let ((end (save-excursion
+                     (goto-char (min to (+ from budget)))
+                     (unless (or (= (point) to) (bolp)) (forward-line 1))
+                     (min (point) to))))
+          (sly-agent-q-markdown-render-region context from end)
+          (cl-decf budget (- end from))
+          (set-marker from end))
+      ;; Rendered; a complete run of text then has its code blocks
+      ;; fontified, one at a time (each costs about as much as rendering it).
+      (when (and code (= code context))
+        (sly-agent-q-markdown-show-fences code to))
+      (while (and code sly-agent-q-fontify-code-blocks (< code to) (> budget 0))
+        (let ((next (sly-agent-q-chat--fontify-next-code-block code to)))
+          (cl-decf budget (- next code))
+          (set-marker code next)))
+      (when (or (null code) (not sly-agent-q-fontify-code-blocks) (>= code to))
+        (dolist (m (car sly-agent-q-chat--render-queue)) (and m (set-marker m nil)))
+        (pop sly-agent-q-chat--render-queue)))
+    budget))
 
 (defun sly-agent-q-chat--end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."

@@ -117,7 +117,7 @@ START should be at a line's start.  Returns END."
     (with-silent-modifications
       (if (and sly-agent-q-markdown-use-markdown-mode
                (not (sly-agent-q-markdown--long-line-p start end))
-               (sly-agent-q-markdown--markdown-mode-p))
+               (sly-agent-q-markdown-mode-available-p))
           (sly-agent-q-markdown--with-markdown-mode context start end)
         (sly-agent-q-markdown--render-own context start end))
       (sly-agent-q-markdown--show-words start end)))
@@ -176,7 +176,7 @@ renderer hid of them while the block streamed in is shown again."
 (defvar sly-agent-q-markdown--missing-for nil
   "The `load-path' markdown-mode was last looked for in, not found.")
 
-(defun sly-agent-q-markdown--markdown-mode-p ()
+(defun sly-agent-q-markdown-mode-available-p ()
   "Return non-nil when markdown-mode is loaded, or could be loaded now.
 A search that failed is not made again while `load-path' is the same:
 each searched every directory of it, for every piece rendered."

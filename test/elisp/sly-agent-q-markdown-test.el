@@ -177,6 +177,32 @@ The work is counted as the distance those questions walk, not timed."
   "A mode whose setup fails after it is named the buffer's mode."
   (error "This mode fails to set up"))
 
+(ert-deftest sly-agent-q-markdown-failing-step-leaves-the-rest-rendered ()
+  "A rendering step that fails leaves its run of text as written; later text is rendered.
+Rendering runs from timers: an error there stopped every later step of
+the buffer, its timer never asked for again."
+  (let ((sly-agent-q-markdown-use-markdown-mode nil)
+        (render (symbol-function 'sly-agent-q-markdown-render-region))
+        (failed 0))
+    (cl-letf (((symbol-function 'sly-agent-q-markdown-render-region)
+               (lambda (context start end)
+                 (if (save-excursion (goto-char start) (looking-at-p "Poison"))
+                     (progn (cl-incf failed) (error "Injected fault"))
+                   (funcall render context start end)))))
+      (sly-agent-q-markdown-test--with-chat
+        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text "Poison **here**.\n"))
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
+        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t2" :text "Next **answer**.\n"))
+        (sly-agent-q-chat--flush)
+        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t2" :text "" :stopReason "end_turn"))
+        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+        (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+          (should (= failed 1))
+          (should (string-match-p "^Poison \\*\\*here\\*\\*\\.$" screen))
+          (should (string-match-p "^Next answer\\.$" screen)))))))
+
 (ert-deftest sly-agent-q-markdown-code-mode-failing-to-set-up ()
   "A code block whose mode fails to set up is shown plain; the rest is rendered.
 The block's mode is set up in a kept buffer, from a timer: the failure

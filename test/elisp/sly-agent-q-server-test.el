@@ -280,6 +280,8 @@
                            (mapconcat (lambda (i) (format "(defun f%d () %d)" i i)) (number-sequence 1 100) "\n")
                            "\n```\n")))
       (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "x" :stopReason "end_turn"))
+      ;; A long answer is rendered in steps.
+      (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
       (goto-char (point-min))
       (search-forward "(defun small")
       (should (eq (get-text-property (1+ (match-beginning 0)) 'face) 'font-lock-keyword-face))
