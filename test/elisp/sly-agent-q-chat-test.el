@@ -132,27 +132,38 @@
 ;; An approval is prepared from a timer, after the filter that read it:
 ;; the server's cancel may be read in that same filter, and a call it
 ;; cancelled is then never put to anyone.
+(defun sly-agent-q-chat-test--approval-call (conn id)
+  "Hand CONN's Emacs the approval call ID of a propose_file_edit, as the server sends it."
+  (sly-agent-q-handle-notification
+   conn 'emacs/call
+   (list :id id :kind "approval"
+         :params (list :callId id :tool "propose_file_edit" :capability "propose_file_edit"
+                       :arguments '(:path "notes.txt" :new_content "hello"
+                                    :description "Write notes.txt")
+                       :review "diff" :safetyLevel "dangerous"
+                       :description "Write notes.txt" :categories []
+                       :reason '(:kind "level")))))
+
+(defmacro sly-agent-q-chat-test--with-approvals (root asked conn call &rest body)
+  "Run BODY with the real server, in a fresh project ROOT, answering approvals itself.
+ASKED collects the path of each approval asked (each is denied), CONN
+is the connection, CALL a function of an id handing Emacs that
+approval call (`sly-agent-q-chat-test--approval-call')."
+  (declare (indent 4))
+  `(sly-agent-q-test--with-root ,root
+     (sly-agent-q-test-with-server '((steps . []))
+       (let* ((,asked nil)
+              (sly-agent-q-approval-function
+               (lambda (request callback)
+                 (push (plist-get request :path) ,asked)
+                 (funcall callback '(:decision "denied" :reason "test"))))
+              (,conn sly-agent-q-current-connection)
+              (,call (lambda (id) (sly-agent-q-chat-test--approval-call ,conn id))))
+         ,@body))))
+
 (ert-deftest sly-agent-q-chat-approval-cancelled-before-it-started ()
   "An approval cancelled in the batch that brought it is asked of no one."
-  (sly-agent-q-test--with-root root
-    (sly-agent-q-test-with-server '((steps . []))
-      (let* ((asked nil)
-             (sly-agent-q-approval-function
-              (lambda (request callback)
-                (push (plist-get request :path) asked)
-                (funcall callback '(:decision "denied" :reason "test"))))
-             (conn sly-agent-q-current-connection)
-             (call (lambda (id)
-                     (sly-agent-q-handle-notification
-                      conn 'emacs/call
-                      (list :id id :kind "approval"
-                            :params (list :callId id :tool "propose_file_edit"
-                                          :capability "propose_file_edit"
-                                          :arguments '(:path "notes.txt" :new_content "hello"
-                                                       :description "Write notes.txt")
-                                          :review "diff" :safetyLevel "dangerous"
-                                          :description "Write notes.txt" :categories []
-                                          :reason '(:kind "level")))))))
+  (sly-agent-q-chat-test--with-approvals root asked conn call
         ;; One call cancelled at once, as if both came in one read.
         (funcall call "cancelled-1")
         (sly-agent-q-handle-notification conn 'emacs/cancel '(:id "cancelled-1" :reason "turn cancelled"))
@@ -162,7 +173,7 @@
         (sly-agent-q-test-sleep 0.2)
         (should (= (length asked) 1))
         (should-not (sly-agent-q-call-pending "approval"))
-        (should-not (file-exists-p (expand-file-name "notes.txt" root)))))))
+        (should-not (file-exists-p (expand-file-name "notes.txt" root)))))
 
 (ert-deftest sly-agent-q-chat-approval-resent-under-its-id-then-cancelled ()
   "An approval sent twice under one id, then cancelled, is asked of no one.
@@ -170,25 +181,7 @@ The second call under an id took the first's place in the calls
 pending: the cancel reached the second only, and the first, prepared
 after the read, was put to the user, where no cancel nor the server's
 end could reach it again."
-  (sly-agent-q-test--with-root root
-    (sly-agent-q-test-with-server '((steps . []))
-      (let* ((asked nil)
-             (sly-agent-q-approval-function
-              (lambda (request callback)
-                (push (plist-get request :path) asked)
-                (funcall callback '(:decision "denied" :reason "test"))))
-             (conn sly-agent-q-current-connection)
-             (call (lambda (id)
-                     (sly-agent-q-handle-notification
-                      conn 'emacs/call
-                      (list :id id :kind "approval"
-                            :params (list :callId id :tool "propose_file_edit"
-                                          :capability "propose_file_edit"
-                                          :arguments '(:path "notes.txt" :new_content "hello"
-                                                       :description "Write notes.txt")
-                                          :review "diff" :safetyLevel "dangerous"
-                                          :description "Write notes.txt" :categories []
-                                          :reason '(:kind "level")))))))
+  (sly-agent-q-chat-test--with-approvals root asked conn call
         ;; As if all came in one read: the call, again under its id, its cancel.
         (funcall call "twice-1")
         (funcall call "twice-1")
@@ -198,7 +191,7 @@ end could reach it again."
         (sly-agent-q-test-wait (lambda () asked) 10 "the other approval")
         (sly-agent-q-test-sleep 0.2)
         (should (= (length asked) 1))
-        (should-not (sly-agent-q-call-pending "approval"))))))
+        (should-not (sly-agent-q-call-pending "approval"))))
 
 (ert-deftest sly-agent-q-chat-approval-function-denies ()
   "A denial: nothing is written and the model learns the reason."

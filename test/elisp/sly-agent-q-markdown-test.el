@@ -67,6 +67,14 @@
            ,@body)
        (kill-buffer sly-agent-q-chat-buffer-name))))
 
+(defun sly-agent-q-markdown-test--whole-answer (id text)
+  "Turn ID answers TEXT in one piece and ends, as the server tells the chat."
+  (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id id :status 'running))
+  (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId id :text text))
+  (sly-agent-q-chat--flush)
+  (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                   (list :turnId id :text "" :stopReason "end_turn")))
+
 (defun sly-agent-q-markdown-test--stream (text chunk)
   "Feed TEXT to the chat as chat/textDelta notifications of CHUNK characters."
   (let ((i 0))
@@ -120,9 +128,7 @@
 Check that a step's worth was rendered before the turn's end returned,
 and the rest after."
   (sly-agent-q-markdown-test--with-chat
-    (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text text))
-    (sly-agent-q-chat--flush)
-    (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+    (sly-agent-q-markdown-test--whole-answer "t1" text)
     (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
       (if (> (length text) sly-agent-q-chat--render-step-chars)
           (progn
@@ -190,13 +196,8 @@ the buffer, its timer never asked for again."
                      (progn (cl-incf failed) (error "Injected fault"))
                    (funcall render context start end)))))
       (sly-agent-q-markdown-test--with-chat
-        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text "Poison **here**.\n"))
-        (sly-agent-q-chat--flush)
-        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
-        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
-        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t2" :text "Next **answer**.\n"))
-        (sly-agent-q-chat--flush)
-        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t2" :text "" :stopReason "end_turn"))
+        (sly-agent-q-markdown-test--whole-answer "t1" "Poison **here**.\n")
+        (sly-agent-q-markdown-test--whole-answer "t2" "Next **answer**.\n")
         (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
         (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
           (should (= failed 1))
@@ -219,15 +220,10 @@ for set up after."
                (lambda (lang) (if (equal lang "broken") #'sly-agent-q-markdown-test--broken-mode
                                 (funcall code-mode lang)))))
       (sly-agent-q-markdown-test--with-chat
-        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text text))
-        (sly-agent-q-chat--flush)
-        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
+        (sly-agent-q-markdown-test--whole-answer "t1" text)
         (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
         ;; The next answer is rendered too.
-        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
-        (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t2" :text "Next **answer**.\n```lisp\n(defun g ())\n```\n"))
-        (sly-agent-q-chat--flush)
-        (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t2" :text "" :stopReason "end_turn"))
+        (sly-agent-q-markdown-test--whole-answer "t2" "Next **answer**.\n```lisp\n(defun g ())\n```\n")
         (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
         (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
           (should (string-match-p "^Last word\\.$" screen))
