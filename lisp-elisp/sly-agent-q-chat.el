@@ -497,8 +497,7 @@ Emacs 0.7 s, of one long paragraph tens of seconds.")
         (error
          ;; That run of text stays as written; the rest is still rendered.
          (message "sly-agent-q: rendering the agent's text failed: %s" (error-message-string err))
-         (dolist (m (car sly-agent-q-chat--render-queue)) (and m (set-marker m nil)))
-         (pop sly-agent-q-chat--render-queue))))
+         (sly-agent-q-chat--drop-render-job))))
     (setq sly-agent-q-chat--render-timer
           (and sly-agent-q-chat--render-queue
                (sly-agent-q-display-next-step #'sly-agent-q-chat--render-some)))))
@@ -524,9 +523,12 @@ Return the budget left; a job done leaves the queue."
           (cl-decf budget (- next code))
           (set-marker code next)))
       (when (or (null code) (not sly-agent-q-fontify-code-blocks) (>= code to))
-        (dolist (m (car sly-agent-q-chat--render-queue)) (and m (set-marker m nil)))
-        (pop sly-agent-q-chat--render-queue)))
+        (sly-agent-q-chat--drop-render-job)))
     budget))
+
+(defun sly-agent-q-chat--drop-render-job ()
+  "Take the first job off the render queue, its markers freed."
+  (dolist (m (pop sly-agent-q-chat--render-queue)) (and m (set-marker m nil))))
 
 (defun sly-agent-q-chat--end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."
@@ -562,10 +564,6 @@ LABELS name the message's attachments."
     (cond ((member l '("" "lisp" "common-lisp" "cl" "commonlisp" "lsp")) #'lisp-mode)
           ((member l '("elisp" "emacs-lisp" "el")) #'emacs-lisp-mode)
           ((member l '("scheme")) #'scheme-mode))))
-
-(defun sly-agent-q-chat--fontify-code-blocks (start end)
-  "Fontify the Markdown code blocks between START and END."
-  (while (< (setq start (sly-agent-q-chat--fontify-next-code-block start end)) end)))
 
 (defun sly-agent-q-chat--fontify-next-code-block (start end)
   "Fontify the first Markdown code block between START and END.
