@@ -314,10 +314,15 @@ texts are sent."
                    (run-with-timer 0 nil then)))
            (fail (lambda (&rest _) (funcall then)))
            (send-texts (lambda (&rest _)
-                         (sly-agent-q-server-request
-                          'diff/hunks
-                          (list :old old :new new :context sly-agent-q-diff-context-lines)
-                          keep fail))))
+                         ;; Asked again with the texts only if the server refused to
+                         ;; read them: a request failing with the server's death
+                         ;; would otherwise start a server, auto-restart or not.
+                         (if (sly-agent-q-server-ready-p)
+                             (sly-agent-q-server-request
+                              'diff/hunks
+                              (list :old old :new new :context sly-agent-q-diff-context-lines)
+                              keep fail)
+                           (funcall then)))))
       (cond
        ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
         (funcall then))

@@ -1079,6 +1079,14 @@ buffer, point in unchanged text stays, and a rewind puts the file back."
            t)
         (advice-remove 'sly-agent-q-server-request 'record-diff-requests)))))
 
+(defun sly-agent-q-diff-test-edit-script ()
+  "A model's script: propose_file_edit of src/a.lisp, then the tool's result."
+  `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "src/a.lisp")
+                                      (new_content . ,(sly-agent-q-diff-test-new)))))])
+               (stop_reason . "tool_use"))
+              ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+
 (ert-deftest sly-agent-q-diff-test-server-killed-while-an-allowed-edit-waits-for-its-hunks ()
   "The server killed while an allowed edit waits for its hunks: the file is left alone.
 The call is dropped with the server that made it, so nothing would
@@ -1092,11 +1100,7 @@ land later, whole or in part, and Emacs must not wait on it."
            (sly-agent-q--restart-times nil)
            (file (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old)))
            (script
-            `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
-                                      (input . ((path . "src/a.lisp")
-                                                (new_content . ,(sly-agent-q-diff-test-new)))))])
-                         (stop_reason . "tool_use"))
-                        ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
+            (sly-agent-q-diff-test-edit-script)))
       (setq sly-agent-q-diff--hunk-cache nil)
       ;; Right after the edit's hunks were asked for, the server is killed.
       (sly-agent-q-test-kill-server-at 'diff/hunks)
@@ -1137,11 +1141,7 @@ report away (the chat still showed the turn going, and its entry waiting)."
            (sly-agent-q--restart-times nil)
            (outcome nil)
            (script
-            `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
-                                      (input . ((path . "src/a.lisp")
-                                                (new_content . ,(sly-agent-q-diff-test-new)))))])
-                         (stop_reason . "tool_use"))
-                        ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))]))))
+            (sly-agent-q-diff-test-edit-script)))
       (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
       (setq sly-agent-q-diff--hunk-cache nil)
       (sly-agent-q-test-kill-server-at 'diff/hunks)
@@ -1163,6 +1163,36 @@ report away (the chat still showed the turn going, and its entry waiting)."
                 ;; The edit did not land.
                 (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))))
            t)
+        (sly-agent-q-test-stop-killing)))))
+
+;; The review's first request (the server reads the texts) failing with
+;; the server's death asked again with the texts, and that request started
+;; a server: one the user had said not to restart, or, its start deferred
+;; until the death was handled, one started after the user stopped it.
+(ert-deftest sly-agent-q-diff-test-server-killed-while-a-review-waits-starts-no-server ()
+  "The server killed while a review waits for its hunks, auto-restart off: no server is started.
+Nor does one start when the user stops the server once the death is seen."
+  (skip-unless (fboundp 'sly-agent-q-test-send))
+  (sly-agent-q-tools-test--with-project
+    (let ((sly-agent-q-server-auto-restart nil) (started 0) (outcome nil))
+      (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+      (setq sly-agent-q-diff--hunk-cache nil)
+      (sly-agent-q-test-kill-server-at 'diff/hunks)
+      (advice-add 'sly-agent-q-server-start :before (lambda (&rest _) (cl-incf started))
+                  '((name . sly-agent-q-diff-test-count-starts)))
+      (unwind-protect
+          (sly-agent-q-test-with-server (sly-agent-q-diff-test-edit-script)
+            (setq started 0 sly-agent-q-approval-function (sly-agent-q-diff-test-choose '(1 2 3)))
+            (sly-agent-q-send "Change it" (lambda (o) (setq outcome o)))
+            (sly-agent-q-test-wait (lambda () outcome) 20 "the turn to end")
+            (should sly-agent-q-test-killed-server)
+            ;; The user stops what is left, as M-x sly-agent-q-stop-server does.
+            (sly-agent-q-server-stop)
+            (sly-agent-q-test-sleep 1)
+            (should (= started 0))
+            (should-not (sly-agent-q-server-live-p))
+            (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp"))))
+        (advice-remove 'sly-agent-q-server-start 'sly-agent-q-diff-test-count-starts)
         (sly-agent-q-test-stop-killing)))))
 
 (provide 'sly-agent-q-diff-test)
