@@ -123,6 +123,27 @@ does not take for a reader error: it closes the connection."
   "Debugger buffers that exist now (there must never be any)."
   (cl-remove-if-not (lambda (b) (string-match-p "\\*\\(sldb\\|sly-db\\)" (buffer-name b))) (buffer-list)))
 
+(defun e2e-debugger-texts ()
+  "Each debugger buffer that exists now with the start of its text: its
+condition and first frames, which a failure then shows (CI's log shows
+only the failures)."
+  (mapcar (lambda (b)
+            (with-current-buffer b
+              (cons (buffer-name b)
+                    (buffer-substring-no-properties (point-min) (min (point-max) (+ (point-min) 1500))))))
+          (e2e-debugger-buffers)))
+
+(defun e2e-close-debuggers ()
+  "Quit the debuggers left open, so that the tests after start without one."
+  (dolist (b (e2e-debugger-buffers))
+    (with-current-buffer b
+      (ignore-errors (if (eq e2e-lisp 'sly) (sly-db-abort) (sldb-abort)))))
+  (let ((deadline (+ (float-time) 10)))
+    (while (and (e2e-debugger-buffers) (< (float-time) deadline))
+      (accept-process-output nil 0.05)))
+  (dolist (b (e2e-debugger-buffers))
+    (let ((kill-buffer-query-functions nil)) (kill-buffer b))))
+
 ;;;; The agent with a scripted model
 
 (defmacro e2e-with-agent (script &rest body)
@@ -136,7 +157,12 @@ The project root is a fresh temporary directory, bound to `root' in BODY."
            (let ((sly-agent-q-project-root root))
              (sly-agent-q-test-with-server
                  (json-read-file (expand-file-name ,script e2e-scripts))
-               ,@body))
+               ,@body
+               ;; No test leaves a debugger open: the agent never opens one,
+               ;; and a test that opens one closes it.
+               (should-not (e2e-debugger-texts))))
+         ;; Closed whatever happened, or every later test would fail on it.
+         (e2e-close-debuggers)
          (delete-directory root t)))))
 
 (defun e2e-every-hunk (request)
@@ -159,7 +185,7 @@ CALLBACK gets the turn's outcome."
   "Send TEXT, wait for the turn to end, check no debugger appeared; return the outcome."
   (let ((outcome (sly-agent-q-test-send text (or timeout 90)))
         (dump (getenv "SLY_AGENT_Q_E2E_TRANSCRIPT")))
-    (should-not (e2e-debugger-buffers))
+    (should-not (e2e-debugger-texts))
     ;; For the README's transcript: the chat buffer as the user saw it.
     (when dump (write-region (sly-agent-q-test-chat-text) nil dump t))
     outcome))
@@ -967,7 +993,7 @@ the frames, once they come, do not go into the user's own message."
       ;; The user's REPL shows the value; no debugger remains.
       (sly-agent-q-test-wait (lambda () (string-match-p "(:TOTAL 0)" (substring (e2e-repl-text) repl-before)))
                              20 "the REPL to show the value")
-      (should-not (e2e-debugger-buffers))
+      (should-not (e2e-debugger-texts))
       (should (equal (e2e-eval '(my-app::total-input "1, 2")) 3)))))
 
 (ert-deftest e2e-debugger-restart-denied-leaves-the-debugger ()
@@ -1289,7 +1315,7 @@ live image after the agent loaded the helpers there."
       (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))
       (sly-agent-q-test-wait (lambda () outcome) 10 "the cancelled turn")
       (should (eq (plist-get outcome :status) 'cancelled)))
-    (should-not (e2e-debugger-buffers))
+    (should-not (e2e-debugger-texts))
     (should (equal (e2e-eval '(cl:+ 1 2)) 3))
     ;; The history stays valid: the mock checks it like the real API does.
     (let ((next (e2e-send "hello again")))
@@ -1311,7 +1337,7 @@ live image after the agent loaded the helpers there."
     ;; The image, after the form would have finished.
     (sly-agent-q-test-sleep 5)
     (should (eq (e2e-eval 'cl-user::*saq-probe*) :started))
-    (should-not (e2e-debugger-buffers))
+    (should-not (e2e-debugger-texts))
     (let ((next (e2e-send "hello again")))
       (should (eq (plist-get next :status) 'finished))
       (should (string-match-p "hello again" (plist-get next :text))))))
@@ -1322,7 +1348,7 @@ live image after the agent loaded the helpers there."
     (e2e-skip-without-threads "the test starts a thread whose error must not reach the debugger")
     (let ((outcome (e2e-send "Start a thread")))
       (should (eq (plist-get outcome :status) 'finished))
-      (should-not (e2e-debugger-buffers))
+      (should-not (e2e-debugger-texts))
       (let ((results (sly-agent-q-test-tool-results)))
         (should-not (cdr (nth 1 results)))
         (should (string-match-p "Value: 3" (car (nth 1 results))))
@@ -1464,7 +1490,7 @@ Return the client's JSON output, a vector of alists."
       (should (string-match-p "not from there" (alist-get 'text (aref r 4))))
       (should-not (file-exists-p (expand-file-name "mcp-denied.txt" root)))
       (should (equal (reverse asked) '(("Claude Code" "write_file") ("Claude Code" "write_file"))))
-      (should-not (e2e-debugger-buffers))
+      (should-not (e2e-debugger-texts))
       ;; Every call shows in the MCP log.
       (sly-agent-q-test-wait
        (lambda () (with-current-buffer (sly-agent-q-mcp-log-buffer)
@@ -1500,7 +1526,7 @@ Return the client's JSON output, a vector of alists."
       (should (eq (alist-get 'isError (aref r 1)) t))
       (should (string-match-p "nobody answered in Emacs within 3 s" (alist-get 'text (aref r 1))))
       (should-not (file-exists-p (expand-file-name "late.txt" root)))
-      (should-not (e2e-debugger-buffers)))))
+      (should-not (e2e-debugger-texts)))))
 
 (ert-deftest e2e-mcp-stdio-shim ()
   "Through the stdio shim: list, describe_symbol and eval_form in the image; the approval names the client."
