@@ -401,6 +401,14 @@ suite's runner to show."
                                 rows))
               (should (>= (cl-count-if (lambda (row) (plist-get (cdr row) :injected)) rows)
                           (- (length rows) 5)))
+              ;; Each broken point with what became of it: CI's log shows only the
+              ;; failure's condition.
+              (should-not (delq nil (mapcar (lambda (row)
+                                              (let ((r (cdr row)))
+                                                (unless (and (plist-get r :continued) (null (plist-get r :lost)))
+                                                  (list :after (caar row) :killed (cdar row)
+                                                        :detail (plist-get r :detail) :lost (plist-get r :lost)))))
+                                            rows)))
               (should (= broken 0))
               (should (= lost 0))))
         (faults--uninstall)
