@@ -285,7 +285,8 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
            (failure-p nil)
            (loaded nil)
            (compiler-log "")
-           (outcome nil))
+           (outcome nil)
+           (definitions (ignore-errors (defun-definitions text spans package))))
       (unwind-protect
            (setf outcome
                  (run-user-code
@@ -312,7 +313,9 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
        (make-compile-attempt :text text :package package :spans spans
                              :notes (reverse (car notes)) :outcome outcome :phase phase
                              :fasl-written fasl-written :failure-p failure-p :loaded loaded
-                             :compiler-log compiler-log)))))
+                             :compiler-log compiler-log
+                             :defined (and (not loaded)
+                                           (ignore-errors (defined-while-compiling definitions))))))))
 
 (defparameter *compile-time-operators*
   '("DEFMACRO" "DEFINE-COMPILER-MACRO" "DEFPACKAGE" "EVAL-WHEN" "DEFCONSTANT"
@@ -331,6 +334,57 @@ compiling, so they take effect even when the file is not loaded.")
                      (and from (string-upcase (subseq text from (or to end)))))
         when (and head (member head *compile-time-operators* :test #'string=))
           collect (form-excerpt text start end 40)))
+
+;;; ABCL's file compiler defines each DEFUN's function as it compiles it,
+;;; so a failure later in the file (a read error in form 2) leaves form 1
+;;; defined although nothing was loaded.  Rather than say what a Lisp
+;;; does, the functions the code defines are looked at before and after.
+
+(defun defun-definitions (text spans package)
+  "For each DEFUN form of TEXT (its SPANS) whose name can be looked up:
+(EXCERPT FUNCTION-NOW . WHERE), WHERE what DEFUN-FUNCTION takes.  The
+name is looked up, never read: reading would intern it."
+  (loop for (start . end) in spans
+        for where = (ignore-errors (defun-name-parts text start end package))
+        when where
+          collect (list* (form-excerpt text start end 40) (apply #'defun-function where) where)))
+
+(defun defun-name-parts (text start end package)
+  "(PACKAGE-OR-NAME SYMBOL-NAME) of the name of a \"(defun NAME\" form
+between START and END of TEXT, read in PACKAGE, or NIL (not a DEFUN,
+or a name with escapes)."
+  (let ((tokens '()) (at start))
+    (loop repeat 2
+          do (let* ((from (position-if-not (lambda (c) (or (blank-char-p c) (char= c #\()))
+                                           text :start at :end end))
+                    (to (and from (or (position-if (lambda (c) (or (blank-char-p c) (member c '(#\( #\)))))
+                                                   text :start from :end end)
+                                      end))))
+               (unless from (return-from defun-name-parts nil))
+               (push (subseq text from to) tokens)
+               (setf at to)))
+    (destructuring-bind (name head) tokens
+      (when (and (string-equal head "defun")
+                 (notany (lambda (c) (member c '(#\| #\\ #\' #\` #\, #\# #\"))) name)
+                 (eq (readtable-case *readtable*) :upcase))
+        (let ((colon (position #\: name)))
+          (list (cond ((null colon) package)
+                      ((zerop colon) "KEYWORD")
+                      (t (string-upcase (subseq name 0 colon))))
+                (string-upcase (subseq name (if colon (1+ (position #\: name :from-end t)) 0)))))))))
+
+(defun defun-function (package symbol-name)
+  "The function of the symbol SYMBOL-NAME of PACKAGE (a package or its
+name) if it exists and is fbound, else NIL."
+  (let* ((package (find-package package))
+         (symbol (and package (find-symbol symbol-name package))))
+    (and symbol (fboundp symbol) (fdefinition symbol))))
+
+(defun defined-while-compiling (definitions)
+  "The excerpts of DEFINITIONS (see DEFUN-DEFINITIONS) whose function changed."
+  (loop for (excerpt before . where) in definitions
+        unless (eq before (apply #'defun-function where))
+          collect excerpt))
 
 (defun note-compile-failure (text package type message note-lines &key backtrace output id)
   "Record a failed compile_form as the last error and as the notes."
@@ -360,7 +414,8 @@ compiling, so they take effect even when the file is not loaded.")
   fasl-written
   failure-p                             ; COMPILE-FILE's third value
   loaded
-  compiler-log)                         ; what the compiler printed
+  compiler-log                          ; what the compiler printed
+  defined)                              ; excerpts of DEFUNs the compiler defined
 
 (defun note-counts (notes)
   "The numbers of errors, of warnings (style warnings included) and of
@@ -421,8 +476,10 @@ its summary and the backtrace to show (or NIL)."
                       (attempt-notes attempt)))
          (values (outcome-type outcome)
                  (format nil "Compilation ~A was aborted by ~A: ~A~%Nothing was loaded; ~
-                              previous definitions (if any) are unchanged."
-                         where (outcome-type outcome) (outcome-message outcome))
+                              previous definitions (if any) are unchanged.~@[ Exception: ~
+                              the file compiler already defined ~{~A~^, ~} while compiling.~]"
+                         where (outcome-type outcome) (outcome-message outcome)
+                         (attempt-defined attempt))
                  (outcome-backtrace outcome)))
         ((and (outcome-condition outcome) (eq phase :load))
          (values (outcome-type outcome)
@@ -442,7 +499,8 @@ its summary and the backtrace to show (or NIL)."
                          where
                          (and (plusp errors) (plural errors "error"))
                          (and (plusp warnings) (plural warnings "warning"))
-                         (compile-time-forms (attempt-text attempt) (attempt-spans attempt)))
+                         (append (compile-time-forms (attempt-text attempt) (attempt-spans attempt))
+                                 (attempt-defined attempt)))
                  nil))
         (t nil)))))
 
