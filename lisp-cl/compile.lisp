@@ -270,7 +270,7 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
 
 (defun compile-text (text package)
   "Compile and load TEXT in PACKAGE; return the result text or signal."
-  (multiple-value-bind (spans scan-error scan-start) (scan-forms text)
+  (multiple-value-bind (spans scan-error scan-start) (call-reading-code (lambda () (scan-forms text)))
     (when (typep scan-error 'end-of-file)
       (let ((message (unbalanced-message text scan-start (1+ (length spans)))))
         (note-compile-failure text package "READ ERROR" message (list message))

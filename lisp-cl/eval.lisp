@@ -87,7 +87,7 @@ say where it was when a condition or the timeout unwinds it."
   "The number of forms of TEXT (NIL if a reader error stops the scan,
 to be reported when evaluation gets there), or a FAIL when TEXT is
 unbalanced or empty: then nothing runs."
-  (multiple-value-bind (spans scan-error scan-start) (scan-forms text)
+  (multiple-value-bind (spans scan-error scan-start) (call-reading-code (lambda () (scan-forms text)))
     (when (typep scan-error 'end-of-file)
       (fail "~A Nothing was evaluated." (unbalanced-message text scan-start (1+ (length spans)))))
     (when (and (null spans) (null scan-error))

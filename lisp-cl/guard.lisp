@@ -762,18 +762,27 @@ cancelled, signals a TOOL-FAILURE saying so instead."
     outcome))
 
 
-(defun call-guarding-user-code (what function)
+(defun call-guarding-user-code (what function &key (why "printing a value may not terminate"))
   "Call FUNCTION, which may run user code incidentally (PRINT-OBJECT
 methods of values it shows), under the timeout and condition trap of
-RUN-USER-CODE; return its value or FAIL saying what went wrong.  The
-tool's own TOOL-ERRORs and TOOL-FAILUREs pass through unchanged."
+RUN-USER-CODE; return its value or FAIL saying what went wrong, and,
+on a timeout, WHY it may have run so long.  The tool's own TOOL-ERRORs
+and TOOL-FAILUREs pass through unchanged."
   (let* ((value nil)
          (outcome (run-user-code (lambda () (setf value (funcall function))))))
     (cond ((outcome-timed-out outcome)
-           (fail "~A timed out after ~A s and was interrupted (printing a value may not terminate)."
-                 what (outcome-seconds outcome)))
+           (fail "~A timed out after ~A s and was interrupted (~A)."
+                 what (outcome-seconds outcome) why))
           ((typep (outcome-condition outcome) '(or tool-error tool-failure))
            (error (outcome-condition outcome)))
           ((outcome-condition outcome)
            (fail "~A failed: ~A: ~A" what (outcome-type outcome) (outcome-message outcome)))
           (t value))))
+
+(defun call-reading-code (function)
+  "Call FUNCTION, which reads code with the image's readtable, bounded as
+user code is: a reader macro is user code, and one that never returns
+held the tool's thread (on CLISP, the whole image) with no time limit.
+Returns FUNCTION's values."
+  (values-list (call-guarding-user-code "Reading the code" (lambda () (multiple-value-list (funcall function)))
+                                        :why "a reader macro of the current readtable may not terminate")))

@@ -128,22 +128,24 @@ the REPL's reader would."
     (when (>= start (length text))
       (fail "The form is empty: give one Lisp form as text."))
     (multiple-value-bind (form end)
-        (handler-case
-            (let ((*package* package)
-                  (*read-eval* nil)
-                  (*read-suppress* nil))
-              (read-from-string text t nil :start start))
-          (end-of-file ()
-            (fail "~A" (unbalanced-message text start 1)))
-          (reader-error (c)
-            (if (search "#." text)
-                (fail "~A refuses #. (read-time evaluation): it reads code without ~
-                       evaluating it. Remove the #. (write the form it would produce), or ~
-                       use eval_form if evaluating is what you want."
-                      tool)
-                (fail "~A" (read-error-message c text start))))
-          (error (c)
-            (fail "~A" (read-error-message c text start))))
+        (call-reading-code
+         (lambda ()
+           (handler-case
+               (let ((*package* package)
+                     (*read-eval* nil)
+                     (*read-suppress* nil))
+                 (read-from-string text t nil :start start))
+             (end-of-file ()
+               (fail "~A" (unbalanced-message text start 1)))
+             (reader-error (c)
+               (if (search "#." text)
+                   (fail "~A refuses #. (read-time evaluation): it reads code without ~
+                          evaluating it. Remove the #. (write the form it would produce), or ~
+                          use eval_form if evaluating is what you want."
+                         tool)
+                   (fail "~A" (read-error-message c text start))))
+             (error (c)
+               (fail "~A" (read-error-message c text start))))))
       (let ((rest (skip-blank text end)))
         (when (< rest (length text))
           (fail "~A takes exactly one form, but there is more after the first: ~A"

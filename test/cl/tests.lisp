@@ -567,6 +567,23 @@ another Lisp)."
   ;; A fast evaluation is not disturbed by its (now finished) watcher.
   (is (ok-p (tool* "eval_form" '(("form" . "(sleep 0.2) :fine")) :timeout 1))))
 
+(deftest reading-is-bounded-like-evaluation
+  (:needs :timeouts)
+  ;; A reader macro is user code: one that never returns stopped eval_form,
+  ;; compile_form and the "safe" macroexpand_form while they read, outside
+  ;; any time limit (the thread spun forever; on CLISP the image).
+  (let ((*readtable* (copy-readtable nil)))
+    (set-macro-character #\! (lambda (stream char) (declare (ignore stream char)) (loop)))
+    (dolist (call '(("eval_form" "form" "(list !x)")
+                    ("compile_form" "form" "(defun saq-read-forever () !x)")
+                    ("macroexpand_form" "form" "(when !x 1)")))
+      (let* ((start (get-internal-real-time))
+             (r (tool* (first call) (list (cons (second call) (third call))) :timeout 1)))
+        (is (error-p r) "~A: ~A" (first call) (text r))
+        (is (has r "timed out after 1 s" "reader macro") "~A: ~A" (first call) (text r))
+        (is (< (- (get-internal-real-time) start) (* 10 internal-time-units-per-second)) "~A" (first call)))))
+  (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)")))))
+
 (deftest eval-timeout-leaves-no-process-behind
   (:needs :watcher-process)
   ;; An unusual limit names the watcher's sleep; once the evaluation
