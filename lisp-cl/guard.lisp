@@ -728,6 +728,15 @@ THUNK finished normally."
              (setf finished t))))))
     finished))
 
+(defun call-with-terminal-io (io function)
+  "Call FUNCTION with *DEBUG-IO* and *TERMINAL-IO* bound to IO, except on
+CLISP: a stack overflow there is no condition but a RESET, whose top
+level then reads *DEBUG-IO*; reading the end of IO, it quit, and the
+user's image was gone.  CLISP's agent code that reads the terminal waits
+until the time limit instead."
+  #+clisp (progn io (funcall function))
+  #-clisp (let ((*debug-io* io) (*terminal-io* io)) (funcall function)))
+
 (defun run-user-code (thunk &key (timeout *call-timeout*))
   "Run THUNK, user code, with output captured, conditions trapped and
 TIMEOUT seconds allowed.  Returns an OUTCOME; when the call was
@@ -745,11 +754,12 @@ cancelled, signals a TOOL-FAILURE saying so instead."
                        (*trace-output* stream)
                        (*standard-input* empty)
                        (*query-io* io)
-                       (*debug-io* io)
-                       (*terminal-io* io)
                        (*in-agent-code* t))
-                   (call-watching-agent-threads
-                    (lambda () (call-trapping-conditions thunk outcome)))))
+                   (call-with-terminal-io
+                    io
+                    (lambda ()
+                      (call-watching-agent-threads
+                       (lambda () (call-trapping-conditions thunk outcome)))))))
                (lambda ()
                  (setf (outcome-backtrace outcome) (capture-backtrace))))))
     (setf (outcome-timed-out outcome) (eq how :timeout)

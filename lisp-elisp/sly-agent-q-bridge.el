@@ -118,6 +118,10 @@ Set it to t when debugging the bridge in the *sly-events* or
   "The Lisp process exited during the evaluation (the code may have called exit or quit): its connection closed.  Start it again with M-x sly (or M-x slime)."
   "The answer to an image call whose evaluation ended the Lisp.")
 
+(defconst sly-agent-q-bridge-reset-message
+  "The Lisp reset itself during the evaluation (CLISP does on a stack overflow), which closed its connection; the Lisp process still runs, with its state, at its own prompt in its *inferior-lisp* buffer.  Connect to it again from there (evaluate (swank:create-server) and M-x slime-connect), or start a new Lisp with M-x sly (or M-x slime)."
+  "The answer to an image call that closed the connection, the Lisp still running.")
+
 (defvar sly-agent-q-bridge-abort-grace 5
   "Seconds an aborted evaluation waits for its connection to close.
 SBCL's exit unwinds the evaluating thread first (an abort) and closes
@@ -281,6 +285,24 @@ Return nil when no Lisp is connected."
     (dolist (d (nreverse due))
       (sly-agent-q-server-call-safely (cdr d)))))
 
+(defun sly-agent-q-bridge--exited-or-reset (inferior finish)
+  "Call FINISH with the message for a connection closed after an abort.
+The Lisp exited, unless its process INFERIOR (Emacs's, or nil) still
+runs after `sly-agent-q-bridge-abort-grace' seconds: then it reset."
+  (if (not (and (processp inferior) (process-live-p inferior)))
+      (funcall finish nil sly-agent-q-bridge-exited-message)
+    (let ((deadline (+ (float-time) sly-agent-q-bridge-abort-grace)) timer)
+      (setq timer
+            (run-with-timer
+             0.1 0.1
+             (lambda ()
+               (cond ((not (process-live-p inferior))
+                      (cancel-timer timer)
+                      (funcall finish nil sly-agent-q-bridge-exited-message))
+                     ((> (float-time) deadline)
+                      (cancel-timer timer)
+                      (funcall finish nil sly-agent-q-bridge-reset-message)))))))))
+
 (defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout thread)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.
 Call CALLBACK exactly once with (VALUE nil) on success, or (nil MESSAGE)
@@ -290,6 +312,8 @@ with a message.  Return that function at once.
 THREAD, when non-nil, is the image thread (as its debugger buffer
 names it) to evaluate in; otherwise a worker thread of its own."
   (let* ((done nil) deadline entry aborted
+         ;; Known now: once the connection is closed, the Lisp mode may forget it.
+         (inferior (ignore-errors (funcall (sly-agent-q-bridge-adapter-inferior adapter) conn)))
          (finish (lambda (value error)
                    (unless done
                      (setq done t)
@@ -298,7 +322,13 @@ names it) to evaluate in; otherwise a worker thread of its own."
                            (delq entry sly-agent-q-bridge--pending))
                      (sly-agent-q-server-call-safely callback value error)))))
     (setq entry (cons conn (lambda (msg)
-                             (funcall finish nil (if aborted sly-agent-q-bridge-exited-message msg)))))
+                             (if aborted
+                                 (progn
+                                   ;; Closed: the abort's wait ends here.
+                                   (sly-agent-q-bridge--drop-deadline deadline)
+                                   (setq deadline nil)
+                                   (sly-agent-q-bridge--exited-or-reset inferior finish))
+                               (funcall finish nil msg)))))
     (sly-agent-q-bridge--ensure-close-hook adapter)
     (push entry sly-agent-q-bridge--pending)
     (setq deadline (sly-agent-q-bridge--add-deadline

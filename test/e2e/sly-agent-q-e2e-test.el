@@ -1389,6 +1389,33 @@ the image then answers the agent's next evaluation and the user's."
           (should (string-match-p "3" (car (nth 1 results))))))
       (should (equal (e2e-eval '(cl:+ 1 2)) 3)))))
 
+(ert-deftest e2e-zz-clisp-stack-overflow-keeps-the-lisp ()
+  "CLISP: a runaway recursion from eval_form resets CLISP, which closes SWANK, but the Lisp lives on.
+Its RESET returned to a top level that read the agent's empty input
+stream, met its end and quit: the user's image was gone."
+  (e2e-with-agent "stack-overflow.json"
+    (unless (e2e-clisp-p)
+      (ert-skip "a stack overflow is a condition on this Lisp, not a reset (the CL suite's eval-survives-stack-exhaustion tests it)"))
+    (let ((process (slime-inferior-process (sly-agent-q-bridge-current-connection))))
+      (unwind-protect
+          (let ((outcome (let ((inhibit-read-only t)) (sly-agent-q-test-send "Recurse" 60))))
+            (should (eq (plist-get outcome :status) 'finished))
+            (should (cdr (car (sly-agent-q-test-tool-results))))
+            (should (string-match-p "Lisp reset itself.*still runs" (car (car (sly-agent-q-test-tool-results)))))
+            (sly-agent-q-test-sleep 2)
+            (should (process-live-p process))
+            ;; It answers at its own top level.
+            (process-send-string process "(print (list :saq-alive (+ 40 2)))\n")
+            (sly-agent-q-test-wait (lambda () (with-current-buffer (process-buffer process)
+                                                (string-match-p "(:SAQ-ALIVE 42)" (buffer-string))))
+                                   20 "CLISP to answer at its top level"))
+        ;; The next tests start a Lisp of their own.
+        (when (process-live-p process) (delete-process process))
+        (let ((kill-buffer-query-functions nil))
+          (when (buffer-live-p (process-buffer process)) (kill-buffer (process-buffer process))))
+        (let ((inhibit-read-only t))
+          (sly-agent-q-test-wait (lambda () (not (e2e-connected-p))) 10 "the Lisp mode to notice"))))))
+
 (ert-deftest e2e-zz-lisp-dropped-mid-turn ()
   "The Lisp dies during an evaluation: the model gets a clear error and the turn ends."
   (e2e-with-agent "lisp-dropped.json"
