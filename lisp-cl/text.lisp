@@ -69,11 +69,37 @@ binds the package), at most LIMIT characters.  Never signals."
             (cap (prin1-to-string object) limit "value")))
     (trappable-condition (c) (unprintable object c))))
 
+(defparameter *printing-limit* 1000000
+  "The characters printing one value or condition report may write before
+it is stopped: a PRINT-OBJECT method or a report that never ends would
+otherwise fill the image's memory (ECL reached its heap limit).")
+
+(defun bounded-princ-to-string (object &optional (limit *printing-limit*))
+  "PRINC-TO-STRING of OBJECT, stopped once it wrote LIMIT characters
+(then cut there, with a note).  Written through the backend's output
+stream, which hands us its text in chunks; without one, unbounded."
+  (let* ((kept (make-string-output-stream))
+         (count 0)
+         (tag (list 'bounded-printing))
+         (stream (and (backend-implemented-p "MAKE-OUTPUT-STREAM")
+                      (ignore-errors
+                       (bcall "MAKE-OUTPUT-STREAM"
+                              (lambda (string)
+                                (write-string string kept
+                                              :end (max 0 (min (length string) (- limit count))))
+                                (incf count (length string))
+                                (when (> count limit) (throw tag :stopped))))))))
+    (cond ((null stream) (princ-to-string object))
+          ((eq :stopped (catch tag (princ object stream) (finish-output stream) nil))
+           (format nil "~A~%[... printing stopped after ~D characters: it went on writing]"
+                   (get-output-stream-string kept) limit))
+          (t (get-output-stream-string kept)))))
+
 (defun princ-value (object &key (limit *value-limit*))
   "OBJECT printed as by PRINC, at most LIMIT characters.  Never signals."
   (handler-case
       (with-model-printing (*package*)
-        (cap (princ-to-string object) limit "value"))
+        (cap (bounded-princ-to-string object) limit "value"))
     (trappable-condition (c) (unprintable object c))))
 
 (defun symbol-label (symbol &optional (package (find-package "KEYWORD")))
@@ -157,7 +183,7 @@ add (noise to the model, which sent a string) and without blank lines."
    (handler-case (let ((*print-readably* nil)
                        (*print-length* *print-length-cap*)
                        (*print-level* *print-level-cap*))
-                   (princ-to-string condition))
+                   (bounded-princ-to-string condition))
      (trappable-condition (c)
        (format nil "[the condition's report failed: ~A]"
                (unprintable condition c))))))

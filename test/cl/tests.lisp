@@ -584,6 +584,33 @@ another Lisp)."
         (is (< (- (get-internal-real-time) start) (* 10 internal-time-units-per-second)) "~A" (first call)))))
   (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)")))))
 
+(deftest endless-condition-report-is-stopped
+  ;; A report that never ends filled the image's memory while the result
+  ;; was written (ECL reached its heap limit); it is stopped and cut.
+  (let* ((start (get-internal-real-time))
+         (r (tool* "eval_form"
+                   '(("form" . "(define-condition saq-endless (error) ()
+                                  (:report (lambda (c s) (declare (ignore c)) (loop (write-string \"r\" s)))))
+                                (error 'saq-endless)"))
+                   :timeout 20)))
+    (is (error-p r))
+    (is (has r "SAQ-ENDLESS") "~A" (text r))
+    ;; Cut where it was stopped (SBCL exhausted its heap first: a storage
+    ;; condition); CLISP's backend has no output stream to stop it, and its
+    ;; own string limit ends the report.
+    (if (string= (saq-portable:lisp-name) "clisp")
+        (is (has r "report failed" "string too long") "~A" (text r))
+        ;; The message shown is cut again; its length says where printing stopped.
+        (let* ((text (text r))
+               (at (search " characters shown]" text))
+               (of (and at (search " of " text :from-end t :end2 at)))
+               (total (and of (parse-integer text :start (+ of 4) :end at :junk-allowed t))))
+          (is (has r "rrrr") "~A" text)
+          (is (and total (<= total (+ sly-agent-q::*printing-limit* 2000))) "~A" (subseq text (max 0 (- (length text) 300))))))
+    (is (not (has r "timed out")) "~A" (text r))
+    (is (< (- (get-internal-real-time) start) (* 15 internal-time-units-per-second))))
+  (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)")))))
+
 (deftest eval-timeout-leaves-no-process-behind
   (:needs :watcher-process)
   ;; An unusual limit names the watcher's sleep; once the evaluation
