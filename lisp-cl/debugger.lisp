@@ -177,9 +177,12 @@ function and source location."
                       (frame-name-package object)
                       (tool-package nil)))
          (form (let ((*package* package)
-                     (*read-eval* nil))
-                 (handler-case (read-from-string (nonblank form "form" "one Lisp form"))
-                   (error (c) (fail "Cannot read the form: ~A" (condition-message c))))))
+                     (*read-eval* nil)
+                     (text (nonblank form "form" "one Lisp form")))
+                 (call-reading-code
+                  (lambda ()
+                    (handler-case (read-from-string text)
+                      (error (c) (fail "Cannot read the form: ~A" (condition-message c))))))))
          (values '()))
     (let ((outcome (run-user-code (lambda ()
                                     (setf values (multiple-value-list

@@ -772,7 +772,7 @@ cancelled, signals a TOOL-FAILURE saying so instead."
     outcome))
 
 
-(defun call-guarding-user-code (what function &key (why "printing a value may not terminate"))
+(defun call-guarding-user-code (what function &key (why "printing a value, or a reader macro reading code, may not terminate"))
   "Call FUNCTION, which may run user code incidentally (PRINT-OBJECT
 methods of values it shows), under the timeout and condition trap of
 RUN-USER-CODE; return its value or FAIL saying what went wrong, and,

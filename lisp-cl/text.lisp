@@ -52,32 +52,22 @@ would type there."
 (defun unprintable (object condition)
   "A placeholder for OBJECT whose printing signalled CONDITION."
   (let ((type (ignore-errors (prin1-to-string (type-of object))))
-        (why (ignore-errors (princ-to-string condition))))
+        ;; Its report may never end either (a printer signalling such a condition).
+        (why (ignore-errors (bounded-print-to-string condition :limit 1000))))
     (format nil "#<unprintable ~A: ~A>"
             (or type "object")
             (if why (first-line why 100) "error while printing"))))
-
-(defun print-value (object &key (limit *value-limit*) (pretty t))
-  "OBJECT printed as by PRIN1 under WITH-MODEL-PRINTING (the caller
-binds the package), at most LIMIT characters.  Never signals."
-  (handler-case
-      (with-model-printing (*package*)
-        (setf *print-pretty* pretty)
-        (if (and (stringp object) (> (length object) limit))
-            (format nil "~S [a string of ~D characters; first ~D shown]"
-                    (subseq object 0 limit) (length object) limit)
-            (cap (prin1-to-string object) limit "value")))
-    (trappable-condition (c) (unprintable object c))))
 
 (defparameter *printing-limit* 1000000
   "The characters printing one value or condition report may write before
 it is stopped: a PRINT-OBJECT method or a report that never ends would
 otherwise fill the image's memory (ECL reached its heap limit).")
 
-(defun bounded-princ-to-string (object &optional (limit *printing-limit*))
-  "PRINC-TO-STRING of OBJECT, stopped once it wrote LIMIT characters
-(then cut there, with a note).  Written through the backend's output
-stream, which hands us its text in chunks; without one, unbounded."
+(defun bounded-print-to-string (object &key (limit *printing-limit*) (printer #'princ))
+  "PRINC-TO-STRING of OBJECT (or with PRINTER, e.g. PRIN1), stopped once it
+wrote LIMIT characters (then cut there, with a note).  Written through
+the backend's output stream, which hands us its text in chunks; without
+one, unbounded."
   (let* ((kept (make-string-output-stream))
          (count 0)
          (tag (list 'bounded-printing))
@@ -89,17 +79,29 @@ stream, which hands us its text in chunks; without one, unbounded."
                                               :end (max 0 (min (length string) (- limit count))))
                                 (incf count (length string))
                                 (when (> count limit) (throw tag :stopped))))))))
-    (cond ((null stream) (princ-to-string object))
-          ((eq :stopped (catch tag (princ object stream) (finish-output stream) nil))
+    (cond ((null stream) (with-output-to-string (out) (funcall printer object out)))
+          ((eq :stopped (catch tag (funcall printer object stream) (finish-output stream) nil))
            (format nil "~A~%[... printing stopped after ~D characters: it went on writing]"
                    (get-output-stream-string kept) limit))
           (t (get-output-stream-string kept)))))
+
+(defun print-value (object &key (limit *value-limit*) (pretty t))
+  "OBJECT printed as by PRIN1 under WITH-MODEL-PRINTING (the caller
+binds the package), at most LIMIT characters.  Never signals."
+  (handler-case
+      (with-model-printing (*package*)
+        (setf *print-pretty* pretty)
+        (if (and (stringp object) (> (length object) limit))
+            (format nil "~S [a string of ~D characters; first ~D shown]"
+                    (subseq object 0 limit) (length object) limit)
+            (cap (bounded-print-to-string object :printer #'prin1) limit "value")))
+    (trappable-condition (c) (unprintable object c))))
 
 (defun princ-value (object &key (limit *value-limit*))
   "OBJECT printed as by PRINC, at most LIMIT characters.  Never signals."
   (handler-case
       (with-model-printing (*package*)
-        (cap (bounded-princ-to-string object) limit "value"))
+        (cap (bounded-print-to-string object) limit "value"))
     (trappable-condition (c) (unprintable object c))))
 
 (defun symbol-label (symbol &optional (package (find-package "KEYWORD")))
@@ -183,7 +185,7 @@ add (noise to the model, which sent a string) and without blank lines."
    (handler-case (let ((*print-readably* nil)
                        (*print-length* *print-length-cap*)
                        (*print-level* *print-level-cap*))
-                   (bounded-princ-to-string condition))
+                   (bounded-print-to-string condition))
      (trappable-condition (c)
        (format nil "[the condition's report failed: ~A]"
                (unprintable condition c))))))

@@ -89,6 +89,24 @@ signals, and return its value."
       (is (error-p missing))
       (is (has missing "no frame 9999")))))
 
+(deftest debugger-eval-in-frame-reads-within-its-limit
+  ;; (CLISP: its SIGINT does not stop code inside the backend's debugging environment.)
+  (:needs :timeouts :bounded-frame-printing)
+  ;; The form is read with the image's readtable: a reader macro that never
+  ;; returns was read outside any time limit (the debugged thread spun
+  ;; forever; on CLISP, the image).
+  (let* ((*readtable* (copy-readtable nil))
+         (start (get-internal-real-time))
+         (r (progn
+              (set-macro-character #\! (lambda (stream char) (declare (ignore stream char)) (loop)))
+              (debugger-snapshot
+               (lambda ()
+                 (sly-agent-q:debugger-call "eval_in_frame" '(("frame" . 0) ("form" . "(list !x)"))
+                                            :timeout 1))))))
+    (is (error-p r) "~A" (text r))
+    (is (has r "timed out" "reader macro") "~A" (text r))
+    (is (< (- (get-internal-real-time) start) (* 10 internal-time-units-per-second)))))
+
 (deftest image-healthy-after-hostile-local
   (:needs :bounded-frame-printing)
   (is (has (tool "eval_form" "form" "(+ 1 2)") "3")))

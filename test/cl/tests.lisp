@@ -609,6 +609,18 @@ another Lisp)."
           (is (and total (<= total (+ sly-agent-q::*printing-limit* 2000))) "~A" (subseq text (max 0 (- (length text) 300))))))
     (is (not (has r "timed out")) "~A" (text r))
     (is (< (- (get-internal-real-time) start) (* 15 internal-time-units-per-second))))
+  ;; A printer that signals such a condition: the value is unprintable,
+  ;; and why is said in a bounded line.
+  (let* ((start (get-internal-real-time))
+         (r (tool* "eval_form"
+                   '(("form" . "(defstruct (saq-endless-printer
+                                             (:print-function (lambda (o s d) (declare (ignore o s d)) (error 'saq-endless))))
+                                  a)
+                                (make-saq-endless-printer)"))
+                   :timeout 20)))
+    (is (has r "unprintable") "~A" (subseq (text r) 0 (min 2000 (length (text r)))))
+    (is (< (length (text r)) 20000))
+    (is (< (- (get-internal-real-time) start) (* 15 internal-time-units-per-second))))
   (is (string= "Value: 3" (text (tool "eval_form" "form" "(+ 1 2)")))))
 
 (deftest eval-timeout-leaves-no-process-behind
