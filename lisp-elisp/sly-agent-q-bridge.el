@@ -287,10 +287,19 @@ Return nil when no Lisp is connected."
 
 (defun sly-agent-q-bridge--exited-or-reset (inferior finish)
   "Call FINISH with the message for a connection closed after an abort.
-The Lisp exited, unless its process INFERIOR (Emacs's, or nil) still
-runs after `sly-agent-q-bridge-abort-grace' seconds: then it reset."
-  (if (not (and (processp inferior) (process-live-p inferior)))
-      (funcall finish nil sly-agent-q-bridge-exited-message)
+The Lisp exited, unless its process INFERIOR still runs after
+`sly-agent-q-bridge-abort-grace' seconds: then it reset.  INFERIOR nil
+\(a Lisp Emacs did not start): either may be true."
+  (cond
+   ((not (processp inferior))
+    ;; A Lisp Emacs did not start (M-x slime-connect): whether it lives is unknown.
+    (funcall finish nil (concat "The connection to the Lisp closed during the evaluation: the code may "
+                                "have exited the Lisp, or the Lisp reset itself (CLISP does on a stack "
+                                "overflow).  If it still runs, connect to it again; otherwise start one "
+                                "with M-x sly (or M-x slime).")))
+   ((not (process-live-p inferior))
+    (funcall finish nil sly-agent-q-bridge-exited-message))
+   (t
     (let ((deadline (+ (float-time) sly-agent-q-bridge-abort-grace)) timer)
       (setq timer
             (run-with-timer
@@ -301,7 +310,7 @@ runs after `sly-agent-q-bridge-abort-grace' seconds: then it reset."
                       (funcall finish nil sly-agent-q-bridge-exited-message))
                      ((> (float-time) deadline)
                       (cancel-timer timer)
-                      (funcall finish nil sly-agent-q-bridge-reset-message)))))))))
+                      (funcall finish nil sly-agent-q-bridge-reset-message))))))))))
 
 (defun sly-agent-q-bridge-eval (adapter conn form package timeout callback &optional on-timeout thread)
   "Evaluate FORM in package PACKAGE on CONN through ADAPTER, asynchronously.

@@ -455,5 +455,15 @@ A call cancelled before it was sent never runs."
         (should (string-match-p "eval_form (cautious).*✗ \\(Loading the sly-agent-q helpers into the image failed: \\)?The connection to the Lis"
                                 (sly-agent-q-test-chat-text)))))))
 
+;; After M-x slime-connect, Emacs knows no Lisp process: a connection closed
+;; after an abort was reported as an exit, and the user told to start a new
+;; Lisp, though a CLISP that reset still held their state.
+(ert-deftest sly-agent-q-bridge-closed-without-a-known-process-says-either ()
+  "A connection closed after an abort, its Lisp not Emacs's: exit or reset, both said."
+  (let (message)
+    (sly-agent-q-bridge--exited-or-reset nil (lambda (_value m) (setq message m)))
+    (should (string-match-p "may have exited the Lisp, or the Lisp reset itself" message))
+    (should-not (string-match-p "process exited" message))))
+
 (provide 'sly-agent-q-bridge-test)
 ;;; sly-agent-q-bridge-test.el ends here
