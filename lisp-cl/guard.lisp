@@ -487,9 +487,12 @@ returns or has been stopped."
                     "/bin/sh"
                     ;; The sleeps run in the background and are waited for,
                     ;; so that a TERM ends the one under way too (a killed
-                    ;; shell would leave it running, orphaned).
-                    :arguments (list "-c" (format nil "echo $$; trap 'kill $s 2>/dev/null; exit 0' TERM; ~
-                                                       sleep ~,2F & s=$!; wait $s; ~
+                    ;; shell would leave it running, orphaned).  The PID is
+                    ;; told only once the first sleep is known, and the trap
+                    ;; kills every job: a TERM that came before "s=$!" left
+                    ;; the sleep behind.
+                    :arguments (list "-c" (format nil "trap 'kill $s $(jobs -p) 2>/dev/null; exit 0' TERM; ~
+                                                       sleep ~,2F & s=$!; echo $$; wait $s; ~
                                                        while kill -INT ~D; do sleep 2 & s=$!; wait $s; done"
                                                   seconds (os:process-id)))
                     :input nil :output :stream :wait nil)))
