@@ -119,7 +119,7 @@ Set it to t when debugging the bridge in the *sly-events* or
   "The answer to an image call whose evaluation ended the Lisp.")
 
 (defconst sly-agent-q-bridge-reset-message
-  "The Lisp reset itself during the evaluation (CLISP does on a stack overflow), which closed its connection; the Lisp process still runs, with its state, at its own prompt in its *inferior-lisp* buffer.  Connect to it again from there (evaluate (swank:create-server) and M-x slime-connect), or start a new Lisp with M-x sly (or M-x slime)."
+  "The Lisp reset itself during the evaluation (CLISP does on a stack overflow), which closed its connection; the Lisp process still runs, with its state, at its own prompt in its inferior Lisp buffer.  To connect to it again, evaluate (swank:create-server) there, or (slynk:create-server), then M-x slime-connect (or M-x sly-connect); or start a new Lisp with M-x sly (or M-x slime)."
   "The answer to an image call that closed the connection, the Lisp still running.")
 
 (defvar sly-agent-q-bridge-abort-grace 5
