@@ -323,16 +323,25 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
   "Operators whose top-level forms COMPILE-FILE (partly) evaluates while
 compiling, so they take effect even when the file is not loaded.")
 
+(defun form-tokens (text start end count)
+  "The first COUNT tokens of the list form between START and END of TEXT
+(its operator, then what follows it) as strings, fewer where a
+parenthesis or the form's end comes first; NIL when it is not a list."
+  (flet ((delimiterp (c) (or (blank-char-p c) (member c '(#\( #\))))))
+    (when (char= (char text start) #\()
+      (loop with at = (1+ start)
+            for i below count
+            for from = (position-if-not #'blank-char-p text :start at :end end)
+            for to = (and from (or (position-if #'delimiterp text :start from :end end) end))
+            while (and from (< from to))
+            collect (subseq text from to)
+            do (setf at to)))))
+
 (defun compile-time-forms (text spans)
   "Short descriptions of the forms of TEXT headed by *COMPILE-TIME-OPERATORS*."
   (loop for (start . end) in spans
-        for head = (let* ((open (and (char= (char text start) #\() start))
-                          (from (and open (1+ open)))
-                          (to (and from (position-if (lambda (c) (or (blank-char-p c)
-                                                                     (member c '(#\( #\)))))
-                                                     text :start from :end end))))
-                     (and from (string-upcase (subseq text from (or to end)))))
-        when (and head (member head *compile-time-operators* :test #'string=))
+        for head = (first (form-tokens text start end 1))
+        when (and head (member (string-upcase head) *compile-time-operators* :test #'string=))
           collect (form-excerpt text start end 40)))
 
 ;;; ABCL's file compiler defines each DEFUN's function as it compiles it,
@@ -353,25 +362,16 @@ name is looked up, never read: reading would intern it."
   "(PACKAGE-OR-NAME SYMBOL-NAME) of the name of a \"(defun NAME\" form
 between START and END of TEXT, read in PACKAGE, or NIL (not a DEFUN,
 or a name with escapes)."
-  (let ((tokens '()) (at start))
-    (loop repeat 2
-          do (let* ((from (position-if-not (lambda (c) (or (blank-char-p c) (char= c #\()))
-                                           text :start at :end end))
-                    (to (and from (or (position-if (lambda (c) (or (blank-char-p c) (member c '(#\( #\)))))
-                                                   text :start from :end end)
-                                      end))))
-               (unless from (return-from defun-name-parts nil))
-               (push (subseq text from to) tokens)
-               (setf at to)))
-    (destructuring-bind (name head) tokens
-      (when (and (string-equal head "defun")
-                 (notany (lambda (c) (member c '(#\| #\\ #\' #\` #\, #\# #\"))) name)
-                 (eq (readtable-case *readtable*) :upcase))
-        (let ((colon (position #\: name)))
-          (list (cond ((null colon) package)
-                      ((zerop colon) "KEYWORD")
-                      (t (string-upcase (subseq name 0 colon))))
-                (string-upcase (subseq name (if colon (1+ (position #\: name :from-end t)) 0)))))))))
+  (destructuring-bind (&optional head name) (form-tokens text start end 2)
+    (when (and name
+               (string-equal head "defun")
+               (notany (lambda (c) (member c '(#\| #\\ #\' #\` #\, #\# #\"))) name)
+               (eq (readtable-case *readtable*) :upcase))
+      (let ((colon (position #\: name)))
+        (list (cond ((null colon) package)
+                    ((zerop colon) "KEYWORD")
+                    (t (string-upcase (subseq name 0 colon))))
+              (string-upcase (subseq name (if colon (1+ (position #\: name :from-end t)) 0))))))))
 
 (defun defun-function (package symbol-name)
   "The function of the symbol SYMBOL-NAME of PACKAGE (a package or its

@@ -73,49 +73,6 @@ alone is bound.  HOOK must not return normally."
               #+sbcl (sb-ext:*invoke-debugger-hook* debugger-hook))
           (funcall function)))))
 
-;;;; Captured output
-
-(defstruct (sink (:constructor make-sink (limit)))
-  "Where captured output goes: the first LIMIT characters are kept, the
-rest only counted."
-  (limit 0)
-  (buffer (make-string-output-stream))
-  (kept 0)
-  (dropped 0))
-
-(defun sink-write (sink string)
-  (let* ((room (max 0 (- (sink-limit sink) (sink-kept sink))))
-         (n (length string))
-         (keep (min n room)))
-    (when (plusp keep)
-      (write-string string (sink-buffer sink) :end keep)
-      (incf (sink-kept sink) keep))
-    (incf (sink-dropped sink) (- n keep))))
-
-(defun sink-text (sink)
-  "The captured text, with a note if some was dropped."
-  (let ((text (get-output-stream-string (sink-buffer sink))))
-    (if (plusp (sink-dropped sink))
-        (format nil "~A~%[... output truncated: ~D more characters not kept]"
-                text (sink-dropped sink))
-        text)))
-
-(defun make-capture-stream (sink)
-  "An output stream writing into SINK.  The backend's stream calls us
-with chunks, so nothing beyond the limit is ever kept; without one, a
-string stream whose text is cut afterwards."
-  (or (and (backend-implemented-p "MAKE-OUTPUT-STREAM")
-           (ignore-errors
-            (bcall "MAKE-OUTPUT-STREAM" (lambda (string) (sink-write sink string)))))
-      (sink-buffer sink)))
-
-(defun finish-capture (stream sink)
-  "Flush STREAM into SINK; return the captured text."
-  (unless (eq stream (sink-buffer sink))
-    (ignore-errors (finish-output stream)))
-  (sink-text sink))
-
-
 ;;;; Backtraces
 
 (defparameter *machinery-frame-markers*

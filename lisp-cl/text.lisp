@@ -63,27 +63,67 @@ would type there."
 it is stopped: a PRINT-OBJECT method or a report that never ends would
 otherwise fill the image's memory (ECL reached its heap limit).")
 
+;;;; Bounded output
+
+(defstruct (sink (:constructor make-sink (limit &optional stop)))
+  "Where written text goes: the first LIMIT characters are kept, the rest
+only counted; with STOP, a catch tag thrown to (with :STOPPED) once the
+writer passes the limit."
+  (limit 0)
+  (buffer (make-string-output-stream))
+  (kept 0)
+  (dropped 0)
+  (stop nil))
+
+(defun sink-write (sink string)
+  (let* ((room (max 0 (- (sink-limit sink) (sink-kept sink))))
+         (n (length string))
+         (keep (min n room)))
+    (when (plusp keep)
+      (write-string string (sink-buffer sink) :end keep)
+      (incf (sink-kept sink) keep))
+    (incf (sink-dropped sink) (- n keep))
+    (when (and (sink-stop sink) (plusp (sink-dropped sink)))
+      (throw (sink-stop sink) :stopped))))
+
+(defun sink-text (sink)
+  "The kept text, with a note if some was dropped."
+  (let ((text (get-output-stream-string (sink-buffer sink))))
+    (if (plusp (sink-dropped sink))
+        (format nil "~A~%[... output truncated: ~D more characters not kept]"
+                text (sink-dropped sink))
+        text)))
+
+(defun make-capture-stream (sink)
+  "An output stream writing into SINK.  The backend's stream calls us
+with chunks, so nothing beyond the limit is ever kept; without one, a
+string stream whose text is cut afterwards."
+  (or (and (backend-implemented-p "MAKE-OUTPUT-STREAM")
+           (ignore-errors
+            (bcall "MAKE-OUTPUT-STREAM" (lambda (string) (sink-write sink string)))))
+      (sink-buffer sink)))
+
+(defun finish-capture (stream sink)
+  "Flush STREAM into SINK; return the kept text."
+  (unless (eq stream (sink-buffer sink))
+    (ignore-errors (finish-output stream)))
+  (sink-text sink))
+
 (defun bounded-print-to-string (object &key (limit *printing-limit*) (printer #'princ))
   "PRINC-TO-STRING of OBJECT (or with PRINTER, e.g. PRIN1), stopped once it
 wrote LIMIT characters (then cut there, with a note).  Written through
 the backend's output stream, which hands us its text in chunks; without
 one, unbounded."
-  (let* ((kept (make-string-output-stream))
-         (count 0)
-         (tag (list 'bounded-printing))
-         (stream (and (backend-implemented-p "MAKE-OUTPUT-STREAM")
-                      (ignore-errors
-                       (bcall "MAKE-OUTPUT-STREAM"
-                              (lambda (string)
-                                (write-string string kept
-                                              :end (max 0 (min (length string) (- limit count))))
-                                (incf count (length string))
-                                (when (> count limit) (throw tag :stopped))))))))
-    (cond ((null stream) (with-output-to-string (out) (funcall printer object out)))
-          ((eq :stopped (catch tag (funcall printer object stream) (finish-output stream) nil))
-           (format nil "~A~%[... printing stopped after ~D characters: it went on writing]"
-                   (get-output-stream-string kept) limit))
-          (t (get-output-stream-string kept)))))
+  (let* ((tag (list 'bounded-printing))
+         (sink (make-sink limit tag))
+         (stream (make-capture-stream sink))
+         (text (catch tag
+                 (funcall printer object stream)
+                 (finish-capture stream sink))))
+    (if (eq text :stopped)
+        (format nil "~A~%[... printing stopped after ~D characters: it went on writing]"
+                (get-output-stream-string (sink-buffer sink)) limit)
+        text)))
 
 (defun print-value (object &key (limit *value-limit*) (pretty t))
   "OBJECT printed as by PRIN1 under WITH-MODEL-PRINTING (the caller
