@@ -14,7 +14,6 @@ import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type Streame
 import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
-import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { estimateTokens, fitToBudget, type Conversation } from "./conversation.js";
 import { historyProblems } from "./history-rules.js";
 import { checkTransition, INITIAL_TURN_STATE, isTerminal, type LiveTurnState, type TerminalTurnState } from "./turn-states.js";
@@ -430,8 +429,7 @@ export class Turn {
     const early = this.early;
     if (!early?.open || early.controller.signal.aborted || this.settings.startToolsEarly === false) return;
     const toolCall: ToolCall = { id: call.id, name: call.name, arguments: call.input ?? call.rawArguments };
-    // add_tools only reads, but changes what the conversation offers: it waits for the whole answer.
-    if (!this.executor.isSafeCall(toolCall) || toolCall.name === ADD_TOOLS) {
+    if (!this.executor.startsEarly(toolCall)) {
       early.open = false;
       return;
     }
@@ -462,10 +460,15 @@ export class Turn {
     this.early = undefined;
     if (!early) return { taken: [] };
     this.signal.removeEventListener("abort", early.onAbort);
+    // Only the message's first calls, up to the first that may not start early under the settings in
+    // force now: a call after a change must see what it did (a block streamed again under its index can
+    // put a change before a read that started), and a rule set while the answer streamed applies.
+    let open = true;
     const taken = calls.map((c) => {
       const e = early.started.get(c.id);
+      open &&= this.executor.startsEarly({ id: c.id, name: c.name, arguments: c.arguments });
       // The same object the stream finished: what ran is exactly what the message holds.
-      if (e?.call !== c.streamed) return undefined;
+      if (!open || e?.call !== c.streamed) return undefined;
       early.started.delete(c.id);
       return e.result;
     });
@@ -598,7 +601,7 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void, onTool
     t.llmRequests++;
     t.beginAttempt();
     try {
-      return await settings.provider.stream(
+      const response = await settings.provider.stream(
         {
           model: settings.model,
           system: settings.system,
@@ -617,6 +620,10 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void, onTool
         },
         signal,
       );
+      // The SDKs end an aborted stream quietly: an answer whose end marker came just before a cancellation
+      // is cut like any other (none of its calls is announced, run or kept).
+      if (signal.aborted) throw abortError();
+      return response;
     } catch (err) {
       // A stalled stream is retried once, and only when nothing of it was shown.
       if (err instanceof StreamIdleError && !signal.aborted) {
@@ -632,6 +639,12 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void, onTool
       await sleep(backoff, signal);
     }
   }
+}
+
+function abortError(): Error {
+  const err = new Error("The answer was cut by a cancellation.");
+  err.name = "AbortError";
+  return err;
 }
 
 function safetyOf(executor: Executor, name: string): SafetyLevel | "unknown" {

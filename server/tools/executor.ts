@@ -249,6 +249,11 @@ export class Executor {
     }
   }
 
+  /** Whether CALL may start while the answer streams: it runs unasked (isSafeCall) and has no effect besides its answer. */
+  startsEarly(call: unknown): boolean {
+    return this.isSafeCall(call) && this.options.registry.get((call as ToolCall).name)?.effect === undefined;
+  }
+
   /**
    * Runs one call: admit, ask when the policy says so, run. Never throws, never rejects. The result
    * is also given to opts.onResult, once: each stage either answers the call or passes it on.

@@ -78,6 +78,10 @@ export interface ToolSpec {
   preview?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<Record<string, unknown>>;
   /** How the user reviews a call that asks (see ReviewKind in server/protocol.ts); "arguments" when absent. */
   review?: ReviewKind;
+  /** What a safe tool changes besides answering (point moved, a trace removed, the user's macro functions
+   *  run): its call never starts while the answer streams, so it runs only for an answer that came whole,
+   *  once, and after every call before it in the message. */
+  effect?: string;
 }
 
 export interface Tool extends Readonly<Omit<ToolSpec, "required">> {
@@ -156,6 +160,7 @@ export function defineTool(spec: ToolSpec): Tool {
   // Emacs prepares a target or a diff only for what it runs itself; a form's edit is the server's preview.
   if ((spec.review === "target" || spec.review === "diff") && spec.runtime !== "emacs") fail(`review "${spec.review}" needs runtime emacs`);
   if (spec.review === "form" && !spec.preview) fail(`review "form" needs a preview that computes the edit`);
+  if (spec.effect !== undefined && (typeof spec.effect !== "string" || spec.effect.trim() === "")) fail("effect, when given, says what the tool changes");
   const schema: JsonSchemaObject = {
     type: "object",
     properties: spec.parameters,

@@ -3,11 +3,14 @@
 // and so does every call after it; results go back in the model's order; a stream that fails or is
 // cancelled discards what started and runs nothing more. Against the mock LLM with the real SDKs.
 
+import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startMockLLM } from "../fixtures/mock-llm/server.mjs";
-import { newConversation, provider, turn, type Harness } from "./agent-helpers.js";
+import { FAKE_KEY, newConversation, provider, turn, type Harness } from "./agent-helpers.js";
+import { AnthropicProvider } from "../../server/llm/anthropic.js";
 import type { LLMProvider, Message } from "../../server/llm/provider.js";
 import { Executor } from "../../server/tools/executor.js";
+import { ToolPolicy } from "../../server/tools/policy.js";
 import { ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool } from "../../server/tools/tool.js";
 
@@ -73,6 +76,21 @@ function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
   );
   registry.register(
     defineTool({
+      name: "mover",
+      description: "Moves point, and reads nothing.",
+      parameters: {},
+      safety: "safe",
+      effect: "moves point",
+      categories: ["navigation"],
+      runtime: "node",
+      handler: async () => {
+        probe.log.push("start:mover");
+        return "moved";
+      },
+    }),
+  );
+  registry.register(
+    defineTool({
       name: "library",
       description: "Reads a library's definition, outside the project.",
       parameters: {},
@@ -106,6 +124,7 @@ function logged(inner: LLMProvider, log: string[]): LLMProvider {
 const probeCall = (name: string) => ({ type: "tool_use" as const, name: "probe", input: { name } });
 const libraryCall = { type: "tool_use" as const, name: "library", input: {} };
 const changeCall = { type: "tool_use" as const, name: "change", input: { form: "(setf *x* 1)" } };
+const moverCall = { type: "tool_use" as const, name: "mover", input: {} };
 
 /** How many stream chunks the mock sends before the first chunk of tool call N (0-based), no text blocks. */
 function chunksBeforeCall(kind: Kind, n: number): number {
@@ -287,6 +306,57 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(probe.log.filter((l) => l.startsWith("start:"))).toEqual(["start:a", "start:b", "start:c"]);
   });
 
+  it("a safe call that changes something besides answering (a declared effect) waits for the whole answer, and so does every call after it", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const { outcome } = await turn(h, kind, c, "Look, move, look", {
+      settings: { provider: logged(provider(kind, h.mock), probe.log) },
+      script: { steps: [{ content: [probeCall("a"), moverCall, probeCall("b")], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
+    });
+    expect(outcome.status).toBe("finished");
+    const at = (what: string) => probe.log.indexOf(what);
+    expect(at("start:a")).toBeLessThan(at("stream-end"));
+    expect(at("start:mover")).toBeGreaterThan(at("stream-end"));
+    expect(at("start:b")).toBeGreaterThan(at("start:mover"));
+  });
+
+  it("a rule that denies a read, set while it ran early, applies: its early result is dropped and the call is refused", async () => {
+    probe.log.length = 0;
+    let policy = new ToolPolicy(h.registry);
+    const executor = new Executor({ registry: h.registry, policy: () => policy });
+    const c = newConversation();
+    const startedA = probe.started("a");
+    const run = turn({ ...h, executor }, kind, c, "Look", {
+      script: { steps: [{ content: [probeCall("a"), probeCall("b")], chunk_delay_ms: 10 }, { content: [{ type: "text", text: "Done." }] }] },
+    });
+    await startedA;
+    policy = new ToolPolicy(h.registry, { permissionRules: [{ action: "deny", tool: "probe", argument: "name", pattern: "^a$" }] });
+    const { outcome, events } = await run;
+    expect(outcome.status).toBe("finished");
+    const results = events.results.map((r) => String(r.content));
+    expect(results[0]).not.toContain("read a");
+    expect(results[0]).toMatch(/denied|rule/i);
+    expect(results[1]).toBe("read b");
+  });
+
+  it("a cancel after the answer's end marker, before its stream ended, cuts it like any other: nothing announced, reported or kept", async () => {
+    probe.log.length = 0;
+    const c = newConversation();
+    const controller = new AbortController();
+    const calls = [probeCall("a"), probeCall("b"), changeCall];
+    // Every chunk up to message_stop (Anthropic: 2 + 7 per call + message_delta + message_stop) or up
+    // to the finish_reason chunk (OpenAI: the role chunk, 5 per call, finish_reason); then it stalls.
+    const run = turn(h, kind, c, "go", { signal: controller.signal, script: { steps: [{ content: calls, hang_after_chunks: kind === "anthropic" ? 25 : 17 }] } });
+    await new Promise((r) => setTimeout(r, 200));
+    controller.abort();
+    const { outcome, events } = await run;
+    expect(outcome).toMatchObject({ status: "failed", kind: "cancelled" });
+    expect(events.calls).toEqual([]);
+    expect(events.results).toEqual([]);
+    expect(probe.log).not.toContain("start:change");
+    expect(toolUses(c.messages)).toEqual([]);
+  });
+
   // Anthropic only: there a block can be streamed again under its index (an OpenAI call's fragments
   // after a later call began make the stream malformed, which the failed-stream test covers).
   it.runIf(kind === "anthropic")("a call streamed again under its block's index runs once, and only the message's call asks", async () => {
@@ -309,5 +379,58 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(probe.log.filter((l) => l === "end:library")).toHaveLength(1);
     const results = c.messages[2]!.content.flatMap((b) => (b.type === "tool_result" ? [b.content] : []));
     expect(results).toEqual(["read the library", "read b"]);
+  });
+});
+
+// A block streamed again under its index as a call that changes something: Anthropic's stream allows it
+// (the last block under an index is the message's), so the raw stream is written by hand.
+
+/** An HTTP server that answers every request with EVENTS, one every 10 ms. */
+function rawSSE(events: string[]): Promise<{ url: string; server: Server }> {
+  return new Promise((resolve) => {
+    const server = createServer(async (req, res) => {
+      req.resume();
+      await new Promise((r) => req.on("end", r));
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (const e of events) {
+        res.write(e);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      res.end();
+    });
+    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, server }));
+  });
+}
+const sse = (type: string, data: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+const toolBlock = (index: number, id: string, name: string, json: string) => [
+  sse("content_block_start", { index, content_block: { type: "tool_use", id, name, input: {} } }),
+  sse("content_block_delta", { index, delta: { type: "input_json_delta", partial_json: json } }),
+  sse("content_block_stop", { index }),
+];
+
+describe("a block streamed again under its index as a change (Anthropic)", () => {
+  it("the read the message puts after the change runs after it, though it started early", async () => {
+    const { registry, probe } = probeRegistry();
+    const { url, server } = await rawSSE([
+      sse("message_start", { message: { id: "m", type: "message", role: "assistant", model: "x", content: [], stop_reason: null, usage: { input_tokens: 1, output_tokens: 1 } } }),
+      ...toolBlock(0, "t1", "probe", '{"name":"first"}'),
+      ...toolBlock(0, "t1", "change", '{"form":"(setf *x* 2)"}'),
+      ...toolBlock(1, "t2", "probe", '{"name":"after"}'),
+      sse("message_delta", { delta: { stop_reason: "tool_use" }, usage: { output_tokens: 5 } }),
+      sse("message_stop", {}),
+    ]);
+    try {
+      const h: Harness = { mock: { url } as never, registry, executor: new Executor({ registry }), close: async () => undefined };
+      const c = newConversation();
+      const anthropic = logged(new AnthropicProvider({ apiKey: FAKE_KEY, baseUrl: url }), probe.log);
+      const { outcome, events } = await turn(h, "anthropic", c, "go", { settings: { provider: anthropic, maxSteps: 1 } });
+      expect(outcome.status).toBe("finished");
+      expect(toolUses(c.messages)).toEqual(["change", "probe"]);
+      expect(events.results.map((r) => r.content)).toEqual(["changed (setf *x* 2)", "read after"]);
+      // The early run of "after" (before the change) is not the one the model gets.
+      expect(probe.log.lastIndexOf("start:after")).toBeGreaterThan(probe.log.indexOf("end:change"));
+    } finally {
+      server.close();
+    }
   });
 });

@@ -135,6 +135,7 @@ export const debuggerTools: Tool[] = [
     description: "Untrace what trace_eval left traced with keep.",
     parameters: {},
     safety: "safe",
+    effect: "removes traces from the image",
     categories: ["execution"],
     ...inImage("untrace_functions"),
   }),

@@ -244,6 +244,7 @@ export const emacsTools: Tool[] = [
     },
     required: ["buffer_name", "line_number"],
     safety: "safe",
+    effect: "moves point in a buffer and shows it",
     categories: ["navigation"],
     ...emacs("goto_line"),
   }),

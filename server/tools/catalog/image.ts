@@ -125,6 +125,7 @@ export const imageTools: Tool[] = [
     },
     required: ["form"],
     safety: "safe",
+    effect: "runs the macro functions of the image, and reading the form interns its symbols",
     categories: ["introspection"],
     ...inImage("macroexpand_form"),
   }),

@@ -13,6 +13,7 @@ export const toolSetTools: Tool[] = [
     parameters: { category: { type: "string", description: "A category the system prompt lists, e.g. debugger." } },
     required: ["category"],
     safety: "safe",
+    effect: "changes what the conversation offers from the next step on",
     categories: ["tools"],
     runtime: "node",
     handler: async (a, ctx) => {
