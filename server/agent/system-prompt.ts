@@ -6,6 +6,7 @@
 
 import { readProjectFile } from "./project-files.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
+import type { Message } from "../llm/provider.js";
 
 export interface SystemPromptInput {
   tools: readonly Tool[];
@@ -77,6 +78,28 @@ export interface KeptPrompt {
   readonly told: string | undefined;
 }
 
+/** The note that tells the model the REPL's package changed since the system prompt was written. */
+function packageNote(pkg: string): string {
+  return `(The REPL's current package is now ${pkg}: names are read in it by default.)`;
+}
+const PACKAGE_NOTE = /^\(The REPL's current package is now (.+): names are read in it by default\.\)$/s;
+
+/**
+ * KEPT, with the package the model last heard of in MESSAGES, the history it is sent from now on (after
+ * a compaction, a resume or a rewind): the last package note they hold, else the one the prompt names.
+ */
+export function toldIn(kept: KeptPrompt, messages: readonly Message[]): KeptPrompt {
+  let told = kept.currentPackage;
+  for (const m of messages) {
+    if (m.role !== "user") continue;
+    for (const b of m.content) {
+      const said = b.type === "text" && b.note ? PACKAGE_NOTE.exec(b.text)?.[1] : undefined;
+      if (said !== undefined) told = said;
+    }
+  }
+  return { ...kept, told };
+}
+
 /**
  * The system prompt for a turn of a conversation whose requests carried KEPT so far. When only the
  * REPL's package changed, the text stays as sent (a provider's prompt cache holds only while the prefix
@@ -87,7 +110,7 @@ export function promptForTurn(input: SystemPromptInput, kept: KeptPrompt | undef
   const now = input.currentPackage;
   if (kept && buildSystemPrompt({ ...input, currentPackage: kept.currentPackage }) === kept.text) {
     if (!now || now === kept.told) return { kept };
-    return { kept: { ...kept, told: now }, note: `(The REPL's current package is now ${now}: names are read in it by default.)` };
+    return { kept: { ...kept, told: now }, note: packageNote(now) };
   }
   return { kept: { text: buildSystemPrompt(input), currentPackage: now, told: now } };
 }

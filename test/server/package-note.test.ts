@@ -9,7 +9,8 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
 import type { ChatSendResult, Configuration, ConversationExportResult, ConversationResumeResult, ConversationTurnsResult } from "../../server/protocol.js";
-import { FAKE_KEY } from "./agent-helpers.js";
+import { FAKE_KEY, testRegistry } from "./agent-helpers.js";
+import { chatsWithMock, type ChatHarness } from "./chat-harness.js";
 import { startBundle, type BundleProcess } from "./stdio-client.js";
 
 let mock: MockLLM;
@@ -117,5 +118,62 @@ describe("the package note", () => {
     expect(JSON.stringify(sent.system)).toContain("MY-APP");
     expect(JSON.stringify(sent.messages)).not.toContain('"two"');
     expect(JSON.stringify(sent.messages)).toContain("current package is now OTHER-PKG");
+  });
+});
+
+// After a compaction or a restart, the history the model is sent may still hold a note of another
+// package than the system prompt's: the model last heard of that one, and is told when the REPL is back
+// in the prompt's package (it was not: the server took the prompt's package as the one last said).
+
+const chats = chatsWithMock();
+
+/** The last package a request names: its system prompt's, then each note's, in order. */
+function lastPackageSaid(body: { system?: unknown; messages: unknown[] }): string | undefined {
+  let said: string | undefined;
+  for (const text of [JSON.stringify(body.system ?? ""), JSON.stringify(body.messages)]) {
+    for (const m of text.matchAll(/Current package in the REPL: ([^\s"\\]+)|current package is now ([^\s:"\\]+):/g)) said = m[1] ?? m[2];
+  }
+  return said;
+}
+
+describe.each(["anthropic", "openai"] as const)("the package the model last heard of, over %s", (kind) => {
+  const configuration = (): Configuration => ({
+    provider: kind,
+    apiKey: FAKE_KEY,
+    baseUrl: kind === "anthropic" ? chats.mock().url : `${chats.mock().url}/v1`,
+    model: kind === "anthropic" ? "claude-sonnet-4-6" : "gpt-4.1",
+    conversationDirectory: join(dir, "conversations"),
+  });
+  async function send(h: ChatHarness, text: string, pkg: string, id?: string): Promise<ChatSendResult> {
+    chats.mock().setScript({ steps: [{ content: [{ type: "text", text: `ok ${text}` }] }] });
+    const sent: ChatSendResult = await h.client.sendRequest("chat/send", { text, ...(id ? { conversationId: id } : {}), context: { currentPackage: pkg } });
+    expect((await h.ended(sent.turnId)).method).toBe("chat/turnFinished");
+    return sent;
+  }
+  const lastRequest = () => chats.mock().requests().at(-1)!.body as { system?: unknown; messages: unknown[] };
+
+  it("is the kept part's, after a compaction that kept the note of another package", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    const h = await chats.connect({ configuration: configuration(), registry: testRegistry(), context: { currentPackage: "PKG-A" } });
+    const first = await send(h, "one", "PKG-A");
+    await send(h, "two", "PKG-B", first.conversationId);
+    await send(h, "three", "PKG-B", first.conversationId);
+    chats.mock().setScript({ steps: [{ content: [{ type: "text", text: "Summary." }] }] });
+    await h.client.sendRequest("conversation/compact", { conversationId: first.conversationId });
+    await send(h, "four", "PKG-A", first.conversationId);
+    expect(lastPackageSaid(lastRequest())).toBe("PKG-A");
+  });
+
+  it("is the saved history's, after a restart and a resume", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    const opts = { configuration: configuration(), registry: testRegistry(), context: { currentPackage: "PKG-A" } };
+    const h = await chats.connect(opts);
+    const first = await send(h, "one", "PKG-A");
+    await send(h, "two", "PKG-B", first.conversationId);
+    h.dispose();
+    const again = await chats.connect(opts);
+    await again.client.sendRequest("conversation/resume", { conversationId: first.conversationId });
+    await send(again, "three", "PKG-A", first.conversationId);
+    expect(lastPackageSaid(lastRequest())).toBe("PKG-A");
   });
 });
