@@ -134,6 +134,16 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
       if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b, usedIds));
     }
   };
+  // A later text block of the answer is a paragraph of its own: it is shown after a blank line.
+  let shown = false;
+  let paragraph = false;
+  const show = (text: string) => {
+    if (text === "") return;
+    if (paragraph) handlers.onText("\n\n");
+    paragraph = false;
+    shown = true;
+    handlers.onText(text);
+  };
   for await (const event of stream) {
     switch (event.type) {
       case "message_start": {
@@ -150,7 +160,8 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
         const b = event.content_block;
         if (b.type === "text") {
           blocks[event.index] = { kind: "text", text: b.text ?? "" };
-          if (b.text) handlers.onText(b.text);
+          paragraph = shown;
+          show(b.text ?? "");
         } else if (b.type === "tool_use") {
           blocks[event.index] = { kind: "tool", id: b.id, name: b.name, json: "" };
         } else {
@@ -165,7 +176,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
         if (!b) throw new MalformedStreamError(`a delta for content block ${event.index}, which was never started`);
         if (d.type === "text_delta" && b.kind === "text") {
           b.text += d.text;
-          handlers.onText(d.text);
+          show(d.text);
         } else if (d.type === "input_json_delta" && b.kind === "tool") {
           if (b.stopped) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
           b.json += d.partial_json;

@@ -70,6 +70,22 @@ describe.each<Kind>(["anthropic", "openai"])("agent loop over %s", (kind) => {
     expect(h.mock.requests()[0]!.status).toBe(200);
   });
 
+  // OpenAI's answer has one text, so only Anthropic's can hold several.
+  it.runIf(kind === "anthropic")("shows a later text block of one answer as a paragraph of its own, and keeps the blocks as they came", async () => {
+    const c = newConversation();
+    const { outcome, events } = await turn(h, kind, c, "Look", {
+      script: {
+        steps: [
+          { content: [{ type: "text", text: "First the callers." }, { type: "tool_use", name: "who_calls", input: { symbol: "process-data" } }, { type: "text", text: "Then the rest." }] },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    expect(events.text.join("")).toBe("First the callers.\n\nThen the rest.Done.");
+    expect(c.messages[1]!.content.flatMap((b) => (b.type === "text" ? [b.text] : []))).toEqual(["First the callers.", "Then the rest."]);
+  });
+
   it("executes every call of one message and answers them in one message, in order", async () => {
     const c = newConversation();
     const { outcome, events } = await turn(h, kind, c, "Look at three things", {
