@@ -25,13 +25,82 @@
   "The names of the systems ASDF has registered."
   (sort (copy-list (asdf-call "REGISTERED-SYSTEMS")) #'string<))
 
+;;; system_info and list_systems are safe tools: they run without
+;;; approval, so they never read a system definition.  An .asd file is
+;;; Lisp code, and ASDF:FIND-SYSTEM loads one it has not read yet (from
+;;; its source registry) and reloads one changed on disk: these tools
+;;; look up only the systems ASDF has registered.  load_system and
+;;; run_tests, which are asked for, use FIND-SYSTEM-OR-FAIL.
+
+(defun system-name-argument (name)
+  (string-downcase (string-trim " " (nonblank name "system" "a system's name"))))
+
+(defun system-not-found (name)
+  (fail "ASDF knows no system ~S.~@[ Closest: ~{~A~^, ~}.~] A project's system is found once its ~
+         .asd file is loaded (asdf:load-asd) or its directory is in ASDF's source registry."
+        name (closest-strings name (system-names))))
+
 (defun find-system-or-fail (name)
-  "The ASDF system NAME, or a FAIL naming the closest registered ones."
-  (let ((name (string-downcase (string-trim " " (nonblank name "system" "a system's name")))))
+  "The ASDF system NAME, or a FAIL naming the closest registered ones.
+May load NAME's .asd file: only for the tools that are asked for."
+  (let ((name (system-name-argument name)))
     (or (ignore-errors (asdf-call "FIND-SYSTEM" name nil))
-        (fail "ASDF knows no system ~S.~@[ Closest: ~{~A~^, ~}.~] A project's system is found once its ~
-               .asd file is loaded (asdf:load-asd) or its directory is in ASDF's source registry."
-              name (closest-strings name (system-names))))))
+        (system-not-found name))))
+
+(defun asdf-symbol-value (name)
+  "The value of ASDF's variable NAME (a string), or NIL."
+  (let ((symbol (and (find-package "ASDF") (find-symbol name "ASDF"))))
+    (and symbol (boundp symbol) (symbol-value symbol))))
+
+(defun registered-system (name)
+  "The system NAME if ASDF has registered it, else NIL.  Never reads an
+.asd file: ASDF:REGISTERED-SYSTEM (ASDF 3.1 and later), else ASDF's
+table of systems (whose values are systems, or (TIME . SYSTEM) before
+ASDF 3.3)."
+  (let ((function (and (find-package "ASDF") (find-symbol "REGISTERED-SYSTEM" "ASDF"))))
+    (if (and function (fboundp function))
+        (ignore-errors (funcall function name))
+        (let ((table (or (asdf-symbol-value "*REGISTERED-SYSTEMS*")
+                         (asdf-symbol-value "*DEFINED-SYSTEMS*"))))
+          (when (hash-table-p table)
+            (let ((entry (gethash name table)))
+              (if (consp entry) (cdr entry) entry)))))))
+
+(defun primary-system-name (name)
+  "\"foo\" of the system name \"foo/bar\"."
+  (subseq name 0 (position #\/ name)))
+
+(defun central-registry-asd (name)
+  "NAME's .asd file in a directory of ASDF's *CENTRAL-REGISTRY*, or NIL.
+Only the entries that are pathnames or strings are searched: ASDF
+evaluates the others, and this evaluates nothing."
+  (dolist (entry (asdf-symbol-value "*CENTRAL-REGISTRY*"))
+    (let* ((directory (and (or (pathnamep entry) (stringp entry))
+                           (ignore-errors (pathname entry))))
+           (file (and directory (null (pathname-name directory)) (null (pathname-type directory))
+                      (ignore-errors
+                       (probe-file (merge-pathnames (make-pathname :name name :type "asd")
+                                                    directory))))))
+      (when file (return file)))))
+
+(defun locate-system-definition (name)
+  "The .asd file defining system NAME that ASDF would read, found
+without reading any: in ASDF's central registry or its source registry
+(SYSDEF-SOURCE-REGISTRY-SEARCH, which scans directories and reads only
+its configuration, with *READ-EVAL* off).  NIL when none is found."
+  (let ((primary (primary-system-name name)))
+    (or (central-registry-asd primary)
+        (let ((search (and (find-package "ASDF")
+                           (find-symbol "SYSDEF-SOURCE-REGISTRY-SEARCH" "ASDF"))))
+          (and search (fboundp search)
+               (let ((file (ignore-errors (funcall search primary))))
+                 (and (pathnamep file) file)))))))
+
+(defun unread-system-message (name file)
+  (format nil "System ~A is not loaded: ASDF has not read its definition, ~A. ~
+               It was not read now because reading a system definition runs its code; ~
+               load_system (which asks for approval) loads the system.~%"
+          name (namestring file)))
 
 (defun directory-within-p (directory root)
   "True if the directory pathname DIRECTORY is ROOT or inside it."
@@ -54,7 +123,7 @@
          (source-directory (asdf-function "SYSTEM-SOURCE-DIRECTORY")))
     (with-output-to-string (out)
       (flet ((describe-one (name)
-               (let* ((system (ignore-errors (asdf-call "FIND-SYSTEM" name nil)))
+               (let* ((system (registered-system name))
                       (dir (and system (ignore-errors (funcall source-directory system)))))
                  (list name
                        (and system (ignore-errors (funcall loaded system)))
@@ -197,10 +266,9 @@ value and the LOAD-NOTEs of the compiler conditions signalled."
                 (and path (pathname-name path) (file-namestring path))))
       (when (< depth 6) (component-tree out child (1+ depth))))))
 
-(define-tool "system_info" (&key system)
-  "An ASDF system's file, dependencies and components."
-  (let* ((object (find-system-or-fail system))
-         (name (asdf-call "COMPONENT-NAME" object)))
+(defun describe-system (object)
+  "What system_info says of the registered system OBJECT."
+  (let ((name (asdf-call "COMPONENT-NAME" object)))
     (with-output-to-string (out)
       (format out "System ~A~@[ ~A~]~:[~; (loaded)~]~%"
               name (ignore-errors (asdf-call "COMPONENT-VERSION" object))
@@ -215,3 +283,15 @@ value and the LOAD-NOTEs of the compiler conditions signalled."
                   '("nothing")))
       (format out "Components:~%")
       (component-tree out object 1))))
+
+(define-tool "system_info" (&key system)
+  "An ASDF system's file, dependencies and components: of a system ASDF
+has registered, without reading any .asd file."
+  (let* ((name (system-name-argument system))
+         (object (progn (asdf-function "REGISTERED-SYSTEMS") ; FAILs without ASDF
+                        (registered-system name)))
+         (file (and (not object) (locate-system-definition name))))
+    (cond
+      (object (describe-system object))
+      (file (unread-system-message name file))
+      (t (system-not-found name)))))

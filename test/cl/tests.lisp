@@ -1192,6 +1192,67 @@ loaded and the system loaded from there; MY-APP is restored after."
       (is (has r "System my-app 0.1.0 (loaded)" "my-app.asd" "package.lisp" "my-app.lisp")))
     (is (has (tool "system_info" "system" "my-ap") "ASDF knows no system" "my-app"))))
 
+;; system_info and list_systems are safe tools (run without approval,
+;; even while the model's answer streams): they must never run the code
+;; of an .asd file.
+(defvar *planted-asd-runs* 0
+  "How many times the first form of an .asd file planted by
+safe-system-tools-never-read-a-system-definition ran.")
+
+(defun plant-asd (directory name)
+  "Write DIRECTORY/NAME.asd, whose first form counts in *PLANTED-ASD-RUNS*;
+return its pathname."
+  (let ((file (merge-pathnames (make-pathname :name name :type "asd") directory)))
+    (ensure-directories-exist file)
+    (write-text file (format nil "(incf sly-agent-q-tests::*planted-asd-runs*)~%~
+                                  (asdf:defsystem ~S :version \"0.0.1\")~%" name))
+    file))
+
+(deftest safe-system-tools-never-read-a-system-definition
+  (let* ((root (pathname (format nil "/tmp/saq-cl-asd-~36R/" (random (expt 36 8) (make-random-state t)))))
+         (in-source (plant-asd (merge-pathnames "source/" root) "saq-planted-source"))
+         (in-central (plant-asd (merge-pathnames "central/" root) "saq-planted-central"))
+         (registered (plant-asd (merge-pathnames "registered/" root) "saq-planted-registered"))
+         (parameter (find-symbol "*SOURCE-REGISTRY-PARAMETER*" "ASDF"))
+         (saved (symbol-value parameter))
+         (central (find-symbol "*CENTRAL-REGISTRY*" "ASDF"))
+         (*planted-asd-runs* 0))
+    (unwind-protect
+         (progv (list central) (list (cons (merge-pathnames "central/" root) (symbol-value central)))
+           (let ((*standard-output* (make-broadcast-stream)))
+             (funcall (find-symbol "INITIALIZE-SOURCE-REGISTRY" "ASDF")
+                      `(:source-registry (:directory ,(merge-pathnames "source/" root))
+                                         :inherit-configuration))
+             (funcall (find-symbol "LOAD-ASD" "ASDF") registered))
+           (is (= 1 *planted-asd-runs*))
+           (setf *planted-asd-runs* 0)
+           ;; Not registered, found by ASDF's source registry or its central
+           ;; registry: named, with its file, and not read.
+           (dolist (asd (list in-source in-central))
+             (let ((r (tool "system_info" "system" (pathname-name asd))))
+               (is (= 0 *planted-asd-runs*))
+               (is (ok-p r))
+               (is (has r (format nil "System ~A is not loaded" (pathname-name asd))
+                        (namestring (truename asd))
+                        "not read" "reading a system definition runs its code"
+                        "load_system (which asks for approval)"))))
+           ;; Registered, its .asd then changed on disk: not read again.
+           (sleep 1.1)
+           (append-text registered (format nil "~%;; changed~%"))
+           (is (has (tool "list_systems") "saq-planted-registered"))
+           (is (has (tool "list_systems" "directory" (namestring root)) "Systems under" "saq-planted-registered"))
+           (is (has (tool "system_info" "system" "saq-planted-registered")
+                    "System saq-planted-registered 0.0.1" "saq-planted-registered.asd"))
+           (is (= 0 *planted-asd-runs*))
+           ;; load_system (cautious: asked for) still finds and reads one.
+           (is (has (tool "load_system" "system" "saq-planted-source") "Loaded saq-planted-source"))
+           (is (= 1 *planted-asd-runs*)))
+      (dolist (name '("saq-planted-source" "saq-planted-central" "saq-planted-registered"))
+        (ignore-errors (funcall (find-symbol "CLEAR-SYSTEM" "ASDF") name)))
+      (setf (symbol-value parameter) saved)
+      (funcall (find-symbol "CLEAR-SOURCE-REGISTRY" "ASDF"))
+      (ignore-errors (funcall (find-symbol "DELETE-DIRECTORY-TREE" "UIOP") root :validate t)))))
+
 (deftest compile-form-after-a-compiled-system
   ;; ECL crashed the image here (a signal queued while interrupts were
   ;; disabled): the system compiled with COMPILE-FILE, then compile_form
