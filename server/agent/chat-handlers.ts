@@ -42,7 +42,7 @@ import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
-import { buildSystemPrompt, promptForTurn, toldIn, type KeptPrompt, type SystemPromptInput } from "./system-prompt.js";
+import { buildSystemPrompt, promptForTurn, type KeptPrompt, type SystemPromptInput } from "./system-prompt.js";
 import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
 import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { modelInfo } from "../llm/models.js";
@@ -267,9 +267,8 @@ export class ChatService {
     const saved = conversation.savedPrompt;
     conversation.savedPrompt = undefined;
     const kept: KeptPrompt | undefined =
-      conversation.prompt ??
-      (saved ? toldIn({ text: buildSystemPrompt({ ...promptInput, currentPackage: saved.currentPackage }), currentPackage: saved.currentPackage, told: saved.currentPackage }, conversation.messages) : undefined);
-    const prompt = promptForTurn(promptInput, kept);
+      conversation.prompt ?? (saved ? { text: buildSystemPrompt({ ...promptInput, currentPackage: saved.currentPackage }), currentPackage: saved.currentPackage } : undefined);
+    const prompt = promptForTurn(promptInput, kept, conversation.messages);
     conversation.keepPrompt(prompt.kept);
     const system = prompt.kept.text;
     return {

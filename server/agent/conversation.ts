@@ -5,7 +5,7 @@
 import type { Change, Configuration, ConversationSummary, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
-import { toldIn, type KeptPrompt } from "./system-prompt.js";
+import type { KeptPrompt } from "./system-prompt.js";
 import { interruptedResult, repairHistory } from "./history-rules.js";
 
 export interface RunningTurn {
@@ -156,9 +156,6 @@ export class Conversation {
     const kept = repairHistory(compactedHistory(this.messages, cut, summary)).messages;
     this.messages.splice(0, this.messages.length, ...kept);
     this.compactedMessages += cut;
-    // A note of the package may have gone into the summary: the model last heard of the one the kept
-    // part's last note names, else the prompt's; the next turn tells it again where the REPL's differs.
-    if (this.prompt) this.prompt = toldIn(this.prompt, this.messages);
     const tokensAfter = estimateMessages(this.messages);
     this.recorder?.compaction(this.compactedMessages, summary, tokensBefore, tokensAfter);
     return { replaced: cut, tokensBefore, tokensAfter };

@@ -25,7 +25,6 @@ import {
   type Restore,
 } from "../protocol.js";
 import type { Message } from "../llm/provider.js";
-import { toldIn } from "./system-prompt.js";
 import type { AgentServer } from "../rpc/server.js";
 import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
@@ -311,10 +310,8 @@ function restoreHistory(c: Conversation, stored: StoredConversation): void {
   c.turns = stored.turns;
   // What add_tools added, from every message the file keeps: a compaction's summary has no calls.
   c.addedCategories = categoriesAddedIn(stored.messages);
-  // The system prompt stays as it was sent; the model last heard of the package the history's last note
-  // names (one said in a turn now undone by a rewind is gone), else the prompt's: told again where it differs.
-  if (c.prompt) c.prompt = toldIn(c.prompt, c.messages);
-  else c.savedPrompt = stored.prompt;
+  // The system prompt stays as it was sent (the package the model last heard of is read from the history).
+  if (!c.prompt) c.savedPrompt = stored.prompt;
 }
 
 /** The start of the text of the turn whose text is block BLOCKS of message INDEX. */

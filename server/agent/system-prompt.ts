@@ -69,13 +69,11 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
   return parts.join("\n\n");
 }
 
-/** The system prompt a conversation's requests carry, and the REPL package the model was told of. */
+/** The system prompt a conversation's requests carry. */
 export interface KeptPrompt {
   readonly text: string;
   /** The package the text names. */
   readonly currentPackage: string | undefined;
-  /** The package the model was last told of (in the text, or in a note since). */
-  readonly told: string | undefined;
 }
 
 /** The note that tells the model the REPL's package changed since the system prompt was written. */
@@ -85,11 +83,12 @@ function packageNote(pkg: string): string {
 const PACKAGE_NOTE = /^\(The REPL's current package is now (.+): names are read in it by default\.\)$/s;
 
 /**
- * KEPT, with the package the model last heard of in MESSAGES, the history it is sent from now on (after
- * a compaction, a resume or a rewind): the last package note they hold, else the one the prompt names.
+ * The package the model last heard of from a request with PROMPT and MESSAGES: the last package note
+ * the history holds, else the one the prompt names. Read from the history the model is sent, so a
+ * compaction, a resume or a rewind that took a note away (or kept one) counts as it should.
  */
-export function toldIn(kept: KeptPrompt, messages: readonly Message[]): KeptPrompt {
-  let told = kept.currentPackage;
+function packageTold(prompt: KeptPrompt, messages: readonly Message[]): string | undefined {
+  let told = prompt.currentPackage;
   for (const m of messages) {
     if (m.role !== "user") continue;
     for (const b of m.content) {
@@ -97,22 +96,21 @@ export function toldIn(kept: KeptPrompt, messages: readonly Message[]): KeptProm
       if (said !== undefined) told = said;
     }
   }
-  return { ...kept, told };
+  return told;
 }
 
 /**
- * The system prompt for a turn of a conversation whose requests carried KEPT so far. When only the
- * REPL's package changed, the text stays as sent (a provider's prompt cache holds only while the prefix
- * is the same to the byte) and NOTE says the new package, to go before the user's text; when anything
- * else changed (the tools, their levels, the instructions file) the prompt is written anew.
+ * The system prompt for a turn of a conversation whose requests carried KEPT so far and whose history
+ * is MESSAGES. When only the REPL's package changed, the text stays as sent (a provider's prompt cache
+ * holds only while the prefix is the same to the byte); when anything else changed (the tools, their
+ * levels, the instructions file) the prompt is written anew. Either way NOTE, to go before the user's
+ * text, says the REPL's package where the model last heard of another.
  */
-export function promptForTurn(input: SystemPromptInput, kept: KeptPrompt | undefined): { kept: KeptPrompt; note?: string } {
+export function promptForTurn(input: SystemPromptInput, kept: KeptPrompt | undefined, messages: readonly Message[]): { kept: KeptPrompt; note?: string } {
   const now = input.currentPackage;
-  if (kept && buildSystemPrompt({ ...input, currentPackage: kept.currentPackage }) === kept.text) {
-    if (!now || now === kept.told) return { kept };
-    return { kept: { ...kept, told: now }, note: packageNote(now) };
-  }
-  return { kept: { text: buildSystemPrompt(input), currentPackage: now, told: now } };
+  const prompt =
+    kept && buildSystemPrompt({ ...input, currentPackage: kept.currentPackage }) === kept.text ? kept : { text: buildSystemPrompt(input), currentPackage: now };
+  return now && now !== packageTold(prompt, messages) ? { kept: prompt, note: packageNote(now) } : { kept: prompt };
 }
 
 /**

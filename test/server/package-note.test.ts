@@ -177,3 +177,44 @@ describe.each(["anthropic", "openai"] as const)("the package the model last hear
     expect(lastPackageSaid(lastRequest())).toBe("PKG-A");
   });
 });
+
+describe.each(["anthropic", "openai"] as const)("the package note around a compaction or a new system prompt, over %s", (kind) => {
+  const configuration = (extra: Partial<Configuration> = {}): Configuration => ({
+    provider: kind,
+    apiKey: FAKE_KEY,
+    baseUrl: kind === "anthropic" ? chats.mock().url : `${chats.mock().url}/v1`,
+    model: kind === "anthropic" ? "claude-sonnet-4-6" : "gpt-4.1",
+    conversationDirectory: join(dir, "conversations"),
+    ...extra,
+  });
+  async function send(h: ChatHarness, text: string, context: object, id: string | undefined, steps: string[]): Promise<ChatSendResult> {
+    chats.mock().setScript({ steps: steps.map((s) => ({ content: [{ type: "text", text: s }] })) });
+    const sent: ChatSendResult = await h.client.sendRequest("chat/send", { text, ...(id ? { conversationId: id } : {}), context });
+    expect((await h.ended(sent.turnId)).method).toBe("chat/turnFinished");
+    return sent;
+  }
+  const lastRequest = () => chats.mock().requests().at(-1)!.body as { system?: unknown; messages: unknown[] };
+
+  it("a note decided before the turn's automatic compaction counts: the next turn in the other package is told", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    const h = await chats.connect({ configuration: configuration({ contextWindow: 12_000, maxTokens: 1000 }), registry: testRegistry(), context: { currentPackage: "PKG-A" } });
+    const first = await send(h, `one ${"lorem ipsum ".repeat(3000)}`, { currentPackage: "PKG-A" }, undefined, ["ok one"]);
+    await send(h, "two", { currentPackage: "PKG-B" }, first.conversationId, ["ok two"]);
+    // Back in PKG-A: the note is decided, then the compaction keeps turn 2 (and its note of PKG-B).
+    await send(h, "three", { currentPackage: "PKG-A" }, first.conversationId, ["Summary.", "ok three"]);
+    expect(h.notes.filter((n) => n.method === "chat/compacted")).toHaveLength(1);
+    expect(lastPackageSaid(lastRequest())).toBe("PKG-A");
+    await send(h, "four", { currentPackage: "PKG-B" }, first.conversationId, ["ok four"]);
+    expect(lastPackageSaid(lastRequest())).toBe("PKG-B");
+  });
+
+  it("a system prompt written anew (another project root) is followed by a note where the history last said another package", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-note-"));
+    const h = await chats.connect({ configuration: configuration(), registry: testRegistry(), context: { currentPackage: "PKG-A", projectRoot: "/proj" } });
+    const first = await send(h, "one", { currentPackage: "PKG-A", projectRoot: "/proj" }, undefined, ["ok one"]);
+    await send(h, "two", { currentPackage: "PKG-B", projectRoot: "/proj" }, first.conversationId, ["ok two"]);
+    await send(h, "three", { currentPackage: "PKG-A", projectRoot: "/other" }, first.conversationId, ["ok three"]);
+    expect(JSON.stringify(lastRequest().system ?? lastRequest().messages)).toContain("/other");
+    expect(lastPackageSaid(lastRequest())).toBe("PKG-A");
+  });
+});
