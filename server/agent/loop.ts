@@ -10,7 +10,7 @@ import type { StopReason, ToolChoice, TurnFailureKind, TurnState, Usage } from "
 import { ProviderError, StreamIdleError, isAbortError } from "../llm/errors.js";
 import { redact } from "../log.js";
 import { costOf, modelInfo } from "../llm/models.js";
-import { addUsage, emptyUsage, type ChatResponse, type LLMProvider, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
+import { addUsage, answerText, emptyUsage, type ChatResponse, type LLMProvider, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
 import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
@@ -429,7 +429,7 @@ export class Turn {
     const early = this.early;
     if (!early?.open || early.controller.signal.aborted || this.settings.startToolsEarly === false) return;
     const toolCall: ToolCall = { id: call.id, name: call.name, arguments: call.input ?? call.rawArguments };
-    if (!this.executor.startsEarly(toolCall)) {
+    if (!this.executor.readsOnly(toolCall)) {
       early.open = false;
       return;
     }
@@ -466,7 +466,7 @@ export class Turn {
     let open = true;
     const taken = calls.map((c) => {
       const e = early.started.get(c.id);
-      open &&= this.executor.startsEarly({ id: c.id, name: c.name, arguments: c.arguments });
+      open &&= this.executor.readsOnly({ id: c.id, name: c.name, arguments: c.arguments });
       // The same object the stream finished: what ran is exactly what the message holds.
       if (!open || e?.call !== c.streamed) return undefined;
       early.started.delete(c.id);
@@ -500,7 +500,7 @@ export class Turn {
     this.usage = addUsage(this.usage, response.usage);
     this.events.textDone?.();
     this.conversation.addAssistant(response.content);
-    const text = response.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
+    const text = answerText(response.content);
     this.lastText = text;
     if (response.toolCalls.length === 0) {
       this.discardEarly();

@@ -134,7 +134,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
       if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b, usedIds));
     }
   };
-  // A later text block of the answer is a paragraph of its own: it is shown after a blank line.
+  // Text after a call is a paragraph of its own, as answerText has it: shown after a blank line.
   let shown = false;
   let paragraph = false;
   const show = (text: string) => {
@@ -160,10 +160,10 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
         const b = event.content_block;
         if (b.type === "text") {
           blocks[event.index] = { kind: "text", text: b.text ?? "" };
-          paragraph = shown;
           show(b.text ?? "");
         } else if (b.type === "tool_use") {
           blocks[event.index] = { kind: "tool", id: b.id, name: b.name, json: "" };
+          paragraph ||= shown;
         } else {
           // Thinking and server-tool blocks are not requested; whatever comes is not replayed.
           blocks[event.index] = { kind: "other" };

@@ -7,6 +7,7 @@ import type { StopReason } from "../protocol.js";
 import { MalformedStreamError, StreamIdleError, toProviderError, type ErrorContext } from "./errors.js";
 import {
   DEFAULT_STREAM_IDLE_TIMEOUT_MS,
+  answerText,
   emptyUsage,
   IdleWatch,
   parseToolArguments,
@@ -89,7 +90,7 @@ export function toMessages(system: string, messages: readonly Message[]): OpenAI
   if (system) out.push({ role: "system", content: system });
   for (const m of messages) {
     if (m.role === "assistant") {
-      const text = m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+      const text = answerText(m.content);
       const calls = m.content.flatMap((b) =>
         b.type === "tool_use" ? [{ id: b.id, type: "function" as const, function: { name: b.name, arguments: JSON.stringify(b.input) } }] : [],
       );

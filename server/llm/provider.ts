@@ -38,6 +38,23 @@ export interface AssistantMessage {
   content: (TextBlock | ToolUseBlock)[];
 }
 
+/**
+ * The text of an answer's CONTENT as the user is shown it: its text blocks, a blank line apart where
+ * a call came between them (Anthropic's answers can write text after their calls).
+ */
+export function answerText(content: AssistantMessage["content"]): string {
+  let text = "";
+  let callSince = false;
+  for (const b of content) {
+    if (b.type !== "text") callSince = text !== "";
+    else if (b.text !== "") {
+      text += (callSince ? "\n\n" : "") + b.text;
+      callSince = false;
+    }
+  }
+  return text;
+}
+
 export type Message = UserMessage | AssistantMessage;
 
 export interface ToolDefinition {

@@ -206,6 +206,8 @@ export class McpClientManager {
           parameters: toParams(t.inputSchema),
           required: (t.inputSchema.required ?? []).filter((r) => Object.prototype.hasOwnProperty.call(t.inputSchema.properties ?? {}, r) && /^[a-z][a-z0-9_]*$/.test(r)),
           safety: level,
+          // Whatever level the user gave the server, nothing says its tools only read.
+          effect: "a tool of an MCP server, whose effects are not known",
           categories: ["mcp"],
           runtime: "node",
           handler: async (args, ctx) => {

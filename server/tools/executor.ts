@@ -220,15 +220,15 @@ export class Executor {
   }
 
   /**
-   * CALLS in the groups executeAll runs them in, as [start, end) index pairs: a run of adjacent safe
-   * calls (which never ask) runs concurrently; any other call is a group of its own.
+   * CALLS in the groups executeAll runs them in, as [start, end) index pairs: a run of adjacent calls
+   * that only read (and never ask) runs concurrently; any other call is a group of its own.
    */
   batches(calls: readonly unknown[]): [number, number][] {
     const out: [number, number][] = [];
     let i = 0;
     while (i < calls.length) {
       let j = i;
-      while (j < calls.length && this.isSafeCall(calls[j])) j++;
+      while (j < calls.length && this.readsOnly(calls[j])) j++;
       if (j === i) j = i + 1;
       out.push([i, j]);
       i = j;
@@ -249,9 +249,14 @@ export class Executor {
     }
   }
 
-  /** Whether CALL may start while the answer streams: it runs unasked (isSafeCall) and has no effect besides its answer. */
-  startsEarly(call: unknown): boolean {
-    return this.isSafeCall(call) && this.options.registry.get((call as ToolCall).name)?.effect === undefined;
+  /**
+   * Whether CALL only reads: it runs unasked (isSafeCall), and its tool is declared safe with no effect
+   * besides its answer (a tool the user's settings made safe may still change something). Such calls
+   * start while the answer streams and run beside each other; any other call runs alone, in order.
+   */
+  readsOnly(call: unknown): boolean {
+    const tool = this.options.registry.get((call as ToolCall | null)?.name ?? "");
+    return tool !== undefined && tool.safety === "safe" && tool.effect === undefined && this.isSafeCall(call);
   }
 
   /**

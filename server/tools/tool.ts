@@ -80,7 +80,7 @@ export interface ToolSpec {
   review?: ReviewKind;
   /** What a safe tool changes besides answering (point moved, a trace removed, the user's macro functions
    *  run): its call never starts while the answer streams, so it runs only for an answer that came whole,
-   *  once, and after every call before it in the message. */
+   *  once, alone, and after every call before it in the message (Executor.readsOnly). */
   effect?: string;
 }
 

@@ -70,22 +70,6 @@ describe.each<Kind>(["anthropic", "openai"])("agent loop over %s", (kind) => {
     expect(h.mock.requests()[0]!.status).toBe(200);
   });
 
-  // OpenAI's answer has one text, so only Anthropic's can hold several.
-  it.runIf(kind === "anthropic")("shows a later text block of one answer as a paragraph of its own, and keeps the blocks as they came", async () => {
-    const c = newConversation();
-    const { outcome, events } = await turn(h, kind, c, "Look", {
-      script: {
-        steps: [
-          { content: [{ type: "text", text: "First the callers." }, { type: "tool_use", name: "who_calls", input: { symbol: "process-data" } }, { type: "text", text: "Then the rest." }] },
-          { content: [{ type: "text", text: "Done." }] },
-        ],
-      },
-    });
-    expect(outcome.status).toBe("finished");
-    expect(events.text.join("")).toBe("First the callers.\n\nThen the rest.Done.");
-    expect(c.messages[1]!.content.flatMap((b) => (b.type === "text" ? [b.text] : []))).toEqual(["First the callers.", "Then the rest."]);
-  });
-
   it("executes every call of one message and answers them in one message, in order", async () => {
     const c = newConversation();
     const { outcome, events } = await turn(h, kind, c, "Look at three things", {
@@ -291,6 +275,44 @@ describe.each<Kind>(["anthropic", "openai"])("agent loop over %s", (kind) => {
     }
     expect(c.messages).toHaveLength(12);
     expect(await historyAccepted(h, kind, c)).toMatchObject({ status: "finished" });
+  });
+});
+
+// OpenAI's answer has one text, so only Anthropic's can hold several text blocks.
+describe("agent loop, an Anthropic answer of several text blocks", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await harness();
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it("shows a later text block of one answer as a paragraph of its own, and keeps the blocks as they came", async () => {
+    const c = newConversation();
+    const { outcome, events } = await turn(h, "anthropic", c, "Look", {
+      script: {
+        steps: [
+          { content: [{ type: "text", text: "First the callers." }, { type: "tool_use", name: "who_calls", input: { symbol: "process-data" } }, { type: "text", text: "Then the rest." }] },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    expect(events.text.join("")).toBe("First the callers.\n\nThen the rest.Done.");
+    expect(c.messages[1]!.content.flatMap((b) => (b.type === "text" ? [b.text] : []))).toEqual(["First the callers.", "Then the rest."]);
+  });
+
+  it("runs adjacent text blocks on (a quote's citation splits a sentence into blocks), and ends the turn with the text it showed", async () => {
+    const c = newConversation();
+    const { outcome, events } = await turn(h, "anthropic", c, "Look", {
+      settings: { maxSteps: 1 },
+      script: {
+        steps: [{ content: [{ type: "text", text: "The answer is " }, { type: "text", text: "42." }, { type: "tool_use", name: "who_calls", input: { symbol: "process-data" } }, { type: "text", text: "Then more." }] }],
+      },
+    });
+    expect(events.text.join("")).toBe("The answer is 42.\n\nThen more.");
+    expect(outcome).toMatchObject({ status: "finished", stopReason: "step_limit", text: "The answer is 42.\n\nThen more." });
   });
 });
 

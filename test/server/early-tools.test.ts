@@ -85,6 +85,8 @@ function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
       runtime: "node",
       handler: async () => {
         probe.log.push("start:mover");
+        await new Promise((r) => setTimeout(r, 30));
+        probe.log.push("end:mover");
         return "moved";
       },
     }),
@@ -317,7 +319,23 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     const at = (what: string) => probe.log.indexOf(what);
     expect(at("start:a")).toBeLessThan(at("stream-end"));
     expect(at("start:mover")).toBeGreaterThan(at("stream-end"));
-    expect(at("start:b")).toBeGreaterThan(at("start:mover"));
+    // Alone, in order: the read after it sees what it did.
+    expect(at("start:b")).toBeGreaterThan(at("end:mover"));
+  });
+
+  it("a tool the user's settings made safe may still change something: it runs unasked, but never early, and alone", async () => {
+    probe.log.length = 0;
+    const executor = new Executor({ registry: h.registry, policy: new ToolPolicy(h.registry, { safetyOverrides: { change: "safe" } }) });
+    const c = newConversation();
+    const { outcome, events } = await turn({ ...h, executor }, kind, c, "Change, look", {
+      settings: { provider: logged(provider(kind, h.mock), probe.log) },
+      script: { steps: [{ content: [changeCall, probeCall("b")], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
+    });
+    expect(outcome.status).toBe("finished");
+    const at = (what: string) => probe.log.indexOf(what);
+    expect(at("start:change")).toBeGreaterThan(at("stream-end"));
+    expect(at("start:b")).toBeGreaterThan(at("end:change"));
+    expect(events.results.map((r) => r.content)).toEqual(["changed (setf *x* 1)", "read b"]);
   });
 
   it("a rule that denies a read, set while it ran early, applies: its early result is dropped and the call is refused", async () => {

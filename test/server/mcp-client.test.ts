@@ -234,3 +234,32 @@ it("a configured MCP server that never answers fails to connect in time, a call 
   const again = await h.bundle.connection.sendRequest<any>("mcp/clientConfigure", { servers: {} });
   expect(again.servers).toEqual([]);
 }, 90_000);
+
+it("never starts an MCP tool while the answer streams, whatever level its server has: nothing says it only reads", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "agent-q-mcpe-"));
+  const touched = join(dir, "touched.txt");
+  // The touch call's block is complete; then the answer stalls before it ends, and is cancelled.
+  const mock = await startMockLLM({
+    script: { steps: [{ content: [{ type: "tool_use", name: "mcp__fixture__touch", input: { text: "early" } }, { type: "tool_use", name: "mcp__fixture__echo", input: { text: "x" } }], hang_after_chunks: 9 }] },
+  });
+  cleanups.push(() => mock.close());
+  const bundle = startBundle(["--log-level", "warn"]);
+  cleanups.push(() => bundle.kill());
+  await bundle.connection.sendRequest("initialize", {
+    clientInfo: { name: "mcp-client-test" },
+    capabilities: { tools: false, image: false, approvals: false },
+    configuration: { provider: "anthropic", baseUrl: mock.url, apiKey: "any-test-key", model: "claude-sonnet-4-6" },
+  });
+  const servers = { fixture: { command: process.execPath, args: [FIXTURE], env: { FIXTURE_TOUCH_FILE: touched } } };
+  const conf = await bundle.connection.sendRequest<{ servers: { ok: boolean }[] }>("mcp/clientConfigure", { servers, levels: { fixture: "safe" } });
+  expect(conf.servers[0]!.ok).toBe(true);
+  const ended = turn(bundle, undefined, "touch");
+  await vi.waitFor(() => expect(mock.requests()).toHaveLength(1));
+  await new Promise((r) => setTimeout(r, 1000));
+  expect(existsSync(touched)).toBe(false);
+  const [conversation] = (await bundle.connection.sendRequest<{ conversations: { conversationId: string }[] }>("conversation/list")).conversations;
+  await bundle.connection.sendRequest("chat/cancel", { conversationId: conversation!.conversationId });
+  expect((await ended).failed).toBeDefined();
+  expect(existsSync(touched)).toBe(false);
+  await bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
+}, 30_000);
