@@ -37,11 +37,6 @@
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-display)
 
-(defconst sly-agent-q-menu-trust-categories
-  '("execution" "evaluation" "filesystem" "buffer" "diff" "introspection" "xref"
-    "clos" "packages")
-  "The tool categories a permission rule may name (besides a tool's name).")
-
 (defun sly-agent-q-menu--set (variable value)
   "Set VARIABLE to VALUE for this session and send the configuration to the server."
   (customize-set-variable variable value)
@@ -72,7 +67,7 @@ Nil LEVEL removes the rule, so NAME's own level applies again."
   (interactive
    (let ((name (completing-read "Tool or category: "
                                 (append (mapcar #'car sly-agent-q-trust-levels)
-                                        sly-agent-q-menu-trust-categories))))
+                                        sly-agent-q-tool-categories))))
      (list name
            (let ((level (completing-read (format "Trust level of %s: " name)
                                          '("safe" "cautious" "dangerous" "remove the rule") nil t)))
@@ -89,14 +84,14 @@ PATTERN.  A rule on the same NAME and ARGUMENT is replaced; ACTION
 `remove' takes it away.  See `sly-agent-q-permission-rules'."
   (interactive
    (let* ((action (intern (completing-read "Action: " '("allow" "ask" "deny" "remove") nil t)))
-          (name (completing-read "Tool or category: " sly-agent-q-menu-trust-categories))
+          (name (completing-read "Tool or category: " sly-agent-q-tool-categories))
           (argument (unless (eq action 'remove)
                       (read-string "Only when this argument matches (empty for every call): "))))
      (list action name
            (and argument (not (string-empty-p argument)) argument)
            (and argument (not (string-empty-p argument))
                 (read-string (format "Pattern %s must match (a JavaScript regexp): " argument))))))
-  (let* ((key (if (member name sly-agent-q-menu-trust-categories) :category :tool))
+  (let* ((key (if (member name sly-agent-q-tool-categories) :category :tool))
          (same (lambda (rule) (and (equal (plist-get rule key) name)
                                    (equal (plist-get rule :argument) argument))))
          (rules (cl-remove-if same sly-agent-q-permission-rules)))

@@ -25,8 +25,7 @@
 
 ;;; Code:
 
-
-
+(require 'sly-agent-q-protocol-table)
 
 (defgroup sly-agent-q nil
   "An AI agent for Common Lisp programmers, working in the running image."
@@ -83,10 +82,8 @@ never through a protocol message, so it appears in no buffer."
   "Wall-clock limit of one turn in seconds, or nil for the server's default."
   :type '(choice (const :tag "Default" nil) number))
 
-(defconst sly-agent-q-tool-categories
-  '("execution" "evaluation" "filesystem" "buffer" "diff" "introspection"
-    "xref" "clos" "packages" "navigation")
-  "The tool categories the server knows.
+(defconst sly-agent-q-tool-categories sly-agent-q-protocol-tool-categories
+  "The tool categories the server knows (generated from its catalog).
 A key of `sly-agent-q-trust-levels' that is one of them names a
 category, any other key a tool.")
 
@@ -101,10 +98,9 @@ shown, the turn fails with a message saying so."
 An alist of (NAME . LEVEL), LEVEL one of the symbols `safe' (runs
 without asking), `cautious' (runs and is logged) or `dangerous'
 \(asks for approval first).  NAME is a tool name, whose setting also
-covers its aliases, or one of the categories execution, evaluation,
-filesystem, buffer, diff, introspection, xref, clos, packages and
-navigation (see `sly-agent-q-tool-categories'), whose setting covers
-every tool in it.  For example
+covers its aliases, or one of the categories of
+`sly-agent-q-tool-categories' (evaluation, filesystem, systems,
+debugger...), whose setting covers every tool in it.  For example
   ((\"evaluation\" . dangerous) (\"write_file\" . cautious))
 Removing an entry and reconfiguring (or restarting) takes effect at
 once: the server's configuration is replaced, never merged."

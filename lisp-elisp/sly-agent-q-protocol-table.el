@@ -71,6 +71,13 @@
 The server sends Emacs notifications only: what may wait goes through
 `emacs/call' and `emacs/reply'.")
 
+(defconst sly-agent-q-protocol-tool-categories
+  '("buffer" "clos" "debugger" "diff" "evaluation" "execution" "filesystem"
+    "introspection" "navigation" "packages" "systems" "threads" "tools"
+    "xref")
+  "The categories of the server's tools, from its catalog.
+A trust level or a permission rule naming one covers every tool in it.")
+
 (defconst sly-agent-q-protocol-call-kinds '(tool image approval)
   "The kinds of `emacs/call', each answered by a `sly-agent-q-handle-call' method.")
 

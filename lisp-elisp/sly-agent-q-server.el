@@ -286,6 +286,36 @@ area once the server took them; the answer comes in a callback, where
     (when interactive
       (message "sly-agent-q: the server is not running; it gets the configuration when it starts"))))
 
+;; An option the configuration reads, changed however (setq, Customize, the menu), reaches a
+;; running server: the README promises that a level or rule takes effect at once.
+
+(defconst sly-agent-q-server--configured-options
+  '(sly-agent-q-provider sly-agent-q-model sly-agent-q-base-url sly-agent-q-max-steps
+    sly-agent-q-max-tokens sly-agent-q-turn-timeout sly-agent-q-stream-idle-timeout
+    sly-agent-q-trust-levels sly-agent-q-permission-rules sly-agent-q-ask-before-evaluating
+    sly-agent-q-max-safety-level sly-agent-q-read-outside-project sly-agent-q-server-log-level
+    sly-agent-q-extra-configuration sly-agent-q-conversation-directory sly-agent-q-context-window
+    sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout)
+  "The options `sly-agent-q-server-configuration' reads.")
+
+(defvar sly-agent-q-server--reconfigure-timer nil
+  "The timer that sends the configuration after options changed, or nil.")
+
+(defun sly-agent-q-server--option-changed (_symbol _value operation where)
+  "Send the configuration again after an option it reads changed.
+Watches `setq', `set-default' and Customize (OPERATION `set' with
+no buffer WHERE), not `let'.  A watcher runs before the value is
+set: the configuration goes from a timer, once for a burst."
+  (when (and (memq operation '(set makunbound)) (null where)
+             (not (timerp sly-agent-q-server--reconfigure-timer)))
+    (setq sly-agent-q-server--reconfigure-timer
+          (run-at-time 0 nil (lambda ()
+                               (setq sly-agent-q-server--reconfigure-timer nil)
+                               (sly-agent-q-server-reconfigure))))))
+
+(dolist (option sly-agent-q-server--configured-options)
+  (add-variable-watcher option #'sly-agent-q-server--option-changed))
+
 (defun sly-agent-q-server-stop ()
   "Shut the server down cleanly: shutdown, exit, then `jsonrpc-shutdown'.
 Waits at most about three seconds, so it is for commands only: never

@@ -55,7 +55,7 @@ function licenseHeader() {
 }
 
 /** lisp-elisp/sly-agent-q-protocol-table.el, from the protocol's description. */
-export function elispTable(protocol) {
+export function elispTable(protocol, tools) {
   const width = Math.max(...protocol.methods.map((m) => m.method.length));
   const methods = protocol.methods.map((m) => `${m.method.padEnd(width)}  ${m.direction} ${m.kind}`);
   const codes = Object.entries(protocol.errorCodes).map(([name, code]) => `(${kebab(name)} . ${code})`);
@@ -77,6 +77,11 @@ ${licenseHeader()};;; Commentary:
   "Every method of the protocol: (METHOD DIRECTION KIND).
 The server sends Emacs notifications only: what may wait goes through
 \`emacs/call' and \`emacs/reply'.")
+
+(defconst sly-agent-q-protocol-tool-categories
+  '(${toolCategories(tools)})
+  "The categories of the server's tools, from its catalog.
+A trust level or a permission rule naming one covers every tool in it.")
 
 (defconst sly-agent-q-protocol-call-kinds '(${protocol.emacsCallKinds.join(" ")})
   "The kinds of \`emacs/call', each answered by a \`sly-agent-q-handle-call' method.")
@@ -126,6 +131,16 @@ function wrap(text, indent) {
   return out.join(`\n${indent}`);
 }
 
+/** Every category of TOOLS (the catalog), sorted, as Elisp strings in lines under column 80. */
+function toolCategories(tools) {
+  const lines = [""];
+  for (const c of [...new Set(tools.flatMap((t) => t.categories))].sort().map((c) => JSON.stringify(c))) {
+    if (lines.at(-1).length + c.length > 70) lines.push("");
+    lines[lines.length - 1] = lines.at(-1) ? `${lines.at(-1)} ${c}` : c;
+  }
+  return lines.join("\n    ");
+}
+
 /** The shapes as the Elisp table's entries: (NAME :params SHAPE :result SHAPE). */
 function elispShapes(shapes) {
   return Object.entries(shapes)
@@ -149,7 +164,7 @@ export function generated() {
   return [
     ["README.md", readme, replaceBetween(readme, README_BEGIN, README_END, toolTable(tools), "README.md")],
     ["doc/architecture.md", doc, withTable(doc, protocolTable(protocol))],
-    ["lisp-elisp/sly-agent-q-protocol-table.el", table, elispTable(protocol)],
+    ["lisp-elisp/sly-agent-q-protocol-table.el", table, elispTable(protocol, tools)],
   ];
 }
 

@@ -78,6 +78,14 @@ export class ToolPolicy {
     if (settings.readOutsideProject !== undefined && !RULE_ACTIONS.includes(settings.readOutsideProject)) {
       throw new PolicyError(`readOutsideProject must be allow, ask or deny, not ${String(settings.readOutsideProject)}.`);
     }
+    // A level nothing takes would leave the user believing they are asked: a tool an MCP server has not
+    // offered yet (mcp__SERVER__TOOL) is the one name that may not be known yet.
+    for (const name of Object.keys(settings.safetyOverrides ?? {})) {
+      if (registry.get(name) || name.startsWith("mcp__")) continue;
+      throw new PolicyError(
+        known.has(name) ? `safetyOverrides: "${name}" is a category: give its level in categoryLevels.` : `safetyOverrides: no tool is named "${name}" (categories go in categoryLevels: ${[...known].sort().join(", ")}).`,
+      );
+    }
     this.rules = (settings.permissionRules ?? []).map((r, i) => compileRule(r, i, registry, known));
   }
 

@@ -118,6 +118,35 @@
       (should (string-match-p "\"safetyOverrides\":{[^}]*\"eval_form\":\"dangerous\"" json))
       (should-not (string-match-p "sk-no-way" json)))))
 
+(ert-deftest sly-agent-q-server-configuration-every-category-is-a-category-level ()
+  "A trust level on any category the catalog has is sent as that category's level.
+\"systems\", \"debugger\", \"threads\" and \"tools\" were sent as levels of
+tools of those names, which nothing took: system_info still ran unasked."
+  (let* ((sly-agent-q-trust-levels (mapcar (lambda (c) (cons c 'dangerous)) sly-agent-q-protocol-tool-categories))
+         (config (sly-agent-q-server-configuration)))
+    (should (member "systems" sly-agent-q-protocol-tool-categories))
+    (dolist (c sly-agent-q-protocol-tool-categories)
+      (should (equal (gethash c (plist-get config :categoryLevels)) "dangerous"))
+      (should-not (gethash c (plist-get config :safetyOverrides))))))
+
+(ert-deftest sly-agent-q-server-option-set-reaches-the-running-server ()
+  "An option the configuration reads, set with `setq' or Customize, is sent again.
+Neither a `let' binding nor a buffer-local value sends anything."
+  (let ((sent 0)
+        (old sly-agent-q-ask-before-evaluating))
+    (unwind-protect
+        (cl-letf (((symbol-function 'sly-agent-q-server-reconfigure) (lambda (&rest _) (cl-incf sent))))
+          (customize-set-variable 'sly-agent-q-ask-before-evaluating (not old))
+          (setq sly-agent-q-ask-before-evaluating old)
+          (should (= sent 0))             ; sent from a timer, once for both
+          (sit-for 0.05)
+          (should (= sent 1))
+          (let ((sly-agent-q-ask-before-evaluating (not old))) (ignore sly-agent-q-ask-before-evaluating))
+          (with-temp-buffer (setq-local sly-agent-q-trust-levels '(("eval_form" . safe))))
+          (sit-for 0.05)
+          (should (= sent 1)))
+      (set-default 'sly-agent-q-ask-before-evaluating old))))
+
 (ert-deftest sly-agent-q-server-api-key-sources ()
   "The key comes from the option, the environment or auth-source."
   (let ((process-environment (cl-remove-if (lambda (e) (string-prefix-p "ANTHROPIC_API_KEY=" e))

@@ -119,6 +119,9 @@ describe("JSON-RPC server", () => {
     await refused({ maxSafetyLevel: "safe", modle: "x" }, /unknown key modle/);
     await refused({ permissionRules: { action: "deny" } }, /permissionRules should be array/);
     await refused({ maxSteps: "many" }, /maxSteps should be number/);
+    // A trust level that nothing would take: the user would believe they are asked.
+    await refused({ safetyOverrides: { systems: "dangerous" } }, /"systems" is a category: give its level in categoryLevels/);
+    await refused({ safetyOverrides: { evalform: "dangerous" } }, /no tool is named "evalform"/);
     await refused("x", /expected an object/);
     h.problems.splice(0); // sent out of shape on purpose
     // Refused whole: what was in force stays.
