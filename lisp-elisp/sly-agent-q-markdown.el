@@ -120,7 +120,8 @@ START should be at a line's start.  Returns END."
                (sly-agent-q-markdown-mode-available-p))
           (sly-agent-q-markdown--with-markdown-mode context start end)
         (sly-agent-q-markdown--render-own context start end))
-      (sly-agent-q-markdown--show-words start end)))
+      (sly-agent-q-markdown--show-words start end)
+      (sly-agent-q-markdown--show-earmuffs start end)))
   end)
 
 (defun sly-agent-q-markdown--show-words (start end)
@@ -140,6 +141,20 @@ each run, it walked every run to END while the other changed first."
                      (re-search-forward "[[:alnum:]]" next t)))
           (remove-text-properties pos next '(invisible nil display nil)))
         (setq pos next)))))
+
+(defun sly-agent-q-markdown--show-earmuffs (start end)
+  "Show the asterisks of the Lisp names between START and END.
+*PRINT-CIRCLE* is a special variable, not an emphasized word: with its
+asterisks hidden the screen would show another symbol.  A word between
+single asterisks (no space in it) keeps them; it may still be slanted."
+  (save-excursion
+    (goto-char start)
+    (while (re-search-forward
+            "\\(?:^\\|[^[:alnum:]*\\\\]\\)\\(\\*\\)[[:alnum:]+/<>=!?%&$^~.:-]+\\(\\*\\)\\(?:[^[:alnum:]*]\\|$\\)"
+            end t)
+      (remove-text-properties (match-beginning 1) (match-end 1) '(invisible nil display nil))
+      (remove-text-properties (match-beginning 2) (match-end 2) '(invisible nil display nil))
+      (goto-char (match-end 2)))))
 
 (defun sly-agent-q-markdown--long-line-p (start end)
   "Non-nil if a line between START and END is longer than the longest rendered."

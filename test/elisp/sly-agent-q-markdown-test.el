@@ -34,7 +34,7 @@
 
 (defconst sly-agent-q-markdown-test--answer
   (concat "## Plan\n"
-          "Use **MAPCAR** and *not* `loop`; see [the spec](http://127.0.0.1/clhs).\n"
+          "Use **MAPCAR** and *not ever* `loop`; see [the spec](http://127.0.0.1/clhs).\n"
           "- first item\n"
           "- second item\n"
           "| fn | arity |\n|----|-------|\n| car | 1 |\n"
@@ -103,7 +103,7 @@
       ;; The text is the model's, unchanged: only its display is rendered.
       (should (string-match-p (regexp-quote sly-agent-q-markdown-test--answer) text))
       (should (string-match-p "^Plan$" screen))
-      (should (string-match-p "Use MAPCAR and not loop; see the spec <http://127.0.0.1/clhs>\\." screen))
+      (should (string-match-p "Use MAPCAR and not ever loop; see the spec <http://127.0.0.1/clhs>\\." screen))
       (should (string-match-p "^[•●] first item$" screen))
       (should (string-match-p "^│ fn │ arity │$" screen))
       (should (string-match-p "^│ car │ 1 │$" screen))
@@ -355,6 +355,24 @@ handler on the one directory of its `load-path' counts the looks."
           (setq hidden (concat hidden (substring-no-properties rendered i (1+ i))))))
       ;; The address is never hidden, nor a name's underscores.
       (should-not (string-match-p "[a-z0-9]" hidden)))))
+
+(ert-deftest sly-agent-q-markdown-lisp-names-keep-their-earmuffs ()
+  "*PRINT-CIRCLE* is shown with its asterisks: hidden, the screen showed another symbol.
+Emphasis of more than one word, and bold, are still rendered."
+  (dolist (mm (if (or (require 'markdown-mode nil t)
+                     (progn (sly-agent-q-dev-system-packages) (require 'markdown-mode nil t)))
+                 '(nil t)
+               '(nil)))
+    (let* ((sly-agent-q-markdown-use-markdown-mode mm)
+           (rendered (sly-agent-q-markdown-render-string
+                      "  (DEFVAR *RT27C*)  source unknown; set *print-circle* to T, *really* now.\n*two words* and **bold**\n"))
+           (shown ""))
+      (dotimes (i (length rendered))
+        (unless (or (get-text-property i 'invisible rendered) (get-text-property i 'display rendered))
+          (setq shown (concat shown (substring-no-properties rendered i (1+ i))))))
+      (should (string-match-p "(DEFVAR \\*RT27C\\*)" shown))
+      (should (string-match-p "set \\*print-circle\\* to T, \\*really\\* now" shown))
+      (should (string-match-p "^two words and bold$" shown)))))
 
 (ert-deftest sly-agent-q-markdown-fences-shown-whole ()
   "Whatever hid a code block's fence while it streamed, the block's end shows it again."

@@ -31,7 +31,7 @@
 (defconst sly-agent-q-chat-screen-test--markdown
   (concat "## Mapping over lists\n"
           "Use **MAPCAR** when you want the results, and `mapc` for side effects.\n"
-          "- it takes a *function*\n"
+          "- it takes *a function*\n"
           "- and one list or more\n\n"
           "| function | returns |\n|---|---|\n| mapcar | a new list |\n| mapc | its first list |\n\n"
           "```lisp\n(mapcar #'1+ '(1 2 3))\n```\n"
