@@ -1251,6 +1251,8 @@ and whether it was the last."
              :wait-ms (plist-get run :approvalWaitMs)
              :ran-arguments (plist-get run :arguments)
              :approved t))))))
+    ;; An answer's text ends with it, as it did live: the next answer's is not run on to it.
+    (unless user (sly-agent-q-chat--end-text))
     (when after-block (funcall after-block drawn t))))
 
 (defun sly-agent-q-chat-show-history (conversation-id title messages &rest options)

@@ -753,6 +753,26 @@ on by `lisp-mode-hook' and binds the same key)."
         (should (string-match-p "(1 tool step · 1,200 in / 80 out · \\$0.0123)" live))
         (should (equal (sly-agent-q-test--transcript) live))))))
 
+(ert-deftest sly-agent-q-chat-resumed-answers-are-not-run-together ()
+  "Resumed, the text after an answer's last call and the next answer's text stay apart, as live."
+  (let ((sly-agent-q-chat-buffer-name "*sly-agent-q test*"))
+    (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+    (unwind-protect
+        (with-current-buffer
+            (sly-agent-q-chat-show-history
+             "c1" "go"
+             [(:role "user" :content [(:type "text" :text "go")])
+              (:role "assistant" :content [(:type "text" :text "Looking.")
+                                           (:type "tool_use" :id "tu1" :name "describe_symbol" :input (:symbol "car"))
+                                           (:type "text" :text "After the call.")])
+              (:role "user" :content [(:type "tool_result" :toolUseId "tu1" :content "CAR names a function" :isError :json-false)])
+              (:role "assistant" :content [(:type "text" :text "Summary.")])]
+             :calls '(:tu1 (:executionTimeMs 3.2 :safetyLevel "safe" :approved t)))
+          (let ((shown (sly-agent-q-test--transcript)))
+            (should (string-match-p "^After the call\\.$" shown))
+            (should (string-match-p "^Summary\\.$" shown))))
+      (kill-buffer sly-agent-q-chat-buffer-name))))
+
 (ert-deftest sly-agent-q-approval-request-keeps-the-lisp-arguments ()
   "The server's call names the Lisp arguments; the request the chat draws keeps them."
   (let ((request (sly-agent-q-approval--request
