@@ -10,7 +10,7 @@ import type { StopReason, ToolChoice, TurnFailureKind, TurnState, Usage } from "
 import { ProviderError, StreamIdleError, isAbortError } from "../llm/errors.js";
 import { redact } from "../log.js";
 import { costOf, modelInfo } from "../llm/models.js";
-import { addUsage, answerText, emptyUsage, type ChatResponse, type LLMProvider, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
+import { addUsage, answerText, emptyUsage, type ChatResponse, type LLMProvider, type StreamHandlers, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
 import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
@@ -174,6 +174,7 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     if (!step.announced) {
       step.announced = true;
       for (const call of step.calls) t.events.toolCall(call.streamed, safetyOf(t.executor, call.name));
+      t.showTextAfterCalls();
       step.announceEarly?.();
     }
     if (step.approved) {
@@ -307,6 +308,8 @@ export class Turn {
   private failure?: { kind: TurnFailureKind; message: string };
   /** Text that arrived before streaming was entered; after that, text is shown as it arrives. */
   private heldText: string[] = [];
+  /** The answer's text written after one of its calls, shown once the calls are announced. */
+  private textAfterCalls: string[] = [];
   private live = false;
   /** The text of the answer under way that the user has seen. */
   private shownText = "";
@@ -371,13 +374,16 @@ export class Turn {
   /** Starts the request (this.response); the promise returned resolves at its first text. */
   startRequest(): Promise<typeof FIRST_TEXT> {
     this.heldText = [];
+    this.textAfterCalls = [];
     this.shownText = "";
     this.live = false;
     let sawText: () => void = () => undefined;
     const firstText = new Promise<typeof FIRST_TEXT>((resolve) => (sawText = () => resolve(FIRST_TEXT)));
     this.response = requestWithRetry(
       this,
-      (delta) => {
+      (delta, afterCall) => {
+        // Text the answer wrote after a call waits for the calls' announcement: shown in the model's order.
+        if (afterCall) return void this.textAfterCalls.push(delta);
         if (this.live) return this.showDelta(delta);
         this.heldText.push(delta);
         sawText();
@@ -401,6 +407,14 @@ export class Turn {
     for (const delta of held) this.showDelta(delta);
   }
 
+  /** Shows the text the answer wrote after its calls, once they are announced. */
+  showTextAfterCalls(): void {
+    const held = this.textAfterCalls;
+    this.textAfterCalls = [];
+    for (const delta of held) this.showDelta(delta);
+    if (held.length > 0) this.events.textDone?.();
+  }
+
   private showDelta(delta: string): void {
     this.shownText += delta;
     this.events.textDelta(delta);
@@ -409,6 +423,7 @@ export class Turn {
   /** A new attempt at the answer begins: whatever the last one started is discarded. */
   beginAttempt(): void {
     this.discardEarly();
+    this.textAfterCalls = [];
     const controller = new AbortController();
     const onAbort = () => controller.abort(this.signal.reason);
     if (this.signal.aborted) onAbort();
@@ -583,7 +598,7 @@ export class Turn {
 }
 
 /** The turn's next LLM request, streamed; failures a retry may cure are retried while no text was shown. */
-async function requestWithRetry(t: Turn, onText: (delta: string) => void, onToolCall: (call: StreamedToolCall) => void): Promise<ChatResponse> {
+async function requestWithRetry(t: Turn, onText: StreamHandlers["onText"], onToolCall: (call: StreamedToolCall) => void): Promise<ChatResponse> {
   const { settings, events, signal } = t;
   const toolChoice: ToolChoice = t.steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
   let idleRetried = false;
@@ -612,9 +627,10 @@ async function requestWithRetry(t: Turn, onText: (delta: string) => void, onTool
           ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
         },
         {
-          onText: (delta) => {
-            emitted = true;
-            onText(delta);
+          onText: (delta, afterCall) => {
+            // Text held until the calls are announced has not reached the user yet.
+            if (!afterCall) emitted = true;
+            onText(delta, afterCall);
           },
           onToolCall,
         },

@@ -134,15 +134,17 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
       if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b, usedIds));
     }
   };
-  // Text after a call is a paragraph of its own, as answerText has it: shown after a blank line.
+  // Text after a call is a paragraph of its own, as answerText has it: after a blank line, and shown
+  // after the calls.
   let shown = false;
+  let called = false;
   let paragraph = false;
   const show = (text: string) => {
     if (text === "") return;
-    if (paragraph) handlers.onText("\n\n");
+    if (paragraph) handlers.onText("\n\n", called);
     paragraph = false;
     shown = true;
-    handlers.onText(text);
+    handlers.onText(text, called);
   };
   for await (const event of stream) {
     switch (event.type) {
@@ -164,6 +166,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
         } else if (b.type === "tool_use") {
           blocks[event.index] = { kind: "tool", id: b.id, name: b.name, json: "" };
           paragraph ||= shown;
+          called = true;
         } else {
           // Thinking and server-tool blocks are not requested; whatever comes is not replayed.
           blocks[event.index] = { kind: "other" };

@@ -93,8 +93,11 @@ export interface ChatResponse {
 }
 
 export interface StreamHandlers {
-  /** Called for every text delta as it arrives. */
-  onText(delta: string): void;
+  /**
+   * Called for every text delta as it arrives. AFTER_CALL: the answer wrote it after one of its calls
+   * (Anthropic's answers can), so it is shown after the calls are.
+   */
+  onText(delta: string, afterCall?: boolean): void;
   /**
    * Called once per tool call as soon as its arguments are final (its block ended), in the model's
    * order, before the rest of the message streams; the same object is in the final toolCalls.

@@ -300,6 +300,9 @@ describe("agent loop, an Anthropic answer of several text blocks", () => {
     });
     expect(outcome.status).toBe("finished");
     expect(events.text.join("")).toBe("First the callers.\n\nThen the rest.Done.");
+    // In the model's order: the text written after the call is shown after the call is announced.
+    const textsBeforeCall = events.order.slice(0, events.order.indexOf("call:who_calls")).filter((e) => e === "text").length;
+    expect(events.text.slice(0, textsBeforeCall).join("")).toBe("First the callers.");
     expect(c.messages[1]!.content.flatMap((b) => (b.type === "text" ? [b.text] : []))).toEqual(["First the callers.", "Then the rest."]);
   });
 
