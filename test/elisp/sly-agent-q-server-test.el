@@ -755,43 +755,35 @@ on by `lisp-mode-hook' and binds the same key)."
 
 (ert-deftest sly-agent-q-chat-resumed-answers-are-not-run-together ()
   "Resumed, the text after an answer's last call and the next answer's text stay apart, as live."
-  (let ((sly-agent-q-chat-buffer-name "*sly-agent-q test*"))
-    (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
-    (unwind-protect
-        (with-current-buffer
-            (sly-agent-q-chat-show-history
-             "c1" "go"
-             [(:role "user" :content [(:type "text" :text "go")])
-              (:role "assistant" :content [(:type "text" :text "Looking.")
-                                           (:type "tool_use" :id "tu1" :name "describe_symbol" :input (:symbol "car"))
-                                           (:type "text" :text "After the call.")])
-              (:role "user" :content [(:type "tool_result" :toolUseId "tu1" :content "CAR names a function" :isError :json-false)])
-              (:role "assistant" :content [(:type "text" :text "Summary.")])]
-             :calls '(:tu1 (:executionTimeMs 3.2 :safetyLevel "safe" :approved t)))
-          (let ((shown (sly-agent-q-test--transcript)))
-            (should (string-match-p "^After the call\\.$" shown))
-            (should (string-match-p "^Summary\\.$" shown))))
-      (kill-buffer sly-agent-q-chat-buffer-name))))
+  (sly-agent-q-test--with-chat
+    (sly-agent-q-chat-show-history
+     "c1" "go"
+     [(:role "user" :content [(:type "text" :text "go")])
+      (:role "assistant" :content [(:type "text" :text "Looking.")
+                                   (:type "tool_use" :id "tu1" :name "describe_symbol" :input (:symbol "car"))
+                                   (:type "text" :text "After the call.")])
+      (:role "user" :content [(:type "tool_result" :toolUseId "tu1" :content "CAR names a function" :isError :json-false)])
+      (:role "assistant" :content [(:type "text" :text "Summary.")])]
+     :calls '(:tu1 (:executionTimeMs 3.2 :safetyLevel "safe" :approved t)))
+    (let ((shown (sly-agent-q-test--transcript)))
+      (should (string-match-p "^After the call\\.$" shown))
+      (should (string-match-p "^Summary\\.$" shown)))))
 
 (ert-deftest sly-agent-q-chat-text-after-a-call-shows-after-its-entry ()
   "The text an answer wrote after its calls (sent after their announcement) shows below their entries."
-  (let ((sly-agent-q-chat-buffer-name "*sly-agent-q test*"))
-    (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
-    (unwind-protect
-        (with-current-buffer (sly-agent-q-chat-buffer)
-          (sly-agent-q-chat--insert-user-message "go")
-          (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
-          (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
-          (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "tu1" :name "describe_symbol"
-                                                                :arguments (:symbol "car") :safetyLevel "safe"))
-          (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "\n\nAfter the call."))
-          (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "tu1" :name "describe_symbol" :success t
-                                                                  :content "CAR names a function" :executionTimeMs 3.2 :approved t))
-          (sly-agent-q-chat--flush)
-          (let ((shown (sly-agent-q-test--transcript)))
-            (should (< (string-match "Looking\\." shown) (string-match "describe_symbol" shown)
-                       (string-match "After the call\\." shown)))))
-      (kill-buffer sly-agent-q-chat-buffer-name))))
+  (sly-agent-q-test--with-chat
+    (sly-agent-q-chat--insert-user-message "go")
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
+    (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "tu1" :name "describe_symbol"
+                                                          :arguments (:symbol "car") :safetyLevel "safe"))
+    (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "\n\nAfter the call."))
+    (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "tu1" :name "describe_symbol" :success t
+                                                            :content "CAR names a function" :executionTimeMs 3.2 :approved t))
+    (sly-agent-q-chat--flush)
+    (let ((shown (sly-agent-q-test--transcript)))
+      (should (< (string-match "Looking\\." shown) (string-match "describe_symbol" shown)
+                 (string-match "After the call\\." shown))))))
 
 (ert-deftest sly-agent-q-approval-request-keeps-the-lisp-arguments ()
   "The server's call names the Lisp arguments; the request the chat draws keeps them."
