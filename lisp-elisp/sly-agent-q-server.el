@@ -302,10 +302,10 @@ area once the server took them; the answer comes in a callback, where
   "The timer that sends the configuration after options changed, or nil.")
 
 (defun sly-agent-q-server--option-changed (_symbol _value operation where)
-  "Send the configuration again after an option it reads changed.
-Watches `setq', `set-default' and Customize (OPERATION `set' with
-no buffer WHERE), not `let'.  A watcher runs before the value is
-set: the configuration goes from a timer, once for a burst."
+  "Send the configuration again once an option in it changed.
+This watches `setq', `set-default' and Customize (OPERATION `set'
+with no buffer WHERE), not `let'.  A watcher runs before the value
+is set: the configuration goes from a timer, once for a burst."
   (when (and (memq operation '(set makunbound)) (null where)
              (not (timerp sly-agent-q-server--reconfigure-timer)))
     (setq sly-agent-q-server--reconfigure-timer
