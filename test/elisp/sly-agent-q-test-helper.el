@@ -339,6 +339,18 @@ systems and helpers)."
       (make-directory cache t)
       (cons (concat "XDG_CACHE_HOME=" cache) process-environment))))
 
+(defun sly-agent-q-test--note-lisp-closed (process)
+  "Say in the test log that the Lisp's connection PROCESS closed, with the Lisp's last output.
+A test that then finds no connection (\"Not connected.\") is explained in the log."
+  (let ((inferior (seq-find (lambda (b) (string-match-p "\\*\\(inferior-lisp\\|sly-inferior-lisp\\)" (buffer-name b)))
+                            (buffer-list))))
+    (message "Lisp connection closed (%s, %s); the Lisp's last output:\n%s"
+             (process-name process) (process-status process)
+             (if (buffer-live-p inferior)
+                 (with-current-buffer inferior
+                   (buffer-substring-no-properties (max (point-min) (- (point-max) 2000)) (point-max)))
+               "(no Lisp buffer)"))))
+
 (defun sly-agent-q-test-connect-lisp ()
   "Make sure the Lisp is connected through the Lisp mode under test.
 Skip the test when the Lisp or the Lisp mode is not there."
@@ -347,6 +359,8 @@ Skip the test when the Lisp or the Lisp mode is not there."
   (unless (if (eq sly-agent-q-test-lisp 'sly) (sly-agent-q-dev-require-sly) (sly-agent-q-dev-require-slime))
     (ert-skip (format "%s is not available%s" sly-agent-q-test-lisp
                       (if (eq sly-agent-q-test-lisp 'sly) " (set SLY_DIR)" ""))))
+  (add-hook (if (eq sly-agent-q-test-lisp 'sly) 'sly-net-process-close-hooks 'slime-net-process-close-hooks)
+            #'sly-agent-q-test--note-lisp-closed)
   (unless (sly-agent-q-test-lisp-connected-p)
     (setq sly-agent-q-test--lisp-ready nil)
     ;; The connected hook runs after the Lisp mode's own start-up evaluations (loading its
