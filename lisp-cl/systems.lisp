@@ -9,14 +9,17 @@
 (defparameter *systems-limit* 200
   "The most systems list_systems shows.")
 
+(defun asdf-function-if-any (name)
+  "ASDF's function NAME (a string), or NIL when ASDF or this ASDF lacks it."
+  (let ((symbol (and (find-package "ASDF") (find-symbol name "ASDF"))))
+    (and symbol (fboundp symbol) symbol)))
+
 (defun asdf-function (name)
   "ASDF's function NAME (a string); FAILs when ASDF is not in the image."
-  (let* ((package (or (find-package "ASDF")
-                      (fail "ASDF is not loaded in this image: (require \"asdf\") first.")))
-         (symbol (find-symbol name package)))
-    (unless (and symbol (fboundp symbol))
-      (fail "This image's ASDF has no ~A." name))
-    symbol))
+  (unless (find-package "ASDF")
+    (fail "ASDF is not loaded in this image: (require \"asdf\") first."))
+  (or (asdf-function-if-any name)
+      (fail "This image's ASDF has no ~A." name)))
 
 (defun asdf-call (name &rest args)
   (apply (asdf-function name) args))
@@ -57,8 +60,8 @@ May load NAME's .asd file: only for the tools that are asked for."
 .asd file: ASDF:REGISTERED-SYSTEM (ASDF 3.1 and later), else ASDF's
 table of systems (whose values are systems, or (TIME . SYSTEM) before
 ASDF 3.3)."
-  (let ((function (and (find-package "ASDF") (find-symbol "REGISTERED-SYSTEM" "ASDF"))))
-    (if (and function (fboundp function))
+  (let ((function (asdf-function-if-any "REGISTERED-SYSTEM")))
+    (if function
         (ignore-errors (funcall function name))
         (let ((table (or (asdf-symbol-value "*REGISTERED-SYSTEMS*")
                          (asdf-symbol-value "*DEFINED-SYSTEMS*"))))
@@ -90,11 +93,9 @@ without reading any: in ASDF's central registry or its source registry
 its configuration, with *READ-EVAL* off).  NIL when none is found."
   (let ((primary (primary-system-name name)))
     (or (central-registry-asd primary)
-        (let ((search (and (find-package "ASDF")
-                           (find-symbol "SYSDEF-SOURCE-REGISTRY-SEARCH" "ASDF"))))
-          (and search (fboundp search)
-               (let ((file (ignore-errors (funcall search primary))))
-                 (and (pathnamep file) file)))))))
+        (let* ((search (asdf-function-if-any "SYSDEF-SOURCE-REGISTRY-SEARCH"))
+               (file (and search (ignore-errors (funcall search primary)))))
+          (and (pathnamep file) file)))))
 
 (defun unread-system-message (name file)
   (format nil "System ~A is not loaded: ASDF has not read its definition, ~A. ~
