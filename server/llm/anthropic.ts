@@ -7,6 +7,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import type { StopReason, Usage } from "../protocol.js";
 import { MalformedStreamError, StreamIdleError, toProviderError, type ErrorContext } from "./errors.js";
 import {
+  AnswerText,
   DEFAULT_STREAM_IDLE_TIMEOUT_MS,
   emptyUsage,
   IdleWatch,
@@ -134,17 +135,11 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
       if (b.kind === "tool" && !b.call) handlers.onToolCall?.(finalCall(b, usedIds));
     }
   };
-  // Text after a call is a paragraph of its own, as answerText has it: after a blank line, and shown
-  // after the calls.
-  let shown = false;
-  let called = false;
-  let paragraph = false;
+  // Text after a call is a paragraph of its own, and is shown after the calls (onText's afterCall).
+  const joined = new AnswerText();
   const show = (text: string) => {
-    if (text === "") return;
-    if (paragraph) handlers.onText("\n\n", called);
-    paragraph = false;
-    shown = true;
-    handlers.onText(text, called);
+    const piece = joined.text(text);
+    if (piece !== "") handlers.onText(piece, joined.afterCall);
   };
   for await (const event of stream) {
     switch (event.type) {
@@ -165,8 +160,7 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
           show(b.text ?? "");
         } else if (b.type === "tool_use") {
           blocks[event.index] = { kind: "tool", id: b.id, name: b.name, json: "" };
-          paragraph ||= shown;
-          called = true;
+          joined.call();
         } else {
           // Thinking and server-tool blocks are not requested; whatever comes is not replayed.
           blocks[event.index] = { kind: "other" };

@@ -39,20 +39,35 @@ export interface AssistantMessage {
 }
 
 /**
- * The text of an answer's CONTENT as the user is shown it: its text blocks, a blank line apart where
- * a call came between them (Anthropic's answers can write text after their calls).
+ * An answer's text as the user is shown it, piece by piece: text written after a call is a paragraph of
+ * its own (a blank line before it). Anthropic's stream and answerText both go through it.
  */
-export function answerText(content: AssistantMessage["content"]): string {
-  let text = "";
-  let callSince = false;
-  for (const b of content) {
-    if (b.type !== "text") callSince = text !== "";
-    else if (b.text !== "") {
-      text += (callSince ? "\n\n" : "") + b.text;
-      callSince = false;
-    }
+export class AnswerText {
+  private shown = false;
+  private paragraph = false;
+  /** True once a call came: what is shown from then on was written after one. */
+  afterCall = false;
+
+  /** A call's block begins. */
+  call(): void {
+    this.paragraph ||= this.shown;
+    this.afterCall = true;
   }
-  return text;
+
+  /** What to show of TEXT, the next piece of a text block: "" for none. */
+  text(text: string): string {
+    if (text === "") return "";
+    const piece = this.paragraph ? `\n\n${text}` : text;
+    this.paragraph = false;
+    this.shown = true;
+    return piece;
+  }
+}
+
+/** The text of an answer's CONTENT as the user is shown it (AnswerText). */
+export function answerText(content: AssistantMessage["content"]): string {
+  const joined = new AnswerText();
+  return content.map((b) => (b.type === "text" ? joined.text(b.text) : (joined.call(), ""))).join("");
 }
 
 export type Message = UserMessage | AssistantMessage;
