@@ -136,5 +136,15 @@ setting left out would keep an old one in force."
    (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
             unless (eq k :apiKey) append (list k v))))
 
+(defconst sly-agent-q-configuration-options
+  '(sly-agent-q-provider sly-agent-q-model sly-agent-q-base-url sly-agent-q-max-steps
+    sly-agent-q-max-tokens sly-agent-q-turn-timeout sly-agent-q-stream-idle-timeout
+    sly-agent-q-trust-levels sly-agent-q-permission-rules sly-agent-q-ask-before-evaluating
+    sly-agent-q-max-safety-level sly-agent-q-read-outside-project sly-agent-q-server-log-level
+    sly-agent-q-extra-configuration sly-agent-q-conversation-directory sly-agent-q-context-window
+    sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout)
+  "The options `sly-agent-q-server-configuration' reads, kept beside it.
+Setting one sends the configuration to a running server again.")
+
 (provide 'sly-agent-q-configuration)
 ;;; sly-agent-q-configuration.el ends here

@@ -289,15 +289,6 @@ area once the server took them; the answer comes in a callback, where
 ;; An option the configuration reads, changed however (setq, Customize, the menu), reaches a
 ;; running server: the README promises that a level or rule takes effect at once.
 
-(defconst sly-agent-q-server--configured-options
-  '(sly-agent-q-provider sly-agent-q-model sly-agent-q-base-url sly-agent-q-max-steps
-    sly-agent-q-max-tokens sly-agent-q-turn-timeout sly-agent-q-stream-idle-timeout
-    sly-agent-q-trust-levels sly-agent-q-permission-rules sly-agent-q-ask-before-evaluating
-    sly-agent-q-max-safety-level sly-agent-q-read-outside-project sly-agent-q-server-log-level
-    sly-agent-q-extra-configuration sly-agent-q-conversation-directory sly-agent-q-context-window
-    sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout)
-  "The options `sly-agent-q-server-configuration' reads.")
-
 (defvar sly-agent-q-server--reconfigure-timer nil
   "The timer that sends the configuration after options changed, or nil.")
 
@@ -313,7 +304,7 @@ is set: the configuration goes from a timer, once for a burst."
                                (setq sly-agent-q-server--reconfigure-timer nil)
                                (sly-agent-q-server-reconfigure))))))
 
-(dolist (option sly-agent-q-server--configured-options)
+(dolist (option sly-agent-q-configuration-options)
   (add-variable-watcher option #'sly-agent-q-server--option-changed))
 
 (defun sly-agent-q-server-stop ()
