@@ -172,8 +172,9 @@ STATE is the last state chat/turnState gave it, a symbol, or nil."
   "A tool call shown in the transcript; SECTION is where it is drawn.
 ARGUMENTS are the model's; RAN-ARGUMENTS, when the user edited them,
 the ones that ran.  TIME-MS is the run's own time; WAIT-MS the wait
-for the user's approval."
-  call-id name arguments safety (status 'running) content error time-ms
+for the user's approval.  STATUS is `queued' (announced, waiting for the
+calls before it), `approval', `running', `ok' or `error'."
+  call-id name arguments safety (status 'queued) content error time-ms
   approved expanded section ran-arguments wait-ms)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
@@ -744,6 +745,7 @@ they edited the model's."
                    (or ran (sly-agent-q-entry-arguments entry))
                    (sly-agent-q-server-lisp-arguments (sly-agent-q-entry-name entry)))))
          (state (pcase status
+                  ('queued "… queued")
                   ('running "… running")
                   ('approval "… waiting for approval")
                   ('ok (format "✓ %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
@@ -772,7 +774,7 @@ they edited the model's."
                                    "\n")
                          "")
                        (pcase status
-                         ((or 'running 'approval) "    (no result yet)\n")
+                         ((or 'queued 'running 'approval) "    (no result yet)\n")
                          ('ok (concat "    result:\n" (sly-agent-q-chat--indent
                                                         (sly-agent-q-chat--preview
                                                          (or (sly-agent-q-entry-content entry) "")))
@@ -874,7 +876,7 @@ They go to a buffer of their own."
                         (sly-agent-q-display-text (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
                         "\n\n"
                         (pcase (sly-agent-q-entry-status entry)
-                          ((or 'running 'approval) "(no result yet)")
+                          ((or 'queued 'running 'approval) "(no result yet)")
                           ('ok (concat "result:\n" (sly-agent-q-display-text (sly-agent-q-entry-content entry))))
                           (_ (concat "error:\n" (sly-agent-q-display-text (sly-agent-q-entry-error entry)))))
                         "\n")))
@@ -1377,20 +1379,33 @@ Notifications of turns that are over are ignored."
       (sly-agent-q-chat--add-text (or text "")))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolCall)) params)
-  "Add the tool entry of the chat/toolCall PARAMS."
-  (cl-destructuring-bind (&key callId name arguments safetyLevel &allow-other-keys) params
+  "Add the tool entry of the chat/toolCall PARAMS.
+It is queued until chat/toolStarted, or running already when it
+started while the answer streamed."
+  (cl-destructuring-bind (&key callId name arguments safetyLevel running &allow-other-keys) params
     (sly-agent-q-chat--with-turn-buffer params
       (sly-agent-q-chat--add-entry
        (sly-agent-q--make-entry :call-id callId :name name :arguments arguments
-                                :safety safetyLevel)))))
+                                :safety safetyLevel
+                                :status (if (eq running t) 'running 'queued))))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/approvalNeeded)) params)
   "Mark the entry of the chat/approvalNeeded PARAMS as waiting for you."
   (cl-destructuring-bind (&key callId &allow-other-keys) params
     (sly-agent-q-chat--with-turn-buffer params
       (let ((entry (sly-agent-q-chat-entry callId)))
-        (when (and entry (eq (sly-agent-q-entry-status entry) 'running))
+        (when (and entry (memq (sly-agent-q-entry-status entry) '(queued running)))
           (setf (sly-agent-q-entry-status entry) 'approval)
+          (sly-agent-q-chat--redraw-entry entry))))))
+
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolStarted)) params)
+  "Mark the entry of the chat/toolStarted PARAMS as running."
+  (cl-destructuring-bind (&key callId &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (let ((entry (sly-agent-q-chat-entry callId)))
+        ;; Only forward: a result that came first stays.
+        (when (and entry (memq (sly-agent-q-entry-status entry) '(queued approval)))
+          (setf (sly-agent-q-entry-status entry) 'running)
           (sly-agent-q-chat--redraw-entry entry))))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolResult)) params)
@@ -1494,7 +1509,7 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
          'sly-agent-q-error-face)
         (setq sly-agent-q-chat--conversation-id nil))
       (maphash (lambda (_ entry)
-                 (when (memq (sly-agent-q-entry-status entry) '(running approval))
+                 (when (memq (sly-agent-q-entry-status entry) '(queued running approval))
                    (setf (sly-agent-q-entry-status entry) 'error
                          (sly-agent-q-entry-error entry) "the server exited")
                    (sly-agent-q-chat--redraw-entry entry)))

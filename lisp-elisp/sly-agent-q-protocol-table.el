@@ -58,6 +58,7 @@
     (emacs/cancel          server->emacs notification)
     (chat/textDelta        server->emacs notification)
     (chat/toolCall         server->emacs notification)
+    (chat/toolStarted      server->emacs notification)
     (chat/toolResult       server->emacs notification)
     (chat/approvalNeeded   server->emacs notification)
     (chat/turnState        server->emacs notification)
@@ -185,7 +186,11 @@ A trust level or a permission rule naming one covers every tool in it.")
      :result nil)
     ("chat/toolCall"
      :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("name" . "string")
-      ("arguments" . "any?") ("safetyLevel" . "string"))
+      ("arguments" . "any?") ("safetyLevel" . "string") ("running" . "boolean?"))
+     :result nil)
+    ("chat/toolStarted"
+     :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string")
+      ("name" . "string"))
      :result nil)
     ("chat/toolResult"
      :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("name" . "string")

@@ -66,7 +66,8 @@ export const ServerNotifications = {
   emacsCall: documented(new NotificationType<EmacsCallParams>("emacs/call"), "Ask Emacs for something that may wait (a tool, an image call, an approval); answered by emacs/reply."),
   emacsCancel: documented(new NotificationType<EmacsCancelParams>("emacs/cancel"), "The server no longer wants the answer to an emacs/call (timeout, cancelled turn)."),
   textDelta: documented(new NotificationType<TextDeltaParams>("chat/textDelta"), "Streamed text of the answer."),
-  toolCall: documented(new NotificationType<ToolCallParams>("chat/toolCall"), "A tool call of the model, before it runs or asks."),
+  toolCall: documented(new NotificationType<ToolCallParams>("chat/toolCall"), "A tool call of the model, before it runs or asks (running: it started while the answer streamed)."),
+  toolStarted: documented(new NotificationType<ToolStartedParams>("chat/toolStarted"), "A tool call starts to run (until then it waits its turn or the user's approval)."),
   toolResult: documented(new NotificationType<ToolResultParams>("chat/toolResult"), "A tool call's result, once per call."),
   approvalNeeded: documented(new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"), "A call waits for the user's approval (the emacs/call of kind approval follows)."),
   turnState: documented(new NotificationType<TurnStateParams>("chat/turnState"), "The turn moved to another state (doc/turn-states.md); the chat shows it."),
@@ -789,6 +790,13 @@ export interface ToolCallParams extends TurnRef {
   name: string;
   arguments: unknown;
   safetyLevel: SafetyLevel | "unknown";
+  /** Present (true) when the call started while the answer streamed: it runs already, and no chat/toolStarted follows. */
+  running?: boolean;
+}
+
+export interface ToolStartedParams extends TurnRef {
+  callId: string;
+  name: string;
 }
 
 export interface ToolResultParams extends TurnRef {

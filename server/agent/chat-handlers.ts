@@ -27,6 +27,7 @@ import {
   type ToolCallParams,
   type ToolChoice,
   type ToolResultParams,
+  type ToolStartedParams,
   type TurnFailedParams,
   type TurnFinishedParams,
   type TurnStateParams,
@@ -302,8 +303,9 @@ export class ChatService {
       textDelta: (delta) => text.push(delta),
       // Shown (and saved as streamed) before the answer's own message is saved, which then holds it.
       textDone: () => text.flush(),
-      toolCall: (call, safetyLevel) =>
-        notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel }),
+      toolCall: (call, safetyLevel, running) =>
+        notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel, ...(running ? { running } : {}) }),
+      toolStarted: (call) => notify<ToolStartedParams>(ServerNotifications.toolStarted, { ...ref, callId: call.id, name: call.name }),
       toolResult: (r) => {
         // What the call changed in files and buffers is kept with the saved conversation, for rewinding.
         const changes = this.server.takeChanges(r.id);

@@ -56,8 +56,10 @@ export interface TurnEvents {
   textDelta(text: string): void;
   /** The answer's text has all been given (textDelta), just before the answer goes into the history. */
   textDone?(): void;
-  /** Before the call runs or asks for approval. */
-  toolCall(call: StreamedToolCall, safetyLevel: SafetyLevel | "unknown"): void;
+  /** Before the call runs or asks for approval; RUNNING when it started while the answer streamed. */
+  toolCall(call: StreamedToolCall, safetyLevel: SafetyLevel | "unknown", running: boolean): void;
+  /** An announced call starts to run; until then it waits for the calls before it, or for approval. */
+  toolStarted?(call: ToolCall): void;
   /** Once per call, as each finishes. */
   toolResult(result: ToolResult): void;
   /** A failed request is about to be retried after DELAYMS. */
@@ -173,7 +175,8 @@ export const TURN_HANDLERS: Readonly<Record<LiveTurnState, (turn: Turn) => Promi
     const opts = t.executeOptions();
     if (!step.announced) {
       step.announced = true;
-      for (const call of step.calls) t.events.toolCall(call.streamed, safetyOf(t.executor, call.name));
+      // A call that started while the answer streamed runs already: it started as its block ended.
+      step.calls.forEach((call, k) => t.events.toolCall(call.streamed, safetyOf(t.executor, call.name), step.early[k] !== undefined));
       t.showTextAfterCalls();
       step.announceEarly?.();
     }
@@ -536,7 +539,14 @@ export class Turn {
   /** How the step's calls run: this turn's signal and tags, each result reported once as it comes. */
   executeOptions(): ExecuteOptions {
     const toolSet = this.settings.toolSet;
-    return { signal: this.signal, tags: this.tags, onResult: (r) => this.events.toolResult(r), ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}) };
+    const onStart = this.events.toolStarted?.bind(this.events);
+    return {
+      signal: this.signal,
+      tags: this.tags,
+      onResult: (r) => this.events.toolResult(r),
+      ...(onStart ? { onStart } : {}),
+      ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}),
+    };
   }
 
   /** Every call is answered: the results go into the history, and the turn goes on unless it must stop. */

@@ -85,6 +85,8 @@ export interface ExecuteOptions {
   tags?: Record<string, string>;
   /** Given each call's result once, as the call is answered, whichever stage answers it. */
   onResult?: (result: ToolResult) => void;
+  /** Told as a call starts to run: every check passed, nothing more to ask; its handler is called next. */
+  onStart?: (call: ToolCall) => void;
   /** Handed to handlers (ToolContext.offerCategory): the conversation's lean tool set. */
   offerCategory?: (category: string) => string[];
   /**
@@ -440,6 +442,11 @@ export class Executor {
       }
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
+      try {
+        opts.onStart?.(call);
+      } catch {
+        // The caller's reporting must not keep the call from running.
+      }
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
       const value = await this.runHandler(tool, args, call.id, opts, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);

@@ -875,6 +875,7 @@ on by `lisp-mode-hook' and binds the same key)."
                                        (list :turnId "t1" :callId id :name "read_file"
                                              :arguments (list :path (concat id ".lisp"))
                                              :safetyLevel "safe")))
+    (sly-agent-q-handle-notification nil 'chat/toolStarted '(:turnId "t1" :callId "c1" :name "read_file"))
     (sly-agent-q-chat-notice "after")
     (let* ((second (save-excursion (goto-char (point-min)) (search-forward "c2.lisp")
                                    (copy-marker (match-beginning 0))))
@@ -889,7 +890,7 @@ on by `lisp-mode-hook' and binds the same key)."
         (should (<= (car first) (car c) (cdr c) (cdr first))))
       (should (string-match-p (concat "Looking\\.\n"
                                       "  ▸ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
-                                      "  ▸ read_file (safe) path=\"c2.lisp\"  … running\n"
+                                      "  ▸ read_file (safe) path=\"c2.lisp\"  … queued\n"
                                       "after\n> \\'")
                               (buffer-string)))
       ;; Text after the redrawn entry did not move under its markers.
@@ -921,6 +922,38 @@ on by `lisp-mode-hook' and binds the same key)."
                                       "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\nafter\n")
                               (buffer-string))))))
 
+(ert-deftest sly-agent-q-chat-entry-says-queued-until-it-starts ()
+  "An entry says queued until chat/toolStarted (running at once when it started while the answer
+streamed), waiting while approval is asked, running once started, and its result after; a start
+told after the result changes nothing."
+  (sly-agent-q-test--with-chat
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (dolist (call '(("c0" "read_file" "safe" t) ("c1" "write_file" "dangerous" nil) ("c2" "read_file" "safe" nil)))
+      (sly-agent-q-handle-notification nil 'chat/toolCall
+                                       (append (list :turnId "t1" :callId (car call) :name (cadr call)
+                                                     :arguments (list :path "a.lisp") :safetyLevel (nth 2 call))
+                                               ;; c0 started while the answer streamed.
+                                               (and (nth 3 call) (list :running t)))))
+    (cl-flet ((states () (let (found)
+                           (save-excursion
+                             (goto-char (point-min))
+                             (while (re-search-forward "(\\(?:dangerous\\|safe\\)) path=\"a.lisp\"  \\([^\n]*\\)" nil t)
+                               (push (match-string-no-properties 1) found)))
+                           (nreverse found))))
+      (should (equal (states) '("… running" "… queued" "… queued")))
+      (sly-agent-q-handle-notification nil 'chat/approvalNeeded '(:turnId "t1" :callId "c1" :name "write_file"))
+      (should (equal (states) '("… running" "… waiting for approval" "… queued")))
+      (sly-agent-q-handle-notification nil 'chat/toolStarted '(:turnId "t1" :callId "c1" :name "write_file"))
+      (should (equal (states) '("… running" "… running" "… queued")))
+      (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "c1" :name "write_file" :success t
+                                                             :content "written" :executionTimeMs 3))
+      (sly-agent-q-handle-notification nil 'chat/toolStarted '(:turnId "t1" :callId "c2" :name "read_file"))
+      (should (equal (states) '("… running" "✓ 3 ms" "… running")))
+      (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "c2" :name "read_file" :success t
+                                                             :content "(x)" :executionTimeMs 1))
+      (sly-agent-q-handle-notification nil 'chat/toolStarted '(:turnId "t1" :callId "c2" :name "read_file"))
+      (should (equal (states) '("… running" "✓ 3 ms" "✓ 1 ms"))))))
+
 ;;;; The turn's states
 
 (defun sly-agent-q-test--turn-state (state previous)
@@ -951,12 +984,12 @@ on by `lisp-mode-hook' and binds the same key)."
       (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
                                                             :arguments (:path "a.lisp") :safetyLevel "dangerous"))
       (sly-agent-q-test--turn-state "running-tools" "streaming")
-      (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … running\n> draft\\'"
+      (should (string-match-p "Let me write it\\.\n  ▸ write_file (dangerous) path=\"a.lisp\"  … queued\n> draft\\'"
                               (buffer-string)))
       (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
       (should (string-match-p "\\` \\[awaiting approval: C-c C-r answers · C-c C-k cancels\\]"
                               (sly-agent-q-chat--header-line)))
-      (should (string-match-p "… running\n> draft\\'" (buffer-string)))
+      (should (string-match-p "… queued\n> draft\\'" (buffer-string)))
       ;; The prompt stays read-only and the input editable.
       (goto-char sly-agent-q-chat--output)
       (should-error (insert "x") :type 'text-read-only)

@@ -99,6 +99,8 @@ export interface Recorded {
   calls: { call: StreamedToolCall; safety: SafetyLevel | "unknown" }[];
   results: ToolResult[];
   order: string[];
+  /** What the user is shown of each call, in order: "call:ID", "started:ID" and "result:ID". */
+  callsShown: string[];
 }
 
 export interface TurnRun {
@@ -114,7 +116,7 @@ export async function turn(
   opts: { script?: MockScript; settings?: Partial<TurnSettings>; signal?: AbortSignal; onEvent?: (what: string) => void } = {},
 ): Promise<TurnRun> {
   if (opts.script) h.mock.setScript(opts.script);
-  const events: Recorded = { text: [], calls: [], results: [], order: [] };
+  const events: Recorded = { text: [], calls: [], results: [], order: [], callsShown: [] };
   const outcome = await runTurn({
     conversation,
     turnId: `turn-${conversation.turns++}`,
@@ -139,14 +141,20 @@ export async function turn(
         events.order.push("text");
         opts.onEvent?.("text");
       },
-      toolCall: (call, safety) => {
+      toolCall: (call, safety, running) => {
         events.calls.push({ call, safety });
         events.order.push(`call:${call.name}`);
+        events.callsShown.push(`call:${call.id}`);
+        if (running) events.callsShown.push(`started:${call.id}`);
         opts.onEvent?.("call");
+      },
+      toolStarted: (call) => {
+        events.callsShown.push(`started:${call.id}`);
       },
       toolResult: (r) => {
         events.results.push(r);
         events.order.push(`result:${r.name}`);
+        events.callsShown.push(`result:${r.id}`);
         opts.onEvent?.("result");
       },
     },

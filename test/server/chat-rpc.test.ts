@@ -68,7 +68,8 @@ describe("chat over JSON-RPC", () => {
     const deltas = chatNotes.filter((n) => n.method === "chat/textDelta").map((n) => n.params.text as string);
     expect(deltas.join("")).toBe("Looking it up.It is: PROCESS-DATA names a function: (process-data items)");
     const call = chatNotes.find((n) => n.method === "chat/toolCall")!.params;
-    expect(call).toMatchObject({ name: "describe_symbol", arguments: { symbol: "process-data" }, safetyLevel: "safe" });
+    // A read, started as its block ended: announced as running, so no chat/toolStarted follows.
+    expect(call).toMatchObject({ name: "describe_symbol", arguments: { symbol: "process-data" }, safetyLevel: "safe", running: true });
     const result = chatNotes.find((n) => n.method === "chat/toolResult")!.params;
     expect(result).toMatchObject({ callId: call.callId, name: "describe_symbol", success: true, approved: true, content: "PROCESS-DATA names a function: (process-data items)" });
     expect(typeof result.executionTimeMs).toBe("number");
@@ -124,7 +125,8 @@ describe("chat over JSON-RPC", () => {
     const end = await s.ended(sent.turnId);
     expect(end.params.text).toBe("wrote hi");
     const seq = s.notes.filter((n) => n.method !== "chat/textDelta" && n.method !== "chat/turnState").map((n) => n.method);
-    expect(seq).toEqual(["chat/toolCall", "chat/approvalNeeded", "emacs/call", "chat/toolResult", "chat/turnFinished"]);
+    // Said to start only once approved.
+    expect(seq).toEqual(["chat/toolCall", "chat/approvalNeeded", "emacs/call", "chat/toolStarted", "chat/toolResult", "chat/turnFinished"]);
     const approval = s.notes.find((n) => n.method === "emacs/call")!.params;
     expect(approval.params).toMatchObject({ tool: "write_note", conversationId: sent.conversationId, turnId: sent.turnId, safetyLevel: "dangerous" });
     expect(s.notes.find((n) => n.method === "chat/toolCall")!.params.safetyLevel).toBe("dangerous");

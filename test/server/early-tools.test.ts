@@ -179,6 +179,54 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     expect(results).toEqual(["read a", "read b", "changed (setf *x* 1)", "read c"]);
   });
 
+  it("tells when each call starts: a read that started early as it is announced, the rest only as they run, after approval", async () => {
+    const shown: string[] = [];
+    const executor = new Executor({
+      registry: h.registry,
+      safetyOverrides: { change: "dangerous" },
+      approve: async (request) => {
+        shown.push(`asked:${request.callId}`);
+        await new Promise((r) => setTimeout(r, 20));
+        return { decision: "approved" };
+      },
+    });
+    const c = newConversation();
+    const { outcome, events } = await turn({ ...h, executor }, kind, c, "Look, change, look again", {
+      script: {
+        steps: [
+          { content: [probeCall("a"), changeCall, probeCall("c")], chunk_delay_ms: 5 },
+          { content: [{ type: "text", text: "Done." }] },
+        ],
+      },
+    });
+    expect(outcome.status).toBe("finished");
+    const [a, change, c2] = events.calls.map((x) => x.call.id);
+    const seen = events.callsShown;
+    const at = (what: string) => seen.indexOf(what);
+    // The read that started while the answer streamed is announced as running.
+    expect(at(`started:${a}`)).toBe(at(`call:${a}`) + 1);
+    // The change is announced with the rest, and starts only after the user approved it...
+    expect(at(`started:${change}`)).toBeGreaterThan(at(`call:${c2}`));
+    expect(shown).toContain(`asked:${change}`);
+    // ...and the read after it only once the change is done.
+    expect(at(`started:${c2}`)).toBeGreaterThan(at(`result:${change}`));
+    // Each call: announced, started, answered, once each.
+    for (const id of [a, change, c2]) {
+      expect(seen.filter((s) => s.endsWith(`:${id}`))).toEqual([`call:${id}`, `started:${id}`, `result:${id}`]);
+    }
+  });
+
+  it("a call refused or denied is never said to start", async () => {
+    const executor = new Executor({ registry: h.registry, safetyOverrides: { change: "dangerous" }, approve: async () => ({ decision: "denied" }) });
+    const c = newConversation();
+    const { outcome, events } = await turn({ ...h, executor }, kind, c, "Change", {
+      script: { steps: [{ content: [changeCall, { type: "tool_use", name: "no_such_tool", input: {} }] }, { content: [{ type: "text", text: "Fine." }] }] },
+    });
+    expect(outcome.status).toBe("finished");
+    expect(events.callsShown.filter((s) => s.startsWith("started:"))).toEqual([]);
+    expect(events.callsShown.filter((s) => s.startsWith("result:"))).toHaveLength(2);
+  });
+
   it("discards a call that started early when the turn is cancelled mid-stream, and runs nothing more", async () => {
     probe.log.length = 0;
     probe.aborted.length = 0;
