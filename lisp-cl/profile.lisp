@@ -164,8 +164,33 @@ definition: both profilers restore only a definition they wrapped."
      (:backend (bcall "PROFILE-RESET"))
      (:metering (funcall (monitor-symbol "RESET-ALL-MONITORING"))))))
 
+(defun metering-counts (names)
+  "(NAME CALLS TIME) of each of NAMES as the metering counted it, TIME
+net of its estimated overhead, or NIL when the metering cannot say."
+  (let ((info (monitor-symbol "MONITOR-INFO-VALUES")))
+    (and info (fboundp info)
+         (ignore-errors
+          (mapcar (lambda (name)
+                    (multiple-value-bind (calls nested time) (funcall info name :exclusive)
+                      (declare (ignore nested))
+                      (list name calls time)))
+                  names)))))
+
+(defun write-call-counts (counts out)
+  "Write the calls of COUNTS ((NAME CALLS TIME)...), the most called first, to OUT."
+  (let ((called (sort (remove-if-not #'plusp (copy-list counts) :key #'second) #'> :key #'second))
+        (*package* (find-package "KEYWORD")))
+    (when called
+      (format out "The evaluation took less time than the clock measures, so no time is shared ~
+                   out; the calls of each function called:~%")
+      (loop for (name calls) in called
+            do (format out "~8D  ~A~%" calls (print-value name :limit 200))))))
+
 (defun profile-report (profiler names)
-  "The profiler's report on NAMES, as text."
+  "The profiler's report on NAMES, as text.
+Where the metering measured no time at all (a form quicker than the
+clock, with an overhead estimated at zero), it would say only that there
+was not enough time: the calls it counted are written instead."
   (with-output-to-string (out)
     (let ((*standard-output* out)
           (*trace-output* out)
@@ -177,9 +202,12 @@ definition: both profilers restore only a definition they wrapped."
        (handler-bind ((warning #'muffle-warning))
          (if (and report monitored (boundp monitored)
                   (subsetp names (symbol-value monitored) :test #'equal))
-             ;; Every function called, however short (the default
-             ;; leaves out those under 1% of the time).
-             (funcall report names :exclusive 0 :percent-time t)
+             (let ((counts (metering-counts names)))
+               (if (and counts (zerop (reduce #'+ counts :key #'third)))
+                   (write-call-counts counts out)
+                   ;; Every function called, however short (the default
+                   ;; leaves out those under 1% of the time).
+                   (funcall report names :exclusive 0 :percent-time t)))
              (let ((text (bcall "PROFILE-REPORT")))
                (when (stringp text) (write-string text out)))))))))
 

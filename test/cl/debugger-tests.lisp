@@ -167,6 +167,31 @@ signals, and return its value."
     (is (eq before (parse-input-definition)))
     (is (null (profiler-wrapped)))))
 
+(defun call-with-metering-overhead-zero (thunk)
+  "Call THUNK with the metering's estimated overhead per call at 0, as it
+is in an image where the estimate measured no time: a form quicker than
+the clock then measures exactly 0."
+  (let* ((package (find-package (format nil "~A-MONITOR" (string-upcase *backend*))))
+         (overhead (and package (find-symbol "*MONITOR-TIME-OVERHEAD*" package))))
+    (if (and overhead (boundp overhead))
+        (progv (list overhead) (list 0) (funcall thunk))
+        (funcall thunk))))
+
+(deftest profile-eval-counts-calls-too-quick-to-time
+  (:needs :deterministic-profiler)
+  ;; Three calls take less than the clock's resolution (ECL's run time):
+  ;; the profile still says which functions were called, and how often.
+  ;; The first profile loads the metering where it is used.
+  (tool "profile_eval" "packages" '("MY-APP") "package" "MY-APP" "form" "(parse-input \"0\")")
+  (let ((result (call-with-metering-overhead-zero
+                 (lambda ()
+                   (tool "profile_eval" "packages" '("MY-APP") "package" "MY-APP"
+                         "form" "(parse-input \"1\") (parse-input \"2\") (parse-input \"3\")")))))
+    (is (ok-p result))
+    (is (has result "Deterministic profile" "PARSE-INPUT" "SPLIT-ON-COMMAS"))
+    (is (not (has result "Not enough execution time")))
+    (is (null (profiler-wrapped)))))
+
 (deftest profile-eval-of-the-forms-package
   (:needs :deterministic-profiler)
   ;; Without packages: SBCL samples everything; elsewhere the form's
