@@ -25,6 +25,9 @@ export interface HeaderRecord {
   projectRoot?: string;
   provider?: string;
   model?: string;
+  /** The file records each call's start ("started"): a call without one never ran. Absent in files
+   *  written before starts were recorded, where an unanswered call may or may not have run. */
+  starts?: boolean;
 }
 
 export type StoreRecord =
@@ -44,6 +47,9 @@ export type StoreRecord =
   | { v: number; type: "truncate"; at: string; keep: number; keepBlocks?: number }
   /** The line before this one was cut off by a crash and is not part of the conversation. */
   | { v: number; type: "sealed"; at: string }
+  /** A tool call starts to run, written before it runs (for a call that starts while the answer
+   *  streams, before the answer's message). */
+  | { v: number; type: "started"; at: string; callId: string }
   /** One tool call's result as it came (the step's results message follows once every call ended). */
   | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean; run?: ToolCallRun }
   /** A system prompt was written anew, naming this package (written the same when the conversation resumes). */
@@ -84,6 +90,9 @@ function turnEnd(value: unknown): TurnEnd | undefined {
 
 /** What interrupted the calls a file's history leaves without a result: nothing else can. */
 export const INTERRUPTED_BY_STOP = "the server stopped while it ran";
+
+/** What stopped a call a file's history leaves without a result and without a start. */
+export const NOT_RUN_BY_STOP = "the server stopped";
 
 /** What a file says, once read. */
 export interface StoredConversation {
@@ -182,6 +191,8 @@ function wellShaped(record: StoreRecord): boolean {
       return typeof r.keep === "number" && (r.keepBlocks === undefined || typeof r.keepBlocks === "number");
     case "streamed":
       return typeof r.text === "string";
+    case "started":
+      return typeof r.callId === "string";
     case "prompt":
       // A package name as the REPL gives it, written into the system prompt: one line, bounded.
       return r.currentPackage === undefined || (typeof r.currentPackage === "string" && r.currentPackage.length <= 1000 && !/[\n\r]/.test(r.currentPackage));
@@ -209,6 +220,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let changes: StoredConversation["changes"] = [];
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
+  const started = new Set<string>();
   const calls: Record<string, ToolCallRun> = Object.create(null) as Record<string, ToolCallRun>;
   let turnEnds: (SavedTurnEnd & { turnId: string })[] = [];
   // Text streamed since the last message: an answer whose own message was never written.
@@ -301,6 +313,11 @@ export function parseConversation(file: string, text: string): StoredConversatio
       case "repaired":
         repaired = { at: record.at, what: Array.isArray(record.what) ? record.what.map(String) : [] };
         break;
+      case "started":
+        // Never forgotten, even for an id a later call reuses: a call wrongly said to have started is
+        // told its effect is unknown, never that it had none.
+        started.add(record.callId);
+        break;
       case "streamed":
         streamed += record.text;
         break;
@@ -324,7 +341,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   keepStreamed();
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
-  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results });
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ...(header.starts === true ? { started } : {}) });
   let interrupted: StoredConversation["interrupted"];
   if (cutOff && repair.repairs.length === 0) {
     interrupted = { at: updated || header.created, calls: [], what: [CUT_OFF_NOTE] };
@@ -463,6 +480,10 @@ export class ConversationJournal {
 
   changes(turnId: string, callId: string, tool: string, changes: Change[]): void {
     this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
+  }
+
+  started(callId: string): void {
+    this.record({ v: STORE_VERSION, type: "started", at: now(), callId });
   }
 
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void {

@@ -24,6 +24,8 @@ export interface ConversationRecorder {
   /** One call's result as it comes, before the step's results go into the history together; RUN is
    *  how it ran (time, approval wait, edited arguments), shown again when the conversation resumes. */
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
+  /** A call starts to run: recorded before it runs, so that a call without a start is known not to have run. */
+  started?(callId: string): void;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
   /** A system prompt was written anew, naming CURRENTPACKAGE: a resumed conversation writes it the same. */
@@ -89,6 +91,11 @@ export class Conversation {
   /** Records text of the answer as it is shown, so that a crash keeps what the user saw. */
   recordStreamed(text: string): void {
     this.recorder?.streamed?.(text);
+  }
+
+  /** Records that call CALLID starts to run, before it runs. */
+  recordStarted(callId: string): void {
+    this.recorder?.started?.(callId);
   }
 
   recordResult(callId: string, content: string, success: boolean, run?: ToolCallRun): void {

@@ -15,7 +15,7 @@ import type { AssistantMessage, Message, TextBlock, ToolResultBlock, ToolUseBloc
 
 /** What the repair did, one entry per change, in words the user can read. */
 export interface Repair {
-  kind: "interrupted-call" | "interrupted-step" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block";
+  kind: "interrupted-call" | "not-run-call" | "interrupted-step" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block";
   /** The index of the message (in the repaired history) the change is in. */
   index: number;
   /** For an interrupted call, the tool it called. */
@@ -31,6 +31,13 @@ export interface RepairOptions {
    * written (the process died before the step's last call ended): such a call gets its result.
    */
   results?: ReadonlyMap<string, ToolResultBlock>;
+  /**
+   * The calls that started to run, by call id, when that is known (the saved file records each
+   * call's start before it runs): a call without a result that is not here never ran.
+   */
+  started?: ReadonlySet<string>;
+  /** What stopped the calls that never started, when it is known ("the server stopped"). */
+  notRunBy?: string;
 }
 
 const LOST_START = "[The beginning of this conversation was lost; it goes on from here.]";
@@ -40,6 +47,14 @@ export function interruptedResult(tool: string, by?: string): string {
   return (
     `The call to ${tool} was interrupted${by ? ` (${by})` : ""} before it returned a result. ` +
     "Its effect in the Lisp image, in files or in buffers may or may not have happened: check before relying on it or repeating it."
+  );
+}
+
+/** The result a call that never started gets: it was not run, so it had no effect. */
+export function notRunResult(tool: string, by?: string): string {
+  return (
+    `The call to ${tool} was not run: ${by ?? "the turn stopped"} before it started (it waited for the user's approval or for the calls before it). ` +
+    "It had no effect; call it again if it is still needed."
   );
 }
 
@@ -142,15 +157,21 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
   const ids = new Set<string>();
   let open: OpenCall[] = [];
 
-  /** The result a call left without one gets: the one that came for it, or an error saying it was interrupted. */
+  /** Whether call C is known never to have started (so nothing of it happened). */
+  const neverStarted = (c: OpenCall): boolean => options.started !== undefined && !options.started.has(c.original);
+  /** The result a call left without one gets: the one that came for it, or an error saying it was interrupted or not run. */
   const answer = (c: OpenCall): ToolResultBlock => {
     const came = options.results?.get(c.original);
-    return came ? { ...came, toolUseId: c.id } : { type: "tool_result", toolUseId: c.id, content: interruptedResult(c.name, options.interruptedBy), isError: true };
+    if (came) return { ...came, toolUseId: c.id };
+    const content = neverStarted(c) ? notRunResult(c.name, options.notRunBy) : interruptedResult(c.name, options.interruptedBy);
+    return { type: "tool_result", toolUseId: c.id, content, isError: true };
   };
   const answered = (c: OpenCall, index: number): Repair =>
     options.results?.has(c.original)
       ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${c.name} returned; its result was kept` }
-      : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` };
+      : neverStarted(c)
+        ? { kind: "not-run-call", index, tool: c.name, description: `the call to ${c.name} had not started; it was answered with an error saying it was not run` }
+        : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` };
 
   const closeOpen = (): void => {
     const missing = open.filter((c) => !c.answered);
@@ -258,5 +279,5 @@ function freshId(id: string, taken: ReadonlySet<string>): string {
 
 /** The tools of the calls REPAIRS answered as interrupted. */
 export function interruptedTools(repairs: readonly Repair[]): string[] {
-  return repairs.flatMap((r) => (r.kind === "interrupted-call" && r.tool ? [r.tool] : []));
+  return repairs.flatMap((r) => ((r.kind === "interrupted-call" || r.kind === "not-run-call") && r.tool ? [r.tool] : []));
 }

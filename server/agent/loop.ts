@@ -456,7 +456,7 @@ export class Turn {
     const controller = new AbortController();
     const onAbort = () => controller.abort(early.controller.signal.reason);
     early.controller.signal.addEventListener("abort", onAbort, { once: true });
-    const result = this.executor.execute(toolCall, { signal: controller.signal, tags: this.tags, beforeAsking: () => early.announced });
+    const result = this.executor.execute(toolCall, { signal: controller.signal, tags: this.tags, beforeAsking: () => early.announced, onStart: (c) => this.callStarted(c) });
     result.finally(() => early.controller.signal.removeEventListener("abort", onAbort)).catch(() => undefined);
     early.started.get(call.id)?.controller.abort("discarded");
     early.started.set(call.id, { call, result, controller });
@@ -539,14 +539,23 @@ export class Turn {
   /** How the step's calls run: this turn's signal and tags, each result reported once as it comes. */
   executeOptions(): ExecuteOptions {
     const toolSet = this.settings.toolSet;
-    const onStart = this.events.toolStarted?.bind(this.events);
     return {
       signal: this.signal,
       tags: this.tags,
       onResult: (r) => this.events.toolResult(r),
-      ...(onStart ? { onStart } : {}),
+      onStart: (call) => this.callStarted(call),
       ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}),
     };
+  }
+
+  /**
+   * CALL starts to run, or runs again after an approval it asked for as it ran: its start is saved
+   * before it runs (a crash then leaves it "interrupted", never "not run"), and the user told once
+   * it was announced (a call that starts while the answer streams is announced as running).
+   */
+  private callStarted(call: ToolCall): void {
+    this.conversation.recordStarted(call.id);
+    if (this.step?.announced && this.step.calls.some((c) => c.id === call.id)) this.events.toolStarted?.(call);
   }
 
   /** Every call is answered: the results go into the history, and the turn goes on unless it must stop. */

@@ -84,6 +84,7 @@ export class SavedConversations {
         ...(projectRoot ? { projectRoot } : {}),
         ...(config.provider ? { provider: config.provider } : {}),
         ...(config.model ? { model: config.model } : {}),
+        starts: true,
       });
       this.attach(c, journal);
       return undefined;

@@ -85,7 +85,8 @@ export interface ExecuteOptions {
   tags?: Record<string, string>;
   /** Given each call's result once, as the call is answered, whichever stage answers it. */
   onResult?: (result: ToolResult) => void;
-  /** Told as a call starts to run: every check passed, nothing more to ask; its handler is called next. */
+  /** Told as a call starts to run (every check passed, nothing more to ask; its handler is called
+   *  next), and again when it goes on after an approval it asked for as it ran (readOutside). */
   onStart?: (call: ToolCall) => void;
   /** Handed to handlers (ToolContext.offerCategory): the conversation's lean tool set. */
   offerCategory?: (category: string) => string[];
@@ -442,13 +443,16 @@ export class Executor {
       }
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
-      try {
-        opts.onStart?.(call);
-      } catch {
-        // The caller's reporting must not keep the call from running.
-      }
+      const tellStarted = (): void => {
+        try {
+          opts.onStart?.(call);
+        } catch {
+          // The caller's reporting must not keep the call from running.
+        }
+      };
+      tellStarted();
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, opts, admitted.bound?.emacs);
+      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: tellStarted }, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts, ...asked }, undefined, content);
     } catch (err) {
@@ -515,7 +519,7 @@ export class Executor {
    * definition): allowed, denied, or put to the user as an approval of its own. Throws a ToolError when
    * the read may not happen.
    */
-  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>, beforeAsking?: () => Promise<void>): Promise<void> {
+  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>, beforeAsking?: () => Promise<void>, onApproved?: () => void): Promise<void> {
     const action = this.policy.readOutsideProject();
     if (action === "allow") return;
     const refuse = (why: string): ToolError =>
@@ -535,6 +539,8 @@ export class Executor {
       signal,
     );
     if (reply?.decision !== "approved") throw refuse(`the user did not allow it${reply?.decision === "denied" && reply.reason ? ` (${reply.reason})` : ""}`);
+    // The call runs on: the user is told so (it waited for this approval).
+    onApproved?.();
   }
 
   /** How long TOOL's handler may run before the executor stops it. */
@@ -554,8 +560,8 @@ export class Executor {
     return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
   }
 
-  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions, approved?: ApprovedTarget): Promise<unknown> {
-    const { signal: outer, tags, offerCategory, beforeAsking } = opts;
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void }, approved?: ApprovedTarget): Promise<unknown> {
+    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning } = opts;
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -578,7 +584,7 @@ export class Executor {
         timeoutMs,
         ...(approved ? { approved } : {}),
         ...(offerCategory ? { offerCategory } : {}),
-        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking),
+        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking, onApprovedWhileRunning),
       };
       const running = Promise.resolve().then(() => tool.handler(args, context));
       running.catch(() => undefined);

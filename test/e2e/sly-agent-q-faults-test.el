@@ -268,8 +268,8 @@ user saw that the saved conversation lacks)."
 (ert-deftest faults-emacs-process-killed-while-an-approval-waits ()
   "A real Emacs (a child `emacs --batch' running the chat) is killed with SIGKILL while a
 write_file approval waits; its server goes with it.  A new Emacs (this one) lists the
-conversation as interrupted, resumes it and finishes a turn; the call got an interrupted result
-and nothing was written."
+conversation as interrupted, resumes it and finishes a turn; the call got a result saying it
+was not run, and nothing was written."
   (let* ((dir (file-name-as-directory (make-temp-file "agent-q-killed" t)))
          (conversations (file-name-as-directory (expand-file-name "conversations" dir)))
          (project (file-name-as-directory (expand-file-name "project" dir)))
@@ -331,8 +331,11 @@ and nothing was written."
             (sly-agent-q-test-wait (lambda () outcome) 60 "the turn after the crash")
             (should (eq (plist-get outcome :status) 'finished))
             (should-not (file-exists-p (expand-file-name "notes.txt" project)))
-            ;; The model was told the call was interrupted, in a history the API accepts.
-            (should (cl-some (lambda (r) (string-match-p "interrupted" (car r))) (sly-agent-q-test-tool-results)))))
+            ;; The model was told the call never ran (it waited for approval), in a history the
+            ;; API accepts.
+            (should (cl-some (lambda (r) (string-match-p "write_file was not run: the server stopped before it started"
+                                                         (car r)))
+                             (sly-agent-q-test-tool-results)))))
       (when (process-live-p child) (delete-process child))
       ;; The server this test started holds its temporary configuration: the next test starts its own.
       (when (sly-agent-q-server-ready-p) (sly-agent-q-server-stop))

@@ -216,6 +216,32 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
     }
   });
 
+  for (const [what, content] of [
+    ["started early", [libraryCall]],
+    ["started after the call before it", [changeCall, libraryCall]],
+  ] as const) {
+    it(`a call that asks as it runs (a read outside the project) is said to run again once allowed (${what})`, async () => {
+      const asked: string[] = [];
+      const executor = new Executor({
+        registry: h.registry,
+        approve: async (request) => {
+          asked.push(request.callId);
+          return { decision: "approved" };
+        },
+      });
+      const c = newConversation();
+      const { outcome, events } = await turn({ ...h, executor }, kind, c, "Read the library", {
+        script: { steps: [{ content: [...content], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
+      });
+      expect(outcome.status).toBe("finished");
+      const id = events.calls.find((x) => x.call.name === "library")!.call.id;
+      expect(asked).toEqual([id]);
+      // Started (announced running, or told as it ran), then asked (the chat says "waiting for
+      // approval"), then started again once allowed, then its result.
+      expect(events.callsShown.filter((s) => s.endsWith(`:${id}`))).toEqual([`call:${id}`, `started:${id}`, `started:${id}`, `result:${id}`]);
+    });
+  }
+
   it("a call refused or denied is never said to start", async () => {
     const executor = new Executor({ registry: h.registry, safetyOverrides: { change: "dangerous" }, approve: async () => ({ decision: "denied" }) });
     const c = newConversation();

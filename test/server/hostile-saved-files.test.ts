@@ -88,6 +88,34 @@ describe("a saved conversation whose call ids repeat", () => {
     expect(s.interrupted?.calls).toEqual(["write_file"]);
   });
 
+  it("a call without a result is said not to have run only where the file records starts and has none for it", () => {
+    const started = (callId: string) => JSON.stringify({ v: 1, type: "started", at: "2026-01-01T00:00:01Z", callId });
+    const body = [
+      m({ role: "user", content: [{ type: "text", text: "q1" }] }),
+      // call_0 started (early, before its message was written); call_1 never did.
+      started("call_0"),
+      m({ role: "assistant", content: [{ type: "tool_use", id: "call_0", name: "eval_form", input: {} }, { type: "tool_use", id: "call_1", name: "write_file", input: {} }] }),
+    ];
+    const withStarts = parseConversation("f", `${[JSON.stringify({ ...JSON.parse(header("c")), starts: true }), ...body].join("\n")}\n`);
+    const results = JSON.stringify(withStarts.messages[withStarts.messages.length - 1]);
+    expect(results).toMatch(/eval_form was interrupted.*may or may not have happened/);
+    expect(results).toMatch(/write_file was not run.*It had no effect/);
+    expect(withStarts.interrupted?.calls).toEqual(["eval_form", "write_file"]);
+    // A file of a version that did not record starts: nothing is known not to have run.
+    const old = parseConversation("f", `${[header("c"), ...body].join("\n")}\n`);
+    expect(JSON.stringify(old.messages[old.messages.length - 1])).not.toMatch(/not run/);
+    // An id a later call reuses keeps the earlier call's start: the later one may have run.
+    const reused = parseConversation("f", `${[JSON.stringify({ ...JSON.parse(header("c")), starts: true }),
+      m({ role: "user", content: [{ type: "text", text: "q1" }] }),
+      started("call_1"),
+      m({ role: "assistant", content: [{ type: "tool_use", id: "call_1", name: "eval_form", input: {} }] }),
+      r("call_1", "done"),
+      m({ role: "user", content: [{ type: "tool_result", toolUseId: "call_1", content: "done" }] }),
+      m({ role: "assistant", content: [{ type: "tool_use", id: "call_1", name: "write_file", input: {} }] }),
+    ].join("\n")}\n`);
+    expect(JSON.stringify(reused.messages[reused.messages.length - 1])).toMatch(/write_file was interrupted/);
+  });
+
   it("a call's own saved result still answers it", () => {
     const lines = [header("c"),
       m({ role: "user", content: [{ type: "text", text: "q1" }] }),

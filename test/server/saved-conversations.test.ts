@@ -191,6 +191,38 @@ describe("saved conversations", () => {
     });
   }
 
+  it("go on after the server was killed while an approval waited: the calls that never started are said not to have run", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({
+      steps: [
+        {
+          content: [
+            { type: "tool_use", name: "write_file", input: { path: "notes.txt", content: "x\n" } },
+            { type: "tool_use", name: "read_buffer", input: { buffer: "bar.lisp" } },
+          ],
+        },
+        { content: [{ type: "text", text: "Back again." }] },
+      ],
+    });
+    // A client that never answers: the write's approval waits, the read after it waits its turn;
+    // then the server dies.
+    const a = await server(config(), { tools: true, approvals: true });
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Write, read" });
+    await a.waitFor((n) => n.method === "chat/approvalNeeded");
+    a.b.kill();
+    await a.b.exited;
+
+    const b = await server(config());
+    const listed: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});
+    expect(listed.conversations[0]).toMatchObject({ conversationId: sent.conversationId, interrupted: { calls: ["write_file", "read_buffer"] } });
+    const next: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+    expect((await b.ended(next.turnId)).method).toBe("chat/turnFinished");
+    const results = (sentMessages(1) as { content: { type: string; content?: string }[] }[])[2]!.content.filter((c) => c.type === "tool_result").map((c) => String(c.content));
+    expect(results).toHaveLength(2);
+    expect(results[0]).toMatch(/^The call to write_file was not run: the server stopped before it started.*It had no effect/);
+    expect(results[1]).toMatch(/^The call to read_buffer was not run/);
+  });
+
   it("keep a result the user saw when the server dies before the step's other call returned", async () => {
     dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
     mock.setScript({
@@ -199,10 +231,11 @@ describe("saved conversations", () => {
         { content: [{ type: "text", text: "Back." }] },
       ],
     });
-    const a = await server();
-    a.b.connection.onRequest(() => new Promise(() => undefined));
+    const a = await server(config(), { tools: true });
+    // The read asks Emacs (emacs/call), which never answers: it has started when the server dies.
     const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Two calls" });
     const shown = await a.waitFor((n) => n.method === "chat/toolResult");
+    await a.waitFor((n) => n.method === "emacs/call");
     a.b.kill();
     await a.b.exited;
     const b = await server();
