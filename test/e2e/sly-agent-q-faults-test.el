@@ -107,18 +107,21 @@
   (let ((conn (sly-agent-q-server-connection)))
     (and conn (jsonrpc--process conn))))
 
-(defvar faults--in-text nil "Non-nil when the last message counted was streamed text.")
+(defvar faults--in-text nil "Non-nil once this answer's streamed text was counted.")
 
 (defun faults--counted-p (message)
   "Non-nil when MESSAGE, a received plist or nil for a sent one, counts as a message.
 Streamed text comes in batches of 30 ms, so how many notifications an
-answer's text takes depends on the machine's load: a run of them
-counts as one message, the point after its first, so that every run
-of the conversation has the same count and each point is the same
-step in each.  Killing after a later batch is killing mid-stream too."
-  (let ((text (equal (plist-get message :method) "chat/textDelta")))
-    (prog1 (not (and text faults--in-text))
-      (setq faults--in-text text))))
+answer's text takes, and where a call that started early falls among
+them, depend on the machine's load: an answer's text counts as one
+message, the point after its first batch (the next chat/turnState
+begins another answer), so that every run of the conversation has the
+same count and each point is the same step in each.  Killing after a
+later batch is killing mid-stream too."
+  (let ((method (plist-get message :method)))
+    (cond ((equal method "chat/textDelta") (prog1 (not faults--in-text) (setq faults--in-text t)))
+          ((equal method "chat/turnState") (setq faults--in-text nil) t)
+          (t t))))
 
 (defun faults--message (_conn &rest args)
   "Count one message, ARGS of a send or a received message; inject the fault when it is the one."
@@ -388,6 +391,8 @@ suite's runner to show."
   (faults-connect)
   (let* ((sly-agent-q-project-root (file-name-as-directory (make-temp-file "agent-q-faults" t)))
          (sly-agent-q-server-auto-restart nil)
+         ;; The chat's check that a long turn still runs adds messages to a slow run only.
+         (sly-agent-q-turn-check-interval 3600)
          (start (float-time)))
     (sly-agent-q-test-with-server '((steps . []))
       ;; The user approves the write and accepts every hunk of the review.
