@@ -704,6 +704,7 @@ something else than the user meant, or not at all, in the image."
   "Run the tool with the arguments in this buffer.
 A Lisp form is checked for balance first, and indented."
   (interactive)
+  (unless sly-agent-q-approval--editing (user-error "This buffer edits no approval"))
   (let* ((a sly-agent-q-approval--editing)
          (lisp sly-agent-q-approval--editing-lisp)
          (unchanged (and lisp (equal (string-trim (buffer-substring-no-properties (point-min) (point-max)))
@@ -720,8 +721,7 @@ A Lisp form is checked for balance first, and indented."
                    (error (user-error "Not valid JSON: %s" (error-message-string err)))))))
     (unless (and (listp args) (or (null args) (keywordp (car args))))
       (user-error "The arguments must be a JSON object"))
-    (unless a (user-error "This buffer edits no approval"))
-    (quit-window t)
+    (sly-agent-q-approval--leave-editing)
     (if (equal args (plist-get (sly-agent-q-approval-request a) :arguments))
         ;; Nothing changed: approved as the model gave it, not marked as edited.
         (sly-agent-q-approval--decide a 'approved (list :decision "approved"))
@@ -731,7 +731,17 @@ A Lisp form is checked for balance first, and indented."
 (defun sly-agent-q-edit-arguments-abort ()
   "Leave the arguments unchanged; the approval still waits."
   (interactive)
-  (quit-window t))
+  (sly-agent-q-approval--leave-editing))
+
+(defun sly-agent-q-approval--leave-editing ()
+  "Leave the edit buffer, which edits nothing from now on.
+It is buried, not killed: the Lisp mode's requests made as the user
+typed (SLIME's autodoc) answer in the buffer that asked, and selecting
+a killed one is an error in their process filter.  The next edit
+reuses it."
+  (setq sly-agent-q-approval--editing nil
+        sly-agent-q-approval--editing-text nil)
+  (quit-window nil))
 
 (provide 'sly-agent-q-approval)
 ;;; sly-agent-q-approval.el ends here

@@ -428,6 +428,48 @@ Neither a `let' binding nor a buffer-local value sends anything."
       (should (equal (plist-get (plist-get decision :arguments) :content) "(+ 40 2)"))
       (should (string-match-p "approved with edited arguments" (buffer-string))))))
 
+(ert-deftest sly-agent-q-approval-edit-arguments-buffer-outlives-its-requests ()
+  "A reply that comes for the edit buffer after C-c C-c (SLIME's autodoc asked as the user typed)
+still finds its buffer: SLIME selects the buffer that asked, and a killed one is an error in
+its process filter."
+  (let (decision late)
+    (sly-agent-q-test--with-approval a decision
+      (save-window-excursion
+        (sly-agent-q-edit-arguments a)
+        (with-current-buffer "*sly-agent-q arguments*"
+          ;; As `slime-eval-async' does: the continuation selects the buffer that asked.
+          (let ((asked (current-buffer)))
+            (run-with-timer 0.05 nil (lambda ()
+                                       (setq late (condition-case err (progn (set-buffer asked) 'selected)
+                                                    (error err))))))
+          (sly-agent-q-edit-arguments-finish)))
+      (sly-agent-q-test-wait (lambda () late) 5 "the late reply")
+      (should (eq late 'selected))
+      (should (equal (plist-get decision :decision) "approved"))
+      ;; The buffer kept edits nothing: C-c C-c there again decides nothing.
+      (with-current-buffer "*sly-agent-q arguments*"
+        (should-error (sly-agent-q-edit-arguments-finish) :type 'user-error)))))
+
+(ert-deftest sly-agent-q-approval-edit-lisp-buffer-left-edits-nothing ()
+  "A Lisp form's edit buffer, left with C-c C-k, says it edits nothing at C-c C-c."
+  (sly-agent-q-test--with-chat
+    (let (decision)
+      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+                                 '(:tool "eval_form" :arguments (:form "(+ 1 2)")
+                                   :safetyLevel "cautious" :callId "c1")
+                                 (lambda (d) (setq decision d)))
+      (let ((a (save-excursion (goto-char (point-min)) (search-forward "needs your approval")
+                               (get-text-property (point) 'sly-agent-q-approval))))
+        (save-window-excursion
+          ;; The server's catalog says which arguments are Lisp; here, the form.
+          (cl-letf (((symbol-function 'sly-agent-q-approval--lisp-p) (lambda (_request key) (eq key :form))))
+            (sly-agent-q-edit-arguments a))
+          (with-current-buffer "*sly-agent-q arguments*"
+            (should (equal (string-trim (buffer-string)) "(+ 1 2)"))
+            (sly-agent-q-edit-arguments-abort)
+            (should-error (sly-agent-q-edit-arguments-finish) :type 'user-error))))
+      (should-not decision))))
+
 (ert-deftest sly-agent-q-approval-redraws-alone ()
   "Answering an approval redraws it alone: the entry before it and the text after it are not touched."
   (let (decision)
