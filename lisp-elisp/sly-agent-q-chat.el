@@ -164,9 +164,11 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 
 (cl-defstruct (sly-agent-q-turn (:constructor sly-agent-q--make-turn))
   "One exchange: the user's message and everything until it ends.
-STATE is the last state chat/turnState gave it, a symbol, or nil."
+STATE is the last state chat/turnState gave it, a symbol, or nil.
+CANCEL-UNSENT is non-nil while a cancel asked for could not be written
+to the server, which is then asked again at each check of the turn."
   id conversation-id (status 'sending) callback cancel-requested (start (float-time))
-  state watchdog)
+  state watchdog cancel-unsent)
 
 (cl-defstruct (sly-agent-q-entry (:constructor sly-agent-q--make-entry))
   "A tool call shown in the transcript; SECTION is where it is drawn.
@@ -1133,6 +1135,8 @@ history when it read it back."
 Called from a timer: the answer comes later, nothing waits here."
   (if (not (and (buffer-live-p buf) (eq (buffer-local-value 'sly-agent-q-chat--turn buf) turn)))
       (cancel-timer (sly-agent-q-turn-watchdog turn))
+    (when (and (sly-agent-q-server-live-p) (sly-agent-q-turn-cancel-unsent turn))
+      (with-current-buffer buf (sly-agent-q-chat--send-cancel turn)))
     (when (sly-agent-q-server-live-p)
       (sly-agent-q-server-request
        'chat/turnStatus (list :conversationId (sly-agent-q-turn-conversation-id turn)
@@ -1312,6 +1316,7 @@ Return the chat buffer."
     (sly-agent-q-server-request
      'chat/cancel (list :turnId (sly-agent-q-turn-id turn))
      (lambda (result)
+       (setf (sly-agent-q-turn-cancel-unsent turn) nil)
        (sly-agent-q-chat--in buf
          ;; Nothing was running any more: end the turn here.
          (when (and (eq sly-agent-q-chat--turn turn)
@@ -1319,7 +1324,17 @@ Return the chat buffer."
            (sly-agent-q-chat--end-turn turn 'cancelled))))
      (lambda (msg)
        (sly-agent-q-chat--in buf
-         (sly-agent-q-chat--end-turn turn 'cancelled :message msg))))))
+         (if (and (eq sly-agent-q-chat--turn turn) (sly-agent-q-server-live-p))
+             ;; The server lives but could not be written to (stopped by a
+             ;; signal): the turn goes on there, so the cancel is sent again
+             ;; at each check of the turn until the server takes it.
+             (unless (sly-agent-q-turn-cancel-unsent turn)
+               (setf (sly-agent-q-turn-cancel-unsent turn) t)
+               (sly-agent-q-chat-notice
+                (format "[The cancel could not be sent (%s); it is sent again until the server takes it.]"
+                        (sly-agent-q-display-line msg 200))
+                'sly-agent-q-error-face))
+           (sly-agent-q-chat--end-turn turn 'cancelled :message msg)))))))
 
 (defun sly-agent-q-cancel ()
   "Cancel the running turn."

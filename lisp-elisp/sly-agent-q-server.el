@@ -251,7 +251,9 @@ METHOD must be a request of the protocol."
 
 (defun sly-agent-q-server-request (method params success &optional failure)
   "Send request METHOD with PARAMS once the server is ready, asynchronously.
-Call SUCCESS with the result, or FAILURE (if given) with a message."
+Call SUCCESS with the result, or FAILURE (if given) with a message;
+a request that cannot be written to the server (its process stopped
+by a signal) fails too, rather than signalling."
   (sly-agent-q--check-method method 'request)
   (let ((fail (lambda (msg)
                 (if failure (funcall failure msg)
@@ -259,12 +261,14 @@ Call SUCCESS with the result, or FAILURE (if given) with a message."
     (sly-agent-q-server-ensure
      (lambda (conn err)
        (if err (funcall fail err)
-         (sly-agent-q-server-async-request
-          conn method params
-          :success-fn success
-          :error-fn (lambda (e) (funcall fail (or (plist-get e :message) (format "%S" e))))
-          :timeout-fn (lambda () (funcall fail (format "the server did not answer %s" method)))
-          :timeout sly-agent-q-request-timeout))))))
+         (condition-case e
+             (sly-agent-q-server-async-request
+              conn method params
+              :success-fn success
+              :error-fn (lambda (e) (funcall fail (or (plist-get e :message) (format "%S" e))))
+              :timeout-fn (lambda () (funcall fail (format "the server did not answer %s" method)))
+              :timeout sly-agent-q-request-timeout)
+           (error (funcall fail (format "%s was not sent (%s)" method (error-message-string e))))))))))
 
 (defun sly-agent-q-server-notify (method params)
   "Send notification METHOD with PARAMS if the server is running."
