@@ -111,6 +111,17 @@ function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
   return { registry, probe };
 }
 
+/** An executor over REGISTRY whose user approves everything asked, noting each call id in ASKED. */
+function approvingExecutor(registry: ToolRegistry, asked: string[]): Executor {
+  return new Executor({
+    registry,
+    approve: async (request) => {
+      asked.push(request.callId);
+      return { decision: "approved" };
+    },
+  });
+}
+
 /** PROVIDER, logging "stream-end" into LOG when an answer is complete. */
 function logged(inner: LLMProvider, log: string[]): LLMProvider {
   return {
@@ -222,13 +233,7 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
   ] as const) {
     it(`a call that asks as it runs (a read outside the project) is said to run again once allowed (${what})`, async () => {
       const asked: string[] = [];
-      const executor = new Executor({
-        registry: h.registry,
-        approve: async (request) => {
-          asked.push(request.callId);
-          return { decision: "approved" };
-        },
-      });
+      const executor = approvingExecutor(h.registry, asked);
       const c = newConversation();
       const { outcome, events } = await turn({ ...h, executor }, kind, c, "Read the library", {
         script: { steps: [{ content: [...content], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
@@ -454,13 +459,7 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
   it.runIf(kind === "anthropic")("a call streamed again under its block's index runs once, and only the message's call asks", async () => {
     probe.log.length = 0;
     const asked: string[] = [];
-    const executor = new Executor({
-      registry: h.registry,
-      approve: async (request) => {
-        asked.push(request.callId);
-        return { decision: "approved" };
-      },
-    });
+    const executor = approvingExecutor(h.registry, asked);
     const c = newConversation();
     const { outcome } = await turn({ ...h, executor }, kind, c, "Read the library", {
       script: { steps: [{ content: [libraryCall, probeCall("b")], block_order: [0, 1, 0], chunk_delay_ms: 2 }, { content: [{ type: "text", text: "Done." }] }] },
