@@ -139,7 +139,18 @@ interface OpenCall {
   id: string;
   original: string;
   name: string;
+  /** The tool and its first text argument, to tell two calls of one tool apart in a repair's description. */
+  label: string;
   answered: boolean;
+}
+
+/** NAME with the first text argument of INPUT, on one line and short: `write_file (notes.lisp)`. */
+function callLabel(name: string, input: unknown): string {
+  const first = input && typeof input === "object" ? Object.values(input as Record<string, unknown>).find((v): v is string => typeof v === "string" && v.trim() !== "") : undefined;
+  if (first === undefined) return name;
+  // The model's text, shown to the user: no control characters, one short line.
+  const line = first.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, " ").trim();
+  return `${name} (${line.length > 40 ? `${line.slice(0, 39)}…` : line})`;
 }
 
 /**
@@ -168,10 +179,10 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
   };
   const answered = (c: OpenCall, index: number): Repair =>
     options.results?.has(c.original)
-      ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${c.name} returned; its result was kept` }
+      ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${c.label} returned; its result was kept` }
       : neverStarted(c)
-        ? { kind: "not-run-call", index, tool: c.name, description: `the call to ${c.name} had not started; it was answered with an error saying it was not run` }
-        : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.name} was interrupted; it was answered with an error saying so` };
+        ? { kind: "not-run-call", index, tool: c.name, description: `the call to ${c.label} had not started; it was answered with an error saying it was not run` }
+        : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.label} was interrupted; it was answered with an error saying so` };
 
   const closeOpen = (): void => {
     const missing = open.filter((c) => !c.answered);
@@ -215,7 +226,7 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
           repairs.push({ kind: "duplicate-id", index: out.length, description: `tool call id ${original} was used again; the later call got id ${b.id}` });
         }
         ids.add(b.id);
-        calls.push({ id: b.id, original, name: b.name, answered: false });
+        calls.push({ id: b.id, original, name: b.name, label: callLabel(b.name, b.input), answered: false });
       }
       const last = out[out.length - 1];
       if (last?.role === "assistant") {

@@ -221,7 +221,7 @@ the chat says what was repaired."
             (should (eq (plist-get (sly-agent-q-test-send "go on") :status) 'finished))
             (let ((text (sly-agent-q-test-chat-text)))
               ;; It waited for approval: it never started, so it is known not to have run.
-              (should (string-match-p "A fault had interrupted this conversation; its history was repaired: the call to write_file had not started" text))
+              (should (string-match-p "A fault had interrupted this conversation; its history was repaired: the call to write_file (a\\.lisp) had not started" text))
               (should (string-match-p "Back with The call to write_file was not run: the server stopped before it started" text))))
           (with-current-buffer sly-agent-q-conversations-buffer-name
             (setq tabulated-list-entries nil)

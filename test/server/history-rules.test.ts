@@ -61,6 +61,27 @@ describe("the repair", () => {
     expect(repairs).toEqual([expect.objectContaining({ kind: "interrupted-call", tool: "eval_form", index: 2 })]);
   });
 
+  it("names each repaired call by its tool and first text argument, on one short line", () => {
+    const twoWrites: AssistantMessage = {
+      role: "assistant",
+      content: [
+        { type: "tool_use", id: "a", name: "write_file", input: { path: "one.lisp", content: "x" } },
+        { type: "tool_use", id: "b", name: "write_file", input: { path: "two\u001b[31m\nlisp", content: "y" } },
+        { type: "tool_use", id: "c", name: "eval_form", input: { form: "(".repeat(100) } },
+        { type: "tool_use", id: "d", name: "list_threads", input: {} },
+      ],
+    };
+    const { repairs } = repairHistory([user("go"), twoWrites], { started: new Set(["c"]) });
+    expect(repairs.map((r) => r.description)).toEqual([
+      "the call to write_file (one.lisp) had not started; it was answered with an error saying it was not run",
+      "the call to write_file (two [31m lisp) had not started; it was answered with an error saying it was not run",
+      `the call to eval_form (${"(".repeat(39)}…) was interrupted; it was answered with an error saying so`,
+      "the call to list_threads had not started; it was answered with an error saying it was not run",
+    ]);
+    // The sessions list's interrupted calls name tools only.
+    expect(repairs.map((r) => r.tool)).toEqual(["write_file", "write_file", "eval_form", "list_threads"]);
+  });
+
   it("puts the missing result before the user's text when the text was appended after the call (the saved file of the old fault)", () => {
     const { messages } = repairHistory([user("run it"), call("a"), user("go on")]);
     expect(messages).toHaveLength(3);
