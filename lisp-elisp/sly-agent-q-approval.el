@@ -266,15 +266,28 @@ second diff of a large file would cost as much again."
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-e") #'sly-agent-q-edit-arguments)
 (define-key sly-agent-q-chat-mode-map (kbd "C-c C-r") #'sly-agent-q-approval-answer)
 
+(defun sly-agent-q-approval--offers-p (request answer)
+  "Non-nil when REQUEST can be answered with ANSWER, `edit' or `always'.
+A permission rule that asks, and a read outside the project, ask
+each time (the server does not remember an \"always\" for them); the
+arguments of a read outside the project are not edited (what is read
+is the file the call found, which the server names)."
+  (let ((kind (plist-get (plist-get request :reason) :kind)))
+    (pcase answer
+      ('edit (not (equal kind "outside")))
+      ('always (not (member kind '("rule" "outside")))))))
+
 (defun sly-agent-q-approval--choices (request)
   "The answers that apply to REQUEST: (KEY NAME COMMAND) each.
 A diff is offered only for a call that has one: a restart or an
 evaluation writes nothing to show as one."
   `((?y "approve" sly-agent-q-approve)
     (?n "deny" sly-agent-q-deny)
-    (?e "edit arguments" sly-agent-q-edit-arguments)
-    (?a ,(format "always allow %s" (sly-agent-q-display-line (plist-get request :tool) 40))
-        sly-agent-q-approve-always)
+    ,@(and (sly-agent-q-approval--offers-p request 'edit)
+           '((?e "edit arguments" sly-agent-q-edit-arguments)))
+    ,@(and (sly-agent-q-approval--offers-p request 'always)
+           `((?a ,(format "always allow %s" (sly-agent-q-display-line (plist-get request :tool) 40))
+                 sly-agent-q-approve-always)))
     ,@(and (plist-get request :diff) '((?d "show diff" sly-agent-q-approval-show-diff)))
     (?v "arguments whole" sly-agent-q-approval-show-arguments)))
 
@@ -389,9 +402,11 @@ CALL's cancellation marks it cancelled."
        (insert (propertize "  ┗ " 'face 'warning))
        (dolist (b `(("Approve" sly-agent-q-approve "y")
                     ("Deny" sly-agent-q-deny "n")
-                    ("Edit arguments" sly-agent-q-edit-arguments "e")
-                    (,(format "Always allow %s" (sly-agent-q-display-line tool 80))
-                     sly-agent-q-approve-always "a")
+                    ,@(and (sly-agent-q-approval--offers-p request 'edit)
+                           '(("Edit arguments" sly-agent-q-edit-arguments "e")))
+                    ,@(and (sly-agent-q-approval--offers-p request 'always)
+                           `((,(format "Always allow %s" (sly-agent-q-display-line tool 80))
+                              sly-agent-q-approve-always "a")))
                     ,@(and (plist-get request :diff)
                            '(("Show diff" sly-agent-q-approval-show-diff "d")))
                     ("Show arguments whole" sly-agent-q-approval-show-arguments "v")))
@@ -591,6 +606,8 @@ Return the buffer."
   "Approve APPROVAL and allow its tool for the rest of the session."
   (interactive)
   (let ((a (or approval (sly-agent-q-approval--at-point-or-pending))))
+    (unless (sly-agent-q-approval--offers-p (sly-agent-q-approval-request a) 'always)
+      (user-error "This call asks each time (a permission rule, or a read outside the project): approve it (y) or deny it (n)"))
     (sly-agent-q-approval--decide a 'always (list :decision "approved" :always t))))
 
 (defun sly-agent-q-deny (&optional approval reason)
@@ -645,6 +662,8 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
   (interactive (list nil current-prefix-arg))
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
+         (_ (unless (sly-agent-q-approval--offers-p request 'edit)
+              (user-error "This call's arguments are not edited (a read outside the project): approve it (y) or deny it (n)")))
          (lisp (and (not json) (sly-agent-q-approval--lisp-argument request)))
          (buf (get-buffer-create "*sly-agent-q arguments*")))
     (with-current-buffer buf

@@ -145,7 +145,12 @@ export interface PermissionRule {
 }
 
 /** What made a call ask the user: the tool's level, or a permission rule with action ask. */
-export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule };
+/**
+ * What made a call ask: its tool's level ("always allow" answers it for the session), a permission
+ * rule with action ask (asks each time), or a call that, as it runs, would read PATH outside the
+ * project root under readOutsideProject "ask" (asks each time; its arguments are not edited).
+ */
+export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule } | { kind: "outside"; path: string };
 
 /** The user's answer to an approval. */
 /**

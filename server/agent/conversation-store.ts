@@ -15,7 +15,7 @@ import { oneLine } from "../text.js";
 import { interruptedTools, repairHistory } from "./history-rules.js";
 
 /** The format version this server writes and reads. */
-export const STORE_VERSION = 1;
+export const STORE_VERSION = 2;
 
 export interface HeaderRecord {
   v: number;
@@ -49,7 +49,7 @@ export type StoreRecord =
   | { v: number; type: "sealed"; at: string }
   /** A tool call starts to run, written before it runs (for a call that starts while the answer
    *  streams, before the answer's message). */
-  | { v: number; type: "started"; at: string; callId: string }
+  | { v: number; type: "started"; at: string; callId: string; arguments?: Record<string, unknown> }
   /** One tool call's result as it came (the step's results message follows once every call ended). */
   | { v: number; type: "result"; at: string; callId: string; content: string; isError: boolean; run?: ToolCallRun }
   /** A system prompt was written anew, naming this package (written the same when the conversation resumes). */
@@ -192,7 +192,7 @@ function wellShaped(record: StoreRecord): boolean {
     case "streamed":
       return typeof r.text === "string";
     case "started":
-      return typeof r.callId === "string";
+      return typeof r.callId === "string" && (r.arguments === undefined || isObject(r.arguments));
     case "prompt":
       // A package name as the REPL gives it, written into the system prompt: one line, bounded.
       return r.currentPackage === undefined || (typeof r.currentPackage === "string" && r.currentPackage.length <= 1000 && !/[\n\r]/.test(r.currentPackage));
@@ -221,6 +221,8 @@ export function parseConversation(file: string, text: string): StoredConversatio
   let repaired: StoredConversation["repaired"];
   const results = new Map<string, ToolResultBlock>();
   const started = new Set<string>();
+  /** The arguments calls ran with, when the user edited the model's (recorded with the start). */
+  const ranArguments = new Map<string, Record<string, unknown>>();
   const calls: Record<string, ToolCallRun> = Object.create(null) as Record<string, ToolCallRun>;
   let turnEnds: (SavedTurnEnd & { turnId: string })[] = [];
   // Text streamed since the last message: an answer whose own message was never written.
@@ -317,6 +319,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
         // Never forgotten, even for an id a later call reuses: a call wrongly said to have started is
         // told its effect is unknown, never that it had none.
         started.add(record.callId);
+        if (record.arguments) ranArguments.set(record.callId, record.arguments);
         break;
       case "streamed":
         streamed += record.text;
@@ -341,7 +344,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   keepStreamed();
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
-  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ...(header.starts === true ? { started } : {}) });
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ranArguments, ...(header.starts === true ? { started } : {}) });
   let interrupted: StoredConversation["interrupted"];
   if (cutOff && repair.repairs.length === 0) {
     interrupted = { at: updated || header.created, calls: [], what: [CUT_OFF_NOTE] };
@@ -420,6 +423,7 @@ export class ConversationJournal {
 
   private constructor(
     private readonly store: ConversationStore,
+    private readonly id: string,
     readonly file: string,
     private readonly lockFile: string,
     fd: number,
@@ -448,7 +452,7 @@ export class ConversationJournal {
     const file = store.fileOf(id);
     const lock = store.lock(id);
     try {
-      return new ConversationJournal(store, file, lock, openSync(file, flags, 0o600));
+      return new ConversationJournal(store, id, file, lock, openSync(file, flags, 0o600));
     } catch (err) {
       store.unlock(lock);
       throw new StoreError(file, `cannot be ${what}: ${(err as Error).message}`);
@@ -482,8 +486,8 @@ export class ConversationJournal {
     this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
   }
 
-  started(callId: string): void {
-    this.record({ v: STORE_VERSION, type: "started", at: now(), callId });
+  started(callId: string, ranArguments?: Record<string, unknown>): void {
+    this.record({ v: STORE_VERSION, type: "started", at: now(), callId, ...(ranArguments ? { arguments: ranArguments } : {}) });
   }
 
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void {
@@ -511,7 +515,39 @@ export class ConversationJournal {
       // A record after a gap could make the history read back differ from the one the model saw:
       // nothing more is written to this file.
       this.fault ??= `${(err as Error).message} This conversation goes on, but is no longer saved; what was saved before is intact.`;
+      this.disclaimStarts();
       this.onFault?.(this.fault);
+    }
+  }
+
+  /**
+   * Saving stopped: the starts of the calls that run from now on are not recorded, so the file may no
+   * longer say that a call without one never ran. Its header's `"starts":true` becomes
+   * `"starts":null` in place (the same length: it needs no room on a full disk), in the file this
+   * journal wrote and in a copy put at its name (by a sync tool, say) with the same id. Best effort.
+   */
+  private disclaimStarts(): void {
+    const targets: string[] = [];
+    // The file this journal has open, even if unlinked or renamed (opened with O_APPEND, where a
+    // positioned write would append: opened again for writing in place).
+    if (this.fd !== undefined) targets.push(`/proc/self/fd/${this.fd}`);
+    targets.push(this.file);
+    for (const target of targets) {
+      let fd: number | undefined;
+      try {
+        fd = openSync(target, "r+");
+        const head = Buffer.alloc(65536);
+        const n = readSync(fd, head, 0, head.length, 0);
+        const line = head.subarray(0, n).toString("utf8").split("\n", 1)[0]!;
+        const header = JSON.parse(line) as Partial<HeaderRecord>;
+        const at = line.indexOf('"starts":true');
+        if (header.type !== "header" || header.id !== this.id || at < 0) continue;
+        writeSync(fd, Buffer.from("null"), 0, 4, Buffer.byteLength(line.slice(0, at + '"starts":'.length)));
+      } catch {
+        // Nothing more can be done; a reading then trusts the starts the file has.
+      } finally {
+        if (fd !== undefined) closeSync(fd);
+      }
     }
   }
 

@@ -24,8 +24,9 @@ export interface ConversationRecorder {
   /** One call's result as it comes, before the step's results go into the history together; RUN is
    *  how it ran (time, approval wait, edited arguments), shown again when the conversation resumes. */
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
-  /** A call starts to run: recorded before it runs, so that a call without a start is known not to have run. */
-  started?(callId: string): void;
+  /** A call starts to run: recorded before it runs, so that a call without a start is known not to have
+   *  run; RANARGUMENTS are the arguments it runs with when the user edited the model's. */
+  started?(callId: string, ranArguments?: Record<string, unknown>): void;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
   /** A system prompt was written anew, naming CURRENTPACKAGE: a resumed conversation writes it the same. */
@@ -93,9 +94,9 @@ export class Conversation {
     this.recorder?.streamed?.(text);
   }
 
-  /** Records that call CALLID starts to run, before it runs. */
-  recordStarted(callId: string): void {
-    this.recorder?.started?.(callId);
+  /** Records that call CALLID starts to run (with RANARGUMENTS, the user's edit), before it runs. */
+  recordStarted(callId: string, ranArguments?: Record<string, unknown>): void {
+    this.recorder?.started?.(callId, ranArguments);
   }
 
   recordResult(callId: string, content: string, success: boolean, run?: ToolCallRun): void {

@@ -38,14 +38,21 @@ export interface RepairOptions {
   started?: ReadonlySet<string>;
   /** What stopped the calls that never started, when it is known ("the server stopped"). */
   notRunBy?: string;
+  /** By call id: the arguments a call started with when the user had edited the model's. */
+  ranArguments?: ReadonlyMap<string, Record<string, unknown>>;
 }
 
 const LOST_START = "[The beginning of this conversation was lost; it goes on from here.]";
 
-/** The result an interrupted tool call gets: it says so, and that its effect is not known. */
-export function interruptedResult(tool: string, by?: string): string {
+/**
+ * The result an interrupted tool call gets: it says so, and that its effect is not known; with
+ * RANARGUMENTS, that it ran with those (the user's edit), not the model's.
+ */
+export function interruptedResult(tool: string, by?: string, ranArguments?: Record<string, unknown>): string {
+  const edited = ranArguments ? JSON.stringify(ranArguments) : undefined;
   return (
     `The call to ${tool} was interrupted${by ? ` (${by})` : ""} before it returned a result. ` +
+    (edited ? `It ran with arguments the user edited, not yours: ${edited.length > 2000 ? `${edited.slice(0, 2000)}…` : edited}. ` : "") +
     "Its effect in the Lisp image, in files or in buffers may or may not have happened: check before relying on it or repeating it."
   );
 }
@@ -174,7 +181,7 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
   const answer = (c: OpenCall): ToolResultBlock => {
     const came = options.results?.get(c.original);
     if (came) return { ...came, toolUseId: c.id };
-    const content = neverStarted(c) ? notRunResult(c.name, options.notRunBy) : interruptedResult(c.name, options.interruptedBy);
+    const content = neverStarted(c) ? notRunResult(c.name, options.notRunBy) : interruptedResult(c.name, options.interruptedBy, options.ranArguments?.get(c.original));
     return { type: "tool_result", toolUseId: c.id, content, isError: true };
   };
   const answered = (c: OpenCall, index: number): Repair =>

@@ -456,7 +456,7 @@ export class Turn {
     const controller = new AbortController();
     const onAbort = () => controller.abort(early.controller.signal.reason);
     early.controller.signal.addEventListener("abort", onAbort, { once: true });
-    const result = this.executor.execute(toolCall, { signal: controller.signal, tags: this.tags, beforeAsking: () => early.announced, onStart: (c) => this.callStarted(c) });
+    const result = this.executor.execute(toolCall, { signal: controller.signal, tags: this.tags, beforeAsking: () => early.announced, onStart: (c, ranArguments) => this.callStarted(c, ranArguments) });
     result.finally(() => early.controller.signal.removeEventListener("abort", onAbort)).catch(() => undefined);
     early.started.get(call.id)?.controller.abort("discarded");
     early.started.set(call.id, { call, result, controller });
@@ -543,7 +543,7 @@ export class Turn {
       signal: this.signal,
       tags: this.tags,
       onResult: (r) => this.events.toolResult(r),
-      onStart: (call) => this.callStarted(call),
+      onStart: (call, ranArguments) => this.callStarted(call, ranArguments),
       ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}),
     };
   }
@@ -553,8 +553,8 @@ export class Turn {
    * before it runs (a crash then leaves it "interrupted", never "not run"), and the user told once
    * it was announced (a call that starts while the answer streams is announced as running).
    */
-  private callStarted(call: ToolCall): void {
-    this.conversation.recordStarted(call.id);
+  private callStarted(call: ToolCall, ranArguments?: Record<string, unknown>): void {
+    this.conversation.recordStarted(call.id, ranArguments);
     if (this.step?.announced && this.step.calls.some((c) => c.id === call.id)) this.events.toolStarted?.(call);
   }
 

@@ -87,7 +87,7 @@ export interface ExecuteOptions {
   onResult?: (result: ToolResult) => void;
   /** Told as a call starts to run (every check passed, nothing more to ask; its handler is called
    *  next), and again when it goes on after an approval it asked for as it ran (readOutside). */
-  onStart?: (call: ToolCall) => void;
+  onStart?: (call: ToolCall, ranArguments?: Record<string, unknown>) => void;
   /** Handed to handlers (ToolContext.offerCategory): the conversation's lean tool set. */
   offerCategory?: (category: string) => string[];
   /**
@@ -445,7 +445,7 @@ export class Executor {
       approved = true;
       const tellStarted = (): void => {
         try {
-          opts.onStart?.(call);
+          opts.onStart?.(call, admitted.edited ? args : undefined);
         } catch {
           // The caller's reporting must not keep the call from running.
         }
@@ -535,7 +535,7 @@ export class Executor {
     }
     if (signal.aborted) throw new ToolError(`${tool.name} was cancelled.`);
     const reply = await this.options.approve(
-      { callId, tags, tool, arguments: { ...args, file_outside_the_project: path }, safetyLevel: this.policy.effectiveSafety(tool), reason: { kind: "rule", rule: { action: "ask", tool: tool.name } } },
+      { callId, tags, tool, arguments: { ...args, file_outside_the_project: path }, safetyLevel: this.policy.effectiveSafety(tool), reason: { kind: "outside", path } },
       signal,
     );
     if (reply?.decision !== "approved") throw refuse(`the user did not allow it${reply?.decision === "denied" && reply.reason ? ` (${reply.reason})` : ""}`);

@@ -428,6 +428,36 @@ Neither a `let' binding nor a buffer-local value sends anything."
       (should (equal (plist-get (plist-get decision :arguments) :content) "(+ 40 2)"))
       (should (string-match-p "approved with edited arguments" (buffer-string))))))
 
+(ert-deftest sly-agent-q-approval-offers-only-what-the-server-honours ()
+  "A permission rule asks each time: no \"always allow\"; a read outside the project neither that
+nor an edit of its arguments; the tool's level both.  Asked for anyway, they say why, deciding nothing."
+  (sly-agent-q-test--with-chat
+    (dolist (case '(("level" (:kind "level" :level "dangerous") t t)
+                    ("rule" (:kind "rule" :rule (:action "ask" :tool "write_file")) t nil)
+                    ("outside" (:kind "outside" :path "/usr/share/lib/a.lisp") nil nil)))
+      (let ((decision nil)
+            (request (list :tool "write_file" :arguments '(:path "a.lisp" :content "x")
+                           :safetyLevel "dangerous" :callId (car case) :reason (nth 1 case))))
+        (sly-agent-q-approval--ask (sly-agent-q--make-call :id (car case) :kind "approval") request
+                                   (lambda (d) (setq decision d)))
+        (let* ((a (save-excursion (goto-char (point-max)) (search-backward "needs your approval")
+                                  (get-text-property (point) 'sly-agent-q-approval)))
+               (keys (mapcar #'car (sly-agent-q-approval--choices (sly-agent-q-approval-request a))))
+               (shown (buffer-substring-no-properties
+                       (save-excursion (goto-char (point-max)) (search-backward "needs your approval"))
+                       (point-max))))
+          (should (eq (and (memq ?e keys) t) (nth 2 case)))
+          (should (eq (and (memq ?a keys) t) (nth 3 case)))
+          (should (eq (and (string-match-p "\\[Edit arguments\\]" shown) t) (nth 2 case)))
+          (should (eq (and (string-match-p "\\[Always allow" shown) t) (nth 3 case)))
+          (unless (nth 3 case)
+            (should-error (sly-agent-q-approve-always a) :type 'user-error))
+          (unless (nth 2 case)
+            (should-error (sly-agent-q-edit-arguments a) :type 'user-error))
+          (should-not decision)
+          (sly-agent-q-approve a)
+          (should (equal decision '(:decision "approved"))))))))
+
 (ert-deftest sly-agent-q-approval-edit-arguments-buffer-outlives-its-requests ()
   "A reply that comes for the edit buffer after C-c C-c (SLIME's autodoc asked as the user typed)
 still finds its buffer: SLIME selects the buffer that asked, and a killed one is an error in

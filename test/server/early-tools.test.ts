@@ -10,7 +10,7 @@ import { FAKE_KEY, newConversation, provider, turn, type Harness } from "./agent
 import { AnthropicProvider } from "../../server/llm/anthropic.js";
 import type { LLMProvider, Message } from "../../server/llm/provider.js";
 import { Executor } from "../../server/tools/executor.js";
-import { ToolPolicy } from "../../server/tools/policy.js";
+import { ToolPolicy, type ApprovalReason } from "../../server/tools/policy.js";
 import { ToolRegistry } from "../../server/tools/registry.js";
 import { defineTool } from "../../server/tools/tool.js";
 
@@ -111,12 +111,13 @@ function probeRegistry(): { registry: ToolRegistry; probe: Probe } {
   return { registry, probe };
 }
 
-/** An executor over REGISTRY whose user approves everything asked, noting each call id in ASKED. */
-function approvingExecutor(registry: ToolRegistry, asked: string[]): Executor {
+/** An executor over REGISTRY whose user approves everything asked, noting each call id in ASKED and why it asked in REASONS. */
+function approvingExecutor(registry: ToolRegistry, asked: string[], reasons: ApprovalReason[] = []): Executor {
   return new Executor({
     registry,
     approve: async (request) => {
       asked.push(request.callId);
+      reasons.push(request.reason);
       return { decision: "approved" };
     },
   });
@@ -233,7 +234,8 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
   ] as const) {
     it(`a call that asks as it runs (a read outside the project) is said to run again once allowed (${what})`, async () => {
       const asked: string[] = [];
-      const executor = approvingExecutor(h.registry, asked);
+      const reasons: ApprovalReason[] = [];
+      const executor = approvingExecutor(h.registry, asked, reasons);
       const c = newConversation();
       const { outcome, events } = await turn({ ...h, executor }, kind, c, "Read the library", {
         script: { steps: [{ content: [...content], chunk_delay_ms: 5 }, { content: [{ type: "text", text: "Done." }] }] },
@@ -241,6 +243,8 @@ describe.each<Kind>(["anthropic", "openai"])("tools starting while the answer st
       expect(outcome.status).toBe("finished");
       const id = events.calls.find((x) => x.call.name === "library")!.call.id;
       expect(asked).toEqual([id]);
+      // Asked as a read outside the project: Emacs offers neither "always allow" nor an edit of it.
+      expect(reasons).toEqual([{ kind: "outside", path: "/elsewhere/library.lisp" }]);
       // Started (announced running, or told as it ran), then asked (the chat says "waiting for
       // approval"), then started again once allowed, then its result.
       expect(events.callsShown.filter((s) => s.endsWith(`:${id}`))).toEqual([`call:${id}`, `started:${id}`, `started:${id}`, `result:${id}`]);

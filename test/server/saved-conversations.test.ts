@@ -212,6 +212,11 @@ describe("saved conversations", () => {
     a.b.kill();
     await a.b.exited;
 
+    // A file that records starts is of a format version an older sly-agent-q refuses to read and write
+    // to (it would run calls without recording their starts).
+    const header = JSON.parse(readFileSync(join(dir, "conversations", `${sent.conversationId}.jsonl`), "utf8").split("\n")[0]!) as { v: number; starts?: boolean };
+    expect(header).toMatchObject({ v: 2, starts: true });
+
     const b = await server(config());
     const listed: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});
     expect(listed.conversations[0]).toMatchObject({ conversationId: sent.conversationId, interrupted: { calls: ["write_file", "read_buffer"] } });
