@@ -7,11 +7,49 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { ConversationJournal, ConversationStore, journalIO, STORE_VERSION } from "../../server/agent/conversation-store.js";
 import { Conversation } from "../../server/agent/conversation.js";
-import { Executor } from "../../server/tools/executor.js";
-import { defineTool } from "../../server/tools/tool.js";
+import { Executor, type ApprovalFn } from "../../server/tools/executor.js";
+import { defineTool, type ToolHandler } from "../../server/tools/tool.js";
 import { harness, turn, type Harness } from "./agent-helpers.js";
 
 const realIO = { ...journalIO };
+
+/** From now on every write of a journal fails as on a full disk. */
+function fillTheDisk(): void {
+  journalIO.write = () => {
+    throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+  };
+}
+
+/** Registers a dangerous tool NAME with HANDLER in H. */
+function dangerousTool(h: Harness, name: string, handler: ToolHandler, parameters: Record<string, { type: "string"; description: string }> = {}): void {
+  h.registry.register(defineTool({ name, description: `Test tool ${name}.`, parameters, required: Object.keys(parameters), safety: "dangerous", categories: ["test"], runtime: "node", handler }));
+}
+
+/** A destructive call that notes in EFFECTS that it ran. */
+function dropTable(h: Harness, effects: string[]): void {
+  dangerousTool(h, "drop_table", async () => {
+    effects.push("dropped");
+    return "dropped";
+  });
+}
+
+/** Conversation ID saved in a new store, its file claiming starts, as the server makes them. */
+function savedConversation(id: string): { store: ConversationStore; c: Conversation; journal: ConversationJournal } {
+  const store = new ConversationStore(join(mkdtempSync(join(tmpdir(), "saq-starts-")), "conversations"));
+  store.ensureDirectory();
+  const c = new Conversation(id);
+  const journal = ConversationJournal.create(store, { v: STORE_VERSION, type: "header", id, created: new Date().toISOString(), starts: true });
+  journal.onFault = () => undefined;
+  c.recorder = journal;
+  return { store, c, journal };
+}
+
+/** The model's two calls, FIRST then drop_table, and its answer after them. */
+const firstThenDrop = (first: string) => ({
+  steps: [{ content: [{ type: "tool_use" as const, name: first, input: {} }, { type: "tool_use" as const, name: "drop_table", input: {} }] }, { content: [{ type: "text" as const, text: "Done." }] }],
+});
+
+const approveAll: ApprovalFn = async () => ({ decision: "approved" });
 
 describe("the saved start of each call", () => {
   let h: Harness | undefined;
@@ -25,102 +63,31 @@ describe("the saved start of each call", () => {
     it(`a call that runs after saving stopped (the disk filled) is never said not to have run (${kind})`, async () => {
       h = await harness();
       const effects: string[] = [];
-      h.registry.register(
-        defineTool({
-          name: "fill_disk",
-          description: "A call whose own work fills the disk (a big build, a log, another program).",
-          parameters: {},
-          safety: "dangerous",
-          categories: ["test"],
-          runtime: "node",
-          handler: async () => {
-            // From now on every write fails as on a full disk.
-            journalIO.write = () => {
-              throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
-            };
-            return "built";
-          },
-        }),
-      );
-      h.registry.register(
-        defineTool({
-          name: "drop_table",
-          description: "A destructive call.",
-          parameters: {},
-          safety: "dangerous",
-          categories: ["test"],
-          runtime: "node",
-          handler: async () => {
-            effects.push("dropped");
-            return "dropped";
-          },
-        }),
-      );
-      const executor = new Executor({ registry: h.registry, approve: async () => ({ decision: "approved" }) });
-      const dir = mkdtempSync(join(tmpdir(), "saq-starts-"));
-      const store = new ConversationStore(join(dir, "conversations"));
-      store.ensureDirectory();
-      const c = new Conversation(`c-starts-${kind}`);
-      const journal = ConversationJournal.create(store, { v: STORE_VERSION, type: "header", id: c.id, created: new Date().toISOString(), starts: true });
+      // A call whose own work fills the disk (a big build, a log, another program).
+      dangerousTool(h, "fill_disk", async () => (fillTheDisk(), "built"));
+      dropTable(h, effects);
+      const { store, c, journal } = savedConversation(`c-starts-${kind}`);
       const faults: string[] = [];
       journal.onFault = (m) => faults.push(m);
-      c.recorder = journal;
-      const { outcome } = await turn({ ...h, executor }, kind, c, "Build, then drop", {
-        script: {
-          steps: [
-            { content: [{ type: "tool_use", name: "fill_disk", input: {} }, { type: "tool_use", name: "drop_table", input: {} }] },
-            { content: [{ type: "text", text: "Done." }] },
-          ],
-        },
-      });
+      const { outcome } = await turn({ ...h, executor: new Executor({ registry: h.registry, approve: approveAll }) }, kind, c, "Build, then drop", { script: firstThenDrop("fill_disk") });
       Object.assign(journalIO, realIO);
       journal.close();
       expect(outcome.status).toBe("finished");
       expect(faults).toHaveLength(1);
-      // The destructive call ran.
       expect(effects).toEqual(["dropped"]);
-      // The user later resumes the saved conversation (the next day, after a restart): the model is told...
+      // Resumed later, the model is told the call that ran may have had an effect, never that it had none.
       const saved = store.read(c.id);
-      const told = JSON.stringify(saved.messages[saved.messages.length - 1]);
-      // ...that the call that ran may have had an effect, never that it had none.
-      expect(told).not.toMatch(/drop_table was not run.*It had no effect/);
+      expect(JSON.stringify(saved.messages.at(-1))).toMatch(/drop_table was interrupted/);
     });
   }
 
   it("a call whose approval waited while the disk filled runs, and is never said not to have run", async () => {
     h = await harness();
     const effects: string[] = [];
-    h.registry.register(
-      defineTool({
-        name: "drop_table",
-        description: "A destructive call.",
-        parameters: {},
-        safety: "dangerous",
-        categories: ["test"],
-        runtime: "node",
-        handler: async () => {
-          effects.push("dropped");
-          return "dropped";
-        },
-      }),
-    );
-    // The user takes a while to approve; meanwhile a build fills the disk (or the file system goes read-only).
-    const executor = new Executor({
-      registry: h.registry,
-      approve: async () => {
-        journalIO.write = () => {
-          throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
-        };
-        return { decision: "approved" };
-      },
-    });
-    const dir = mkdtempSync(join(tmpdir(), "saq-starts-"));
-    const store = new ConversationStore(join(dir, "conversations"));
-    store.ensureDirectory();
-    const c = new Conversation("c-starts-one");
-    const journal = ConversationJournal.create(store, { v: STORE_VERSION, type: "header", id: c.id, created: new Date().toISOString(), starts: true });
-    journal.onFault = () => undefined;
-    c.recorder = journal;
+    dropTable(h, effects);
+    // The user takes a while to approve; meanwhile a build fills the disk.
+    const executor = new Executor({ registry: h.registry, approve: async () => (fillTheDisk(), { decision: "approved" }) });
+    const { store, c, journal } = savedConversation("c-starts-one");
     const { outcome } = await turn({ ...h, executor }, "anthropic", c, "Drop it", {
       script: { steps: [{ content: [{ type: "tool_use", name: "drop_table", input: {} }] }, { content: [{ type: "text", text: "Done." }] }] },
     });
@@ -128,64 +95,24 @@ describe("the saved start of each call", () => {
     journal.close();
     expect(outcome.status).toBe("finished");
     expect(effects).toEqual(["dropped"]);
-    const saved = store.read(c.id);
-    expect(JSON.stringify(saved.messages.at(-1))).not.toMatch(/drop_table was not run.*It had no effect/);
+    expect(JSON.stringify(store.read(c.id).messages.at(-1))).toMatch(/drop_table was interrupted/);
   });
 
   it("a call that runs after the file was replaced by a copy (a sync tool) is never said not to have run by the copy", async () => {
     h = await harness();
     const effects: string[] = [];
-    let file = "";
-    h.registry.register(
-      defineTool({
-        name: "sync_copy",
-        description: "Another program puts a copy of the conversation's file at its name.",
-        parameters: {},
-        safety: "dangerous",
-        categories: ["test"],
-        runtime: "node",
-        handler: async () => {
-          copyFileSync(file, `${file}.copy`);
-          renameSync(`${file}.copy`, file);
-          return "synced";
-        },
-      }),
-    );
-    h.registry.register(
-      defineTool({
-        name: "drop_table",
-        description: "A destructive call.",
-        parameters: {},
-        safety: "dangerous",
-        categories: ["test"],
-        runtime: "node",
-        handler: async () => {
-          effects.push("dropped");
-          return "dropped";
-        },
-      }),
-    );
-    const executor = new Executor({ registry: h.registry, approve: async () => ({ decision: "approved" }) });
-    const store = new ConversationStore(join(mkdtempSync(join(tmpdir(), "saq-starts-")), "conversations"));
-    store.ensureDirectory();
-    const c = new Conversation("c-starts-copied");
-    const journal = ConversationJournal.create(store, { v: STORE_VERSION, type: "header", id: c.id, created: new Date().toISOString(), starts: true });
-    file = journal.file;
-    journal.onFault = () => undefined;
-    c.recorder = journal;
-    const { outcome } = await turn({ ...h, executor }, "anthropic", c, "Sync, then drop", {
-      script: {
-        steps: [
-          { content: [{ type: "tool_use", name: "sync_copy", input: {} }, { type: "tool_use", name: "drop_table", input: {} }] },
-          { content: [{ type: "text", text: "Done." }] },
-        ],
-      },
+    const { store, c, journal } = savedConversation("c-starts-copied");
+    dangerousTool(h, "sync_copy", async () => {
+      copyFileSync(journal.file, `${journal.file}.copy`);
+      renameSync(`${journal.file}.copy`, journal.file);
+      return "synced";
     });
+    dropTable(h, effects);
+    const { outcome } = await turn({ ...h, executor: new Executor({ registry: h.registry, approve: approveAll }) }, "anthropic", c, "Sync, then drop", { script: firstThenDrop("sync_copy") });
     journal.close();
     expect(outcome.status).toBe("finished");
     expect(effects).toEqual(["dropped"]);
-    const saved = store.read(c.id);
-    expect(JSON.stringify(saved.messages.at(-1))).toMatch(/drop_table was interrupted/);
+    expect(JSON.stringify(store.read(c.id).messages.at(-1))).toMatch(/drop_table was interrupted/);
   });
 
   it("a call run with the user's edited arguments, cut off by a crash: the resumed history says which arguments may have taken effect", async () => {
@@ -193,32 +120,21 @@ describe("the saved start of each call", () => {
     const effects: string[] = [];
     let ran!: () => void;
     const running = new Promise<void>((r) => (ran = r));
-    h.registry.register(
-      defineTool({
-        name: "write_thing",
-        description: "Writes a file.",
-        parameters: { path: { type: "string", description: "Where." } },
-        required: ["path"],
-        safety: "dangerous",
-        categories: ["test"],
-        runtime: "node",
-        handler: (a, ctx) =>
-          new Promise((_resolve, reject) => {
-            effects.push(String(a.path));
-            ran();
-            // The server is killed here, before the result is written.
-            ctx.signal.addEventListener("abort", () => reject(new Error("stopped")));
-          }),
-      }),
+    dangerousTool(
+      h,
+      "write_thing",
+      (a, ctx) =>
+        new Promise((_resolve, reject) => {
+          effects.push(String(a.path));
+          ran();
+          // The server is killed here, before the result is written.
+          ctx.signal.addEventListener("abort", () => reject(new Error("stopped")));
+        }),
+      { path: { type: "string", description: "Where." } },
     );
     // The user edits the path before approving.
     const executor = new Executor({ registry: h.registry, approve: async () => ({ decision: "modified", arguments: { path: "other.txt" } }) });
-    const dir = mkdtempSync(join(tmpdir(), "saq-starts-"));
-    const store = new ConversationStore(join(dir, "conversations"));
-    store.ensureDirectory();
-    const c = new Conversation("c-starts-edited");
-    const journal = ConversationJournal.create(store, { v: STORE_VERSION, type: "header", id: c.id, created: new Date().toISOString(), starts: true });
-    c.recorder = journal;
+    const { store, c, journal } = savedConversation("c-starts-edited");
     const stop = new AbortController();
     const done = turn({ ...h, executor }, "anthropic", c, "Write notes.txt", {
       signal: stop.signal,
