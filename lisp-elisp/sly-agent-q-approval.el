@@ -122,6 +122,9 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
          :safetyLevel (plist-get params :safetyLevel)
          :description (plist-get params :description)
          :callId (plist-get params :callId))
+   ;; What made it ask (the tool's level, a rule, a read outside the
+   ;; project): which answers the server honours.
+   (and (plist-get params :reason) (list :reason (plist-get params :reason)))
    ;; The arguments that are Lisp source: shown and edited as Lisp.
    (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    ;; A call from an MCP client (Claude Code...), not from our model.
@@ -676,6 +679,9 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
             (insert (plist-get (plist-get request :arguments) lisp))
             (indent-region (point-min) (point-max)))
         (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
+      ;; The buffer is reused: its undo starts here, with nothing of the
+      ;; last call's edit, nor the arguments just drawn, to undo.
+      (setq buffer-undo-list nil)
       (goto-char (point-min))
       ;; Its keys come before the Lisp minor modes `lisp-mode' turned on
       ;; (SLIME's and SLY's bind C-c C-c to compiling, which would run the

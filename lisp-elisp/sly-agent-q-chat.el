@@ -165,8 +165,9 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
 (cl-defstruct (sly-agent-q-turn (:constructor sly-agent-q--make-turn))
   "One exchange: the user's message and everything until it ends.
 STATE is the last state chat/turnState gave it, a symbol, or nil.
-CANCEL-UNSENT is non-nil while a cancel asked for could not be written
-to the server, which is then asked again at each check of the turn."
+CANCEL-UNSENT is t while a cancel asked for could not be written to
+the server (it is sent again when the server speaks, or at the next
+check of the turn), `sending' while that is on its way."
   id conversation-id (status 'sending) callback cancel-requested (start (float-time))
   state watchdog cancel-unsent)
 
@@ -1135,8 +1136,8 @@ history when it read it back."
 Called from a timer: the answer comes later, nothing waits here."
   (if (not (and (buffer-live-p buf) (eq (buffer-local-value 'sly-agent-q-chat--turn buf) turn)))
       (cancel-timer (sly-agent-q-turn-watchdog turn))
-    (when (and (sly-agent-q-server-live-p) (sly-agent-q-turn-cancel-unsent turn))
-      (with-current-buffer buf (sly-agent-q-chat--send-cancel turn)))
+    (when (sly-agent-q-server-live-p)
+      (with-current-buffer buf (sly-agent-q-chat--resend-cancel turn)))
     (when (sly-agent-q-server-live-p)
       (sly-agent-q-server-request
        'chat/turnStatus (list :conversationId (sly-agent-q-turn-conversation-id turn)
@@ -1328,12 +1329,13 @@ Return the chat buffer."
              ;; The server lives but could not be written to (stopped by a
              ;; signal): the turn goes on there, so the cancel is sent again
              ;; at each check of the turn until the server takes it.
-             (unless (sly-agent-q-turn-cancel-unsent turn)
-               (setf (sly-agent-q-turn-cancel-unsent turn) t)
-               (sly-agent-q-chat-notice
-                (format "[The cancel could not be sent (%s); it is sent again until the server takes it.]"
-                        (sly-agent-q-display-line msg 200))
-                'sly-agent-q-error-face))
+             (progn
+               (unless (sly-agent-q-turn-cancel-unsent turn)
+                 (sly-agent-q-chat-notice
+                  (format "[The cancel could not be sent (%s); it is sent again until the server takes it.]"
+                          (sly-agent-q-display-line (car (split-string (format "%s" msg) "\n" t)) 200))
+                  'sly-agent-q-error-face))
+               (setf (sly-agent-q-turn-cancel-unsent turn) t))
            (sly-agent-q-chat--end-turn turn 'cancelled :message msg)))))))
 
 (defun sly-agent-q-cancel ()
@@ -1385,7 +1387,15 @@ Notifications of turns that are over are ignored."
        (with-current-buffer buf
          (let ((turn sly-agent-q-chat--turn))
            (when (and turn (equal (sly-agent-q-turn-id turn) (plist-get ,params :turnId)))
+             ;; The server speaks again: a cancel it could not take goes now.
+             (sly-agent-q-chat--resend-cancel turn)
              ,@body))))))
+
+(defun sly-agent-q-chat--resend-cancel (turn)
+  "Send TURN's cancel again if it could not be sent, and none is on its way."
+  (when (eq (sly-agent-q-turn-cancel-unsent turn) t)
+    (setf (sly-agent-q-turn-cancel-unsent turn) 'sending)
+    (sly-agent-q-chat--send-cancel turn)))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/textDelta)) params)
   "Show the streamed text of the chat/textDelta PARAMS."

@@ -11,10 +11,18 @@ export function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
+/** TEXT's first MAX UTF-16 units, or one fewer where the cut would split a character in two (half a
+ *  surrogate pair is not valid Unicode: an API refuses a request holding one). */
+export function cutText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const end = max > 0 && /[\ud800-\udbff]/.test(text[max - 1]!) ? max - 1 : max;
+  return text.slice(0, end);
+}
+
 /** TEXT on one line (white space runs made one space, trimmed), cut to MAX characters with an ellipsis. */
 export function oneLine(text: string, max = Infinity): string {
   const line = text.trim().replace(/\s+/g, " ");
-  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
+  return line.length > max ? `${cutText(line, max - 1)}…` : line;
 }
 
 // Control characters (C0, DEL, C1), bidi controls and other invisible format characters: text from outside
@@ -38,5 +46,5 @@ export function escapeUnsafe(text: string): string {
 export function printableName(raw: unknown, max = 64, fallback = "an unnamed MCP client"): string {
   const name = escapeUnsafe(typeof raw === "string" ? raw : "").trim();
   if (name === "") return fallback;
-  return name.length > max ? `${name.slice(0, max)}…` : name;
+  return name.length > max ? `${cutText(name, max)}…` : name;
 }

@@ -7,7 +7,7 @@
 // two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
 
 import { closeSync, existsSync, fstatSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
-import { hostname } from "node:os";
+import { hostname, uptime } from "node:os";
 import { join } from "node:path";
 import type { Change, SavedConversationSummary, SavedTurnEnd, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
@@ -201,7 +201,12 @@ function wellShaped(record: StoreRecord): boolean {
   }
 }
 
-export function parseConversation(file: string, text: string): StoredConversation {
+/**
+ * FILE's TEXT as a conversation. With STARTSTRUSTED false (the file was last written before this
+ * machine started: records not yet on the disk may have been lost with it), the file's starts are not
+ * trusted: no call is said not to have run.
+ */
+export function parseConversation(file: string, text: string, startsTrusted = true): StoredConversation {
   const lines = text.split("\n");
   // Text after the last newline is a record whose write was cut off.
   const tail = lines.pop() ?? "";
@@ -344,7 +349,7 @@ export function parseConversation(file: string, text: string): StoredConversatio
   keepStreamed();
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
-  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ranArguments, ...(header.starts === true ? { started } : {}) });
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ranArguments, ...(header.starts === true && startsTrusted ? { started } : {}) });
   let interrupted: StoredConversation["interrupted"];
   if (cutOff && repair.repairs.length === 0) {
     interrupted = { at: updated || header.created, calls: [], what: [CUT_OFF_NOTE] };
@@ -420,6 +425,8 @@ export class ConversationJournal {
   fault: string | undefined;
   /** Told once, when a fault stops the saving. */
   onFault: ((message: string) => void) | undefined;
+  /** Whether the file's header says it records every call's start (and so that a call without one never ran). */
+  private claimsStarts = false;
 
   private constructor(
     private readonly store: ConversationStore,
@@ -435,12 +442,14 @@ export class ConversationJournal {
   static create(store: ConversationStore, header: HeaderRecord): ConversationJournal {
     const journal = ConversationJournal.open(store, header.id, "wx", "created");
     journal.append(header);
+    journal.claimsStarts = header.starts === true;
     return journal;
   }
 
   /** Opens an existing FILE for appending, sealing off a last line cut short by a crash. */
   static reopen(store: ConversationStore, id: string, stored: StoredConversation): ConversationJournal {
     const journal = ConversationJournal.open(store, id, "a", "opened for writing");
+    journal.claimsStarts = stored.header.starts === true;
     if (stored.truncatedBytes !== undefined) {
       journal.write(`\n${JSON.stringify({ v: STORE_VERSION, type: "sealed", at: now() })}\n`);
     }
@@ -486,8 +495,14 @@ export class ConversationJournal {
     this.record({ v: STORE_VERSION, type: "change", at: now(), turnId, callId, tool, changes });
   }
 
-  started(callId: string, ranArguments?: Record<string, unknown>): void {
+  /**
+   * Records that CALLID starts. Returns whether it may run: its start is saved, or the file does not
+   * claim starts (it never did, or the claim was withdrawn when saving stopped). False only when saving
+   * stopped and the claim could not be withdrawn: run, the call would later be said not to have run.
+   */
+  started(callId: string, ranArguments?: Record<string, unknown>): boolean {
     this.record({ v: STORE_VERSION, type: "started", at: now(), callId, ...(ranArguments ? { arguments: ranArguments } : {}) });
+    return this.fault === undefined || !this.claimsStarts;
   }
 
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void {
@@ -515,7 +530,7 @@ export class ConversationJournal {
       // A record after a gap could make the history read back differ from the one the model saw:
       // nothing more is written to this file.
       this.fault ??= `${(err as Error).message} This conversation goes on, but is no longer saved; what was saved before is intact.`;
-      this.disclaimStarts();
+      if (this.claimsStarts && this.disclaimStarts()) this.claimsStarts = false;
       this.onFault?.(this.fault);
     }
   }
@@ -524,17 +539,20 @@ export class ConversationJournal {
    * Saving stopped: the starts of the calls that run from now on are not recorded, so the file may no
    * longer say that a call without one never ran. Its header's `"starts":true` becomes
    * `"starts":null` in place (the same length: it needs no room on a full disk), in the file this
-   * journal wrote and in a copy put at its name (by a sync tool, say) with the same id. Best effort.
+   * journal wrote and in a copy put at its name (by a sync tool, say) with the same id. Returns
+   * whether no file of this conversation claims starts any more; false when a rewrite failed (a file
+   * system gone read-only), and then no call may run unrecorded (started).
    */
-  private disclaimStarts(): void {
-    const targets: string[] = [];
+  private disclaimStarts(): boolean {
+    let withdrawn = true;
     // The file this journal has open, even if unlinked or renamed (opened with O_APPEND, where a
-    // positioned write would append: opened again for writing in place).
-    if (this.fd !== undefined) targets.push(`/proc/self/fd/${this.fd}`);
-    targets.push(this.file);
+    // positioned write would append: opened again for writing in place; Linux only), and the file
+    // at its name.
+    const targets = [...(this.fd !== undefined && existsSync("/proc/self/fd") ? [`/proc/self/fd/${this.fd}`] : []), this.file];
     for (const target of targets) {
       let fd: number | undefined;
       try {
+        if (target === this.file && !existsSync(target)) continue;
         fd = openSync(target, "r+");
         const head = Buffer.alloc(65536);
         const n = readSync(fd, head, 0, head.length, 0);
@@ -544,12 +562,15 @@ export class ConversationJournal {
         if (header.type !== "header" || header.id !== this.id || at < 0) continue;
         writeSync(fd, Buffer.from("null"), 0, 4, Buffer.byteLength(line.slice(0, at + '"starts":'.length)));
       } catch {
-        // Nothing more can be done; a reading then trusts the starts the file has.
+        // The file may still claim starts: calls are then refused rather than run unrecorded.
+        withdrawn = false;
       } finally {
         if (fd !== undefined) closeSync(fd);
       }
     }
+    return withdrawn;
   }
+
 
   /**
    * Writes LINE at the end of the file, all of it or nothing: a write that fails part way (a full
@@ -622,14 +643,18 @@ export class ConversationStore {
   read(id: string): StoredConversation {
     const file = this.fileOf(id);
     let text: string;
+    let mtimeMs = 0;
     try {
       const st = statSync(file);
       if (!st.isFile()) throw new Error("not a regular file");
+      mtimeMs = st.mtimeMs;
       text = readFileSync(file, "utf8");
     } catch (err) {
       throw new StoreError(file, `cannot be read: ${(err as Error).message}`, (err as NodeJS.ErrnoException).code);
     }
-    const stored = parseConversation(file, text);
+    // A crash of the machine (not only of a process) can lose what the page cache held: a start record
+    // written before this boot is not trusted to be the last one written.
+    const stored = parseConversation(file, text, mtimeMs > Date.now() - uptime() * 1000 + 1000);
     if (stored.header.id !== id) throw new StoreError(file, `holds conversation ${stored.header.id}, not ${id}.`);
     return stored;
   }

@@ -26,7 +26,7 @@ export interface ConversationRecorder {
   result(callId: string, content: string, isError: boolean, run?: ToolCallRun): void;
   /** A call starts to run: recorded before it runs, so that a call without a start is known not to have
    *  run; RANARGUMENTS are the arguments it runs with when the user edited the model's. */
-  started?(callId: string, ranArguments?: Record<string, unknown>): void;
+  started?(callId: string, ranArguments?: Record<string, unknown>): boolean;
   /** Text of the answer as it streams to the user, before the answer's own message. */
   streamed?(text: string): void;
   /** A system prompt was written anew, naming CURRENTPACKAGE: a resumed conversation writes it the same. */
@@ -94,9 +94,13 @@ export class Conversation {
     this.recorder?.streamed?.(text);
   }
 
-  /** Records that call CALLID starts to run (with RANARGUMENTS, the user's edit), before it runs. */
-  recordStarted(callId: string, ranArguments?: Record<string, unknown>): void {
-    this.recorder?.started?.(callId, ranArguments);
+  /**
+   * Records that call CALLID starts to run (with RANARGUMENTS, the user's edit), before it runs.
+   * Returns whether it may run: false when its start could not be saved in a file that says a call
+   * without a saved start never ran (ConversationRecorder.started).
+   */
+  recordStarted(callId: string, ranArguments?: Record<string, unknown>): boolean {
+    return this.recorder?.started?.(callId, ranArguments) ?? true;
   }
 
   recordResult(callId: string, content: string, success: boolean, run?: ToolCallRun): void {

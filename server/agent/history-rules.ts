@@ -12,6 +12,7 @@
 // A request must also end with a user message (the model answers it).
 
 import type { AssistantMessage, Message, TextBlock, ToolResultBlock, ToolUseBlock, UserMessage } from "../llm/provider.js";
+import { cutText, escapeUnsafe, oneLine } from "../text.js";
 
 /** What the repair did, one entry per change, in words the user can read. */
 export interface Repair {
@@ -52,7 +53,7 @@ export function interruptedResult(tool: string, by?: string, ranArguments?: Reco
   const edited = ranArguments ? JSON.stringify(ranArguments) : undefined;
   return (
     `The call to ${tool} was interrupted${by ? ` (${by})` : ""} before it returned a result. ` +
-    (edited ? `It ran with arguments the user edited, not yours: ${edited.length > 2000 ? `${edited.slice(0, 2000)}…` : edited}. ` : "") +
+    (edited ? `It ran with arguments the user edited, not yours: ${edited.length > 2000 ? `${cutText(edited, 2000)}…` : edited}. ` : "") +
     "Its effect in the Lisp image, in files or in buffers may or may not have happened: check before relying on it or repeating it."
   );
 }
@@ -151,13 +152,12 @@ interface OpenCall {
   answered: boolean;
 }
 
-/** NAME with the first text argument of INPUT, on one line and short: `write_file (notes.lisp)`. */
+/** NAME with the first text argument of INPUT, on one short line: `write_file (notes.lisp)`. Both are
+ *  the model's text, shown to the user: control, bidi and format characters are shown escaped. */
 function callLabel(name: string, input: unknown): string {
+  const tool = oneLine(escapeUnsafe(name), 64);
   const first = input && typeof input === "object" ? Object.values(input as Record<string, unknown>).find((v): v is string => typeof v === "string" && v.trim() !== "") : undefined;
-  if (first === undefined) return name;
-  // The model's text, shown to the user: no control characters, one short line.
-  const line = first.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, " ").trim();
-  return `${name} (${line.length > 40 ? `${line.slice(0, 39)}…` : line})`;
+  return first === undefined ? tool : `${tool} (${oneLine(escapeUnsafe(first), 40)})`;
 }
 
 /**

@@ -553,9 +553,12 @@ export class Turn {
    * before it runs (a crash then leaves it "interrupted", never "not run"), and the user told once
    * it was announced (a call that starts while the answer streams is announced as running).
    */
-  private callStarted(call: ToolCall, ranArguments?: Record<string, unknown>): void {
-    this.conversation.recordStarted(call.id, ranArguments);
+  private callStarted(call: ToolCall, ranArguments?: Record<string, unknown>): string | undefined {
+    if (!this.conversation.recordStarted(call.id, ranArguments)) {
+      return `${call.name} was not run: the conversation's file stopped being saved (${this.conversation.unsavedReason ?? "a write failed"}) and could not record that it started, so a resumed conversation would say it never ran.`;
+    }
     if (this.step?.announced && this.step.calls.some((c) => c.id === call.id)) this.events.toolStarted?.(call);
+    return undefined;
   }
 
   /** Every call is answered: the results go into the history, and the turn goes on unless it must stop. */

@@ -86,8 +86,9 @@ export interface ExecuteOptions {
   /** Given each call's result once, as the call is answered, whichever stage answers it. */
   onResult?: (result: ToolResult) => void;
   /** Told as a call starts to run (every check passed, nothing more to ask; its handler is called
-   *  next), and again when it goes on after an approval it asked for as it ran (readOutside). */
-  onStart?: (call: ToolCall, ranArguments?: Record<string, unknown>) => void;
+   *  next), and again when it goes on after an approval it asked for as it ran (readOutside). A text
+   *  returned the first time refuses the run: the call is answered with it as an error. */
+  onStart?: (call: ToolCall, ranArguments?: Record<string, unknown>) => string | undefined;
   /** Handed to handlers (ToolContext.offerCategory): the conversation's lean tool set. */
   offerCategory?: (category: string) => string[];
   /**
@@ -441,18 +442,21 @@ export class Executor {
         const now = await this.previewOf(tool, args, call.id, opts.signal ?? new AbortController().signal).then((p) => p.digest, (err: unknown) => errorMessage(err));
         if (now !== admitted.bound.preview) return this.settle(admitted, { call, started, tool, safety, approved, args, opts, ...asked }, targetChanged(tool));
       }
-      if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
-      approved = true;
-      const tellStarted = (): void => {
+      const tellStarted = (): string | undefined => {
         try {
-          opts.onStart?.(call, admitted.edited ? args : undefined);
+          return opts.onStart?.(call, admitted.edited ? args : undefined);
         } catch {
           // The caller's reporting must not keep the call from running.
+          return undefined;
         }
       };
-      tellStarted();
+      // Its start is saved first: when it cannot be, the call does not run (Turn.callStarted).
+      const refused = tellStarted();
+      if (refused !== undefined) return this.settle(admitted, { call, started, tool, safety, approved, args, opts, ...asked }, refused);
+      if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
+      approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: tellStarted }, admitted.bound?.emacs);
+      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: () => void tellStarted() }, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts, ...asked }, undefined, content);
     } catch (err) {

@@ -302,13 +302,16 @@ end could reach it again."
 
 (ert-deftest sly-agent-q-chat-cancel-to-a-stopped-server-is-sent-again ()
   "C-c C-k while the server is stopped (SIGSTOP) signals nothing, says the cancel was not sent,
-and sends it again once the server runs: the turn ends cancelled."
-  (let ((sly-agent-q-turn-check-interval 0.5)
+and sends it again as soon as the server speaks once it runs: the turn ends cancelled before the
+rest of its answer comes, without waiting for the chat's periodic check."
+  (let ((sly-agent-q-turn-check-interval 3600)
         (proc nil))
     (sly-agent-q-test-with-server
         (sly-agent-q-test--script
-         (append (sly-agent-q-test--step (sly-agent-q-test--text "Thinking very hard about this question"))
-                 '((chunk_delay_ms . 20) (hang_after_chunks . 5)))
+         (append (sly-agent-q-test--step (sly-agent-q-test--text
+                                          (concat "Thinking very hard about this question"
+                                                  (make-string 100 ?.) "THE-END")))
+                 '((chunk_delay_ms . 40) (text_delta_chars . 2)))
          (sly-agent-q-test--step (sly-agent-q-test--text "Second answer.")))
       (unwind-protect
           (let (outcome)
@@ -319,13 +322,14 @@ and sends it again once the server runs: the turn ends cancelled."
             (sly-agent-q-test-wait (lambda () (eq (process-status proc) 'stop)) 5 "the stopped server")
             (with-current-buffer (sly-agent-q-chat-buffer)
               (call-interactively (key-binding (kbd "C-c C-k"))))
-            (should (string-match-p "cancel could not be sent" (sly-agent-q-test-chat-text)))
-            ;; Nothing ends while the server is stopped, and its checks signal nothing.
-            (let ((debug-on-error t)) (accept-process-output nil 1.5))
+            (should (string-match-p "cancel could not be sent ([^\n]*); it is sent again" (sly-agent-q-test-chat-text)))
+            (accept-process-output nil 1)
             (should-not outcome)
             (signal-process proc 'CONT)
             (sly-agent-q-test-wait (lambda () outcome) 10 "the cancellation sent again")
             (should (eq (plist-get outcome :status) 'cancelled))
+            ;; Cancelled as soon as the server spoke, long before its answer's end.
+            (should-not (string-match-p "THE-END" (sly-agent-q-test-chat-text)))
             (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished)))
         (when (process-live-p proc) (signal-process proc 'CONT))))))
 

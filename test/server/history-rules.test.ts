@@ -74,12 +74,31 @@ describe("the repair", () => {
     const { repairs } = repairHistory([user("go"), twoWrites], { started: new Set(["c"]) });
     expect(repairs.map((r) => r.description)).toEqual([
       "the call to write_file (one.lisp) had not started; it was answered with an error saying it was not run",
-      "the call to write_file (two [31m lisp) had not started; it was answered with an error saying it was not run",
+      "the call to write_file (two\\e[31m\\nlisp) had not started; it was answered with an error saying it was not run",
       `the call to eval_form (${"(".repeat(39)}…) was interrupted; it was answered with an error saying so`,
       "the call to list_threads had not started; it was answered with an error saying it was not run",
     ]);
     // The sessions list's interrupted calls name tools only.
     expect(repairs.map((r) => r.tool)).toEqual(["write_file", "write_file", "eval_form", "list_threads"]);
+  });
+
+  it("never cuts a character in two in what it says of a call (half a surrogate pair: the API refuses the request)", () => {
+    const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+    const prefix = JSON.stringify({ path: "other.txt", content: "" }).length - 2;
+    const content = `${"a".repeat(2000 - prefix - 1)}😀 and more ${"b".repeat(100)}`;
+    expect(interruptedResult("write_file", "the server stopped", { path: "other.txt", content })).not.toMatch(loneSurrogate);
+    const { repairs } = repairHistory([user("go"), { role: "assistant", content: [{ type: "tool_use", id: "a", name: "write_file", input: { path: `${"x".repeat(38)}😀.lisp` } }] }]);
+    expect(repairs[0]!.description).toMatch(/write_file \(x+…\)/);
+    expect(repairs[0]!.description).not.toMatch(loneSurrogate);
+  });
+
+  it("names a call on one short line, the tool's name (the model's text too) cut and its control and bidi characters escaped", () => {
+    const name = `write_file\n${"\u202e".repeat(3)}${"N".repeat(400)}`;
+    const { repairs } = repairHistory([user("go"), { role: "assistant", content: [{ type: "tool_use", id: "a", name, input: { path: "p\u202egnp.lisp" } }] }]);
+    const d = repairs.find((r) => r.kind === "interrupted-call")!.description;
+    expect(d).not.toMatch(/[\n\u202a-\u202e\u2066-\u2069]/);
+    expect(d.length).toBeLessThan(200);
+    expect(d).toContain("p\\u202Egnp.lisp");
   });
 
   it("puts the missing result before the user's text when the text was appended after the call (the saved file of the old fault)", () => {

@@ -1,15 +1,30 @@
 // Each call's start is saved before it runs, so that a resumed conversation can say a call without one
 // was not run. That must never be said of a call that ran: when saving stops part way (a full disk, the
 // file replaced), the file no longer claims it; a call run with the user's edited arguments says which.
-import { copyFileSync, mkdtempSync, renameSync } from "node:fs";
+import * as fs from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, renameSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { ConversationJournal, ConversationStore, journalIO, STORE_VERSION } from "../../server/agent/conversation-store.js";
 import { Conversation } from "../../server/agent/conversation.js";
 import { Executor, type ApprovalFn } from "../../server/tools/executor.js";
 import { defineTool, type ToolHandler } from "../../server/tools/tool.js";
 import { harness, turn, type Harness } from "./agent-helpers.js";
+
+// The file system can go read-only (ext4 errors=remount-ro after an I/O error): every open for writing
+// fails with EROFS, the journal's appends and the in-place rewrite of the header alike.
+const fsState = { readOnly: false };
+vi.mock("node:fs", async (importOriginal) => {
+  const real = await importOriginal<typeof import("node:fs")>();
+  return {
+    ...real,
+    openSync: (path: fs.PathLike, flags: fs.OpenMode = "r", mode?: fs.Mode) => {
+      if (fsState.readOnly && flags !== "r") throw Object.assign(new Error("EROFS: read-only file system, open"), { code: "EROFS" });
+      return real.openSync(path, flags, mode);
+    },
+  };
+});
 
 const realIO = { ...journalIO };
 
@@ -55,6 +70,7 @@ describe("the saved start of each call", () => {
   let h: Harness | undefined;
   afterEach(async () => {
     Object.assign(journalIO, realIO);
+    fsState.readOnly = false;
     await h?.close();
     h = undefined;
   });
@@ -113,6 +129,45 @@ describe("the saved start of each call", () => {
     expect(outcome.status).toBe("finished");
     expect(effects).toEqual(["dropped"]);
     expect(JSON.stringify(store.read(c.id).messages.at(-1))).toMatch(/drop_table was interrupted/);
+  });
+
+  it("a call whose start can be neither saved nor its file's claim withdrawn (a read-only file system) is not run", async () => {
+    h = await harness();
+    const effects: string[] = [];
+    dangerousTool(h, "break_disk", async () => {
+      // An I/O error: the kernel remounts the file system read-only.
+      fsState.readOnly = true;
+      journalIO.write = () => {
+        throw Object.assign(new Error("EROFS: read-only file system, write"), { code: "EROFS" });
+      };
+      return "built";
+    });
+    dropTable(h, effects);
+    const { store, c, journal } = savedConversation("c-starts-erofs");
+    const { outcome, events } = await turn({ ...h, executor: new Executor({ registry: h.registry, approve: approveAll }) }, "anthropic", c, "Build, then drop", { script: firstThenDrop("break_disk") });
+    Object.assign(journalIO, realIO);
+    fsState.readOnly = false; // after fsck and a reboot
+    journal.close();
+    expect(outcome.status).toBe("finished");
+    expect(effects).toEqual([]);
+    expect(events.results[1]!.content).toMatch(/drop_table was not run: the conversation's file stopped being saved/);
+    // The header still claims starts, and it is true of the call: it never ran.
+    expect(readFileSync(journal.file, "utf8").split("\n")[0]).toContain('"starts":true');
+    expect(JSON.stringify(store.read(c.id).messages.at(-1))).toMatch(/drop_table was not run/);
+  });
+
+  it("a file last written before the machine started is not trusted to hold every start", async () => {
+    const { store, c, journal } = savedConversation("c-starts-reboot");
+    c.addUserText("Drop it");
+    c.addAssistant([{ type: "tool_use", id: "call_1", name: "drop_table", input: {} }]);
+    journal.close();
+    expect(JSON.stringify(store.read(c.id).messages.at(-1))).toMatch(/drop_table was not run/);
+    // As after a crash of the machine: the file's time is before this boot.
+    const long = new Date(Date.now() - 1000 * 60 * 60 * 24 * 365 * 20);
+    fs.utimesSync(journal.file, long, long);
+    const told = JSON.stringify(store.read(c.id).messages.at(-1));
+    expect(told).toMatch(/drop_table was interrupted/);
+    expect(told).not.toMatch(/not run/);
   });
 
   it("a call run with the user's edited arguments, cut off by a crash: the resumed history says which arguments may have taken effect", async () => {

@@ -1,0 +1,111 @@
+;;; sly-agent-q-approval-test.el --- What an approval offers, by the real route  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The sly-agent-q authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+;; An approval as the server sends it (emacs/call of kind approval): the
+;; request Emacs builds from its params keeps the reason it asked (kind
+;; "rule" or "outside"), so the chat offers only the answers the server
+;; honours.  The edit buffer, reused from one approval to the next, keeps
+;; nothing of the last one.
+
+;;; Code:
+
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
+
+(ert-deftest sly-agent-q-approval-outside-read-offers-no-always-nor-edit ()
+  "An emacs/call approval for a read outside the project, as the server sends it."
+  (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+         (sly-agent-q-chat-buffer-name "*sly-agent-q approval test*")
+         (replies nil))
+    (unwind-protect
+        (cl-letf (((symbol-function 'sly-agent-q-call-reply)
+                   (lambda (_call result) (push result replies))))
+          (with-current-buffer (sly-agent-q-chat-buffer)
+            (dolist (case '(("outside" (:kind "outside" :path "/usr/share/common-lisp/source/alexandria/lists.lisp"))
+                            ("rule" (:kind "rule" :rule (:action "ask" :tool "read_definition")))))
+              (sly-agent-q-approval--start
+               (sly-agent-q--make-call
+                :id (car case) :kind "approval"
+                :params (list :tool "read_definition" :capability "read_definition" :review "arguments"
+                              :arguments '(:symbol "alexandria:flatten")
+                              :safetyLevel "safe" :callId (car case)
+                              :reason (nth 1 case))))
+              (let* ((a (save-excursion (goto-char (point-max))
+                                        (search-backward "needs your approval")
+                                        (get-text-property (point) 'sly-agent-q-approval)))
+                     (request (sly-agent-q-approval-request a))
+                     (keys (mapcar #'car (sly-agent-q-approval--choices request)))
+                     (shown (buffer-substring-no-properties
+                             (save-excursion (goto-char (point-max)) (search-backward "needs your approval"))
+                             (point-max))))
+                ;; The request keeps what made the call ask.
+                (should (equal (plist-get (plist-get request :reason) :kind) (car case)))
+                (should-not (memq ?a keys))
+                (should-not (string-match-p "\\[Always allow" shown))
+                (when (equal (car case) "outside")
+                  (should-not (memq ?e keys))
+                  (should-not (string-match-p "\\[Edit arguments\\]" shown)))
+                (sly-agent-q-deny a "no")))))
+      (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+      (delete-directory sly-agent-q-project-root t))))
+
+
+
+(ert-deftest sly-agent-q-approval-edit-buffer-undo-keeps-no-other-calls-arguments ()
+  "The edit buffer is buried and reused: an undo (C-/) in the buffer just opened\nfor call B never brings back call A's arguments for C-c C-c to send as B's."
+  (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+         (sly-agent-q-chat-buffer-name "*sly-agent-q approval undo test*")
+         (decisions nil))
+    (unwind-protect
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          (sly-agent-q-approval--ask (sly-agent-q--make-call :id "A" :kind "approval")
+                                     '(:tool "write_file" :arguments (:path "secret-a.txt" :content "first call")
+                                             :safetyLevel "dangerous" :callId "A")
+                                     (lambda (d) (push (cons "A" d) decisions)))
+          (sly-agent-q-approval--ask (sly-agent-q--make-call :id "B" :kind "approval")
+                                     '(:tool "write_file" :arguments (:path "b.txt" :content "second call")
+                                             :safetyLevel "dangerous" :callId "B")
+                                     (lambda (d) (push (cons "B" d) decisions)))
+          (let ((pending (sly-agent-q-approval--pending (current-buffer))))
+            ;; A: edited, then left with C-c C-k (buried); A approved from the chat.
+            (sly-agent-q-edit-arguments (nth 0 pending))
+            (with-current-buffer "*sly-agent-q arguments*"
+              (undo-boundary)
+              (sly-agent-q-edit-arguments-abort))
+            (sly-agent-q-approve (nth 0 pending))
+            ;; B: its edit buffer opens; the user presses C-/ once, then C-c C-c.
+            (sly-agent-q-edit-arguments (nth 1 pending))
+            (with-current-buffer "*sly-agent-q arguments*"
+              (undo-boundary)
+              (should (string-match-p "b.txt" (buffer-string)))
+              ;; Nothing to undo: the buffer opened with B's arguments.
+              (should-error (let ((last-command nil)) (undo 1)) :type 'user-error)
+              ;; B's buffer must not hold A's arguments.
+              (should-not (string-match-p "secret-a.txt" (buffer-string)))
+              (sly-agent-q-edit-arguments-finish))
+            (should-not (equal (plist-get (plist-get (cdr (assoc "B" decisions)) :arguments) :path)
+                               "secret-a.txt"))))
+      (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+      (when (get-buffer "*sly-agent-q arguments*") (kill-buffer "*sly-agent-q arguments*"))
+      (delete-directory sly-agent-q-project-root t))))
+
+(provide 'sly-agent-q-approval-test)
+;;; sly-agent-q-approval-test.el ends here
