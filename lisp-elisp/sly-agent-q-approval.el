@@ -68,11 +68,14 @@ as (FUNCTION REQUEST CALLBACK): REQUEST is a plist (:tool
 touches a file or buffer :path, the resolved path relative to the
 project root, or :buffer, and for what writes :diff, the unified
 diff against what is there now; :detail, a line saying what the call
-acts on, such as the restart debugger_invoke_restart invokes), CALLBACK must be
-called once, now or later, with a decision plist (:decision
+acts on, such as the restart debugger_invoke_restart invokes; :reason,
+what made it ask: a plist whose :kind is \"level\", \"rule\" or, for a
+read outside the project, \"outside\" with its :path), CALLBACK
+must be called once, now or later, with a decision plist (:decision
 \"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
 PLIST for \"modified\", :always t to allow the tool for the rest of
-the session)."
+the session; a rule or a read outside the project asks each time, and
+the latter takes only \"approved\" or \"denied\")."
   :type '(choice (const :tag "Ask in the chat buffer" nil) function)
   :group 'sly-agent-q)
 

@@ -166,8 +166,8 @@ failed, if it did), :usage (token counts), :costUsd, :turnId and
   "One exchange: the user's message and everything until it ends.
 STATE is the last state chat/turnState gave it, a symbol, or nil.
 CANCEL-UNSENT is t while a cancel asked for could not be written to
-the server (it is sent again when the server speaks, or at the next
-check of the turn), `sending' while that is on its way."
+the server (it is sent again a second later, or when the server
+speaks), `sending' while that is on its way."
   id conversation-id (status 'sending) callback cancel-requested (start (float-time))
   state watchdog cancel-unsent)
 
@@ -1328,14 +1328,16 @@ Return the chat buffer."
          (if (and (eq sly-agent-q-chat--turn turn) (sly-agent-q-server-live-p))
              ;; The server lives but could not be written to (stopped by a
              ;; signal): the turn goes on there, so the cancel is sent again
-             ;; at each check of the turn until the server takes it.
+             ;; a second later (or as soon as the server speaks), until the
+             ;; server takes it.
              (progn
                (unless (sly-agent-q-turn-cancel-unsent turn)
                  (sly-agent-q-chat-notice
                   (format "[The cancel could not be sent (%s); it is sent again until the server takes it.]"
                           (sly-agent-q-display-line (car (split-string (format "%s" msg) "\n" t)) 200))
                   'sly-agent-q-error-face))
-               (setf (sly-agent-q-turn-cancel-unsent turn) t))
+               (setf (sly-agent-q-turn-cancel-unsent turn) t)
+               (run-with-timer 1 nil #'sly-agent-q-chat--retry-cancel buf turn))
            (sly-agent-q-chat--end-turn turn 'cancelled :message msg)))))))
 
 (defun sly-agent-q-cancel ()
@@ -1390,6 +1392,14 @@ Notifications of turns that are over are ignored."
              ;; The server speaks again: a cancel it could not take goes now.
              (sly-agent-q-chat--resend-cancel turn)
              ,@body))))))
+
+(defun sly-agent-q-chat--retry-cancel (buf turn)
+  "From a timer, send TURN's cancel again if BUF still has TURN running.
+Nothing is sent when the cancel went already."
+  (when (buffer-live-p buf)
+    (with-current-buffer buf
+      (when (eq sly-agent-q-chat--turn turn)
+        (sly-agent-q-chat--resend-cancel turn)))))
 
 (defun sly-agent-q-chat--resend-cancel (turn)
   "Send TURN's cancel again if it could not be sent, and none is on its way."

@@ -105,6 +105,8 @@ export interface StoredConversation {
   shortened?: string[];
   /** The package the last system prompt was written with (a "prompt" record), if one was recorded. */
   prompt?: { currentPackage?: string };
+  /** The header claims starts, but the file was last written before this boot: the claim was not used. */
+  startsDistrusted?: true;
   title: string;
   turns: number;
   usage: Usage;
@@ -349,6 +351,7 @@ export function parseConversation(file: string, text: string, startsTrusted = tr
   keepStreamed();
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
+  const startsDistrusted = header.starts === true && !startsTrusted;
   const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ranArguments, ...(header.starts === true && startsTrusted ? { started } : {}) });
   let interrupted: StoredConversation["interrupted"];
   if (cutOff && repair.repairs.length === 0) {
@@ -375,6 +378,7 @@ export function parseConversation(file: string, text: string, startsTrusted = tr
     ...(compaction ? { compaction } : {}),
     ...(prompt ? { prompt } : {}),
     ...(shortened.size > 0 ? { shortened: [...shortened] } : {}),
+    ...(startsDistrusted ? { startsDistrusted: true as const } : {}),
     title: title ?? titleOf(messages),
     turns: countTurns(messages),
     usage,
@@ -450,6 +454,9 @@ export class ConversationJournal {
   static reopen(store: ConversationStore, id: string, stored: StoredConversation): ConversationJournal {
     const journal = ConversationJournal.open(store, id, "a", "opened for writing");
     journal.claimsStarts = stored.header.starts === true;
+    // A claim the reading did not trust (the file was last written before this boot) is withdrawn
+    // before anything is appended: the append would otherwise make the file look trustworthy again.
+    if (journal.claimsStarts && stored.startsDistrusted && journal.disclaimStarts()) journal.claimsStarts = false;
     if (stored.truncatedBytes !== undefined) {
       journal.write(`\n${JSON.stringify({ v: STORE_VERSION, type: "sealed", at: now() })}\n`);
     }
@@ -502,6 +509,8 @@ export class ConversationJournal {
    */
   started(callId: string, ranArguments?: Record<string, unknown>): boolean {
     this.record({ v: STORE_VERSION, type: "started", at: now(), callId, ...(ranArguments ? { arguments: ranArguments } : {}) });
+    // A withdrawal that failed is tried again: the file system may be writable again.
+    if (this.fault !== undefined && this.claimsStarts && this.disclaimStarts()) this.claimsStarts = false;
     return this.fault === undefined || !this.claimsStarts;
   }
 
@@ -543,7 +552,7 @@ export class ConversationJournal {
    * whether no file of this conversation claims starts any more; false when a rewrite failed (a file
    * system gone read-only), and then no call may run unrecorded (started).
    */
-  private disclaimStarts(): boolean {
+  disclaimStarts(): boolean {
     let withdrawn = true;
     // The file this journal has open, even if unlinked or renamed (opened with O_APPEND, where a
     // positioned write would append: opened again for writing in place; Linux only), and the file

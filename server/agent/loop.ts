@@ -555,7 +555,7 @@ export class Turn {
    */
   private callStarted(call: ToolCall, ranArguments?: Record<string, unknown>): string | undefined {
     if (!this.conversation.recordStarted(call.id, ranArguments)) {
-      return `${call.name} was not run: the conversation's file stopped being saved (${this.conversation.unsavedReason ?? "a write failed"}) and could not record that it started, so a resumed conversation would say it never ran.`;
+      return `${call.name} was not run: this conversation's file can no longer be written, so its start could not be saved, and a resumed conversation would wrongly say it never ran. A new conversation is saved afresh.`;
     }
     if (this.step?.announced && this.step.calls.some((c) => c.id === call.id)) this.events.toolStarted?.(call);
     return undefined;

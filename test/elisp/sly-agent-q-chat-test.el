@@ -333,6 +333,30 @@ rest of its answer comes, without waiting for the chat's periodic check."
             (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished)))
         (when (process-live-p proc) (signal-process proc 'CONT))))))
 
+(ert-deftest sly-agent-q-chat-cancel-to-a-stopped-server-that-stays-quiet ()
+  "C-c C-k while the server is stopped, then SIGCONT while its model still thinks (nothing comes
+from the server): the cancel is sent again within seconds, not at the turn's periodic check."
+  (let ((sly-agent-q-turn-check-interval 3600)
+        (proc nil))
+    (sly-agent-q-test-with-server
+        (sly-agent-q-test--script
+         (append (sly-agent-q-test--step (sly-agent-q-test--text "Thinking very hard about this question"))
+                 '((chunk_delay_ms . 20) (hang_after_chunks . 5))))
+      (unwind-protect
+          (let (outcome)
+            (sly-agent-q-send "think" (lambda (p) (setq outcome p)))
+            (sly-agent-q-test-wait (lambda () (string-match-p "Thinking" (sly-agent-q-test-chat-text))) 10 "streamed text")
+            (setq proc (jsonrpc--process (sly-agent-q-server-connection)))
+            (signal-process proc 'STOP)
+            (sly-agent-q-test-wait (lambda () (eq (process-status proc) 'stop)) 5 "the stopped server")
+            (with-current-buffer (sly-agent-q-chat-buffer)
+              (call-interactively (key-binding (kbd "C-c C-k"))))
+            (should (string-match-p "cancel could not be sent" (sly-agent-q-test-chat-text)))
+            (signal-process proc 'CONT)
+            (sly-agent-q-test-wait (lambda () outcome) 5 "the cancellation sent again")
+            (should (eq (plist-get outcome :status) 'cancelled)))
+        (when (process-live-p proc) (signal-process proc 'CONT))))))
+
 (ert-deftest sly-agent-q-chat-follows-the-server-turn-states ()
   "A tool-using turn from the real server: the chat sees each state once, in order, none unexpected."
   (let ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))

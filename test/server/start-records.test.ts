@@ -150,7 +150,7 @@ describe("the saved start of each call", () => {
     journal.close();
     expect(outcome.status).toBe("finished");
     expect(effects).toEqual([]);
-    expect(events.results[1]!.content).toMatch(/drop_table was not run: the conversation's file stopped being saved/);
+    expect(events.results[1]!.content).toMatch(/drop_table was not run: this conversation's file can no longer be written/);
     // The header still claims starts, and it is true of the call: it never ran.
     expect(readFileSync(journal.file, "utf8").split("\n")[0]).toContain('"starts":true');
     expect(JSON.stringify(store.read(c.id).messages.at(-1))).toMatch(/drop_table was not run/);
@@ -165,6 +165,36 @@ describe("the saved start of each call", () => {
     // As after a crash of the machine: the file's time is before this boot.
     const long = new Date(Date.now() - 1000 * 60 * 60 * 24 * 365 * 20);
     fs.utimesSync(journal.file, long, long);
+    const told = JSON.stringify(store.read(c.id).messages.at(-1));
+    expect(told).toMatch(/drop_table was interrupted/);
+    expect(told).not.toMatch(/not run/);
+  });
+
+  it("a refusal lasts only while the claim cannot be withdrawn: once the file system is writable again, calls run", () => {
+    const { c, journal } = savedConversation("c-starts-writable-again");
+    c.addUserText("Go");
+    fsState.readOnly = true;
+    journalIO.write = () => {
+      throw Object.assign(new Error("EROFS: read-only file system, write"), { code: "EROFS" });
+    };
+    expect(c.recordStarted("call_1")).toBe(false);
+    // Remounted writable (or space freed): saving stays stopped, but the claim can now be withdrawn.
+    fsState.readOnly = false;
+    Object.assign(journalIO, realIO);
+    expect(c.recordStarted("call_2")).toBe(true);
+    journal.close();
+    expect(readFileSync(journal.file, "utf8").split("\n")[0]).toContain('"starts":null');
+  });
+
+  it("a file from before the machine started stays distrusted after a later write (a rename from the list)", () => {
+    const { store, c, journal } = savedConversation("c-starts-renamed");
+    c.addUserText("Drop it");
+    c.addAssistant([{ type: "tool_use", id: "call_1", name: "drop_table", input: {} }]);
+    journal.close();
+    const long = new Date(Date.now() - 1000 * 60 * 60 * 24 * 365 * 20);
+    fs.utimesSync(journal.file, long, long);
+    // After the reboot the user renames it in the resume list (conversation/rename: appendTo).
+    store.appendTo(c.id, { v: STORE_VERSION, type: "title", at: new Date().toISOString(), title: "Renamed" });
     const told = JSON.stringify(store.read(c.id).messages.at(-1));
     expect(told).toMatch(/drop_table was interrupted/);
     expect(told).not.toMatch(/not run/);
