@@ -300,19 +300,16 @@ end could reach it again."
       (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
       (should (string-match-p "Second answer\\." (sly-agent-q-test-chat-text))))))
 
-(ert-deftest sly-agent-q-chat-cancel-to-a-stopped-server-is-sent-again ()
-  "C-c C-k while the server is stopped (SIGSTOP) signals nothing, says the cancel was not sent,
-and sends it again as soon as the server speaks once it runs: the turn ends cancelled before the
-rest of its answer comes, without waiting for the chat's periodic check."
+(defun sly-agent-q-chat-test--cancel-while-stopped (first-step then)
+  "Play FIRST-STEP, stop the server (SIGSTOP) once its text shows, press C-c C-k.
+The chat must say the cancel was not sent.  Then call THEN with the
+server's process and a function returning the turn's outcome (nil
+while it runs); the server is let go on (SIGCONT) in the end whatever
+happens.  The chat's periodic check of the turn is off throughout."
   (let ((sly-agent-q-turn-check-interval 3600)
         (proc nil))
     (sly-agent-q-test-with-server
-        (sly-agent-q-test--script
-         (append (sly-agent-q-test--step (sly-agent-q-test--text
-                                          (concat "Thinking very hard about this question"
-                                                  (make-string 100 ?.) "THE-END")))
-                 '((chunk_delay_ms . 40) (text_delta_chars . 2)))
-         (sly-agent-q-test--step (sly-agent-q-test--text "Second answer.")))
+        (sly-agent-q-test--script first-step (sly-agent-q-test--step (sly-agent-q-test--text "Second answer.")))
       (unwind-protect
           (let (outcome)
             (sly-agent-q-send "think" (lambda (p) (setq outcome p)))
@@ -323,39 +320,37 @@ rest of its answer comes, without waiting for the chat's periodic check."
             (with-current-buffer (sly-agent-q-chat-buffer)
               (call-interactively (key-binding (kbd "C-c C-k"))))
             (should (string-match-p "cancel could not be sent ([^\n]*); it is sent again" (sly-agent-q-test-chat-text)))
-            (accept-process-output nil 1)
-            (should-not outcome)
-            (signal-process proc 'CONT)
-            (sly-agent-q-test-wait (lambda () outcome) 10 "the cancellation sent again")
-            (should (eq (plist-get outcome :status) 'cancelled))
-            ;; Cancelled as soon as the server spoke, long before its answer's end.
-            (should-not (string-match-p "THE-END" (sly-agent-q-test-chat-text)))
-            (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished)))
+            (funcall then proc (lambda () outcome)))
         (when (process-live-p proc) (signal-process proc 'CONT))))))
+
+(ert-deftest sly-agent-q-chat-cancel-to-a-stopped-server-is-sent-again ()
+  "C-c C-k while the server is stopped (SIGSTOP) signals nothing, says the cancel was not sent,
+and sends it again once the server runs: the turn ends cancelled before the rest of its answer
+comes, without waiting for the chat's periodic check."
+  (sly-agent-q-chat-test--cancel-while-stopped
+   (append (sly-agent-q-test--step (sly-agent-q-test--text
+                                    (concat "Thinking very hard about this question" (make-string 100 ?.) "THE-END")))
+           '((chunk_delay_ms . 40) (text_delta_chars . 2)))
+   (lambda (proc outcome)
+     (accept-process-output nil 1)
+     (should-not (funcall outcome))
+     (signal-process proc 'CONT)
+     (sly-agent-q-test-wait outcome 10 "the cancellation sent again")
+     (should (eq (plist-get (funcall outcome) :status) 'cancelled))
+     ;; Cancelled long before its answer's end.
+     (should-not (string-match-p "THE-END" (sly-agent-q-test-chat-text)))
+     (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished)))))
 
 (ert-deftest sly-agent-q-chat-cancel-to-a-stopped-server-that-stays-quiet ()
   "C-c C-k while the server is stopped, then SIGCONT while its model still thinks (nothing comes
 from the server): the cancel is sent again within seconds, not at the turn's periodic check."
-  (let ((sly-agent-q-turn-check-interval 3600)
-        (proc nil))
-    (sly-agent-q-test-with-server
-        (sly-agent-q-test--script
-         (append (sly-agent-q-test--step (sly-agent-q-test--text "Thinking very hard about this question"))
-                 '((chunk_delay_ms . 20) (hang_after_chunks . 5))))
-      (unwind-protect
-          (let (outcome)
-            (sly-agent-q-send "think" (lambda (p) (setq outcome p)))
-            (sly-agent-q-test-wait (lambda () (string-match-p "Thinking" (sly-agent-q-test-chat-text))) 10 "streamed text")
-            (setq proc (jsonrpc--process (sly-agent-q-server-connection)))
-            (signal-process proc 'STOP)
-            (sly-agent-q-test-wait (lambda () (eq (process-status proc) 'stop)) 5 "the stopped server")
-            (with-current-buffer (sly-agent-q-chat-buffer)
-              (call-interactively (key-binding (kbd "C-c C-k"))))
-            (should (string-match-p "cancel could not be sent" (sly-agent-q-test-chat-text)))
-            (signal-process proc 'CONT)
-            (sly-agent-q-test-wait (lambda () outcome) 5 "the cancellation sent again")
-            (should (eq (plist-get outcome :status) 'cancelled)))
-        (when (process-live-p proc) (signal-process proc 'CONT))))))
+  (sly-agent-q-chat-test--cancel-while-stopped
+   (append (sly-agent-q-test--step (sly-agent-q-test--text "Thinking very hard about this question"))
+           '((chunk_delay_ms . 20) (hang_after_chunks . 5)))
+   (lambda (proc outcome)
+     (signal-process proc 'CONT)
+     (sly-agent-q-test-wait outcome 5 "the cancellation sent again")
+     (should (eq (plist-get (funcall outcome) :status) 'cancelled)))))
 
 (ert-deftest sly-agent-q-chat-follows-the-server-turn-states ()
   "A tool-using turn from the real server: the chat sees each state once, in order, none unexpected."
