@@ -9,6 +9,7 @@
 
 import type { Usage } from "../protocol.js";
 import type { LLMProvider, Message, UserMessage } from "../llm/provider.js";
+import { cutText } from "../text.js";
 
 /** The turns kept whole by a compaction. */
 export const KEEP_TURNS = 2;
@@ -48,7 +49,8 @@ export function transcript(messages: readonly Message[]): string {
       if (b.type === "text") out.push(`${m.role === "user" ? "User" : "Assistant"}: ${b.text}`);
       else if (b.type === "tool_use") out.push(`Assistant called ${b.name} with ${JSON.stringify(b.input)}`);
       else {
-        const text = b.content.length > RESULT_CHARS ? `${b.content.slice(0, RESULT_CHARS)} [... ${b.content.length - RESULT_CHARS} more characters]` : b.content;
+        const kept = cutText(b.content, RESULT_CHARS);
+        const text = kept.length < b.content.length ? `${kept} [... ${b.content.length - kept.length} more characters]` : b.content;
         out.push(`Tool ${b.isError ? "error" : "result"}: ${text}`);
       }
     }

@@ -7,6 +7,7 @@ import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlo
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
 import { interruptedResult, repairHistory } from "./history-rules.js";
+import { cutText } from "../text.js";
 
 export interface RunningTurn {
   turnId: string;
@@ -239,7 +240,8 @@ export function fitToBudget(messages: Message[], budgetTokens: number, targetTok
 /** An old tool result's CONTENT as fitToBudget shortens it (the same text each time, for the prompt cache). */
 export function shortenedResult(content: string): string {
   if (content.length <= SHORTENED_KEEP * 2) return content;
-  return `${content.slice(0, SHORTENED_KEEP)}\n[... shortened: ${content.length - SHORTENED_KEEP} of ${content.length} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
+  const kept = cutText(content, SHORTENED_KEEP);
+  return `${kept}\n[... shortened: ${content.length - kept.length} of ${content.length} characters of this old tool result were left out to fit the context window. Call the tool again if you need them.]`;
 }
 
 /** Shortens in MESSAGES the results of the calls IDS name, as they were before (a resumed conversation). */

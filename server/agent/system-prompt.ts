@@ -7,6 +7,7 @@
 import { readProjectFile } from "./project-files.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
 import type { Message } from "../llm/provider.js";
+import { cutText } from "../text.js";
 
 export interface SystemPromptInput {
   tools: readonly Tool[];
@@ -126,7 +127,7 @@ export function readInstructions(projectRoot: string, onRefused?: (message: stri
     let text = read.text.trim();
     if (text === "") continue;
     if (read.truncated || text.length > MAX_INSTRUCTION_CHARS) {
-      text = `${text.slice(0, MAX_INSTRUCTION_CHARS)}\n[... ${file} is longer; the rest was left out.]`;
+      text = `${cutText(text, MAX_INSTRUCTION_CHARS)}\n[... ${file} is longer; the rest was left out.]`;
     }
     return { file, text };
   }

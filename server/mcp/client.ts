@@ -14,7 +14,7 @@ import { ServerNotifications, type McpClientConfigureParams, type McpClientConfi
 import { registerEnvSecrets, registerSecret } from "../log.js";
 import type { AgentServer } from "../rpc/server.js";
 import { defineTool, SAFETY_LEVELS, ToolError, type ParamSpec, type ParamType, type SafetyLevel, type Tool } from "../tools/tool.js";
-import { escapeUnsafe, printableName } from "../text.js";
+import { cutText, escapeUnsafe, printableName } from "../text.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
 const MAX_NAME = 64; // the providers' limit on a tool name
@@ -278,5 +278,7 @@ function textOf(content: unknown): string {
 
 /** TEXT cut to MAX characters, saying how many more there were. */
 function cut(text: string, max: number): string {
-  return text.length > max ? `${text.slice(0, max)}… [cut: ${text.length - max} more characters]` : text;
+  if (text.length <= max) return text;
+  const kept = cutText(text, max);
+  return `${kept}… [cut: ${text.length - kept.length} more characters]`;
 }

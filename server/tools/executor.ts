@@ -9,7 +9,7 @@ import { errorMessage, formatResult, truncate } from "./format.js";
 import { ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
 import { schemaForModel, type ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
-import { sentence } from "../text.js";
+import { cutText, sentence } from "../text.js";
 
 export interface ToolCall {
   id: string;
@@ -689,7 +689,7 @@ function deniedByRule(tool: Tool, rule: PermissionRule): string {
 }
 
 function clip(s: string, n = 80): string {
-  return s.length > n ? `${s.slice(0, n)}...` : s;
+  return s.length > n ? `${cutText(s, n)}...` : s;
 }
 
 /** For a tool whose approval shows more than its arguments (Tool.preview): the reply's parameters only. */

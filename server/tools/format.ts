@@ -1,5 +1,7 @@
 // Turning whatever a handler returns into the string the model reads ("Result Formatting").
 
+import { cutText } from "../text.js";
+
 export function formatResult(value: unknown): string {
   if (typeof value === "string") return value;
   if (value === null || value === undefined) return "nil";
@@ -14,9 +16,9 @@ export function formatResult(value: unknown): string {
 /** Cuts TEXT to MAX characters with a marker that says how much was left out and how to get it. */
 export function truncate(text: string, max: number, hint?: string): string {
   if (text.length <= max) return text;
-  const omitted = text.length - max;
+  const kept = cutText(text, max);
   const how = hint ?? "Ask for a smaller part to see the rest.";
-  return `${text.slice(0, max)}\n[... truncated: ${omitted} of ${text.length} characters left out. ${how}]`;
+  return `${kept}\n[... truncated: ${text.length - kept.length} of ${text.length} characters left out. ${how}]`;
 }
 
 /** A one-line, bounded description of an error of any type. */

@@ -1,4 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
+import { shortenedResult } from "../../server/agent/conversation.js";
 import { Executor, type ApprovalFn, type AuditEntry, type HookEvent, type ToolResult } from "../../server/tools/executor.js";
 import { ToolRegistry } from "../../server/tools/registry.js";
 import { boom, echo, sleep, testTool } from "./helpers.js";
@@ -229,6 +230,19 @@ describe("executor", () => {
     expect(r!.success).toBe(true);
     expect(r!.content.startsWith("x".repeat(1000))).toBe(true);
     expect(r!.content).toMatch(/truncated: 4000 of 5000 characters left out\. Use offset and limit\./);
+  });
+
+  it("never cuts a result in the middle of a character (half a surrogate pair: the API refuses the request)", async () => {
+    const { executor, registry } = setup({ maxResultChars: 1000 });
+    registry.register(testTool("emoji_result", async () => `${"x".repeat(999)}😀${"y".repeat(100)}`));
+    const [r] = await executor.executeAll([{ id: "e", name: "emoji_result", arguments: {} }]);
+    expect(r!.content).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])/);
+    expect(r!.content.startsWith("x".repeat(999))).toBe(true);
+    expect(r!.content).toMatch(/truncated: 102 of 1101 characters left out/);
+    // An old result shortened to fit the context window is cut the same way.
+    const old = shortenedResult(`${"x".repeat(299)}😀${"y".repeat(1000)}`);
+    expect(old).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])/);
+    expect(old).toMatch(/shortened: 1002 of 1301 characters/);
   });
 
   it("runs hooks before, after and on error; a failing hook breaks nothing", async () => {
