@@ -351,8 +351,9 @@ export function parseConversation(file: string, text: string, startsTrusted = tr
   keepStreamed();
   // A fault can leave a history no API accepts (a tool call whose result was never written): the
   // conversation goes on from its repair, the same at every reading.
-  const startsDistrusted = header.starts === true && !startsTrusted;
-  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ranArguments, ...(header.starts === true && startsTrusted ? { started } : {}) });
+  const claimsStarts = header.starts === true;
+  const startsDistrusted = claimsStarts && !startsTrusted;
+  const repair = repairHistory(messages, { interruptedBy: INTERRUPTED_BY_STOP, results, notRunBy: NOT_RUN_BY_STOP, ranArguments, ...(claimsStarts && startsTrusted ? { started } : {}) });
   let interrupted: StoredConversation["interrupted"];
   if (cutOff && repair.repairs.length === 0) {
     interrupted = { at: updated || header.created, calls: [], what: [CUT_OFF_NOTE] };
@@ -456,7 +457,7 @@ export class ConversationJournal {
     journal.claimsStarts = stored.header.starts === true;
     // A claim the reading did not trust (the file was last written before this boot) is withdrawn
     // before anything is appended: the append would otherwise make the file look trustworthy again.
-    if (journal.claimsStarts && stored.startsDistrusted && journal.disclaimStarts()) journal.claimsStarts = false;
+    if (stored.startsDistrusted) journal.withdrawStartsClaim();
     if (stored.truncatedBytes !== undefined) {
       journal.write(`\n${JSON.stringify({ v: STORE_VERSION, type: "sealed", at: now() })}\n`);
     }
@@ -508,9 +509,10 @@ export class ConversationJournal {
    * stopped and the claim could not be withdrawn: run, the call would later be said not to have run.
    */
   started(callId: string, ranArguments?: Record<string, unknown>): boolean {
-    this.record({ v: STORE_VERSION, type: "started", at: now(), callId, ...(ranArguments ? { arguments: ranArguments } : {}) });
-    // A withdrawal that failed is tried again: the file system may be writable again.
-    if (this.fault !== undefined && this.claimsStarts && this.disclaimStarts()) this.claimsStarts = false;
+    // Saving stopped: a withdrawal that failed is tried again (the file system may be writable again).
+    // Else the start is recorded, and a fault in doing so withdraws the claim itself (record).
+    if (this.fault !== undefined) this.withdrawStartsClaim();
+    else this.record({ v: STORE_VERSION, type: "started", at: now(), callId, ...(ranArguments ? { arguments: ranArguments } : {}) });
     return this.fault === undefined || !this.claimsStarts;
   }
 
@@ -539,9 +541,14 @@ export class ConversationJournal {
       // A record after a gap could make the history read back differ from the one the model saw:
       // nothing more is written to this file.
       this.fault ??= `${(err as Error).message} This conversation goes on, but is no longer saved; what was saved before is intact.`;
-      if (this.claimsStarts && this.disclaimStarts()) this.claimsStarts = false;
+      this.withdrawStartsClaim();
       this.onFault?.(this.fault);
     }
+  }
+
+  /** Withdraws the file's starts claim, if it makes one (disclaimStarts); claimsStarts says whether it still does. */
+  private withdrawStartsClaim(): void {
+    if (this.claimsStarts && this.disclaimStarts()) this.claimsStarts = false;
   }
 
   /**
@@ -552,7 +559,7 @@ export class ConversationJournal {
    * whether no file of this conversation claims starts any more; false when a rewrite failed (a file
    * system gone read-only), and then no call may run unrecorded (started).
    */
-  disclaimStarts(): boolean {
+  private disclaimStarts(): boolean {
     let withdrawn = true;
     // The file this journal has open, even if unlinked or renamed (opened with O_APPEND, where a
     // positioned write would append: opened again for writing in place; Linux only), and the file
@@ -579,7 +586,6 @@ export class ConversationJournal {
     }
     return withdrawn;
   }
-
 
   /**
    * Writes LINE at the end of the file, all of it or nothing: a write that fails part way (a full

@@ -147,8 +147,8 @@ interface OpenCall {
   id: string;
   original: string;
   name: string;
-  /** The tool and its first text argument, to tell two calls of one tool apart in a repair's description. */
-  label: string;
+  /** The call's arguments: its first text one tells two calls of one tool apart in a repair's description. */
+  input: unknown;
   answered: boolean;
 }
 
@@ -184,12 +184,14 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
     const content = neverStarted(c) ? notRunResult(c.name, options.notRunBy) : interruptedResult(c.name, options.interruptedBy, options.ranArguments?.get(c.original));
     return { type: "tool_result", toolUseId: c.id, content, isError: true };
   };
-  const answered = (c: OpenCall, index: number): Repair =>
-    options.results?.has(c.original)
-      ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${c.label} returned; its result was kept` }
+  const answered = (c: OpenCall, index: number): Repair => {
+    const label = callLabel(c.name, c.input);
+    return options.results?.has(c.original)
+      ? { kind: "interrupted-step", index, tool: c.name, description: `the step was interrupted after the call to ${label} returned; its result was kept` }
       : neverStarted(c)
-        ? { kind: "not-run-call", index, tool: c.name, description: `the call to ${c.label} had not started; it was answered with an error saying it was not run` }
-        : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${c.label} was interrupted; it was answered with an error saying so` };
+        ? { kind: "not-run-call", index, tool: c.name, description: `the call to ${label} had not started; it was answered with an error saying it was not run` }
+        : { kind: "interrupted-call", index, tool: c.name, description: `the call to ${label} was interrupted; it was answered with an error saying so` };
+  };
 
   const closeOpen = (): void => {
     const missing = open.filter((c) => !c.answered);
@@ -233,7 +235,7 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
           repairs.push({ kind: "duplicate-id", index: out.length, description: `tool call id ${original} was used again; the later call got id ${b.id}` });
         }
         ids.add(b.id);
-        calls.push({ id: b.id, original, name: b.name, label: callLabel(b.name, b.input), answered: false });
+        calls.push({ id: b.id, original, name: b.name, input: b.input, answered: false });
       }
       const last = out[out.length - 1];
       if (last?.role === "assistant") {
