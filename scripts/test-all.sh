@@ -21,6 +21,8 @@ export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-clisp ecl}"
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
         "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh")
 summary=()
+times=()
+run_started=$(date +%s)
 total_pass=0 total_fail=0 total_skip=0 status=0
 
 for entry in "${suites[@]}"; do
@@ -31,8 +33,15 @@ for entry in "${suites[@]}"; do
   fi
   echo "=== suite $name ($script)"
   log=$(mktemp)
+  suite_started=$(date +%s)
   "$script" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
+  suite_seconds=$(( $(date +%s) - suite_started ))
+  # The time table: the suite's time, then each group's ("time: LABEL: N s" lines), longest first.
+  times+=("$(printf '%-28s %5d s' "$name" "$suite_seconds")")
+  while IFS= read -r group; do times+=("$group"); done < <(
+    grep -E '^time: .+: [0-9]+ s$' "$log" | sed -E 's/^time: (.+): ([0-9]+) s$/\2\t\1/' | sort -rn -k1,1 |
+      awk -F '\t' '{ printf "  %-26s %5d s\n", $2, $1 }')
   # Sum every "x: N passed, N failed[, N skipped]" line the suite printed (one per backend or file group).
   read -r p f s < <(grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed' "$log" |
     sed -E 's/^[^:]+: ([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' |
@@ -58,6 +67,12 @@ done
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
+run_seconds=$(( $(date +%s) - run_started ))
+echo
+echo "=== time table (seconds of wall time; groups within each suite, longest first)"
+printf '%s\n' "${times[@]}"
+printf '%-28s %5d s (%d min %02d s)\n' "total" "$run_seconds" $((run_seconds / 60)) $((run_seconds % 60))
+echo
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 echo "$total_pass passed, $total_fail failed"
 exit $status

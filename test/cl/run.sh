@@ -61,6 +61,15 @@ lisp_command() {
     esac
 }
 
+# crash_signal STATUS: "N (SIGNAME)" when STATUS is that of a process ended by a signal that
+# means a crash (never sent by the watchdog, which sends TERM then KILL); nothing otherwise.
+crash_signal() {
+    case "$1" in
+        132) echo "4 (SIGILL)" ;; 134) echo "6 (SIGABRT)" ;; 135) echo "7 (SIGBUS)" ;;
+        136) echo "8 (SIGFPE)" ;; 139) echo "11 (SIGSEGV)" ;; 159) echo "31 (SIGSYS)" ;;
+    esac
+}
+
 # run_backend LISP NAME LOADER: run the tests in LISP with backend NAME
 # (swank or slynk) loaded from LOADER.
 run_backend() {
@@ -73,13 +82,32 @@ run_backend() {
     # the JVM) get longer.
     case "$lisp" in sbcl) watchdog=300 ;; abcl) watchdog=1800 ;; *) watchdog=900 ;; esac
     echo "== $suite (loader: $loader)"
-    local started; started="$(date +%s)"
-    # shellcheck disable=SC2046
-    SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \
-        XDG_CACHE_HOME="$work/xdg-cache" \
-        timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null 2>&1 | tee "$log"
-    local rc="${PIPESTATUS[0]}"
-    echo "$suite: took $(( $(date +%s) - started )) s"
+    local started attempt rc crash
+    started="$(date +%s)"
+    for attempt in 1 2; do
+        # shellcheck disable=SC2046
+        SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \
+            XDG_CACHE_HOME="$work/xdg-cache" \
+            timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null >"$log" 2>&1
+        rc=$?
+        # A Lisp implementation that crashed (ended by SIGSEGV and the like: timeout passes the
+        # signal on as 128+N) is not a failure of ours: said in one line, its last output shown
+        # apart, and the run made once more; a second crash fails. Nothing else is run again.
+        crash="$(crash_signal "$rc")"
+        [ -n "$crash" ] || break
+        tail -n 15 "$log" | sed 's/^/  | /'
+        if [ "$attempt" = 1 ]; then
+            echo "$suite: the Lisp implementation crashed ($lisp ended by signal $crash), not a test: running it once more"
+        else
+            echo "$suite: the Lisp implementation crashed again ($lisp ended by signal $crash): the run fails"
+            echo "$suite: 0 passed, 1 failed"
+            status=1
+            echo "time: $suite: $(( $(date +%s) - started )) s"
+            return
+        fi
+    done
+    cat "$log"
+    echo "time: $suite: $(( $(date +%s) - started )) s"
     last="$(tail -n 1 "$log")"
     if ! [[ "$last" =~ ^$suite:\ [0-9]+\ passed,\ [0-9]+\ failed(,\ [0-9]+\ skipped)?$ ]]; then
         # The run died before reporting (or the watchdog killed it): report it ourselves.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end suite: the spec's scenarios with a real SBCL under SLIME (and SLY when SLY_DIR names a
 # SLY checkout), the real bundled server and the mock LLM, and with SLIME on each Lisp of
-# SAQ_E2E_OTHER_LISPS (ecl, clisp); then the package installed from its archive. Ends with one line: e2e: N passed, N failed[, N skipped].
+# SAQ_E2E_OTHER_LISPS (ecl, clisp); then the package installed from its archive. Each group
+# prints its time ("time: LABEL: N s", collected by make test's time table). Ends with one line: e2e: N passed, N failed[, N skipped].
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 emacs="${EMACS:-emacs}"
@@ -18,9 +19,7 @@ fi
 # The default group on the other Lisps of SAQ_E2E_OTHER_LISPS (make test sets it:
 # scripts/test-all.sh), under SLIME, each run timed.
 for lisp in ${SAQ_E2E_OTHER_LISPS:-}; do
-  started="$(date +%s)"
   ert_run "e2e slime $lisp" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime SLY_AGENT_Q_TEST_PROGRAM="$lisp"
-  echo "e2e slime $lisp: took $(( $(date +%s) - started )) s"
 done
 
 # The fault-injection suite: the server killed after each protocol message of a scripted

@@ -339,6 +339,29 @@ systems and helpers)."
       (make-directory cache t)
       (cons (concat "XDG_CACHE_HOME=" cache) process-environment))))
 
+(defconst sly-agent-q-test--crash-signals
+  '((4 . "SIGILL") (6 . "SIGABRT") (7 . "SIGBUS") (8 . "SIGFPE") (11 . "SIGSEGV") (31 . "SIGSYS"))
+  "The signals that end a process because it crashed, never sent by a test to stop one.")
+
+(defun sly-agent-q-test--watch-for-crash (name)
+  "Say in one line when the Lisp NAME just started dies of a crash signal.
+The line \"LISP-CRASH: NAME ended by signal N (SIGSEGV)\" tells the suites'
+runner (test/ert-run.sh) that the Lisp implementation crashed, not a
+test: it runs the group once more.  Tests stop a Lisp with SIGKILL or
+SIGTERM, never with these signals."
+  (let ((process (seq-find (lambda (p)
+                             (and (process-live-p p) (process-buffer p)
+                                  (string-match-p "\\*\\(inferior-lisp\\|sly-inferior-lisp\\)"
+                                                  (buffer-name (process-buffer p)))))
+                           (process-list))))
+    (when process
+      (add-function :after (process-sentinel process)
+                    (lambda (p _event)
+                      (let ((crash (and (eq (process-status p) 'signal)
+                                        (assq (process-exit-status p) sly-agent-q-test--crash-signals))))
+                        (when crash
+                          (message "\nLISP-CRASH: %s ended by signal %d (%s)" name (car crash) (cdr crash)))))))))
+
 (defun sly-agent-q-test--note-lisp-closed (process)
   "Say in the test log that the Lisp's connection PROCESS closed, with the Lisp's last output.
 A test that then finds no connection (\"Not connected.\") is explained in the log."
@@ -372,6 +395,7 @@ Skip the test when the Lisp or the Lisp mode is not there."
       (if (eq sly-agent-q-test-lisp 'sly)
           (sly-start :program (car program) :program-args (cdr program))
         (slime-start :program (car program) :program-args (cdr program)))
+      (sly-agent-q-test--watch-for-crash (car program))
       ;; ECL compiles the backend through its C compiler the first time.
       (sly-agent-q-test-wait (lambda () (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p)))
                              (if (equal (car program) "sbcl") 120 900) "the Lisp to connect"))))
