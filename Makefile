@@ -5,7 +5,7 @@
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps generate test test-server test-cl test-elisp test-e2e test-security test-tui screens lint typecheck run package release bench clean
+.PHONY: all build deps generate check test test-server test-cl test-elisp test-e2e test-security test-tui screens lint typecheck run package release bench clean
 
 all: build
 
@@ -24,6 +24,10 @@ generate: build
 
 typecheck: deps
 	npx tsc --noEmit -p .
+
+# The loop after each change (a few minutes): server, Elisp, CL on SBCL, one end-to-end scenario.
+check: build
+	@scripts/check.sh
 
 test: build
 	@scripts/test-all.sh

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test suite, prints one summary line per suite and a total.
+# Runs test suites, prints one summary line per suite, a time table and a total.
+#   scripts/test-all.sh                    every suite (make test, .ci/run)
+#   scripts/test-all.sh NAME:COMMAND ...   these suites (make check: scripts/check.sh)
+# SAQ_JOBS=N runs up to N suites at once, each one's output printed whole when it ends (default 1:
+# one after the other, the output as it comes).
 # Each suite's runner ends its output with a line "NAME: N passed, N failed[, N skipped]" and names
 # every skip it counts in a line "SKIP: WHAT: REASON"; a suite whose named skips and counted skips
-# disagree fails here. Adding a suite is one entry in `suites`.
+# disagree fails here. Each group of a suite prints "time: LABEL: N s" for the time table. Adding a
+# suite is one entry in `suites`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/vendor-sly.sh
@@ -20,38 +25,60 @@ export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-clisp ecl}"
 
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
         "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh")
+[ "$#" -gt 0 ] && suites=("$@")
+jobs_max="${SAQ_JOBS:-1}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+run_started=$(date +%s)
+
+# run_suite I COMMAND: run suite number I, its output into $work/I.log (and to the screen as it
+# comes when suites run one at a time), its exit status and seconds into $work/I.rc and I.time.
+run_suite() {
+  local i=$1 command=$2 started rc
+  started=$(date +%s)
+  if [ "$jobs_max" -le 1 ]; then
+    bash -c "$command" 2>&1 | tee "$work/$i.log"
+    rc=${PIPESTATUS[0]}
+  else
+    bash -c "$command" >"$work/$i.log" 2>&1 </dev/null
+    rc=$?
+  fi
+  echo "$rc" >"$work/$i.rc"
+  echo $(( $(date +%s) - started )) >"$work/$i.time"
+}
+
+for i in "${!suites[@]}"; do
+  entry=${suites[$i]}
+  if [ "$jobs_max" -le 1 ]; then
+    echo "=== suite ${entry%%:*} (${entry#*:})"
+    run_suite "$i" "${entry#*:}"
+  else
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    run_suite "$i" "${entry#*:}" &
+  fi
+done
+wait
+
 summary=()
 times=()
-run_started=$(date +%s)
 total_pass=0 total_fail=0 total_skip=0 status=0
-
-for entry in "${suites[@]}"; do
-  name=${entry%%:*} script=${entry#*:}
-  if [ ! -x "$script" ]; then
-    summary+=("$name: skipped (no $script yet)")
-    continue
+for i in "${!suites[@]}"; do
+  entry=${suites[$i]}
+  name=${entry%%:*} log="$work/$i.log"
+  rc=$(cat "$work/$i.rc") seconds=$(cat "$work/$i.time")
+  if [ "$jobs_max" -gt 1 ]; then
+    echo "=== suite $name (${entry#*:})"
+    cat "$log"
   fi
-  echo "=== suite $name ($script)"
-  log=$(mktemp)
-  suite_started=$(date +%s)
-  "$script" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  suite_seconds=$(( $(date +%s) - suite_started ))
-  # The time table: the suite's time, then each group's ("time: LABEL: N s" lines), longest first.
-  times+=("$(printf '%-28s %5d s' "$name" "$suite_seconds")")
-  while IFS= read -r group; do times+=("$group"); done < <(
-    grep -E '^time: .+: [0-9]+ s$' "$log" | sed -E 's/^time: (.+): ([0-9]+) s$/\2\t\1/' | sort -rn -k1,1 |
-      awk -F '\t' '{ printf "  %-26s %5d s\n", $2, $1 }')
   # Sum every "x: N passed, N failed[, N skipped]" line the suite printed (one per backend or file group).
-  read -r p f s < <(grep -E '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed' "$log" |
+  read -r p f s < <(grep -aE '^[A-Za-z0-9_-]+: [0-9]+ passed, [0-9]+ failed' "$log" |
     sed -E 's/^[^:]+: ([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' |
     awk '{p+=$1; f+=$2; s+=($3==""?0:$3)} END {print p+0, f+0, s+0}')
-  skips=$(grep -E '^SKIP: ' "$log" | sed -E 's/^SKIP: /  skipped: /' || true)
-  # What failed, named again here: a CI log may show only its end.
-  fails=$(grep -E '^ +FAILED +[^0-9 ]|^ ?FAIL |did not run to the end|killed after' "$log" |
+  skips=$(grep -aE '^SKIP: ' "$log" | sed -E 's/^SKIP: /  skipped: /' || true)
+  # What failed, named again here: a CI log may show only its end. A Lisp implementation's crash too.
+  fails=$(grep -aE '^ +FAILED +[^0-9 ]|^ ?FAIL |did not run to the end|killed after|the Lisp implementation crashed' "$log" |
             awk '!seen[$0]++' | sed -E -e 's/^ *(FAILED|FAIL) +//' -e 's/^/  failed: /' || true)
-  named=$(grep -cE '^SKIP: ' "$log")
-  rm -f "$log"
+  named=$(grep -acE '^SKIP: ' "$log")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   [ "$rc" -ne 0 ] && status=1
   total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
@@ -62,16 +89,21 @@ for entry in "${suites[@]}"; do
     summary+=("  $name counted $s skipped but named $named: every skip must be named with its reason")
     status=1
   fi
+  # The time table: the suite's time, then each group's ("time: LABEL: N s" lines), longest first.
+  times+=("$(printf '%-44s %5d s' "$name" "$seconds")")
+  while IFS= read -r group; do times+=("$group"); done < <(
+    grep -aE '^time: .+: [0-9]+ s$' "$log" | sed -E 's/^time: (.+): ([0-9]+) s$/\2\t\1/' | sort -rn -k1,1 |
+      awk -F '\t' '{ printf "  %-42s %5d s\n", $2, $1 }')
 done
 
+run_seconds=$(( $(date +%s) - run_started ))
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
-run_seconds=$(( $(date +%s) - run_started ))
 echo
-echo "=== time table (seconds of wall time; groups within each suite, longest first)"
+echo "=== time table (wall time; each suite's groups, longest first$([ "$jobs_max" -gt 1 ] && echo "; $jobs_max suites at once"))"
 printf '%s\n' "${times[@]}"
-printf '%-28s %5d s (%d min %02d s)\n' "total" "$run_seconds" $((run_seconds / 60)) $((run_seconds % 60))
+printf '%-44s %5d s (%d min %02d s)\n' "total" "$run_seconds" $((run_seconds / 60)) $((run_seconds % 60))
 echo
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 echo "$total_pass passed, $total_fail failed"

@@ -13,6 +13,7 @@
 #   SBCL, ECL, CLISP, ABCL  the Lisp to run (default: its name on PATH).
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
 #   SAQ_ONLY      "TEST ...": run only these tests (to try one on a Lisp).
+#   SAQ_CL_WORK   where each Lisp's logs, fasls and cache go (test/.work/cl).
 #   SAQ_CL_OTHER_LISPS  "clisp ecl": the Lisps run after SBCL when none
 #                 is named (make test sets it: scripts/test-all.sh).
 #   SAQ_CL_SLYNK_EVERYWHERE  set: run SLYNK on the other Lisps too (by
@@ -75,7 +76,7 @@ crash_signal() {
 run_backend() {
     local lisp="$1" name="$2" loader="$3" suite="cl-$2" last watchdog
     [ "$lisp" = sbcl ] || suite="cl-$name-$lisp"
-    local work="$root/test/.work/cl/$lisp"
+    local work="${SAQ_CL_WORK:-$root/test/.work/cl}/$lisp"
     local log="$work/$name.log"
     mkdir -p "$work"
     # The Lisps that compile slowly (ECL through its C compiler, ABCL on
@@ -85,10 +86,13 @@ run_backend() {
     local started attempt rc crash
     started="$(date +%s)"
     for attempt in 1 2; do
+        # Appended to: a process the Lisp started that writes after the log was cut would leave a
+        # run of NUL bytes at its old offset otherwise.
+        : >"$log"
         # shellcheck disable=SC2046
         SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \
             XDG_CACHE_HOME="$work/xdg-cache" \
-            timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null >"$log" 2>&1
+            timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null >>"$log" 2>&1
         rc=$?
         # A Lisp implementation that crashed (ended by SIGSEGV and the like: timeout passes the
         # signal on as 128+N) is not a failure of ours: said in one line, its last output shown

@@ -9,6 +9,14 @@ emacs="${EMACS:-emacs}"
 cd "$here/../.." || exit 2
 . test/ert-run.sh
 
+# SAQ_E2E_ONLY=REGEXP: only the tests of the SLIME group on SBCL whose names match (make check runs
+# one scenario so).
+if [ -n "${SAQ_E2E_ONLY:-}" ]; then
+  ERT_SELECTOR="$SAQ_E2E_ONLY" ert_run "e2e slime ($SAQ_E2E_ONLY)" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime
+  ert_summary e2e
+  exit
+fi
+
 ert_run "e2e slime" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime
 if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
   ert_run "e2e sly" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=sly

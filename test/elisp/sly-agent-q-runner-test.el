@@ -84,8 +84,9 @@ number of times the group ran."
 FAIL non-nil makes it report a failed test.  Return (OUTPUT . RUNS)."
   (sly-agent-q-runner-test--run
    crashes fail
-   (concat "unset SLY_DIR; SBCL=test/fixtures/runner/crashing-lisp.sh SWANK_LOADER=test/fixtures/runner/crashing-lisp.sh"
-           " test/cl/run.sh sbcl")))
+   ;; Its logs in the run's own directory: the CL suite may be running beside (make check).
+   (concat "unset SLY_DIR; SAQ_CL_WORK=\"$SAQ_RUNNER_DIR\" SBCL=test/fixtures/runner/crashing-lisp.sh"
+           " SWANK_LOADER=test/fixtures/runner/crashing-lisp.sh test/cl/run.sh sbcl")))
 
 (ert-deftest sly-agent-q-runner-a-crashed-lisp-runs-the-cl-suite-once-more ()
   "A batch Lisp ended by SIGSEGV: said in one line, its output shown apart, run once more."

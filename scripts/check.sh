@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# make check: the loop to run after each change, a few minutes on two cores. The server suite
+# (type check and vitest), the Elisp suite on the system's Emacs, the CL suite on SBCL (SWANK and,
+# with SLY's source, SLYNK), and one end-to-end scenario (the README's bug fix) on SBCL under SLIME,
+# two suites at a time; then the summary and time table of make test (scripts/test-all.sh).
+# make test runs every suite, on every Lisp and both Emacsen.
+cd "$(dirname "$0")/.." || exit 2
+export SAQ_JOBS="${SAQ_JOBS:-2}"
+exec scripts/test-all.sh \
+  "elisp:test/elisp/run.sh" \
+  "server:scripts/test-server.sh" \
+  "cl:test/cl/run.sh sbcl" \
+  "e2e:SAQ_E2E_ONLY=e2e-scenario-2-fix-parse-input test/e2e/run.sh"
