@@ -49,6 +49,7 @@ export const Requests = {
   conversationRewind: documented(new RequestType<ConversationRewindParams, ConversationRewindResult, void>("conversation/rewind"), "What restores the files and buffers changed since a turn; optionally drops that turn and the later ones."),
   conversationExport: documented(new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"), "The conversation as Org or Markdown text, tool calls as collapsible blocks."),
   diffHunks: documented(new RequestType<DiffHunksParams, DiffHunksResult, void>("diff/hunks"), "The hunks of a file edit (a line diff with context), for Emacs's review and apply."),
+  promptShow: documented(new RequestType<PromptShowParams, PromptShowResult, void>("prompt/show"), "What the model is told: the system prompt, the project instructions it includes and the tool definitions."),
   mcpStart: documented(new RequestType<McpStartParams, McpStartResult, void>("mcp/start"), "Serve the tools over MCP (Streamable HTTP on 127.0.0.1)."),
   mcpStop: documented(new RequestType0<McpStopResult, void>("mcp/stop"), "Stop serving MCP and remove the state file."),
   mcpClientConfigure: documented(new RequestType<McpClientConfigureParams, McpClientConfigureResult, void>("mcp/clientConfigure"), "The MCP servers our agent uses as a client."),
@@ -780,6 +781,43 @@ export interface CompactedParams extends TurnRef {
   replacedMessages: number;
   tokensBefore: number;
   tokensAfter: number;
+}
+
+/** The project instruction file a system prompt includes, as the user is told of it. */
+export interface ProjectInstructions {
+  file: string;
+  /** The file's size, in bytes. */
+  bytes: number;
+  /** How many invisible and direction-changing characters were removed from what the model is sent. */
+  removed: number;
+  /** Each removed character's code point ("U+200B") and count. */
+  removedCharacters: { codePoint: string; count: number }[];
+  /** What removed Unicode tag characters spelled (as ASCII): an instruction hidden in them. */
+  tagText?: string;
+  /** Only its first part is sent: the file is longer than the bound. */
+  truncated?: boolean;
+}
+
+export interface PromptShowParams {
+  /** A conversation this server holds: the prompt its requests last carried. Else the one a new one would get. */
+  conversationId?: string;
+  /** Emacs's view now (the project root whose instructions are read, the REPL's package). */
+  context?: EditorContext;
+}
+
+/** A tool as the model is sent it. */
+export interface PromptShowTool {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+export interface PromptShowResult {
+  system: string;
+  tools: PromptShowTool[];
+  instructions?: ProjectInstructions;
+  /** Whether SYSTEM is the prompt the conversation's last request carried (else it is the next one's). */
+  sent: boolean;
 }
 
 export interface NoticeParams extends TurnRef {
