@@ -126,12 +126,49 @@
       (advice-remove 'tramp-completion-file-name-handler #'sly-agent-q-security-test--spy-tramp))))
 
 (ert-deftest sly-agent-q-security-literal-names ()
-  "`~' and `$VAR' in a path are literal names inside the root, never expanded."
+  "`$VAR' and a `~' after the first component are literal names inside the root."
   (sly-agent-q-security-test--with-project
     (let ((process-environment (cons "SAQ_SEC_DIR=/etc" process-environment)))
-      (dolist (path '("$SAQ_SEC_DIR/passwd" "~/x" "~root/x" "a/~root/x" "a/~/x"))
-        (should (equal (concat sly-agent-q-security-test--root path)
+      (dolist (path '("$SAQ_SEC_DIR/passwd" "a/~root/x" "a/~/x" "./~/x" "./~root/x"))
+        (should (equal (expand-file-name path sly-agent-q-security-test--root)
                        (sly-agent-q-files-resolve path)))))))
+
+(ert-deftest sly-agent-q-security-tilde-reads-as-what-happens ()
+  "A leading `~' is the home directory, as the user reads it, never a folder named `~'.
+`~/.bashrc' is refused as outside the root (the message says it means
+the home file); `~root/x' is refused as ambiguous; ./~ is the project's
+own folder, and every result names it ./~ so it cannot read as home."
+  (sly-agent-q-security-test--with-project
+    (let* ((home (file-name-as-directory (file-truename (make-temp-file "saq-sec-home-" t))))
+           (process-environment (cons (concat "HOME=" home) process-environment)))
+      (unwind-protect
+          (progn
+            (sly-agent-q-security-test--write (expand-file-name ".bashrc" home) "home's own\n")
+            (let ((result (sly-agent-q-security-test--call "write_file" :path "~/.bashrc" :content "planted\n")))
+              (should-not (car result))
+              (should (string-search "~/.bashrc is outside the project root" (cdr result)))
+              (should (string-search (format "it means %s.bashrc" home) (cdr result))))
+            (should (equal "home's own\n" (with-temp-buffer (insert-file-contents (expand-file-name ".bashrc" home))
+                                                             (buffer-string))))
+            (should-not (file-exists-p (concat sly-agent-q-security-test--root "~")))
+            (let ((result (sly-agent-q-security-test--call "read_file" :path "~root/.profile")))
+              (should-not (car result))
+              (should (string-search "refused as ambiguous" (cdr result)))
+              (should (string-search "write ./~root/.profile" (cdr result))))
+            ;; The home directory made a root: `~' then reads and writes it, as it says.
+            (let ((sly-agent-q-allowed-directories (list home)))
+              (should (string-match-p "home's own" (car (sly-agent-q-security-test--call "read_file" :path "~/.bashrc")))))
+            ;; The project's own folder named `~': named ./~ in every result.
+            (let ((result (sly-agent-q-security-test--call "write_file" :path "./~/notes.txt" :content "mine\n")))
+              (should (car result))
+              (should (string-match-p "to \\./~/notes\\.txt, a new file" (car result)))
+              (should (string-search "created directory ./~/" (car result))))
+            (should (equal "mine\n" (sly-agent-q-security-test--contents "./~/notes.txt")))
+            ;; A listing walks the project's `~', never the home directory.
+            (let ((listing (car (sly-agent-q-security-test--call "directory_list" :directory_path "." :recursive t))))
+              (should (string-search "./~/notes.txt" listing))
+              (should-not (string-search ".bashrc" listing))))
+        (delete-directory home t)))))
 
 ;;;; Attack 7: a FIFO freezes Emacs
 
