@@ -741,5 +741,17 @@ FOR-WRITE is non-nil, when the agent may not write it."
            (buffer-name buffer) (sly-agent-q-files-relative file)))))
     buffer))
 
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-project-root
+                  sly-agent-q-allowed-directories
+                  sly-agent-q-read-only-paths
+                  sly-agent-q-private-file-regexps
+                  sly-agent-q-max-file-size
+                  sly-agent-q-protected-buffer-regexps
+                  sly-agent-q-tools-allow-hidden-buffers))
+  (put option 'risky-local-variable t))
+
 (provide 'sly-agent-q-files)
 ;;; sly-agent-q-files.el ends here

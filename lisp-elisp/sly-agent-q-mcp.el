@@ -276,5 +276,17 @@ values, headers) never pass through Emacs's events buffer."
 
 (add-hook 'sly-agent-q-server-started-functions #'sly-agent-q-mcp--on-server-started)
 
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-mcp-start-with-server
+                  sly-agent-q-mcp-port
+                  sly-agent-q-mcp-state-file
+                  sly-agent-q-mcp-approval-timeout
+                  sly-agent-q-mcp-server-files
+                  sly-agent-q-mcp-servers
+                  sly-agent-q-mcp-server-levels))
+  (put option 'risky-local-variable t))
+
 (provide 'sly-agent-q-mcp)
 ;;; sly-agent-q-mcp.el ends here

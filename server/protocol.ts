@@ -149,9 +149,16 @@ export interface PermissionRule {
 /**
  * What made a call ask: its tool's level ("always allow" answers it for the session), a permission
  * rule with action ask (asks each time), or a call that, as it runs, would read PATH outside the
- * project root under readOutsideProject "ask" (asks each time; its arguments are not edited).
+ * project root under readOutsideProject "ask" (asks each time; its arguments are not edited), or a
+ * write to a protected file (asks each time).
  */
-export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule } | { kind: "outside"; path: string };
+export type ApprovalReason =
+  | { kind: "level"; level: SafetyLevel }
+  | { kind: "rule"; rule: PermissionRule }
+  | { kind: "outside"; path: string }
+  /** A write to a protected file (.git/, .dir-locals.el, an init file...): asks each time, saying WHY,
+   *  whatever rule or "always allow" covers the tool; only a rule naming PATH itself allows it. */
+  | { kind: "protected"; path: string; why: string };
 
 /** The user's answer to an approval. */
 /**
