@@ -162,7 +162,8 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("conversationId" . "string?") ("context" . "object?"))
      :result (("system" . "string") ("tools" . "array") ("instructions" . "object?") ("sent" . "boolean")))
     ("mcp/start"
-     :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?"))
+     :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?")
+      ("maxSessions" . "number?") ("sessionIdleTimeoutMs" . "number?"))
      :result (("url" . "string") ("port" . "number") ("stateFile" . "string")))
     ("mcp/stop"
      :params nil

@@ -65,7 +65,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
   "conversation/export": { params: shape<P.ConversationExportParams>({ conversationId: "string", format: "string" }), result: shape<P.ConversationExportResult>({ text: "string" }) },
   "diff/hunks": { params: shape<P.DiffHunksParams>({ old: "string?", new: "string?", callId: "string?", oldFile: "string?", oldDigest: "string?", newDigest: "string?", context: "number?" }), result: shape<P.DiffHunksResult>({ hunks: "array" }) },
   "prompt/show": { params: shape<P.PromptShowParams>({ conversationId: "string?", context: "object?" }), result: shape<P.PromptShowResult>({ system: "string", tools: "array", instructions: "object?", sent: "boolean" }) },
-  "mcp/start": { params: shape<P.McpStartParams>({ stateFile: "string", port: "number?", approvalTimeoutMs: "number?" }), result: shape<P.McpStartResult>({ url: "string", port: "number", stateFile: "string" }) },
+  "mcp/start": { params: shape<P.McpStartParams>({ stateFile: "string", port: "number?", approvalTimeoutMs: "number?", maxSessions: "number?", sessionIdleTimeoutMs: "number?" }), result: shape<P.McpStartResult>({ url: "string", port: "number", stateFile: "string" }) },
   "mcp/stop": { params: null, result: shape<P.McpStopResult>({ stopped: "boolean" }) },
   "mcp/clientConfigure": { params: shape<P.McpClientConfigureParams>({ files: "array?", servers: "object?", levels: "object?" }), result: shape<P.McpClientConfigureResult>({ servers: "array" }) },
   "exit": { params: null, result: null },

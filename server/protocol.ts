@@ -918,6 +918,10 @@ export interface McpStartParams {
   port?: number;
   /** How long a dangerous MCP call waits for the user before it is denied. */
   approvalTimeoutMs?: number;
+  /** Most sessions open at once (default 16): an initialize past it is refused, saying so. */
+  maxSessions?: number;
+  /** A session with no request for this long is closed (default 30 minutes). */
+  sessionIdleTimeoutMs?: number;
 }
 export interface McpStopResult {
   /** False when nothing was being served. */
