@@ -50,10 +50,11 @@ export function printableName(raw: unknown, max = 64, fallback = "an unnamed MCP
 }
 
 // Characters a reader never sees: Unicode's default ignorables (zero-width characters, variation
-// selectors, the tag characters U+E0000-U+E007F that can spell a whole instruction invisibly...) and
-// the bidi controls that reorder what is shown. Text the model reads as instructions from a file the
-// user may never have looked at is sent without them.
-const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}]/gu;
+// selectors, the tag characters U+E0000-U+E007F that can spell a whole instruction invisibly...), the
+// bidi controls that reorder what is shown, and the control characters but tab, newline and carriage
+// return (ESC starts the terminal sequences that hide text from `cat`). Text the model reads as
+// instructions from a file the user may never have looked at is sent without them.
+const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/gu;
 
 /** What removeInvisible took out of a text. */
 export interface InvisibleRemoved {

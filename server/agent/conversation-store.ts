@@ -6,9 +6,9 @@
 // or unreadable is reported with its name and never written to. A lock file per conversation keeps
 // two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
 
-import { closeSync, constants, fstatSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname, uptime } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Change, SavedConversationSummary, SavedTurnEnd, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
@@ -163,6 +163,8 @@ function openRegular(file: string, flags: number, what: string): number {
   try {
     const opened = fstatSync(fd);
     if (!opened.isFile()) throw new StoreError(file, `not ${what}: not a regular file.`);
+    // A file with another name elsewhere (a hard link) is read, never written: writing it would write there.
+    if (opened.nlink > 1 && (flags & (constants.O_WRONLY | constants.O_RDWR)) !== 0) throw new StoreError(file, `not ${what}: it has another name elsewhere (a hard link).`);
     if (!sameFile(lstatSync(file), opened)) throw new StoreError(file, `not ${what}: it was replaced while it was opened.`);
     return fd;
   } catch (err) {
@@ -622,14 +624,26 @@ export class ConversationJournal {
   private disclaimStarts(): boolean {
     let withdrawn = true;
     // The file this journal has open, even if unlinked or renamed (opened with O_APPEND, where a
-    // positioned write would append: opened again for writing in place; Linux only), and the file
-    // at its name.
-    // The file this journal has open, reached again through /proc (a link the kernel made to this
-    // very descriptor's file, checked below), and a regular file at its name in the same directory;
-    // never a link at the name, nor a name in a directory swapped for another.
+    // positioned write would append: opened again for writing in place through /proc, a link the
+    // kernel made to this very descriptor's file; Linux only), while it has no name or its one name
+    // is in the conversations directory; and a regular file at its name in the same directory. Never
+    // a link at the name, a name in a directory swapped for another, nor a file that another program
+    // moved or linked outside: its claim then stays, and no call runs unrecorded (started).
     const opened = this.fd !== undefined ? fstatSync(this.fd) : undefined;
+    const proc = this.fd !== undefined ? `/proc/self/fd/${this.fd}` : undefined;
+    const ownInside = (): boolean => {
+      if (!opened || proc === undefined) return false;
+      if (opened.nlink === 0) return true;
+      if (opened.nlink > 1 || !this.directory) return false;
+      try {
+        const dir = directoryIdentity(dirname(readlinkSync(proc)));
+        return dir !== undefined && sameFile(dir, this.directory);
+      } catch {
+        return false;
+      }
+    };
     const targets: { path: string; ours: boolean }[] = [
-      ...(this.fd !== undefined && directoryIdentity("/proc/self/fd") ? [{ path: `/proc/self/fd/${this.fd}`, ours: true }] : []),
+      ...(proc !== undefined && directoryIdentity("/proc/self/fd") ? (ownInside() ? [{ path: proc, ours: true }] : (withdrawn = false, [])) : []),
       { path: this.file, ours: false },
     ];
     for (const target of targets) {
@@ -686,6 +700,8 @@ export class ConversationJournal {
     if (!named || !sameFile(named, opened) || !dir || !this.directory || !sameFile(dir, this.directory)) {
       throw new StoreError(this.file, `was ${named ? "replaced" : "deleted"} by another program while this conversation was open; it is left as it is.`);
     }
+    // A hard link made to it elsewhere would see every record appended from now on.
+    if (opened.nlink > 1) throw new StoreError(this.file, "was given another name (a hard link) by another program while this conversation was open; it is left as it is.");
     const start = opened.size;
     const data = Buffer.from(line);
     let done = 0;

@@ -3,7 +3,7 @@
 // conversation nor written through, and nothing outside the directory changes. Real files throughout.
 
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { linkSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -54,11 +54,13 @@ describe("the open conversation's file replaced by a link between two turns", ()
     renameSync(store.fileOf("c-link"), original);
     symlinkSync(file, store.fileOf("c-link"));
     j.message(user("second turn"));
+    const mayRun = j.started("call-after-the-swap");
     j.close();
     expect(faults).toEqual([expect.stringMatching(/c-link\.jsonl: was replaced by another program/)]);
     expect(readFileSync(file, "utf8")).toBe(text);
-    // The file the journal wrote (still open, moved away) has its own claim withdrawn.
-    expect(readFileSync(original, "utf8")).toContain('"starts":null');
+    // Nor the file the journal wrote, moved outside: its claim stays, so no call runs unrecorded.
+    expect(readFileSync(original, "utf8")).toContain('"starts":true');
+    expect(mayRun).toBe(false);
   });
 
   it("a link to the very file the journal has open is not that file either", () => {
@@ -72,6 +74,23 @@ describe("the open conversation's file replaced by a link between two turns", ()
     j.close();
     expect(faults).toEqual([expect.stringMatching(/was replaced by another program/)]);
     expect(readFileSync(moved, "utf8")).not.toContain("second turn");
+  });
+
+  it("a hard link made to the open file elsewhere stops the saving: the name outside sees no later record", () => {
+    const j = openConversation("c-hard");
+    const faults: string[] = [];
+    j.onFault = (m) => faults.push(m);
+    const elsewhere = join(outside, "copy.jsonl");
+    linkSync(store.fileOf("c-hard"), elsewhere);
+    const text = readFileSync(elsewhere, "utf8");
+    j.message(user("second turn"));
+    expect(j.started("call-after-the-link")).toBe(false);
+    j.close();
+    expect(faults).toEqual([expect.stringMatching(/was given another name \(a hard link\)/)]);
+    expect(readFileSync(elsewhere, "utf8")).toBe(text);
+    // Nor is it reopened for writing while it has that other name.
+    const stored = store.read("c-hard");
+    expect(() => ConversationJournal.reopen(store, "c-hard", stored)).toThrow(/not opened for writing: it has another name elsewhere/);
   });
 
   it("the conversations directory swapped for a link to another holding a copy: the copy outside is left as it is", () => {
