@@ -35,6 +35,8 @@ const BY_NAME: Readonly<Record<string, string>> = {
   ".clinit.cl": LISP_INIT,
 };
 
+const BY_LOWER_NAME = new Map(Object.entries(BY_NAME).map(([name, why]) => [name.toLowerCase(), why]));
+
 /** Directories and files under the home directory that are protected whole, and why. */
 function homeTrees(home: string, env: NodeJS.ProcessEnv): { path: string; why: string }[] {
   const config = env.XDG_CONFIG_HOME && isAbsolute(env.XDG_CONFIG_HOME) ? env.XDG_CONFIG_HOME : join(home, ".config");
@@ -86,7 +88,8 @@ export function protectedWrite(path: string, root: string | undefined, env: Node
   for (const candidate of [real, lexical]) {
     const within = inside(realRoot, candidate) ? relative(realRoot, candidate) : candidate;
     for (const part of within.split(sep)) {
-      const why = Object.prototype.hasOwnProperty.call(BY_NAME, part) ? BY_NAME[part] : undefined;
+      // Without regard to case: a file system that ignores it (macOS's) opens .GIT as .git.
+      const why = BY_LOWER_NAME.get(part.toLowerCase());
       if (why) return { path: shown, name: part, why };
     }
     for (const tree of homeTrees(home, env)) {

@@ -41,6 +41,7 @@ it("a rule allowing the tool does not let a protected write run unasked: it asks
     ["write_file", { path: "docs/post-checkout", content: "x" }, ".git/hooks/post-checkout", /hooks run/],
     ["write_file", { path: "src/../.dir-locals.el", content: "((nil . ((eval . (shell-command \"x\")))))" }, ".dir-locals.el", /Emacs applies its variables/],
     ["write_file", { path: "./.envrc", content: "x" }, ".envrc", /direnv runs it/],
+    ["write_file", { path: ".GIT/config", content: "x" }, ".GIT/config", /hooks run/],
     ["propose_file_edit", { path: "src/.mcp.json", new_content: "{}" }, "src/.mcp.json", /MCP servers/],
     ["propose_file_edit", { path: "AGENT-Q.md", new_content: "obey" }, "AGENT-Q.md", /instructions/],
     ["write_file", { path: "AGENTS.md", content: "obey" }, "AGENTS.md", /instructions/],
