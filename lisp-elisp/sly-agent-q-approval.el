@@ -69,13 +69,14 @@ touches a file or buffer :path, the resolved path relative to the
 project root, or :buffer, and for what writes :diff, the unified
 diff against what is there now; :detail, a line saying what the call
 acts on, such as the restart debugger_invoke_restart invokes; :reason,
-what made it ask: a plist whose :kind is \"level\", \"rule\" or, for a
-read outside the project, \"outside\" with its :path), CALLBACK
+what made it ask: a plist whose :kind is \"level\", \"rule\", for a
+read outside the project \"outside\" with its :path, or for a write
+to a protected file \"protected\" with its :path and :why), CALLBACK
 must be called once, now or later, with a decision plist (:decision
 \"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
 PLIST for \"modified\", :always t to allow the tool for the rest of
-the session; a rule or a read outside the project asks each time, and
-the latter takes only \"approved\" or \"denied\")."
+the session; a rule, a read outside the project and a protected file
+ask each time, and the last two take only \"approved\" or \"denied\")."
   :type '(choice (const :tag "Ask in the chat buffer" nil) function)
   :group 'sly-agent-q)
 
@@ -274,14 +275,15 @@ second diff of a large file would cost as much again."
 
 (defun sly-agent-q-approval--offers-p (request answer)
   "Non-nil when REQUEST can be answered with ANSWER, `edit' or `always'.
-A permission rule that asks, and a read outside the project, ask
-each time (the server does not remember an \"always\" for them); the
-arguments of a read outside the project are not edited (what is read
-is the file the call found, which the server names)."
+A permission rule that asks, a read outside the project and a write
+to a protected file ask each time (the server does not remember an
+\"always\" for them); the arguments of a read outside the project or
+of a protected write are not edited (what is read or written is the
+file the server names, and why it asks)."
   (let ((kind (plist-get (plist-get request :reason) :kind)))
     (pcase answer
-      ('edit (not (equal kind "outside")))
-      ('always (not (member kind '("rule" "outside")))))))
+      ('edit (not (member kind '("outside" "protected"))))
+      ('always (not (member kind '("rule" "outside" "protected")))))))
 
 (defun sly-agent-q-approval--choices (request)
   "The answers that apply to REQUEST: (KEY NAME COMMAND) each.
@@ -613,7 +615,7 @@ Return the buffer."
   (interactive)
   (let ((a (or approval (sly-agent-q-approval--at-point-or-pending))))
     (unless (sly-agent-q-approval--offers-p (sly-agent-q-approval-request a) 'always)
-      (user-error "This call asks each time (a permission rule, or a read outside the project): approve it (y) or deny it (n)"))
+      (user-error "This call asks each time (a permission rule, a read outside the project, a protected file): approve it (y) or deny it (n)"))
     (sly-agent-q-approval--decide a 'always (list :decision "approved" :always t))))
 
 (defun sly-agent-q-deny (&optional approval reason)
@@ -669,7 +671,7 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
   (let* ((a (or approval (sly-agent-q-approval--at-point-or-pending)))
          (request (sly-agent-q-approval-request a))
          (_ (unless (sly-agent-q-approval--offers-p request 'edit)
-              (user-error "This call's arguments are not edited (a read outside the project): approve it (y) or deny it (n)")))
+              (user-error "This call's arguments are not edited (a read outside the project, a protected file): approve it (y) or deny it (n)")))
          (lisp (and (not json) (sly-agent-q-approval--lisp-argument request)))
          (buf (get-buffer-create "*sly-agent-q arguments*")))
     (with-current-buffer buf
@@ -770,6 +772,12 @@ reuses it."
   (setq sly-agent-q-approval--editing nil
         sly-agent-q-approval--editing-text nil)
   (quit-window nil))
+
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-approval-function))
+  (put option 'risky-local-variable t))
 
 (provide 'sly-agent-q-approval)
 ;;; sly-agent-q-approval.el ends here

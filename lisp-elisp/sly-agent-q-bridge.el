@@ -731,5 +731,11 @@ answer says the evaluation goes on, bounded by the image timeout."
 (add-hook 'sly-connected-hook #'sly-agent-q-bridge--lisp-connected)
 (add-hook 'slime-connected-hook #'sly-agent-q-bridge--lisp-connected)
 
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-lisp-cl-directory))
+  (put option 'risky-local-variable t))
+
 (provide 'sly-agent-q-bridge)
 ;;; sly-agent-q-bridge.el ends here

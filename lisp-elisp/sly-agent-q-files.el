@@ -282,7 +282,10 @@ The project root comes first."
   (let ((root (sly-agent-q-files-truename (sly-agent-q-tools-project-root)))
         (true (sly-agent-q-files-truename file)))
     (if (sly-agent-q--inside-p true root)
-        (let ((rel (file-relative-name true root)))
+        (let* ((rel (file-relative-name true root))
+               ;; A name of the project starting with `~' reads as the home
+               ;; directory: shown as ./~ instead.
+               (rel (if (string-prefix-p "~" rel) (concat "./" rel) rel)))
           (cond ((equal rel ".") "./")
                 ((file-directory-p true) (file-name-as-directory rel))
                 (t rel)))
@@ -331,10 +334,12 @@ otherwise.  FILE is a true name; it is examined, never opened."
   "Return the absolute true name of PATH, confined to the agent's roots.
 PATH is relative to the project root, or absolute inside one of the
 roots.  It need not exist.  It is taken literally: no file name
-handler runs (TRAMP and the others are off), `~' and `$' mean
-nothing special.  Signal `sly-agent-q-tool-error' when it leaves the
-roots (through `..', an absolute name or a symbolic link), could be
-remote (any component with `:'), is not a regular file or directory
+handler runs (TRAMP and the others are off), `$' means nothing
+special, and a leading `~' is the home directory as in a shell
+\(`~NAME' is refused as ambiguous: `sly-agent-q-files--home-path').
+Signal `sly-agent-q-tool-error' when it leaves the roots (through
+`..', an absolute name or a symbolic link), could be remote (any
+component with `:'), is not a regular file or directory
 \(a FIFO, device or socket), or, when FOR-WRITE is non-nil, lies
 under `sly-agent-q-read-only-paths'."
   (unless (and (stringp path) (not (string-empty-p path)))
@@ -347,13 +352,32 @@ under `sly-agent-q-read-only-paths'."
   ;; the handlers the user has.
   (let ((root (sly-agent-q-tools-project-root))
         (roots (sly-agent-q-files-roots)))
-    (sly-agent-q-files--resolve-in path for-write root roots)))
+    (sly-agent-q-files--resolve-in (sly-agent-q-files--home-path path) for-write root roots
+                                   path)))
 
-(defun sly-agent-q-files--resolve-in (path for-write root roots)
+(defun sly-agent-q-files--home-path (path)
+  "PATH with a leading `~' read as a shell and Emacs read it.
+`~' and `~/...' are the home directory: PATH is returned absolute,
+and the confinement then refuses it unless the home directory is one
+of the roots.  `~NAME...' (another user's home, or a name of the
+project starting with `~'?) is refused as ambiguous.  A file of the
+project named `~' is ./~: what the user approves reads as what
+happens, never a folder silently named `~'."
+  (cond ((not (string-prefix-p "~" path)) path)
+        ((or (equal path "~") (string-prefix-p "~/" path))
+         (concat (directory-file-name (expand-file-name "~")) (substring path 1)))
+        (t (sly-agent-q-tool-fail
+            "The path %s starts with `~', which a shell reads as the home directory of a user named %s; it was refused as ambiguous.  For a file of the project whose name starts with `~', write ./%s."
+            path (car (split-string (substring path 1) "/")) path))))
+
+(defun sly-agent-q-files--resolve-in (path for-write root roots &optional given)
   "Resolve PATH for `sly-agent-q-files-resolve', given ROOT and ROOTS.
-FOR-WRITE is as there.  No file name handler runs."
+FOR-WRITE is as there.  GIVEN is the path as the model wrote it, when
+PATH is what it means (a leading `~' expanded).  No file name handler
+runs."
   (sly-agent-q-files--without-handlers
-    (let* ((lexical (expand-file-name (sly-agent-q--literal-path path) root))
+    (let* ((home (and given (not (equal given path))))
+           (lexical (expand-file-name (sly-agent-q--literal-path path) root))
            (true (progn (sly-agent-q-files--refuse-remote path lexical)
                         (sly-agent-q-files-truename lexical)))
            (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
@@ -364,9 +388,10 @@ FOR-WRITE is as there.  No file name handler runs."
       (unless inside
         (sly-agent-q-tool-fail
          "%s is outside the project root %s%s; it was refused.  Use a path relative to the project root, without `..' leaving it%s."
-         path (abbreviate-file-name root)
-         (if (equal true (directory-file-name lexical)) ""
-           (format " (it resolves to %s)" (abbreviate-file-name true)))
+         (or given path) (abbreviate-file-name root)
+         (cond (home (format " (`~' is the home directory, as in a shell: it means %s; a file of the project named `~' is ./~)" true))
+               ((equal true (directory-file-name lexical)) "")
+               (t (format " (it resolves to %s)" (abbreviate-file-name true))))
          (if sly-agent-q-allowed-directories
              (format ", or an absolute path inside %s"
                      (mapconcat #'abbreviate-file-name
@@ -404,8 +429,8 @@ writing, inside the agent's roots."
 
 (defun sly-agent-q--literal-path (path)
   "Return PATH so that `expand-file-name' takes it literally.
-A leading `~' is not the home directory: a path from the model
-means what it says, relative to the root."
+Whatever starts with `~' here is meant relative to the root
+\(`sly-agent-q-files--home-path' has read a leading `~' already)."
   (if (string-prefix-p "~" path)
       (concat "./" path)
     path))
@@ -715,6 +740,18 @@ FOR-WRITE is non-nil, when the agent may not write it."
            "Buffer %s is older than %s, which changed on disk since it was visited, so nothing was changed.  read_file shows the file as it is now; ask the user to revert the buffer to edit it here."
            (buffer-name buffer) (sly-agent-q-files-relative file)))))
     buffer))
+
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-project-root
+                  sly-agent-q-allowed-directories
+                  sly-agent-q-read-only-paths
+                  sly-agent-q-private-file-regexps
+                  sly-agent-q-max-file-size
+                  sly-agent-q-protected-buffer-regexps
+                  sly-agent-q-tools-allow-hidden-buffers))
+  (put option 'risky-local-variable t))
 
 (provide 'sly-agent-q-files)
 ;;; sly-agent-q-files.el ends here

@@ -319,5 +319,13 @@ directory writable, or set `sly-agent-q-install-directory' to a directory you ca
                 (sly-agent-q-install--finish callback error))))))))
     sly-agent-q-install--process))
 
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-install-directory
+                  sly-agent-q-npm-program
+                  sly-agent-q-server-package-spec))
+  (put option 'risky-local-variable t))
+
 (provide 'sly-agent-q-install)
 ;;; sly-agent-q-install.el ends here

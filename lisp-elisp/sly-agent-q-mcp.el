@@ -76,6 +76,17 @@ default is the same place."
   "Seconds a dangerous MCP call waits for your answer before it is denied."
   :type 'number)
 
+(defcustom sly-agent-q-mcp-max-sessions 16
+  "Most MCP client sessions open at once.
+Each costs the server memory; past this number a client's new
+session is refused with a message saying so."
+  :type 'integer)
+
+(defcustom sly-agent-q-mcp-session-idle-timeout 1800
+  "Seconds an MCP client session may go unused before it is closed.
+A client whose session was closed starts a new one."
+  :type 'number)
+
 (defcustom sly-agent-q-mcp-server-files nil
   "Files in the .mcp.json format naming MCP servers the agent may use.
 Each holds {\"mcpServers\": {NAME: {\"command\": ..., \"args\": [...],
@@ -155,7 +166,9 @@ line of data (`sly-agent-q-display-line')."
    'mcp/start
    (list :stateFile (expand-file-name sly-agent-q-mcp-state-file)
          :port sly-agent-q-mcp-port
-         :approvalTimeoutMs (round (* 1000 sly-agent-q-mcp-approval-timeout)))
+         :approvalTimeoutMs (round (* 1000 sly-agent-q-mcp-approval-timeout))
+         :maxSessions sly-agent-q-mcp-max-sessions
+         :sessionIdleTimeoutMs (round (* 1000 sly-agent-q-mcp-session-idle-timeout)))
    (lambda (result)
      (setq sly-agent-q-mcp--url (plist-get result :url))
      (sly-agent-q-mcp--log "serving MCP on %s" sly-agent-q-mcp--url)
@@ -275,6 +288,18 @@ values, headers) never pass through Emacs's events buffer."
     (sly-agent-q-mcp-connect-servers)))
 
 (add-hook 'sly-agent-q-server-started-functions #'sly-agent-q-mcp--on-server-started)
+
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-mcp-start-with-server
+                  sly-agent-q-mcp-port
+                  sly-agent-q-mcp-state-file
+                  sly-agent-q-mcp-approval-timeout
+                  sly-agent-q-mcp-server-files
+                  sly-agent-q-mcp-servers
+                  sly-agent-q-mcp-server-levels))
+  (put option 'risky-local-variable t))
 
 (provide 'sly-agent-q-mcp)
 ;;; sly-agent-q-mcp.el ends here

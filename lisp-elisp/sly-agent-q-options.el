@@ -202,5 +202,23 @@ At most three restarts happen within a minute."
   :type 'number)
 
 
+;; Options that widen what the agent may do (or what runs, where data
+;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
+;; repository cannot set them silently, nor be marked safe for good.
+(dolist (option '(sly-agent-q-node-program
+                  sly-agent-q-server-file
+                  sly-agent-q-provider
+                  sly-agent-q-base-url
+                  sly-agent-q-api-key
+                  sly-agent-q-max-steps
+                  sly-agent-q-trust-levels
+                  sly-agent-q-permission-rules
+                  sly-agent-q-ask-before-evaluating
+                  sly-agent-q-max-safety-level
+                  sly-agent-q-read-outside-project
+                  sly-agent-q-extra-configuration
+                  sly-agent-q-conversation-directory))
+  (put option 'risky-local-variable t))
+
 (provide 'sly-agent-q-options)
 ;;; sly-agent-q-options.el ends here

@@ -48,6 +48,7 @@
     (conversation/rewind   emacs->server request)
     (conversation/export   emacs->server request)
     (diff/hunks            emacs->server request)
+    (prompt/show           emacs->server request)
     (mcp/start             emacs->server request)
     (mcp/stop              emacs->server request)
     (mcp/clientConfigure   emacs->server request)
@@ -157,8 +158,12 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("old" . "string?") ("new" . "string?") ("callId" . "string?") ("oldFile" . "string?")
       ("oldDigest" . "string?") ("newDigest" . "string?") ("context" . "number?"))
      :result (("hunks" . "array")))
+    ("prompt/show"
+     :params (("conversationId" . "string?") ("context" . "object?"))
+     :result (("system" . "string") ("tools" . "array") ("instructions" . "object?") ("sent" . "boolean")))
     ("mcp/start"
-     :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?"))
+     :params (("stateFile" . "string") ("port" . "number?") ("approvalTimeoutMs" . "number?")
+      ("maxSessions" . "number?") ("sessionIdleTimeoutMs" . "number?"))
      :result (("url" . "string") ("port" . "number") ("stateFile" . "string")))
     ("mcp/stop"
      :params nil

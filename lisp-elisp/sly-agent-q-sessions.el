@@ -1,4 +1,4 @@
-;;; sly-agent-q-sessions.el --- Saved conversations: resume, rename, delete, export  -*- lexical-binding: t; -*-
+;;; sly-agent-q-sessions.el --- Conversations: resume, rename, delete, export, show the prompt  -*- lexical-binding: t; -*-
 
 ;; Copyright (C) 2026  The sly-agent-q authors
 
@@ -25,8 +25,10 @@
 ;; `tabulated-list-mode' buffer: RET resumes, r renames, d deletes, e
 ;; exports, g refreshes), reopens one in the chat buffer with its whole
 ;; history, and writes a conversation out as Org or Markdown
-;; (`sly-agent-q-export').  Everything goes through the server's
-;; conversation/* requests, asynchronously.
+;; (`sly-agent-q-export').  `sly-agent-q-show-system-prompt' shows what
+;; the model is told (the system prompt, the project instructions in it
+;; and the tools), anything invisible in it made visible.  Everything
+;; goes through the server's requests, asynchronously.
 
 ;;; Code:
 
@@ -457,6 +459,73 @@ anything else Org.  Tool calls become collapsible blocks."
   (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer t))))
     (unless id (user-error "The chat has no conversation yet"))
     (sly-agent-q-sessions-export id file)))
+
+;;;; What the model is told
+
+(defvar sly-agent-q-system-prompt-buffer-name "*sly-agent-q system prompt*"
+  "Name of the buffer `sly-agent-q-show-system-prompt' shows.")
+
+(defun sly-agent-q-sessions--instructions-text (instructions)
+  "What INSTRUCTIONS (prompt/show's account of a project file) say, as text."
+  (cl-destructuring-bind (&key file bytes removed removedCharacters tagText truncated &allow-other-keys)
+      instructions
+    (concat
+     (format "Project instructions: %s, %s%s\n"
+             (sly-agent-q-display-line file) (file-size-human-readable bytes)
+             (if (eq truncated t) " (only its first part is sent)" ""))
+     (if (and (numberp removed) (> removed 0))
+         (format "  %d invisible or direction-changing character%s removed before sending: %s\n"
+                 removed (if (= removed 1) "" "s")
+                 (mapconcat (lambda (c) (format "%s ×%d" (sly-agent-q-display-line (plist-get c :codePoint))
+                                                (plist-get c :count)))
+                            removedCharacters ", "))
+       "  No invisible characters in it.\n")
+     (if tagText
+         (format "  Hidden in Unicode tag characters (not sent): %s\n" (sly-agent-q-display-name tagText 2000))
+       ""))))
+
+(defun sly-agent-q-sessions--show-prompt (result)
+  "Show prompt/show's RESULT in a read-only buffer."
+  (cl-destructuring-bind (&key system tools instructions sent &allow-other-keys) result
+    (with-current-buffer (get-buffer-create sly-agent-q-system-prompt-buffer-name)
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (propertize (if (eq sent t)
+                                "The system prompt the conversation's last request carried"
+                              "The system prompt the next turn would carry")
+                            'face 'bold)
+                "\nCharacters a reader cannot see (zero-width, bidi controls, tags...) are shown escaped, as \\u200B.\n\n")
+        (insert (if instructions (sly-agent-q-sessions--instructions-text instructions)
+                  "No project instructions (AGENT-Q.md, AGENTS.md) are sent.\n")
+                "\n" (propertize "System prompt" 'face 'bold) "\n\n"
+                (sly-agent-q-display-text system) "\n\n"
+                (propertize (format "Tools (%d)" (length tools)) 'face 'bold) "\n")
+        (seq-doseq (tool tools)
+          (insert "\n" (propertize (sly-agent-q-display-line (plist-get tool :name)) 'face 'bold) "\n"
+                  (sly-agent-q-display-text (plist-get tool :description)) "\n"
+                  "Parameters: " (sly-agent-q-display-text (sly-agent-q-display-json (plist-get tool :inputSchema))) "\n"))
+        (goto-char (point-min)))
+      (special-mode)
+      (pop-to-buffer (current-buffer)))))
+
+;;;###autoload
+(defun sly-agent-q-show-system-prompt ()
+  "Show exactly what the model is told, in a read-only buffer.
+That is the system prompt (the one the chat's conversation last
+sent, else the one a turn would carry now), which project
+instruction file it includes with the invisible characters removed
+from it, and each tool's description and parameters.  Anything
+invisible or direction-changing is shown escaped."
+  (interactive)
+  (let* ((buffer (sly-agent-q-chat-buffer t))
+         (id (and buffer (sly-agent-q-chat-conversation-id buffer)))
+         (root (sly-agent-q-server-project-root)))
+    (sly-agent-q-server-request
+     'prompt/show
+     (append (and id (list :conversationId id))
+             (and root (list :context (list :projectRoot root))))
+     #'sly-agent-q-sessions--show-prompt
+     (lambda (msg) (message "sly-agent-q: cannot show the system prompt: %s" (sly-agent-q-display-line msg))))))
 
 (provide 'sly-agent-q-sessions)
 ;;; sly-agent-q-sessions.el ends here

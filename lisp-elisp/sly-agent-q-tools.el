@@ -274,11 +274,15 @@ With RECURSIVE, those of its subdirectories too."
         ((walk (abs shown)
                (dolist (name (directory-files abs nil nil t))
                  (unless (member name '("." ".."))
-                   (let* ((full (expand-file-name name abs))
+                   ;; Appended literally: `expand-file-name' reads an
+                   ;; entry named `~' or `~user' as a home directory.
+                   (let* ((full (concat (file-name-as-directory abs) name))
                           (link (file-symlink-p full))
                           (isdir (and (not link) (file-directory-p full)))
                           (ignored (and isdir (member name vc-directory-exclusion-list)))
-                          (show (concat shown name)))
+                          ;; An entry at the top named `~...' reads as home: ./~.
+                          (show (concat (if (and (string-empty-p shown) (string-prefix-p "~" name)) "./" shown)
+                                        name)))
                      (when (or (null regexp) (string-match-p regexp name))
                        (if (>= count sly-agent-q-tools-max-entries)
                            (cl-incf more)

@@ -49,6 +49,7 @@ export const Requests = {
   conversationRewind: documented(new RequestType<ConversationRewindParams, ConversationRewindResult, void>("conversation/rewind"), "What restores the files and buffers changed since a turn; optionally drops that turn and the later ones."),
   conversationExport: documented(new RequestType<ConversationExportParams, ConversationExportResult, void>("conversation/export"), "The conversation as Org or Markdown text, tool calls as collapsible blocks."),
   diffHunks: documented(new RequestType<DiffHunksParams, DiffHunksResult, void>("diff/hunks"), "The hunks of a file edit (a line diff with context), for Emacs's review and apply."),
+  promptShow: documented(new RequestType<PromptShowParams, PromptShowResult, void>("prompt/show"), "What the model is told: the system prompt, the project instructions it includes and the tool definitions."),
   mcpStart: documented(new RequestType<McpStartParams, McpStartResult, void>("mcp/start"), "Serve the tools over MCP (Streamable HTTP on 127.0.0.1)."),
   mcpStop: documented(new RequestType0<McpStopResult, void>("mcp/stop"), "Stop serving MCP and remove the state file."),
   mcpClientConfigure: documented(new RequestType<McpClientConfigureParams, McpClientConfigureResult, void>("mcp/clientConfigure"), "The MCP servers our agent uses as a client."),
@@ -148,9 +149,16 @@ export interface PermissionRule {
 /**
  * What made a call ask: its tool's level ("always allow" answers it for the session), a permission
  * rule with action ask (asks each time), or a call that, as it runs, would read PATH outside the
- * project root under readOutsideProject "ask" (asks each time; its arguments are not edited).
+ * project root under readOutsideProject "ask" (asks each time; its arguments are not edited), or a
+ * write to a protected file (asks each time).
  */
-export type ApprovalReason = { kind: "level"; level: SafetyLevel } | { kind: "rule"; rule: PermissionRule } | { kind: "outside"; path: string };
+export type ApprovalReason =
+  | { kind: "level"; level: SafetyLevel }
+  | { kind: "rule"; rule: PermissionRule }
+  | { kind: "outside"; path: string }
+  /** A write to a protected file (.git/, .dir-locals.el, an init file...): asks each time, saying WHY,
+   *  whatever rule or "always allow" covers the tool; only a rule naming PATH itself allows it. */
+  | { kind: "protected"; path: string; why: string };
 
 /** The user's answer to an approval. */
 /**
@@ -782,6 +790,43 @@ export interface CompactedParams extends TurnRef {
   tokensAfter: number;
 }
 
+/** The project instruction file a system prompt includes, as the user is told of it. */
+export interface ProjectInstructions {
+  file: string;
+  /** The file's size, in bytes. */
+  bytes: number;
+  /** How many invisible and direction-changing characters were removed from what the model is sent. */
+  removed: number;
+  /** Each removed character's code point ("U+200B") and count. */
+  removedCharacters: { codePoint: string; count: number }[];
+  /** What removed Unicode tag characters spelled (as ASCII): an instruction hidden in them. */
+  tagText?: string;
+  /** Only its first part is sent: the file is longer than the bound. */
+  truncated?: boolean;
+}
+
+export interface PromptShowParams {
+  /** A conversation this server holds: the prompt its requests last carried. Else the one a new one would get. */
+  conversationId?: string;
+  /** Emacs's view now (the project root whose instructions are read, the REPL's package). */
+  context?: EditorContext;
+}
+
+/** A tool as the model is sent it. */
+export interface PromptShowTool {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+export interface PromptShowResult {
+  system: string;
+  tools: PromptShowTool[];
+  instructions?: ProjectInstructions;
+  /** Whether SYSTEM is the prompt the conversation's last request carried (else it is the next one's). */
+  sent: boolean;
+}
+
 export interface NoticeParams extends TurnRef {
   text: string;
 }
@@ -873,6 +918,10 @@ export interface McpStartParams {
   port?: number;
   /** How long a dangerous MCP call waits for the user before it is denied. */
   approvalTimeoutMs?: number;
+  /** Most sessions open at once (default 16): an initialize past it is refused, saying so. */
+  maxSessions?: number;
+  /** A session with no request for this long is closed (default 30 minutes). */
+  sessionIdleTimeoutMs?: number;
 }
 export interface McpStopResult {
   /** False when nothing was being served. */

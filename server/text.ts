@@ -48,3 +48,35 @@ export function printableName(raw: unknown, max = 64, fallback = "an unnamed MCP
   if (name === "") return fallback;
   return name.length > max ? `${cutText(name, max)}…` : name;
 }
+
+// Characters a reader never sees: Unicode's default ignorables (zero-width characters, variation
+// selectors, the tag characters U+E0000-U+E007F that can spell a whole instruction invisibly...), the
+// bidi controls that reorder what is shown, and the control characters but tab, newline and carriage
+// return (ESC starts the terminal sequences that hide text from `cat`). Text the model reads as
+// instructions from a file the user may never have looked at is sent without them.
+const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/gu;
+
+/** What removeInvisible took out of a text. */
+export interface InvisibleRemoved {
+  /** How many characters were removed. */
+  count: number;
+  /** Each removed character's code point ("U+200B") and how often it was removed, in order of first sight. */
+  characters: { codePoint: string; count: number }[];
+  /** What the removed tag characters (U+E0020-U+E007E) spelled, as ASCII: an instruction hidden in them. */
+  tagText?: string;
+}
+
+/** TEXT without its invisible and direction-changing characters, and what was removed. */
+export function removeInvisible(text: string): { text: string; removed: InvisibleRemoved } {
+  const counts = new Map<number, number>();
+  let tagText = "";
+  const cleaned = text.replace(INVISIBLE, (c) => {
+    const code = c.codePointAt(0)!;
+    counts.set(code, (counts.get(code) ?? 0) + 1);
+    if (code >= 0xe0020 && code <= 0xe007e) tagText += String.fromCharCode(code - 0xe0000);
+    return "";
+  });
+  const characters = [...counts].map(([code, count]) => ({ codePoint: `U+${code.toString(16).toUpperCase().padStart(4, "0")}`, count }));
+  const count = characters.reduce((n, c) => n + c.count, 0);
+  return { text: cleaned, removed: { count, characters, ...(tagText !== "" ? { tagText } : {}) } };
+}

@@ -22,7 +22,11 @@ import {
   type ConversationListResult,
   type ConversationNewParams,
   type ConversationNewResult,
+  type EditorContext,
   type NoticeParams,
+  type ProjectInstructions,
+  type PromptShowParams,
+  type PromptShowResult,
   type TextDeltaParams,
   type ToolCallParams,
   type ToolChoice,
@@ -38,12 +42,13 @@ import { createProvider, type ResolvedProvider } from "../llm/factory.js";
 import { emptyUsage } from "../llm/provider.js";
 import type { AgentServer } from "../rpc/server.js";
 import type { ToolPolicy } from "../tools/policy.js";
+import type { Tool } from "../tools/tool.js";
 import { Conversation } from "./conversation.js";
 import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
-import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
+import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, toolDefinitions, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
-import { buildSystemPrompt, promptForTurn, type KeptPrompt, type SystemPromptInput } from "./system-prompt.js";
+import { buildSystemPrompt, instructionsNotice, promptForTurn, type KeptPrompt, type SystemPromptInput } from "./system-prompt.js";
 import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
 import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { modelInfo } from "../llm/models.js";
@@ -87,6 +92,7 @@ export class ChatService {
     });
     s.addRequest(Requests.conversationList, (): ConversationListResult => ({ conversations: [...this.conversations.values()].map((c) => c.summary()) }));
     s.addRequest(Requests.conversationDelete, (p: ConversationDeleteParams) => this.delete(p));
+    s.addRequest(Requests.promptShow, (p: PromptShowParams) => this.show(p));
     s.connection.onClose(() => this.cancelAll());
     this.saved.register();
     registerCompaction(s, this.conversations, this.options.env);
@@ -243,27 +249,19 @@ export class ChatService {
     } catch (err) {
       return (err as Error).message;
     }
-    const offered = policy.offered();
     const notices: string[] = [];
-    // A small window gets a core set the model adds to (tool-set.ts); a large one every tool but add_tools.
-    const contextWindow = this.options.contextWindow ?? config.contextWindow;
-    const model = config.model ?? resolved.model;
-    const toolSet = isLean(contextWindow ?? modelInfo(model).contextWindow) ? new LeanToolSet(offered, (conversation.addedCategories ??= categoriesAddedIn(conversation.messages))) : undefined;
-    const tools = toolSet ? toolSet.current() : offered.filter((t) => t.name !== ADD_TOOLS);
-    const promptInput: SystemPromptInput = {
+    let instructions: ProjectInstructions | undefined;
+    const { tools, toolSet, promptInput } = this.toolsAndPrompt(conversation, config, context, config.model ?? resolved.model, policy, {
       // Said once per server, not at every turn while the file stays as it is.
       onRefused: (message) => {
         if (this.refusalsSaid.has(message)) return;
         this.refusalsSaid.add(message);
         notices.push(message);
       },
-      // Every offered tool, so that the prompt stays the same as the model adds categories.
-      tools: offered.filter((t) => t.name !== ADD_TOOLS),
-      ...(toolSet ? { moreTools: moreToolsSection(offered) } : {}),
-      safetyOf: (t) => policy.effectiveSafety(t),
-      currentPackage: context.currentPackage,
-      projectRoot: context.projectRoot ?? config.projectRoot,
-    };
+      onInstructions: (shown) => {
+        instructions = shown;
+      },
+    });
     // A conversation read from its file writes its prompt as it was last sent: with the package it named then.
     const saved = conversation.savedPrompt;
     conversation.savedPrompt = undefined;
@@ -272,6 +270,12 @@ export class ChatService {
     const prompt = promptForTurn(promptInput, kept, conversation.messages);
     conversation.keepPrompt(prompt.kept);
     const system = prompt.kept.text;
+    // Which instructions the model is sent, said at a conversation's first turn here and when they change.
+    const told = instructions ? instructionsNotice(instructions) : undefined;
+    if (told !== conversation.instructionsTold) {
+      if (told !== undefined) notices.push(told);
+      conversation.instructionsTold = told;
+    }
     return {
       notices,
       ...(prompt.note ? { note: prompt.note } : {}),
@@ -292,6 +296,65 @@ export class ChatService {
         retry: this.retry,
         ...((this.options.contextWindow ?? config.contextWindow) ? { contextWindow: this.options.contextWindow ?? config.contextWindow } : {}),
       },
+    };
+  }
+
+  /** The tools a turn of CONVERSATION is offered under CONFIG and POLICY, and its system prompt's input. */
+  private toolsAndPrompt(
+    conversation: Conversation,
+    config: Configuration,
+    context: EditorContext,
+    model: string,
+    policy: ToolPolicy,
+    told: Pick<SystemPromptInput, "onRefused" | "onInstructions">,
+  ): { tools: Tool[]; toolSet: LeanToolSet | undefined; promptInput: SystemPromptInput } {
+    const offered = policy.offered();
+    // A small window gets a core set the model adds to (tool-set.ts); a large one every tool but add_tools.
+    const contextWindow = this.options.contextWindow ?? config.contextWindow;
+    const toolSet = isLean(contextWindow ?? modelInfo(model).contextWindow) ? new LeanToolSet(offered, (conversation.addedCategories ??= categoriesAddedIn(conversation.messages))) : undefined;
+    const tools = toolSet ? toolSet.current() : offered.filter((t) => t.name !== ADD_TOOLS);
+    const promptInput: SystemPromptInput = {
+      ...told,
+      // Every offered tool, so that the prompt stays the same as the model adds categories.
+      tools: offered.filter((t) => t.name !== ADD_TOOLS),
+      ...(toolSet ? { moreTools: moreToolsSection(offered) } : {}),
+      safetyOf: (t) => policy.effectiveSafety(t),
+      currentPackage: context.currentPackage,
+      projectRoot: context.projectRoot ?? config.projectRoot,
+    };
+    return { tools, toolSet, promptInput };
+  }
+
+  /**
+   * What the model is told (prompt/show): the system prompt a held conversation's requests last
+   * carried (else the one its next turn, or a new conversation's first, would carry), the project
+   * instructions in it, and the tool definitions as sent. Changes nothing.
+   */
+  private show(p: PromptShowParams): PromptShowResult {
+    const held = p?.conversationId ? this.conversations.get(p.conversationId) : undefined;
+    if (p?.conversationId && !held) throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId} is open in this server.`);
+    const conversation = held ?? new Conversation("prompt-show");
+    const config: Configuration = { ...this.server.configuration, ...conversation.configuration };
+    const context = { ...this.server.context, ...stripUndefined(p?.context ?? {}) };
+    let model = config.model;
+    if (model === undefined) {
+      try {
+        model = createProvider(config, this.options.env).model;
+      } catch {
+        model = "";
+      }
+    }
+    const policy = this.server.policyFor(config);
+    let instructions: ProjectInstructions | undefined;
+    const { tools, promptInput } = this.toolsAndPrompt(conversation, config, context, model, policy, { onInstructions: (shown) => (instructions = shown) });
+    const fresh = buildSystemPrompt(promptInput);
+    const sent = held?.prompt !== undefined;
+    // The instructions' account is the fresh reading's: it is the sent one's too unless the file changed since.
+    return {
+      system: sent ? held!.prompt!.text : fresh,
+      tools: toolDefinitions({ tools, safetyOf: (t) => policy.effectiveSafety(t) }).map((t) => ({ ...t, inputSchema: t.inputSchema as unknown as Record<string, unknown> })),
+      ...(instructions ? { instructions } : {}),
+      sent,
     };
   }
 

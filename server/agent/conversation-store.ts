@@ -6,9 +6,9 @@
 // or unreadable is reported with its name and never written to. A lock file per conversation keeps
 // two servers (two Emacsen) from appending to the same file; a lock whose process is gone is taken over.
 
-import { closeSync, existsSync, fstatSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, ftruncateSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync, readSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { hostname, uptime } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Change, SavedConversationSummary, SavedTurnEnd, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
@@ -132,6 +132,56 @@ export interface StoredConversation {
   interrupted?: { at: string; calls: string[]; what: string[]; append?: Message[] };
   /** The last time the history was repaired, and what was done. */
   repaired?: { at: string; what: string[] };
+  /** The file that was read (device and inode), when read from disk: a journal reopens that file or none. */
+  identity?: FileIdentity;
+}
+
+/** A file or directory as the system knows it, whatever its name. */
+export interface FileIdentity {
+  dev: number;
+  ino: number;
+}
+
+const sameFile = (a: FileIdentity, b: FileIdentity): boolean => a.dev === b.dev && a.ino === b.ino;
+
+/**
+ * Opens FILE, a conversation file or its name, with FLAGS, never through a link and never anything
+ * but a regular file: a link planted at a conversation's name would make the store read or write a
+ * file outside its directory. O_NOFOLLOW refuses a link as the last component, O_NONBLOCK keeps a
+ * FIFO from blocking the open, and the name's lstat must still be the file the descriptor holds
+ * (nothing swapped between the two). WHAT says what was to be done ("read", "opened for writing").
+ */
+function openRegular(file: string, flags: number, what: string): number {
+  let fd: number;
+  try {
+    fd = openSync(file, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ELOOP") throw new StoreError(file, `not ${what}: a link (sly-agent-q never follows a link in its conversations directory).`, code);
+    throw new StoreError(file, `cannot be ${what}: ${(err as Error).message}`, code);
+  }
+  try {
+    const opened = fstatSync(fd);
+    if (!opened.isFile()) throw new StoreError(file, `not ${what}: not a regular file.`);
+    // A file with another name elsewhere (a hard link) is read, never written: writing it would write there.
+    if (opened.nlink > 1 && (flags & (constants.O_WRONLY | constants.O_RDWR)) !== 0) throw new StoreError(file, `not ${what}: it has another name elsewhere (a hard link).`);
+    if (!sameFile(lstatSync(file), opened)) throw new StoreError(file, `not ${what}: it was replaced while it was opened.`);
+    return fd;
+  } catch (err) {
+    closeSync(fd);
+    if (err instanceof StoreError) throw err;
+    throw new StoreError(file, `cannot be ${what}: ${(err as Error).message}`, (err as NodeJS.ErrnoException).code);
+  }
+}
+
+/** The identity of directory DIR (followed if the configuration names a link: the user's choice). */
+function directoryIdentity(dir: string): FileIdentity | undefined {
+  try {
+    const st = statSync(dir);
+    return st.isDirectory() ? { dev: st.dev, ino: st.ino } : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export class StoreError extends Error {
@@ -439,6 +489,8 @@ export class ConversationJournal {
     readonly file: string,
     private readonly lockFile: string,
     fd: number,
+    /** The conversations directory as it was when the file was opened: a name is resolved in it or not at all. */
+    private readonly directory: FileIdentity | undefined,
   ) {
     this.fd = fd;
   }
@@ -454,6 +506,11 @@ export class ConversationJournal {
   /** Opens an existing FILE for appending, sealing off a last line cut short by a crash. */
   static reopen(store: ConversationStore, id: string, stored: StoredConversation): ConversationJournal {
     const journal = ConversationJournal.open(store, id, "a", "opened for writing");
+    // The file read is the file written to: one swapped at its name in between is not.
+    if (stored.identity && !sameFile(fstatSync(journal.fd!), stored.identity)) {
+      journal.close();
+      throw new StoreError(journal.file, "not opened for writing: it was replaced by another program after it was read.");
+    }
     journal.claimsStarts = stored.header.starts === true;
     // A claim the reading did not trust (the file was last written before this boot) is withdrawn
     // before anything is appended: the append would otherwise make the file look trustworthy again.
@@ -467,11 +524,16 @@ export class ConversationJournal {
   /** Takes conversation ID's lock and opens its file with FLAGS; on failure lets go of the lock. */
   private static open(store: ConversationStore, id: string, flags: "wx" | "a", what: string): ConversationJournal {
     const file = store.fileOf(id);
+    const directory = directoryIdentity(store.directory);
     const lock = store.lock(id);
     try {
-      return new ConversationJournal(store, id, file, lock, openSync(file, flags, 0o600));
+      // O_EXCL creates a new file and never follows a link; an existing file is appended to only
+      // when it is itself a regular file in the directory (openRegular).
+      const bits = flags === "wx" ? constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL : constants.O_WRONLY | constants.O_APPEND;
+      return new ConversationJournal(store, id, file, lock, openRegular(file, bits, what), directory);
     } catch (err) {
       store.unlock(lock);
+      if (err instanceof StoreError) throw err;
       throw new StoreError(file, `cannot be ${what}: ${(err as Error).message}`);
     }
   }
@@ -562,14 +624,45 @@ export class ConversationJournal {
   private disclaimStarts(): boolean {
     let withdrawn = true;
     // The file this journal has open, even if unlinked or renamed (opened with O_APPEND, where a
-    // positioned write would append: opened again for writing in place; Linux only), and the file
-    // at its name.
-    const targets = [...(this.fd !== undefined && existsSync("/proc/self/fd") ? [`/proc/self/fd/${this.fd}`] : []), this.file];
+    // positioned write would append: opened again for writing in place through /proc, a link the
+    // kernel made to this very descriptor's file; Linux only), while it has no name or its one name
+    // is in the conversations directory; and a regular file at its name in the same directory. Never
+    // a link at the name, a name in a directory swapped for another, nor a file that another program
+    // moved or linked outside: its claim then stays, and no call runs unrecorded (started).
+    const opened = this.fd !== undefined ? fstatSync(this.fd) : undefined;
+    const proc = this.fd !== undefined ? `/proc/self/fd/${this.fd}` : undefined;
+    const ownInside = (): boolean => {
+      if (!opened || proc === undefined) return false;
+      if (opened.nlink === 0) return true;
+      if (opened.nlink > 1 || !this.directory) return false;
+      try {
+        const dir = directoryIdentity(dirname(readlinkSync(proc)));
+        return dir !== undefined && sameFile(dir, this.directory);
+      } catch {
+        return false;
+      }
+    };
+    const targets: { path: string; ours: boolean }[] = [
+      ...(proc !== undefined && directoryIdentity("/proc/self/fd") ? (ownInside() ? [{ path: proc, ours: true }] : (withdrawn = false, [])) : []),
+      { path: this.file, ours: false },
+    ];
     for (const target of targets) {
       let fd: number | undefined;
       try {
-        if (target === this.file && !existsSync(target)) continue;
-        fd = openSync(target, "r+");
+        if (!target.ours) {
+          let named;
+          try {
+            named = lstatSync(target.path);
+          } catch {
+            continue; // Nothing at its name.
+          }
+          const dir = directoryIdentity(this.store.directory);
+          // A link or other non-file at its name, or a directory not the one opened: nothing outside is written.
+          if (!named.isFile() || !dir || !this.directory || !sameFile(dir, this.directory)) continue;
+          if (opened && sameFile(named, opened) && targets[0]?.ours) continue; // Done through the descriptor.
+        }
+        fd = target.ours ? openSync(target.path, constants.O_RDWR) : openRegular(target.path, constants.O_RDWR, "rewritten");
+        if (target.ours && (!opened || !sameFile(fstatSync(fd), opened))) throw new Error("not the file this journal opened");
         const head = Buffer.alloc(65536);
         const n = readSync(fd, head, 0, head.length, 0);
         const line = head.subarray(0, n).toString("utf8").split("\n", 1)[0]!;
@@ -596,15 +689,19 @@ export class ConversationJournal {
     if (this.fd === undefined) throw new StoreError(this.file, "is closed.");
     if (this.fault !== undefined) throw new StoreError(this.file, `is no longer saved to: ${this.fault}`);
     const opened = fstatSync(this.fd);
-    let named: ReturnType<typeof statSync> | undefined;
+    let named: ReturnType<typeof lstatSync> | undefined;
     try {
-      named = statSync(this.file);
+      // lstat: a link at the name, even one to this very file, is not the file this journal opened.
+      named = lstatSync(this.file);
     } catch {
       named = undefined;
     }
-    if (!named || named.ino !== opened.ino || named.dev !== opened.dev) {
+    const dir = directoryIdentity(this.store.directory);
+    if (!named || !sameFile(named, opened) || !dir || !this.directory || !sameFile(dir, this.directory)) {
       throw new StoreError(this.file, `was ${named ? "replaced" : "deleted"} by another program while this conversation was open; it is left as it is.`);
     }
+    // A hard link made to it elsewhere would see every record appended from now on.
+    if (opened.nlink > 1) throw new StoreError(this.file, "was given another name (a hard link) by another program while this conversation was open; it is left as it is.");
     const start = opened.size;
     const data = Buffer.from(line);
     let done = 0;
@@ -659,19 +756,24 @@ export class ConversationStore {
     const file = this.fileOf(id);
     let text: string;
     let mtimeMs = 0;
+    let identity: FileIdentity;
+    // Never through a link: a linked conversation is listed as one that cannot be read, never resumed.
+    const fd = openRegular(file, constants.O_RDONLY, "read");
     try {
-      const st = statSync(file);
-      if (!st.isFile()) throw new Error("not a regular file");
+      const st = fstatSync(fd);
       mtimeMs = st.mtimeMs;
-      text = readFileSync(file, "utf8");
+      identity = { dev: st.dev, ino: st.ino };
+      text = readFileSync(fd, "utf8");
     } catch (err) {
       throw new StoreError(file, `cannot be read: ${(err as Error).message}`, (err as NodeJS.ErrnoException).code);
+    } finally {
+      closeSync(fd);
     }
     // A crash of the machine (not only of a process) can lose what the page cache held: a start record
     // written before this boot is not trusted to be the last one written.
     const stored = parseConversation(file, text, mtimeMs > Date.now() - uptime() * 1000 + 1000);
     if (stored.header.id !== id) throw new StoreError(file, `holds conversation ${stored.header.id}, not ${id}.`);
-    return stored;
+    return { ...stored, identity };
   }
 
   /** The conversations in the directory, newest first; files that cannot be read are listed in ERRORS. */
@@ -728,7 +830,11 @@ export class ConversationStore {
   /** Deletes conversation ID's file, unless another live server holds it. */
   delete(id: string): boolean {
     const file = this.fileOf(id);
-    if (!existsSync(file)) return false;
+    try {
+      lstatSync(file); // A link is deleted itself (unlink never follows one), a dangling one too.
+    } catch {
+      return false;
+    }
     const lock = this.lock(id);
     try {
       unlinkSync(file);
@@ -818,7 +924,8 @@ export const lockIO = {
 
 function readLock(lockFile: string): string | undefined {
   try {
-    const fd = openSync(lockFile, "r");
+    // Read only, never blocking (a FIFO planted at its name).
+    const fd = openSync(lockFile, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
     try {
       const size = Math.min(fstatSync(fd).size, 256);
       const buf = Buffer.alloc(size);

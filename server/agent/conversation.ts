@@ -49,6 +49,8 @@ export class Conversation {
   running: RunningTurn | undefined;
   /** The system prompt its requests carry, kept while only the REPL's package changes (promptForTurn). */
   prompt: KeptPrompt | undefined;
+  /** What the chat was last told of the project instructions the prompt includes (chat-handlers.ts). */
+  instructionsTold: string | undefined;
   /** Of a conversation read from its file: the package its last system prompt was written with. */
   savedPrompt: { currentPackage?: string } | undefined;
   /** The tool categories the model added to a lean tool set (tool-set.ts), in order; undefined until known. */

@@ -8,7 +8,7 @@ import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, realpat
 import { isAbsolute, join, relative, sep } from "node:path";
 
 export type ProjectFile =
-  | { kind: "read"; text: string; truncated: boolean }
+  | { kind: "read"; text: string; truncated: boolean; size: number }
   | { kind: "absent" }
   | { kind: "refused"; reason: string };
 
@@ -67,7 +67,7 @@ export function readConfinedFile(path: string, maxBytes: number, within?: string
       if (n === 0) break;
       got += n;
     }
-    return { kind: "read", text: buf.subarray(0, got).toString("utf8"), truncated: st.size > maxBytes };
+    return { kind: "read", text: buf.subarray(0, got).toString("utf8"), truncated: st.size > maxBytes, size: st.size };
   } catch (err) {
     return { kind: "refused", reason: `it cannot be read (${(err as NodeJS.ErrnoException).code ?? "error"})` };
   } finally {

@@ -7,7 +7,8 @@
 import { readProjectFile } from "./project-files.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
 import type { Message } from "../llm/provider.js";
-import { cutText } from "../text.js";
+import { cutText, removeInvisible } from "../text.js";
+import type { ProjectInstructions } from "../protocol.js";
 
 export interface SystemPromptInput {
   tools: readonly Tool[];
@@ -19,6 +20,8 @@ export interface SystemPromptInput {
   onRefused?: (message: string) => void;
   /** What add_tools can bring in, when a lean set is offered (tool-set.ts's moreToolsSection). */
   moreTools?: string;
+  /** Told which project instruction file the prompt includes, its size and what was removed from it. */
+  onInstructions?: (instructions: ProjectInstructions) => void;
 }
 
 /** Project instruction files, first found wins. */
@@ -66,7 +69,10 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
   if (context.length > 0) parts.push(`## Context\n${context.join("\n")}`);
 
   const instructions = input.projectRoot ? readInstructions(input.projectRoot, input.onRefused) : undefined;
-  if (instructions) parts.push(`## Project Instructions (from ${instructions.file})\n${instructions.text}`);
+  if (instructions) {
+    parts.push(`## Project Instructions (from ${instructions.file})\n${instructions.text}`);
+    input.onInstructions?.(instructions.shown);
+  }
   return parts.join("\n\n");
 }
 
@@ -115,21 +121,50 @@ export function promptForTurn(input: SystemPromptInput, kept: KeptPrompt | undef
 }
 
 /**
- * The project's instruction file, bounded in size; undefined when there is none. A file the
- * confinement refuses (a link out of the project, to /proc, a FIFO...) is skipped and ON-REFUSED told.
+ * The project's instruction file, bounded in size and without the characters a reader cannot see
+ * (removeInvisible: a cloned repository could otherwise steer the model with text its user never
+ * saw); undefined when there is none. SHOWN says what the user is told of it. A file the confinement
+ * refuses (a link out of the project, to /proc, a FIFO...) is skipped and ON-REFUSED told.
  */
-export function readInstructions(projectRoot: string, onRefused?: (message: string) => void): { file: string; text: string } | undefined {
+export function readInstructions(projectRoot: string, onRefused?: (message: string) => void): { file: string; text: string; shown: ProjectInstructions } | undefined {
   for (const file of INSTRUCTION_FILES) {
     // Bytes: a UTF-8 character is at most 4, so the character bound below still applies after.
     const read = readProjectFile(projectRoot, file, MAX_INSTRUCTION_CHARS * 4);
     if (read.kind === "refused") onRefused?.(`${file} was not read: ${read.reason}.`);
     if (read.kind !== "read") continue;
-    let text = read.text.trim();
+    const { text: visible, removed } = removeInvisible(read.text);
+    let text = visible.trim();
     if (text === "") continue;
-    if (read.truncated || text.length > MAX_INSTRUCTION_CHARS) {
+    const truncated = read.truncated || text.length > MAX_INSTRUCTION_CHARS;
+    if (truncated) {
       text = `${cutText(text, MAX_INSTRUCTION_CHARS)}\n[... ${file} is longer; the rest was left out.]`;
     }
-    return { file, text };
+    const shown: ProjectInstructions = {
+      file,
+      bytes: read.size,
+      removed: removed.count,
+      removedCharacters: removed.characters,
+      ...(removed.tagText !== undefined ? { tagText: removed.tagText } : {}),
+      ...(truncated ? { truncated: true } : {}),
+    };
+    return { file, text, shown };
   }
   return undefined;
+}
+
+/** A size in bytes as the user reads it: "812 bytes", "1.2 KB", "3.4 MB". */
+function size(bytes: number): string {
+  if (bytes < 1024) return `${bytes} byte${bytes === 1 ? "" : "s"}`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+}
+
+/** What the chat says of the project instructions a conversation's prompt includes ("AGENT-Q.md, 1.2 KB; ..."). */
+export function instructionsNotice(i: ProjectInstructions): string {
+  const parts = [`Project instructions sent to the model: ${i.file}, ${size(i.bytes)}`];
+  if (i.truncated) parts.push(`only its first ${MAX_INSTRUCTION_CHARS} characters`);
+  if (i.removed > 0) {
+    parts.push(`${i.removed} invisible character${i.removed === 1 ? "" : "s"} removed${i.tagText !== undefined ? " (text hidden in Unicode tag characters among them)" : ""}`);
+  }
+  return `${parts.join("; ")}. M-x sly-agent-q-show-system-prompt shows what the model is told.`;
 }

@@ -22,6 +22,10 @@ import { printableName } from "../text.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 
 const DEFAULT_APPROVAL_TIMEOUT_MS = 60_000;
+/** Sessions open at once, and how long one may sit unused: each holds an MCP server and its
+ *  transport (about 100 KB), so a client that opens them and never closes them is bounded. */
+export const DEFAULT_MAX_SESSIONS = 16;
+export const DEFAULT_SESSION_IDLE_TIMEOUT_MS = 30 * 60_000;
 const LOOPBACK_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
 
 /** The contents of the state file. */
@@ -37,7 +41,14 @@ export class McpHttpService {
   private port = 0;
   private stateFile = "";
   private approvalTimeoutMs = DEFAULT_APPROVAL_TIMEOUT_MS;
-  private readonly sessions = new Map<string, { transport: StreamableHTTPServerTransport; mcp: Server }>();
+  private maxSessions = DEFAULT_MAX_SESSIONS;
+  private idleTimeoutMs = DEFAULT_SESSION_IDLE_TIMEOUT_MS;
+  /** Open sessions: LASTUSED, when a request last ended; ACTIVE, requests still being answered
+   *  (a call waiting for approval, a client's open event stream), during which it never expires. */
+  private readonly sessions = new Map<string, { transport: StreamableHTTPServerTransport; mcp: Server; lastUsed: number; active: number }>();
+  /** New sessions being set up (their initialize not answered yet): counted against the cap. */
+  private opening = 0;
+  private sweeper: NodeJS.Timeout | undefined;
   /** "Always allow" answers, per MCP client: never shared with the chat's or another client's. */
   private readonly allowed = new Map<string, Set<string>>();
   private nextCall = 1;
@@ -52,6 +63,8 @@ export class McpHttpService {
     if (typeof params.stateFile !== "string" || params.stateFile === "") throw new Error("mcp/start needs a stateFile.");
     if (this.http) await this.stop();
     this.approvalTimeoutMs = params.approvalTimeoutMs && params.approvalTimeoutMs > 0 ? params.approvalTimeoutMs : DEFAULT_APPROVAL_TIMEOUT_MS;
+    this.maxSessions = Number.isInteger(params.maxSessions) && params.maxSessions! > 0 ? params.maxSessions! : DEFAULT_MAX_SESSIONS;
+    this.idleTimeoutMs = params.sessionIdleTimeoutMs && params.sessionIdleTimeoutMs > 0 ? params.sessionIdleTimeoutMs : DEFAULT_SESSION_IDLE_TIMEOUT_MS;
     this.token = randomBytes(32).toString("base64url");
     registerSecret(this.token, "mcpToken");
     const http = createServer((req, res) => void this.handle(req, res));
@@ -62,6 +75,9 @@ export class McpHttpService {
     });
     this.http = http;
     this.port = (http.address() as { port: number }).port;
+    // Not keeping the process alive: it only closes what is idle.
+    this.sweeper = setInterval(() => this.expireIdle(), Math.max(50, Math.min(this.idleTimeoutMs / 2, 60_000)));
+    this.sweeper.unref();
     this.stateFile = params.stateFile;
     const url = `http://127.0.0.1:${this.port}/mcp`;
     await writePrivate(this.stateFile, JSON.stringify({ url, token: this.token, pid: process.pid } satisfies McpState, null, 2) + "\n");
@@ -73,6 +89,8 @@ export class McpHttpService {
     const http = this.http;
     if (!http) return false;
     this.http = undefined;
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
     for (const { transport } of this.sessions.values()) await transport.close().catch(() => undefined);
     this.sessions.clear();
     http.closeAllConnections();
@@ -98,27 +116,58 @@ export class McpHttpService {
       const sid = req.headers["mcp-session-id"];
       const existing = typeof sid === "string" ? this.sessions.get(sid) : undefined;
       if (existing) {
-        await existing.transport.handleRequest(req, res);
+        existing.active++;
+        try {
+          await existing.transport.handleRequest(req, res);
+        } finally {
+          existing.active--;
+          existing.lastUsed = Date.now();
+        }
         return;
       }
       if (typeof sid === "string") {
         res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32001, message: "Unknown MCP session." }, id: null }));
         return;
       }
-      // A new session (the SDK answers anything but initialize here with an error).
+      // A new session (the SDK answers anything but initialize here with an error), within the cap.
+      this.expireIdle();
+      if (this.sessions.size + this.opening >= this.maxSessions) {
+        const message = `This MCP server already has ${this.maxSessions} open sessions, its maximum (sly-agent-q-mcp-max-sessions); a session unused for ${Math.round(this.idleTimeoutMs / 1000)} s is closed. Close a session (HTTP DELETE with its mcp-session-id) or wait, then initialize again.`;
+        this.agent.logger.warn(`MCP: refused a new session: ${this.maxSessions} are open.`);
+        res.writeHead(503, { "content-type": "application/json", "retry-after": "60" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+        return;
+      }
       const mcp = this.makeServer();
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => void this.sessions.set(id, { transport, mcp }),
+        onsessioninitialized: (id) => void this.sessions.set(id, { transport, mcp, lastUsed: Date.now(), active: 0 }),
       });
       transport.onclose = () => {
         if (transport.sessionId) this.sessions.delete(transport.sessionId);
       };
-      await mcp.connect(transport);
-      await transport.handleRequest(req, res);
+      this.opening++;
+      try {
+        await mcp.connect(transport);
+        await transport.handleRequest(req, res);
+      } finally {
+        this.opening--;
+      }
+      // An initialize that made no session (refused by the SDK) leaves nothing open.
+      if (!transport.sessionId || !this.sessions.has(transport.sessionId)) await mcp.close().catch(() => undefined);
     } catch (err) {
       this.agent.logger.error(`MCP: request failed: ${(err as Error)?.stack ?? String(err)}`);
       if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32603, message: "Internal error" }, id: null }));
+    }
+  }
+
+  /** Closes the sessions no request has used for the idle timeout (none with a request still being answered). */
+  private expireIdle(): void {
+    const before = Date.now() - this.idleTimeoutMs;
+    for (const [id, s] of this.sessions) {
+      if (s.active > 0 || s.lastUsed > before) continue;
+      this.sessions.delete(id);
+      this.agent.logger.info(`MCP: closed session ${id.slice(0, 8)}…, unused for ${Math.round(this.idleTimeoutMs / 1000)} s.`);
+      void s.transport.close().catch(() => undefined);
     }
   }
 

@@ -7,6 +7,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
 import { ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
+import { protectedWrite } from "./protected-paths.js";
 import { schemaForModel, type ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
 import { cutText, sentence } from "../text.js";
@@ -75,7 +76,7 @@ export interface ExecutorOptions {
   audit?: (entry: AuditEntry) => void;
   hooks?: ToolHook[];
   /** What handlers get besides the call's own signal and timeout (the Emacs port, the current package). */
-  context?: () => Pick<ToolContext, "emacs" | "currentPackage">;
+  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot">;
 }
 
 export interface ExecuteOptions {
@@ -119,6 +120,8 @@ export interface AdmittedCall {
   readonly approvalWaitMs?: number;
   /** Set when the user edited the arguments: the result says which ran. */
   readonly edited?: boolean;
+  /** The protected file the user approved writing (its approval said why): not asked about again as it runs. */
+  readonly protectedApproved?: string;
   /** Set when the call is answered; a later stage refuses it. */
   settled: boolean;
 }
@@ -307,7 +310,7 @@ export class Executor {
       const invalid = this.validate(tool, args);
       if (invalid) return answer(`Invalid arguments for ${tool.name}: ${invalid}`, args);
 
-      const verdict = policy.decide(tool, args);
+      const verdict = policy.decide(tool, args, this.options.context?.().projectRoot);
       if (verdict.kind === "deny") return answer(deniedByRule(tool, verdict.rule), args);
       let decision: AuditEntry["decision"] = "auto";
       let ask: ApprovalReason | undefined;
@@ -351,7 +354,8 @@ export class Executor {
       if (Object.prototype.hasOwnProperty.call(tool.parameters, "package") && args.package === undefined && currentPackage) {
         args = { ...args, package: currentPackage };
       }
-      let shown = args;
+      // Why a protected file asks is shown with the arguments, as what the call writes.
+      let shown = reason.kind === "protected" ? { ...args, protected_file: `${reason.path}: ${reason.why}` } : args;
       let previewDigest: string | undefined;
       if (tool.preview) {
         try {
@@ -383,7 +387,7 @@ export class Executor {
           const edited = declaredOnly(tool, parseArguments(reply.arguments));
           const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
           if (bad || typeof edited === "string") return answer(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`);
-          const again = this.policy.decide(tool, edited);
+          const again = this.policy.decide(tool, edited, this.options.context?.().projectRoot);
           if (again.kind === "deny") {
             args = edited;
             return answer(deniedByRule(tool, again.rule));
@@ -418,7 +422,17 @@ export class Executor {
       // The run's own time starts now: the wait for the user is reported apart.
       return {
         kind: "admitted",
-        call: { ...rest, arguments: args, decision, bound, settled: false, started: performance.now(), ...(approvalWaitMs !== undefined ? { approvalWaitMs } : {}), ...(decision === "modified" ? { edited: true } : {}) },
+        call: {
+          ...rest,
+          arguments: args,
+          decision,
+          bound,
+          settled: false,
+          started: performance.now(),
+          ...(approvalWaitMs !== undefined ? { approvalWaitMs } : {}),
+          ...(decision === "modified" ? { edited: true } : {}),
+          ...(reason.kind === "protected" && decision === "approved" ? { protectedApproved: reason.path } : {}),
+        },
       };
     } catch (err) {
       return answer(err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`);
@@ -456,7 +470,7 @@ export class Executor {
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: () => void tellStarted() }, admitted.bound?.emacs);
+      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: () => void tellStarted(), ...(admitted.protectedApproved !== undefined ? { protectedApproved: admitted.protectedApproved } : {}) }, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts, ...asked }, undefined, content);
     } catch (err) {
@@ -547,6 +561,46 @@ export class Executor {
     onApproved?.();
   }
 
+  /**
+   * A handler is about to write FILE, found as it ran (a definition's file): a protected file asks
+   * the user, saying why, each time (no rule can name a file the call's arguments do not), unless the
+   * call's own approval was about that very file. Throws a ToolError when the write may not happen.
+   */
+  private async confirmWrite(
+    tool: Tool,
+    args: Record<string, unknown>,
+    callId: string,
+    file: string,
+    signal: AbortSignal,
+    how: { tags?: Record<string, string>; beforeAsking?: () => Promise<void>; onApproved?: () => void; protectedApproved?: string },
+  ): Promise<void> {
+    const guarded = protectedWrite(file, this.options.context?.().projectRoot);
+    if (!guarded || guarded.path === how.protectedApproved) return;
+    const refuse = (why: string): ToolError => new ToolError(`${tool.name}: ${clip(guarded.path)} is a protected file (${guarded.why}), and ${why}; nothing was written.`);
+    if (!this.options.approve) throw refuse("writing it needs the user's approval, which is not possible here");
+    if (how.beforeAsking) {
+      try {
+        await how.beforeAsking();
+      } catch {
+        throw new ToolError(`${tool.name} was cancelled.`);
+      }
+    }
+    if (signal.aborted) throw new ToolError(`${tool.name} was cancelled.`);
+    const reply = await this.options.approve(
+      {
+        callId,
+        tags: how.tags,
+        tool,
+        arguments: { ...args, protected_file: `${guarded.path}: ${guarded.why}` },
+        safetyLevel: this.policy.effectiveSafety(tool),
+        reason: { kind: "protected", path: guarded.path, why: guarded.why },
+      },
+      signal,
+    );
+    if (reply?.decision !== "approved") throw refuse(`the user did not allow it${reply?.decision === "denied" && reply.reason ? ` (${reply.reason})` : ""}`);
+    how.onApproved?.();
+  }
+
   /** How long TOOL's handler may run before the executor stops it. */
   timeoutFor(tool: Tool): number {
     if (tool.timeoutMs !== undefined) return tool.timeoutMs;
@@ -564,8 +618,8 @@ export class Executor {
     return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
   }
 
-  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void }, approved?: ApprovedTarget): Promise<unknown> {
-    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning } = opts;
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void; protectedApproved?: string }, approved?: ApprovedTarget): Promise<unknown> {
+    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning, protectedApproved } = opts;
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -589,6 +643,7 @@ export class Executor {
         ...(approved ? { approved } : {}),
         ...(offerCategory ? { offerCategory } : {}),
         readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking, onApprovedWhileRunning),
+        confirmWrite: (file) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved }),
       };
       const running = Promise.resolve().then(() => tool.handler(args, context));
       running.catch(() => undefined);

@@ -13,6 +13,7 @@
 import { safetyRank, SAFETY_LEVELS, type SafetyLevel, type Tool } from "./tool.js";
 import type { ToolRegistry } from "./registry.js";
 import { ADD_TOOLS } from "./catalog/tool-set.js";
+import { protectedWrite, type ProtectedWrite } from "./protected-paths.js";
 
 import type { ApprovalReason, PermissionRule, RuleAction } from "../protocol.js";
 
@@ -132,17 +133,39 @@ export class ToolPolicy {
     return this.effectiveSafety(tool) === "safe" && !this.rules.some((r) => r.rule.action !== "allow" && this.ruleCovers(r, tool));
   }
 
-  /** What a call of TOOL with ARGS (already validated) needs. */
-  decide(tool: Tool, args: Record<string, unknown>): PolicyDecision {
+  /** What a call of TOOL with ARGS (already validated) needs; PROJECTROOT is what its paths are relative to. */
+  decide(tool: Tool, args: Record<string, unknown>, projectRoot?: string): PolicyDecision {
     const primaryArgs = toPrimaryArgs(tool, args);
     const matching = this.rules.filter((r) => this.ruleCovers(r, tool) && argumentMatches(r, primaryArgs));
     const deny = matching.find((r) => r.rule.action === "deny");
     if (deny) return { kind: "deny", rule: deny.rule };
+    // A protected file asks before any allow rule or level is looked at ("always allow" answers
+    // only a level): only an allow rule naming the protected path itself lets it run unasked.
+    const param = this.registry.get(this.primaryName(tool))?.writesFile ?? tool.writesFile;
+    const target = param !== undefined && typeof primaryArgs[param] === "string" ? (primaryArgs[param] as string) : undefined;
+    const guarded = target !== undefined ? protectedWrite(target, projectRoot) : undefined;
+    if (guarded && !this.allowsProtected(tool, param!, target!, guarded)) {
+      return { kind: "ask", reason: { kind: "protected", path: guarded.path, why: guarded.why } };
+    }
     const ask = matching.find((r) => r.rule.action === "ask");
     if (ask) return { kind: "ask", reason: { kind: "rule", rule: ask.rule } };
     if (matching.length > 0) return { kind: "run" };
     const level = this.effectiveSafety(tool);
     return level === "dangerous" ? { kind: "ask", reason: { kind: "level", level } } : { kind: "run" };
+  }
+
+  /**
+   * Whether a write of TOOL to the protected file VALUE (its argument PARAM, as the model wrote it)
+   * may run unasked: only an allow rule on PARAM whose pattern matches VALUE and would not match it
+   * with the protected name renamed, that is, a rule that names the protected path itself ("always
+   * allow", a rule for the whole tool, a pattern like ".*" do not).
+   */
+  private allowsProtected(tool: Tool, param: string, value: string, guarded: ProtectedWrite): boolean {
+    const name = guarded.name.split("/").pop() ?? guarded.name;
+    const probe = value.split(name).join("not-protected");
+    // A value without the name (a link elsewhere leading into .git) has nothing a rule could name.
+    if (probe === value) return false;
+    return this.rules.some((r) => r.rule.action === "allow" && r.rule.argument === param && r.regexp !== undefined && this.ruleCovers(r, tool) && r.regexp.test(value) && !r.regexp.test(probe));
   }
 
   /** The not-available message for NAME, naming what is available. */

@@ -30,6 +30,14 @@ export interface ToolContext {
    * read may not happen. Set by the executor.
    */
   readOutside?: (path: string) => Promise<void>;
+  /**
+   * Before a handler writes FILE it found only as it ran (a definition's file): a protected file
+   * (protected-paths.ts) asks the user, saying why, unless a rule names it. Throws a ToolError when
+   * the write may not happen. Set by the executor.
+   */
+  confirmWrite?: (file: string) => Promise<void>;
+  /** The project root the call's paths are relative to, as Emacs last told it. */
+  projectRoot?: string;
   /** Where a handler reports what call CALLID changed in files and buffers (kept for rewinding). */
   reportChanges?: (callId: string, changes: Change[]) => void;
   /**
@@ -76,6 +84,10 @@ export interface ToolSpec {
    *  the call will make), merged into the approval's arguments. A ToolError refuses the call before
    *  anyone is asked. Keys that are not parameters are dropped from an edited reply. */
   preview?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<Record<string, unknown>>;
+  /** The parameter naming the file a call writes (write_file's path): a protected file there makes
+   *  the call ask (protected-paths.ts). A handler that finds the file only as it runs asks through
+   *  ToolContext.confirmWrite. */
+  writesFile?: string;
   /** How the user reviews a call that asks (see ReviewKind in server/protocol.ts); "arguments" when absent. */
   review?: ReviewKind;
   /** What a safe tool changes besides answering (point moved, a trace removed, the user's macro functions

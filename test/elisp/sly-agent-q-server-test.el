@@ -434,7 +434,8 @@ nor an edit of its arguments; the tool's level both.  Asked for anyway, they say
   (sly-agent-q-test--with-chat
     (dolist (case '(("level" (:kind "level" :level "dangerous") t t)
                     ("rule" (:kind "rule" :rule (:action "ask" :tool "write_file")) t nil)
-                    ("outside" (:kind "outside" :path "/usr/share/lib/a.lisp") nil nil)))
+                    ("outside" (:kind "outside" :path "/usr/share/lib/a.lisp") nil nil)
+                    ("protected" (:kind "protected" :path ".envrc" :why "direnv runs it") nil nil)))
       (let ((decision nil)
             (request (list :tool "write_file" :arguments '(:path "a.lisp" :content "x")
                            :safetyLevel "dangerous" :callId (car case) :reason (nth 1 case))))

@@ -227,8 +227,8 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
             (should (equal "secret\n" (with-temp-buffer
                                         (insert-file-contents (expand-file-name "secret.txt" outside))
                                         (buffer-string))))
-            ;; `~' is not the home directory.
-            (should (string-match-p "~/x.txt"
+            ;; `~' is the home directory, outside the root, and said so.
+            (should (string-match-p "~/x.txt is outside the project root.*`~' is the home directory"
                                     (sly-agent-q-tools-test--fails "read_file" :path "~/x.txt")))
             ;; Allowed directories widen the roots.
             (let ((sly-agent-q-allowed-directories (list outside)))

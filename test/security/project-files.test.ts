@@ -73,6 +73,7 @@ it("sends nothing of planted instruction links (environ, a file outside, a FIFO)
     "AGENTS.md was not read: it leads outside the project root.",
     "AGENT-Q.md was not read: it leads outside the project root.",
     "AGENTS.md was not read: it is not a regular file.",
+    "Project instructions sent to the model: AGENTS.md, 27 bytes. M-x sly-agent-q-show-system-prompt shows what the model is told.",
   ]);
   expect(JSON.stringify(notes) + b.stderr()).not.toContain(planted);
 }, 60_000);

@@ -31,7 +31,7 @@ afterEach(() => {
   for (const b of open.splice(0)) b.kill();
 });
 
-async function start(approvalTimeoutMs = 20_000): Promise<Harness> {
+async function start(approvalTimeoutMs = 20_000, sessions: { maxSessions?: number; sessionIdleTimeoutMs?: number } = {}): Promise<Harness> {
   const bundle = startBundle(["--log-level", "warn"]);
   open.push(bundle);
   const stateFile = join(mkdtempSync(join(tmpdir(), "agent-q-mcp-")), "state", "mcp.json");
@@ -48,7 +48,7 @@ async function start(approvalTimeoutMs = 20_000): Promise<Harness> {
     }
   });
   await bundle.connection.sendRequest("initialize", { clientInfo: { name: "mcp-test" }, capabilities: { tools: true, image: true, approvals: true }, configuration: {} });
-  const r = await bundle.connection.sendRequest<any>("mcp/start", { stateFile, approvalTimeoutMs });
+  const r = await bundle.connection.sendRequest<any>("mcp/start", { stateFile, approvalTimeoutMs, ...sessions });
   const state = JSON.parse(readFileSync(stateFile, "utf8"));
   expect(r.url).toBe(state.url);
   h.url = state.url;
@@ -99,6 +99,36 @@ describe("MCP server", () => {
     // The token never reaches the logs.
     expect(h.bundle.stderr()).not.toContain(h.token);
   });
+
+  it("holds at most maxSessions open: past the cap an initialize is refused, saying so; an unused session expires, a used one stays", async () => {
+    const h = await start(20_000, { maxSessions: 3, sessionIdleTimeoutMs: 1500 });
+    const auth = { ...HEADERS, authorization: `Bearer ${h.token}` };
+    const init = () => fetch(h.url, { method: "POST", headers: auth, body: INIT });
+    const list = (sid: string) =>
+      fetch(h.url, { method: "POST", headers: { ...auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18" }, body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} }) });
+    // Many initializes, as a client that never closes its sessions: only the cap's worth open.
+    const answers = await Promise.all(Array.from({ length: 20 }, () => init()));
+    const opened = answers.filter((r) => r.status === 200).map((r) => r.headers.get("mcp-session-id")!);
+    const refused = answers.filter((r) => r.status === 503);
+    expect(opened).toHaveLength(3);
+    expect(refused).toHaveLength(17);
+    const error = ((await refused[0]!.json()) as { error: { message: string } }).error.message;
+    expect(error).toMatch(/already has 3 open sessions, its maximum \(sly-agent-q-mcp-max-sessions\); a session unused for 2 s is closed/);
+    await Promise.all(answers.filter((r) => r.status === 200).map((r) => r.text()));
+    // The first stays in use; the two others expire.
+    const [kept, ...idle] = opened;
+    for (let i = 0; i < 6; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      const r = await list(kept!);
+      expect(r.status).toBe(200);
+      await r.text();
+    }
+    for (const sid of idle) expect((await list(sid)).status).toBe(404);
+    // Room again, for new sessions up to the cap.
+    const again = await Promise.all([init(), init(), init()]);
+    expect(again.map((r) => r.status).sort()).toEqual([200, 200, 503]);
+    expect((await list(kept!)).status).toBe(200);
+  }, 30_000);
 
   it("names a hostile client by a printable, bounded name: no control or bidi character, no line of its own", async () => {
     const h = await start();

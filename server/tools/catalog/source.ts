@@ -188,6 +188,8 @@ const insertEdit: EditPlanner = async (args, ctx) => {
 /** Applies the reviewed edit in Emacs, then compiles the new form from the file in the image. */
 async function applyAndCompile(planner: EditPlanner, args: Record<string, unknown>, ctx: ToolContext): Promise<string> {
   const edit = await planner(args, ctx);
+  // The file is found as the call runs: a protected one asks here, saying why.
+  await ctx.confirmWrite?.(edit.file);
   const change = Array.isArray(args.accepted_hunks) ? { ...edit.change, accepted_hunks: args.accepted_hunks } : edit.change;
   const applied = String(await emacsTool("propose_file_edit")(change, ctx));
   if (!applied.startsWith("Applied all")) {
@@ -312,6 +314,7 @@ export const sourceTools: Tool[] = [
       accepted_hunks: acceptedHunks,
     },
     required: ["text"],
+    writesFile: "path",
     safety: "dangerous",
     categories: ["diff", "filesystem", "evaluation"],
     runtime: "node",
