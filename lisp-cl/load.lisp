@@ -17,7 +17,7 @@
 ;;; Everything here is one form, so that nothing is defined in the
 ;;; package this file is loaded into.
 
-(let* ((files '("package" "backend" "text" "errors" "guard" "protocol" "symbols" "reader"
+(let* ((files '("package" "clisp-file-stat" "backend" "text" "errors" "guard" "protocol" "symbols" "reader"
                 "describe" "xref" "clos" "eval" "compile" "macroexpand"
                 "source" "locations" "systems" "testing"
                 "debugger" "inspect" "threads" "trace" "profile"))

@@ -20,7 +20,8 @@
            #:xref-p #:agent-threads-trapped-p #:stack-overflow-condition-p
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
            #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p
-           #:watcher-process-p #:processes-matching-p #:method-source-locations-p))
+           #:watcher-process-p #:processes-matching-p #:method-source-locations-p
+           #:posix-file-stat-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -222,6 +223,42 @@ ABCL, whose 32-bit fixnums the metering's clock outgrows."
 (defun statistical-profiler-p ()
   "True where profile_eval has a statistical profiler (SBCL's SB-SPROF)."
   #+sbcl t #-sbcl nil)
+
+
+;;;; CLISP's POSIX:FILE-STAT (lisp-cl/clisp-file-stat.lisp)
+
+(defun posix-file-stat-p ()
+  "True where POSIX:FILE-STAT is (CLISP): what UIOP's PROBE-FILE* calls
+there, wrapped by sly-agent-q against its garbage-collection defect."
+  (and (find-package "POSIX") (find-symbol "FILE-STAT" "POSIX") t))
+
+(defun file-stat-mode (file)
+  "The mode POSIX:FILE-STAT gives FILE (CLISP), through the symbol as
+UIOP calls it."
+  (funcall (find-symbol "FILE-STAT-MODE" "POSIX")
+           (funcall (find-symbol "FILE-STAT" "POSIX") file)))
+
+(defvar *padding* nil
+  "The last string FILE-STAT-MODES-UNLIKE made between two calls.")
+
+(defun file-stat-modes-unlike (mode file calls)
+  "How many of CALLS calls of POSIX:FILE-STAT on FILE (CLISP) give
+another mode than MODE.  Strings of every length up to 60 are made
+between the calls, so that garbage collections fall at every point of
+FILE-STAT's own allocations."
+  (let ((stat (find-symbol "FILE-STAT" "POSIX"))
+        (stat-mode (find-symbol "FILE-STAT-MODE" "POSIX")))
+    (loop for i below calls
+          do (setf *padding* (make-string (mod i 61)))
+          count (not (equal mode (funcall stat-mode (funcall stat file)))))))
+
+;; Compiled: a million calls take seconds, not a minute, interpreted.
+(compile 'file-stat-modes-unlike)
+
+(defun gc-count ()
+  "How many garbage collections this Lisp has made (CLISP)."
+  #+clisp (nth-value 3 (system::%room))
+  #-clisp (error "gc-count is only needed where POSIX:FILE-STAT is"))
 
 
 ;;;; The debugger hook that every entry into the debugger honours

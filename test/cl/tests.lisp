@@ -52,7 +52,9 @@
     (:watcher-process saq-portable:watcher-process-p
      "this Lisp keeps an evaluation's time limit with a thread, not a watcher process")
     (:debugger-hook saq-portable:debugger-hook-portable-p
-     "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's"))
+     "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's")
+    (:posix-file-stat saq-portable:posix-file-stat-p
+     "only CLISP has POSIX:FILE-STAT, whose garbage-collection defect the helpers work around"))
   "Capability, the function that says whether this Lisp has it, and
 the reason a test needing it is skipped where it has not.")
 
@@ -425,6 +427,46 @@ another Lisp)."
   (let ((r (tool "method_specializers" "generic_function" "my-app:process-data")))
     (is (error-p r))
     (is (has r "does not name a generic function" "function"))))
+
+
+;;;; CLISP's POSIX:FILE-STAT (lisp-cl/clisp-file-stat.lisp)
+;;;
+;;; A garbage collection that starts inside CLISP's own FILE-STAT makes it
+;;; write through a stale pointer: the image dies of a SIGSEGV.  UIOP calls
+;;; it for every file ASDF probes, about 500 times in one
+;;; method_specializers on CLISP.  The first loop below killed the CLISP of
+;;; this suite before FILE-STAT was wrapped.
+
+(deftest file-stat-again-and-again-never-collects-inside
+  (:needs :posix-file-stat)
+  (let* ((file (namestring *root*))
+         (mode (saq-portable:file-stat-mode file))
+         (collections (saq-portable:gc-count))
+         (real (symbol-value (find-symbol "*CLISP-FILE-STAT*" "SLY-AGENT-Q")))
+         (inside 0))
+    (is (= 0 (saq-portable:file-stat-modes-unlike mode file 100000)))
+    (is (< 10 (- (saq-portable:gc-count) collections)))
+    ;; CLISP's own function, called through POSIX:FILE-STAT as UIOP calls
+    ;; it, never sees a collection start while it runs.
+    (progv (list (find-symbol "*CLISP-FILE-STAT*" "SLY-AGENT-Q"))
+        (list (lambda (file linkp)
+                (let ((before (saq-portable:gc-count)))
+                  (multiple-value-prog1 (funcall real file linkp)
+                    (unless (= before (saq-portable:gc-count)) (incf inside))))))
+      (setf collections (saq-portable:gc-count))
+      (is (= 0 (saq-portable:file-stat-modes-unlike mode file 50000)))
+      (is (< 5 (- (saq-portable:gc-count) collections))))
+    (is (= 0 inside))))
+
+(deftest method-specializers-again-and-again
+  ;; On CLISP each call maps fasls back to their sources through ASDF's
+  ;; components (locations.lisp), which probes every file of every
+  ;; registered system: the path that killed CLISP in the end-to-end runs.
+  (let ((first (tool "method_specializers" "generic_function" "serialize" "package" "MY-APP")))
+    (is (has first "3 methods" "(INTEGER T)  ((OBJECT INTEGER) STREAM)"))
+    (is (= 0 (loop repeat 15
+                   count (not (equal first (tool "method_specializers" "generic_function" "serialize"
+                                                 "package" "MY-APP"))))))))
 
 
 ;;;; macroexpand_form
