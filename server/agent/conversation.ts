@@ -3,7 +3,7 @@
 // plus its usage, cost and the turn that is running, if any.
 
 import type { Change, Configuration, ConversationSummary, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
-import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
+import { addUsage, emptyUsage, isThinking, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
 import { interruptedResult, repairHistory } from "./history-rules.js";
@@ -128,14 +128,15 @@ export class Conversation {
     this.recorder?.message({ role: "user", content: [{ ...block }] });
   }
 
-  /** Adds the model's answer. An empty answer is not kept: both APIs reject empty messages. */
+  /** Adds the model's answer, its thinking as it came. An empty answer is not kept: both APIs reject empty messages. */
   addAssistant(content: AssistantMessage["content"]): void {
     const kept = content
       .filter((b) => b.type !== "text" || b.text !== "")
       // A name the model made up outside the APIs' pattern would make every later request fail;
       // the executor still sees (and reports) the original.
       .map((b) => (b.type === "tool_use" && !VALID_NAME.test(b.name) ? { ...b, name: b.name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64) || "unnamed_tool" } : b));
-    if (kept.length === 0) return;
+    // Thinking alone (an answer cut after it) is no answer: the API refuses it, and it answers nothing.
+    if (!kept.some((b) => !isThinking(b))) return;
     this.messages.push({ role: "assistant", content: kept });
     this.recorder?.message(structuredClone(this.messages[this.messages.length - 1]!));
   }
@@ -201,6 +202,8 @@ export function estimateMessages(messages: readonly Message[]): number {
       chars += 20;
       if (b.type === "text") chars += b.text.length;
       else if (b.type === "tool_result") chars += b.content.length;
+      else if (b.type === "thinking") chars += b.thinking.length + b.signature.length;
+      else if (b.type === "redacted_thinking") chars += b.data.length;
       else chars += b.name.length + JSON.stringify(b.input).length;
     }
   }

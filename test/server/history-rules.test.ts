@@ -22,7 +22,7 @@ const result = (id: string, content = "3"): UserMessage => ({ role: "user", cont
 function wireProblems(history: readonly Message[]): { anthropic?: string; openai?: string } {
   const messages = history[history.length - 1]?.role === "user" ? history : [...history, user("next")];
   return {
-    anthropic: validateAnthropic({ model: "m", max_tokens: 10, messages: messages.map(toMessageParam) }),
+    anthropic: validateAnthropic({ model: "m", max_tokens: 10, messages: messages.map((m) => toMessageParam(m)) }),
     openai: validateOpenAI({ model: "m", messages: toMessages("system", messages) }),
   };
 }

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
 import type { ChatSendResult, ClientCapabilities, Configuration, ConversationResumeResult, ConversationSavedResult } from "../../server/protocol.js";
 import { FAKE_KEY } from "./agent-helpers.js";
+import { STORE_VERSION } from "../../server/agent/conversation-store.js";
 import { startBundle, type BundleProcess } from "./stdio-client.js";
 
 interface Note {
@@ -215,7 +216,7 @@ describe("saved conversations", () => {
     // A file that records starts is of a format version an older sly-agent-q refuses to read and write
     // to (it would run calls without recording their starts).
     const header = JSON.parse(readFileSync(join(dir, "conversations", `${sent.conversationId}.jsonl`), "utf8").split("\n")[0]!) as { v: number; starts?: boolean };
-    expect(header).toMatchObject({ v: 2, starts: true });
+    expect(header).toMatchObject({ v: STORE_VERSION, starts: true });
 
     const b = await server(config());
     const listed: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});
