@@ -517,7 +517,9 @@ export interface ConversationDeleteResult {
 /** A message of a conversation's history, as the model sees it (provider-neutral). */
 export type HistoryMessage =
   | { role: "user"; content: (HistoryText | HistoryToolResult)[] }
-  | { role: "assistant"; content: (HistoryText | HistoryToolUse)[] };
+  | { role: "assistant"; content: (HistoryThinking | HistoryText | HistoryToolUse)[] };
+/** The model's reasoning before its answer, to be shown (its signature stays on the server); redacted: no text. */
+export type HistoryThinking = { type: "thinking"; thinking: string } | { type: "redacted_thinking" };
 export interface HistoryText {
   type: "text";
   text: string;

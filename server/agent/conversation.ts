@@ -2,7 +2,7 @@
 // moment a request can be built from it (roles alternate, every tool call has exactly one result),
 // plus its usage, cost and the turn that is running, if any.
 
-import type { Change, Configuration, ConversationSummary, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
+import type { Change, Configuration, ConversationSummary, HistoryMessage, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
 import { addUsage, emptyUsage, isThinking, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
@@ -266,6 +266,20 @@ export function shownHistory<M extends Message>(messages: readonly M[]): M[] {
     const content = m.content.filter((b) => !isNote(b));
     return content.length > 0 ? [{ ...m, content } as M] : [];
   });
+}
+
+/**
+ * MESSAGES as the client is shown them (shownHistory), each thinking block with its text only: its
+ * signature or encrypted data is for the API, and stays on the server.
+ */
+export function historyForClient(messages: readonly Message[]): HistoryMessage[] {
+  return shownHistory(messages).map(
+    (m) =>
+      ({
+        ...m,
+        content: m.content.map((b) => (b.type === "thinking" ? { type: "thinking", thinking: b.thinking } : b.type === "redacted_thinking" ? { type: "redacted_thinking" } : b)),
+      }) as HistoryMessage,
+  );
 }
 
 /** Whether BLOCK is a note the server said to the model, which the user is not shown. */
