@@ -146,6 +146,20 @@ describe("a tool loop with thinking", () => {
     expect(sentThinking(h.mock.requests()[0]!.body)[0]).toHaveLength(1);
   });
 
+  it("a fault at every point of a loop with thinking (a budget: the strictest rules) leaves a history the next turn sends and the API accepts", async () => {
+    const settings = { model: "claude-sonnet-4-5", thinking: { mode: "budget" as const, budgetTokens: 2048, interleaved: true }, retry: { maxRetries: 0, baseDelayMs: 1, maxDelayMs: 1 } };
+    for (let k = 1; k <= 24; k++) {
+      const c = newConversation();
+      const { outcome } = await turn(h, "anthropic", c, "Who calls process-data?", { script: { steps: [steps3[0]!, { ...steps3[1]!, drop_after_chunks: k }, steps3[2]!] }, settings });
+      const cutShort = outcome.status === "failed";
+      expect(historyProblems(c.messages), `cut after ${k} chunks`).toEqual([]);
+      expect(repairHistory(c.messages).repairs, `cut after ${k} chunks`).toEqual([]);
+      const next = await turn(h, "anthropic", c, "Go on.", { script: { steps: [steps3[1]!, steps3[2]!] }, settings });
+      expect(next.outcome, `cut after ${k} chunks (${cutShort ? "cut" : "whole"})`).toMatchObject({ status: "finished" });
+      expect(h.mock.requests().every((r) => r.status === 200), `cut after ${k} chunks`).toBe(true);
+    }
+  });
+
   it("thinking that came without its signature (a proxy): dropped whole, the user told, the turn goes on without thinking", async () => {
     const c = newConversation();
     const unsigned: MockStep = { content: [{ type: "thinking", thinking: "Unsigned.", signature: "" }, { type: "tool_use", name: "describe_symbol", input: { symbol: "car" } }] };
