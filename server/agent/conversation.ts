@@ -202,8 +202,10 @@ export function estimateMessages(messages: readonly Message[]): number {
       chars += 20;
       if (b.type === "text") chars += b.text.length;
       else if (b.type === "tool_result") chars += b.content.length;
-      else if (b.type === "thinking") chars += b.thinking.length + b.signature.length;
-      else if (b.type === "redacted_thinking") chars += b.data.length;
+      // The API leaves earlier turns' thinking out of the window, and a signature is not read as text:
+      // the thinking's own text is counted, an upper bound for the turn under way.
+      else if (b.type === "thinking") chars += b.thinking.length;
+      else if (b.type === "redacted_thinking") continue;
       else chars += b.name.length + JSON.stringify(b.input).length;
     }
   }

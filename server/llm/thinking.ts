@@ -102,7 +102,7 @@ export function thinkingForTurn(provider: ProviderName, model: string, setting: 
     return asked === "auto" ? {} : { note: `${model} does not think (it takes no thinking setting); the thinking setting for it is not sent.` };
   }
   if (turn.temperature !== undefined) {
-    return { note: `Thinking is off this turn: the API refuses a temperature together with thinking. Unset sly-agent-q-temperature to let ${model} think, or set its thinking to off in sly-agent-q-thinking.` };
+    return { note: `Thinking is off this turn: the API refuses a temperature together with thinking. Remove temperature from sly-agent-q-extra-configuration to let ${model} think, or set its thinking to off in sly-agent-q-thinking.` };
   }
   const effort = typeof asked === "string" && asked !== "auto" ? (asked as Effort) : undefined;
   if (support.kind === "adaptive-only" || (support.kind === "adaptive" && typeof asked !== "number")) {

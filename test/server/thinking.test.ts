@@ -47,7 +47,7 @@ describe("which models think, and how (Anthropic's documentation)", () => {
     // What the API would refuse is not sent, and the user is told which setting to change.
     expect(thinkingForTurn("anthropic", "claude-sonnet-4-5", undefined, { maxTokens: 1000, toolChoice: "auto" }).note).toMatch(/sly-agent-q-max-tokens/);
     expect(thinkingForTurn("anthropic", "claude-sonnet-4-5", undefined, { maxTokens: 8192, toolChoice: "any" })).toEqual({ note: expect.stringMatching(/forced/) });
-    expect(thinkingForTurn("anthropic", "claude-sonnet-4-6", undefined, { ...turn, temperature: 0.2 }).note).toMatch(/sly-agent-q-temperature/);
+    expect(thinkingForTurn("anthropic", "claude-sonnet-4-6", undefined, { ...turn, temperature: 0.2 }).note).toMatch(/temperature from sly-agent-q-extra-configuration/);
     expect(thinkingForTurn("anthropic", "claude-3-5-haiku", "high", turn).note).toMatch(/does not think/);
     expect(thinkingForTurn("anthropic", "claude-3-5-haiku", undefined, turn)).toEqual({});
     expect(thinkingForTurn("openai", "deepseek-reasoner", "high", turn)).toEqual({ request: { mode: "reasoning-effort", effort: "high" } });
