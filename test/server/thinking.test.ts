@@ -160,6 +160,15 @@ describe("a tool loop with thinking", () => {
     }
   });
 
+  it("a refusal about thinking names the setting to change, and the conversation stays valid", async () => {
+    const c = newConversation();
+    // A model the server takes for a budget model that the API says thinks adaptively only.
+    const { outcome } = await turn(h, "anthropic", c, "Hi", { script: { steps: [steps3[2]!] }, settings: { model: "claude-opus-4-7", thinking: { mode: "budget", budgetTokens: 2048, interleaved: true } } });
+    expect(outcome).toMatchObject({ status: "failed", message: expect.stringMatching(/sly-agent-q-thinking/) });
+    expect(historyProblems(c.messages)).toEqual([]);
+    expect((await turn(h, "anthropic", c, "Again", { script: { steps: [steps3[2]!] }, settings: { model: "claude-opus-4-7", thinking: { mode: "adaptive" } } })).outcome).toMatchObject({ status: "finished" });
+  });
+
   it("thinking that came without its signature (a proxy): dropped whole, the user told, the turn goes on without thinking", async () => {
     const c = newConversation();
     const unsigned: MockStep = { content: [{ type: "thinking", thinking: "Unsigned.", signature: "" }, { type: "tool_use", name: "describe_symbol", input: { symbol: "car" } }] };
