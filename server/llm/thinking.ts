@@ -120,30 +120,29 @@ export function thinkingForTurn(provider: ProviderName, model: string, setting: 
 }
 
 /**
- * THINKING for the request that sends MESSAGES: with a budget, the API wants the answer that the
- * request's tool results answer to begin with its thinking, and the turn to have thought from its
- * start; when it did not (thinking was off when the turn began, or its thinking could not be kept
- * and the repair dropped it), the rest of the turn goes without thinking, as the documentation
- * says a turn keeps one configuration. Adaptive thinking may skip thinking at any step: kept.
+ * THINKING for the request that sends MESSAGES: with a budget, the API wants the assistant turn a
+ * request's tool results continue to begin with thinking ("a final assistant message must start
+ * with a thinking block"); when it did not (thinking was off when the turn began, or its thinking
+ * could not be kept and the repair dropped it), the rest of the turn goes without thinking, as the
+ * documentation says a turn keeps one configuration. Adaptive thinking may skip thinking: kept.
  */
 export function thinkingForRequest(messages: readonly Message[], thinking: ThinkingRequest | undefined): ThinkingRequest | undefined {
   if (thinking?.mode !== "budget") return thinking;
-  const loop = openLoop(messages);
-  return loop.every((m) => m.role === "assistant" && isThinking(m.content[0])) ? thinking : undefined;
+  return openLoop(messages).every((m) => m.role === "assistant" && isThinking(m.content[0])) ? thinking : undefined;
 }
 
 /**
- * The answers of the tool loop the last message of MESSAGES continues (empty when it is the user's
- * own text): walking back over results and the calls they answer, to the answer that followed text.
- * The first and the last of them are the ones the API holds to the turn's configuration.
+ * The answer that began the tool loop the last message of MESSAGES continues (none when it is the
+ * user's own text): walking back over results and the calls they answer, to the answer that
+ * followed the user's text. The API holds it to the turn's thinking configuration.
  */
 export function openLoop(messages: readonly Message[]): Message[] {
-  const out: Message[] = [];
+  let first: Message | undefined;
   for (let i = messages.length - 1; i >= 1; i -= 2) {
     const user = messages[i];
     const answer = messages[i - 1];
     if (user?.role !== "user" || answer?.role !== "assistant" || !user.content.some((b) => b.type === "tool_result")) break;
-    out.unshift(answer);
+    first = answer;
   }
-  return out.length > 1 ? [out[0]!, out[out.length - 1]!] : out;
+  return first ? [first] : [];
 }

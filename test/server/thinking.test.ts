@@ -238,6 +238,17 @@ describe("histories with thinking kept valid", () => {
     expect(accepted(interrupted)).toBeUndefined();
   });
 
+  it("a loop whose later answers did not think (Sonnet 3.7 thinks only before its first call) keeps its budget: the turn began with thinking", () => {
+    const budget = { mode: "budget" as const, budgetTokens: 2048, interleaved: false };
+    const laterCall: Message[] = [
+      ...loop.slice(0, 3),
+      { role: "assistant", content: [{ type: "tool_use", id: "t2", name: "eval_form", input: {} }] },
+      { role: "user", content: [{ type: "tool_result", toolUseId: "t2", content: "2", isError: false }] },
+    ];
+    expect(thinkingForRequest(laterCall, budget)).toEqual(budget);
+    expect(accepted(laterCall)).toBeUndefined();
+  });
+
   it("thinking out of place, unsigned or in an answer joined to another: that turn's thinking goes whole, the others' stays", () => {
     const moved: Message[] = [...loop, u("more"), { role: "assistant", content: [{ type: "text", text: "x" }, sig("c")] }];
     const r = repairHistory(moved);
