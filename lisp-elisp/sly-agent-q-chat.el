@@ -656,15 +656,22 @@ from the model: drawn as data (`sly-agent-q-display-text')."
     ;; A section goes on only while nothing else was written after it.
     (unless (and section (= (overlay-end (cdr section)) sly-agent-q-chat--output))
       (sly-agent-q-chat--end-text)
-      (let ((header (copy-marker sly-agent-q-chat--output)))
+      (let ((header (copy-marker sly-agent-q-chat--output))
+            (body (progn (sly-agent-q-chat-insert "\n")
+                         (marker-position sly-agent-q-chat--output))))
+        ;; The text ends with a newline of its own, hidden with it: what follows starts a line.
         (sly-agent-q-chat-insert "\n")
-        (let ((overlay (make-overlay sly-agent-q-chat--output sly-agent-q-chat--output)))
+        (let ((overlay (make-overlay body sly-agent-q-chat--output)))
           (overlay-put overlay 'invisible t)
           (setq section (cons header overlay)
                 sly-agent-q-chat--thinking section))))
-    (let ((overlay (cdr section)))
-      (sly-agent-q-chat-insert (propertize piece 'face 'sly-agent-q-notice-face))
-      (move-overlay overlay (overlay-start overlay) sly-agent-q-chat--output)
+    (let* ((overlay (cdr section))
+           (inhibit-read-only t) (buffer-undo-list t)
+           (at (1- (overlay-end overlay))))
+      (save-excursion
+        (goto-char at)
+        (insert (propertize piece 'face 'sly-agent-q-notice-face))
+        (add-text-properties at (point) sly-agent-q-chat--read-only))
       (sly-agent-q-chat--draw-thinking-header (car section) overlay))))
 
 (defun sly-agent-q-chat--draw-thinking-header (header overlay)

@@ -55,7 +55,8 @@
   (sly-agent-q-menu--set 'sly-agent-q-provider provider))
 
 (defun sly-agent-q-menu--thinking-model ()
-  "The model the menu's thinking setting is for: the chosen one, else the last used, else any."
+  "The model the menu's thinking setting is for.
+The chosen one, else the one last used, else any (\"*\")."
   (or sly-agent-q-model
       (let ((chat (sly-agent-q-chat-buffer t)))
         (and chat (plist-get (sly-agent-q-chat-spending chat) :model)))
