@@ -676,15 +676,16 @@ from the model: drawn as data (`sly-agent-q-display-text')."
 
 (defun sly-agent-q-chat--draw-thinking-header (header overlay)
   "Write the header line at HEADER of the reasoning OVERLAY folds."
-  (let ((inhibit-read-only t) (buffer-undo-list t)
-        (open (not (overlay-get overlay 'invisible)))
-        (body (overlay-start overlay)))
+  (let* ((inhibit-read-only t) (buffer-undo-list t)
+         (open (not (overlay-get overlay 'invisible)))
+         (body (overlay-start overlay))
+         ;; Counted before the old header goes, which moves the overlay.
+         (tokens (max 1 (/ (+ (- (overlay-end overlay) body) 3) 4))))
     (save-excursion
       (delete-region header (1- body))
       (goto-char header)
       (insert (propertize (format "%s Thinking… %s tokens" (if open "▾" "▸")
-                                  (sly-agent-q-chat--format-tokens
-                                   (max 1 (/ (+ (- (overlay-end overlay) body) 3) 4))))
+                                  (sly-agent-q-chat--format-tokens tokens))
                           'face 'sly-agent-q-notice-face))
       (make-text-button header (point) :type 'sly-agent-q-thinking 'sly-agent-q-thinking overlay)
       (add-text-properties header (point) sly-agent-q-chat--read-only))))

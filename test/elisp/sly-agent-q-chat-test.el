@@ -101,8 +101,13 @@
       (should (eq (plist-get outcome :status) 'finished))
       (with-current-buffer (sly-agent-q-chat-buffer)
         (goto-char (point-min))
-        (should (search-forward "▸ Thinking… " nil t))
-        (let ((header (match-beginning 0)))
+        (should (re-search-forward "▸ Thinking… \\([0-9]+\\) tokens" nil t))
+        (let ((header (match-beginning 0))
+              (tokens (string-to-number (match-string 1)))
+              (overlay (button-get (button-at (match-beginning 0)) 'sly-agent-q-thinking)))
+          ;; The count is the reasoning's (about four characters a token), however the header changed.
+          (should (= tokens (/ (+ (- (overlay-end overlay) (overlay-start overlay)) 3) 4)))
+          (should (> tokens 8))
           ;; Folded: the reasoning is there, hidden, drawn as data (the escape is shown, not obeyed).
           (should (search-forward "Which frame first?" nil t))
           (should (invisible-p (match-beginning 0)))
