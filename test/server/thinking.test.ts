@@ -93,6 +93,9 @@ describe("a tool loop with thinking", () => {
     expect(second).toHaveLength(2);
     expect(second[0]).toEqual({ type: "thinking", thinking: "A function. Who calls it?", signature: signThinking("A function. Who calls it?") });
     expect(second[1]).toMatchObject({ type: "redacted_thinking", data: expect.any(String) });
+    // The prompt cache's prefix holds: each request begins with the one before, byte for byte (cache marks aside).
+    const plain = (i: number) => JSON.parse(JSON.stringify(reqs[i]!.body.messages, (k, v: unknown) => (k === "cache_control" ? undefined : v))) as unknown[];
+    expect(plain(2).slice(0, plain(1).length)).toEqual(plain(1));
     // Shown to the user, before the answer it leads to; the redacted block as such.
     expect(events.thinking.join("")).toBe("Which symbol is it? Describe it first.A function. Who calls it?(redacted)Two callers: enough to answer.");
     expect(events.order.indexOf("thinking")).toBeLessThan(events.order.indexOf("text"));
