@@ -670,6 +670,9 @@ from the model: drawn as data (`sly-agent-q-display-text')."
            (at (1- (overlay-end overlay))))
       (save-excursion
         (goto-char at)
+        ;; Redacted reasoning stands on a line of its own.
+        (when (and redacted (> at (overlay-start overlay)) (not (eq (char-before) ?\n)))
+          (setq piece (concat "\n" piece)))
         (insert (propertize piece 'face 'sly-agent-q-notice-face))
         (add-text-properties at (point) sly-agent-q-chat--read-only))
       (sly-agent-q-chat--draw-thinking-header (car section) overlay))))

@@ -845,7 +845,7 @@ on by `lisp-mode-hook' and binds the same key)."
                                      (:type "redacted_thinking")
                                      (:type "text" :text "The top frame.")])]
        :turn-ends [(:afterMessage 2 :usage (:inputTokens 10 :outputTokens 5) :costUsd 0.001 :steps 0 :stopReason "end_turn")])
-      (should (string-match-p "▸ Thinking… [0-9]+ tokens\nWhich frame\\? The top one\\.(redacted)\n\nThe top frame\\." live))
+      (should (string-match-p "▸ Thinking… [0-9]+ tokens\nWhich frame\\? The top one\\.\n(redacted)\n\nThe top frame\\." live))
       (should (equal (sly-agent-q-test--transcript) live))
       (goto-char (point-min))
       (search-forward "Which frame?")
