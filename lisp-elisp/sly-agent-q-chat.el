@@ -187,6 +187,10 @@ calls before it), `approval', `running', `ok' or `error'."
 (defvar-local sly-agent-q-chat--output nil "Marker at the end of the transcript.")
 (defvar-local sly-agent-q-chat--input nil "Marker at the start of the input.")
 (defvar-local sly-agent-q-chat--pending "" "Streamed text not inserted yet.")
+(defvar-local sly-agent-q-chat--thinking nil
+  "The model's reasoning last shown: (HEADER . OVERLAY), or nil.
+HEADER is a marker at the start of its header line; OVERLAY covers
+its text, hidden until TAB on the header shows it.")
 (defvar-local sly-agent-q-chat--flush-timer nil "Timer inserting `sly-agent-q-chat--pending'.")
 (defvar-local sly-agent-q-chat--segment nil "Marker at the start of the agent's current text, or nil.")
 (defvar-local sly-agent-q-chat--entries nil "Hash table of tool entries by call id.")
@@ -625,6 +629,78 @@ fontifying it (the way Org fontifies source blocks)."
             (setq pos next)))))
     (dolist (f faces)
       (put-text-property (+ start (nth 0 f)) (+ start (nth 1 f)) 'face (nth 2 f)))))
+
+;;;; The model's reasoning
+
+(defvar sly-agent-q-chat-thinking-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map button-map)
+    (define-key map (kbd "TAB") #'sly-agent-q-chat-toggle-thinking)
+    (define-key map (kbd "<tab>") #'sly-agent-q-chat-toggle-thinking)
+    map)
+  "Keymap on the header of the model's reasoning.")
+
+(define-button-type 'sly-agent-q-thinking
+  'action (lambda (button) (goto-char button) (sly-agent-q-chat-toggle-thinking))
+  'keymap sly-agent-q-chat-thinking-map
+  'follow-link t
+  'help-echo "TAB or RET: show or hide the model's reasoning")
+
+(defun sly-agent-q-chat--add-thinking (text &optional redacted)
+  "Add TEXT, a piece of the model's reasoning, to its folded section.
+The section is started above the answer it leads to; REDACTED: the
+API encrypted that reasoning, shown as \"(redacted)\".  TEXT comes
+from the model: drawn as data (`sly-agent-q-display-text')."
+  (let ((piece (if redacted "(redacted)\n" (sly-agent-q-display-text (or text ""))))
+        (section sly-agent-q-chat--thinking))
+    ;; A section goes on only while nothing else was written after it.
+    (unless (and section (= (overlay-end (cdr section)) sly-agent-q-chat--output))
+      (sly-agent-q-chat--end-text)
+      (let ((header (copy-marker sly-agent-q-chat--output))
+            (body (progn (sly-agent-q-chat-insert "\n")
+                         (marker-position sly-agent-q-chat--output))))
+        ;; The text ends with a newline of its own, hidden with it: what follows starts a line.
+        (sly-agent-q-chat-insert "\n")
+        (let ((overlay (make-overlay body sly-agent-q-chat--output)))
+          (overlay-put overlay 'invisible t)
+          (setq section (cons header overlay)
+                sly-agent-q-chat--thinking section))))
+    (let* ((overlay (cdr section))
+           (inhibit-read-only t) (buffer-undo-list t)
+           (at (1- (overlay-end overlay))))
+      (save-excursion
+        (goto-char at)
+        ;; Redacted reasoning stands on a line of its own.
+        (when (and redacted (> at (overlay-start overlay)) (not (eq (char-before) ?\n)))
+          (setq piece (concat "\n" piece)))
+        (insert (propertize piece 'face 'sly-agent-q-notice-face))
+        (add-text-properties at (point) sly-agent-q-chat--read-only))
+      (sly-agent-q-chat--draw-thinking-header (car section) overlay))))
+
+(defun sly-agent-q-chat--draw-thinking-header (header overlay)
+  "Write the header line at HEADER of the reasoning OVERLAY folds."
+  (let* ((inhibit-read-only t) (buffer-undo-list t)
+         (open (not (overlay-get overlay 'invisible)))
+         (body (overlay-start overlay))
+         ;; Counted before the old header goes, which moves the overlay.
+         (tokens (max 1 (/ (+ (- (overlay-end overlay) body) 3) 4))))
+    (save-excursion
+      (delete-region header (1- body))
+      (goto-char header)
+      (insert (propertize (format "%s Thinking… %s tokens" (if open "▾" "▸")
+                                  (sly-agent-q-chat--format-tokens tokens))
+                          'face 'sly-agent-q-notice-face))
+      (make-text-button header (point) :type 'sly-agent-q-thinking 'sly-agent-q-thinking overlay)
+      (add-text-properties header (point) sly-agent-q-chat--read-only))))
+
+(defun sly-agent-q-chat-toggle-thinking ()
+  "Show or hide the model's reasoning whose header is at point."
+  (interactive)
+  (let* ((button (button-at (point)))
+         (overlay (and button (button-get button 'sly-agent-q-thinking))))
+    (when (overlayp overlay)
+      (overlay-put overlay 'invisible (not (overlay-get overlay 'invisible)))
+      (sly-agent-q-chat--draw-thinking-header (button-start button) overlay))))
 
 ;;;; Tool entries
 
@@ -1241,6 +1317,8 @@ and whether it was the last."
              (sly-agent-q-chat--insert-user-message (plist-get block :text))
            (sly-agent-q-chat--add-text (plist-get block :text))
            (sly-agent-q-chat--flush)))
+        ("thinking" (sly-agent-q-chat--add-thinking (plist-get block :thinking)))
+        ("redacted_thinking" (sly-agent-q-chat--add-thinking nil t))
         ("tool_use"
          (let* ((result (gethash (plist-get block :id) results))
                 (failed (or (null result) (eq (plist-get result :isError) t)))
@@ -1412,6 +1490,12 @@ Nothing is sent when the cancel went already."
   (cl-destructuring-bind (&key text &allow-other-keys) params
     (sly-agent-q-chat--with-turn-buffer params
       (sly-agent-q-chat--add-text (or text "")))))
+
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/thinkingDelta)) params)
+  "Show the model's reasoning of the chat/thinkingDelta PARAMS, folded."
+  (cl-destructuring-bind (&key text redacted &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (sly-agent-q-chat--add-thinking text (eq redacted t)))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolCall)) params)
   "Add the tool entry of the chat/toolCall PARAMS.

@@ -78,6 +78,12 @@ CATEGORIES non-nil: the entries naming a category, else the others."
                   (and categories t))
           (puthash name (format "%s" (cdr e)) h))))))
 
+(defun sly-agent-q--thinking-table ()
+  "The settings of `sly-agent-q-thinking' as a hash table of model to setting."
+  (let ((h (make-hash-table :test #'equal)))
+    (dolist (e sly-agent-q-thinking h)
+      (puthash (format "%s" (car e)) (if (numberp (cdr e)) (cdr e) (format "%s" (cdr e))) h))))
+
 (defun sly-agent-q--permission-rules ()
   "The permission rules to send, a vector of plists with string values."
   (vconcat
@@ -132,13 +138,14 @@ setting left out would keep an old one in force."
           :logLevel sly-agent-q-server-log-level))
    (list :safetyOverrides (sly-agent-q--levels-table nil)
          :categoryLevels (sly-agent-q--levels-table t)
-         :permissionRules (sly-agent-q--permission-rules))
+         :permissionRules (sly-agent-q--permission-rules)
+         :thinking (sly-agent-q--thinking-table))
    (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
             unless (eq k :apiKey) append (list k v))))
 
 (defconst sly-agent-q-configuration-options
   '(sly-agent-q-provider sly-agent-q-model sly-agent-q-base-url sly-agent-q-max-steps
-    sly-agent-q-max-tokens sly-agent-q-turn-timeout sly-agent-q-stream-idle-timeout
+    sly-agent-q-max-tokens sly-agent-q-thinking sly-agent-q-turn-timeout sly-agent-q-stream-idle-timeout
     sly-agent-q-trust-levels sly-agent-q-permission-rules sly-agent-q-ask-before-evaluating
     sly-agent-q-max-safety-level sly-agent-q-read-outside-project sly-agent-q-server-log-level
     sly-agent-q-extra-configuration sly-agent-q-conversation-directory sly-agent-q-context-window

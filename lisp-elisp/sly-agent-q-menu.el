@@ -54,6 +54,41 @@
                                       sly-agent-q-provider)))
   (sly-agent-q-menu--set 'sly-agent-q-provider provider))
 
+(defun sly-agent-q-menu--thinking-model ()
+  "The model the menu's thinking setting is for.
+The chosen one, else the one last used, else any (\"*\")."
+  (or sly-agent-q-model
+      (let ((chat (sly-agent-q-chat-buffer t)))
+        (and chat (plist-get (sly-agent-q-chat-spending chat) :model)))
+      "*"))
+
+(defun sly-agent-q-menu--thinking ()
+  "The setting of `sly-agent-q-thinking' in force for the menu's model.
+As the server reads it: the longest key that starts the model's name."
+  (let ((model (sly-agent-q-menu--thinking-model)) (best 'auto) (length -1))
+    (dolist (e sly-agent-q-thinking best)
+      (let ((key (if (equal (car e) "*") "" (format "%s" (car e)))))
+        (when (and (string-prefix-p key model) (> (length key) length))
+          (setq best (cdr e) length (length key)))))))
+
+(defun sly-agent-q-set-thinking (model setting)
+  "Make MODEL (a model name, its start, or \"*\") think as SETTING.
+SETTING is `off', `auto', an effort level (`low' to `max') or a budget
+in tokens; it applies from the next turn.  See `sly-agent-q-thinking'."
+  (interactive
+   (let ((model (read-string "Thinking of the model (a name, its start, or *): "
+                             (sly-agent-q-menu--thinking-model))))
+     (list model
+           (let ((s (completing-read (format "Thinking of %s (or a budget in tokens): " model)
+                                     '("auto" "off" "low" "medium" "high" "xhigh" "max"))))
+             (if (string-match-p "\\`[0-9]+\\'" s) (string-to-number s) (intern s))))))
+  (unless (or (and (integerp setting) (>= setting 1024))
+              (memq setting '(off auto low medium high xhigh max)))
+    (user-error "Thinking is off, auto, low, medium, high, xhigh, max or a budget of at least 1024 tokens, not %s" setting))
+  (sly-agent-q-menu--set 'sly-agent-q-thinking
+                         (append (cl-remove model sly-agent-q-thinking :key #'car :test #'equal)
+                                 (list (cons model setting)))))
+
 (defun sly-agent-q-set-tool-level (level)
   "Offer the model tools up to LEVEL: `safe', `cautious' or `dangerous'."
   (interactive (list (intern (completing-read "Offer tools up to: " '("safe" "cautious" "dangerous")
@@ -124,6 +159,8 @@ so that the menu and the header line say the same."
      :description (lambda () (concat "Model " (sly-agent-q-menu--model))))
     ("p" sly-agent-q-set-provider
      :description (lambda () (concat "Provider " (sly-agent-q-menu--value sly-agent-q-provider))))
+    ("h" sly-agent-q-set-thinking
+     :description (lambda () (concat "Thinking " (sly-agent-q-menu--value (sly-agent-q-menu--thinking)))))
     ("l" sly-agent-q-set-tool-level
      :description (lambda () (concat "Tool level " (sly-agent-q-menu--value sly-agent-q-max-safety-level))))
     ("t" sly-agent-q-set-permission

@@ -78,6 +78,23 @@ never through a protocol message, so it appears in no buffer."
   "Maximum output tokens per model response, or nil for the default."
   :type '(choice (const :tag "Default" nil) integer))
 
+(defcustom sly-agent-q-thinking nil
+  "How each model thinks before it answers and between its tool calls.
+An alist of (MODEL . SETTING).  MODEL is a model name, the start of
+one (\"claude-opus\"), or \"*\" for any model; the longest that
+matches wins.  SETTING is `off', `auto' (what a model not named gets:
+the mode its documentation recommends), an effort level (`low',
+`medium', `high', `xhigh' or `max'; Claude 4.6 and later, and
+OpenAI-compatible models that take a reasoning effort) or a number of
+tokens (a thinking budget, for Claude models before 4.6).  Thinking
+tokens are billed as output tokens.  A change applies from the next
+turn: a turn keeps one setting."
+  :type '(alist :key-type (string :tag "Model or its start")
+                :value-type (choice (const :tag "Off" off) (const :tag "Auto" auto)
+                                    (const low) (const medium) (const high)
+                                    (const xhigh) (const max)
+                                    (integer :tag "Budget in tokens"))))
+
 (defcustom sly-agent-q-turn-timeout nil
   "Wall-clock limit of one turn in seconds, or nil for the server's default."
   :type '(choice (const :tag "Default" nil) number))

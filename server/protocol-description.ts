@@ -35,7 +35,7 @@ const configuration = shape<P.Configuration>({
   maxSteps: "number?", turnTimeoutMs: "number?", streamIdleTimeoutMs: "number?", safetyOverrides: "object?",
   categoryLevels: "object?", permissionRules: "array?", readOutsideProject: "string?", maxSafetyLevel: "string?",
   categories: "array?", offerAliases: "boolean?", toolTimeoutMs: "number?", imageTimeoutMs: "number?",
-  imageLoadTimeoutMs: "number?", maxResultChars: "number?", contextWindow: "number?", startToolsEarly: "boolean?", projectRoot: "string?",
+  imageLoadTimeoutMs: "number?", maxResultChars: "number?", contextWindow: "number?", startToolsEarly: "boolean?", thinking: "object?", projectRoot: "string?",
   auditLogFile: "string?", conversationDirectory: "string?", logLevel: "string?",
 });
 
@@ -74,6 +74,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
   "emacs/call": { params: shape<P.EmacsCallParams>({ id: "string", kind: "string", params: "object" }), result: null },
   "emacs/cancel": { params: shape<P.EmacsCancelParams>({ id: "string", reason: "string" }), result: null },
   "chat/textDelta": { params: shape<P.TextDeltaParams>({ conversationId: "string", turnId: "string", text: "string" }), result: null },
+  "chat/thinkingDelta": { params: shape<P.ThinkingDeltaParams>({ conversationId: "string", turnId: "string", text: "string", redacted: "boolean?" }), result: null },
   "chat/toolCall": { params: shape<P.ToolCallParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", arguments: "any?", safetyLevel: "string", running: "boolean?" }), result: null },
   "chat/toolStarted": { params: shape<P.ToolStartedParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string" }), result: null },
   "chat/toolResult": { params: shape<P.ToolResultParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", success: "boolean", content: "string", error: "string?", executionTimeMs: "number", approvalWaitMs: "number?", arguments: "object?", approved: "boolean" }), result: null },

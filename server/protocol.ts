@@ -67,6 +67,7 @@ export const ServerNotifications = {
   emacsCall: documented(new NotificationType<EmacsCallParams>("emacs/call"), "Ask Emacs for something that may wait (a tool, an image call, an approval); answered by emacs/reply."),
   emacsCancel: documented(new NotificationType<EmacsCancelParams>("emacs/cancel"), "The server no longer wants the answer to an emacs/call (timeout, cancelled turn)."),
   textDelta: documented(new NotificationType<TextDeltaParams>("chat/textDelta"), "Streamed text of the answer."),
+  thinkingDelta: documented(new NotificationType<ThinkingDeltaParams>("chat/thinkingDelta"), "Streamed reasoning of the model before its answer or between its calls (redacted: encrypted, no text)."),
   toolCall: documented(new NotificationType<ToolCallParams>("chat/toolCall"), "A tool call of the model, before it runs or asks (running: it started while the answer streamed)."),
   toolStarted: documented(new NotificationType<ToolStartedParams>("chat/toolStarted"), "A tool call starts to run (until then it waits its turn or the user's approval)."),
   toolResult: documented(new NotificationType<ToolResultParams>("chat/toolResult"), "A tool call's result, once per call."),
@@ -284,6 +285,13 @@ export interface Configuration {
    * true). Off: every call waits for the whole answer, as a comparison in the benchmarks.
    */
   startToolsEarly?: boolean;
+  /**
+   * How each model thinks, by model name or prefix ("*": any model; the longest key that matches
+   * wins): "off", "auto" (the default: the mode the model's documentation recommends), an effort
+   * level (low, medium, high, xhigh, max) or a budget in tokens (older Claude models). Taken when a
+   * turn starts: a change applies from the next turn.
+   */
+  thinking?: Record<string, ThinkingSetting>;
   projectRoot?: string;
   /** Where cautious and dangerous calls are appended as JSON lines (optional). */
   auditLogFile?: string;
@@ -293,6 +301,9 @@ export interface Configuration {
 }
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
+
+/** One model's thinking setting (Configuration.thinking). */
+export type ThinkingSetting = "off" | "auto" | "low" | "medium" | "high" | "xhigh" | "max" | number;
 
 // ---------------------------------------------------------------------------------------------------
 // initialize / shutdown
@@ -514,7 +525,9 @@ export interface ConversationDeleteResult {
 /** A message of a conversation's history, as the model sees it (provider-neutral). */
 export type HistoryMessage =
   | { role: "user"; content: (HistoryText | HistoryToolResult)[] }
-  | { role: "assistant"; content: (HistoryText | HistoryToolUse)[] };
+  | { role: "assistant"; content: (HistoryThinking | HistoryText | HistoryToolUse)[] };
+/** The model's reasoning before its answer, to be shown (its signature stays on the server); redacted: no text. */
+export type HistoryThinking = { type: "thinking"; thinking: string } | { type: "redacted_thinking" };
 export interface HistoryText {
   type: "text";
   text: string;
@@ -833,6 +846,12 @@ export interface NoticeParams extends TurnRef {
 
 export interface TextDeltaParams extends TurnRef {
   text: string;
+}
+
+/** A piece of the model's reasoning, shown apart from the answer; REDACTED: reasoning the API encrypted (no text). */
+export interface ThinkingDeltaParams extends TurnRef {
+  text: string;
+  redacted?: boolean;
 }
 
 export interface ToolCallParams extends TurnRef {

@@ -28,6 +28,7 @@ import {
   type PromptShowParams,
   type PromptShowResult,
   type TextDeltaParams,
+  type ThinkingDeltaParams,
   type ToolCallParams,
   type ToolChoice,
   type ToolResultParams,
@@ -52,6 +53,7 @@ import { buildSystemPrompt, instructionsNotice, promptForTurn, type KeptPrompt, 
 import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
 import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
 import { modelInfo } from "../llm/models.js";
+import { settingFor, thinkingForTurn } from "../llm/thinking.js";
 import { stripUndefined } from "../text.js";
 
 export interface ChatOptions {
@@ -192,8 +194,11 @@ export class ChatService {
       conversation.recordStreamed(t);
       this.server.notify(ServerNotifications.textDelta, { ...ref, text: t } satisfies TextDeltaParams);
     });
-    // Every other notification of the turn first sends the text that came before it.
+    // The model's reasoning, batched like the text; a redacted block is sent on its own.
+    const thinking = new TextBatcher((t) => this.server.notify(ServerNotifications.thinkingDelta, { ...ref, text: t } satisfies ThinkingDeltaParams));
+    // Every other notification of the turn first sends the text and reasoning that came before it.
     const notify: TurnNotify = (type, params) => {
+      thinking.flush();
       text.flush();
       this.server.notify(type, params);
     };
@@ -205,7 +210,7 @@ export class ChatService {
     }
     for (const notice of prepared.notices) notify<NoticeParams>(ServerNotifications.notice, { ...ref, text: notice });
     await this.compactIfNeeded(conversation, prepared.settings, ref, notify, signal);
-    const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events: this.turnEvents(conversation, ref, text, notify) });
+    const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events: this.turnEvents(conversation, ref, text, thinking, notify) });
     this.report(conversation, ref, outcome, notify, prepared.settings.provider.name);
   }
 
@@ -276,6 +281,10 @@ export class ChatService {
       if (told !== undefined) notices.push(told);
       conversation.instructionsTold = told;
     }
+    const maxTokens = config.maxTokens ?? DEFAULT_MAX_TOKENS;
+    const toolChoice = p.toolChoice ?? "auto";
+    const thinking = thinkingForTurn(resolved.name, resolved.model, settingFor(config.thinking, resolved.model), { maxTokens, toolChoice, ...(config.temperature !== undefined ? { temperature: config.temperature } : {}) });
+    if (thinking.note) notices.push(thinking.note);
     return {
       notices,
       ...(prompt.note ? { note: prompt.note } : {}),
@@ -287,8 +296,9 @@ export class ChatService {
         tools,
         ...(toolSet ? { toolSet } : {}),
         safetyOf: (t) => policy.effectiveSafety(t),
-        toolChoice: p.toolChoice ?? "auto",
-        maxTokens: config.maxTokens ?? DEFAULT_MAX_TOKENS,
+        toolChoice,
+        maxTokens,
+        ...(thinking.request ? { thinking: thinking.request } : {}),
         ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
         maxSteps: config.maxSteps ?? DEFAULT_MAX_STEPS,
         turnTimeoutMs: config.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS,
@@ -359,11 +369,20 @@ export class ChatService {
   }
 
   /** The turn's events as chat/* notifications: its states, text, tool calls and results. */
-  private turnEvents(conversation: Conversation, ref: { conversationId: string; turnId: string }, text: TextBatcher, notify: TurnNotify): TurnEvents {
+  private turnEvents(conversation: Conversation, ref: { conversationId: string; turnId: string }, text: TextBatcher, thinking: TextBatcher, notify: TurnNotify): TurnEvents {
     return {
       state: (state, previous) => notify<TurnStateParams>(ServerNotifications.turnState, { ...ref, state, previous }),
       retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${ref.turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
-      textDelta: (delta) => text.push(delta),
+      thinkingDelta: (delta, redacted) => {
+        text.flush();
+        if (!redacted) return thinking.push(delta);
+        thinking.flush();
+        this.server.notify(ServerNotifications.thinkingDelta, { ...ref, text: "", redacted: true } satisfies ThinkingDeltaParams);
+      },
+      textDelta: (delta) => {
+        thinking.flush();
+        text.push(delta);
+      },
       // Shown (and saved as streamed) before the answer's own message is saved, which then holds it.
       textDone: () => text.flush(),
       toolCall: (call, safetyLevel, running) =>

@@ -48,6 +48,8 @@ export function transcript(messages: readonly Message[]): string {
     for (const b of m.content) {
       if (b.type === "text") out.push(`${m.role === "user" ? "User" : "Assistant"}: ${b.text}`);
       else if (b.type === "tool_use") out.push(`Assistant called ${b.name} with ${JSON.stringify(b.input)}`);
+      // The model's reasoning is not part of what happened: the summary is of the conversation.
+      else if (b.type === "thinking" || b.type === "redacted_thinking") continue;
       else {
         const kept = cutText(b.content, RESULT_CHARS);
         const text = kept.length < b.content.length ? `${kept} [... ${b.content.length - kept.length} more characters]` : b.content;

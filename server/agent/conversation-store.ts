@@ -10,12 +10,18 @@ import { closeSync, constants, fstatSync, ftruncateSync, linkSync, lstatSync, mk
 import { hostname, uptime } from "node:os";
 import { dirname, join } from "node:path";
 import type { Change, SavedConversationSummary, SavedTurnEnd, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
-import { addUsage, emptyUsage, type Message, type ToolResultBlock } from "../llm/provider.js";
+import { addUsage, emptyUsage, isThinking, type Message, type ToolResultBlock } from "../llm/provider.js";
 import { oneLine } from "../text.js";
 import { interruptedTools, repairHistory } from "./history-rules.js";
 
-/** The format version this server writes and reads. */
-export const STORE_VERSION = 2;
+/**
+ * The format version this server writes and reads. 3: answers carry their thinking blocks (thinking
+ * with its signature, redacted_thinking with its data), which older servers would drop; files of
+ * versions 1 and 2 are read as they were (they hold no thinking).
+ */
+export const STORE_VERSION = 3;
+/** The first version whose answers may hold thinking blocks. */
+const THINKING_VERSION = 3;
 
 export interface HeaderRecord {
   v: number;
@@ -310,6 +316,10 @@ export function parseConversation(file: string, text: string, startsTrusted = tr
     if ("at" in record && typeof record.at === "string") updated = record.at;
     switch (record.type) {
       case "message": {
+        // No server before version 3 wrote thinking: such a block in an older record is not the model's.
+        if (record.v < THINKING_VERSION && Array.isArray(record.message.content)) {
+          record.message = { ...record.message, content: (record.message.content as { type?: unknown }[]).filter((b) => !isThinking(b)) } as Message;
+        }
         // The answer's own message holds what streamed; a user's message after a cut-off answer follows it.
         if (record.message.role === "assistant") streamed = "";
         else keepStreamed();

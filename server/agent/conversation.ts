@@ -2,8 +2,8 @@
 // moment a request can be built from it (roles alternate, every tool call has exactly one result),
 // plus its usage, cost and the turn that is running, if any.
 
-import type { Change, Configuration, ConversationSummary, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
-import { addUsage, emptyUsage, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
+import type { Change, Configuration, ConversationSummary, HistoryMessage, ToolCallRun, TurnEnd, Usage } from "../protocol.js";
+import { addUsage, emptyUsage, isThinking, type AssistantMessage, type Message, type TextBlock, type ToolResultBlock } from "../llm/provider.js";
 import { compactedHistory } from "./compaction.js";
 import type { KeptPrompt } from "./system-prompt.js";
 import { interruptedResult, repairHistory } from "./history-rules.js";
@@ -130,14 +130,15 @@ export class Conversation {
     this.recorder?.message({ role: "user", content: [{ ...block }] });
   }
 
-  /** Adds the model's answer. An empty answer is not kept: both APIs reject empty messages. */
+  /** Adds the model's answer, its thinking as it came. An empty answer is not kept: both APIs reject empty messages. */
   addAssistant(content: AssistantMessage["content"]): void {
     const kept = content
       .filter((b) => b.type !== "text" || b.text !== "")
       // A name the model made up outside the APIs' pattern would make every later request fail;
       // the executor still sees (and reports) the original.
       .map((b) => (b.type === "tool_use" && !VALID_NAME.test(b.name) ? { ...b, name: b.name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64) || "unnamed_tool" } : b));
-    if (kept.length === 0) return;
+    // Thinking alone (an answer cut after it) is no answer: the API refuses it, and it answers nothing.
+    if (!kept.some((b) => !isThinking(b))) return;
     this.messages.push({ role: "assistant", content: kept });
     this.recorder?.message(structuredClone(this.messages[this.messages.length - 1]!));
   }
@@ -203,6 +204,10 @@ export function estimateMessages(messages: readonly Message[]): number {
       chars += 20;
       if (b.type === "text") chars += b.text.length;
       else if (b.type === "tool_result") chars += b.content.length;
+      // The API leaves earlier turns' thinking out of the window, and a signature is not read as text:
+      // the thinking's own text is counted, an upper bound for the turn under way.
+      else if (b.type === "thinking") chars += b.thinking.length;
+      else if (b.type === "redacted_thinking") continue;
       else chars += b.name.length + JSON.stringify(b.input).length;
     }
   }
@@ -265,6 +270,20 @@ export function shownHistory<M extends Message>(messages: readonly M[]): M[] {
     const content = m.content.filter((b) => !isNote(b));
     return content.length > 0 ? [{ ...m, content } as M] : [];
   });
+}
+
+/**
+ * MESSAGES as the client is shown them (shownHistory), each thinking block with its text only: its
+ * signature or encrypted data is for the API, and stays on the server.
+ */
+export function historyForClient(messages: readonly Message[]): HistoryMessage[] {
+  return shownHistory(messages).map(
+    (m) =>
+      ({
+        ...m,
+        content: m.content.map((b) => (b.type === "thinking" ? { type: "thinking", thinking: b.thinking } : b.type === "redacted_thinking" ? { type: "redacted_thinking" } : b)),
+      }) as HistoryMessage,
+  );
 }
 
 /** Whether BLOCK is a note the server said to the model, which the user is not shown. */

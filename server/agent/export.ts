@@ -14,7 +14,7 @@ import type { HistoryMessage } from "../protocol.js";
 export type ExportFormat = "org" | "markdown";
 
 interface Part {
-  kind: "user" | "agent" | "tool";
+  kind: "user" | "agent" | "tool" | "thinking";
   text: string;
   tool?: { name: string; input: unknown; result?: string; isError?: boolean };
 }
@@ -26,6 +26,7 @@ function parts(messages: readonly HistoryMessage[]): Part[] {
   for (const m of messages) {
     for (const b of m.content) {
       if (b.type === "text") out.push({ kind: m.role === "user" ? "user" : "agent", text: b.text });
+      else if (b.type === "thinking" || b.type === "redacted_thinking") out.push({ kind: "thinking", text: b.type === "thinking" ? b.thinking : "(redacted)" });
       else if (b.type === "tool_use") {
         const part: Part = { kind: "tool", text: "", tool: { name: b.name, input: b.input } };
         calls.set(b.id, part);
@@ -110,6 +111,8 @@ export function exportConversation(title: string, messages: readonly HistoryMess
     for (const p of parts(messages)) {
       if (p.kind === "user") lines.push("* You", ...orgExample(p.text), "");
       else if (p.kind === "agent") lines.push("** Agent", ...orgExample(p.text), "");
+      // A subtree of its own: Org shows it folded with the rest of the outline.
+      else if (p.kind === "thinking") lines.push("*** Thinking", ...orgExample(p.text), "");
       else if (p.tool) {
         const status = p.tool.result === undefined ? " (no result)" : p.tool.isError ? " (error)" : "";
         lines.push(`*** Tool ${orgLine(p.tool.name)}${status}`, ...orgExample(json(p.tool.input)));
@@ -122,6 +125,7 @@ export function exportConversation(title: string, messages: readonly HistoryMess
     for (const p of parts(messages)) {
       if (p.kind === "user") lines.push("## You", "", markdownText(p.text), "");
       else if (p.kind === "agent") lines.push("### Agent", "", markdownText(p.text), "");
+      else if (p.kind === "thinking") lines.push("<details>", "<summary>Thinking</summary>", "", fence(p.text), p.text, fence(p.text), "", "</details>", "");
       else if (p.tool) {
         const status = p.tool.result === undefined ? " (no result)" : p.tool.isError ? " (error)" : "";
         const args = json(p.tool.input);

@@ -8,15 +8,25 @@
 // - no message is empty, no text block is empty;
 // - every tool call of an assistant message is answered by exactly one result in the very next
 //   message, results before any text; no result answers anything else;
-// - tool call ids are unique in the whole history.
-// A request must also end with a user message (the model answers it).
+// - tool call ids are unique in the whole history;
+// - thinking and redacted_thinking blocks (Anthropic's) only in answers, whole (a thinking block
+//   with its signature, a redacted one with its data), all of them before the answer's text and
+//   calls, and never an answer of thinking alone: the API checks each against its signature and
+//   wants the sequence exactly as the model wrote it.
+// A request must also end with a user message (the model answers it); a request that thinks with a
+// budget wants the tool loop it continues to have thought from its start (thinking.ts).
+//
+// The repair never rewrites a thinking block: when one cannot stay valid (cut short, unsigned, out
+// of place, an answer joined to another), the thinking of that whole turn is left out, which the
+// API allows for the turns it does not continue, and which turns a continued turn's thinking off.
 
-import type { AssistantMessage, Message, TextBlock, ToolResultBlock, ToolUseBlock, UserMessage } from "../llm/provider.js";
+import { isThinking, type AssistantMessage, type Message, type TextBlock, type ThinkingRequest, type ToolResultBlock, type ToolUseBlock, type UserMessage } from "../llm/provider.js";
+import { openLoop } from "../llm/thinking.js";
 import { cutText, escapeUnsafe, oneLine } from "../text.js";
 
 /** What the repair did, one entry per change, in words the user can read. */
 export interface Repair {
-  kind: "interrupted-call" | "not-run-call" | "interrupted-step" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block";
+  kind: "interrupted-call" | "not-run-call" | "interrupted-step" | "orphan-result" | "duplicate-result" | "duplicate-id" | "empty" | "merged" | "lost-start" | "bad-block" | "thinking";
   /** The index of the message (in the repaired history) the change is in. */
   index: number;
   /** For an interrupted call, the tool it called. */
@@ -70,7 +80,7 @@ export function notRunResult(tool: string, by?: string): string {
  * What is wrong with MESSAGES under the rule, first problem first (empty: nothing). With
  * FORREQUEST the history must also end with a user message.
  */
-export function historyProblems(messages: readonly Message[], forRequest = false): string[] {
+export function historyProblems(messages: readonly Message[], forRequest = false, thinking?: ThinkingRequest): string[] {
   const problems: string[] = [];
   const ids = new Set<string>();
   if (forRequest && messages.length === 0) problems.push("the history is empty");
@@ -86,6 +96,9 @@ export function historyProblems(messages: readonly Message[], forRequest = false
       else if (b.type === "text" && (b as TextBlock).text === "") problems.push(`${at} holds an empty text`);
     }
     if (m.role === "assistant") {
+      const firstOther = content.findIndex((b) => !isThinking(b));
+      if (content.length > 0 && firstOther === -1) problems.push(`${at} holds only thinking`);
+      if (firstOther !== -1 && content.slice(firstOther).some((b) => isThinking(b))) problems.push(`${at} holds thinking after its text or calls`);
       for (const b of content) {
         if (b.type !== "tool_use") continue;
         const id = (b as ToolUseBlock).id;
@@ -119,6 +132,9 @@ export function historyProblems(messages: readonly Message[], forRequest = false
     }
   });
   if (forRequest && messages.length > 0 && messages[messages.length - 1]?.role !== "user") problems.push("the history does not end with a user message");
+  if (forRequest && thinking?.mode === "budget" && problems.length === 0 && !openLoop(messages).every((m) => isThinking(m.content[0]))) {
+    problems.push("the request thinks with a budget, but the tool loop it continues did not begin with thinking");
+  }
   return problems;
 }
 
@@ -137,6 +153,10 @@ function validBlock(b: { type?: unknown } | null | undefined, role: "user" | "as
       return role === "assistant" && typeof x.id === "string" && x.id !== "" && typeof x.name === "string" && x.name !== "" && x.input !== null && typeof x.input === "object" && !Array.isArray(x.input);
     case "tool_result":
       return role === "user" && typeof x.toolUseId === "string" && typeof x.content === "string";
+    case "thinking":
+      return role === "assistant" && typeof x.thinking === "string" && typeof x.signature === "string" && x.signature !== "";
+    case "redacted_thinking":
+      return role === "assistant" && typeof x.data === "string" && x.data !== "";
     default:
       return false;
   }
@@ -174,6 +194,8 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
   const repairs: Repair[] = [];
   const ids = new Set<string>();
   let open: OpenCall[] = [];
+  /** Where (in OUT) an answer's thinking could not be kept: its turn's thinking goes too. */
+  const dropThinking = new Set<number>();
 
   /** Whether call C is known never to have started (so nothing of it happened). */
   const neverStarted = (c: OpenCall): boolean => options.started !== undefined && !options.started.has(c.original);
@@ -212,10 +234,19 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
       const ok = validBlock(b as { type?: unknown }, role);
       if (!ok) repairs.push({ kind: "bad-block", index: out.length, description: `a block of message ${i + 1} that is not valid there was left out` });
       return ok && !((b as { type: string }).type === "text" && (b as TextBlock).text === "");
-    }) as (TextBlock | ToolUseBlock | ToolResultBlock)[];
+    }) as (AssistantMessage["content"][number] | ToolResultBlock)[];
 
     if (role === "assistant") {
-      const content = structuredClone(blocks.filter((b): b is TextBlock | ToolUseBlock => b.type !== "tool_result"));
+      let content = structuredClone(blocks.filter((b): b is AssistantMessage["content"][number] => b.type !== "tool_result"));
+      // Thinking stays only whole and first, beside an answer: else this turn's thinking goes.
+      const hadThinking = found.some((b) => isThinking(b as { type?: unknown }));
+      const firstOther = content.findIndex((b) => !isThinking(b));
+      const whole = found.every((b) => !isThinking(b as { type?: unknown }) || validBlock(b as { type?: unknown }, role));
+      const placed = firstOther !== -1 && content.slice(firstOther).every((b) => !isThinking(b));
+      // Joined to the answer before when that one made no call left open (closeOpen answers those).
+      const joins = out[out.length - 1]?.role === "assistant" && open.every((c) => c.answered);
+      const dropped = hadThinking && !(whole && placed && !joins);
+      if (dropped) content = content.filter((b) => !isThinking(b));
       if (content.length === 0) {
         repairs.push({ kind: "empty", index: out.length, description: `an empty answer (message ${i + 1}) was left out` });
         continue;
@@ -239,11 +270,14 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
       }
       const last = out[out.length - 1];
       if (last?.role === "assistant") {
+        // An answer another is joined to is no longer as the model wrote it: its turn's thinking goes.
+        dropThinking.add(out.length - 1);
         (last as AssistantMessage).content.push(...content);
         repairs.push({ kind: "merged", index: out.length - 1, description: `two answers in a row (message ${i + 1}) were joined` });
       } else {
         out.push({ role: "assistant", content });
       }
+      if (dropped) dropThinking.add(out.length - 1);
       open = calls;
       continue;
     }
@@ -286,7 +320,37 @@ export function repairHistory(messages: readonly Message[], options: RepairOptio
     }
   }
   closeOpen();
+  stripTurnsThinking(out, dropThinking, repairs);
   return { messages: out, repairs };
+}
+
+/**
+ * Leaves out the thinking of every turn of MESSAGES that holds an answer in AT (one whose thinking
+ * was dropped): a turn runs from the user's text to the next, and keeps one configuration.
+ */
+function stripTurnsThinking(messages: Message[], at: ReadonlySet<number>, repairs: Repair[]): void {
+  if (at.size === 0) return;
+  let start = 0;
+  const strip = (from: number, to: number): void => {
+    const hit = [...at].some((i) => i >= from && i < to);
+    if (!hit) return;
+    for (let i = from; i < to; i++) {
+      const m = messages[i];
+      if (m?.role !== "assistant" || !m.content.some(isThinking)) {
+        if (m?.role === "assistant" && at.has(i)) repairs.push({ kind: "thinking", index: i, description: `the thinking of answer ${i + 1} could not be kept whole; the thinking of its turn was left out` });
+        continue;
+      }
+      m.content = m.content.filter((b) => !isThinking(b));
+      repairs.push({ kind: "thinking", index: i, description: `the thinking of answer ${i + 1} was left out, so that its turn stays one the API accepts` });
+    }
+  };
+  messages.forEach((m, i) => {
+    if (i > 0 && m.role === "user" && m.content.some((b) => b.type === "text")) {
+      strip(start, i);
+      start = i;
+    }
+  });
+  strip(start, messages.length);
 }
 
 function freshId(id: string, taken: ReadonlySet<string>): string {

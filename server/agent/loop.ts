@@ -10,7 +10,8 @@ import type { StopReason, ToolChoice, TurnFailureKind, TurnState, Usage } from "
 import { ProviderError, StreamIdleError, isAbortError } from "../llm/errors.js";
 import { redact } from "../log.js";
 import { costOf, modelInfo } from "../llm/models.js";
-import { addUsage, answerText, emptyUsage, type ChatResponse, type LLMProvider, type StreamHandlers, type StreamedToolCall, type ToolDefinition } from "../llm/provider.js";
+import { addUsage, answerText, emptyUsage, type ChatResponse, type LLMProvider, type StreamHandlers, type StreamedToolCall, type ThinkingRequest, type ToolDefinition } from "../llm/provider.js";
+import { thinkingForRequest } from "../llm/thinking.js";
 import { describeForModel, schemaForModel } from "../tools/registry.js";
 import type { AdmittedCall, ExecuteOptions, Executor, ToolCall, ToolResult } from "../tools/executor.js";
 import type { SafetyLevel, Tool } from "../tools/tool.js";
@@ -50,10 +51,14 @@ export interface TurnSettings {
   startToolsEarly?: boolean;
   /** A lean tool set (tool-set.ts): what it offers now, read before each request; add_tools extends it. */
   toolSet?: { current(): readonly Tool[]; offer(category: string): string[] };
+  /** How the turn's requests ask the model to think (thinking.ts's thinkingForTurn): one setting per turn. */
+  thinking?: ThinkingRequest;
 }
 
 export interface TurnEvents {
   textDelta(text: string): void;
+  /** A piece of the model's reasoning as it streams (REDACTED: encrypted, no text), shown apart. */
+  thinkingDelta?(text: string, redacted: boolean): void;
   /** The answer's text has all been given (textDelta), just before the answer goes into the history. */
   textDone?(): void;
   /** Before the call runs or asks for approval; RUNNING when it started while the answer streamed. */
@@ -624,8 +629,10 @@ async function requestWithRetry(t: Turn, onText: StreamHandlers["onText"], onToo
   const { settings, events, signal } = t;
   const toolChoice: ToolChoice = t.steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
   let idleRetried = false;
+  // One thinking setting for the turn; a loop that began without thinking goes on without it.
+  const thinking = thinkingForRequest(t.conversation.messages, settings.thinking);
   // A history no API accepts is never sent: the turn fails saying what is wrong with it.
-  const problems = historyProblems(t.conversation.messages, true);
+  const problems = historyProblems(t.conversation.messages, true, thinking);
   if (problems.length > 0) {
     throw new ProviderError(
       "internal",
@@ -647,6 +654,7 @@ async function requestWithRetry(t: Turn, onText: StreamHandlers["onText"], onToo
           toolChoice,
           maxTokens: settings.maxTokens,
           ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
+          ...(thinking ? { thinking } : {}),
         },
         {
           onText: (delta, afterCall) => {
@@ -655,6 +663,11 @@ async function requestWithRetry(t: Turn, onText: StreamHandlers["onText"], onToo
             onText(delta, afterCall);
           },
           onToolCall,
+          // Shown as it comes: a retry after it would show it twice, as for text.
+          onThinking: (delta, redacted) => {
+            emitted = true;
+            events.thinkingDelta?.(delta, redacted === true);
+          },
         },
         signal,
       );

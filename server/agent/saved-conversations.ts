@@ -30,7 +30,7 @@ import { oneLine } from "../text.js";
 import { ConversationJournal, ConversationStore, STORE_VERSION, StoreError, type StoreRecord, type StoredConversation } from "./conversation-store.js";
 import { compactedHistory } from "./compaction.js";
 import { repairHistory } from "./history-rules.js";
-import { Conversation, shortenAgain, shownHistory, shownTurnEnds } from "./conversation.js";
+import { Conversation, historyForClient, shortenAgain, shownTurnEnds } from "./conversation.js";
 import { exportConversation } from "./export.js";
 import { categoriesAddedIn } from "./tool-set.js";
 
@@ -194,7 +194,7 @@ export class SavedConversations {
     return {
       conversationId: p.conversationId,
       title: stored.title,
-      messages: shownHistory(stored.messages) as HistoryMessage[],
+      messages: historyForClient(stored.messages),
       calls: stored.calls,
       turnEnds: shownTurnEnds(stored.messages, stored.turnEnds),
       usage: stored.usage,
@@ -259,7 +259,7 @@ export class SavedConversations {
     const after = this.readSaved(p.conversationId);
     // The server's copy goes on from the same history as the file.
     if (open) restoreHistory(open, after);
-    return { restore: [...restore.values()], messages: shownHistory(after.messages) as HistoryMessage[], calls: after.calls, turnEnds: shownTurnEnds(after.messages, after.turnEnds) };
+    return { restore: [...restore.values()], messages: historyForClient(after.messages), calls: after.calls, turnEnds: shownTurnEnds(after.messages, after.turnEnds) };
   }
 
   private rename(p: ConversationRenameParams): ConversationRenameResult {
@@ -287,9 +287,9 @@ export class SavedConversations {
     }
     if (stored) {
       title = stored.title;
-      messages = shownHistory(stored.messages) as HistoryMessage[];
+      messages = historyForClient(stored.messages);
     } else if (open) {
-      messages = shownHistory(open.messages) as HistoryMessage[];
+      messages = historyForClient(open.messages);
     } else {
       throw new ResponseError(ErrorCodes.unknownConversation, `No conversation ${p.conversationId}.`);
     }

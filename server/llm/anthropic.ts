@@ -20,7 +20,9 @@ import {
   type Message,
   type StreamHandlers,
   type StreamedToolCall,
+  isThinking,
 } from "./provider.js";
+import { INTERLEAVED_THINKING_BETA, thinkingForRequest, thinkingSupport } from "./thinking.js";
 
 export interface AnthropicOptions {
   apiKey: string;
@@ -50,7 +52,8 @@ export class AnthropicProvider implements LLMProvider {
     const ctx: ErrorContext = { provider: "anthropic", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or ANTHROPIC_API_KEY" };
     const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(toParams(request), { signal: idle.signal });
+      const { params, headers } = toParams(request);
+      const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(params, { signal: idle.signal, ...(headers ? { headers } : {}) });
       ctx.streaming = true;
       return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
     } catch (err) {
@@ -63,7 +66,8 @@ export class AnthropicProvider implements LLMProvider {
   }
 }
 
-function toParams(request: ChatRequest): Anthropic.MessageCreateParamsStreaming {
+/** REQUEST as the API's parameters, and the headers it needs (the interleaved-thinking beta). */
+export function toParams(request: ChatRequest): { params: Anthropic.MessageCreateParamsStreaming; headers?: Record<string, string> } {
   const tools: Anthropic.Tool[] = request.tools.map((t) => ({
     name: t.name,
     description: t.description,
@@ -72,12 +76,24 @@ function toParams(request: ChatRequest): Anthropic.MessageCreateParamsStreaming 
   // Cache the stable prefix (tools, system prompt): later steps of a turn re-read it at a tenth of the price.
   const lastTool = tools[tools.length - 1];
   if (lastTool) lastTool.cache_control = { type: "ephemeral" };
+  // A model that never thinks is not sent the thinking of another (a switch mid-conversation): it
+  // knows no such block. Every model that thinks gets them all back, unchanged, as the API asks.
+  const thinks = thinkingSupport(request.model).kind !== "none";
   const params: Anthropic.MessageCreateParamsStreaming = {
     model: request.model,
     max_tokens: request.maxTokens,
-    messages: request.messages.map(toMessageParam),
+    messages: request.messages.map((m) => toMessageParam(m, thinks)),
     stream: true,
   };
+  let headers: Record<string, string> | undefined;
+  const thinking = thinkingForRequest(request.messages, request.thinking);
+  if (thinking?.mode === "adaptive") {
+    params.thinking = { type: "adaptive", ...(thinking.display ? { display: thinking.display } : {}) };
+    if (thinking.effort) params.output_config = { effort: thinking.effort };
+  } else if (thinking?.mode === "budget") {
+    params.thinking = { type: "enabled", budget_tokens: thinking.budgetTokens };
+    if (thinking.interleaved) headers = { "anthropic-beta": INTERLEAVED_THINKING_BETA };
+  }
   // ...and the conversation so far: the next step of the loop re-sends all of it plus one exchange.
   const lastBlock = params.messages[params.messages.length - 1]?.content;
   if (Array.isArray(lastBlock) && lastBlock.length > 0) {
@@ -93,17 +109,27 @@ function toParams(request: ChatRequest): Anthropic.MessageCreateParamsStreaming 
   // The SDK's types no longer list temperature (deprecated for newer models); it is sent only when the
   // user configured one, and a model that refuses it answers 400 with the API's own explanation.
   if (request.temperature !== undefined) (params as unknown as Record<string, unknown>).temperature = request.temperature;
-  return params;
+  return headers ? { params, headers } : { params };
 }
 
-/** One message of the neutral format as Anthropic's wire has it. */
-export function toMessageParam(m: Message): Anthropic.MessageParam {
+/** One message of the neutral format as Anthropic's wire has it; without THINKING, with no thinking blocks. */
+export function toMessageParam(m: Message, thinking = true): Anthropic.MessageParam {
   if (m.role === "assistant") {
     return {
       role: "assistant",
-      content: m.content.map((b): Anthropic.ContentBlockParam =>
-        b.type === "text" ? { type: "text", text: b.text } : { type: "tool_use", id: b.id, name: b.name, input: b.input },
-      ),
+      content: m.content.flatMap((b): Anthropic.ContentBlockParam[] => {
+        switch (b.type) {
+          case "text":
+            return [{ type: "text", text: b.text }];
+          case "tool_use":
+            return [{ type: "tool_use", id: b.id, name: b.name, input: b.input }];
+          // Exactly as received: the signature is checked against the text.
+          case "thinking":
+            return thinking ? [{ type: "thinking", thinking: b.thinking, signature: b.signature }] : [];
+          case "redacted_thinking":
+            return thinking ? [{ type: "redacted_thinking", data: b.data }] : [];
+        }
+      }),
     };
   }
   return {
@@ -114,7 +140,12 @@ export function toMessageParam(m: Message): Anthropic.MessageParam {
   };
 }
 
-type Block = { kind: "text"; text: string } | { kind: "tool"; id: string; name: string; json: string; stopped?: boolean; call?: StreamedToolCall } | { kind: "other" };
+type Block =
+  | { kind: "text"; text: string }
+  | { kind: "tool"; id: string; name: string; json: string; stopped?: boolean; call?: StreamedToolCall }
+  | { kind: "thinking"; thinking: string; signature: string; stopped?: boolean }
+  | { kind: "redacted"; data: string }
+  | { kind: "other" };
 
 /** The call a finished tool block holds (made once, so that what ran early is what the message says). */
 function finalCall(b: Extract<Block, { kind: "tool" }>, usedIds: Set<string>): StreamedToolCall {
@@ -161,8 +192,14 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
         } else if (b.type === "tool_use") {
           blocks[event.index] = { kind: "tool", id: b.id, name: b.name, json: "" };
           joined.call();
+        } else if (b.type === "thinking") {
+          blocks[event.index] = { kind: "thinking", thinking: b.thinking ?? "", signature: b.signature ?? "" };
+          if (b.thinking) handlers.onThinking?.(b.thinking);
+        } else if (b.type === "redacted_thinking") {
+          blocks[event.index] = { kind: "redacted", data: typeof b.data === "string" ? b.data : "" };
+          handlers.onThinking?.("", true);
         } else {
-          // Thinking and server-tool blocks are not requested; whatever comes is not replayed.
+          // Server-tool blocks are not requested; whatever comes is not replayed.
           blocks[event.index] = { kind: "other" };
         }
         break;
@@ -177,12 +214,17 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
         } else if (d.type === "input_json_delta" && b.kind === "tool") {
           if (b.stopped) throw new MalformedStreamError(`arguments for tool block ${event.index} after it ended`);
           b.json += d.partial_json;
+        } else if (d.type === "thinking_delta" && b.kind === "thinking" && !b.stopped) {
+          b.thinking += d.thinking;
+          handlers.onThinking?.(d.thinking);
+        } else if (d.type === "signature_delta" && b.kind === "thinking" && !b.stopped) {
+          b.signature += d.signature;
         }
         break;
       }
       case "content_block_stop": {
         const b = blocks[event.index];
-        if (b?.kind === "tool") b.stopped = true;
+        if (b?.kind === "tool" || b?.kind === "thinking") b.stopped = true;
         giveInOrder();
         break;
       }
@@ -209,13 +251,34 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
     if (!b || b.kind === "other") continue;
     if (b.kind === "text") {
       if (b.text !== "") content.push({ type: "text", text: b.text });
+    } else if (b.kind === "thinking") {
+      content.push({ type: "thinking", thinking: b.thinking, signature: b.signature });
+    } else if (b.kind === "redacted") {
+      content.push({ type: "redacted_thinking", data: b.data });
     } else {
       const call = finalCall(b, usedIds);
       toolCalls.push(call);
       content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
     }
   }
-  return { content, toolCalls, stopReason, usage, model };
+  return { content: keptThinking(content, handlers), toolCalls, stopReason, usage, model };
+}
+
+/**
+ * CONTENT with its thinking only when all of it can be sent back as the API wants it: every block
+ * ended with a signature (a proxy may drop or cut it), all of them before the answer's text and
+ * calls. Otherwise the answer's thinking is dropped whole (a partial sequence would be refused),
+ * the user is told, and the turn goes on without it (thinking.ts's thinkingForRequest).
+ */
+function keptThinking(content: ChatResponse["content"], handlers: StreamHandlers): ChatResponse["content"] {
+  const thinking = content.filter(isThinking);
+  if (thinking.length === 0) return content;
+  const first = content.findIndex((b) => !isThinking(b));
+  const leading = first === -1 || content.slice(first).every((b) => !isThinking(b));
+  const signed = thinking.every((b) => (b.type === "thinking" ? b.signature !== "" : b.data !== ""));
+  if (leading && signed) return content;
+  handlers.onThinking?.(`\n[This thinking came ${signed ? "after the answer had begun" : "without its signature"}; it is not kept, and the rest of the turn goes without thinking.]\n`);
+  return content.filter((b) => !isThinking(b));
 }
 
 function mapStopReason(r: string | null | undefined): StopReason {

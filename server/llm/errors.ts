@@ -160,6 +160,10 @@ export function toProviderError(err: unknown, ctx: ErrorContext): ProviderError 
       if (tooLarge(err)) {
         return new ProviderError("provider", `${who} rejected the request as too large for the model (${code}: ${detail}). Compact the conversation (sly-agent-q-compact) or start a new one.`, false, status);
       }
+      // A refusal about thinking (a model that takes another mode, a budget, a tool choice): the setting that decides it.
+      if (/thinking|budget_tokens|output_config|effort/i.test(detail)) {
+        return new ProviderError("provider", `${who} rejected the request's thinking for ${ctx.model} (${code}: ${detail}). Set this model's thinking in sly-agent-q-thinking (off, auto, an effort level or a budget); the conversation is unchanged.`, false, status);
+      }
       return new ProviderError("provider", `${who} rejected the request as invalid (${code}: ${detail}). Its length is not the cause; please report this with the message.`, false, status);
     case "other":
       return new ProviderError("provider", `${who} answered ${code}: ${sentence(detail)}`, false, status);

@@ -81,6 +81,8 @@ export class OpenAIProvider implements LLMProvider {
       params.tool_choice = tc === "auto" ? "auto" : tc === "any" ? "required" : tc === "none" ? "none" : { type: "function", function: { name: tc.name } };
     }
     if (request.temperature !== undefined) params.temperature = request.temperature;
+    // The effort the user set for this model (thinking.ts): OpenAI's reasoning models and compatible servers take it.
+    if (request.thinking?.mode === "reasoning-effort") (params as unknown as Record<string, unknown>).reasoning_effort = request.thinking.effort;
     return params;
   }
 }
@@ -90,6 +92,7 @@ export function toMessages(system: string, messages: readonly Message[]): OpenAI
   if (system) out.push({ role: "system", content: system });
   for (const m of messages) {
     if (m.role === "assistant") {
+      // Thinking is Anthropic's: an OpenAI-compatible server is sent the answer's text and calls only.
       const text = answerText(m.content);
       const calls = m.content.flatMap((b) =>
         b.type === "tool_use" ? [{ id: b.id, type: "function" as const, function: { name: b.name, arguments: JSON.stringify(b.input) } }] : [],
@@ -143,6 +146,10 @@ async function readStream(stream: AsyncIterable<OpenAI.ChatCompletionChunk>, han
     const choice = chunk.choices?.[0];
     if (!choice) continue;
     const delta = choice.delta ?? {};
+    // Reasoning text, as DeepSeek and vLLM (reasoning_content) or Ollama and OpenRouter (reasoning)
+    // stream it: shown, never kept or sent back (none of these formats asks for it again).
+    const reasoning = (delta as { reasoning_content?: unknown; reasoning?: unknown }).reasoning_content ?? (delta as { reasoning?: unknown }).reasoning;
+    if (typeof reasoning === "string" && reasoning !== "") handlers.onThinking?.(reasoning);
     if (typeof delta.content === "string" && delta.content !== "") {
       text += delta.content;
       handlers.onText(delta.content);

@@ -27,6 +27,30 @@ export interface ToolResultBlock {
   isError: boolean;
 }
 
+/**
+ * The model's reasoning before its answer or between its calls (Anthropic). Kept whole and sent back
+ * exactly as received: the API checks SIGNATURE against the text, and refuses a tool loop whose
+ * thinking was changed, dropped or moved. THINKING may be empty (a model that omits its display).
+ */
+export interface ThinkingBlock {
+  type: "thinking";
+  thinking: string;
+  signature: string;
+}
+
+/** Reasoning the API encrypted (safety-redacted): DATA is opaque, sent back unchanged, shown as "(redacted)". */
+export interface RedactedThinkingBlock {
+  type: "redacted_thinking";
+  data: string;
+}
+
+export type AnyThinkingBlock = ThinkingBlock | RedactedThinkingBlock;
+
+/** Whether BLOCK is a thinking or redacted_thinking block. */
+export function isThinking(block: { type?: unknown } | null | undefined): block is AnyThinkingBlock {
+  return block?.type === "thinking" || block?.type === "redacted_thinking";
+}
+
 export interface UserMessage {
   role: "user";
   /** Tool results first (the order both APIs expect), then any text. */
@@ -35,7 +59,8 @@ export interface UserMessage {
 
 export interface AssistantMessage {
   role: "assistant";
-  content: (TextBlock | ToolUseBlock)[];
+  /** Thinking blocks, when any, come first, in the order the model wrote them (history-rules.ts). */
+  content: (AnyThinkingBlock | TextBlock | ToolUseBlock)[];
 }
 
 /**
@@ -67,7 +92,7 @@ export class AnswerText {
 /** The text of an answer's CONTENT as the user is shown it (AnswerText). */
 export function answerText(content: AssistantMessage["content"]): string {
   const joined = new AnswerText();
-  return content.map((b) => (b.type === "text" ? joined.text(b.text) : (joined.call(), ""))).join("");
+  return content.map((b) => (b.type === "text" ? joined.text(b.text) : b.type === "tool_use" ? (joined.call(), "") : "")).join("");
 }
 
 export type Message = UserMessage | AssistantMessage;
@@ -78,6 +103,17 @@ export interface ToolDefinition {
   inputSchema: ModelSchema;
 }
 
+/**
+ * How the model is asked to think in one request (thinking.ts decides it per turn): adaptive (the
+ * model decides, EFFORT steers it; DISPLAY "summarized" where the model would omit the text), a
+ * fixed budget of tokens (older models; INTERLEAVED: the beta header that lets it think between
+ * calls), or a reasoning effort (OpenAI-compatible servers).
+ */
+export type ThinkingRequest =
+  | { mode: "adaptive"; effort?: "low" | "medium" | "high" | "xhigh" | "max"; display?: "summarized" }
+  | { mode: "budget"; budgetTokens: number; interleaved: boolean }
+  | { mode: "reasoning-effort"; effort: string };
+
 export interface ChatRequest {
   model: string;
   system: string;
@@ -86,6 +122,8 @@ export interface ChatRequest {
   toolChoice: ToolChoice;
   maxTokens: number;
   temperature?: number;
+  /** Undefined: the model is not asked to think. */
+  thinking?: ThinkingRequest;
 }
 
 /** A tool call as the stream delivered it. */
@@ -99,7 +137,7 @@ export interface StreamedToolCall {
 }
 
 export interface ChatResponse {
-  /** Text and tool calls in the order the model produced them. */
+  /** Thinking, text and tool calls in the order the model produced them. */
   content: AssistantMessage["content"];
   toolCalls: StreamedToolCall[];
   stopReason: StopReason;
@@ -118,6 +156,12 @@ export interface StreamHandlers {
    * order, before the rest of the message streams; the same object is in the final toolCalls.
    */
   onToolCall?(call: StreamedToolCall): void;
+  /**
+   * Called for every piece of the model's reasoning as it arrives, for display only (Anthropic's
+   * thinking, an OpenAI-compatible server's reasoning text); REDACTED: a block of reasoning the API
+   * encrypted, whose text is not shown.
+   */
+  onThinking?(delta: string, redacted?: boolean): void;
 }
 
 export interface LLMProvider {

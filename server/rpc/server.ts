@@ -44,6 +44,7 @@ import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
 import { diffHunks, diffTexts } from "../diff.js";
+import { thinkingProblems } from "../llm/thinking.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
@@ -161,7 +162,7 @@ export class AgentServer {
    */
   policyFor(config: Configuration = this.configuration): ToolPolicy {
     // In the protocol's shape first: a key misspelt or of another type is named, not ignored or thrown on.
-    const problems = checkShape(SHAPE_TYPES.Configuration, config, "configuration");
+    const problems = [...checkShape(SHAPE_TYPES.Configuration, config, "configuration"), ...thinkingProblems(config.thinking)];
     if (problems.length > 0) throw new ResponseError(ErrorCodes.invalidConfiguration, `The configuration was not applied: ${problems.join("; ")}.`);
     try {
       return new ToolPolicy(this.registry, config, (t) => this.runtimeAvailable(t));

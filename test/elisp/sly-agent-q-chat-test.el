@@ -90,6 +90,39 @@
             (should (string-match-p "arguments:" (sly-agent-q-test-chat-text)))
             (should (string-match-p (if tools "result:" "error:") (sly-agent-q-test-chat-text)))))))))
 
+(ert-deftest sly-agent-q-chat-shows-thinking-folded ()
+  "The model's reasoning streams into a folded section above its answer; TAB opens it."
+  (sly-agent-q-test-with-server
+      (sly-agent-q-test--script
+       (sly-agent-q-test--step '((type . "thinking") (thinking . "Which frame first? The \e[31mtop\e[0m one."))
+                               '((type . "redacted_thinking"))
+                               (sly-agent-q-test--text "The top frame.")))
+    (let ((outcome (sly-agent-q-test-send "Which frame?")))
+      (should (eq (plist-get outcome :status) 'finished))
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (goto-char (point-min))
+        (should (re-search-forward "▸ Thinking… \\([0-9]+\\) tokens" nil t))
+        (let ((header (match-beginning 0))
+              (tokens (string-to-number (match-string 1)))
+              (overlay (button-get (button-at (match-beginning 0)) 'sly-agent-q-thinking)))
+          ;; The count is the reasoning's (about four characters a token), however the header changed.
+          (should (= tokens (/ (+ (- (overlay-end overlay) (overlay-start overlay)) 3) 4)))
+          (should (> tokens 8))
+          ;; Folded: the reasoning is there, hidden, drawn as data (the escape is shown, not obeyed).
+          (should (search-forward "Which frame first?" nil t))
+          (should (invisible-p (match-beginning 0)))
+          (should (search-forward "(redacted)" nil t))
+          (should-not (string-match-p "\e" (buffer-substring-no-properties header (point))))
+          ;; Above the answer it leads to, which is shown.
+          (should (search-forward "The top frame." nil t))
+          (should-not (invisible-p (match-beginning 0)))
+          (goto-char header)
+          (funcall (lookup-key (get-text-property (point) 'keymap) (kbd "TAB")))
+          (goto-char (point-min))
+          (should (search-forward "▾ Thinking… " nil t))
+          (should (search-forward "Which frame first?" nil t))
+          (should-not (invisible-p (match-beginning 0))))))))
+
 (defun sly-agent-q-test--write-script (path content)
   "A script: write CONTENT to PATH, then report the tool result."
   (sly-agent-q-test--script

@@ -122,6 +122,20 @@ what it is: trust levels."
     (sly-agent-q-set-model "")
     (should-not sly-agent-q-model)))
 
+(ert-deftest sly-agent-q-menu-sets-thinking-per-model ()
+  "Thinking is set per model from the menu, shown as in force, and sent to the server."
+  (let ((sly-agent-q-model "claude-opus-4-7") (sly-agent-q-thinking '(("*" . low))))
+    (should (string-match-p "Thinking low" (sly-agent-q-menu-test--description 'sly-agent-q-set-thinking)))
+    (sly-agent-q-set-thinking "claude-opus" 'high)
+    (sly-agent-q-set-thinking "claude-sonnet-4-5" 8000)
+    (should (equal sly-agent-q-thinking '(("*" . low) ("claude-opus" . high) ("claude-sonnet-4-5" . 8000))))
+    (should (string-match-p "Thinking high" (sly-agent-q-menu-test--description 'sly-agent-q-set-thinking)))
+    (let ((sent (plist-get (sly-agent-q-server-configuration) :thinking)))
+      (should (equal (gethash "claude-opus" sent) "high"))
+      (should (equal (gethash "claude-sonnet-4-5" sent) 8000)))
+    (should-error (sly-agent-q-set-thinking "claude-opus" 'lots) :type 'user-error)
+    (should-error (sly-agent-q-set-thinking "claude-opus" 100) :type 'user-error)))
+
 (ert-deftest sly-agent-q-chat-describe-mode-names-every-key ()
   "C-h m: every command bound in the chat is named in the mode's own words, not only in the key table."
   (let* ((raw (documentation 'sly-agent-q-chat-mode t))

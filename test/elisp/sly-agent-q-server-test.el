@@ -826,6 +826,32 @@ on by `lisp-mode-hook' and binds the same key)."
         (should (string-match-p "(1 tool step · 1,200 in / 80 out · \\$0.0123)" live))
         (should (equal (sly-agent-q-test--transcript) live))))))
 
+(ert-deftest sly-agent-q-chat-resumed-thinking-looks-as-live ()
+  "The model's reasoning, resumed, is folded above its answer as it was live, redacted too."
+  (let (live)
+    (sly-agent-q-test--with-chat
+      (sly-agent-q-chat--insert-user-message "go")
+      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-handle-notification nil 'chat/thinkingDelta '(:turnId "t1" :text "Which frame? "))
+      (sly-agent-q-handle-notification nil 'chat/thinkingDelta '(:turnId "t1" :text "The top one."))
+      (sly-agent-q-handle-notification nil 'chat/thinkingDelta '(:turnId "t1" :text "" :redacted t))
+      (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "The top frame."))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished
+                                       '(:turnId "t1" :stopReason "end_turn" :steps 0 :usage (:inputTokens 10 :outputTokens 5) :costUsd 0.001))
+      (setq live (sly-agent-q-test--transcript))
+      (sly-agent-q-chat-show-history
+       "c1" "go"
+       [(:role "user" :content [(:type "text" :text "go")])
+        (:role "assistant" :content [(:type "thinking" :thinking "Which frame? The top one.")
+                                     (:type "redacted_thinking")
+                                     (:type "text" :text "The top frame.")])]
+       :turn-ends [(:afterMessage 2 :usage (:inputTokens 10 :outputTokens 5) :costUsd 0.001 :steps 0 :stopReason "end_turn")])
+      (should (string-match-p "▸ Thinking… [0-9]+ tokens\nWhich frame\\? The top one\\.\n(redacted)\n\nThe top frame\\." live))
+      (should (equal (sly-agent-q-test--transcript) live))
+      (goto-char (point-min))
+      (search-forward "Which frame?")
+      (should (invisible-p (match-beginning 0))))))
+
 (ert-deftest sly-agent-q-chat-resumed-answers-are-not-run-together ()
   "Resumed, the text after an answer's last call and the next answer's text stay apart, as live."
   (sly-agent-q-test--with-chat

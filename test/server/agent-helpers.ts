@@ -96,6 +96,8 @@ export function provider(kind: "anthropic" | "openai", mock: MockLLM, apiKey = F
 
 export interface Recorded {
   text: string[];
+  /** The reasoning shown, piece by piece; "(redacted)" for a redacted block. */
+  thinking: string[];
   calls: { call: StreamedToolCall; safety: SafetyLevel | "unknown" }[];
   results: ToolResult[];
   order: string[];
@@ -116,7 +118,7 @@ export async function turn(
   opts: { script?: MockScript; settings?: Partial<TurnSettings>; signal?: AbortSignal; onEvent?: (what: string) => void } = {},
 ): Promise<TurnRun> {
   if (opts.script) h.mock.setScript(opts.script);
-  const events: Recorded = { text: [], calls: [], results: [], order: [], callsShown: [] };
+  const events: Recorded = { text: [], thinking: [], calls: [], results: [], order: [], callsShown: [] };
   const outcome = await runTurn({
     conversation,
     turnId: `turn-${conversation.turns++}`,
@@ -136,6 +138,10 @@ export async function turn(
       ...opts.settings,
     },
     events: {
+      thinkingDelta: (t, redacted) => {
+        events.thinking.push(redacted ? "(redacted)" : t);
+        events.order.push("thinking");
+      },
       textDelta: (t) => {
         events.text.push(t);
         events.order.push("text");

@@ -7,8 +7,9 @@ import { describe, expect, it } from "vitest";
 import { historyProblems, interruptedResult, isValidHistory, repairHistory } from "../../server/agent/history-rules.js";
 import { toMessageParam } from "../../server/llm/anthropic.js";
 import { toMessages } from "../../server/llm/openai.js";
-import type { AssistantMessage, Message, UserMessage } from "../../server/llm/provider.js";
-import { validateAnthropic, validateOpenAI } from "../fixtures/mock-llm/server.mjs";
+import { isThinking, type AssistantMessage, type Message, type UserMessage } from "../../server/llm/provider.js";
+import { thinkingForRequest } from "../../server/llm/thinking.js";
+import { redactedData, signThinking, validateAnthropic, validateOpenAI } from "../fixtures/mock-llm/server.mjs";
 
 const user = (text: string): UserMessage => ({ role: "user", content: [{ type: "text", text }] });
 const say = (text: string): AssistantMessage => ({ role: "assistant", content: [{ type: "text", text }] });
@@ -21,8 +22,10 @@ const result = (id: string, content = "3"): UserMessage => ({ role: "user", cont
 /** What the mock (the real APIs' rules) says of HISTORY sent as a request, a user text added when it ends with an answer. */
 function wireProblems(history: readonly Message[]): { anthropic?: string; openai?: string } {
   const messages = history[history.length - 1]?.role === "user" ? history : [...history, user("next")];
+  // Sent as a model that thinks with a budget would send it: the strictest of the API's thinking rules.
+  const thinking = thinkingForRequest(messages, { mode: "budget", budgetTokens: 2048, interleaved: false });
   return {
-    anthropic: validateAnthropic({ model: "m", max_tokens: 10, messages: messages.map(toMessageParam) }),
+    anthropic: validateAnthropic({ model: "claude-sonnet-4-5", max_tokens: 4096, messages: messages.map((m) => toMessageParam(m)), ...(thinking ? { thinking: { type: "enabled", budget_tokens: 2048 } } : {}) }),
     openai: validateOpenAI({ model: "m", messages: toMessages("system", messages) }),
   };
 }
@@ -137,7 +140,11 @@ function rng(seed: number): () => number {
   };
 }
 
-/** A valid conversation of a few turns: text, answers with 0-3 calls, their results, text joined to results. */
+/**
+ * A valid conversation of a few turns: text, answers with 0-3 calls, their results, text joined to
+ * results; in a turn that thinks, every answer begins with one or two thinking blocks (signed as the
+ * API signs them, or redacted).
+ */
 function randomHistory(r: () => number): Message[] {
   const pick = (n: number) => Math.floor(r() * n);
   const out: Message[] = [user(`question ${pick(1000)}`)];
@@ -145,9 +152,16 @@ function randomHistory(r: () => number): Message[] {
   const turns = 1 + pick(4);
   for (let t = 0; t < turns; t++) {
     const steps = pick(3);
+    const thinks = r() < 0.5;
     for (let s = 0; s <= steps; s++) {
       const calls = s < steps ? 1 + pick(3) : 0;
       const content: AssistantMessage["content"] = [];
+      if (thinks) {
+        for (let k = 1 + pick(2); k > 0; k--) {
+          const text = `thought ${++n}`;
+          content.push(r() < 0.2 ? { type: "redacted_thinking", data: redactedData() } : { type: "thinking", thinking: text, signature: signThinking(text) });
+        }
+      }
       if (calls === 0 || r() < 0.6) content.push({ type: "text", text: `answer ${pick(1000)}` });
       for (let c = 0; c < calls; c++) content.push({ type: "tool_use", id: `toolu_${++n}`, name: ["eval_form", "read_buffer", "write_file"][pick(3)]!, input: { n } });
       out.push({ role: "assistant", content });
@@ -178,8 +192,18 @@ function cut(history: readonly Message[], r: () => number): { messages: Message[
   return { messages, whole: at };
 }
 
-/** The blocks of MESSAGES, in order, without the results the repair wrote. */
-const keptBlocks = (messages: readonly Message[]) => messages.flatMap((m) => m.content.filter((b) => !(b.type === "tool_result" && b.isError && b.content.includes("was interrupted"))).map((b) => ({ role: m.role, b })));
+/** The blocks of MESSAGES, in order, without the results the repair wrote, and without thinking (checked apart). */
+const keptBlocks = (messages: readonly Message[]) =>
+  messages.flatMap((m) => m.content.filter((b) => !(b.type === "tool_result" && b.isError && b.content.includes("was interrupted")) && !isThinking(b)).map((b) => ({ role: m.role, b })));
+
+/** Whether every answer of REPAIRED holds either no thinking or thinking exactly as one answer of ORIGINAL began. */
+function thinkingUnchanged(original: readonly Message[], repaired: readonly Message[]): boolean {
+  const runs = new Set(original.map((m) => JSON.stringify(m.content.filter(isThinking))));
+  return repaired.every((m) => {
+    const run = m.content.filter(isThinking);
+    return run.length === 0 || runs.has(JSON.stringify(run));
+  });
+}
 
 describe("repair on random histories cut at random points", () => {
   const RUNS = 400;
@@ -188,13 +212,19 @@ describe("repair on random histories cut at random points", () => {
       const r = rng(seed);
       const full = randomHistory(r);
       expect(isValidHistory(full), `seed ${seed}: generator`).toBe(true);
-      const { messages } = cut(full, r);
+      const { messages, whole } = cut(full, r);
       const repaired = repairHistory(messages).messages;
       expect(historyProblems(repaired), `seed ${seed}`).toEqual([]);
       if (repaired.length > 0) expect(wireProblems(repaired), `seed ${seed}`).toEqual({ anthropic: undefined, openai: undefined });
-      // Every complete message, and what was written of the one cut short, is kept in its order.
-      const written = messages.flatMap((m) => m.content.map((b) => ({ role: m.role, b })));
+      // Every complete message, and what was written of the one cut short, is kept in its order;
+      // thinking, only whole and unchanged.
+      const written = messages.flatMap((m) => m.content.filter((b) => !isThinking(b)).map((b) => ({ role: m.role, b })));
       expect(keptBlocks(repaired), `seed ${seed}`).toEqual(written);
+      expect(thinkingUnchanged(full, repaired), `seed ${seed}`).toBe(true);
+      // The whole messages before the cut keep their thinking.
+      expect(repaired.slice(0, Math.max(0, whole - 1)).filter((m) => m.role === "assistant").map((m) => m.content.filter(isThinking)), `seed ${seed}`).toEqual(
+        full.slice(0, Math.max(0, whole - 1)).filter((m) => m.role === "assistant").map((m) => m.content.filter(isThinking)),
+      );
       // Repairing again changes nothing.
       expect(repairHistory(repaired), `seed ${seed}`).toEqual({ messages: repaired, repairs: [] });
     }
@@ -219,6 +249,7 @@ describe("repair on random histories cut at random points", () => {
       // No text is lost: every text block of the damaged history is in the repaired one.
       const texts = (ms: readonly Message[]) => ms.flatMap((m) => m.content.flatMap((b) => (b.type === "text" ? [b.text] : [])));
       expect(texts(repaired).filter((t) => !t.startsWith("[The beginning"))).toEqual(texts(damaged));
+      expect(thinkingUnchanged(damaged, repaired), `seed ${seed}`).toBe(true);
     }
   });
 });

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
 import type { ChatSendResult, ClientCapabilities, Configuration, ConversationResumeResult, ConversationSavedResult } from "../../server/protocol.js";
 import { FAKE_KEY } from "./agent-helpers.js";
+import { STORE_VERSION } from "../../server/agent/conversation-store.js";
 import { startBundle, type BundleProcess } from "./stdio-client.js";
 
 interface Note {
@@ -90,6 +91,44 @@ describe("saved conversations", () => {
     expect(saved.conversations[0]!.costUsd).toBeGreaterThan(0);
     const other: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", { projectRoot: "/elsewhere" });
     expect(other.conversations).toEqual([]);
+  });
+
+  it("keep the model's thinking across a server killed mid-loop: shown again without its signature, sent back unchanged", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    const thought = "Look at the symbol before answering.";
+    mock.setScript({
+      steps: [
+        { content: [{ type: "thinking", thinking: thought }, { type: "redacted_thinking" }, { type: "text", text: "Checking." }, { type: "tool_use", name: "no_such_tool", input: { x: 1 } }] },
+        // The server dies while the model answers the results: the loop is left open.
+        { content: [{ type: "text", text: "never finished" }], hang_after_chunks: 1 },
+        { content: [{ type: "thinking", thinking: "Go on." }, { type: "text", text: "Back again." }] },
+      ],
+    });
+    const a = await server();
+    const sent: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "Check x" });
+    await a.waitFor((n) => n.method === "chat/toolResult");
+    while (mock.requests().length < 2) await new Promise((r) => setTimeout(r, 20));
+    a.b.kill();
+    await a.b.exited;
+    // Streamed to the user as it came, the redacted block as such.
+    const shown = a.notes.filter((n) => n.method === "chat/thinkingDelta").map((n) => (n.params.redacted ? "(redacted)" : n.params.text)).join("");
+    expect(shown).toBe(`${thought}(redacted)`);
+    const sentThinking = (mock.requests()[1]!.body as { messages: { role: string; content: { type: string }[] }[] }).messages[1]!.content.slice(0, 2);
+
+    const b = await server();
+    const resumed: ConversationResumeResult = await b.b.connection.sendRequest("conversation/resume", { conversationId: sent.conversationId });
+    expect(resumed.messages[1]!.content.slice(0, 2)).toEqual([{ type: "thinking", thinking: thought }, { type: "redacted_thinking" }]);
+    expect(JSON.stringify(resumed)).not.toMatch(/mocksig_/);
+    const again: ChatSendResult = await b.b.connection.sendRequest("chat/send", { conversationId: sent.conversationId, text: "Go on" });
+    expect((await b.ended(again.turnId)).method).toBe("chat/turnFinished");
+    // The new server sent the first answer's thinking back exactly as the model gave it, and was accepted.
+    const third = mock.requests()[2]!;
+    expect(third.status).toBe(200);
+    expect((third.body as { messages: { content: unknown[] }[] }).messages[1]!.content.slice(0, 2)).toEqual(sentThinking);
+    const exported: { text: string } = await b.b.connection.sendRequest("conversation/export", { conversationId: sent.conversationId, format: "markdown" });
+    expect(exported.text).toContain("<summary>Thinking</summary>");
+    expect(exported.text).toContain(thought);
+    expect(exported.text).not.toMatch(/mocksig_/);
   });
 
   it("lose nothing when the server is killed in the middle of a turn", async () => {
@@ -215,7 +254,7 @@ describe("saved conversations", () => {
     // A file that records starts is of a format version an older sly-agent-q refuses to read and write
     // to (it would run calls without recording their starts).
     const header = JSON.parse(readFileSync(join(dir, "conversations", `${sent.conversationId}.jsonl`), "utf8").split("\n")[0]!) as { v: number; starts?: boolean };
-    expect(header).toMatchObject({ v: 2, starts: true });
+    expect(header).toMatchObject({ v: STORE_VERSION, starts: true });
 
     const b = await server(config());
     const listed: ConversationSavedResult = await b.b.connection.sendRequest("conversation/saved", {});

@@ -76,6 +76,39 @@
         ;; The header line fits: the state and the cost are both on the 80-column screen.
         (should (string-match-p "\\` \\[ready\\] │ .* │ \\$[0-9.]+" (sly-agent-q-tui-header)))))))
 
+(ert-deftest sly-agent-q-tui-thinking-folded-above-the-answer ()
+  "The model's reasoning streams into a folded section above its answer; TAB on it opens it."
+  (sly-agent-q-tui-with-run
+      (:script `((steps . [,(sly-agent-q-tui-step
+                             '((type . "thinking")
+                               (thinking . "The user asks what MAPCAR returns. Its lambda list first, then one call to be sure."))
+                             (sly-agent-q-tui-tool "describe_symbol" '((symbol . "mapcar"))))
+                           ,(sly-agent-q-tui-step
+                             '((type . "thinking") (thinking . "A function of a function and lists: it returns a fresh list."))
+                             (sly-agent-q-tui-text "MAPCAR returns a new list of the function's results. That is all."))])))
+    (sly-agent-q-tui-type "What does mapcar return?")
+    (sly-agent-q-tui-keys "Enter")
+    ;; While it streams: a folded header, and none of the reasoning's text.
+    (let ((screen (sly-agent-q-tui-wait "^▸ Thinking… [0-9]+ tokens$" 60 "the reasoning streaming, folded")))
+      (sly-agent-q-tui-snapshot "chat-thinking-streaming")
+      (should-not (string-match-p "lambda list first" screen)))
+    (let ((screen (sly-agent-q-tui-wait "That is all\\." 60 "the whole answer")))
+      (setq screen (sly-agent-q-tui-wait "^ \\[ready\\]" 10 "the turn's end"))
+      (sly-agent-q-tui-snapshot "chat-thinking")
+      ;; One folded section before the call, one before the answer, each above what it led to.
+      (should (= 2 (cl-count-if (lambda (l) (string-match-p "^▸ Thinking… [0-9]+ tokens$" l)) (sly-agent-q-tui-lines))))
+      (should (< (string-match "^▸ Thinking" screen) (string-match "describe_symbol" screen)
+                 (string-match "^MAPCAR returns" screen)))
+      (should-not (string-match-p "fresh list" screen)))
+    ;; TAB on the second header opens it.
+    (sly-agent-q-tui-keys "M->" "C-r")
+    (sly-agent-q-tui-type "Thinking")
+    (sly-agent-q-tui-keys "Enter" "Tab")
+    (let ((screen (sly-agent-q-tui-wait "^▾ Thinking… [0-9]+ tokens$" 10 "the reasoning opened")))
+      (sly-agent-q-tui-snapshot "chat-thinking-open")
+      (should (string-match-p "it returns a fresh list\\." screen))
+      (should-not (string-match-p "lambda list first" screen)))))
+
 (ert-deftest sly-agent-q-tui-link-shows-its-address ()
   "A link whose text looks like an address shows its real address on the screen, title or not.
 With markdown-mode (as `make run' has it when installed) a link with a
