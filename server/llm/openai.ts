@@ -60,9 +60,15 @@ export class OpenAIProvider implements LLMProvider {
 
   async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
     const ctx: ErrorContext = { provider: "openai", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or OPENAI_API_KEY" };
+    // Loading the SDK (the first request) is not the stream's silence: the idle watch starts after it.
+    let client: OpenAI;
+    try {
+      client = await this.sdkClient();
+    } catch (err) {
+      throw toProviderError(err, ctx);
+    }
     const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const client = await this.sdkClient();
       const stream = await client.withOptions({ fetch: idle.fetch }).chat.completions.create(this.toParams(request), { signal: idle.signal });
       ctx.streaming = true;
       return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
