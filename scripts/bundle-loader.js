@@ -1,10 +1,11 @@
 // The bundle's loader: scripts/build.mjs puts the server's program (CommonJS, minified) in a comment at
-// the end of this file and its hash into PROGRAM_KEY. It compiles the program with V8's code cache, kept in the user's cache
-// directory ($XDG_CACHE_HOME/sly-agent-q, else ~/.cache/sly-agent-q): a start with the cache skips
-// parsing and compiling what the last start compiled, which was most of a start's own time. The cache
-// is written once per program and V8 (its version tag covers the V8 version and flags), atomically,
-// readable by the user alone; V8 refuses a cache of another program or V8, and the program then runs
-// compiled afresh, as it does when the cache cannot be read or written.
+// the end of this file and its hash into PROGRAM_KEY. It compiles the program with V8's code cache,
+// kept in the user's cache directory ($XDG_CACHE_HOME/sly-agent-q, else ~/.cache/sly-agent-q): a start
+// with the cache skips parsing and compiling what the first start compiled, which was most of a start's
+// own time. The cache is written once per program, V8 (its version tag covers the V8 version and
+// flags) and way of running (the server, the MCP stdio shim), when the program's start is done,
+// atomically, readable by the user alone. V8 refuses a cache of another program or V8; the program then
+// runs compiled afresh and the cache is written again, as it runs when the cache cannot be read or written.
 // NODE_DISABLE_COMPILE_CACHE (Node's own switch for its cache) turns it off.
 //
 // This file is run as CommonJS (the bundle alone, or in the Emacs package) or as an ES module (under a
@@ -22,7 +23,9 @@ function runProgram(fs, path, os, v8, vm, nodeModule, self) {
   const cacheDir = process.env.XDG_CACHE_HOME && path.isAbsolute(process.env.XDG_CACHE_HOME) ? process.env.XDG_CACHE_HOME : path.join(os.homedir(), ".cache");
   const dir = path.join(cacheDir, "sly-agent-q");
   const useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
-  const file = path.join(dir, `server-${PROGRAM_KEY}-${v8.cachedDataVersionTag().toString(16)}.v8cache`);
+  // A cache per way of running: the MCP stdio shim's start compiles other functions than the server's.
+  const prefix = `server-${PROGRAM_KEY}-${v8.cachedDataVersionTag().toString(16)}-`;
+  const file = path.join(dir, `${prefix}${process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio"}.v8cache`);
   let cachedData;
   if (useCache) {
     try {
@@ -33,21 +36,20 @@ function runProgram(fs, path, os, v8, vm, nodeModule, self) {
   }
   const script = new vm.Script(`(function (exports, require, module, __filename, __dirname) {${program}\n})`, { filename, cachedData });
   if (useCache && (cachedData === undefined || script.cachedDataRejected)) {
-    // Written once the start has compiled what it needs (the cache then holds those functions too):
-    // a second after the start, or at exit when that comes first.
-    let saved = false;
-    const save = () => {
-      if (saved) return;
-      saved = true;
+    // Written when the program says its start is done (server/start-done.ts): the cache then holds
+    // the functions the start compiled too, not only the top level.
+    const hook = Symbol.for("sly-agent-q.startDone");
+    globalThis[hook] = () => {
+      delete globalThis[hook];
       const tmp = `${file}.${process.pid}.tmp`;
       try {
         const data = script.createCachedData();
         fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
         fs.writeFileSync(tmp, data, { mode: 0o600 });
         fs.renameSync(tmp, file);
-        // The caches of earlier versions go: one program's cache is kept.
+        // The caches of other versions go: those of this program are kept.
         for (const f of fs.readdirSync(dir)) {
-          if (/^server-[0-9a-f]+-[0-9a-f]+\.v8cache$/.test(f) && path.join(dir, f) !== file) fs.rmSync(path.join(dir, f), { force: true });
+          if (/^server-[0-9a-f]+-[0-9a-f]+-[a-z-]+\.v8cache$/.test(f) && !f.startsWith(prefix)) fs.rmSync(path.join(dir, f), { force: true });
         }
       } catch {
         try {
@@ -57,8 +59,6 @@ function runProgram(fs, path, os, v8, vm, nodeModule, self) {
         }
       }
     };
-    setTimeout(save, 1000).unref();
-    process.once("exit", save);
   }
   const module = { exports: {} };
   script.runInThisContext()(module.exports, nodeModule.createRequire(filename), module, filename, path.dirname(filename));

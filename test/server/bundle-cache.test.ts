@@ -2,7 +2,7 @@
 // $XDG_CACHE_HOME/sly-agent-q. The real bundle, copied alone into a directory (run as CommonJS, as the
 // Emacs package runs it) or beside a package.json of "type": "module" (as npm and a checkout run it).
 
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -103,6 +103,15 @@ describe("the code cache", () => {
     expect(s.tools).toBeGreaterThan(40);
   }, 60_000);
 
+  it("is written by a start that answered its first request, not by a run that printed its version", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const run = spawnSync(process.execPath, [alone, "--version"], { env: { ...process.env, XDG_CACHE_HOME: cache }, encoding: "utf8" });
+    expect(run.stdout).toMatch(/^\d+\.\d+\.\d+/);
+    expect(caches(cache)).toEqual([]);
+    await start(alone, { XDG_CACHE_HOME: cache });
+    expect(caches(cache)).toHaveLength(1);
+  }, 30_000);
+
   it("is neither read nor written under NODE_DISABLE_COMPILE_CACHE", async () => {
     const cache = mkdtempSync(join(root, "xdg-"));
     const s = await start(alone, { XDG_CACHE_HOME: cache, NODE_DISABLE_COMPILE_CACHE: "1" });
@@ -117,7 +126,7 @@ describe("the code cache", () => {
     mkdirSync(join(dir, "sbcl-2.2.9-x86-64-ABC"), { recursive: true });
     writeFileSync(join(dir, "sbcl-2.2.9-x86-64-ABC", "helpers.fasl"), "fasl");
     writeFileSync(join(dir, "notes.v8cache.txt"), "not a cache");
-    writeFileSync(join(dir, "server-0123456789abcdef-1234abcd.v8cache"), "an older version's");
+    writeFileSync(join(dir, "server-0123456789abcdef-1234abcd-stdio.v8cache"), "an older version's");
     await start(alone, { XDG_CACHE_HOME: cache });
     expect(caches(cache)).toHaveLength(1);
     expect(caches(cache)[0]).not.toMatch(/0123456789abcdef/);
