@@ -2,10 +2,10 @@
 // the end of this file and its hash into PROGRAM_KEY. It compiles the program with V8's code cache,
 // kept in the user's cache directory ($XDG_CACHE_HOME/sly-agent-q, else ~/.cache/sly-agent-q): a start
 // with the cache skips parsing and compiling what the first start compiled, which was most of a start's
-// own time. The cache is written once per program, V8 (its version tag covers the V8 version and
-// flags) and way of running (the server, the MCP stdio shim), when the program's start is done,
-// atomically, readable by the user alone. V8 refuses a cache of another program or V8; the program then
-// runs compiled afresh and the cache is written again, as it runs when the cache cannot be read or written.
+// own time. The cache is written once per program, V8 version, architecture and way of running (the
+// server, the MCP stdio shim), when the program's start is done, atomically, readable by the user
+// alone. V8 refuses a cache of another program, V8 or flags; the program then runs compiled afresh and
+// writes the cache again, and runs compiled afresh when the cache cannot be read or written.
 // NODE_DISABLE_COMPILE_CACHE (Node's own switch for its cache) turns it off.
 //
 // This file is run as CommonJS (the bundle alone, or in the Emacs package) or as an ES module (under a
@@ -14,7 +14,7 @@
 
 const PROGRAM_KEY = "__PROGRAM_KEY__";
 
-function runProgram(fs, path, os, v8, vm, nodeModule, self) {
+function runProgram(fs, path, os, vm, nodeModule, self) {
   const filename = path.resolve(self);
   // The program: the comment that ends the file, its "*/" written "*\x01/" there.
   const text = fs.readFileSync(filename, "latin1");
@@ -24,7 +24,9 @@ function runProgram(fs, path, os, v8, vm, nodeModule, self) {
   const dir = path.join(cacheDir, "sly-agent-q");
   const useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
   // A cache per way of running: the MCP stdio shim's start compiles other functions than the server's.
-  const prefix = `server-${PROGRAM_KEY}-${v8.cachedDataVersionTag().toString(16)}-`;
+  // V8's version names the cache (node:v8's cachedDataVersionTag, which covers the flags too, costs a
+  // start more to load than it saves: a cache of other flags is refused and written again).
+  const prefix = `server-${PROGRAM_KEY}-${process.versions.v8.replace(/[^0-9a-z]+/gi, "_")}-${process.arch}-`;
   const file = path.join(dir, `${prefix}${process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio"}.v8cache`);
   let cachedData;
   if (useCache) {
@@ -47,9 +49,12 @@ function runProgram(fs, path, os, v8, vm, nodeModule, self) {
         fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
         fs.writeFileSync(tmp, data, { mode: 0o600 });
         fs.renameSync(tmp, file);
-        // The caches of other versions go: those of this program are kept.
+        // Other versions' caches go once a week old: two versions in use side by side (a package and a
+        // checkout) do not throw each other's away at every start.
+        const weekAgo = Date.now() - 7 * 24 * 3600 * 1000;
         for (const f of fs.readdirSync(dir)) {
-          if (/^server-[0-9a-f]+-[0-9a-f]+-[a-z-]+\.v8cache$/.test(f) && !f.startsWith(prefix)) fs.rmSync(path.join(dir, f), { force: true });
+          const other = path.join(dir, f);
+          if (/^server-[0-9a-f]+-[\w-]+\.v8cache$/.test(f) && !f.startsWith(prefix) && fs.statSync(other).mtimeMs < weekAgo) fs.rmSync(other, { force: true });
         }
       } catch {
         try {
@@ -68,12 +73,12 @@ function runProgram(fs, path, os, v8, vm, nodeModule, self) {
 const self = typeof __filename === "string" ? __filename : process.argv[1];
 if (typeof process.getBuiltinModule === "function") {
   const get = process.getBuiltinModule;
-  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:v8"), get("node:vm"), get("node:module"), self);
+  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), get("node:module"), self);
 } else if (typeof require === "function") {
-  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:v8"), require("node:vm"), require("node:module"), self);
+  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), require("node:module"), self);
 } else {
   // An ES module on a Node before 20.16: the built-ins come a moment later.
-  Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:v8"), import("node:vm"), import("node:module")]).then(([fs, path, os, v8, vm, nodeModule]) =>
-    runProgram(fs, path, os, v8, vm, nodeModule, self),
+  Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:vm"), import("node:module")]).then(([fs, path, os, vm, nodeModule]) =>
+    runProgram(fs, path, os, vm, nodeModule, self),
   );
 }

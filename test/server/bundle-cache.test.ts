@@ -3,7 +3,7 @@
 // Emacs package runs it) or beside a package.json of "type": "module" (as npm and a checkout run it).
 
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -119,17 +119,24 @@ describe("the code cache", () => {
     expect(existsSync(join(cache, "sly-agent-q"))).toBe(false);
   }, 30_000);
 
-  it("replaces an earlier version's cache and leaves everything else in the directory alone", async () => {
+  it("removes an earlier version's cache a week old and leaves everything else in the directory alone", async () => {
     const cache = mkdtempSync(join(root, "xdg-"));
     const dir = join(cache, "sly-agent-q");
     // What the Lisp side keeps there (lisp-cl/load.lisp's compiled helpers), and an older server's cache.
     mkdirSync(join(dir, "sbcl-2.2.9-x86-64-ABC"), { recursive: true });
     writeFileSync(join(dir, "sbcl-2.2.9-x86-64-ABC", "helpers.fasl"), "fasl");
     writeFileSync(join(dir, "notes.v8cache.txt"), "not a cache");
-    writeFileSync(join(dir, "server-0123456789abcdef-1234abcd-stdio.v8cache"), "an older version's");
+    // Another version's cache goes once it is a week old; one in use beside this one is kept.
+    const old = join(dir, "server-0123456789abcdef-11_3_244_8_node_38-x64-stdio.v8cache");
+    const recent = join(dir, "server-fedcba9876543210-11_3_244_8_node_38-x64-stdio.v8cache");
+    writeFileSync(old, "an older version's");
+    writeFileSync(recent, "a version used beside this one");
+    const eightDays = (Date.now() - 8 * 24 * 3600 * 1000) / 1000;
+    utimesSync(old, eightDays, eightDays);
     await start(alone, { XDG_CACHE_HOME: cache });
-    expect(caches(cache)).toHaveLength(1);
-    expect(caches(cache)[0]).not.toMatch(/0123456789abcdef/);
+    expect(existsSync(old)).toBe(false);
+    expect(readFileSync(recent, "utf8")).toBe("a version used beside this one");
+    expect(caches(cache)).toHaveLength(2);
     expect(readFileSync(join(dir, "sbcl-2.2.9-x86-64-ABC", "helpers.fasl"), "utf8")).toBe("fasl");
     expect(readFileSync(join(dir, "notes.v8cache.txt"), "utf8")).toBe("not a cache");
   }, 30_000);
