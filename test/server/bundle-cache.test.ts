@@ -34,8 +34,8 @@ interface Start {
 }
 
 /** Starts BUNDLE with ENV, answers initialize, shuts it down the way Emacs does; what it said. */
-async function start(bundle: string, env: NodeJS.ProcessEnv): Promise<Start> {
-  const child = spawn(process.execPath, [bundle, "--stdio", "--log-level", "warn"], { cwd: root, env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+async function start(bundle: string, env: NodeJS.ProcessEnv, nodeArgs: string[] = []): Promise<Start> {
+  const child = spawn(process.execPath, [...nodeArgs, bundle, "--stdio", "--log-level", "warn"], { cwd: root, env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
@@ -111,6 +111,19 @@ describe("the code cache", () => {
     await start(alone, { XDG_CACHE_HOME: cache });
     expect(caches(cache)).toHaveLength(1);
   }, 30_000);
+
+  it("is used on a Node without process.getBuiltinModule (before 20.16), as CommonJS and as an ES module", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const older = join(root, "older-node.cjs");
+    writeFileSync(older, "delete process.getBuiltinModule;\n");
+    const first = await start(alone, { XDG_CACHE_HOME: cache }, ["--require", older]);
+    expect(first).toMatchObject({ code: 0, stderr: "" });
+    expect(first.tools).toBeGreaterThan(40);
+    const [file] = caches(cache);
+    const before = statSync(file!);
+    expect(await start(asModule, { XDG_CACHE_HOME: cache }, ["--require", older])).toEqual(first);
+    expect(statSync(file!).ino).toBe(before.ino);
+  }, 60_000);
 
   it("is neither read nor written under NODE_DISABLE_COMPILE_CACHE", async () => {
     const cache = mkdtempSync(join(root, "xdg-"));
