@@ -22,7 +22,17 @@ function runProgram(fs, path, os, vm, nodeModule, self) {
   const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\n*/")).replaceAll("*\x01/", "*/");
   const cacheDir = process.env.XDG_CACHE_HOME && path.isAbsolute(process.env.XDG_CACHE_HOME) ? process.env.XDG_CACHE_HOME : path.join(os.homedir(), ".cache");
   const dir = path.join(cacheDir, "sly-agent-q");
-  const useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
+  // The cache is code this process runs: only from a directory and a file of this user's that no one
+  // else may write. A directory that fails is neither read nor written; a file that fails is replaced.
+  const ours = (st) => typeof process.getuid !== "function" || (st.uid === process.getuid() && (st.mode & 0o022) === 0);
+  let useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
+  if (useCache) {
+    try {
+      useCache = ours(fs.statSync(dir));
+    } catch {
+      // none yet: made 0700 when the cache is written
+    }
+  }
   // A cache per way of running: the MCP stdio shim's start compiles other functions than the server's.
   // V8's version names the cache (node:v8's cachedDataVersionTag, which covers the flags too, costs a
   // start more to load than it saves: a cache of other flags is refused and written again).
@@ -30,10 +40,14 @@ function runProgram(fs, path, os, vm, nodeModule, self) {
   const file = path.join(dir, `${prefix}${process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio"}.v8cache`);
   let cachedData;
   if (useCache) {
+    let fd;
     try {
-      cachedData = fs.readFileSync(file);
+      fd = fs.openSync(file, "r");
+      if (ours(fs.fstatSync(fd))) cachedData = fs.readFileSync(fd);
     } catch {
       cachedData = undefined; // none yet, or unreadable: compiled afresh
+    } finally {
+      if (fd !== undefined) fs.closeSync(fd);
     }
   }
   const script = new vm.Script(`(function (exports, require, module, __filename, __dirname) {${program}\n})`, { filename, cachedData });

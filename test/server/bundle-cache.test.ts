@@ -3,7 +3,7 @@
 // Emacs package runs it) or beside a package.json of "type": "module" (as npm and a checkout run it).
 
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -123,6 +123,25 @@ describe("the code cache", () => {
     const before = statSync(file!);
     expect(await start(asModule, { XDG_CACHE_HOME: cache }, ["--require", older])).toEqual(first);
     expect(statSync(file!).ino).toBe(before.ino);
+  }, 60_000);
+
+  it("is taken only from a directory and a file no one else may write", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const [file] = caches(cache);
+    // A file others may write (someone could have put code there): not run, replaced by one of ours.
+    chmodSync(file!, 0o666);
+    const planted = statSync(file!);
+    await start(alone, { XDG_CACHE_HOME: cache });
+    expect(statSync(file!).ino).not.toBe(planted.ino);
+    expect(statSync(file!).mode & 0o777).toBe(0o600);
+    // A directory others may write: neither read nor written (a damaged cache there stays as it is).
+    chmodSync(join(cache, "sly-agent-q"), 0o777);
+    writeFileSync(file!, "damaged");
+    chmodSync(file!, 0o600);
+    const s = await start(alone, { XDG_CACHE_HOME: cache });
+    expect(s).toMatchObject({ code: 0, stderr: "" });
+    expect(readFileSync(file!, "utf8")).toBe("damaged");
   }, 60_000);
 
   it("is neither read nor written under NODE_DISABLE_COMPILE_CACHE", async () => {
