@@ -33,6 +33,18 @@ export function rssMb(pid) {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
+/** CPU time (user + system) process PID has used so far, in ms (clock ticks of 10 ms). */
+export function cpuMs(pid) {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+/** CPU time (user + system) of this process's children that have exited and been waited for, in ms. */
+export function childrenCpuMs() {
+  const f = readFileSync("/proc/self/stat", "utf8").split(") ")[1].split(" ");
+  return (Number(f[13]) + Number(f[14])) * 10;
+}
+
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**

@@ -5,10 +5,10 @@
 // BENCH_CONVERSATIONS (default 10), BENCH_TOOL_MS (default 150), BENCH_STREAM_REPS (default 3), BENCH_PARTS.
 
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { BUNDLE, ROOT, median, record, rssMb, sleep, startMock, startServer } from "./lib.mjs";
+import { BUNDLE, ROOT, childrenCpuMs, cpuMs, median, record, rssMb, sleep, startMock, startServer } from "./lib.mjs";
 import { cacheRow, estimate, split } from "./tokens.mjs";
 
 /** Figure 6's targets: the fixed prefix of a request with a lean tool set (a window of 32k tokens or
@@ -31,7 +31,20 @@ const CAPABILITIES = { tools: true, image: true, approvals: true };
 
 // ---------------------------------------------------------------------------------------------------
 // 4. Start-up: spawn -> answer of initialize, with the bundle copied alone into an empty directory
-// (no node_modules anywhere above it), so a run-time dependency would make it fail.
+// (no node_modules anywhere above it), so a run-time dependency would make it fail. The code cache
+// (scripts/bundle-loader.js) goes to a cache directory of the bench's own: the first start writes it,
+// the starts measured use it, as every start but the first after an install or upgrade does; the same
+// starts without it (NODE_DISABLE_COMPILE_CACHE) are shown beside. Then the MCP stdio entry point
+// (--mcp-stdio, which Claude Code and Codex start per session): spawn -> its answer of the client's
+// first tools/list, forwarded to the server above over loopback HTTP.
+
+/** Figure 4's target: node itself took 60-80 ms to start on the bench machine (its row shows it). */
+const STARTUP_TARGET = 150;
+/** The shim's target: figure 4's start, plus what only the shim does: evaluate the MCP SDK (its
+ *  hundreds of zod schemas, about as much CPU as the rest of a start), load Node's fetch, and two
+ *  loopback exchanges with the running server (initialize, then tools/list: 55 tools, 25 KB of JSON),
+ *  each of which the server answers in a session of its own SDK. An MCP client pays it once a session. */
+const MCP_STDIO_TARGET = 400;
 
 async function startup() {
   const dir = mkdtempSync(join(tmpdir(), "agent-q-bench-"));
@@ -41,29 +54,132 @@ async function startup() {
     if (existsSync(join(d, "node_modules"))) throw new Error(`${d}/node_modules exists: the start-up check would not prove anything`);
     if (dirname(d) === d) break;
   }
-  const times = [];
-  let tools = 0;
-  for (let i = 0; i < STARTS; i++) {
-    const t0 = performance.now();
-    const s = startServer({ bundle, cwd: dir });
-    const result = await s.request("initialize", { clientInfo: { name: "bench" }, capabilities: CAPABILITIES, configuration: {} });
-    times.push(performance.now() - t0);
-    tools = result.tools.length;
-    await s.close();
-  }
-  // What node itself costs, for comparison: spawn -> exit of an empty script.
+  const cache = join(dir, "cache");
+  const env = { XDG_CACHE_HOME: cache };
+  // What node itself costs, for comparison: spawn -> exit of an empty script, one after each start, so
+  // that both see the same load on the machine. With the CPU time each used, which the load moves less.
   const bare = [];
-  for (let i = 0; i < STARTS; i++) {
-    const t0 = performance.now();
-    spawnSync(process.execPath, ["-e", "0"]);
-    bare.push(performance.now() - t0);
-  }
+  const bareCpu = [];
+  const starts = async (extraEnv, n, compare = false) => {
+    const times = [];
+    const cpu = [];
+    let tools = 0;
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      const s = startServer({ bundle, cwd: dir, env: { ...env, ...extraEnv } });
+      const result = await s.request("initialize", { clientInfo: { name: "bench" }, capabilities: CAPABILITIES, configuration: {} });
+      times.push(performance.now() - t0);
+      cpu.push(cpuMs(s.pid));
+      tools = result.tools.length;
+      await s.close();
+      if (compare) {
+        const c0 = childrenCpuMs();
+        const t1 = performance.now();
+        spawnSync(process.execPath, ["-e", "0"]);
+        bare.push(performance.now() - t1);
+        bareCpu.push(childrenCpuMs() - c0);
+      }
+    }
+    return { times, tools, cpu };
+  };
+  // The first start writes the cache, once it has answered initialize.
+  const [first] = (await starts({}, 1)).times;
+  const cacheFiles = existsSync(join(cache, "sly-agent-q")) ? readdirSync(join(cache, "sly-agent-q")).filter((f) => f.endsWith(".v8cache")) : [];
+  if (cacheFiles.length !== 1) throw new Error(`the first start wrote no code cache (${cacheFiles.join(", ") || "none"})`);
+  const cacheKb = statSync(join(cache, "sly-agent-q", cacheFiles[0])).size / 1024;
+  const { times, tools, cpu } = await starts({}, STARTS, true);
+  const { times: uncached, cpu: uncachedCpu } = await starts({ NODE_DISABLE_COMPILE_CACHE: "1" }, STARTS);
+  const meanCpu = (xs) => (xs.reduce((a, b) => a + b, 0) / xs.length).toFixed(0);
+  const shim = await mcpStdioStarts(bundle, dir, env);
   rmSync(dir, { recursive: true, force: true });
   const m = median(times);
-  record({ figure: "4. start-up: spawn -> initialize answered", unit: "ms", samples: times, target: "< 200 ms", ratio: m / 200, pass: m < 200 });
-  record({ figure: "4. (node -e 0 alone, for comparison)", unit: "ms", samples: bare, target: "-", note: `what any node program pays; the server's own share: ${(m - median(bare)).toFixed(0)} ms` });
+  record({
+    figure: "4. start-up: spawn -> initialize answered",
+    unit: "ms",
+    samples: times,
+    target: `<= ${STARTUP_TARGET} ms`,
+    ratio: m / STARTUP_TARGET,
+    pass: m <= STARTUP_TARGET,
+    note: `with the code cache the first start wrote (${cacheKb.toFixed(0)} KB; that first start: ${first.toFixed(0)} ms); the server's own share: ${(m - median(bare)).toFixed(0)} ms; CPU time to the answer: ${meanCpu(cpu)} ms (mean), node -e 0's ${meanCpu(bareCpu)} ms`,
+  });
+  record({ figure: "4. (node -e 0 alone, for comparison)", unit: "ms", samples: bare, target: "-", note: "what any node program pays" });
+  record({
+    figure: "4. start-up without the code cache",
+    unit: "ms",
+    samples: uncached,
+    target: "-",
+    note: `NODE_DISABLE_COMPILE_CACHE=1, as a start that cannot read or write the cache directory; the first start after an install or upgrade pays this and writes the cache; CPU time to the answer: ${meanCpu(uncachedCpu)} ms (mean)`,
+  });
+  const ms = median(shim);
+  record({
+    figure: "4. MCP stdio entry point: spawn -> first tools/list answered",
+    unit: "ms",
+    samples: shim,
+    target: `<= ${MCP_STDIO_TARGET} ms`,
+    ratio: ms / MCP_STDIO_TARGET,
+    pass: ms <= MCP_STDIO_TARGET,
+    note: "--mcp-stdio with the code cache: initialize, then tools/list forwarded to the running server (loopback HTTP)",
+  });
   const kb = statSync(BUNDLE).size / 1024;
   record({ figure: "4. bundle size (runs alone, no node_modules)", unit: "KB", value: kb, target: "one file", pass: true, note: `${tools} tools offered` });
+}
+
+/** STARTS runs of `BUNDLE --mcp-stdio` against a server with MCP started: spawn -> the tools/list answer (ms each). */
+async function mcpStdioStarts(bundle, dir, env) {
+  const stateFile = join(dir, "mcp.json");
+  const server = startServer({ bundle, cwd: dir, env });
+  await server.request("initialize", { clientInfo: { name: "bench" }, capabilities: CAPABILITIES, configuration: {} });
+  await server.request("mcp/start", { stateFile });
+  const times = [];
+  let tools = 0;
+  for (let i = 0; i < STARTS + 1; i++) {
+    const t0 = performance.now();
+    const child = spawn(process.execPath, [bundle, "--mcp-stdio", "--mcp-state", stateFile], { cwd: dir, env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const answers = newlineJson(child.stdout);
+    const send = (msg) => child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", ...msg })}\n`);
+    send({ id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "bench", version: "1" } } });
+    await answers.next(1, () => stderr);
+    send({ method: "notifications/initialized" });
+    send({ id: 2, method: "tools/list", params: {} });
+    const listed = await answers.next(2, () => stderr);
+    const ms = performance.now() - t0;
+    // The first run may have written the code cache for this program's shim path: it is left out.
+    if (i > 0) times.push(ms);
+    tools = listed.tools.length;
+    // As an MCP client ends it (the SDK's stdio transport does not close at the end of its input).
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill();
+    await exited;
+  }
+  if (tools < 10) throw new Error(`the shim listed ${tools} tools`);
+  await server.close();
+  return times;
+}
+
+/** The JSON-RPC answers on STREAM (newline-delimited JSON, MCP's stdio framing): next(id) waits for one. */
+function newlineJson(stream) {
+  let buf = "";
+  const got = new Map();
+  const waiting = new Map();
+  stream.on("data", (d) => {
+    buf += d;
+    for (let nl; (nl = buf.indexOf("\n")) >= 0; ) {
+      const msg = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      if (msg.id === undefined) continue;
+      if (waiting.has(msg.id)) waiting.get(msg.id)(msg);
+      else got.set(msg.id, msg);
+    }
+  });
+  return {
+    async next(id, stderr) {
+      const msg = got.get(id) ?? (await Promise.race([new Promise((r) => waiting.set(id, r)), sleep(10_000).then(() => undefined)]));
+      if (!msg || msg.error) throw new Error(`the MCP stdio shim did not answer request ${id}: ${JSON.stringify(msg?.error) ?? "no answer in 10 s"}; stderr: ${stderr().slice(-500)}`);
+      return msg.result;
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------------

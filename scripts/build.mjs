@@ -1,18 +1,37 @@
 // Bundles the server into one file that runs with plain node and no node_modules.
+//
+// The file is a small loader followed by the program in a comment: the loader reads the program from
+// its own file and compiles it with V8's code cache, kept in the user's cache directory
+// (scripts/bundle-loader.js says how), so that a start after the first skips parsing and compiling most
+// of it, on every Node version (vm.Script's cachedData; Node's module.enableCompileCache, from 22.1,
+// cannot serve the file that calls it). Node's own loader skips a comment at little cost, where a
+// string literal of the same size took longer to scan than the program takes to start from the cache.
+import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
 import { build } from "esbuild";
 
-await build({
+const { outputFiles } = await build({
   entryPoints: ["server/main.ts"],
-  outfile: "dist/sly-agent-q-server.js",
+  write: false,
   bundle: true,
   platform: "node",
   target: "node20",
-  format: "esm",
+  // CommonJS: the loader runs it as a function of (exports, require, module, __filename, __dirname).
+  format: "cjs",
   minify: true,
   sourcemap: false,
   legalComments: "none",
-  // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
-  // Some CommonJS dependencies call require(); give the ESM bundle one.
-  banner: { js: "#!/usr/bin/env node\nimport { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
   logLevel: "warning",
 });
+const program = outputFiles[0].text;
+// The loader reads its file as Latin-1 (the fastest decoding): the program must be ASCII, as esbuild
+// writes it except inside a regular expression literal (write \uXXXX there).
+const nonAscii = /[^\x00-\x7f]/.exec(program);
+if (nonAscii) throw new Error(`the bundled program has a non-ASCII character: ${JSON.stringify(program.slice(Math.max(0, nonAscii.index - 60), nonAscii.index + 10))}`);
+// Inside the comment, every "*/" of the program is written as "*\x01/" (the program has no \x01; the loader undoes it).
+if (program.includes("\x01")) throw new Error("the bundled program has a \\x01 character");
+const loader = readFileSync(new URL("./bundle-loader.js", import.meta.url), "utf8");
+const key = createHash("sha256").update(program).digest("hex").slice(0, 16);
+// The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
+const out = `#!/usr/bin/env node\n${loader.replace("__PROGRAM_KEY__", key)}\n/*PROGRAM\n${program.replaceAll("*/", "*\x01/")}\n*/\n`;
+writeFileSync("dist/sly-agent-q-server.js", out);

@@ -7,7 +7,6 @@ import type { LogLevel } from "./protocol.js";
 import { describeProtocol } from "./protocol-description.js";
 import { registerChatHandlers } from "./agent/chat-handlers.js";
 import { registerMcpHandlers } from "./mcp/handlers.js";
-import { runStdioShim } from "./mcp/stdio-shim.js";
 import { FramedMessageWriter } from "./rpc/framed-writer.js";
 import { GuardedMessageReader } from "./rpc/guarded-reader.js";
 import { AgentServer } from "./rpc/server.js";
@@ -72,7 +71,8 @@ function main(argv: string[]): void {
   // Nothing but protocol may reach stdout: route stray console output to stderr.
   console.log = console.info = console.debug = (...args: unknown[]) => process.stderr.write(args.map(String).join(" ") + "\n");
   if (mcpStdio) {
-    runStdioShim(mcpState).catch((err: unknown) => {
+    // Loaded only here: the agent server never needs the shim (nor the MCP SDK before an MCP request).
+    import("./mcp/stdio-shim.js").then(({ runStdioShim }) => runStdioShim(mcpState)).catch((err: unknown) => {
       process.stderr.write(`${SERVER_NAME} --mcp-stdio: ${(err as Error)?.message ?? String(err)}\n`);
       process.exit(1);
     });
@@ -92,7 +92,7 @@ function main(argv: string[]): void {
   });
   registerChatHandlers(server);
   const mcp = registerMcpHandlers(server);
-  process.on("exit", () => mcp.service.stopSync());
+  process.on("exit", () => mcp.stopSync());
   process.on("uncaughtException", (err) => logger.error(`uncaught: ${err.stack ?? err.message}`));
   process.on("unhandledRejection", (err) => logger.error(`unhandled rejection: ${String((err as Error)?.stack ?? err)}`));
   server.listen();

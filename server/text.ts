@@ -3,7 +3,7 @@
 /** TEXT trimmed and ended as a sentence: a full stop is added unless it already ends with one (or ! ? or ...). */
 export function sentence(text: string): string {
   const t = text.trim();
-  return t === "" || /[.!?…]["')\]]*$/.test(t) ? t : `${t}.`;
+  return t === "" || /[.!?\u2026]["')\]]*$/.test(t) ? t : `${t}.`;
 }
 
 /** O without the properties whose value is undefined (so that they do not override others in a spread). */

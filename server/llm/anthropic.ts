@@ -3,9 +3,10 @@
 // stops (a piece on its own is not JSON). The SDK's own retries are off: the loop retries, so that
 // nothing already shown to the user is sent twice.
 
-import Anthropic from "@anthropic-ai/sdk";
+import type Anthropic from "@anthropic-ai/sdk";
 import type { StopReason, Usage } from "../protocol.js";
 import { MalformedStreamError, StreamIdleError, toProviderError, type ErrorContext } from "./errors.js";
+import { loadAnthropicSdk } from "./sdks.js";
 import {
   AnswerText,
   DEFAULT_STREAM_IDLE_TIMEOUT_MS,
@@ -37,23 +38,40 @@ const DEFAULT_BASE_URL = "https://api.anthropic.com";
 
 export class AnthropicProvider implements LLMProvider {
   readonly name = "anthropic" as const;
-  private readonly client: Anthropic;
+  /** Made at the first request, when the SDK is loaded (sdks.ts). */
+  private client: Promise<Anthropic> | undefined;
   private readonly baseUrl: string;
   private readonly streamIdleTimeoutMs: number;
 
-  constructor(options: AnthropicOptions) {
+  constructor(private readonly options: AnthropicOptions) {
     this.baseUrl = options.baseUrl || DEFAULT_BASE_URL;
     this.streamIdleTimeoutMs = options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
+  }
+
+  private sdkClient(): Promise<Anthropic> {
     // Key and base URL are always passed, so the SDK reads no environment or credential files of its own.
-    this.client = new Anthropic({ apiKey: options.apiKey, baseURL: this.baseUrl, maxRetries: 0, timeout: options.timeoutMs ?? 600_000, logLevel: "off" });
+    return (this.client ??= loadAnthropicSdk().then(
+      (Sdk) => new Sdk({ apiKey: this.options.apiKey, baseURL: this.baseUrl, maxRetries: 0, timeout: this.options.timeoutMs ?? 600_000, logLevel: "off" }),
+      (err: unknown) => {
+        this.client = undefined; // the next request tries again
+        throw err;
+      },
+    ));
   }
 
   async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
     const ctx: ErrorContext = { provider: "anthropic", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or ANTHROPIC_API_KEY" };
+    // Loading the SDK (the first request) is not the stream's silence: the idle watch starts after it.
+    let client: Anthropic;
+    try {
+      client = await this.sdkClient();
+    } catch (err) {
+      throw toProviderError(err, ctx);
+    }
     const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
       const { params, headers } = toParams(request);
-      const stream = await this.client.withOptions({ fetch: idle.fetch }).messages.create(params, { signal: idle.signal, ...(headers ? { headers } : {}) });
+      const stream = await client.withOptions({ fetch: idle.fetch }).messages.create(params, { signal: idle.signal, ...(headers ? { headers } : {}) });
       ctx.streaming = true;
       return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
     } catch (err) {

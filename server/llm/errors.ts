@@ -4,13 +4,12 @@
 // the classification goes by those classes, and by the provider's error type for an error event
 // inside a stream (which has no HTTP status), never by the wording of a message.
 
-import Anthropic from "@anthropic-ai/sdk";
 import type { APIError as AnthropicAPIError } from "@anthropic-ai/sdk/core/error";
-import OpenAI from "openai";
 import type { APIError as OpenAIAPIError } from "openai/core/error";
 import type { TurnFailureKind } from "../protocol.js";
 import { redact } from "../log.js";
 import { sentence } from "../text.js";
+import { loadedSdks } from "./sdks.js";
 
 export class ProviderError extends Error {
   constructor(
@@ -67,34 +66,35 @@ export class MalformedStreamError extends Error {
 
 type SdkError = AnthropicAPIError | OpenAIAPIError;
 
-const isSdkError = (e: unknown): e is SdkError => e instanceof Anthropic.APIError || e instanceof OpenAI.APIError;
+// The SDKs are loaded on first use (sdks.ts): an error is an instance of an SDK's class only once that
+// SDK is loaded, so a class of an SDK not loaded matches nothing.
+type ErrorClass = abstract new (...args: never[]) => Error;
+const is = (e: unknown, ...classes: (ErrorClass | undefined)[]): boolean => classes.some((c) => c !== undefined && e instanceof c);
+const A = () => loadedSdks.anthropic;
+const O = () => loadedSdks.openai;
+
+const isSdkError = (e: unknown): e is SdkError => is(e, A()?.APIError, O()?.APIError);
 
 export function isAbortError(err: unknown): boolean {
-  return err instanceof Anthropic.APIUserAbortError || err instanceof OpenAI.APIUserAbortError || (err instanceof Error && err.name === "AbortError");
+  return is(err, A()?.APIUserAbortError, O()?.APIUserAbortError) || (err instanceof Error && err.name === "AbortError");
 }
 
 /** The failure classes both SDKs share, each a subclass of their APIError. */
 type Failure = "auth" | "permission" | "not_found" | "bad_request" | "rate_limit" | "overloaded" | "server" | "timeout" | "connection" | "other";
 
 function failureOf(e: SdkError): Failure {
-  if (e instanceof Anthropic.APIConnectionTimeoutError || e instanceof OpenAI.APIConnectionTimeoutError) return "timeout";
-  if (e instanceof Anthropic.APIConnectionError || e instanceof OpenAI.APIConnectionError) return "connection";
-  if (e instanceof Anthropic.AuthenticationError || e instanceof OpenAI.AuthenticationError) return "auth";
-  if (e instanceof Anthropic.PermissionDeniedError || e instanceof OpenAI.PermissionDeniedError) return "permission";
-  if (e instanceof Anthropic.NotFoundError || e instanceof OpenAI.NotFoundError) return "not_found";
-  if (e instanceof Anthropic.RateLimitError || e instanceof OpenAI.RateLimitError) return "rate_limit";
-  if (e instanceof Anthropic.OverloadedError) return "overloaded";
-  if (e instanceof Anthropic.InternalServerError || e instanceof OpenAI.InternalServerError) return e.status === 529 ? "overloaded" : "server";
-  if (e instanceof Anthropic.RequestTimeoutError || e instanceof Anthropic.ConflictError || e instanceof OpenAI.ConflictError) return "server";
-  if (
-    e instanceof Anthropic.BadRequestError ||
-    e instanceof OpenAI.BadRequestError ||
-    e instanceof Anthropic.UnprocessableEntityError ||
-    e instanceof OpenAI.UnprocessableEntityError ||
-    e instanceof Anthropic.ContentTooLargeError
-  ) {
-    return "bad_request";
-  }
+  const a = A();
+  const o = O();
+  if (is(e, a?.APIConnectionTimeoutError, o?.APIConnectionTimeoutError)) return "timeout";
+  if (is(e, a?.APIConnectionError, o?.APIConnectionError)) return "connection";
+  if (is(e, a?.AuthenticationError, o?.AuthenticationError)) return "auth";
+  if (is(e, a?.PermissionDeniedError, o?.PermissionDeniedError)) return "permission";
+  if (is(e, a?.NotFoundError, o?.NotFoundError)) return "not_found";
+  if (is(e, a?.RateLimitError, o?.RateLimitError)) return "rate_limit";
+  if (is(e, a?.OverloadedError)) return "overloaded";
+  if (is(e, a?.InternalServerError, o?.InternalServerError)) return e.status === 529 ? "overloaded" : "server";
+  if (is(e, a?.RequestTimeoutError, a?.ConflictError, o?.ConflictError)) return "server";
+  if (is(e, a?.BadRequestError, o?.BadRequestError, a?.UnprocessableEntityError, o?.UnprocessableEntityError, a?.ContentTooLargeError)) return "bad_request";
   // An error event inside a stream: no HTTP status, only the provider's error type.
   if (e.status === undefined && typeof e.type === "string") return STREAM_ERROR_TYPES[e.type] ?? "other";
   if (e.status === 408 || e.status === 409) return "server";

@@ -2,9 +2,10 @@
 // openai SDK, streamed, in the function-calling format. Tool calls arrive as fragments keyed by
 // index (the id and name in the first, argument text in the rest) and are joined here.
 
-import OpenAI from "openai";
+import type OpenAI from "openai";
 import type { StopReason } from "../protocol.js";
 import { MalformedStreamError, StreamIdleError, toProviderError, type ErrorContext } from "./errors.js";
+import { loadOpenAISdk } from "./sdks.js";
 import {
   DEFAULT_STREAM_IDLE_TIMEOUT_MS,
   answerText,
@@ -34,24 +35,41 @@ const DEFAULT_BASE_URL = "https://api.openai.com/v1";
 
 export class OpenAIProvider implements LLMProvider {
   readonly name = "openai" as const;
-  private readonly client: OpenAI;
+  /** Made at the first request, when the SDK is loaded (sdks.ts). */
+  private client: Promise<OpenAI> | undefined;
   private readonly baseUrl: string;
   private readonly streamIdleTimeoutMs: number;
   /** OpenAI's own endpoint wants max_completion_tokens; compatible servers know max_tokens. */
   private readonly isOpenAI: boolean;
 
-  constructor(options: OpenAIOptions) {
+  constructor(private readonly options: OpenAIOptions) {
     this.baseUrl = options.baseUrl || DEFAULT_BASE_URL;
     this.streamIdleTimeoutMs = options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
     this.isOpenAI = /^https:\/\/api\.openai\.com\b/.test(this.baseUrl);
-    this.client = new OpenAI({ apiKey: options.apiKey || "none", baseURL: this.baseUrl, maxRetries: 0, timeout: options.timeoutMs ?? 600_000, logLevel: "off" });
+  }
+
+  private sdkClient(): Promise<OpenAI> {
+    return (this.client ??= loadOpenAISdk().then(
+      (Sdk) => new Sdk({ apiKey: this.options.apiKey || "none", baseURL: this.baseUrl, maxRetries: 0, timeout: this.options.timeoutMs ?? 600_000, logLevel: "off" }),
+      (err: unknown) => {
+        this.client = undefined; // the next request tries again
+        throw err;
+      },
+    ));
   }
 
   async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<ChatResponse> {
     const ctx: ErrorContext = { provider: "openai", baseUrl: this.baseUrl, model: request.model, keyHint: "the apiKey setting or OPENAI_API_KEY" };
+    // Loading the SDK (the first request) is not the stream's silence: the idle watch starts after it.
+    let client: OpenAI;
+    try {
+      client = await this.sdkClient();
+    } catch (err) {
+      throw toProviderError(err, ctx);
+    }
     const idle = new IdleWatch(this.streamIdleTimeoutMs, signal);
     try {
-      const stream = await this.client.withOptions({ fetch: idle.fetch }).chat.completions.create(this.toParams(request), { signal: idle.signal });
+      const stream = await client.withOptions({ fetch: idle.fetch }).chat.completions.create(this.toParams(request), { signal: idle.signal });
       ctx.streaming = true;
       return await readStream(stream, handlers, request.model, usedCallIds(request.messages));
     } catch (err) {

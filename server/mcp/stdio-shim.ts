@@ -10,6 +10,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { startDone } from "../start-done.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import type { McpState } from "./serve.js";
 
@@ -42,7 +43,11 @@ export async function runStdioShim(stateFile: string = process.env.SLY_AGENT_Q_M
       client.onclose = () => process.exit(0);
       return client;
     })());
-  shim.setRequestHandler(ListToolsRequestSchema, async () => (await remote()).listTools());
+  shim.setRequestHandler(ListToolsRequestSchema, async () => {
+    const tools = await (await remote()).listTools();
+    startDone();
+    return tools;
+  });
   shim.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
     // Approvals may take the user a while: no request timeout of the SDK's own.
     return (await (await remote()).callTool(req.params, undefined, { signal: extra.signal, timeout: 24 * 3600_000 })) as CallToolResult;

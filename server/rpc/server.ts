@@ -45,6 +45,7 @@ import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
 import { diffHunks, diffTexts } from "../diff.js";
 import { thinkingProblems } from "../llm/thinking.js";
+import { startDone } from "../start-done.js";
 
 export interface ServerOptions {
   registry?: ToolRegistry;
@@ -199,6 +200,7 @@ export class AgentServer {
       this.applyConfiguration(p.configuration ?? {});
       this.context = { ...p.context };
       this.initialized = true;
+      startDone();
       this.logger.info(`initialized by ${p.clientInfo?.name ?? "an unnamed client"} ${p.clientInfo?.version ?? ""}`.trim());
       return {
         serverInfo: { name: SERVER_NAME, version: SERVER_VERSION },

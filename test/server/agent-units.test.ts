@@ -7,13 +7,16 @@ import { describe, expect, it } from "vitest";
 import { Conversation, fitToBudget } from "../../server/agent/conversation.js";
 import { interruptedResult } from "../../server/agent/history-rules.js";
 import { buildSystemPrompt, MAX_INSTRUCTION_CHARS } from "../../server/agent/system-prompt.js";
-import Anthropic from "@anthropic-ai/sdk";
 import { toProviderError } from "../../server/llm/errors.js";
+import { loadAnthropicSdk } from "../../server/llm/sdks.js";
 import { createProvider } from "../../server/llm/factory.js";
 import { costOf, modelInfo } from "../../server/llm/models.js";
 import { toMessages } from "../../server/llm/openai.js";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { testRegistry } from "./agent-helpers.js";
+
+// The SDK as a provider loads it at its first request: its error classes are known from then on.
+const Anthropic = await loadAnthropicSdk();
 
 describe("system prompt", () => {
   // The tool schemas carry every description; the prompt says only what they cannot: how to work

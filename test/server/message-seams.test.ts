@@ -1,12 +1,15 @@
 // The messages the model and the user read, joined from pieces (a user's reason, an error's own
 // message, a schema complaint): each piece ends its sentence once, with one full stop and a space.
 
-import Anthropic from "@anthropic-ai/sdk";
 import { describe, expect, it } from "vitest";
 import { toProviderError } from "../../server/llm/errors.js";
+import { loadAnthropicSdk } from "../../server/llm/sdks.js";
 import { Executor, type ApprovalDecision, type ApprovalFn } from "../../server/tools/executor.js";
 import { ToolRegistry } from "../../server/tools/registry.js";
 import { echo, testTool } from "./helpers.js";
+
+// The SDK as a provider loads it at its first request: its error classes are known from then on.
+const Anthropic = await loadAnthropicSdk();
 
 /** The seams looked for: a double full stop (an ellipsis is fine), a stop after a space, "nil" or "undefined" filling a hole, a sentence run on without its stop. */
 function expectClean(text: string) {
