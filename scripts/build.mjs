@@ -7,7 +7,7 @@
 // cannot serve the file that calls it). Node's own loader skips a comment at little cost, where a
 // string literal of the same size took longer to scan than the program takes to start from the cache.
 import { createHash } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { build } from "esbuild";
 
 const { outputFiles } = await build({
@@ -34,4 +34,8 @@ const loader = readFileSync(new URL("./bundle-loader.js", import.meta.url), "utf
 const key = createHash("sha256").update(program).digest("hex").slice(0, 16);
 // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
 const out = `#!/usr/bin/env node\n${loader.replace("__PROGRAM_KEY__", key)}\n/*PROGRAM\n${program.replaceAll("*/", "*\x01/")}\n*/\n`;
-writeFileSync("dist/sly-agent-q-server.js", out);
+// dist/ is not tracked: a fresh clone has none. Written aside and renamed, so that a server starting
+// meanwhile reads the old bundle or the new one, never half of one.
+mkdirSync("dist", { recursive: true });
+writeFileSync("dist/sly-agent-q-server.js.tmp", out);
+renameSync("dist/sly-agent-q-server.js.tmp", "dist/sly-agent-q-server.js");
