@@ -1,7 +1,7 @@
 // The real bundle, spawned as a child process and spoken to over stdio with Content-Length framing.
 
 import { execFileSync, spawn } from "node:child_process";
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -30,6 +30,23 @@ describe("the bundled server", () => {
     rmSync(dir, { recursive: true });
     expect(help).toMatch(/Content-Length/);
     expect(help).toMatch(/--log-level/);
+  });
+
+  it("is built in a checkout that has no dist/ yet (a fresh clone)", () => {
+    // The sources, the build script and the dependencies of this checkout, linked into a directory
+    // without dist/: the build makes it and writes a bundle that runs.
+    const root = join(__dirname, "..", "..");
+    const dir = mkdtempSync(join(tmpdir(), "sly-agent-q-fresh-"));
+    try {
+      for (const name of ["server", "scripts", "node_modules", "package.json"]) symlinkSync(join(root, name), join(dir, name));
+      execFileSync(process.execPath, ["scripts/build.mjs"], { cwd: dir, stdio: "pipe" });
+      const built = join(dir, "dist", "sly-agent-q-server.js");
+      expect(existsSync(join(dir, "dist", "sly-agent-q-server.js.tmp"))).toBe(false);
+      const version = execFileSync(process.execPath, [built, "--version"], { cwd: dir, env: { PATH: process.env.PATH } }).toString().trim();
+      expect(version).toMatch(/^\d+\.\d+\.\d+$/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("rejects an unknown option with a usage message", () => {
