@@ -367,13 +367,13 @@ The line \"LISP-CRASH: NAME ended by signal N (SIGSEGV)\" tells the suites'
 runner (test/ert-run.sh) that the Lisp implementation crashed, not a
 test: it runs the group once more.  Tests stop a Lisp with SIGKILL or
 SIGTERM, never with these signals."
-  (let ((process (seq-find (lambda (p)
-                             (and (process-live-p p) (process-buffer p)
-                                  (string-match-p "\\*\\(inferior-lisp\\|sly-inferior-lisp\\)"
-                                                  (buffer-name (process-buffer p)))))
-                           (process-list))))
-    (when process
-      (add-function :after (process-sentinel process)
+  ;; SLIME and SLY both name the Lisp's process "inferior-lisp" (comint), whatever its buffer's name.
+  (dolist (process (process-list))
+    (when (and (process-live-p process) (string-prefix-p "inferior-lisp" (process-name process))
+               (not (process-get process 'sly-agent-q-test-watched)))
+      (process-put process 'sly-agent-q-test-watched t)
+      ;; Before the sentinel of its own, which may fail (SLY's, inserting into a read-only REPL).
+      (add-function :before (process-sentinel process)
                     (lambda (p _event)
                       (let ((crash (and (eq (process-status p) 'signal)
                                         (assq (process-exit-status p) sly-agent-q-test--crash-signals))))
