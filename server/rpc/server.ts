@@ -82,6 +82,7 @@ export class AgentServer {
       context: () => ({
         emacs: this.capabilities.tools || this.capabilities.image ? this.bridge : undefined,
         currentPackage: this.context.currentPackage,
+        projectRoot: this.context.projectRoot ?? this.configuration.projectRoot,
         reportChanges: (callId: string, changes: Change[]) => this.keepChanges(callId, changes),
       }),
     });

@@ -22,6 +22,9 @@ export interface ToolContext {
   emacs?: EmacsPort;
   /** The REPL's current package, as Emacs last told us; the image helpers' default package. */
   currentPackage?: string;
+  /** The project root Emacs last told the server (its context, else its configuration); the Node-side
+   *  project tools ask Emacs first (server/tools/project/root.ts). */
+  projectRoot?: string;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
   /**
