@@ -123,7 +123,7 @@ export const projectTools: Tool[] = [
   defineTool({
     name: "search_project",
     description:
-      "Search the project's files on disk (.gitignore respected) for a regexp or literal text: each matching line with file:line:column, its neighbours and, in Lisp files, the top-level form it is in. For what is loaded in the image, ask the image (who_calls, apropos_search) instead.",
+      "Search the project's files on disk (.gitignore respected) for a regexp or literal text: matching lines with file:line:column, their neighbours and the enclosing Lisp form.",
     parameters: {
       pattern: { type: "string", description: "JavaScript regular expression (or literal text with literal: true)." },
       literal: { type: "boolean", description: "Search for the pattern as plain text." },
@@ -135,7 +135,7 @@ export const projectTools: Tool[] = [
     },
     required: ["pattern"],
     safety: "safe",
-    categories: ["project", "search"],
+    categories: ["project"],
     runtime: "node",
     timeoutMs: 40_000,
     pagingHint: "Use offset and max_results, or a narrower glob.",
@@ -143,7 +143,7 @@ export const projectTools: Tool[] = [
   }),
   defineTool({
     name: "find_files",
-    description: "Project files by glob (**/*.asd, src/**/*.lisp; .gitignore respected), newest first or by name.",
+    description: "Project files by glob (`**/*.asd`, `src/**/*.lisp`; .gitignore respected), newest first or by name.",
     parameters: {
       glob: { type: "string", description: "Glob; without a slash it matches names at any depth." },
       sort: { type: "string", enum: ["newest", "name"], description: "newest (default) or name." },
@@ -152,7 +152,7 @@ export const projectTools: Tool[] = [
     },
     required: ["glob"],
     safety: "safe",
-    categories: ["project", "search"],
+    categories: ["project"],
     runtime: "node",
     timeoutMs: 40_000,
     handler: findFilesHandler,
