@@ -113,4 +113,16 @@ describe("git tools", () => {
       process.env.PATH = saved;
     }
   });
+
+  it("git hung (its index a FIFO nobody writes) is stopped at its timeout with a clear answer", async () => {
+    const hung = join(base, "hung");
+    mkdirSync(hung);
+    execFileSync("git", ["init", "-q", hung]);
+    execFileSync("mkfifo", [join(hung, ".git", "index")]);
+    const started = Date.now();
+    const r = await run("git_status", {}, hung);
+    expect(r.success).toBe(false);
+    expect(r.content).toMatch(/git did not finish within 15 s and was stopped/);
+    expect(Date.now() - started).toBeLessThan(25_000);
+  }, 40_000);
 });
