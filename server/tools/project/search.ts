@@ -106,6 +106,9 @@ export async function searchProject(root: string, o: SearchOptions): Promise<Sea
     maxShown: MAX_SHOWN_LINE,
     deadline,
     openFlags: constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+    // A file is first tested whole (multiline), and read line by line only when it matches: the same
+    // lines, unless the pattern's own lookarounds could see past a line's end.
+    wholeFileFirst: !/\(\?[=!<]/.test(o.pattern) || o.literal === true,
   };
   const found = await runInWorker(input, deadline + 2_000, o.signal);
   const stopped = [listing.stopped, found.stopped].filter((s): s is string => !!s).join("; ");
@@ -123,6 +126,7 @@ interface WorkerInput {
   maxShown: number;
   deadline: number;
   openFlags: number;
+  wholeFileFirst: boolean;
 }
 
 type WorkerOutput = Omit<SearchResult, "pattern" | "flags" | "filesListed" | "offset" | "listedBy">;
@@ -159,9 +163,11 @@ function runInWorker(input: WorkerInput, hardDeadline: number, signal?: AbortSig
  */
 function matchFiles(input: WorkerInput, fs: typeof import("node:fs")): WorkerOutput {
   const re = new RegExp(input.source, input.flags);
+  const whole = new RegExp(input.source, `${input.flags}m`);
   const lispFile = /\.(lisp|lsp|cl|asd|el|ros)$/i;
   const out: WorkerOutput = { filesSearched: 0, matchingLines: 0, matchingFiles: 0, matches: [], binary: [], tooLarge: [], latin1: [], unreadable: [] };
   const utf8 = new TextDecoder("utf-8", { fatal: true });
+  const space = Buffer.alloc(input.maxFileBytes);
   const cut = (line: string, column: number): string => {
     if (line.length <= input.maxShown) return line;
     const start = Math.max(0, Math.min(column - Math.floor(input.maxShown / 3), line.length - input.maxShown));
@@ -183,7 +189,10 @@ function matchFiles(input: WorkerInput, fs: typeof import("node:fs")): WorkerOut
         out.tooLarge.push(rel);
         continue;
       }
-      buf = fs.readFileSync(fd);
+      // Into one buffer reused for every file: a file that grew since its stat is read to its size then.
+      let got = 0;
+      for (let n = -1; n !== 0 && got < st.size; got += n) n = fs.readSync(fd, space, got, st.size - got, got);
+      buf = space.subarray(0, got);
     } catch {
       out.unreadable.push(rel);
       continue;
@@ -202,6 +211,8 @@ function matchFiles(input: WorkerInput, fs: typeof import("node:fs")): WorkerOut
       out.latin1.push(rel);
     }
     out.filesSearched++;
+    // Carriage returns are cut from each line below, which a whole-file test would not see.
+    if (input.wholeFileFirst && !text.includes("\r") && !whole.test(text)) continue;
     const lines = text.split("\n");
     const lisp = lispFile.test(rel);
     let form: { label: string; line: number } | undefined;
