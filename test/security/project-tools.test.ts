@@ -65,8 +65,8 @@ beforeAll(() => {
   }
 });
 
-function run(name: string, args: Record<string, unknown> = {}) {
-  const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot: root }) });
+function run(name: string, args: Record<string, unknown> = {}, projectRoot = root) {
+  const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot }) });
   return executor.execute({ id: "c", name, arguments: args });
 }
 
@@ -126,6 +126,25 @@ describe("options smuggled into git's arguments", () => {
   });
 });
 
+describe("credentials", () => {
+  it("a credentials file in the repository is refused by path", async () => {
+    const repo = join(base, "with-netrc");
+    mkdirSync(repo);
+    execFileSync("git", ["init", "-q", repo]);
+    writeFileSync(join(repo, ".netrc"), "machine example.org password hunter2\n");
+    execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", "-C", repo, "add", ".netrc"]);
+    execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", "-C", repo, "commit", "-qm", "oops"]);
+    for (const tool of ["git_diff", "git_log", "git_blame", "git_show"]) {
+      const r = await run(tool, { path: ".netrc", ...(tool === "git_diff" ? { ref: "HEAD~0" } : {}) }, repo);
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("holds credentials");
+      expect(r.content).not.toContain("hunter2");
+    }
+    const s = await run("search_project", { pattern: "hunter2" }, repo);
+    expect(s.content).toContain("0 matching lines");
+  });
+});
+
 describe("searching never leaves the project", () => {
   it("search_project and find_files follow no link out, and a glob cannot climb", async () => {
     for (const env of [undefined, "1"]) {
@@ -139,7 +158,7 @@ describe("searching never leaves the project", () => {
         const climb = await run("find_files", { glob: "../*" });
         expect(climb.content).toMatch(/^No project file matches/);
         const climbSearch = await run("search_project", { pattern: "stolen", glob: "../*.lisp" });
-        expect(climbSearch.content).toContain("0 matching lines");
+        expect(climbSearch.content).toMatch(/^No project file matches the glob/);
       } finally {
         delete process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG;
       }

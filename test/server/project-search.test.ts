@@ -202,6 +202,9 @@ describe("through the executor", () => {
     expect(newest.content.split("\n")[0]).toBe("5 files match **/*.lisp (newest first); shown 1-5.");
     const byName = await run("find_files", { glob: "src/**/*.lisp", sort: "name" });
     expect(byName.content.split("\n").slice(1).map((l) => l.split("  ")[0])).toEqual(["src/parser.lisp", "src/sub/kept.lisp", "src/util.lisp"]);
+    const none = await run("search_project", { pattern: "defsystem", glob: "**/*.asd" });
+    expect(none.success).toBe(true);
+    expect(none.content).toBe("No project file matches the glob **/*.asd (files .gitignore leaves out are not searched), so nothing was searched.");
     const asd = await run("find_files", { glob: "**/*.asd" });
     expect(asd.success).toBe(true);
     expect(asd.content).toMatch(/^No project file matches \*\*\/\*.asd/);

@@ -52,6 +52,8 @@ function ripgrepChoice(): null | undefined {
 
 async function searchHandler(a: Record<string, unknown>, ctx: ToolContext): Promise<string> {
   const dir = await root(ctx);
+  // Asked of Emacs while the search runs; the answer waits for it at most a second.
+  const unsaved = unsavedFiles(ctx);
   const result = await searchProject(dir, {
     pattern: String(a.pattern ?? ""),
     literal: a.literal === true,
@@ -64,8 +66,7 @@ async function searchHandler(a: Record<string, unknown>, ctx: ToolContext): Prom
     signal: ctx.signal,
     timeMs: Math.min(SEARCH_TIME_MS, Math.max(1_000, ctx.timeoutMs - 5_000)),
   });
-  const unsaved = await unsavedFiles(ctx);
-  return formatSearch(result, unsaved);
+  return formatSearch(result, await unsaved);
 }
 
 const DEFAULT_FILES = 100;

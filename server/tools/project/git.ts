@@ -16,6 +16,7 @@ import { execFile } from "node:child_process";
 import { lstatSync, realpathSync } from "node:fs";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { ToolError } from "../tool.js";
+import { isPrivatePath } from "./files.js";
 
 const GIT_TIMEOUT_MS = 15_000;
 /** Bytes of a git command's output read at most; the rest is cut (and said). */
@@ -167,8 +168,9 @@ export function confinePath(repo: Repo, path: unknown): string {
     throw new ToolError(`${path} is a link to nothing that exists; it was refused.`);
   }
   if (real !== repo.root && outside(real)) throw new ToolError(`${path} leads outside the project root (it resolves to ${real}); it was refused.`);
-  const rel = relative(repo.root, lexical);
-  return rel === "" ? "." : rel.split(sep).join("/");
+  const rel = relative(repo.root, lexical).split(sep).join("/");
+  if (isPrivatePath(rel)) throw new ToolError(`${path} holds credentials (sly-agent-q-private-file-regexps); the agent may not read it.`);
+  return rel === "" ? "." : rel;
 }
 
 /** TEXT cut to MAX lines, saying how many were left out and how to see less. */

@@ -47,6 +47,9 @@ export interface SearchMatch {
 
 export interface SearchResult {
   pattern: string;
+  glob?: string;
+  /** The files listed for the search (relative to the root), before the binary and size rules. */
+  listed: readonly string[];
   flags: string;
   filesListed: number;
   filesSearched: number;
@@ -112,7 +115,7 @@ export async function searchProject(root: string, o: SearchOptions): Promise<Sea
   };
   const found = await runInWorker(input, deadline + 2_000, o.signal);
   const stopped = [listing.stopped, found.stopped].filter((s): s is string => !!s).join("; ");
-  return { pattern: o.pattern, flags: re.flags, filesListed: files.length, ...found, offset, listedBy: listing.by, ...(stopped ? { stopped } : {}) };
+  return { pattern: o.pattern, ...(o.glob ? { glob: o.glob } : {}), listed: files, flags: re.flags, filesListed: files.length, ...found, offset, listedBy: listing.by, ...(stopped ? { stopped } : {}) };
 }
 
 interface WorkerInput {
@@ -129,7 +132,7 @@ interface WorkerInput {
   wholeFileFirst: boolean;
 }
 
-type WorkerOutput = Omit<SearchResult, "pattern" | "flags" | "filesListed" | "offset" | "listedBy">;
+type WorkerOutput = Omit<SearchResult, "pattern" | "glob" | "listed" | "flags" | "filesListed" | "offset" | "listedBy">;
 
 function runInWorker(input: WorkerInput, hardDeadline: number, signal?: AbortSignal): Promise<WorkerOutput> {
   const code = `const { parentPort, workerData } = require("node:worker_threads");\nparentPort.postMessage((${matchFiles.toString()})(workerData, require("node:fs")));`;
@@ -245,9 +248,15 @@ function someNames(names: string[], n = 5): string {
   return names.length <= n ? names.join(", ") : `${names.slice(0, n).join(", ")} and ${names.length - n} more`;
 }
 
-/** The result as the model reads it. UNSAVED: project files whose Emacs buffer has unsaved changes. */
+/** The result as the model reads it. UNSAVED: project files whose Emacs buffer has unsaved changes
+ *  (those among the files searched are named). */
 export function formatSearch(r: SearchResult, unsaved: string[] = []): string {
   const lines: string[] = [];
+  if (r.glob && r.filesListed === 0) {
+    return `No project file matches the glob ${r.glob} (files .gitignore leaves out are not searched), so nothing was searched.${r.stopped ? ` Incomplete: ${r.stopped}.` : ""}`;
+  }
+  const listed = new Set(r.listed);
+  unsaved = unsaved.filter((f) => listed.has(f));
   const how = `/${r.pattern}/${r.flags.includes("i") ? " (case-insensitive)" : ""}`;
   lines.push(`Searched ${r.filesSearched} of ${r.filesListed} project files on disk for ${how}: ${r.matchingLines} matching line${r.matchingLines === 1 ? "" : "s"} in ${r.matchingFiles} file${r.matchingFiles === 1 ? "" : "s"}.`);
   if (r.matches.length > 0) {
