@@ -3,7 +3,7 @@
 // repository and a missing git say so clearly.
 
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -36,8 +36,12 @@ function run(name: string, args: Record<string, unknown> = {}, projectRoot = roo
 }
 
 describe("git tools", () => {
-  it("git_status shows the branch, changed, staged and untracked files", async () => {
+  it("git_status shows the branch, changed, staged and untracked files, and writes nothing", async () => {
+    // A file whose times changed since it was staged: a status that refreshes the index would write it.
+    execFileSync("touch", ["-d", "2001-01-01", join(root, "README")]);
+    const index = readFileSync(join(root, ".git", "index"));
     const r = await run("git_status");
+    expect(readFileSync(join(root, ".git", "index")).equals(index)).toBe(true);
     expect(r.success).toBe(true);
     expect(r.content).toContain("## main");
     expect(r.content).toContain(" M app.lisp");
