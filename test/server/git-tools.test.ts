@@ -3,7 +3,7 @@
 // repository and a missing git say so clearly.
 
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -99,6 +99,14 @@ describe("git tools", () => {
     expect(r.content).toContain('"no-such-branch" names no commit in this repository.');
     const l = await run("git_log", { start_line: 1 });
     expect(l.content).toContain("A line range needs path");
+  });
+
+  it("git_status of a clean tree says nothing changed", async () => {
+    const clean = join(base, "clean");
+    mkdirSync(clean);
+    execFileSync("git", ["init", "-q", "-b", "main", clean]);
+    const r = await run("git_status", {}, clean);
+    expect(r.content).toBe(`git status of ${realpathSync(clean)}:\n## No commits yet on main\nNothing changed: no modified, staged or untracked files.`);
   });
 
   it("a project that is no repository, and no git on PATH, say so", async () => {

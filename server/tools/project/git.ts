@@ -191,7 +191,8 @@ const NO_PROGRAMS = ["--no-ext-diff", "--no-textconv", "--no-color"];
 
 export async function gitStatus(repo: Repo, signal?: AbortSignal): Promise<string> {
   const { text, cut } = await runGit(repo, ["status", "--short", "--branch", "--untracked-files=normal", "--ignore-submodules=all", "--", "."], signal);
-  const body = text.trim() === "" ? "(nothing)" : text;
+  // Only the branch line: nothing changed.
+  const body = text.trim().split("\n").length <= 1 ? `${text.trim()}\nNothing changed: no modified, staged or untracked files.` : text;
   return limitLines(`git status of ${repo.root}${repo.top !== repo.root ? ` (in the repository at ${repo.top})` : ""}:\n${body}`, MAX_MAX_LINES, cut, "");
 }
 
