@@ -157,6 +157,21 @@ describe("bad input", () => {
     expect(Date.now() - started).toBeLessThan(8_000);
   });
 
+  it("a glob or a planted .gitignore built to backtrack costs no more than a plain one", async () => {
+    const dir = join(base, "backtrack");
+    const deep = join(dir, "a".repeat(200));
+    mkdirSync(deep, { recursive: true });
+    for (let i = 0; i < 200; i++) writeFileSync(join(deep, `${"a".repeat(200)}${i}`), "x\n");
+    writeFileSync(join(dir, ".gitignore"), `${"*a".repeat(40)}*b\n${"**/a".repeat(20)}*b\n`);
+    const started = Date.now();
+    const listing = await listProjectFiles(dir, { ripgrep: null, deadline: Date.now() + 10_000 });
+    expect(listing.files).toHaveLength(201);
+    const r = await searchProject(dir, { pattern: "x", ripgrep: null, glob: `${"*a".repeat(40)}*b` });
+    expect(r.filesListed).toBe(0);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    await expect(searchProject(dir, { pattern: "x", glob: "{a,b}".repeat(10) })).rejects.toThrow(/Invalid glob .*more than 64 alternatives/);
+  });
+
   it("a tree of 100,000 files is listed within bounds, and the answer says it is incomplete", async () => {
     const big = join(base, "big");
     for (let d = 0; d < 100; d++) {
