@@ -162,7 +162,7 @@ describe("bad input", () => {
     const deep = join(dir, "a".repeat(200));
     mkdirSync(deep, { recursive: true });
     for (let i = 0; i < 200; i++) writeFileSync(join(deep, `${"a".repeat(200)}${i}`), "x\n");
-    writeFileSync(join(dir, ".gitignore"), `${"*a".repeat(40)}*b\n${"**/a".repeat(20)}*b\n`);
+    writeFileSync(join(dir, ".gitignore"), `${"*a".repeat(40)}*b\n${"**/a".repeat(20)}*b\n${" ".repeat(300_000)}x\n`);
     const started = Date.now();
     const listing = await listProjectFiles(dir, { ripgrep: null, deadline: Date.now() + 10_000 });
     expect(listing.files).toHaveLength(201);

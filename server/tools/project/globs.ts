@@ -185,11 +185,20 @@ interface IgnoreRule {
   dirOnly: boolean;
 }
 
+/** LINE without its trailing blanks, unless escaped ("a\\ "): a scan, not a regular expression, which
+ *  would take quadratic time on a planted line of blanks. */
+function trimTrailingBlanks(line: string): string {
+  let end = line.length;
+  while (end > 0 && /\s/.test(line[end - 1]!)) end--;
+  if (end < line.length && end > 0 && line[end - 1] === "\\") end++;
+  return line.slice(0, end);
+}
+
 /** The rules of one ignore file (.gitignore syntax), in order. */
 export function parseIgnoreFile(text: string): IgnoreRule[] {
   const rules: IgnoreRule[] = [];
   for (const raw of text.split(/\r?\n/)) {
-    let line = raw.replace(/(?<!\\)\s+$/, "");
+    let line = trimTrailingBlanks(raw);
     if (line === "" || line.startsWith("#")) continue;
     let negated = false;
     if (line.startsWith("!")) {
