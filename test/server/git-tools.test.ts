@@ -101,6 +101,25 @@ describe("git tools", () => {
     expect(l.content).toContain("A line range needs path");
   });
 
+  it("a project in a directory of a larger repository sees only its own part of it", async () => {
+    const top = join(base, "mono");
+    mkdirSync(join(top, "proj"), { recursive: true });
+    execFileSync("git", ["init", "-q", top]);
+    writeFileSync(join(top, "other-team.txt"), "NOT-THE-PROJECT\n");
+    writeFileSync(join(top, "proj", "a.lisp"), "(defun a ())\n");
+    execFileSync("git", ["-c", "user.name=Ada", "-c", "user.email=ada@example.org", "-C", top, "add", "."]);
+    execFileSync("git", ["-c", "user.name=Ada", "-c", "user.email=ada@example.org", "-C", top, "commit", "-qm", "both"]);
+    writeFileSync(join(top, "other-team.txt"), "CHANGED-ELSEWHERE\n");
+    const proj = join(top, "proj");
+    for (const [tool, args] of [["git_show", {}], ["git_diff", {}], ["git_status", {}], ["git_log", {}]] as const) {
+      const r = await run(tool, args, proj);
+      expect(r.success, r.content).toBe(true);
+      expect(r.content).not.toMatch(/other-team|NOT-THE-PROJECT|CHANGED-ELSEWHERE/);
+    }
+    expect((await run("git_show", {}, proj)).content).toContain("+(defun a ())");
+    expect((await run("git_diff", { path: "../other-team.txt" }, proj)).content).toContain("outside the project root");
+  });
+
   it("git_status of a clean tree says nothing changed", async () => {
     const clean = join(base, "clean");
     mkdirSync(clean);

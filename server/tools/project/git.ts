@@ -252,7 +252,8 @@ export async function gitBlame(repo: Repo, a: { path?: unknown; start_line?: unk
 export async function gitShow(repo: Repo, a: { ref?: unknown; path?: unknown; max_lines?: unknown }, signal?: AbortSignal): Promise<string> {
   const hash = await resolveRef(repo, a.ref ?? "HEAD", signal);
   const args = ["show", ...NO_PROGRAMS, "--format=fuller", "--stat", "--patch", hash, "--"];
-  if (a.path !== undefined) args.push(confinePath(repo, a.path));
+  // The project's part of the commit only, when the project is a directory of a larger repository.
+  args.push(a.path !== undefined ? confinePath(repo, a.path) : ".");
   const { text, cut } = await runGit(repo, args, signal);
   return limitLines(text, lineLimit(a.max_lines), cut, "Give path for one file's change, or max_lines.");
 }
