@@ -4,7 +4,7 @@
 # with the chat on screen (bench/redisplay.mjs, bench/redisplay.el); figures 1-3 run in Emacs with
 # SBCL under SLIME (bench/emacs.el), and figures 1-2 again under SLY when SLY_DIR names it (or the
 # vendored copy beside the checkout is there, scripts/vendor-sly.sh); figure 8 resumes a long saved
-# conversation into the chat (bench/resume.el). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
+# conversation into the chat (bench/resume.el); figure 11 searches a 10,000-file tree (bench/search.mjs). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
 # BENCH_QUICK=1 runs fewer repetitions. EMACS=... picks the Emacs binary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -49,6 +49,9 @@ fi
 
 echo "=== figures 4-6: server and mock LLM"
 node --expose-gc bench/server.mjs || { echo "bench/server.mjs failed"; status=1; }
+echo
+echo "=== figure 11: search_project over 10,000 files, with and without rg"
+node bench/search.mjs || { echo "bench/search.mjs failed"; status=1; }
 echo
 echo "=== figures 1-3: Emacs, SBCL and SLIME"
 # As the package ships (jsonrpc's events log off), then with the log on (what the default was, and what

@@ -76,8 +76,8 @@ The server sends Emacs notifications only: what may wait goes through
 
 (defconst sly-agent-q-protocol-tool-categories
   '("buffer" "clos" "debugger" "diff" "evaluation" "execution" "filesystem"
-    "introspection" "navigation" "packages" "systems" "threads" "tools"
-    "xref")
+    "introspection" "navigation" "packages" "project" "systems" "threads"
+    "tools" "vcs" "xref")
   "The categories of the server's tools, from its catalog.
 A trust level or a permission rule naming one covers every tool in it.")
 

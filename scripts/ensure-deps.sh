@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the build and the tests need when it is missing: Debian packages (Emacs, SBCL, ECL, CLISP, ASDF,
+# Installs what the build and the tests need when it is missing: Debian packages (Emacs, SBCL, ECL, CLISP, ASDF, git, ripgrep,
 # SLIME, FiveAM, tmux, package-lint, markdown-mode) and the npm dependencies. Safe to run again; does nothing
 # when all is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # cl-swank is SLIME's Lisp half, the SWANK every Lisp's run loads (there is no per-Lisp package).
-DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-swank cl-fiveam tmux elpa-package-lint elpa-markdown-mode)
+# git and ripgrep: the project tools' tests (search with and without rg, real repositories).
+DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-swank cl-fiveam tmux elpa-package-lint elpa-markdown-mode git ripgrep)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

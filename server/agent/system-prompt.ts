@@ -42,6 +42,11 @@ const HOW_TO_WORK = `## How To Work
 - Say what you changed and why
 - A tool result starting with "Error:" means the call failed: read it, fix the call, retry`;
 
+const PROJECT_OR_IMAGE = `## Image Or Files
+- What is loaded: ask the image
+- Text in any project file, loaded or not (tests, .asd, docs, C, scripts): search_project, find_files (files on disk, not unsaved buffers)
+- What changed, who wrote it: the vcs tools`;
+
 export function buildSystemPrompt(input: SystemPromptInput): string {
   const parts: string[] = [INTRO];
   if (input.tools.length === 0) {
@@ -60,6 +65,8 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
     if (asks.length > 0) trust.push("- A denied call did not run: read the reason, then try another way or ask");
     parts.push(trust.join("\n"));
   }
+
+  if (input.tools.some((t) => t.name === "search_project")) parts.push(PROJECT_OR_IMAGE);
 
   if (input.moreTools) parts.push(input.moreTools);
 

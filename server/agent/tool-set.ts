@@ -31,6 +31,8 @@ export const CORE_TOOLS: readonly string[] = [
   "read_file",
   "read_buffer",
   "directory_list",
+  "search_project",
+  "find_files",
 ];
 
 export function isLean(contextWindow: number): boolean {

@@ -22,6 +22,9 @@ export interface ToolContext {
   emacs?: EmacsPort;
   /** The REPL's current package, as Emacs last told us; the image helpers' default package. */
   currentPackage?: string;
+  /** The project root the call's paths are relative to, as Emacs last told the server (its context,
+   *  else its configuration); the Node-side project tools ask Emacs first (server/tools/project/root.ts). */
+  projectRoot?: string;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
   /**
@@ -36,8 +39,6 @@ export interface ToolContext {
    * the write may not happen. Set by the executor.
    */
   confirmWrite?: (file: string) => Promise<void>;
-  /** The project root the call's paths are relative to, as Emacs last told it. */
-  projectRoot?: string;
   /** Where a handler reports what call CALLID changed in files and buffers (kept for rewinding). */
   reportChanges?: (callId: string, changes: Change[]) => void;
   /**

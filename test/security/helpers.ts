@@ -2,6 +2,10 @@
 // in-memory JSON-RPC pair, a fake Emacs side that answers emacs/call, and the mock LLM. Each tool's
 // handler is wrapped so that the test sees which tools really ran (not a status flag).
 
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, realpathSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { MessageConnection } from "vscode-jsonrpc/node";
 import type { MockLLM } from "../fixtures/mock-llm/server.mjs";
 import { registerChatHandlers, type ChatService } from "../../server/agent/chat-handlers.js";
@@ -101,15 +105,30 @@ export function side(): Side {
   return s;
 }
 
+let project: string | undefined;
+
+/** The fake Emacs's project: a real directory, a git repository holding x.lisp in one commit, so that
+ *  the tools that run in the server on the project's files and git (search_project, git_log...) run. */
+export function fakeProject(): string {
+  if (project) return project;
+  project = realpathSync(mkdtempSync(join(tmpdir(), "agent-q-security-project-")));
+  writeFileSync(join(project, "x.lisp"), "(defun x ())\n");
+  const git = (...args: string[]) => execFileSync("git", ["-c", "user.name=Test", "-c", "user.email=test@example.org", "-C", project!, ...args]);
+  git("init", "-q");
+  git("add", "x.lisp");
+  git("commit", "-qm", "x");
+  return project;
+}
+
 /** What the fake Emacs answers a call: "ok", or where a definition is for the image's definition_edit
  *  (which the server's definition tools read as JSON), and the project root it is in. */
 export function fakeContent(call: EmacsCallParams): string {
   const params = call.params as { tool?: string };
   if (call.kind === "image" && params.tool === "definition_edit") {
-    return JSON.stringify({ file: "/project/x.lisp", line: 1, label: "(DEFUN X)", old: "(defun x ())" });
+    return JSON.stringify({ file: join(fakeProject(), "x.lisp"), line: 1, label: "(DEFUN X)", old: "(defun x ())" });
   }
   // The project the definition above is in (read_definition asks before reading outside it).
-  if (call.kind === "tool" && params.tool === "current_directory") return "Project root: /project/ (relative paths are resolved against it).";
+  if (call.kind === "tool" && params.tool === "current_directory") return `Project root: ${fakeProject()}/ (relative paths are resolved against it).`;
   return "ok";
 }
 

@@ -35,6 +35,8 @@ describe("system prompt", () => {
     expect(named(/^- Run without asking, and are logged: ([^\n]*)$/m)).toEqual(tools.filter((t) => t.safety === "cautious").map((t) => t.name).sort());
     expect(named(/^- Ask the user first[^\n]*?: ([^\n]*)$/m)).toContain("write_file");
     expect(prompt).toContain("## How To Work");
+    // When to search the project's files and when to ask the image.
+    expect(prompt).toMatch(/## Image Or Files\n- What is loaded: ask the image\n.*search_project, find_files/);
     expect(prompt).toContain("Current package in the REPL: CL-USER");
     expect(prompt).not.toMatch(/`[a-z]+-[a-z-]+`/); // no kebab-case tool names from the seed's sketch
     expect(prompt.length).toBeLessThan(PROMPT_BOUND);

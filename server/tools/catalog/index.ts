@@ -5,10 +5,11 @@ import type { Tool } from "../tool.js";
 import { debuggerTools } from "./debugger.js";
 import { emacsTools } from "./emacs.js";
 import { imageTools } from "./image.js";
+import { projectTools } from "./project.js";
 import { sourceTools } from "./source.js";
 import { toolSetTools } from "./tool-set.js";
 
-export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...debuggerTools, ...toolSetTools];
+export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...projectTools, ...debuggerTools, ...toolSetTools];
 
 export function createDefaultRegistry(): ToolRegistry {
   const registry = new ToolRegistry();

@@ -7,6 +7,7 @@ import { realpathSync } from "node:fs";
 import { isAbsolute, relative, resolve } from "node:path";
 import { emacsTool, imageTool, inImage } from "../handlers.js";
 import { pkg } from "./image.js";
+import { projectRoot } from "../project/root.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
 
 
@@ -140,13 +141,6 @@ const replaceEdit: EditPlanner = async (args, ctx) => {
   return { file: plan.file, label: plan.label, form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
 };
 
-/** The project root, as Emacs resolves relative paths (its current_directory capability). */
-async function projectRoot(ctx: ToolContext): Promise<string> {
-  const answer = String(await emacsTool("current_directory")({}, ctx));
-  const m = /^Project root: (.*) \(relative paths/.exec(answer);
-  if (!m) throw new ToolError("The project root could not be found, so the file was not edited.");
-  return m[1];
-}
 
 /** The shortest end of TEXT (trailing blanks aside), from a line start, that occurs once in TEXT. */
 function uniqueTail(text: string): string | undefined {
@@ -170,7 +164,7 @@ const insertEdit: EditPlanner = async (args, ctx) => {
   if (!path) throw new ToolError("Give after (the definition to insert after) or path (a project file to append to).");
   // The image checks the form (it does not read the file); Emacs reads the file as the user sees it.
   await imageTool("definition_edit")({ text: form }, ctx);
-  const file = isAbsolute(path) ? path : resolve(await projectRoot(ctx), path);
+  const file = isAbsolute(path) ? path : resolve(await projectRoot(ctx, "the file was not edited"), path);
   const read = String(await emacsTool("read_file")({ path: file }, ctx));
   const newline = read.indexOf("\n");
   const header = newline < 0 ? read : read.slice(0, newline);

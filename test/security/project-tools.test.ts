@@ -1,0 +1,168 @@
+// Attacks on the project tools (search_project, find_files, the git tools), as a hostile model or a
+// hostile cloned repository would make them. A marker file that a program would create proves nothing
+// ran: every attack asserts it is absent.
+
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
+import { Executor } from "../../server/tools/executor.js";
+
+const base = mkdtempSync(join(tmpdir(), "agent-q-hostile-git-"));
+const root = join(base, "cloned");
+const markers = join(base, "markers");
+const outsideTree = join(base, "elsewhere");
+const git = (...args: string[]) => execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", ...args], { cwd: root, encoding: "utf8" });
+const touch = (name: string) => `touch ${join(markers, name)}; cat`;
+
+beforeAll(() => {
+  mkdirSync(root);
+  mkdirSync(markers);
+  mkdirSync(outsideTree);
+  writeFileSync(join(outsideTree, "private.txt"), "OUTSIDE-SECRET\n");
+  writeFileSync(join(base, "outside.lisp"), "(defun stolen () 'OUTSIDE-FILE)\n");
+  git("init", "-q", "-b", "main");
+  writeFileSync(join(root, "app.lisp"), "(defun f () 1)\n");
+  writeFileSync(join(root, ".gitattributes"), "* filter=evil diff=evil\n*.lisp filter=a=b\n");
+  git("add", ".");
+  git("commit", "-qm", "clone me");
+  writeFileSync(join(root, "app.lisp"), "(defun f () 2)\n");
+  symlinkSync(join(base, "outside.lisp"), join(root, "out-link.lisp"));
+  symlinkSync(outsideTree, join(root, "out-dir"));
+  // What a cloned repository's configuration can hold that runs a program (or points git elsewhere).
+  const config = join(root, ".git", "config");
+  const extra = [
+    "[core]",
+    `\tfsmonitor = ${touch("fsmonitor")}`,
+    `\tpager = ${touch("pager")}`,
+    `\thooksPath = ${markers}`,
+    `\tworktree = ${outsideTree}`,
+    "[diff]",
+    `\texternal = ${touch("diff-external")}`,
+    '[diff "evil"]',
+    `\ttextconv = ${touch("textconv")}`,
+    `\tcommand = ${touch("diff-command")}`,
+    '[filter "evil"]',
+    `\tclean = ${touch("filter-clean")}`,
+    `\tsmudge = ${touch("filter-smudge")}`,
+    `\tprocess = ${touch("filter-process")}`,
+    '[filter "a=b"]',
+    `\tclean = ${touch("filter-equals")}`,
+    "[log]",
+    "\tshowSignature = true",
+    "[gpg]",
+    `\tprogram = ${join(markers, "gpg")}`,
+    "[pager]",
+    `\tlog = ${touch("pager-log")}`,
+    "",
+  ].join("\n");
+  writeFileSync(config, `${execFileSync("cat", [config], { encoding: "utf8" })}${extra}`);
+  // Any hook git might run would leave its mark too.
+  for (const hook of ["post-checkout", "post-index-change", "fsmonitor-watchman", "reference-transaction"]) {
+    writeFileSync(join(markers, hook), `#!/bin/sh\ntouch ${join(markers, `hook-${hook}`)}\n`, { mode: 0o755 });
+  }
+});
+
+function run(name: string, args: Record<string, unknown> = {}, projectRoot = root) {
+  const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot }) });
+  return executor.execute({ id: "c", name, arguments: args });
+}
+
+const planted = () => readdirSync(markers).filter((f) => f.startsWith("hook-") || !["post-checkout", "post-index-change", "fsmonitor-watchman", "reference-transaction"].includes(f));
+
+describe("a hostile .git/config runs nothing", () => {
+  it("status, diff, log, blame and show of a repository whose configuration names programs", async () => {
+    // The index's times made stale, so that git must read the file again (where a clean filter would run).
+    execFileSync("touch", ["-d", "2001-01-01", join(root, "app.lisp")]);
+    const results = [
+      await run("git_status"),
+      await run("git_diff"),
+      await run("git_diff", { staged: true }),
+      await run("git_diff", { ref: "HEAD" }),
+      await run("git_log"),
+      await run("git_log", { path: "app.lisp", start_line: 1, end_line: 1 }),
+      await run("git_blame", { path: "app.lisp" }),
+      await run("git_show", { ref: "HEAD" }),
+    ];
+    for (const r of results) expect(r.success, r.content).toBe(true);
+    expect(planted()).toEqual([]);
+    // core.worktree pointed elsewhere: git still works on the repository's own tree.
+    expect(results[0].content).toContain(" M app.lisp");
+    expect(results.map((r) => r.content).join("\n")).not.toContain("private.txt");
+    expect(results[1].content).toContain("+(defun f () 2)");
+  });
+});
+
+describe("options smuggled into git's arguments", () => {
+  const attacks = ["--output=" + join(markers, "output"), "-c core.pager=touch x", "--upload-pack=touch x", "HEAD --output=x", "-p", "HEAD..main", "HEAD\n--output=x", "@{-1} --exec=x"];
+  it.each(attacks)("the ref %j is refused and nothing is written", async (ref) => {
+    for (const tool of ["git_diff", "git_show", "git_log", "git_blame"]) {
+      const r = await run(tool, { ref, path: "app.lisp" });
+      expect(r.success).toBe(false);
+    }
+    expect(planted()).toEqual([]);
+    expect(existsSync(join(root, "x"))).toBe(false);
+  });
+
+  it("a path that looks like an option is a path, never an option", async () => {
+    const out = join(markers, "output-by-path");
+    for (const path of [`--output=${out}`, "--ext-diff", "-c", "--textconv"]) {
+      for (const tool of ["git_diff", "git_log", "git_blame", "git_show"]) await run(tool, { path });
+    }
+    expect(existsSync(out)).toBe(false);
+    expect(planted()).toEqual([]);
+  });
+
+  it("a path outside the root, or through a link inside it that leads out, is refused", async () => {
+    for (const path of ["../outside.lisp", join(base, "outside.lisp"), "out-link.lisp", "out-dir/private.txt", "out-dir"]) {
+      for (const tool of ["git_diff", "git_log", "git_blame", "git_show"]) {
+        const r = await run(tool, { path, ...(tool === "git_show" ? { ref: "HEAD" } : {}) });
+        expect(r.success, `${tool} ${path}`).toBe(false);
+        expect(r.content).toMatch(/outside the project root|leads outside/);
+      }
+    }
+  });
+});
+
+describe("credentials", () => {
+  it("a credentials file in the repository is refused by path", async () => {
+    const repo = join(base, "with-netrc");
+    mkdirSync(repo);
+    execFileSync("git", ["init", "-q", repo]);
+    writeFileSync(join(repo, ".netrc"), "machine example.org password hunter2\n");
+    execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", "-C", repo, "add", ".netrc"]);
+    execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", "-C", repo, "commit", "-qm", "oops"]);
+    for (const tool of ["git_diff", "git_log", "git_blame", "git_show"]) {
+      const r = await run(tool, { path: ".netrc", ...(tool === "git_diff" ? { ref: "HEAD~0" } : {}) }, repo);
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("holds credentials");
+      expect(r.content).not.toContain("hunter2");
+    }
+    const s = await run("search_project", { pattern: "hunter2" }, repo);
+    expect(s.content).toContain("0 matching lines");
+  });
+});
+
+describe("searching never leaves the project", () => {
+  it("search_project and find_files follow no link out, and a glob cannot climb", async () => {
+    for (const env of [undefined, "1"]) {
+      if (env) process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG = env;
+      try {
+        const s = await run("search_project", { pattern: "OUTSIDE|stolen" });
+        expect(s.success).toBe(true);
+        expect(s.content).toMatch(/^Searched \d+ of \d+ project files on disk for \/OUTSIDE\|stolen\/: 0 matching lines/);
+        const f = await run("find_files", { glob: "**/*" });
+        expect(f.content).not.toMatch(/out-link|out-dir|private/);
+        const climb = await run("find_files", { glob: "../*" });
+        expect(climb.content).toMatch(/^No project file matches/);
+        const climbSearch = await run("search_project", { pattern: "stolen", glob: "../*.lisp" });
+        expect(climbSearch.content).toMatch(/^No project file matches the glob/);
+      } finally {
+        delete process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG;
+      }
+    }
+    expect(planted()).toEqual([]);
+  });
+});
