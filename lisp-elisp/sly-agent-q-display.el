@@ -229,7 +229,7 @@ counts those left out.  The result ends with a newline."
     (apply #'concat (nreverse out))))
 
 (defun sly-agent-q-display-keep-frame (line frame)
-  "LINE, which starts with FRAME, drawn with FRAME on each line it wraps to.
+  "Draw LINE, which begins with FRAME, with FRAME on each line it wraps to.
 FRAME becomes LINE's `wrap-prefix': in a window too narrow for LINE,
 every continuation starts with the frame too, never at column 0,
 where text from outside would read as a line of the product's.
