@@ -442,6 +442,9 @@ CALL's cancellation marks it cancelled."
                         (sly-agent-q-display-line tool 80)
                         (let ((d (sly-agent-q-approval-detail approval)))
                           (if d (format ": %s" (sly-agent-q-display-line d)) "")))
+                ;; Its detail is the image's or a client's: a narrow window
+                ;; wraps it deeper than the product's own lines start.
+                'wrap-prefix "    "
                 'face (if (eq status 'denied) 'sly-agent-q-error-face 'sly-agent-q-notice-face)))))))
 
 (defun sly-agent-q-approval--value (value)
@@ -465,7 +468,8 @@ nothing in them can draw a line of the approval."
          (buffer (plist-get request :buffer))
          (detail (plist-get request :detail))
          (diff (plist-get request :diff))
-         (line (lambda (label text) (concat frame label ": " text "\n"))))
+         (line (lambda (label text)
+                 (sly-agent-q-display-keep-frame (concat frame label ": " text "\n") frame))))
     (concat
      (funcall line "tool" (sly-agent-q-display-line (plist-get request :tool) 80))
      (funcall line "trust level" (sly-agent-q-display-line (plist-get request :safetyLevel) 40))
@@ -487,7 +491,7 @@ nothing in them can draw a line of the approval."
          (funcall line "acts on" (sly-agent-q-display-line detail))
        "")
      (funcall line "asked by" (sly-agent-q-approval--asker request))
-     (concat frame "arguments:\n")
+     (sly-agent-q-display-keep-frame (concat frame "arguments:\n") frame)
      (mapconcat
       (lambda (pair)
         (let* ((key (sly-agent-q-display-line (substring (symbol-name (car pair)) 1) 60))
@@ -496,16 +500,18 @@ nothing in them can draw a line of the approval."
           (if (and (stringp value)
                    (or (sly-agent-q-approval--lisp-p request (car pair))
                        (string-search "\n" (string-trim-right value "\n"))))
-              (concat sub key ":\n"
+              (concat (sly-agent-q-display-keep-frame (concat sub key ":\n") sub)
                       (sly-agent-q-display-block value (concat sub "  ╎ ")
                                                  :max-line-chars sly-agent-q-approval-value-chars))
             (let ((text (sly-agent-q-approval--value value)))
-              (concat sub key ": "
+              (sly-agent-q-display-keep-frame
+               (concat sub key ": "
                       (if (> (length text) sly-agent-q-approval-value-chars)
                           (concat (sly-agent-q-display-line text sly-agent-q-approval-value-chars)
                                   " [v shows every argument whole]")
                         (sly-agent-q-display-line text t))
-                      "\n")))))
+                      "\n")
+               sub)))))
       (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
                collect (cons key value))
       ""))))

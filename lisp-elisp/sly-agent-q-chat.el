@@ -762,14 +762,14 @@ model: each is drawn as one line of data."
 
 
 
-(defun sly-agent-q-chat--indent (text)
-  "TEXT with every line indented by six spaces."
-  (replace-regexp-in-string "^" "      " (string-trim-right text)))
+(defconst sly-agent-q-chat--entry-indent "      "
+  "The indentation of a tool entry's arguments and result, before their frame.")
 
 (defun sly-agent-q-chat--preview (text)
-  "The start of TEXT, bounded for the chat window.
+  "The start of TEXT, from outside, bounded for the chat window and framed.
 At most `sly-agent-q-entry-preview-lines' lines, each cut at
-`sly-agent-q-entry-preview-line-chars' characters, with a line saying
+`sly-agent-q-entry-preview-line-chars' characters, drawn by
+`sly-agent-q-display-framed', with a line of the product's saying
 what was left out.  Only the start of TEXT is looked at, so a text
 of megabytes costs no more than a short one."
   (let* ((max-lines sly-agent-q-entry-preview-lines)
@@ -786,10 +786,12 @@ of megabytes costs no more than a short one."
               lines)
         (setq n (1+ n)
               start (if nl (1+ nl) len))))
-    (let ((shown (sly-agent-q-display-text (string-join (nreverse lines) "\n"))))
+    (let ((shown (sly-agent-q-display-framed (string-join (nreverse lines) "\n")
+                                             sly-agent-q-chat--entry-indent)))
       (if (or cut (< start len))
           (concat shown
-                  (format "\n[%s characters in all, %s; o on the entry opens the whole text]"
+                  (format "\n%s[%s characters in all, %s; o on the entry opens the whole text]"
+                          sly-agent-q-chat--entry-indent
                           (sly-agent-q-chat--format-tokens len)
                           (if (< start len)
                               (format "%s more after these lines"
@@ -832,42 +834,44 @@ they edited the model's."
                   (_ (format "✗ %s" (sly-agent-q-display-line
                                      (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
                                      80))))))
-    (insert "  ")
-    (insert-text-button summary 'type 'sly-agent-q-entry 'sly-agent-q-entry entry
-                        'face 'sly-agent-q-tool-face)
-    (insert "  " (propertize state 'face (if (eq status 'error) 'sly-agent-q-error-face
-                                           'sly-agent-q-notice-face))
-            "\n")
+    (let ((start (point)))
+      (insert "  ")
+      (insert-text-button summary 'type 'sly-agent-q-entry 'sly-agent-q-entry entry
+                          'face 'sly-agent-q-tool-face)
+      (insert "  " (propertize state 'face (if (eq status 'error) 'sly-agent-q-error-face
+                                             'sly-agent-q-notice-face))
+              "\n")
+      ;; Its arguments are the model's: wrapped deeper than the product's lines start.
+      (put-text-property start (point) 'wrap-prefix "    "))
     (when (sly-agent-q-entry-expanded entry)
-      (insert (propertize
-               (concat (if ran "    arguments that ran (edited by the user):\n" "    arguments:\n")
-                       (sly-agent-q-chat--indent
-                        (sly-agent-q-chat--preview
-                         (sly-agent-q-chat--json (or ran (sly-agent-q-entry-arguments entry)))))
-                       "\n"
-                       (if ran
-                           (concat "    the model's arguments:\n"
-                                   (sly-agent-q-chat--indent
-                                    (sly-agent-q-chat--preview
-                                     (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry))))
-                                   "\n")
-                         "")
-                       (pcase status
-                         ((or 'queued 'running 'approval) "    (no result yet)\n")
-                         ('ok (concat "    result:\n" (sly-agent-q-chat--indent
-                                                        (sly-agent-q-chat--preview
-                                                         (or (sly-agent-q-entry-content entry) "")))
-                                      "\n"))
-                         (_ (concat "    error:\n" (sly-agent-q-chat--indent
-                                                   (sly-agent-q-chat--preview
-                                                    (or (sly-agent-q-entry-error entry) "")))
-                                    "\n")))
-                       (if (sly-agent-q-entry-time-ms entry)
-                           (format "    time: %s ms%s%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
-                                   (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))
-                                   (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)"))
-                         ""))
-               'face 'sly-agent-q-notice-face)))))
+      ;; The arguments and result are framed (`sly-agent-q-chat--preview'):
+      ;; the notice face goes under the frame's own face.
+      (let ((details
+             (concat (if ran "    arguments that ran (edited by the user):\n" "    arguments:\n")
+                     (sly-agent-q-chat--preview
+                      (sly-agent-q-chat--json (or ran (sly-agent-q-entry-arguments entry))))
+                     "\n"
+                     (if ran
+                         (concat "    the model's arguments:\n"
+                                 (sly-agent-q-chat--preview
+                                  (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
+                                 "\n")
+                       "")
+                     (pcase status
+                       ((or 'queued 'running 'approval) "    (no result yet)\n")
+                       ('ok (concat "    result:\n"
+                                    (sly-agent-q-chat--preview (or (sly-agent-q-entry-content entry) ""))
+                                    "\n"))
+                       (_ (concat "    error:\n"
+                                  (sly-agent-q-chat--preview (or (sly-agent-q-entry-error entry) ""))
+                                  "\n")))
+                     (if (sly-agent-q-entry-time-ms entry)
+                         (format "    time: %s ms%s%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                                 (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))
+                                 (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)"))
+                       ""))))
+        (add-face-text-property 0 (length details) 'sly-agent-q-notice-face t details)
+        (insert details)))))
 
 (defun sly-agent-q-chat-json (value)
   "VALUE (parsed JSON) as pretty-printed JSON text, as tool entries show it."
@@ -952,12 +956,14 @@ They go to a buffer of their own."
                                              (sly-agent-q-display-line (sly-agent-q-entry-name entry) 80)
                                              (sly-agent-q-display-line (sly-agent-q-entry-call-id entry) 80))))
           (text (concat "arguments:\n"
-                        (sly-agent-q-display-text (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
+                        (sly-agent-q-display-framed (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)) "")
                         "\n\n"
                         (pcase (sly-agent-q-entry-status entry)
                           ((or 'queued 'running 'approval) "(no result yet)")
-                          ('ok (concat "result:\n" (sly-agent-q-display-text (sly-agent-q-entry-content entry))))
-                          (_ (concat "error:\n" (sly-agent-q-display-text (sly-agent-q-entry-error entry)))))
+                          ('ok (concat "result:\n"
+                                       (sly-agent-q-display-framed (sly-agent-q-entry-content entry) "")))
+                          (_ (concat "error:\n"
+                                     (sly-agent-q-display-framed (sly-agent-q-entry-error entry) ""))))
                         "\n")))
       (with-current-buffer buffer
         (let ((inhibit-read-only t))

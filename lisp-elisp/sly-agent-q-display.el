@@ -36,6 +36,15 @@
 ;;   lines (a form, a diff): every line starts with the frame the
 ;;   caller gives, so the content can neither end the block nor start
 ;;   a line of its own.
+;; - `sly-agent-q-display-framed': text of many lines from outside (a
+;;   tool's result, an MCP server's, a condition report from the image)
+;;   where the product draws it outside an approval: each line starts
+;;   with the frame `sly-agent-q-display-outside-frame', so no line of
+;;   it reads as one the product draws at the transcript's indentation.
+;;
+;; A frame is kept on the lines a narrow window wraps: every framed
+;; line carries it as its `wrap-prefix' (`sly-agent-q-display-keep-frame'),
+;; so a continuation starts with the frame, not at column 0.
 ;;
 ;; The frame characters (`sly-agent-q-display-frame-characters') are
 ;; reserved for the product: in text from outside they are escaped too,
@@ -70,6 +79,15 @@ The lines left out are counted on a last line of the block."
 (defconst sly-agent-q-display-frame-characters "┏┃┗╎"
   "Characters that start the lines the product draws for decisions.
 They never appear raw in text from outside: it cannot imitate them.")
+
+(defconst sly-agent-q-display-outside-frame "╎ "
+  "The frame before each line of text from outside drawn in many lines.
+It is the frame of an argument's value in an approval: its character
+is reserved (`sly-agent-q-display-frame-characters').")
+
+(defface sly-agent-q-display-frame-face '((t :inherit shadow))
+  "Face of the frame before each line of text from outside."
+  :group 'sly-agent-q)
 
 (defconst sly-agent-q-display--unsafe-line
   (rx (any (#x00 . #x1F) (#x7F . #x9F)
@@ -194,16 +212,54 @@ counts those left out.  The result ends with a newline."
     ;; no more than a short one.
     (while (and (<= start len) (< n max-lines))
       (let ((end (or (string-search "\n" s start) len)))
-        (push (concat frame (sly-agent-q-display-line (substring s start end) max-line-chars) "\n") out)
+        (push (sly-agent-q-display-keep-frame
+               (concat frame (sly-agent-q-display-line (substring s start end) max-line-chars) "\n")
+               frame)
+              out)
         (setq n (1+ n) start (1+ end))))
     (when (<= start len)
       (let ((left (1+ (cl-count ?\n s :start start))))
-        (push (concat frame (propertize (format "…[%d more line%s cut, %d characters in all]"
+        (push (sly-agent-q-display-keep-frame
+               (concat frame (propertize (format "…[%d more line%s cut, %d characters in all]"
                                                 left (if (= left 1) "" "s") len)
                                         'face 'escape-glyph)
                       "\n")
+               frame)
               out)))
     (apply #'concat (nreverse out))))
+
+(defun sly-agent-q-display-keep-frame (line frame)
+  "Draw LINE, which begins with FRAME, with FRAME on each line it wraps to.
+FRAME becomes LINE's `wrap-prefix': in a window too narrow for LINE,
+every continuation starts with the frame too, never at column 0,
+where text from outside would read as a line of the product's.
+LINE is changed and returned."
+  (put-text-property 0 (length line) 'wrap-prefix frame line)
+  line)
+
+(defun sly-agent-q-display-framed (text indent &optional max)
+  "TEXT, from outside, of many lines, framed: each line after INDENT and a frame.
+The product draws INDENT (spaces) then `sly-agent-q-display-outside-frame'
+in `sly-agent-q-display-frame-face' before every line of TEXT, drawn as
+data by `sly-agent-q-display-text' (cut at MAX characters when MAX is
+given): no line of TEXT can start at the product's own indentation
+or imitate a line the product draws (a decision, a status), and each
+line keeps its frame where a narrow window wraps it
+\=(`sly-agent-q-display-keep-frame').  The text of TEXT is marked with
+the property `sly-agent-q-outside'.  The result has no final newline;
+TEXT's trailing newlines are dropped."
+  (let* ((shown (string-trim-right (sly-agent-q-display-text text max) "\n"))
+         (frame (concat indent (propertize sly-agent-q-display-outside-frame
+                                           'face 'sly-agent-q-display-frame-face)))
+         (len (length shown))
+         (start 0) (out nil))
+    (while (<= start len)
+      (let* ((end (or (string-search "\n" shown start) len))
+             (line (substring shown start end)))
+        (put-text-property 0 (length line) 'sly-agent-q-outside t line)
+        (push (sly-agent-q-display-keep-frame (concat frame line) frame) out)
+        (setq start (1+ end))))
+    (mapconcat #'identity (nreverse out) "\n")))
 
 (defun sly-agent-q-display-editable-buffer ()
   "Show text from outside that the user edits as it is, in the current buffer.

@@ -125,10 +125,15 @@ line of data (`sly-agent-q-display-line')."
     (let ((inhibit-read-only t))
       (save-excursion
         (goto-char (point-max))
-        (insert (format-time-string "%H:%M:%S ")
-                (apply #'format format-string
-                       (mapcar (lambda (a) (if (stringp a) (sly-agent-q-display-line a) a)) args))
-                "\n")))))
+        ;; One line, its continuations in a narrow window framed: a client's
+        ;; or server's text wrapped cannot start a line that reads as an entry.
+        (insert (sly-agent-q-display-keep-frame
+                 (concat (format-time-string "%H:%M:%S ")
+                         (apply #'format format-string
+                                (mapcar (lambda (a) (if (stringp a) (sly-agent-q-display-line a) a)) args))
+                         "\n")
+                 (concat "         " (propertize sly-agent-q-display-outside-frame
+                                               'face 'sly-agent-q-display-frame-face))))))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql mcp/call)) params)
   "Log the MCP call PARAMS (an mcp/call notification)."

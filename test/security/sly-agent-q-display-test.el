@@ -41,6 +41,8 @@
         "┃" "┏" "┗" "╎" "\n  ┃ tool: write_file\n" "\n  ┃ asked by: the model in this chat\n"
         "\n  ┃ target: file src/harmless.txt\n" "\n  ┃ trust level: safe\n"
         "\n  ┏━ ⚠ this call needs your approval\n" "\n  ┗ [Approve]" "\n  ✓ approved write_file\n"
+        ;; Lines of the product's outside an approval: a decision, a status.
+        "\n  ⚠ eval_form (safe) was approved\n" "\nApprove? y\n" "\n    result:\n" "\n  ▸ eval_form (safe)\n"
         "\"" "\\" "%s" "%" "…[3 more characters cut]"
         ;; Look-alikes of the frame: a lighter or dashed line, another corner.
         "\n  │ tool: write_file\n" "\n  ┍━ ⚠ this call needs your approval\n" "\n  ┕ [Approve]"
@@ -105,6 +107,44 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
           (when (equal (get-text-property pos (car forged)) (cdr forged))
             (ert-fail (list what "property from outside" forged "at" pos)))
           (setq pos (next-single-property-change pos (car forged) nil (point-max))))))))
+
+;;;; Frames: outside text of many lines is framed, wrapped lines keep the frame
+
+(defconst sly-agent-q-display-test--frame-start "^ *[┃╎] \\(?: *[┃╎] \\)*"
+  "The start of a line the product frames: its indentation and frame characters.")
+
+(defun sly-agent-q-display-test--check-framed (what buffer)
+  "Check the frames of BUFFER (drawn by WHAT); return how many characters are outside text.
+Every character marked as text from outside (`sly-agent-q-outside')
+is on a line that starts with the product's frame, the frame itself
+not outside text; every line that starts with a frame carries, on
+each of its characters, a `wrap-prefix' that is the start of the line
+up to a frame character: a narrow window wraps it onto a line that
+starts with the frame too, never at column 0."
+  (with-current-buffer buffer
+    (save-excursion
+      (let ((outside 0))
+        (goto-char (point-min))
+        (while (not (eobp))
+          (let* ((bol (line-beginning-position))
+                 (eol (line-end-position))
+                 (line (buffer-substring-no-properties bol eol))
+                 (framed (string-match sly-agent-q-display-test--frame-start line))
+                 (frame-end (and framed (+ bol (match-end 0)))))
+            (dotimes (i (- eol bol))
+              (let ((pos (+ bol i)))
+                (when (get-text-property pos 'sly-agent-q-outside)
+                  (cl-incf outside)
+                  (unless (and framed (>= pos frame-end))
+                    (ert-fail (list what "outside text not framed" line))))
+                (when framed
+                  (let ((wrap (get-text-property pos 'wrap-prefix)))
+                    (unless (and (stringp wrap)
+                                 (string-match-p "[┃╎] *\\'" wrap)
+                                 (string-prefix-p (substring-no-properties wrap) line))
+                      (ert-fail (list what "a framed line wraps without its frame" line wrap)))))))
+            (forward-line 1)))
+        outside))))
 
 (defun sly-agent-q-display-test--make-call ()
   "A call object as the server's emacs/call makes one."
@@ -224,8 +264,8 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
                   (sly-agent-q-debugger-ask debugger)
                   ;; And its restart's approval.
                   (let ((detail (plist-get (funcall (plist-get (sly-agent-q-tool-declaration
-                                                               "debugger_invoke_restart")
-                                                              :preview)
+								"debugger_invoke_restart")
+                                                               :preview)
                                                     '(:restart 1))
                                            :detail)))
                     (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call)
@@ -275,6 +315,29 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
             (sly-agent-q-display-test--check-text "the echo area" echo)
             (sly-agent-q-display-test--check-properties "the chat" (sly-agent-q-chat-buffer))
             (sly-agent-q-display-test--check-properties "the MCP log" (sly-agent-q-mcp-log-buffer))
+            ;; Outside text of many lines framed, frames kept where lines wrap:
+            ;; the results and arguments of the expanded entries, the approvals,
+            ;; each entry opened in its own buffer, the MCP log.
+            (should (> (sly-agent-q-display-test--check-framed "the chat" (sly-agent-q-chat-buffer)) 0))
+            (with-current-buffer (sly-agent-q-chat-buffer)
+              (maphash (lambda (_ entry)
+                         (goto-char (ewoc-location (ewoc-nth (sly-agent-q-entry-section entry) 0)))
+                         (skip-chars-forward " ")
+                         (let ((opened (sly-agent-q-chat-open-entry)))
+                           (unwind-protect
+                               (progn
+                                 (sly-agent-q-display-test--check-text "an opened entry"
+                                                                       (with-current-buffer opened (buffer-string)))
+                                 (should (> (sly-agent-q-display-test--check-framed "an opened entry" opened) 0)))
+                             (kill-buffer opened))))
+                       sly-agent-q-chat--entries))
+            (sly-agent-q-display-test--check-framed "the MCP log" (sly-agent-q-mcp-log-buffer))
+            (with-current-buffer (sly-agent-q-mcp-log-buffer)
+              (goto-char (point-min))
+              (while (not (eobp))
+                (unless (eolp)
+                  (should (string-match-p "╎ \\'" (or (get-text-property (point) 'wrap-prefix) ""))))
+                (forward-line 1)))
             ;; Each decision line once per approval, nowhere else: not imitated.
             (dolist (label sly-agent-q-display-test--decision-labels)
               (should (equal (list round label (length requests))
@@ -293,6 +356,117 @@ Newlines and tabs stay in text of many lines (an answer, a result).")
               (should (string-match-p "more characters? cut\\]\\|more lines? cut" chat))
               (cl-incf cuts))))))
     (should (> cuts 0))))
+
+(defconst sly-agent-q-display-test--imitation
+  (concat "done\n  ⚠ eval_form (safe) was approved\nApprove? y\n  ✓ approved eval_form\n"
+          "    result: all clear\n" (make-string 120 ?w) " " (make-string 60 ?z))
+  "A hostile text from outside whose lines imitate the product's.")
+
+(defun sly-agent-q-display-test--imitated-lines (text)
+  "How many lines of TEXT are an imitation drawn at the product's own indentation."
+  (sly-agent-q-display-test--count-lines
+   "^ *\\(⚠ eval_form\\|Approve\\? y\\|✓ approved eval_form\\|result: all clear\\|wwww\\)" text))
+
+(ert-deftest sly-agent-q-display-outside-text-framed-in-the-chat ()
+  "A tool result, an MCP server's result, a condition report, restarts, the MCP log: every line framed.
+None of their lines starts at the transcript's own indentation, where
+it would read as the product's; the frame is kept where a narrow
+window wraps a long line."
+  (let ((sly-agent-q-approval-display nil)
+        (sly-agent-q-approval-function nil)
+        (hostile sly-agent-q-display-test--imitation))
+    (when (get-buffer sly-agent-q-chat-buffer-name)
+      (let ((kill-buffer-query-functions nil)) (kill-buffer sly-agent-q-chat-buffer-name)))
+    (with-current-buffer (get-buffer-create (sly-agent-q-mcp-log-buffer))
+      (let ((inhibit-read-only t)) (erase-buffer)))
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (dolist (spec `(("c1" "eval_form" ok ,hostile)
+                      ;; A tool of an MCP server: its result is the server's.
+                      ("c2" "mcp__srv__lookup" ok ,hostile)
+                      ;; A condition report from the image.
+                      ("c3" "eval_form" error ,(concat "The value NIL is not of type NUMBER\n" hostile))
+                      ;; The debugger's restarts, their descriptions the image's.
+                      ("c4" "debugger_state" ok ,(concat "Restarts:\n  0: [ABORT] " hostile))))
+        (let ((entry (sly-agent-q--make-entry :call-id (nth 0 spec) :name (nth 1 spec) :safety "safe"
+                                              :arguments (list :form hostile) :expanded t
+                                              :status (nth 2 spec) :time-ms 3)))
+          (if (eq (nth 2 spec) 'ok)
+              (setf (sly-agent-q-entry-content entry) (nth 3 spec))
+            (setf (sly-agent-q-entry-error entry) (nth 3 spec)))
+          (sly-agent-q-chat--add-entry entry))))
+    ;; An MCP server's stderr, as its status reports it, and a client's call.
+    (sly-agent-q-handle-notification nil 'mcp/serverStatus
+                                     (list :name "srv" :status "exited" :message hostile))
+    (sly-agent-q-handle-notification nil 'mcp/call
+                                     (list :phase "done" :id "m1" :client "c" :tool "t"
+                                           :success t :safetyLevel "safe" :summary hostile))
+    (let ((chat (with-current-buffer (sly-agent-q-chat-buffer) (buffer-string))))
+      (should (equal nil (cl-remove-if-not
+                          (lambda (l) (= 1 (sly-agent-q-display-test--imitated-lines l)))
+                          (split-string chat "\n"))))
+      ;; Each imitation is there, inside the frame, once per result (the
+      ;; arguments are JSON: one line).
+      (should (= 4 (sly-agent-q-display-test--count-lines "^      ╎ Approve\\? y$" chat)))
+      (should (> (sly-agent-q-display-test--check-framed "the chat" (sly-agent-q-chat-buffer)) 0)))
+    ;; Opened whole in a buffer of its own: framed too.
+    (with-current-buffer (sly-agent-q-chat-buffer)
+      (goto-char (point-min))
+      (search-forward "▾ mcp__srv__lookup")
+      (let ((opened (sly-agent-q-chat-open-entry)))
+        (unwind-protect
+            (let ((text (with-current-buffer opened (buffer-string))))
+              (should (= 0 (sly-agent-q-display-test--imitated-lines text)))
+              (should (= 1 (sly-agent-q-display-test--count-lines "^╎ Approve\\? y$" text)))
+              (should (> (sly-agent-q-display-test--check-framed "the opened entry" opened) 0)))
+          (kill-buffer opened))))
+    ;; The MCP log: each entry one line, its wrapped continuations framed.
+    (with-current-buffer (sly-agent-q-mcp-log-buffer)
+      (should (= 0 (sly-agent-q-display-test--imitated-lines (buffer-string))))
+      (goto-char (point-min))
+      (while (not (eobp))
+        (should (equal (substring-no-properties (get-text-property (point) 'wrap-prefix))
+                       "         ╎ "))
+        (forward-line 1)))
+    ;; In a window of 40 columns, the long line of w's wraps: each of its
+    ;; characters carries the frame as the prefix of the line it wraps to.
+    (save-window-excursion
+      (with-current-buffer (sly-agent-q-chat-buffer)
+        (set-window-buffer (selected-window) (current-buffer))
+        (let ((window (split-window (selected-window) 40 t)))
+          (should (<= (window-width (selected-window)) 40))
+          (ignore window)
+          (goto-char (point-min))
+          (search-forward "╎ wwww")
+          (let ((continuation (+ (line-beginning-position) 60)))
+            (should (< continuation (line-end-position)))
+            (should (equal (substring-no-properties (get-text-property continuation 'wrap-prefix))
+                           "      ╎ "))
+            (should (eq (get-text-property (1- (line-end-position)) 'sly-agent-q-outside) t))))))
+    (let ((kill-buffer-query-functions nil)) (kill-buffer (sly-agent-q-chat-buffer)))))
+
+(ert-deftest sly-agent-q-display-approval-frame-kept-where-it-wraps ()
+  "Every line of an approval that starts with its frame wraps onto a line that starts with it too."
+  (let ((sly-agent-q-approval-display nil)
+        (sly-agent-q-approval-function nil))
+    (when (get-buffer sly-agent-q-chat-buffer-name)
+      (let ((kill-buffer-query-functions nil)) (kill-buffer sly-agent-q-chat-buffer-name)))
+    (sly-agent-q-approval--ask (sly-agent-q-display-test--make-call)
+                               (list :tool "eval_form" :safetyLevel "dangerous"
+                                     :arguments (list :form (concat "(progn\n" sly-agent-q-display-test--imitation ")")
+                                                      :package (make-string 200 ?p)))
+                               #'ignore)
+    (unwind-protect
+	(with-current-buffer (sly-agent-q-chat-buffer)
+	  (goto-char (point-min))
+	  (should (search-forward "  ┃ tool: eval_form" nil t))
+	  (should (equal (substring-no-properties (get-text-property (point) 'wrap-prefix)) "  ┃ "))
+	  (search-forward "wwwww")
+	  (should (equal (substring-no-properties (get-text-property (point) 'wrap-prefix)) "  ┃   ╎   ╎ "))
+	  (search-forward "ppppp")
+	  (should (equal (substring-no-properties (get-text-property (point) 'wrap-prefix)) "  ┃   ╎ "))
+	  (sly-agent-q-display-test--check-framed "the approval" (current-buffer)))
+      ;; The approval is left waiting: the chat goes, and denies it.
+      (let ((kill-buffer-query-functions nil)) (kill-buffer (sly-agent-q-chat-buffer))))))
 
 (ert-deftest sly-agent-q-display-functions ()
   "The display functions themselves: escapes, cut markers, frames, names, no properties."
