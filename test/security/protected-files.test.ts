@@ -150,3 +150,20 @@ it("buffer_save with no file_path (the buffer's own file, perhaps .dir-locals.el
   expect(t.approvals).toHaveLength(2);
   expect(t.ran).toEqual(["buffer_save"]);
 });
+
+it("Emacs's second dir-locals file, the files SLY's and SLIME's Lisp side load at start and Emacs's compiled or compressed init are protected", async () => {
+  const { protectedWrite } = await import("../../server/tools/protected-paths.js");
+  const env = { HOME: root };
+  for (const p of [".dir-locals-2.el", "src/.dir-locals-2.el", "~/.slynk.lisp", "~/.swank.lisp", "~/.emacs.elc", "~/.emacs.el.gz", "~/.emacs.el", "~/.emacs.gz"]) {
+    expect(protectedWrite(p, root, env), p).toBeDefined();
+  }
+  expect(protectedWrite("~/.slynk.lisp.bak", root, env)).toBeUndefined();
+  expect(protectedWrite("src/dir-locals-2.el", root, env)).toBeUndefined();
+});
+
+it("a protected name is recognised as a file system that ignores case or ignorable characters reads it (HFS+ drops U+200C; macOS ignores case in the home trees too)", async () => {
+  const { protectedWrite } = await import("../../server/tools/protected-paths.js");
+  const env = { HOME: root };
+  const missed = [".g\u200cit/config", "AGENT\u200d-Q.md", "~/.EMACS.D/init.el", "~/.Config/common-lisp/x.conf", "~/.Emacs"].filter((p) => protectedWrite(p, root, env) === undefined);
+  expect(missed).toEqual([]);
+});
