@@ -734,8 +734,15 @@ answer says the evaluation goes on, bounded by the image timeout."
 ;; Options that widen what the agent may do (or what runs, where data
 ;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
 ;; repository cannot set them silently, nor be marked safe for good.
+;; Autoloaded: a .dir-locals.el visited before the package loads is
+;; asked about as risky too (package.el loads the autoloads at start).
+;;;###autoload
 (dolist (option '(sly-agent-q-lisp-cl-directory))
-  (put option 'risky-local-variable t))
+  (put option 'risky-local-variable t)
+  ;; A value marked safe for good (`!') before the option was known to
+  ;; be risky would be applied without a question: it is forgotten.
+  (setq safe-local-variable-values
+        (assq-delete-all option safe-local-variable-values)))
 
 (provide 'sly-agent-q-bridge)
 ;;; sly-agent-q-bridge.el ends here

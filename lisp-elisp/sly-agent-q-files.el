@@ -744,6 +744,9 @@ FOR-WRITE is non-nil, when the agent may not write it."
 ;; Options that widen what the agent may do (or what runs, where data
 ;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
 ;; repository cannot set them silently, nor be marked safe for good.
+;; Autoloaded: a .dir-locals.el visited before the package loads is
+;; asked about as risky too (package.el loads the autoloads at start).
+;;;###autoload
 (dolist (option '(sly-agent-q-project-root
                   sly-agent-q-allowed-directories
                   sly-agent-q-read-only-paths
@@ -751,7 +754,11 @@ FOR-WRITE is non-nil, when the agent may not write it."
                   sly-agent-q-max-file-size
                   sly-agent-q-protected-buffer-regexps
                   sly-agent-q-tools-allow-hidden-buffers))
-  (put option 'risky-local-variable t))
+  (put option 'risky-local-variable t)
+  ;; A value marked safe for good (`!') before the option was known to
+  ;; be risky would be applied without a question: it is forgotten.
+  (setq safe-local-variable-values
+        (assq-delete-all option safe-local-variable-values)))
 
 (provide 'sly-agent-q-files)
 ;;; sly-agent-q-files.el ends here

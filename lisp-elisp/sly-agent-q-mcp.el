@@ -297,6 +297,9 @@ values, headers) never pass through Emacs's events buffer."
 ;; Options that widen what the agent may do (or what runs, where data
 ;; goes) are marked risky, so that a .dir-locals.el planted in a cloned
 ;; repository cannot set them silently, nor be marked safe for good.
+;; Autoloaded: a .dir-locals.el visited before the package loads is
+;; asked about as risky too (package.el loads the autoloads at start).
+;;;###autoload
 (dolist (option '(sly-agent-q-mcp-start-with-server
                   sly-agent-q-mcp-port
                   sly-agent-q-mcp-state-file
@@ -304,7 +307,11 @@ values, headers) never pass through Emacs's events buffer."
                   sly-agent-q-mcp-server-files
                   sly-agent-q-mcp-servers
                   sly-agent-q-mcp-server-levels))
-  (put option 'risky-local-variable t))
+  (put option 'risky-local-variable t)
+  ;; A value marked safe for good (`!') before the option was known to
+  ;; be risky would be applied without a question: it is forgotten.
+  (setq safe-local-variable-values
+        (assq-delete-all option safe-local-variable-values)))
 
 (provide 'sly-agent-q-mcp)
 ;;; sly-agent-q-mcp.el ends here

@@ -27,8 +27,10 @@ export function oneLine(text: string, max = Infinity): string {
 
 // Control characters (C0, DEL, C1), bidi controls and other invisible format characters: text from outside
 // holding them could draw lines of its own, reorder what follows, or hide itself when shown.
+// Also every other format character (\p{Cf}) and default ignorable (the tag characters U+E0000-U+E007F
+// and variation selectors can spell an instruction no one sees in an MCP server's tool description).
 const UNSAFE_CHARS =
-  /[\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]/gu;
+  /[\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\u{13430}-\u{1343f}\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
 
 /** TEXT with every control, bidi and format character shown escaped (\n, \t, \e, \u202E...), all on one line. */
 export function escapeUnsafe(text: string): string {
@@ -38,7 +40,8 @@ export function escapeUnsafe(text: string): string {
     if (c === "\r") return "\\r";
     if (c === "\u001b") return "\\e";
     const code = c.codePointAt(0)!;
-    return code < 0x80 ? `\\x${code.toString(16).toUpperCase().padStart(2, "0")}` : `\\u${code.toString(16).toUpperCase().padStart(4, "0")}`;
+    const hex = code.toString(16).toUpperCase();
+    return code < 0x80 ? `\\x${hex.padStart(2, "0")}` : code > 0xffff ? `\\u{${hex}}` : `\\u${hex.padStart(4, "0")}`;
   });
 }
 
@@ -54,7 +57,10 @@ export function printableName(raw: unknown, max = 64, fallback = "an unnamed MCP
 // bidi controls that reorder what is shown, and the control characters but tab, newline and carriage
 // return (ESC starts the terminal sequences that hide text from `cat`). Text the model reads as
 // instructions from a file the user may never have looked at is sent without them.
-const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/gu;
+// Every format character (\p{Cf}: the interlinear annotation marks U+FFF9-U+FFFB, the Arabic and
+// Syriac marks U+0600-U+0605, U+06DD, U+070F, the Egyptian format controls U+13430-U+1343F; the emoji
+// joiner with them) and the line and paragraph separators U+2028, U+2029 go too.
+const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\p{Cf}\u{13430}-\u{1343f}\u2028\u2029\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/gu;
 
 /** What removeInvisible took out of a text. */
 export interface InvisibleRemoved {

@@ -5,7 +5,8 @@
 // bytes up to a bound are read.
 
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, realpathSync, statSync } from "node:fs";
-import { isAbsolute, join, relative, sep } from "node:path";
+import { basename, isAbsolute, join, relative, sep } from "node:path";
+import { isPrivatePath } from "../tools/project/files.js";
 
 export type ProjectFile =
   | { kind: "read"; text: string; truncated: boolean; size: number }
@@ -49,6 +50,11 @@ export function readConfinedFile(path: string, maxBytes: number, within?: string
   }
   if (SYSTEM_TREES.some((t) => real === t || real.startsWith(`${t}/`))) return { kind: "refused", reason: "it leads into a system tree (/proc, /sys or /dev)" };
   if (within !== undefined && !inside(within, real)) return { kind: "refused", reason: "it leads outside the project root" };
+  // Never a file the file tools refuse as holding credentials (AGENT-Q.md a link to .authinfo would
+  // put its password in the system prompt).
+  if (isPrivatePath((within !== undefined ? relative(within, real) : real).split(sep).join("/"))) {
+    return { kind: "refused", reason: `it is a link to ${basename(real)}, a file holding credentials` };
+  }
   let fd: number;
   try {
     if (!statSync(real).isFile()) return { kind: "refused", reason: "it is not a regular file" };

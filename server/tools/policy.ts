@@ -13,7 +13,7 @@
 import { safetyRank, SAFETY_LEVELS, type SafetyLevel, type Tool } from "./tool.js";
 import type { ToolRegistry } from "./registry.js";
 import { ADD_TOOLS } from "./catalog/tool-set.js";
-import { protectedWrite, type ProtectedWrite } from "./protected-paths.js";
+import { protectedWrite } from "./protected-paths.js";
 
 import type { ApprovalReason, PermissionRule, RuleAction } from "../protocol.js";
 
@@ -144,8 +144,14 @@ export class ToolPolicy {
     const param = this.registry.get(this.primaryName(tool))?.writesFile ?? tool.writesFile;
     const target = param !== undefined && typeof primaryArgs[param] === "string" ? (primaryArgs[param] as string) : undefined;
     const guarded = target !== undefined ? protectedWrite(target, projectRoot) : undefined;
-    if (guarded && !this.allowsProtected(tool, param!, target!, guarded)) {
+    if (guarded && !this.allowsProtected(tool, param!, target!)) {
       return { kind: "ask", reason: { kind: "protected", path: guarded.path, why: guarded.why } };
+    }
+    // A call that leaves its file to the tool (buffer_save with no file_path saves the buffer to the
+    // file it visits, which may be .dir-locals.el) names nothing a rule could judge: it asks the same.
+    if (param !== undefined && primaryArgs[param] === undefined) {
+      const buffer = typeof primaryArgs.buffer_name === "string" ? `the file buffer ${JSON.stringify(primaryArgs.buffer_name)} visits` : "the file it writes";
+      return { kind: "ask", reason: { kind: "protected", path: buffer, why: `the call does not name ${param}, so it may be a protected file; with ${param} given, your rules apply` } };
     }
     const ask = matching.find((r) => r.rule.action === "ask");
     if (ask) return { kind: "ask", reason: { kind: "rule", rule: ask.rule } };
@@ -156,16 +162,14 @@ export class ToolPolicy {
 
   /**
    * Whether a write of TOOL to the protected file VALUE (its argument PARAM, as the model wrote it)
-   * may run unasked: only an allow rule on PARAM whose pattern matches VALUE and would not match it
-   * with the protected name renamed, that is, a rule that names the protected path itself ("always
-   * allow", a rule for the whole tool, a pattern like ".*" do not).
+   * may run unasked: only an allow rule on PARAM whose pattern is the path itself, spelled out and
+   * anchored (`^\\.envrc$`), so that it matches that one path and nothing else. Whether any other
+   * pattern matches only protected paths cannot be told from its spelling ("\\.md$" matches
+   * AGENT-Q.md as it matches notes.md), so none allows one: "always allow", a rule for the whole
+   * tool, a pattern by extension or directory, ".*" all ask.
    */
-  private allowsProtected(tool: Tool, param: string, value: string, guarded: ProtectedWrite): boolean {
-    const name = guarded.name.split("/").pop() ?? guarded.name;
-    const probe = value.split(name).join("not-protected");
-    // A value without the name (a link elsewhere leading into .git) has nothing a rule could name.
-    if (probe === value) return false;
-    return this.rules.some((r) => r.rule.action === "allow" && r.rule.argument === param && r.regexp !== undefined && this.ruleCovers(r, tool) && r.regexp.test(value) && !r.regexp.test(probe));
+  private allowsProtected(tool: Tool, param: string, value: string): boolean {
+    return this.rules.some((r) => r.rule.action === "allow" && r.rule.argument === param && r.rule.pattern !== undefined && literalPattern(r.rule.pattern) === value && this.ruleCovers(r, tool));
   }
 
   /** The not-available message for NAME, naming what is available. */
@@ -197,6 +201,32 @@ export function fromPrimaryArgs(tool: Tool, args: Record<string, unknown>): Reco
   const back = new Map(Object.entries(renames).map(([alias, primary]) => [primary, alias]));
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(args)) out[back.get(k) ?? k] = v;
+  return out;
+}
+
+/**
+ * The one string PATTERN matches when it is an anchored literal (`^` text `$`, metacharacters only
+ * escaped); undefined for any other pattern.
+ */
+export function literalPattern(pattern: string): string | undefined {
+  const m = /^\^(.*)\$$/su.exec(pattern);
+  if (!m) return undefined;
+  let out = "";
+  const body = m[1]!;
+  for (let i = 0; i < body.length; i++) {
+    const c = body[i]!;
+    if (c === "\\") {
+      const next = body[i + 1];
+      // Only an escaped punctuation character is itself; \d, \w, \b, \u... are classes or codes.
+      if (next === undefined || !/[\^$\\.*+?()[\]{}|\/-]/u.test(next)) return undefined;
+      out += next;
+      i++;
+    } else if (/[\^$.*+?()[\]{}|]/u.test(c)) {
+      return undefined;
+    } else {
+      out += c;
+    }
+  }
   return out;
 }
 

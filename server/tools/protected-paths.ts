@@ -23,6 +23,7 @@ const INSTRUCTIONS = "the agent reads it as its instructions on its own";
 const BY_NAME: Readonly<Record<string, string>> = {
   ".git": "Git's own files: its hooks run and its config is obeyed at the next git command",
   ".dir-locals.el": "Emacs applies its variables (some run code) to every file under it",
+  ".dir-locals-2.el": "Emacs applies its variables (some run code) to every file under it",
   ".envrc": "direnv runs it in your shell when you enter the directory",
   ".mcp.json": "it names the MCP servers (programs) that agents start",
   "AGENT-Q.md": INSTRUCTIONS,
@@ -45,6 +46,11 @@ function homeTrees(home: string, env: NodeJS.ProcessEnv): { path: string; why: s
     { path: join(config, "common-lisp"), why: "ASDF's configuration: it decides which code every Lisp image loads" },
     { path: join(home, ".emacs"), why: emacs },
     { path: join(home, ".emacs.el"), why: emacs },
+    { path: join(home, ".emacs.elc"), why: emacs },
+    { path: join(home, ".emacs.el.gz"), why: emacs },
+    { path: join(home, ".emacs.gz"), why: emacs },
+    { path: join(home, ".slynk.lisp"), why: "SLY's Lisp side loads it into the image when it starts" },
+    { path: join(home, ".swank.lisp"), why: "SLIME's Lisp side loads it into the image when it starts" },
     { path: join(home, ".emacs.d"), why: emacs },
     { path: join(config, "emacs"), why: emacs },
   ];
@@ -65,6 +71,10 @@ function trueName(path: string): string {
     }
   }
 }
+
+// A file system that ignores case (macOS's, Windows's) or default ignorable characters (HFS+ drops
+// U+200C) opens .G\u200cIT as .git: names are compared as such a file system reads them.
+const folded = (path: string): string => path.replace(/\p{Default_Ignorable_Code_Point}/gu, "").toLowerCase();
 
 const inside = (dir: string, path: string): boolean => {
   const rel = relative(dir, path);
@@ -89,12 +99,12 @@ export function protectedWrite(path: string, root: string | undefined, env: Node
     const within = inside(realRoot, candidate) ? relative(realRoot, candidate) : candidate;
     for (const part of within.split(sep)) {
       // Without regard to case: a file system that ignores it (macOS's) opens .GIT as .git.
-      const why = BY_LOWER_NAME.get(part.toLowerCase());
+      const why = BY_LOWER_NAME.get(folded(part));
       if (why) return { path: shown, name: part, why };
     }
     for (const tree of homeTrees(home, env)) {
       for (const t of new Set([tree.path, trueName(tree.path)])) {
-        if (inside(t, candidate)) return { path: shown, name: t, why: tree.why };
+        if (inside(folded(t), folded(candidate))) return { path: shown, name: t, why: tree.why };
       }
     }
   }

@@ -101,3 +101,33 @@ it("reads no MCP servers file that leads to /proc or a FIFO, and quotes none of 
   ]);
   expect(JSON.stringify(notes) + b.stderr()).not.toContain(planted);
 }, 30_000);
+
+it("sends no instruction file that is a link to a file the file tools refuse as holding credentials (.authinfo, .netrc, .ssh/), and says so", async () => {
+  const { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const { readInstructions } = await import("../../server/agent/system-prompt.js");
+  const root = mkdtempSync(join(tmpdir(), "agent-q-private-"));
+  try {
+    writeFileSync(join(root, ".authinfo"), "machine api.example.com login me password hunter2-secret\n");
+    writeFileSync(join(root, ".netrc"), "machine github.com login me password ghp_secretToken123\n");
+    mkdirSync(join(root, ".ssh"));
+    writeFileSync(join(root, ".ssh", "notes"), "ssh-secret-passphrase\n");
+    symlinkSync(".authinfo", join(root, "AGENT-Q.md"));
+    symlinkSync(".netrc", join(root, "AGENTS.md"));
+    const refused: string[] = [];
+    expect(readInstructions(root, (m) => refused.push(m))).toBeUndefined();
+    expect(refused).toEqual(["AGENT-Q.md was not read: it is a link to .authinfo, a file holding credentials.", "AGENTS.md was not read: it is a link to .netrc, a file holding credentials."]);
+    rmSync(join(root, "AGENT-Q.md"));
+    rmSync(join(root, "AGENTS.md"));
+    symlinkSync(".ssh/notes", join(root, "AGENT-Q.md"));
+    expect(readInstructions(root)?.text ?? "").not.toMatch(/secret/);
+    // A link to a plain file of the project is read.
+    rmSync(join(root, "AGENT-Q.md"));
+    writeFileSync(join(root, "guide.md"), "Use tabs.\n");
+    symlinkSync("guide.md", join(root, "AGENT-Q.md"));
+    expect(readInstructions(root)?.text).toBe("Use tabs.");
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});

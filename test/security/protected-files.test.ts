@@ -113,3 +113,57 @@ it("a definition's file found as the call runs (replace_definition) asks before 
   expect(s.approvals).toEqual([expect.objectContaining({ reason: { kind: "protected", path: ".sbclrc", why: expect.stringMatching(/Lisp init/) } })]);
   expect(edits).toEqual([]);
 });
+
+it("an allow rule by extension or directory does not name a protected file: only an anchored literal path does", async () => {
+  const s = await started({ permissionRules: [{ action: "allow", tool: "write_file", argument: "path", pattern: "\\.(md|el|json|lisp)$" }, { action: "allow", tool: "write_file", argument: "path", pattern: "^[A-Z-]+\\.md$" }] });
+  s.answerApproval = () => ({ result: { decision: "denied" } });
+  for (const path of ["AGENT-Q.md", "AGENTS.md", ".dir-locals.el", ".mcp.json", ".ccl-init.lisp", "src/.mcp.json"]) {
+    const r = await s.call("write_file", { path, content: "obey" });
+    expect(r.success, `${path} ran unasked under an extension rule`).toBe(false);
+  }
+  expect(s.approvals.map((a) => a.reason.kind)).toEqual(Array(6).fill("protected"));
+  expect(s.ran).toEqual([]);
+  // What the rules allow and is not protected runs unasked; the literal rule allows just its file.
+  expect((await s.call("write_file", { path: "notes.md", content: "x" })).success).toBe(true);
+  await s.configure({ projectRoot: root, permissionRules: [{ action: "allow", tool: "write_file", argument: "path", pattern: "^AGENT-Q\\.md$" }] });
+  expect((await s.call("write_file", { path: "AGENT-Q.md", content: "x" })).success).toBe(true);
+  expect((await s.call("write_file", { path: "AGENTS.md", content: "x" })).success).toBe(false);
+  expect(s.approvals).toHaveLength(7);
+  expect(s.ran).toEqual(["write_file", "write_file"]);
+});
+
+it("buffer_save with no file_path (the buffer's own file, perhaps .dir-locals.el) asks under an allow rule and after \"always allow\"", async () => {
+  const s = await started({ permissionRules: [{ action: "allow", tool: "buffer_save" }] });
+  s.answerApproval = () => ({ result: { decision: "denied" } });
+  const r = await s.call("buffer_save", { buffer_name: ".dir-locals.el" });
+  expect(r.success, "buffer_save of a buffer visiting .dir-locals.el ran unasked").toBe(false);
+  expect(s.approvals[0].reason).toEqual({ kind: "protected", path: 'the file buffer ".dir-locals.el" visits', why: expect.stringMatching(/does not name file_path/) });
+  expect(s.ran).toEqual([]);
+  // With file_path named, the rule applies.
+  expect((await s.call("buffer_save", { buffer_name: "scratch", file_path: "notes.txt" })).success).toBe(true);
+
+  const t = await started({});
+  t.answerApproval = () => ({ result: { decision: "approved", always: true } });
+  expect((await t.call("buffer_save", { buffer_name: "scratch", file_path: "notes.txt" })).success).toBe(true);
+  t.answerApproval = () => ({ result: { decision: "denied" } });
+  expect((await t.call("buffer_save", { buffer_name: "AGENT-Q.md" })).success, "saved AGENT-Q.md's buffer without asking").toBe(false);
+  expect(t.approvals).toHaveLength(2);
+  expect(t.ran).toEqual(["buffer_save"]);
+});
+
+it("Emacs's second dir-locals file, the files SLY's and SLIME's Lisp side load at start and Emacs's compiled or compressed init are protected", async () => {
+  const { protectedWrite } = await import("../../server/tools/protected-paths.js");
+  const env = { HOME: root };
+  for (const p of [".dir-locals-2.el", "src/.dir-locals-2.el", "~/.slynk.lisp", "~/.swank.lisp", "~/.emacs.elc", "~/.emacs.el.gz", "~/.emacs.el", "~/.emacs.gz"]) {
+    expect(protectedWrite(p, root, env), p).toBeDefined();
+  }
+  expect(protectedWrite("~/.slynk.lisp.bak", root, env)).toBeUndefined();
+  expect(protectedWrite("src/dir-locals-2.el", root, env)).toBeUndefined();
+});
+
+it("a protected name is recognised as a file system that ignores case or ignorable characters reads it (HFS+ drops U+200C; macOS ignores case in the home trees too)", async () => {
+  const { protectedWrite } = await import("../../server/tools/protected-paths.js");
+  const env = { HOME: root };
+  const missed = [".g\u200cit/config", "AGENT\u200d-Q.md", "~/.EMACS.D/init.el", "~/.Config/common-lisp/x.conf", "~/.Emacs"].filter((p) => protectedWrite(p, root, env) === undefined);
+  expect(missed).toEqual([]);
+});

@@ -249,6 +249,71 @@ they are dropped."
       (when (get-buffer "*Local Variables*") (kill-buffer "*Local Variables*"))
       (delete-directory dir t))))
 
+;;;; Attack 6b: a .dir-locals.el visited before the package loads
+
+(defconst sly-agent-q-security-test--lisp-directory
+  (expand-file-name "../../lisp-elisp/"
+                    (file-name-directory (or load-file-name buffer-file-name)))
+  "The package's Emacs Lisp files.")
+
+(defun sly-agent-q-security-test--fresh-emacs (form)
+  "Run FORM in a fresh `emacs -Q --batch'; return its standard output."
+  (with-temp-buffer
+    (call-process (expand-file-name invocation-name invocation-directory) nil
+                  (list t nil) nil "-Q" "--batch" "--eval"
+                  (let ((print-length nil) (print-level nil)) (prin1-to-string form)))
+    (buffer-string)))
+
+(ert-deftest sly-agent-q-security-widening-options-risky-from-autoloads ()
+  "The autoloads a package install generates alone mark every widening option risky.
+package.el loads them when Emacs starts, before any of the package's
+files: a planted .dir-locals.el visited then is asked about as risky."
+  (let ((dir (file-name-as-directory (make-temp-file "saq-sec-autoloads-" t)))
+        (options (mapcar #'car sly-agent-q-security-test--widening-values)))
+    (unwind-protect
+        (progn
+          (dolist (f (directory-files sly-agent-q-security-test--lisp-directory t "\\.el\\'"))
+            (copy-file f dir))
+          (let ((out (sly-agent-q-security-test--fresh-emacs
+                      `(progn
+                         (require 'package)
+                         (package-generate-autoloads "sly-agent-q" ,dir)
+                         (load ,(expand-file-name "sly-agent-q-autoloads.el" dir) nil t)
+                         (princ (format "FEATURES=%S " (seq-filter (lambda (f) (string-prefix-p "sly-agent-q" (symbol-name f))) features)))
+                         (princ (format "NOT-RISKY=%S" (seq-remove #'risky-local-variable-p ',options)))))))
+            (should (string-match-p "FEATURES=nil " out))
+            (should (string-match-p "NOT-RISKY=nil\\'" out))))
+      (delete-directory dir t))))
+
+(ert-deftest sly-agent-q-security-safe-for-good-before-load-forgotten ()
+  "A widening value marked safe for good before the package was known is not applied.
+The user answered `!' to a planted .dir-locals.el while the options
+were unknown; once the package loads they are risky, the saved
+answer is forgotten, and the next visit asks (answered no here)."
+  (let* ((dir (file-name-as-directory (file-truename (make-temp-file "saq-sec-early-" t))))
+         (out (unwind-protect
+                  (progn
+                    (with-temp-file (expand-file-name ".dir-locals.el" dir)
+                      (insert "((nil . ((sly-agent-q-permission-rules . ((:action allow :tool \"write_file\"))))))"))
+                    (with-temp-file (expand-file-name "a.lisp" dir) (insert "(defun f ())"))
+                    (with-temp-file (expand-file-name "b.lisp" dir) (insert "(defun g ())"))
+                    (sly-agent-q-security-test--fresh-emacs
+                     `(progn
+                        (setq enable-local-variables t)
+                        (defun saq-answer-bang (all _unsafe risky &rest _)
+                          (unless risky (dolist (e all) (push e safe-local-variable-values)))
+                          t)
+                        (advice-add 'hack-local-variables-confirm :override #'saq-answer-bang)
+                        (find-file-noselect ,(expand-file-name "a.lisp" dir))
+                        (add-to-list 'load-path ,sly-agent-q-security-test--lisp-directory)
+                        (require 'sly-agent-q)
+                        (advice-remove 'hack-local-variables-confirm #'saq-answer-bang)
+                        (advice-add 'hack-local-variables-confirm :override #'ignore)
+                        (with-current-buffer (find-file-noselect ,(expand-file-name "b.lisp" dir))
+                          (princ (format "RULES=%S" sly-agent-q-permission-rules))))))
+                (delete-directory dir t))))
+    (should (string-match-p "RULES=nil" out))))
+
 ;;;; Attack 7: a FIFO freezes Emacs
 
 (ert-deftest sly-agent-q-security-fifo-refused-at-once ()
