@@ -4,8 +4,9 @@
 // with the cache skips parsing and compiling what the first start compiled, which was most of a start's
 // own time. The cache is written once per program, V8 version, architecture and way of running (the
 // server, the MCP stdio shim), when the program's start is done, atomically, readable by the user
-// alone. V8 refuses a cache of another program, V8 or flags; the program then runs compiled afresh and
-// writes the cache again, and runs compiled afresh when the cache cannot be read or written.
+// alone. V8 refuses a cache of another V8 or other flags; the loader's own hash refuses a damaged one
+// or another program's (V8 checks only the source's length); the program then runs compiled afresh
+// and writes the cache again, and runs compiled afresh when the cache cannot be read or written.
 // NODE_DISABLE_COMPILE_CACHE (Node's own switch for its cache) turns it off.
 //
 // This file is run as CommonJS (the bundle alone, or in the Emacs package) or as an ES module (under a
@@ -150,7 +151,8 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
         remove(trial);
         trial = undefined;
       }
-      if (write) writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
+      // After the answer is written (the hook is called as it is being made).
+      if (write) setImmediate(() => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow));
     };
   }
   const module = { exports: {} };

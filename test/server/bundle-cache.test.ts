@@ -258,6 +258,27 @@ describe("the code cache, damaged or attacked", () => {
     expect(readdirSync(join(cache, "sly-agent-q"))).toEqual([file!.split("/").pop()]);
   }, 90_000);
 
+  it("is kept when a client kills the server right after its first answer (the start was done)", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const [file] = caches(cache);
+    const before = statSync(file!);
+    for (let i = 0; i < 3; i++) {
+      const child = spawn(process.execPath, [alone, "--stdio"], { cwd: root, env: { ...process.env, XDG_CACHE_HOME: cache }, stdio: ["pipe", "pipe", "ignore"] });
+      const exited = new Promise((r) => child.on("exit", r));
+      const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+      connection.listen();
+      await connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true }, configuration: {} });
+      child.kill("SIGKILL");
+      await exited;
+      connection.dispose();
+    }
+    expect(readdirSync(join(cache, "sly-agent-q"))).toEqual([file!.split("/").pop()]);
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const after = statSync(file!);
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+  }, 60_000);
+
   it("stops at most one start when damage passes the hash (a V8 bug): the next does not use it", async () => {
     const cache = mkdtempSync(join(root, "xdg-"));
     await start(alone, { XDG_CACHE_HOME: cache });
