@@ -14,7 +14,7 @@ deps:
 
 build: deps $(BUNDLE)
 
-$(BUNDLE): $(shell find server -name '*.ts') package.json scripts/build.mjs
+$(BUNDLE): $(shell find server -name '*.ts') package.json scripts/build.mjs scripts/bundle-loader.js
 	node scripts/build.mjs
 
 # Rewrite what is derived from the declarations: README's tool table, the protocol doc, Emacs's

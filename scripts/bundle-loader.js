@@ -4,8 +4,9 @@
 // with the cache skips parsing and compiling what the first start compiled, which was most of a start's
 // own time. The cache is written once per program, V8 version, architecture and way of running (the
 // server, the MCP stdio shim), when the program's start is done, atomically, readable by the user
-// alone. V8 refuses a cache of another program, V8 or flags; the program then runs compiled afresh and
-// writes the cache again, and runs compiled afresh when the cache cannot be read or written.
+// alone. V8 refuses a cache of another V8 or other flags; the loader's own hash refuses a damaged one
+// or another program's (V8 checks only the source's length); the program then runs compiled afresh
+// and writes the cache again, and runs compiled afresh when the cache cannot be read or written.
 // NODE_DISABLE_COMPILE_CACHE (Node's own switch for its cache) turns it off.
 //
 // This file is run as CommonJS (the bundle alone, or in the Emacs package) or as an ES module (under a
@@ -14,21 +15,53 @@
 
 const PROGRAM_KEY = "__PROGRAM_KEY__";
 
-function runProgram(fs, path, os, vm, nodeModule, self) {
+// A cache file: MAGIC, then the SHA-256 of the cache's name (which holds PROGRAM_KEY) and of V8's data,
+// then V8's data. V8 checks a cache's version, flags and source length but, in release builds, not its
+// data: one damaged byte crashed every start. The hash refuses a damaged file and another program's.
+const MAGIC = "SAQV8C1\n";
+const HEADER = MAGIC.length + 32;
+// A file, a directory or anything else at the cache's name larger than this is not a cache of ours.
+const MAX_CACHE = 64 << 20;
+
+function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
   const filename = path.resolve(self);
   // The program: the comment that ends the file, its "*/" written "*\x01/" there.
   const text = fs.readFileSync(filename, "latin1");
   const mark = "/*" + "PROGRAM\n";
   const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\n*/")).replaceAll("*\x01/", "*/");
-  const cacheDir = process.env.XDG_CACHE_HOME && path.isAbsolute(process.env.XDG_CACHE_HOME) ? process.env.XDG_CACHE_HOME : path.join(os.homedir(), ".cache");
-  const dir = path.join(cacheDir, "sly-agent-q");
+  // Only an absolute directory: a relative one (or an empty HOME) would read code from the working directory.
+  const xdg = process.env.XDG_CACHE_HOME;
+  const home = os.homedir();
+  const cacheDir = xdg && path.isAbsolute(xdg) ? xdg : home && path.isAbsolute(home) ? path.join(home, ".cache") : undefined;
+  const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NONBLOCK, O_NOFOLLOW } = fs.constants;
+  const nofollow = O_NOFOLLOW ?? 0;
   // The cache is code this process runs: only from a directory and a file of this user's that no one
-  // else may write. A directory that fails is neither read nor written; a file that fails is replaced.
+  // else may write, never through a link (lstat, O_NOFOLLOW). A directory that fails is neither read
+  // nor written (checked again when writing: it may have come meanwhile); a file that fails is replaced.
   const ours = (st) => typeof process.getuid !== "function" || (st.uid === process.getuid() && (st.mode & 0o022) === 0);
-  let useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
+  const dirIsOurs = () => {
+    try {
+      const st = fs.lstatSync(dir);
+      return st.isDirectory() && ours(st);
+    } catch {
+      return false;
+    }
+  };
+  const remove = (f) => {
+    try {
+      fs.rmSync(f, { force: true });
+    } catch {
+      // the next start tries again
+    }
+  };
+  const dir = cacheDir === undefined ? undefined : path.join(cacheDir, "sly-agent-q");
+  let useCache = !process.env.NODE_DISABLE_COMPILE_CACHE && dir !== undefined;
+  let dirExists = false;
   if (useCache) {
     try {
-      useCache = ours(fs.statSync(dir));
+      const st = fs.lstatSync(dir);
+      dirExists = true;
+      useCache = st.isDirectory() && ours(st);
     } catch {
       // none yet: made 0700 when the cache is written
     }
@@ -37,62 +70,143 @@ function runProgram(fs, path, os, vm, nodeModule, self) {
   // V8's version names the cache (node:v8's cachedDataVersionTag, which covers the flags too, costs a
   // start more to load than it saves: a cache of other flags is refused and written again).
   const prefix = `server-${PROGRAM_KEY}-${process.versions.v8.replace(/[^0-9a-z]+/gi, "_")}-${process.arch}-`;
-  const file = path.join(dir, `${prefix}${process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio"}.v8cache`);
+  const base = `${prefix}${process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio"}.v8cache`;
+  const file = useCache ? path.join(dir, base) : undefined;
+  const digest = (data) => crypto.createHash("sha256").update(base).update(data).digest();
   let cachedData;
-  if (useCache) {
-    let fd;
+  let trial;
+  if (useCache && dirExists) {
+    // A start that used the cache leaves BASE.<pid>.trial until its start is done: one of a process
+    // that is gone crashed or was killed on the way, perhaps by the cache (a V8 bug, damage the hash
+    // missed). That cache is not used again: no cache can stop every start.
+    let failed = false;
     try {
-      fd = fs.openSync(file, "r");
-      if (ours(fs.fstatSync(fd))) cachedData = fs.readFileSync(fd);
+      for (const f of fs.readdirSync(dir)) {
+        const m = f.startsWith(base) ? /^\.(\d+)\.trial$/.exec(f.slice(base.length)) : null;
+        if (!m) continue;
+        let alive = true;
+        try {
+          process.kill(Number(m[1]), 0);
+        } catch (e) {
+          alive = e.code !== "ESRCH";
+        }
+        if (!alive) {
+          failed = true;
+          remove(path.join(dir, f));
+        }
+      }
     } catch {
-      cachedData = undefined; // none yet, or unreadable: compiled afresh
-    } finally {
-      if (fd !== undefined) fs.closeSync(fd);
+      failed = true;
+    }
+    if (failed) remove(file);
+    else {
+      // Non-blocking and not through a link: a FIFO or a link at the name does not hang or mislead the start.
+      let fd;
+      try {
+        fd = fs.openSync(file, O_RDONLY | (O_NONBLOCK ?? 0) | nofollow);
+        const st = fs.fstatSync(fd);
+        if (st.isFile() && ours(st) && st.size > HEADER && st.size <= Math.min(MAX_CACHE, 4 * program.length + HEADER)) {
+          const all = Buffer.alloc(st.size);
+          let n = 0;
+          while (n < all.length) {
+            const r = fs.readSync(fd, all, n, all.length - n, n);
+            if (r === 0) break;
+            n += r;
+          }
+          const data = all.subarray(HEADER);
+          if (n === all.length && all.toString("latin1", 0, MAGIC.length) === MAGIC && digest(data).equals(all.subarray(MAGIC.length, HEADER))) cachedData = data;
+        }
+      } catch {
+        cachedData = undefined; // none yet, or unreadable: compiled afresh
+      } finally {
+        if (fd !== undefined) fs.closeSync(fd);
+      }
+      if (cachedData !== undefined) {
+        trial = `${file}.${process.pid}.trial`;
+        try {
+          fs.closeSync(fs.openSync(trial, O_WRONLY | O_CREAT | O_EXCL | nofollow, 0o600));
+        } catch {
+          // no trial without its mark: compiled afresh
+          cachedData = undefined;
+          trial = undefined;
+        }
+      }
     }
   }
   const script = new vm.Script(`(function (exports, require, module, __filename, __dirname) {${program}\n})`, { filename, cachedData });
-  if (useCache && (cachedData === undefined || script.cachedDataRejected)) {
+  const write = useCache && (cachedData === undefined || script.cachedDataRejected);
+  if (trial !== undefined) {
+    // A run that ends well before its start is done (--version) passed its trial too.
+    process.on("exit", (code) => {
+      if (code === 0 && trial !== undefined) remove(trial);
+    });
+  }
+  if (write || trial !== undefined) {
     // Written when the program says its start is done (server/start-done.ts): the cache then holds
     // the functions the start compiled too, not only the top level.
     const hook = Symbol.for("sly-agent-q.startDone");
     globalThis[hook] = () => {
       delete globalThis[hook];
-      const tmp = `${file}.${process.pid}.tmp`;
-      try {
-        const data = script.createCachedData();
-        fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-        fs.writeFileSync(tmp, data, { mode: 0o600 });
-        fs.renameSync(tmp, file);
-        // Other versions' caches go once a week old: two versions in use side by side (a package and a
-        // checkout) do not throw each other's away at every start.
-        const weekAgo = Date.now() - 7 * 24 * 3600 * 1000;
-        for (const f of fs.readdirSync(dir)) {
-          const other = path.join(dir, f);
-          if (/^server-[0-9a-f]+-[\w-]+\.v8cache$/.test(f) && !f.startsWith(prefix) && fs.statSync(other).mtimeMs < weekAgo) fs.rmSync(other, { force: true });
-        }
-      } catch {
-        try {
-          fs.rmSync(tmp, { force: true });
-        } catch {
-          // nothing more to do: the next start compiles afresh
-        }
+      if (trial !== undefined) {
+        remove(trial);
+        trial = undefined;
       }
+      // After the answer is written (the hook is called as it is being made).
+      if (write) setImmediate(() => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow));
     };
   }
   const module = { exports: {} };
   script.runInThisContext()(module.exports, nodeModule.createRequire(filename), module, filename, path.dirname(filename));
 }
 
+function writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, createFlags) {
+  // Into a directory of this user's that no one else may write, checked now: another user may have
+  // made it (a shared XDG_CACHE_HOME) since the start looked. The temporary file has a name no one can
+  // guess and is made afresh, never through a link, then renamed over the cache.
+  let tmp;
+  try {
+    try {
+      fs.mkdirSync(path.dirname(dir), { recursive: true, mode: 0o700 });
+      fs.mkdirSync(dir, { mode: 0o700 });
+    } catch {
+      // there already (checked just below), or not to be made
+    }
+    if (!dirIsOurs()) return;
+    const data = script.createCachedData();
+    tmp = `${file}.${crypto.randomBytes(8).toString("hex")}.tmp`;
+    const fd = fs.openSync(tmp, createFlags, 0o600);
+    try {
+      fs.writeSync(fd, Buffer.concat([Buffer.from(MAGIC, "latin1"), digest(data), data]));
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+    tmp = undefined;
+    // Other versions' caches go once a week old: two versions in use side by side (a package and a
+    // checkout) do not throw each other's away at every start. What a killed process left on the way
+    // (a temporary file, a trial's mark) goes once an hour old.
+    const weekAgo = Date.now() - 7 * 24 * 3600 * 1000;
+    const hourAgo = Date.now() - 3600 * 1000;
+    for (const f of fs.readdirSync(dir)) {
+      const other = path.join(dir, f);
+      const stale = /^server-[0-9a-f]+-[\w-]+\.v8cache$/.test(f) && !f.startsWith(prefix) ? weekAgo : /^server-[0-9a-f]+-[\w-]+\.v8cache\.[0-9a-f]+\.(tmp|trial)$/.test(f) ? hourAgo : undefined;
+      if (stale !== undefined && fs.lstatSync(other).mtimeMs < stale) remove(other);
+    }
+  } catch {
+    if (tmp !== undefined) remove(tmp); // the next start compiles afresh
+  }
+}
+
 // The file's own name: CommonJS has it; as an ES module this file is the program node was asked to run.
 const self = typeof __filename === "string" ? __filename : process.argv[1];
 if (typeof process.getBuiltinModule === "function") {
   const get = process.getBuiltinModule;
-  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), get("node:module"), self);
+  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), get("node:module"), get("node:crypto"), self);
 } else if (typeof require === "function") {
-  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), require("node:module"), self);
+  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), require("node:module"), require("node:crypto"), self);
 } else {
   // An ES module on a Node before 20.16: the built-ins come a moment later.
-  Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:vm"), import("node:module")]).then(([fs, path, os, vm, nodeModule]) =>
-    runProgram(fs, path, os, vm, nodeModule, self),
+  Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:vm"), import("node:module"), import("node:crypto")]).then(([fs, path, os, vm, nodeModule, crypto]) =>
+    runProgram(fs, path, os, vm, nodeModule, crypto, self),
   );
 }

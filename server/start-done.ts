@@ -4,9 +4,12 @@
 
 const HOOK = Symbol.for("sly-agent-q.startDone");
 
-/** Called once the first request a start is for has been answered (initialize; the shim's tools/list). */
+/** Called once the first request a start is for is being answered (initialize; the shim's tools/list). */
 export function startDone(): void {
   const hook = (globalThis as Record<symbol, unknown>)[HOOK];
-  // After the answer is written: the cache is a few milliseconds' work the client need not wait for.
-  if (typeof hook === "function") setImmediate(() => (hook as () => void)());
+  // At once: the loader clears its trial mark now (a client may kill the process right after the
+  // answer) and writes the cache after the answer, a few milliseconds' work the client need not wait
+  // for. An MCP client that kills the shim right after tools/list may thus leave no cache: the next
+  // start compiles afresh and tries again.
+  if (typeof hook === "function") (hook as () => void)();
 }

@@ -3,7 +3,8 @@
 // Emacs package runs it) or beside a package.json of "type": "module" (as npm and a checkout run it).
 
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -172,4 +173,225 @@ describe("the code cache", () => {
     expect(readFileSync(join(dir, "sbcl-2.2.9-x86-64-ABC", "helpers.fasl"), "utf8")).toBe("fasl");
     expect(readFileSync(join(dir, "notes.v8cache.txt"), "utf8")).toBe("not a cache");
   }, 30_000);
+});
+
+/** Starts BUNDLE in CWD with ENV; whether it answered initialize within 15 s, and how it ended (a start that may crash or hang). */
+async function tryStart(bundle: string, env: NodeJS.ProcessEnv, cwd = root): Promise<{ ok: boolean; signal: string | null }> {
+  const child = spawn(process.execPath, [bundle, "--stdio", "--log-level", "warn"], { cwd, env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "ignore"] });
+  let signal: string | null = null;
+  const exited = new Promise<void>((resolve) => child.on("exit", (_c, s) => ((signal = s), resolve())));
+  const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+  connection.listen();
+  const answered = connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true }, configuration: {} }).then(
+    () => true,
+    () => false,
+  );
+  const ok = await Promise.race([answered, exited.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(false), 15_000))]);
+  if (ok) {
+    // As Emacs ends it: the cache is written after the answer, before the exit.
+    await connection.sendRequest("shutdown", null).catch(() => undefined);
+    void connection.sendNotification("exit", null).catch(() => undefined);
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+  }
+  child.kill("SIGKILL");
+  await exited;
+  connection.dispose();
+  return { ok, signal };
+}
+
+/** The name the server's cache has (written by a start into a cache directory of its own). */
+async function cacheName(): Promise<string> {
+  const probe = mkdtempSync(join(root, "probe-"));
+  await start(alone, { XDG_CACHE_HOME: probe });
+  return caches(probe)[0]!.split("/").pop()!;
+}
+
+/** V8's code cache of another program of the same length as the bundle's (V8 checks the length only), which writes "ran" to MARKER. */
+function plantedCache(marker: string): Buffer {
+  const script = `
+    const fs = require("node:fs"), vm = require("node:vm");
+    const text = fs.readFileSync(process.argv[1], "latin1");
+    const mark = "/*" + "PROGRAM\\n";
+    const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\\n*/")).replaceAll("*\\x01/", "*/");
+    const real = "(function (exports, require, module, __filename, __dirname) {" + program + "\\n})";
+    let evil = "(function (exports, require, module, __filename, __dirname) {require('node:fs').writeFileSync(" + JSON.stringify(process.argv[2]) + ", 'ran');";
+    evil += " ".repeat(real.length - evil.length - 3) + "\\n})";
+    process.stdout.write(new vm.Script(evil, { filename: process.argv[1] }).createCachedData().toString("base64"));`;
+  const r = spawnSync(process.execPath, ["-e", script, alone, marker], { encoding: "utf8", maxBuffer: 64 << 20 });
+  expect(r.status, r.stderr).toBe(0);
+  return Buffer.from(r.stdout, "base64");
+}
+
+describe("the code cache, damaged or attacked", () => {
+  it("does not stop a start when one byte of it is damaged, and is replaced (V8 does not check a cache's data)", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    expect((await tryStart(alone, { XDG_CACHE_HOME: cache })).ok).toBe(true);
+    const [file] = caches(cache);
+    const good = readFileSync(file!);
+    for (const offset of [24, 40, 64, 80, good.length >> 1, good.length - 14_000]) {
+      const bad = Buffer.from(good);
+      bad[offset] = bad[offset]! ^ 0xff;
+      writeFileSync(file!, bad, { mode: 0o600 });
+      const s = await tryStart(alone, { XDG_CACHE_HOME: cache });
+      expect({ offset, ok: s.ok, signal: s.signal }).toEqual({ offset, ok: true, signal: null });
+      expect(readFileSync(file!).equals(bad)).toBe(false);
+    }
+  }, 180_000);
+
+  it("is not used again after a start that used it never finished (a crash the hash cannot see)", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const [file] = caches(cache);
+    // Dated a day back: a cache written again is dated now (its inode number may come back).
+    const dayAgo = (Date.now() - 24 * 3600 * 1000) / 1000;
+    utimesSync(file!, dayAgo, dayAgo);
+    // The mark of a start that used the cache and died on the way (its process is gone).
+    const dead = spawnSync(process.execPath, ["-e", ""]).pid;
+    const trial = `${file}.${dead}.trial`;
+    writeFileSync(trial, "");
+    expect((await tryStart(alone, { XDG_CACHE_HOME: cache })).ok).toBe(true);
+    expect(existsSync(trial)).toBe(false);
+    expect(statSync(file!).mtimeMs).toBeGreaterThan(Date.now() - 3600 * 1000);
+    // A start that used it and finished leaves no mark behind, nor does a run that printed its version.
+    await start(alone, { XDG_CACHE_HOME: cache });
+    spawnSync(process.execPath, [alone, "--version"], { env: { ...process.env, XDG_CACHE_HOME: cache } });
+    expect(readdirSync(join(cache, "sly-agent-q"))).toEqual([file!.split("/").pop()]);
+  }, 90_000);
+
+  it("is kept when a client kills the server right after its first answer (the start was done)", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const [file] = caches(cache);
+    const before = statSync(file!);
+    for (let i = 0; i < 3; i++) {
+      const child = spawn(process.execPath, [alone, "--stdio"], { cwd: root, env: { ...process.env, XDG_CACHE_HOME: cache }, stdio: ["pipe", "pipe", "ignore"] });
+      const exited = new Promise((r) => child.on("exit", r));
+      const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+      connection.listen();
+      await connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true }, configuration: {} });
+      child.kill("SIGKILL");
+      await exited;
+      connection.dispose();
+    }
+    expect(readdirSync(join(cache, "sly-agent-q"))).toEqual([file!.split("/").pop()]);
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const after = statSync(file!);
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+  }, 60_000);
+
+  it("stops at most one start when damage passes the hash (a V8 bug): the next does not use it", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    await start(alone, { XDG_CACHE_HOME: cache });
+    const [file] = caches(cache);
+    const good = readFileSync(file!);
+    // The file's layout (scripts/bundle-loader.js): MAGIC (8 bytes), SHA-256 of the name and data, data.
+    expect(good.toString("latin1", 0, 8)).toBe("SAQV8C1\n");
+    const name = file!.split("/").pop()!;
+    for (const offset of [80, 2000, good.length - 14_000]) {
+      const data = Buffer.from(good.subarray(40));
+      data[offset - 40] = data[offset - 40]! ^ 0xff;
+      const hash = createHash("sha256").update(name).update(data).digest();
+      writeFileSync(file!, Buffer.concat([good.subarray(0, 8), hash, data]), { mode: 0o600 });
+      await tryStart(alone, { XDG_CACHE_HOME: cache }); // crashes at 80 and near the end (SIGTRAP): V8 trusts the data
+      const s = await tryStart(alone, { XDG_CACHE_HOME: cache });
+      expect({ offset, ok: s.ok, signal: s.signal }).toEqual({ offset, ok: true, signal: null });
+      expect((await tryStart(alone, { XDG_CACHE_HOME: cache })).ok).toBe(true);
+    }
+  }, 240_000);
+
+  it("refuses a cache of another program of the same length, even a file of the user's in the user's directory", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const name = await cacheName();
+    const marker = join(root, "ran-other-program");
+    mkdirSync(join(cache, "sly-agent-q"), { mode: 0o700 });
+    writeFileSync(join(cache, "sly-agent-q", name), plantedCache(marker), { mode: 0o600 });
+    expect((await tryStart(alone, { XDG_CACHE_HOME: cache })).ok).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+  }, 60_000);
+
+  it("is not looked for relative to the working directory when HOME is empty", async () => {
+    const project = mkdtempSync(join(root, "cloned-project-"));
+    const marker = join(root, "ran-from-home");
+    // What a repository could ship: .cache/sly-agent-q/<the cache's name>, checked out by the user.
+    const name = await cacheName();
+    mkdirSync(join(project, ".cache", "sly-agent-q"), { recursive: true });
+    writeFileSync(join(project, ".cache", "sly-agent-q", name), plantedCache(marker), { mode: 0o644 });
+    expect((await tryStart(alone, { HOME: "", XDG_CACHE_HOME: "" }, project)).ok).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+  }, 60_000);
+
+  it("is not read through a link to a directory of the user's that another user planted as the cache directory", async () => {
+    if (process.getuid?.() !== 0) return; // needs chown to make the link another user's (CI runs as root)
+    const shared = mkdtempSync(join(root, "shared-"));
+    chmodSync(shared, 0o777); // XDG_CACHE_HOME on a directory others may write
+    const marker = join(root, "ran-through-link");
+    const name = await cacheName();
+    // A directory of the user's holding a file of the user's with the attacker's content (a clone, a tarball).
+    const clone = mkdtempSync(join(root, "clone-"));
+    chmodSync(clone, 0o755);
+    writeFileSync(join(clone, name), plantedCache(marker), { mode: 0o644 });
+    symlinkSync(clone, join(shared, "sly-agent-q"));
+    spawnSync("chown", ["-h", "12345:12345", join(shared, "sly-agent-q")]);
+    expect((await tryStart(alone, { XDG_CACHE_HOME: shared })).ok).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+  }, 60_000);
+
+  it("is never written through a link another user put into a cache directory made after the start looked", async () => {
+    if (process.getuid?.() !== 0) return; // plays two users: the victim (uid 23456) and the attacker (uid 12345)
+    const shared = mkdtempSync(join(root, "sticky-"));
+    chmodSync(shared, 0o1777); // like /tmp: XDG_CACHE_HOME or HOME=/tmp on a shared machine
+    const home = mkdtempSync(join(root, "victim-"));
+    chmodSync(root, 0o755);
+    chmodSync(join(root, "alone"), 0o755);
+    chmodSync(home, 0o755);
+    const precious = join(home, ".bashrc");
+    writeFileSync(precious, "export PATH=$PATH\n");
+    spawnSync("chown", ["-R", "23456:23456", home]);
+    const name = await cacheName();
+    const child = spawn("setpriv", ["--reuid=23456", "--regid=23456", "--clear-groups", process.execPath, alone, "--stdio"], { env: { ...process.env, HOME: home, XDG_CACHE_HOME: shared }, stdio: ["pipe", "pipe", "ignore"] });
+    const exited = new Promise((r) => child.on("exit", r));
+    await new Promise((r) => setTimeout(r, 800)); // the loader has seen no sly-agent-q directory
+    const dir = join(shared, "sly-agent-q");
+    mkdirSync(dir, { mode: 0o777 });
+    chmodSync(dir, 0o777);
+    spawnSync("chown", ["12345:12345", dir]);
+    // The temporary file's name as it was: the cache's, the server's pid, ".tmp".
+    symlinkSync(precious, join(dir, `${name}.${child.pid}.tmp`));
+    spawnSync("chown", ["-h", "12345:12345", join(dir, `${name}.${child.pid}.tmp`)]);
+    const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+    connection.listen();
+    await connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true }, configuration: {} });
+    await new Promise((r) => setTimeout(r, 2_000));
+    child.kill("SIGKILL");
+    await exited;
+    connection.dispose();
+    expect(readFileSync(precious, "utf8")).toBe("export PATH=$PATH\n");
+    expect(readdirSync(dir)).toEqual([`${name}.${child.pid}.tmp`]);
+  }, 60_000);
+
+  it("does not hang a start when a FIFO stands at its name, and is written in its place", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const name = await cacheName();
+    mkdirSync(join(cache, "sly-agent-q"), { mode: 0o700 });
+    const fifo = join(cache, "sly-agent-q", name);
+    expect(spawnSync("mkfifo", ["-m", "600", fifo]).status).toBe(0);
+    expect((await tryStart(alone, { XDG_CACHE_HOME: cache })).ok).toBe(true);
+    expect(lstatSync(fifo).isFile()).toBe(true);
+  }, 60_000);
+
+  it("removes temporary files an hour old that a killed start left, and keeps newer ones", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const name = await cacheName();
+    const dir = join(cache, "sly-agent-q");
+    mkdirSync(dir, { mode: 0o700 });
+    const old = join(dir, `${name}.4242.tmp`);
+    const recent = join(dir, `${name}.0123456789abcdef.tmp`);
+    writeFileSync(old, "half a cache");
+    writeFileSync(recent, "a cache being written");
+    const twoHours = (Date.now() - 2 * 3600 * 1000) / 1000;
+    utimesSync(old, twoHours, twoHours);
+    await start(alone, { XDG_CACHE_HOME: cache });
+    expect(existsSync(old)).toBe(false);
+    expect(readFileSync(recent, "utf8")).toBe("a cache being written");
+  }, 60_000);
 });
