@@ -293,7 +293,8 @@ Neither a `let' binding nor a buffer-local value sends anything."
       (let ((full (sly-agent-q-chat-open-entry)))
         (unwind-protect
             (with-current-buffer full
-              (should (string-search (concat "\n" (make-string 1000000 ?x) "\n") (buffer-string)))
+              ;; Framed as outside text, as in the chat.
+              (should (string-search (concat "\n╎ " (make-string 1000000 ?x) "\n") (buffer-string)))
               (should truncate-lines))
           (kill-buffer full))))))
 
@@ -945,7 +946,7 @@ on by `lisp-mode-hook' and binds the same key)."
       (goto-char (point-min))
       (search-forward "▸ write_file")
       (sly-agent-q-chat-toggle-entry)
-      (should (string-match-p "result:\n      Wrote a.lisp\n    time: 3 ms\n  ✓ approved write_file\nafter\n"
+      (should (string-match-p "result:\n      ╎ Wrote a.lisp\n    time: 3 ms\n  ✓ approved write_file\nafter\n"
                               (buffer-string))))))
 
 (defun sly-agent-q-test--changes-during (fn)
@@ -1015,8 +1016,8 @@ on by `lisp-mode-hook' and binds the same key)."
       (search-forward "▸ read_file (safe) path=\"c1")
       (sly-agent-q-chat-toggle-entry)
       (should (string-match-p (concat "▾ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
-                                      "    arguments:\n      {\n        \"path\": \"c1.lisp\"\n      }\n"
-                                      "    result:\n      (defun a ())\n"
+                                      "    arguments:\n      ╎ {\n      ╎   \"path\": \"c1.lisp\"\n      ╎ }\n"
+                                      "    result:\n      ╎ (defun a ())\n"
                                       "    time: 2 ms  (not approved)\n"
                                       "  ▸ read_file (safe) path=\"c2.lisp\"  ✗ no such file\nafter\n")
                               (buffer-string))))))
