@@ -78,8 +78,9 @@ default is the same place."
 
 (defcustom sly-agent-q-mcp-max-sessions 16
   "Most MCP client sessions open at once.
-Each costs the server memory; past this number a client's new
-session is refused with a message saying so."
+Each costs the server memory.  Past this number a client's new
+session closes the one unused for the longest time, and is refused,
+saying so, only while every session is answering a request."
   :type 'integer)
 
 (defcustom sly-agent-q-mcp-session-idle-timeout 1800

@@ -129,10 +129,14 @@ export class McpHttpService {
         res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32001, message: "Unknown MCP session." }, id: null }));
         return;
       }
-      // A new session (the SDK answers anything but initialize here with an error), within the cap.
+      // A new session (the SDK answers anything but initialize here with an error), within the cap:
+      // the longest unused session is closed for it (a client that went without closing its own, as
+      // every killed stdio shim does; a client told 404 for it starts a new session, as MCP says);
+      // refused only while every session answers a request.
       this.expireIdle();
+      if (this.sessions.size + this.opening >= this.maxSessions) this.closeLongestUnused();
       if (this.sessions.size + this.opening >= this.maxSessions) {
-        const message = `This MCP server already has ${this.maxSessions} open sessions, its maximum (sly-agent-q-mcp-max-sessions); a session unused for ${Math.round(this.idleTimeoutMs / 1000)} s is closed. Close a session (HTTP DELETE with its mcp-session-id) or wait, then initialize again.`;
+        const message = `This MCP server already has ${this.maxSessions} open sessions, its maximum (sly-agent-q-mcp-max-sessions), each answering a request. Try again when one is done.`;
         this.agent.logger.warn(`MCP: refused a new session: ${this.maxSessions} are open.`);
         res.writeHead(503, { "content-type": "application/json", "retry-after": "60" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
         return;
@@ -158,6 +162,16 @@ export class McpHttpService {
       this.agent.logger.error(`MCP: request failed: ${(err as Error)?.stack ?? String(err)}`);
       if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32603, message: "Internal error" }, id: null }));
     }
+  }
+
+  /** Closes the session unused for the longest time with no request being answered, if there is one. */
+  private closeLongestUnused(): void {
+    let oldest: [string, { transport: StreamableHTTPServerTransport; lastUsed: number }] | undefined;
+    for (const entry of this.sessions) if (entry[1].active === 0 && (!oldest || entry[1].lastUsed < oldest[1].lastUsed)) oldest = entry;
+    if (!oldest) return;
+    this.sessions.delete(oldest[0]);
+    this.agent.logger.info(`MCP: closed session ${oldest[0].slice(0, 8)}…, the longest unused, for a new one (${this.maxSessions} at most).`);
+    void oldest[1].transport.close().catch(() => undefined);
   }
 
   /** Closes the sessions no request has used for the idle timeout (none with a request still being answered). */

@@ -100,23 +100,42 @@ describe("MCP server", () => {
     expect(h.bundle.stderr()).not.toContain(h.token);
   });
 
-  it("holds at most maxSessions open: past the cap an initialize is refused, saying so; an unused session expires, a used one stays", async () => {
-    const h = await start(20_000, { maxSessions: 3, sessionIdleTimeoutMs: 1500 });
+  it("holds at most maxSessions open: a new session closes the longest unused one (a client that never closed its session, as a killed stdio shim), is refused only while every session answers a request; an unused session expires", async () => {
+    // Approvals left unanswered time out after 3 s.
+    const h = await start(3000, { maxSessions: 3, sessionIdleTimeoutMs: 1500 });
     const auth = { ...HEADERS, authorization: `Bearer ${h.token}` };
     const init = () => fetch(h.url, { method: "POST", headers: auth, body: INIT });
     const list = (sid: string) =>
       fetch(h.url, { method: "POST", headers: { ...auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18" }, body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} }) });
-    // Many initializes, as a client that never closes its sessions: only the cap's worth open.
-    const answers = await Promise.all(Array.from({ length: 20 }, () => init()));
-    const opened = answers.filter((r) => r.status === 200).map((r) => r.headers.get("mcp-session-id")!);
-    const refused = answers.filter((r) => r.status === 503);
-    expect(opened).toHaveLength(3);
-    expect(refused).toHaveLength(17);
-    const error = ((await refused[0]!.json()) as { error: { message: string } }).error.message;
-    expect(error).toMatch(/already has 3 open sessions, its maximum \(sly-agent-q-mcp-max-sessions\); a session unused for 2 s is closed/);
-    await Promise.all(answers.filter((r) => r.status === 200).map((r) => r.text()));
+    // Twenty clients one after another that never close their sessions (each stdio shim that a client
+    // killed leaves one): every one is served, and only the cap's worth stay open, the newest.
+    const opened: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      const r = await init();
+      expect(r.status).toBe(200);
+      opened.push(r.headers.get("mcp-session-id")!);
+      await r.text();
+    }
+    for (const sid of opened.slice(0, 17)) expect((await list(sid)).status).toBe(404);
+    for (const sid of opened.slice(17)) {
+      const r = await list(sid);
+      expect(r.status).toBe(200);
+      await r.text();
+    }
+    // Sessions answering a request are never closed for a new one: while all three wait for an
+    // approval, an initialize is refused, saying so.
+    h.decisions.push("silent", "silent", "silent");
+    const busy = opened.slice(17).map((sid) =>
+      fetch(h.url, { method: "POST", headers: { ...auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18" },
+                     body: JSON.stringify({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "write_file", arguments: { path: "x.txt", content: "x" } } }) }));
+    await vi.waitFor(() => expect(h.calls.filter((c) => c.kind === "approval")).toHaveLength(3));
+    const refused = await init();
+    expect(refused.status).toBe(503);
+    const error = ((await refused.json()) as { error: { message: string } }).error.message;
+    expect(error).toMatch(/already has 3 open sessions, its maximum \(sly-agent-q-mcp-max-sessions\), each answering a request/);
+    await Promise.all((await Promise.all(busy)).map((r) => r.text()));
     // The first stays in use; the two others expire.
-    const [kept, ...idle] = opened;
+    const [kept, ...idle] = opened.slice(17);
     for (let i = 0; i < 6; i++) {
       await new Promise((r) => setTimeout(r, 500));
       const r = await list(kept!);
@@ -124,9 +143,6 @@ describe("MCP server", () => {
       await r.text();
     }
     for (const sid of idle) expect((await list(sid)).status).toBe(404);
-    // Room again, for new sessions up to the cap.
-    const again = await Promise.all([init(), init(), init()]);
-    expect(again.map((r) => r.status).sort()).toEqual([200, 200, 503]);
     expect((await list(kept!)).status).toBe(200);
   }, 30_000);
 
