@@ -25,12 +25,18 @@ export function oneLine(text: string, max = Infinity): string {
   return line.length > max ? `${cutText(line, max - 1)}…` : line;
 }
 
-// Control characters (C0, DEL, C1), bidi controls and other invisible format characters: text from outside
-// holding them could draw lines of its own, reorder what follows, or hide itself when shown.
-// Also every other format character (\p{Cf}) and default ignorable (the tag characters U+E0000-U+E007F
-// and variation selectors can spell an instruction no one sees in an MCP server's tool description).
-const UNSAFE_CHARS =
-  /[\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\u{13430}-\u{1343f}\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
+// Characters a reader never sees or that act on what is shown: Unicode's default ignorables (zero-width
+// characters, variation selectors, the tag characters U+E0000-U+E007F that can spell a whole
+// instruction invisibly...), every format character (\p{Cf}: the bidi controls that reorder what
+// follows, the interlinear annotation marks, the Arabic and Syriac marks, the Egyptian format controls,
+// listed too where this Node's Unicode lacks them), the line and paragraph separators, DEL and C1, and
+// the C0 controls but tab, newline and carriage return (ESC starts the terminal sequences that hide
+// text from `cat`). One list serves both uses below.
+const INVISIBLE_CLASS = String.raw`\p{Default_Ignorable_Code_Point}\p{Cf}\u{13430}-\u{1343f}\u2028\u2029\u007f-\u009f\u0000-\u0008\u000b\u000c\u000e-\u001f`;
+
+// Text from outside holding any of them, or a tab, newline or carriage return, could draw lines of its
+// own, reorder what follows, or hide itself when shown on one line.
+const UNSAFE_CHARS = new RegExp(`[${INVISIBLE_CLASS}\\t\\n\\r]`, "gu");
 
 /** TEXT with every control, bidi and format character shown escaped (\n, \t, \e, \u202E...), all on one line. */
 export function escapeUnsafe(text: string): string {
@@ -52,15 +58,9 @@ export function printableName(raw: unknown, max = 64, fallback = "an unnamed MCP
   return name.length > max ? `${cutText(name, max)}…` : name;
 }
 
-// Characters a reader never sees: Unicode's default ignorables (zero-width characters, variation
-// selectors, the tag characters U+E0000-U+E007F that can spell a whole instruction invisibly...), the
-// bidi controls that reorder what is shown, and the control characters but tab, newline and carriage
-// return (ESC starts the terminal sequences that hide text from `cat`). Text the model reads as
-// instructions from a file the user may never have looked at is sent without them.
-// Every format character (\p{Cf}: the interlinear annotation marks U+FFF9-U+FFFB, the Arabic and
-// Syriac marks U+0600-U+0605, U+06DD, U+070F, the Egyptian format controls U+13430-U+1343F; the emoji
-// joiner with them) and the line and paragraph separators U+2028, U+2029 go too.
-const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\p{Cf}\u{13430}-\u{1343f}\u2028\u2029\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/gu;
+// Text the model reads as instructions from a file the user may never have looked at is sent without
+// them (its tabs and line breaks kept).
+const INVISIBLE = new RegExp(`[${INVISIBLE_CLASS}]`, "gu");
 
 /** What removeInvisible took out of a text. */
 export interface InvisibleRemoved {

@@ -16,11 +16,11 @@ ert_run() {
   # A Lisp implementation that crashed (its process ended by a signal such as SIGSEGV: the test
   # helper prints "LISP-CRASH: ..." from the Lisp's sentinel) is not a failure of ours: said in one
   # line, and the group runs once more. A second crash fails the run. Nothing else is retried.
-  crash="$(printf '%s\n' "$out" | grep -m 1 -E '^LISP-CRASH: ' | sed -E 's/^LISP-CRASH: //')"
+  crash="$(ert__crash)"
   if [ -n "$crash" ]; then
     echo "$label: the Lisp implementation crashed ($crash), not a test: running the group once more"
     ert__attempt "$file" "$@"
-    crash="$(printf '%s\n' "$out" | grep -m 1 -E '^LISP-CRASH: ' | sed -E 's/^LISP-CRASH: //')"
+    crash="$(ert__crash)"
     if [ -n "$crash" ]; then
       echo "$label: the Lisp implementation crashed again ($crash): the run fails"
       failed=$((failed + 1))
@@ -47,6 +47,11 @@ ert_run() {
   group_time "$label" "$started"
   passed=$((passed + e)) failed=$((failed + u)) skipped=$((skipped + s))
   if [ "$u" = 0 ] && [ "$rc" != 0 ]; then failed=$((failed + 1)); fi
+}
+
+# ert__crash prints what the last attempt's "LISP-CRASH: ..." line said (the Lisp and its signal), if any.
+ert__crash() {
+  printf '%s\n' "$out" | grep -m 1 -aE '^LISP-CRASH: ' | sed -E 's/^LISP-CRASH: //'
 }
 
 # ert__attempt FILE [VAR=VALUE...] runs FILE's tests once, setting $out (what Emacs printed) and $rc.

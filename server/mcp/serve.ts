@@ -168,10 +168,7 @@ export class McpHttpService {
   private closeLongestUnused(): void {
     let oldest: [string, { transport: StreamableHTTPServerTransport; lastUsed: number }] | undefined;
     for (const entry of this.sessions) if (entry[1].active === 0 && (!oldest || entry[1].lastUsed < oldest[1].lastUsed)) oldest = entry;
-    if (!oldest) return;
-    this.sessions.delete(oldest[0]);
-    this.agent.logger.info(`MCP: closed session ${oldest[0].slice(0, 8)}…, the longest unused, for a new one (${this.maxSessions} at most).`);
-    void oldest[1].transport.close().catch(() => undefined);
+    if (oldest) this.closeSession(oldest[0], oldest[1].transport, `the longest unused, for a new one (${this.maxSessions} at most)`);
   }
 
   /** Closes the sessions no request has used for the idle timeout (none with a request still being answered). */
@@ -179,10 +176,15 @@ export class McpHttpService {
     const before = Date.now() - this.idleTimeoutMs;
     for (const [id, s] of this.sessions) {
       if (s.active > 0 || s.lastUsed > before) continue;
-      this.sessions.delete(id);
-      this.agent.logger.info(`MCP: closed session ${id.slice(0, 8)}…, unused for ${Math.round(this.idleTimeoutMs / 1000)} s.`);
-      void s.transport.close().catch(() => undefined);
+      this.closeSession(id, s.transport, `unused for ${Math.round(this.idleTimeoutMs / 1000)} s`);
     }
+  }
+
+  /** Forgets session ID and closes its TRANSPORT (a later request naming it is told 404), logging WHY. */
+  private closeSession(id: string, transport: StreamableHTTPServerTransport, why: string): void {
+    this.sessions.delete(id);
+    this.agent.logger.info(`MCP: closed session ${id.slice(0, 8)}…, ${why}.`);
+    void transport.close().catch(() => undefined);
   }
 
   /** Why REQ is refused, or undefined. */
