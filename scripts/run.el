@@ -27,7 +27,8 @@
 ;;
 ;; Environment: SLY_AGENT_Q_PROVIDER (anthropic or openai),
 ;; SLY_AGENT_Q_BASE_URL, SLY_AGENT_Q_MODEL, ANTHROPIC_API_KEY,
-;; OPENAI_API_KEY, SLY_DIR.
+;; OPENAI_API_KEY, SLY_DIR, SLY_AGENT_Q_PROJECT (the project's directory:
+;; the checkout itself when unset).
 
 ;;; Code:
 
@@ -70,24 +71,39 @@
 Then ask, for example: \"Describe the function MAPCAR\"."
   "What the chat says when no model is configured.")
 
-(defun sly-agent-q-run--layout (chat)
-  "Show the Lisp's REPL on the left and CHAT on the right, and select CHAT."
-  (let ((repl (cl-find-if (lambda (b) (memq (buffer-local-value 'major-mode b)
-                                            '(slime-repl-mode sly-mrepl-mode)))
-                          (buffer-list))))
+(defconst sly-agent-q-run--side-by-side-columns 100
+  "The narrowest frame in which the Lisp's window and the chat stand side by side.
+In a narrower one (an 80-column terminal) two halves would cut every
+line of the chat: the Lisp's window goes above, a third of the height.")
+
+(defun sly-agent-q-run--layout (chat &optional lisp-buffer)
+  "Show LISP-BUFFER (by default the Lisp's REPL) with CHAT, and select CHAT.
+Side by side (the Lisp on the left) in a frame of at least
+`sly-agent-q-run--side-by-side-columns' columns, else the Lisp above."
+  (let ((lisp (or lisp-buffer
+                  (cl-find-if (lambda (b) (memq (buffer-local-value 'major-mode b)
+                                                '(slime-repl-mode sly-mrepl-mode)))
+                              (buffer-list)))))
     (delete-other-windows)
-    (when repl
-      (switch-to-buffer repl)
-      (split-window-right))
-    (other-window (if repl 1 0))
-    (switch-to-buffer chat)))
+    (switch-to-buffer chat)
+    (when (and lisp (not (eq lisp chat)))
+      (set-window-buffer
+       (if (>= (frame-width) sly-agent-q-run--side-by-side-columns)
+           (split-window nil nil 'left)
+         (split-window nil (- (max window-min-height (/ (window-total-height) 3))) 'above))
+       lisp))))
 
 (defun sly-agent-q-run ()
   "Start the Lisp, then open the chat next to the REPL."
   (let ((provider (getenv "SLY_AGENT_Q_PROVIDER"))
         (base-url (getenv "SLY_AGENT_Q_BASE_URL"))
         (model (getenv "SLY_AGENT_Q_MODEL"))
-        (conversations (getenv "SLY_AGENT_Q_CONVERSATION_DIRECTORY")))
+        (conversations (getenv "SLY_AGENT_Q_CONVERSATION_DIRECTORY"))
+        (project (getenv "SLY_AGENT_Q_PROJECT")))
+    ;; The project to work on (the checkout itself when not given): the
+    ;; chat and the Lisp start there, so the agent's root is that project.
+    (when (and project (not (string-empty-p project)))
+      (setq default-directory (file-name-as-directory (expand-file-name project))))
     (when (and conversations (not (string-empty-p conversations)))
       (setq sly-agent-q-conversation-directory conversations))
     (when (and provider (not (string-empty-p provider))) (setq sly-agent-q-provider provider))
@@ -121,7 +137,13 @@ Then ask, for example: \"Describe the function MAPCAR\"."
                        (if (eq mode 'sly) "SBCL is connected with SLY." "SBCL is connected with SLIME."))))
                   (run-at-time 0 nil #'sly-agent-q-run--layout chat))
                 t)
-      (if (eq mode 'sly) (funcall 'sly) (funcall 'slime)))))
+      (if (eq mode 'sly) (funcall 'sly) (funcall 'slime))
+      ;; Starting shows the Lisp's process buffer in the selected window:
+      ;; the chat stays selected beside it, so what the user types while
+      ;; the Lisp starts goes to the chat, not to the Lisp's input.
+      (let ((shown (window-buffer (selected-window))))
+        (unless (eq shown chat)
+          (sly-agent-q-run--layout chat shown))))))
 
 (sly-agent-q-run)
 
