@@ -565,7 +565,7 @@ the block ends, or END when there is none."
              (band-end (if (and closed (< (point) end)) (1+ (point)) (point))))
         ;; The code's faces are its language's alone: a renderer's (markdown-mode
         ;; reads an unclosed block as Markdown) would show through between tokens.
-        (remove-text-properties code-start code-end '(face nil))
+        (remove-text-properties fence-start band-end '(face nil))
         (put-text-property fence-start (1- code-start) 'face 'sly-agent-q-code-fence-face)
         (when closed
           (put-text-property code-end fence-end 'face 'sly-agent-q-code-fence-face)
@@ -725,26 +725,38 @@ FORM is looked at, however long it is."
     (concat (sly-agent-q-display-line (string-trim-right (substring form start end)) t)
             (if more "…" ""))))
 
+(defun sly-agent-q-chat--summary-value (value)
+  "VALUE, a tool argument that is not Lisp source, in short on one line.
+A string shows its first 40 characters, quoted, and after its closing
+quote how many more it has; any other value its JSON, cut at 40."
+  (if (stringp value)
+      (concat (sly-agent-q-display-line (prin1-to-string (substring value 0 (min 40 (length value)))) t)
+              (if (> (length value) 40)
+                  (propertize (format "…[%d more characters]" (- (length value) 40)) 'face 'escape-glyph)
+                ""))
+    (sly-agent-q-display-line (sly-agent-q-display-json value) 40)))
+
 (defun sly-agent-q-chat--summarize-arguments (args &optional lisp)
   "A short one-line rendering of the tool arguments ARGS (a plist).
 LISP names the arguments (strings) that hold Lisp source: they are
 shown as Lisp, the others as JSON.  Keys and values come from the
-model: each is drawn as one line of data."
+model: each is drawn as one line of data.  Whole arguments are shown
+while they fit in 160 characters; an ellipsis stands for the others,
+so no argument's own note of what it leaves out is cut."
   (let ((parts (cl-loop for (k v) on (and (listp args) args) by #'cddr
                         for name = (substring (symbol-name k) 1)
-                        collect (format "%s=%s"
-                                        (sly-agent-q-display-line name 30)
-                                        (cond
-                                         ((and (stringp v) (member name lisp))
-                                          (sly-agent-q-chat--lisp-summary v))
-                                         (t (sly-agent-q-display-line
-                                             (if (stringp v)
-                                                 (prin1-to-string (substring v 0 (min 60 (length v))))
-                                               (sly-agent-q-display-json v))
-                                             40)))))))
-    (truncate-string-to-width (string-join parts " ") 160 nil nil "…")))
-
-
+                        collect (concat (sly-agent-q-display-line name 30) "="
+                                        (if (and (stringp v) (member name lisp))
+                                            (sly-agent-q-chat--lisp-summary v)
+                                          (sly-agent-q-chat--summary-value v)))))
+        (shown nil) (width 0))
+    (while (and parts (<= (+ width (string-width (car parts))) 160))
+      (setq width (+ width 1 (string-width (car parts))))
+      (push (pop parts) shown))
+    (concat (string-join (nreverse shown) " ")
+            (cond ((null parts) "")
+                  (shown " …")
+                  (t "…")))))
 
 (defconst sly-agent-q-chat--entry-indent "      "
   "The indentation of a tool entry's arguments and result, before their frame.")
