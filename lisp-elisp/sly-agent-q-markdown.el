@@ -435,7 +435,7 @@ new row may widen a column."
             (when (< (point) end) (forward-line 0))))))))
 
 (defun sly-agent-q-markdown--shown-width (start end)
-  "The width of the text between START and END as the screen shows it.
+  "Return the width of the text between START and END, as drawn.
 Hidden markup counts nothing, a `display' string its own width."
   (let ((pos start) (width 0))
     (while (< pos end)
