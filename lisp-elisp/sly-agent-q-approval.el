@@ -591,10 +591,16 @@ Return the buffer."
                           "")))
         ;; Whole, but drawn as data: its control and bidi characters escaped.
         (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
-                 do (insert (sly-agent-q-display-line (substring (symbol-name key) 1)) ":\n"
-                            (sly-agent-q-display-text
-                             (if (stringp value) value (sly-agent-q-approval--value value)))
-                            "\n\n")))
+                 for shown = (sly-agent-q-display-text
+                              (if (stringp value) value (sly-agent-q-approval--value value)))
+                 do (progn
+                      ;; A form drawn as written is shown in Lisp's faces.
+                      (when (and (stringp value) (sly-agent-q-approval--lisp-p request key)
+                                 (string= shown value))
+                        (pcase-dolist (`(,from ,to ,face) (sly-agent-q-faces-lisp value))
+                          (add-face-text-property from to face nil shown)))
+                      (insert (sly-agent-q-display-line (substring (symbol-name key) 1)) ":\n"
+                              shown "\n\n"))))
       (special-mode)
       (goto-char (point-min)))
     (unless noninteractive (display-buffer buf))

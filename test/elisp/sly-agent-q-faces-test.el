@@ -264,6 +264,13 @@ paragraph's first line not read as metadata; a heading unlike a label."
               (sly-agent-q-faces-test--use-theme theme)
               (sly-agent-q-faces-test--check-approval theme))
             (goto-char (sly-agent-q-faces-test--at "this call needs your approval"))
+            ;; v shows the arguments whole: the form as Lisp too.
+            (with-current-buffer (sly-agent-q-approval-show-arguments
+                                  (get-text-property (point) 'sly-agent-q-approval))
+              (should (string-search sly-agent-q-faces-test--form (buffer-string)))
+              (should (memq 'font-lock-keyword-face
+                            (sly-agent-q-faces-test--faces (sly-agent-q-faces-test--at "(\\(defun\\) twice" 1))))
+              (kill-buffer))
             (sly-agent-q-deny (get-text-property (point) 'sly-agent-q-approval) "")
             (sly-agent-q-test-wait (lambda () outcome) 30 "the turn to end")
             (should (eq (plist-get outcome :status) 'finished))
