@@ -132,7 +132,7 @@ current buffer."
              (face (get-text-property pos 'face object)))
         (when face
           (let ((kept (if (and (listp face) (not (keywordp (car face))))
-                          (cl-set-difference face faces)
+                          (cl-remove-if (lambda (f) (memq f faces)) face)
                         (unless (memq face faces) face))))
             (put-text-property pos next 'face (if (and (consp kept) (null (cdr kept))) (car kept) kept)
                                object)))
