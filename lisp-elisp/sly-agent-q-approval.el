@@ -430,7 +430,7 @@ CALL's cancellation marks it cancelled."
                                               (sly-agent-q-approval--choices request) " / "))
                            'face 'sly-agent-q-meta-face))
        ;; The buttons' line wraps under its buttons, not at column 0, out of the frame.
-       (sly-agent-q-approval--keep-place start (point) "    ")
+       (sly-agent-q-display-keep-place start (point) "    ")
        (add-text-properties start (point) (list 'keymap sly-agent-q-approval-map
                                                 'sly-agent-q-approval approval)))
       (status
@@ -445,24 +445,16 @@ CALL's cancellation marks it cancelled."
                           ('denied (propertize "✗ denied" 'face 'sly-agent-q-error-face))
                           (_ (propertize "– approval withdrawn" 'face 'sly-agent-q-meta-face)))
                         " "
-                        (propertize
-                         (concat (sly-agent-q-display-line tool 80)
-                                 (let ((d (sly-agent-q-approval-detail approval)))
-                                   (if d (format ": %s" (sly-agent-q-display-line d)) "")))
-                         'face 'sly-agent-q-meta-face)
+                        ;; Meta text, under the face of its escapes (`escape-glyph').
+                        (let ((what (concat (sly-agent-q-display-line tool 80)
+                                            (let ((d (sly-agent-q-approval-detail approval)))
+                                              (if d (concat ": " (sly-agent-q-display-line d)) "")))))
+                          (add-face-text-property 0 (length what) 'sly-agent-q-meta-face t what)
+                          what)
                         "\n")
                 ;; Its detail is the image's or a client's: a narrow window
                 ;; wraps it deeper than the product's own lines start.
                 'wrap-prefix "    "))))))
-
-(defun sly-agent-q-approval--keep-place (start end prefix)
-  "Give the text from START to END without a `wrap-prefix' PREFIX as its own."
-  (let ((pos start))
-    (while (< pos end)
-      (let ((next (next-single-property-change pos 'wrap-prefix nil end)))
-        (unless (get-text-property pos 'wrap-prefix)
-          (put-text-property pos next 'wrap-prefix prefix))
-        (setq pos next)))))
 
 (defun sly-agent-q-approval--value (value)
   "VALUE, an argument parsed from JSON, as compact JSON text."

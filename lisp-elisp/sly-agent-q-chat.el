@@ -822,10 +822,12 @@ A mark in the face of its meaning, then meta text."
                    (propertize (format " %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
                                        (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry)))
                                'face 'sly-agent-q-meta-face)))
-      (_ (propertize (format "✗ %s" (sly-agent-q-display-line
+      (_ (let ((state (concat "✗ " (sly-agent-q-display-line
                                      (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
-                                     80))
-                     'face 'sly-agent-q-error-face)))))
+                                     80))))
+           ;; Under the face of its escapes (`escape-glyph').
+           (add-face-text-property 0 (length state) 'sly-agent-q-error-face t state)
+           state)))))
 
 (defun sly-agent-q-chat--arguments-preview (arguments lisp)
   "The tool ARGUMENTS (a plist) framed for an expanded entry, bounded.
@@ -903,20 +905,8 @@ they edited the model's."
                                            (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)")))
                         ""))))
         ;; A line that has no frame of its own wraps at the details' indentation.
-        (sly-agent-q-chat--keep-place details "      ")
+        (sly-agent-q-display-keep-place 0 (length details) "      " details)
         (insert details)))))
-
-(defun sly-agent-q-chat--keep-place (text prefix)
-  "Give each character of TEXT without a `wrap-prefix' PREFIX as its own.
-A line a narrow window wraps then goes on at PREFIX, not at column 0.
-TEXT is changed and returned."
-  (let ((pos 0) (len (length text)))
-    (while (< pos len)
-      (let ((next (next-single-property-change pos 'wrap-prefix text len)))
-        (unless (get-text-property pos 'wrap-prefix text)
-          (put-text-property pos next 'wrap-prefix prefix text))
-        (setq pos next)))
-    text))
 
 (defun sly-agent-q-chat-json (value)
   "VALUE (parsed JSON) as pretty-printed JSON text, as tool entries show it."

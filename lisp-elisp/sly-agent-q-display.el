@@ -259,6 +259,18 @@ LINE is changed and returned."
   (put-text-property 0 (length line) 'wrap-prefix frame line)
   line)
 
+(defun sly-agent-q-display-keep-place (start end prefix &optional object)
+  "Give the text from START to END that has no `wrap-prefix' PREFIX as its own.
+A line a narrow window wraps then goes on at PREFIX (the product's
+indentation), not at column 0; text with a frame of its own keeps
+it.  OBJECT is a string, or nil for the current buffer."
+  (let ((pos start))
+    (while (< pos end)
+      (let ((next (next-single-property-change pos 'wrap-prefix object end)))
+        (unless (get-text-property pos 'wrap-prefix object)
+          (put-text-property pos next 'wrap-prefix prefix object))
+        (setq pos next)))))
+
 (defun sly-agent-q-display-framed (text indent &optional max faces)
   "TEXT, from outside, of many lines, framed: each line after INDENT and a frame.
 The product draws INDENT (spaces) then `sly-agent-q-display-outside-frame'
