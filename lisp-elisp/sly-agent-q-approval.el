@@ -56,6 +56,7 @@
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-diff-review)
 (require 'sly-agent-q-display)
+(require 'sly-agent-q-faces)
 (require 'diff-mode)
 
 (declare-function sly-agent-q-diff-fetch-hunks "sly-agent-q-diff" (old new then &optional source))
@@ -404,10 +405,10 @@ CALL's cancellation marks it cancelled."
          (start (point)))
     (pcase (sly-agent-q-approval-status approval)
       ('pending
-       (insert (propertize "  ┏━ ⚠ this call needs your approval\n" 'face 'warning))
-       (insert (propertize (sly-agent-q-approval--summary request)
-                           'face 'sly-agent-q-notice-face))
-       (insert (propertize "  ┗ " 'face 'warning))
+       ;; The frame in one face; what the user decides on in the default face.
+       (insert (propertize "  ┏━ ⚠ this call needs your approval\n" 'face 'sly-agent-q-approval-frame-face))
+       (insert (sly-agent-q-approval--summary request))
+       (insert (propertize "  ┗ " 'face 'sly-agent-q-approval-frame-face))
        (dolist (b `(("Approve" sly-agent-q-approve "y")
                     ("Deny" sly-agent-q-deny "n")
                     ,@(and (sly-agent-q-approval--offers-p request 'edit)
@@ -427,25 +428,33 @@ CALL's cancellation marks it cancelled."
        (insert (propertize (format "(%s here; C-c C-r anywhere in the chat)\n"
                                    (mapconcat (lambda (c) (string (car c)))
                                               (sly-agent-q-approval--choices request) " / "))
-                           'face 'sly-agent-q-notice-face))
+                           'face 'sly-agent-q-meta-face))
+       ;; The buttons' line wraps under its buttons, not at column 0, out of the frame.
+       (sly-agent-q-display-keep-place start (point) "    ")
        (add-text-properties start (point) (list 'keymap sly-agent-q-approval-map
                                                 'sly-agent-q-approval approval)))
       (status
        (insert (propertize
-                (format "  %s %s%s\n"
+                (concat "  "
                         (pcase status
-                          ('approved "✓ approved")
-                          ('always "✓ approved (and from now on in this session)")
-                          ('modified "✎ approved with edited arguments")
-                          ('denied "✗ denied")
-                          (_ "– approval withdrawn"))
-                        (sly-agent-q-display-line tool 80)
-                        (let ((d (sly-agent-q-approval-detail approval)))
-                          (if d (format ": %s" (sly-agent-q-display-line d)) "")))
+                          ('approved (propertize "✓ approved" 'face 'sly-agent-q-success-face))
+                          ('always (propertize "✓ approved (and from now on in this session)"
+                                               'face 'sly-agent-q-success-face))
+                          ('modified (propertize "✎ approved with edited arguments"
+                                                 'face 'sly-agent-q-success-face))
+                          ('denied (propertize "✗ denied" 'face 'sly-agent-q-error-face))
+                          (_ (propertize "– approval withdrawn" 'face 'sly-agent-q-meta-face)))
+                        " "
+                        ;; Meta text, under the face of its escapes (`escape-glyph').
+                        (let ((what (concat (sly-agent-q-display-line tool 80)
+                                            (let ((d (sly-agent-q-approval-detail approval)))
+                                              (if d (concat ": " (sly-agent-q-display-line d)) "")))))
+                          (add-face-text-property 0 (length what) 'sly-agent-q-meta-face t what)
+                          what)
+                        "\n")
                 ;; Its detail is the image's or a client's: a narrow window
                 ;; wraps it deeper than the product's own lines start.
-                'wrap-prefix "    "
-                'face (if (eq status 'denied) 'sly-agent-q-error-face 'sly-agent-q-notice-face)))))))
+                'wrap-prefix "    "))))))
 
 (defun sly-agent-q-approval--value (value)
   "VALUE, an argument parsed from JSON, as compact JSON text."
@@ -463,7 +472,7 @@ argument in the order received, in a framed block: text from outside
 is drawn by `sly-agent-q-display-line' (a long value is shortened and
 says so), a value of many lines as a framed block of its own, so
 nothing in them can draw a line of the approval."
-  (let* ((frame sly-agent-q-approval--frame)
+  (let* ((frame (propertize sly-agent-q-approval--frame 'face 'sly-agent-q-approval-frame-face))
          (path (plist-get request :path))
          (buffer (plist-get request :buffer))
          (detail (plist-get request :detail))
@@ -496,13 +505,16 @@ nothing in them can draw a line of the approval."
       (lambda (pair)
         (let* ((key (sly-agent-q-display-line (substring (symbol-name (car pair)) 1) 60))
                (value (cdr pair))
-               (sub (concat frame "  ╎ ")))
+               (bar (propertize "╎ " 'face 'sly-agent-q-display-frame-face))
+               (sub (concat frame "  " bar))
+               (lisp (and (stringp value) (sly-agent-q-approval--lisp-p request (car pair)))))
           (if (and (stringp value)
-                   (or (sly-agent-q-approval--lisp-p request (car pair))
-                       (string-search "\n" (string-trim-right value "\n"))))
+                   (or lisp (string-search "\n" (string-trim-right value "\n"))))
               (concat (sly-agent-q-display-keep-frame (concat sub key ":\n") sub)
-                      (sly-agent-q-display-block value (concat sub "  ╎ ")
-                                                 :max-line-chars sly-agent-q-approval-value-chars))
+                      ;; A form is shown as Lisp: in the faces `lisp-mode' gives it.
+                      (sly-agent-q-display-block value (concat sub "  " bar)
+                                                 :max-line-chars sly-agent-q-approval-value-chars
+                                                 :faces (and lisp (sly-agent-q-faces-lisp value))))
             (let ((text (sly-agent-q-approval--value value)))
               (sly-agent-q-display-keep-frame
                (concat sub key ": "
@@ -571,10 +583,16 @@ Return the buffer."
                           "")))
         ;; Whole, but drawn as data: its control and bidi characters escaped.
         (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
-                 do (insert (sly-agent-q-display-line (substring (symbol-name key) 1)) ":\n"
-                            (sly-agent-q-display-text
-                             (if (stringp value) value (sly-agent-q-approval--value value)))
-                            "\n\n")))
+                 for shown = (sly-agent-q-display-text
+                              (if (stringp value) value (sly-agent-q-approval--value value)))
+                 do (progn
+                      ;; A form drawn as written is shown in Lisp's faces.
+                      (when (and (stringp value) (sly-agent-q-approval--lisp-p request key)
+                                 (string= shown value))
+                        (pcase-dolist (`(,from ,to ,face) (sly-agent-q-faces-lisp value))
+                          (add-face-text-property from to face nil shown)))
+                      (insert (sly-agent-q-display-line (substring (symbol-name key) 1)) ":\n"
+                              shown "\n\n"))))
       (special-mode)
       (goto-char (point-min)))
     (unless noninteractive (display-buffer buf))

@@ -49,11 +49,12 @@
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-display)
 (require 'sly-agent-q-markdown)
+(require 'sly-agent-q-faces)
 
 (declare-function json-pretty-print-buffer "json" (&optional minimize))
 (autoload 'sly-agent-q-menu "sly-agent-q-menu" nil t)
 
-;;;; Options and faces
+;;;; Options
 
 (defcustom sly-agent-q-chat-buffer-name "*sly-agent-q*"
   "Name of the chat buffer."
@@ -130,34 +131,6 @@ The plist has :status (the symbol `finished', `failed' or
 failed, if it did), :usage (token counts), :costUsd, :turnId and
 :conversationId."
   :type 'hook
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-user-face '((t :inherit font-lock-keyword-face :weight bold))
-  "Face of the user's label in the transcript."
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-assistant-face '((t :inherit font-lock-function-name-face :weight bold))
-  "Face of the agent's label in the transcript."
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-notice-face '((t :inherit font-lock-comment-face :slant italic))
-  "Face of notices in the transcript."
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-error-face '((t :inherit error))
-  "Face of errors in the transcript."
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-tool-face '((t :inherit font-lock-constant-face))
-  "Face of tool call entries."
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-prompt-face '((t :inherit minibuffer-prompt))
-  "Face of the input prompt."
-  :group 'sly-agent-q)
-
-(defface sly-agent-q-code-fence-face '((t :inherit shadow))
-  "Face of the ``` lines around code blocks."
   :group 'sly-agent-q)
 
 ;;;; Buffer state
@@ -331,8 +304,8 @@ Nothing waits, and no server is started for it."
 ;;;; Writing into the transcript
 
 (defun sly-agent-q-chat--notice-string (text &optional face)
-  "TEXT as a notice, in FACE (default `sly-agent-q-notice-face')."
-  (propertize text 'face (or face 'sly-agent-q-notice-face)))
+  "TEXT as a notice, in FACE (default `sly-agent-q-meta-face')."
+  (propertize text 'face (or face 'sly-agent-q-meta-face)))
 
 (defmacro sly-agent-q-chat--at-output (&rest body)
   "Run BODY with point at the end of the transcript, which it may extend.
@@ -575,26 +548,36 @@ LABELS name the message's attachments."
 
 (defun sly-agent-q-chat--fontify-next-code-block (start end)
   "Fontify the first Markdown code block between START and END.
-Return where it ends, or END when there is none."
+Its code gets the faces of its language's mode; under them, the
+block, fences included, gets `sly-agent-q-code-block-face', added
+after the tokens' faces, so that the band has no gap.  Return where
+the block ends, or END when there is none."
   (save-excursion
     (goto-char start)
     (if (not (re-search-forward "^[ \t]*```\\([^ \t\n`]*\\)[^\n]*\n" end t))
         end
-      (let ((fence-start (match-beginning 0))
-            (code-start (match-end 0))
-            (mode (sly-agent-q-chat--code-mode (match-string 1))))
+      (let* ((fence-start (match-beginning 0))
+             (code-start (match-end 0))
+             (mode (sly-agent-q-chat--code-mode (match-string 1)))
+             (closed (re-search-forward "^[ \t]*```[ \t]*$" end 'move))
+             (code-end (if closed (match-beginning 0) (point)))
+             (fence-end (point))
+             (band-end (if (and closed (< (point) end)) (1+ (point)) (point))))
+        ;; The code's faces are its language's alone: a renderer's (markdown-mode
+        ;; reads an unclosed block as Markdown) would show through between tokens.
+        (remove-text-properties fence-start band-end '(face nil))
         (put-text-property fence-start (1- code-start) 'face 'sly-agent-q-code-fence-face)
-        (when (re-search-forward "^[ \t]*```[ \t]*$" end 'move)
-          (let ((code-end (match-beginning 0)))
-            (put-text-property code-end (match-end 0) 'face 'sly-agent-q-code-fence-face)
-            (when (and mode (<= (- code-end code-start) sly-agent-q-fontify-max-chars))
-              ;; A mode that fails is the user's to mend; the block stays
-              ;; plain, and the rest of the answer, and later ones, render.
-              (condition-case err
-                  (sly-agent-q-chat--fontify-as mode code-start code-end)
-                (error (message "sly-agent-q: %s could not fontify a code block: %s"
-                                mode (error-message-string err)))))))
-        (point)))))
+        (when closed
+          (put-text-property code-end fence-end 'face 'sly-agent-q-code-fence-face)
+          (when (and mode (<= (- code-end code-start) sly-agent-q-fontify-max-chars))
+            ;; A mode that fails is the user's to mend; the block stays
+            ;; plain, and the rest of the answer, and later ones, render.
+            (condition-case err
+                (sly-agent-q-chat--fontify-as mode code-start code-end)
+              (error (message "sly-agent-q: %s could not fontify a code block: %s"
+                              mode (error-message-string err))))))
+        (add-face-text-property fence-start band-end 'sly-agent-q-code-block-face t)
+        fence-end))))
 
 (defun sly-agent-q-chat--fontify-buffer (mode)
   "The hidden buffer in MODE where code blocks are fontified.
@@ -673,7 +656,7 @@ from the model: drawn as data (`sly-agent-q-display-text')."
         ;; Redacted reasoning stands on a line of its own.
         (when (and redacted (> at (overlay-start overlay)) (not (eq (char-before) ?\n)))
           (setq piece (concat "\n" piece)))
-        (insert (propertize piece 'face 'sly-agent-q-notice-face))
+        (insert (propertize piece 'face 'sly-agent-q-meta-face))
         (add-text-properties at (point) sly-agent-q-chat--read-only))
       (sly-agent-q-chat--draw-thinking-header (car section) overlay))))
 
@@ -689,8 +672,9 @@ from the model: drawn as data (`sly-agent-q-display-text')."
       (goto-char header)
       (insert (propertize (format "%s Thinking… %s tokens" (if open "▾" "▸")
                                   (sly-agent-q-chat--format-tokens tokens))
-                          'face 'sly-agent-q-notice-face))
+                          'face 'sly-agent-q-meta-face))
       (make-text-button header (point) :type 'sly-agent-q-thinking 'sly-agent-q-thinking overlay)
+      (add-face-text-property header (1+ header) 'sly-agent-q-toggle-face)
       (add-text-properties header (point) sly-agent-q-chat--read-only))))
 
 (defun sly-agent-q-chat-toggle-thinking ()
@@ -741,37 +725,50 @@ FORM is looked at, however long it is."
     (concat (sly-agent-q-display-line (string-trim-right (substring form start end)) t)
             (if more "…" ""))))
 
+(defun sly-agent-q-chat--summary-value (value)
+  "VALUE, a tool argument that is not Lisp source, in short on one line.
+A string shows its first 40 characters, quoted, and after its closing
+quote how many more it has; any other value its JSON, cut at 40."
+  (if (stringp value)
+      (concat (sly-agent-q-display-line (prin1-to-string (substring value 0 (min 40 (length value)))) t)
+              (if (> (length value) 40)
+                  (propertize (format "…[%d more characters]" (- (length value) 40)) 'face 'escape-glyph)
+                ""))
+    (sly-agent-q-display-line (sly-agent-q-display-json value) 40)))
+
 (defun sly-agent-q-chat--summarize-arguments (args &optional lisp)
   "A short one-line rendering of the tool arguments ARGS (a plist).
 LISP names the arguments (strings) that hold Lisp source: they are
 shown as Lisp, the others as JSON.  Keys and values come from the
-model: each is drawn as one line of data."
+model: each is drawn as one line of data.  Whole arguments are shown
+while they fit in 160 characters; an ellipsis stands for the others,
+so no argument's own note of what it leaves out is cut."
   (let ((parts (cl-loop for (k v) on (and (listp args) args) by #'cddr
                         for name = (substring (symbol-name k) 1)
-                        collect (format "%s=%s"
-                                        (sly-agent-q-display-line name 30)
-                                        (cond
-                                         ((and (stringp v) (member name lisp))
-                                          (sly-agent-q-chat--lisp-summary v))
-                                         (t (sly-agent-q-display-line
-                                             (if (stringp v)
-                                                 (prin1-to-string (substring v 0 (min 60 (length v))))
-                                               (sly-agent-q-display-json v))
-                                             40)))))))
-    (truncate-string-to-width (string-join parts " ") 160 nil nil "…")))
-
-
+                        collect (concat (sly-agent-q-display-line name 30) "="
+                                        (if (and (stringp v) (member name lisp))
+                                            (sly-agent-q-chat--lisp-summary v)
+                                          (sly-agent-q-chat--summary-value v)))))
+        (shown nil) (width 0))
+    (while (and parts (<= (+ width (string-width (car parts))) 160))
+      (setq width (+ width 1 (string-width (car parts))))
+      (push (pop parts) shown))
+    (concat (string-join (nreverse shown) " ")
+            (cond ((null parts) "")
+                  (shown " …")
+                  (t "…")))))
 
 (defconst sly-agent-q-chat--entry-indent "      "
   "The indentation of a tool entry's arguments and result, before their frame.")
 
-(defun sly-agent-q-chat--preview (text)
+(defun sly-agent-q-chat--preview (text &optional lisp)
   "The start of TEXT, from outside, bounded for the chat window and framed.
 At most `sly-agent-q-entry-preview-lines' lines, each cut at
 `sly-agent-q-entry-preview-line-chars' characters, drawn by
 `sly-agent-q-display-framed', with a line of the product's saying
 what was left out.  Only the start of TEXT is looked at, so a text
-of megabytes costs no more than a short one."
+of megabytes costs no more than a short one.  LISP non-nil: TEXT is
+Lisp source, shown in the faces `lisp-mode' gives it."
   (let* ((max-lines sly-agent-q-entry-preview-lines)
          (max-chars sly-agent-q-entry-preview-line-chars)
          (lines nil) (start 0) (n 0) (cut nil)
@@ -786,17 +783,20 @@ of megabytes costs no more than a short one."
               lines)
         (setq n (1+ n)
               start (if nl (1+ nl) len))))
-    (let ((shown (sly-agent-q-display-framed (string-join (nreverse lines) "\n")
-                                             sly-agent-q-chat--entry-indent)))
+    (let* ((source (string-join (nreverse lines) "\n"))
+           (shown (sly-agent-q-display-framed source sly-agent-q-chat--entry-indent nil
+                                              (and lisp (sly-agent-q-faces-lisp source)))))
       (if (or cut (< start len))
           (concat shown
-                  (format "\n%s[%s characters in all, %s; o on the entry opens the whole text]"
-                          sly-agent-q-chat--entry-indent
-                          (sly-agent-q-chat--format-tokens len)
-                          (if (< start len)
-                              (format "%s more after these lines"
-                                      (sly-agent-q-chat--format-tokens (- len start)))
-                            "long lines cut")))
+                  (propertize
+                   (format "\n%s[%s characters in all, %s; o on the entry opens the whole text]"
+                           sly-agent-q-chat--entry-indent
+                           (sly-agent-q-chat--format-tokens len)
+                           (if (< start len)
+                               (format "%s more after these lines"
+                                       (sly-agent-q-chat--format-tokens (- len start)))
+                             "long lines cut"))
+                   'face 'sly-agent-q-meta-face))
         shown))))
 
 (defun sly-agent-q-chat--ms (ms)
@@ -810,12 +810,57 @@ of megabytes costs no more than a short one."
               (if (< ms 1000) (format "%d ms" (round ms)) (format "%.1f s" (/ ms 1000.0))))
     ""))
 
+(defun sly-agent-q-chat--entry-state (entry)
+  "ENTRY's state after its summary.
+A mark in the face of its meaning, then meta text."
+  (let ((status (sly-agent-q-entry-status entry)))
+    (pcase status
+      ('queued (propertize "… queued" 'face 'sly-agent-q-meta-face))
+      ('running (propertize "… running" 'face 'sly-agent-q-meta-face))
+      ('approval (propertize "… waiting for approval" 'face 'sly-agent-q-waiting-face))
+      ('ok (concat (propertize "✓" 'face 'sly-agent-q-success-face)
+                   (propertize (format " %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                                       (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry)))
+                               'face 'sly-agent-q-meta-face)))
+      (_ (let ((state (concat "✗ " (sly-agent-q-display-line
+                                     (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
+                                     80))))
+           ;; Under the face of its escapes (`escape-glyph').
+           (add-face-text-property 0 (length state) 'sly-agent-q-error-face t state)
+           state)))))
+
+(defun sly-agent-q-chat--arguments-preview (arguments lisp)
+  "The tool ARGUMENTS (a plist) framed for an expanded entry, bounded.
+LISP names the arguments (strings) that hold Lisp source: each is
+shown as Lisp, in its own framed block fontified as `lisp-mode'
+fontifies it (never as a JSON string with \\n); the others as JSON."
+  (let ((json nil) (forms nil))
+    (cl-loop for (k v) on (and (listp arguments) arguments) by #'cddr
+             for name = (substring (symbol-name k) 1)
+             do (if (and (stringp v) (member name lisp))
+                    (push (cons name v) forms)
+                  (setq json (plist-put json k v))))
+    (mapconcat
+     #'identity
+     (append
+      (and (or json (null forms))
+           (list (sly-agent-q-chat--preview (sly-agent-q-chat--json json))))
+      (mapcar (lambda (form)
+                (concat sly-agent-q-chat--entry-indent
+                        (propertize (format "%s:" (sly-agent-q-display-line (car form) 30))
+                                    'face 'sly-agent-q-meta-face)
+                        "\n"
+                        (sly-agent-q-chat--preview (cdr form) t)))
+              (nreverse forms)))
+     "\n")))
+
 (defun sly-agent-q-chat--render-entry (entry)
   "Insert ENTRY's text at point.
 The arguments shown are the ones that ran: the user's, marked, when
 they edited the model's."
   (let* ((status (sly-agent-q-entry-status entry))
          (ran (sly-agent-q-entry-ran-arguments entry))
+         (lisp (sly-agent-q-server-lisp-arguments (sly-agent-q-entry-name entry)))
          (summary
           (format "%s %s (%s)%s %s"
                   (if (sly-agent-q-entry-expanded entry) "▾" "▸")
@@ -823,54 +868,44 @@ they edited the model's."
                   (sly-agent-q-display-line (sly-agent-q-entry-safety entry) 20)
                   (if ran " ✎ edited:" "")
                   (sly-agent-q-chat--summarize-arguments
-                   (or ran (sly-agent-q-entry-arguments entry))
-                   (sly-agent-q-server-lisp-arguments (sly-agent-q-entry-name entry)))))
-         (state (pcase status
-                  ('queued "… queued")
-                  ('running "… running")
-                  ('approval "… waiting for approval")
-                  ('ok (format "✓ %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
-                               (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))))
-                  (_ (format "✗ %s" (sly-agent-q-display-line
-                                     (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
-                                     80))))))
+                   (or ran (sly-agent-q-entry-arguments entry)) lisp))))
     (let ((start (point)))
       (insert "  ")
       (insert-text-button summary 'type 'sly-agent-q-entry 'sly-agent-q-entry entry
                           'face 'sly-agent-q-tool-face)
-      (insert "  " (propertize state 'face (if (eq status 'error) 'sly-agent-q-error-face
-                                             'sly-agent-q-notice-face))
-              "\n")
+      (add-face-text-property (+ start 2) (+ start 3) 'sly-agent-q-toggle-face)
+      (insert "  " (sly-agent-q-chat--entry-state entry) "\n")
       ;; Its arguments are the model's: wrapped deeper than the product's lines start.
       (put-text-property start (point) 'wrap-prefix "    "))
     (when (sly-agent-q-entry-expanded entry)
-      ;; The arguments and result are framed (`sly-agent-q-chat--preview'):
-      ;; the notice face goes under the frame's own face.
-      (let ((details
-             (concat (if ran "    arguments that ran (edited by the user):\n" "    arguments:\n")
-                     (sly-agent-q-chat--preview
-                      (sly-agent-q-chat--json (or ran (sly-agent-q-entry-arguments entry))))
-                     "\n"
-                     (if ran
-                         (concat "    the model's arguments:\n"
-                                 (sly-agent-q-chat--preview
-                                  (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)))
-                                 "\n")
-                       "")
-                     (pcase status
-                       ((or 'queued 'running 'approval) "    (no result yet)\n")
-                       ('ok (concat "    result:\n"
-                                    (sly-agent-q-chat--preview (or (sly-agent-q-entry-content entry) ""))
-                                    "\n"))
-                       (_ (concat "    error:\n"
-                                  (sly-agent-q-chat--preview (or (sly-agent-q-entry-error entry) ""))
-                                  "\n")))
-                     (if (sly-agent-q-entry-time-ms entry)
-                         (format "    time: %s ms%s%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
-                                 (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))
-                                 (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)"))
-                       ""))))
-        (add-face-text-property 0 (length details) 'sly-agent-q-notice-face t details)
+      ;; The arguments and result are framed (`sly-agent-q-chat--preview');
+      ;; the product's lines around them are meta text.
+      (let* ((meta (lambda (text) (propertize text 'face 'sly-agent-q-meta-face)))
+             (details
+              (concat (funcall meta (if ran "    arguments that ran (edited by the user):\n" "    arguments:\n"))
+                      (sly-agent-q-chat--arguments-preview (or ran (sly-agent-q-entry-arguments entry)) lisp)
+                      "\n"
+                      (if ran
+                          (concat (funcall meta "    the model's arguments:\n")
+                                  (sly-agent-q-chat--arguments-preview (sly-agent-q-entry-arguments entry) lisp)
+                                  "\n")
+                        "")
+                      (pcase status
+                        ((or 'queued 'running 'approval) (funcall meta "    (no result yet)\n"))
+                        ('ok (concat (funcall meta "    result:\n")
+                                     (sly-agent-q-chat--preview (or (sly-agent-q-entry-content entry) ""))
+                                     "\n"))
+                        (_ (concat (propertize "    error:\n" 'face 'sly-agent-q-error-face)
+                                   (sly-agent-q-chat--preview (or (sly-agent-q-entry-error entry) ""))
+                                   "\n")))
+                      (if (sly-agent-q-entry-time-ms entry)
+                          (funcall meta
+                                   (format "    time: %s ms%s%s\n" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                                           (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry))
+                                           (if (eq (sly-agent-q-entry-approved entry) t) "" "  (not approved)")))
+                        ""))))
+        ;; A line that has no frame of its own wraps at the details' indentation.
+        (sly-agent-q-display-keep-place 0 (length details) "      " details)
         (insert details)))))
 
 (defun sly-agent-q-chat-json (value)
@@ -956,7 +991,9 @@ They go to a buffer of their own."
                                              (sly-agent-q-display-line (sly-agent-q-entry-name entry) 80)
                                              (sly-agent-q-display-line (sly-agent-q-entry-call-id entry) 80))))
           (text (concat "arguments:\n"
-                        (sly-agent-q-display-framed (sly-agent-q-chat--json (sly-agent-q-entry-arguments entry)) "")
+                        (sly-agent-q-chat--arguments-whole
+                         (sly-agent-q-entry-arguments entry)
+                         (sly-agent-q-server-lisp-arguments (sly-agent-q-entry-name entry)))
                         "\n\n"
                         (pcase (sly-agent-q-entry-status entry)
                           ((or 'queued 'running 'approval) "(no result yet)")
@@ -978,6 +1015,26 @@ They go to a buffer of their own."
           (setq-local bidi-inhibit-bpa t)
           (setq-local bidi-paragraph-direction 'left-to-right)))
       (if noninteractive buffer (pop-to-buffer buffer)))))
+
+(defun sly-agent-q-chat--arguments-whole (arguments lisp)
+  "The tool ARGUMENTS (a plist) whole and framed, for an entry opened.
+LISP names the arguments (strings) that hold Lisp source: each is
+shown as Lisp, fontified as `lisp-mode' fontifies it; the others as JSON."
+  (let ((json nil) (forms nil))
+    (cl-loop for (k v) on (and (listp arguments) arguments) by #'cddr
+             for name = (substring (symbol-name k) 1)
+             do (if (and (stringp v) (member name lisp))
+                    (push (cons name v) forms)
+                  (setq json (plist-put json k v))))
+    (mapconcat #'identity
+               (append (and (or json (null forms))
+                            (list (sly-agent-q-display-framed (sly-agent-q-chat--json json) "")))
+                       (mapcar (lambda (form)
+                                 (concat (sly-agent-q-display-line (car form) 30) ":\n"
+                                         (sly-agent-q-display-framed (cdr form) "" nil
+                                                                     (sly-agent-q-faces-lisp (cdr form)))))
+                               (nreverse forms)))
+               "\n")))
 
 (defun sly-agent-q-chat--longest-line (text)
   "The length of the longest line of TEXT."

@@ -195,7 +195,24 @@ its own quotes; at most MAX characters (default
            (or max sly-agent-q-display-name-chars))
           "\""))
 
-(cl-defun sly-agent-q-display-block (text frame &key max-lines max-line-chars)
+(defun sly-agent-q-display--add-faces (shown source from faces)
+  "Give SHOWN, drawn from SOURCE's line at offset FROM, the FACES of its text.
+FACES are runs (START END FACE) of offsets in SOURCE, as
+`sly-agent-q-faces-lisp' gives them.  SHOWN is that line drawn as
+data: from the first character where it differs from the source (an
+escaped or cut character) it has no faces of the source's, and its
+text is never changed.  SHOWN is changed and returned."
+  (let* ((line-end (or (string-search "\n" source from) (length source)))
+         (same (compare-strings shown nil nil source from line-end))
+         (same (if (eq same t) (length shown) (1- (abs same)))))
+    (when (> same 0)
+      (pcase-dolist (`(,start ,end ,face) faces)
+        (let ((start (max 0 (- start from))) (end (min same (- end from))))
+          (when (< start end)
+            (add-face-text-property start end face nil shown)))))
+    shown))
+
+(cl-defun sly-agent-q-display-block (text frame &key max-lines max-line-chars faces)
   "TEXT, from outside, as a framed block: lines each starting with FRAME.
 FRAME is the product's own prefix (it should hold a character of
 `sly-agent-q-display-frame-characters'); each line of TEXT is drawn
@@ -203,7 +220,9 @@ with `sly-agent-q-display-line' after it, cut at MAX-LINE-CHARS
 characters, so no line of TEXT can close the block or start a line of
 its own.  At most MAX-LINES lines (default
 `sly-agent-q-display-block-lines') are shown; a last framed line
-counts those left out.  The result ends with a newline."
+counts those left out.  FACES, runs (START END FACE) of offsets in
+TEXT (its Lisp faces), are given to the text shown as it was written
+\=(`sly-agent-q-display--add-faces').  The result ends with a newline."
   (let* ((s (string-trim-right (sly-agent-q-display--string text) "\n"))
          (max-lines (or max-lines sly-agent-q-display-block-lines))
          (len (length s))
@@ -213,7 +232,10 @@ counts those left out.  The result ends with a newline."
     (while (and (<= start len) (< n max-lines))
       (let ((end (or (string-search "\n" s start) len)))
         (push (sly-agent-q-display-keep-frame
-               (concat frame (sly-agent-q-display-line (substring s start end) max-line-chars) "\n")
+               (concat frame
+                       (sly-agent-q-display--add-faces
+                        (sly-agent-q-display-line (substring s start end) max-line-chars) s start faces)
+                       "\n")
                frame)
               out)
         (setq n (1+ n) start (1+ end))))
@@ -237,7 +259,19 @@ LINE is changed and returned."
   (put-text-property 0 (length line) 'wrap-prefix frame line)
   line)
 
-(defun sly-agent-q-display-framed (text indent &optional max)
+(defun sly-agent-q-display-keep-place (start end prefix &optional object)
+  "Give the text from START to END that has no `wrap-prefix' PREFIX as its own.
+A line a narrow window wraps then goes on at PREFIX (the product's
+indentation), not at column 0; text with a frame of its own keeps
+it.  OBJECT is a string, or nil for the current buffer."
+  (let ((pos start))
+    (while (< pos end)
+      (let ((next (next-single-property-change pos 'wrap-prefix object end)))
+        (unless (get-text-property pos 'wrap-prefix object)
+          (put-text-property pos next 'wrap-prefix prefix object))
+        (setq pos next)))))
+
+(defun sly-agent-q-display-framed (text indent &optional max faces)
   "TEXT, from outside, of many lines, framed: each line after INDENT and a frame.
 The product draws INDENT (spaces) then `sly-agent-q-display-outside-frame'
 in `sly-agent-q-display-frame-face' before every line of TEXT, drawn as
@@ -246,19 +280,25 @@ given): no line of TEXT can start at the product's own indentation
 or imitate a line the product draws (a decision, a status), and each
 line keeps its frame where a narrow window wraps it
 \=(`sly-agent-q-display-keep-frame').  The text of TEXT is marked with
-the property `sly-agent-q-outside'.  The result has no final newline;
-TEXT's trailing newlines are dropped."
-  (let* ((shown (string-trim-right (sly-agent-q-display-text text max) "\n"))
+the property `sly-agent-q-outside'.  FACES, runs (START END FACE) of
+offsets in TEXT (its Lisp faces), are given to the text shown as it
+was written (`sly-agent-q-display--add-faces').  The result has no
+final newline; TEXT's trailing newlines are dropped."
+  (let* ((source (sly-agent-q-display--string text))
+         (shown (string-trim-right (sly-agent-q-display-text source max) "\n"))
          (frame (concat indent (propertize sly-agent-q-display-outside-frame
                                            'face 'sly-agent-q-display-frame-face)))
          (len (length shown))
-         (start 0) (out nil))
+         (start 0) (from 0) (out nil))
     (while (<= start len)
       (let* ((end (or (string-search "\n" shown start) len))
              (line (substring shown start end)))
+        ;; Drawing keeps the newlines: the shown line is the source's line of the same rank.
+        (when (and faces from) (sly-agent-q-display--add-faces line source from faces))
         (put-text-property 0 (length line) 'sly-agent-q-outside t line)
         (push (sly-agent-q-display-keep-frame (concat frame line) frame) out)
-        (setq start (1+ end))))
+        (setq start (1+ end)
+              from (and from (let ((nl (string-search "\n" source from))) (and nl (1+ nl)))))))
     (mapconcat #'identity (nreverse out) "\n")))
 
 (defun sly-agent-q-display-editable-buffer ()

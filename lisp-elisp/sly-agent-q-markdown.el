@@ -39,6 +39,7 @@
 
 (require 'cl-lib)
 (require 'subr-x)
+(require 'sly-agent-q-faces)
 
 (declare-function markdown-mode "markdown-mode" ())
 (defvar markdown-hide-markup)
@@ -78,9 +79,7 @@ what a model sends."
   :type 'natnum
   :group 'sly-agent-q-markdown)
 
-(defface sly-agent-q-markdown-heading-face '((t :inherit bold :underline t))
-  "Face of a heading in the model's text."
-  :group 'sly-agent-q-markdown)
+(define-obsolete-face-alias 'sly-agent-q-markdown-heading-face 'sly-agent-q-heading-1-face "0.1.0")
 
 (defface sly-agent-q-markdown-code-face '((t :inherit font-lock-constant-face))
   "Face of inline code in the model's text."
@@ -121,7 +120,9 @@ START should be at a line's start.  Returns END."
           (sly-agent-q-markdown--with-markdown-mode context start end)
         (sly-agent-q-markdown--render-own context start end))
       (sly-agent-q-markdown--show-words start end)
-      (sly-agent-q-markdown--show-earmuffs start end)))
+      (sly-agent-q-markdown--show-earmuffs start end)
+      ;; Last: a cell's width is what shows of it once the rest is rendered.
+      (sly-agent-q-markdown--align-tables context start end)))
   end)
 
 (defun sly-agent-q-markdown--show-words (start end)
@@ -146,7 +147,7 @@ each run, it walked every run to END while the other changed first."
   "Show the asterisks of the Lisp names between START and END.
 *PRINT-CIRCLE* is a special variable, not an emphasized word: with its
 asterisks hidden the screen would show another symbol.  A word between
-single asterisks (no space in it) keeps them; it may still be slanted."
+single asterisks (no space in it) keeps them, and is not slanted."
   (save-excursion
     (goto-char start)
     (while (re-search-forward
@@ -154,6 +155,8 @@ single asterisks (no space in it) keeps them; it may still be slanted."
             end t)
       (remove-text-properties (match-beginning 1) (match-end 1) '(invisible nil display nil))
       (remove-text-properties (match-beginning 2) (match-end 2) '(invisible nil display nil))
+      ;; A name, not emphasis: not slanted either.
+      (sly-agent-q-faces-remove (match-beginning 1) (match-end 2) '(italic markdown-italic-face))
       (goto-char (match-end 2)))))
 
 (defun sly-agent-q-markdown--long-line-p (start end)
@@ -217,19 +220,24 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
         (offset (- start context))
         props)
     (with-temp-buffer
-      (insert text)
-      (let ((markdown-hide-markup t)
-            (markdown-hide-urls nil)
-            (markdown-fontify-code-blocks-natively nil))
-        (delay-mode-hooks (markdown-mode))
-        (ignore-errors (font-lock-ensure)))
-      (dolist (prop '(face invisible display))
-        (let ((pos (+ (point-min) offset)))
-          (while (< pos (point-max))
-            (let ((next (next-single-property-change pos prop nil (point-max)))
-                  (value (get-text-property pos prop)))
-              (when value (push (list prop (- pos (point-min)) (- next (point-min)) value) props))
-              (setq pos next))))))
+      ;; Two blank lines first: markdown-mode reads the lines at a buffer's
+      ;; start up to a blank line as a document's metadata ("Short answer:
+      ;; yes" as a key and its value), and a "---" there as YAML's.
+      (insert "\n\n")
+      (let ((base (point)))
+        (insert text)
+        (let ((markdown-hide-markup t)
+              (markdown-hide-urls nil)
+              (markdown-fontify-code-blocks-natively nil))
+          (delay-mode-hooks (markdown-mode))
+          (ignore-errors (font-lock-ensure)))
+        (dolist (prop '(face invisible display))
+          (let ((pos (+ base offset)))
+            (while (< pos (point-max))
+              (let ((next (next-single-property-change pos prop nil (point-max)))
+                    (value (get-text-property pos prop)))
+                (when value (push (list prop (- pos base) (- next base) value) props))
+                (setq pos next)))))))
     (pcase-dolist (`(,prop ,from ,to ,value) (nreverse props))
       (let ((from (+ context from)) (to (+ context to)))
         (pcase prop
@@ -253,6 +261,9 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
                 ((looking-at "[ \t]*|.*|[ \t]*$")
                  (sly-agent-q-markdown--render-table-row (point) (line-end-position)))
                 (t (let ((eol (line-end-position)))
+                     (when (looking-at "\\(#\\{1,6\\}\\)[ \t]+")
+                       (sly-agent-q-markdown--heading answer (point) (match-end 0) eol
+                                                      (- (match-end 1) (match-beginning 1))))
                      (sly-agent-q-markdown--render-links (point) eol)
                      ;; An underscore inside a name (snake_case) is no markup.
                      (while (re-search-forward "[[:alnum:]]\\(_\\)[[:alnum:]]" eol t)
@@ -294,13 +305,14 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
                  (setq fenced (not fenced)))
                 (fenced)
                 ((> (- eol bol) sly-agent-q-markdown-max-line-chars))
-                (t (sly-agent-q-markdown--render-line bol eol)))
+                (t (sly-agent-q-markdown--render-line context bol eol)))
           (goto-char eol)
           (forward-line 1)
           (when (= (point) eol) (goto-char end)))))))
 
-(defun sly-agent-q-markdown--render-line (bol eol)
-  "Render the Markdown line between BOL and EOL (not in a code block)."
+(defun sly-agent-q-markdown--render-line (context bol eol)
+  "Render the Markdown line between BOL and EOL (not in a code block).
+CONTEXT is where the text began."
   (goto-char bol)
   (let ((inline-start bol))
     (cond
@@ -308,8 +320,10 @@ markdown-mode sees `sly-agent-q-markdown-context-chars' before START."
      ((looking-at "\\(#\\{1,6\\}[ \t]+\\)\\(.*?\\)\\([ \t]+#+\\)?[ \t]*$")
       (sly-agent-q-markdown--hide (match-beginning 1) (match-end 1))
       (when (match-beginning 3) (sly-agent-q-markdown--hide (match-beginning 3) (match-end 3)))
-      (add-face-text-property (match-beginning 2) (match-end 2) 'sly-agent-q-markdown-heading-face)
-      (setq inline-start (match-beginning 2)))
+      (let ((text (match-beginning 2)))
+        (sly-agent-q-markdown--heading context bol text (match-end 2)
+                                       (save-excursion (skip-chars-forward "#") (- (point) bol)))
+        (setq inline-start text)))
      ;; | a | b |   (a table's row; |---|---| its rule)
      ((looking-at "[ \t]*|.*|[ \t]*$")
       (sly-agent-q-markdown--render-table-row bol eol))
@@ -360,15 +374,149 @@ could pass for another address."
       (sly-agent-q-markdown--draw (match-beginning 3) (match-end 3) " <")
       (sly-agent-q-markdown--draw (match-beginning 5) (match-end 5) ">"))))
 
+(defun sly-agent-q-markdown--heading (context bol start end level)
+  "Draw the heading of LEVEL whose text is between START and END.
+Its line starts at BOL; the text began at CONTEXT.  It gets the
+heading face of its level, put over any other (markdown-mode's is the
+face of a label such as \"Agent:\"), and a blank line is drawn above
+it unless it starts the text or follows a blank line: the text is not
+changed, its first # is drawn as a line break."
+  (add-face-text-property start end (sly-agent-q-faces-heading level))
+  (when (and (> bol context)
+             (save-excursion
+               (goto-char bol)
+               (forward-line -1)
+               (not (looking-at-p "[ \t]*$"))))
+    (remove-text-properties bol (1+ bol) '(invisible nil))
+    (put-text-property bol (1+ bol) 'display "\n")))
+
 (defun sly-agent-q-markdown--render-table-row (bol eol)
-  "Draw the table row between BOL and EOL: its bars as lines, its rule as a rule."
-  (goto-char bol)
-  (if (looking-at "[ \t]*|\\([ \t]*:?-+:?[ \t]*|\\)+[ \t]*$")
-      (sly-agent-q-markdown--draw
-       bol eol (apply #'string (mapcar (lambda (c) (if (eq c ?|) ?┼ ?─))
-                                       (buffer-substring-no-properties bol eol))))
-    (while (search-forward "|" eol t)
-      (sly-agent-q-markdown--draw (match-beginning 0) (match-end 0) "│"))))
+  "Mark the line between BOL and EOL as a table's row.
+It is drawn once the rest of the text is rendered, padded to its
+table's columns (`sly-agent-q-markdown--align-tables')."
+  (put-text-property bol eol 'sly-agent-q-markdown-table t))
+
+(defconst sly-agent-q-markdown--table-max-rows 200
+  "Most rows of a table aligned together.
+Each row that streams in aligns the rows above it again: a table of a
+hostile length would cost the square of its length.  Rows further up
+keep the widths they were last drawn with.")
+
+(defun sly-agent-q-markdown--table-row-p (pos)
+  "Non-nil if the line at POS was marked as a table's row."
+  (get-text-property pos 'sly-agent-q-markdown-table))
+
+(defun sly-agent-q-markdown--align-tables (context start end)
+  "Draw the tables whose rows are between START and END, aligned.
+Each table is drawn again from its first row (no further up than
+CONTEXT, nor than `sly-agent-q-markdown--table-max-rows' rows): a
+new row may widen a column."
+  (save-excursion
+    (goto-char start)
+    (while (< (point) end)
+      (if (not (sly-agent-q-markdown--table-row-p (point)))
+          (forward-line 1)
+        (let ((first (point)) (rows 0))
+          ;; Up to the table's first row.
+          (while (and (< rows sly-agent-q-markdown--table-max-rows)
+                      (> (point) context)
+                      (save-excursion (and (zerop (forward-line -1))
+                                           (>= (point) context)
+                                           (sly-agent-q-markdown--table-row-p (point)))))
+            (forward-line -1)
+            (setq first (point) rows (1+ rows)))
+          (goto-char first)
+          ;; Down to its last row rendered.
+          (let ((lines nil))
+            (while (and (not (eobp)) (sly-agent-q-markdown--table-row-p (point)))
+              (push (cons (point) (line-end-position)) lines)
+              (forward-line 1))
+            (sly-agent-q-markdown--draw-table (nreverse lines))
+            (when (< (point) end) (forward-line 0))))))))
+
+(defun sly-agent-q-markdown--shown-width (start end)
+  "Return the width of the text between START and END, as drawn.
+Hidden markup counts nothing, a `display' string its own width."
+  (let ((pos start) (width 0))
+    (while (< pos end)
+      (let* ((display (get-text-property pos 'display))
+             (next (min (next-single-property-change pos 'invisible nil end)
+                        (next-single-property-change pos 'display nil end))))
+        (cond ((stringp display) (setq width (+ width (string-width display))))
+              ((get-text-property pos 'invisible))
+              (t (setq width (+ width (string-width (buffer-substring-no-properties pos next))))))
+        (setq pos next)))
+    width))
+
+(defun sly-agent-q-markdown--table-cells (bol eol)
+  "The cells of the table row between BOL and EOL: a list of (START . END).
+Each is a cell's text without the spaces around it; the bars are the
+row's | not escaped."
+  (let ((bars nil))
+    (save-excursion
+      (goto-char bol)
+      (while (search-forward "|" eol t)
+        (unless (eq (char-before (1- (point))) ?\\)
+          (push (1- (point)) bars)))
+      (setq bars (nreverse bars))
+      (cl-loop for (left right) on bars
+               while right
+               collect (let ((from (1+ left)) (to right))
+                         (goto-char from)
+                         (skip-chars-forward " \t" to)
+                         (setq from (point))
+                         (goto-char to)
+                         (skip-chars-backward " \t" from)
+                         (cons from (point)))))))
+
+(defun sly-agent-q-markdown--draw-table (lines)
+  "Draw the table of LINES, each (BOL . EOL), its columns padded alike.
+A column is as wide as its widest cell as shown (`string-width' of
+what is not hidden); the rule row is drawn as a rule of the same
+widths.  The text is not changed: its bars and the spaces around
+cells are drawn as something else."
+  (let* ((rule-re "[ \t]*|\\([ \t]*:?-+:?[ \t]*|\\)+[ \t]*$")
+         (rows (mapcar (lambda (line)
+                         (save-excursion
+                           (goto-char (car line))
+                           (list (car line) (cdr line) (looking-at-p rule-re)
+                                 (sly-agent-q-markdown--table-cells (car line) (cdr line)))))
+                       lines))
+         (widths nil))
+    (pcase-dolist (`(,_ ,_ ,rule ,cells) rows)
+      (unless rule
+        (let ((i 0))
+          (dolist (cell cells)
+            (let ((w (sly-agent-q-markdown--shown-width (car cell) (cdr cell))))
+              (if (nth i widths)
+                  (setf (nth i widths) (max w (nth i widths)))
+                (setq widths (append widths (list w)))))
+            (setq i (1+ i))))))
+    (pcase-dolist (`(,bol ,eol ,rule ,cells) rows)
+      (cond
+       ((or rule (null cells))
+        (sly-agent-q-markdown--draw
+         bol eol (concat "├" (mapconcat (lambda (w) (make-string (+ w 2) ?─)) widths "┼") "┤")))
+       (t
+        (let ((from bol) (i 0))
+          (dolist (cell cells)
+            (let ((pad (and (> i 0)
+                            (make-string (- (nth (1- i) widths)
+                                            (sly-agent-q-markdown--shown-width
+                                             (car (nth (1- i) cells)) (cdr (nth (1- i) cells))))
+                                         ?\s))))
+              (remove-text-properties from (car cell) '(invisible nil))
+              (sly-agent-q-markdown--draw from (car cell) (concat pad (if pad " │ " "│ ")))
+              (setq from (cdr cell) i (1+ i))))
+          (let* ((last (car (last cells)))
+                 (pad (make-string (- (nth (1- i) widths)
+                                      (sly-agent-q-markdown--shown-width (car last) (cdr last)))
+                                   ?\s))
+                 ;; A row of fewer cells than its table: empty ones drawn after.
+                 (missing (mapconcat (lambda (w) (concat (make-string (1+ w) ?\s) " │"))
+                                     (nthcdr i widths) "")))
+            (remove-text-properties from eol '(invisible nil))
+            (sly-agent-q-markdown--draw from eol (concat pad " │" missing)))))))))
 
 (defun sly-agent-q-markdown--code-span-p (pos)
   "Non-nil if POS is in inline code already rendered."

@@ -74,7 +74,7 @@
           ;; The code block is fontified as Lisp.
           (goto-char (point-min))
           (should (search-forward "defun" nil t))
-          (should (eq (get-text-property (match-beginning 0) 'face) 'font-lock-keyword-face))
+          (should (eq (car (get-text-property (match-beginning 0) 'face)) 'font-lock-keyword-face))
           ;; The header line shows the model, tokens and cost.
           (let ((header (sly-agent-q-chat--header-line)))
             (should (string-match-p "claude-sonnet-4-5" header))

@@ -105,8 +105,9 @@
       (should (string-match-p "^Plan$" screen))
       (should (string-match-p "Use MAPCAR and not ever loop; see the spec <http://127.0.0.1/clhs>\\." screen))
       (should (string-match-p "^[•●] first item$" screen))
-      (should (string-match-p "^│ fn │ arity │$" screen))
-      (should (string-match-p "^│ car │ 1 │$" screen))
+      (should (string-match-p "^│ fn  │ arity │$" screen))
+      (should (string-match-p "^├─────┼───────┤$" screen))
+      (should (string-match-p "^│ car │ 1     │$" screen))
       (should-not (string-match-p "|" screen))
       ;; Inside a code block nothing is Markdown.
       (should (string-match-p "^## (defun f (x) x)$" screen))
@@ -173,9 +174,10 @@ The work is counted as the distance those questions walk, not timed."
                    (lambda (pos prop &optional object limit)
                      (funcall count (funcall orig pos prop object limit) pos))))
           (sly-agent-q-markdown-render-region (point-min) (point-min) (point-max))))
-      ;; Rendered all the same: the stars are hidden, the words shown.
+      ;; Rendered all the same: the stars are hidden, the words shown, a
+      ;; space drawn above each heading that follows a line of text.
       (should (equal (sly-agent-q-markdown-test--visible (point-min) (point-max))
-                     (mapconcat (lambda (i) (format "H%d\nUse MAPCAR and x.\n" i))
+                     (mapconcat (lambda (i) (format "%sH%d\nUse MAPCAR and x.\n" (if (> i 0) "\n" "") i))
                                 (number-sequence 0 499) "")))
       (should (< walked (* 4 (buffer-size)))))))
 
@@ -233,7 +235,8 @@ for set up after."
         (search-backward "(defun g")
         (should (get-text-property (1+ (point)) 'face))
         (search-backward "(c d)")
-        (should-not (get-text-property (1+ (point)) 'face))))))
+        ;; Plain: in the block's band, no face of a token.
+        (should (equal (ensure-list (get-text-property (1+ (point)) 'face)) '(sly-agent-q-code-block-face)))))))
 
 (ert-deftest sly-agent-q-markdown-markdown-mode-renders-small-steps ()
   "With markdown-mode, a step hands it a small piece: its font lock costs far more.

@@ -252,13 +252,16 @@ Neither a `let' binding nor a buffer-local value sends anything."
     (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "x" :stopReason "end_turn"))
     (goto-char (point-min))
     (search-forward "defun")
-    (should (eq (get-text-property (match-beginning 0) 'face) 'font-lock-keyword-face))
+    ;; The token's face first, the block's band under it.
+    (should (equal (get-text-property (match-beginning 0) 'face)
+                   '(font-lock-keyword-face sly-agent-q-code-block-face)))
     (search-forward "\"Square")
-    (should (memq (get-text-property (match-beginning 0) 'face)
+    (should (memq (car (get-text-property (match-beginning 0) 'face))
                   '(font-lock-doc-face font-lock-string-face)))
     (goto-char (point-min))
     (search-forward "```lisp")
-    (should (eq (get-text-property (match-beginning 0) 'face) 'sly-agent-q-code-fence-face))))
+    (should (equal (get-text-property (match-beginning 0) 'face)
+                   '(sly-agent-q-code-fence-face sly-agent-q-code-block-face)))))
 
 (ert-deftest sly-agent-q-chat-huge-results-stay-out-of-the-window ()
   "A 1 MB one-line result and a 50,000-line one: the expanded entry shows a bounded preview; o opens the whole."
@@ -314,7 +317,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
       (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
       (goto-char (point-min))
       (search-forward "(defun small")
-      (should (eq (get-text-property (1+ (match-beginning 0)) 'face) 'font-lock-keyword-face))
+      (should (eq (car (get-text-property (1+ (match-beginning 0)) 'face)) 'font-lock-keyword-face))
       (search-forward "(defun big")
       ;; Not fontified by its language's mode (the Markdown code face may be there).
       (should-not (memq 'font-lock-keyword-face

@@ -68,7 +68,11 @@
         (should (member "```" lines))
         (should (member "Use MAPCAR when you want the results, and mapc for side effects." lines))
         (should (cl-some (lambda (l) (string-match-p "^[•●] it takes a function$" l)) lines))
-        (should (member "│ mapcar │ a new list │" lines))
+        ;; The table's cells padded to their columns, the rule drawn to match.
+        (should (member "│ function │ returns        │" lines))
+        (should (member "├──────────┼────────────────┤" lines))
+        (should (member "│ mapcar   │ a new list     │" lines))
+        (should (member "│ mapc     │ its first list │" lines))
         (should (member "(mapcar #'1+ '(1 2 3))" lines))
         (should (cl-some (lambda (l) (string-match-p "the HyperSpec <http://127\\.0\\.0\\.1/mapcar>" l)) lines))
         ;; The prompt, alone at the end.
