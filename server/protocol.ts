@@ -480,6 +480,8 @@ export interface EmacsApprovalParams {
   client?: string;
   /** The arguments that are Lisp source (ParamSpec.lisp), shown and edited as Lisp. */
   lispArguments?: string[];
+  /** True for a tool that runs commands: "always" allows this exact command again, not the tool. */
+  alwaysCommand?: boolean;
 }
 
 export interface EmacsReplyParams {

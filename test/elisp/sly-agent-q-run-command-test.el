@@ -70,6 +70,8 @@
             (should (eq (plist-get (sly-agent-q-test-send "run it" 60) :status) 'finished))
             (cancel-timer timer)
             ;; The approval named the exact command, the program and the directory.
+            ;; "Always" there would allow this exact command again, not the tool.
+            (should (eq (plist-get (car requests) :alwaysCommand) t))
             (let ((args (plist-get (car requests) :arguments)))
               (should (equal (plist-get args :command_line) (concat "sh -c '" script "'")))
               (should (equal (plist-get args :directory) (directory-file-name (file-truename root)))))

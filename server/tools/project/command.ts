@@ -212,6 +212,26 @@ export interface RunOptions {
   exitGraceMs?: number;
 }
 
+/** The runs under way, by process group: a server that exits stops them (its own exit, a signal it
+ *  handles, Emacs closing its pipe); a server killed with SIGKILL cannot. */
+const running = new Map<number, string>();
+let exitHookSet = false;
+
+function stopAllOnExit(): void {
+  if (exitHookSet) return;
+  exitHookSet = true;
+  process.on("exit", () => {
+    for (const [pgid, mark] of running) {
+      try {
+        process.kill(-pgid, "SIGKILL");
+      } catch {
+        // Gone already.
+      }
+      killMarked(mark, "SIGKILL");
+    }
+  });
+}
+
 /** A fresh RUN_MARK value. */
 export function newRunMark(): string {
   return randomBytes(12).toString("hex");
@@ -231,6 +251,10 @@ export function runProcess(o: RunOptions): Promise<CommandOutcome> {
     let timers: NodeJS.Timeout[] = [];
     const child = spawn(o.program, o.argv.slice(1), { argv0: o.argv[0], cwd: o.cwd, env: o.env, stdio: ["ignore", "pipe", "pipe"], detached: true, windowsHide: true });
     const pgid = child.pid;
+    if (pgid !== undefined) {
+      running.set(pgid, o.mark);
+      stopAllOnExit();
+    }
 
     const live = (): void => {
       liveTimer = undefined;
@@ -283,6 +307,7 @@ export function runProcess(o: RunOptions): Promise<CommandOutcome> {
       child.stderr!.destroy();
       // Nothing the command started outlives its answer: the group and every marked process go.
       killGroup("SIGKILL");
+      if (pgid !== undefined) running.delete(pgid);
       if (liveTimer !== undefined) clearTimeout(liveTimer);
       liveDirty = true;
       live();
