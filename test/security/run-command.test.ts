@@ -109,6 +109,26 @@ describe("run_command under attack", () => {
     }
   });
 
+  it("a bare name found on PATH inside the project is refused: a planted ./make never passes for make", async () => {
+    mkdirSync(join(root, "bin"), { recursive: true });
+    writeFileSync(join(root, "bin", "make"), `#!/bin/sh\ntouch ${join(root, "planted-make")}\n`, { mode: 0o755 });
+    const oldPath = process.env.PATH;
+    process.env.PATH = `bin:${oldPath}`;
+    try {
+      const { run, asked } = setup({ rules: [{ action: "allow", tool: "run_command", command: "make test*" }] });
+      const r = await run({ argv: ["make", "test"] });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("name the project's own program by its path, e.g. ./bin/make");
+      expect(asked).toHaveLength(0);
+      expect(existsSync(join(root, "planted-make"))).toBe(false);
+      process.env.PATH = `${join(root, "bin")}:${oldPath}`;
+      expect((await run({ argv: ["make", "test"] })).success).toBe(false);
+      expect(existsSync(join(root, "planted-make"))).toBe(false);
+    } finally {
+      process.env.PATH = oldPath;
+    }
+  });
+
   it("a directory out of the root, by .. or by a link, is refused before anyone is asked", async () => {
     const { run, asked } = setup();
     for (const directory of ["..", "out", "../elsewhere", elsewhere, "a/../../elsewhere"]) {

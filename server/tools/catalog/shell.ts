@@ -4,6 +4,7 @@
 // digest is checked again just before it runs). Permission rules name commands by their words
 // (PermissionRule.command, server/tools/command-rules.ts).
 
+import { relative, sep } from "node:path";
 import { realRoot } from "../project/files.js";
 import { projectRoot } from "../project/root.js";
 import {
@@ -37,11 +38,23 @@ async function prepare(a: Record<string, unknown>, ctx: ToolContext): Promise<Pr
   if (target.kind === "shell" && ctx.commands?.allowShell !== true) {
     throw new ToolError("Shell lines are off (the user's sly-agent-q-allow-shell-commands): give argv, the program and its arguments as a list, without pipes or redirections. Nothing was run.");
   }
-  const cwd = commandDirectory(realRoot(await projectRoot(ctx, "nothing was run")), a.directory);
+  const root = realRoot(await projectRoot(ctx, "nothing was run"));
+  const cwd = commandDirectory(root, a.directory);
   if (target.kind === "shell") return { target, cwd, program: "/bin/sh", argv: ["sh", "-c", target.line] };
-  const program = resolveProgram(target.argv[0]!, cwd);
-  if (program === undefined) throw new ToolError(`No program ${JSON.stringify(target.argv[0])} was found (on PATH, or as that path in ${cwd}); nothing was run.`);
+  const argv0 = target.argv[0]!;
+  const program = resolveProgram(argv0, cwd);
+  if (program === undefined) throw new ToolError(`No program ${JSON.stringify(argv0)} was found (on PATH, or as that path in ${cwd}); nothing was run.`);
+  // A bare name found in the project (a PATH entry such as . or the project's bin/) would let a file the
+  // agent can write pass for the program a rule allows (`make test*` running ./make): the project's
+  // own programs are named by their path, which the approval and the rules then see.
+  if (!argv0.includes("/") && isInside(root, program)) {
+    throw new ToolError(`${JSON.stringify(argv0)} is found on PATH inside the project (${program}): name the project's own program by its path, e.g. ./${relative(cwd, program)}. Nothing was run.`);
+  }
   return { target, cwd, program, argv: target.argv };
+}
+
+function isInside(root: string, file: string): boolean {
+  return file === root || file.startsWith(root.endsWith(sep) ? root : root + sep);
 }
 
 function timeoutOf(ctx: ToolContext): number {
