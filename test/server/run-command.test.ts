@@ -2,6 +2,7 @@
 // head and tail, live output at a bounded rate, the user's timeout, a forked daemon that holds the
 // pipes, cancellation of the whole process group, shell lines only when the user allows them.
 
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor, type ExecuteOptions } from "../../server/tools/executor.js";
 import type { CommandSettings } from "../../server/tools/tool.js";
+import { quoteWord } from "../../server/tools/project/command.js";
 
 const root = mkdtempSync(join(tmpdir(), "agent-q-run-"));
 mkdirSync(join(root, "sub"));
@@ -155,6 +157,15 @@ describe("run_command", () => {
     const r = await run({ argv: ["no-such-program-xyz"] });
     expect(r.success).toBe(false);
     expect(r.content).toContain('No program "no-such-program-xyz"');
+  });
+
+  it("each rendered argv element is read back by bash as exactly that element", () => {
+    const words = ["plain", "a b", "it's", "", "x\ny", "\u202Eevil", "tab\there", "back\\slash", "esc\u001b[31m", "tag\u{E0041}", "$(touch no)", "*", "~", "é"];
+    const line = words.map(quoteWord).join(" ");
+    const out = execFileSync("bash", ["-c", `printf '%s\\0' ${line}`], { cwd: root }).toString("utf8");
+    expect(out.split("\0").slice(0, -1)).toEqual(words);
+    expect(existsSync(join(root, "no"))).toBe(false);
+    expect(line).not.toMatch(/[\n\u202E\u001b]/u);
   });
 
   it("renders odd argv elements unambiguously in the approval", async () => {

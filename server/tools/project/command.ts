@@ -57,7 +57,14 @@ export function quoteWord(word: string): string {
   if (word !== "" && /^[A-Za-z0-9_@%+=:,./-]+$/u.test(word)) return word;
   const escaped = escapeUnsafe(word);
   // Control, bidi or invisible characters: $'...' shows each as an escape, read back as itself.
-  if (escaped !== word) return `$'${word.replace(/\\/g, "\\\\").replace(/'/g, "\\'").replace(/[^]/gu, (c) => (escapeUnsafe(c) !== c ? escapeUnsafe(c) : c))}'`;
+  if (escaped !== word) {
+    const body = word
+      .replace(/\\/g, "\\\\")
+      .replace(/'/g, "\\'")
+      // Each as bash's $'...' reads it back: \n, \e, \x1F, \u202E, and \UXXXXXXXX beyond the BMP.
+      .replace(/[^]/gu, (c) => (escapeUnsafe(c) !== c ? escapeUnsafe(c).replace(/^\\u\{([0-9A-F]+)\}$/u, (_m, h: string) => `\\U${h.padStart(8, "0")}`) : c));
+    return `$'${body}'`;
+  }
   return `'${word.replace(/'/g, "'\\''")}'`;
 }
 
