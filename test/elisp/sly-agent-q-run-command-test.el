@@ -40,7 +40,7 @@
          (gap 0)
          (last (float-time))
          (timer nil)
-         (script "echo first-live-line; sleep 2; seq 1 2000000; sleep 1; echo last-line"))
+         (script "printf 'first-live-line \\342\\200\\256evil\\033[31m\\n'; sleep 2; seq 1 2000000; sleep 1; echo last-line"))
     (unwind-protect
         (sly-agent-q-test-with-server
             `((steps . [((content . [((type . "tool_use") (name . "run_command")
@@ -73,11 +73,16 @@
             ;; "Always" there would allow this exact command again, not the tool.
             (should (eq (plist-get (car requests) :alwaysCommand) t))
             (let ((args (plist-get (car requests) :arguments)))
-              (should (equal (plist-get args :command_line) (concat "sh -c '" script "'")))
+              ;; Quoted as a shell reads it back: the line's own quotes as '\''.
+              (should (equal (plist-get args :command_line)
+                             (concat "sh -c '" (replace-regexp-in-string "'" "'\\''" script t t) "'")))
               (should (equal (plist-get args :directory) (directory-file-name (file-truename root)))))
             ;; Shown while it ran, before its result.
             (should seen-live)
             (should (string-match-p "running" seen-live))
+            ;; The command's bytes are drawn as data: no bidi override, no terminal escape.
+            (should-not (string-search "\u202E" seen-live))
+            (should-not (string-search "\e" seen-live))
             (should-not (string-match-p "last-line" seen-live))
             ;; The result: its exit status, head and tail, the count of what was cut.
             (let ((result (car (car (sly-agent-q-test-tool-results)))))
