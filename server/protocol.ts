@@ -226,7 +226,8 @@ export interface ToolResult {
 // - A call: permission rules that match it decide, deny over ask over allow (deny: error result,
 //   not asked, not run; ask: the user is asked; allow: runs without asking). No matching rule: a
 //   dangerous level asks, safe and cautious run. "Always allow for this session" is kept per
-//   capability (primary name) and answers only a level's question, never a rule's ask or deny.
+//   capability (primary name; for a tool that runs commands, per exact command) and answers only a
+//   level's question, never a rule's ask or deny.
 // - Tools that evaluate code in the image carry the category "evaluation" (eval_form,
 //   eval_in_package, compile_form): categoryLevels {evaluation: "dangerous"} makes all of them ask.
 
@@ -258,8 +259,10 @@ export interface Configuration {
    * when argument is given, the value of that argument (a parameter name of the primary tool; an
    * alias's parameters are mapped onto the primary's) matches pattern: JavaScript regular
    * expression source, tested with new RegExp(pattern, "u") against the value (a string as it is,
-   * anything else as JSON). argument and pattern go together. Unknown actions, tools, categories or
-   * parameters and invalid patterns are rejected with invalidConfiguration.
+   * anything else as JSON). argument and pattern go together. command names a command of a tool that
+   * runs one by its words (server/tools/command-rules.ts); an allow rule never allows a command by a
+   * pattern over its arguments. Unknown actions, tools, categories or parameters and invalid patterns
+   * or commands are rejected with invalidConfiguration.
    */
   permissionRules?: PermissionRule[];
   /**
