@@ -11,6 +11,7 @@ import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor, type ExecuteOptions } from "../../server/tools/executor.js";
 import type { CommandSettings } from "../../server/tools/tool.js";
 import { quoteWord } from "../../server/tools/project/command.js";
+import { CORE_TOOLS, LeanToolSet, moreToolsSection } from "../../server/agent/tool-set.js";
 
 const root = mkdtempSync(join(tmpdir(), "agent-q-run-"));
 mkdirSync(join(root, "sub"));
@@ -47,6 +48,16 @@ async function gone(pid: number, ms = 3_000): Promise<boolean> {
 }
 
 describe("run_command", () => {
+  it("is not in the lean set of small windows, and comes with add_tools' category shell", () => {
+    const all = createDefaultRegistry().list({ includeAliases: false });
+    expect(CORE_TOOLS).not.toContain("run_command");
+    const lean = new LeanToolSet(all, []);
+    expect(lean.current().map((t) => t.name)).not.toContain("run_command");
+    expect(lean.offer("shell")).toEqual(["run_command"]);
+    expect(lean.current().map((t) => t.name)).toContain("run_command");
+    expect(moreToolsSection(all)).toContain("- shell: `run_command`");
+  });
+
   it("runs argv in the project root: output of both streams, exit status, the exact command", async () => {
     const r = await run({ argv: ["sh", "-c", "pwd; echo to-err >&2; exit 3"] });
     expect(r.success).toBe(true);
