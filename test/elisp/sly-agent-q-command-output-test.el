@@ -1,4 +1,4 @@
-;;; sly-agent-q-run-command-test.el --- run_command in a real Emacs: live output, and Emacs stays responsive  -*- lexical-binding: t; -*-
+;;; sly-agent-q-command-output-test.el --- run_command in a real Emacs: live output, and Emacs stays responsive  -*- lexical-binding: t; -*-
 
 ;; Copyright (C) 2026 The sly-agent-q authors
 
@@ -31,7 +31,7 @@
          (expand-file-name "sly-agent-q-test-helper"
                            (file-name-directory (or load-file-name buffer-file-name))))
 
-(ert-deftest sly-agent-q-run-command-live-output ()
+(ert-deftest sly-agent-q-command-output-live ()
   "A running command's output shows in its entry, and Emacs keeps answering."
   (let* ((root (file-name-as-directory (make-temp-file "agent-q-run" t)))
          (sly-agent-q-project-root root)
@@ -97,5 +97,5 @@
       (when timer (cancel-timer timer))
       (delete-directory root t))))
 
-(provide 'sly-agent-q-run-command-test)
-;;; sly-agent-q-run-command-test.el ends here
+(provide 'sly-agent-q-command-output-test)
+;;; sly-agent-q-command-output-test.el ends here
