@@ -4,7 +4,7 @@
 # with the chat on screen (bench/redisplay.mjs, bench/redisplay.el); figures 1-3 run in Emacs with
 # SBCL under SLIME (bench/emacs.el), and figures 1-2 again under SLY when SLY_DIR names it (or the
 # vendored copy beside the checkout is there, scripts/vendor-sly.sh); figure 8 resumes a long saved
-# conversation into the chat (bench/resume.el); figure 11 searches a 10,000-file tree (bench/search.mjs). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
+# conversation into the chat (bench/resume.el); figure 11 searches a 10,000-file tree (bench/search.mjs); figure 12 runs a command printing 50 MB into the chat (bench/command.el). Prints one table; keeps the raw rows and a Markdown copy in bench/.work/.
 # BENCH_QUICK=1 runs fewer repetitions. EMACS=... picks the Emacs binary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -72,6 +72,10 @@ fi
 echo "=== figure 8: resuming a saved conversation"
 ${EMACS:-emacs} -Q --batch -l bench/resume.el 2>&1 | grep -E '^(Debugger|error|Error)'
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/resume.el failed"; status=1; }
+
+echo "=== figure 12: run_command printing 50 MB into the chat"
+${EMACS:-emacs} -Q --batch -l bench/command.el 2>&1 | grep -E '^(  gap|Debugger|error|Error)'
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/command.el failed"; status=1; }
 
 echo
 echo "=== figure 7: the chat with redisplay, emacs -nw in tmux (200x50)"

@@ -76,7 +76,8 @@ to a protected file \"protected\" with its :path and :why), CALLBACK
 must be called once, now or later, with a decision plist (:decision
 \"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
 PLIST for \"modified\", :always t to allow the tool for the rest of
-the session; a rule, a read outside the project and a protected file
+the session (a command of run_command, marked :alwaysCommand t: that
+exact command alone); a rule, a read outside the project and a protected file
 ask each time, and the last two take only \"approved\" or \"denied\")."
   :type '(choice (const :tag "Ask in the chat buffer" nil) function)
   :group 'sly-agent-q)
@@ -120,7 +121,8 @@ approval shows every argument whole."
   "The approval request plist handed to approval functions, from call PARAMS.
 PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
 \(resolved, relative to the root), :buffer, and for what writes
-:diff (against what is there now) are added."
+:diff (against what is there now) are added.  :alwaysCommand t marks a
+command, which \"always\" allows again alone, never the whole tool."
   (append
    (list :tool (plist-get params :tool)
          :arguments (plist-get params :arguments)
@@ -134,6 +136,8 @@ PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
    (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
+   ;; A command: "always" would allow that exact command, not the tool.
+   (and (eq (plist-get params :alwaysCommand) t) (list :alwaysCommand t))
    (and (plist-get preview :detail) (list :detail (plist-get preview :detail)))
    (and (plist-get preview :path) (list :path (plist-get preview :path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
@@ -295,7 +299,7 @@ evaluation writes nothing to show as one."
     ,@(and (sly-agent-q-approval--offers-p request 'edit)
            '((?e "edit arguments" sly-agent-q-edit-arguments)))
     ,@(and (sly-agent-q-approval--offers-p request 'always)
-           `((?a ,(format "always allow %s" (sly-agent-q-display-line (plist-get request :tool) 40))
+           `((?a ,(sly-agent-q-approval--always-label request "always allow %s" 40)
                  sly-agent-q-approve-always)))
     ,@(and (plist-get request :diff) '((?d "show diff" sly-agent-q-approval-show-diff)))
     (?v "arguments whole" sly-agent-q-approval-show-arguments)))
@@ -414,7 +418,7 @@ CALL's cancellation marks it cancelled."
                     ,@(and (sly-agent-q-approval--offers-p request 'edit)
                            '(("Edit arguments" sly-agent-q-edit-arguments "e")))
                     ,@(and (sly-agent-q-approval--offers-p request 'always)
-                           `((,(format "Always allow %s" (sly-agent-q-display-line tool 80))
+                           `((,(sly-agent-q-approval--always-label request "Always allow %s" 80)
                               sly-agent-q-approve-always "a")))
                     ,@(and (plist-get request :diff)
                            '(("Show diff" sly-agent-q-approval-show-diff "d")))
@@ -633,6 +637,15 @@ Return the buffer."
   (interactive)
   (let ((a (or approval (sly-agent-q-approval--at-point-or-pending))))
     (sly-agent-q-approval--decide a 'approved (list :decision "approved"))))
+
+(defun sly-agent-q-approval--always-label (request format-string max)
+  "Return the label of \"always\" for REQUEST, from FORMAT-STRING.
+Its %s is what \"always\" would allow: the tool (its name cut at MAX
+characters), or, for a tool that runs commands, this exact command."
+  (format format-string
+          (if (eq (plist-get request :alwaysCommand) t)
+              "this exact command"
+            (sly-agent-q-display-line (plist-get request :tool) max))))
 
 (defun sly-agent-q-approve-always (&optional approval)
   "Approve APPROVAL and allow its tool for the rest of the session."

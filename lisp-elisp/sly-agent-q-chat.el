@@ -149,9 +149,11 @@ speaks), `sending' while that is on its way."
 ARGUMENTS are the model's; RAN-ARGUMENTS, when the user edited them,
 the ones that ran.  TIME-MS is the run's own time; WAIT-MS the wait
 for the user's approval.  STATUS is `queued' (announced, waiting for the
-calls before it), `approval', `running', `ok' or `error'."
+calls before it), `approval', `running', `ok' or `error'.  OUTPUT is
+the last bytes a running call has output so far (a command's), from
+chat/toolOutput, and OUTPUT-BYTES how many it has output in all."
   call-id name arguments safety (status 'queued) content error time-ms
-  approved expanded section ran-arguments wait-ms)
+  approved expanded section ran-arguments wait-ms output output-bytes)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
@@ -854,6 +856,30 @@ fontifies it (never as a JSON string with \\n); the others as JSON."
               (nreverse forms)))
      "\n")))
 
+(defcustom sly-agent-q-chat-live-output-lines 8
+  "Lines of a running command's output shown live in its tool entry."
+  :type 'integer
+  :group 'sly-agent-q)
+
+(defun sly-agent-q-chat--last-lines (text n)
+  "The last N lines of TEXT, its final newline left out."
+  (let* ((end (if (string-suffix-p "\n" text) (1- (length text)) (length text)))
+         (start end)
+         (lines 0))
+    ;; Back from the end to the Nth newline: only the tail is looked at.
+    (while (and (> start 0) (< lines n))
+      (setq start (1- start))
+      (when (eq (aref text start) ?\n)
+        (setq lines (1+ lines))))
+    (substring text (if (and (< start end) (eq (aref text start) ?\n)) (1+ start) start) end)))
+
+(defun sly-agent-q-chat--bytes (n)
+  "N bytes, a number or nil, as a short phrase."
+  (cond ((not (numberp n)) "? bytes")
+        ((< n 10000) (format "%d bytes" n))
+        ((< n 10000000) (format "%d KB" (round n 1000)))
+        (t (format "%d MB" (round n 1000000)))))
+
 (defun sly-agent-q-chat--render-entry (entry)
   "Insert ENTRY's text at point.
 The arguments shown are the ones that ran: the user's, marked, when
@@ -877,6 +903,17 @@ they edited the model's."
       (insert "  " (sly-agent-q-chat--entry-state entry) "\n")
       ;; Its arguments are the model's: wrapped deeper than the product's lines start.
       (put-text-property start (point) 'wrap-prefix "    "))
+    ;; A running command's last lines, live: what the server sends is a bounded tail, a few times a
+    ;; second at most, and only its last lines are drawn.
+    (when (and (eq status 'running) (sly-agent-q-entry-output entry))
+      (let ((live (concat (format "    output so far (%s), its last lines:\n"
+                                  (sly-agent-q-chat--bytes (sly-agent-q-entry-output-bytes entry)))
+                          (sly-agent-q-chat--preview
+                           (sly-agent-q-chat--last-lines (sly-agent-q-entry-output entry)
+                                                         sly-agent-q-chat-live-output-lines))
+                          "\n")))
+        (add-face-text-property 0 (length live) 'sly-agent-q-meta-face t live)
+        (insert live)))
     (when (sly-agent-q-entry-expanded entry)
       ;; The arguments and result are framed (`sly-agent-q-chat--preview');
       ;; the product's lines around them are meta text.
@@ -1588,6 +1625,18 @@ started while the answer streamed."
         ;; Only forward: a result that came first stays.
         (when (and entry (memq (sly-agent-q-entry-status entry) '(queued approval)))
           (setf (sly-agent-q-entry-status entry) 'running)
+          (sly-agent-q-chat--redraw-entry entry))))))
+
+(cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolOutput)) params)
+  "Show the running call's output so far, as the chat/toolOutput PARAMS give it.
+Each replaces the last: the entry shows its last lines."
+  (cl-destructuring-bind (&key callId tail totalBytes &allow-other-keys) params
+    (sly-agent-q-chat--with-turn-buffer params
+      (let ((entry (sly-agent-q-chat-entry callId)))
+        (when (and entry (stringp tail) (memq (sly-agent-q-entry-status entry) '(queued approval running)))
+          (setf (sly-agent-q-entry-status entry) 'running
+                (sly-agent-q-entry-output entry) tail
+                (sly-agent-q-entry-output-bytes entry) totalBytes)
           (sly-agent-q-chat--redraw-entry entry))))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/toolResult)) params)

@@ -88,7 +88,7 @@ CATEGORIES non-nil: the entries naming a category, else the others."
   "The permission rules to send, a vector of plists with string values."
   (vconcat
    (mapcar (lambda (rule)
-             (cl-loop for key in '(:action :tool :category :argument :pattern)
+             (cl-loop for key in '(:action :tool :category :argument :pattern :command)
                       for value = (plist-get rule key)
                       when value append (list key (format "%s" value))))
            (append sly-agent-q-permission-rules
@@ -132,6 +132,9 @@ setting left out would keep an old one in force."
                                (format "%s" sly-agent-q-max-safety-level))
           :readOutsideProject (and sly-agent-q-read-outside-project
                                    (format "%s" sly-agent-q-read-outside-project))
+          :allowShellCommands (and sly-agent-q-allow-shell-commands t)
+          :commandTimeoutMs (and sly-agent-q-command-timeout
+                                 (round (* 1000 sly-agent-q-command-timeout)))
           :projectRoot (sly-agent-q-server-project-root)
           :conversationDirectory (sly-agent-q-server-conversation-directory)
           :contextWindow sly-agent-q-context-window
@@ -149,7 +152,8 @@ setting left out would keep an old one in force."
     sly-agent-q-trust-levels sly-agent-q-permission-rules sly-agent-q-ask-before-evaluating
     sly-agent-q-max-safety-level sly-agent-q-read-outside-project sly-agent-q-server-log-level
     sly-agent-q-extra-configuration sly-agent-q-conversation-directory sly-agent-q-context-window
-    sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout)
+    sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout
+    sly-agent-q-allow-shell-commands sly-agent-q-command-timeout)
   "The options `sly-agent-q-server-configuration' reads, kept beside it.
 Setting one sends the configuration to a running server again.")
 

@@ -127,20 +127,25 @@ once: the server's configuration is replaced, never merged."
 (defcustom sly-agent-q-permission-rules nil
   "Rules that allow, ask about or deny tool calls, checked by the server.
 A list of plists (:action ACTION :tool NAME :category NAME :argument
-PARAM :pattern REGEXP), ACTION one of the symbols `allow', `ask' or
-`deny'; every other key is optional.  A rule matches a call of the
-tool NAME (or of a tool in the category NAME); with :argument and
-:pattern, only when the argument PARAM matches REGEXP, a JavaScript
-regular expression.  When several rules match, deny wins over ask,
-and ask over allow.  For example, never write .asd files:
-  ((:action deny :tool \"write_file\" :argument \"path\" :pattern \"\\\\.asd$\"))"
+PARAM :pattern REGEXP :command WORDS), ACTION one of the symbols
+`allow', `ask' or `deny'; every other key is optional.  A rule matches
+a call of the tool NAME (or of a tool in the category NAME); with
+:argument and :pattern, only when the argument PARAM matches REGEXP, a
+JavaScript regular expression.  With :command, only a command of
+run_command whose words are WORDS (a final * stands for any further
+arguments; see the README's section on run_command).  When several
+rules match, deny wins over ask, and ask over allow.  For example,
+never write .asd files, and run `make test' without asking:
+  ((:action deny :tool \"write_file\" :argument \"path\" :pattern \"\\\\.asd$\")
+   (:action allow :tool \"run_command\" :command \"make test*\"))"
   :type '(repeat
           (plist :options
                  ((:action (choice (const allow) (const ask) (const deny)))
                   (:tool string)
                   (:category string)
                   (:argument string)
-                  (:pattern string)))))
+                  (:pattern string)
+                  (:command string)))))
 
 (defcustom sly-agent-q-ask-before-evaluating nil
   "Non-nil means every tool that evaluates code in the image asks first.
@@ -164,6 +169,20 @@ policy, like the file tools' own confinement."
   :type '(choice (const :tag "Allow (read-only)" allow)
                  (const :tag "Ask each time" ask)
                  (const :tag "Deny" deny)))
+
+(defcustom sly-agent-q-allow-shell-commands nil
+  "Non-nil means run_command may run a shell line, not only a program.
+Off, the model gives a program and its arguments (no pipes,
+redirections or `&&'), which permission rules can judge word by word;
+on, it may also give a line for /bin/sh, which always asks unless a
+rule names that exact line."
+  :type 'boolean)
+
+(defcustom sly-agent-q-command-timeout 120
+  "Seconds a command of run_command may run before it is stopped.
+Its whole process group is stopped, and the model gets the output so
+far."
+  :type 'number)
 
 (defcustom sly-agent-q-server-log-level "info"
   "The server's log level (its log goes to the stderr buffer)."
@@ -236,6 +255,8 @@ At most three restarts happen within a minute."
                   sly-agent-q-ask-before-evaluating
                   sly-agent-q-max-safety-level
                   sly-agent-q-read-outside-project
+                  sly-agent-q-allow-shell-commands
+                  sly-agent-q-command-timeout
                   sly-agent-q-extra-configuration
                   sly-agent-q-conversation-directory))
   (put option 'risky-local-variable t)

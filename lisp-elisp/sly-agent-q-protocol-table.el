@@ -61,6 +61,7 @@
     (chat/thinkingDelta    server->emacs notification)
     (chat/toolCall         server->emacs notification)
     (chat/toolStarted      server->emacs notification)
+    (chat/toolOutput       server->emacs notification)
     (chat/toolResult       server->emacs notification)
     (chat/approvalNeeded   server->emacs notification)
     (chat/turnState        server->emacs notification)
@@ -76,8 +77,8 @@ The server sends Emacs notifications only: what may wait goes through
 
 (defconst sly-agent-q-protocol-tool-categories
   '("buffer" "clos" "debugger" "diff" "evaluation" "execution" "filesystem"
-    "introspection" "navigation" "packages" "project" "systems" "threads"
-    "tools" "vcs" "xref")
+    "introspection" "navigation" "packages" "project" "shell" "systems"
+    "threads" "tools" "vcs" "xref")
   "The categories of the server's tools, from its catalog.
 A trust level or a permission rule naming one covers every tool in it.")
 
@@ -202,6 +203,10 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string")
       ("name" . "string"))
      :result nil)
+    ("chat/toolOutput"
+     :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("tail" . "string")
+      ("totalBytes" . "number"))
+     :result nil)
     ("chat/toolResult"
      :params (("conversationId" . "string") ("turnId" . "string") ("callId" . "string") ("name" . "string")
       ("success" . "boolean") ("content" . "string") ("error" . "string?")
@@ -251,7 +256,8 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("callId" . "string") ("tool" . "string") ("arguments" . "object") ("review" . "string")
       ("safetyLevel" . "string") ("description" . "string") ("capability" . "string")
       ("categories" . "array") ("reason" . "object") ("lispArguments" . "array?")
-      ("conversationId" . "string?") ("turnId" . "string?") ("client" . "string?"))
+      ("conversationId" . "string?") ("turnId" . "string?") ("client" . "string?")
+      ("alwaysCommand" . "boolean?"))
      :result (("decision" . "string") ("always" . "boolean?") ("target" . "string?") ("reason" . "string?")
       ("arguments" . "object?"))))
   "The keys of each message and their types, as server/protocol.ts declares them.
@@ -272,6 +278,7 @@ absent; nil when the message carries no object.")
        ("readOutsideProject" . "string?") ("maxSafetyLevel" . "string?") ("categories" . "array?")
        ("offerAliases" . "boolean?") ("toolTimeoutMs" . "number?") ("imageTimeoutMs" . "number?")
        ("imageLoadTimeoutMs" . "number?") ("maxResultChars" . "number?")
+       ("allowShellCommands" . "boolean?") ("commandTimeoutMs" . "number?")
        ("contextWindow" . "number?") ("startToolsEarly" . "boolean?") ("thinking" . "object?")
        ("projectRoot" . "string?") ("auditLogFile" . "string?")
        ("conversationDirectory" . "string?") ("logLevel" . "string?"))))

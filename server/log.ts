@@ -24,6 +24,12 @@ export function registerEnvSecrets(env: NodeJS.ProcessEnv): void {
   for (const [name, value] of Object.entries(env)) if (SECRET_ENV_NAME.test(name)) registerSecret(value, name);
 }
 
+/** Whether TEXT holds a secret the product knows (its API key, a secret-named variable's value). */
+export function knowsSecretIn(text: string): boolean {
+  for (const s of secrets.keys()) if (text.includes(s)) return true;
+  return false;
+}
+
 /** Replaces every known secret, and anything shaped like an API key, with a marker saying so. */
 export function redact(text: string): string {
   let out = text;

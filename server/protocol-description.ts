@@ -35,7 +35,7 @@ const configuration = shape<P.Configuration>({
   maxSteps: "number?", turnTimeoutMs: "number?", streamIdleTimeoutMs: "number?", safetyOverrides: "object?",
   categoryLevels: "object?", permissionRules: "array?", readOutsideProject: "string?", maxSafetyLevel: "string?",
   categories: "array?", offerAliases: "boolean?", toolTimeoutMs: "number?", imageTimeoutMs: "number?",
-  imageLoadTimeoutMs: "number?", maxResultChars: "number?", contextWindow: "number?", startToolsEarly: "boolean?", thinking: "object?", projectRoot: "string?",
+  imageLoadTimeoutMs: "number?", maxResultChars: "number?", allowShellCommands: "boolean?", commandTimeoutMs: "number?", contextWindow: "number?", startToolsEarly: "boolean?", thinking: "object?", projectRoot: "string?",
   auditLogFile: "string?", conversationDirectory: "string?", logLevel: "string?",
 });
 
@@ -77,6 +77,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
   "chat/thinkingDelta": { params: shape<P.ThinkingDeltaParams>({ conversationId: "string", turnId: "string", text: "string", redacted: "boolean?" }), result: null },
   "chat/toolCall": { params: shape<P.ToolCallParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", arguments: "any?", safetyLevel: "string", running: "boolean?" }), result: null },
   "chat/toolStarted": { params: shape<P.ToolStartedParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string" }), result: null },
+  "chat/toolOutput": { params: shape<P.ToolOutputParams>({ conversationId: "string", turnId: "string", callId: "string", tail: "string", totalBytes: "number" }), result: null },
   "chat/toolResult": { params: shape<P.ToolResultParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string", success: "boolean", content: "string", error: "string?", executionTimeMs: "number", approvalWaitMs: "number?", arguments: "object?", approved: "boolean" }), result: null },
   "chat/approvalNeeded": { params: shape<P.ApprovalNeededParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string" }), result: null },
   "chat/turnState": { params: shape<P.TurnStateParams>({ conversationId: "string", turnId: "string", state: "string", previous: "any" }), result: null },
@@ -102,7 +103,7 @@ export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape }
   approval: {
     params: shape<P.EmacsApprovalParams>({
       callId: "string", tool: "string", arguments: "object", review: "string", safetyLevel: "string", description: "string",
-      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?",
+      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?", alwaysCommand: "boolean?",
     }),
     result: shape<Flat<P.ApprovalDecision>>({ decision: "string", always: "boolean?", target: "string?", reason: "string?", arguments: "object?" }),
   },

@@ -70,6 +70,7 @@ export const ServerNotifications = {
   thinkingDelta: documented(new NotificationType<ThinkingDeltaParams>("chat/thinkingDelta"), "Streamed reasoning of the model before its answer or between its calls (redacted: encrypted, no text)."),
   toolCall: documented(new NotificationType<ToolCallParams>("chat/toolCall"), "A tool call of the model, before it runs or asks (running: it started while the answer streamed)."),
   toolStarted: documented(new NotificationType<ToolStartedParams>("chat/toolStarted"), "A tool call starts to run (until then it waits its turn or the user's approval)."),
+  toolOutput: documented(new NotificationType<ToolOutputParams>("chat/toolOutput"), "A running call's output so far (a command's last lines, redacted), a few times a second at most; each replaces the last."),
   toolResult: documented(new NotificationType<ToolResultParams>("chat/toolResult"), "A tool call's result, once per call."),
   approvalNeeded: documented(new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"), "A call waits for the user's approval (the emacs/call of kind approval follows)."),
   turnState: documented(new NotificationType<TurnStateParams>("chat/turnState"), "The turn moved to another state (doc/turn-states.md); the chat shows it."),
@@ -144,6 +145,9 @@ export interface PermissionRule {
   category?: string;
   argument?: string;
   pattern?: string;
+  /** A command by its words, for tools that run commands (run_command): `make test*` (a final `*`:
+   *  any further arguments), matched as server/tools/command-rules.ts says. */
+  command?: string;
 }
 
 /** What made a call ask the user: the tool's level, or a permission rule with action ask. */
@@ -222,7 +226,8 @@ export interface ToolResult {
 // - A call: permission rules that match it decide, deny over ask over allow (deny: error result,
 //   not asked, not run; ask: the user is asked; allow: runs without asking). No matching rule: a
 //   dangerous level asks, safe and cautious run. "Always allow for this session" is kept per
-//   capability (primary name) and answers only a level's question, never a rule's ask or deny.
+//   capability (primary name; for a tool that runs commands, per exact command) and answers only a
+//   level's question, never a rule's ask or deny.
 // - Tools that evaluate code in the image carry the category "evaluation" (eval_form,
 //   eval_in_package, compile_form): categoryLevels {evaluation: "dangerous"} makes all of them ask.
 
@@ -254,8 +259,10 @@ export interface Configuration {
    * when argument is given, the value of that argument (a parameter name of the primary tool; an
    * alias's parameters are mapped onto the primary's) matches pattern: JavaScript regular
    * expression source, tested with new RegExp(pattern, "u") against the value (a string as it is,
-   * anything else as JSON). argument and pattern go together. Unknown actions, tools, categories or
-   * parameters and invalid patterns are rejected with invalidConfiguration.
+   * anything else as JSON). argument and pattern go together. command names a command of a tool that
+   * runs one by its words (server/tools/command-rules.ts); an allow rule never allows a command by a
+   * pattern over its arguments. Unknown actions, tools, categories or parameters and invalid patterns
+   * or commands are rejected with invalidConfiguration.
    */
   permissionRules?: PermissionRule[];
   /**
@@ -277,6 +284,10 @@ export interface Configuration {
   imageLoadTimeoutMs?: number;
   /** Results longer than this are cut with a marker. */
   maxResultChars?: number;
+  /** Whether run_command may run a shell line (pipes, redirections) besides an argv (default false). */
+  allowShellCommands?: boolean;
+  /** How long one run_command may take before its process group is stopped, in ms (default 120 s). */
+  commandTimeoutMs?: number;
   /** The model's context window in tokens, overriding the models table (a local model's own). */
   contextWindow?: number;
   /**
@@ -472,6 +483,8 @@ export interface EmacsApprovalParams {
   client?: string;
   /** The arguments that are Lisp source (ParamSpec.lisp), shown and edited as Lisp. */
   lispArguments?: string[];
+  /** True for a tool that runs commands: "always" allows this exact command again, not the tool. */
+  alwaysCommand?: boolean;
 }
 
 export interface EmacsReplyParams {
@@ -866,6 +879,14 @@ export interface ToolCallParams extends TurnRef {
 export interface ToolStartedParams extends TurnRef {
   callId: string;
   name: string;
+}
+
+export interface ToolOutputParams extends TurnRef {
+  callId: string;
+  /** The output's last few kilobytes (replacing what the entry showed), secrets redacted. */
+  tail: string;
+  /** Bytes of output so far. */
+  totalBytes: number;
 }
 
 export interface ToolResultParams extends TurnRef {

@@ -33,6 +33,7 @@ import {
   type ToolChoice,
   type ToolResultParams,
   type ToolStartedParams,
+  type ToolOutputParams,
   type TurnFailedParams,
   type TurnFinishedParams,
   type TurnStateParams,
@@ -388,6 +389,7 @@ export class ChatService {
       toolCall: (call, safetyLevel, running) =>
         notify<ToolCallParams>(ServerNotifications.toolCall, { ...ref, callId: call.id, name: call.name, arguments: call.input ?? call.rawArguments, safetyLevel, ...(running ? { running } : {}) }),
       toolStarted: (call) => notify<ToolStartedParams>(ServerNotifications.toolStarted, { ...ref, callId: call.id, name: call.name }),
+      toolOutput: (call, tail, totalBytes) => this.server.notify(ServerNotifications.toolOutput, { ...ref, callId: call.id, tail, totalBytes } satisfies ToolOutputParams),
       toolResult: (r) => {
         // What the call changed in files and buffers is kept with the saved conversation, for rewinding.
         const changes = this.server.takeChanges(r.id);

@@ -65,6 +65,8 @@ export interface TurnEvents {
   toolCall(call: StreamedToolCall, safetyLevel: SafetyLevel | "unknown", running: boolean): void;
   /** An announced call starts to run; until then it waits for the calls before it, or for approval. */
   toolStarted?(call: ToolCall): void;
+  /** A running call's output so far (its last bytes), as ToolContext.output gives it. */
+  toolOutput?(call: ToolCall, tail: string, totalBytes: number): void;
   /** Once per call, as each finishes. */
   toolResult(result: ToolResult): void;
   /** A failed request is about to be retried after DELAYMS. */
@@ -549,6 +551,7 @@ export class Turn {
       tags: this.tags,
       onResult: (r) => this.events.toolResult(r),
       onStart: (call, ranArguments) => this.callStarted(call, ranArguments),
+      onOutput: (call, tail, totalBytes) => this.events.toolOutput?.(call, tail, totalBytes),
       ...(toolSet ? { offerCategory: (c: string) => toolSet.offer(c) } : {}),
     };
   }

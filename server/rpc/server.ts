@@ -85,6 +85,7 @@ export class AgentServer {
         emacs: this.capabilities.tools || this.capabilities.image ? this.bridge : undefined,
         currentPackage: this.context.currentPackage,
         projectRoot: this.context.projectRoot ?? this.configuration.projectRoot,
+        commands: { allowShell: this.configuration.allowShellCommands === true, ...(this.configuration.commandTimeoutMs !== undefined ? { timeoutMs: this.configuration.commandTimeoutMs } : {}) },
         reportChanges: (callId: string, changes: Change[]) => this.keepChanges(callId, changes),
       }),
     });

@@ -24,6 +24,7 @@ export function approvalParams(request: ApprovalRequest, origin: ApprovalOrigin 
     categories: [...tool.categories],
     reason: request.reason,
     ...(lispArguments(tool).length ? { lispArguments: lispArguments(tool) } : {}),
+    ...(tool.command ? { alwaysCommand: true } : {}),
     ...(origin.conversationId ? { conversationId: origin.conversationId } : {}),
     ...(origin.turnId ? { turnId: origin.turnId } : {}),
     ...(origin.client ? { client: origin.client } : {}),

@@ -76,7 +76,7 @@ export interface ExecutorOptions {
   audit?: (entry: AuditEntry) => void;
   hooks?: ToolHook[];
   /** What handlers get besides the call's own signal and timeout (the Emacs port, the current package). */
-  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot">;
+  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot" | "commands">;
 }
 
 export interface ExecuteOptions {
@@ -98,6 +98,8 @@ export interface ExecuteOptions {
    * announced; rejected when that answer is discarded, and then nothing is asked.
    */
   beforeAsking?: () => Promise<void>;
+  /** Given a running call's output as it comes (a command's last lines, ToolContext.output). */
+  onOutput?: (call: ToolCall, tail: string, totalBytes: number) => void;
 }
 
 /** A call that passed every check (Executor.admit): it may still have to ask, then it runs. */
@@ -316,7 +318,7 @@ export class Executor {
       let ask: ApprovalReason | undefined;
       if (verdict.kind === "ask") {
         // "Always allow" answers the tool's level; a rule that asks always asks.
-        if (verdict.reason.kind === "level" && this.sessionAllowed.has(capability)) {
+        if (verdict.reason.kind === "level" && this.sessionAllowed.has(policy.sessionKey(tool, args))) {
           decision = "session";
         } else {
           if (!this.options.approve) {
@@ -381,7 +383,7 @@ export class Executor {
       switch (reply?.decision) {
         case "approved":
           decision = "approved";
-          if (reply.always) this.sessionAllowed.add(capability);
+          if (reply.always) this.sessionAllowed.add(this.policy.sessionKey(tool, args));
           break;
         case "modified": {
           const edited = declaredOnly(tool, parseArguments(reply.arguments));
@@ -619,7 +621,7 @@ export class Executor {
   }
 
   private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void; protectedApproved?: string }, approved?: ApprovedTarget): Promise<unknown> {
-    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning, protectedApproved } = opts;
+    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning, protectedApproved, onOutput } = opts;
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -642,6 +644,7 @@ export class Executor {
         timeoutMs,
         ...(approved ? { approved } : {}),
         ...(offerCategory ? { offerCategory } : {}),
+        ...(onOutput ? { output: (tail: string, totalBytes: number) => onOutput({ id: callId, name: tool.name, arguments: args }, tail, totalBytes) } : {}),
         readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking, onApprovedWhileRunning),
         confirmWrite: (file) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved }),
       };
@@ -739,7 +742,7 @@ export function targetChanged(tool: Tool): string {
 }
 
 function deniedByRule(tool: Tool, rule: PermissionRule): string {
-  const what = [rule.tool && `tool ${rule.tool}`, rule.category && `category ${rule.category}`, rule.argument && `${rule.argument} matching /${rule.pattern}/`].filter(Boolean).join(", ");
+  const what = [rule.tool && `tool ${rule.tool}`, rule.category && `category ${rule.category}`, rule.argument && `${rule.argument} matching /${rule.pattern}/`, rule.command && `command ${rule.command}`].filter(Boolean).join(", ");
   return `${tool.name} was denied by a permission rule of the user (deny ${what || "everything"}); it was not run.`;
 }
 

@@ -14,6 +14,7 @@ import { safetyRank, SAFETY_LEVELS, type SafetyLevel, type Tool } from "./tool.j
 import type { ToolRegistry } from "./registry.js";
 import { ADD_TOOLS } from "./catalog/tool-set.js";
 import { protectedWrite } from "./protected-paths.js";
+import { commandMatches, parseCommandPattern, type CommandPattern } from "./command-rules.js";
 
 import type { ApprovalReason, PermissionRule, RuleAction } from "../protocol.js";
 
@@ -53,6 +54,7 @@ interface CompiledRule {
   /** The primary name the rule's tool resolves to. */
   primary?: string;
   regexp?: RegExp;
+  command?: CommandPattern;
 }
 
 export class ToolPolicy {
@@ -124,7 +126,7 @@ export class ToolPolicy {
     if (s.maxSafetyLevel && safetyRank(this.effectiveSafety(tool)) > safetyRank(s.maxSafetyLevel)) return false;
     // add_tools is not held to the categories: it changes nothing, and brings in only tools they allow.
     if (s.categories && s.categories.length > 0 && tool.name !== ADD_TOOLS && !tool.categories.some((c) => s.categories!.includes(c))) return false;
-    if (this.rules.some((r) => r.rule.action === "deny" && r.rule.argument === undefined && this.ruleCovers(r, tool))) return false;
+    if (this.rules.some((r) => r.rule.action === "deny" && r.rule.argument === undefined && r.rule.command === undefined && this.ruleCovers(r, tool))) return false;
     return this.available(tool);
   }
 
@@ -136,7 +138,7 @@ export class ToolPolicy {
   /** What a call of TOOL with ARGS (already validated) needs; PROJECTROOT is what its paths are relative to. */
   decide(tool: Tool, args: Record<string, unknown>, projectRoot?: string): PolicyDecision {
     const primaryArgs = toPrimaryArgs(tool, args);
-    const matching = this.rules.filter((r) => this.ruleCovers(r, tool) && argumentMatches(r, primaryArgs));
+    const matching = this.rules.filter((r) => this.ruleCovers(r, tool) && argumentMatches(r, primaryArgs) && this.commandRuleMatches(r, tool, primaryArgs));
     const deny = matching.find((r) => r.rule.action === "deny");
     if (deny) return { kind: "deny", rule: deny.rule };
     // A protected file asks before any allow rule or level is looked at ("always allow" answers
@@ -170,6 +172,37 @@ export class ToolPolicy {
    */
   private allowsProtected(tool: Tool, param: string, value: string): boolean {
     return this.rules.some((r) => r.rule.action === "allow" && r.rule.argument === param && r.rule.pattern !== undefined && literalPattern(r.rule.pattern) === value && this.ruleCovers(r, tool));
+  }
+
+  /**
+   * Whether R's command (if it names one) matches the command of this call of TOOL. A tool that runs
+   * no command is never matched by one; a call whose command cannot be read is matched by deny and ask
+   * rules, never by allow rules.
+   */
+  private commandRuleMatches(r: CompiledRule, tool: Tool, args: Record<string, unknown>): boolean {
+    const of = this.commandOf(tool);
+    // Whatever rule allows with a pattern over the arguments (one naming a category, or none), it
+    // never allows a command: only a rule's command words do.
+    if (r.command === undefined) return !(of !== undefined && r.rule.action === "allow" && r.rule.argument !== undefined);
+    if (of === undefined) return false;
+    const target = of(args);
+    if (target === undefined) return r.rule.action !== "allow";
+    return commandMatches(r.command, target, r.rule.action === "allow");
+  }
+
+  private commandOf(tool: Tool): Tool["command"] {
+    return this.registry.get(this.primaryName(tool))?.command ?? tool.command;
+  }
+
+  /**
+   * What "always allow" remembers for this session: the capability (primary name); for a tool that
+   * runs commands, that exact command alone, so that approving `make test` once never lets `rm -rf ~`
+   * run unasked.
+   */
+  sessionKey(tool: Tool, args: Record<string, unknown>): string {
+    const of = this.commandOf(tool);
+    if (of === undefined) return this.primaryName(tool);
+    return `${this.primaryName(tool)} ${JSON.stringify(of(toPrimaryArgs(tool, args)) ?? null)}`;
   }
 
   /** The not-available message for NAME, naming what is available. */
@@ -244,7 +277,7 @@ function compileRule(rule: PermissionRule, i: number, registry: ToolRegistry, ca
   if (!RULE_ACTIONS.includes(rule.action)) {
     throw new PolicyError(`${where}: action must be allow, ask or deny, not ${JSON.stringify(rule.action)}.`);
   }
-  for (const field of ["tool", "category", "argument", "pattern"] as const) {
+  for (const field of ["tool", "category", "argument", "pattern", "command"] as const) {
     if (rule[field] !== undefined && typeof rule[field] !== "string") throw new PolicyError(`${where}: ${field} must be a string.`);
   }
   const compiled: CompiledRule = { rule: { ...rule } };
@@ -259,6 +292,20 @@ function compileRule(rule: PermissionRule, i: number, registry: ToolRegistry, ca
   }
   if ((rule.argument === undefined) !== (rule.pattern === undefined)) {
     throw new PolicyError(`${where}: argument and pattern go together (the rule matches when that argument matches the pattern).`);
+  }
+  if (rule.command !== undefined) {
+    if (rule.argument !== undefined) throw new PolicyError(`${where}: give command or argument and pattern, not both.`);
+    if (tool && !(registry.get(compiled.primary!) ?? tool).command) throw new PolicyError(`${where}: ${rule.tool} runs no command, so a rule naming a command cannot match it.`);
+    try {
+      compiled.command = parseCommandPattern(rule.command);
+    } catch (err) {
+      throw new PolicyError(`${where}: command ${JSON.stringify(rule.command)}: ${(err as Error).message}.`);
+    }
+  }
+  // A regexp over a command's arguments cannot tell an argument from a command (`make test; rm -rf ~`
+  // is one argv element, or a shell line): commands are allowed by their words alone.
+  if (rule.action === "allow" && rule.argument !== undefined && tool && (registry.get(compiled.primary!) ?? tool).command) {
+    throw new PolicyError(`${where}: an allow rule for ${rule.tool} names the command with command (e.g. "make test*"), not a pattern over its arguments.`);
   }
   if (rule.argument !== undefined) {
     if (tool) {

@@ -1,6 +1,7 @@
 // The tool protocol: what a tool is, and the checks a definition must pass at load time.
 
 import { REVIEW_KINDS } from "../protocol.js";
+import type { CommandTarget } from "./command-rules.js";
 import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
 
 export type { EmacsCallKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
@@ -46,6 +47,16 @@ export interface ToolContext {
    * returns the names added, or throws a ToolError saying why not. Absent: every tool is offered.
    */
   offerCategory?: (category: string) => string[];
+  /** The user's settings for run_command: whether shell lines may run, and how long a command may take. */
+  commands?: CommandSettings;
+  /** Where a handler shows its output live (a command's last lines), at a rate it bounds itself;
+   *  absent where nobody watches (tools/call, MCP). */
+  output?: (tail: string, totalBytes: number) => void;
+}
+
+export interface CommandSettings {
+  allowShell?: boolean;
+  timeoutMs?: number;
 }
 
 /** Calls that wait for Emacs: answered asynchronously (see server/protocol.ts, emacs/call). */
@@ -89,6 +100,9 @@ export interface ToolSpec {
    *  the call ask (protected-paths.ts). A handler that finds the file only as it runs asks through
    *  ToolContext.confirmWrite. */
   writesFile?: string;
+  /** For a tool that runs a command: the command a call's arguments name (undefined when they name
+   *  none), which permission rules with `command` match (server/tools/command-rules.ts). */
+  command?: (args: Record<string, unknown>) => CommandTarget | undefined;
   /** How the user reviews a call that asks (see ReviewKind in server/protocol.ts); "arguments" when absent. */
   review?: ReviewKind;
   /** What a safe tool changes besides answering (point moved, a trace removed, the user's macro functions

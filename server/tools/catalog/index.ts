@@ -6,10 +6,11 @@ import { debuggerTools } from "./debugger.js";
 import { emacsTools } from "./emacs.js";
 import { imageTools } from "./image.js";
 import { projectTools } from "./project.js";
+import { shellTools } from "./shell.js";
 import { sourceTools } from "./source.js";
 import { toolSetTools } from "./tool-set.js";
 
-export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...projectTools, ...debuggerTools, ...toolSetTools];
+export const builtinTools: readonly Tool[] = [...imageTools, ...sourceTools, ...emacsTools, ...projectTools, ...shellTools, ...debuggerTools, ...toolSetTools];
 
 export function createDefaultRegistry(): ToolRegistry {
   const registry = new ToolRegistry();

@@ -1,0 +1,121 @@
+// run_command: the project's own commands (make test, a build script, a linter), run by the server
+// in the project root (server/tools/project/command.ts). Dangerous: it asks, showing the exact
+// command, the program it runs and the true directory, and the approval is bound to them (the preview's
+// digest is checked again just before it runs). Permission rules name commands by their words
+// (PermissionRule.command, server/tools/command-rules.ts).
+
+import { relative, sep } from "node:path";
+import { realRoot } from "../project/files.js";
+import { projectRoot } from "../project/root.js";
+import {
+  commandDirectory,
+  commandEnvironment,
+  commandTarget,
+  DEFAULT_COMMAND_TIMEOUT_MS,
+  describeEnd,
+  newRunMark,
+  renderCommand,
+  resolveProgram,
+  runProcess,
+  type CommandTarget,
+} from "../project/command.js";
+import { defineTool, ToolError, type Tool, type ToolContext } from "../tool.js";
+
+/** The longest timeout a user may set; the executor's own bound lies beyond it. */
+const MAX_COMMAND_TIMEOUT_MS = 24 * 3600_000;
+
+interface Prepared {
+  target: CommandTarget;
+  cwd: string;
+  /** The executable that runs: the program argv[0] names, or the shell. */
+  program: string;
+  /** What is executed, argv[0] first. */
+  argv: string[];
+}
+
+async function prepare(a: Record<string, unknown>, ctx: ToolContext): Promise<Prepared> {
+  const target = commandTarget(a);
+  if (target.kind === "shell" && ctx.commands?.allowShell !== true) {
+    throw new ToolError("Shell lines are off (the user's sly-agent-q-allow-shell-commands): give argv, the program and its arguments as a list, without pipes or redirections. Nothing was run.");
+  }
+  const root = realRoot(await projectRoot(ctx, "nothing was run"));
+  const cwd = commandDirectory(root, a.directory);
+  if (target.kind === "shell") return { target, cwd, program: "/bin/sh", argv: ["sh", "-c", target.line] };
+  const argv0 = target.argv[0]!;
+  const program = resolveProgram(argv0, cwd);
+  if (program === undefined) throw new ToolError(`No program ${JSON.stringify(argv0)} was found (on PATH, or as that path in ${cwd}); nothing was run.`);
+  // A bare name found in the project (a PATH entry such as . or the project's bin/) would let a file the
+  // agent can write pass for the program a rule allows (`make test*` running ./make): the project's
+  // own programs are named by their path, which the approval and the rules then see.
+  if (!argv0.includes("/") && isInside(root, program)) {
+    throw new ToolError(`${JSON.stringify(argv0)} is found on PATH inside the project (${program}): name the project's own program by its path, e.g. ./${relative(cwd, program)}. Nothing was run.`);
+  }
+  return { target, cwd, program, argv: target.argv };
+}
+
+function isInside(root: string, file: string): boolean {
+  return file === root || file.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
+function timeoutOf(ctx: ToolContext): number {
+  const t = ctx.commands?.timeoutMs;
+  return typeof t === "number" && t > 0 ? Math.min(t, MAX_COMMAND_TIMEOUT_MS) : DEFAULT_COMMAND_TIMEOUT_MS;
+}
+
+async function runCommandHandler(a: Record<string, unknown>, ctx: ToolContext): Promise<string> {
+  const p = await prepare(a, ctx);
+  const mark = newRunMark();
+  const timeoutMs = timeoutOf(ctx);
+  const outcome = await runProcess({
+    program: p.program,
+    argv: p.argv,
+    cwd: p.cwd,
+    env: commandEnvironment(mark),
+    mark,
+    signal: ctx.signal,
+    timeoutMs,
+    ...(ctx.output ? { onOutput: ctx.output } : {}),
+  });
+  const end = describeEnd(outcome, timeoutMs);
+  const out = outcome.output;
+  const lines = [
+    `$ ${renderCommand(p.target)}`,
+    `in ${p.cwd}`,
+    `${end}; ${(outcome.durationMs / 1000).toFixed(1)} s; ${out.totalBytes} bytes of output (stdout and stderr together; no standard input).`,
+  ];
+  if (out.totalBytes > 0) lines.push("", out.text());
+  if (outcome.spawnError !== undefined) throw new ToolError(lines.join("\n"));
+  return lines.join("\n");
+}
+
+export const shellTools: Tool[] = [
+  defineTool({
+    name: "run_command",
+    description:
+      "Run one of the project's commands (make test, a build or lint script) in the project root and get its exit status and output (head and tail). Asks the user first. No standard input; give argv, not a shell line.",
+    parameters: {
+      argv: { type: "array", items: { type: "string" }, description: "The program and its arguments, e.g. [\"make\", \"test\"]; run without a shell." },
+      shell: { type: "string", description: "A shell line (pipes, redirections), only when the user allows shells; else use argv." },
+      directory: { type: "string", description: "Subdirectory of the project root to run in (default: the root)." },
+    },
+    safety: "dangerous",
+    categories: ["shell"],
+    command: (a) => {
+      try {
+        return commandTarget(a);
+      } catch {
+        return undefined;
+      }
+    },
+    runtime: "node",
+    // The user's own timeout (commandTimeoutMs) is kept by the handler, which then stops the process
+    // group and still answers with the output so far; this is only the executor's outer bound.
+    timeoutMs: MAX_COMMAND_TIMEOUT_MS + 60_000,
+    // Shown in the approval, and bound to it: the exact command, the program it starts, the true directory.
+    preview: async (a, ctx) => {
+      const p = await prepare(a, ctx);
+      return { command_line: renderCommand(p.target), program: p.program, directory: p.cwd };
+    },
+    handler: runCommandHandler,
+  }),
+];
