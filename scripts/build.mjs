@@ -35,7 +35,10 @@ const key = createHash("sha256").update(program).digest("hex").slice(0, 16);
 // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
 const out = `#!/usr/bin/env node\n${loader.replace("__PROGRAM_KEY__", key)}\n/*PROGRAM\n${program.replaceAll("*/", "*\x01/")}\n*/\n`;
 // dist/ is not tracked: a fresh clone has none. Written aside and renamed, so that a server starting
-// meanwhile reads the old bundle or the new one, never half of one.
+// meanwhile reads the old bundle or the new one, never half of one. The aside name is this process's
+// own: two builds at once (each `make run` builds; make test runs two suites at once) would otherwise
+// write the same file and the second rename find it gone.
 mkdirSync("dist", { recursive: true });
-writeFileSync("dist/sly-agent-q-server.js.tmp", out);
-renameSync("dist/sly-agent-q-server.js.tmp", "dist/sly-agent-q-server.js");
+const aside = `dist/sly-agent-q-server.js.${process.pid}.tmp`;
+writeFileSync(aside, out);
+renameSync(aside, "dist/sly-agent-q-server.js");

@@ -13,7 +13,9 @@
 #   SBCL, ECL, CLISP, ABCL  the Lisp to run (default: its name on PATH).
 #   EMACS         the emacs to ask for SLIME's location (default: emacs).
 #   SAQ_ONLY      "TEST ...": run only these tests (to try one on a Lisp).
-#   SAQ_CL_WORK   where each Lisp's logs, fasls and cache go (test/.work/cl).
+#   SAQ_CL_WORK   where each Lisp's logs, fasls and cache go (test/.work/cl);
+#                 ECL's cache is test/.work/ecl/xdg-cache/, the one the
+#                 end-to-end ECL group uses too (test/ecl-cache.sh).
 #   SAQ_CL_OTHER_LISPS  "clisp ecl": the Lisps run after SBCL when none
 #                 is named (make test sets it: scripts/test-all.sh).
 #   SAQ_CL_SLYNK_EVERYWHERE  set: run SLYNK on the other Lisps too (by
@@ -83,15 +85,22 @@ run_backend() {
     # the JVM) get longer.
     case "$lisp" in sbcl) watchdog=300 ;; abcl) watchdog=1800 ;; *) watchdog=900 ;; esac
     echo "== $suite (loader: $loader)"
-    local started attempt rc crash
+    local started attempt rc crash cache="$work/xdg-cache"
     started="$(date +%s)"
+    # ECL compiles SWANK, the helpers and FiveAM through gcc: one cache for this suite and the
+    # end-to-end ECL group, used by one ECL run at a time.
+    if [ "$lisp" = ecl ]; then
+        . "$root/test/ecl-cache.sh"
+        cache="$ecl_cache"
+        ecl_cache_lock
+    fi
     for attempt in 1 2; do
         # Appended to: a process the Lisp started that writes after the log was cut would leave a
         # run of NUL bytes at its old offset otherwise.
         : >"$log"
         # shellcheck disable=SC2046
         SAQ_BACKEND="$name" SAQ_BACKEND_LOADER="$loader" SAQ_WORK="$work" SAQ_SUITE="$suite" \
-            XDG_CACHE_HOME="$work/xdg-cache" \
+            XDG_CACHE_HOME="$cache" \
             timeout -k 10 "$watchdog" $(lisp_command "$lisp" "$here/run-tests.lisp") </dev/null >>"$log" 2>&1
         rc=$?
         # A Lisp implementation that crashed (ended by SIGSEGV and the like: timeout passes the
@@ -106,10 +115,12 @@ run_backend() {
             echo "$suite: the Lisp implementation crashed again ($lisp ended by signal $crash): the run fails"
             echo "$suite: 0 passed, 1 failed"
             status=1
+            [ "$lisp" = ecl ] && ecl_cache_unlock
             echo "time: $suite: $(( $(date +%s) - started )) s"
             return
         fi
     done
+    [ "$lisp" = ecl ] && ecl_cache_unlock
     cat "$log"
     echo "time: $suite: $(( $(date +%s) - started )) s"
     last="$(tail -n 1 "$log")"

@@ -17,18 +17,23 @@ if [ -n "${SAQ_E2E_ONLY:-}" ]; then
   exit
 fi
 
+# The default group on the other Lisps of SAQ_E2E_OTHER_LISPS (make test sets it:
+# scripts/test-all.sh), under SLIME, each run timed. First: ECL's cache (test/ecl-cache.sh) is the CL
+# suite's too, whose ECL run comes after SBCL's and CLISP's, so that when make test runs both
+# suites at once, this group has built the cache by the time the CL suite's ECL run needs it.
+. test/ecl-cache.sh
+for lisp in ${SAQ_E2E_OTHER_LISPS:-}; do
+  [ "$lisp" = ecl ] && ecl_cache_lock
+  ert_run "e2e slime $lisp" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime SLY_AGENT_Q_TEST_PROGRAM="$lisp"
+  [ "$lisp" = ecl ] && ecl_cache_unlock
+done
+
 ert_run "e2e slime" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime
 if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
   ert_run "e2e sly" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=sly
 else
   ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
-
-# The default group on the other Lisps of SAQ_E2E_OTHER_LISPS (make test sets it:
-# scripts/test-all.sh), under SLIME, each run timed.
-for lisp in ${SAQ_E2E_OTHER_LISPS:-}; do
-  ert_run "e2e slime $lisp" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime SLY_AGENT_Q_TEST_PROGRAM="$lisp"
-done
 
 # The fault-injection suite: the server killed after each protocol message of a scripted
 # conversation (the image and the Emacs side at a sample); every conversation must go on and lose

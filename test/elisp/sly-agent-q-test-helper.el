@@ -350,10 +350,11 @@ the image."
 (defun sly-agent-q-test--lisp-environment (name)
   "The `process-environment' to start the Lisp NAME in.
 ECL gets a cache of its own under test/.work/ (its compiled SWANK,
-systems and helpers)."
+systems and helpers), the one the CL suite's ECL run uses too
+\(test/ecl-cache.sh: gcc compiles them once for both)."
   (if (not (equal name "ecl"))
       process-environment
-    (let ((cache (expand-file-name "test/.work/e2e/ecl/xdg-cache/" sly-agent-q-test-root)))
+    (let ((cache (expand-file-name "test/.work/ecl/xdg-cache/" sly-agent-q-test-root)))
       (make-directory cache t)
       (cons (concat "XDG_CACHE_HOME=" cache) process-environment))))
 

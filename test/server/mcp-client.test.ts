@@ -97,7 +97,7 @@ it("offers a configured MCP server's tools to the model under its trust level, s
   decisions.push("approved", "approved");
   const t4 = await turn(bundle, t1.conversationId, "crash");
   expect(t4.text).toMatch(/^4: Error: crash on MCP server fixture failed: .*(closed|Connection)/i);
-  await vi.waitFor(() => expect(statuses.some((s) => s.name === "fixture" && s.status === "exited")).toBe(true));
+  await vi.waitFor(() => expect(statuses.some((s) => s.name === "fixture" && s.status === "exited")).toBe(true), { timeout: 10_000 });
   const t5 = await turn(bundle, t1.conversationId, "echo again");
   expect(t5.text).toBe("5: fixture echo: again");
   await bundle.connection.sendRequest("mcp/clientConfigure", { servers: {} });
@@ -254,7 +254,7 @@ it("never starts an MCP tool while the answer streams, whatever level its server
   const conf = await bundle.connection.sendRequest<{ servers: { ok: boolean }[] }>("mcp/clientConfigure", { servers, levels: { fixture: "safe" } });
   expect(conf.servers[0]!.ok).toBe(true);
   const ended = turn(bundle, undefined, "touch");
-  await vi.waitFor(() => expect(mock.requests()).toHaveLength(1));
+  await vi.waitFor(() => expect(mock.requests()).toHaveLength(1), { timeout: 10_000 });
   await new Promise((r) => setTimeout(r, 1000));
   expect(existsSync(touched)).toBe(false);
   const [conversation] = (await bundle.connection.sendRequest<{ conversations: { conversationId: string }[] }>("conversation/list")).conversations;

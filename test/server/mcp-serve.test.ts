@@ -128,7 +128,7 @@ describe("MCP server", () => {
     const busy = opened.slice(17).map((sid) =>
       fetch(h.url, { method: "POST", headers: { ...auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18" },
                      body: JSON.stringify({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "write_file", arguments: { path: "x.txt", content: "x" } } }) }));
-    await vi.waitFor(() => expect(h.calls.filter((c) => c.kind === "approval")).toHaveLength(3));
+    await vi.waitFor(() => expect(h.calls.filter((c) => c.kind === "approval")).toHaveLength(3), { timeout: 10_000 });
     const refused = await init();
     expect(refused.status).toBe(503);
     const error = ((await refused.json()) as { error: { message: string } }).error.message;
@@ -158,7 +158,7 @@ describe("MCP server", () => {
     expect(asked).toContain("\\n");
     expect(asked).toContain("\\u202E");
     expect(asked.length).toBeLessThanOrEqual(80);
-    await vi.waitFor(() => expect(h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done")).toHaveLength(1));
+    await vi.waitFor(() => expect(h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done")).toHaveLength(1), { timeout: 10_000 });
     for (const n of h.notes.filter((n) => n.method === "mcp/call")) expect(n.params.client).toBe(asked);
     await client.close();
   });
@@ -192,7 +192,7 @@ describe("MCP server", () => {
     expect(approvals[0]!.params).toMatchObject({ tool: "write_file", client: "Claude Code", safetyLevel: "dangerous" });
 
     // Every call is shown in Emacs (the last notice may trail the MCP answer).
-    await vi.waitFor(() => expect(h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done")).toHaveLength(4));
+    await vi.waitFor(() => expect(h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done")).toHaveLength(4), { timeout: 10_000 });
     const logged = h.notes.filter((n) => n.method === "mcp/call" && n.params.phase === "done").map((n) => [n.params.tool, n.params.success, n.params.client]);
     expect(logged).toEqual([
       ["describe_symbol", true, "Claude Code"],
@@ -239,7 +239,7 @@ describe("MCP server", () => {
     expect((r.content as any)[0].text).toMatch(/nobody answered in Emacs within 1 s/);
     expect(h.calls.filter((c) => c.kind === "tool")).toHaveLength(0);
     // Emacs is told to drop the question.
-    await vi.waitFor(() => expect(h.notes.some((n) => n.method === "emacs/cancel")).toBe(true));
+    await vi.waitFor(() => expect(h.notes.some((n) => n.method === "emacs/cancel")).toBe(true), { timeout: 10_000 });
     await client.close();
   });
 

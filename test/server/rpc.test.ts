@@ -226,7 +226,7 @@ describe("JSON-RPC server", () => {
     expect(r).toMatchObject({ success: false });
     expect(r.error).toMatch(/slow_emacs timed out after 100 ms/);
     expect(Date.now() - t0).toBeLessThan(5000);
-    await vi.waitFor(() => expect(h.cancels).toEqual([{ id: h.calls[0]!.id, reason: "cancelled" }]));
+    await vi.waitFor(() => expect(h.cancels).toEqual([{ id: h.calls[0]!.id, reason: "cancelled" }]), { timeout: 10_000 });
     // The late answer is dropped, and the server still serves.
     void h.client.sendNotification("emacs/reply", { id: h.calls[0]!.id, result: { content: "late" } });
     h.answer = () => ({ result: { content: "fine" } });
@@ -250,7 +250,7 @@ describe("JSON-RPC server", () => {
     const h = harness();
     await init(h);
     const pending = h.server.executor.execute({ id: "x", name: "buffer_list", arguments: {} });
-    await vi.waitFor(() => expect(h.server.bridge.inFlight).toBe(1));
+    await vi.waitFor(() => expect(h.server.bridge.inFlight).toBe(1), { timeout: 10_000 });
     h.server.bridge.close("The connection to Emacs is closed.");
     const r = await pending;
     expect(r).toMatchObject({ success: false, error: "The connection to Emacs is closed." });
