@@ -242,6 +242,18 @@ the server as the project root of the editor context."
               dir))
         default-directory))))
 
+(defun sly-agent-q-files-call-root (root)
+  "Return the value of `sly-agent-q-project-root' for a call of the server.
+ROOT is the project root the server judged the call against (its
+protected files, its approval), sent with it: the call's paths resolve
+against that root, never against another one the user's current buffer
+gives meanwhile.  Without a ROOT naming an existing local directory,
+the current value."
+  (if (and (stringp root) (file-name-absolute-p root) (not (file-remote-p root))
+           (file-directory-p root))
+      (file-name-as-directory root)
+    sly-agent-q-project-root))
+
 (defun sly-agent-q--existing-p (file)
   "Return non-nil when FILE exists, a dangling symbolic link included."
   (or (file-exists-p file) (file-symlink-p file)))

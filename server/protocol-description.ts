@@ -92,7 +92,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
 /** Each kind of emacs/call: its params and the result of Emacs's emacs/reply. */
 export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape } = {
   tool: {
-    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?" }),
+    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?", projectRoot: "string?" }),
     result: shape<P.EmacsToolResult>({ content: "string", changes: "array?" }),
   },
   image: {
@@ -102,7 +102,7 @@ export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape }
   approval: {
     params: shape<P.EmacsApprovalParams>({
       callId: "string", tool: "string", arguments: "object", review: "string", safetyLevel: "string", description: "string",
-      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?",
+      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?", projectRoot: "string?",
     }),
     result: shape<Flat<P.ApprovalDecision>>({ decision: "string", always: "boolean?", target: "string?", reason: "string?", arguments: "object?" }),
   },

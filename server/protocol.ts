@@ -403,6 +403,9 @@ export interface EmacsToolParams {
   arguments: Record<string, unknown>;
   /** Set when the user approved the call: Emacs runs it only if its target is still the approved one. */
   approved?: ApprovedTarget;
+  /** The project root the server judged the call against (protected files, its approval): Emacs
+   *  resolves and confines the call's paths against this root, so the two never disagree. */
+  projectRoot?: string;
 }
 
 /** The reply to kind "tool": the text for the model, and what the call changed (for rewinding). */
@@ -472,6 +475,8 @@ export interface EmacsApprovalParams {
   client?: string;
   /** The arguments that are Lisp source (ParamSpec.lisp), shown and edited as Lisp. */
   lispArguments?: string[];
+  /** The project root the call was judged against: Emacs prepares the approval's target against it. */
+  projectRoot?: string;
 }
 
 export interface EmacsReplyParams {

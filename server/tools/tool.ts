@@ -89,6 +89,10 @@ export interface ToolSpec {
    *  the call ask (protected-paths.ts). A handler that finds the file only as it runs asks through
    *  ToolContext.confirmWrite. */
   writesFile?: string;
+  /** The parameter naming the buffer whose text a call changes (buffer_edit's buffer_name; the call
+   *  without it changes the user's last buffer): a buffer visiting a protected file makes the call ask,
+   *  as a write to that file would, since the user's next save writes it there (Executor). */
+  writesBuffer?: string;
   /** How the user reviews a call that asks (see ReviewKind in server/protocol.ts); "arguments" when absent. */
   review?: ReviewKind;
   /** What a safe tool changes besides answering (point moved, a trace removed, the user's macro functions
