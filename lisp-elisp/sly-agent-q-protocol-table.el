@@ -97,7 +97,7 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("clientInfo" . "object?") ("capabilities" . "object?") ("configuration" . "Configuration?")
       ("context" . "object?"))
      :result (("serverInfo" . "object") ("protocolVersion" . "number") ("tools" . "array")
-      ("lispArguments" . "object?")))
+      ("lispArguments" . "object?") ("thinking" . "object?")))
     ("shutdown"
      :params nil
      :result nil)
@@ -110,7 +110,7 @@ A trust level or a permission rule naming one covers every tool in it.")
       ("error" . "string?") ("metadata" . "object")))
     ("configuration/change"
      :params (("configuration" . "Configuration?"))
-     :result (("tools" . "array")))
+     :result (("tools" . "array") ("thinking" . "object?")))
     ("chat/send"
      :params (("conversationId" . "string?") ("text" . "string") ("context" . "object?")
       ("model" . "string?") ("toolChoice" . "object?"))

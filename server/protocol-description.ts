@@ -45,11 +45,11 @@ export const SHAPE_TYPES: Readonly<Record<ShapeType, MessageShape>> = { Configur
 
 /** Every method's shapes, by method name. */
 export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
-  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array", lispArguments: "object?" }) },
+  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array", lispArguments: "object?", thinking: "object?" }) },
   "shutdown": { params: null, result: null },
   "tools/list": { params: shape<P.ToolsListParams>({ all: "boolean?" }), result: shape<P.ToolsListResult>({ tools: "array" }) },
   "tools/call": { params: shape<P.ToolsCallParams>({ name: "string", arguments: "object?", id: "string?" }), result: shape<P.ToolsCallResult>({ id: "string", name: "string", success: "boolean", content: "string", error: "string?", metadata: "object" }) },
-  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: "Configuration?" }), result: shape<P.ConfigurationChangeResult>({ tools: "array" }) },
+  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: "Configuration?" }), result: shape<P.ConfigurationChangeResult>({ tools: "array", thinking: "object?" }) },
   "chat/send": { params: shape<P.ChatSendParams>({ conversationId: "string?", text: "string", context: "object?", model: "string?", toolChoice: "object?" }), result: shape<P.ChatSendResult>({ conversationId: "string", turnId: "string", saveError: "string?", repaired: "array?" }) },
   "chat/cancel": { params: shape<P.ChatCancelParams>({ turnId: "string?", conversationId: "string?" }), result: shape<P.ChatCancelResult>({ cancelled: "boolean" }) },
   "chat/turnStatus": { params: shape<P.ChatTurnStatusParams>({ conversationId: "string", turnId: "string" }), result: shape<P.ChatTurnStatusResult>({ running: "boolean" }) },

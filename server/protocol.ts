@@ -302,6 +302,14 @@ export interface Configuration {
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
+/** Whether the model in use can think, and how, said for the user (the menu's thinking setting):
+ *  "no", a setting is never sent; "if-set", an effort is sent only when set, and the server may refuse it. */
+export interface ModelThinking {
+  model: string;
+  thinks: "yes" | "no" | "if-set";
+  how: string;
+}
+
 /** One model's thinking setting (Configuration.thinking). */
 export type ThinkingSetting = "off" | "auto" | "low" | "medium" | "high" | "xhigh" | "max" | number;
 
@@ -337,6 +345,8 @@ export interface InitializeResult {
   tools: string[];
   /** For each tool with parameters that hold Lisp source, their names, as the model calls them. */
   lispArguments?: Record<string, string[]>;
+  /** Whether the configured model (the default one when none is set) can think. */
+  thinking?: ModelThinking;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -387,6 +397,8 @@ export interface ConfigurationChangeParams {
 export interface ConfigurationChangeResult {
   /** Names of the tools offered under the new configuration. */
   tools: string[];
+  /** Whether the configured model (the default one when none is set) can think. */
+  thinking?: ModelThinking;
 }
 
 // ---------------------------------------------------------------------------------------------------
