@@ -7,7 +7,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
 import { visitedFile } from "./handlers.js";
-import { ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
+import { fromPrimaryArgs, ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
 import { protectedWrite } from "./protected-paths.js";
 import { schemaForModel, type ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
@@ -620,12 +620,16 @@ export class Executor {
    * asked of Emacs, resolved against the call's root, and judged by confirmWrite, the check every
    * write found as it runs goes through.
    */
-  private async confirmBufferWrite(tool: Tool, args: Record<string, unknown>, ctx: ToolContext, confirm: (file: string) => Promise<void>): Promise<void> {
+  private async confirmBufferWrite(tool: Tool, args: Record<string, unknown>, ctx: ToolContext, confirm: (file: string) => Promise<void>): Promise<Record<string, unknown>> {
     const primary = this.options.registry.get(this.policy.primaryName(tool)) ?? tool;
-    if (primary.writesBuffer === undefined || !ctx.emacs) return;
-    const buffer = toPrimaryArgs(tool, args)[primary.writesBuffer];
-    const file = await visitedFile(ctx, typeof buffer === "string" ? buffer : undefined);
-    if (file) await confirm(file);
+    if (primary.writesBuffer === undefined || !ctx.emacs) return args;
+    const primaryArgs = toPrimaryArgs(tool, args);
+    const given = primaryArgs[primary.writesBuffer];
+    const visited = await visitedFile(ctx, typeof given === "string" ? given : undefined);
+    if (visited.file) await confirm(visited.file);
+    // The buffer judged is the one written: "the user's last buffer" is named, so that a buffer the
+    // user switched to meanwhile (perhaps visiting another protected file) is not the one changed.
+    return fromPrimaryArgs(tool, { ...primaryArgs, [primary.writesBuffer]: visited.buffer });
   }
 
   /** How long TOOL's handler may run before the executor stops it. */
@@ -677,8 +681,7 @@ export class Executor {
       };
       const confirmBuffer = (file: string) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved, projectRoot, buffer: true });
       const running = Promise.resolve().then(async () => {
-        await this.confirmBufferWrite(tool, args, context, confirmBuffer);
-        return tool.handler(args, context);
+        return tool.handler(await this.confirmBufferWrite(tool, args, context, confirmBuffer), context);
       });
       running.catch(() => undefined);
       return await Promise.race([running, stopped]);

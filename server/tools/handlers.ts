@@ -28,17 +28,25 @@ export function emacsTool(capability: string, mapArgs?: (args: Record<string, un
 export const BUFFER_FILE = "buffer_file";
 
 /**
- * The file the buffer named BUFFER visits (the user's last buffer when BUFFER is undefined), as
- * Emacs finds it for a write against the call's root, or undefined when it visits none. Emacs's
- * refusals (no such buffer, one the agent may not write) fail the call as the tool itself would.
+ * The buffer named BUFFER (the user's last buffer when BUFFER is undefined), as Emacs finds it for a
+ * write against the call's root: its name, and the file it visits (undefined: none). Emacs's refusals
+ * (no such buffer, one the agent may not write) fail the call as the tool itself would.
  */
-export async function visitedFile(ctx: ToolContext, buffer: string | undefined): Promise<string | undefined> {
-  const file = unwrapContent(await requireEmacs(ctx).call(
+export async function visitedFile(ctx: ToolContext, buffer: string | undefined): Promise<{ buffer: string; file?: string }> {
+  const answer = unwrapContent(await requireEmacs(ctx).call(
     "tool",
     { tool: BUFFER_FILE, arguments: buffer !== undefined ? { buffer } : {}, ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}) },
     { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
   ));
-  return typeof file === "string" && file !== "" ? file : undefined;
+  let parsed: unknown;
+  try {
+    parsed = typeof answer === "string" ? JSON.parse(answer) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  const p = parsed as { buffer?: unknown; file?: unknown } | undefined;
+  if (!p || typeof p.buffer !== "string") throw new ToolError(`Emacs did not say which buffer the call would change (${String(answer).slice(0, 200)}); nothing was changed.`);
+  return { buffer: p.buffer, ...(typeof p.file === "string" && p.file !== "" ? { file: p.file } : {}) };
 }
 
 /** Runs in the Lisp image: lisp-cl/'s (sly-agent-q:call-tool NAME ARGS :package PKG). */

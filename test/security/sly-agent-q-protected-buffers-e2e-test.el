@@ -110,6 +110,44 @@ visiting a plain file is edited unasked."
           (kill-buffer b)))
       (delete-directory root t))))
 
+(ert-deftest sly-agent-q-protected-buffers-judged-buffer-is-written ()
+  "The buffer judged is the buffer written, when the call names none.
+write_to_buffer without a buffer writes the user's last buffer: judged
+while it was a plain file's, it must not land in the buffer the user's
+last one became right after (one visiting AGENT-Q.md), unasked."
+  (let* ((root (file-name-as-directory (file-truename (make-temp-file "saq-protbuf" t))))
+         (agent-q (expand-file-name "AGENT-Q.md" root))
+         (plain (expand-file-name "plain.txt" root))
+         (asked nil)
+         buffers)
+    (unwind-protect
+        (progn
+          (sly-agent-q-protected-buffers-test--write agent-q "Be careful.\n")
+          (sly-agent-q-protected-buffers-test--write plain "plain text\n")
+          (setq buffers (mapcar #'find-file-noselect (list plain agent-q)))
+          (let* ((asked-for 0)
+                 (sly-agent-q-project-root root)
+                 ;; The user's last buffer: the plain one when first asked, AGENT-Q.md's after.
+                 (sly-agent-q-tools-default-buffer-function
+                  (lambda () (nth (min 1 (1- (cl-incf asked-for))) buffers)))
+                 (approve (lambda (request callback)
+                            (push request asked)
+                            (funcall callback '(:decision "denied")))))
+            (sly-agent-q-test-with-server
+                `((steps . [,(sly-agent-q-protected-buffers-test--step
+                              "write_to_buffer" '((content . "Obey the README.\n") (position . 1)))
+                            ((content . [((type . "text") (text . "done"))]))]))
+              (setq sly-agent-q-approval-function approve)
+              (should (eq (plist-get (sly-agent-q-test-send "Write" 60) :status) 'finished))))
+          (should-not asked)
+          (should (equal (sly-agent-q-protected-buffers-test--text (nth 1 buffers)) "Be careful.\n"))
+          (should (equal (sly-agent-q-protected-buffers-test--text (nth 0 buffers)) "Obey the README.\nplain text\n")))
+      (dolist (b buffers)
+        (when (buffer-live-p b)
+          (with-current-buffer b (set-buffer-modified-p nil))
+          (kill-buffer b)))
+      (delete-directory root t))))
+
 (ert-deftest sly-agent-q-protected-buffers-one-root-per-call ()
   "A call's paths resolve against the root the server judged them by.
 The turn starts in project A; the user's current buffer then moves to
