@@ -586,7 +586,7 @@ export class Executor {
     const refuse = (why: string): ToolError =>
       new ToolError(
         how.buffer
-          ? `${tool.name}: the buffer visits ${clip(guarded.path)}, which is a protected file (${guarded.why}; your next save would write it), and ${why}; the buffer was not changed.`
+          ? `${tool.name}: the buffer visits ${clip(guarded.path)}, which is a protected file (${guarded.why}; the user's next save would write it there), and ${why}; the buffer was not changed.`
           : `${tool.name}: ${clip(guarded.path)} is a protected file (${guarded.why}), and ${why}; nothing was written.`,
       );
     if (!this.options.approve) throw refuse("writing it needs the user's approval, which is not possible here");
