@@ -162,10 +162,15 @@ Return non-nil if the answer was sent; a second answer is ignored."
       (sly-agent-q-call-params call)
     ;; The root the server judged the call against is the one it runs
     ;; against (a capability that answers later resolved its paths here).
-    (let ((sly-agent-q-project-root (if (fboundp 'sly-agent-q-files-call-root)
-                                        (sly-agent-q-files-call-root projectRoot)
-                                      sly-agent-q-project-root)))
+    (let ((sly-agent-q-project-root
+           (condition-case err
+               (if (fboundp 'sly-agent-q-files-call-root)
+                   (sly-agent-q-files-call-root projectRoot)
+                 sly-agent-q-project-root)
+             (sly-agent-q-tool-error (list :refused (cadr err))))))
       (cond
+       ((eq (car-safe sly-agent-q-project-root) :refused)
+        (sly-agent-q-call-fail call (cadr sly-agent-q-project-root)))
        ((not (fboundp 'sly-agent-q-tools-call))
         (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools)."))
        ;; An approved call runs only on the target approved, checked here,

@@ -202,5 +202,40 @@ protected) and an allow rule lets run unasked, must not write B's
       (delete-directory a t)
       (delete-directory b t))))
 
+(ert-deftest sly-agent-q-protected-buffers-root-changed-by-the-user-refuses ()
+  "A call judged in root A while the user has since set `sly-agent-q-project-root' to B is refused.
+Run in either root, what the server judged and what Emacs does would
+differ, or the agent would work outside the root the user chose; the
+same root under another spelling (a link to it) is the same root."
+  (let* ((a (file-name-as-directory (file-truename (make-temp-file "saq-protbuf-a" t))))
+         (b (file-name-as-directory (file-truename (make-temp-file "saq-protbuf-b" t))))
+         (link (concat (directory-file-name b) "-link")))
+    (unwind-protect
+        (progn
+          (make-symbolic-link (directory-file-name a) link)
+          (let ((sly-agent-q-project-root nil))
+            (should (equal (sly-agent-q-files-call-root a) a)))
+          (let ((sly-agent-q-project-root a))
+            (should (equal (sly-agent-q-files-call-root a) a))
+            (should (equal (sly-agent-q-files-call-root link) (file-name-as-directory link))))
+          (let ((sly-agent-q-project-root b))
+            (should (string-match-p "The project root is now .*, not .*, which this call was judged against; it was not run"
+                                    (cadr (should-error (sly-agent-q-files-call-root a) :type 'sly-agent-q-tool-error)))))
+          ;; Through the dispatch: the call is answered with the refusal, and nothing runs.
+          (let* ((sly-agent-q-project-root b)
+                 (answer nil)
+                 (call (sly-agent-q--make-call :id "x" :kind 'tool
+                                               :params (list :tool "write_file"
+                                                             :arguments (list :path "notes.el" :content "x")
+                                                             :projectRoot a))))
+            (cl-letf (((symbol-function 'sly-agent-q--call-send) (lambda (_call reply) (setq answer reply))))
+              (sly-agent-q-handle-call 'tool call))
+            (should (string-match-p "it was not run" (plist-get (plist-get answer :error) :message)))
+            (should-not (file-exists-p (expand-file-name "notes.el" a)))
+            (should-not (file-exists-p (expand-file-name "notes.el" b)))))
+      (delete-file link)
+      (delete-directory a t)
+      (delete-directory b t))))
+
 (provide 'sly-agent-q-protected-buffers-e2e-test)
 ;;; sly-agent-q-protected-buffers-e2e-test.el ends here
