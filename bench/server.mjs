@@ -544,9 +544,26 @@ async function cacheTurns() {
   const script = { steps: [] };
   for (let i = 0; i < 20; i++) script.steps.push({ content: [{ type: "text", text: `Step ${i}.` }, { type: "tool_use", name: "describe_symbol", input: { symbol: `process-data-${i}` } }] });
   script.steps.push({ content: [{ type: "text", text: "Done." }] });
+  const result = (i) => line.repeat(Math.ceil(4000 / line.length)).slice(0, 4000 - 10) + ` call ${i}`;
   for (const [provider, baseUrl, model] of [["anthropic", mock.url, "claude-sonnet-4-5"], ["openai", `${mock.url}/v1`, "gpt-4.1"]]) {
-    const { server, turn } = await playedEmacs(mock, dir, { provider, baseUrl, model, maxSteps: 30 }, { toolMs: 0, result: (i) => line.repeat(Math.ceil(4000 / line.length)).slice(0, 4000 - 10) + ` call ${i}` });
+    // Thinking off here: the rows below are the same turn with it on.
+    const { server, turn } = await playedEmacs(mock, dir, { provider, baseUrl, model, maxSteps: 30, thinking: { "*": "off" } }, { toolMs: 0, result });
     cacheRow(await turn(script, "Walk through every helper, please."), `a 20-step turn (${provider === "anthropic" ? "Anthropic" : "OpenAI-compatible"})`);
+    await server.close();
+  }
+  // The same turn with thinking on: every answer thinks first (signed blocks of ~600 characters sent
+  // back whole, as the API requires within a tool loop), with a budget (Claude 4.5) and adaptively
+  // (Claude 4.6). The thinking blocks sit in the history the cache prefix grows over.
+  const reasoning = (i) => `Step ${i}: the last result names the next helper; ${"its callers, its arguments and what it returns decide what to read next. ".repeat(8)}`;
+  const thinking = { steps: script.steps.map((step, i) => ({ ...step, content: [{ type: "thinking", thinking: reasoning(i) }, ...step.content] })) };
+  for (const [model, how] of [["claude-sonnet-4-5", "a budget"], ["claude-sonnet-4-6", "adaptive"]]) {
+    const { server, turn } = await playedEmacs(mock, dir, { provider: "anthropic", baseUrl: mock.url, model, maxSteps: 30, thinking: { "*": "medium" } }, { toolMs: 0, result });
+    const requests = await turn(thinking, "Walk through every helper, please.");
+    // Thinking really on: asked in every request, and every answer's thinking sent back.
+    const asked = requests.filter((r) => r.body?.thinking && r.status === 200).length;
+    const sentBack = (requests.at(-1)?.body?.messages ?? []).filter((m) => m.role === "assistant" && Array.isArray(m.content) && m.content[0]?.type === "thinking").length;
+    if (asked !== requests.length || sentBack < 20) throw new Error(`thinking was not on (${asked} of ${requests.length} requests asked for it, ${sentBack} answers sent back with it)`);
+    cacheRow(requests, `a 20-step turn, thinking on (Anthropic, ${how})`);
     await server.close();
   }
   mock.close();

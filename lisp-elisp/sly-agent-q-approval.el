@@ -175,9 +175,11 @@ form (the review kind the server sent), else
 (defun sly-agent-q-approval--prepare (call)
   "Prepare the approval CALL and put it to whoever decides."
   (let ((params (sly-agent-q-call-params call)))
-    (cl-destructuring-bind (&key capability arguments review &allow-other-keys) params
+    (cl-destructuring-bind (&key capability arguments review projectRoot &allow-other-keys) params
       (let* ((preview (condition-case err
-                          (cons :ok (sly-agent-q-tools-preview capability arguments review))
+                          ;; Against the root the server judged the call by.
+                          (let ((sly-agent-q-project-root (sly-agent-q-files-call-root projectRoot)))
+                            (cons :ok (sly-agent-q-tools-preview capability arguments review)))
                         (sly-agent-q-tool-error (cons :refused (cadr err)))))
              (answered nil)
              (callback (lambda (decision)
@@ -202,8 +204,10 @@ only if what it acts on is still that."
            ("modified" (let ((arguments (plist-get decision :arguments)))
                          (and (listp arguments)
                               (condition-case nil
-                                  (sly-agent-q-tools-target (plist-get params :capability) arguments
-                                                            (plist-get params :review))
+                                  (let ((sly-agent-q-project-root
+                                         (sly-agent-q-files-call-root (plist-get params :projectRoot))))
+                                    (sly-agent-q-tools-target (plist-get params :capability) arguments
+                                                              (plist-get params :review)))
                                 (sly-agent-q-tool-error nil))))))))
     (if target (append decision (list :target target)) decision)))
 

@@ -39,6 +39,9 @@
                     :documentation "Functions of (CONNECTION ERROR) waiting for initialize's answer.")
    (init-result :initform nil :accessor sly-agent-q-connection-init-result
                 :documentation "The server's answer to initialize.")
+   (model-thinking :initform nil :accessor sly-agent-q-connection-model-thinking
+                   :documentation "Whether the configured model can think, as the server last said:
+a plist (:model NAME :thinks \"yes\", \"no\" or \"if-set\" :how TEXT), or nil.")
    (calls :initform (make-hash-table :test #'equal) :accessor sly-agent-q-connection-calls
           :documentation "Pending `emacs/call's by id.")
    (started :initform (float-time) :accessor sly-agent-q-connection-started

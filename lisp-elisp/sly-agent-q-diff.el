@@ -560,7 +560,10 @@ unusable.  When the server that asked dies before the hunks came,
 nothing is applied: the call died with it, and no one would answer
 the model or keep the change for a rewind."
   (let ((texts (sly-agent-q-diff-proposal args t))
-        (asker (and (boundp 'sly-agent-q-current-connection) sly-agent-q-current-connection)))
+        (asker (and (boundp 'sly-agent-q-current-connection) sly-agent-q-current-connection))
+        ;; The root the call runs against (the server's, bound for it): the
+        ;; edit applied later resolves its path against the same one.
+        (root sly-agent-q-project-root))
     (if (or (sly-agent-q-diff--reviewed-hunks args (plist-get texts :file) (plist-get texts :old))
             (sly-agent-q-diff--fetched (plist-get texts :old) (plist-get texts :new)))
         (sly-agent-q-diff-apply-proposal args)
@@ -578,23 +581,24 @@ the model or keep the change for a rewind."
                  (sly-agent-q-diff-fetch-hunks
                   (plist-get texts :old) (plist-get texts :new)
                   (lambda ()
-                    (cond
-                     (stopped)
-                     ((and asker (not (sly-agent-q-server-live-p asker)))
-                      ;; Answered for the form's sake: the call is dropped with its server.
-                      (setq stopped t)
-                      (funcall answer nil (format "The server exited before the hunks of the edit of %s came; nothing was applied."
-                                                  (plist-get texts :rel))))
-                     (t
-                      ;; The file may have changed meanwhile: the hunks of its new
-                      ;; text are asked for (a few times at most).
-                      (let ((now (condition-case nil (sly-agent-q-diff-proposal args t)
-                                   (sly-agent-q-tool-error nil))))
-                        (if (and now (< tries sly-agent-q-diff--fetch-tries)
-                                 (not (and (equal (plist-get now :old) (plist-get texts :old))
-                                           (equal (plist-get now :new) (plist-get texts :new)))))
-                            (fetch now)
-                          (apply-now)))))))))
+                    (let ((sly-agent-q-project-root root))
+                      (cond
+                       (stopped)
+                       ((and asker (not (sly-agent-q-server-live-p asker)))
+                        ;; Answered for the form's sake: the call is dropped with its server.
+                        (setq stopped t)
+                        (funcall answer nil (format "The server exited before the hunks of the edit of %s came; nothing was applied."
+                                                    (plist-get texts :rel))))
+                       (t
+                        ;; The file may have changed meanwhile: the hunks of its new
+                        ;; text are asked for (a few times at most).
+                        (let ((now (condition-case nil (sly-agent-q-diff-proposal args t)
+                                     (sly-agent-q-tool-error nil))))
+                          (if (and now (< tries sly-agent-q-diff--fetch-tries)
+                                   (not (and (equal (plist-get now :old) (plist-get texts :old))
+                                             (equal (plist-get now :new) (plist-get texts :new)))))
+                              (fetch now)
+                            (apply-now))))))))))
             (fetch texts))
           (lambda () (setq stopped t)))))))
 

@@ -153,38 +153,50 @@ Return non-nil if the answer was sent; a second answer is ignored."
 
 (declare-function sly-agent-q-tools-call "sly-agent-q-tool-call" (capability args callback &optional changes-callback))
 (declare-function sly-agent-q-tools-check-approved "sly-agent-q-tool-preview" (approved))
+(declare-function sly-agent-q-files-call-root "sly-agent-q-files" (root))
+(defvar sly-agent-q-project-root)
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
-  (cl-destructuring-bind (&key tool arguments approved &allow-other-keys)
+  (cl-destructuring-bind (&key tool arguments approved projectRoot &allow-other-keys)
       (sly-agent-q-call-params call)
-    (cond
-     ((not (fboundp 'sly-agent-q-tools-call))
-      (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools)."))
-     ;; An approved call runs only on the target approved, checked here,
-     ;; in the same command that runs it.
-     ((and approved
+    ;; The root the server judged the call against is the one it runs
+    ;; against (a capability that answers later resolved its paths here).
+    (let ((sly-agent-q-project-root
            (condition-case err
-               (progn (sly-agent-q-tools-check-approved approved) nil)
-             (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
-     (t
-      (let* (changes
-             (cancel
-              (sly-agent-q-tools-call
-               tool arguments
-               (lambda (content error)
-                 (if error
-                     (sly-agent-q-call-fail call error)
-                   ;; The changes go with the result, so that the server keeps
-                   ;; them in the saved conversation for a rewind.
-                   (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
-                                                 (list :content (format "%s" (or content ""))
-                                                       :changes (and (> (length changes) 0) changes))))))
-               (lambda (c) (setq changes c)))))
-        ;; A capability that answers later may be stopped: the server's
-        ;; emacs/cancel (a cancelled turn or call, its timeout) stops it.
-        (when (functionp cancel)
-          (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel)))))))))
+               (if (fboundp 'sly-agent-q-files-call-root)
+                   (sly-agent-q-files-call-root projectRoot)
+                 sly-agent-q-project-root)
+             (sly-agent-q-tool-error (list :refused (cadr err))))))
+      (cond
+       ((eq (car-safe sly-agent-q-project-root) :refused)
+        (sly-agent-q-call-fail call (cadr sly-agent-q-project-root)))
+       ((not (fboundp 'sly-agent-q-tools-call))
+        (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools)."))
+       ;; An approved call runs only on the target approved, checked here,
+       ;; in the same command that runs it.
+       ((and approved
+             (condition-case err
+                 (progn (sly-agent-q-tools-check-approved approved) nil)
+               (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
+       (t
+        (let* (changes
+               (cancel
+                (sly-agent-q-tools-call
+                 tool arguments
+                 (lambda (content error)
+                   (if error
+                       (sly-agent-q-call-fail call error)
+                     ;; The changes go with the result, so that the server keeps
+                     ;; them in the saved conversation for a rewind.
+                     (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
+                                                   (list :content (format "%s" (or content ""))
+                                                         :changes (and (> (length changes) 0) changes))))))
+                 (lambda (c) (setq changes c)))))
+          ;; A capability that answers later may be stopped: the server's
+          ;; emacs/cancel (a cancelled turn or call, its timeout) stops it.
+          (when (functionp cancel)
+            (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel))))))))))
 
 (provide 'sly-agent-q-dispatch)
 ;;; sly-agent-q-dispatch.el ends here

@@ -242,6 +242,27 @@ the server as the project root of the editor context."
               dir))
         default-directory))))
 
+(defun sly-agent-q-files-call-root (root)
+  "Return the value of `sly-agent-q-project-root' for a call of the server.
+ROOT is the project root the server judged the call against (its
+protected files, its approval), sent with it: the call's paths resolve
+against that root, never against another one the user's current buffer
+gives meanwhile.  Without a ROOT naming an existing local directory,
+the current value.  When the user set `sly-agent-q-project-root' to
+another root since, the call is refused (a `sly-agent-q-tool-error'):
+run against either root, what the server judged and what Emacs does
+would differ, or the agent would work outside the root the user chose."
+  (if (not (and (stringp root) (file-name-absolute-p root) (not (file-remote-p root))
+                (file-directory-p root)))
+      sly-agent-q-project-root
+    (when (and sly-agent-q-project-root
+               (not (equal (file-name-as-directory (file-truename sly-agent-q-project-root))
+                           (file-name-as-directory (file-truename root)))))
+      (sly-agent-q-tool-fail
+       "The project root is now %s (sly-agent-q-project-root), not %s, which this call was judged against; it was not run.  The next turn works in the new root."
+       (abbreviate-file-name sly-agent-q-project-root) (abbreviate-file-name root)))
+    (file-name-as-directory root)))
+
 (defun sly-agent-q--existing-p (file)
   "Return non-nil when FILE exists, a dangling symbolic link included."
   (or (file-exists-p file) (file-symlink-p file)))

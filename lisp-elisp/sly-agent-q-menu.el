@@ -89,6 +89,36 @@ in tokens; it applies from the next turn.  See `sly-agent-q-thinking'."
                          (append (cl-remove model sly-agent-q-thinking :key #'car :test #'equal)
                                  (list (cons model setting)))))
 
+(defun sly-agent-q-menu--model-thinking ()
+  "What the server said of the configured model's thinking, or nil.
+A plist (:model NAME :thinks \"yes\", \"no\" or \"if-set\" :how TEXT)."
+  (and sly-agent-q-current-connection
+       (sly-agent-q-connection-model-thinking sly-agent-q-current-connection)))
+
+(defun sly-agent-q-menu--thinking-description ()
+  "The menu's thinking entry: the setting, and a word when the model cannot think."
+  (let ((known (sly-agent-q-menu--model-thinking)))
+    (concat "Thinking " (sly-agent-q-menu--value (sly-agent-q-menu--thinking))
+            (pcase (plist-get known :thinks)
+              ("no" (propertize (format " (%s does not think)"
+                                        (sly-agent-q-display-line (plist-get known :model)))
+                                'face 'warning))
+              ("if-set" " (only if its server reasons)")
+              (_ "")))))
+
+(defun sly-agent-q-menu-thinking ()
+  "Set how the model in use thinks, or say why it cannot.
+When the server says the configured model takes no thinking setting (an
+older Claude, an OpenAI model that does not reason), say so and why,
+and change nothing: a setting that would never be sent is not set in
+silence.  Else as `sly-agent-q-set-thinking', saying first how the
+model thinks."
+  (interactive)
+  (let ((known (sly-agent-q-menu--model-thinking)))
+    (if (equal (plist-get known :thinks) "no")
+        (message "sly-agent-q: %s" (sly-agent-q-display-line (plist-get known :how)))
+      (call-interactively #'sly-agent-q-set-thinking))))
+
 (defun sly-agent-q-set-tool-level (level)
   "Offer the model tools up to LEVEL: `safe', `cautious' or `dangerous'."
   (interactive (list (intern (completing-read "Offer tools up to: " '("safe" "cautious" "dangerous")
@@ -159,8 +189,8 @@ so that the menu and the header line say the same."
      :description (lambda () (concat "Model " (sly-agent-q-menu--model))))
     ("p" sly-agent-q-set-provider
      :description (lambda () (concat "Provider " (sly-agent-q-menu--value sly-agent-q-provider))))
-    ("h" sly-agent-q-set-thinking
-     :description (lambda () (concat "Thinking " (sly-agent-q-menu--value (sly-agent-q-menu--thinking)))))
+    ("h" sly-agent-q-menu-thinking
+     :description sly-agent-q-menu--thinking-description)
     ("l" sly-agent-q-set-tool-level
      :description (lambda () (concat "Tool level " (sly-agent-q-menu--value sly-agent-q-max-safety-level))))
     ("t" sly-agent-q-set-permission

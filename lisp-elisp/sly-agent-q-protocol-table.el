@@ -98,7 +98,7 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("clientInfo" . "object?") ("capabilities" . "object?") ("configuration" . "Configuration?")
       ("context" . "object?"))
      :result (("serverInfo" . "object") ("protocolVersion" . "number") ("tools" . "array")
-      ("lispArguments" . "object?")))
+      ("lispArguments" . "object?") ("thinking" . "object?")))
     ("shutdown"
      :params nil
      :result nil)
@@ -111,7 +111,7 @@ A trust level or a permission rule naming one covers every tool in it.")
       ("error" . "string?") ("metadata" . "object")))
     ("configuration/change"
      :params (("configuration" . "Configuration?"))
-     :result (("tools" . "array")))
+     :result (("tools" . "array") ("thinking" . "object?")))
     ("chat/send"
      :params (("conversationId" . "string?") ("text" . "string") ("context" . "object?")
       ("model" . "string?") ("toolChoice" . "object?"))
@@ -247,7 +247,8 @@ A trust level or a permission rule naming one covers every tool in it.")
      :params (("name" . "string") ("status" . "string") ("message" . "string?") ("tools" . "array?"))
      :result nil)
     ("emacs/call:tool"
-     :params (("tool" . "string") ("arguments" . "object") ("approved" . "object?"))
+     :params (("tool" . "string") ("arguments" . "object") ("approved" . "object?")
+      ("projectRoot" . "string?"))
      :result (("content" . "string") ("changes" . "array?")))
     ("emacs/call:image"
      :params (("tool" . "string") ("arguments" . "object") ("package" . "string?"))
@@ -257,7 +258,7 @@ A trust level or a permission rule naming one covers every tool in it.")
       ("safetyLevel" . "string") ("description" . "string") ("capability" . "string")
       ("categories" . "array") ("reason" . "object") ("lispArguments" . "array?")
       ("conversationId" . "string?") ("turnId" . "string?") ("client" . "string?")
-      ("alwaysCommand" . "boolean?"))
+      ("alwaysCommand" . "boolean?") ("projectRoot" . "string?"))
      :result (("decision" . "string") ("always" . "boolean?") ("target" . "string?") ("reason" . "string?")
       ("arguments" . "object?"))))
   "The keys of each message and their types, as server/protocol.ts declares them.

@@ -170,6 +170,7 @@ Return the new connection; it becomes ready asynchronously."
   "Record initialize's RESULT or ERROR for CONN and run its ready callbacks."
   (setf (sly-agent-q-connection-status conn) (if error 'failed 'ready))
   (setf (sly-agent-q-connection-init-result conn) result)
+  (setf (sly-agent-q-connection-model-thinking conn) (plist-get result :thinking))
   (when error
     (message "sly-agent-q: the server failed to initialize: %s" (sly-agent-q-display-line error)))
   (let ((advice (and (not error) (sly-agent-q-server-version-problem conn))))
@@ -283,10 +284,16 @@ area once the server took them; the answer comes in a callback, where
 `called-interactively-p' would always be nil."
   (interactive (list t))
   (if (sly-agent-q-server-ready-p)
-      (sly-agent-q-server-request 'configuration/change
-                                  (list :configuration (sly-agent-q-server-configuration))
-                                  (lambda (_) (when interactive
-                                                (message "sly-agent-q: configuration sent"))))
+      (let ((conn sly-agent-q-current-connection))
+        (sly-agent-q-server-request 'configuration/change
+                                    (list :configuration (sly-agent-q-server-configuration))
+                                    (lambda (result)
+                                      ;; What the model now in use thinks: the menu says it.
+                                      (when conn
+                                        (setf (sly-agent-q-connection-model-thinking conn)
+                                              (plist-get result :thinking)))
+                                      (when interactive
+                                        (message "sly-agent-q: configuration sent")))))
     (when interactive
       (message "sly-agent-q: the server is not running; it gets the configuration when it starts"))))
 

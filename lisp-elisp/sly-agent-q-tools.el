@@ -59,6 +59,7 @@
 
 (require 'cl-lib)
 (require 'subr-x)
+(require 'json)
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-diff)
 (require 'sly-agent-q-tool-declare)
@@ -419,6 +420,17 @@ With RECURSIVE, those of its subdirectories too."
   "Capability buffer_append: insert TEXT at the end of buffer BUFFER_NAME."
   (sly-agent-q-tools--insert (sly-agent-q-files-agent-buffer buffer_name t) nil text))
 
+(cl-defun sly-agent-q-tools--buffer-file (&key buffer)
+  "Internal capability buffer_file: BUFFER's name and the file it visits.
+A JSON object {buffer, file}, file null for none.  BUFFER nil is the
+user's last buffer, as the buffer tools take it; a buffer the agent
+may not write is refused as they refuse it.  The server judges the
+file as a write (its protected files): the user's next save writes
+the buffer's text there."
+  (let ((b (sly-agent-q-files-agent-buffer buffer t)))
+    (json-encode (list (cons 'buffer (buffer-name b))
+                       (cons 'file (buffer-local-value 'buffer-file-name b))))))
+
 (cl-defun sly-agent-q-tools--buffer-edit (&key buffer_name old_text new_text)
   "Capability buffer_edit: in buffer BUFFER_NAME, replace OLD_TEXT by NEW_TEXT.
 OLD_TEXT must occur exactly once."
@@ -765,6 +777,10 @@ nothing of the region."
   :handler #'sly-agent-q-tools--buffer-edit
   :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer_name)))
   :preview #'sly-agent-q-tools--preview-edit)
+
+(sly-agent-q-define-tool "buffer_file"
+  :handler #'sly-agent-q-tools--buffer-file
+  :changes nil)
 
 (sly-agent-q-define-tool "buffer_create"
   :handler #'sly-agent-q-tools--buffer-create

@@ -45,11 +45,11 @@ export const SHAPE_TYPES: Readonly<Record<ShapeType, MessageShape>> = { Configur
 
 /** Every method's shapes, by method name. */
 export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
-  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array", lispArguments: "object?" }) },
+  "initialize": { params: shape<P.InitializeParams>({ clientInfo: "object?", capabilities: "object?", configuration: "Configuration?", context: "object?" }), result: shape<P.InitializeResult>({ serverInfo: "object", protocolVersion: "number", tools: "array", lispArguments: "object?", thinking: "object?" }) },
   "shutdown": { params: null, result: null },
   "tools/list": { params: shape<P.ToolsListParams>({ all: "boolean?" }), result: shape<P.ToolsListResult>({ tools: "array" }) },
   "tools/call": { params: shape<P.ToolsCallParams>({ name: "string", arguments: "object?", id: "string?" }), result: shape<P.ToolsCallResult>({ id: "string", name: "string", success: "boolean", content: "string", error: "string?", metadata: "object" }) },
-  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: "Configuration?" }), result: shape<P.ConfigurationChangeResult>({ tools: "array" }) },
+  "configuration/change": { params: shape<P.ConfigurationChangeParams>({ configuration: "Configuration?" }), result: shape<P.ConfigurationChangeResult>({ tools: "array", thinking: "object?" }) },
   "chat/send": { params: shape<P.ChatSendParams>({ conversationId: "string?", text: "string", context: "object?", model: "string?", toolChoice: "object?" }), result: shape<P.ChatSendResult>({ conversationId: "string", turnId: "string", saveError: "string?", repaired: "array?" }) },
   "chat/cancel": { params: shape<P.ChatCancelParams>({ turnId: "string?", conversationId: "string?" }), result: shape<P.ChatCancelResult>({ cancelled: "boolean" }) },
   "chat/turnStatus": { params: shape<P.ChatTurnStatusParams>({ conversationId: "string", turnId: "string" }), result: shape<P.ChatTurnStatusResult>({ running: "boolean" }) },
@@ -93,7 +93,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
 /** Each kind of emacs/call: its params and the result of Emacs's emacs/reply. */
 export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape } = {
   tool: {
-    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?" }),
+    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?", projectRoot: "string?" }),
     result: shape<P.EmacsToolResult>({ content: "string", changes: "array?" }),
   },
   image: {
@@ -103,7 +103,7 @@ export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape }
   approval: {
     params: shape<P.EmacsApprovalParams>({
       callId: "string", tool: "string", arguments: "object", review: "string", safetyLevel: "string", description: "string",
-      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?", alwaysCommand: "boolean?",
+      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?", alwaysCommand: "boolean?", projectRoot: "string?",
     }),
     result: shape<Flat<P.ApprovalDecision>>({ decision: "string", always: "boolean?", target: "string?", reason: "string?", arguments: "object?" }),
   },

@@ -313,6 +313,14 @@ export interface Configuration {
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
+/** Whether the model in use can think, and how, said for the user (the menu's thinking setting):
+ *  "no", a setting is never sent; "if-set", an effort is sent only when set, and the server may refuse it. */
+export interface ModelThinking {
+  model: string;
+  thinks: "yes" | "no" | "if-set";
+  how: string;
+}
+
 /** One model's thinking setting (Configuration.thinking). */
 export type ThinkingSetting = "off" | "auto" | "low" | "medium" | "high" | "xhigh" | "max" | number;
 
@@ -348,6 +356,8 @@ export interface InitializeResult {
   tools: string[];
   /** For each tool with parameters that hold Lisp source, their names, as the model calls them. */
   lispArguments?: Record<string, string[]>;
+  /** Whether the configured model (the default one when none is set) can think. */
+  thinking?: ModelThinking;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -398,6 +408,8 @@ export interface ConfigurationChangeParams {
 export interface ConfigurationChangeResult {
   /** Names of the tools offered under the new configuration. */
   tools: string[];
+  /** Whether the configured model (the default one when none is set) can think. */
+  thinking?: ModelThinking;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -414,6 +426,9 @@ export interface EmacsToolParams {
   arguments: Record<string, unknown>;
   /** Set when the user approved the call: Emacs runs it only if its target is still the approved one. */
   approved?: ApprovedTarget;
+  /** The project root the server judged the call against (protected files, its approval): Emacs
+   *  resolves and confines the call's paths against this root, so the two never disagree. */
+  projectRoot?: string;
 }
 
 /** The reply to kind "tool": the text for the model, and what the call changed (for rewinding). */
@@ -485,6 +500,8 @@ export interface EmacsApprovalParams {
   lispArguments?: string[];
   /** True for a tool that runs commands: "always" allows this exact command again, not the tool. */
   alwaysCommand?: boolean;
+  /** The project root the call was judged against: Emacs prepares the approval's target against it. */
+  projectRoot?: string;
 }
 
 export interface EmacsReplyParams {

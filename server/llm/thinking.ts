@@ -12,7 +12,7 @@
 //   between turns (the loop takes it once per turn).
 // OpenAI-compatible servers take a reasoning effort; their reasoning text is shown, not sent back.
 
-import type { ProviderName, ThinkingSetting, ToolChoice } from "../protocol.js";
+import type { ModelThinking, ProviderName, ThinkingSetting, ToolChoice } from "../protocol.js";
 import type { Message, ThinkingRequest } from "./provider.js";
 import { isThinking } from "./provider.js";
 
@@ -48,6 +48,41 @@ export function thinkingSupport(model: string): ThinkingSupport {
   if (major === 4 && minor === 6) return { kind: "adaptive" };
   if (major === 4) return { kind: "budget", interleavedBeta: true };
   return { kind: "none" };
+}
+
+/** OpenAI's own models that do not reason: OpenAI refuses a reasoning effort for them. */
+const OPENAI_NOT_REASONING = /^(?:gpt-4|gpt-3\.5|chatgpt-4o)/;
+/** OpenAI's reasoning models: they take a reasoning effort. */
+const OPENAI_REASONING = /^(?:o\d|gpt-5|gpt-oss)/;
+
+/**
+ * Whether PROVIDER's MODEL can be asked to think, and how, in words for the user: what the menu says
+ * before the thinking setting is changed, so that a setting that would not be sent is never set in silence.
+ */
+export function modelThinking(provider: ProviderName, model: string): ModelThinking {
+  if (provider === "openai") {
+    const name = model.toLowerCase().replace(/^[a-z0-9-]+\//, "");
+    if (OPENAI_NOT_REASONING.test(name)) {
+      return { model, thinks: "no", how: `${model} does not reason: OpenAI refuses a reasoning effort for it, so none is sent whatever sly-agent-q-thinking says. Choose a reasoning model (o3, o4-mini, gpt-5) to have it think.` };
+    }
+    if (OPENAI_REASONING.test(name)) return { model, thinks: "yes", how: `${model} reasons, with the effort you set (low, medium, high; auto sends none and lets the model choose).` };
+    return {
+      model,
+      thinks: "if-set",
+      how: `${model} is not one of OpenAI's reasoning models: an effort (low, medium, high) is sent only when you set one, and only a server whose model reasons takes it (others may refuse it); auto sends none. Reasoning text the server streams is shown either way.`,
+    };
+  }
+  const support = thinkingSupport(model);
+  switch (support.kind) {
+    case "none":
+      return { model, thinks: "no", how: `${model} does not think: the API takes no thinking setting for it, so none is sent whatever sly-agent-q-thinking says. Choose a Claude 4 model or later (or Sonnet 3.7) to have it think.` };
+    case "adaptive-only":
+      return { model, thinks: "yes", how: `${model} thinks adaptively, as much as an effort level (low to max) asks; it takes no budget (a budget in tokens is sent as auto).` };
+    case "adaptive":
+      return { model, thinks: "yes", how: `${model} thinks adaptively, as much as an effort level (low to max) asks, or within a budget in tokens you set.` };
+    default:
+      return { model, thinks: "yes", how: `${model} thinks within a budget: the tokens you set, or one an effort level picks (low 1024, medium a quarter of max tokens, high and above half).` };
+  }
 }
 
 /** The user's setting for MODEL in SETTINGS: the longest key that is MODEL or a prefix of it ("*": any model). */
@@ -92,6 +127,9 @@ export function thinkingForTurn(provider: ProviderName, model: string, setting: 
   const asked = setting ?? "auto";
   if (asked === "off") return {};
   if (provider === "openai") {
+    if (modelThinking(provider, model).thinks === "no") {
+      return asked === "auto" ? {} : { note: `${model} does not reason (OpenAI refuses a reasoning effort for it); the thinking setting for it is not sent.` };
+    }
     // Only what the user set: compatible servers differ in the values they take.
     if (typeof asked === "string" && asked !== "auto") return { request: { mode: "reasoning-effort", effort: asked } };
     if (typeof asked === "number") return { note: `Thinking budgets are an Anthropic setting; OpenAI-compatible models take an effort level (low, medium, high) in sly-agent-q-thinking for ${model}.` };

@@ -91,8 +91,9 @@ export class McpHttpService {
     this.http = undefined;
     clearInterval(this.sweeper);
     this.sweeper = undefined;
-    for (const { transport } of this.sessions.values()) await transport.close().catch(() => undefined);
+    const open = [...this.sessions.values()];
     this.sessions.clear();
+    for (const { transport } of open) await transport.close().catch(() => undefined);
     http.closeAllConnections();
     await new Promise<void>((resolve) => http.close(() => resolve()));
     await rm(this.stateFile, { force: true }).catch(() => undefined);
@@ -147,7 +148,9 @@ export class McpHttpService {
         onsessioninitialized: (id) => void this.sessions.set(id, { transport, mcp, lastUsed: Date.now(), active: 0 }),
       });
       transport.onclose = () => {
-        if (transport.sessionId) this.sessions.delete(transport.sessionId);
+        // Still listed: not closed here (closeSession, stop) but by its client's DELETE.
+        const id = transport.sessionId;
+        if (id && this.sessions.delete(id)) this.agent.logger.info(`MCP: session ${id.slice(0, 8)}… ended by its client.`);
       };
       this.opening++;
       try {

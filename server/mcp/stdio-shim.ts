@@ -35,14 +35,36 @@ export async function runStdioShim(stateFile: string = process.env.SLY_AGENT_Q_M
   const state = readState(stateFile);
   const shim = new Server({ name: SERVER_NAME, version: SERVER_VERSION }, { capabilities: { tools: {} } });
   let upstream: Promise<Client> | undefined;
+  let http: StreamableHTTPClientTransport | undefined;
+  let ending = false;
   // Connected once the client said who it is, so that Emacs's approvals name it.
   const remote = (): Promise<Client> =>
     (upstream ??= (async () => {
       const client = new Client({ name: shim.getClientVersion()?.name ?? "stdio MCP client", version: shim.getClientVersion()?.version ?? "" });
-      await client.connect(new StreamableHTTPClientTransport(new URL(state.url), { requestInit: { headers: { Authorization: `Bearer ${state.token}` } } }));
-      client.onclose = () => process.exit(0);
+      http = new StreamableHTTPClientTransport(new URL(state.url), { requestInit: { headers: { Authorization: `Bearer ${state.token}` } } });
+      await client.connect(http);
+      client.onclose = () => {
+        if (!ending) process.exit(0);
+      };
       return client;
     })());
+  // When its client goes (stdin ends, a signal), the shim ends its HTTP session: the server frees it
+  // now instead of holding it until its idle expiry (a session per shim a client killed piled up to
+  // the cap). Best effort, bounded: the shim exits within a couple of seconds whatever the server does.
+  const end = async (code: number): Promise<void> => {
+    if (ending) return;
+    ending = true;
+    setTimeout(() => process.exit(code), 2000).unref();
+    try {
+      const client = await upstream?.catch(() => undefined);
+      await http?.terminateSession().catch(() => undefined);
+      await client?.close().catch(() => undefined);
+    } finally {
+      process.exit(code);
+    }
+  };
+  process.stdin.once("end", () => void end(0));
+  for (const [signal, code] of [["SIGTERM", 143], ["SIGINT", 130], ["SIGHUP", 129]] as const) process.once(signal, () => void end(code));
   shim.setRequestHandler(ListToolsRequestSchema, async () => {
     const tools = await (await remote()).listTools();
     startDone();
@@ -53,6 +75,6 @@ export async function runStdioShim(stateFile: string = process.env.SLY_AGENT_Q_M
     return (await (await remote()).callTool(req.params, undefined, { signal: extra.signal, timeout: 24 * 3600_000 })) as CallToolResult;
   });
   const transport = new StdioServerTransport();
-  transport.onclose = () => process.exit(0);
+  transport.onclose = () => void end(0);
   await shim.connect(transport);
 }

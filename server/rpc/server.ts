@@ -25,6 +25,7 @@ import {
   type EmacsReplyParams,
   type InitializeParams,
   type InitializeResult,
+  type ModelThinking,
   type ToolInfo,
   type ToolsCallParams,
   type ToolsListParams,
@@ -44,7 +45,8 @@ import { EmacsBridge } from "./emacs-bridge.js";
 import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
 import { diffHunks, diffTexts } from "../diff.js";
-import { thinkingProblems } from "../llm/thinking.js";
+import { modelThinking, thinkingProblems } from "../llm/thinking.js";
+import { DEFAULT_MODELS } from "../llm/models.js";
 import { startDone } from "../start-done.js";
 
 export interface ServerOptions {
@@ -193,6 +195,12 @@ export class AgentServer {
     return out;
   }
 
+  /** Whether the configured model can think (the menu says so before its setting is changed). */
+  private modelThinking(): ModelThinking {
+    const provider = this.configuration.provider === "openai" ? "openai" : "anthropic";
+    return modelThinking(provider, this.configuration.model || DEFAULT_MODELS[provider]);
+  }
+
   private registerHandlers(): void {
     const c = this.connection;
     c.onRequest(Requests.initialize, (params: InitializeParams | undefined): InitializeResult => {
@@ -208,6 +216,7 @@ export class AgentServer {
         protocolVersion: PROTOCOL_VERSION,
         tools: this.offeredTools().map((t) => t.name),
         lispArguments: this.lispArguments(),
+        thinking: this.modelThinking(),
       };
     });
     c.onRequest(Requests.shutdown, () => {
@@ -235,7 +244,7 @@ export class AgentServer {
     this.addRequest(Requests.configurationChange, (params) => {
       // The client sends its whole configuration: what it leaves out is no longer in force.
       this.applyConfiguration(params.configuration ?? {});
-      return { tools: this.offeredTools().map((t) => t.name) };
+      return { tools: this.offeredTools().map((t) => t.name), thinking: this.modelThinking() };
     });
     this.addRequest(Requests.toolsList, (params: ToolsListParams): ToolsListResult => {
       const offered = new Set(this.offeredTools().map((t) => t.name));

@@ -28,6 +28,7 @@ export function approvalParams(request: ApprovalRequest, origin: ApprovalOrigin 
     ...(origin.conversationId ? { conversationId: origin.conversationId } : {}),
     ...(origin.turnId ? { turnId: origin.turnId } : {}),
     ...(origin.client ? { client: origin.client } : {}),
+    ...(request.projectRoot !== undefined ? { projectRoot: request.projectRoot } : {}),
   };
 }
 

@@ -6,7 +6,8 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
-import { ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
+import { visitedFile } from "./handlers.js";
+import { fromPrimaryArgs, ToolPolicy, toPrimaryArgs, type ApprovalReason, type PermissionRule } from "./policy.js";
 import { protectedWrite } from "./protected-paths.js";
 import { schemaForModel, type ToolRegistry } from "./registry.js";
 import { ToolError, type SafetyLevel, type Tool, type ToolContext } from "./tool.js";
@@ -33,6 +34,8 @@ export interface ApprovalRequest {
   safetyLevel: SafetyLevel;
   /** What made the call ask: the tool's level or a permission rule. */
   reason: ApprovalReason;
+  /** The project root the call's paths were judged against: Emacs prepares the approval against it. */
+  projectRoot?: string;
 }
 
 export type ApprovalFn = (request: ApprovalRequest, signal: AbortSignal) => Promise<ApprovalDecision>;
@@ -124,6 +127,9 @@ export interface AdmittedCall {
   readonly edited?: boolean;
   /** The protected file the user approved writing (its approval said why): not asked about again as it runs. */
   readonly protectedApproved?: string;
+  /** The project root when the call was admitted: its paths are judged, approved and run against this
+   *  one root, whatever the editor's root becomes meanwhile (Emacs binds it for the call). */
+  readonly projectRoot?: string;
   /** Set when the call is answered; a later stage refuses it. */
   settled: boolean;
 }
@@ -312,7 +318,8 @@ export class Executor {
       const invalid = this.validate(tool, args);
       if (invalid) return answer(`Invalid arguments for ${tool.name}: ${invalid}`, args);
 
-      const verdict = policy.decide(tool, args, this.options.context?.().projectRoot);
+      const projectRoot = this.options.context?.().projectRoot;
+      const verdict = policy.decide(tool, args, projectRoot);
       if (verdict.kind === "deny") return answer(deniedByRule(tool, verdict.rule), args);
       let decision: AuditEntry["decision"] = "auto";
       let ask: ApprovalReason | undefined;
@@ -327,7 +334,7 @@ export class Executor {
           ask = verdict.reason;
         }
       }
-      const admitted: AdmittedCall = { call, tool, safety, capability, arguments: args, decision, ...(ask ? { ask } : {}), started, settled: false };
+      const admitted: AdmittedCall = { call, tool, safety, capability, arguments: args, decision, ...(ask ? { ask } : {}), ...(projectRoot !== undefined ? { projectRoot } : {}), started, settled: false };
       return { kind: "admitted", call: admitted };
     } catch (err) {
       return answer(err instanceof ToolError ? err.message : `Tool ${call.name} failed: ${errorMessage(err)}`);
@@ -361,7 +368,7 @@ export class Executor {
       let previewDigest: string | undefined;
       if (tool.preview) {
         try {
-          const preview = await this.previewOf(tool, args, call.id, signal);
+          const preview = await this.previewOf(tool, args, call.id, signal, admitted.projectRoot);
           shown = { ...args, ...preview.shown };
           previewDigest = preview.digest;
         } catch (err) {
@@ -372,7 +379,7 @@ export class Executor {
       let reply: ApprovalDecision;
       const asked = performance.now();
       try {
-        reply = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: shown, safetyLevel: safety, reason }, signal);
+        reply = await this.options.approve({ callId: call.id, tags: opts.tags, tool, arguments: shown, safetyLevel: safety, reason, ...rootOf(admitted) }, signal);
         approvalWaitMs = Math.round((performance.now() - asked) * 100) / 100;
       } catch (err) {
         // Emacs refusing before asking (a path outside the root) says why itself: passed on as it is.
@@ -389,7 +396,7 @@ export class Executor {
           const edited = declaredOnly(tool, parseArguments(reply.arguments));
           const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
           if (bad || typeof edited === "string") return answer(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`);
-          const again = this.policy.decide(tool, edited, this.options.context?.().projectRoot);
+          const again = this.policy.decide(tool, edited, admitted.projectRoot);
           if (again.kind === "deny") {
             args = edited;
             return answer(deniedByRule(tool, again.rule));
@@ -398,7 +405,7 @@ export class Executor {
           decision = "modified";
           if (tool.preview) {
             try {
-              previewDigest = (await this.previewOf(tool, args, call.id, signal)).digest;
+              previewDigest = (await this.previewOf(tool, args, call.id, signal, admitted.projectRoot)).digest;
             } catch (err) {
               return answer(err instanceof ToolError ? err.message : `${tool.name} could not be prepared: ${sentence(errorMessage(err))} It was not run.`);
             }
@@ -455,7 +462,7 @@ export class Executor {
       if (admitted.ask) return this.settle(admitted, { call, started, tool, safety, approved, args, opts, ...asked }, `${tool.name} was not run: it needs the user's approval first.`);
       if (admitted.bound?.preview !== undefined && tool.preview) {
         // What the call would change now must be what the user approved: else nothing runs.
-        const now = await this.previewOf(tool, args, call.id, opts.signal ?? new AbortController().signal).then((p) => p.digest, (err: unknown) => errorMessage(err));
+        const now = await this.previewOf(tool, args, call.id, opts.signal ?? new AbortController().signal, admitted.projectRoot).then((p) => p.digest, (err: unknown) => errorMessage(err));
         if (now !== admitted.bound.preview) return this.settle(admitted, { call, started, tool, safety, approved, args, opts, ...asked }, targetChanged(tool));
       }
       const tellStarted = (): string | undefined => {
@@ -472,7 +479,7 @@ export class Executor {
       if (safety !== "safe") this.auditEntry(call.id, tool, safety, args, admitted.decision);
       approved = true;
       this.runHooks({ phase: "before", call, tool, arguments: args, safetyLevel: safety, tags: opts.tags });
-      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: () => void tellStarted(), ...(admitted.protectedApproved !== undefined ? { protectedApproved: admitted.protectedApproved } : {}) }, admitted.bound?.emacs);
+      const value = await this.runHandler(tool, args, call.id, { ...opts, onApprovedWhileRunning: () => void tellStarted(), ...(admitted.protectedApproved !== undefined ? { protectedApproved: admitted.protectedApproved } : {}), projectRoot: admitted.projectRoot }, admitted.bound?.emacs);
       const content = truncate(redact(formatResult(value)), this.options.maxResultChars ?? DEFAULT_MAX_RESULT_CHARS, tool.pagingHint);
       return this.settle(admitted, { call, started, tool, safety, approved: true, args, opts, ...asked }, undefined, content);
     } catch (err) {
@@ -539,7 +546,7 @@ export class Executor {
    * definition): allowed, denied, or put to the user as an approval of its own. Throws a ToolError when
    * the read may not happen.
    */
-  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>, beforeAsking?: () => Promise<void>, onApproved?: () => void): Promise<void> {
+  private async confirmReadOutside(tool: Tool, args: Record<string, unknown>, callId: string, path: string, signal: AbortSignal, tags?: Record<string, string>, beforeAsking?: () => Promise<void>, onApproved?: () => void, projectRoot?: string): Promise<void> {
     const action = this.policy.readOutsideProject();
     if (action === "allow") return;
     const refuse = (why: string): ToolError =>
@@ -555,7 +562,7 @@ export class Executor {
     }
     if (signal.aborted) throw new ToolError(`${tool.name} was cancelled.`);
     const reply = await this.options.approve(
-      { callId, tags, tool, arguments: { ...args, file_outside_the_project: path }, safetyLevel: this.policy.effectiveSafety(tool), reason: { kind: "outside", path } },
+      { callId, tags, tool, arguments: { ...args, file_outside_the_project: path }, safetyLevel: this.policy.effectiveSafety(tool), reason: { kind: "outside", path }, ...(projectRoot !== undefined ? { projectRoot } : {}) },
       signal,
     );
     if (reply?.decision !== "approved") throw refuse(`the user did not allow it${reply?.decision === "denied" && reply.reason ? ` (${reply.reason})` : ""}`);
@@ -574,11 +581,16 @@ export class Executor {
     callId: string,
     file: string,
     signal: AbortSignal,
-    how: { tags?: Record<string, string>; beforeAsking?: () => Promise<void>; onApproved?: () => void; protectedApproved?: string },
+    how: { tags?: Record<string, string>; beforeAsking?: () => Promise<void>; onApproved?: () => void; protectedApproved?: string; projectRoot: string | undefined; buffer?: boolean },
   ): Promise<void> {
-    const guarded = protectedWrite(file, this.options.context?.().projectRoot);
+    const guarded = protectedWrite(file, how.projectRoot);
     if (!guarded || guarded.path === how.protectedApproved) return;
-    const refuse = (why: string): ToolError => new ToolError(`${tool.name}: ${clip(guarded.path)} is a protected file (${guarded.why}), and ${why}; nothing was written.`);
+    const refuse = (why: string): ToolError =>
+      new ToolError(
+        how.buffer
+          ? `${tool.name}: the buffer visits ${clip(guarded.path)}, which is a protected file (${guarded.why}; the user's next save would write it there), and ${why}; the buffer was not changed.`
+          : `${tool.name}: ${clip(guarded.path)} is a protected file (${guarded.why}), and ${why}; nothing was written.`,
+      );
     if (!this.options.approve) throw refuse("writing it needs the user's approval, which is not possible here");
     if (how.beforeAsking) {
       try {
@@ -596,11 +608,30 @@ export class Executor {
         arguments: { ...args, protected_file: `${guarded.path}: ${guarded.why}` },
         safetyLevel: this.policy.effectiveSafety(tool),
         reason: { kind: "protected", path: guarded.path, why: guarded.why },
+        ...(how.projectRoot !== undefined ? { projectRoot: how.projectRoot } : {}),
       },
       signal,
     );
     if (reply?.decision !== "approved") throw refuse(`the user did not allow it${reply?.decision === "denied" && reply.reason ? ` (${reply.reason})` : ""}`);
     how.onApproved?.();
+  }
+
+  /**
+   * A tool that changes a buffer's text (Tool.writesBuffer) into a buffer visiting a protected file
+   * asks as a write to that file would (the user's next save writes it there): the buffer's file is
+   * asked of Emacs, resolved against the call's root, and judged by confirmWrite, the check every
+   * write found as it runs goes through.
+   */
+  private async confirmBufferWrite(tool: Tool, args: Record<string, unknown>, ctx: ToolContext, confirm: (file: string) => Promise<void>): Promise<Record<string, unknown>> {
+    const primary = this.options.registry.get(this.policy.primaryName(tool)) ?? tool;
+    if (primary.writesBuffer === undefined || !ctx.emacs) return args;
+    const primaryArgs = toPrimaryArgs(tool, args);
+    const given = primaryArgs[primary.writesBuffer];
+    const visited = await visitedFile(ctx, typeof given === "string" ? given : undefined);
+    if (visited.file) await confirm(visited.file);
+    // The buffer judged is the one written: "the user's last buffer" is named, so that a buffer the
+    // user switched to meanwhile (perhaps visiting another protected file) is not the one changed.
+    return fromPrimaryArgs(tool, { ...primaryArgs, [primary.writesBuffer]: visited.buffer });
   }
 
   /** How long TOOL's handler may run before the executor stops it. */
@@ -614,14 +645,14 @@ export class Executor {
   }
 
   /** What TOOL's approval shows besides ARGS (Tool.preview), and its digest. */
-  private async previewOf(tool: Tool, args: Record<string, unknown>, callId: string, signal: AbortSignal): Promise<{ shown: Record<string, unknown>; digest: string }> {
-    const ctx: ToolContext = { callId, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.() };
+  private async previewOf(tool: Tool, args: Record<string, unknown>, callId: string, signal: AbortSignal, projectRoot: string | undefined): Promise<{ shown: Record<string, unknown>; digest: string }> {
+    const ctx: ToolContext = { callId, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.(), ...(projectRoot !== undefined ? { projectRoot } : {}) };
     const shown = await tool.preview!(args, ctx);
     return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
   }
 
-  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void; protectedApproved?: string }, approved?: ApprovedTarget): Promise<unknown> {
-    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning, protectedApproved, onOutput } = opts;
+  private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void; protectedApproved?: string; projectRoot?: string | undefined }, approved?: ApprovedTarget): Promise<unknown> {
+    const { signal: outer, tags, offerCategory, beforeAsking, onApprovedWhileRunning, protectedApproved, onOutput, projectRoot } = opts;
     const timeoutMs = this.timeoutFor(tool);
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(new ToolError(`${tool.name} was cancelled.`));
@@ -637,18 +668,24 @@ export class Executor {
     });
     stopped.catch(() => undefined);
     try {
+      const { projectRoot: _now, ...editor } = this.options.context?.() ?? {};
       const context: ToolContext = {
-        ...this.options.context?.(),
+        ...editor,
+        // The root the call was judged against, not the editor's latest: one root for the whole call.
+        ...(projectRoot !== undefined ? { projectRoot } : {}),
         callId,
         signal: controller.signal,
         timeoutMs,
         ...(approved ? { approved } : {}),
         ...(offerCategory ? { offerCategory } : {}),
         ...(onOutput ? { output: (tail: string, totalBytes: number) => onOutput({ id: callId, name: tool.name, arguments: args }, tail, totalBytes) } : {}),
-        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking, onApprovedWhileRunning),
-        confirmWrite: (file) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved }),
+        readOutside: (path) => this.confirmReadOutside(tool, args, callId, path, controller.signal, tags, beforeAsking, onApprovedWhileRunning, projectRoot),
+        confirmWrite: (file) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved, projectRoot }),
       };
-      const running = Promise.resolve().then(() => tool.handler(args, context));
+      const confirmBuffer = (file: string) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved, projectRoot, buffer: true });
+      const running = Promise.resolve().then(async () => {
+        return tool.handler(await this.confirmBufferWrite(tool, args, context, confirmBuffer), context);
+      });
       running.catch(() => undefined);
       return await Promise.race([running, stopped]);
     } finally {
@@ -680,6 +717,11 @@ export class Executor {
 
 interface NormalizedCall extends ToolCall {
   problem?: string;
+}
+
+/** The projectRoot field of an approval request for ADMITTED, when it has one. */
+function rootOf(admitted: AdmittedCall): { projectRoot?: string } {
+  return admitted.projectRoot !== undefined ? { projectRoot: admitted.projectRoot } : {};
 }
 
 function normalizeCall(raw: unknown): NormalizedCall {

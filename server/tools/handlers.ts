@@ -15,13 +15,38 @@ export function emacsTool(capability: string, mapArgs?: (args: Record<string, un
     const emacs = requireEmacs(ctx);
     const result = await emacs.call(
       "tool",
-      { tool: capability, arguments: mapArgs ? mapArgs(args) : args, ...(ctx.approved ? { approved: ctx.approved } : {}) },
+      { tool: capability, arguments: mapArgs ? mapArgs(args) : args, ...(ctx.approved ? { approved: ctx.approved } : {}), ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}) },
       { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
     );
     const changes = result && typeof result === "object" && "changes" in result ? (result as { changes: unknown }).changes : undefined;
     if (Array.isArray(changes) && changes.length > 0) ctx.reportChanges?.(ctx.callId, changes as Change[]);
     return unwrapContent(result);
   };
+}
+
+/** The Emacs capability that names the file a buffer visits (the internal tool buffer_file). */
+export const BUFFER_FILE = "buffer_file";
+
+/**
+ * The buffer named BUFFER (the user's last buffer when BUFFER is undefined), as Emacs finds it for a
+ * write against the call's root: its name, and the file it visits (undefined: none). Emacs's refusals
+ * (no such buffer, one the agent may not write) fail the call as the tool itself would.
+ */
+export async function visitedFile(ctx: ToolContext, buffer: string | undefined): Promise<{ buffer: string; file?: string }> {
+  const answer = unwrapContent(await requireEmacs(ctx).call(
+    "tool",
+    { tool: BUFFER_FILE, arguments: buffer !== undefined ? { buffer } : {}, ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}) },
+    { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
+  ));
+  let parsed: unknown;
+  try {
+    parsed = typeof answer === "string" ? JSON.parse(answer) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  const p = parsed as { buffer?: unknown; file?: unknown } | undefined;
+  if (!p || typeof p.buffer !== "string") throw new ToolError(`Emacs did not say which buffer the call would change (${String(answer).slice(0, 200)}); nothing was changed.`);
+  return { buffer: p.buffer, ...(typeof p.file === "string" && p.file !== "" ? { file: p.file } : {}) };
 }
 
 /** Runs in the Lisp image: lisp-cl/'s (sly-agent-q:call-tool NAME ARGS :package PKG). */

@@ -103,6 +103,10 @@ export interface ToolSpec {
   /** For a tool that runs a command: the command a call's arguments name (undefined when they name
    *  none), which permission rules with `command` match (server/tools/command-rules.ts). */
   command?: (args: Record<string, unknown>) => CommandTarget | undefined;
+  /** The parameter naming the buffer whose text a call changes (buffer_edit's buffer_name; the call
+   *  without it changes the user's last buffer): a buffer visiting a protected file makes the call ask,
+   *  as a write to that file would, since the user's next save writes it there (Executor). */
+  writesBuffer?: string;
   /** How the user reviews a call that asks (see ReviewKind in server/protocol.ts); "arguments" when absent. */
   review?: ReviewKind;
   /** What a safe tool changes besides answering (point moved, a trace removed, the user's macro functions

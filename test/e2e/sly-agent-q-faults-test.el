@@ -34,6 +34,12 @@
 ;; conversation must hold every answer and tool result the user saw.
 ;; The table of points tried, conversations that could not continue
 ;; and messages lost is printed; both counts must be 0.
+;;
+;; With thinking on, three faults more: the server killed while the
+;; model's thinking streams, a turn cancelled then, and a conversation
+;; with thinking resumed after its Emacs was lost mid-loop; each time
+;; the next tool loop, thinking, must finish on a history the mock (as
+;; the API) accepts, and the chat shows the thinking sections.
 
 ;;; Code:
 
@@ -345,6 +351,159 @@ was not run, and nothing was written."
       (sly-agent-q-test-stop-mock)
       (faults--fresh-chat)
       (delete-directory dir t))))
+
+;;;; Thinking: faults while the model reasons
+
+;; With thinking on (claude-sonnet-4-5 thinks with a budget between
+;; tool calls), the history must stay one the API accepts whatever
+;; stops a turn: the mock refuses, with a 400, a history whose thinking
+;; blocks are missing, changed, unsigned or out of place, so a turn that
+;; finishes after the fault is a history that stayed valid.  No image:
+;; the tools are Emacs's.
+
+(defconst faults-thinking-text
+  (concat "Which file holds the definition?  The notes mention notes.txt; reading it first "
+          "tells me whether the value was raised already, and then I can answer without guessing.")
+  "What the model thinks before its call.")
+
+(defun faults--thinking-step (thinking &rest blocks)
+  "A mock step whose answer thinks THINKING, then has BLOCKS, slowly streamed."
+  `((content . [((type . "thinking") (thinking . ,thinking)) ,@blocks])
+    (text_delta_chars . 6) (chunk_delay_ms . 15)))
+
+(defun faults--read-notes ()
+  "A tool_use block reading notes.txt."
+  '((type . "tool_use") (name . "read_file") (input . ((path . "notes.txt")))))
+
+(defun faults--text (text)
+  "A text block saying TEXT."
+  `((type . "text") (text . ,text)))
+
+(defvar faults--on-thinking nil
+  "A function run once, at the first chat/thinkingDelta received, then forgotten.")
+
+(defun faults--watch-thinking (_conn message)
+  "Run `faults--on-thinking' at the first thinking MESSAGE from the server."
+  (when (and faults--on-thinking (equal (plist-get message :method) "chat/thinkingDelta"))
+    (let ((f faults--on-thinking))
+      (setq faults--on-thinking nil)
+      (run-at-time 0 nil f))))
+
+(defmacro faults--with-thinking-project (&rest body)
+  "Run BODY in a fresh project holding notes.txt, the server started with thinking on."
+  (declare (indent 0) (debug t))
+  `(let* ((sly-agent-q-project-root (file-name-as-directory (make-temp-file "agent-q-thinking" t)))
+          (sly-agent-q-server-auto-restart nil)
+          (sly-agent-q-turn-check-interval 3600)
+          ;; Thinking asked for explicitly: what auto gives this model, said in the test.
+          (sly-agent-q-thinking '(("claude-sonnet-4-5" . medium))))
+     (with-temp-file (expand-file-name "notes.txt" sly-agent-q-project-root) (insert "(defvar *x* 1)\n"))
+     (advice-add 'jsonrpc-connection-receive :before #'faults--watch-thinking)
+     (unwind-protect
+         (sly-agent-q-test-with-server '((steps . []))
+           (setq sly-agent-q-approval-function #'faults--approve)
+           ,@body)
+       (setq faults--on-thinking nil)
+       (advice-remove 'jsonrpc-connection-receive #'faults--watch-thinking)
+       (delete-directory sly-agent-q-project-root t))))
+
+(defun faults--thinking-sections ()
+  "How many folded thinking sections the chat shows."
+  (let ((text (sly-agent-q-test-chat-text)) (n 0) (start 0))
+    (while (string-match "Thinking… " text start)
+      (setq n (1+ n) start (match-end 0)))
+    n))
+
+(defun faults--last-request-thinks-p ()
+  "Non-nil when the mock's last request asked for thinking and was answered."
+  (let ((last (car (last (append (sly-agent-q-test-mock-requests) nil)))))
+    (and (eql (alist-get 'status last) 200)
+         (alist-get 'thinking (alist-get 'body last)))))
+
+(ert-deftest faults-thinking-server-killed-mid-thinking ()
+  "The server killed while the model's thinking streams: the next turn, a tool loop that thinks, finishes.
+The cut answer's unsigned thinking never reaches the history (the mock
+would refuse it); the chat shows the new thinking section."
+  (faults--with-thinking-project
+    (faults-set-script `((steps . [,(faults--thinking-step faults-thinking-text (faults--read-notes))])))
+    (let ((victim (faults--server-process)) outcome)
+      (setq faults--on-thinking (lambda () (signal-process victim 'kill)))
+      (sly-agent-q-send "Is *x* raised?" (lambda (o) (setq outcome o)))
+      (should (faults--wait (lambda () (not (process-live-p victim))) 30))
+      (faults--wait (lambda () (not (sly-agent-q-server-ready-p))) 10))
+    (should (faults--ensure-server))
+    (faults-set-script `((steps . [,(faults--thinking-step "Read it now." (faults--read-notes))
+                                   ,(faults--thinking-step "It says 1." (faults--text "*x* is 1, not raised."))])))
+    (let ((before (faults--thinking-sections))
+          (outcome (faults--send "Look again")))
+      (should (eq (plist-get outcome :status) 'finished))
+      (should (faults--last-request-thinks-p))
+      (should (> (faults--thinking-sections) before))
+      (should (string-match-p "\\*x\\* is 1, not raised" (sly-agent-q-test-chat-text)))
+      (should (string-match-p "(defvar \\*x\\* 1)" (car (car (last (sly-agent-q-test-tool-results)))))))))
+
+(ert-deftest faults-thinking-cancelled-mid-thinking ()
+  "A turn cancelled while its thinking streams: the next turn, a tool loop that thinks, finishes."
+  (faults--with-thinking-project
+    (faults-set-script
+     `((steps . [((content . [((type . "thinking") (thinking . ,faults-thinking-text)) ,(faults--read-notes)])
+                  (text_delta_chars . 6) (hang_after_chunks . 8))
+                 ,(faults--thinking-step "Read it." (faults--read-notes))
+                 ,(faults--thinking-step "Done." (faults--text "It is 1."))])))
+    (let (outcome)
+      (setq faults--on-thinking (lambda () (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-cancel))))
+      (sly-agent-q-send "Is *x* raised?" (lambda (o) (setq outcome o)))
+      (should (faults--wait (lambda () outcome) 30))
+      (should (eq (plist-get outcome :status) 'cancelled)))
+    ;; What streamed before the cancel stays shown, folded.
+    (should (>= (faults--thinking-sections) 1))
+    (let ((outcome (faults--send "Try again")))
+      (should (eq (plist-get outcome :status) 'finished))
+      (should (faults--last-request-thinks-p))
+      (should (>= (faults--thinking-sections) 2))
+      (should (string-match-p "It is 1\\." (sly-agent-q-test-chat-text))))))
+
+(ert-deftest faults-thinking-resumed-then-tool-loop ()
+  "A conversation with thinking, its Emacs lost while a call waits for approval, resumed from the list:
+the resumed chat shows the thinking sections, and a new tool loop that
+thinks finishes on the history the file kept (signatures intact)."
+  (faults--with-thinking-project
+    (faults-set-script `((steps . [,(faults--thinking-step faults-thinking-text (faults--read-notes))
+                                   ,(faults--thinking-step "It says 1." (faults--text "It is 1."))
+                                   ,(faults--thinking-step "Raise it."
+                                                           '((type . "tool_use") (name . "write_file")
+                                                             (input . ((path . "notes.txt") (content . "(defvar *x* 2)\n")))))])))
+    (should (eq (plist-get (faults--send "Is *x* raised?") :status) 'finished))
+    (let ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
+          (victim (faults--server-process))
+          outcome)
+      ;; The approval never comes: Emacs is lost meanwhile (the server's input closes).
+      (setq sly-agent-q-approval-function (lambda (_request _callback)
+                                            (when (process-live-p victim) (process-send-eof victim))))
+      (sly-agent-q-send "Raise it" (lambda (o) (setq outcome o)))
+      (should (faults--wait (lambda () (not (process-live-p victim))) 30))
+      (faults--wait (lambda () (not (sly-agent-q-server-ready-p))) 10)
+      (sly-agent-q-server-stop)
+      (faults--fresh-chat)
+      (setq sly-agent-q-approval-function #'faults--approve)
+      (should (faults--ensure-server))
+      (let (shown)
+        (sly-agent-q-sessions-resume id (lambda (b) (setq shown b)))
+        (should (faults--wait (lambda () shown) 10)))
+      ;; Each answer that thought shows its section again, folded.
+      (should (>= (faults--thinking-sections) 3))
+      (faults-set-script `((steps . [,(faults--thinking-step "Read it again." (faults--read-notes))
+                                     ,(faults--thinking-step "Still 1." (faults--text "Still 1: the write never ran."))])))
+      (let ((outcome (faults--send "Go on")))
+        (should (eq (plist-get outcome :status) 'finished))
+        (should (faults--last-request-thinks-p))
+        (should (string-match-p "Still 1: the write never ran" (sly-agent-q-test-chat-text)))
+        (should (cl-some (lambda (r) (string-match-p "write_file was not run" (car r)))
+                         (sly-agent-q-test-tool-results)))
+        (should (equal (with-temp-buffer
+                         (insert-file-contents (expand-file-name "notes.txt" sly-agent-q-project-root))
+                         (buffer-string))
+                       "(defvar *x* 1)\n"))))))
 
 ;;;; The suite
 

@@ -125,16 +125,49 @@ what it is: trust levels."
 (ert-deftest sly-agent-q-menu-sets-thinking-per-model ()
   "Thinking is set per model from the menu, shown as in force, and sent to the server."
   (let ((sly-agent-q-model "claude-opus-4-7") (sly-agent-q-thinking '(("*" . low))))
-    (should (string-match-p "Thinking low" (sly-agent-q-menu-test--description 'sly-agent-q-set-thinking)))
+    (should (string-match-p "Thinking low" (sly-agent-q-menu-test--description 'sly-agent-q-menu-thinking)))
     (sly-agent-q-set-thinking "claude-opus" 'high)
     (sly-agent-q-set-thinking "claude-sonnet-4-5" 8000)
     (should (equal sly-agent-q-thinking '(("*" . low) ("claude-opus" . high) ("claude-sonnet-4-5" . 8000))))
-    (should (string-match-p "Thinking high" (sly-agent-q-menu-test--description 'sly-agent-q-set-thinking)))
+    (should (string-match-p "Thinking high" (sly-agent-q-menu-test--description 'sly-agent-q-menu-thinking)))
     (let ((sent (plist-get (sly-agent-q-server-configuration) :thinking)))
       (should (equal (gethash "claude-opus" sent) "high"))
       (should (equal (gethash "claude-sonnet-4-5" sent) 8000)))
     (should-error (sly-agent-q-set-thinking "claude-opus" 'lots) :type 'user-error)
     (should-error (sly-agent-q-set-thinking "claude-opus" 100) :type 'user-error)))
+
+;; The real server says what the configured model thinks; the menu's `h'
+;; says why when it cannot, instead of setting what would never be sent.
+(ert-deftest sly-agent-q-menu-thinking-says-why-a-model-cannot-think ()
+  "`h' on a model that takes no thinking setting says why and sets nothing; on one that does, it asks."
+  (let ((sly-agent-q-thinking nil) (prompts nil))
+    (sly-agent-q-test-with-server '((steps . []))
+      (cl-letf (((symbol-function 'read-string) (lambda (prompt &rest _) (push prompt prompts) "claude-sonnet-4-5"))
+                ((symbol-function 'completing-read) (lambda (prompt &rest _) (push prompt prompts) "high")))
+        (cl-flet ((use (provider model)
+                    (setq sly-agent-q-provider provider sly-agent-q-model model)
+                    (sly-agent-q-server-reconfigure)
+                    (sly-agent-q-test-wait (lambda () (equal (plist-get (sly-agent-q-menu--model-thinking) :model) model))
+                                           10 (format "the server to say what %s thinks" model))))
+          ;; An older Claude, and an OpenAI model that does not reason: said why, nothing asked or set.
+          (dolist (case '(("anthropic" "claude-3-5-haiku-20241022" "does not think: the API takes no thinking setting for it")
+                          ("openai" "gpt-4.1" "does not reason: OpenAI refuses a reasoning effort for it")))
+            (use (nth 0 case) (nth 1 case))
+            (should (string-match-p (format "(%s does not think)" (regexp-quote (nth 1 case)))
+                                    (sly-agent-q-menu-test--description 'sly-agent-q-menu-thinking)))
+            (let ((said (let ((inhibit-message t)) (call-interactively #'sly-agent-q-menu-thinking))))
+              (should (string-match-p (regexp-quote (nth 2 case)) said)))
+            (should-not prompts)
+            (should-not sly-agent-q-thinking))
+          ;; A compatible server's model: asked, with a word that only a reasoning server takes it.
+          (use "openai" "qwen3-32b")
+          (should (string-match-p "only if its server reasons" (sly-agent-q-menu-test--description 'sly-agent-q-menu-thinking)))
+          ;; A model that thinks: asked, and set.
+          (use "anthropic" "claude-sonnet-4-5")
+          (should-not (string-match-p "does not think" (sly-agent-q-menu-test--description 'sly-agent-q-menu-thinking)))
+          (call-interactively #'sly-agent-q-menu-thinking)
+          (should (= (length prompts) 2))
+          (should (equal sly-agent-q-thinking '(("claude-sonnet-4-5" . high)))))))))
 
 (ert-deftest sly-agent-q-chat-describe-mode-names-every-key ()
   "C-h m: every command bound in the chat is named in the mode's own words, not only in the key table."

@@ -167,3 +167,64 @@ it("a protected name is recognised as a file system that ignores case or ignorab
   const missed = [".g\u200cit/config", "AGENT\u200d-Q.md", "~/.EMACS.D/init.el", "~/.Config/common-lisp/x.conf", "~/.Emacs"].filter((p) => protectedWrite(p, root, env) === undefined);
   expect(missed).toEqual([]);
 });
+
+it("the directory core.hooksPath names is protected as .git/hooks is: from the repository's config, a linked worktree's, the user's global one; read as Git reads it, without running git", async () => {
+  const { protectedWrite } = await import("../../server/tools/protected-paths.js");
+  const { writeFileSync } = await import("node:fs");
+  const home = mkdtempSync(join(tmpdir(), "saq-protected-home-"));
+  try {
+    const env = { HOME: home };
+    writeFileSync(join(root, ".git", "config"), '[core]\n\tbare = false\n[core "nope"]\n\thooksPath = decoy\n[Core]\n\tHooksPath = "tools/git hooks" ; a comment\n');
+    const hook = protectedWrite("tools/git hooks/pre-commit", root, env);
+    expect(hook).toEqual({ path: join("tools", "git hooks", "pre-commit"), name: join(root, "tools", "git hooks"), why: expect.stringMatching(/core\.hooksPath.*hooks run/) });
+    // From a folder of the repository as the root, and through a link into it.
+    mkdirSync(join(root, "tools", "git hooks"), { recursive: true });
+    symlinkSync(join(root, "tools", "git hooks"), join(root, "src", "innocent"));
+    expect(protectedWrite("innocent/post-merge", join(root, "src"), env)).toBeDefined();
+    // A subsection named core, a name that only starts like the hooks directory: not protected.
+    expect(protectedWrite("decoy/pre-commit", root, env)).toBeUndefined();
+    expect(protectedWrite("tools/git hooks2/x", root, env)).toBeUndefined();
+    // A linked worktree: .git is a file naming its git directory; the config is in the common one.
+    const wt = mkdtempSync(join(tmpdir(), "saq-protected-wt-"));
+    try {
+      const gitdir = join(root, ".git", "worktrees", "wt");
+      mkdirSync(gitdir, { recursive: true });
+      writeFileSync(join(gitdir, "commondir"), "../..\n");
+      writeFileSync(join(wt, ".git"), `gitdir: ${gitdir}\n`);
+      expect(protectedWrite("tools/git hooks/pre-push", wt, env)?.why).toMatch(/hooksPath/);
+      // The worktree's own config (config.worktree) wins, with a leading ~ read as git reads it.
+      writeFileSync(join(gitdir, "config.worktree"), "[core] hooksPath = ~/my-hooks\n");
+      expect(protectedWrite(join(home, "my-hooks", "pre-push"), wt, env)?.why).toMatch(/hooksPath/);
+    } finally {
+      rmSync(wt, { recursive: true, force: true });
+    }
+    // The user's global config, when the repository sets none.
+    writeFileSync(join(root, ".git", "config"), "[core]\n\tbare = false\n");
+    expect(protectedWrite("hooks-global/pre-commit", root, env)).toBeUndefined();
+    writeFileSync(join(home, ".gitconfig"), "[core]\nhooksPath = hooks-global\n");
+    expect(protectedWrite("hooks-global/pre-commit", root, env)?.why).toMatch(/hooksPath/);
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+it("the fasl caches a Lisp image loads code from are protected: ASDF's output translations (~/.cache/common-lisp, XDG_CACHE_HOME) and the agent's own cache", async () => {
+  const { protectedWrite } = await import("../../server/tools/protected-paths.js");
+  const env = { HOME: root };
+  const xdg = { HOME: root, XDG_CACHE_HOME: join(root, "xdg-cache") };
+  const missed = [
+    ["~/.cache/common-lisp/sbcl-2.2-linux-x64/home/u/p/src/main.fasl", env],
+    ["~/.CACHE/Common-Lisp/x.fasl", env],
+    [join(root, "xdg-cache", "common-lisp", "x.fasl"), xdg],
+    ["~/.cache/sly-agent-q/sbcl/inspect.fasl", env],
+    [join(root, "xdg-cache", "sly-agent-q", "key", "eval.fasl"), xdg],
+  ].filter(([p, e]) => protectedWrite(p as string, root, e as NodeJS.ProcessEnv) === undefined);
+  expect(missed).toEqual([]);
+  expect(protectedWrite("~/.cache/other/x.fasl", root, env)).toBeUndefined();
+  // A link in the project to the cache is the cache.
+  mkdirSync(join(root, ".cache", "common-lisp"), { recursive: true });
+  symlinkSync(join(root, ".cache", "common-lisp"), join(root, "src", "build"));
+  expect(protectedWrite("src/build/main.fasl", root, env)?.why).toMatch(/compiled Lisp code/);
+  // The package's own Lisp helpers and their fallback cache (lisp-cl/cache), next to the server.
+  expect(protectedWrite(join(process.cwd(), "lisp-cl", "cache", "k", "eval.fasl"), root, env)?.why).toMatch(/Lisp helpers/);
+});

@@ -31,8 +31,8 @@ afterEach(() => {
   for (const b of open.splice(0)) b.kill();
 });
 
-async function start(approvalTimeoutMs = 20_000, sessions: { maxSessions?: number; sessionIdleTimeoutMs?: number } = {}): Promise<Harness> {
-  const bundle = startBundle(["--log-level", "warn"]);
+async function start(approvalTimeoutMs = 20_000, sessions: { maxSessions?: number; sessionIdleTimeoutMs?: number } = {}, logLevel = "warn"): Promise<Harness> {
+  const bundle = startBundle(["--log-level", logLevel]);
   open.push(bundle);
   const stateFile = join(mkdtempSync(join(tmpdir(), "agent-q-mcp-")), "state", "mcp.json");
   const h: Harness = { bundle, stateFile, url: "", token: "", calls: [], notes: [], decisions: [] };
@@ -270,6 +270,29 @@ describe("MCP server", () => {
     expect(h.calls.find((c) => c.kind === "approval")!.params.client).toBe("Codex");
     await client.close();
   });
+
+  it("the shim ends its HTTP session when its client goes: stdin closed, or a signal", async () => {
+    const h = await start(20_000, {}, "info");
+    const ended = () => h.bundle.stderr().split("\n").filter((l) => /MCP: session \S+ ended by its client/.test(l)).length;
+    // The client closes the shim's stdin (as Claude Code does on exit).
+    const a = new Client({ name: "Codex", version: "1.0.0" });
+    await a.connect(new StdioClientTransport({ command: process.execPath, args: [BUNDLE, "--mcp-stdio", "--mcp-state", h.stateFile], stderr: "pipe" }));
+    expect((await a.listTools()).tools.length).toBeGreaterThan(0);
+    expect(ended()).toBe(0);
+    await a.close();
+    await vi.waitFor(() => expect(ended()).toBe(1), { timeout: 5000, interval: 50 });
+    // Killed by a signal (a terminal closed, a supervisor stopping it) with its stdin still open.
+    for (const signal of ["SIGTERM", "SIGHUP"] as const) {
+      const transport = new StdioClientTransport({ command: process.execPath, args: [BUNDLE, "--mcp-stdio", "--mcp-state", h.stateFile], stderr: "pipe" });
+      const b = new Client({ name: "Codex", version: "1.0.0" });
+      await b.connect(transport);
+      await b.listTools();
+      const before = ended();
+      process.kill(transport.pid!, signal);
+      await vi.waitFor(() => expect(ended()).toBe(before + 1), { timeout: 5000, interval: 50 });
+      await b.close();
+    }
+  }, 30_000);
 
   it("the shim says clearly when no server is running", () => {
     const r = spawnSync(process.execPath, [BUNDLE, "--mcp-stdio", "--mcp-state", join(tmpdir(), "no-such-dir-agent-q", "mcp.json")], { encoding: "utf8", cwd: ROOT, input: "" });

@@ -14,7 +14,7 @@ import { historyProblems, repairHistory } from "../../server/agent/history-rules
 import { toParams } from "../../server/llm/anthropic.js";
 import { costOf } from "../../server/llm/models.js";
 import type { AssistantMessage, Message } from "../../server/llm/provider.js";
-import { settingFor, thinkingForRequest, thinkingForTurn, thinkingSupport } from "../../server/llm/thinking.js";
+import { modelThinking, settingFor, thinkingForRequest, thinkingForTurn, thinkingSupport } from "../../server/llm/thinking.js";
 
 const think = (text: string) => ({ type: "thinking" as const, thinking: text });
 const steps3: MockStep[] = [
@@ -66,6 +66,27 @@ describe("which models think, and how (Anthropic's documentation)", () => {
     expect(budget.params.thinking).toEqual({ type: "enabled", budget_tokens: 4096 });
     expect(budget.headers).toEqual({ "anthropic-beta": "interleaved-thinking-2025-05-14" });
     expect(toParams({ ...base, model: "claude-sonnet-4-6" }).params.thinking).toBeUndefined();
+  });
+});
+
+describe("what the menu says of a model's thinking", () => {
+  it("names a model that cannot think and why, and never sends it a setting (no 400)", () => {
+    const turn = { maxTokens: 8192, toolChoice: "auto" as const };
+    for (const [provider, model] of [["anthropic", "claude-3-5-haiku-20241022"], ["openai", "gpt-4.1"], ["openai", "openai/gpt-4o-mini"]] as const) {
+      const said = modelThinking(provider, model);
+      expect(said.thinks, model).toBe("no");
+      expect(said.how).toMatch(/does not (think|reason).*none is sent whatever sly-agent-q-thinking says/);
+      const t = thinkingForTurn(provider, model, "high", turn);
+      expect(t.request, model).toBeUndefined();
+      expect(t.note).toMatch(/not sent/);
+      expect(thinkingForTurn(provider, model, "auto", turn)).toEqual({});
+    }
+    expect(modelThinking("anthropic", "claude-opus-4-7")).toMatchObject({ thinks: "yes", how: expect.stringMatching(/adaptively.*no budget/) });
+    expect(modelThinking("anthropic", "claude-sonnet-4-5")).toMatchObject({ thinks: "yes", how: expect.stringMatching(/within a budget/) });
+    expect(modelThinking("openai", "o4-mini")).toMatchObject({ thinks: "yes" });
+    // A compatible server's model: an effort goes only when set, and the menu says the server may refuse it.
+    expect(modelThinking("openai", "deepseek-reasoner")).toMatchObject({ thinks: "if-set", how: expect.stringMatching(/only when you set one/) });
+    expect(thinkingForTurn("openai", "deepseek-reasoner", "high", turn).request).toEqual({ mode: "reasoning-effort", effort: "high" });
   });
 });
 

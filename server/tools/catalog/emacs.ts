@@ -2,7 +2,7 @@
 // Emacs owns every buffer, so that a buffer visiting a file is never clobbered behind the user's back.
 // Where the two seeds name one capability twice, the alias maps its parameters onto the primary's.
 
-import { emacsTool, renameArgs } from "../handlers.js";
+import { BUFFER_FILE, emacsTool, renameArgs } from "../handlers.js";
 import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 
 const EMACS_TIMEOUT_MS = 15_000;
@@ -126,6 +126,7 @@ export const emacsTools: Tool[] = [
     },
     required: ["content"],
     review: "target",
+    writesBuffer: "buffer",
     safety: "cautious",
     categories: ["buffer"],
     ...emacs("write_to_buffer"),
@@ -153,6 +154,7 @@ export const emacsTools: Tool[] = [
     parameters: { buffer_name: bufferName, text: { type: "string", description: "Text to append." } },
     required: ["buffer_name", "text"],
     review: "target",
+    writesBuffer: "buffer_name",
     safety: "cautious",
     categories: ["buffer"],
     ...emacs("buffer_append"),
@@ -167,6 +169,7 @@ export const emacsTools: Tool[] = [
     },
     required: ["buffer_name", "old_text", "new_text"],
     review: "target",
+    writesBuffer: "buffer_name",
     safety: "cautious",
     categories: ["buffer"],
     ...emacs("buffer_edit"),
@@ -197,6 +200,15 @@ export const emacsTools: Tool[] = [
     safety: "dangerous",
     categories: ["buffer", "filesystem"],
     ...emacs("buffer_save"),
+  }),
+  defineTool({
+    name: BUFFER_FILE,
+    description: "Internal: the file a buffer the agent may write visits, if any (for the protected-file check).",
+    parameters: { buffer: { type: "string", description: "Buffer (default: the user's last one)." } },
+    safety: "safe",
+    categories: ["buffer"],
+    internal: true,
+    ...emacs(BUFFER_FILE),
   }),
   defineTool({
     name: "buffer_list",
