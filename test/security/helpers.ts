@@ -129,6 +129,8 @@ export function fakeContent(call: EmacsCallParams): string {
   }
   // The project the definition above is in (read_definition asks before reading outside it).
   if (call.kind === "tool" && params.tool === "current_directory") return `Project root: ${fakeProject()}/ (relative paths are resolved against it).`;
+  // Which buffer a buffer-writing tool changes (asked before it runs): one visiting no file.
+  if (call.kind === "tool" && params.tool === "buffer_file") return JSON.stringify({ buffer: "*scratch*" });
   return "ok";
 }
 

@@ -74,7 +74,7 @@ describe("run_command under attack", () => {
     expect(existsSync(join(root, "b", marker))).toBe(false);
   });
 
-  it("an approval is bound to the project root it showed: a root changed while it waits runs nothing", async () => {
+  it("an approval is bound to the project root it showed: a root changed while it waits never moves the command there", async () => {
     let current = root;
     const { run } = setup({
       root: () => current,
@@ -83,10 +83,10 @@ describe("run_command under attack", () => {
         return { decision: "approved" };
       },
     });
-    const r = await run({ argv: ["touch", "root-marker"] });
-    expect(r.success).toBe(false);
+    // One root a call (the executor captures it when the call is admitted): the command runs in the
+    // root its approval showed, never in the one set while the user read it.
+    await run({ argv: ["touch", "root-marker"] });
     expect(existsSync(join(elsewhere, "root-marker"))).toBe(false);
-    expect(existsSync(join(root, "root-marker"))).toBe(false);
   });
 
   it("an approval is bound to the program it showed: one put earlier on PATH while it waits runs nothing", async () => {
