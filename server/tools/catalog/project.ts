@@ -6,7 +6,7 @@ import { lstat } from "node:fs/promises";
 import { emacsTool } from "../handlers.js";
 import { compileGlob } from "../project/globs.js";
 import { listProjectFiles, realRoot } from "../project/files.js";
-import { gitBlame, gitDiff, gitLog, gitShow, gitStatus, openRepo } from "../project/git.js";
+import { gitBlame, gitDiff, gitLog, gitShow, gitStatus, withRepo, type Repo } from "../project/git.js";
 import { projectRoot } from "../project/root.js";
 import { formatSearch, searchProject, MAX_MAX_RESULTS, SEARCH_TIME_MS } from "../project/search.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
@@ -116,8 +116,9 @@ async function stamp(dir: string, name: string): Promise<{ mtime: number; size: 
   }
 }
 
-async function repo(ctx: ToolContext) {
-  return openRepo(await root(ctx));
+/** FN run in the repository of the project root, opened and closed around it. */
+async function inRepo<T>(ctx: ToolContext, fn: (repo: Repo) => Promise<T>): Promise<T> {
+  return withRepo(await root(ctx), fn);
 }
 
 export const projectTools: Tool[] = [
@@ -165,7 +166,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (_a, ctx) => gitStatus(await repo(ctx), ctx.signal),
+    handler: async (_a, ctx) => inRepo(ctx, (r) => gitStatus(r, ctx.signal)),
   }),
   defineTool({
     name: "git_diff",
@@ -179,7 +180,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitDiff(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitDiff(r, a, ctx.signal)),
   }),
   defineTool({
     name: "git_log",
@@ -188,7 +189,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitLog(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitLog(r, a, ctx.signal)),
   }),
   defineTool({
     name: "git_blame",
@@ -198,7 +199,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitBlame(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitBlame(r, a, ctx.signal)),
   }),
   defineTool({
     name: "git_show",
@@ -207,6 +208,6 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitShow(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitShow(r, a, ctx.signal)),
   }),
 ];
