@@ -45,6 +45,7 @@ import { SERVER_NAME, SERVER_VERSION } from "../version.js";
 import { stripUndefined } from "../text.js";
 import { diffHunks, diffTexts } from "../diff.js";
 import { thinkingProblems } from "../llm/thinking.js";
+import { PrivateFiles } from "../tools/project/private-files.js";
 import { startDone } from "../start-done.js";
 
 export interface ServerOptions {
@@ -63,6 +64,8 @@ export class AgentServer {
   readonly executor: Executor;
   configuration: Configuration = {};
   context: EditorContext = {};
+  /** The user's rule for files of credentials, from the configuration. */
+  private privateFiles = new PrivateFiles();
   capabilities: ClientCapabilities = {};
   initialized = false;
   private shutdownRequested = false;
@@ -85,6 +88,7 @@ export class AgentServer {
         emacs: this.capabilities.tools || this.capabilities.image ? this.bridge : undefined,
         currentPackage: this.context.currentPackage,
         projectRoot: this.context.projectRoot ?? this.configuration.projectRoot,
+        privateFiles: this.privateFiles,
         reportChanges: (callId: string, changes: Change[]) => this.keepChanges(callId, changes),
       }),
     });
@@ -276,8 +280,10 @@ export class AgentServer {
   private applyConfiguration(config: Configuration): void {
     // Checked whole before anything changes: a rejected configuration leaves the previous one in force.
     const policy = this.policyFor(config);
+    const privateFiles = new PrivateFiles(config.privateFilePatterns, config.privateFilePatternsUntranslated);
     registerSecret(config.apiKey, "apiKey");
     this.configuration = config;
+    this.privateFiles = privateFiles;
     if (config.logLevel) this.logger.level = config.logLevel;
     this.executor.configure({
       policy,

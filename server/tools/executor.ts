@@ -76,7 +76,7 @@ export interface ExecutorOptions {
   audit?: (entry: AuditEntry) => void;
   hooks?: ToolHook[];
   /** What handlers get besides the call's own signal and timeout (the Emacs port, the current package). */
-  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot">;
+  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot" | "privateFiles">;
 }
 
 export interface ExecuteOptions {

@@ -1,5 +1,6 @@
 // The tool protocol: what a tool is, and the checks a definition must pass at load time.
 
+import type { PrivateFiles } from "./project/private-files.js";
 import { REVIEW_KINDS } from "../protocol.js";
 import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
 
@@ -25,6 +26,8 @@ export interface ToolContext {
   /** The project root the call's paths are relative to, as Emacs last told the server (its context,
    *  else its configuration); the Node-side project tools ask Emacs first (server/tools/project/root.ts). */
   projectRoot?: string;
+  /** The user's rule for files of credentials (Configuration.privateFilePatterns), applied by the project tools. */
+  privateFiles?: PrivateFiles;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
   /**

@@ -10,6 +10,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor } from "../../server/tools/executor.js";
 import { runGit, withRepo } from "../../server/tools/project/git.js";
+import { PrivateFiles } from "../../server/tools/project/private-files.js";
 
 const base = mkdtempSync(join(tmpdir(), "agent-q-hostile-git-"));
 const root = join(base, "cloned");
@@ -280,4 +281,58 @@ describe("git ended by a signal", () => {
     expect(r.success).toBe(false);
     expect(r.content).toContain("git was ended by signal SIGTERM");
   }, 40_000);
+});
+
+describe("the user's own rule for files of credentials (sly-agent-q-private-file-regexps)", () => {
+  it("a file it names is skipped by search_project and find_files, refused by the git tools and left out of whole diffs", async () => {
+    const repo = join(base, "with-env");
+    mkdirSync(repo);
+    const g = (...args: string[]) => execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", ...args], { cwd: repo, encoding: "utf8" });
+    g("init", "-q");
+    writeFileSync(join(repo, ".env"), "API_TOKEN=hunter2-env\n");
+    writeFileSync(join(repo, "app.lisp"), "(defun token () 'hunter2-lisp)\n");
+    g("add", ".");
+    g("commit", "-qm", "with .env");
+    writeFileSync(join(repo, ".env"), "API_TOKEN=hunter2-env-changed\n");
+    // Emacs's "\\.env\\'", as Emacs sends it translated.
+    const privateFiles = new PrivateFiles(["\\.env$"]);
+    const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot: repo, privateFiles }) });
+    const call = (name: string, args: Record<string, unknown> = {}) => executor.execute({ id: "c", name, arguments: args });
+    for (const env of [undefined, "1"]) {
+      if (env) process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG = env;
+      try {
+        const s = await call("search_project", { pattern: "hunter2" });
+        expect(s.success, s.content).toBe(true);
+        expect(s.content).toContain("app.lisp");
+        expect(s.content).not.toContain("hunter2-env");
+        expect(s.content).toMatch(/1 private, holding credentials by sly-agent-q-private-file-regexps \(\.env\)/);
+        const f = await call("find_files", { glob: "*" });
+        expect(f.content).not.toMatch(/^\.env/m);
+        expect(f.content).toContain("Left out: 1 private file holding credentials");
+      } finally {
+        delete process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG;
+      }
+    }
+    for (const tool of ["git_diff", "git_log", "git_blame"]) {
+      const r = await call(tool, { path: ".env" });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("holds credentials");
+    }
+    for (const [tool, args] of [["git_diff", {}], ["git_show", {}], ["git_diff", { ref: "HEAD" }]] as const) {
+      const r = await call(tool, args);
+      expect(r.success, r.content).toBe(true);
+      expect(r.content).not.toContain("hunter2-env");
+    }
+    expect((await call("git_show", {})).content).toContain("hunter2-lisp");
+  });
+
+  it("a regexp the server cannot apply makes the project tools refuse, not ignore it", async () => {
+    const privateFiles = new PrivateFiles([], ["\\_<secret\\_>"]);
+    const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot: root, privateFiles }) });
+    for (const [tool, args] of [["search_project", { pattern: "defun" }], ["find_files", { glob: "*" }], ["git_status", {}]] as const) {
+      const r = await executor.execute({ id: "c", name: tool, arguments: args });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("cannot apply");
+    }
+  });
 });

@@ -63,6 +63,7 @@ async function searchHandler(a: Record<string, unknown>, ctx: ToolContext): Prom
     ...(typeof a.max_results === "number" ? { maxResults: a.max_results } : {}),
     ...(typeof a.offset === "number" ? { offset: a.offset } : {}),
     ripgrep: ripgrepChoice(),
+    privateFiles: ctx.privateFiles,
     signal: ctx.signal,
     timeMs: Math.min(SEARCH_TIME_MS, Math.max(1_000, ctx.timeoutMs - 5_000)),
   });
@@ -82,7 +83,7 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
   } catch (err) {
     throw new ToolError(`Invalid glob ${JSON.stringify(glob)}: ${(err as Error).message}`);
   }
-  const listing = await listProjectFiles(dir, { ripgrep: ripgrepChoice(), signal: ctx.signal, deadline: Date.now() + Math.min(SEARCH_TIME_MS, ctx.timeoutMs / 2) });
+  const listing = await listProjectFiles(dir, { ripgrep: ripgrepChoice(), privateFiles: ctx.privateFiles, signal: ctx.signal, deadline: Date.now() + Math.min(SEARCH_TIME_MS, ctx.timeoutMs / 2) });
   const names = listing.files.filter(match);
   const max = Math.min(MAX_FILES, Math.max(1, typeof a.max_results === "number" ? Math.floor(a.max_results) : DEFAULT_FILES));
   const offset = Math.max(0, typeof a.offset === "number" ? Math.floor(a.offset) : 0);
@@ -97,11 +98,14 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
     rows = rows.slice(offset, offset + max);
   }
   const head = `${names.length} file${names.length === 1 ? "" : "s"} match ${glob}${a.sort === "name" ? " (by name)" : " (newest first)"}`;
-  if (names.length === 0) return `No project file matches ${glob} (files ignored by .gitignore are not listed).${listing.stopped ? ` Incomplete: ${listing.stopped}.` : ""}`;
+  const secret = listing.private.filter(match);
+  const privateNote = secret.length > 0 ? `Left out: ${secret.length} private file${secret.length === 1 ? "" : "s"} holding credentials (sly-agent-q-private-file-regexps).` : "";
+  if (names.length === 0) return `No project file matches ${glob} (files ignored by .gitignore are not listed).${listing.stopped ? ` Incomplete: ${listing.stopped}.` : ""}${privateNote ? ` ${privateNote}` : ""}`;
   const more = names.length - offset - rows.length;
   const lines = [
     `${head}; shown ${rows.length === 0 ? "none" : `${offset + 1}-${offset + rows.length}`}${more > 0 ? `; ${more} more: call again with offset ${offset + rows.length}` : ""}.`,
     ...(listing.stopped ? [`Incomplete: ${listing.stopped}.`] : []),
+    ...(privateNote ? [privateNote] : []),
     ...rows.map((r) => `${r.name}  ${r.size >= 0 ? `${r.size} bytes, ` : ""}${r.mtime > 0 ? new Date(r.mtime).toISOString().replace(/\.\d+Z$/, "Z") : "?"}`),
   ];
   return lines.join("\n");
@@ -118,7 +122,7 @@ async function stamp(dir: string, name: string): Promise<{ mtime: number; size: 
 
 /** FN run in the repository of the project root, opened and closed around it. */
 async function inRepo<T>(ctx: ToolContext, fn: (repo: Repo) => Promise<T>): Promise<T> {
-  return withRepo(await root(ctx), fn);
+  return withRepo(await root(ctx), fn, ctx.privateFiles);
 }
 
 export const projectTools: Tool[] = [

@@ -17,7 +17,7 @@ import { copyFileSync, existsSync, lstatSync, mkdtempSync, readdirSync, readFile
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { ToolError } from "../tool.js";
-import { isPrivatePath } from "./files.js";
+import { BUILT_IN_PRIVATE_FILES, type PrivateFiles } from "./private-files.js";
 
 const GIT_TIMEOUT_MS = 15_000;
 /** Bytes of a git command's output read at most; the rest is cut (and said). */
@@ -62,6 +62,8 @@ export interface Repo {
   /** The directory holding .git. */
   top: string;
   env: NodeJS.ProcessEnv;
+  /** The rule for files of credentials: refused by path, left out of whole-tree diffs. */
+  privateFiles: PrivateFiles;
 }
 
 /** The git directory of TOP: its .git, which must be a directory (not a file naming another directory,
@@ -90,7 +92,8 @@ function gitDirOf(top: string): string {
  *  Git never reads the repository's own configuration: it reads a copy holding only HARMLESS_KEYS, in a
  *  private git directory whose other entries are links to the repository's (objects, refs, index, HEAD's
  *  content), so a hostile .git/config, however long or new its keys, reaches git with nothing that runs. */
-export async function withRepo<T>(root: string, fn: (repo: Repo) => Promise<T>): Promise<T> {
+export async function withRepo<T>(root: string, fn: (repo: Repo) => Promise<T>, privateFiles: PrivateFiles = BUILT_IN_PRIVATE_FILES): Promise<T> {
+  privateFiles.check();
   let top: string | undefined;
   for (let dir = root; ; dir = dirname(dir)) {
     try {
@@ -115,7 +118,7 @@ export async function withRepo<T>(root: string, fn: (repo: Repo) => Promise<T>):
     const env = baseEnv(shadow, top, FIXED_OVERRIDES);
     env.GIT_OBJECT_DIRECTORY = join(gitDir, "objects");
     env.GIT_INDEX_FILE = join(gitDir, "index");
-    return await fn({ root, top, env });
+    return await fn({ root, top, env, privateFiles });
   } finally {
     rmSync(shadow, { recursive: true, force: true });
   }
@@ -272,7 +275,7 @@ export function confinePath(repo: Repo, path: unknown): string {
   }
   if (real !== repo.root && outside(real)) throw new ToolError(`${path} leads outside the project root (it resolves to ${real}); it was refused.`);
   const rel = relative(repo.root, lexical).split(sep).join("/");
-  if (isPrivatePath(rel)) throw new ToolError(`${path} holds credentials (sly-agent-q-private-file-regexps); the agent may not read it.`);
+  if (repo.privateFiles.isPrivate(repo.root, rel)) throw new ToolError(`${path} holds credentials (sly-agent-q-private-file-regexps); the agent may not read it.`);
   return rel === "" ? "." : rel;
 }
 
@@ -292,6 +295,23 @@ export function lineLimit(value: unknown): number {
 
 const NO_PROGRAMS = ["--no-ext-diff", "--no-textconv", "--no-color"];
 
+/** A patch's TEXT with the change to each file of credentials (repo.privateFiles) replaced by a line
+ *  saying it was left out: a whole-tree diff, log or show names files no path check saw. */
+export function withoutPrivate(repo: Repo, text: string): string {
+  const sections = text.split(/^(?=diff --git )/m);
+  return sections
+    .map((section) => {
+      const m = /^diff --git (?:"a\/((?:[^"\\]|\\.)*)"|a\/(\S+)) (?:"b\/((?:[^"\\]|\\.)*)"|b\/(\S+))/.exec(section);
+      if (!m) return section;
+      const names = [m[1] ?? m[2], m[3] ?? m[4]].filter((n): n is string => n !== undefined);
+      // Paths in a patch are relative to the repository's top; a quoted one is tested as quoted too (stricter).
+      if (!names.some((n) => repo.privateFiles.isPrivate(repo.top, n))) return section;
+      const trail = section.endsWith("\n") ? "\n" : "";
+      return `${section.split("\n", 1)[0]}\n[the change to this file is left out: it holds credentials (sly-agent-q-private-file-regexps)]${trail}`;
+    })
+    .join("");
+}
+
 export async function gitStatus(repo: Repo, signal?: AbortSignal): Promise<string> {
   const { text, cut } = await runGit(repo, ["status", "--short", "--branch", "--untracked-files=normal", "--ignore-submodules=all", "--", "."], signal);
   // Only the branch line: nothing changed.
@@ -306,7 +326,8 @@ export async function gitDiff(repo: Repo, a: { path?: unknown; staged?: unknown;
   if (a.ref !== undefined) args.push(await resolveRef(repo, a.ref, signal));
   const what = `${a.ref !== undefined ? `against ${String(a.ref)}` : a.staged === true ? "staged (index against HEAD)" : "working tree against the index"}`;
   const stat = await runGit(repo, [...args, "--stat", "--", path], signal);
-  const { text, cut } = await runGit(repo, [...args, "--", path], signal);
+  const { text: patch, cut } = await runGit(repo, [...args, "--", path], signal);
+  const text = withoutPrivate(repo, patch);
   if (text.trim() === "") return `No differences (${what}${path !== "." ? `, ${path}` : ""}).`;
   return limitLines(`git diff, ${what}:\n${stat.text}\n${text}`, lineLimit(a.max_lines), cut, "Give path for one file, or max_lines.");
 }
@@ -358,5 +379,5 @@ export async function gitShow(repo: Repo, a: { ref?: unknown; path?: unknown; ma
   // The project's part of the commit only, when the project is a directory of a larger repository.
   args.push(a.path !== undefined ? confinePath(repo, a.path) : ".");
   const { text, cut } = await runGit(repo, args, signal);
-  return limitLines(text, lineLimit(a.max_lines), cut, "Give path for one file's change, or max_lines.");
+  return limitLines(withoutPrivate(repo, text), lineLimit(a.max_lines), cut, "Give path for one file's change, or max_lines.");
 }
