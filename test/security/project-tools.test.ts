@@ -336,3 +336,42 @@ describe("the user's own rule for files of credentials (sly-agent-q-private-file
     }
   });
 });
+
+describe("no glob holds the server's event loop", () => {
+  it("a glob built to cost (braces times wildcards) on many files: the event loop never waits more than 200 ms", async () => {
+    const tree = join(base, "many-files");
+    for (let d = 0; d < 40; d++) {
+      mkdirSync(join(tree, `dir${d}`), { recursive: true });
+      for (let f = 0; f < 100; f++) writeFileSync(join(tree, `dir${d}`, `file-${f}-${"a".repeat(60)}.lisp`), "");
+    }
+    const hostile = "{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}" + "*?".repeat(135);
+    // A gap between two ticks of a 5 ms timer is the event loop held, when the process spent it working
+    // (its CPU time grew as much): on a loaded machine a gap can also be the process waiting its turn.
+    let worst = 0;
+    let last = Date.now();
+    let lastCpu = process.cpuUsage();
+    const timer = setInterval(() => {
+      const now = Date.now();
+      const cpu = process.cpuUsage(lastCpu);
+      worst = Math.max(worst, Math.min(now - last, (cpu.user + cpu.system) / 1000));
+      last = now;
+      lastCpu = process.cpuUsage();
+    }, 5);
+    try {
+      for (const glob of [hostile, "**/*.lisp"]) {
+        last = Date.now();
+        lastCpu = process.cpuUsage();
+        const f = await run("find_files", { glob }, tree);
+        const s = await run("search_project", { pattern: "nothing-here", glob }, tree);
+        if (glob === hostile) expect(f.content).toMatch(/too complex/);
+        else {
+          expect(f.content).toMatch(/^4000 files match/);
+          expect(s.success, s.content).toBe(true);
+        }
+      }
+    } finally {
+      clearInterval(timer);
+    }
+    expect(worst).toBeLessThan(200);
+  }, 120_000);
+});

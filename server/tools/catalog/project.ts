@@ -4,7 +4,7 @@
 
 import { lstat } from "node:fs/promises";
 import { emacsTool } from "../handlers.js";
-import { compileGlob } from "../project/globs.js";
+import { compileGlob, filterYielding } from "../project/globs.js";
 import { listProjectFiles, realRoot } from "../project/files.js";
 import { gitBlame, gitDiff, gitLog, gitShow, gitStatus, withRepo, type Repo } from "../project/git.js";
 import { projectRoot } from "../project/root.js";
@@ -84,7 +84,7 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
     throw new ToolError(`Invalid glob ${JSON.stringify(glob)}: ${(err as Error).message}`);
   }
   const listing = await listProjectFiles(dir, { ripgrep: ripgrepChoice(), privateFiles: ctx.privateFiles, signal: ctx.signal, deadline: Date.now() + Math.min(SEARCH_TIME_MS, ctx.timeoutMs / 2) });
-  const names = listing.files.filter(match);
+  const names = await filterYielding(listing.files, match, ctx.signal);
   const max = Math.min(MAX_FILES, Math.max(1, typeof a.max_results === "number" ? Math.floor(a.max_results) : DEFAULT_FILES));
   const offset = Math.max(0, typeof a.offset === "number" ? Math.floor(a.offset) : 0);
   let rows: { name: string; mtime: number; size: number }[];
@@ -93,12 +93,17 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
     rows = await Promise.all(rows.map(async (r) => ({ ...r, ...(await stamp(dir, r.name)) })));
   } else {
     // Newest first needs every match's time; bounded by the listing's own bound.
-    rows = await Promise.all(names.map(async (name) => ({ name, ...(await stamp(dir, name)) })));
+    // A slice at a time, so that 50,000 matches never hold the event loop (nor open as many requests).
+    rows = [];
+    for (let i = 0; i < names.length; i += 256) {
+      ctx.signal.throwIfAborted();
+      rows.push(...(await Promise.all(names.slice(i, i + 256).map(async (name) => ({ name, ...(await stamp(dir, name)) })))));
+    }
     rows.sort((x, y) => y.mtime - x.mtime || (x.name < y.name ? -1 : 1));
     rows = rows.slice(offset, offset + max);
   }
   const head = `${names.length} file${names.length === 1 ? "" : "s"} match ${glob}${a.sort === "name" ? " (by name)" : " (newest first)"}`;
-  const secret = listing.private.filter(match);
+  const secret = await filterYielding(listing.private, match, ctx.signal);
   const privateNote = secret.length > 0 ? `Left out: ${secret.length} private file${secret.length === 1 ? "" : "s"} holding credentials (sly-agent-q-private-file-regexps).` : "";
   if (names.length === 0) return `No project file matches ${glob} (files ignored by .gitignore are not listed).${listing.stopped ? ` Incomplete: ${listing.stopped}.` : ""}${privateNote ? ` ${privateNote}` : ""}`;
   const more = names.length - offset - rows.length;

@@ -7,7 +7,7 @@
 import { Worker } from "node:worker_threads";
 import { constants } from "node:fs";
 import { ToolError } from "../tool.js";
-import { compileGlob } from "./globs.js";
+import { compileGlob, filterYielding } from "./globs.js";
 import { listProjectFiles } from "./files.js";
 import type { PrivateFiles } from "./private-files.js";
 
@@ -100,7 +100,7 @@ export async function searchProject(root: string, o: SearchOptions): Promise<Sea
     }
   }
   const listing = await listProjectFiles(root, { ripgrep: o.ripgrep, privateFiles: o.privateFiles, signal: o.signal, deadline: deadline - timeMs / 2 });
-  const files = inGlob ? listing.files.filter(inGlob) : listing.files;
+  const files = inGlob ? await filterYielding(listing.files, inGlob, o.signal) : listing.files;
   const offset = Math.max(0, Math.floor(o.offset ?? 0));
   const max = Math.min(MAX_MAX_RESULTS, Math.max(1, Math.floor(o.maxResults ?? DEFAULT_MAX_RESULTS)));
   const input: WorkerInput = {
@@ -120,7 +120,7 @@ export async function searchProject(root: string, o: SearchOptions): Promise<Sea
   };
   const found = await runInWorker(input, deadline + 2_000, o.signal);
   const stopped = [listing.stopped, found.stopped].filter((s): s is string => !!s).join("; ");
-  return { pattern: o.pattern, ...(o.glob ? { glob: o.glob } : {}), listed: files, flags: re.flags, filesListed: files.length, ...found, offset, listedBy: listing.by, private: inGlob ? listing.private.filter(inGlob) : listing.private, ...(stopped ? { stopped } : {}) };
+  return { pattern: o.pattern, ...(o.glob ? { glob: o.glob } : {}), listed: files, flags: re.flags, filesListed: files.length, ...found, offset, listedBy: listing.by, private: inGlob ? await filterYielding(listing.private, inGlob, o.signal) : listing.private, ...(stopped ? { stopped } : {}) };
 }
 
 interface WorkerInput {
