@@ -429,7 +429,11 @@ from the server): the cancel is sent again within seconds, not at the turn's per
       (let ((text (sly-agent-q-test-chat-text)))
         (should (string-match-p "You: go" text))
         (should (string-match-p "Partial answer" text))
-        (should (string-match-p "server exited .*restarting it" text)))
+        (should (string-match-p "server exited .*restarting it" text))
+        ;; Said once: not again as the turn's error.
+        (should (= 1 (cl-count-if (lambda (line) (string-match-p "server exited" line))
+                                  (split-string text "\n"))))
+        (should-not (string-match-p "^Error: .*exited" text)))
       (sly-agent-q-test-wait (lambda () (and (sly-agent-q-server-ready-p)
                                              (not (eq old (sly-agent-q-server-connection)))))
                              20 "the restarted server")
