@@ -661,8 +661,14 @@ from the model: drawn as data (`sly-agent-q-display-text')."
                          (marker-position sly-agent-q-chat--output))))
         ;; The text ends with a newline of its own, hidden with it: what follows starts a line.
         (sly-agent-q-chat-insert "\n")
-        (let ((overlay (make-overlay body sly-agent-q-chat--output)))
+        (let ((overlay (make-overlay body sly-agent-q-chat--output))
+              (frame (propertize sly-agent-q-display-outside-frame
+                                 'face 'sly-agent-q-display-frame-face)))
           (overlay-put overlay 'invisible t)
+          ;; Opened, every line of it (wrapped ones too) is drawn after the frame of
+          ;; text from outside: without colours it still never reads as the chat's own.
+          (overlay-put overlay 'line-prefix frame)
+          (overlay-put overlay 'wrap-prefix frame)
           (setq section (cons header overlay)
                 sly-agent-q-chat--thinking section))))
     (let* ((overlay (cdr section))

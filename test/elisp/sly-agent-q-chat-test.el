@@ -121,7 +121,17 @@
           (goto-char (point-min))
           (should (search-forward "▾ Thinking… " nil t))
           (should (search-forward "Which frame first?" nil t))
-          (should-not (invisible-p (match-beginning 0))))))))
+          (should-not (invisible-p (match-beginning 0)))
+          ;; Each of its lines is drawn after the frame of text from outside, as an
+          ;; argument's value is: on a terminal without colours it cannot pass for chat.
+          (dolist (pos (list (match-beginning 0) (progn (search-forward "(redacted)") (match-beginning 0))))
+            (should (equal (substring-no-properties (or (get-char-property pos 'line-prefix) ""))
+                           sly-agent-q-display-outside-frame))
+            (should (equal (substring-no-properties (or (get-char-property pos 'wrap-prefix) ""))
+                           sly-agent-q-display-outside-frame)))
+          ;; The answer after it is not framed.
+          (search-forward "The top frame.")
+          (should-not (get-char-property (match-beginning 0) 'line-prefix)))))))
 
 (defun sly-agent-q-test--write-script (path content)
   "A script: write CONTENT to PATH, then report the tool result."
