@@ -1,6 +1,5 @@
 // The tool protocol: what a tool is, and the checks a definition must pass at load time.
 
-import type { PrivateFiles } from "./project/private-files.js";
 import { REVIEW_KINDS } from "../protocol.js";
 import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
 
@@ -12,6 +11,14 @@ export function safetyRank(level: SafetyLevel): number {
 }
 
 /** What a running handler may use. */
+/** The rule for files of credentials (project/private-files.ts's PrivateFiles), as the tools ask it. */
+export interface PrivateFileRule {
+  /** Throws a ToolError when the rule cannot be applied. */
+  check(): void;
+  /** Whether REL, relative to the true root ROOT, is a file of credentials. */
+  isPrivate(root: string, rel: string): boolean;
+}
+
 export interface ToolContext {
   /** The id of the call being run (the model's tool_use id). */
   callId: string;
@@ -27,7 +34,7 @@ export interface ToolContext {
    *  else its configuration); the Node-side project tools ask Emacs first (server/tools/project/root.ts). */
   projectRoot?: string;
   /** The user's rule for files of credentials (Configuration.privateFilePatterns), applied by the project tools. */
-  privateFiles?: PrivateFiles;
+  privateFiles?: PrivateFileRule;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
   /**

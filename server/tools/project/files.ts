@@ -9,9 +9,9 @@ import { accessSync, constants, readFileSync, realpathSync } from "node:fs";
 import { lstat, readdir, readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, join } from "node:path";
-import { ToolError } from "../tool.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
 import { IgnoreRules, parseIgnoreFile } from "./globs.js";
-import { BUILT_IN_PRIVATE_FILES, type PrivateFiles } from "./private-files.js";
+import { BUILT_IN_PRIVATE_FILES } from "./private-files.js";
 
 /** At most this many files are listed: a tree larger than that is searched in part, and says so. */
 export const MAX_LISTED_FILES = 50_000;
@@ -38,7 +38,7 @@ export interface ListOptions {
   deadline: number;
   maxFiles?: number;
   /** The rule for files of credentials (the built-in names when not given). */
-  privateFiles?: PrivateFiles;
+  privateFiles?: PrivateFileRule;
 }
 
 /** The executable NAME on PATH, or undefined. */

@@ -16,8 +16,8 @@ import { execFile } from "node:child_process";
 import { copyFileSync, existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { ToolError } from "../tool.js";
-import { BUILT_IN_PRIVATE_FILES, type PrivateFiles } from "./private-files.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
+import { BUILT_IN_PRIVATE_FILES } from "./private-files.js";
 
 const GIT_TIMEOUT_MS = 15_000;
 /** Bytes of a git command's output read at most; the rest is cut (and said). */
@@ -63,7 +63,7 @@ export interface Repo {
   top: string;
   env: NodeJS.ProcessEnv;
   /** The rule for files of credentials: refused by path, left out of whole-tree diffs. */
-  privateFiles: PrivateFiles;
+  privateFiles: PrivateFileRule;
 }
 
 /** The git directory of TOP: its .git, which must be a directory (not a file naming another directory,
@@ -92,7 +92,7 @@ function gitDirOf(top: string): string {
  *  Git never reads the repository's own configuration: it reads a copy holding only HARMLESS_KEYS, in a
  *  private git directory whose other entries are links to the repository's (objects, refs, index, HEAD's
  *  content), so a hostile .git/config, however long or new its keys, reaches git with nothing that runs. */
-export async function withRepo<T>(root: string, fn: (repo: Repo) => Promise<T>, privateFiles: PrivateFiles = BUILT_IN_PRIVATE_FILES): Promise<T> {
+export async function withRepo<T>(root: string, fn: (repo: Repo) => Promise<T>, privateFiles: PrivateFileRule = BUILT_IN_PRIVATE_FILES): Promise<T> {
   privateFiles.check();
   let top: string | undefined;
   for (let dir = root; ; dir = dirname(dir)) {

@@ -6,7 +6,7 @@
 // the stricter reading). A regexp Emacs could not translate makes every project tool refuse, since the
 // rule it states cannot be applied here.
 
-import { ToolError } from "../tool.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
 
 const PRIVATE_DIRS = new Set([".ssh", ".gnupg", ".aws", ".password-store"]);
 const PRIVATE_FILES = new Set([".authinfo", ".authinfo.gpg", ".netrc", ".pgpass"]);
@@ -17,7 +17,7 @@ export function isPrivatePath(rel: string): boolean {
   return parts.slice(0, -1).some((p) => PRIVATE_DIRS.has(p)) || PRIVATE_FILES.has(parts[parts.length - 1]!) || PRIVATE_DIRS.has(parts[parts.length - 1]!);
 }
 
-export class PrivateFiles {
+export class PrivateFiles implements PrivateFileRule {
   private readonly patterns: RegExp[];
   private readonly untranslated: string[];
 

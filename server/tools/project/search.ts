@@ -6,10 +6,9 @@
 
 import { Worker } from "node:worker_threads";
 import { constants } from "node:fs";
-import { ToolError } from "../tool.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
 import { compileGlob, filterYielding } from "./globs.js";
 import { listProjectFiles } from "./files.js";
-import type { PrivateFiles } from "./private-files.js";
 
 /** Files larger than this are skipped (and counted): logs, dumps and images are not sources. */
 export const MAX_SEARCH_FILE_BYTES = 4 * 1024 * 1024;
@@ -32,7 +31,7 @@ export interface SearchOptions {
   /** ripgrep's executable, null for the server's own walk, undefined to look on PATH. */
   ripgrep?: string | null;
   /** The rule for files of credentials (the built-in names when not given). */
-  privateFiles?: PrivateFiles;
+  privateFiles?: PrivateFileRule;
   signal?: AbortSignal;
   timeMs?: number;
 }
