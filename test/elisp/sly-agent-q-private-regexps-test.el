@@ -38,7 +38,8 @@
   "File names each regexp is tried on, in Emacs and in node.")
 
 (defun sly-agent-q-private-regexps-test--node (pairs)
-  "Node's verdicts on PAIRS, a list of (JS-SOURCE . NAME), as the server tests them."
+  "Return node's verdicts on PAIRS, a list of (JS-SOURCE . NAME).
+Each JS-SOURCE is compiled as the server compiles it."
   (let* ((script "const p=JSON.parse(require('fs').readFileSync(0,'utf8'));process.stdout.write(JSON.stringify(p.map(([s,n])=>new RegExp(s,'iu').test(n))))")
          (input (json-encode (mapcar (lambda (p) (vector (car p) (cdr p))) pairs))))
     (with-temp-buffer
