@@ -646,8 +646,14 @@ from the model: drawn as data (`sly-agent-q-display-text')."
                          (marker-position sly-agent-q-chat--output))))
         ;; The text ends with a newline of its own, hidden with it: what follows starts a line.
         (sly-agent-q-chat-insert "\n")
-        (let ((overlay (make-overlay body sly-agent-q-chat--output)))
+        (let ((overlay (make-overlay body sly-agent-q-chat--output))
+              (frame (propertize sly-agent-q-display-outside-frame
+                                 'face 'sly-agent-q-display-frame-face)))
           (overlay-put overlay 'invisible t)
+          ;; Opened, every line of it (wrapped ones too) is drawn after the frame of
+          ;; text from outside: without colours it still never reads as the chat's own.
+          (overlay-put overlay 'line-prefix frame)
+          (overlay-put overlay 'wrap-prefix frame)
           (setq section (cons header overlay)
                 sly-agent-q-chat--thinking section))))
     (let* ((overlay (cdr section))
@@ -1326,11 +1332,12 @@ Called from a timer: the answer comes later, nothing waits here."
               :message "the server ended this turn, but its last messages never reached the chat (Emacs could not read one; the events buffer may say which)"))))
        #'ignore))))
 
-(cl-defun sly-agent-q-chat--end-turn (turn status &key text message usage cost)
+(cl-defun sly-agent-q-chat--end-turn (turn status &key text message usage cost said)
   "End TURN with STATUS (`finished', `failed' or `cancelled'), once.
 TEXT is the final text, MESSAGE what went wrong, USAGE the tokens,
-COST the turn's cost.  Runs the turn's callback and
-`sly-agent-q-turn-finished-hook'."
+COST the turn's cost.  SAID non-nil: the chat already said what
+went wrong, so no failure notice is added.  Runs the turn's
+callback and `sly-agent-q-turn-finished-hook'."
   (when (sly-agent-q-turn-watchdog turn)
     (cancel-timer (sly-agent-q-turn-watchdog turn)))
   (when (eq sly-agent-q-chat--turn turn)
@@ -1339,7 +1346,7 @@ COST the turn's cost.  Runs the turn's callback and
     (sly-agent-q-chat--refresh-header)
     (sly-agent-q-chat--flush)
     (sly-agent-q-chat--end-segment)
-    (sly-agent-q-chat--failure-notice status message)
+    (unless said (sly-agent-q-chat--failure-notice status message))
     (sly-agent-q-chat--show-state)
     (let ((plist (list :status status :text (or text "") :message message :usage usage
                        :costUsd cost :turnId (sly-agent-q-turn-id turn)
@@ -1746,7 +1753,8 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
                    (sly-agent-q-chat--redraw-entry entry)))
                sly-agent-q-chat--entries)
       (when sly-agent-q-chat--turn
-        (sly-agent-q-chat--end-turn sly-agent-q-chat--turn 'failed :message message)))))
+        ;; The notice above said it: not again as the turn's error.
+        (sly-agent-q-chat--end-turn sly-agent-q-chat--turn 'failed :message message :said t)))))
 
 (add-hook 'sly-agent-q-server-died-functions #'sly-agent-q-chat--on-server-died)
 

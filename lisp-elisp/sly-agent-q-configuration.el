@@ -143,6 +143,9 @@ setting left out would keep an old one in force."
          :categoryLevels (sly-agent-q--levels-table t)
          :permissionRules (sly-agent-q--permission-rules)
          :thinking (sly-agent-q--thinking-table))
+   ;; Defined in sly-agent-q-files.el, loaded with the tools.
+   (and (fboundp 'sly-agent-q-files-private-patterns)
+        (funcall 'sly-agent-q-files-private-patterns))
    (cl-loop for (k v) on sly-agent-q-extra-configuration by #'cddr
             unless (eq k :apiKey) append (list k v))))
 
@@ -153,7 +156,8 @@ setting left out would keep an old one in force."
     sly-agent-q-max-safety-level sly-agent-q-read-outside-project sly-agent-q-server-log-level
     sly-agent-q-extra-configuration sly-agent-q-conversation-directory sly-agent-q-context-window
     sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout
-    sly-agent-q-allow-shell-commands sly-agent-q-command-timeout)
+    sly-agent-q-allow-shell-commands sly-agent-q-command-timeout
+    sly-agent-q-private-file-regexps)
   "The options `sly-agent-q-server-configuration' reads, kept beside it.
 Setting one sends the configuration to a running server again.")
 

@@ -92,6 +92,88 @@ FILE is a true name; see `sly-agent-q-private-file-regexps'."
     (cl-some (lambda (re) (string-match-p re file))
              sly-agent-q-private-file-regexps)))
 
+;; The server's project tools (search_project, find_files, git) apply
+;; the same rule: they get these regexps translated to JavaScript.  Only
+;; the common part of the syntax is translated; anything else is sent as
+;; untranslated, and the server's project tools then refuse to run.
+(defun sly-agent-q-files--class-to-js (re i)
+  "The bracket expression of RE starting at I, as JavaScript.
+Return (SOURCE . NEXT), NEXT the index after its closing bracket, or
+nil when it cannot be translated."
+  (let ((n (length re)) (out (list "[")) (j (1+ i)) (ok t) (done nil))
+    (when (and (< j n) (eq (aref re j) ?^)) (push "^" out) (cl-incf j))
+    (when (and (< j n) (eq (aref re j) ?\])) (push "\\]" out) (cl-incf j))
+    (while (and ok (not done))
+      (if (>= j n) (setq ok nil)
+        (let ((c (aref re j)))
+          (cond ((eq c ?\]) (push "]" out) (setq done t) (cl-incf j))
+                ((and (eq c ?\[) (< (1+ j) n) (eq (aref re (1+ j)) ?:))
+                 (let* ((end (string-search ":]" re (+ j 2)))
+                        (name (and end (substring re (+ j 2) end)))
+                        (js (cdr (assoc name '(("digit" . "0-9") ("xdigit" . "0-9a-fA-F")
+                                               ("space" . "\\s") ("alpha" . "\\p{L}")
+                                               ("alnum" . "\\p{L}\\p{N}"))))))
+                   (if js (progn (push js out) (setq j (+ end 2))) (setq ok nil))))
+                ((memq c '(?\\ ?\[ ?/)) (push (string ?\\ c) out) (cl-incf j))
+                (t (push (string c) out) (cl-incf j))))))
+    (and ok (cons (apply #'concat (nreverse out)) j))))
+
+(defun sly-agent-q-files-regexp-to-js (re)
+  "RE, an Emacs regexp, as the source of an equivalent JavaScript one.
+Nil when RE uses syntax outside the common part (syntax classes,
+symbol and word boundaries, categories...).  The translation is
+for file names, which hold no newline."
+  (let ((n (length re)) (i 0) (out nil) (ok t))
+    (cl-flet ((after-open-p () (or (null out) (member (car out) '("(" "(?:" "|" "^")))))
+      (while (and ok (< i n))
+        (let ((c (aref re i)))
+          (cond
+           ((eq c ?\\)
+            (if (>= (1+ i) n) (setq ok nil)
+              (let ((d (aref re (1+ i))))
+                (setq i (+ i 2))
+                (cond ((eq d ?') (push "$" out))
+                      ((eq d ?`) (push "^" out))
+                      ((eq d ?|) (push "|" out))
+                      ((eq d ?\)) (push ")" out))
+                      ((eq d ?\()
+                       (cond ((and (< (1+ i) n) (eq (aref re i) ??) (eq (aref re (1+ i)) ?:))
+                              (push "(?:" out) (setq i (+ i 2)))
+                             ((and (< i n) (eq (aref re i) ??)) (setq ok nil))
+                             (t (push "(" out))))
+                      ((eq d ?{) (push "{" out))
+                      ((eq d ?}) (push "}" out))
+                      ((and (>= d ?1) (<= d ?9)) (push (string ?\\ d) out))
+                      ((memq d '(?. ?* ?+ ?? ?\[ ?\] ?^ ?$ ?\\)) (push (string ?\\ d) out))
+                      (t (setq ok nil))))))
+           ((eq c ?\[)
+            (let ((class (sly-agent-q-files--class-to-js re i)))
+              (if class (progn (push (car class) out) (setq i (cdr class))) (setq ok nil))))
+           ((eq c ?^) (push (if (after-open-p) "^" "\\^") out) (cl-incf i))
+           ((eq c ?$)
+            (push (if (or (= (1+ i) n) (string-prefix-p "\\)" (substring re (1+ i)))
+                          (string-prefix-p "\\|" (substring re (1+ i))))
+                      "$" "\\$")
+                  out)
+            (cl-incf i))
+           ((memq c '(?* ?+ ??))
+            ;; At the start of an expression Emacs reads them as themselves.
+            (push (if (after-open-p) (string ?\\ c) (string c)) out) (cl-incf i))
+           ((memq c '(?\( ?\) ?| ?{ ?} ?/)) (push (string ?\\ c) out) (cl-incf i))
+           (t (push (string c) out) (cl-incf i))))))
+    (and ok (apply #'concat (nreverse out)))))
+
+(defun sly-agent-q-files-private-patterns ()
+  "The private-file regexps as the server takes them.
+A plist: :privateFilePatterns, the translated ones (a vector), and
+:privateFilePatternsUntranslated, those that could not be (a vector)."
+  (let (js bad)
+    (dolist (re sly-agent-q-private-file-regexps)
+      (let ((tr (and (stringp re) (sly-agent-q-files-regexp-to-js re))))
+        (if tr (push tr js) (push (format "%s" re) bad))))
+    (list :privateFilePatterns (vconcat (nreverse js))
+          :privateFilePatternsUntranslated (vconcat (nreverse bad)))))
+
 (defcustom sly-agent-q-max-file-size (* 10 1024 1024)
   "Largest file, in bytes, that the file tools read into Emacs."
   :type 'integer

@@ -36,6 +36,7 @@ const configuration = shape<P.Configuration>({
   categoryLevels: "object?", permissionRules: "array?", readOutsideProject: "string?", maxSafetyLevel: "string?",
   categories: "array?", offerAliases: "boolean?", toolTimeoutMs: "number?", imageTimeoutMs: "number?",
   imageLoadTimeoutMs: "number?", maxResultChars: "number?", allowShellCommands: "boolean?", commandTimeoutMs: "number?", contextWindow: "number?", startToolsEarly: "boolean?", thinking: "object?", projectRoot: "string?",
+  privateFilePatterns: "array?", privateFilePatternsUntranslated: "array?",
   auditLogFile: "string?", conversationDirectory: "string?", logLevel: "string?",
 });
 

@@ -304,6 +304,15 @@ export interface Configuration {
    */
   thinking?: Record<string, ThinkingSetting>;
   projectRoot?: string;
+  /**
+   * The user's files of credentials (Emacs's sly-agent-q-private-file-regexps, translated by Emacs):
+   * JavaScript regular expression sources, tested case-insensitively against a file's true name. The
+   * project tools (search_project, find_files, the git tools) leave out or refuse a file one matches,
+   * as Emacs's file tools do, besides the built-in names (.ssh, .netrc...).
+   */
+  privateFilePatterns?: string[];
+  /** Emacs regexps of that setting that Emacs could not translate: while any is set, the project tools refuse to run. */
+  privateFilePatternsUntranslated?: string[];
   /** Where cautious and dangerous calls are appended as JSON lines (optional). */
   auditLogFile?: string;
   /** Where conversations are saved as they happen, one JSON Lines file each; unset: not saved. */

@@ -374,6 +374,11 @@ export class ChatService {
     return {
       state: (state, previous) => notify<TurnStateParams>(ServerNotifications.turnState, { ...ref, state, previous }),
       retrying: (attempt, delayMs, reason) => this.server.logger.warn(`turn ${ref.turnId}: retry ${attempt} in ${delayMs} ms after: ${reason}`),
+      notice: (notice) => {
+        text.flush();
+        thinking.flush();
+        notify<NoticeParams>(ServerNotifications.notice, { ...ref, text: notice });
+      },
       thinkingDelta: (delta, redacted) => {
         text.flush();
         if (!redacted) return thinking.push(delta);

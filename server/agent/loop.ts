@@ -59,6 +59,8 @@ export interface TurnEvents {
   textDelta(text: string): void;
   /** A piece of the model's reasoning as it streams (REDACTED: encrypted, no text), shown apart. */
   thinkingDelta?(text: string, redacted: boolean): void;
+  /** A notice for the user about the turn (shown in the chat, outside the folded thinking). */
+  notice?(text: string): void;
   /** The answer's text has all been given (textDelta), just before the answer goes into the history. */
   textDone?(): void;
   /** Before the call runs or asks for approval; RUNNING when it started while the answer streamed. */
@@ -309,6 +311,8 @@ export class Turn {
   usage = emptyUsage();
   steps = 0;
   llmRequests = 0;
+  /** An answer's thinking could not be kept whole: the rest of the turn goes without thinking. */
+  thinkingOff = false;
   /** The request under way: its answer, once the stream is complete. */
   response?: Promise<ChatResponse>;
   step?: Step;
@@ -633,7 +637,7 @@ async function requestWithRetry(t: Turn, onText: StreamHandlers["onText"], onToo
   const toolChoice: ToolChoice = t.steps === 0 ? settings.toolChoice : settings.toolChoice === "none" ? "none" : "auto";
   let idleRetried = false;
   // One thinking setting for the turn; a loop that began without thinking goes on without it.
-  const thinking = thinkingForRequest(t.conversation.messages, settings.thinking);
+  const thinking = t.thinkingOff ? undefined : thinkingForRequest(t.conversation.messages, settings.thinking);
   // A history no API accepts is never sent: the turn fails saying what is wrong with it.
   const problems = historyProblems(t.conversation.messages, true, thinking);
   if (problems.length > 0) {
@@ -671,12 +675,14 @@ async function requestWithRetry(t: Turn, onText: StreamHandlers["onText"], onToo
             emitted = true;
             events.thinkingDelta?.(delta, redacted === true);
           },
+          onNotice: (text) => events.notice?.(text),
         },
         signal,
       );
       // The SDKs end an aborted stream quietly: an answer whose end marker came just before a cancellation
       // is cut like any other (none of its calls is announced, run or kept).
       if (signal.aborted) throw abortError();
+      if (response.thinkingDropped) t.thinkingOff = true;
       return response;
     } catch (err) {
       // A stalled stream is retried once, and only when nothing of it was shown.

@@ -6,7 +6,7 @@
 
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, realpathSync, statSync } from "node:fs";
 import { basename, isAbsolute, join, relative, sep } from "node:path";
-import { isPrivatePath } from "../tools/project/files.js";
+import { isPrivatePath } from "../tools/project/private-files.js";
 
 export type ProjectFile =
   | { kind: "read"; text: string; truncated: boolean; size: number }

@@ -279,24 +279,27 @@ async function readStream(stream: AsyncIterable<Anthropic.RawMessageStreamEvent>
       content.push({ type: "tool_use", id: call.id, name: call.name, input: call.input ?? {} });
     }
   }
-  return { content: keptThinking(content, handlers), toolCalls, stopReason, usage, model };
+  const kept = keptThinking(content, handlers);
+  return { content: kept, toolCalls, stopReason, usage, model, ...(kept.length < content.length ? { thinkingDropped: true } : {}) };
 }
 
 /**
- * CONTENT with its thinking only when all of it can be sent back as the API wants it: every block
- * ended with a signature (a proxy may drop or cut it), all of them before the answer's text and
- * calls. Otherwise the answer's thinking is dropped whole (a partial sequence would be refused),
- * the user is told, and the turn goes on without it (thinking.ts's thinkingForRequest).
+ * CONTENT with the thinking blocks that can be sent back as the API wants them: ended with a
+ * signature (a proxy may drop or cut it) or redacted with its data, before the answer's text and
+ * calls. When any is left out, the answer's thinking is no longer whole, which the API refuses in a
+ * loop with thinking on: the response says so (thinkingDropped) and the loop sends the rest of the
+ * turn without thinking; the valid blocks stay (a history without thinking may hold them, and later
+ * turns' thinking is not checked). The user is told in the chat.
  */
 function keptThinking(content: ChatResponse["content"], handlers: StreamHandlers): ChatResponse["content"] {
-  const thinking = content.filter(isThinking);
-  if (thinking.length === 0) return content;
   const first = content.findIndex((b) => !isThinking(b));
-  const leading = first === -1 || content.slice(first).every((b) => !isThinking(b));
-  const signed = thinking.every((b) => (b.type === "thinking" ? b.signature !== "" : b.data !== ""));
-  if (leading && signed) return content;
-  handlers.onThinking?.(`\n[This thinking came ${signed ? "after the answer had begun" : "without its signature"}; it is not kept, and the rest of the turn goes without thinking.]\n`);
-  return content.filter((b) => !isThinking(b));
+  const valid = (b: ChatResponse["content"][number], i: number) =>
+    !isThinking(b) || ((first === -1 || i < first) && (b.type === "thinking" ? b.signature !== "" : b.data !== ""));
+  const kept = content.filter(valid);
+  if (kept.length === content.length) return content;
+  const unsigned = content.some((b, i) => isThinking(b) && (first === -1 || i < first) && !valid(b, i));
+  handlers.onNotice?.(`Thinking of this answer came ${unsigned ? "without its signature" : "after the answer had begun"} and was not kept; the rest of this turn goes without thinking.`);
+  return kept;
 }
 
 function mapStopReason(r: string | null | undefined): StopReason {

@@ -143,6 +143,11 @@ export interface ChatResponse {
   stopReason: StopReason;
   usage: Usage;
   model: string;
+  /**
+   * Some of the answer's thinking could not be kept (unsigned, or after the answer had begun): the
+   * rest of the turn must go without thinking, since its thinking cannot come back as the API wants.
+   */
+  thinkingDropped?: boolean;
 }
 
 export interface StreamHandlers {
@@ -162,6 +167,8 @@ export interface StreamHandlers {
    * encrypted, whose text is not shown.
    */
   onThinking?(delta: string, redacted?: boolean): void;
+  /** Something the user should know about the answer, said in the chat (not in the folded thinking). */
+  onNotice?(text: string): void;
 }
 
 export interface LLMProvider {

@@ -47,6 +47,7 @@ import { stripUndefined } from "../text.js";
 import { diffHunks, diffTexts } from "../diff.js";
 import { modelThinking, thinkingProblems } from "../llm/thinking.js";
 import { DEFAULT_MODELS } from "../llm/models.js";
+import { PrivateFiles } from "../tools/project/private-files.js";
 import { startDone } from "../start-done.js";
 
 export interface ServerOptions {
@@ -65,6 +66,8 @@ export class AgentServer {
   readonly executor: Executor;
   configuration: Configuration = {};
   context: EditorContext = {};
+  /** The user's rule for files of credentials, from the configuration. */
+  private privateFiles = new PrivateFiles();
   capabilities: ClientCapabilities = {};
   initialized = false;
   private shutdownRequested = false;
@@ -88,6 +91,7 @@ export class AgentServer {
         currentPackage: this.context.currentPackage,
         projectRoot: this.context.projectRoot ?? this.configuration.projectRoot,
         commands: { allowShell: this.configuration.allowShellCommands === true, ...(this.configuration.commandTimeoutMs !== undefined ? { timeoutMs: this.configuration.commandTimeoutMs } : {}) },
+        privateFiles: this.privateFiles,
         reportChanges: (callId: string, changes: Change[]) => this.keepChanges(callId, changes),
       }),
     });
@@ -286,8 +290,10 @@ export class AgentServer {
   private applyConfiguration(config: Configuration): void {
     // Checked whole before anything changes: a rejected configuration leaves the previous one in force.
     const policy = this.policyFor(config);
+    const privateFiles = new PrivateFiles(config.privateFilePatterns, config.privateFilePatternsUntranslated);
     registerSecret(config.apiKey, "apiKey");
     this.configuration = config;
+    this.privateFiles = privateFiles;
     if (config.logLevel) this.logger.level = config.logLevel;
     this.executor.configure({
       policy,

@@ -79,7 +79,7 @@ export interface ExecutorOptions {
   audit?: (entry: AuditEntry) => void;
   hooks?: ToolHook[];
   /** What handlers get besides the call's own signal and timeout (the Emacs port, the current package). */
-  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot" | "commands">;
+  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot" | "commands" | "privateFiles">;
 }
 
 export interface ExecuteOptions {

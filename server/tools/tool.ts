@@ -12,6 +12,14 @@ export function safetyRank(level: SafetyLevel): number {
 }
 
 /** What a running handler may use. */
+/** The rule for files of credentials (project/private-files.ts's PrivateFiles), as the tools ask it. */
+export interface PrivateFileRule {
+  /** Throws a ToolError when the rule cannot be applied. */
+  check(): void;
+  /** Whether REL, relative to the true root ROOT, is a file of credentials. */
+  isPrivate(root: string, rel: string): boolean;
+}
+
 export interface ToolContext {
   /** The id of the call being run (the model's tool_use id). */
   callId: string;
@@ -26,6 +34,8 @@ export interface ToolContext {
   /** The project root the call's paths are relative to, as Emacs last told the server (its context,
    *  else its configuration); the Node-side project tools ask Emacs first (server/tools/project/root.ts). */
   projectRoot?: string;
+  /** The user's rule for files of credentials (Configuration.privateFilePatterns), applied by the project tools. */
+  privateFiles?: PrivateFileRule;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
   /**

@@ -121,7 +121,17 @@
           (goto-char (point-min))
           (should (search-forward "▾ Thinking… " nil t))
           (should (search-forward "Which frame first?" nil t))
-          (should-not (invisible-p (match-beginning 0))))))))
+          (should-not (invisible-p (match-beginning 0)))
+          ;; Each of its lines is drawn after the frame of text from outside, as an
+          ;; argument's value is: on a terminal without colours it cannot pass for chat.
+          (dolist (pos (list (match-beginning 0) (progn (search-forward "(redacted)") (match-beginning 0))))
+            (should (equal (substring-no-properties (or (get-char-property pos 'line-prefix) ""))
+                           sly-agent-q-display-outside-frame))
+            (should (equal (substring-no-properties (or (get-char-property pos 'wrap-prefix) ""))
+                           sly-agent-q-display-outside-frame)))
+          ;; The answer after it is not framed.
+          (search-forward "The top frame.")
+          (should-not (get-char-property (match-beginning 0) 'line-prefix)))))))
 
 (defun sly-agent-q-test--write-script (path content)
   "A script: write CONTENT to PATH, then report the tool result."
@@ -429,7 +439,11 @@ from the server): the cancel is sent again within seconds, not at the turn's per
       (let ((text (sly-agent-q-test-chat-text)))
         (should (string-match-p "You: go" text))
         (should (string-match-p "Partial answer" text))
-        (should (string-match-p "server exited .*restarting it" text)))
+        (should (string-match-p "server exited .*restarting it" text))
+        ;; Said once: not again as the turn's error.
+        (should (= 1 (cl-count-if (lambda (line) (string-match-p "server exited" line))
+                                  (split-string text "\n"))))
+        (should-not (string-match-p "^Error: .*exited" text)))
       (sly-agent-q-test-wait (lambda () (and (sly-agent-q-server-ready-p)
                                              (not (eq old (sly-agent-q-server-connection)))))
                              20 "the restarted server")

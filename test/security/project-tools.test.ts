@@ -3,12 +3,14 @@
 // ran: every attack asserts it is absent.
 
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor } from "../../server/tools/executor.js";
+import { runGit, withRepo } from "../../server/tools/project/git.js";
+import { PrivateFiles } from "../../server/tools/project/private-files.js";
 
 const base = mkdtempSync(join(tmpdir(), "agent-q-hostile-git-"));
 const root = join(base, "cloned");
@@ -165,4 +167,211 @@ describe("searching never leaves the project", () => {
     }
     expect(planted()).toEqual([]);
   });
+});
+
+/** A fresh repository with app.lisp committed, .gitattributes sending *.lisp to the "evil" drivers, and
+ *  app.lisp changed since (its times made stale so that git must read it again). */
+function hostileRepo(name: string, config: string): string {
+  const repo = join(base, name);
+  mkdirSync(repo);
+  const g = (...args: string[]) => execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", ...args], { cwd: repo, encoding: "utf8" });
+  g("init", "-q", "-b", "main");
+  writeFileSync(join(repo, "app.lisp"), "(defun f () 1)\n");
+  writeFileSync(join(repo, ".gitattributes"), "*.lisp filter=evil diff=evil\n");
+  g("add", ".");
+  g("commit", "-qm", "clone me");
+  writeFileSync(join(repo, "app.lisp"), "(defun f () 2)\n");
+  writeFileSync(join(repo, ".git", "config"), `${readFileSync(join(repo, ".git", "config"), "utf8")}${config}`);
+  execFileSync("touch", ["-d", "2001-01-01", join(repo, "app.lisp")]);
+  return repo;
+}
+
+describe("the repository's configuration is read by what it may do, not by a list of known dangers", () => {
+  it("a clean filter after 500 harmless drivers runs nothing", async () => {
+    const many = Array.from({ length: 500 }, (_, i) => `[filter "d${i}"]\n\tclean = cat\n`).join("");
+    const repo = hostileRepo("many-drivers", `${many}[filter "evil"]\n\tclean = ${touch("driver-501")}\n`);
+    const r = await run("git_status", {}, repo);
+    expect(planted()).toEqual([]);
+    expect(r.success, r.content).toBe(true);
+    expect(r.content).toContain(" M app.lisp");
+  });
+
+  it("a key no list knows of (a new one naming a program) is not given to git", async () => {
+    // Keys git would honour that no deny list of this project names: each would run the marker program.
+    const repo = hostileRepo(
+      "unknown-keys",
+      [
+        "[core]",
+        `\tsshCommand = ${touch("ssh")}`,
+        '[diff "evil"]',
+        `\tnewprogram = ${touch("new-key")}`,
+        "[status]",
+        `\tsomeFutureHook = ${touch("future")}`,
+        "",
+      ].join("\n"),
+    );
+    for (const tool of ["git_status", "git_diff", "git_log", "git_show"]) {
+      const r = await run(tool, {}, repo);
+      expect(r.success, `${tool}: ${r.content}`).toBe(true);
+    }
+    expect(planted()).toEqual([]);
+    // What git itself sees: none of those keys, and the repository's own harmless keys still there.
+    const seen = await withRepo(realpathSync(repo), (r) => runGit(r, ["config", "--list"]));
+    expect(seen.text).not.toMatch(/sshcommand|newprogram|somefuturehook|touch /i);
+    expect(seen.text).toContain("core.repositoryformatversion=0");
+  });
+
+  it("a file named by the repository's configuration (blame.ignoreRevsFile) is never read into a result", async () => {
+    const secrets = join(base, "git-credentials");
+    writeFileSync(secrets, "https://eve:SECRET-TOKEN-123@example.org\n");
+    const repo = hostileRepo("ignore-revs", `[blame]\n\tignoreRevsFile = ${secrets}\n[diff]\n\torderFile = ${secrets}\n`);
+    const results = [await run("git_blame", { path: "app.lisp" }, repo), await run("git_diff", {}, repo), await run("git_show", {}, repo)];
+    for (const r of results) {
+      expect(r.content).not.toContain("SECRET-TOKEN");
+      expect(r.success, r.content).toBe(true);
+    }
+  });
+
+});
+
+describe("a .git that points at another repository", () => {
+  it("a .git file (gitdir: elsewhere) or a .git link is refused, and nothing of the other repository is read", async () => {
+    const other = join(base, "other-repo");
+    mkdirSync(other);
+    execFileSync("git", ["init", "-q", other]);
+    writeFileSync(join(other, "theirs.txt"), "THEIR-SECRET\n");
+    execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", "-C", other, "add", "."]);
+    execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", "-C", other, "commit", "-qm", "THEIR-COMMIT"]);
+    const byFile = join(base, "dotgit-file");
+    mkdirSync(byFile);
+    writeFileSync(join(byFile, ".git"), `gitdir: ${join(other, ".git")}\n`);
+    const byLink = join(base, "dotgit-link");
+    mkdirSync(byLink);
+    symlinkSync(join(other, ".git"), join(byLink, ".git"));
+    for (const [project, why] of [[byFile, /is a file pointing git at another directory/], [byLink, /is a symbolic link to another directory/]] as const) {
+      for (const tool of ["git_status", "git_log", "git_show"]) {
+        const r = await run(tool, {}, project);
+        expect(r.success, r.content).toBe(false);
+        expect(r.content).toMatch(why);
+        expect(r.content).not.toMatch(/THEIR-/);
+      }
+    }
+  });
+});
+
+describe("git ended by a signal", () => {
+  it("says which signal ended it", async () => {
+    const hung = join(base, "hung-killed");
+    mkdirSync(hung);
+    execFileSync("git", ["init", "-q", hung]);
+    execFileSync("mkfifo", [join(hung, ".git", "index")]);
+    const pending = run("git_status", {}, hung);
+    let killed = false;
+    for (let i = 0; i < 100 && !killed; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const kids = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(process.pid)], { encoding: "utf8" }).split("\n");
+      const status = kids.find((l) => /git --no-pager status/.test(l));
+      if (status) {
+        process.kill(Number(status.trim().split(/\s+/)[0]), "SIGTERM");
+        killed = true;
+      }
+    }
+    const r = await pending;
+    expect(killed).toBe(true);
+    expect(r.success).toBe(false);
+    expect(r.content).toContain("git was ended by signal SIGTERM");
+  }, 40_000);
+});
+
+describe("the user's own rule for files of credentials (sly-agent-q-private-file-regexps)", () => {
+  it("a file it names is skipped by search_project and find_files, refused by the git tools and left out of whole diffs", async () => {
+    const repo = join(base, "with-env");
+    mkdirSync(repo);
+    const g = (...args: string[]) => execFileSync("git", ["-c", "user.name=Eve", "-c", "user.email=eve@example.org", ...args], { cwd: repo, encoding: "utf8" });
+    g("init", "-q");
+    writeFileSync(join(repo, ".env"), "API_TOKEN=hunter2-env\n");
+    writeFileSync(join(repo, "app.lisp"), "(defun token () 'hunter2-lisp)\n");
+    g("add", ".");
+    g("commit", "-qm", "with .env");
+    writeFileSync(join(repo, ".env"), "API_TOKEN=hunter2-env-changed\n");
+    // Emacs's "\\.env\\'", as Emacs sends it translated.
+    const privateFiles = new PrivateFiles(["\\.env$"]);
+    const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot: repo, privateFiles }) });
+    const call = (name: string, args: Record<string, unknown> = {}) => executor.execute({ id: "c", name, arguments: args });
+    for (const env of [undefined, "1"]) {
+      if (env) process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG = env;
+      try {
+        const s = await call("search_project", { pattern: "hunter2" });
+        expect(s.success, s.content).toBe(true);
+        expect(s.content).toContain("app.lisp");
+        expect(s.content).not.toContain("hunter2-env");
+        expect(s.content).toMatch(/1 private, holding credentials by sly-agent-q-private-file-regexps \(\.env\)/);
+        const f = await call("find_files", { glob: "*" });
+        expect(f.content).not.toMatch(/^\.env/m);
+        expect(f.content).toContain("Left out: 1 private file holding credentials");
+      } finally {
+        delete process.env.SLY_AGENT_Q_SEARCH_WITHOUT_RG;
+      }
+    }
+    for (const tool of ["git_diff", "git_log", "git_blame"]) {
+      const r = await call(tool, { path: ".env" });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("holds credentials");
+    }
+    for (const [tool, args] of [["git_diff", {}], ["git_show", {}], ["git_diff", { ref: "HEAD" }]] as const) {
+      const r = await call(tool, args);
+      expect(r.success, r.content).toBe(true);
+      expect(r.content).not.toContain("hunter2-env");
+    }
+    expect((await call("git_show", {})).content).toContain("hunter2-lisp");
+  });
+
+  it("a regexp the server cannot apply makes the project tools refuse, not ignore it", async () => {
+    const privateFiles = new PrivateFiles([], ["\\_<secret\\_>"]);
+    const executor = new Executor({ registry: createDefaultRegistry(), context: () => ({ projectRoot: root, privateFiles }) });
+    for (const [tool, args] of [["search_project", { pattern: "defun" }], ["find_files", { glob: "*" }], ["git_status", {}]] as const) {
+      const r = await executor.execute({ id: "c", name: tool, arguments: args });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain("cannot apply");
+    }
+  });
+});
+
+describe("no glob holds the server's event loop", () => {
+  it("a glob built to cost (braces times wildcards) on many files: the event loop never waits more than 200 ms", async () => {
+    const tree = join(base, "many-files");
+    for (let d = 0; d < 40; d++) {
+      mkdirSync(join(tree, `dir${d}`), { recursive: true });
+      for (let f = 0; f < 100; f++) writeFileSync(join(tree, `dir${d}`, `file-${f}-${"a".repeat(60)}.lisp`), "");
+    }
+    const hostile = "{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}" + "*?".repeat(135);
+    // A gap between two ticks of a 5 ms timer is the event loop held, when the process spent it working
+    // (its CPU time grew as much): on a loaded machine a gap can also be the process waiting its turn.
+    let worst = 0;
+    let last = Date.now();
+    let lastCpu = process.cpuUsage();
+    const timer = setInterval(() => {
+      const now = Date.now();
+      const cpu = process.cpuUsage(lastCpu);
+      worst = Math.max(worst, Math.min(now - last, (cpu.user + cpu.system) / 1000));
+      last = now;
+      lastCpu = process.cpuUsage();
+    }, 5);
+    try {
+      for (const glob of [hostile, "**/*.lisp"]) {
+        last = Date.now();
+        lastCpu = process.cpuUsage();
+        const f = await run("find_files", { glob }, tree);
+        const s = await run("search_project", { pattern: "nothing-here", glob }, tree);
+        if (glob === hostile) expect(f.content).toMatch(/too complex/);
+        else {
+          expect(f.content).toMatch(/^4000 files match/);
+          expect(s.success, s.content).toBe(true);
+        }
+      }
+    } finally {
+      clearInterval(timer);
+    }
+    expect(worst).toBeLessThan(200);
+  }, 120_000);
 });

@@ -103,6 +103,8 @@ export interface Recorded {
   order: string[];
   /** What the user is shown of each call, in order: "call:ID", "started:ID" and "result:ID". */
   callsShown: string[];
+  /** Notices about the turn, shown in the chat apart from the thinking. */
+  notices: string[];
 }
 
 export interface TurnRun {
@@ -118,7 +120,7 @@ export async function turn(
   opts: { script?: MockScript; settings?: Partial<TurnSettings>; signal?: AbortSignal; onEvent?: (what: string) => void } = {},
 ): Promise<TurnRun> {
   if (opts.script) h.mock.setScript(opts.script);
-  const events: Recorded = { text: [], thinking: [], calls: [], results: [], order: [], callsShown: [] };
+  const events: Recorded = { text: [], thinking: [], calls: [], results: [], order: [], callsShown: [], notices: [] };
   const outcome = await runTurn({
     conversation,
     turnId: `turn-${conversation.turns++}`,
@@ -138,6 +140,10 @@ export async function turn(
       ...opts.settings,
     },
     events: {
+      notice: (t) => {
+        events.notices.push(t);
+        events.order.push("notice");
+      },
       thinkingDelta: (t, redacted) => {
         events.thinking.push(redacted ? "(redacted)" : t);
         events.order.push("thinking");

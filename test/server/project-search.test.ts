@@ -120,7 +120,7 @@ describe.each(listers)("listed by %s", (_name, ripgrep) => {
     expect(long.text).toContain("standard-optimize-settings");
     const text = formatSearch(r, ["src/util.lisp"]);
     expect(text).toContain("src/parser.lisp:5:13 in (defun parse-input (line 4)");
-    expect(text).toContain("Skipped: 1 binary (image.bin), 1 over 4 MB (huge.txt).");
+    expect(text).toContain("Skipped: 1 binary (image.bin), 1 over 4 MB (huge.txt), 1 private, holding credentials by sly-agent-q-private-file-regexps (.authinfo).");
     expect(text).toContain("Not UTF-8, read as Latin-1: latin.lisp.");
     expect(text).toMatch(/buffers visiting src\/util.lisp have changes not saved; their files on disk were searched/);
     expect(text).not.toContain("OUTSIDE");

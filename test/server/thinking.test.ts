@@ -199,12 +199,32 @@ describe("a tool loop with thinking", () => {
     const settings = { model: "claude-sonnet-4-5", thinking: { mode: "budget" as const, budgetTokens: 2048, interleaved: true } };
     const { outcome, events } = await turn(h, "anthropic", c, "What is car?", { script: { steps: [unsigned, { content: [{ type: "text", text: "A function." }] }] }, settings });
     expect(outcome).toMatchObject({ status: "finished" });
-    expect(events.thinking.join("")).toMatch(/without its signature; it is not kept/);
+    expect(events.notices.join("")).toMatch(/without its signature and was not kept/);
     expect((c.messages[1] as AssistantMessage).content.map((b) => b.type)).toEqual(["tool_use"]);
     const reqs = h.mock.requests();
     expect(reqs.map((r) => r.status)).toEqual([200, 200]);
     // The loop began without (kept) thinking: the rest of it goes without, as one configuration per turn.
     expect(reqs[1]!.body.thinking).toBeUndefined();
+  });
+
+  it("adaptive: an unsigned thinking block beside a valid redacted one: the rest of the turn is sent without thinking, the redacted block kept, the next turn thinks", async () => {
+    const c = newConversation();
+    const step: MockStep = { content: [{ type: "thinking", thinking: "x", signature: "" }, { type: "redacted_thinking" }, { type: "tool_use", name: "describe_symbol", input: { symbol: "car" } }] };
+    const settings = { thinking: { mode: "adaptive" as const } };
+    const { outcome, events } = await turn(h, "anthropic", c, "What is car?", { script: { steps: [step, { content: [{ type: "text", text: "A function." }] }] }, settings });
+    const reqs = h.mock.requests();
+    expect(reqs.map((r) => r.status)).toEqual([200, 200]);
+    expect(outcome).toMatchObject({ status: "finished" });
+    // Said in the chat, outside the folded thinking.
+    expect(events.notices.join("")).toMatch(/without its signature and was not kept; the rest of this turn goes without thinking/);
+    expect(events.thinking.join("")).not.toMatch(/not kept/);
+    // The turn's later request goes without thinking, as the chat says; the valid redacted block stays.
+    expect(reqs[1]!.body.thinking).toBeUndefined();
+    expect((c.messages[1] as AssistantMessage).content.map((b) => b.type)).toEqual(["redacted_thinking", "tool_use"]);
+    // The next turn thinks again and is accepted.
+    const next = await turn(h, "anthropic", c, "And cdr?", { script: { steps: [{ content: [think("Same family."), { type: "text", text: "Also a function." }] }] }, settings });
+    expect(next.outcome, JSON.stringify(next.outcome)).toMatchObject({ status: "finished" });
+    expect(h.mock.requests()[0]!.body.thinking).toEqual({ type: "adaptive" });
   });
 
   it("a model switched mid-conversation: to one that does not think and back, every request accepted", async () => {

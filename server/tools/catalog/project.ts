@@ -4,9 +4,9 @@
 
 import { lstat } from "node:fs/promises";
 import { emacsTool } from "../handlers.js";
-import { compileGlob } from "../project/globs.js";
+import { compileGlob, filterYielding } from "../project/globs.js";
 import { listProjectFiles, realRoot } from "../project/files.js";
-import { gitBlame, gitDiff, gitLog, gitShow, gitStatus, openRepo } from "../project/git.js";
+import { gitBlame, gitDiff, gitLog, gitShow, gitStatus, withRepo, type Repo } from "../project/git.js";
 import { projectRoot } from "../project/root.js";
 import { formatSearch, searchProject, MAX_MAX_RESULTS, SEARCH_TIME_MS } from "../project/search.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
@@ -63,6 +63,7 @@ async function searchHandler(a: Record<string, unknown>, ctx: ToolContext): Prom
     ...(typeof a.max_results === "number" ? { maxResults: a.max_results } : {}),
     ...(typeof a.offset === "number" ? { offset: a.offset } : {}),
     ripgrep: ripgrepChoice(),
+    privateFiles: ctx.privateFiles,
     signal: ctx.signal,
     timeMs: Math.min(SEARCH_TIME_MS, Math.max(1_000, ctx.timeoutMs - 5_000)),
   });
@@ -82,8 +83,8 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
   } catch (err) {
     throw new ToolError(`Invalid glob ${JSON.stringify(glob)}: ${(err as Error).message}`);
   }
-  const listing = await listProjectFiles(dir, { ripgrep: ripgrepChoice(), signal: ctx.signal, deadline: Date.now() + Math.min(SEARCH_TIME_MS, ctx.timeoutMs / 2) });
-  const names = listing.files.filter(match);
+  const listing = await listProjectFiles(dir, { ripgrep: ripgrepChoice(), privateFiles: ctx.privateFiles, signal: ctx.signal, deadline: Date.now() + Math.min(SEARCH_TIME_MS, ctx.timeoutMs / 2) });
+  const names = await filterYielding(listing.files, match, ctx.signal);
   const max = Math.min(MAX_FILES, Math.max(1, typeof a.max_results === "number" ? Math.floor(a.max_results) : DEFAULT_FILES));
   const offset = Math.max(0, typeof a.offset === "number" ? Math.floor(a.offset) : 0);
   let rows: { name: string; mtime: number; size: number }[];
@@ -92,16 +93,24 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
     rows = await Promise.all(rows.map(async (r) => ({ ...r, ...(await stamp(dir, r.name)) })));
   } else {
     // Newest first needs every match's time; bounded by the listing's own bound.
-    rows = await Promise.all(names.map(async (name) => ({ name, ...(await stamp(dir, name)) })));
+    // A slice at a time, so that 50,000 matches never hold the event loop (nor open as many requests).
+    rows = [];
+    for (let i = 0; i < names.length; i += 256) {
+      ctx.signal.throwIfAborted();
+      rows.push(...(await Promise.all(names.slice(i, i + 256).map(async (name) => ({ name, ...(await stamp(dir, name)) })))));
+    }
     rows.sort((x, y) => y.mtime - x.mtime || (x.name < y.name ? -1 : 1));
     rows = rows.slice(offset, offset + max);
   }
   const head = `${names.length} file${names.length === 1 ? "" : "s"} match ${glob}${a.sort === "name" ? " (by name)" : " (newest first)"}`;
-  if (names.length === 0) return `No project file matches ${glob} (files ignored by .gitignore are not listed).${listing.stopped ? ` Incomplete: ${listing.stopped}.` : ""}`;
+  const secret = await filterYielding(listing.private, match, ctx.signal);
+  const privateNote = secret.length > 0 ? `Left out: ${secret.length} private file${secret.length === 1 ? "" : "s"} holding credentials (sly-agent-q-private-file-regexps).` : "";
+  if (names.length === 0) return `No project file matches ${glob} (files ignored by .gitignore are not listed).${listing.stopped ? ` Incomplete: ${listing.stopped}.` : ""}${privateNote ? ` ${privateNote}` : ""}`;
   const more = names.length - offset - rows.length;
   const lines = [
     `${head}; shown ${rows.length === 0 ? "none" : `${offset + 1}-${offset + rows.length}`}${more > 0 ? `; ${more} more: call again with offset ${offset + rows.length}` : ""}.`,
     ...(listing.stopped ? [`Incomplete: ${listing.stopped}.`] : []),
+    ...(privateNote ? [privateNote] : []),
     ...rows.map((r) => `${r.name}  ${r.size >= 0 ? `${r.size} bytes, ` : ""}${r.mtime > 0 ? new Date(r.mtime).toISOString().replace(/\.\d+Z$/, "Z") : "?"}`),
   ];
   return lines.join("\n");
@@ -116,8 +125,9 @@ async function stamp(dir: string, name: string): Promise<{ mtime: number; size: 
   }
 }
 
-async function repo(ctx: ToolContext) {
-  return openRepo(await root(ctx));
+/** FN run in the repository of the project root, opened and closed around it. */
+async function inRepo<T>(ctx: ToolContext, fn: (repo: Repo) => Promise<T>): Promise<T> {
+  return withRepo(await root(ctx), fn, ctx.privateFiles);
 }
 
 export const projectTools: Tool[] = [
@@ -165,7 +175,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (_a, ctx) => gitStatus(await repo(ctx), ctx.signal),
+    handler: async (_a, ctx) => inRepo(ctx, (r) => gitStatus(r, ctx.signal)),
   }),
   defineTool({
     name: "git_diff",
@@ -179,7 +189,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitDiff(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitDiff(r, a, ctx.signal)),
   }),
   defineTool({
     name: "git_log",
@@ -188,7 +198,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitLog(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitLog(r, a, ctx.signal)),
   }),
   defineTool({
     name: "git_blame",
@@ -198,7 +208,7 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitBlame(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitBlame(r, a, ctx.signal)),
   }),
   defineTool({
     name: "git_show",
@@ -207,6 +217,6 @@ export const projectTools: Tool[] = [
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",
-    handler: async (a, ctx) => gitShow(await repo(ctx), a, ctx.signal),
+    handler: async (a, ctx) => inRepo(ctx, (r) => gitShow(r, a, ctx.signal)),
   }),
 ];

@@ -9,23 +9,15 @@ import { accessSync, constants, readFileSync, realpathSync } from "node:fs";
 import { lstat, readdir, readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, join } from "node:path";
-import { ToolError } from "../tool.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
 import { IgnoreRules, parseIgnoreFile } from "./globs.js";
+import { BUILT_IN_PRIVATE_FILES } from "./private-files.js";
 
 /** At most this many files are listed: a tree larger than that is searched in part, and says so. */
 export const MAX_LISTED_FILES = 50_000;
 /** Ignore files larger than this are not read (a planted huge .gitignore must not stall the walk). */
 const MAX_IGNORE_FILE_BYTES = 1_000_000;
 
-/** Names of files and directories that hold credentials: never listed, whatever the ignore files say
- *  (the defaults of Emacs's sly-agent-q-private-file-regexps, which refuse them to the file tools). */
-const PRIVATE_DIRS = new Set([".ssh", ".gnupg", ".aws", ".password-store"]);
-const PRIVATE_FILES = new Set([".authinfo", ".authinfo.gpg", ".netrc", ".pgpass"]);
-
-export function isPrivatePath(rel: string): boolean {
-  const parts = rel.split("/");
-  return parts.slice(0, -1).some((p) => PRIVATE_DIRS.has(p)) || PRIVATE_FILES.has(parts[parts.length - 1]!) || PRIVATE_DIRS.has(parts[parts.length - 1]!);
-}
 
 export interface Listing {
   /** Paths relative to the root, sorted. */
@@ -34,6 +26,8 @@ export interface Listing {
   stopped?: string;
   /** Which lister made it. */
   by: "ripgrep" | "walk";
+  /** Files of credentials left out (private-files.ts), sorted. */
+  private: string[];
 }
 
 export interface ListOptions {
@@ -43,6 +37,8 @@ export interface ListOptions {
   /** When the listing gives up (ms since the epoch). */
   deadline: number;
   maxFiles?: number;
+  /** The rule for files of credentials (the built-in names when not given). */
+  privateFiles?: PrivateFileRule;
 }
 
 /** The executable NAME on PATH, or undefined. */
@@ -75,8 +71,12 @@ export function realRoot(root: string): string {
 export async function listProjectFiles(root: string, opts: ListOptions): Promise<Listing> {
   const rg = opts.ripgrep === undefined ? findOnPath("rg") : opts.ripgrep;
   const max = opts.maxFiles ?? MAX_LISTED_FILES;
+  const rule = opts.privateFiles ?? BUILT_IN_PRIVATE_FILES;
+  rule.check();
   const listing = rg ? await listWithRipgrep(rg, root, opts, max) : await walk(root, opts, max);
-  listing.files = listing.files.filter((f) => !isPrivatePath(f));
+  const kept: string[] = [];
+  for (const f of listing.files) (rule.isPrivate(root, f) ? listing.private : kept).push(f);
+  listing.files = kept;
   return listing;
 }
 
@@ -120,7 +120,7 @@ function listWithRipgrep(rg: string, root: string, opts: ListOptions, max: numbe
         stopped = `the listing was cut at ${max} files`;
         names.length = max;
       }
-      resolve({ files: names, by: "ripgrep", ...(stopped ? { stopped } : {}) });
+      resolve({ files: names, by: "ripgrep", private: [], ...(stopped ? { stopped } : {}) });
     });
   });
 }
@@ -195,5 +195,5 @@ async function walk(root: string, opts: ListOptions, max: number): Promise<Listi
   }
   files.sort();
   if (files.length > max) files.length = max;
-  return { files, by: "walk", ...(stopped ? { stopped } : {}) };
+  return { files, by: "walk", private: [], ...(stopped ? { stopped } : {}) };
 }

@@ -3,20 +3,21 @@
 // - refs are checked (no leading "-") and resolved to a commit's hash (rev-parse --verify --end-of-options),
 //   and only the hash reaches the command; paths are confined to the project root, links resolved, and
 //   given after "--" as literal pathspecs (GIT_LITERAL_PATHSPECS), never read as options or magic;
-// - git runs with no system or global configuration, no pager, no terminal prompt, no optional locks,
-//   and with overrides of every key of the repository's own configuration that names a program to run
-//   (a cloned repository's .git/config is the attacker's): core.fsmonitor, core.hooksPath, core.pager,
-//   diff.external, log.showSignature, and each filter.*.clean/smudge/process and diff.*.textconv/command
-//   the repository declares; diff, log, show and blame also get --no-ext-diff and --no-textconv;
-// - GIT_DIR and GIT_WORK_TREE are set to the repository found above the root, so that a core.worktree
-//   in its configuration cannot point git at another tree;
+// - git runs with no system or global configuration, no pager, no terminal prompt, no optional locks, and
+//   never with the repository's own configuration (a cloned repository's .git/config is the attacker's):
+//   it reads a private copy holding only the keys known harmless (withRepo), so no key, old or new, can
+//   name a program or a file for it; diff, log, show and blame also get --no-ext-diff and --no-textconv;
+// - the repository's .git must be a directory inside it (no .git file or link to another repository),
+//   and GIT_WORK_TREE is its tree, so that no configuration can point git at another;
+// - git's own error text never reaches a result (it can quote a file): only its kind is said;
 // - each run has a timeout and a bound on its output.
 
 import { execFile } from "node:child_process";
-import { lstatSync, realpathSync } from "node:fs";
+import { copyFileSync, existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { ToolError } from "../tool.js";
-import { isPrivatePath } from "./files.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
+import { BUILT_IN_PRIVATE_FILES } from "./private-files.js";
 
 const GIT_TIMEOUT_MS = 15_000;
 /** Bytes of a git command's output read at most; the rest is cut (and said). */
@@ -24,20 +25,36 @@ const MAX_GIT_OUTPUT = 4 * 1024 * 1024;
 export const DEFAULT_MAX_LINES = 400;
 export const MAX_MAX_LINES = 5_000;
 
-/** Configuration that could run a program, overridden at every run whatever the repository says. */
+/** Overrides given at every run on top of the sanitized configuration (defence in depth: none of these
+ *  keys can reach git from the repository anyway). */
 const FIXED_OVERRIDES: [string, string][] = [
   ["core.fsmonitor", "false"],
   ["core.hooksPath", "/dev/null"],
   ["core.pager", "cat"],
   ["core.attributesFile", "/dev/null"],
+  ["core.excludesFile", "/dev/null"],
   ["diff.external", ""],
+  ["diff.orderFile", "/dev/null"],
   ["log.showSignature", "false"],
   ["color.ui", "false"],
   ["submodule.recurse", "false"],
   ["core.untrackedCache", "false"],
 ];
-// Keys naming a program per driver: the repository may declare any driver name.
-const DRIVER_PROGRAMS = "^(filter|diff|merge)\\..+\\.(clean|smudge|process|textconv|command|driver)$";
+
+/** The keys of the repository's own configuration that git is given: each can neither name a program
+ *  nor a file, nor make git fetch. Everything else the repository sets (a driver, a hook, a file to read,
+ *  a key of a git newer than this list) is left out, whatever its name. */
+const HARMLESS_KEYS = [
+  /^core\.(repositoryformatversion|filemode|symlinks|ignorecase|precomposeunicode|autocrlf|eol|safecrlf|quotepath|checkstat|trustctime|abbrev|bare|logallrefupdates)$/,
+  /^extensions\.(objectformat|worktreeconfig|refstorage|preciousobjects|noop)$/,
+  /^remote\.[^\n]+\.(url|fetch)$/,
+  /^branch\.[^\n]+\.(remote|merge)$/,
+  /^user\.(name|email)$/,
+  /^init\.defaultbranch$/,
+  /^diff\.[^\n]+\.(xfuncname|funcname|wordregex|binary)$/,
+];
+/** A configuration larger than this is refused rather than copied. */
+const MAX_CONFIG_ENTRIES = 10_000;
 
 export interface Repo {
   /** The project root, a true name: git runs there and paths are relative to it. */
@@ -45,10 +62,38 @@ export interface Repo {
   /** The directory holding .git. */
   top: string;
   env: NodeJS.ProcessEnv;
+  /** The rule for files of credentials: refused by path, left out of whole-tree diffs. */
+  privateFiles: PrivateFileRule;
 }
 
-/** The git repository holding ROOT (a true name), with the environment every run uses. */
-export async function openRepo(root: string): Promise<Repo> {
+/** The git directory of TOP: its .git, which must be a directory (not a file naming another directory,
+ *  as a linked worktree's or a submodule's is, nor a link), so that git reads nothing outside TOP. */
+function gitDirOf(top: string): string {
+  const dotGit = join(top, ".git");
+  const st = lstatSync(dotGit);
+  if (st.isSymbolicLink()) throw new ToolError(`${dotGit} is a symbolic link to another directory; the git tools read only a repository whose .git directory is inside it, so they refuse this one.`);
+  if (st.isFile()) {
+    let target = "";
+    try {
+      target = /^gitdir: (.*)$/m.exec(readFileSync(dotGit, "utf8").slice(0, 4096))?.[1] ?? "";
+    } catch {
+      // Unreadable: refused below all the same.
+    }
+    throw new ToolError(`${dotGit} is a file pointing git at ${target ? `another directory (${target})` : "another directory"} (a linked worktree or a submodule); the git tools read only a repository whose .git directory is inside it, so they refuse this one.`);
+  }
+  if (!st.isDirectory()) throw new ToolError(`${dotGit} is not a directory; the git tools refuse this repository.`);
+  const dir = realpathSync(dotGit);
+  if (dir !== join(realpathSync(top), ".git")) throw new ToolError(`${dotGit} leads elsewhere (${dir}); the git tools refuse this repository.`);
+  if (existsSync(join(dir, "commondir"))) throw new ToolError(`${dotGit} shares its configuration and objects with another repository (a commondir file); the git tools refuse it.`);
+  return dir;
+}
+
+/** Runs FN with the git repository holding ROOT (a true name) opened for the tools, and closes it after.
+ *  Git never reads the repository's own configuration: it reads a copy holding only HARMLESS_KEYS, in a
+ *  private git directory whose other entries are links to the repository's (objects, refs, index, HEAD's
+ *  content), so a hostile .git/config, however long or new its keys, reaches git with nothing that runs. */
+export async function withRepo<T>(root: string, fn: (repo: Repo) => Promise<T>, privateFiles: PrivateFileRule = BUILT_IN_PRIVATE_FILES): Promise<T> {
+  privateFiles.check();
   let top: string | undefined;
   for (let dir = root; ; dir = dirname(dir)) {
     try {
@@ -60,20 +105,65 @@ export async function openRepo(root: string): Promise<Repo> {
     }
   }
   if (!top) throw new ToolError(`The project root ${root} is not inside a git repository.`);
-  const base = baseEnv(top, FIXED_OVERRIDES);
-  const drivers = await run(root, base, ["config", "--name-only", "--get-regexp", DRIVER_PROGRAMS], { allowStatus: [1] });
-  const keys = drivers.text.split("\n").filter((k) => k !== "").slice(0, 500);
-  return { root, top, env: baseEnv(top, [...FIXED_OVERRIDES, ...keys.map((k): [string, string] => [k, ""])]) };
+  const gitDir = gitDirOf(top);
+  const shadow = mkdtempSync(join(tmpdir(), "sly-agent-q-git-"));
+  try {
+    await copyHarmlessConfig(root, top, gitDir, join(shadow, "config"));
+    for (const name of readdirSync(gitDir)) {
+      // Its configuration is the copy; hooks never run; HEAD must be a file (git refuses a linked HEAD).
+      if (["config", "config.worktree", "hooks", "HEAD", "commondir"].includes(name)) continue;
+      symlinkSync(join(gitDir, name), join(shadow, name));
+    }
+    copyFileSync(join(gitDir, "HEAD"), join(shadow, "HEAD"));
+    const env = baseEnv(shadow, top, FIXED_OVERRIDES);
+    env.GIT_OBJECT_DIRECTORY = join(gitDir, "objects");
+    env.GIT_INDEX_FILE = join(gitDir, "index");
+    return await fn({ root, top, env, privateFiles });
+  } finally {
+    rmSync(shadow, { recursive: true, force: true });
+  }
 }
 
-function baseEnv(top: string, overrides: [string, string][]): NodeJS.ProcessEnv {
+/** Writes to FILE the keys of the repository's configuration (its includes followed) that HARMLESS_KEYS allows. */
+async function copyHarmlessConfig(root: string, top: string, gitDir: string, file: string): Promise<void> {
+  const env = baseEnv(gitDir, top, FIXED_OVERRIDES);
+  let listing: RunResult;
+  try {
+    listing = await run(root, env, ["config", "--list", "--includes", "-z", "--show-scope"], { allowStatus: [1] });
+  } catch (e) {
+    throw new ToolError(`The repository's configuration could not be read (${e instanceof Error ? e.message : String(e)}); the git tools refuse it.`);
+  }
+  const fields = listing.text.split("\0");
+  if (listing.cut || fields.length > 2 * MAX_CONFIG_ENTRIES) throw new ToolError(`The repository's configuration is larger than ${MAX_CONFIG_ENTRIES} entries; the git tools refuse it.`);
+  const lines: string[] = [];
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const scope = fields[i]!;
+    const entry = fields[i + 1]!;
+    if (scope !== "local" && scope !== "worktree") continue;
+    const nl = entry.indexOf("\n");
+    const key = nl < 0 ? entry : entry.slice(0, nl);
+    if (!HARMLESS_KEYS.some((re) => re.test(key))) continue;
+    const first = key.indexOf(".");
+    const last = key.lastIndexOf(".");
+    const section = key.slice(0, first);
+    const sub = first === last ? undefined : key.slice(first + 1, last);
+    const name = key.slice(last + 1);
+    if (!/^[a-z0-9-]+$/.test(section) || !/^[a-z][a-z0-9-]*$/.test(name) || (sub !== undefined && /[\0\n]/.test(sub))) continue;
+    const header = sub === undefined ? `[${section}]` : `[${section} "${sub.replace(/[\\"]/g, (c) => `\\${c}`)}"]`;
+    const value = nl < 0 ? "true" : `"${entry.slice(nl + 1).replace(/[\\"]/g, (c) => `\\${c}`).replace(/\n/g, "\\n").replace(/\t/g, "\\t")}"`;
+    lines.push(`${header}\n\t${name} = ${value}`);
+  }
+  writeFileSync(file, `${lines.join("\n")}\n`, { mode: 0o600 });
+}
+
+function baseEnv(gitDir: string, top: string, overrides: [string, string][]): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: process.env.HOME ?? "/nonexistent",
     LC_ALL: "C",
     GIT_CONFIG_NOSYSTEM: "1",
     GIT_CONFIG_GLOBAL: "/dev/null",
-    GIT_DIR: join(top, ".git"),
+    GIT_DIR: gitDir,
     GIT_WORK_TREE: top,
     GIT_PAGER: "cat",
     PAGER: "cat",
@@ -82,7 +172,7 @@ function baseEnv(top: string, overrides: [string, string][]): NodeJS.ProcessEnv 
     GIT_LITERAL_PATHSPECS: "1",
     GIT_CONFIG_COUNT: String(overrides.length),
   };
-  // Given as environment pairs, not -c KEY=VALUE: a driver's name may hold "=".
+  // Given as environment pairs, not -c KEY=VALUE: a value may hold "=".
   overrides.forEach(([k, v], i) => {
     env[`GIT_CONFIG_KEY_${i}`] = k;
     env[`GIT_CONFIG_VALUE_${i}`] = v;
@@ -105,17 +195,33 @@ function run(cwd: string, env: NodeJS.ProcessEnv, args: string[], opts: { allowS
       (err, stdout, stderr) => {
         const text = stdout.toString("utf8");
         if (!err) return resolvePromise({ text, cut: false });
-        const e = err as Error & { killed?: boolean; code?: unknown };
+        const e = err as Error & { killed?: boolean; code?: unknown; signal?: unknown };
         if (e.code === "ENOENT") return reject(new ToolError("git is not installed here (no git on PATH), so the version-control tools cannot run."));
         if (e.code === "ERR_CHILD_PROCESS_STDIO_MAXBUFFER") return resolvePromise({ text, cut: true });
         if (e.name === "AbortError") return reject(new ToolError("The git command was cancelled."));
         if (e.killed) return reject(new ToolError(`git did not finish within ${GIT_TIMEOUT_MS / 1000} s and was stopped (a lock held by another git, or a very large repository).`));
         if (typeof e.code === "number" && opts.allowStatus?.includes(e.code)) return resolvePromise({ text, cut: false });
-        const why = stderr.toString("utf8").trim().split("\n").slice(0, 5).join("\n").slice(0, 1_000);
-        reject(new ToolError(`git ${args[0]} failed: ${why || `status ${String(e.code)}`}`));
+        reject(new ToolError(`git ${args[0]} failed: ${failure(e, stderr.toString("utf8"))}`));
       },
     );
   });
+}
+
+/** Why git failed, in words of ours: git's own message is never passed on, since it can quote the content
+ *  of a file it was pointed at ("invalid object name: <a line of the file>"). Only its kind is said. */
+function failure(e: { code?: unknown; signal?: unknown }, stderr: string): string {
+  if (typeof e.signal === "string" && e.signal !== "") return `git was ended by signal ${e.signal}`;
+  const kinds: [RegExp, string][] = [
+    [/index\.lock|Unable to create .*\.lock/i, "another git process holds the repository's lock"],
+    [/not a git repository/i, "this is not a git repository git can read"],
+    [/unknown revision|bad revision|ambiguous argument|invalid object name|bad object/i, "a commit or object it needed is not in the repository"],
+    [/no such path|does not exist|no such file/i, "the file is not in that commit"],
+    [/has only \d+ lines?|invalid -L|-L.*(range|line)/i, "the line range is beyond the file's end"],
+    [/bad (numeric )?config|bad config line|config file/i, "the repository's configuration is malformed"],
+    [/unknown repository extension|repository format/i, "the repository's format is one this git cannot read"],
+  ];
+  const kind = kinds.find(([re]) => re.test(stderr))?.[1];
+  return `${kind ?? "git reported an error"} (status ${String(e.code)}; git's message is not shown, as it can quote files)`;
 }
 
 /** Runs git ARGS in REPO (the only way the tools run git). */
@@ -169,7 +275,7 @@ export function confinePath(repo: Repo, path: unknown): string {
   }
   if (real !== repo.root && outside(real)) throw new ToolError(`${path} leads outside the project root (it resolves to ${real}); it was refused.`);
   const rel = relative(repo.root, lexical).split(sep).join("/");
-  if (isPrivatePath(rel)) throw new ToolError(`${path} holds credentials (sly-agent-q-private-file-regexps); the agent may not read it.`);
+  if (repo.privateFiles.isPrivate(repo.root, rel)) throw new ToolError(`${path} holds credentials (sly-agent-q-private-file-regexps); the agent may not read it.`);
   return rel === "" ? "." : rel;
 }
 
@@ -189,6 +295,23 @@ export function lineLimit(value: unknown): number {
 
 const NO_PROGRAMS = ["--no-ext-diff", "--no-textconv", "--no-color"];
 
+/** A patch's TEXT with the change to each file of credentials (repo.privateFiles) replaced by a line
+ *  saying it was left out: a whole-tree diff, log or show names files no path check saw. */
+export function withoutPrivate(repo: Repo, text: string): string {
+  const sections = text.split(/^(?=diff --git )/m);
+  return sections
+    .map((section) => {
+      const m = /^diff --git (?:"a\/((?:[^"\\]|\\.)*)"|a\/(\S+)) (?:"b\/((?:[^"\\]|\\.)*)"|b\/(\S+))/.exec(section);
+      if (!m) return section;
+      const names = [m[1] ?? m[2], m[3] ?? m[4]].filter((n): n is string => n !== undefined);
+      // Paths in a patch are relative to the repository's top; a quoted one is tested as quoted too (stricter).
+      if (!names.some((n) => repo.privateFiles.isPrivate(repo.top, n))) return section;
+      const trail = section.endsWith("\n") ? "\n" : "";
+      return `${section.split("\n", 1)[0]}\n[the change to this file is left out: it holds credentials (sly-agent-q-private-file-regexps)]${trail}`;
+    })
+    .join("");
+}
+
 export async function gitStatus(repo: Repo, signal?: AbortSignal): Promise<string> {
   const { text, cut } = await runGit(repo, ["status", "--short", "--branch", "--untracked-files=normal", "--ignore-submodules=all", "--", "."], signal);
   // Only the branch line: nothing changed.
@@ -203,7 +326,8 @@ export async function gitDiff(repo: Repo, a: { path?: unknown; staged?: unknown;
   if (a.ref !== undefined) args.push(await resolveRef(repo, a.ref, signal));
   const what = `${a.ref !== undefined ? `against ${String(a.ref)}` : a.staged === true ? "staged (index against HEAD)" : "working tree against the index"}`;
   const stat = await runGit(repo, [...args, "--stat", "--", path], signal);
-  const { text, cut } = await runGit(repo, [...args, "--", path], signal);
+  const { text: patch, cut } = await runGit(repo, [...args, "--", path], signal);
+  const text = withoutPrivate(repo, patch);
   if (text.trim() === "") return `No differences (${what}${path !== "." ? `, ${path}` : ""}).`;
   return limitLines(`git diff, ${what}:\n${stat.text}\n${text}`, lineLimit(a.max_lines), cut, "Give path for one file, or max_lines.");
 }
@@ -255,5 +379,5 @@ export async function gitShow(repo: Repo, a: { ref?: unknown; path?: unknown; ma
   // The project's part of the commit only, when the project is a directory of a larger repository.
   args.push(a.path !== undefined ? confinePath(repo, a.path) : ".");
   const { text, cut } = await runGit(repo, args, signal);
-  return limitLines(text, lineLimit(a.max_lines), cut, "Give path for one file's change, or max_lines.");
+  return limitLines(withoutPrivate(repo, text), lineLimit(a.max_lines), cut, "Give path for one file's change, or max_lines.");
 }

@@ -6,8 +6,8 @@
 
 import { Worker } from "node:worker_threads";
 import { constants } from "node:fs";
-import { ToolError } from "../tool.js";
-import { compileGlob } from "./globs.js";
+import { ToolError, type PrivateFileRule } from "../tool.js";
+import { compileGlob, filterYielding } from "./globs.js";
 import { listProjectFiles } from "./files.js";
 
 /** Files larger than this are skipped (and counted): logs, dumps and images are not sources. */
@@ -30,6 +30,8 @@ export interface SearchOptions {
   offset?: number;
   /** ripgrep's executable, null for the server's own walk, undefined to look on PATH. */
   ripgrep?: string | null;
+  /** The rule for files of credentials (the built-in names when not given). */
+  privateFiles?: PrivateFileRule;
   signal?: AbortSignal;
   timeMs?: number;
 }
@@ -63,6 +65,8 @@ export interface SearchResult {
   unreadable: string[];
   stopped?: string;
   listedBy: "ripgrep" | "walk";
+  /** Files of credentials the search left out (in the glob, when one was given). */
+  private: string[];
 }
 
 // What makes a Lisp symbol: whole_word means the match is not part of a longer one (parse in parse-input).
@@ -94,8 +98,8 @@ export async function searchProject(root: string, o: SearchOptions): Promise<Sea
       throw new ToolError(`Invalid glob ${JSON.stringify(o.glob)}: ${(err as Error).message}`);
     }
   }
-  const listing = await listProjectFiles(root, { ripgrep: o.ripgrep, signal: o.signal, deadline: deadline - timeMs / 2 });
-  const files = inGlob ? listing.files.filter(inGlob) : listing.files;
+  const listing = await listProjectFiles(root, { ripgrep: o.ripgrep, privateFiles: o.privateFiles, signal: o.signal, deadline: deadline - timeMs / 2 });
+  const files = inGlob ? await filterYielding(listing.files, inGlob, o.signal) : listing.files;
   const offset = Math.max(0, Math.floor(o.offset ?? 0));
   const max = Math.min(MAX_MAX_RESULTS, Math.max(1, Math.floor(o.maxResults ?? DEFAULT_MAX_RESULTS)));
   const input: WorkerInput = {
@@ -115,7 +119,7 @@ export async function searchProject(root: string, o: SearchOptions): Promise<Sea
   };
   const found = await runInWorker(input, deadline + 2_000, o.signal);
   const stopped = [listing.stopped, found.stopped].filter((s): s is string => !!s).join("; ");
-  return { pattern: o.pattern, ...(o.glob ? { glob: o.glob } : {}), listed: files, flags: re.flags, filesListed: files.length, ...found, offset, listedBy: listing.by, ...(stopped ? { stopped } : {}) };
+  return { pattern: o.pattern, ...(o.glob ? { glob: o.glob } : {}), listed: files, flags: re.flags, filesListed: files.length, ...found, offset, listedBy: listing.by, private: inGlob ? await filterYielding(listing.private, inGlob, o.signal) : listing.private, ...(stopped ? { stopped } : {}) };
 }
 
 interface WorkerInput {
@@ -132,7 +136,7 @@ interface WorkerInput {
   wholeFileFirst: boolean;
 }
 
-type WorkerOutput = Omit<SearchResult, "pattern" | "glob" | "listed" | "flags" | "filesListed" | "offset" | "listedBy">;
+type WorkerOutput = Omit<SearchResult, "pattern" | "glob" | "listed" | "flags" | "filesListed" | "offset" | "listedBy" | "private">;
 
 function runInWorker(input: WorkerInput, hardDeadline: number, signal?: AbortSignal): Promise<WorkerOutput> {
   const code = `const { parentPort, workerData } = require("node:worker_threads");\nparentPort.postMessage((${matchFiles.toString()})(workerData, require("node:fs")));`;
@@ -269,6 +273,7 @@ export function formatSearch(r: SearchResult, unsaved: string[] = []): string {
   if (r.binary.length) skipped.push(`${r.binary.length} binary (${someNames(r.binary)})`);
   if (r.tooLarge.length) skipped.push(`${r.tooLarge.length} over ${MAX_SEARCH_FILE_BYTES / 1024 / 1024} MB (${someNames(r.tooLarge)})`);
   if (r.unreadable.length) skipped.push(`${r.unreadable.length} unreadable (${someNames(r.unreadable)})`);
+  if (r.private.length) skipped.push(`${r.private.length} private, holding credentials by sly-agent-q-private-file-regexps (${someNames(r.private)})`);
   if (skipped.length) lines.push(`Skipped: ${skipped.join(", ")}.`);
   if (r.latin1.length) lines.push(`Not UTF-8, read as Latin-1: ${someNames(r.latin1)}.`);
   if (r.stopped) lines.push(`Incomplete: ${r.stopped}; narrow the search with glob.`);
