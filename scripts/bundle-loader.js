@@ -47,11 +47,13 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
       return false;
     }
   };
+  // unlinkSync, not rmSync: every name removed is a file's, and rmSync loads Node's rimraf (a few ms
+  // of the start when the trial mark goes as the first answer is made).
   const remove = (f) => {
     try {
-      fs.rmSync(f, { force: true });
+      fs.unlinkSync(f);
     } catch {
-      // the next start tries again
+      // none there, or the next start tries again
     }
   };
   const dir = cacheDir === undefined ? undefined : path.join(cacheDir, "sly-agent-q");
@@ -145,14 +147,19 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
     // Written when the program says its start is done (server/start-done.ts): the cache then holds
     // the functions the start compiled too, not only the top level.
     const hook = Symbol.for("sly-agent-q.startDone");
-    globalThis[hook] = () => {
+    globalThis[hook] = (beforeAnswer) => {
       delete globalThis[hook];
       if (trial !== undefined) {
         remove(trial);
         trial = undefined;
       }
-      // After the answer is written (the hook is called as it is being made).
-      if (write) setImmediate(() => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow));
+      if (!write) return;
+      const writeNow = () => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
+      // The server's: after the answer is written (the hook is called as it is being made), with what
+      // the answer compiled. The MCP stdio shim's before its answer: a client may kill it as soon as it
+      // has the answer, which left no cache at all (every start of the shim compiled afresh).
+      if (beforeAnswer) writeNow();
+      else setImmediate(writeNow);
     };
   }
   const module = { exports: {} };

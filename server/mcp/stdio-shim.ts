@@ -45,7 +45,8 @@ export async function runStdioShim(stateFile: string = process.env.SLY_AGENT_Q_M
     })());
   shim.setRequestHandler(ListToolsRequestSchema, async () => {
     const tools = await (await remote()).listTools();
-    startDone();
+    // The code cache written before the answer: an MCP client may kill the shim as soon as it has it.
+    startDone(true);
     return tools;
   });
   shim.setRequestHandler(CallToolRequestSchema, async (req, extra) => {

@@ -2,7 +2,9 @@
 // control. All run in the server (Node) on the files on disk, confined to the project root
 // (server/tools/project/); none changes anything.
 
-import { lstat } from "node:fs/promises";
+// node:fs's promises, read where used: node:fs/promises (with readline and the watchers) loaded at the
+// first use, not at every server start.
+import { promises as fsp } from "node:fs";
 import { emacsTool } from "../handlers.js";
 import { compileGlob } from "../project/globs.js";
 import { listProjectFiles, realRoot } from "../project/files.js";
@@ -109,7 +111,7 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
 
 async function stamp(dir: string, name: string): Promise<{ mtime: number; size: number }> {
   try {
-    const st = await lstat(`${dir}/${name}`);
+    const st = await fsp.lstat(`${dir}/${name}`);
     return { mtime: st.mtimeMs, size: st.size };
   } catch {
     return { mtime: 0, size: -1 };

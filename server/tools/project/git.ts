@@ -12,10 +12,10 @@
 //   in its configuration cannot point git at another tree;
 // - each run has a timeout and a bound on its output.
 
-import { execFile } from "node:child_process";
 import { lstatSync, realpathSync } from "node:fs";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { ToolError } from "../tool.js";
+import { loadChildProcess } from "../../lazy-builtins.js";
 import { isPrivatePath } from "./files.js";
 
 const GIT_TIMEOUT_MS = 15_000;
@@ -97,7 +97,7 @@ interface RunResult {
 }
 
 function run(cwd: string, env: NodeJS.ProcessEnv, args: string[], opts: { allowStatus?: number[]; signal?: AbortSignal } = {}): Promise<RunResult> {
-  return new Promise((resolvePromise, reject) => {
+  return loadChildProcess().then(({ execFile }) => new Promise<RunResult>((resolvePromise, reject) => {
     execFile(
       "git",
       ["--no-pager", ...args],
@@ -115,7 +115,7 @@ function run(cwd: string, env: NodeJS.ProcessEnv, args: string[], opts: { allowS
         reject(new ToolError(`git ${args[0]} failed: ${why || `status ${String(e.code)}`}`));
       },
     );
-  });
+  }));
 }
 
 /** Runs git ARGS in REPO (the only way the tools run git). */
