@@ -25,8 +25,13 @@ const MAX_CACHE = 64 << 20;
 
 function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
   const filename = path.resolve(self);
-  // The program: the comment that ends the file, its "*/" written "*\x01/" there.
-  const text = fs.readFileSync(filename, "latin1");
+  // The program, wrapped as a CommonJS module's function: the comment in the body of programText,
+  // which scripts/build.mjs declares at the end of this file, its "*/" written "*\x01/" there. Taken
+  // from the source Node compiled (Function.prototype.toString: a slice of it, not a copy), not read
+  // from the file again: reading and decoding 1.3 MB a second time, and the copy the wrapper's
+  // concatenation made, were a tenth of a start's own time on a loaded machine. It is also the very
+  // text Node ran, whatever has been written at the file's name since.
+  const text = programText.toString();
   const mark = "/*" + "PROGRAM\n";
   const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\n*/")).replaceAll("*\x01/", "*/");
   // Only an absolute directory: a relative one (or an empty HOME) would read code from the working directory.
@@ -135,7 +140,7 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
       }
     }
   }
-  const script = new vm.Script(`(function (exports, require, module, __filename, __dirname) {${program}\n})`, { filename, cachedData });
+  const script = new vm.Script(program, { filename, cachedData });
   const write = useCache && (cachedData === undefined || script.cachedDataRejected);
   if (trial !== undefined) {
     // A run that ends well before its start is done (--version) passed its trial too.
