@@ -1,7 +1,7 @@
 // Bundles the server into one file that runs with plain node and no node_modules.
 //
-// The file is a small loader followed by the program in a comment: the loader reads the program from
-// its own file and compiles it with V8's code cache, kept in the user's cache directory
+// The file is a small loader followed by the program in a comment: the loader takes the program from
+// its own source and compiles it with V8's code cache, kept in the user's cache directory
 // (scripts/bundle-loader.js says how), so that a start after the first skips parsing and compiling most
 // of it, on every Node version (vm.Script's cachedData; Node's module.enableCompileCache, from 22.1,
 // cannot serve the file that calls it). Node's own loader skips a comment at little cost, where a
@@ -33,7 +33,10 @@ if (program.includes("\x01")) throw new Error("the bundled program has a \\x01 c
 const loader = readFileSync(new URL("./bundle-loader.js", import.meta.url), "utf8");
 const key = createHash("sha256").update(program).digest("hex").slice(0, 16);
 // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
-const out = `#!/usr/bin/env node\n${loader.replace("__PROGRAM_KEY__", key)}\n/*PROGRAM\n${program.replaceAll("*/", "*\x01/")}\n*/\n`;
+// The program goes wrapped as a CommonJS module's function into a comment in the body of programText
+// (the loader takes it from there with Function.prototype.toString, without reading the file again).
+const wrapped = `(function (exports, require, module, __filename, __dirname) {${program}\n})`;
+const out = `#!/usr/bin/env node\n${loader.replace("__PROGRAM_KEY__", key)}\nfunction programText() {/*PROGRAM\n${wrapped.replaceAll("*/", "*\x01/")}\n*/}\n`;
 // dist/ is not tracked: a fresh clone has none. Written aside and renamed, so that a server starting
 // meanwhile reads the old bundle or the new one, never half of one. The aside name is this process's
 // own: two builds at once (each `make run` builds; make test runs two suites at once) would otherwise

@@ -25,8 +25,13 @@ const MAX_CACHE = 64 << 20;
 
 function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
   const filename = path.resolve(self);
-  // The program: the comment that ends the file, its "*/" written "*\x01/" there.
-  const text = fs.readFileSync(filename, "latin1");
+  // The program, wrapped as a CommonJS module's function: the comment in the body of programText,
+  // which scripts/build.mjs declares at the end of this file, its "*/" written "*\x01/" there. Taken
+  // from the source Node compiled (Function.prototype.toString: a slice of it, not a copy), not read
+  // from the file again: reading and decoding 1.3 MB a second time, and the copy the wrapper's
+  // concatenation made, were a tenth of a start's own time on a loaded machine. It is also the very
+  // text Node ran, whatever has been written at the file's name since.
+  const text = programText.toString();
   const mark = "/*" + "PROGRAM\n";
   const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\n*/")).replaceAll("*\x01/", "*/");
   // Only an absolute directory: a relative one (or an empty HOME) would read code from the working directory.
@@ -47,11 +52,13 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
       return false;
     }
   };
+  // unlinkSync, not rmSync: every name removed is a file's, and rmSync loads Node's rimraf (a few ms
+  // of the start when the trial mark goes as the first answer is made).
   const remove = (f) => {
     try {
-      fs.rmSync(f, { force: true });
+      fs.unlinkSync(f);
     } catch {
-      // the next start tries again
+      // none there, or the next start tries again
     }
   };
   const dir = cacheDir === undefined ? undefined : path.join(cacheDir, "sly-agent-q");
@@ -133,7 +140,7 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
       }
     }
   }
-  const script = new vm.Script(`(function (exports, require, module, __filename, __dirname) {${program}\n})`, { filename, cachedData });
+  const script = new vm.Script(program, { filename, cachedData });
   const write = useCache && (cachedData === undefined || script.cachedDataRejected);
   if (trial !== undefined) {
     // A run that ends well before its start is done (--version) passed its trial too.
@@ -145,14 +152,19 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
     // Written when the program says its start is done (server/start-done.ts): the cache then holds
     // the functions the start compiled too, not only the top level.
     const hook = Symbol.for("sly-agent-q.startDone");
-    globalThis[hook] = () => {
+    globalThis[hook] = (beforeAnswer) => {
       delete globalThis[hook];
       if (trial !== undefined) {
         remove(trial);
         trial = undefined;
       }
-      // After the answer is written (the hook is called as it is being made).
-      if (write) setImmediate(() => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow));
+      if (!write) return;
+      const writeNow = () => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
+      // The server's: after the answer is written (the hook is called as it is being made), with what
+      // the answer compiled. The MCP stdio shim's before its answer: a client may kill it as soon as it
+      // has the answer, which left no cache at all (every start of the shim compiled afresh).
+      if (beforeAnswer) writeNow();
+      else setImmediate(writeNow);
     };
   }
   const module = { exports: {} };

@@ -3,7 +3,9 @@
 // and the apply uses their line ranges, so what is accepted is exactly what is written.
 
 import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
+// node:fs's promises, read where used: node:fs/promises (with readline and the watchers) loaded at the
+// first use, not at every server start.
+import { promises as fsp } from "node:fs";
 import { structuredPatch } from "diff";
 import type { DiffHunk, DiffHunksParams } from "./protocol.js";
 
@@ -106,7 +108,7 @@ export async function diffTexts(params: DiffHunksParams, args: Record<string, un
   if (typeof params.old === "string" && typeof params.new === "string") return { old: params.old, neu: params.new };
   if (!args || typeof params.oldFile !== "string") throw new Error("diff/hunks needs the texts, or a waiting call and the file");
   const edit = (typeof args.edit === "object" && args.edit !== null ? args.edit : args) as Record<string, unknown>;
-  const old = await readFile(params.oldFile, "utf8");
+  const old = await fsp.readFile(params.oldFile, "utf8");
   if (sha256(old) !== params.oldDigest) throw new Error("the file's text is not the one Emacs holds");
   let neu: string;
   if (typeof edit.new_content === "string") neu = edit.new_content;

@@ -21,7 +21,8 @@ export function registerSecret(value: string | undefined, name?: string): void {
 
 /** Registers the values of ENV's variables whose names look like secrets. */
 export function registerEnvSecrets(env: NodeJS.ProcessEnv): void {
-  for (const [name, value] of Object.entries(env)) if (SECRET_ENV_NAME.test(name)) registerSecret(value, name);
+  // Names first: reading every value of process.env crosses into C++ once per variable.
+  for (const name of Object.keys(env)) if (SECRET_ENV_NAME.test(name)) registerSecret(env[name], name);
 }
 
 /** Whether TEXT holds a secret the product knows (its API key, a secret-named variable's value). */

@@ -4,12 +4,14 @@
 
 const HOOK = Symbol.for("sly-agent-q.startDone");
 
-/** Called once the first request a start is for is being answered (initialize; the shim's tools/list). */
-export function startDone(): void {
+/**
+ * Called once the first request a start is for is being answered (initialize; the shim's tools/list).
+ * The loader clears its trial mark at once (a client may kill the process right after the answer) and
+ * writes the cache, when there is none yet, after the answer (a few milliseconds' work the client need
+ * not wait for, and the answer's own functions in it), or BEFORE-ANSWER before it: for the MCP stdio
+ * shim, whose client may kill it as soon as it has the answer (it kept no cache then).
+ */
+export function startDone(beforeAnswer = false): void {
   const hook = (globalThis as Record<symbol, unknown>)[HOOK];
-  // At once: the loader clears its trial mark now (a client may kill the process right after the
-  // answer) and writes the cache after the answer, a few milliseconds' work the client need not wait
-  // for. An MCP client that kills the shim right after tools/list may thus leave no cache: the next
-  // start compiles afresh and tries again.
-  if (typeof hook === "function") (hook as () => void)();
+  if (typeof hook === "function") (hook as (beforeAnswer: boolean) => void)(beforeAnswer);
 }

@@ -34,17 +34,16 @@ const HOW_TO_WORK = `## How To Work
 1. Ask the image first: what is loaded is the truth, files may differ
 2. For a bug: reproduce it, then read the error, the code and its callers
 3. Test new code in the image before presenting it, and say that evaluating it changed the image
-4. If something fails, find out why and try again
+4. If something fails (a tool result starting with "Error:" is a failed call), find out why and try again
 5. Explain your reasoning when it helps
 
 ## Guidelines
 - Write idiomatic Common Lisp; be precise about packages and symbols
-- Say what you changed and why
-- A tool result starting with "Error:" means the call failed: read it, fix the call, retry`;
+- Say what you changed and why`;
 
 const PROJECT_OR_IMAGE = `## Image Or Files
 - What is loaded: ask the image
-- Text in any project file, loaded or not (tests, .asd, docs, C, scripts): search_project, find_files (files on disk, not unsaved buffers)
+- Any project file's text, loaded or not (tests, .asd, docs, C...): search_project, find_files (on disk, not unsaved buffers)
 - What changed, who wrote it: the vcs tools`;
 
 export function buildSystemPrompt(input: SystemPromptInput): string {

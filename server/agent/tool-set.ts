@@ -49,10 +49,29 @@ export function categoriesOf(all: readonly Tool[]): Map<string, string[]> {
   return out;
 }
 
-/** The system prompt's part that says what add_tools can bring in (the same whatever was added). */
+/**
+ * The system prompt's part that says what add_tools can bring in (the same whatever was added): each
+ * category with the tools it would add, those of the core set left out (their schemas are sent already;
+ * listing them again cost a tenth of the lean prefix), a category with nothing to add left out. A
+ * category that holds the whole of smaller ones (introspection holds xref, packages and clos) names
+ * them instead of listing their tools twice; the names go without the backticks of the other lists.
+ */
 export function moreToolsSection(all: readonly Tool[]): string {
-  const lines = [...categoriesOf(all)].map(([c, names]) => `- ${c}: ${names.map((n) => `\`${n}\``).join(", ")}`);
-  return `## More Tools\nA core set is offered. \`${ADD_TOOLS}\` adds a category's tools for the rest of the conversation:\n${lines.join("\n")}`;
+  const more = [...categoriesOf(all)].flatMap(([c, names]): [string, string[]][] => {
+    const left = names.filter((n) => !CORE_TOOLS.includes(n));
+    return left.length > 0 ? [[c, left]] : [];
+  });
+  const lines = more.map(([c, names]) => {
+    // The smaller categories wholly inside this one, each not inside another of them.
+    const inside = more.filter(([o, ns]) => o !== c && ns.length < names.length && ns.every((n) => names.includes(n)));
+    const parts = inside.filter(([o, ns]) => !inside.some(([p, ps]) => p !== o && ps.length > ns.length && ns.every((n) => ps.includes(n))));
+    const covered = new Set(parts.flatMap(([, ns]) => ns));
+    const own = names.filter((n) => !covered.has(n));
+    const named = parts.map(([o]) => o);
+    const those = named.length > 0 ? [`the ${named.length > 1 ? `${named.slice(0, -1).join(", ")} and ${named.at(-1)}` : named[0]} tools`] : [];
+    return `- ${c}: ${[...those, ...own].join(", ")}`;
+  });
+  return `## More Tools\n\`${ADD_TOOLS}\` adds a category's tools to the core set, for the rest of the conversation:\n${lines.join("\n")}`;
 }
 
 /**

@@ -67,7 +67,8 @@ export async function runStdioShim(stateFile: string = process.env.SLY_AGENT_Q_M
   for (const [signal, code] of [["SIGTERM", 143], ["SIGINT", 130], ["SIGHUP", 129]] as const) process.once(signal, () => void end(code));
   shim.setRequestHandler(ListToolsRequestSchema, async () => {
     const tools = await (await remote()).listTools();
-    startDone();
+    // The code cache written before the answer: an MCP client may kill the shim as soon as it has it.
+    startDone(true);
     return tools;
   });
   shim.setRequestHandler(CallToolRequestSchema, async (req, extra) => {

@@ -2,7 +2,9 @@
 // the bridge to Emacs, and answers the protocol's requests (protocol.ts). Chat methods are added by
 // server/agent/ through addRequest/addNotification.
 
-import { appendFile } from "node:fs/promises";
+// node:fs's promises, read where used: node:fs/promises (with readline and the watchers) loaded at the
+// first use, not at every server start.
+import { promises as fsp } from "node:fs";
 import {
   ResponseError,
   ErrorCodes as RpcErrorCodes,
@@ -330,7 +332,7 @@ export class AgentServer {
     this.logger.info(`audit ${entry.safetyLevel} ${entry.tool} (${entry.decision}) ${redact(JSON.stringify(entry.arguments)).slice(0, 500)}`);
     const file = this.configuration.auditLogFile;
     if (file) {
-      appendFile(file, redact(JSON.stringify(entry)) + "\n").catch((err: unknown) => this.logger.warn(`audit log ${file}: ${String(err)}`));
+      fsp.appendFile(file, redact(JSON.stringify(entry)) + "\n").catch((err: unknown) => this.logger.warn(`audit log ${file}: ${String(err)}`));
     }
   }
 

@@ -165,7 +165,9 @@ export type ExecutorSettings = Pick<ExecutorOptions, "policy" | "defaultTimeoutM
 
 export class Executor {
   private readonly options: ExecutorOptions;
-  private ajv = new Ajv({ allErrors: true, strict: false });
+  /** The schema compiler, made at the first call validated (making it, with its meta-schema, was a tenth
+   *  of a start's own work) and shared with the executors withPolicy makes. */
+  private compiler: { ajv?: Ajv } = {};
   private validators = new WeakMap<Tool, ValidateFunction>();
   /** Capabilities (primary tool names) the user said to always allow for this session. */
   sessionAllowed = new Set<string>();
@@ -188,7 +190,7 @@ export class Executor {
   withPolicy(policy: ToolPolicy | (() => ToolPolicy), approve?: ApprovalFn): Executor {
     const scoped = new Executor({ ...this.options, policy, ...(approve ? { approve } : {}) });
     scoped.options.hooks = this.options.hooks;
-    scoped.ajv = this.ajv;
+    scoped.compiler = this.compiler;
     scoped.validators = this.validators;
     scoped.sessionAllowed = this.sessionAllowed;
     return scoped;
@@ -530,7 +532,7 @@ export class Executor {
   validate(tool: Tool, args: Record<string, unknown>): string | undefined {
     let validate = this.validators.get(tool);
     if (validate === undefined) {
-      validate = this.ajv.compile(tool.schema) as ValidateFunction;
+      validate = (this.compiler.ajv ??= new Ajv({ allErrors: true, strict: false })).compile(tool.schema) as ValidateFunction;
       this.validators.set(tool, validate);
     }
     if (!validate(args)) return describeSchemaErrors(validate.errors ?? [], tool);

@@ -212,8 +212,7 @@ function plantedCache(marker: string): Buffer {
     const fs = require("node:fs"), vm = require("node:vm");
     const text = fs.readFileSync(process.argv[1], "latin1");
     const mark = "/*" + "PROGRAM\\n";
-    const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\\n*/")).replaceAll("*\\x01/", "*/");
-    const real = "(function (exports, require, module, __filename, __dirname) {" + program + "\\n})";
+    const real = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\\n*/")).replaceAll("*\\x01/", "*/");
     let evil = "(function (exports, require, module, __filename, __dirname) {require('node:fs').writeFileSync(" + JSON.stringify(process.argv[2]) + ", 'ran');";
     evil += " ".repeat(real.length - evil.length - 3) + "\\n})";
     process.stdout.write(new vm.Script(evil, { filename: process.argv[1] }).createCachedData().toString("base64"));`;
@@ -277,6 +276,43 @@ describe("the code cache, damaged or attacked", () => {
     await start(alone, { XDG_CACHE_HOME: cache });
     const after = statSync(file!);
     expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+  }, 60_000);
+
+  it("of the MCP stdio shim is written when its client kills it as soon as tools/list is answered", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const stateFile = join(root, `mcp-${process.pid}.json`);
+    // The server the shim forwards to (its own cache elsewhere), with its MCP server started.
+    const child = spawn(process.execPath, [alone, "--stdio", "--log-level", "warn"], { cwd: root, env: { ...process.env, XDG_CACHE_HOME: mkdtempSync(join(root, "xdg-")) }, stdio: ["pipe", "pipe", "ignore"] });
+    const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+    connection.listen();
+    await connection.sendRequest("initialize", { clientInfo: { name: "test" }, capabilities: { tools: true }, configuration: {} });
+    await connection.sendRequest("mcp/start", { stateFile });
+    try {
+      // As Claude Code ends a session: the shim is killed the moment the answer is read.
+      const shim = spawn(process.execPath, [alone, "--mcp-stdio", "--mcp-state", stateFile], { cwd: root, env: { ...process.env, XDG_CACHE_HOME: cache }, stdio: ["pipe", "pipe", "ignore"] });
+      const exited = new Promise((r) => shim.on("exit", r));
+      let out = "";
+      const listed = new Promise<void>((resolve) =>
+        shim.stdout.on("data", (d: Buffer) => {
+          out += d.toString();
+          if (out.includes('"id":2')) {
+            shim.kill("SIGKILL");
+            resolve();
+          }
+        }),
+      );
+      const send = (m: object) => shim.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", ...m })}\n`);
+      send({ id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "test", version: "1" } } });
+      send({ method: "notifications/initialized" });
+      send({ id: 2, method: "tools/list", params: {} });
+      await listed;
+      await exited;
+      expect(out).toContain('"name":"describe_symbol"');
+      expect(caches(cache).map((f) => f.endsWith("-mcp-stdio.v8cache"))).toEqual([true]);
+    } finally {
+      child.kill();
+      connection.dispose();
+    }
   }, 60_000);
 
   it("stops at most one start when damage passes the hash (a V8 bug): the next does not use it", async () => {

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import type { RecordedRequest } from "../fixtures/mock-llm/server.mjs";
 import type { ChatSendResult, Configuration } from "../../server/protocol.js";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
-import { CORE_TOOLS } from "../../server/agent/tool-set.js";
+import { categoriesOf, CORE_TOOLS, moreToolsSection } from "../../server/agent/tool-set.js";
 import { FAKE_KEY } from "./agent-helpers.js";
 import { chatsWithMock, type ChatHarness } from "./chat-harness.js";
 
@@ -37,6 +37,22 @@ async function send(h: ChatHarness, text: string, conversationId?: string): Prom
 }
 
 describe("the lean tool set", () => {
+  it("lists what each category would add, the core set left out, a category inside another named there, not repeated", () => {
+    const all = createDefaultRegistry().list();
+    const lines = moreToolsSection(all).split("\n").slice(2);
+    const read = new Map(lines.map((l) => /^- ([a-z]+): (?:the ([a-z, ]+) tools(?:, |$))?(.*)$/.exec(l)!).map((m) => [m[1]!, { parts: m[2] ? m[2].split(/, | and /) : [], own: m[3] ? m[3].split(", ") : [] }]));
+    const expand = (c: string): string[] => [...read.get(c)!.parts.flatMap(expand), ...read.get(c)!.own];
+    for (const [c, names] of categoriesOf(all)) {
+      const adds = names.filter((n) => !CORE_TOOLS.includes(n));
+      if (adds.length === 0) expect(read.has(c)).toBe(false);
+      else expect(expand(c).sort()).toEqual(adds.sort());
+    }
+    // A tool named once per line: introspection names xref, packages and clos rather than their tools.
+    expect(read.get("introspection")!.parts).toEqual(["xref", "packages", "clos"]);
+    expect(read.get("introspection")!.own).not.toContain("xref");
+    for (const { own } of read.values()) expect(new Set(own).size).toBe(own.length);
+  });
+
   it("offers a small window the core set and add_tools; an added category stays, after what was sent, and through a resume", async () => {
     const dir = mkdtempSync(join(tmpdir(), "saq-lean-"));
     const h = await connect({ contextWindow: 16_000, conversationDirectory: dir });
@@ -52,8 +68,12 @@ describe("the lean tool set", () => {
     await send(h, "And now?", first.conversationId);
     const [r1, r2, r3] = chats.mock().requests() as [RecordedRequest, RecordedRequest, RecordedRequest];
     expect(names(r1).sort()).toEqual([...CORE_TOOLS, "add_tools"].sort());
-    // Every tool stays reachable: the prompt names each one the set holds back, under its category.
-    for (const name of all.filter((n) => !names(r1).includes(n))) expect(system(r1)).toContain(`\`${name}\``);
+    // Every tool stays reachable: the prompt names each one the set holds back, under its category,
+    // and none of those it offers already.
+    const more = system(r1).split("## More Tools\n")[1]!.split("\n\n")[0]!;
+    const listed = new Set(more.split("\n").slice(1).flatMap((l) => l.replace(/^- [a-z]+: (the [a-z, ]+ tools, )?/, "").split(", ")));
+    for (const name of all.filter((n) => !names(r1).includes(n))) expect(listed).toContain(name);
+    for (const name of names(r1)) expect(listed).not.toContain(name);
     // The debugger's tools come after the ones already sent, which stay as they were.
     const debuggerTools = offeredBy(h).filter((t) => t.categories.includes("debugger")).map((t) => t.name);
     expect(names(r2).slice(0, names(r1).length)).toEqual(names(r1));

@@ -81,9 +81,9 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "read_buffer",
-    description: "Read a buffer's text, or a range of character positions (1-based).",
+    description: "A buffer's text, or positions start to end (1-based).",
     parameters: {
-      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      buffer: { type: "string", description: "Buffer (default: user's last one)." },
       start: { type: "integer", description: "Start position.", minimum: 1 },
       end: { type: "integer", description: "End position.", minimum: 1 },
     },
@@ -109,7 +109,7 @@ export const emacsTools: Tool[] = [
     name: "read_region",
     description: "Read the region (between point and mark) of a buffer, the text the user selected; narrowing hides none of it.",
     parameters: {
-      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      buffer: { type: "string", description: "Buffer (default: user's last one)." },
     },
     safety: "safe",
     categories: ["buffer"],
@@ -121,7 +121,7 @@ export const emacsTools: Tool[] = [
     description: "Insert text in a buffer at a position (default: its end). Does not save.",
     parameters: {
       content: { type: "string", description: "Text to insert." },
-      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      buffer: { type: "string", description: "Buffer (default: user's last one)." },
       position: { type: "integer", description: "Character position, 1-based.", minimum: 1 },
     },
     required: ["content"],
@@ -136,7 +136,7 @@ export const emacsTools: Tool[] = [
     description: "Search a buffer for text or a regexp; returns matches with line numbers and context.",
     parameters: {
       pattern: { type: "string", description: "Text or Emacs regexp to find." },
-      buffer: { type: "string", description: "Buffer (default: the user's last one)." },
+      buffer: { type: "string", description: "Buffer (default: user's last one)." },
       regex: { type: "boolean", description: "Pattern is an Emacs regexp (default false)." },
       all_matches: { type: "boolean", description: "Every match, not just the first (default false)." },
       buffer_name: { type: "string", description: "Same as buffer.", notOffered: true },

@@ -2,7 +2,9 @@
 // control. All run in the server (Node) on the files on disk, confined to the project root
 // (server/tools/project/); none changes anything.
 
-import { lstat } from "node:fs/promises";
+// node:fs's promises, read where used: node:fs/promises (with readline and the watchers) loaded at the
+// first use, not at every server start.
+import { promises as fsp } from "node:fs";
 import { emacsTool } from "../handlers.js";
 import { compileGlob, filterYielding } from "../project/globs.js";
 import { listProjectFiles, realRoot } from "../project/files.js";
@@ -118,7 +120,7 @@ async function findFilesHandler(a: Record<string, unknown>, ctx: ToolContext): P
 
 async function stamp(dir: string, name: string): Promise<{ mtime: number; size: number }> {
   try {
-    const st = await lstat(`${dir}/${name}`);
+    const st = await fsp.lstat(`${dir}/${name}`);
     return { mtime: st.mtimeMs, size: st.size };
   } catch {
     return { mtime: 0, size: -1 };
@@ -134,13 +136,13 @@ export const projectTools: Tool[] = [
   defineTool({
     name: "search_project",
     description:
-      "Search the project's files on disk (.gitignore respected) for a regexp or literal text: matching lines with file:line:column, their neighbours and the enclosing Lisp form.",
+      "Search project files on disk (.gitignore respected) for a regexp or text: matching lines (file:line:column), their neighbours and enclosing Lisp form.",
     parameters: {
-      pattern: { type: "string", description: "JavaScript regular expression (or literal text with literal: true)." },
-      literal: { type: "boolean", description: "Search for the pattern as plain text." },
+      pattern: { type: "string", description: "JavaScript regexp (text if literal)." },
+      literal: { type: "boolean", description: "The pattern is plain text." },
       glob: { type: "string", description: "Only files matching this glob (*.lisp, src/**/*.asd)." },
       case: { type: "string", enum: ["smart", "sensitive", "insensitive"], description: "smart (default): insensitive unless the pattern has a capital." },
-      whole_word: { type: "boolean", description: "Only where the match is not part of a longer symbol." },
+      whole_word: { type: "boolean", description: "Not inside a longer symbol." },
       max_results: { type: "integer", description: `Most matching lines shown (default 50, at most ${MAX_MAX_RESULTS}).`, minimum: 1 },
       offset: { type: "integer", description: "Matching lines to skip (paging).", minimum: 0 },
     },
@@ -154,9 +156,9 @@ export const projectTools: Tool[] = [
   }),
   defineTool({
     name: "find_files",
-    description: "Project files by glob (`**/*.asd`, `src/**/*.lisp`; .gitignore respected), newest first or by name.",
+    description: "Project files matching a glob (.gitignore respected), newest first or by name.",
     parameters: {
-      glob: { type: "string", description: "Glob; without a slash it matches names at any depth." },
+      glob: { type: "string", description: "Glob (**/*.asd, src/**/*.lisp); without a slash it matches names at any depth." },
       sort: { type: "string", enum: ["newest", "name"], description: "newest (default) or name." },
       max_results: { type: "integer", description: `Most files shown (default ${DEFAULT_FILES}).`, minimum: 1 },
       offset: { type: "integer", description: "Files to skip (paging).", minimum: 0 },

@@ -9,8 +9,8 @@ export const ADD_TOOLS = "add_tools";
 export const toolSetTools: Tool[] = [
   defineTool({
     name: ADD_TOOLS,
-    description: "Offer you the tools of one category (the system prompt lists them) from your next step on, for the rest of the conversation.",
-    parameters: { category: { type: "string", description: "A category the system prompt lists, e.g. debugger." } },
+    description: "Add the tools of a category the system prompt lists, from your next step on, for the rest of the conversation.",
+    parameters: { category: { type: "string", description: "Category, e.g. debugger." } },
     required: ["category"],
     safety: "safe",
     effect: "changes what the conversation offers from the next step on",

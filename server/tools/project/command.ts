@@ -4,7 +4,6 @@
 // timeout, and never waited on past a short grace once the command itself has exited (a daemon it
 // forked may hold the pipes open for ever).
 
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { isAbsolute, join, relative, sep } from "node:path";
@@ -15,6 +14,7 @@ import { ToolError } from "../tool.js";
 import { findOnPath } from "./files.js";
 
 import type { CommandTarget } from "../command-rules.js";
+import { loadChildProcess } from "../../lazy-builtins.js";
 
 export type { CommandTarget } from "../command-rules.js";
 
@@ -245,7 +245,9 @@ export function newRunMark(): string {
 }
 
 /** Runs one command to its end (or stop), never rejecting. */
-export function runProcess(o: RunOptions): Promise<CommandOutcome> {
+export async function runProcess(o: RunOptions): Promise<CommandOutcome> {
+  // node:child_process loads at the first command, not at the server's start (lazy-builtins.ts).
+  const { spawn } = await loadChildProcess();
   const started = performance.now();
   const output = new BoundedOutput();
   return new Promise((resolve) => {

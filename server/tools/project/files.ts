@@ -4,12 +4,13 @@
 // a walk of our own that reads the same rules; either way a symbolic link is never followed (nor listed),
 // files holding credentials are left out, and the list is bounded in count and time.
 
-import { execFile } from "node:child_process";
-import { accessSync, constants, readFileSync, realpathSync } from "node:fs";
-import { lstat, readdir, readFile } from "node:fs/promises";
+// node:fs's promises, read where used: node:fs/promises (with readline and the watchers) loaded at the
+// first use, not at every server start.
+import { accessSync, constants, promises as fsp, readFileSync, realpathSync } from "node:fs";
 import { homedir } from "node:os";
 import { delimiter, join } from "node:path";
 import { ToolError, type PrivateFileRule } from "../tool.js";
+import { loadChildProcess } from "../../lazy-builtins.js";
 import { IgnoreRules, parseIgnoreFile } from "./globs.js";
 import { BUILT_IN_PRIVATE_FILES } from "./private-files.js";
 
@@ -93,7 +94,7 @@ function ripgrepEnv(): NodeJS.ProcessEnv {
 const RG_LIST_ARGS = ["--no-config", "--files", "--hidden", "--no-require-git", "--no-ignore-parent", "--no-ignore-dot", "--glob", "!.git", "--no-messages", "--null"];
 
 function listWithRipgrep(rg: string, root: string, opts: ListOptions, max: number): Promise<Listing> {
-  return new Promise((resolve, reject) => {
+  return loadChildProcess().then(({ execFile }) => new Promise<Listing>((resolve, reject) => {
     const timeout = Math.max(1, opts.deadline - Date.now());
     // Bounded: 200 bytes a name for the most files listed; more is cut and said.
     const maxBuffer = max * 200;
@@ -122,7 +123,7 @@ function listWithRipgrep(rg: string, root: string, opts: ListOptions, max: numbe
       }
       resolve({ files: names, by: "ripgrep", private: [], ...(stopped ? { stopped } : {}) });
     });
-  });
+  }));
 }
 
 /** The user's global git ignore file: core.excludesFile from their git configuration, else git's default. */
@@ -147,9 +148,9 @@ export function globalIgnoreFile(): string | undefined {
 
 async function readIgnore(file: string): Promise<ReturnType<typeof parseIgnoreFile>> {
   try {
-    const st = await lstat(file);
+    const st = await fsp.lstat(file);
     if (!st.isFile() || st.size > MAX_IGNORE_FILE_BYTES) return [];
-    return parseIgnoreFile(await readFile(file, "utf8"));
+    return parseIgnoreFile(await fsp.readFile(file, "utf8"));
   } catch {
     return [];
   }
@@ -174,7 +175,7 @@ async function walk(root: string, opts: ListOptions, max: number): Promise<Listi
     const rules = outer.with(dir, await readIgnore(join(abs, ".gitignore")));
     let entries;
     try {
-      entries = await readdir(abs, { withFileTypes: true });
+      entries = await fsp.readdir(abs, { withFileTypes: true });
     } catch {
       continue;
     }

@@ -12,12 +12,12 @@
 // - git's own error text never reaches a result (it can quote a file): only its kind is said;
 // - each run has a timeout and a bound on its output.
 
-import { execFile } from "node:child_process";
 import { copyFileSync, existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { ToolError, type PrivateFileRule } from "../tool.js";
 import { BUILT_IN_PRIVATE_FILES } from "./private-files.js";
+import { loadChildProcess } from "../../lazy-builtins.js";
 
 const GIT_TIMEOUT_MS = 15_000;
 /** Bytes of a git command's output read at most; the rest is cut (and said). */
@@ -187,7 +187,7 @@ interface RunResult {
 }
 
 function run(cwd: string, env: NodeJS.ProcessEnv, args: string[], opts: { allowStatus?: number[]; signal?: AbortSignal } = {}): Promise<RunResult> {
-  return new Promise((resolvePromise, reject) => {
+  return loadChildProcess().then(({ execFile }) => new Promise<RunResult>((resolvePromise, reject) => {
     execFile(
       "git",
       ["--no-pager", ...args],
@@ -204,7 +204,7 @@ function run(cwd: string, env: NodeJS.ProcessEnv, args: string[], opts: { allowS
         reject(new ToolError(`git ${args[0]} failed: ${failure(e, stderr.toString("utf8"))}`));
       },
     );
-  });
+  }));
 }
 
 /** Why git failed, in words of ours: git's own message is never passed on, since it can quote the content

@@ -4,10 +4,10 @@
 // backtracks without end is stopped by terminating the worker. Each matching line comes with its
 // neighbours and, in a Lisp file, the top-level form it falls in.
 
-import { Worker } from "node:worker_threads";
 import { constants } from "node:fs";
 import { ToolError, type PrivateFileRule } from "../tool.js";
 import { compileGlob, filterYielding } from "./globs.js";
+import { loadWorkerThreads } from "../../lazy-builtins.js";
 import { listProjectFiles } from "./files.js";
 
 /** Files larger than this are skipped (and counted): logs, dumps and images are not sources. */
@@ -140,7 +140,7 @@ type WorkerOutput = Omit<SearchResult, "pattern" | "glob" | "listed" | "flags" |
 
 function runInWorker(input: WorkerInput, hardDeadline: number, signal?: AbortSignal): Promise<WorkerOutput> {
   const code = `const { parentPort, workerData } = require("node:worker_threads");\nparentPort.postMessage((${matchFiles.toString()})(workerData, require("node:fs")));`;
-  return new Promise((resolve, reject) => {
+  return loadWorkerThreads().then(({ Worker }) => new Promise<WorkerOutput>((resolve, reject) => {
     const worker = new Worker(code, { eval: true, workerData: input, resourceLimits: { maxOldGenerationSizeMb: 512 } });
     let settled = false;
     const finish = (f: () => void) => {
@@ -160,7 +160,7 @@ function runInWorker(input: WorkerInput, hardDeadline: number, signal?: AbortSig
     worker.on("message", (m: WorkerOutput) => finish(() => resolve(m)));
     worker.on("error", (err) => finish(() => reject(new ToolError(`The search failed: ${err.message}`))));
     worker.on("exit", (code) => finish(() => reject(new ToolError(`The search stopped (status ${code}) before it was done.`))));
-  });
+  }));
 }
 
 /**
