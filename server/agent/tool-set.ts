@@ -43,7 +43,7 @@ export function isLean(contextWindow: number): boolean {
 export function categoriesOf(all: readonly Tool[]): Map<string, string[]> {
   const out = new Map<string, string[]>();
   for (const t of all) {
-    if (t.name === ADD_TOOLS) continue;
+    if (t.name === ADD_TOOLS || t.internal) continue; // internal tools are never offered
     for (const c of t.categories) out.set(c, [...(out.get(c) ?? []), t.name]);
   }
   return out;

@@ -55,7 +55,7 @@ describe("run_command", () => {
     expect(lean.current().map((t) => t.name)).not.toContain("run_command");
     expect(lean.offer("shell")).toEqual(["run_command"]);
     expect(lean.current().map((t) => t.name)).toContain("run_command");
-    expect(moreToolsSection(all)).toContain("- shell: `run_command`");
+    expect(moreToolsSection(all)).toContain("- shell: run_command");
   });
 
   it("runs argv in the project root: output of both streams, exit status, the exact command", async () => {

@@ -51,6 +51,11 @@ describe("the lean tool set", () => {
     expect(read.get("introspection")!.parts).toEqual(["xref", "packages", "clos"]);
     expect(read.get("introspection")!.own).not.toContain("xref");
     for (const { own } of read.values()) expect(new Set(own).size).toBe(own.length);
+    // Internal tools (buffer_file: Emacs's answer for the protected-buffer check) are never offered,
+    // so never listed.
+    const internal = all.filter((t) => t.internal).map((t) => t.name);
+    expect(internal.length).toBeGreaterThan(0);
+    for (const name of internal) expect(moreToolsSection(all)).not.toMatch(new RegExp(`\\b${name}\\b`));
   });
 
   it("offers a small window the core set and add_tools; an added category stays, after what was sent, and through a resume", async () => {
