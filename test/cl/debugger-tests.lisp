@@ -401,14 +401,20 @@ objects, with short print limits, and the seconds it took."
     (maphash (lambda (key value) (declare (ignore value)) (push (counted-key-n key) keys)) table)
     (setf keys (nreverse keys))
     (flet ((label (i) (format nil "[~D] #<key ~D>: " i (nth i keys))))
-      (setf *keys-printed* 0)
-      (let ((r (inspect-page table "offset" 5000 "limit" 3)))
-        (is (has r "a hash table, test EQL, 10000 entries" "Parts 5000 to 5003 of 10000"
-                 (label 5000) (label 5002) "More: offset 5003"))
-        (is (not (has r (label 5003))))
-        ;; Only the page's keys were printed, not the 9,997 others (each at most twice:
-        ;; *PRINT-CIRCLE*'s first pass prints into nothing to find shared structure).
-        (is (<= 3 *keys-printed* 6) "~D keys printed for a page of 3" *keys-printed*))
+      ;; The table's own printed form (its Value line) shows its first entries in some Lisps
+      ;; (CLISP), as many as *PRINT-LENGTH* allows.
+      (let ((value-line (let ((*keys-printed* 0))
+                          (sly-agent-q::print-bounded table :limit 300)
+                          *keys-printed*)))
+        (setf *keys-printed* 0)
+        (let ((r (inspect-page table "offset" 5000 "limit" 3)))
+          (is (has r "a hash table, test " "10000 entries" "Parts 5000 to 5003 of 10000"
+                   (label 5000) (label 5002) "More: offset 5003"))
+          (is (not (has r (label 5003))))
+          ;; Only the page's keys were printed, not the 9,997 others (each at most twice:
+          ;; *PRINT-CIRCLE*'s first pass prints into nothing to find shared structure).
+          (is (<= 3 (- *keys-printed* value-line) 6) "~D keys printed for a page of 3 (~D for the Value line)"
+              *keys-printed* value-line)))
       (is (has (inspect-page table) "Parts 0 to 20 of 10000" (label 0) (label 19)))
       (let ((r (inspect-page table "offset" 9998)))
         (is (has r "Parts 9998 to 10000 of 10000" (label 9999)))

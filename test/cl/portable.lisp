@@ -21,7 +21,7 @@
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
            #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p
            #:watcher-process-p #:processes-matching-p #:method-source-locations-p
-           #:posix-file-stat-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
+           #:posix-file-stat-p #:quick-compiled-code-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -156,6 +156,12 @@ starts from the debugger (SBCL: their creation is wrapped; ECL: the
 global debugger hook is)."
   #+(or sbcl ecl) t #-(or sbcl ecl) nil)
 
+
+(defun quick-compiled-code-p ()
+  "True where compiled code runs natively: cl-ppcre's own tests (every
+character code through six kinds of test function) take seconds there,
+minutes on CLISP's bytecode."
+  #+clisp nil #-clisp t)
 
 (defun stack-overflow-condition-p ()
   "True when a stack overflow is signalled as a condition that code can
