@@ -20,11 +20,14 @@
   "The id of the newest inspectable value.")
 
 (defun inspectable-id (object)
-  "Keep OBJECT for inspect_value; return its id."
+  "Keep OBJECT for inspect_value; return its id.  A value kept already
+keeps its id and becomes the newest: paging through one value must not
+push the others out."
   (call-with-state-lock
    (lambda ()
-     (let ((id (incf *inspect-counter*)))
-       (push (cons id object) *inspectables*)
+     (let* ((kept (rassoc object *inspectables* :test #'eq))
+            (id (if kept (car kept) (incf *inspect-counter*))))
+       (setf *inspectables* (cons (cons id object) (remove kept *inspectables*)))
        (when (> (length *inspectables*) *inspect-kept*)
          (setf *inspectables* (subseq *inspectables* 0 *inspect-kept*)))
        id))))

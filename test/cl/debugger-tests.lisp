@@ -439,6 +439,14 @@ objects, with short print limits, and the seconds it took."
       (is (has r "A page shows at most 100 parts: 100 shown of the 100000 asked for."
                "Parts 0 to 100 of 1000" "[99] 99: 99" "More: offset 100"))
       (is (not (has r "[100] "))))
+    ;; Paging through one value keeps its id and keeps the others: the list's id
+    ;; outlives 60 pages of the vector (the image keeps 50 values).
+    (let ((list-id (sly-agent-q::inspectable-id list))
+          (vector-id (sly-agent-q::inspectable-id vector)))
+      (dotimes (i 60)
+        (tool "inspect_value" "id" vector-id "offset" (* 10 i) "limit" 1))
+      (is (has (tool "inspect_value" "id" vector-id) (format nil "id ~D: an array" vector-id)))
+      (is (has (tool "inspect_value" "id" list-id) "a list of 1000 elements")))
     ;; Dotted and circular lists: car and cdr.
     (is (has (inspect-page (list* 1 2 3)) "a dotted list" "[1] cdr: (2 . 3)"))
     (is (has (inspect-page (let ((l (list 1 2))) (setf (cddr l) l) l)) "a circular list" "[0] car: 1")))
