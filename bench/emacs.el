@@ -282,7 +282,7 @@ throws out of the wait as soon as the answer is read."
 (defconst bench-inspect-calls (if bench-quick 5 20) "Pages timed per row of figure 12.")
 
 (defun bench-inspect-page (conn id offset)
-  "One full tools/call of inspect_value: a page of 20 parts of value ID from OFFSET."
+  "One full tools/call of inspect_value: 20 parts of value ID from OFFSET."
   (let* ((result (jsonrpc-request conn 'tools/call
                                   `(:name "inspect_value" :arguments (:id ,id :offset ,offset :limit 20))
                                   :timeout 120))
