@@ -53,6 +53,7 @@
 (load (expand-file-name "scripts/lisp-modes" bench-root) nil t)
 
 (defconst bench-quick (equal (getenv "BENCH_QUICK") "1"))
+;; BENCH_ONLY=13 runs figure 13 alone: emacs -Q --batch -l bench/emacs.el (rows on stdout).
 (defconst bench-pairs (if bench-quick 50 200) "Bare/full pairs for figure 1.")
 (defconst bench-row-calls (if bench-quick 200 1000) "Full calls in a row for figure 1.")
 (defconst bench-batches (if bench-quick 2 5) "Repetitions of figure 2.")
@@ -276,6 +277,53 @@ throws out of the wait as soon as the answer is read."
                                   tenth tenth last first (funcall show m0)
                                   (/ bench-row-calls 2) (funcall show m1) bench-row-calls (funcall show m2))))))
 
+;;;; 13. Inspecting big values
+
+(defconst bench-inspect-calls (if bench-quick 5 20) "Pages timed per row of figure 13.")
+
+(defun bench-inspect-page (conn id offset)
+  "One full tools/call of inspect_value: 20 parts of value ID from OFFSET."
+  (let* ((result (jsonrpc-request conn 'tools/call
+                                  `(:name "inspect_value" :arguments (:id ,id :offset ,offset :limit 20))
+                                  :timeout 120))
+         (text (format "%s" (plist-get result :content))))
+    (unless (and (eq (plist-get result :success) t)
+                 (string-match-p (format "Parts %d to %d of 1000000" offset (+ offset 20)) text))
+      (error "inspect_value did not give the page: %S" result))))
+
+(defun bench-inspect (conn)
+  "Pages of a 1,000,000-entry EQUAL hash table and of a 1,000,000-element
+list, near their ends, through the whole tools/call path."
+  (let* ((ids (bench-eval '(cl:let ((table (cl:make-hash-table :test (cl:quote cl:equal)))
+                                    (list (cl:loop for i below 1000000 collect i)))
+                            (cl:dotimes (i 1000000) (cl:setf (cl:gethash (cl:format cl:nil "key-~D" i) table) i))
+                            (cl:list (sly-agent-q::inspectable-id table) (sly-agent-q::inspectable-id list)))))
+         (rows `(("13. inspect_value: a page of a 1,000,000-entry hash table, at offset 0" ,(nth 0 ids) 0 100)
+                 ("13. inspect_value: a page of a 1,000,000-entry hash table, at offset 999,980" ,(nth 0 ids) 999980 100)
+                 ("13. inspect_value: a page of a 1,000,000-element list, at offset 999,980" ,(nth 1 ids) 999980 200))))
+    (pcase-dolist (`(,figure ,id ,offset ,target) rows)
+      (bench-inspect-page conn id offset)     ; warm up
+      (let (times)
+        (dotimes (_ bench-inspect-calls)
+          (let ((t0 (float-time))) (bench-inspect-page conn id offset) (push (bench-ms t0) times)))
+        (let ((median (bench-median times))
+              ;; The same call timed inside the image: what the page costs there, apart from
+              ;; the trips between four processes (which a loaded machine makes long).
+              (inside (bench-eval `(cl:loop repeat ,bench-inspect-calls
+                                            collect (cl:let ((t0 (cl:get-internal-real-time)))
+                                                      (sly-agent-q:call-tool
+                                                       "inspect_value"
+                                                       (cl:quote (("id" . ,id) ("offset" . ,offset) ("limit" . 20))))
+                                                      (cl:/ (cl:* 1000.0 (cl:- (cl:get-internal-real-time) t0))
+                                                            cl:internal-time-units-per-second))))))
+          (bench-record :figure figure :unit "ms" :samples (vconcat times)
+                        :target (format "<= %d ms" target) :ratio (/ median target)
+                        :pass (bench-pass-p (<= median target))
+                        :note "20 parts a page, the whole tools/call path (server, Emacs, SLIME, the image)")
+          (bench-record :figure (concat figure ", in the image alone") :unit "ms" :samples (vconcat inside)
+                        :target "-" :note "sly-agent-q:call-tool timed inside the image: the page's own cost"))))
+    (bench-eval '(cl:progn (cl:setf sly-agent-q::*inspectables* cl:nil) cl:t))))
+
 ;;;; 2. Throughput
 
 (defvar bench-first-call nil)
@@ -468,6 +516,8 @@ bench/tokens.mjs turns bench/.work/scenario-N.json into the per-request figures.
     (bench-log "emacs bench: Lisp ready after %.1f s" (- (float-time) t0))
     (bench-start-mock)
     (let ((conn (bench-start-server)))
+     (if (equal (getenv "BENCH_ONLY") "13")
+         (bench-inspect conn)
       (bench-log "emacs bench: figure 1, tool round trip")
       (bench-round-trip conn)
       ;; Under SLY only the figures that compare with a bare eval: the rest do not depend on it.
@@ -479,7 +529,9 @@ bench/tokens.mjs turns bench/.work/scenario-N.json into the per-request figures.
         (bench-streaming))
       (unless (or bench-log-on (eq bench-lisp 'sly))
         (bench-log "emacs bench: figure 6, the three scenarios' requests")
-        (bench-scenario-tokens)))
+        (bench-scenario-tokens)
+        (bench-log "emacs bench: figure 12, inspecting big values")
+        (bench-inspect conn))))
     (bench-log "emacs bench: done in %.1f s" (- (float-time) t0))
     (sly-agent-q-server-stop)
     (when (process-live-p bench-mock) (process-send-eof bench-mock))

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need when it is missing: Debian packages (Emacs, SBCL, ECL, CLISP, ASDF, git, ripgrep,
-# SLIME, FiveAM, tmux, package-lint, markdown-mode) and the npm dependencies. Safe to run again; does nothing
+# SLIME, FiveAM, cl-ppcre, iterate, RT, tmux, package-lint, markdown-mode) and the npm dependencies. Safe to run again; does nothing
 # when all is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # cl-swank is SLIME's Lisp half, the SWANK every Lisp's run loads (there is no per-Lisp package).
 # git and ripgrep: the project tools' tests (search with and without rg, real repositories).
-DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-swank cl-fiveam tmux elpa-package-lint elpa-markdown-mode git ripgrep)
+# cl-ppcre, cl-flexi-streams (which cl-ppcre's tests need), cl-iterate and cl-rt: run_tests' tests on real
+# libraries (cl-ppcre's own runner; iterate's tests on SB-RT, on RT in the other Lisps).
+DEBIAN_PACKAGES=(emacs-nox sbcl ecl clisp cl-asdf slime cl-swank cl-fiveam cl-ppcre cl-flexi-streams cl-iterate cl-rt
+  tmux elpa-package-lint elpa-markdown-mode git ripgrep)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

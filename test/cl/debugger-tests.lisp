@@ -376,3 +376,87 @@ objects, with short print limits, and the seconds it took."
   (let ((result (hostile-backtrace)))
     (is (has result "HOSTILE-RECURSION ...) [arguments not printable in time"
              "HOSTILE-RECURSION ...) [not printed: the frames took 1 s already]"))))
+
+;;; inspect_value pages big values at the cost of the page: only the
+;;; parts shown are visited past the offset and printed.
+
+(defvar *keys-printed* 0 "How many COUNTED-KEYs were printed.")
+
+(defclass counted-key ()
+  ((n :initarg :n :reader counted-key-n))
+  (:documentation "A hash key that counts its printings."))
+
+(defmethod print-object ((key counted-key) stream)
+  (incf *keys-printed*)
+  (format stream "#<key ~D>" (counted-key-n key)))
+
+(defun inspect-page (object &rest arguments)
+  "inspect_value of OBJECT, ARGUMENTS (\"offset\" 5 ...) added."
+  (apply #'tool "inspect_value" "id" (sly-agent-q::inspectable-id object) arguments))
+
+(deftest inspect-pages-cost-the-page
+  (let ((table (make-hash-table))
+        (keys '()))
+    (dotimes (i 10000) (setf (gethash (make-instance 'counted-key :n i) table) i))
+    (maphash (lambda (key value) (declare (ignore value)) (push (counted-key-n key) keys)) table)
+    (setf keys (nreverse keys))
+    (flet ((label (i) (format nil "[~D] #<key ~D>: " i (nth i keys))))
+      ;; The table's own printed form (its Value line) shows its first entries in some Lisps
+      ;; (CLISP), as many as *PRINT-LENGTH* allows.
+      (let ((value-line (let ((*keys-printed* 0))
+                          (sly-agent-q::print-bounded table :limit 300)
+                          *keys-printed*)))
+        (setf *keys-printed* 0)
+        (let ((r (inspect-page table "offset" 5000 "limit" 3)))
+          (is (has r "a hash table, test " "10000 entries" "Parts 5000 to 5003 of 10000"
+                   (label 5000) (label 5002) "More: offset 5003"))
+          (is (not (has r (label 5003))))
+          ;; Only the page's keys were printed, not the 9,997 others (each at most twice:
+          ;; *PRINT-CIRCLE*'s first pass prints into nothing to find shared structure).
+          (is (<= 3 (- *keys-printed* value-line) 6) "~D keys printed for a page of 3 (~D for the Value line)"
+              *keys-printed* value-line)))
+      (is (has (inspect-page table "limit" 2) "Parts 0 to 2 of 10000" (label 0) (label 1)))
+      (let ((r (inspect-page table "offset" 9998)))
+        (is (has r "Parts 9998 to 10000 of 10000" (label 9999)))
+        (is (not (has r "More:"))))
+      ;; The part numbered N is the N-th shown.
+      (is (has (tool "inspect_value" "id" (sly-agent-q::inspectable-id table) "part" 7777)
+               (format nil "Value: ~D" (gethash (find 7777 (loop for k being the hash-keys of table collect k)
+                                                     :key (lambda (key) (position (counted-key-n key) keys)))
+                                                table))))))
+  (let ((list (loop for i below 1000 collect i))
+        (vector (let ((v (make-array 1000))) (dotimes (i 1000 v) (setf (aref v i) (* 2 i))))))
+    ;; Small pages: each part is printed under a time limit, which costs a watcher process a
+    ;; part in CLISP.
+    (is (has (inspect-page list "limit" 2) "a list of 1000 elements" "Parts 0 to 2 of 1000" "[0] 0: 0" "[1] 1: 1"))
+    (is (has (inspect-page list "offset" 500 "limit" 2) "Parts 500 to 502" "[501] 501: 501" "More: offset 502"))
+    (let ((r (inspect-page list "offset" 995)))
+      (is (has r "Parts 995 to 1000 of 1000" "[999] 999: 999"))
+      (is (not (has r "More:"))))
+    (is (has (inspect-page list "offset" 1000) "No parts from offset 1000: the value has 1000 parts (0 to 999)"))
+    (is (has (inspect-page vector "offset" 998 "limit" 5) "Parts 998 to 1000 of 1000" "[999] 999: 1998"))
+    (is (has (inspect-page vector "offset" 5000) "No parts from offset 5000"))
+    ;; A huge limit is capped, and says so (the cap made 4 here, to print few parts).
+    (let* ((cap sly-agent-q::*inspect-page-limit*)
+           (r (unwind-protect
+                   (progn (setf sly-agent-q::*inspect-page-limit* 4)
+                          (inspect-page list "limit" 100000))
+                (setf sly-agent-q::*inspect-page-limit* cap))))
+      (is (<= 20 cap 200))
+      (is (has r "A page shows at most 4 parts: 4 shown of the 100000 asked for."
+               "Parts 0 to 4 of 1000" "[3] 3: 3" "More: offset 4"))
+      (is (not (has r "[4] "))))
+    ;; Paging through one value (each page registers it) keeps its id and keeps the others:
+    ;; the list's id outlives the vector registered 60 times (the image keeps 50 values).
+    (let ((list-id (sly-agent-q::inspectable-id list))
+          (vector-id (sly-agent-q::inspectable-id vector)))
+      (dotimes (i 60)
+        (sly-agent-q::inspectable-id vector))
+      (is (has (tool "inspect_value" "id" vector-id) (format nil "id ~D: an array" vector-id)))
+      (is (has (tool "inspect_value" "id" list-id) "a list of 1000 elements")))
+    ;; Dotted and circular lists: car and cdr.
+    (is (has (inspect-page (list* 1 2 3)) "a dotted list" "[1] cdr: (2 . 3)"))
+    (is (has (inspect-page (let ((l (list 1 2))) (setf (cddr l) l) l)) "a circular list" "[0] car: 1")))
+  ;; An instance: its slots, paged.
+  (let ((r (inspect-page (make-instance 'counted-key :n 4) "offset" 0 "limit" 5)))
+    (is (has r "an instance of" "with 1 slot" "Parts 0 to 1 of 1" ": 4"))))

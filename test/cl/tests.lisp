@@ -53,6 +53,10 @@
      "this Lisp keeps an evaluation's time limit with a thread, not a watcher process")
     (:debugger-hook saq-portable:debugger-hook-portable-p
      "this Lisp has no debugger hook that BREAK honours to stand in for SLIME's")
+    (:quick-compiled-code saq-portable:quick-compiled-code-p
+     "cl-ppcre's own test run takes minutes in this Lisp (CLISP's bytecode; ECL compiles cl-ppcre through gcc first): its runner is tested on SBCL")
+    (:iterate-tests saq-portable:iterate-tests-p
+     "NOT DONE on this Lisp: iterate's test-op fails in ECL 21's own ASDF, and run by run_tests the image crashed (segmentation violation)")
     (:posix-file-stat saq-portable:posix-file-stat-p
      "only CLISP has POSIX:FILE-STAT, whose garbage-collection defect the helpers work around"))
   "Capability, the function that says whether this Lisp has it, and
@@ -1400,6 +1404,136 @@ FiveAM's run of the suite), and load the changed .asd."
               "idiom ~A" name)
           (is (not (search "No FiveAM results were seen" (text r))) "idiom ~A" name)
           (when stopped (is (has r stopped) "idiom ~A: ~A" name (text r))))))))
+
+;;; run_tests on real libraries from Debian (scripts/ensure-deps.sh):
+;;; each verdict is compared with the framework's own, run directly in
+;;; this image.
+
+(defun integer-after (key text &key (start 0))
+  "The integer written right after the first KEY in TEXT from START, or NIL."
+  (let ((at (search key text :start2 start)))
+    (and at (values (parse-integer text :start (+ at (length key)) :junk-allowed t)))))
+
+(defun printed-by (function)
+  "What FUNCTION printed (standard output and FiveAM's dribble), and its first value."
+  (let* ((out (make-string-output-stream))
+         (value (let ((*standard-output* out) (*error-output* out) (*test-dribble* out))
+                  (funcall function))))
+    (values (get-output-stream-string out) value)))
+
+(defun integers-after (key text)
+  "The integers on the line of TEXT after the first KEY, in order."
+  (let* ((at (search key text))
+         (end (and at (or (position #\Newline text :start at) (length text)))))
+    (when at
+      (loop with i = (+ at (length key))
+            while (< i end)
+            if (digit-char-p (char text i))
+              collect (multiple-value-bind (n next) (parse-integer text :start i :junk-allowed t)
+                        (setf i next) n)
+            else do (incf i)))))
+
+(deftest run-tests-counts-fiveams-own-suite-as-fiveam-does
+  ;; FiveAM's own tests run FiveAM inside tests: only the outermost run counts.
+  ;; The time limits allow for ECL's first compilation of the library through gcc.
+  (let* ((r (tool* "run_tests" '(("system" . "fiveam")) :timeout 600))
+         (text (text r))
+         (own (printed-by (lambda () (run! :it.bese.fiveam)))))
+    (is (has r "Ran asdf:test-system fiveam: the tests ran with FiveAM." "FiveAM: "))
+    (destructuring-bind (&optional tests checks passed failed errors skipped) (integers-after "FiveAM: " text)
+      (is (and tests (integer-after "Did " own)) "~A / ~A" own text)
+      (when (and tests (integer-after "Did " own))
+        (is (eql (integer-after "Did " own) checks) "checks: ~A / ~A" own text)
+        (is (eql (integer-after "Pass: " own) passed) "passed: ~A / ~A" own text)
+        (is (eql (integer-after "Skip: " own) skipped) "skipped: ~A / ~A" own text)
+        ;; FiveAM's Fail counts the checks that signalled too.
+        (is (eql (integer-after "Fail: " own) (+ failed errors)) "failed: ~A / ~A" own text)))
+    (is (not (search "Run 2 of" text)))))
+
+(defun rt-failed-count (own)
+  "How many tests RT's report OWN says failed."
+  (if (search "No tests failed." own)
+      0
+      (let ((at (search " out of " own)))
+        (and at (parse-integer own :start (1+ (or (position #\Newline own :end at :from-end t) -1))
+                                   :end at)))))
+
+(defun rt-unexpected-count (own)
+  "How many of the failures RT's report OWN says were not expected."
+  (let ((at (search " unexpected failures: " own)))
+    (cond ((or (search "No tests failed." own) (search "No unexpected failures." own)) 0)
+          (at (parse-integer own :start (1+ (or (position #\Newline own :end at :from-end t) -1)) :end at))
+          (t (rt-failed-count own)))))
+
+(deftest run-tests-counts-an-rt-suite-as-rt-does
+  (:needs :iterate-tests)
+  ;; iterate's tests run on SB-RT (on SBCL; RT elsewhere), some tests expected to fail.
+  (let* ((framework #+sbcl "SB-RT" #-sbcl "RT")
+         (r (tool* "run_tests" '(("system" . "iterate")) :timeout 600))
+         (text (text r))
+         (own (and (find-package "ITERATE.TEST")
+                   (printed-by (lambda () (uiop:symbol-call '#:iterate.test '#:do-iterate-tests :on-failure nil))))))
+    (is (has r (format nil "Ran asdf:test-system iterate: the tests ran with ~A." framework)) "~A" text)
+    (unless own (setf own ""))
+    (destructuring-bind (&optional tests passed failed expected skipped)
+        (integers-after (format nil "~A: " framework) text)
+      (is (and tests (integer-after "tests of " own) (rt-failed-count own)) "~A / ~A" own text)
+      (when (and tests (integer-after "tests of " own) (rt-failed-count own))
+        (is (eql (integer-after "tests of " own) tests) "tests: ~A / ~A" own text)
+        (is (eql (rt-failed-count own) failed) "failed: ~A / ~A" own text)
+        (unless (search "expected failures" text) (setf skipped expected expected 0))
+        (is (eql (rt-unexpected-count own) (- failed expected)) "expected failures: ~A / ~A" own text)
+        (is (eql tests (+ passed failed skipped)))
+        ;; Each failure with what RT said of it.
+        (when (plusp failed)
+          (is (has r "FAIL " "Form: " "Expected value" "Actual value")))
+        (when (plusp expected)
+          (is (eql expected (occurrences "(expected to fail)" r))))))))
+
+(deftest run-tests-of-a-system-with-its-own-runner
+  (:needs :quick-compiled-code)
+  ;; cl-ppcre's tests are its own loop: no framework named, its verdict line shown.
+  ;; The time limit allows for ECL's first compilation of cl-ppcre through gcc.
+  (let* ((r (tool* "run_tests" '(("system" . "cl-ppcre")) :timeout 600))
+         (text (text r)))
+    (is (has r "Ran asdf:test-system cl-ppcre: the tests ran with its own runner"
+             "Compiling and loading the test system: ")
+        "~A" text)
+    (when (find-package "CL-PPCRE-TEST")
+      (multiple-value-bind (own passed)
+          (printed-by (lambda () (uiop:symbol-call '#:cl-ppcre-test '#:run-all-tests)))
+        (is (eq passed t))
+        (is (has r (format nil "its last line: ~S" (sly-agent-q::last-line own))) "~A / ~A" own text)
+        (is (has r "All tests passed"))))
+    ;; The compiler's log is not in the result unless asked for.
+    (is (not (search "; compiling" text)))))
+
+(deftest run-tests-says-which-system-the-tests-need
+  (with-project ()
+    (let* ((file (project-file "my-app.asd")))
+      (write-text file (replace-all (file-text file) "(\"my-app\" \"fiveam\")"
+                                    "(\"my-app\" \"fiveam\" \"saq-no-such-system\")"))
+      (let ((*standard-output* (make-broadcast-stream)))
+        (funcall (find-symbol "LOAD-ASD" "ASDF") file))
+      (let ((r (tool "run_tests" "system" "my-app")))
+        (is (has r "Did not run asdf:test-system my-app."
+                 "The tests need saq-no-such-system, which ASDF cannot find")
+            "~A" (text r))))))
+
+(deftest run-tests-keeps-the-compilers-log-apart
+  (dolist (show '(nil t))
+    (with-project ()
+      ;; A style warning every Lisp's compiler passes on (an undefined function is one only in some).
+      (append-text (project-file "tests.lisp")
+                   (format nil "~%(eval-when (:compile-toplevel)~%  (define-condition saq-compile-note (style-warning) ()~%    (:report \"SAQ-COMPILE-NOTE: a note while compiling the tests\"))~%  (warn 'saq-compile-note))~%"))
+      (let* ((r (if show
+                    (tool "run_tests" "system" "my-app" "compile_log" t)
+                    (tool "run_tests" "system" "my-app")))
+             (text (text r)))
+        (is (has r "FiveAM: 4 tests, 4 checks: 3 passed, 0 failed, 1 error"))
+        (is (not (search "Compiling and loading the test system: 0 warnings, 0 style warnings" text)) "~A" text)
+        (is (eq show (and (search "SAQ-COMPILE-NOTE" text) t)) "compile_log ~A: ~A" show text)
+        (is (eq show (and (search "The compiler's log" text) t)))))))
 
 (deftest find-and-read-definitions-of-methods
   (:needs :method-source-locations)

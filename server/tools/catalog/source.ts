@@ -381,9 +381,11 @@ export const sourceTools: Tool[] = [
   }),
   defineTool({
     name: "run_tests",
-    description: "Run a system's tests, or one suite or test (FiveAM, Parachute, Rove, lisp-unit): counts and failures.",
+    description:
+      "Run a system's tests, or one suite or test: the framework that ran (FiveAM, SB-RT/RT, Parachute, Rove, lisp-unit, or the system's own runner), its counts and failures; the test system's compiler warnings counted apart.",
     parameters: {
       system: { type: "string", description: "Run asdf:test-system on this system." },
+      compile_log: { type: "boolean", description: "Also show the compiler's log of loading the test system." },
       suite: { type: "string", description: "Or run this suite." },
       test: { type: "string", description: "Or run this single test." },
       package: pkg,
