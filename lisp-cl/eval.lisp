@@ -25,6 +25,8 @@ with :TOOL :PACKAGE :FORM :TYPE :MESSAGE :WHILE :BACKTRACE :OUTPUT :ID.")
 
 (defun record-history (tool package form result ok)
   "Add an entry to the history; return its id."
+  (when ok
+    (note-agent-definitions tool form))
   (call-with-state-lock
    (lambda ()
      (let ((id (incf *history-counter*)))
