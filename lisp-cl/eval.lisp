@@ -238,6 +238,7 @@ the last error, described by the plist DETAILS."
 (defun evaluate-text (tool text package)
   "Read and evaluate every form of TEXT in PACKAGE; return the result text
 or signal TOOL-FAILURE."
+  (note-previous-sources text package)
   (let ((evaluation (make-evaluation tool text package (count-evaluable-forms text))))
     (setf (evaluation-outcome evaluation) (run-forms evaluation))
     (cond ((outcome-timed-out (evaluation-outcome evaluation))

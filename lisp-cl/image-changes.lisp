@@ -323,17 +323,36 @@ and buffers, no dates."
       (let ((found (loop for (dspec location) in (definitions-of symbol)
                          for buffer = (and (consp location) (eq (first location) :location)
                                            (second location))
+                         for file = (location-file location)
+                         for tmpfile-buffer = (and file (backend-tmpfile-buffer file))
                          collect (make-image-definition
-                                  :label (dspec-label dspec (find-package "KEYWORD")) :symbol symbol
-                                  :file (location-file location)
-                                  :plist (and (consp buffer) (eq (first buffer) :buffer)
-                                              (list :emacs-buffer (second buffer)))))))
-        ;; A function the finder knows no place of was made without a file (the REPL, eval_form).
-        (if (and (null found) function-p)
+                                  :label (dspec-label dspec (find-package "COMMON-LISP-USER"))
+                                  :symbol symbol
+                                  :file (and (not tmpfile-buffer) file)
+                                  :plist (cond (tmpfile-buffer (list :emacs-buffer tmpfile-buffer))
+                                               ((and (consp buffer) (eq (first buffer) :buffer))
+                                                (list :emacs-buffer (second buffer))))))))
+        ;; A function the finder knows no place of was made without a file (the REPL,
+        ;; eval_form); not a generic function, whose methods some Lisps (ECL) record no place of.
+        (if (and (null found) function-p (not (typep (fdefinition symbol) 'generic-function)))
             (list (make-image-definition
                    :label (dspec-text (if (macro-function symbol) "DEFMACRO" "DEFUN") symbol)
                    :symbol symbol))
             found)))))
+
+(defun backend-tmpfile-buffer (file)
+  "The Emacs buffer whose text the backend compiled from its temporary
+FILE (ECL's SWANK writes a buffer's C-c C-c there and maps it back only
+by the exact namestring), or NIL."
+  (let ((name (pathname-name file)))
+    (when (and (stringp name) (>= (length name) 17) (string= "ecl-swank-tmpfile" name :end2 17))
+      (let* ((package (find-package "SWANK/ECL"))
+             (map (and package (find-symbol "*TMPFILE-MAP*" package)))
+             (table (and map (boundp map) (symbol-value map))))
+        (or (and (hash-table-p table)
+                 (loop for key being the hash-keys of table using (hash-value buffer)
+                       when (equal (pathname-name key) name) return buffer))
+            "(the backend did not keep its name)")))))
 
 (defun walk-image (packages deadline)
   "The definitions of PACKAGES' own symbols, until DEADLINE (an internal

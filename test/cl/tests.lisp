@@ -1644,6 +1644,29 @@ FiveAM's run of the suite), and load the changed .asd."
     (is (has (tool "image_changes" "package" "no-such-package-saq") "no-such-package-saq" "not found"))
     (is (ok-p (tool "image_changes")))))
 
+(deftest image-changes-until-the-fix-is-written-where-it-was
+  ;; A fixture function redefined by compile_form is listed; its previous
+  ;; place is where definition_edit (replace_definition's first step)
+  ;; locates it, though the image's own record now names no file; written
+  ;; there and compiled from the file, it is listed no more.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((fix "(defun describe-scale ()
+  \"Return a string describing the current *SCALE*.\"
+  (format nil \"Scale is now ~A\" *scale*))"))
+      (is (has (tool "compile_form" "form" fix "package" "MY-APP") "Compiled"))
+      (is (listed-p (image-changes) "(DEFUN MY-APP::DESCRIBE-SCALE)"))
+      (let* ((file (project-file "my-app.lisp"))
+             (r (tool "definition_edit" "symbol" "my-app::describe-scale" "text" fix)))
+        (is (has r "my-app.lisp" "\"old\":\"(defun describe-scale ()"))
+        (let* ((text (file-text file))
+               (start (search "(defun describe-scale ()" text))
+               (end (second (sly-agent-q::form-span-at text (1+ start)))))
+          (write-text file (concatenate 'string (subseq text 0 start) fix (subseq text end))))
+        (is (has (tool "compile_file_form" "path" (namestring file) "text" fix) "Compiled"))
+        (is (search "Scale is now" (funcall (find-symbol "DESCRIBE-SCALE" "MY-APP"))))
+        (is (not (listed-p (image-changes) "(DEFUN MY-APP::DESCRIBE-SCALE)")))))))
+
 (deftest image-changes-sees-a-file-changed-after-loading
   (:needs :definition-dates)
   ;; The file's form of a definition changed, or gone, after the file was
