@@ -266,8 +266,13 @@ it came from its file as it is now."
                                              that text (the buffer was not saved, or the file changed since)"
                                         buffer at buffer-file))))))
       ((null file)
-       (list :no-file (format nil "evaluated without a source file (~A)"
-                              (or (agent-when symbol) "at the REPL, or by code that ran; when is not recorded"))))
+       (let ((agent (agent-definition-of symbol)))
+         (list :no-file
+               (if (and agent (equal (third agent) "compile_form"))
+                   (format nil "compiled by compile_form at ~A; its text was never written to a file"
+                           (when-text (fourth agent)))
+                   (format nil "evaluated without a source file (~A)"
+                           (or (agent-when symbol) "at the REPL, or by code that ran; when is not recorded"))))))
       ((compile-form-file-p file)
        (list :compile-form
              (format nil "compiled by compile_form~A; its text was never written to a file"
@@ -325,7 +330,9 @@ and buffers, no dates."
                                            (second location))
                          for file = (location-file location)
                          for tmpfile-buffer = (and file (backend-tmpfile-buffer file))
-                         collect (make-image-definition
+                         ;; A place the Lisp cannot say (CLISP: its file is gone) is not known here.
+                         unless (and (consp location) (eq (first location) :error))
+                           collect (make-image-definition
                                   :label (dspec-label dspec (find-package "COMMON-LISP-USER"))
                                   :symbol symbol
                                   :file (and (not tmpfile-buffer) file)

@@ -1709,7 +1709,8 @@ FiveAM's run of the suite), and load the changed .asd."
     (is (eq :scratch (funcall (find-symbol "SAQ-IC-SCRATCH" "MY-APP"))))
     (let ((r (image-changes)))
       (is (listed-p r "(DEFUN MY-APP::SAQ-IC-SCRATCH)"))
-      (is (has r "*scratch-saq*")))))
+      (when (saq-portable:buffer-compilations-named-p)
+        (is (has r "*scratch-saq*"))))))
 
 
 ;;;; Running
