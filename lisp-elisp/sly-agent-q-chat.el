@@ -1604,7 +1604,7 @@ button that shows them."
   'help-echo "TAB or RET: show or hide them")
 
 (defun sly-agent-q-chat--notice-with-details (text details)
-  "Insert the notice TEXT, with a button that shows or hides DETAILS under it.
+  "Insert the notice TEXT and a button to show or hide DETAILS under it.
 Both come from outside (DETAILS is the image's listing): drawn as
 data, DETAILS framed (`sly-agent-q-display-framed'), hidden at first."
   (sly-agent-q-chat--end-text)
