@@ -216,11 +216,14 @@ what the form defines, judged from its text."
 (defun note-baseline (state)
   "Keep the forms of STATE's file as the version loaded (its write date
 is the one its definitions recorded)."
-  (let ((known (gethash (fstate-name state) *file-baselines*)))
+  (let ((known (call-with-state-lock (lambda () (gethash (fstate-name state) *file-baselines*)))))
     (unless (and known (eql (car known) (fstate-date state)))
       (let ((forms (file-current-forms state)))
         (when forms
-          (setf (gethash (fstate-name state) *file-baselines*) (cons (fstate-date state) forms)))))))
+          ;; Two walks may run at once (the turn's end, the model's call): the table is shared.
+          (call-with-state-lock
+           (lambda ()
+             (setf (gethash (fstate-name state) *file-baselines*) (cons (fstate-date state) forms)))))))))
 
 
 ;;;; Judging a definition
@@ -291,7 +294,7 @@ version loaded, or its form there is unchanged, else (KIND DETAIL)."
     (cond
       ((or (null loaded) (null now) (<= now loaded)) nil)
       (t
-       (let* ((baseline (gethash (fstate-name state) *file-baselines*))
+       (let* ((baseline (call-with-state-lock (lambda () (gethash (fstate-name state) *file-baselines*))))
               (old (and baseline (eql (car baseline) loaded) (idef-tlf definition)
                         (< (idef-tlf definition) (length (cdr baseline)))
                         (aref (cdr baseline) (idef-tlf definition))))

@@ -3,7 +3,7 @@
 // image is the e2e test's: e2e-project-search-diff-tests-and-image-changes).
 
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { startMockLLM, type MockLLM } from "../fixtures/mock-llm/server.mjs";
+import { startMockLLM, type MockLLM, type MockScript } from "../fixtures/mock-llm/server.mjs";
 import { changedCount } from "../../server/agent/image-changes-notice.js";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { connectChat, type ChatHarness } from "./chat-harness.js";
@@ -39,7 +39,7 @@ async function chat(answers: Record<string, string>, calls: string[], configurat
   return h;
 }
 
-const script = (tool: string, input: Record<string, unknown>) => ({
+const script = (tool: string, input: Record<string, unknown>): MockScript => ({
   steps: [{ content: [{ type: "tool_use", name: tool, input }] }, { content: [{ type: "text", text: "Done." }] }],
 });
 
