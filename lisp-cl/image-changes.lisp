@@ -45,7 +45,7 @@ forms as (KEY . DIGEST), read while the file was the version loaded.")
 (defun note-agent-definitions (tool text)
   "Remember the definitions (top-level forms whose head starts with DEF)
 that TEXT, which TOOL ran without error, made."
-  (let ((spans (ignore-errors (values (scan-forms text))))
+  (let ((spans (ignore-errors (scan-forms-plainly text)))
         (now (get-universal-time)))
     (call-with-state-lock
      (lambda ()
@@ -186,7 +186,7 @@ what the form defines, judged from its text."
 
 (defun file-forms (text)
   "TEXT's top-level forms as a vector of (KEY . DIGEST)."
-  (coerce (loop for (start . end) in (values (scan-forms text))
+  (coerce (loop for (start . end) in (scan-forms-plainly text)
                 collect (cons (if (char= (char text start) #\() (form-key text start) "")
                               (form-digest text start end)))
           'vector))

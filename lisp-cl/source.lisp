@@ -142,7 +142,7 @@ writes the new version, since the image's own record now names no file.")
 a top-level (DEF... NAME form of TEXT redefines, its definitions in
 source files.  Names are looked up, never read or interned."
   (ignore-errors
-   (loop for (start . nil) in (values (scan-forms text))
+   (loop for (start . nil) in (scan-forms-plainly text)
          when (char= (char text start) #\()
            do (multiple-value-bind (head after) (token-at text (1+ start))
                 (when (and (> (length head) 3) (string-equal "def" head :end2 3))
