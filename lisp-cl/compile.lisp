@@ -277,6 +277,7 @@ Returns COMPILE-FILE's three values and the compiler's printed output."
         (fail "~A Nothing was compiled or loaded." message)))
     (when (and (null spans) (null scan-error))
       (fail "The code is empty: give one or more top-level forms."))
+    (note-previous-sources text package)
     (let* ((source (temporary-source-file text))
            (fasl (compile-file-pathname source))
            (notes (cons '() text))

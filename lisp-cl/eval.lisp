@@ -25,6 +25,8 @@ with :TOOL :PACKAGE :FORM :TYPE :MESSAGE :WHILE :BACKTRACE :OUTPUT :ID.")
 
 (defun record-history (tool package form result ok)
   "Add an entry to the history; return its id."
+  (when ok
+    (note-agent-definitions tool form))
   (call-with-state-lock
    (lambda ()
      (let ((id (incf *history-counter*)))
@@ -236,6 +238,7 @@ the last error, described by the plist DETAILS."
 (defun evaluate-text (tool text package)
   "Read and evaluate every form of TEXT in PACKAGE; return the result text
 or signal TOOL-FAILURE."
+  (note-previous-sources text package)
   (let ((evaluation (make-evaluation tool text package (count-evaluable-forms text))))
     (setf (evaluation-outcome evaluation) (run-forms evaluation))
     (cond ((outcome-timed-out (evaluation-outcome evaluation))

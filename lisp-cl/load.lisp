@@ -19,7 +19,7 @@
 
 (let* ((files '("package" "clisp-file-stat" "backend" "text" "errors" "guard" "protocol" "symbols" "reader"
                 "describe" "xref" "clos" "eval" "compile" "macroexpand"
-                "source" "locations" "systems" "testing"
+                "source" "locations" "image-changes" "systems" "testing"
                 "debugger" "inspect" "threads" "trace" "profile"))
        (source-directory (make-pathname :name nil :type nil :version nil
                                         :defaults (or *load-truename* *load-pathname*)))

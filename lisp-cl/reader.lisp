@@ -105,6 +105,13 @@ the reader condition and the start of the form it stopped in."
           (error (c)
             (return (values (nreverse spans) c start))))))))
 
+(defun scan-forms-plainly (text)
+  "SCAN-FORMS of TEXT with the standard readtable: for bookkeeping that
+must not run the user's reader macros (one that never returns would
+hang it outside any time limit).  Spans only."
+  (let ((*readtable* (copy-readtable nil)))
+    (values (scan-forms text))))
+
 (defun unbalanced-message (text start form-number)
   "The message for TEXT ending inside the form FORM-NUMBER starting at START."
   (format nil "The code ends inside form ~D (starting at line ~D: ~A): unbalanced ~

@@ -132,11 +132,41 @@ naming SYMBOL (or (SETF NAME)), judged from its text alone."
 
 ;;;; One definition's form
 
+(defvar *previous-sources* (make-hash-table :test 'eq)
+  "A symbol the agent redefined with eval_form or compile_form -> its
+definitions that had a source file just before: where replace_definition
+writes the new version, since the image's own record now names no file.")
+
+(defun note-previous-sources (text package)
+  "Before TEXT is evaluated or compiled in PACKAGE: keep, for each symbol
+a top-level (DEF... NAME form of TEXT redefines, its definitions in
+source files.  Names are looked up, never read or interned."
+  (ignore-errors
+   (loop for (start . nil) in (scan-forms-plainly text)
+         when (char= (char text start) #\()
+           do (multiple-value-bind (head after) (token-at text (1+ start))
+                (when (and (> (length head) 3) (string-equal "def" head :end2 3))
+                  (let ((symbol (ignore-errors
+                                 (multiple-value-bind (package-name name) (parse-symbol-name (token-at text after))
+                                   (let ((home (if package-name (find-package package-name) package)))
+                                     (and home (values (find-symbol name home))))))))
+                    (when symbol
+                      (let ((with-source (remove-if-not #'definition-has-source-p
+                                                        (symbol-definitions symbol package))))
+                        (when with-source
+                          (call-with-state-lock
+                           (lambda () (setf (gethash symbol *previous-sources*) with-source))))))))))))
+
 (defun choose-definition (symbol package which)
   "The definition of SYMBOL to read or edit: the only one with a source,
-or the one whose label matches WHICH.  FAILs saying why otherwise."
+or the one whose label matches WHICH.  FAILs saying why otherwise.
+A definition the agent replaced in the image only (compile_form,
+eval_form) is edited where its previous version was."
   (let* ((all (symbol-definitions symbol package))
-         (with-source (remove-if-not #'definition-has-source-p all))
+         (with-source (or (remove-if-not #'definition-has-source-p all)
+                          (remove-if-not #'definition-has-source-p
+                                         (call-with-state-lock
+                                          (lambda () (gethash symbol *previous-sources*))))))
          (label (symbol-label symbol)))
     (when (null all)
       (fail "No definitions of ~A are known to the image, so there is no source to use." label))

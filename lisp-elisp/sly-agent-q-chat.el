@@ -1691,11 +1691,55 @@ The header line and the prompt say it; see `sly-agent-q-chat-turn-transitions'."
       (sly-agent-q-chat-compacted-notice replacedMessages tokensBefore tokensAfter))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/notice)) params)
-  "Say in the chat what the chat/notice PARAMS tell the user."
-  (cl-destructuring-bind (&key text &allow-other-keys) params
+  "Say in the chat what the chat/notice PARAMS tell the user.
+A notice with details (the definitions in the image that differ from
+their files, at the end of a turn that changed the image) gets a
+button that shows them."
+  (cl-destructuring-bind (&key text details &allow-other-keys) params
     (sly-agent-q-chat--with-turn-buffer params
       (sly-agent-q-chat--flush)
-      (sly-agent-q-chat-notice (format "[%s]" text)))))
+      (if (stringp details)
+          (sly-agent-q-chat--notice-with-details text details)
+        (sly-agent-q-chat-notice (format "[%s]" text))))))
+
+(defvar sly-agent-q-chat-details-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map button-map)
+    (define-key map (kbd "TAB") #'sly-agent-q-chat-toggle-details)
+    (define-key map (kbd "<tab>") #'sly-agent-q-chat-toggle-details)
+    map)
+  "Keymap on the button of a notice's details.")
+
+(define-button-type 'sly-agent-q-details
+  'action (lambda (button) (goto-char button) (sly-agent-q-chat-toggle-details))
+  'keymap sly-agent-q-chat-details-map
+  'follow-link t
+  'help-echo "TAB or RET: show or hide them")
+
+(defun sly-agent-q-chat--notice-with-details (text details)
+  "Insert the notice TEXT and a button to show or hide DETAILS under it.
+Both come from outside (DETAILS is the image's listing): drawn as
+data, DETAILS framed (`sly-agent-q-display-framed'), hidden at first."
+  (sly-agent-q-chat--end-text)
+  (sly-agent-q-chat-insert (sly-agent-q-chat--notice-string
+                            (format "[%s] " (sly-agent-q-display-line text 2000))))
+  (let ((button (marker-position sly-agent-q-chat--output)))
+    (sly-agent-q-chat-insert "show them" "\n")
+    (let ((body (marker-position sly-agent-q-chat--output)))
+      (sly-agent-q-chat-insert (sly-agent-q-display-framed details "  " 20000) "\n")
+      (let ((overlay (make-overlay body sly-agent-q-chat--output))
+            (inhibit-read-only t) (buffer-undo-list t))
+        (overlay-put overlay 'invisible t)
+        (make-text-button button (+ button (length "show them"))
+                          :type 'sly-agent-q-details 'sly-agent-q-details overlay)))))
+
+(defun sly-agent-q-chat-toggle-details ()
+  "Show or hide the details of the notice whose button is at point."
+  (interactive)
+  (let* ((button (button-at (point)))
+         (overlay (and button (button-get button 'sly-agent-q-details))))
+    (when (overlayp overlay)
+      (overlay-put overlay 'invisible (not (overlay-get overlay 'invisible))))))
 
 (cl-defmethod sly-agent-q-handle-notification (_conn (_method (eql chat/turnFinished)) params)
   "End the turn of the chat/turnFinished PARAMS with its usage and cost."

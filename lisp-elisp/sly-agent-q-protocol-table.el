@@ -226,7 +226,8 @@ A trust level or a permission rule naming one covers every tool in it.")
       ("tokensBefore" . "number") ("tokensAfter" . "number"))
      :result nil)
     ("chat/notice"
-     :params (("conversationId" . "string") ("turnId" . "string") ("text" . "string"))
+     :params (("conversationId" . "string") ("turnId" . "string") ("text" . "string")
+      ("details" . "string?"))
      :result nil)
     ("chat/turnFinished"
      :params (("conversationId" . "string") ("turnId" . "string") ("stopReason" . "string")

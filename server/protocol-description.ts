@@ -83,7 +83,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
   "chat/approvalNeeded": { params: shape<P.ApprovalNeededParams>({ conversationId: "string", turnId: "string", callId: "string", name: "string" }), result: null },
   "chat/turnState": { params: shape<P.TurnStateParams>({ conversationId: "string", turnId: "string", state: "string", previous: "any" }), result: null },
   "chat/compacted": { params: shape<P.CompactedParams>({ conversationId: "string", turnId: "string", replacedMessages: "number", tokensBefore: "number", tokensAfter: "number" }), result: null },
-  "chat/notice": { params: shape<P.NoticeParams>({ conversationId: "string", turnId: "string", text: "string" }), result: null },
+  "chat/notice": { params: shape<P.NoticeParams>({ conversationId: "string", turnId: "string", text: "string", details: "string?" }), result: null },
   "chat/turnFinished": { params: shape<P.TurnFinishedParams>({ conversationId: "string", turnId: "string", stopReason: "string", text: "string", steps: "number", usage: "object", costUsd: "number", conversationUsage: "object", conversationCostUsd: "number", model: "string", costNote: "string?", saveError: "string?" }), result: null },
   "chat/turnFailed": { params: shape<P.TurnFailedParams>({ conversationId: "string", turnId: "string", kind: "string", message: "string", usage: "object", costUsd: "number", saveError: "string?" }), result: null },
   "mcp/call": { params: shape<P.McpCallParams>({ phase: "string", id: "string", client: "string", tool: "string", arguments: "object?", success: "boolean?", summary: "string?", safetyLevel: "string?" }), result: null },

@@ -75,7 +75,7 @@ export const ServerNotifications = {
   approvalNeeded: documented(new NotificationType<ApprovalNeededParams>("chat/approvalNeeded"), "A call waits for the user's approval (the emacs/call of kind approval follows)."),
   turnState: documented(new NotificationType<TurnStateParams>("chat/turnState"), "The turn moved to another state (doc/turn-states.md); the chat shows it."),
   compacted: documented(new NotificationType<CompactedParams>("chat/compacted"), "The history neared the context window: older turns were summarized before the turn went on."),
-  notice: documented(new NotificationType<NoticeParams>("chat/notice"), "Something the user should know before the turn goes on (a project file that was not read)."),
+  notice: documented(new NotificationType<NoticeParams>("chat/notice"), "Something the user should know before the turn goes on (a project file that was not read), or at its end (definitions in the image that differ from their files: details, shown on request)."),
   turnFinished: documented(new NotificationType<TurnFinishedParams>("chat/turnFinished"), "The turn ended with an answer: stop reason, usage, cost."),
   turnFailed: documented(new NotificationType<TurnFailedParams>("chat/turnFailed"), "The turn ended without one: cancelled, timeout, provider, auth... with a message for the user."),
   mcpCall: documented(new NotificationType<McpCallParams>("mcp/call"), "An MCP client's tool call, started or finished, for Emacs's MCP log."),
@@ -881,6 +881,8 @@ export interface PromptShowResult {
 
 export interface NoticeParams extends TurnRef {
   text: string;
+  /** Text the chat shows under the notice when the user asks for it (image_changes' listing). */
+  details?: string;
 }
 
 export interface TextDeltaParams extends TurnRef {

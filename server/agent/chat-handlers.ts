@@ -50,6 +50,7 @@ import { SavedConversations } from "./saved-conversations.js";
 import { AUTO_KEEP_TURNS, compactConversation, registerCompaction, shouldCompact } from "./compact-handler.js";
 import { DEFAULT_MAX_STEPS, DEFAULT_RETRY, DEFAULT_TURN_TIMEOUT_MS, historyRoom, runTurn, toolDefinitions, type RetryPolicy, type TurnEvents, type TurnInput, type TurnOutcome } from "./loop.js";
 import { TextBatcher } from "./text-batcher.js";
+import { changesImage, imageChangesNotice } from "./image-changes-notice.js";
 import { buildSystemPrompt, instructionsNotice, promptForTurn, type KeptPrompt, type SystemPromptInput } from "./system-prompt.js";
 import { categoriesAddedIn, isLean, LeanToolSet, moreToolsSection } from "./tool-set.js";
 import { ADD_TOOLS } from "../tools/catalog/tool-set.js";
@@ -211,7 +212,19 @@ export class ChatService {
     }
     for (const notice of prepared.notices) notify<NoticeParams>(ServerNotifications.notice, { ...ref, text: notice });
     await this.compactIfNeeded(conversation, prepared.settings, ref, notify, signal);
-    const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events: this.turnEvents(conversation, ref, text, thinking, notify) });
+    const events = this.turnEvents(conversation, ref, text, thinking, notify);
+    // Whether a call changed the image: then its end says which definitions differ from their files.
+    let changedImage = false;
+    const toolResult = events.toolResult;
+    events.toolResult = (r) => {
+      if (r.success && changesImage(prepared.executor.tool(r.name))) changedImage = true;
+      toolResult(r);
+    };
+    const outcome = await runTurn({ conversation, turnId, text: p.text, signal, ...prepared, events });
+    if (changedImage && !(outcome.status !== "finished" && outcome.kind === "cancelled")) {
+      const notice = await imageChangesNotice(prepared.executor, signal).catch(() => undefined);
+      if (notice) notify<NoticeParams>(ServerNotifications.notice, { ...ref, ...notice });
+    }
     this.report(conversation, ref, outcome, notify, prepared.settings.provider.name);
   }
 

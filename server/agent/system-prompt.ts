@@ -46,6 +46,8 @@ const PROJECT_OR_IMAGE = `## Image Or Files
 - Any project file's text, loaded or not (tests, .asd, docs, C...): search_project, find_files (on disk, not unsaved buffers)
 - What changed, who wrote it: the vcs tools`;
 
+const IMAGE_CHANGES = `- What the image holds that no file does (defined by compile_form, eval_form, the REPL or an unsaved buffer; files changed since loaded): image_changes. Such a fix is lost at the next restart: offer to write it to its file (replace_definition)`;
+
 export function buildSystemPrompt(input: SystemPromptInput): string {
   const parts: string[] = [INTRO];
   if (input.tools.length === 0) {
@@ -65,7 +67,9 @@ export function buildSystemPrompt(input: SystemPromptInput): string {
     parts.push(trust.join("\n"));
   }
 
-  if (input.tools.some((t) => t.name === "search_project")) parts.push(PROJECT_OR_IMAGE);
+  if (input.tools.some((t) => t.name === "search_project")) {
+    parts.push(input.tools.some((t) => t.name === "image_changes") ? `${PROJECT_OR_IMAGE}\n${IMAGE_CHANGES}` : PROJECT_OR_IMAGE);
+  }
 
   if (input.moreTools) parts.push(input.moreTools);
 

@@ -21,7 +21,7 @@
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
            #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p
            #:watcher-process-p #:processes-matching-p #:method-source-locations-p
-           #:posix-file-stat-p #:quick-compiled-code-p #:iterate-tests-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
+           #:posix-file-stat-p #:quick-compiled-code-p #:iterate-tests-p #:definition-dates-p #:buffer-compilations-named-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -199,6 +199,16 @@ by ASDF, still has that source (CLISP records only the fasl)."
 function (ECL: neither a warning nor a compiler condition SWANK sees)."
   #+ecl nil #-ecl t)
 
+
+(defun definition-dates-p ()
+  "True where a definition records its file's write date when it was
+compiled (SBCL), so that a file changed since it was loaded is seen."
+  #+sbcl t #-sbcl nil)
+
+(defun buffer-compilations-named-p ()
+  "False where the backend keeps no buffer name with what it compiled
+from a buffer (CLISP's SWANK compiles the text as a lambda)."
+  #+clisp nil #-clisp t)
 
 (defun method-source-locations-p ()
   "False where the Lisp records no source location for a method (ECL 21:

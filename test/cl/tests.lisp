@@ -57,6 +57,8 @@
      "cl-ppcre's own test run takes minutes in this Lisp (CLISP's bytecode; ECL compiles cl-ppcre through gcc first): its runner is tested on SBCL")
     (:iterate-tests saq-portable:iterate-tests-p
      "NOT DONE on this Lisp: iterate's test-op fails in ECL 21's own ASDF, and run by run_tests the image crashed (segmentation violation)")
+    (:definition-dates saq-portable:definition-dates-p
+     "this Lisp records no file dates with its definitions: image_changes says whether a file changed after loading is not known here (tested in image-changes-lists-what-no-file-holds)")
     (:posix-file-stat saq-portable:posix-file-stat-p
      "only CLISP has POSIX:FILE-STAT, whose garbage-collection defect the helpers work around"))
   "Capability, the function that says whether this Lisp has it, and
@@ -1717,6 +1719,132 @@ FiveAM's run of the suite), and load the changed .asd."
     (is (has (tool "xref" "kind" "specializes" "name" "my-app:my-class") "MY-CLASS-NAME"))
     (is (ok-p (tool "xref" "kind" "sets" "name" "my-app:*scale*")))
     (is (has (tool "xref" "kind" "nonsense" "name" "my-app:*scale*") "Unknown xref kind"))))
+
+
+;;;; image_changes
+
+(defun image-changes (&optional (package "MY-APP"))
+  (tool "image_changes" "package" package))
+
+(defun listed-p (result label)
+  "True if RESULT lists LABEL as a definition that differs from its file."
+  (search (format nil "~%  ~A  " label) (text result)))
+
+(defun stated-count (result)
+  "The count image_changes' first line states."
+  (let ((text (text result)))
+    (if (search "No definition" text :end2 (min 20 (length text)))
+        0
+        (parse-integer text :junk-allowed t))))
+
+(deftest image-changes-lists-what-no-file-holds
+  ;; What the agent compiled or evaluated is listed, with the tool and its
+  ;; time; definitions loaded from their files are not; once the text is
+  ;; in the file and compiled from there (what replace_definition does),
+  ;; the definition is not listed any more.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (is (has (tool "compile_form" "form" "(defun saq-ic-compiled (x) (list :compiled x))" "package" "MY-APP")
+             "Compiled"))
+    ;; Evaluated as from the REPL, in a thread of its own as SLIME's and SLY's workers: this
+    ;; thread is loading the tests' file, which SBCL would record as the source of what it evaluates.
+    (flet ((evaluate () (tool "eval_form" "form" "(defun saq-ic-evaluated () :evaluated)" "package" "MY-APP")))
+      (is (has (if (saq-portable:threads-p)
+                   (saq-portable:join-thread (saq-portable:make-thread #'evaluate))
+                   (evaluate))
+               "SAQ-IC-EVALUATED")))
+    (let ((r (image-changes)))
+      (is (ok-p r))
+      (is (listed-p r "(DEFUN MY-APP::SAQ-IC-COMPILED)"))
+      (is (has r "compiled by compile_form" "its text was never written to a file"))
+      (is (listed-p r "(DEFUN MY-APP::SAQ-IC-EVALUATED)"))
+      (is (has r "eval_form by the agent at"))
+      (is (not (listed-p r "(DEFUN MY-APP:PARSE-INPUT)")))
+      (is (not (listed-p r "(DEFUN MY-APP::PARSE-INPUT)")))
+      (is (not (search "PROCESS-DATA)" (text r))))
+      (is (<= 2 (stated-count r)))
+      (unless (saq-portable:definition-dates-p)
+        (is (has r "Not known here"))))
+    ;; Written to the file and compiled from it, as replace_definition does.
+    (let ((file (project-file "my-app.lisp"))
+          (form "(defun saq-ic-compiled (x) (list :in-the-file x))"))
+      (append-text file (format nil "~%~A~%" form))
+      (is (has (tool "compile_file_form" "path" (namestring file) "text" form) "Compiled"))
+      (is (equal '(:in-the-file 1) (funcall (find-symbol "SAQ-IC-COMPILED" "MY-APP") 1)))
+      (let ((r (image-changes)))
+        (is (not (listed-p r "(DEFUN MY-APP::SAQ-IC-COMPILED)")))
+        (is (listed-p r "(DEFUN MY-APP::SAQ-IC-EVALUATED)"))))
+    ;; Everything else in the tool's answer is bounded, and a bad package is a clear error.
+    (is (has (tool "image_changes" "package" "no-such-package-saq") "no-such-package-saq" "not found"))
+    (is (ok-p (tool "image_changes")))))
+
+(deftest image-changes-until-the-fix-is-written-where-it-was
+  ;; A fixture function redefined by compile_form is listed; its previous
+  ;; place is where definition_edit (replace_definition's first step)
+  ;; locates it, though the image's own record now names no file; written
+  ;; there and compiled from the file, it is listed no more.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((fix "(defun describe-scale ()
+  \"Return a string describing the current *SCALE*.\"
+  (format nil \"Scale is now ~A\" *scale*))"))
+      (is (has (tool "compile_form" "form" fix "package" "MY-APP") "Compiled"))
+      (is (listed-p (image-changes) "(DEFUN MY-APP::DESCRIBE-SCALE)"))
+      (let* ((file (project-file "my-app.lisp"))
+             (r (tool "definition_edit" "symbol" "my-app::describe-scale" "text" fix)))
+        (is (has r "my-app.lisp" "\"old\":\"(defun describe-scale ()"))
+        (let* ((text (file-text file))
+               (start (search "(defun describe-scale ()" text))
+               (end (second (sly-agent-q::form-span-at text (1+ start)))))
+          (write-text file (concatenate 'string (subseq text 0 start) fix (subseq text end))))
+        (is (has (tool "compile_file_form" "path" (namestring file) "text" fix) "Compiled"))
+        (is (search "Scale is now" (funcall (find-symbol "DESCRIBE-SCALE" "MY-APP"))))
+        (is (not (listed-p (image-changes) "(DEFUN MY-APP::DESCRIBE-SCALE)")))))))
+
+(deftest image-changes-sees-a-file-changed-after-loading
+  (:needs :definition-dates)
+  ;; The file's form of a definition changed, or gone, after the file was
+  ;; loaded: that definition is listed, and the file's other definitions,
+  ;; whose forms did not change, are not (saving after C-c C-c).
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (is (not (listed-p (image-changes) "(DEFUN MY-APP:PARSE-INPUT)")))
+    (let ((file (project-file "my-app.lisp")))
+      ;; The write date has a one-second grain.
+      (sleep 1.1)
+      (write-text file (replace-all (replace-all (file-text file) "(* item scale)" "(* scale item 1)")
+                                    "(defun describe-scale ()" "(defun describe-scale-renamed ()"))
+      (let ((r (image-changes)))
+        (is (listed-p r "(DEFUN MY-APP:PROCESS-DATA)"))
+        (is (has r "changed in the file since it was loaded"))
+        (is (listed-p r "(DEFUN MY-APP::DESCRIBE-SCALE)"))
+        (is (has r "is no longer in the file"))
+        (is (not (listed-p r "(DEFUN MY-APP:PARSE-INPUT)")))
+        (is (not (listed-p r "(DEFMACRO MY-APP:WITH-SCALE)")))
+        (is (not (search "From files changed on disk" (text r)))))
+      ;; Compiled from the file as it is now: no longer listed.
+      (let* ((text (file-text file))
+             (start (search "(defun process-data" text))
+             (end (second (sly-agent-q::form-span-at text (1+ start)))))
+        (is (has (tool "compile_file_form" "path" (namestring file) "text" (subseq text start end))
+                 "Compiled")))
+      (let ((r (image-changes)))
+        (is (not (listed-p r "(DEFUN MY-APP:PROCESS-DATA)")))
+        (is (listed-p r "(DEFUN MY-APP::DESCRIBE-SCALE)"))))))
+
+(deftest image-changes-of-a-buffer-that-visits-no-file
+  ;; C-c C-c in a buffer never saved: the backend's compile-string
+  ;; without a file.
+  (with-project ()
+    (let ((*package* (find-package "MY-APP")))
+      (sly-agent-q::bcall (sly-agent-q::compile-string-function)
+                          "(defun saq-ic-scratch () :scratch)" :buffer "*scratch-saq*" :position 1
+                          :filename nil))
+    (is (eq :scratch (funcall (find-symbol "SAQ-IC-SCRATCH" "MY-APP"))))
+    (let ((r (image-changes)))
+      (is (listed-p r "(DEFUN MY-APP::SAQ-IC-SCRATCH)"))
+      (when (saq-portable:buffer-compilations-named-p)
+        (is (has r "*scratch-saq*"))))))
 
 
 ;;;; Running

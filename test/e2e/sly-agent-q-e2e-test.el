@@ -1586,5 +1586,144 @@ Return the client's JSON output, a vector of alists."
   "The connection the bridge uses now."
   (cdr (sly-agent-q-bridge-current)))
 
+;;;; The project around the image, and what the image holds that no file does
+
+(defun e2e-catalog-has-tool-p (name)
+  "Non-nil when the server's catalog (server/tools/catalog/, which the bundle is built from) declares NAME."
+  (cl-some (lambda (file)
+             (with-temp-buffer
+               (insert-file-contents file)
+               (search-forward (format "name: \"%s\"" name) nil t)))
+           (directory-files (expand-file-name "server/tools/catalog" sly-agent-q-test-root) t "\\.ts\\'")))
+
+(defun e2e-step (text &optional tool input)
+  "A step of a mock script: TEXT, then a call of TOOL with INPUT (an alist) when TOOL is given."
+  `((content . ,(vconcat (list `((type . "text") (text . ,text)))
+                         (and tool (list `((type . "tool_use") (name . ,tool) (input . ,(or input (make-hash-table))))))))
+    ,@(and tool '((stop_reason . "tool_use")))))
+
+(defun e2e-git (root &rest args)
+  "Run git with ARGS in ROOT, with an identity and no user configuration; fail the test on an error."
+  (let ((process-environment (append '("GIT_CONFIG_GLOBAL=/dev/null" "GIT_CONFIG_NOSYSTEM=1"
+                                       "GIT_AUTHOR_NAME=Test" "GIT_AUTHOR_EMAIL=test@example.invalid"
+                                       "GIT_COMMITTER_NAME=Test" "GIT_COMMITTER_EMAIL=test@example.invalid")
+                                     process-environment))
+        (default-directory root))
+    (with-temp-buffer
+      (unless (eql 0 (apply #'call-process "git" nil t nil args))
+        (ert-fail (list "git failed" args (buffer-string)))))))
+
+(defun e2e-image-changes-text ()
+  "What image_changes answers now for MY-APP, asked of the image directly."
+  (e2e-eval '(cl:let ((r (sly-agent-q:call-tool "image_changes" '(("package" . "MY-APP")))))
+               (cl:or (cl:getf r :content) (cl:getf r :error)))))
+
+(defconst e2e-describe-scale-fix
+  "(defun describe-scale ()\n  \"Return a string describing the current *SCALE*.\"\n  (format nil \"Scale is now ~A\" *scale*))"
+  "The definition the model compiles into the image, then writes to its file.")
+
+(ert-deftest e2e-project-search-diff-tests-and-image-changes ()
+  "The model searches the project, reads git_diff, runs the project's tests (approved, when
+run_command exists), compiles a fix into the image only: image_changes lists it and the turn's end
+says so; once replace_definition has written it to its file, it is listed no more."
+  (skip-unless (executable-find "git"))
+  (e2e-connect)
+  (let* ((run-command (e2e-catalog-has-tool-p "run_command"))
+         (root (file-name-as-directory (make-temp-file "agent-q-e2e" t)))
+         (script
+          `((steps
+             . ,(vconcat
+                 (list (e2e-step "Where is it used?" "search_project" '((pattern . "split-on-commas") (literal . t)))
+                       (e2e-step "What changed?" "git_diff" nil))
+                 (and run-command
+                      (list (e2e-step "The project's tests." "run_command" '((argv . ["sh" "run-tests.sh"])))))
+                 (list (e2e-step "A clearer description." "compile_form"
+                                 `((form . ,e2e-describe-scale-fix) (package . "MY-APP")))
+                       (e2e-step "What differs from the files?" "image_changes" '((package . "MY-APP")))
+                       (e2e-step "It is only in the image.")
+                       (e2e-step "Writing it to its file." "replace_definition"
+                                 `((symbol . "my-app::describe-scale") (new_text . ,e2e-describe-scale-fix)
+                                   (description . "A clearer description")))
+                       (e2e-step "And now?" "image_changes" '((package . "MY-APP")))
+                       (e2e-step "Written.")))))))
+    (unless run-command
+      (message "SKIP: e2e-project-search-diff-tests-and-image-changes: the run_command step: the catalog has no run_command tool yet (the scenario runs without it)"))
+    (unwind-protect
+        (let ((sly-agent-q-project-root root)
+              (file (e2e-project-fixture root))
+              (asked nil))
+          ;; A real repository: the fixture committed, then a line changed in the working tree.
+          (with-temp-file (expand-file-name "run-tests.sh" root)
+            (insert "echo tests ran > tests-ran.txt\necho 'TESTS: 4 passed'\n"))
+          (e2e-git root "init" "-q")
+          (e2e-git root "add" "-A")
+          (e2e-git root "commit" "-q" "-m" "The fixture")
+          (with-temp-file file
+            (insert-file-contents file)
+            (goto-char (point-min))
+            (search-forward "(defun split-on-commas (string)")
+            (insert "\n  ;; Changed after the commit.")
+            (forward-line 1)
+            (delete-region (line-beginning-position) (line-end-position))
+            (insert "  \"Split STRING at each comma (fields untrimmed).\""))
+          ;; The image's MY-APP is the project's, as the user would have it loaded.
+          (e2e-eval '(cl:progn (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "my-app" :force t) t))
+          (sly-agent-q-test-with-server script
+            (let ((sly-agent-q-approval-function
+                   (lambda (request callback)
+                     (push (plist-get request :tool) asked)
+                     (funcall callback (if (equal (plist-get request :tool) "replace_definition")
+                                           (e2e-every-hunk request)
+                                         '(:decision "approved"))))))
+              (should (eq (plist-get (e2e-send "Look around the project, then improve describe-scale" 180) :status)
+                          'finished))
+              (let* ((results (mapcar #'car (sly-agent-q-test-tool-results)))
+                     (text (e2e-file-text file))
+                     (line (1+ (cl-count ?\n (substring text 0 (string-match (regexp-quote "(defun split-on-commas") text))))))
+                (should (= (length results) (if run-command 5 4)))
+                ;; The search found the use in the project's file, at its line on disk.
+                (should (string-match-p (regexp-quote (format "my-app.lisp:%d:" line)) (nth 0 results)))
+                ;; git_diff: the change in the working tree, against the commit.
+                (should (string-match-p (regexp-quote "+  ;; Changed after the commit.") (nth 1 results)))
+                (should (string-match-p (regexp-quote "-  \"Split STRING at every comma; return the list of fields (untrimmed).\"")
+                                        (nth 1 results)))
+                (when run-command
+                  ;; The project's own command ran, approved, in the project root.
+                  (should (member "run_command" asked))
+                  (should (string-match-p "TESTS: 4 passed" (nth 2 results)))
+                  (should (file-exists-p (expand-file-name "tests-ran.txt" root))))
+                ;; The fix is in the image, not in the file; image_changes says so.
+                (should (string-prefix-p "Scale is now" (e2e-eval '(my-app::describe-scale))))
+                (should-not (string-match-p "Scale is now" (e2e-file-text file)))
+                (let ((listed (car (last results))))
+                  (should (string-match-p (regexp-quote "(DEFUN MY-APP::DESCRIBE-SCALE)  compiled by compile_form") listed)))
+                (should (string-match-p (regexp-quote "(DEFUN MY-APP::DESCRIBE-SCALE)") (e2e-image-changes-text))))
+              ;; The turn's end says it, with a button that shows the list.
+              (with-current-buffer (sly-agent-q-chat-buffer)
+                (goto-char (point-min))
+                (should (re-search-forward "\\[\\([0-9]+\\) definitions? in the image differs? from \\(their files\\|its file\\)\\] " nil t))
+                (should (>= (string-to-number (match-string 1)) 1))
+                (let* ((button (button-at (point)))
+                       (overlay (and button (button-get button 'sly-agent-q-details))))
+                  (should (overlayp overlay))
+                  (should (overlay-get overlay 'invisible))
+                  (should (string-match-p (regexp-quote "MY-APP::DESCRIBE-SCALE")
+                                          (buffer-substring-no-properties (overlay-start overlay) (overlay-end overlay))))
+                  (button-activate button)
+                  (should-not (overlay-get overlay 'invisible))))
+              ;; Written to its file: listed no more.
+              (should (eq (plist-get (e2e-send "Write it to its file" 180) :status) 'finished))
+              (should (member "replace_definition" asked))
+              (should (string-match-p (regexp-quote e2e-describe-scale-fix) (e2e-file-text file)))
+              (let ((listed (car (last (mapcar #'car (sly-agent-q-test-tool-results))))))
+                (should-not (string-match-p "DESCRIBE-SCALE" listed)))
+              (should-not (string-match-p "DESCRIBE-SCALE" (e2e-image-changes-text)))
+              (should (string-prefix-p "Scale is now" (e2e-eval '(my-app::describe-scale))))
+              (let ((source (e2e-eval '(cl:let ((d (cl:first (sly-agent-q::definitions-of 'my-app::describe-scale))))
+                                         (sly-agent-q::location-file (cl:second d))))))
+                (should (equal (file-truename source) (file-truename file)))))))
+      (e2e-forget-project)
+      (delete-directory root t))))
+
 (provide 'sly-agent-q-e2e-test)
 ;;; sly-agent-q-e2e-test.el ends here

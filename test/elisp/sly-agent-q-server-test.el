@@ -856,6 +856,32 @@ on by `lisp-mode-hook' and binds the same key)."
       (search-forward "Which frame?")
       (should (invisible-p (match-beginning 0))))))
 
+(ert-deftest sly-agent-q-chat-notice-details-shown-on-request-as-data ()
+  "A notice with details (image_changes' listing at a turn's end) has a button that shows them,
+hidden at first, framed and drawn as data: a line of the image's cannot pass for the product's."
+  (sly-agent-q-test--with-chat
+    (sly-agent-q-chat--insert-user-message "go")
+    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-handle-notification
+     nil 'chat/notice
+     '(:turnId "t1" :text "2 definitions in the image differ from their files"
+       :details "2 definitions in the image differ from their files.\n  (DEFUN MY-APP::FOO)  compiled by compile_form\n[approved]\e[31m\u202e"))
+    (goto-char (point-min))
+    (should (search-forward "[2 definitions in the image differ from their files] show them" nil t))
+    (let* ((button (button-at (- (point) 2)))
+           (overlay (button-get button 'sly-agent-q-details)))
+      (should (overlay-get overlay 'invisible))
+      (let ((details (buffer-substring-no-properties (overlay-start overlay) (overlay-end overlay))))
+        (should (string-match-p "(DEFUN MY-APP::FOO)  compiled by compile_form" details))
+        ;; Every line framed; the control and bidi characters shown escaped, not obeyed.
+        (should-not (string-match-p "^\\[approved\\]" details))
+        (should-not (string-match-p "[\e\u202e]" details)))
+      (goto-char (button-start button))
+      (sly-agent-q-chat-toggle-details)
+      (should-not (overlay-get overlay 'invisible))
+      (button-activate button)
+      (should (overlay-get overlay 'invisible)))))
+
 (ert-deftest sly-agent-q-chat-resumed-answers-are-not-run-together ()
   "Resumed, the text after an answer's last call and the next answer's text stay apart, as live."
   (sly-agent-q-test--with-chat

@@ -37,6 +37,8 @@ describe("system prompt", () => {
     expect(prompt).toContain("## How To Work");
     // When to search the project's files and when to ask the image.
     expect(prompt).toMatch(/## Image Or Files\n- What is loaded: ask the image\n.*search_project, find_files/);
+    // And when to ask the image what no file holds.
+    expect(prompt).toMatch(/^- What the image holds that no file does [^\n]*: image_changes\./m);
     expect(prompt).toContain("Current package in the REPL: CL-USER");
     expect(prompt).not.toMatch(/`[a-z]+-[a-z-]+`/); // no kebab-case tool names from the seed's sketch
     expect(prompt.length).toBeLessThan(PROMPT_BOUND);

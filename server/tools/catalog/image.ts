@@ -193,4 +193,13 @@ export const imageTools: Tool[] = [
     categories: ["execution"],
     ...inImage("get_compilation_notes"),
   }),
+  defineTool({
+    name: "image_changes",
+    description:
+      "Definitions in the image that differ from their files: compiled or evaluated without a file (compile_form, eval_form, the REPL, an unsaved buffer), or whose file changed since loading; each with where it came from and when. Lost at restart unless written to a file.",
+    parameters: { package: { type: "string", description: "Only this package (default: every package but the Lisp's own)." } },
+    safety: "safe",
+    categories: ["introspection", "project"],
+    ...inImage("image_changes"),
+  }),
 ];
