@@ -1588,14 +1588,6 @@ Return the client's JSON output, a vector of alists."
 
 ;;;; The project around the image, and what the image holds that no file does
 
-(defun e2e-catalog-has-tool-p (name)
-  "Non-nil when the server's catalog (server/tools/catalog/, which the bundle is built from) declares NAME."
-  (cl-some (lambda (file)
-             (with-temp-buffer
-               (insert-file-contents file)
-               (search-forward (format "name: \"%s\"" name) nil t)))
-           (directory-files (expand-file-name "server/tools/catalog" sly-agent-q-test-root) t "\\.ts\\'")))
-
 (defun e2e-step (text &optional tool input)
   "A step of a mock script: TEXT, then a call of TOOL with INPUT (an alist) when TOOL is given."
   `((content . ,(vconcat (list `((type . "text") (text . ,text)))
@@ -1623,21 +1615,19 @@ Return the client's JSON output, a vector of alists."
   "The definition the model compiles into the image, then writes to its file.")
 
 (ert-deftest e2e-project-search-diff-tests-and-image-changes ()
-  "The model searches the project, reads git_diff, runs the project's tests (approved, when
-run_command exists), compiles a fix into the image only: image_changes lists it and the turn's end
+  "The model searches the project, reads git_diff, runs the project's tests (approved), compiles
+a fix into the image only: image_changes lists it and the turn's end
 says so; once replace_definition has written it to its file, it is listed no more."
   (skip-unless (executable-find "git"))
   (e2e-connect)
-  (let* ((run-command (e2e-catalog-has-tool-p "run_command"))
-         (root (file-name-as-directory (make-temp-file "agent-q-e2e" t)))
+  (let* ((root (file-name-as-directory (make-temp-file "agent-q-e2e" t)))
          (script
           `((steps
              . ,(vconcat
                  (list (e2e-step "Where is it used?" "search_project" '((pattern . "split-on-commas") (literal . t)))
-                       (e2e-step "What changed?" "git_diff" nil))
-                 (and run-command
-                      (list (e2e-step "The project's tests." "run_command" '((argv . ["sh" "run-tests.sh"])))))
-                 (list (e2e-step "A clearer description." "compile_form"
+                       (e2e-step "What changed?" "git_diff" nil)
+                       (e2e-step "The project's tests." "run_command" '((argv . ["sh" "run-tests.sh"])))
+                       (e2e-step "A clearer description." "compile_form"
                                  `((form . ,e2e-describe-scale-fix) (package . "MY-APP")))
                        (e2e-step "What differs from the files?" "image_changes" '((package . "MY-APP")))
                        (e2e-step "It is only in the image.")
@@ -1646,8 +1636,6 @@ says so; once replace_definition has written it to its file, it is listed no mor
                                    (description . "A clearer description")))
                        (e2e-step "And now?" "image_changes" '((package . "MY-APP")))
                        (e2e-step "Written.")))))))
-    (unless run-command
-      (message "SKIP: e2e-project-search-diff-tests-and-image-changes: the run_command step: the catalog has no run_command tool yet (the scenario runs without it)"))
     (unwind-protect
         (let ((sly-agent-q-project-root root)
               (file (e2e-project-fixture root))
@@ -1680,18 +1668,17 @@ says so; once replace_definition has written it to its file, it is listed no mor
               (let* ((results (mapcar #'car (sly-agent-q-test-tool-results)))
                      (text (e2e-file-text file))
                      (line (1+ (cl-count ?\n (substring text 0 (string-match (regexp-quote "(defun split-on-commas") text))))))
-                (should (= (length results) (if run-command 5 4)))
+                (should (= (length results) 5))
                 ;; The search found the use in the project's file, at its line on disk.
                 (should (string-match-p (regexp-quote (format "my-app.lisp:%d:" line)) (nth 0 results)))
                 ;; git_diff: the change in the working tree, against the commit.
                 (should (string-match-p (regexp-quote "+  ;; Changed after the commit.") (nth 1 results)))
                 (should (string-match-p (regexp-quote "-  \"Split STRING at every comma; return the list of fields (untrimmed).\"")
                                         (nth 1 results)))
-                (when run-command
-                  ;; The project's own command ran, approved, in the project root.
-                  (should (member "run_command" asked))
-                  (should (string-match-p "TESTS: 4 passed" (nth 2 results)))
-                  (should (file-exists-p (expand-file-name "tests-ran.txt" root))))
+                ;; The project's own command ran, approved, in the project root.
+                (should (member "run_command" asked))
+                (should (string-match-p "TESTS: 4 passed" (nth 2 results)))
+                (should (file-exists-p (expand-file-name "tests-ran.txt" root)))
                 ;; The fix is in the image, not in the file; image_changes says so.
                 (should (string-prefix-p "Scale is now" (e2e-eval '(my-app::describe-scale))))
                 (should-not (string-match-p "Scale is now" (e2e-file-text file)))
