@@ -327,7 +327,8 @@ export class Executor {
       let ask: ApprovalReason | undefined;
       if (verdict.kind === "ask") {
         // "Always allow" answers the tool's level; a rule that asks always asks.
-        if (verdict.reason.kind === "level" && this.sessionAllowed.has(policy.sessionKey(tool, args))) {
+        const key = verdict.reason.kind === "level" ? policy.sessionKey(tool, args, projectRoot) : undefined;
+        if (key !== undefined && this.sessionAllowed.has(key)) {
           decision = "session";
         } else {
           if (!this.options.approve) {
@@ -392,10 +393,20 @@ export class Executor {
       switch (reply?.decision) {
         case "approved":
           decision = "approved";
-          if (reply.always) this.sessionAllowed.add(this.policy.sessionKey(tool, args));
+          if (reply.always) {
+            const key = this.policy.sessionKey(tool, args, admitted.projectRoot);
+            if (key !== undefined) this.sessionAllowed.add(key);
+          }
           break;
         case "modified": {
-          const edited = declaredOnly(tool, parseArguments(reply.arguments));
+          const raw = parseArguments(reply.arguments);
+          // A field the approval only shows (a preview's command_line, program) is not an argument:
+          // an edit of it would be dropped, and the unedited call run under the user's "edited".
+          const shownOnly = typeof raw === "string" ? undefined : editedShownOnly(tool, raw, shown);
+          if (shownOnly !== undefined) {
+            return answer(`The user's edit changed ${shownOnly}, which is shown only (it follows from the arguments: ${Object.keys(tool.parameters).join(", ")}); edit those instead. ${tool.name} was not run.`);
+          }
+          const edited = declaredOnly(tool, raw);
           const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
           if (bad || typeof edited === "string") return answer(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`);
           const again = this.policy.decide(tool, edited, admitted.projectRoot);
@@ -800,4 +811,14 @@ function declaredOnly<T>(tool: Tool, edited: T): T {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(edited)) if (Object.prototype.hasOwnProperty.call(tool.parameters, k)) out[k] = v;
   return out as T;
+}
+
+/** The first field of EDITED that TOOL's approval only showed (no parameter) and the user changed. */
+function editedShownOnly(tool: Tool, edited: Record<string, unknown>, shown: Record<string, unknown>): string | undefined {
+  if (!tool.preview) return undefined;
+  for (const [k, v] of Object.entries(edited)) {
+    if (Object.prototype.hasOwnProperty.call(tool.parameters, k)) continue;
+    if (JSON.stringify(v) !== JSON.stringify(shown[k])) return k;
+  }
+  return undefined;
 }

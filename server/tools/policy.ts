@@ -199,10 +199,20 @@ export class ToolPolicy {
    * runs commands, that exact command alone, so that approving `make test` once never lets `rm -rf ~`
    * run unasked.
    */
-  sessionKey(tool: Tool, args: Record<string, unknown>): string {
+  sessionKey(tool: Tool, args: Record<string, unknown>, projectRoot?: string): string | undefined {
     const of = this.commandOf(tool);
     if (of === undefined) return this.primaryName(tool);
-    return `${this.primaryName(tool)} ${JSON.stringify(of(toPrimaryArgs(tool, args)) ?? null)}`;
+    const primaryArgs = toPrimaryArgs(tool, args);
+    // The same argv in another directory, or finding another program, is another command (./t.sh).
+    const scopeOf = this.registry.get(this.primaryName(tool))?.sessionScope ?? tool.sessionScope;
+    let scope: string | undefined = "";
+    try {
+      if (scopeOf) scope = scopeOf(primaryArgs, projectRoot);
+    } catch {
+      scope = undefined;
+    }
+    if (scope === undefined) return undefined;
+    return `${this.primaryName(tool)} ${JSON.stringify(of(primaryArgs) ?? null)} ${scope}`;
   }
 
   /** The not-available message for NAME, naming what is available. */

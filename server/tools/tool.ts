@@ -113,6 +113,10 @@ export interface ToolSpec {
   /** For a tool that runs a command: the command a call's arguments name (undefined when they name
    *  none), which permission rules with `command` match (server/tools/command-rules.ts). */
   command?: (args: Record<string, unknown>) => CommandTarget | undefined;
+  /** For a tool that runs a command: what besides the command itself an "always allow" is bound to
+   *  (the true directory, the program it finds), resolved now against PROJECTROOT; undefined when it
+   *  cannot be resolved, and then nothing is remembered or allowed by an earlier "always". */
+  sessionScope?: (args: Record<string, unknown>, projectRoot: string | undefined) => string | undefined;
   /** The parameter naming the buffer whose text a call changes (buffer_edit's buffer_name; the call
    *  without it changes the user's last buffer): a buffer visiting a protected file makes the call ask,
    *  as a write to that file would, since the user's next save writes it there (Executor). */

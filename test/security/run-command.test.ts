@@ -274,6 +274,44 @@ describe("run_command under attack", () => {
     expect(r.success).toBe(false);
     expect(existsSync(join(root, "unasked"))).toBe(false);
   });
+  it("an edit of a shown-only field (command_line, program) is refused, never silently dropped", async () => {
+    for (const field of ["command_line", "program"]) {
+      const marker = fresh(`edit-shown-${field}`);
+      const { run } = setup({ approve: async (req) => ({ decision: "modified", arguments: { ...req.arguments, [field]: "touch other" } }) });
+      const r = await run({ argv: ["touch", marker] });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain(`changed ${field}, which is shown only`);
+      expect(existsSync(marker)).toBe(false);
+    }
+  });
+
+  it("an edit of argv runs exactly the edited argv, and the rules judge it again", async () => {
+    const original = fresh("edit-original");
+    const edited = fresh("edit-edited");
+    const { run } = setup({ approve: async (req) => ({ decision: "modified", arguments: { ...req.arguments, argv: ["touch", edited] } }) });
+    const r = await run({ argv: ["touch", original] });
+    expect(r.success).toBe(true);
+    expect(existsSync(edited)).toBe(true);
+    expect(existsSync(original)).toBe(false);
+    writeFileSync(join(root, "keep-edit"), "x");
+    const denied = setup({ rules: [{ action: "deny", command: "rm *" }], approve: async (req) => ({ decision: "modified", arguments: { ...req.arguments, argv: ["rm", "-f", "keep-edit"] } }) });
+    const d = await denied.run({ argv: ["true"] });
+    expect(d.content).toContain("denied by a permission rule");
+    expect(existsSync(join(root, "keep-edit"))).toBe(true);
+  });
+
+  it("\"always allow\" is bound to the resolved directory and program: the same argv elsewhere asks", async () => {
+    writeFileSync(join(root, "t.sh"), "#!/bin/sh\ntouch root-ran\n", { mode: 0o755 });
+    writeFileSync(join(root, "a", "t.sh"), "#!/bin/sh\ntouch sub-ran\n", { mode: 0o755 });
+    const asked: unknown[] = [];
+    const { run } = setup({ approve: async (req) => (asked.push(req.arguments), { decision: "approved", always: true }) });
+    await run({ argv: ["./t.sh"] });
+    expect(asked).toHaveLength(1);
+    await run({ argv: ["./t.sh"] });
+    expect(asked).toHaveLength(1);
+    await run({ argv: ["./t.sh"], directory: "a" });
+    expect(asked).toHaveLength(2);
+  });
 });
 
 

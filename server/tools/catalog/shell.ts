@@ -107,6 +107,14 @@ export const shellTools: Tool[] = [
         return undefined;
       }
     },
+    // "Always allow" is for this command run here: the true directory and the program it finds now.
+    sessionScope: (a, root) => {
+      if (root === undefined) return undefined;
+      const target = commandTarget(a);
+      const cwd = commandDirectory(realRoot(root), a.directory);
+      const program = target.kind === "shell" ? "/bin/sh" : resolveProgram(target.argv[0]!, cwd);
+      return program === undefined ? undefined : JSON.stringify([cwd, program]);
+    },
     runtime: "node",
     // The user's own timeout (commandTimeoutMs) is kept by the handler, which then stops the process
     // group and still answers with the output so far; this is only the executor's outer bound.
