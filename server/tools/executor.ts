@@ -159,6 +159,8 @@ const DEFAULT_IMAGE_LOAD_TIMEOUT_MS = 300_000;
 const IMAGE_MARGIN_MS = 10_000;
 const DEFAULT_MAX_RESULT_CHARS = 40_000;
 const MAX_ERROR_CHARS = 4_000;
+/** How long a tool that answers a cancel itself (Tool.answersCancel) may take to, once cancelled. */
+const CANCEL_GRACE_MS = 5_000;
 
 /** What a configuration sets on a running executor (Executor.configure). */
 export type ExecutorSettings = Pick<ExecutorOptions, "policy" | "defaultTimeoutMs" | "imageTimeoutMs" | "imageLoadTimeoutMs" | "maxResultChars">;
@@ -672,12 +674,21 @@ export class Executor {
     if (outer?.aborted) throw new ToolError(`${tool.name} was cancelled before it ran.`);
     outer?.addEventListener("abort", onOuterAbort, { once: true });
     let timer: NodeJS.Timeout | undefined;
+    let graceTimer: NodeJS.Timeout | undefined;
     const stopped = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         const err = new ToolError(`${tool.name} timed out after ${timeoutMs} ms and was stopped.`);
         controller.abort(err);
       }, timeoutMs);
-      controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true });
+      controller.signal.addEventListener(
+        "abort",
+        () => {
+          // A tool that answers a cancel itself (a command's output so far) is given a moment to.
+          if (tool.answersCancel && outer?.aborted) graceTimer = setTimeout(() => reject(controller.signal.reason), CANCEL_GRACE_MS);
+          else reject(controller.signal.reason);
+        },
+        { once: true },
+      );
     });
     stopped.catch(() => undefined);
     try {
@@ -703,6 +714,7 @@ export class Executor {
       return await Promise.race([running, stopped]);
     } finally {
       clearTimeout(timer);
+      clearTimeout(graceTimer);
       outer?.removeEventListener("abort", onOuterAbort);
       if (!controller.signal.aborted) controller.abort(new ToolError("finished"));
     }

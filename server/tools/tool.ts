@@ -117,6 +117,9 @@ export interface ToolSpec {
    *  (the true directory, the program it finds), resolved now against PROJECTROOT; undefined when it
    *  cannot be resolved, and then nothing is remembered or allowed by an earlier "always". */
   sessionScope?: (args: Record<string, unknown>, projectRoot: string | undefined) => string | undefined;
+  /** Cancelled, the handler stops its work itself and answers with what it has (a command's output so
+   *  far): the executor waits a few seconds for that answer before answering "cancelled" itself. */
+  answersCancel?: boolean;
   /** The parameter naming the buffer whose text a call changes (buffer_edit's buffer_name; the call
    *  without it changes the user's last buffer): a buffer visiting a protected file makes the call ask,
    *  as a write to that file would, since the user's next save writes it there (Executor). */

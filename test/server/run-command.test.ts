@@ -150,7 +150,7 @@ describe("run_command", () => {
   it("cancel stops the whole process group at once", async () => {
     const controller = new AbortController();
     const pidFile = join(root, "pids");
-    const started = run({ argv: ["sh", "-c", `sleep 300 & echo $! > ${pidFile}; echo $$ >> ${pidFile}; wait`] }, {}, { signal: controller.signal });
+    const started = run({ argv: ["sh", "-c", `echo before-the-cancel; sleep 300 & echo $! > ${pidFile}; echo $$ >> ${pidFile}; wait`] }, {}, { signal: controller.signal });
     const end = Date.now() + 5_000;
     while (!(existsSync(pidFile) && readFileSync(pidFile, "utf8").split("\n").length > 2) && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
     const pids = readFileSync(pidFile, "utf8").trim().split("\n").map(Number);
@@ -160,7 +160,9 @@ describe("run_command", () => {
     const r = await started;
     expect(Date.now() - t).toBeLessThan(2_000);
     expect(r.success).toBe(false);
-    expect(r.content).toContain("cancelled");
+    expect(r.content).toContain("cancelled by the user");
+    // The output so far is the answer's, as at a timeout.
+    expect(r.content).toContain("before-the-cancel");
     for (const pid of pids) expect(await gone(pid)).toBe(true);
   });
 

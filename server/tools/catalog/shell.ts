@@ -21,6 +21,10 @@ import {
 } from "../project/command.js";
 import { defineTool, ToolError, type Tool, type ToolContext } from "../tool.js";
 
+/** The output a cancelled command answers with (an error, bounded to some 4,000 characters in all). */
+const CANCELLED_HEAD_BYTES = 1_000;
+const CANCELLED_TAIL_BYTES = 2_000;
+
 /** The longest timeout a user may set; the executor's own bound lies beyond it. */
 const MAX_COMMAND_TIMEOUT_MS = 24 * 3600_000;
 
@@ -78,13 +82,16 @@ async function runCommandHandler(a: Record<string, unknown>, ctx: ToolContext): 
   });
   const end = describeEnd(outcome, timeoutMs);
   const out = outcome.output;
+  const cancelled = outcome.stopped === "cancelled";
   const lines = [
+    ...(cancelled ? ["run_command was cancelled by the user; its output so far follows."] : []),
     `$ ${renderCommand(p.target)}`,
     `in ${p.cwd}`,
     `${end}; ${(outcome.durationMs / 1000).toFixed(1)} s; ${out.totalBytes} bytes of output (stdout and stderr together; no standard input).`,
   ];
-  if (out.totalBytes > 0) lines.push("", out.text());
-  if (outcome.spawnError !== undefined) throw new ToolError(lines.join("\n"));
+  // A cancel answers as an error, whose text is bounded tighter than a result's: a shorter head and tail.
+  if (out.totalBytes > 0) lines.push("", cancelled ? out.text(CANCELLED_HEAD_BYTES, CANCELLED_TAIL_BYTES) : out.text());
+  if (outcome.spawnError !== undefined || cancelled) throw new ToolError(lines.join("\n"));
   return lines.join("\n");
 }
 
@@ -116,6 +123,8 @@ export const shellTools: Tool[] = [
       return program === undefined ? undefined : JSON.stringify([cwd, program]);
     },
     runtime: "node",
+    // Cancelled, it stops the process group and answers with the output so far.
+    answersCancel: true,
     // The user's own timeout (commandTimeoutMs) is kept by the handler, which then stops the process
     // group and still answers with the output so far; this is only the executor's outer bound.
     timeoutMs: MAX_COMMAND_TIMEOUT_MS + 60_000,

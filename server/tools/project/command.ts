@@ -180,11 +180,13 @@ export class BoundedOutput {
     return all.subarray(Math.max(0, all.length - max));
   }
 
-  /** The output for the model: whole, or its head and tail with the count of what was cut between. */
-  text(): string {
-    const head = Buffer.concat(this.head);
-    const tailAll = Buffer.concat(this.tail);
-    const tail = tailAll.subarray(Math.max(0, tailAll.length - this.tailMax));
+  /** The output for the model: whole, or its head and tail with the count of what was cut between
+   *  (at most HEADMAX and TAILMAX bytes of them, when smaller than what is kept). */
+  text(headMax = this.headMax, tailMax = this.tailMax): string {
+    const headAll = Buffer.concat(this.head);
+    const head = headAll.subarray(0, Math.min(headMax, headAll.length));
+    const rest = Buffer.concat([headAll.subarray(head.length), ...this.tail]);
+    const tail = rest.subarray(Math.max(0, rest.length - Math.min(tailMax, this.tailMax)));
     const cut = this.totalBytes - head.length - tail.length;
     if (cut <= 0) return Buffer.concat([head, tail]).toString("utf8");
     const cutLines = this.totalLines - count(head, 10) - count(tail, 10);
@@ -381,6 +383,6 @@ export function describeEnd(outcome: CommandOutcome, timeoutMs: number): string 
   if (outcome.spawnError !== undefined) return `could not be started: ${outcome.spawnError}`;
   const how = outcome.signal ? `killed by signal ${outcome.signal}${osConstants.signals[outcome.signal] ? ` (${osConstants.signals[outcome.signal]})` : ""}` : `exit status ${outcome.exitCode ?? "unknown"}`;
   if (outcome.stopped === "timeout") return `timed out after ${Math.round(timeoutMs / 1000)} s (the user's sly-agent-q-command-timeout): its process group was stopped; ${how}`;
-  if (outcome.stopped === "cancelled") return `cancelled: its process group was stopped; ${how}`;
+  if (outcome.stopped === "cancelled") return `cancelled by the user: its process group was stopped; ${how}`;
   return how + (outcome.lingering ? "; something it started kept its output open after it exited and was stopped" : "");
 }
