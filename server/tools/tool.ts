@@ -111,8 +111,9 @@ export interface ToolSpec {
    *  ToolContext.confirmWrite. */
   writesFile?: string;
   /** For a tool that runs a command: the command a call's arguments name (undefined when they name
-   *  none), which permission rules with `command` match (server/tools/command-rules.ts). */
-  command?: (args: Record<string, unknown>) => CommandTarget | undefined;
+   *  none), which permission rules with `command` match (server/tools/command-rules.ts); with
+   *  PROJECTROOT, also the true file its program is, when it can be found. */
+  command?: (args: Record<string, unknown>, projectRoot?: string) => CommandTarget | undefined;
   /** For a tool that runs a command: what besides the command itself an "always allow" is bound to
    *  (the true directory, the program it finds), resolved now against PROJECTROOT; undefined when it
    *  cannot be resolved, and then nothing is remembered or allowed by an earlier "always". */

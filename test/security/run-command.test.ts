@@ -3,7 +3,7 @@
 // of the root, commands that never end or leave a daemon behind. A marker file a command would create
 // proves whether it ran: every attack checks the disk, not a flag.
 
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -311,6 +311,20 @@ describe("run_command under attack", () => {
     expect(asked).toHaveLength(1);
     await run({ argv: ["./t.sh"], directory: "a" });
     expect(asked).toHaveLength(2);
+  });
+  it("deny and ask rules see past options before the words they name, and a program behind a link by its true name", async () => {
+    writeFileSync(join(root, "keep-rm"), "x");
+    symlinkSync(realpathSync("/bin/rm"), join(root, "del"));
+    const { run, asked } = setup({ rules: [{ action: "deny", command: "git push*" }, { action: "deny", command: "make test*" }, { action: "deny", command: "rm *" }] });
+    for (const argv of [["git", "-C", ".", "push"], ["git", "-c", "x.y=1", "push", "origin"], ["make", "-C", "a", "test"], ["./del", "keep-rm"]]) {
+      const r = await run({ argv });
+      expect(r.content, argv.join(" ")).toContain("denied by a permission rule");
+    }
+    expect(asked).toHaveLength(0);
+    expect(existsSync(join(root, "keep-rm"))).toBe(true);
+    const policy = new ToolPolicy(registry, { permissionRules: [{ action: "allow", tool: "run_command" }, { action: "ask", command: "git push*" }] });
+    expect(policy.decide(registry.get("run_command")!, { argv: ["git", "-C", ".", "push"] }, root)).toMatchObject({ kind: "ask", reason: { kind: "rule" } });
+    expect(policy.decide(registry.get("run_command")!, { argv: ["git", "status"] }, root).kind).toBe("run");
   });
 });
 

@@ -107,12 +107,24 @@ export const shellTools: Tool[] = [
     },
     safety: "dangerous",
     categories: ["shell"],
-    command: (a) => {
+    command: (a, root) => {
+      let target: CommandTarget;
       try {
-        return commandTarget(a);
+        target = commandTarget(a);
       } catch {
         return undefined;
       }
+      // The true file the program is, for deny and ask rules (`./del` linking to rm): when it cannot
+      // be found now, the call is refused before it runs anyway.
+      if (target.kind === "argv" && root !== undefined) {
+        try {
+          const program = resolveProgram(target.argv[0]!, commandDirectory(realRoot(root), a.directory));
+          if (program !== undefined) return { ...target, program };
+        } catch {
+          // A directory out of the root: refused when it is prepared.
+        }
+      }
+      return target;
     },
     // "Always allow" is for this command run here: the true directory and the program it finds now.
     sessionScope: (a, root) => {
