@@ -663,7 +663,8 @@ export class Executor {
   private async previewOf(tool: Tool, args: Record<string, unknown>, callId: string, signal: AbortSignal, projectRoot: string | undefined): Promise<{ shown: Record<string, unknown>; digest: string }> {
     const ctx: ToolContext = { callId, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.(), ...(projectRoot !== undefined ? { projectRoot } : {}) };
     const shown = await tool.preview!(args, ctx);
-    return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
+    const hidden = tool.previewBinding ? await tool.previewBinding(args, ctx) : "";
+    return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).update("\0").update(hidden).digest("hex") };
   }
 
   private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void; protectedApproved?: string; projectRoot?: string | undefined }, approved?: ApprovedTarget): Promise<unknown> {

@@ -106,6 +106,10 @@ export interface ToolSpec {
    *  the call will make), merged into the approval's arguments. A ToolError refuses the call before
    *  anyone is asked. Keys that are not parameters are dropped from an edited reply. */
   preview?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<Record<string, unknown>>;
+  /** What the approval is bound to besides what the preview shows, never shown (the content hash of
+   *  the project's script a command runs): computed with the preview, and again just before the call
+   *  runs; when it differs, nothing runs. */
+  previewBinding?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<string>;
   /** The parameter naming the file a call writes (write_file's path): a protected file there makes
    *  the call ask (protected-paths.ts). A handler that finds the file only as it runs asks through
    *  ToolContext.confirmWrite. */

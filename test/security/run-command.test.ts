@@ -326,6 +326,27 @@ describe("run_command under attack", () => {
     expect(policy.decide(registry.get("run_command")!, { argv: ["git", "-C", ".", "push"] }, root)).toMatchObject({ kind: "ask", reason: { kind: "rule" } });
     expect(policy.decide(registry.get("run_command")!, { argv: ["git", "status"] }, root).kind).toBe("run");
   });
+  it("an approval is bound to the text of the project's script it runs: changed while it waits, nothing runs", async () => {
+    const script = join(root, "build.sh");
+    writeFileSync(script, "#!/bin/sh\ntouch script-approved\n", { mode: 0o755 });
+    fresh("script-approved");
+    fresh("script-swapped");
+    const { run } = setup({
+      approve: async () => {
+        writeFileSync(script, "#!/bin/sh\ntouch script-swapped\n", { mode: 0o755 });
+        return { decision: "approved" };
+      },
+    });
+    const r = await run({ argv: ["./build.sh"] });
+    expect(r.success).toBe(false);
+    expect(r.content).toContain("changed while the approval waited");
+    expect(existsSync(join(root, "script-swapped"))).toBe(false);
+    expect(existsSync(join(root, "script-approved"))).toBe(false);
+    // Unchanged, it runs.
+    const ok = await setup().run({ argv: ["./build.sh"] });
+    expect(ok.content).toContain("exit status 0");
+    expect(existsSync(join(root, "script-swapped"))).toBe(true);
+  });
 });
 
 

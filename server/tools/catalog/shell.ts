@@ -4,6 +4,8 @@
 // digest is checked again just before it runs). Permission rules name commands by their words
 // (PermissionRule.command, server/tools/command-rules.ts).
 
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { relative, sep } from "node:path";
 import { realRoot } from "../project/files.js";
 import { projectRoot } from "../project/root.js";
@@ -29,6 +31,8 @@ const CANCELLED_TAIL_BYTES = 2_000;
 const MAX_COMMAND_TIMEOUT_MS = 24 * 3600_000;
 
 interface Prepared {
+  /** The project root's true name. */
+  root: string;
   target: CommandTarget;
   cwd: string;
   /** The executable that runs: the program argv[0] names, or the shell. */
@@ -44,7 +48,7 @@ async function prepare(a: Record<string, unknown>, ctx: ToolContext): Promise<Pr
   }
   const root = realRoot(await projectRoot(ctx, "nothing was run"));
   const cwd = commandDirectory(root, a.directory);
-  if (target.kind === "shell") return { target, cwd, program: "/bin/sh", argv: ["sh", "-c", target.line] };
+  if (target.kind === "shell") return { root, target, cwd, program: "/bin/sh", argv: ["sh", "-c", target.line] };
   const argv0 = target.argv[0]!;
   const program = resolveProgram(argv0, cwd);
   if (program === undefined) throw new ToolError(`No program ${JSON.stringify(argv0)} was found (on PATH, or as that path in ${cwd}); nothing was run.`);
@@ -54,7 +58,7 @@ async function prepare(a: Record<string, unknown>, ctx: ToolContext): Promise<Pr
   if (!argv0.includes("/") && isInside(root, program)) {
     throw new ToolError(`${JSON.stringify(argv0)} is found on PATH inside the project (${program}): name the project's own program by its path, e.g. ./${relative(cwd, program)}. Nothing was run.`);
   }
-  return { target, cwd, program, argv: target.argv };
+  return { root, target, cwd, program, argv: target.argv };
 }
 
 function isInside(root: string, file: string): boolean {
@@ -144,6 +148,17 @@ export const shellTools: Tool[] = [
     preview: async (a, ctx) => {
       const p = await prepare(a, ctx);
       return { command_line: renderCommand(p.target), program: p.program, directory: p.cwd };
+    },
+    // A script of the project (which the agent can write) is approved as it reads now: a change to
+    // it while the approval waits runs nothing.
+    previewBinding: async (a, ctx) => {
+      const p = await prepare(a, ctx);
+      if (p.target.kind !== "argv" || !isInside(p.root, p.program)) return "";
+      try {
+        return `${p.program} ${createHash("sha256").update(readFileSync(p.program)).digest("hex")}`;
+      } catch (err) {
+        throw new ToolError(`${p.program} cannot be read (${(err as Error).message}); nothing was run.`);
+      }
     },
     handler: runCommandHandler,
   }),
