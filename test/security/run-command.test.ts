@@ -347,6 +347,32 @@ describe("run_command under attack", () => {
     expect(ok.content).toContain("exit status 0");
     expect(existsSync(join(root, "script-swapped"))).toBe(true);
   });
+  it("variables that hold secrets by other names never reach a command: API keys, passwords, sessions, auth, URLs with a password", async () => {
+    const secrets: Record<string, string> = {
+      MISTRAL_APIKEY: "mistral-secret-value-1",
+      MYSQL_PWD: "mysql-secret-value-2",
+      SECRET_KEY_BASE: "rails-secret-value-3",
+      DATABASE_URL: "postgres://app:db-secret-value-4@localhost/app",
+      GITHUB_PAT: "github-secret-value-5",
+      BW_SESSION: "bitwarden-secret-value-6",
+      NPM_CONFIG__AUTH: "npm-secret-value-7",
+      CLAUDE_CODE_OAUTH: "claude-secret-value-8",
+    };
+    const harmless: Record<string, string> = { PLAIN_URL: "https://example.invalid/path", GIT_AUTHOR_NAME: "someone-harmless", PATHS_HARMLESS: "kept-harmless" };
+    Object.assign(process.env, secrets, harmless);
+    try {
+      await setup().run({ argv: ["sh", "-c", "env > env-dump-2"] });
+      const dump = readFileSync(join(root, "env-dump-2"), "utf8");
+      for (const [name, value] of Object.entries(secrets)) {
+        expect(dump, name).not.toContain(value);
+        expect(dump, name).not.toContain(`${name}=`);
+      }
+      for (const value of Object.values(harmless)) expect(dump).toContain(value);
+      expect(dump).toMatch(/^PATH=/m);
+    } finally {
+      for (const name of [...Object.keys(secrets), ...Object.keys(harmless)]) delete process.env[name];
+    }
+  });
 });
 
 

@@ -116,15 +116,27 @@ export function resolveProgram(argv0: string, cwd: string, path = process.env.PA
 }
 
 /**
+ * Names of variables a command does not get, besides SECRET_ENV_NAME's: other spellings of keys,
+ * passwords, tokens, sessions and credentials (MISTRAL_APIKEY, MYSQL_PWD, SECRET_KEY_BASE, GITHUB_PAT,
+ * BW_SESSION, NPM_CONFIG__AUTH, CLAUDE_CODE_OAUTH). Wider than SECRET_ENV_NAME, whose values are also
+ * redacted everywhere: a value such as PWD's or DBUS_SESSION_BUS_ADDRESS's must not be, but a command
+ * loses nothing it needs without them.
+ */
+const COMMAND_SECRET_NAME = /API_?KEY|SECRET|PASSW|PASSPHRASE|_PWD$|(^|_)PASS$|_PAT$|SESSION|(^|_)AUTH($|_)|OAUTH|CREDENTIAL|COOKIE|PRIVATE/i;
+/** A value that is a URL with a password in it (postgres://user:password@host/db). */
+const CREDENTIAL_URL = /[a-z][a-z0-9+.-]*:\/\/[^/\s:@]*:[^/\s@]+@/i;
+
+/**
  * The environment a command gets: the server's own, without the variables whose names look like
- * secrets (*_KEY, *_TOKEN, *_SECRET, *PASSWORD*), the providers' settings, and any variable holding a
- * secret the product knows (the API key Emacs gave, whatever its variable is called); with RUN_MARK.
+ * secrets (*_KEY, *_TOKEN, *SECRET*, *PASSWORD*, *APIKEY*, *_PWD, *_PAT, *SESSION*, *AUTH*, ...), those
+ * holding a URL with a password, the providers' settings, and any variable holding a secret the
+ * product knows (the API key Emacs gave, whatever its variable is called); with RUN_MARK.
  */
 export function commandEnvironment(mark: string, env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) continue;
-    if (SECRET_ENV_NAME.test(name) || /^(ANTHROPIC|OPENAI|SLY_AGENT_Q)_/i.test(name) || knowsSecretIn(value)) continue;
+    if (SECRET_ENV_NAME.test(name) || COMMAND_SECRET_NAME.test(name) || CREDENTIAL_URL.test(value) || /^(ANTHROPIC|OPENAI|SLY_AGENT_Q)_/i.test(name) || knowsSecretIn(value)) continue;
     out[name] = value;
   }
   out[RUN_MARK] = mark;
