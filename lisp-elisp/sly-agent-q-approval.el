@@ -468,6 +468,20 @@ CALL's cancellation marks it cancelled."
   "VALUE, an argument parsed from JSON, as compact JSON text."
   (sly-agent-q-display-json value))
 
+(defun sly-agent-q-approval--elements-after-cut (value)
+  "How many elements of VALUE, a vector, start beyond the approval's cut.
+A long element shortened in the approval would otherwise hide the
+ones after it (`rm' after a long `echo' argument); 0 for other values."
+  (if (not (vectorp value))
+      0
+    (let ((n (length value)) (i 0))
+      ;; The first element whose start (the text of those before it) lies past the cut.
+      (while (and (< i n)
+                  (< (length (sly-agent-q-approval--value (seq-subseq value 0 i)))
+                     sly-agent-q-approval-value-chars))
+        (setq i (1+ i)))
+      (if (< i n) (- n i) 0))))
+
 (defconst sly-agent-q-approval--frame "  ┃ "
   "The start of each line of an approval the product draws.")
 
@@ -523,12 +537,20 @@ nothing in them can draw a line of the approval."
                       (sly-agent-q-display-block value (concat sub "  " bar)
                                                  :max-line-chars sly-agent-q-approval-value-chars
                                                  :faces (and lisp (sly-agent-q-faces-lisp value))))
-            (let ((text (sly-agent-q-approval--value value)))
+            (let ((text (if (and (stringp value) (eq (car pair) :command_line)
+                                 (equal (plist-get request :tool) "run_command"))
+                            ;; Quoted by the server as a shell reads it back: shown as that line.
+                            value
+                          (sly-agent-q-approval--value value))))
               (sly-agent-q-display-keep-frame
                (concat sub key ": "
                       (if (> (length text) sly-agent-q-approval-value-chars)
                           (concat (sly-agent-q-display-line text sly-agent-q-approval-value-chars)
-                                  " [v shows every argument whole]")
+                                  (let ((hidden (sly-agent-q-approval--elements-after-cut value)))
+                                    (if (> hidden 0)
+                                        (format " [%d more argument%s follow%s; v shows every argument whole]"
+                                                hidden (if (= hidden 1) "" "s") (if (= hidden 1) "s" ""))
+                                      " [v shows every argument whole]")))
                         (sly-agent-q-display-line text t))
                       "\n")
                sub)))))

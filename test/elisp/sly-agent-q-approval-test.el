@@ -69,6 +69,21 @@
 
 
 
+(ert-deftest sly-agent-q-approval-command-line-as-a-shell-reads-it ()
+  "A command's line is drawn as the shell line it is, not as a JSON string;
+a long argument cut short says how many arguments follow it."
+  (let* ((request (sly-agent-q-approval--request
+                   (list :tool "run_command" :safetyLevel "dangerous" :callId "c1"
+                         :arguments (list :argv (vector "echo" (make-string 1000 ?A) "rm" "-rf" "x")
+                                          :command_line "printf 'a\\b' \"q\""
+                                          :program "/usr/bin/printf"))
+                   nil))
+         (summary (substring-no-properties (sly-agent-q-approval--summary request))))
+    ;; One backslash, and the line's own quotes, as a shell reads it.
+    (should (string-search "command_line: printf 'a\\b' \"q\"\n" summary))
+    (should-not (string-search "\\\\" summary))
+    (should (string-match-p "3 more arguments follow" summary))))
+
 (ert-deftest sly-agent-q-approval-edit-buffer-undo-keeps-no-other-calls-arguments ()
   "The edit buffer is buried and reused: an undo (C-/) in the buffer just opened\nfor call B never brings back call A's arguments for C-c C-c to send as B's."
   (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
