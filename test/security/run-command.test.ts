@@ -228,7 +228,7 @@ describe("run_command under attack", () => {
       expect(dump).not.toContain("OPENAI_BASE_URL");
       expect(dump).not.toContain("hunter2");
       expect(dump).toMatch(/^PATH=/m);
-      expect(dump).toMatch(/^SLY_AGENT_Q_RUN=[0-9a-f]{24}$/m);
+      expect(dump).toMatch(/^SLY_AGENT_Q_RUN=\d+-[0-9a-f]{24}$/m);
     } finally {
       delete process.env.INNOCENT_LOOKING;
       delete process.env.GITHUB_TOKEN;

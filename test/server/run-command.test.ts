@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor, type ExecuteOptions } from "../../server/tools/executor.js";
 import type { CommandSettings } from "../../server/tools/tool.js";
-import { quoteWord } from "../../server/tools/project/command.js";
+import { killLeftovers, quoteWord } from "../../server/tools/project/command.js";
 import { CORE_TOOLS, LeanToolSet, moreToolsSection } from "../../server/agent/tool-set.js";
 
 const root = mkdtempSync(join(tmpdir(), "agent-q-run-"));
@@ -196,5 +196,23 @@ describe("run_command", () => {
     expect(shown.directory).toBe(root);
     expect(shown.program).toBe("/usr/bin/echo");
     writeFileSync(join(root, "unused"), "");
+  });
+  it("kills what a server killed with SIGKILL left running (its mark names a server gone), never another running server's", async () => {
+    const { spawn, spawnSync } = await import("node:child_process");
+    const dead = spawnSync("true").pid!;
+    const orphan = spawn("sleep", ["300"], { env: { ...process.env, SLY_AGENT_Q_RUN: `${dead}-${"a".repeat(24)}` }, stdio: "ignore", detached: true });
+    // A mark of a server that runs (here the test's parent, which is alive).
+    const other = spawn("sleep", ["300"], { env: { ...process.env, SLY_AGENT_Q_RUN: `${process.ppid}-${"b".repeat(24)}` }, stdio: "ignore", detached: true });
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      expect(alive(orphan.pid!) && alive(other.pid!)).toBe(true);
+      const killed = killLeftovers();
+      expect(killed).toContain(orphan.pid);
+      expect(await gone(orphan.pid!)).toBe(true);
+      expect(alive(other.pid!)).toBe(true);
+    } finally {
+      orphan.kill("SIGKILL");
+      other.kill("SIGKILL");
+    }
   });
 });

@@ -253,15 +253,65 @@ function stopAllOnExit(): void {
   });
 }
 
-/** A fresh RUN_MARK value. */
+/** A fresh RUN_MARK value: this server's pid, then a random part (killLeftovers reads the pid). */
 export function newRunMark(): string {
-  return randomBytes(12).toString("hex");
+  return `${process.pid}-${randomBytes(12).toString("hex")}`;
+}
+
+let leftoversKilled = false;
+
+/**
+ * Kills every process of this user carrying a RUN_MARK of a server that no longer runs: what a
+ * server killed with SIGKILL (which no exit handler sees) left running. Called once, as a server
+ * runs its first command; Linux's /proc only. A mark whose server's pid runs (another Emacs's
+ * server, or a pid reused since) is left alone. Returns the pids killed.
+ */
+export function killLeftovers(): number[] {
+  const killed: number[] = [];
+  const prefix = Buffer.from(`\0${RUN_MARK}=`);
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+  } catch {
+    return killed;
+  }
+  for (const pid of pids) {
+    const n = Number(pid);
+    if (n === process.pid) continue;
+    try {
+      const env = Buffer.concat([Buffer.from([0]), readFileSync(`/proc/${pid}/environ`)]);
+      const at = env.indexOf(prefix);
+      if (at < 0) continue;
+      const value = env.subarray(at + prefix.length, env.indexOf(0, at + prefix.length)).toString();
+      const owner = /^(\d+)-[0-9a-f]+$/.exec(value);
+      if (!owner || Number(owner[1]) === process.pid || alive(Number(owner[1]))) continue;
+      process.kill(n, "SIGKILL");
+      killed.push(n);
+    } catch {
+      // Another user's process, or gone.
+    }
+  }
+  return killed;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: it runs, as another user.
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 /** Runs one command to its end (or stop), never rejecting. */
 export async function runProcess(o: RunOptions): Promise<CommandOutcome> {
   // node:child_process loads at the first command, not at the server's start (lazy-builtins.ts).
   const { spawn } = await loadChildProcess();
+  if (!leftoversKilled) {
+    leftoversKilled = true;
+    killLeftovers();
+  }
   const started = performance.now();
   const output = new BoundedOutput();
   return new Promise((resolve) => {
