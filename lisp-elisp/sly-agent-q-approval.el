@@ -134,6 +134,8 @@ command, which \"always\" allows again alone, never the whole tool."
    (and (plist-get params :reason) (list :reason (plist-get params :reason)))
    ;; The arguments that are Lisp source: shown and edited as Lisp.
    (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
+   ;; The arguments only shown (a command's line, its program): not edited.
+   (and (plist-get params :shownOnly) (list :shownOnly (plist-get params :shownOnly)))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
    ;; A command: "always" would allow that exact command, not the tool.
@@ -724,6 +726,15 @@ compile to the finishing key; there it must run the edited form.")
         (and sly-agent-q-edit-arguments-mode
              `((sly-agent-q-edit-arguments-mode . ,sly-agent-q-edit-arguments-mode-map)))))
 
+(defun sly-agent-q-approval--editable-arguments (request)
+  "The arguments of REQUEST, less those the server only displays (:shownOnly).
+A command's line and program follow from its argv and directory: an
+edit of them would not be what runs, so they are not offered."
+  (let ((shown-only (append (plist-get request :shownOnly) nil)))
+    (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+             unless (member (substring (symbol-name key) 1) shown-only)
+             append (list key value))))
+
 (defun sly-agent-q-edit-arguments (&optional approval json)
   "Edit APPROVAL's arguments in a small buffer.
 A call with a Lisp form (the eval and compile tools) has that form
@@ -746,7 +757,7 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
           (progn
             (insert (plist-get (plist-get request :arguments) lisp))
             (indent-region (point-min) (point-max)))
-        (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
+        (insert (sly-agent-q-chat-json (sly-agent-q-approval--editable-arguments request)) "\n"))
       ;; The buffer is reused: its undo starts here, with nothing of the
       ;; last call's edit, nor the arguments just drawn, to undo.
       (setq buffer-undo-list nil)
@@ -815,7 +826,9 @@ A Lisp form is checked for balance first, and indented."
     (unless (and (listp args) (or (null args) (keywordp (car args))))
       (user-error "The arguments must be a JSON object"))
     (sly-agent-q-approval--leave-editing)
-    (if (equal args (plist-get (sly-agent-q-approval-request a) :arguments))
+    (if (equal args (if lisp
+                        (plist-get (sly-agent-q-approval-request a) :arguments)
+                      (sly-agent-q-approval--editable-arguments (sly-agent-q-approval-request a))))
         ;; Nothing changed: approved as the model gave it, not marked as edited.
         (sly-agent-q-approval--decide a 'approved (list :decision "approved"))
       (sly-agent-q-approval--decide a 'modified (list :decision "modified"

@@ -122,5 +122,39 @@ a long argument cut short says how many arguments follow it."
       (when (get-buffer "*sly-agent-q arguments*") (kill-buffer "*sly-agent-q arguments*"))
       (delete-directory sly-agent-q-project-root t))))
 
+(ert-deftest sly-agent-q-approval-edit-offers-no-shown-only-argument ()
+  "A command's edit buffer offers argv and directory, not the line and program it only shows;
+left unchanged it approves the call as it was, edited it sends the edited argv."
+  (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+         (sly-agent-q-chat-buffer-name "*sly-agent-q approval shown-only test*")
+         (decisions nil)
+         (params '(:tool "run_command" :safetyLevel "dangerous" :callId "R"
+                         :arguments (:argv ["make" "test"] :command_line "make test"
+                                           :program "/usr/bin/make" :directory "/p")
+                         :shownOnly ["command_line" "program"])))
+    (unwind-protect
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          (dolist (edit '(nil t))
+            (sly-agent-q-approval--ask (sly-agent-q--make-call :id "R" :kind "approval") params
+                                       (lambda (d) (push d decisions)))
+            (sly-agent-q-edit-arguments (car (sly-agent-q-approval--pending (current-buffer))))
+            (with-current-buffer "*sly-agent-q arguments*"
+              (should (string-search "\"argv\"" (buffer-string)))
+              (should (string-search "\"directory\"" (buffer-string)))
+              (should-not (string-search "command_line" (buffer-string)))
+              (should-not (string-search "/usr/bin/make" (buffer-string)))
+              (when edit
+                (goto-char (point-min))
+                (search-forward "\"test\"")
+                (replace-match "\"check\""))
+              (sly-agent-q-edit-arguments-finish)))
+          (should (equal (plist-get (nth 1 decisions) :decision) "approved"))
+          (should (equal (plist-get (nth 0 decisions) :decision) "modified"))
+          (should (equal (plist-get (plist-get (nth 0 decisions) :arguments) :argv) ["make" "check"]))
+          (should-not (plist-member (plist-get (nth 0 decisions) :arguments) :command_line)))
+      (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+      (when (get-buffer "*sly-agent-q arguments*") (kill-buffer "*sly-agent-q arguments*"))
+      (delete-directory sly-agent-q-project-root t))))
+
 (provide 'sly-agent-q-approval-test)
 ;;; sly-agent-q-approval-test.el ends here

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor, type ExecuteOptions } from "../../server/tools/executor.js";
+import { approvalParams } from "../../server/tools/approval.js";
 import type { CommandSettings } from "../../server/tools/tool.js";
 import { killLeftovers, quoteWord } from "../../server/tools/project/command.js";
 import { CORE_TOOLS, LeanToolSet, moreToolsSection } from "../../server/agent/tool-set.js";
@@ -214,5 +215,10 @@ describe("run_command", () => {
       orphan.kill("SIGKILL");
       other.kill("SIGKILL");
     }
+  });
+  it("its approval names the arguments it only shows, which Emacs does not offer for editing", () => {
+    const tool = createDefaultRegistry().get("run_command")!;
+    const params = approvalParams({ callId: "a", tool, arguments: { argv: ["make"], command_line: "make", program: "/usr/bin/make", directory: root }, safetyLevel: "dangerous", reason: { kind: "level", level: "dangerous" } });
+    expect(params.shownOnly).toEqual(["command_line", "program"]);
   });
 });
