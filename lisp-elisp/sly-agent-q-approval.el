@@ -484,6 +484,27 @@ ones after it (`rm' after a long `echo' argument); 0 for other values."
         (setq i (1+ i)))
       (if (< i n) (- n i) 0))))
 
+(defun sly-agent-q-approval--words-after-cut (line)
+  "How many words of LINE, a command line quoted by the server, follow the cut.
+The server joins its words with one space, each bare or quoted as
+\='...\=' (a quote inside as \='\\\='\=') or $\='...\=' (with
+backslash escapes): a space outside quotes past the cut starts a
+hidden word."
+  (let ((cut sly-agent-q-approval-value-chars) (state nil) (n 0) (i 0) (len (length line)))
+    (while (< i len)
+      (let ((c (aref line i)))
+        (pcase state
+          ('nil (cond ((eq c ?\') (setq state 'single))
+                      ((and (eq c ?$) (< (1+ i) len) (eq (aref line (1+ i)) ?\'))
+                       (setq state 'ansi i (1+ i)))
+                      ((eq c ?\\) (setq i (1+ i)))
+                      ((and (eq c ?\s) (>= i cut)) (setq n (1+ n)))))
+          ('single (when (eq c ?\') (setq state nil)))
+          ('ansi (cond ((eq c ?\\) (setq i (1+ i)))
+                       ((eq c ?\') (setq state nil))))))
+      (setq i (1+ i)))
+    n))
+
 (defconst sly-agent-q-approval--frame "  ┃ "
   "The start of each line of an approval the product draws.")
 
@@ -548,7 +569,9 @@ nothing in them can draw a line of the approval."
                (concat sub key ": "
                       (if (> (length text) sly-agent-q-approval-value-chars)
                           (concat (sly-agent-q-display-line text sly-agent-q-approval-value-chars)
-                                  (let ((hidden (sly-agent-q-approval--elements-after-cut value)))
+                                  (let ((hidden (if (eq text value)
+                                                    (sly-agent-q-approval--words-after-cut value)
+                                                  (sly-agent-q-approval--elements-after-cut value))))
                                     (if (> hidden 0)
                                         (format " [%d more argument%s follow%s; v shows every argument whole]"
                                                 hidden (if (= hidden 1) "" "s") (if (= hidden 1) "s" ""))

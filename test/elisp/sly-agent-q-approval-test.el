@@ -82,7 +82,14 @@ a long argument cut short says how many arguments follow it."
     ;; One backslash, and the line's own quotes, as a shell reads it.
     (should (string-search "command_line: printf 'a\\b' \"q\"\n" summary))
     (should-not (string-search "\\\\" summary))
-    (should (string-match-p "3 more arguments follow" summary))))
+    (should (string-match-p "argv: .*3 more arguments follow" summary))
+    ;; The line, cut in a long quoted word, counts the words after it too.
+    (let ((line (sly-agent-q-approval--summary
+                 (sly-agent-q-approval--request
+                  (list :tool "run_command" :safetyLevel "dangerous" :callId "c2"
+                        :arguments (list :command_line (concat "echo 'a b" (make-string 1000 ?A) "'\\'' x' $'\\' y' rm -rf x")))
+                  nil))))
+      (should (string-match-p "command_line: .*4 more arguments follow" line)))))
 
 (ert-deftest sly-agent-q-approval-edit-buffer-undo-keeps-no-other-calls-arguments ()
   "The edit buffer is buried and reused: an undo (C-/) in the buffer just opened\nfor call B never brings back call A's arguments for C-c C-c to send as B's."
