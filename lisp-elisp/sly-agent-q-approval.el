@@ -134,6 +134,8 @@ command, which \"always\" allows again alone, never the whole tool."
    (and (plist-get params :reason) (list :reason (plist-get params :reason)))
    ;; The arguments that are Lisp source: shown and edited as Lisp.
    (and (plist-get params :lispArguments) (list :lispArguments (plist-get params :lispArguments)))
+   ;; The arguments only shown (a command's line, its program): not edited.
+   (and (plist-get params :shownOnly) (list :shownOnly (plist-get params :shownOnly)))
    ;; A call from an MCP client (Claude Code...), not from our model.
    (and (plist-get params :client) (list :client (plist-get params :client)))
    ;; A command: "always" would allow that exact command, not the tool.
@@ -468,6 +470,41 @@ CALL's cancellation marks it cancelled."
   "VALUE, an argument parsed from JSON, as compact JSON text."
   (sly-agent-q-display-json value))
 
+(defun sly-agent-q-approval--elements-after-cut (value)
+  "How many elements of VALUE, a vector, start beyond the approval's cut.
+A long element shortened in the approval would otherwise hide the
+ones after it (`rm' after a long `echo' argument); 0 for other values."
+  (if (not (vectorp value))
+      0
+    (let ((n (length value)) (i 0))
+      ;; The first element whose start (the text of those before it) lies past the cut.
+      (while (and (< i n)
+                  (< (length (sly-agent-q-approval--value (seq-subseq value 0 i)))
+                     sly-agent-q-approval-value-chars))
+        (setq i (1+ i)))
+      (if (< i n) (- n i) 0))))
+
+(defun sly-agent-q-approval--words-after-cut (line)
+  "How many words of LINE, a command line quoted by the server, follow the cut.
+The server joins its words with one space, each bare or quoted as
+\='...\=' (a quote inside as \='\\\='\=') or $\='...\=' (with
+backslash escapes): a space outside quotes past the cut starts a
+hidden word."
+  (let ((cut sly-agent-q-approval-value-chars) (state nil) (n 0) (i 0) (len (length line)))
+    (while (< i len)
+      (let ((c (aref line i)))
+        (pcase state
+          ('nil (cond ((eq c ?\') (setq state 'single))
+                      ((and (eq c ?$) (< (1+ i) len) (eq (aref line (1+ i)) ?\'))
+                       (setq state 'ansi i (1+ i)))
+                      ((eq c ?\\) (setq i (1+ i)))
+                      ((and (eq c ?\s) (>= i cut)) (setq n (1+ n)))))
+          ('single (when (eq c ?\') (setq state nil)))
+          ('ansi (cond ((eq c ?\\) (setq i (1+ i)))
+                       ((eq c ?\') (setq state nil))))))
+      (setq i (1+ i)))
+    n))
+
 (defconst sly-agent-q-approval--frame "  ┃ "
   "The start of each line of an approval the product draws.")
 
@@ -523,12 +560,22 @@ nothing in them can draw a line of the approval."
                       (sly-agent-q-display-block value (concat sub "  " bar)
                                                  :max-line-chars sly-agent-q-approval-value-chars
                                                  :faces (and lisp (sly-agent-q-faces-lisp value))))
-            (let ((text (sly-agent-q-approval--value value)))
+            (let ((text (if (and (stringp value) (eq (car pair) :command_line)
+                                 (equal (plist-get request :tool) "run_command"))
+                            ;; Quoted by the server as a shell reads it back: shown as that line.
+                            value
+                          (sly-agent-q-approval--value value))))
               (sly-agent-q-display-keep-frame
                (concat sub key ": "
                       (if (> (length text) sly-agent-q-approval-value-chars)
                           (concat (sly-agent-q-display-line text sly-agent-q-approval-value-chars)
-                                  " [v shows every argument whole]")
+                                  (let ((hidden (if (eq text value)
+                                                    (sly-agent-q-approval--words-after-cut value)
+                                                  (sly-agent-q-approval--elements-after-cut value))))
+                                    (if (> hidden 0)
+                                        (format " [%d more argument%s follow%s; v shows every argument whole]"
+                                                hidden (if (= hidden 1) "" "s") (if (= hidden 1) "s" ""))
+                                      " [v shows every argument whole]")))
                         (sly-agent-q-display-line text t))
                       "\n")
                sub)))))
@@ -702,6 +749,15 @@ compile to the finishing key; there it must run the edited form.")
         (and sly-agent-q-edit-arguments-mode
              `((sly-agent-q-edit-arguments-mode . ,sly-agent-q-edit-arguments-mode-map)))))
 
+(defun sly-agent-q-approval--editable-arguments (request)
+  "The arguments of REQUEST, less those the server only displays (:shownOnly).
+A command's line and program follow from its argv and directory: an
+edit of them would not be what runs, so they are not offered."
+  (let ((shown-only (append (plist-get request :shownOnly) nil)))
+    (cl-loop for (key value) on (plist-get request :arguments) by #'cddr
+             unless (member (substring (symbol-name key) 1) shown-only)
+             append (list key value))))
+
 (defun sly-agent-q-edit-arguments (&optional approval json)
   "Edit APPROVAL's arguments in a small buffer.
 A call with a Lisp form (the eval and compile tools) has that form
@@ -724,7 +780,7 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
           (progn
             (insert (plist-get (plist-get request :arguments) lisp))
             (indent-region (point-min) (point-max)))
-        (insert (sly-agent-q-chat-json (plist-get request :arguments)) "\n"))
+        (insert (sly-agent-q-chat-json (sly-agent-q-approval--editable-arguments request)) "\n"))
       ;; The buffer is reused: its undo starts here, with nothing of the
       ;; last call's edit, nor the arguments just drawn, to undo.
       (setq buffer-undo-list nil)
@@ -793,7 +849,9 @@ A Lisp form is checked for balance first, and indented."
     (unless (and (listp args) (or (null args) (keywordp (car args))))
       (user-error "The arguments must be a JSON object"))
     (sly-agent-q-approval--leave-editing)
-    (if (equal args (plist-get (sly-agent-q-approval-request a) :arguments))
+    (if (equal args (if lisp
+                        (plist-get (sly-agent-q-approval-request a) :arguments)
+                      (sly-agent-q-approval--editable-arguments (sly-agent-q-approval-request a))))
         ;; Nothing changed: approved as the model gave it, not marked as edited.
         (sly-agent-q-approval--decide a 'approved (list :decision "approved"))
       (sly-agent-q-approval--decide a 'modified (list :decision "modified"

@@ -818,6 +818,22 @@ Lisp source, shown in the faces `lisp-mode' gives it."
               (if (< ms 1000) (format "%d ms" (round ms)) (format "%.1f s" (/ ms 1000.0))))
     ""))
 
+(defun sly-agent-q-chat--command-failure (entry)
+  "How ENTRY's command ended when it did not exit with status 0, or nil.
+A command that fails is still a tool call that succeeded: its end is
+read from the status line the server writes before the output (the
+first lines, up to the first empty one), never from the output."
+  (let ((content (sly-agent-q-entry-content entry)))
+    (when (and (equal (sly-agent-q-entry-name entry) "run_command") (stringp content))
+      (let ((head (car (split-string content "\n\n"))))
+        (cond ((string-match "^exit status \\([0-9]+\\);" head)
+               (and (not (equal (match-string 1 head) "0"))
+                    (format "exit %s" (match-string 1 head))))
+              ((string-match "^timed out after \\([0-9]+ s\\)" head)
+               (format "timed out after %s" (match-string 1 head)))
+              ((string-match "^killed by signal \\([A-Z0-9]+\\)" head)
+               (format "killed by %s" (match-string 1 head))))))))
+
 (defun sly-agent-q-chat--entry-state (entry)
   "ENTRY's state after its summary.
 A mark in the face of its meaning, then meta text."
@@ -826,10 +842,13 @@ A mark in the face of its meaning, then meta text."
       ('queued (propertize "… queued" 'face 'sly-agent-q-meta-face))
       ('running (propertize "… running" 'face 'sly-agent-q-meta-face))
       ('approval (propertize "… waiting for approval" 'face 'sly-agent-q-waiting-face))
-      ('ok (concat (propertize "✓" 'face 'sly-agent-q-success-face)
-                   (propertize (format " %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
-                                       (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry)))
-                               'face 'sly-agent-q-meta-face)))
+      ('ok (let ((failed (sly-agent-q-chat--command-failure entry)))
+             (concat (if failed
+                         (propertize (concat "✗ " failed) 'face 'sly-agent-q-error-face)
+                       (propertize "✓" 'face 'sly-agent-q-success-face))
+                     (propertize (format " %s ms%s" (sly-agent-q-chat--ms (sly-agent-q-entry-time-ms entry))
+                                         (sly-agent-q-chat--wait (sly-agent-q-entry-wait-ms entry)))
+                                 'face 'sly-agent-q-meta-face))))
       (_ (let ((state (concat "✗ " (sly-agent-q-display-line
                                      (car (split-string (or (sly-agent-q-entry-error entry) "failed") "\n"))
                                      80))))
@@ -911,8 +930,11 @@ they edited the model's."
       (put-text-property start (point) 'wrap-prefix "    "))
     ;; A running command's last lines, live: what the server sends is a bounded tail, a few times a
     ;; second at most, and only its last lines are drawn.
-    (when (and (eq status 'running) (sly-agent-q-entry-output entry))
-      (let ((live (concat (format "    output so far (%s), its last lines:\n"
+    ;; A call stopped before its end (cancelled) keeps the last lines it showed.
+    (when (and (memq status '(running error)) (sly-agent-q-entry-output entry))
+      (let ((live (concat (format (if (eq status 'running)
+                                      "    output so far (%s), its last lines:\n"
+                                    "    output before it stopped (%s), its last lines:\n")
                                   (sly-agent-q-chat--bytes (sly-agent-q-entry-output-bytes entry)))
                           (sly-agent-q-chat--preview
                            (sly-agent-q-chat--last-lines (sly-agent-q-entry-output entry)

@@ -259,7 +259,7 @@ A trust level or a permission rule naming one covers every tool in it.")
       ("safetyLevel" . "string") ("description" . "string") ("capability" . "string")
       ("categories" . "array") ("reason" . "object") ("lispArguments" . "array?")
       ("conversationId" . "string?") ("turnId" . "string?") ("client" . "string?")
-      ("alwaysCommand" . "boolean?") ("projectRoot" . "string?"))
+      ("alwaysCommand" . "boolean?") ("shownOnly" . "array?") ("projectRoot" . "string?"))
      :result (("decision" . "string") ("always" . "boolean?") ("target" . "string?") ("reason" . "string?")
       ("arguments" . "object?"))))
   "The keys of each message and their types, as server/protocol.ts declares them.

@@ -93,6 +93,9 @@ function main(argv: string[]): void {
   registerChatHandlers(server);
   const mcp = registerMcpHandlers(server);
   process.on("exit", () => mcp.stopSync());
+  // Node ends on these signals without its exit handlers, which stop the commands still running (and
+  // the MCP servers): Emacs exiting sends SIGHUP. They end the server as before, through them.
+  for (const [sig, n] of [["SIGHUP", 1], ["SIGINT", 2], ["SIGTERM", 15]] as const) process.on(sig, () => process.exit(128 + n));
   process.on("uncaughtException", (err) => logger.error(`uncaught: ${err.stack ?? err.message}`));
   process.on("unhandledRejection", (err) => logger.error(`unhandled rejection: ${String((err as Error)?.stack ?? err)}`));
   server.listen();

@@ -104,7 +104,7 @@ export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape }
   approval: {
     params: shape<P.EmacsApprovalParams>({
       callId: "string", tool: "string", arguments: "object", review: "string", safetyLevel: "string", description: "string",
-      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?", alwaysCommand: "boolean?", projectRoot: "string?",
+      capability: "string", categories: "array", reason: "object", lispArguments: "array?", conversationId: "string?", turnId: "string?", client: "string?", alwaysCommand: "boolean?", shownOnly: "array?", projectRoot: "string?",
     }),
     result: shape<Flat<P.ApprovalDecision>>({ decision: "string", always: "boolean?", target: "string?", reason: "string?", arguments: "object?" }),
   },

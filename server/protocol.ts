@@ -509,6 +509,9 @@ export interface EmacsApprovalParams {
   lispArguments?: string[];
   /** True for a tool that runs commands: "always" allows this exact command again, not the tool. */
   alwaysCommand?: boolean;
+  /** The arguments the approval only shows (a preview's command_line, program): not parameters, so
+   *  not edited; an edited reply that changes one is refused. */
+  shownOnly?: string[];
   /** The project root the call was judged against: Emacs prepares the approval's target against it. */
   projectRoot?: string;
 }

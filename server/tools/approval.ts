@@ -25,11 +25,19 @@ export function approvalParams(request: ApprovalRequest, origin: ApprovalOrigin 
     reason: request.reason,
     ...(lispArguments(tool).length ? { lispArguments: lispArguments(tool) } : {}),
     ...(tool.command ? { alwaysCommand: true } : {}),
+    ...(shownOnly(request).length ? { shownOnly: shownOnly(request) } : {}),
     ...(origin.conversationId ? { conversationId: origin.conversationId } : {}),
     ...(origin.turnId ? { turnId: origin.turnId } : {}),
     ...(origin.client ? { client: origin.client } : {}),
     ...(request.projectRoot !== undefined ? { projectRoot: request.projectRoot } : {}),
   };
+}
+
+/** The arguments REQUEST's approval shows that are no parameter of its tool (what its preview adds). */
+function shownOnly(request: ApprovalRequest): string[] {
+  const { tool } = request;
+  if (!tool.preview) return [];
+  return Object.keys(request.arguments).filter((k) => !Object.prototype.hasOwnProperty.call(tool.parameters, k));
 }
 
 /** The parameters of TOOL that hold Lisp source, under the primary tool's names as the arguments are sent. */

@@ -6,15 +6,17 @@
 //   space is one word, never two), with any further arguments only when the rule ends in `*`. A shell
 //   line is allowed only by a rule without `*` whose text is that exact line: whether a line does
 //   only what its first words say cannot be told from its spelling (`make test && rm -rf ~`).
-// - deny and ask: the rule's words anywhere in the command, its first word also matching a program
-//   by its file name (`/bin/rm`, `env rm`, `xargs rm`); in a shell line, anywhere among its words
-//   split at blanks and operators. They cannot see a program reached another way (a script, `sh -c`
+// - deny and ask: the rule's program anywhere in the command, matching also by file name (`/bin/rm`,
+//   `env rm`, `xargs rm`) and, for the program that runs, by the name of the true file it is
+//   (`./del` linking to rm); its further words after it in their order, anything between them
+//   (`git -C . push`, `make -C sub test`); in a shell line, the same among its words split at blanks
+//   and operators. This errs towards denying (`git log --grep push` is caught by `git push*`). They cannot see a program reached another way (a script, `sh -c`
 //   with the name built at run time): the approval each command asks for is the fence, not them.
 
 import { basename } from "node:path";
 
 /** What a call runs, as rules see it (the tool's ToolSpec.command). */
-export type CommandTarget = { kind: "argv"; argv: string[] } | { kind: "shell"; line: string };
+export type CommandTarget = { kind: "argv"; argv: string[]; program?: string } | { kind: "shell"; line: string };
 
 export interface CommandPattern {
   /** The rule's text, trimmed: what a shell line must be to be allowed. */
@@ -70,13 +72,20 @@ function exactPrefix(p: CommandPattern, words: readonly string[]): boolean {
   return p.words.every((w, i) => words[i] === w);
 }
 
-/** Whether PATTERN's words occur anywhere in WORDS, its program also by file name. */
-function occursIn(p: CommandPattern, words: readonly string[]): boolean {
+/**
+ * Whether PATTERN's program occurs anywhere in WORDS (also by file name, and as PROGRAM, the true file
+ * the first word runs) with the pattern's further words after it in their order, other words (options,
+ * `git -C dir push`) between them allowed.
+ */
+function occursIn(p: CommandPattern, words: readonly string[], program?: string): boolean {
   const first = p.words[0]!;
-  for (let i = 0; i + p.words.length <= words.length; i++) {
-    const w = words[i]!;
-    if (w !== first && (first.includes("/") || basename(w) !== first)) continue;
-    if (p.words.every((x, k) => k === 0 || words[i + k] === x)) return true;
+  const names = (w: string, i: number): boolean =>
+    w === first || (!first.includes("/") && (basename(w) === first || (i === 0 && program !== undefined && basename(program) === first)));
+  for (let i = 0; i < words.length; i++) {
+    if (!names(words[i]!, i)) continue;
+    let k = 1;
+    for (let j = i + 1; j < words.length && k < p.words.length; j++) if (words[j] === p.words[k]) k++;
+    if (k === p.words.length) return true;
   }
   return false;
 }
@@ -91,7 +100,7 @@ export function shellWords(line: string): string[] {
 
 /** Whether a rule with action ALLOWS (else it denies or asks) and command PATTERN matches TARGET. */
 export function commandMatches(p: CommandPattern, target: CommandTarget, allows: boolean): boolean {
-  if (target.kind === "argv") return allows ? exactPrefix(p, target.argv) : occursIn(p, target.argv);
+  if (target.kind === "argv") return allows ? exactPrefix(p, target.argv) : occursIn(p, target.argv, target.program);
   if (allows) return !p.rest && p.text === target.line.trim();
   return occursIn(p, shellWords(target.line));
 }

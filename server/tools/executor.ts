@@ -159,6 +159,8 @@ const DEFAULT_IMAGE_LOAD_TIMEOUT_MS = 300_000;
 const IMAGE_MARGIN_MS = 10_000;
 const DEFAULT_MAX_RESULT_CHARS = 40_000;
 const MAX_ERROR_CHARS = 4_000;
+/** How long a tool that answers a cancel itself (Tool.answersCancel) may take to, once cancelled. */
+const CANCEL_GRACE_MS = 5_000;
 
 /** What a configuration sets on a running executor (Executor.configure). */
 export type ExecutorSettings = Pick<ExecutorOptions, "policy" | "defaultTimeoutMs" | "imageTimeoutMs" | "imageLoadTimeoutMs" | "maxResultChars">;
@@ -327,7 +329,8 @@ export class Executor {
       let ask: ApprovalReason | undefined;
       if (verdict.kind === "ask") {
         // "Always allow" answers the tool's level; a rule that asks always asks.
-        if (verdict.reason.kind === "level" && this.sessionAllowed.has(policy.sessionKey(tool, args))) {
+        const key = verdict.reason.kind === "level" ? policy.sessionKey(tool, args, projectRoot) : undefined;
+        if (key !== undefined && this.sessionAllowed.has(key)) {
           decision = "session";
         } else {
           if (!this.options.approve) {
@@ -392,10 +395,20 @@ export class Executor {
       switch (reply?.decision) {
         case "approved":
           decision = "approved";
-          if (reply.always) this.sessionAllowed.add(this.policy.sessionKey(tool, args));
+          if (reply.always) {
+            const key = this.policy.sessionKey(tool, args, admitted.projectRoot);
+            if (key !== undefined) this.sessionAllowed.add(key);
+          }
           break;
         case "modified": {
-          const edited = declaredOnly(tool, parseArguments(reply.arguments));
+          const raw = parseArguments(reply.arguments);
+          // A field the approval only shows (a preview's command_line, program) is not an argument:
+          // an edit of it would be dropped, and the unedited call run under the user's "edited".
+          const shownOnly = typeof raw === "string" ? undefined : editedShownOnly(tool, raw, shown);
+          if (shownOnly !== undefined) {
+            return answer(`The user's edit changed ${shownOnly}, which is shown only (it follows from the arguments: ${Object.keys(tool.parameters).join(", ")}); edit those instead. ${tool.name} was not run.`);
+          }
+          const edited = declaredOnly(tool, raw);
           const bad = typeof edited === "string" ? edited : this.validate(tool, edited);
           if (bad || typeof edited === "string") return answer(`The user's edited arguments for ${tool.name} are invalid: ${sentence(bad ?? "")} The tool was not run.`);
           const again = this.policy.decide(tool, edited, admitted.projectRoot);
@@ -650,7 +663,8 @@ export class Executor {
   private async previewOf(tool: Tool, args: Record<string, unknown>, callId: string, signal: AbortSignal, projectRoot: string | undefined): Promise<{ shown: Record<string, unknown>; digest: string }> {
     const ctx: ToolContext = { callId, signal, timeoutMs: this.timeoutFor(tool), ...this.options.context?.(), ...(projectRoot !== undefined ? { projectRoot } : {}) };
     const shown = await tool.preview!(args, ctx);
-    return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).digest("hex") };
+    const hidden = tool.previewBinding ? await tool.previewBinding(args, ctx) : "";
+    return { shown, digest: createHash("sha256").update(JSON.stringify(shown)).update("\0").update(hidden).digest("hex") };
   }
 
   private async runHandler(tool: Tool, args: Record<string, unknown>, callId: string, opts: ExecuteOptions & { onApprovedWhileRunning?: () => void; protectedApproved?: string; projectRoot?: string | undefined }, approved?: ApprovedTarget): Promise<unknown> {
@@ -661,12 +675,21 @@ export class Executor {
     if (outer?.aborted) throw new ToolError(`${tool.name} was cancelled before it ran.`);
     outer?.addEventListener("abort", onOuterAbort, { once: true });
     let timer: NodeJS.Timeout | undefined;
+    let graceTimer: NodeJS.Timeout | undefined;
     const stopped = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         const err = new ToolError(`${tool.name} timed out after ${timeoutMs} ms and was stopped.`);
         controller.abort(err);
       }, timeoutMs);
-      controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true });
+      controller.signal.addEventListener(
+        "abort",
+        () => {
+          // A tool that answers a cancel itself (a command's output so far) is given a moment to.
+          if (tool.answersCancel && outer?.aborted) graceTimer = setTimeout(() => reject(controller.signal.reason), CANCEL_GRACE_MS);
+          else reject(controller.signal.reason);
+        },
+        { once: true },
+      );
     });
     stopped.catch(() => undefined);
     try {
@@ -692,6 +715,7 @@ export class Executor {
       return await Promise.race([running, stopped]);
     } finally {
       clearTimeout(timer);
+      clearTimeout(graceTimer);
       outer?.removeEventListener("abort", onOuterAbort);
       if (!controller.signal.aborted) controller.abort(new ToolError("finished"));
     }
@@ -800,4 +824,14 @@ function declaredOnly<T>(tool: Tool, edited: T): T {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(edited)) if (Object.prototype.hasOwnProperty.call(tool.parameters, k)) out[k] = v;
   return out as T;
+}
+
+/** The first field of EDITED that TOOL's approval only showed (no parameter) and the user changed. */
+function editedShownOnly(tool: Tool, edited: Record<string, unknown>, shown: Record<string, unknown>): string | undefined {
+  if (!tool.preview) return undefined;
+  for (const [k, v] of Object.entries(edited)) {
+    if (Object.prototype.hasOwnProperty.call(tool.parameters, k)) continue;
+    if (JSON.stringify(v) !== JSON.stringify(shown[k])) return k;
+  }
+  return undefined;
 }

@@ -138,7 +138,7 @@ export class ToolPolicy {
   /** What a call of TOOL with ARGS (already validated) needs; PROJECTROOT is what its paths are relative to. */
   decide(tool: Tool, args: Record<string, unknown>, projectRoot?: string): PolicyDecision {
     const primaryArgs = toPrimaryArgs(tool, args);
-    const matching = this.rules.filter((r) => this.ruleCovers(r, tool) && argumentMatches(r, primaryArgs) && this.commandRuleMatches(r, tool, primaryArgs));
+    const matching = this.rules.filter((r) => this.ruleCovers(r, tool) && argumentMatches(r, primaryArgs) && this.commandRuleMatches(r, tool, primaryArgs, projectRoot));
     const deny = matching.find((r) => r.rule.action === "deny");
     if (deny) return { kind: "deny", rule: deny.rule };
     // A protected file asks before any allow rule or level is looked at ("always allow" answers
@@ -179,13 +179,13 @@ export class ToolPolicy {
    * no command is never matched by one; a call whose command cannot be read is matched by deny and ask
    * rules, never by allow rules.
    */
-  private commandRuleMatches(r: CompiledRule, tool: Tool, args: Record<string, unknown>): boolean {
+  private commandRuleMatches(r: CompiledRule, tool: Tool, args: Record<string, unknown>, projectRoot: string | undefined): boolean {
     const of = this.commandOf(tool);
     // Whatever rule allows with a pattern over the arguments (one naming a category, or none), it
     // never allows a command: only a rule's command words do.
     if (r.command === undefined) return !(of !== undefined && r.rule.action === "allow" && r.rule.argument !== undefined);
     if (of === undefined) return false;
-    const target = of(args);
+    const target = of(args, projectRoot);
     if (target === undefined) return r.rule.action !== "allow";
     return commandMatches(r.command, target, r.rule.action === "allow");
   }
@@ -199,10 +199,20 @@ export class ToolPolicy {
    * runs commands, that exact command alone, so that approving `make test` once never lets `rm -rf ~`
    * run unasked.
    */
-  sessionKey(tool: Tool, args: Record<string, unknown>): string {
+  sessionKey(tool: Tool, args: Record<string, unknown>, projectRoot?: string): string | undefined {
     const of = this.commandOf(tool);
     if (of === undefined) return this.primaryName(tool);
-    return `${this.primaryName(tool)} ${JSON.stringify(of(toPrimaryArgs(tool, args)) ?? null)}`;
+    const primaryArgs = toPrimaryArgs(tool, args);
+    // The same argv in another directory, or finding another program, is another command (./t.sh).
+    const scopeOf = this.registry.get(this.primaryName(tool))?.sessionScope ?? tool.sessionScope;
+    let scope: string | undefined = "";
+    try {
+      if (scopeOf) scope = scopeOf(primaryArgs, projectRoot);
+    } catch {
+      scope = undefined;
+    }
+    if (scope === undefined) return undefined;
+    return `${this.primaryName(tool)} ${JSON.stringify(of(primaryArgs) ?? null)} ${scope}`;
   }
 
   /** The not-available message for NAME, naming what is available. */

@@ -106,13 +106,25 @@ export interface ToolSpec {
    *  the call will make), merged into the approval's arguments. A ToolError refuses the call before
    *  anyone is asked. Keys that are not parameters are dropped from an edited reply. */
   preview?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<Record<string, unknown>>;
+  /** What the approval is bound to besides what the preview shows, never shown (the content hash of
+   *  the project's script a command runs): computed with the preview, and again just before the call
+   *  runs; when it differs, nothing runs. */
+  previewBinding?: (args: Record<string, unknown>, ctx: ToolContext) => Promise<string>;
   /** The parameter naming the file a call writes (write_file's path): a protected file there makes
    *  the call ask (protected-paths.ts). A handler that finds the file only as it runs asks through
    *  ToolContext.confirmWrite. */
   writesFile?: string;
   /** For a tool that runs a command: the command a call's arguments name (undefined when they name
-   *  none), which permission rules with `command` match (server/tools/command-rules.ts). */
-  command?: (args: Record<string, unknown>) => CommandTarget | undefined;
+   *  none), which permission rules with `command` match (server/tools/command-rules.ts); with
+   *  PROJECTROOT, also the true file its program is, when it can be found. */
+  command?: (args: Record<string, unknown>, projectRoot?: string) => CommandTarget | undefined;
+  /** For a tool that runs a command: what besides the command itself an "always allow" is bound to
+   *  (the true directory, the program it finds), resolved now against PROJECTROOT; undefined when it
+   *  cannot be resolved, and then nothing is remembered or allowed by an earlier "always". */
+  sessionScope?: (args: Record<string, unknown>, projectRoot: string | undefined) => string | undefined;
+  /** Cancelled, the handler stops its work itself and answers with what it has (a command's output so
+   *  far): the executor waits a few seconds for that answer before answering "cancelled" itself. */
+  answersCancel?: boolean;
   /** The parameter naming the buffer whose text a call changes (buffer_edit's buffer_name; the call
    *  without it changes the user's last buffer): a buffer visiting a protected file makes the call ask,
    *  as a write to that file would, since the user's next save writes it there (Executor). */

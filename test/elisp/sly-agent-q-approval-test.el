@@ -69,6 +69,28 @@
 
 
 
+(ert-deftest sly-agent-q-approval-command-line-as-a-shell-reads-it ()
+  "A command's line is drawn as the shell line it is, not as a JSON string;
+a long argument cut short says how many arguments follow it."
+  (let* ((request (sly-agent-q-approval--request
+                   (list :tool "run_command" :safetyLevel "dangerous" :callId "c1"
+                         :arguments (list :argv (vector "echo" (make-string 1000 ?A) "rm" "-rf" "x")
+                                          :command_line "printf 'a\\b' \"q\""
+                                          :program "/usr/bin/printf"))
+                   nil))
+         (summary (substring-no-properties (sly-agent-q-approval--summary request))))
+    ;; One backslash, and the line's own quotes, as a shell reads it.
+    (should (string-search "command_line: printf 'a\\b' \"q\"\n" summary))
+    (should-not (string-search "\\\\" summary))
+    (should (string-match-p "argv: .*3 more arguments follow" summary))
+    ;; The line, cut in a long quoted word, counts the words after it too.
+    (let ((line (sly-agent-q-approval--summary
+                 (sly-agent-q-approval--request
+                  (list :tool "run_command" :safetyLevel "dangerous" :callId "c2"
+                        :arguments (list :command_line (concat "echo 'a b" (make-string 1000 ?A) "'\\'' x' $'\\' y' rm -rf x")))
+                  nil))))
+      (should (string-match-p "command_line: .*4 more arguments follow" line)))))
+
 (ert-deftest sly-agent-q-approval-edit-buffer-undo-keeps-no-other-calls-arguments ()
   "The edit buffer is buried and reused: an undo (C-/) in the buffer just opened\nfor call B never brings back call A's arguments for C-c C-c to send as B's."
   (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
@@ -103,6 +125,40 @@
               (sly-agent-q-edit-arguments-finish))
             (should-not (equal (plist-get (plist-get (cdr (assoc "B" decisions)) :arguments) :path)
                                "secret-a.txt"))))
+      (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
+      (when (get-buffer "*sly-agent-q arguments*") (kill-buffer "*sly-agent-q arguments*"))
+      (delete-directory sly-agent-q-project-root t))))
+
+(ert-deftest sly-agent-q-approval-edit-offers-no-shown-only-argument ()
+  "A command's edit buffer offers argv and directory, not the line and program it only shows;
+left unchanged it approves the call as it was, edited it sends the edited argv."
+  (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+         (sly-agent-q-chat-buffer-name "*sly-agent-q approval shown-only test*")
+         (decisions nil)
+         (params '(:tool "run_command" :safetyLevel "dangerous" :callId "R"
+                         :arguments (:argv ["make" "test"] :command_line "make test"
+                                           :program "/usr/bin/make" :directory "/p")
+                         :shownOnly ["command_line" "program"])))
+    (unwind-protect
+        (with-current-buffer (sly-agent-q-chat-buffer)
+          (dolist (edit '(nil t))
+            (sly-agent-q-approval--ask (sly-agent-q--make-call :id "R" :kind "approval") params
+                                       (lambda (d) (push d decisions)))
+            (sly-agent-q-edit-arguments (car (sly-agent-q-approval--pending (current-buffer))))
+            (with-current-buffer "*sly-agent-q arguments*"
+              (should (string-search "\"argv\"" (buffer-string)))
+              (should (string-search "\"directory\"" (buffer-string)))
+              (should-not (string-search "command_line" (buffer-string)))
+              (should-not (string-search "/usr/bin/make" (buffer-string)))
+              (when edit
+                (goto-char (point-min))
+                (search-forward "\"test\"")
+                (replace-match "\"check\""))
+              (sly-agent-q-edit-arguments-finish)))
+          (should (equal (plist-get (nth 1 decisions) :decision) "approved"))
+          (should (equal (plist-get (nth 0 decisions) :decision) "modified"))
+          (should (equal (plist-get (plist-get (nth 0 decisions) :arguments) :argv) ["make" "check"]))
+          (should-not (plist-member (plist-get (nth 0 decisions) :arguments) :command_line)))
       (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
       (when (get-buffer "*sly-agent-q arguments*") (kill-buffer "*sly-agent-q arguments*"))
       (delete-directory sly-agent-q-project-root t))))

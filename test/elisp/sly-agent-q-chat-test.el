@@ -483,6 +483,46 @@ Cut to its first line, drawn as data; other strings stay quoted."
           (should-not (string-match-p "\\\\\"\\|\\\\n\\|(\\+ 1 2)\\|\e" line))
           (should (string-match-p "describe_symbol (safe) symbol=\"car\"" chat)))))))
 
+(defun sly-agent-q-chat-test--render (&rest slots)
+  "The text of a tool entry made of SLOTS, as the chat draws it."
+  (with-temp-buffer
+    (sly-agent-q-chat--render-entry
+     ;; SLOTS first: the first value of a keyword is the one taken.
+     (apply #'sly-agent-q--make-entry
+            (append slots
+                    (list :call-id "c1" :name "run_command" :arguments '(:argv ["make" "test"])
+                          :safety "dangerous" :approved t :time-ms 12))))
+    (buffer-string)))
+
+(ert-deftest sly-agent-q-chat-command-entry-marks-how-it-ended ()
+  "A command that failed, timed out or was killed is not drawn with the success mark.
+Its answer is a successful tool call: the mark comes from its status line."
+  (let ((result (lambda (status)
+                  (format "$ make test\nin /p\n%s; 0.1 s; 5 bytes of output (stdout and stderr together; no standard input).\n\nexit status 0\n" status))))
+    (let ((text (sly-agent-q-chat-test--render :status 'ok :content (funcall result "exit status 2"))))
+      (should (string-match-p "✗ exit 2" text))
+      (should-not (string-search "✓" text))
+      (should (memq 'sly-agent-q-error-face
+                    (ensure-list (get-text-property (string-search "✗" text) 'face text)))))
+    (should (string-match-p "✗ timed out"
+                            (sly-agent-q-chat-test--render
+                             :status 'ok :content (funcall result "timed out after 120 s (the user's sly-agent-q-command-timeout): its process group was stopped; killed by signal SIGTERM (15)"))))
+    (should (string-match-p "✗ killed by SIGKILL"
+                            (sly-agent-q-chat-test--render :status 'ok :content (funcall result "killed by signal SIGKILL (9)"))))
+    ;; Exit 0, whatever the output says after its status line, keeps the success mark.
+    (should (string-match-p "✓" (sly-agent-q-chat-test--render :status 'ok :content (funcall result "exit status 0"))))
+    ;; Another tool's result is never read for a status.
+    (should (string-match-p "✓" (sly-agent-q-chat-test--render :name "read_file" :status 'ok
+                                                               :content (funcall result "exit status 2"))))))
+
+(ert-deftest sly-agent-q-chat-command-entry-keeps-cancelled-tail ()
+  "A command stopped before its answer keeps the last lines it showed live."
+  (let ((text (sly-agent-q-chat-test--render
+               :status 'error :error "run_command was cancelled by the user; its output so far follows.\n..."
+               :output "line-1\nline-2\nlast-line-before-cancel\n" :output-bytes 40)))
+    (should (string-match-p "last-line-before-cancel" text))
+    (should (string-match-p "output before it stopped" text))))
+
 (ert-deftest sly-agent-q-chat-key-never-shown ()
   "The API key reaches the server through its environment, never a buffer."
   (sly-agent-q-test-with-server

@@ -3,7 +3,7 @@
 // of the root, commands that never end or leave a daemon behind. A marker file a command would create
 // proves whether it ran: every attack checks the disk, not a flag.
 
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -228,7 +228,7 @@ describe("run_command under attack", () => {
       expect(dump).not.toContain("OPENAI_BASE_URL");
       expect(dump).not.toContain("hunter2");
       expect(dump).toMatch(/^PATH=/m);
-      expect(dump).toMatch(/^SLY_AGENT_Q_RUN=[0-9a-f]{24}$/m);
+      expect(dump).toMatch(/^SLY_AGENT_Q_RUN=\d+-[0-9a-f]{24}$/m);
     } finally {
       delete process.env.INNOCENT_LOOKING;
       delete process.env.GITHUB_TOKEN;
@@ -273,6 +273,105 @@ describe("run_command under attack", () => {
     const r = await executor.execute({ id: "n", name: "run_command", arguments: { argv: ["touch", "unasked"] } });
     expect(r.success).toBe(false);
     expect(existsSync(join(root, "unasked"))).toBe(false);
+  });
+  it("an edit of a shown-only field (command_line, program) is refused, never silently dropped", async () => {
+    for (const field of ["command_line", "program"]) {
+      const marker = fresh(`edit-shown-${field}`);
+      const { run } = setup({ approve: async (req) => ({ decision: "modified", arguments: { ...req.arguments, [field]: "touch other" } }) });
+      const r = await run({ argv: ["touch", marker] });
+      expect(r.success).toBe(false);
+      expect(r.content).toContain(`changed ${field}, which is shown only`);
+      expect(existsSync(marker)).toBe(false);
+    }
+  });
+
+  it("an edit of argv runs exactly the edited argv, and the rules judge it again", async () => {
+    const original = fresh("edit-original");
+    const edited = fresh("edit-edited");
+    const { run } = setup({ approve: async (req) => ({ decision: "modified", arguments: { ...req.arguments, argv: ["touch", edited] } }) });
+    const r = await run({ argv: ["touch", original] });
+    expect(r.success).toBe(true);
+    expect(existsSync(edited)).toBe(true);
+    expect(existsSync(original)).toBe(false);
+    writeFileSync(join(root, "keep-edit"), "x");
+    const denied = setup({ rules: [{ action: "deny", command: "rm *" }], approve: async (req) => ({ decision: "modified", arguments: { ...req.arguments, argv: ["rm", "-f", "keep-edit"] } }) });
+    const d = await denied.run({ argv: ["true"] });
+    expect(d.content).toContain("denied by a permission rule");
+    expect(existsSync(join(root, "keep-edit"))).toBe(true);
+  });
+
+  it("\"always allow\" is bound to the resolved directory and program: the same argv elsewhere asks", async () => {
+    writeFileSync(join(root, "t.sh"), "#!/bin/sh\ntouch root-ran\n", { mode: 0o755 });
+    writeFileSync(join(root, "a", "t.sh"), "#!/bin/sh\ntouch sub-ran\n", { mode: 0o755 });
+    const asked: unknown[] = [];
+    const { run } = setup({ approve: async (req) => (asked.push(req.arguments), { decision: "approved", always: true }) });
+    await run({ argv: ["./t.sh"] });
+    expect(asked).toHaveLength(1);
+    await run({ argv: ["./t.sh"] });
+    expect(asked).toHaveLength(1);
+    await run({ argv: ["./t.sh"], directory: "a" });
+    expect(asked).toHaveLength(2);
+  });
+  it("deny and ask rules see past options before the words they name, and a program behind a link by its true name", async () => {
+    writeFileSync(join(root, "keep-rm"), "x");
+    symlinkSync(realpathSync("/bin/rm"), join(root, "del"));
+    const { run, asked } = setup({ rules: [{ action: "deny", command: "git push*" }, { action: "deny", command: "make test*" }, { action: "deny", command: "rm *" }] });
+    for (const argv of [["git", "-C", ".", "push"], ["git", "-c", "x.y=1", "push", "origin"], ["make", "-C", "a", "test"], ["./del", "keep-rm"]]) {
+      const r = await run({ argv });
+      expect(r.content, argv.join(" ")).toContain("denied by a permission rule");
+    }
+    expect(asked).toHaveLength(0);
+    expect(existsSync(join(root, "keep-rm"))).toBe(true);
+    const policy = new ToolPolicy(registry, { permissionRules: [{ action: "allow", tool: "run_command" }, { action: "ask", command: "git push*" }] });
+    expect(policy.decide(registry.get("run_command")!, { argv: ["git", "-C", ".", "push"] }, root)).toMatchObject({ kind: "ask", reason: { kind: "rule" } });
+    expect(policy.decide(registry.get("run_command")!, { argv: ["git", "status"] }, root).kind).toBe("run");
+  });
+  it("an approval is bound to the text of the project's script it runs: changed while it waits, nothing runs", async () => {
+    const script = join(root, "build.sh");
+    writeFileSync(script, "#!/bin/sh\ntouch script-approved\n", { mode: 0o755 });
+    fresh("script-approved");
+    fresh("script-swapped");
+    const { run } = setup({
+      approve: async () => {
+        writeFileSync(script, "#!/bin/sh\ntouch script-swapped\n", { mode: 0o755 });
+        return { decision: "approved" };
+      },
+    });
+    const r = await run({ argv: ["./build.sh"] });
+    expect(r.success).toBe(false);
+    expect(r.content).toContain("changed while the approval waited");
+    expect(existsSync(join(root, "script-swapped"))).toBe(false);
+    expect(existsSync(join(root, "script-approved"))).toBe(false);
+    // Unchanged, it runs.
+    const ok = await setup().run({ argv: ["./build.sh"] });
+    expect(ok.content).toContain("exit status 0");
+    expect(existsSync(join(root, "script-swapped"))).toBe(true);
+  });
+  it("variables that hold secrets by other names never reach a command: API keys, passwords, sessions, auth, URLs with a password", async () => {
+    const secrets: Record<string, string> = {
+      MISTRAL_APIKEY: "mistral-secret-value-1",
+      MYSQL_PWD: "mysql-secret-value-2",
+      SECRET_KEY_BASE: "rails-secret-value-3",
+      DATABASE_URL: "postgres://app:db-secret-value-4@localhost/app",
+      GITHUB_PAT: "github-secret-value-5",
+      BW_SESSION: "bitwarden-secret-value-6",
+      NPM_CONFIG__AUTH: "npm-secret-value-7",
+      CLAUDE_CODE_OAUTH: "claude-secret-value-8",
+    };
+    const harmless: Record<string, string> = { PLAIN_URL: "https://example.invalid/path", GIT_AUTHOR_NAME: "someone-harmless", PATHS_HARMLESS: "kept-harmless" };
+    Object.assign(process.env, secrets, harmless);
+    try {
+      await setup().run({ argv: ["sh", "-c", "env > env-dump-2"] });
+      const dump = readFileSync(join(root, "env-dump-2"), "utf8");
+      for (const [name, value] of Object.entries(secrets)) {
+        expect(dump, name).not.toContain(value);
+        expect(dump, name).not.toContain(`${name}=`);
+      }
+      for (const value of Object.values(harmless)) expect(dump).toContain(value);
+      expect(dump).toMatch(/^PATH=/m);
+    } finally {
+      for (const name of [...Object.keys(secrets), ...Object.keys(harmless)]) delete process.env[name];
+    }
   });
 });
 

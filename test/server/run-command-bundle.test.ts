@@ -72,6 +72,44 @@ it("the provider's key is in no command's environment, whatever the variable hol
   expect(dump).not.toContain("SOME_SETTING");
 });
 
+/** Starts a command that runs for ever in a fresh session; its pid, once it runs. */
+async function runningCommand(call: (args: Record<string, unknown>) => Promise<Result>, name: string): Promise<number> {
+  const pidFile = join(root, name);
+  void call({ argv: ["sh", "-c", `echo $$ > ${pidFile}; exec sleep 300`] }).catch(() => undefined);
+  const end = Date.now() + 10_000;
+  while (!(existsSync(pidFile) && readFileSync(pidFile, "utf8").endsWith("\n")) && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+  const pid = Number(readFileSync(pidFile, "utf8"));
+  expect(() => process.kill(pid, 0)).not.toThrow();
+  return pid;
+}
+
+/** Whether PID no longer runs: gone, or a zombie left to an init that does not reap. */
+async function stopped(pid: number): Promise<boolean> {
+  const end = Date.now() + 5_000;
+  for (;;) {
+    let state = "gone";
+    try {
+      state = readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^\S+ \(.*\) /, "").slice(0, 1);
+    } catch {
+      // Gone.
+    }
+    if (state === "gone" || state === "Z") return true;
+    if (Date.now() > end) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+it("a server ended by SIGHUP (Emacs exiting), SIGTERM or its closed stdin stops the commands still running", async () => {
+  for (const how of ["SIGHUP", "SIGTERM", "eof"] as const) {
+    const { b, call } = await session({});
+    const pid = await runningCommand(call, `running-${how}`);
+    if (how === "eof") b.child.stdin.end();
+    else b.child.kill(how);
+    await b.exited;
+    expect(await stopped(pid), how).toBe(true);
+  }
+});
+
 it("a server told to exit stops the commands still running", async () => {
   const { b, call } = await session({});
   const pidFile = join(root, "running-pid");

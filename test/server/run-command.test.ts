@@ -9,8 +9,9 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor, type ExecuteOptions } from "../../server/tools/executor.js";
+import { approvalParams } from "../../server/tools/approval.js";
 import type { CommandSettings } from "../../server/tools/tool.js";
-import { quoteWord } from "../../server/tools/project/command.js";
+import { killLeftovers, quoteWord } from "../../server/tools/project/command.js";
 import { CORE_TOOLS, LeanToolSet, moreToolsSection } from "../../server/agent/tool-set.js";
 
 const root = mkdtempSync(join(tmpdir(), "agent-q-run-"));
@@ -150,7 +151,7 @@ describe("run_command", () => {
   it("cancel stops the whole process group at once", async () => {
     const controller = new AbortController();
     const pidFile = join(root, "pids");
-    const started = run({ argv: ["sh", "-c", `sleep 300 & echo $! > ${pidFile}; echo $$ >> ${pidFile}; wait`] }, {}, { signal: controller.signal });
+    const started = run({ argv: ["sh", "-c", `echo before-the-cancel; sleep 300 & echo $! > ${pidFile}; echo $$ >> ${pidFile}; wait`] }, {}, { signal: controller.signal });
     const end = Date.now() + 5_000;
     while (!(existsSync(pidFile) && readFileSync(pidFile, "utf8").split("\n").length > 2) && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
     const pids = readFileSync(pidFile, "utf8").trim().split("\n").map(Number);
@@ -160,7 +161,9 @@ describe("run_command", () => {
     const r = await started;
     expect(Date.now() - t).toBeLessThan(2_000);
     expect(r.success).toBe(false);
-    expect(r.content).toContain("cancelled");
+    expect(r.content).toContain("cancelled by the user");
+    // The output so far is the answer's, as at a timeout.
+    expect(r.content).toContain("before-the-cancel");
     for (const pid of pids) expect(await gone(pid)).toBe(true);
   });
 
@@ -194,5 +197,28 @@ describe("run_command", () => {
     expect(shown.directory).toBe(root);
     expect(shown.program).toBe("/usr/bin/echo");
     writeFileSync(join(root, "unused"), "");
+  });
+  it("kills what a server killed with SIGKILL left running (its mark names a server gone), never another running server's", async () => {
+    const { spawn, spawnSync } = await import("node:child_process");
+    const dead = spawnSync("true").pid!;
+    const orphan = spawn("sleep", ["300"], { env: { ...process.env, SLY_AGENT_Q_RUN: `${dead}-${"a".repeat(24)}` }, stdio: "ignore", detached: true });
+    // A mark of a server that runs (here the test's parent, which is alive).
+    const other = spawn("sleep", ["300"], { env: { ...process.env, SLY_AGENT_Q_RUN: `${process.ppid}-${"b".repeat(24)}` }, stdio: "ignore", detached: true });
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      expect(alive(orphan.pid!) && alive(other.pid!)).toBe(true);
+      const killed = killLeftovers();
+      expect(killed).toContain(orphan.pid);
+      expect(await gone(orphan.pid!)).toBe(true);
+      expect(alive(other.pid!)).toBe(true);
+    } finally {
+      orphan.kill("SIGKILL");
+      other.kill("SIGKILL");
+    }
+  });
+  it("its approval names the arguments it only shows, which Emacs does not offer for editing", () => {
+    const tool = createDefaultRegistry().get("run_command")!;
+    const params = approvalParams({ callId: "a", tool, arguments: { argv: ["make"], command_line: "make", program: "/usr/bin/make", directory: root }, safetyLevel: "dangerous", reason: { kind: "level", level: "dangerous" } });
+    expect(params.shownOnly).toEqual(["command_line", "program"]);
   });
 });

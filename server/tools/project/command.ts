@@ -116,15 +116,27 @@ export function resolveProgram(argv0: string, cwd: string, path = process.env.PA
 }
 
 /**
+ * Names of variables a command does not get, besides SECRET_ENV_NAME's: other spellings of keys,
+ * passwords, tokens, sessions and credentials (MISTRAL_APIKEY, MYSQL_PWD, SECRET_KEY_BASE, GITHUB_PAT,
+ * BW_SESSION, NPM_CONFIG__AUTH, CLAUDE_CODE_OAUTH). Wider than SECRET_ENV_NAME, whose values are also
+ * redacted everywhere: a value such as PWD's or DBUS_SESSION_BUS_ADDRESS's must not be, but a command
+ * loses nothing it needs without them.
+ */
+const COMMAND_SECRET_NAME = /API_?KEY|SECRET|PASSW|PASSPHRASE|_PWD$|(^|_)PASS$|_PAT$|SESSION|(^|_)AUTH($|_)|OAUTH|CREDENTIAL|COOKIE|PRIVATE/i;
+/** A value that is a URL with a password in it (postgres://user:password@host/db). */
+const CREDENTIAL_URL = /[a-z][a-z0-9+.-]*:\/\/[^/\s:@]*:[^/\s@]+@/i;
+
+/**
  * The environment a command gets: the server's own, without the variables whose names look like
- * secrets (*_KEY, *_TOKEN, *_SECRET, *PASSWORD*), the providers' settings, and any variable holding a
- * secret the product knows (the API key Emacs gave, whatever its variable is called); with RUN_MARK.
+ * secrets (*_KEY, *_TOKEN, *SECRET*, *PASSWORD*, *APIKEY*, *_PWD, *_PAT, *SESSION*, *AUTH*, ...), those
+ * holding a URL with a password, the providers' settings, and any variable holding a secret the
+ * product knows (the API key Emacs gave, whatever its variable is called); with RUN_MARK.
  */
 export function commandEnvironment(mark: string, env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) continue;
-    if (SECRET_ENV_NAME.test(name) || /^(ANTHROPIC|OPENAI|SLY_AGENT_Q)_/i.test(name) || knowsSecretIn(value)) continue;
+    if (SECRET_ENV_NAME.test(name) || COMMAND_SECRET_NAME.test(name) || CREDENTIAL_URL.test(value) || /^(ANTHROPIC|OPENAI|SLY_AGENT_Q)_/i.test(name) || knowsSecretIn(value)) continue;
     out[name] = value;
   }
   out[RUN_MARK] = mark;
@@ -180,11 +192,13 @@ export class BoundedOutput {
     return all.subarray(Math.max(0, all.length - max));
   }
 
-  /** The output for the model: whole, or its head and tail with the count of what was cut between. */
-  text(): string {
-    const head = Buffer.concat(this.head);
-    const tailAll = Buffer.concat(this.tail);
-    const tail = tailAll.subarray(Math.max(0, tailAll.length - this.tailMax));
+  /** The output for the model: whole, or its head and tail with the count of what was cut between
+   *  (at most HEADMAX and TAILMAX bytes of them, when smaller than what is kept). */
+  text(headMax = this.headMax, tailMax = this.tailMax): string {
+    const headAll = Buffer.concat(this.head);
+    const head = headAll.subarray(0, Math.min(headMax, headAll.length));
+    const rest = Buffer.concat([headAll.subarray(head.length), ...this.tail]);
+    const tail = rest.subarray(Math.max(0, rest.length - Math.min(tailMax, this.tailMax)));
     const cut = this.totalBytes - head.length - tail.length;
     if (cut <= 0) return Buffer.concat([head, tail]).toString("utf8");
     const cutLines = this.totalLines - count(head, 10) - count(tail, 10);
@@ -239,15 +253,65 @@ function stopAllOnExit(): void {
   });
 }
 
-/** A fresh RUN_MARK value. */
+/** A fresh RUN_MARK value: this server's pid, then a random part (killLeftovers reads the pid). */
 export function newRunMark(): string {
-  return randomBytes(12).toString("hex");
+  return `${process.pid}-${randomBytes(12).toString("hex")}`;
+}
+
+let leftoversKilled = false;
+
+/**
+ * Kills every process of this user carrying a RUN_MARK of a server that no longer runs: what a
+ * server killed with SIGKILL (which no exit handler sees) left running. Called once, as a server
+ * runs its first command; Linux's /proc only. A mark whose server's pid runs (another Emacs's
+ * server, or a pid reused since) is left alone. Returns the pids killed.
+ */
+export function killLeftovers(): number[] {
+  const killed: number[] = [];
+  const prefix = Buffer.from(`\0${RUN_MARK}=`);
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+  } catch {
+    return killed;
+  }
+  for (const pid of pids) {
+    const n = Number(pid);
+    if (n === process.pid) continue;
+    try {
+      const env = Buffer.concat([Buffer.from([0]), readFileSync(`/proc/${pid}/environ`)]);
+      const at = env.indexOf(prefix);
+      if (at < 0) continue;
+      const value = env.subarray(at + prefix.length, env.indexOf(0, at + prefix.length)).toString();
+      const owner = /^(\d+)-[0-9a-f]+$/.exec(value);
+      if (!owner || Number(owner[1]) === process.pid || alive(Number(owner[1]))) continue;
+      process.kill(n, "SIGKILL");
+      killed.push(n);
+    } catch {
+      // Another user's process, or gone.
+    }
+  }
+  return killed;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: it runs, as another user.
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 /** Runs one command to its end (or stop), never rejecting. */
 export async function runProcess(o: RunOptions): Promise<CommandOutcome> {
   // node:child_process loads at the first command, not at the server's start (lazy-builtins.ts).
   const { spawn } = await loadChildProcess();
+  if (!leftoversKilled) {
+    leftoversKilled = true;
+    killLeftovers();
+  }
   const started = performance.now();
   const output = new BoundedOutput();
   return new Promise((resolve) => {
@@ -381,6 +445,6 @@ export function describeEnd(outcome: CommandOutcome, timeoutMs: number): string 
   if (outcome.spawnError !== undefined) return `could not be started: ${outcome.spawnError}`;
   const how = outcome.signal ? `killed by signal ${outcome.signal}${osConstants.signals[outcome.signal] ? ` (${osConstants.signals[outcome.signal]})` : ""}` : `exit status ${outcome.exitCode ?? "unknown"}`;
   if (outcome.stopped === "timeout") return `timed out after ${Math.round(timeoutMs / 1000)} s (the user's sly-agent-q-command-timeout): its process group was stopped; ${how}`;
-  if (outcome.stopped === "cancelled") return `cancelled: its process group was stopped; ${how}`;
+  if (outcome.stopped === "cancelled") return `cancelled by the user: its process group was stopped; ${how}`;
   return how + (outcome.lingering ? "; something it started kept its output open after it exited and was stopped" : "");
 }
