@@ -213,6 +213,7 @@ describe("a configuration change during a turn", () => {
       const end = await runTurn(s);
       expect(end.method).toBe("chat/turnFinished");
       expect(s.ran).toEqual(["eval_form"]);
+      expect(s.ranAtTurnEnd).toEqual(["image_changes"]);
       const results = s.notes.filter((n) => n.method === "chat/toolResult").map((n) => n.params);
       expect(results.map((r) => r.success)).toEqual([true, false]);
       expect(results[1].error).toMatch(/not available/);

@@ -25,8 +25,10 @@ export interface Side {
   server: AgentServer;
   chat: ChatService;
   registry: ToolRegistry;
-  /** Names of the tools whose handler ran, in order. */
+  /** Names of the tools whose handler ran for the model's calls, in order. */
   ran: string[];
+  /** Names of the tools the server ran by itself at a turn's end (image_changes' line), in order. */
+  ranAtTurnEnd: string[];
   /** Every emacs/call of kind approval. */
   approvals: any[];
   notes: Note[];
@@ -42,12 +44,13 @@ export interface Side {
   dispose(): void;
 }
 
-/** The built-in tools, each handler wrapped to record that it ran before doing its real work. */
-export function recordingRegistry(ran: string[]): ToolRegistry {
+/** The built-in tools, each handler wrapped to record that it ran before doing its real work: in RAN
+ *  for the model's calls, in AT_TURN_END for the server's own call at a turn's end (its call id says so). */
+export function recordingRegistry(ran: string[], atTurnEnd: string[] = ran): ToolRegistry {
   const registry = new ToolRegistry();
   for (const t of builtinTools) {
     const { schema: _schema, ...spec } = t;
-    registry.register(defineTool({ ...spec, required: [...t.required], handler: (args, ctx) => (ran.push(t.name), t.handler(args, ctx)) }));
+    registry.register(defineTool({ ...spec, required: [...t.required], handler: (args, ctx) => ((ctx.callId.startsWith("turn-end-") ? atTurnEnd : ran).push(t.name), t.handler(args, ctx)) }));
   }
   return registry;
 }
@@ -56,7 +59,8 @@ export function side(): Side {
   const pair = connectionPair();
   const { client, serverSide } = pair;
   const ran: string[] = [];
-  const registry = recordingRegistry(ran);
+  const ranAtTurnEnd: string[] = [];
+  const registry = recordingRegistry(ran, ranAtTurnEnd);
   const logs: string[] = [];
   const server = new AgentServer(serverSide, { registry, logger: new Logger("debug", (l) => logs.push(l)) });
   const chat = registerChatHandlers(server, { retry: { maxRetries: 0, baseDelayMs: 1, maxDelayMs: 1 }, env: {} });
@@ -79,6 +83,7 @@ export function side(): Side {
     chat,
     registry,
     ran,
+    ranAtTurnEnd,
     approvals: [],
     notes,
     logs,

@@ -43,6 +43,11 @@ describe("only offered tools run", () => {
       expect(end.method).toBe("chat/turnFinished");
       // What ran is exactly what was offered, each once.
       expect([...s.ran].sort()).toEqual([...offered].sort());
+      // The server's own call at the turn's end is image_changes' line, and only when it is offered.
+      for (const name of s.ranAtTurnEnd) {
+        expect(name).toBe("image_changes");
+        expect(offered).toContain(name);
+      }
       // Approvals were asked only for offered tools.
       for (const a of s.approvals) expect(offered).toContain(a.tool);
       const results = s.notes.filter((n) => n.method === "chat/toolResult").map((n) => n.params);

@@ -48,7 +48,7 @@ describe("the lean tool set", () => {
       else expect(expand(c).sort()).toEqual(adds.sort());
     }
     // A tool named once per line: introspection names xref, packages and clos rather than their tools.
-    expect(read.get("introspection")!.parts).toEqual(["xref", "packages", "clos"]);
+    expect(read.get("introspection")!.parts).toEqual(["xref", "packages", "clos", "project"]);
     expect(read.get("introspection")!.own).not.toContain("xref");
     for (const { own } of read.values()) expect(new Set(own).size).toBe(own.length);
     // Internal tools (buffer_file: Emacs's answer for the protected-buffer check) are never offered,
