@@ -291,10 +291,20 @@ See `sly-agent-q-protected-buffer-regexps'."
 
 (defun sly-agent-q-protected-buffer-p (buffer)
   "Return non-nil when the agent must not write BUFFER.
-That is an internal buffer, a minibuffer or the agent's own."
-  (or (sly-agent-q-hidden-buffer-p buffer)
-      (minibufferp buffer)
-      (sly-agent-q-agent-buffer-p buffer)))
+That is an internal buffer, a minibuffer or the agent's own, or an
+indirect buffer of one (it shares that buffer's text)."
+  (cl-some (lambda (b)
+             (or (sly-agent-q-hidden-buffer-p b)
+                 (minibufferp b)
+                 (sly-agent-q-agent-buffer-p b)))
+           (delq nil (list buffer (buffer-base-buffer buffer)))))
+
+(defun sly-agent-q-files-buffer-file (buffer)
+  "The file BUFFER's text is saved to: its own, or its base buffer's.
+An indirect buffer visits no file but shares its base buffer's text,
+which the user's save of the base buffer writes: every check of a
+buffer's file goes through this."
+  (buffer-local-value 'buffer-file-name (or (buffer-base-buffer buffer) buffer)))
 
 (defun sly-agent-q-tools-last-user-buffer ()
   "Return the most recent buffer that is neither internal nor the agent's."
@@ -814,7 +824,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
     (unless (buffer-live-p buffer)
       (sly-agent-q-tool-fail "There is no buffer named %S; buffer_list shows the open buffers."
                          name))
-    (let ((file (buffer-local-value 'buffer-file-name buffer)))
+    (let ((file (sly-agent-q-files-buffer-file buffer)))
       (when (and file (sly-agent-q-files-private-p (file-truename file)))
         (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
                            (buffer-name buffer))))
@@ -823,7 +833,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
       (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
                          (buffer-name buffer)))
     (when for-write
-      (let ((file (buffer-local-value 'buffer-file-name buffer)))
+      (let ((file (sly-agent-q-files-buffer-file buffer)))
         (when (and file (not (sly-agent-q-files-inside-root-p file)))
           (sly-agent-q-tool-fail
            "Buffer %s visits %s, which is outside the project root or read-only for the agent; the agent may not change it."
@@ -832,13 +842,16 @@ FOR-WRITE is non-nil, when the agent may not write it."
         (sly-agent-q-tool-fail
          "Buffer %s belongs to the agent's own interface; the agent may not write it."
          (buffer-name buffer)))
-      (when (buffer-local-value 'buffer-read-only buffer)
+      (when (or (buffer-local-value 'buffer-read-only buffer)
+                (and (buffer-base-buffer buffer)
+                     (buffer-local-value 'buffer-read-only (buffer-base-buffer buffer))))
         (sly-agent-q-tool-fail "Buffer %s is read-only." (buffer-name buffer)))
       ;; Its first change would make Emacs ask whether to edit it anyway, from inside the
       ;; handler; a modified buffer was asked already, by the user's own edit.
-      (let ((file (buffer-local-value 'buffer-file-name buffer)))
-        (when (and file (not (buffer-modified-p buffer)) (file-exists-p file)
-                   (not (verify-visited-file-modtime buffer)))
+      (let ((file (sly-agent-q-files-buffer-file buffer))
+            (visiting (or (buffer-base-buffer buffer) buffer)))
+        (when (and file (not (buffer-modified-p visiting)) (file-exists-p file)
+                   (not (verify-visited-file-modtime visiting)))
           (sly-agent-q-tool-fail
            "Buffer %s is older than %s, which changed on disk since it was visited, so nothing was changed.  read_file shows the file as it is now; ask the user to revert the buffer to edit it here."
            (buffer-name buffer) (sly-agent-q-files-relative file)))))

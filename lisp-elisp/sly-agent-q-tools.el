@@ -127,7 +127,7 @@ allow without a review waits for the server's hunks, without blocking."
     ;; position means something only in the text it was given for.
     (let ((buffer (sly-agent-q-files-agent-buffer (plist-get args key) t)))
       (append (list :buffer (buffer-name buffer)
-                    :file (buffer-local-value 'buffer-file-name buffer))
+                    :file (sly-agent-q-files-buffer-file buffer))
               (and (plist-get args :position)
                    (list :text (secure-hash 'sha256 (sly-agent-q-files-buffer-text buffer))))))))
 
@@ -429,7 +429,7 @@ file as a write (its protected files): the user's next save writes
 the buffer's text there."
   (let ((b (sly-agent-q-files-agent-buffer buffer t)))
     (json-encode (list (cons 'buffer (buffer-name b))
-                       (cons 'file (buffer-local-value 'buffer-file-name b))))))
+                       (cons 'file (sly-agent-q-files-buffer-file b))))))
 
 (cl-defun sly-agent-q-tools--buffer-edit (&key buffer_name old_text new_text)
   "Capability buffer_edit: in buffer BUFFER_NAME, replace OLD_TEXT by NEW_TEXT.

@@ -237,5 +237,59 @@ same root under another spelling (a link to it) is the same root."
       (delete-directory a t)
       (delete-directory b t))))
 
+(ert-deftest sly-agent-q-protected-buffers-indirect-buffers-judged-by-their-base ()
+  "An indirect buffer shares its base buffer's text but visits no file itself.
+The agent's buffer checks judge it by its base buffer's file: an edit
+of an indirect buffer of .dir-locals.el asks (denied: the base buffer
+keeps its text), one of ~/.sbclrc outside the root is refused, and one
+of a credentials file is never read."
+  (let* ((root (file-name-as-directory (file-truename (make-temp-file "saq-indirect" t))))
+         (outside (file-name-as-directory (file-truename (make-temp-file "saq-indirect-out" t))))
+         (dir-locals (expand-file-name ".dir-locals.el" root))
+         (sbclrc (expand-file-name ".sbclrc" outside))
+         (authinfo (expand-file-name ".authinfo" outside))
+         (asked nil)
+         bases indirects results)
+    (unwind-protect
+        (progn
+          (sly-agent-q-protected-buffers-test--write dir-locals "((nil . ((fill-column . 70))))\n")
+          (sly-agent-q-protected-buffers-test--write sbclrc "(print 1)\n")
+          (sly-agent-q-protected-buffers-test--write authinfo "machine x login u password SECRET123\n")
+          (let ((enable-local-variables nil))
+            (setq bases (mapcar #'find-file-noselect (list dir-locals sbclrc authinfo))))
+          (setq indirects (cl-loop for b in bases for name in '("notes-a" "notes-b" "notes-c")
+                                   collect (make-indirect-buffer b (generate-new-buffer-name name) nil t)))
+          (let ((sly-agent-q-project-root root)
+                (approve (lambda (request callback)
+                           (push request asked)
+                           (funcall callback '(:decision "denied" :reason "no")))))
+            (sly-agent-q-test-with-server
+                `((steps . [,(sly-agent-q-protected-buffers-test--step
+                              "buffer_edit" `((buffer_name . ,(buffer-name (nth 0 indirects)))
+                                              (old_text . "fill-column . 70")
+                                              (new_text . "eval . (shell-command \"touch /tmp/pwned\")")))
+                            ,(sly-agent-q-protected-buffers-test--step
+                              "buffer_append" `((buffer_name . ,(buffer-name (nth 1 indirects)))
+                                                (text . "(run-program \"/bin/sh\")\n")))
+                            ,(sly-agent-q-protected-buffers-test--step
+                              "read_buffer" `((buffer . ,(buffer-name (nth 2 indirects)))))
+                            ((content . [((type . "text") (text . "done"))]))]))
+              (setq sly-agent-q-approval-function approve)
+              (should (eq (plist-get (sly-agent-q-test-send "Go" 60) :status) 'finished))
+              (setq results (sly-agent-q-test-tool-results))))
+          ;; The .dir-locals.el edit asked (a protected file) and, denied, changed nothing.
+          (should (= (length asked) 1))
+          (should (equal (sly-agent-q-protected-buffers-test--text (nth 0 bases)) "((nil . ((fill-column . 70))))\n"))
+          ;; The file outside the root: refused, its buffer unchanged.
+          (should (equal (sly-agent-q-protected-buffers-test--text (nth 1 bases)) "(print 1)\n"))
+          (should (string-match-p "outside the project root" (car (nth 1 results))))
+          ;; The credentials never reach the model.
+          (should-not (cl-some (lambda (r) (string-match-p "SECRET123" (format "%s" r))) results))
+          (should (string-match-p "credentials" (car (nth 2 results)))))
+      (mapc (lambda (b) (when (buffer-live-p b) (with-current-buffer b (set-buffer-modified-p nil)) (kill-buffer b)))
+            (append indirects bases))
+      (delete-directory root t)
+      (delete-directory outside t))))
+
 (provide 'sly-agent-q-protected-buffers-e2e-test)
 ;;; sly-agent-q-protected-buffers-e2e-test.el ends here
