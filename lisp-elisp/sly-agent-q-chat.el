@@ -650,10 +650,7 @@ from the model: drawn as data (`sly-agent-q-display-text')."
               (frame (propertize sly-agent-q-display-outside-frame
                                  'face 'sly-agent-q-display-frame-face)))
           (overlay-put overlay 'invisible t)
-          ;; Opened, every line of it (wrapped ones too) is drawn after the frame of
-          ;; text from outside: without colours it still never reads as the chat's own.
-          (overlay-put overlay 'line-prefix frame)
-          (overlay-put overlay 'wrap-prefix frame)
+          (overlay-put overlay 'sly-agent-q-frame frame)
           (setq section (cons header overlay)
                 sly-agent-q-chat--thinking section))))
     (let* ((overlay (cdr section))
@@ -670,8 +667,19 @@ from the model: drawn as data (`sly-agent-q-display-text')."
 
 (defun sly-agent-q-chat--draw-thinking-header (header overlay)
   "Write the header line at HEADER of the reasoning OVERLAY folds."
+  (let* ((open (not (overlay-get overlay 'invisible)))
+         (frame (and open (overlay-get overlay 'sly-agent-q-frame))))
+    ;; Opened, every line of it (wrapped ones too) is drawn after the frame of
+    ;; text from outside: without colours it still never reads as the chat's
+    ;; own.  Folded, no prefix: a line starting in hidden text takes that
+    ;; text's prefix, which framed the tool entry or answer after it.
+    (overlay-put overlay 'line-prefix frame)
+    (overlay-put overlay 'wrap-prefix frame)
+    (sly-agent-q-chat--draw-thinking-header-line header overlay open)))
+
+(defun sly-agent-q-chat--draw-thinking-header-line (header overlay open)
+  "Write the header line at HEADER of OVERLAY, OPEN or folded."
   (let* ((inhibit-read-only t) (buffer-undo-list t)
-         (open (not (overlay-get overlay 'invisible)))
          (body (overlay-start overlay))
          ;; Counted before the old header goes, which moves the overlay.
          (tokens (max 1 (/ (+ (- (overlay-end overlay) body) 3) 4))))

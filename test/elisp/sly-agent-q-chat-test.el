@@ -111,6 +111,10 @@
           ;; Folded: the reasoning is there, hidden, drawn as data (the escape is shown, not obeyed).
           (should (search-forward "Which frame first?" nil t))
           (should (invisible-p (match-beginning 0)))
+          ;; Folded, no frame: the line the hidden text starts would draw it before
+          ;; whatever follows (the answer, framed as outside text on the screen).
+          (should-not (overlay-get overlay 'line-prefix))
+          (should-not (overlay-get overlay 'wrap-prefix))
           (should (search-forward "(redacted)" nil t))
           (should-not (string-match-p "\e" (buffer-substring-no-properties header (point))))
           ;; Above the answer it leads to, which is shown.
