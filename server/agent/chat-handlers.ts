@@ -302,7 +302,8 @@ export class ChatService {
     return {
       notices,
       ...(prompt.note ? { note: prompt.note } : {}),
-      executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow())),
+      // The root this message named (Emacs's when it was sent), the one its prompt states too.
+      executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow()), undefined, context.projectRoot ?? config.projectRoot),
       settings: {
         provider: resolved.provider,
         model: resolved.model,

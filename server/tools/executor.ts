@@ -187,10 +187,13 @@ export class Executor {
 
   /**
    * This executor under POLICY (a turn's configuration): hooks, session allowances and everything else
-   * are shared, so the offered list and the check come from the same object.
+   * are shared, so the offered list and the check come from the same object. PROJECT_ROOT, when given,
+   * is the root the turn's message named: its calls are judged against it (and carry it to Emacs).
    */
-  withPolicy(policy: ToolPolicy | (() => ToolPolicy), approve?: ApprovalFn): Executor {
-    const scoped = new Executor({ ...this.options, policy, ...(approve ? { approve } : {}) });
+  withPolicy(policy: ToolPolicy | (() => ToolPolicy), approve?: ApprovalFn, projectRoot?: string): Executor {
+    const outer = this.options.context;
+    const context = projectRoot !== undefined && outer ? () => ({ ...outer(), projectRoot }) : outer;
+    const scoped = new Executor({ ...this.options, policy, ...(approve ? { approve } : {}), ...(context ? { context } : {}) });
     scoped.options.hooks = this.options.hooks;
     scoped.compiler = this.compiler;
     scoped.validators = this.validators;

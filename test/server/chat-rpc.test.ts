@@ -132,6 +132,25 @@ describe("chat over JSON-RPC", () => {
     expect(s.notes.find((n) => n.method === "chat/toolCall")!.params.safetyLevel).toBe("dangerous");
   });
 
+  it("judges a turn's calls against the project root its message named, not the one the server was told at start", async () => {
+    const started = mkdtempSync(join(tmpdir(), "agent-q-start-"));
+    const now = mkdtempSync(join(tmpdir(), "agent-q-now-"));
+    mock.setScript({ steps: [{ content: [{ type: "tool_use", name: "write_note", input: { text: "hi" } }] }, { content: [{ type: "text", text: "done" }] }] });
+    const s = await connect(config(), {
+      approvals: true,
+      context: { projectRoot: started },
+      onNote: (n, client) => {
+        const p = n.params as EmacsCallParams;
+        if (n.method === "emacs/call" && p.kind === "approval") void client.sendNotification("emacs/reply", { id: p.id, result: { decision: "approved" } });
+      },
+    });
+    // The user set another root since (M-: (setq sly-agent-q-project-root ...)): the message says so.
+    const sent: ChatSendResult = await s.client.sendRequest("chat/send", { text: "write it", context: { projectRoot: now } });
+    await s.ended(sent.turnId);
+    const approval = s.notes.find((n) => n.method === "emacs/call" && (n.params as EmacsCallParams).kind === "approval")!.params as EmacsCallParams;
+    expect((approval.params as { projectRoot?: string }).projectRoot).toBe(now);
+  });
+
   it("names the arguments that are Lisp source in the approval, and keeps that out of the model's schema", async () => {
     const registry = testRegistry();
     registry.register(defineTool({
