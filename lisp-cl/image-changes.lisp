@@ -4,8 +4,10 @@
 ;;; In image-based development a fix evaluated in the image and never
 ;;; written to a file is lost at the next restart.  image_changes walks
 ;;; the definitions of the user's packages (functions, macros, methods,
-;;; classes, variables; the implementation's and the development
-;;; environment's own packages are skipped) and lists those whose
+;;; classes, variables; on SBCL also the methods of other packages'
+;;; generic functions on the user's classes; the implementation's and the
+;;; development environment's own packages, known by exact name, are
+;;; skipped) and lists those whose
 ;;; current version did not come from their file, or whose file changed
 ;;; on disk after they were loaded, each with where it came from and
 ;;; when.
