@@ -410,7 +410,7 @@ real time); and whether the walk stopped there."
       (dolist (package packages)
         (do-symbols (symbol package)
           (when (eq (symbol-package symbol) package)
-            (when (and (zerop (mod (incf count) 256)) (> (get-internal-real-time) deadline))
+            (when (and (zerop (mod (incf count) 256)) (>= (get-internal-real-time) deadline))
               (setf stopped t)
               (return-from walk))
             (dolist (definition (ignore-errors (definitions-in symbol)))
@@ -470,7 +470,7 @@ many packages, whether the walk or the judging stopped at the time limit
         (let ((checked 0) (changed '()))
           ;; The judging shares the walk's time limit: reading files and the agent's records is slow too.
           (dolist (d definitions)
-            (when (> (get-internal-real-time) deadline)
+            (when (>= (get-internal-real-time) deadline)
               (setf stopped t)
               (return))
             (incf checked)
