@@ -4,8 +4,10 @@
 ;;; In image-based development a fix evaluated in the image and never
 ;;; written to a file is lost at the next restart.  image_changes walks
 ;;; the definitions of the user's packages (functions, macros, methods,
-;;; classes, variables; the implementation's and the development
-;;; environment's own packages are skipped) and lists those whose
+;;; classes, variables; on SBCL also the methods of other packages'
+;;; generic functions on the user's classes; the implementation's and the
+;;; development environment's own packages, known by exact name, are
+;;; skipped) and lists those whose
 ;;; current version did not come from their file, or whose file changed
 ;;; on disk after they were loaded, each with where it came from and
 ;;; when.
@@ -66,27 +68,55 @@ that TEXT, which TOOL ran without error, made."
        (when (> (length *agent-definitions*) *agent-definitions-limit*)
          (setf *agent-definitions* (subseq *agent-definitions* 0 *agent-definitions-limit*)))))))
 
+(defvar *agent-definitions-index* nil
+  "While image_changes runs: *AGENT-DEFINITIONS* by the upcased name
+part of NAME-TOKEN (a hash table), each list newest first, so that
+judging many definitions does not search the whole list for each.")
+
+(defun agent-name-key (token)
+  (let ((colon (position #\: token :from-end t)))
+    (string-upcase (remove #\| (if colon (subseq token (1+ colon)) token)))))
+
+(defun agent-definitions-index ()
+  (let ((index (make-hash-table :test 'equal)))
+    (dolist (entry (reverse (call-with-state-lock (lambda () (copy-list *agent-definitions*)))) index)
+      (push entry (gethash (agent-name-key (first entry)) index)))))
+
 (defun agent-definition-of (symbol)
   "The newest (NAME-TOKEN HEAD-TOKEN TOOL TIME) of the agent's that
 defined SYMBOL's name, or NIL."
-  (find-if (lambda (entry) (token-names-p (first entry) symbol))
-           (call-with-state-lock (lambda () (copy-list *agent-definitions*)))))
+  (if *agent-definitions-index*
+      (first (gethash (string-upcase (symbol-name symbol)) *agent-definitions-index*))
+      (find-if (lambda (entry) (token-names-p (first entry) symbol))
+               (call-with-state-lock (lambda () (copy-list *agent-definitions*))))))
 
 
 ;;;; Which packages are the user's
 
 (defparameter *implementation-package-names*
-  '("C" "FFI" "CLOS" "GRAY" "MP" "WALKER" "SERVE-EVENT" "SB-BSD-SOCKETS" "ECL-CDB" "CHARSET"
-    "I18N" "SOCKET" "GSTREAM" "POSIX" "READLINE" "REGEXP" "SCREEN" "THREADS" "ZLIB" "CUSTOM"
-    "CS-COMMON-LISP" "CS-COMMON-LISP-USER" "COMMON-LISP-CONTROLLER" "FIVEAM" "IT.BESE.FIVEAM"
-    "ALEXANDRIA" "ALEXANDRIA-2" "ALEXANDRIA.1.0.0" "ALEXANDRIA-1" "TRIVIAL-BACKTRACE")
-  "Packages of the implementations (besides *SYSTEM-PACKAGE-PREFIXES*)
-and of libraries the development environment itself loads.")
+  '("COMMON-LISP" "KEYWORD" "SYSTEM" "SI" "EXT" "CLOS" "MOP" "GRAY" "FFI" "CUSTOM" "ECL" "MP" "LW"
+    "HCL" "EXCL" "CCL" "OPENMCL-MOP" "C" "WALKER" "SERVE-EVENT" "SB-BSD-SOCKETS" "ECL-CDB"
+    "CHARSET" "I18N" "SOCKET" "GSTREAM" "POSIX" "READLINE" "REGEXP" "SCREEN" "THREADS" "ZLIB"
+    "CS-COMMON-LISP" "CS-COMMON-LISP-USER" "COMMON-LISP-CONTROLLER" "SWANK" "SLYNK" "ASDF" "UIOP"
+    "QUICKLISP" "QUICKLISP-CLIENT" "FIVEAM" "IT.BESE.FIVEAM" "ALEXANDRIA" "ALEXANDRIA-2"
+    "ALEXANDRIA.1.0.0" "ALEXANDRIA-1" "TRIVIAL-BACKTRACE")
+  "Exact names of the implementations' packages and of the libraries the
+development environment itself loads: a user's package whose name only
+starts like one of these (SIMPLE-APP, EXTRACTOR) is the user's.")
+
+(defparameter *implementation-package-prefixes*
+  '("SB-" "SB!" "SWANK/" "SWANK-" "SLYNK/" "SLYNK-" "ASDF/" "UIOP/" "QL-" "SLY-AGENT-Q")
+  "Prefixes, each ending where a family's own names go on, of packages
+that belong to SBCL, SLIME, SLY, ASDF, Quicklisp or this project.")
+
+(defun implementation-package-name-p (name)
+  (or (member name *implementation-package-names* :test #'string=)
+      (some (lambda (prefix)
+              (and (>= (length name) (length prefix)) (string= prefix name :end2 (length prefix))))
+            *implementation-package-prefixes*)))
 
 (defun user-package-p (package)
-  (not (or (system-package-p package)
-           (some (lambda (name) (member name *implementation-package-names* :test #'string=))
-                 (cons (package-name package) (package-nicknames package))))))
+  (notany #'implementation-package-name-p (cons (package-name package) (package-nicknames package))))
 
 (defun candidate-packages (only)
   (if only
@@ -213,6 +243,16 @@ what the form defines, judged from its text."
       (let ((text (file-current-text state)))
         (and text (setf (fstate-forms state) (file-forms text))))))
 
+(defun file-holds-form-p (state string)
+  "True if STRING, the text of one form compiled from a buffer, is one of
+the top-level forms of STATE's file as it is now (not just somewhere in
+its text: a comment or a string holds no definition)."
+  (let ((spans (ignore-errors (scan-forms-plainly string)))
+        (forms (file-current-forms state)))
+    (and forms (= 1 (length spans))
+         (let ((digest (form-digest string (car (first spans)) (cdr (first spans)))))
+           (find digest forms :key #'cdr :test #'equal)))))
+
 (defun note-baseline (state)
   "Keep the forms of STATE's file as the version loaded (its write date
 is the one its definitions recorded)."
@@ -261,9 +301,7 @@ it came from its file as it is now."
                ((not (fstate-exists (file-state files buffer-file)))
                 (list :buffer (format nil "compiled from the buffer ~A~A; its file ~A is gone"
                                       buffer at buffer-file)))
-               ((and (stringp string)
-                     (let ((text (file-current-text (file-state files buffer-file))))
-                       (and text (search string text))))
+               ((and (stringp string) (file-holds-form-p (file-state files buffer-file) string))
                 nil)
                (t (list :buffer (format nil "compiled from the buffer ~A~A (C-c C-c): ~A does not hold ~
                                              that text (the buffer was not saved, or the file changed since)"
@@ -372,12 +410,38 @@ real time); and whether the walk stopped there."
       (dolist (package packages)
         (do-symbols (symbol package)
           (when (eq (symbol-package symbol) package)
-            (when (and (zerop (mod (incf count) 256)) (> (get-internal-real-time) deadline))
+            (when (and (zerop (mod (incf count) 256)) (>= (get-internal-real-time) deadline))
               (setf stopped t)
               (return-from walk))
             (dolist (definition (ignore-errors (definitions-in symbol)))
+              (push definition found))
+            (dolist (definition (ignore-errors (others-methods-of symbol packages)))
               (push definition found))))))
     (values (nreverse found) stopped)))
+
+(defparameter *methods-per-class-limit* 200
+  "The most methods of other packages' generic functions walked per class.")
+
+(defun others-methods-of (symbol packages)
+  "Definitions of the methods specialized on SYMBOL's class whose generic
+functions are named in none of PACKAGES (those are walked by name):
+(defmethod print-object ((o my-class) s) ...) at the REPL."
+  #-sbcl (declare (ignore symbol packages))
+  #+sbcl
+  (let ((class (find-class symbol nil)))
+    (when (and class (not (typep class 'built-in-class)))
+      (loop for method in (ignore-errors (sb-mop:specializer-direct-methods class))
+            for i below *methods-per-class-limit*
+            for gf = (ignore-errors (sb-mop:method-generic-function method))
+            for name = (and gf (sb-mop:generic-function-name gf))
+            for base = (if (consp name) (second name) name)
+            for source = (and gf (symbolp base)
+                              (not (member (symbol-package base) packages))
+                              (not (typep method 'sb-mop:standard-accessor-method))
+                              (sbcl-source method))
+            when source
+              collect (sbcl-record (dspec-text "DEFMETHOD" name (method-signature method))
+                                   base source)))))
 
 (defun loaded-dates (definitions)
   "Each file's newest recorded write date among DEFINITIONS: the version
@@ -390,48 +454,61 @@ last loaded from it (a hash table)."
 (defun image-changes (package)
   "Judge the definitions of PACKAGE (or every user package): returns the
 changed ones as (DEFINITION KIND DETAIL), how many were checked, in how
-many packages, and whether the walk stopped early."
+many packages, whether the walk or the judging stopped at the time limit
+(walk and judging share it), and how many definitions were found."
   (let ((files (make-hash-table :test 'equal))
         (packages (candidate-packages package))
         (deadline (+ (get-internal-real-time)
-                     (* *image-changes-seconds* internal-time-units-per-second))))
+                     (* *image-changes-seconds* internal-time-units-per-second)))
+        (*agent-definitions-index* (agent-definitions-index)))
     (multiple-value-bind (definitions stopped) (walk-image packages deadline)
       (let ((dates (loaded-dates definitions)))
         ;; A definition without a date (a class, a method's place) was loaded with its file's newest.
         (dolist (d definitions)
           (when (and (idef-file d) (null (idef-date d)) (null (idef-plist d)))
             (setf (idef-date d) (gethash (idef-file d) dates))))
-        (let ((changed (loop for d in definitions
-                             for verdict = (ignore-errors (judge-definition d files))
-                             when verdict collect (cons d verdict))))
+        (let ((checked 0) (changed '()))
+          ;; The judging shares the walk's time limit: reading files and the agent's records is slow too.
+          (dolist (d definitions)
+            (when (>= (get-internal-real-time) deadline)
+              (setf stopped t)
+              (return))
+            (incf checked)
+            (let ((verdict (ignore-errors (judge-definition d files))))
+              (when verdict (push (cons d verdict) changed))))
+          (setf changed (nreverse changed))
           ;; The files that are the version loaded are kept as baselines for later walks.
           (maphash (lambda (file date)
                      (let ((state (file-state files file)))
                        (when (eql (fstate-date state) date)
                          (ignore-errors (note-baseline state)))))
                    dates)
-          (values changed (length definitions) (length packages) stopped))))))
+          (values changed checked (length packages) stopped (length definitions)))))))
 
 (defun image-changes-count ()
-  "How many definitions in the image differ from their files."
-  (length (values (image-changes nil))))
+  "How many definitions in the image differ from their files (not
+counting those whose difference is not known)."
+  (count :file-changed-unknown (values (image-changes nil)) :key #'second :test-not #'eq))
 
 (define-tool "image_changes" (&key package)
   "The definitions whose current version did not come from their file, or
 whose file changed on disk after they were loaded."
   (let ((only (and package (notevery #'blank-char-p package) (resolve-package package))))
-    (multiple-value-bind (changed checked package-count stopped) (image-changes only)
+    (multiple-value-bind (changed checked package-count stopped found) (image-changes only)
       (let* ((unknown (remove :file-changed-unknown changed :key #'second :test-not #'eq))
              (known (remove :file-changed-unknown changed :key #'second))
-             (count (length changed)))
+             ;; Whether a form of a file changed since is not known: not counted as differing.
+             (count (length known)))
         (with-output-to-string (out)
           (if (zerop count)
-              (format out "No definition in the image differs from its file")
+              (format out "No definition in the image differs from its file~:[~; as far as is known~]" unknown)
               (format out "~D definition~:[s in the image differ from their files~; in the image differs from its file~]"
                       count (= count 1)))
-          (format out " (~D definition~:P checked in ~D package~:P~:[~;; the walk stopped after ~D s, so ~
-                       the rest was not checked~]).~%"
-                  checked package-count stopped *image-changes-seconds*)
+          (if stopped
+              (format out " (checked ~D of ~:[at least ~;~]~D definition~:P in ~D package~:P, stopped at the time ~
+                           limit of ~D s; the rest was not checked).~%"
+                      checked (< checked found) (max found checked) package-count *image-changes-seconds*)
+              (format out " (~D definition~:P checked in ~D package~:P).~%" checked package-count))
           (when known
             (format out "~%Not as in any file (lost at the next restart unless written to one):~%")
             (loop for (d nil detail) in known
@@ -444,8 +521,9 @@ whose file changed on disk after they were loaded."
             (when (> (length known) *image-changes-limit*)
               (format out "  ... and ~D more~%" (- (length known) *image-changes-limit*))))
           (when unknown
-            (format out "~%From files changed on disk since they were loaded (the image holds the ~
-                         version loaded; whether each form changed is not known):~%")
+            (format out "~%Not known (~D, not counted above), from files changed on disk since they were ~
+                         loaded (the image holds the version loaded; whether each form changed is not known):~%"
+                    (length unknown))
             (let ((by-file (make-hash-table :test 'equal)) (order '()))
               (dolist (entry unknown)
                 (let ((file (idef-file (first entry))))

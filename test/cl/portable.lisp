@@ -21,7 +21,7 @@
            #:bounded-frame-printing-p #:statistical-profiler-p #:fasl-names-its-source-p #:located-read-errors-p
            #:undefined-function-warnings-p #:frame-arguments-p #:deterministic-profiler-p
            #:watcher-process-p #:processes-matching-p #:method-source-locations-p
-           #:posix-file-stat-p #:quick-compiled-code-p #:iterate-tests-p #:definition-dates-p #:buffer-compilations-named-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
+           #:posix-file-stat-p #:quick-compiled-code-p #:iterate-tests-p #:definition-dates-p #:buffer-compiled-text-p #:buffer-compilations-named-p #:file-stat-mode #:file-stat-modes-unlike #:gc-count))
 
 (in-package #:sly-agent-q-test-portable)
 
@@ -203,6 +203,11 @@ function (ECL: neither a warning nor a compiler condition SWANK sees)."
 (defun definition-dates-p ()
   "True where a definition records its file's write date when it was
 compiled (SBCL), so that a file changed since it was loaded is seen."
+  #+sbcl t #-sbcl nil)
+
+(defun buffer-compiled-text-p ()
+  "True where a definition compiled from a buffer with its file (C-c C-c)
+records the text compiled (SBCL); elsewhere it reads as loaded from the file."
   #+sbcl t #-sbcl nil)
 
 (defun buffer-compilations-named-p ()

@@ -59,6 +59,8 @@
      "NOT DONE on this Lisp: iterate's test-op fails in ECL 21's own ASDF, and run by run_tests the image crashed (segmentation violation)")
     (:definition-dates saq-portable:definition-dates-p
      "this Lisp records no file dates with its definitions: image_changes says whether a file changed after loading is not known here (tested in image-changes-lists-what-no-file-holds)")
+    (:buffer-compiled-text saq-portable:buffer-compiled-text-p
+     "this Lisp's backend records no text for a C-c C-c with its file (the definition reads as loaded from the file), so image_changes cannot compare it with the file's forms")
     (:posix-file-stat saq-portable:posix-file-stat-p
      "only CLISP has POSIX:FILE-STAT, whose garbage-collection defect the helpers work around"))
   "Capability, the function that says whether this Lisp has it, and
@@ -1845,6 +1847,89 @@ FiveAM's run of the suite), and load the changed .asd."
       (is (listed-p r "(DEFUN MY-APP::SAQ-IC-SCRATCH)"))
       (when (saq-portable:buffer-compilations-named-p)
         (is (has r "*scratch-saq*"))))))
+
+
+;; Evaluated as from the REPL, in a thread of its own as SLIME's and SLY's workers.
+(defun eval-as-at-repl (form &optional (package "CL-USER"))
+  (flet ((evaluate () (tool "eval_form" "form" form "package" package)))
+    (if (saq-portable:threads-p)
+        (saq-portable:join-thread (saq-portable:make-thread #'evaluate))
+        (evaluate))))
+
+(defun listed-count (result)
+  "How many definitions RESULT lists under \"Not as in any file\"."
+  (let* ((text (text result))
+         (start (search "Not as in any file" text)))
+    (if start
+        (loop for line-start = (1+ (position #\Newline text :start start)) then (1+ end)
+              for end = (or (position #\Newline text :start line-start) (length text))
+              while (and (< line-start (length text)) (> end line-start)
+                         (string= "  (" (subseq text line-start (min end (+ 3 line-start)))))
+              count t)
+        0)))
+
+(deftest image-changes-walks-packages-named-like-the-system
+  ;; A user's package whose name only starts like one of the
+  ;; implementation's (SI, EXT, MP) is the user's, and walked.
+  (dolist (name '("SIMPLE-SAQ-APP" "EXTRACTOR-SAQ" "MPEG-SAQ"))
+    (eval-as-at-repl (format nil "(defpackage #:~A (:use #:cl))" name))
+    (eval-as-at-repl "(defun saq-ic-named () :named)" name))
+  (let ((r (tool "image_changes")))
+    (dolist (name '("SIMPLE-SAQ-APP" "EXTRACTOR-SAQ" "MPEG-SAQ"))
+      (is (listed-p r (format nil "(DEFUN ~A::SAQ-IC-NAMED)" name))))))
+
+(deftest image-changes-sees-methods-on-others-generic-functions
+  (:needs :definition-dates)
+  ;; (defmethod print-object ((o my-class) s) ...) at the REPL: a method of
+  ;; CL's generic function on a class of the user's package.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (eval-as-at-repl "(defmethod print-object ((o my-class) s) (format s \"#<saq>\"))" "MY-APP")
+    (let ((r (image-changes)))
+      (is (search "PRINT-OBJECT (MY-APP:MY-CLASS T))  evaluated without a source file" (text r))))))
+
+(deftest image-changes-counts-only-what-is-known-to-differ
+  (:needs :definition-dates)
+  ;; compile-file + load, C-c C-c of a function with its file, the same
+  ;; text saved: the image matches the file, nothing is counted.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let* ((file (project-file "my-app.lisp"))
+           (text (file-text file))
+           (start (search "(defun process-data" text))
+           (form (subseq text start (second (sly-agent-q::form-span-at text (1+ start))))))
+      (let ((*package* (find-package "MY-APP")))
+        (sly-agent-q::bcall (sly-agent-q::compile-string-function) form
+                            :buffer "my-app.lisp" :position (1+ start) :filename (namestring file)))
+      (sleep 1.1)
+      (write-text file text)
+      (let ((r (image-changes)))
+        ;; Earlier tests may have left definitions without a file: the count is
+        ;; what the listing of differing ones holds, none of this file's.
+        (is (= (listed-count r) (stated-count r)))
+        (is (not (search (format nil "~A:" (namestring file)) (text r))))
+        (is (not (listed-p r "(DEFUN MY-APP:PROCESS-DATA)")))
+        (is (has r "not known"))))))
+
+(deftest image-changes-compares-buffer-text-with-top-level-forms
+  (:needs :buffer-compiled-text)
+  ;; C-c C-c of text that the file holds only inside a comment.
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((file (project-file "my-app.lisp"))
+          (form "(defun saq-ic-commented () :commented)"))
+      (append-text file (format nil "~%;; ~A~%" form))
+      (let ((*package* (find-package "MY-APP")))
+        (sly-agent-q::bcall (sly-agent-q::compile-string-function) form
+                            :buffer "my-app.lisp" :position 1 :filename (namestring file)))
+      (is (listed-p (image-changes) "(DEFUN MY-APP::SAQ-IC-COMMENTED)")))))
+
+(deftest image-changes-bounds-the-whole-by-the-time-limit
+  (with-project ()
+    (tool "load_system" "system" "my-app")
+    (let ((r (let ((sly-agent-q::*image-changes-seconds* 0)) (image-changes))))
+      (is (ok-p r))
+      (is (has r "stopped at the time limit")))))
 
 
 ;;;; Running

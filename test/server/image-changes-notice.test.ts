@@ -89,6 +89,7 @@ describe("the turn's end after the image changed", () => {
     expect(changedCount(LISTING)).toBe(2);
     expect(changedCount("1 definition in the image differs from its file (3 checked).")).toBe(1);
     expect(changedCount("No definition in the image differs from its file (3 checked).")).toBe(0);
+    expect(changedCount("No definition in the image differs from its file as far as is known (3 checked).")).toBe(0);
     expect(changedCount("Error: 5 definitions in the image differ from their files")).toBeUndefined();
   });
 });
