@@ -561,7 +561,7 @@ nothing in them can draw a line of the approval."
                                                  :max-line-chars sly-agent-q-approval-value-chars
                                                  :faces (and lisp (sly-agent-q-faces-lisp value))))
             (let ((text (if (and (stringp value) (eq (car pair) :command_line)
-                                 (equal (plist-get request :tool) "run_command"))
+                                 (eq (plist-get request :alwaysCommand) t))
                             ;; Quoted by the server as a shell reads it back: shown as that line.
                             value
                           (sly-agent-q-approval--value value))))

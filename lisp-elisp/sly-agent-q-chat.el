@@ -829,10 +829,12 @@ Lisp source, shown in the faces `lisp-mode' gives it."
 (defun sly-agent-q-chat--command-failure (entry)
   "How ENTRY's command ended when it did not exit with status 0, or nil.
 A command that fails is still a tool call that succeeded: its end is
-read from the status line the server writes before the output (the
-first lines, up to the first empty one), never from the output."
+read from the status line the server writes before a command's output
+\(the first lines, up to the first empty one), never from the output.
+Known by the command's own header (its \"$ \" line, then that status
+line), not by the tool's name, which only the catalog names."
   (let ((content (sly-agent-q-entry-content entry)))
-    (when (and (equal (sly-agent-q-entry-name entry) "run_command") (stringp content))
+    (when (and (stringp content) (string-prefix-p "$ " content))
       (let ((head (car (split-string content "\n\n"))))
         (cond ((string-match "^exit status \\([0-9]+\\);" head)
                (and (not (equal (match-string 1 head) "0"))

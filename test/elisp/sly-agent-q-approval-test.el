@@ -73,7 +73,7 @@
   "A command's line is drawn as the shell line it is, not as a JSON string;
 a long argument cut short says how many arguments follow it."
   (let* ((request (sly-agent-q-approval--request
-                   (list :tool "run_command" :safetyLevel "dangerous" :callId "c1"
+                   (list :tool "run_command" :safetyLevel "dangerous" :callId "c1" :alwaysCommand t
                          :arguments (list :argv (vector "echo" (make-string 1000 ?A) "rm" "-rf" "x")
                                           :command_line "printf 'a\\b' \"q\""
                                           :program "/usr/bin/printf"))
@@ -86,7 +86,7 @@ a long argument cut short says how many arguments follow it."
     ;; The line, cut in a long quoted word, counts the words after it too.
     (let ((line (sly-agent-q-approval--summary
                  (sly-agent-q-approval--request
-                  (list :tool "run_command" :safetyLevel "dangerous" :callId "c2"
+                  (list :tool "run_command" :safetyLevel "dangerous" :callId "c2" :alwaysCommand t
                         :arguments (list :command_line (concat "echo 'a b" (make-string 1000 ?A) "'\\'' x' $'\\' y' rm -rf x")))
                   nil))))
       (should (string-match-p "command_line: .*4 more arguments follow" line)))))

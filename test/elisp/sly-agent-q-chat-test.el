@@ -515,9 +515,10 @@ Its answer is a successful tool call: the mark comes from its status line."
                             (sly-agent-q-chat-test--render :status 'ok :content (funcall result "killed by signal SIGKILL (9)"))))
     ;; Exit 0, whatever the output says after its status line, keeps the success mark.
     (should (string-match-p "✓" (sly-agent-q-chat-test--render :status 'ok :content (funcall result "exit status 0"))))
-    ;; Another tool's result is never read for a status.
+    ;; A result without a command's header (another tool's) is never read for a status.
     (should (string-match-p "✓" (sly-agent-q-chat-test--render :name "read_file" :status 'ok
-                                                               :content (funcall result "exit status 2"))))))
+                                                               :content (concat "notes.txt, 3 lines:\n"
+                                                                                (funcall result "exit status 2")))))))
 
 (ert-deftest sly-agent-q-chat-command-entry-keeps-cancelled-tail ()
   "A command stopped before its answer keeps the last lines it showed live."
