@@ -520,14 +520,22 @@ async function streamingToolStart() {
       // Consecutive safe calls already ran together before the early start, so on a threaded image the
       // whole answer's calls cost one tool time after it; the early start can save at most that. The
       // step target applies where the calls used to queue after the answer: an image without threads.
-      const target = n !== 10 ? "-" : serial ? "<= 0.7x all after the answer" : "- (before: all together after the answer, one tool time)";
+      // 0.7x, unless the stream itself puts the floor above it (10 calls on CLISP: ~0.74x): then within 5%
+      // of the floor, since no scheduling can reach a target under it.
+      const bound = Math.max(0.7, floor * 1.05);
+      const target =
+        n !== 10
+          ? "-"
+          : serial
+            ? `<= ${bound.toFixed(2)}x all after the answer (0.7x, or 1.05x the floor when that is higher)`
+            : "- (before: all together after the answer, one tool time)";
       record({
         figure: `9. ${n} call${n > 1 ? "s" : ""} streamed, ${image}: whole step`,
         unit: "ms",
         samples: now.steps,
         target,
         ratio,
-        ...(n === 10 && serial ? { pass: ratio <= 0.7 } : {}),
+        ...(n === 10 && serial ? { pass: ratio <= bound } : {}),
         note: `request -> next request; every call waiting for the whole answer (startToolsEarly off): ${median(before.steps).toFixed(0)} ms; the answer streams for ${median(now.streams).toFixed(0)} ms, so no schedule can do better than ${floor.toFixed(2)}x (the stream plus one tool time)`,
       });
     }
