@@ -267,8 +267,23 @@ let leftoversKilled = false;
  * server, or a pid reused since) is left alone. Returns the pids killed.
  */
 export function killLeftovers(): number[] {
-  const killed: number[] = [];
   const prefix = Buffer.from(`\0${RUN_MARK}=`);
+  return killWhere("SIGKILL", (environ) => {
+    const env = Buffer.concat([Buffer.from([0]), environ]);
+    const at = env.indexOf(prefix);
+    if (at < 0) return false;
+    const value = env.subarray(at + prefix.length, env.indexOf(0, at + prefix.length)).toString();
+    const owner = /^(\d+)-[0-9a-f]+$/.exec(value);
+    return !!owner && Number(owner[1]) !== process.pid && !alive(Number(owner[1]));
+  });
+}
+
+/**
+ * Sends SIG to every other process of this user whose environment (/proc/PID/environ, its
+ * NUL-separated entries) CHOSEN accepts; returns the pids signalled. Linux's /proc only.
+ */
+function killWhere(sig: NodeJS.Signals, chosen: (environ: Buffer) => boolean): number[] {
+  const killed: number[] = [];
   let pids: string[];
   try {
     pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
@@ -279,13 +294,8 @@ export function killLeftovers(): number[] {
     const n = Number(pid);
     if (n === process.pid) continue;
     try {
-      const env = Buffer.concat([Buffer.from([0]), readFileSync(`/proc/${pid}/environ`)]);
-      const at = env.indexOf(prefix);
-      if (at < 0) continue;
-      const value = env.subarray(at + prefix.length, env.indexOf(0, at + prefix.length)).toString();
-      const owner = /^(\d+)-[0-9a-f]+$/.exec(value);
-      if (!owner || Number(owner[1]) === process.pid || alive(Number(owner[1]))) continue;
-      process.kill(n, "SIGKILL");
+      if (!chosen(readFileSync(`/proc/${pid}/environ`))) continue;
+      process.kill(n, sig);
       killed.push(n);
     } catch {
       // Another user's process, or gone.
@@ -417,27 +427,7 @@ export async function runProcess(o: RunOptions): Promise<CommandOutcome> {
  */
 export function killMarked(mark: string, sig: NodeJS.Signals): number[] {
   const needle = Buffer.from(`${RUN_MARK}=${mark}\0`);
-  const killed: number[] = [];
-  let pids: string[];
-  try {
-    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
-  } catch {
-    return killed;
-  }
-  for (const pid of pids) {
-    const n = Number(pid);
-    if (n === process.pid) continue;
-    try {
-      const env = readFileSync(`/proc/${pid}/environ`);
-      if (env.includes(needle)) {
-        process.kill(n, sig);
-        killed.push(n);
-      }
-    } catch {
-      // Another user's process, or gone.
-    }
-  }
-  return killed;
+  return killWhere(sig, (environ) => environ.includes(needle));
 }
 
 /** OUTCOME's status in words: the exit status, the signal, or why the server stopped it. */
