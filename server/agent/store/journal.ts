@@ -7,7 +7,6 @@ import { closeSync, constants, fstatSync, ftruncateSync, lstatSync, openSync, re
 import { dirname } from "node:path";
 import type { Change, ToolCallRun, TurnEnd, Usage } from "../../protocol.js";
 import type { Message } from "../../llm/provider.js";
-import type { ConversationStore } from "./directory.js";
 import { directoryIdentity, openRegular, sameFile, type FileIdentity } from "./files.js";
 import { now, STORE_VERSION, StoreError, type HeaderRecord, type StoreRecord } from "./format.js";
 import type { StoredConversation } from "./reader.js";
@@ -20,6 +19,14 @@ export const journalIO = {
   write: (fd: number, data: Buffer, offset: number): number => writeSync(fd, data, offset),
   truncate: (fd: number, length: number): void => ftruncateSync(fd, length),
 };
+
+/** What a journal needs of the directory it writes in (directory.ts's ConversationStore). */
+export interface JournalStore {
+  readonly directory: string;
+  fileOf(id: string): string;
+  lock(id: string): string;
+  unlock(lockFile: string): void;
+}
 
 /** An open conversation file this server appends to, holding its lock. */
 export class ConversationJournal {
@@ -35,7 +42,7 @@ export class ConversationJournal {
   private claimsStarts = false;
 
   private constructor(
-    private readonly store: ConversationStore,
+    private readonly store: JournalStore,
     private readonly id: string,
     readonly file: string,
     private readonly lockFile: string,
@@ -47,7 +54,7 @@ export class ConversationJournal {
   }
 
   /** Creates FILE with HEADER. Throws StoreError when it exists or cannot be written. */
-  static create(store: ConversationStore, header: HeaderRecord): ConversationJournal {
+  static create(store: JournalStore, header: HeaderRecord): ConversationJournal {
     const journal = ConversationJournal.open(store, header.id, "wx", "created");
     journal.append(header);
     journal.claimsStarts = header.starts === true;
@@ -55,7 +62,7 @@ export class ConversationJournal {
   }
 
   /** Opens an existing FILE for appending, sealing off a last line cut short by a crash. */
-  static reopen(store: ConversationStore, id: string, stored: StoredConversation): ConversationJournal {
+  static reopen(store: JournalStore, id: string, stored: StoredConversation): ConversationJournal {
     const journal = ConversationJournal.open(store, id, "a", "opened for writing");
     // The file read is the file written to: one swapped at its name in between is not.
     if (stored.identity && !sameFile(fstatSync(journal.fd!), stored.identity)) {
@@ -73,7 +80,7 @@ export class ConversationJournal {
   }
 
   /** Takes conversation ID's lock and opens its file with FLAGS; on failure lets go of the lock. */
-  private static open(store: ConversationStore, id: string, flags: "wx" | "a", what: string): ConversationJournal {
+  private static open(store: JournalStore, id: string, flags: "wx" | "a", what: string): ConversationJournal {
     const file = store.fileOf(id);
     const directory = directoryIdentity(store.directory);
     const lock = store.lock(id);

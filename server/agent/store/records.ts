@@ -2,9 +2,8 @@
 // what a line of that type must hold and how it changes what is read. The table's type names every
 // record type, so a type without an entry here does not compile (test/server/store-records.test.ts).
 
-import type { SavedTurnEnd, ToolCallRun, TurnEnd } from "../../protocol.js";
+import type { Change, SavedTurnEnd, ToolCallRun, TurnEnd, Usage } from "../../protocol.js";
 import { addUsage, isThinking, type Message, type ToolResultBlock } from "../../llm/provider.js";
-import type { StoredConversation } from "./reader.js";
 import { StoreError, THINKING_VERSION, type RecordOf, type RecordType } from "./format.js";
 
 /** What the records read so far say: the reader folds each line into it, in order. */
@@ -13,17 +12,17 @@ export interface Reading {
   readonly file: string;
   line: number;
   messages: Message[];
-  compaction?: StoredConversation["compaction"];
-  prompt?: StoredConversation["prompt"];
+  compaction?: { replaced: number; summary: string };
+  prompt?: { currentPackage?: string };
   title?: string;
-  usage: StoredConversation["usage"];
+  usage: Usage;
   costUsd: number;
   provider?: string;
   model?: string;
-  turnStarts: StoredConversation["turnStarts"];
+  turnStarts: { turnId: string; at: string; index: number; blocks: number }[];
   shortened: Set<string>;
-  changes: StoredConversation["changes"];
-  repaired?: StoredConversation["repaired"];
+  changes: { turnId: string; changes: Change[] }[];
+  repaired?: { at: string; what: string[] };
   results: Map<string, ToolResultBlock>;
   started: Set<string>;
   /** The arguments calls ran with, when the user edited the model's (recorded with the start). */
