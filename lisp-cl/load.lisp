@@ -17,7 +17,7 @@
 ;;; Everything here is one form, so that nothing is defined in the
 ;;; package this file is loaded into.
 
-(let* ((files '("package" "clisp-file-stat" "backend" "text" "errors" "guard" "protocol" "symbols" "reader"
+(let* ((files '("package" "clisp-file-stat" "backend" "text" "errors" "guard" "interrupt" "protocol" "symbols" "reader"
                 "describe" "xref" "clos" "eval" "compile" "macroexpand"
                 "source" "locations" "image-changes" "systems" "testing"
                 "debugger" "inspect" "threads" "trace" "profile"))

@@ -89,47 +89,52 @@ is reserved (`sly-agent-q-display-frame-characters').")
   "Face of the frame before each line of text from outside."
   :group 'sly-agent-q)
 
+;; One list of the characters text from outside never shows raw; the
+;; server escapes the same ones (server/text.ts, less the frame
+;; characters and raw bytes: test/server/unsafe-characters.test.ts).
+(defconst sly-agent-q-display--format-characters
+  '(#xAD (#x600 . #x605) #x61C #x6DD #x70F (#x890 . #x891) #x8E2 #x180E
+         (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x206F)
+         #xFEFF (#xFFF9 . #xFFFB) #x110BD #x110CD (#x13430 . #x1343F)
+         (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A) #xE0001 (#xE0020 . #xE007F))
+  "Format characters: bidi embeddings, overrides, isolates and marks,
+zero-width characters, the soft hyphen, the BOM, the tags...")
+
+(defconst sly-agent-q-display--frame-look-alikes
+  `(,@(string-to-list sly-agent-q-display-frame-characters)
+    ;; Their look-alikes: every vertical line and corner of the box
+    ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
+    ;; vertical bars of other blocks.  The horizontal lines stay.
+    #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
+    (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
+    (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C)
+  "The frame characters and their look-alikes, which only the product draws.")
+
+(defconst sly-agent-q-display--unsafe-characters
+  `((#x00 . #x1F) (#x7F . #x9F)
+    ,@sly-agent-q-display--format-characters
+    ;; The other invisible characters (Unicode's default ignorables:
+    ;; variation selectors, fillers...): a name that differs from a
+    ;; trusted one only by them would read the same.
+    #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
+    (#xFE00 . #xFE0F) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
+    ;; Raw bytes of undecodable text.
+    (#x3FFF80 . #x3FFFFF)
+    ,@sly-agent-q-display--frame-look-alikes)
+  "The characters drawn escaped in text from outside: chars and ranges.")
+
+(defconst sly-agent-q-display--kept-in-text '(?\t ?\n #xFE0E #xFE0F)
+  "Characters of the list above that text of many lines keeps.
+Its tabs and newlines, and an emoji's presentation selectors.")
+
 (defconst sly-agent-q-display--unsafe-line
-  (rx (any (#x00 . #x1F) (#x7F . #x9F)
-           ;; Format characters: bidi embeddings, overrides, isolates and
-           ;; marks, zero-width characters, the soft hyphen, the BOM...
-           #xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
-           (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
-           #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
-           #xE0001 (#xE0020 . #xE007F)
-           ;; The other invisible characters (Unicode's default ignorables:
-           ;; variation selectors, fillers...): a name that differs from
-           ;; a trusted one only by them would read the same.
-           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
-           (#xFE00 . #xFE0F) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
-           ;; Raw bytes of undecodable text.
-           (#x3FFF80 . #x3FFFFF)
-           ?┏ ?┃ ?┗ ?╎
-           ;; Their look-alikes: every vertical line and corner of the box
-           ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
-           ;; vertical bars of other blocks.  The horizontal lines stay.
-           #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
-           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
-           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
+  (rx-to-string `(any ,@sly-agent-q-display--unsafe-characters) t)
   "A character drawn escaped in one line of text from outside.")
 
 (defconst sly-agent-q-display--unsafe-text
-  (rx (any (#x00 . #x08) (#x0B . #x1F) (#x7F . #x9F)
-           #xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
-           (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064) (#x2066 . #x206F)
-           #xFEFF (#xFFF9 . #xFFFB) #x110BD (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A)
-           #xE0001 (#xE0020 . #xE007F)
-           ;; As above, but an emoji's presentation selector stays in text.
-           #x34F (#x115F . #x1160) (#x17B4 . #x17B5) (#x180B . #x180F) #x3164
-           (#xFE00 . #xFE0D) #xFFA0 (#xFFF0 . #xFFF8) (#xE0000 . #xE0FFF)
-           (#x3FFF80 . #x3FFFFF)
-           ?┏ ?┃ ?┗ ?╎
-           ;; Their look-alikes: every vertical line and corner of the box
-           ;; drawing characters (a lighter ┃, a dashed ╎, another ┏...),
-           ;; vertical bars of other blocks.  The horizontal lines stay.
-           #x2502 (#x2506 . #x2507) (#x250A . #x254B) (#x254E . #x254F)
-           (#x2551 . #x2573) #x2575 #x2577 #x2579 #x257B #x257D #x257F
-           (#x258C . #x2590) #x2595 (#x2758 . #x275A) (#x23B8 . #x23B9) #xFF5C))
+  (rx-to-string `(intersection (any ,@sly-agent-q-display--unsafe-characters)
+                               (not (any ,@sly-agent-q-display--kept-in-text)))
+                t)
   "A character drawn escaped in text of many lines from outside.
 Newline and tab stay.")
 
@@ -311,9 +316,7 @@ drawn as their hex codes, as Emacs draws other control characters
   (setq-local bidi-display-reordering nil)
   (setq-local bidi-paragraph-direction 'left-to-right)
   (let ((table (copy-sequence glyphless-char-display)))
-    (dolist (range '(#xAD (#x600 . #x605) #x61C #x6DD #x70F #x8E2 #x180E
-                          (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x2064)
-                          (#x2066 . #x206F) #xFEFF (#xFFF9 . #xFFFB)))
+    (dolist (range sly-agent-q-display--format-characters)
       (set-char-table-range table range 'hex-code))
     (setq-local glyphless-char-display table)))
 

@@ -120,6 +120,7 @@ function describeCatalog() {
     safety: t.safety,
     categories: [...t.categories],
     parameters: Object.keys(t.parameters),
+    ...(t.argumentNames ? { argumentNames: { ...t.argumentNames } } : {}),
     required: [...t.required],
     description: t.description,
   }));

@@ -77,6 +77,62 @@ the server sends; a category that shares a tool's name (xref) is a category."
     (should (> (length names) 40))
     (should-not (sly-agent-q-tool-declarations-test--named names))))
 
+(defun sly-agent-q-tool-declarations-test--keywords (function)
+  "The JSON names of the keyword arguments FUNCTION (a `cl-defun') takes."
+  (let ((usage (car (help-split-fundoc (documentation function t) function))))
+    (when usage
+      (cl-loop for arg in (cdr (memq '&key (car (read-from-string (downcase usage)))))
+               collect (substring (symbol-name (cond ((consp (car-safe arg)) (caar arg))
+                                                     ((consp arg) (car arg))
+                                                     (t arg)))
+                                  (if (consp (car-safe arg)) 1 0))))))
+
+(defun sly-agent-q-tool-declarations-test--parameters (tool)
+  "The parameter names catalog entry TOOL's handler gets.
+A name TOOL's argumentNames renames reaches the handler as its target."
+  (let ((renames (plist-get tool :argumentNames)))
+    (delete-dups
+     (mapcar (lambda (name) (or (plist-get renames (intern (concat ":" name))) name))
+             (copy-sequence (plist-get tool :parameters))))))
+
+(defun sly-agent-q-tool-declarations-test--mismatches (catalog)
+  "Where CATALOG's Emacs tools and their handlers' keywords disagree.
+A primary tool's every parameter must be a keyword of its handler; a
+handler's every keyword must be a parameter of a tool it implements
+\(an alias may add one, as file_write adds append)."
+  (let ((emacs (cl-remove-if-not (lambda (tool) (equal (plist-get tool :runtime) "emacs")) catalog)))
+    (cl-loop for capability in (delete-dups (mapcar (lambda (tool) (plist-get tool :implementation)) emacs))
+             for handler = (plist-get (sly-agent-q-tool-declaration capability) :handler)
+             for taken = (sly-agent-q-tool-declarations-test--keywords handler)
+             for tools = (cl-remove-if-not (lambda (tool) (equal (plist-get tool :implementation) capability))
+                                           emacs)
+             for declared = (delete-dups (mapcan #'sly-agent-q-tool-declarations-test--parameters tools))
+             for primary = (cl-find-if-not (lambda (tool) (plist-get tool :aliasOf)) tools)
+             for untaken = (cl-set-difference (sly-agent-q-tool-declarations-test--parameters primary)
+                                              taken :test #'equal)
+             for undeclared = (cl-set-difference taken declared :test #'equal)
+             when (or untaken undeclared)
+             collect (list capability :not-taken untaken :not-declared undeclared))))
+
+(ert-deftest sly-agent-q-tool-declarations-handlers-take-the-catalog-parameters ()
+  "Each Emacs tool's handler takes the catalog's parameters as its keywords, and no others.
+The same check as the e2e suite's, on the bundle's catalog, with no
+server or image running."
+  (let ((catalog (sly-agent-q-tool-declarations-test--catalog)))
+    (should-not (sly-agent-q-tool-declarations-test--mismatches catalog))
+    ;; The check sees a disagreement: a parameter renamed in the catalog.
+    (let* ((tool (cl-find-if (lambda (tool) (and (equal (plist-get tool :runtime) "emacs")
+                                                 (not (plist-get tool :aliasOf))
+                                                 (plist-get tool :parameters)))
+                             catalog))
+           (renamed (cons (concat (car (plist-get tool :parameters)) "_renamed")
+                          (cdr (plist-get tool :parameters))))
+           (changed (mapcar (lambda (other)
+                              (if (eq other tool) (plist-put (copy-sequence tool) :parameters renamed) other))
+                            catalog)))
+      (should (assoc (plist-get tool :implementation)
+                     (sly-agent-q-tool-declarations-test--mismatches changed))))))
+
 (ert-deftest sly-agent-q-tool-declarations-are-checked ()
   "A declaration without :changes, or with no handler, is refused when it is read."
   (let ((sly-agent-q-tool-declarations (copy-hash-table sly-agent-q-tool-declarations)))
