@@ -134,15 +134,18 @@ function gitDirs(root: string): { gitDir: string; commonDir: string; workTree: s
   return undefined;
 }
 
-/** The user's global config files, in Git's order: $XDG_CONFIG_HOME/git/config, then ~/.gitconfig. */
+/** The system's and the user's config files: /etc/gitconfig, $XDG_CONFIG_HOME/git/config, ~/.gitconfig,
+ *  and $GIT_CONFIG_SYSTEM and $GIT_CONFIG_GLOBAL when set (read besides the usual ones: the user's
+ *  shell, where git runs, may not set them as the server's environment does). */
 function globalGitConfigs(home: string, env: NodeJS.ProcessEnv): string[] {
   const config = env.XDG_CONFIG_HOME && isAbsolute(env.XDG_CONFIG_HOME) ? env.XDG_CONFIG_HOME : join(home, ".config");
-  return [join(config, "git", "config"), join(home, ".gitconfig")];
+  const set = [env.GIT_CONFIG_SYSTEM, env.GIT_CONFIG_GLOBAL].filter((f): f is string => typeof f === "string" && isAbsolute(f));
+  return ["/etc/gitconfig", ...set, join(config, "git", "config"), join(home, ".gitconfig")];
 }
 
 /**
  * What Git's config makes run, as protected trees: every program-running setting's program and the
- * project files its command line names (gitSettings.ts), the paths of core.hooksPath and the like,
+ * project files its command line names (git-settings.ts), the paths of core.hooksPath and the like,
  * and every config file an include names. Every value any config file sets counts, not only the
  * one that wins: an include's condition or a later file may change which one does.
  */
@@ -153,7 +156,8 @@ function gitTrees(root: string, home: string, env: NodeJS.ProcessEnv): { path: s
   const top = repo?.workTree ?? root;
   const trees: { path: string; why: string }[] = [];
   for (const file of read.files) {
-    if (!files.includes(file)) trees.push({ path: resolve(file), why: INCLUDED });
+    // An include naming the project's folder or one above it names no file of its own.
+    if (!files.includes(file) && !inside(resolve(file), root)) trees.push({ path: resolve(file), why: INCLUDED });
   }
   for (const e of read.entries) {
     for (const named of namedBySetting(e, { top, root, home, path: env.PATH ?? "" })) trees.push(named);
