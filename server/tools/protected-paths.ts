@@ -4,7 +4,7 @@
 // only a rule naming the protected path itself allows it. Decided on the path as it resolves (links
 // followed, `~` read as the home directory as Emacs reads it), never on its spelling.
 
-import { lstatSync, readFileSync, realpathSync } from "node:fs";
+import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { readGitConfig } from "./git-config.js";
@@ -165,6 +165,39 @@ function gitTrees(root: string, home: string, env: NodeJS.ProcessEnv): { path: s
   return trees;
 }
 
+/** Whether NAME (one component) is protected by its name, alone or as the folder of a protected name. */
+const protectedName = (name: string): boolean => BY_LOWER_NAME.has(foldedName(name)) || BY_LOWER_PARENT.has(foldedName(name));
+
+/**
+ * The links with a protected name (`.vscode`, `AGENT-Q.md`...) at the top of the project and of its
+ * working tree, and where each leads: a repository may hold `.vscode` as a link to `cfg/`, and then
+ * `cfg/tasks.json` is the tasks file VS Code runs. (A link deeper in the tree is judged only when the
+ * path written goes through it.)
+ */
+function protectedLinks(root: string): { link: string; target: string }[] {
+  const tops = new Set([root, gitDirs(root)?.workTree ?? root]);
+  const links: { link: string; target: string }[] = [];
+  for (const top of tops) {
+    let names: string[];
+    try {
+      names = readdirSync(top);
+    } catch {
+      continue;
+    }
+    for (const name of names.filter(protectedName)) {
+      const link = join(top, name);
+      try {
+        if (!lstatSync(link).isSymbolicLink()) continue;
+        // A dangling link leads to the file a write would create.
+        links.push({ link, target: trueName(resolve(top, readlinkSync(link))) });
+      } catch {
+        // Gone meanwhile.
+      }
+    }
+  }
+  return links;
+}
+
 /** PATH with its deepest existing ancestor's links resolved, the rest appended as it is. */
 function trueName(path: string): string {
   let existing = path;
@@ -211,8 +244,12 @@ export function protectedWrite(path: string, root: string | undefined, env: Node
   const realRoot = trueName(resolve(base));
   const shown = inside(realRoot, real) ? relative(realRoot, real) || "." : real;
   const trees = [...homeTrees(home, env), ...gitTrees(realRoot, home, env), ...packageLispTree()];
+  // A link with a protected name leads to a file read under that name: the path through the link counts too.
+  const throughLinks = protectedLinks(realRoot)
+    .filter((l) => inside(folded(l.target), folded(real)))
+    .map((l) => join(l.link, relative(l.target, real)));
   // Both the path as written and as it resolves: a link into .git, or a link named like one.
-  for (const candidate of [real, lexical]) {
+  for (const candidate of [real, lexical, ...throughLinks]) {
     const within = inside(realRoot, candidate) ? relative(realRoot, candidate) : candidate;
     const parts = within.split(sep);
     for (const [i, part] of parts.entries()) {

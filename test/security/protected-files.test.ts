@@ -386,3 +386,19 @@ it("the chat's write tools ask for the new protected files under a rule that all
   expect(s.approvals.map((a) => a.reason.kind)).toEqual(Array(5).fill("protected"));
   expect(s.ran).toEqual([]);
 });
+
+it("a file reached through a link with a protected name at the project's top is protected where the link leads (.vscode -> cfg, AGENT-Q.md -> docs/agent.md)", () => {
+  const env = { HOME: root };
+  for (const d of ["cfg", "claude-cfg", "notes"]) mkdirSync(join(root, d));
+  writeFileSync(join(root, "notes", "agent.md"), "Be careful.\n");
+  // A cloned repository may hold links under these names (git checks links out as links).
+  symlinkSync(join(root, "cfg"), join(root, ".vscode"));
+  symlinkSync(join(root, "claude-cfg"), join(root, ".claude"));
+  symlinkSync(join(root, "notes", "agent.md"), join(root, "AGENT-Q.md"));
+  // A link to a file not there yet: the write would create what CLAUDE.md reads.
+  symlinkSync(join("notes", "for-claude.txt"), join(root, "CLAUDE.md"));
+  const missed = ["notes/for-claude.txt", "cfg/tasks.json", "claude-cfg/settings.json", "claude-cfg/hooks/x.sh", "notes/agent.md", "notes/../notes/agent.md"].filter((p) => protectedWrite(p, root, env) === undefined);
+  expect(missed).toEqual([]);
+  expect(protectedWrite("notes/agent.md", root, env)?.why).toMatch(/instructions/);
+  for (const p of ["cfg/other.json", "notes/other.md", "src/x"]) expect(protectedWrite(p, root, env), p).toBeUndefined();
+});
