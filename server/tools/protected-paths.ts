@@ -198,14 +198,27 @@ function protectedLinks(root: string): { link: string; target: string }[] {
   return links;
 }
 
-/** PATH with its deepest existing ancestor's links resolved, the rest appended as it is. */
+/** PATH with its deepest existing ancestor's links resolved, the rest appended as it is; a dangling
+ *  link on the way is followed to its target (a write through it creates that target). */
 function trueName(path: string): string {
   let existing = path;
+  let hops = 0;
   const missing: string[] = [];
   for (;;) {
     try {
       return join(realpathSync(existing), ...missing);
     } catch {
+      let target: string | undefined;
+      try {
+        target = hops < 40 && lstatSync(existing).isSymbolicLink() ? readlinkSync(existing) : undefined;
+      } catch {
+        target = undefined;
+      }
+      if (target !== undefined) {
+        hops++;
+        existing = resolve(dirname(existing), target);
+        continue;
+      }
       const parent = resolve(existing, "..");
       if (parent === existing) return path;
       missing.unshift(existing.slice(parent.length + (parent.endsWith(sep) ? 0 : 1)));

@@ -402,3 +402,15 @@ it("a file reached through a link with a protected name at the project's top is 
   expect(protectedWrite("notes/agent.md", root, env)?.why).toMatch(/instructions/);
   for (const p of ["cfg/other.json", "notes/other.md", "src/x"]) expect(protectedWrite(p, root, env), p).toBeUndefined();
 });
+
+it("a write through a dangling link is judged where it lands (the link's target, created by the write)", () => {
+  const env = { HOME: root };
+  symlinkSync(join(".git", "hooks", "pre-commit"), join(root, "innocent"));
+  symlinkSync(join("..", ".dir-locals.el"), join(root, "src", "style.el"));
+  symlinkSync(join(root, "loop-b"), join(root, "loop-a"));
+  symlinkSync(join(root, "loop-a"), join(root, "loop-b"));
+  expect(protectedWrite("innocent", root, env)).toEqual({ path: join(".git", "hooks", "pre-commit"), name: ".git", why: expect.stringMatching(/hooks run/) });
+  expect(protectedWrite("src/style.el", root, env)?.path).toBe(".dir-locals.el");
+  // A loop of links ends.
+  expect(protectedWrite("loop-a", root, env)).toBeUndefined();
+});
