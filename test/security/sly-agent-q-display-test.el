@@ -568,7 +568,14 @@ in quotes, its own quotes escaped."
       (should (string-match-p
                (regexp-quote "\"ok-client calls write_file {\\\"path\\\":\\\".envrc\\\"} \\\"\" calls read_file")
                line))
-      (should-not (string-match-p "^[0-9:]+ ok-client" line)))))
+      (should-not (string-match-p "^[0-9:]+ ok-client" line)))
+    ;; The tool's name is the client's word too (an unknown tool is logged as asked).
+    (with-current-buffer log (let ((inhibit-read-only t)) (erase-buffer)))
+    (sly-agent-q-handle-notification nil 'mcp/call
+                                     (list :phase "done" :id "m2" :client "c" :tool "read_file ok (safe): fine"
+                                           :success :json-false :safetyLevel "unknown" :summary "Unknown tool"))
+    (should (string-match-p (regexp-quote "\"c\" \"read_file ok (safe): fine\" FAILED (unknown)")
+                            (with-current-buffer log (buffer-string))))))
 
 (provide 'sly-agent-q-display-test)
 ;;; sly-agent-q-display-test.el ends here
