@@ -154,11 +154,12 @@ Return non-nil if the answer was sent; a second answer is ignored."
 (declare-function sly-agent-q-tools-call "sly-agent-q-tool-call" (capability args callback &optional changes-callback))
 (declare-function sly-agent-q-tools-check-approved "sly-agent-q-tool-preview" (approved))
 (declare-function sly-agent-q-files-call-root "sly-agent-q-files" (root))
+(declare-function sly-agent-q-files-check-visit "sly-agent-q-files" (visit))
 (defvar sly-agent-q-project-root)
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
-  (cl-destructuring-bind (&key tool arguments approved projectRoot &allow-other-keys)
+  (cl-destructuring-bind (&key tool arguments approved projectRoot visits &allow-other-keys)
       (sly-agent-q-call-params call)
     ;; The root the server judged the call against is the one it runs
     ;; against (a capability that answers later resolved its paths here).
@@ -178,6 +179,12 @@ Return non-nil if the answer was sent; a second answer is ignored."
        ((and approved
              (condition-case err
                  (progn (sly-agent-q-tools-check-approved approved) nil)
+               (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
+       ;; A buffer's text is changed only while the buffer visits the file
+       ;; the server judged the write by: checked here too, as it runs.
+       ((and visits
+             (condition-case err
+                 (progn (sly-agent-q-files-check-visit visits) nil)
                (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
        (t
         (let* (changes

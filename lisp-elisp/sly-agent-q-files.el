@@ -306,6 +306,24 @@ which the user's save of the base buffer writes: every check of a
 buffer's file goes through this."
   (buffer-local-value 'buffer-file-name (or (buffer-base-buffer buffer) buffer)))
 
+(defun sly-agent-q-files-check-visit (visit)
+  "Signal a tool error unless the buffer of VISIT still visits its file.
+VISIT is the plist (:buffer NAME :file FILE) the server sends with a
+call that changes a buffer's text: the buffer and the file it visited
+when the server judged the write (FILE absent: none).  A buffer made
+to visit another file meanwhile (while an approval waited) is a write
+to a file nobody judged, perhaps a protected one: it is not changed."
+  (let* ((name (plist-get visit :buffer))
+         (buffer (and (stringp name) (get-buffer name)))
+         (judged (let ((file (plist-get visit :file))) (and (stringp file) file)))
+         (now (and buffer (sly-agent-q-files-buffer-file buffer))))
+    (unless buffer
+      (sly-agent-q-tool-fail "Buffer %S no longer exists; nothing was changed." name))
+    (unless (equal now judged)
+      (sly-agent-q-tool-fail
+       "Buffer %S now visits %s, not %s, the file it visited when the write was judged (and asked about); the buffer was not changed."
+       name (or now "no file") (or judged "no file")))))
+
 (defun sly-agent-q-tools-last-user-buffer ()
   "Return the most recent buffer that is neither internal nor the agent's."
   (or (cl-find-if (lambda (b) (not (sly-agent-q-protected-buffer-p b)))

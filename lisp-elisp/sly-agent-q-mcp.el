@@ -141,6 +141,13 @@ line of data (`sly-agent-q-display-line')."
   (cl-destructuring-bind (&key phase client tool arguments success ((:safetyLevel level)) summary
                               &allow-other-keys)
       (sly-agent-q-server-redact params)
+    ;; The client's name is its own word: quoted, so that it cannot read
+    ;; as the start of another entry ("x calls write_file ...").
+    (setq client (sly-agent-q-display-name (or client "")))
+    ;; So is the tool's name (an unknown one is logged as asked): quoted
+    ;; unless it is a plain name.
+    (unless (and (stringp tool) (string-match-p "\\`[[:alnum:]_.-]+\\'" tool))
+      (setq tool (sly-agent-q-display-name (or tool ""))))
     (if (equal phase "start")
         (sly-agent-q-mcp--log "%s calls %s %s" client tool
                               (json-encode (or arguments '(:x nil))))

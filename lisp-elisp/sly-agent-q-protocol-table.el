@@ -249,7 +249,7 @@ A trust level or a permission rule naming one covers every tool in it.")
      :result nil)
     ("emacs/call:tool"
      :params (("tool" . "string") ("arguments" . "object") ("approved" . "object?")
-      ("projectRoot" . "string?"))
+      ("projectRoot" . "string?") ("visits" . "object?"))
      :result (("content" . "string") ("changes" . "array?")))
     ("emacs/call:image"
      :params (("tool" . "string") ("arguments" . "object") ("package" . "string?"))

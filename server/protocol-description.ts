@@ -94,7 +94,7 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
 /** Each kind of emacs/call: its params and the result of Emacs's emacs/reply. */
 export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape } = {
   tool: {
-    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?", projectRoot: "string?" }),
+    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?", projectRoot: "string?", visits: "object?" }),
     result: shape<P.EmacsToolResult>({ content: "string", changes: "array?" }),
   },
   image: {

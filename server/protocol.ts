@@ -438,6 +438,16 @@ export interface EmacsToolParams {
   /** The project root the server judged the call against (protected files, its approval): Emacs
    *  resolves and confines the call's paths against this root, so the two never disagree. */
   projectRoot?: string;
+  /** For a call that changes a buffer's text: the buffer and the file it visited (none: absent) when
+   *  the server judged the write (protected files). Emacs runs it only if that buffer still visits
+   *  that file: one made to visit another while an approval waited is not changed. */
+  visits?: BufferVisit;
+}
+
+/** A buffer and the file it visits (none: absent). */
+export interface BufferVisit {
+  buffer: string;
+  file?: string;
 }
 
 /** The reply to kind "tool": the text for the model, and what the call changed (for rewinding). */

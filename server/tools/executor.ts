@@ -21,7 +21,7 @@ export interface ToolCall {
 }
 
 import { createHash } from "node:crypto";
-import type { ApprovalDecision, ApprovedTarget, ToolResult, ToolResultMetadata } from "../protocol.js";
+import type { ApprovalDecision, ApprovedTarget, BufferVisit, ToolResult, ToolResultMetadata } from "../protocol.js";
 
 export type { ApprovalDecision, ToolResult, ToolResultMetadata } from "../protocol.js";
 
@@ -640,16 +640,17 @@ export class Executor {
    * asked of Emacs, resolved against the call's root, and judged by confirmWrite, the check every
    * write found as it runs goes through.
    */
-  private async confirmBufferWrite(tool: Tool, args: Record<string, unknown>, ctx: ToolContext, confirm: (file: string) => Promise<void>): Promise<Record<string, unknown>> {
+  private async confirmBufferWrite(tool: Tool, args: Record<string, unknown>, ctx: ToolContext, confirm: (file: string) => Promise<void>): Promise<{ args: Record<string, unknown>; visit?: BufferVisit }> {
     const primary = this.options.registry.get(this.policy.primaryName(tool)) ?? tool;
-    if (primary.writesBuffer === undefined || !ctx.emacs) return args;
+    if (primary.writesBuffer === undefined || !ctx.emacs) return { args };
     const primaryArgs = toPrimaryArgs(tool, args);
     const given = primaryArgs[primary.writesBuffer];
     const visited = await visitedFile(ctx, typeof given === "string" ? given : undefined);
     if (visited.file) await confirm(visited.file);
     // The buffer judged is the one written: "the user's last buffer" is named, so that a buffer the
     // user switched to meanwhile (perhaps visiting another protected file) is not the one changed.
-    return fromPrimaryArgs(tool, { ...primaryArgs, [primary.writesBuffer]: visited.buffer });
+    // And it is written only while it visits the file judged (Emacs checks where the call runs).
+    return { args: fromPrimaryArgs(tool, { ...primaryArgs, [primary.writesBuffer]: visited.buffer }), visit: visited };
   }
 
   /** How long TOOL's handler may run before the executor stops it. */
@@ -712,7 +713,8 @@ export class Executor {
       };
       const confirmBuffer = (file: string) => this.confirmWrite(tool, args, callId, file, controller.signal, { tags, beforeAsking, onApproved: onApprovedWhileRunning, protectedApproved, projectRoot, buffer: true });
       const running = Promise.resolve().then(async () => {
-        return tool.handler(await this.confirmBufferWrite(tool, args, context, confirmBuffer), context);
+        const judged = await this.confirmBufferWrite(tool, args, context, confirmBuffer);
+        return tool.handler(judged.args, judged.visit ? { ...context, bufferVisit: judged.visit } : context);
       });
       running.catch(() => undefined);
       return await Promise.race([running, stopped]);

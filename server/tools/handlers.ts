@@ -15,7 +15,7 @@ export function emacsTool(capability: string, mapArgs?: (args: Record<string, un
     const emacs = requireEmacs(ctx);
     const result = await emacs.call(
       "tool",
-      { tool: capability, arguments: mapArgs ? mapArgs(args) : args, ...(ctx.approved ? { approved: ctx.approved } : {}), ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}) },
+      { tool: capability, arguments: mapArgs ? mapArgs(args) : args, ...(ctx.approved ? { approved: ctx.approved } : {}), ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}), ...(ctx.bufferVisit ? { visits: ctx.bufferVisit } : {}) },
       { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
     );
     const changes = result && typeof result === "object" && "changes" in result ? (result as { changes: unknown }).changes : undefined;

@@ -4,9 +4,11 @@
 // only a rule naming the protected path itself allows it. Decided on the path as it resolves (links
 // followed, `~` read as the home directory as Emacs reads it), never on its spelling.
 
-import { lstatSync, readFileSync, realpathSync } from "node:fs";
+import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
+import { readGitConfig } from "./git-config.js";
+import { INCLUDED, namedBySetting } from "./git-settings.js";
 
 /** A write that must ask: the path it resolves to (relative to the root when inside it), the name
  *  that made it protected, and why. */
@@ -18,6 +20,7 @@ export interface ProtectedWrite {
 
 const LISP_INIT = "a Lisp init file: the Lisp image loads and runs it when it starts";
 const INSTRUCTIONS = "the agent reads it as its instructions on its own";
+const OTHER_AGENT = "another agent (Claude Code, Cursor) reads it as its instructions on its own";
 
 /** Names protected wherever they are in the path, and why. */
 const BY_NAME: Readonly<Record<string, string>> = {
@@ -34,12 +37,31 @@ const BY_NAME: Readonly<Record<string, string>> = {
   ".ccl-init.lisp": LISP_INIT,
   ".abclrc": LISP_INIT,
   ".clinit.cl": LISP_INIT,
+  // Other agents' and editors' files, obeyed or run when they open the project.
+  "CLAUDE.md": OTHER_AGENT,
+  "CLAUDE.local.md": OTHER_AGENT,
+  ".claude": "Claude Code's project settings, commands and hooks: its hooks and commands run, its settings widen what it may do",
+  ".cursorrules": OTHER_AGENT,
+  ".cursor": "Cursor's project rules and settings: its agent obeys them, and may run the commands they name",
+  // Git's files in the working tree that choose programs git runs.
+  ".gitattributes": "Git's attributes: they choose the filter, diff and merge programs git runs on files",
+  ".gitmodules": "it names the submodules git clones, fetches and updates (their URLs and update commands)",
+};
+
+/** Names protected when the directory holding them has the given name, and why. */
+const BY_PARENT_AND_NAME: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+  ".vscode": {
+    "tasks.json": "VS Code's tasks: it runs their commands (some when the folder opens)",
+    "launch.json": "VS Code's launch configurations: it runs the programs they name",
+    "settings.json": "VS Code's workspace settings: they name programs it runs (terminal, linters, formatters)",
+  },
+  ".github": { "copilot-instructions.md": "GitHub Copilot reads it as its instructions on its own" },
 };
 
 const BY_LOWER_NAME = new Map(Object.entries(BY_NAME).map(([name, why]) => [name.toLowerCase(), why]));
+const BY_LOWER_PARENT = new Map(Object.entries(BY_PARENT_AND_NAME).map(([parent, names]) => [parent.toLowerCase(), new Map(Object.entries(names).map(([n, why]) => [n.toLowerCase(), why]))]));
 
 const FASLS = "compiled Lisp code: a Lisp image loads it, and runs it, in place of its source";
-const HOOKS = "Git's hooks directory (core.hooksPath): its hooks run at the next git command";
 
 /** Directories and files under the home directory that are protected whole, and why. */
 function homeTrees(home: string, env: NodeJS.ProcessEnv): { path: string; why: string }[] {
@@ -83,51 +105,6 @@ function packageLispTree(): { path: string; why: string }[] {
   return [];
 }
 
-/** The value of core.hooksPath in the git config file FILE (Git's syntax, read minimally: the last
- *  `hooksPath` of a `[core]` section), or undefined. Git is never run: a hostile repository's config
- *  may name programs git would start. */
-export function hooksPathIn(file: string): string | undefined {
-  let text: string;
-  try {
-    if (!lstatSync(file).isFile()) return undefined;
-    text = readFileSync(file, "utf8");
-  } catch {
-    return undefined;
-  }
-  let inCore = false;
-  let found: string | undefined;
-  for (const raw of text.split(/\r?\n/u)) {
-    const line = raw.trim();
-    const section = /^\[\s*([A-Za-z0-9.-]+)\s*(?:"[^"]*")?\s*\]\s*(.*)$/u.exec(line);
-    if (section) {
-      inCore = section[1]!.toLowerCase() === "core" && !/"/u.test(line.slice(0, line.indexOf("]")));
-      // A key may follow the header on its line: [core] hooksPath = x
-      if (!inCore || !section[2]) continue;
-    }
-    if (!inCore) continue;
-    const entry = /^(?:\[[^\]]*\]\s*)?hookspath\s*=\s*(.*)$/iu.exec(line);
-    if (!entry) continue;
-    let value = "";
-    let quoted = false;
-    const body = entry[1]!;
-    for (let i = 0; i < body.length; i++) {
-      const c = body[i]!;
-      if (c === "\\" && i + 1 < body.length) {
-        const n = body[++i]!;
-        value += n === "n" ? "\n" : n === "t" ? "\t" : n;
-      } else if (c === '"') {
-        quoted = !quoted;
-      } else if (!quoted && (c === "#" || c === ";")) {
-        break;
-      } else {
-        value += c;
-      }
-    }
-    found = value.trim();
-  }
-  return found === "" ? undefined : found;
-}
-
 /** The repository's git directory and common directory for a working tree at or above ROOT. */
 function gitDirs(root: string): { gitDir: string; commonDir: string; workTree: string } | undefined {
   for (let dir = root, i = 0; i < 64; i++) {
@@ -157,30 +134,91 @@ function gitDirs(root: string): { gitDir: string; commonDir: string; workTree: s
   return undefined;
 }
 
-/** The hooks directory named by core.hooksPath (the repository's config, the worktree's, the user's
- *  global ones: the last that sets it wins, as git reads them in the other order), if any. */
-function hooksTree(root: string, home: string, env: NodeJS.ProcessEnv): { path: string; why: string }[] {
-  const repo = gitDirs(root);
+/** The system's and the user's config files: /etc/gitconfig, $XDG_CONFIG_HOME/git/config, ~/.gitconfig,
+ *  and $GIT_CONFIG_SYSTEM and $GIT_CONFIG_GLOBAL when set (read besides the usual ones: the user's
+ *  shell, where git runs, may not set them as the server's environment does). */
+function globalGitConfigs(home: string, env: NodeJS.ProcessEnv): string[] {
   const config = env.XDG_CONFIG_HOME && isAbsolute(env.XDG_CONFIG_HOME) ? env.XDG_CONFIG_HOME : join(home, ".config");
-  // Git's order: global (XDG, then ~/.gitconfig), then the repository's, then the worktree's; the last wins.
-  const files = [join(config, "git", "config"), join(home, ".gitconfig"), ...(repo ? [join(repo.commonDir, "config"), join(repo.gitDir, "config.worktree")] : [])];
-  let value: string | undefined;
-  for (const f of files) value = hooksPathIn(f) ?? value;
-  if (value === undefined) return [];
-  const expanded = value === "~" || value.startsWith("~/") ? join(home, value.slice(1)) : value;
-  // A relative hooksPath is relative to where hooks run: the top of the working tree.
-  const path = resolve(repo?.workTree ?? root, expanded);
-  return [{ path, why: HOOKS }];
+  const set = [env.GIT_CONFIG_SYSTEM, env.GIT_CONFIG_GLOBAL].filter((f): f is string => typeof f === "string" && isAbsolute(f));
+  return ["/etc/gitconfig", ...set, join(config, "git", "config"), join(home, ".gitconfig")];
 }
 
-/** PATH with its deepest existing ancestor's links resolved, the rest appended as it is. */
+/**
+ * What Git's config makes run, as protected trees: every program-running setting's program and the
+ * project files its command line names (git-settings.ts), the paths of core.hooksPath and the like,
+ * and every config file an include names. Every value any config file sets counts, not only the
+ * one that wins: an include's condition or a later file may change which one does.
+ */
+function gitTrees(root: string, home: string, env: NodeJS.ProcessEnv): { path: string; why: string }[] {
+  const repo = gitDirs(root);
+  const files = [...globalGitConfigs(home, env), ...(repo ? [join(repo.commonDir, "config"), join(repo.gitDir, "config.worktree")] : [])];
+  const read = readGitConfig(files, home);
+  const top = repo?.workTree ?? root;
+  const trees: { path: string; why: string }[] = [];
+  for (const file of read.files) {
+    // An include naming the project's folder or one above it names no file of its own.
+    if (!files.includes(file) && !inside(resolve(file), root)) trees.push({ path: resolve(file), why: INCLUDED });
+  }
+  for (const e of read.entries) {
+    for (const named of namedBySetting(e, { top, root, home, path: env.PATH ?? "" })) trees.push(named);
+  }
+  return trees;
+}
+
+/** Whether NAME (one component) is protected by its name, alone or as the folder of a protected name. */
+const protectedName = (name: string): boolean => BY_LOWER_NAME.has(foldedName(name)) || BY_LOWER_PARENT.has(foldedName(name));
+
+/**
+ * The links with a protected name (`.vscode`, `AGENT-Q.md`...) at the top of the project and of its
+ * working tree, and where each leads: a repository may hold `.vscode` as a link to `cfg/`, and then
+ * `cfg/tasks.json` is the tasks file VS Code runs. (A link deeper in the tree is judged only when the
+ * path written goes through it.)
+ */
+function protectedLinks(root: string): { link: string; target: string }[] {
+  const tops = new Set([root, gitDirs(root)?.workTree ?? root]);
+  const links: { link: string; target: string }[] = [];
+  for (const top of tops) {
+    let names: string[];
+    try {
+      names = readdirSync(top);
+    } catch {
+      continue;
+    }
+    for (const name of names.filter(protectedName)) {
+      const link = join(top, name);
+      try {
+        if (!lstatSync(link).isSymbolicLink()) continue;
+        // A dangling link leads to the file a write would create.
+        links.push({ link, target: trueName(resolve(top, readlinkSync(link))) });
+      } catch {
+        // Gone meanwhile.
+      }
+    }
+  }
+  return links;
+}
+
+/** PATH with its deepest existing ancestor's links resolved, the rest appended as it is; a dangling
+ *  link on the way is followed to its target (a write through it creates that target). */
 function trueName(path: string): string {
   let existing = path;
+  let hops = 0;
   const missing: string[] = [];
   for (;;) {
     try {
       return join(realpathSync(existing), ...missing);
     } catch {
+      let target: string | undefined;
+      try {
+        target = hops < 40 && lstatSync(existing).isSymbolicLink() ? readlinkSync(existing) : undefined;
+      } catch {
+        target = undefined;
+      }
+      if (target !== undefined) {
+        hops++;
+        existing = resolve(dirname(existing), target);
+        continue;
+      }
       const parent = resolve(existing, "..");
       if (parent === existing) return path;
       missing.unshift(existing.slice(parent.length + (parent.endsWith(sep) ? 0 : 1)));
@@ -190,8 +228,15 @@ function trueName(path: string): string {
 }
 
 // A file system that ignores case (macOS's, Windows's) or default ignorable characters (HFS+ drops
-// U+200C) opens .G\u200cIT as .git: names are compared as such a file system reads them.
-const folded = (path: string): string => path.replace(/\p{Default_Ignorable_Code_Point}/gu, "").toLowerCase();
+// U+200C) opens .G\u200cIT as .git, and Windows's drops a name's trailing dots and spaces (`.git.`):
+// names are compared as such a file system reads them.
+const foldedName = (name: string): string => {
+  const plain = name.replace(/\p{Default_Ignorable_Code_Point}/gu, "").toLowerCase();
+  const trimmed = plain.replace(/[. ]+$/u, "");
+  // `.`, `..` and a name all dots stay what they are.
+  return trimmed === "" ? plain : trimmed;
+};
+const folded = (path: string): string => path.split(sep).map(foldedName).join(sep);
 
 const inside = (dir: string, path: string): boolean => {
   const rel = relative(dir, path);
@@ -211,14 +256,19 @@ export function protectedWrite(path: string, root: string | undefined, env: Node
   const real = trueName(lexical);
   const realRoot = trueName(resolve(base));
   const shown = inside(realRoot, real) ? relative(realRoot, real) || "." : real;
-  const trees = [...homeTrees(home, env), ...hooksTree(realRoot, home, env), ...packageLispTree()];
+  const trees = [...homeTrees(home, env), ...gitTrees(realRoot, home, env), ...packageLispTree()];
+  // A link with a protected name leads to a file read under that name: the path through the link counts too.
+  const throughLinks = protectedLinks(realRoot)
+    .filter((l) => inside(folded(l.target), folded(real)))
+    .map((l) => join(l.link, relative(l.target, real)));
   // Both the path as written and as it resolves: a link into .git, or a link named like one.
-  for (const candidate of [real, lexical]) {
+  for (const candidate of [real, lexical, ...throughLinks]) {
     const within = inside(realRoot, candidate) ? relative(realRoot, candidate) : candidate;
-    for (const part of within.split(sep)) {
+    const parts = within.split(sep);
+    for (const [i, part] of parts.entries()) {
       // Without regard to case: a file system that ignores it (macOS's) opens .GIT as .git.
-      const why = BY_LOWER_NAME.get(folded(part));
-      if (why) return { path: shown, name: part, why };
+      const why = BY_LOWER_NAME.get(foldedName(part)) ?? (i > 0 ? BY_LOWER_PARENT.get(foldedName(parts[i - 1]!))?.get(foldedName(part)) : undefined);
+      if (why) return { path: shown, name: i > 0 && !BY_LOWER_NAME.has(foldedName(part)) ? join(parts[i - 1]!, part) : part, why };
     }
     for (const tree of trees) {
       for (const t of new Set([tree.path, trueName(tree.path)])) {

@@ -2,7 +2,7 @@
 
 import { REVIEW_KINDS } from "../protocol.js";
 import type { CommandTarget } from "./command-rules.js";
-import type { ApprovedTarget, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
+import type { ApprovedTarget, BufferVisit, Change, EmacsCallKind, EmacsCallParamsByKind, ParamSpec, ParamType, ReviewKind, SafetyLevel, ToolRuntime } from "../protocol.js";
 
 export type { EmacsCallKind, ParamSpec, ParamType, SafetyLevel, ToolRuntime } from "../protocol.js";
 export const SAFETY_LEVELS: readonly SafetyLevel[] = ["safe", "cautious", "dangerous"];
@@ -38,6 +38,9 @@ export interface ToolContext {
   privateFiles?: PrivateFileRule;
   /** The target the user approved, for a handler to have it checked where the call runs. */
   approved?: ApprovedTarget;
+  /** The buffer a call that changes a buffer's text writes, and the file it visited when the write
+   *  was judged: Emacs checks it again where the call runs (EmacsToolParams.visits). Set by the executor. */
+  bufferVisit?: BufferVisit;
   /**
    * Before a handler reads PATH outside the project root (a loaded definition's source): the policy's
    * readOutsideProject rule decides, asking the user when it says ask. Throws a ToolError when the

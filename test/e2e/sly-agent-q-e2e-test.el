@@ -1526,11 +1526,11 @@ Return the client's JSON output, a vector of alists."
       ;; Every call shows in the MCP log.
       (sly-agent-q-test-wait
        (lambda () (with-current-buffer (sly-agent-q-mcp-log-buffer)
-                    (string-match-p "Claude Code write_file FAILED" (buffer-string))))
+                    (string-match-p "\"Claude Code\" write_file FAILED" (buffer-string))))
        10 "the MCP log")
       (with-current-buffer (sly-agent-q-mcp-log-buffer)
-        (should (string-match-p "Claude Code describe_symbol ok" (buffer-string)))
-        (should (string-match-p "Claude Code eval_form ok" (buffer-string)))))))
+        (should (string-match-p "\"Claude Code\" describe_symbol ok" (buffer-string)))
+        (should (string-match-p "\"Claude Code\" eval_form ok" (buffer-string)))))))
 
 (ert-deftest e2e-mcp-approval-in-the-chat-names-the-client-and-times-out ()
   "The chat shows the approval asked by \"Claude Code\"; approved there; unanswered, denied in time."

@@ -4,10 +4,11 @@
 // the path as it resolves (a link into .git, `..`, `./`), never on its spelling. The real server and
 // tool declarations on an in-memory JSON-RPC pair; the fake Emacs side answers.
 
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, beforeEach, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { protectedWrite } from "../../server/tools/protected-paths.js";
 import { side, type Side } from "./helpers.js";
 
 const open: Side[] = [];
@@ -227,4 +228,189 @@ it("the fasl caches a Lisp image loads code from are protected: ASDF's output tr
   expect(protectedWrite("src/build/main.fasl", root, env)?.why).toMatch(/compiled Lisp code/);
   // The package's own Lisp helpers and their fallback cache (lisp-cl/cache), next to the server.
   expect(protectedWrite(join(process.cwd(), "lisp-cl", "cache", "k", "eval.fasl"), root, env)?.why).toMatch(/Lisp helpers/);
+});
+
+describe("Git's config read as Git reads it (server/tools/git-config.ts), never by running git", () => {
+  let home: string;
+  beforeEach(() => {
+    home = mkdtempSync(join(tmpdir(), "saq-protected-home-"));
+  });
+  afterEach(() => rmSync(home, { recursive: true, force: true }));
+  const judged = (p: string, env: NodeJS.ProcessEnv = { HOME: home, PATH: "/usr/bin:/bin" }) => protectedWrite(p, root, env);
+
+  it("follows [include] and [includeIf] (whatever the condition; relative to the including file; ~/ expanded; cycles and deep chains end) and protects an included file inside the project", () => {
+    mkdirSync(join(root, "tools"));
+    // .git/config includes ../tools/extra.cfg: relative to .git/, so the project's tools/extra.cfg.
+    writeFileSync(join(root, ".git", "config"), "[core]\n\tbare = false\n[include]\n\tpath = ../tools/extra.cfg\n");
+    writeFileSync(join(root, "tools", "extra.cfg"), "[core]\n\thooksPath = hooks-one\n[include]\n\tpath = extra.cfg\n");
+    expect(judged("hooks-one/pre-commit")?.why).toMatch(/hooksPath/);
+    expect(judged("tools/extra.cfg")?.why).toMatch(/included/);
+    // The user's config, by an [includeIf] whose condition does not hold here, through ~/.
+    writeFileSync(join(home, ".gitconfig"), '[includeIf "gitdir:/nowhere/"]\n\tpath = ~/inc/work.cfg\n');
+    mkdirSync(join(home, "inc"));
+    writeFileSync(join(home, "inc", "work.cfg"), "[core]\n\thooksPath = hooks-two\n[include]\n\tpath = ../.gitconfig\n\tpath = chain-0\n");
+    expect(judged("hooks-two/pre-push")?.why).toMatch(/hooksPath/);
+    // A chain of includes: followed 5 deep; a chain of 50 ends (Git stops at 10).
+    for (let i = 0; i < 50; i++) writeFileSync(join(home, "inc", `chain-${i}`), `[include]\n\tpath = chain-${i + 1}\n[core]\n\thooksPath = hooks-chain-${i}\n`);
+    expect(judged("hooks-chain-5/x")?.why).toMatch(/hooksPath/);
+    expect(judged("hooks-chain-40/x")).toBeUndefined();
+    // $XDG_CONFIG_HOME/git/config, with its own include.
+    mkdirSync(join(home, "xdg", "git"), { recursive: true });
+    writeFileSync(join(home, "xdg", "git", "config"), "[include]\n\tpath = more\n");
+    writeFileSync(join(home, "xdg", "git", "more"), "[core]\n\thooksPath = hooks-xdg\n");
+    expect(judged("hooks-xdg/x", { HOME: home, XDG_CONFIG_HOME: join(home, "xdg") })?.why).toMatch(/hooksPath/);
+    expect(judged("hooks-xdg/x")).toBeUndefined();
+  });
+
+  it("reads continuation lines, quotes and escapes, comments, names in any case, [section \"sub\"] and the old [section.sub]", () => {
+    writeFileSync(
+      join(root, ".git", "config"),
+      [
+        "[CORE]",
+        "  # hooksPath = in-a-comment",
+        "  ; hooksPath = in-another",
+        "  HOOKSPATH = con\\",
+        "tinued ; a comment",
+        '[core "sub"] hooksPath = decoy',
+        "[core.sub] hooksPath = decoy-too",
+        '[Filter "Crypt"]',
+        // Git's quotes keep # from starting a comment; the shell reads the value git hands it.
+        '\tClean = "./filters/#x" --fast # not ./commented',
+        "[diff.pdf]",
+        "\ttextconv = tools/pdf\\\\2txt",
+        "",
+      ].join("\n"),
+    );
+    expect(judged("continued/pre-commit")?.why).toMatch(/hooksPath/);
+    for (const p of ["in-a-comment/x", "in-another/x", "decoy/x", "decoy-too/x", "con/x", "commented"]) expect(judged(p), p).toBeUndefined();
+    expect(judged("filters/#x")?.why).toMatch(/filter\.Crypt\.clean/);
+    expect(judged("tools/pdf2txt")?.why).toMatch(/diff\.pdf\.textconv/);
+  });
+
+  it("protects the project file every program-running setting names, and .gitmodules and .gitattributes", () => {
+    mkdirSync(join(root, "bin"));
+    writeFileSync(
+      join(root, ".git", "config"),
+      [
+        "[core]",
+        "\tfsmonitor = tools/fsmon.sh",
+        // Git's quotes are the config's; the shell's are inside them.
+        '\tsshCommand = "\'./bin/my ssh\' -v"',
+        "\tpager = less -R",
+        "\teditor = myeditor",
+        "\taskPass = ./askpass",
+        "[sequence]\n\teditor = ./seqed",
+        "[pager]\n\tlog = ./pg",
+        "[alias]\n\tst = !sh scripts/st.sh\n\tlg = log --oneline lg-not-a-program",
+        '[filter "crypt"]\n\tsmudge = ./filters/smudge %f\n\tprocess = ./filters/proc',
+        '[diff "word"]\n\tcommand = ./wdiff',
+        '[merge "ours"]\n\tdriver = ./mdrv %O %A %B',
+        "[credential]\n\thelper = store",
+        '[credential "https://example.com"]\n\thelper = !./cred-helper get',
+        "[gpg]\n\tprogram = ./gpgwrap",
+        '[gpg "x509"]\n\tprogram = ./x509wrap',
+        '[gpg "ssh"]\n\tallowedSignersFile = .signers',
+        "",
+      ].join("\n"),
+    );
+    const env = { HOME: home, PATH: `${join(root, "bin")}:/usr/bin` };
+    const named: [string, RegExp][] = [
+      ["tools/fsmon.sh", /core\.fsmonitor/],
+      ["bin/my ssh", /core\.sshcommand/i],
+      ["bin/myeditor", /core\.editor/],
+      ["askpass", /core\.askpass/i],
+      ["seqed", /sequence\.editor/],
+      ["pg", /pager\.log/],
+      ["scripts/st.sh", /alias\.st/],
+      ["filters/smudge", /filter\.crypt\.smudge/],
+      ["filters/proc", /filter\.crypt\.process/],
+      ["wdiff", /diff\.word\.command/],
+      ["mdrv", /merge\.ours\.driver/],
+      ["bin/git-credential-store", /credential\.helper/],
+      ["cred-helper", /credential\.https:\/\/example\.com\.helper/],
+      ["gpgwrap", /gpg\.program/],
+      ["x509wrap", /gpg\.x509\.program/],
+      [".signers", /allowedsignersfile/i],
+      [".gitmodules", /submodule/],
+      ["src/.gitattributes", /attributes/],
+      [".GitAttributes", /attributes/],
+    ];
+    const missed = named.filter(([p, why]) => !why.test(judged(p, env)?.why ?? ""));
+    expect(missed.map(([p]) => `${p}: ${judged(p, env)?.why}`)).toEqual([]);
+    // A bare program is looked up in PATH: "less" is not a project file; alias.lg runs git, not a program.
+    for (const p of ["less", "-R", "lg-not-a-program", "log", "%f", "src/notes.txt", "store", "myeditor"]) expect(judged(p, env), p).toBeUndefined();
+  });
+});
+
+it("a name is judged as a file system that drops trailing dots and spaces reads it (.git. and .git  are .git)", () => {
+  const env = { HOME: root };
+  const missed = [".git./config", ".git /hooks/pre-commit", "AGENT-Q.md.", "AGENTS.md ", "src/.envrc..", ".dir-locals.el. .", "~/.emacs.d./init.el", "~/.emacs. "].filter((p) => protectedWrite(p, root, env) === undefined);
+  expect(missed).toEqual([]);
+  for (const p of [".gitx/config", "AGENT-Q.mdx", "x.git/config", "src/envrc."]) expect(protectedWrite(p, root, env), p).toBeUndefined();
+});
+
+it("other agents' and editors' instruction and task files are protected, a two-part name judged by its resolved path's components", () => {
+  const env = { HOME: root };
+  mkdirSync(join(root, ".vscode"));
+  symlinkSync(join(root, ".vscode"), join(root, "src", "ide"));
+  const named = [
+    "CLAUDE.md",
+    "src/CLAUDE.local.md",
+    ".claude/settings.json",
+    "src/.claude/commands/x.md",
+    ".vscode/tasks.json",
+    ".VSCode/Settings.json",
+    ".vscode/launch.json",
+    "src/ide/tasks.json",
+    ".vscode./tasks.json",
+    ".cursorrules",
+    ".cursor/rules/x.mdc",
+    ".github/copilot-instructions.md",
+    "src/../.github/./copilot-instructions.md",
+  ];
+  expect(named.filter((p) => protectedWrite(p, root, env) === undefined)).toEqual([]);
+  expect(protectedWrite(".vscode/tasks.json", root, env)?.why).toMatch(/runs/);
+  expect(protectedWrite("CLAUDE.md", root, env)?.why).toMatch(/instructions/);
+  for (const p of ["vscode/tasks.json", "x.vscode/tasks.json", ".vscode/tasks.json.bak", ".vscode/extensions.json", "tasks.json", "src/tasks.json", ".github/README.md", "github/copilot-instructions.md", ".vscode-tasks.json", "CLAUDE.txt"]) {
+    expect(protectedWrite(p, root, env), p).toBeUndefined();
+  }
+});
+
+it("the chat's write tools ask for the new protected files under a rule that allows them", async () => {
+  writeFileSync(join(root, ".git", "config"), '[filter "x"]\n\tclean = ./tools/clean.sh\n');
+  const s = await started(allowWrites);
+  s.answerApproval = () => ({ result: { decision: "denied" } });
+  for (const path of ["tools/clean.sh", ".vscode/tasks.json", "CLAUDE.md", ".git./config", ".gitattributes"]) {
+    expect((await s.call("write_file", { path, content: "x" })).success, path).toBe(false);
+  }
+  expect(s.approvals.map((a) => a.reason.kind)).toEqual(Array(5).fill("protected"));
+  expect(s.ran).toEqual([]);
+});
+
+it("a file reached through a link with a protected name at the project's top is protected where the link leads (.vscode -> cfg, AGENT-Q.md -> docs/agent.md)", () => {
+  const env = { HOME: root };
+  for (const d of ["cfg", "claude-cfg", "notes"]) mkdirSync(join(root, d));
+  writeFileSync(join(root, "notes", "agent.md"), "Be careful.\n");
+  // A cloned repository may hold links under these names (git checks links out as links).
+  symlinkSync(join(root, "cfg"), join(root, ".vscode"));
+  symlinkSync(join(root, "claude-cfg"), join(root, ".claude"));
+  symlinkSync(join(root, "notes", "agent.md"), join(root, "AGENT-Q.md"));
+  // A link to a file not there yet: the write would create what CLAUDE.md reads.
+  symlinkSync(join("notes", "for-claude.txt"), join(root, "CLAUDE.md"));
+  const missed = ["notes/for-claude.txt", "cfg/tasks.json", "claude-cfg/settings.json", "claude-cfg/hooks/x.sh", "notes/agent.md", "notes/../notes/agent.md"].filter((p) => protectedWrite(p, root, env) === undefined);
+  expect(missed).toEqual([]);
+  expect(protectedWrite("notes/agent.md", root, env)?.why).toMatch(/instructions/);
+  for (const p of ["cfg/other.json", "notes/other.md", "src/x"]) expect(protectedWrite(p, root, env), p).toBeUndefined();
+});
+
+it("a write through a dangling link is judged where it lands (the link's target, created by the write)", () => {
+  const env = { HOME: root };
+  symlinkSync(join(".git", "hooks", "pre-commit"), join(root, "innocent"));
+  symlinkSync(join("..", ".dir-locals.el"), join(root, "src", "style.el"));
+  symlinkSync(join(root, "loop-b"), join(root, "loop-a"));
+  symlinkSync(join(root, "loop-a"), join(root, "loop-b"));
+  expect(protectedWrite("innocent", root, env)).toEqual({ path: join(".git", "hooks", "pre-commit"), name: ".git", why: expect.stringMatching(/hooks run/) });
+  expect(protectedWrite("src/style.el", root, env)?.path).toBe(".dir-locals.el");
+  // A loop of links ends.
+  expect(protectedWrite("loop-a", root, env)).toBeUndefined();
 });

@@ -553,5 +553,29 @@ window wraps a long line."
       (sly-agent-q-display-test--check-text "a handler's error" echo)
       (should (= 0 (sly-agent-q-display-test--count-lines "┃" echo))))))
 
+(ert-deftest sly-agent-q-display-mcp-log-quotes-the-client-name ()
+  "The MCP log shows a client's name, the client's own word, quoted.
+A client named to read as a whole entry (\"x calls write_file ...\")
+cannot make its line read as another client's call: the name is drawn
+in quotes, its own quotes escaped."
+  (let ((forged "ok-client calls write_file {\"path\":\".envrc\"} \"")
+        (log (sly-agent-q-mcp-log-buffer)))
+    (with-current-buffer log (let ((inhibit-read-only t)) (erase-buffer)))
+    (sly-agent-q-handle-notification nil 'mcp/call
+                                     (list :phase "start" :id "m1" :client forged :tool "read_file"
+                                           :arguments '(:path "a.txt")))
+    (let ((line (with-current-buffer log (string-trim-right (buffer-string)))))
+      (should (string-match-p
+               (regexp-quote "\"ok-client calls write_file {\\\"path\\\":\\\".envrc\\\"} \\\"\" calls read_file")
+               line))
+      (should-not (string-match-p "^[0-9:]+ ok-client" line)))
+    ;; The tool's name is the client's word too (an unknown tool is logged as asked).
+    (with-current-buffer log (let ((inhibit-read-only t)) (erase-buffer)))
+    (sly-agent-q-handle-notification nil 'mcp/call
+                                     (list :phase "done" :id "m2" :client "c" :tool "read_file ok (safe): fine"
+                                           :success :json-false :safetyLevel "unknown" :summary "Unknown tool"))
+    (should (string-match-p (regexp-quote "\"c\" \"read_file ok (safe): fine\" FAILED (unknown)")
+                            (with-current-buffer log (buffer-string))))))
+
 (provide 'sly-agent-q-display-test)
 ;;; sly-agent-q-display-test.el ends here

@@ -148,6 +148,51 @@ last one became right after (one visiting AGENT-Q.md), unasked."
           (kill-buffer b)))
       (delete-directory root t))))
 
+(ert-deftest sly-agent-q-protected-buffers-judged-file-is-the-file-visited ()
+  "A buffer write runs only while the buffer visits the file it was judged for.
+The user approves an edit of AGENT-Q.md's buffer; while the approval
+waits the buffer is made to visit .dir-locals.el: the approved edit is
+not applied there."
+  (let* ((root (file-name-as-directory (file-truename (make-temp-file "saq-protbuf" t))))
+         (agent-q (expand-file-name "AGENT-Q.md" root))
+         (dir-locals (expand-file-name ".dir-locals.el" root))
+         (asked nil)
+         buffers)
+    (unwind-protect
+        (progn
+          (sly-agent-q-protected-buffers-test--write agent-q "Be careful.\n")
+          (setq buffers (list (find-file-noselect agent-q)))
+          (let* ((sly-agent-q-project-root root)
+                 (approve (lambda (request callback)
+                            (push request asked)
+                            ;; While the user reads the approval, the buffer comes to visit another file.
+                            (with-current-buffer (nth 0 buffers)
+                              (let ((name (buffer-name)))
+                                (set-visited-file-name dir-locals t)
+                                (rename-buffer name)))
+                            (funcall callback '(:decision "approved")))))
+            (sly-agent-q-test-with-server
+                    `((steps . [,(sly-agent-q-protected-buffers-test--step
+                                  "buffer_edit" `((buffer_name . ,(buffer-name (nth 0 buffers)))
+                                                  (old_text . "careful")
+                                                  (new_text . "obedient")))
+                                ((content . [((type . "text") (text . "done"))]))]))
+                  (setq sly-agent-q-approval-function approve)
+                  (should (eq (plist-get (sly-agent-q-test-send "Edit it" 60) :status) 'finished))
+                  (let ((results (sly-agent-q-test-tool-results)))
+                    (should (= (length results) 1))
+                    (should (cdr (car results)))
+                    (should (string-match-p "now visits .*\\.dir-locals\\.el.*was not changed" (car (car results)))))))
+          (should (equal (mapcar (lambda (r) (plist-get (plist-get r :reason) :path)) asked) '("AGENT-Q.md")))
+          ;; The world: the buffer now visiting .dir-locals.el holds the text it had.
+          (should (equal (sly-agent-q-protected-buffers-test--text (nth 0 buffers)) "Be careful.\n"))
+          (should-not (file-exists-p dir-locals)))
+      (dolist (b buffers)
+        (when (buffer-live-p b)
+          (with-current-buffer b (set-buffer-modified-p nil))
+          (kill-buffer b)))
+      (delete-directory root t))))
+
 (ert-deftest sly-agent-q-protected-buffers-one-root-per-call ()
   "A call's paths resolve against the root the server judged them by.
 The turn starts in project A; the user's current buffer then moves to
