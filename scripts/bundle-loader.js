@@ -23,7 +23,7 @@ const HEADER = MAGIC.length + 32;
 // A file, a directory or anything else at the cache's name larger than this is not a cache of ours.
 const MAX_CACHE = 64 << 20;
 
-function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
+function runProgram(fs, path, os, vm, requireFor, crypto, self) {
   const filename = path.resolve(self);
   // The program, wrapped as a CommonJS module's function: the comment in the body of programText,
   // which scripts/build.mjs declares at the end of this file, its "*/" written "*\x01/" there. Taken
@@ -168,7 +168,7 @@ function runProgram(fs, path, os, vm, nodeModule, crypto, self) {
     };
   }
   const module = { exports: {} };
-  script.runInThisContext()(module.exports, nodeModule.createRequire(filename), module, filename, path.dirname(filename));
+  script.runInThisContext()(module.exports, requireFor(filename), module, filename, path.dirname(filename));
 }
 
 function writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, createFlags) {
@@ -211,14 +211,18 @@ function writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOu
 
 // The file's own name: CommonJS has it; as an ES module this file is the program node was asked to run.
 const self = typeof __filename === "string" ? __filename : process.argv[1];
+// The program's require: as CommonJS, this file's own (the program's file is this file); as an ES
+// module, one made for it by node:module, which a CommonJS start does not load (a millisecond of it).
+const ownRequire = typeof require === "function" ? require : undefined;
 if (typeof process.getBuiltinModule === "function") {
   const get = process.getBuiltinModule;
-  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), get("node:module"), get("node:crypto"), self);
-} else if (typeof require === "function") {
-  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), require("node:module"), require("node:crypto"), self);
+  const requireFor = ownRequire ? () => ownRequire : (f) => get("node:module").createRequire(f);
+  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), requireFor, get("node:crypto"), self);
+} else if (ownRequire) {
+  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), () => ownRequire, require("node:crypto"), self);
 } else {
   // An ES module on a Node before 20.16: the built-ins come a moment later.
   Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:vm"), import("node:module"), import("node:crypto")]).then(([fs, path, os, vm, nodeModule, crypto]) =>
-    runProgram(fs, path, os, vm, nodeModule, crypto, self),
+    runProgram(fs, path, os, vm, (f) => nodeModule.createRequire(f), crypto, self),
   );
 }

@@ -46,7 +46,7 @@ const PROJECT_OR_IMAGE = `## Image Or Files
 - Any project file's text, loaded or not (tests, .asd, docs, C...): search_project, find_files (on disk, not unsaved buffers)
 - What changed, who wrote it: the vcs tools`;
 
-const IMAGE_CHANGES = `- What the image holds that no file does (defined by compile_form, eval_form, the REPL or an unsaved buffer; files changed since loaded): image_changes. Such a fix is lost at the next restart: offer to write it to its file (replace_definition)`;
+const IMAGE_CHANGES = `- What the image holds that no file does (from compile_form, eval_form, the REPL, an unsaved buffer; files changed since loading): image_changes. Lost at the next restart: offer to write it to its file (replace_definition)`;
 
 export function buildSystemPrompt(input: SystemPromptInput): string {
   const parts: string[] = [INTRO];

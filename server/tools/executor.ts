@@ -3,7 +3,7 @@
 // deny; cautious runs are audited); nothing a handler does escapes, and no known secret leaves in a
 // result (this is the trust boundary's single enforcement point).
 
-import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import type { Ajv, ErrorObject, ValidateFunction } from "ajv";
 import { redact } from "../log.js";
 import { errorMessage, formatResult, truncate } from "./format.js";
 import { visitedFile } from "./handlers.js";
@@ -167,8 +167,9 @@ export type ExecutorSettings = Pick<ExecutorOptions, "policy" | "defaultTimeoutM
 
 export class Executor {
   private readonly options: ExecutorOptions;
-  /** The schema compiler, made at the first call validated (making it, with its meta-schema, was a tenth
-   *  of a start's own work) and shared with the executors withPolicy makes. */
+  /** The schema compiler, loaded and made at the first call validated (evaluating Ajv's modules and
+   *  making it, with its meta-schema, was a tenth of a start's own work) and shared with the executors
+   *  withPolicy makes. */
   private compiler: { ajv?: Ajv } = {};
   private validators = new WeakMap<Tool, ValidateFunction>();
   /** Capabilities (primary tool names) the user said to always allow for this session. */
@@ -548,7 +549,7 @@ export class Executor {
   validate(tool: Tool, args: Record<string, unknown>): string | undefined {
     let validate = this.validators.get(tool);
     if (validate === undefined) {
-      validate = (this.compiler.ajv ??= new Ajv({ allErrors: true, strict: false })).compile(tool.schema) as ValidateFunction;
+      validate = (this.compiler.ajv ??= new (loadAjv())({ allErrors: true, strict: false })).compile(tool.schema) as ValidateFunction;
       this.validators.set(tool, validate);
     }
     if (!validate(args)) return describeSchemaErrors(validate.errors ?? [], tool);
@@ -782,6 +783,15 @@ function parseArguments(raw: unknown): Record<string, unknown> | string {
     return `the arguments must be a JSON object of named parameters, got ${Array.isArray(value) ? "an array" : typeof value}.`;
   }
   return value as Record<string, unknown>;
+}
+
+/**
+ * Ajv's class, its modules evaluated at this first call. By require, synchronously (validation is part
+ * of admitting a call): in the bundle (CommonJS) esbuild evaluates a bundled module where it is
+ * required; the test runner gives every module of the source a require too.
+ */
+function loadAjv(): typeof Ajv {
+  return (require("ajv") as typeof import("ajv")).Ajv;
 }
 
 function describeSchemaErrors(errors: ErrorObject[], tool: Tool): string {

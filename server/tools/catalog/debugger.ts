@@ -16,7 +16,7 @@ const debuggerOp = (capability: string) => ({
 });
 
 const thread: ParamSpec = { type: "integer", description: "Thread, as debugger_state names it (default: latest)." };
-const frame: ParamSpec = { type: "integer", description: "Frame number, as debugger_state lists it.", minimum: 0 };
+const frame: ParamSpec = { type: "integer", description: "Frame, as debugger_state lists it.", minimum: 0 };
 const pkg: ParamSpec = { type: "string", description: "Package to read in (default: the REPL's)." };
 const form: ParamSpec = { type: "string", description: "Forms, as source text.", lisp: true };
 

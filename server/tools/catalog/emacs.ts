@@ -19,18 +19,18 @@ const emacsAlias = (capability: string, renames: Record<string, string>) => ({
   argumentNames: renames,
 });
 
-const filePath: ParamSpec = { type: "string", description: "Path relative to the project root, or absolute inside it." };
+const filePath: ParamSpec = { type: "string", description: "Relative to the project root, or absolute inside it." };
 const bufferName: ParamSpec = { type: "string", description: "Buffer name." };
 const PAGING = "Use offset and limit to read a range of lines.";
 
 export const emacsTools: Tool[] = [
   defineTool({
     name: "read_file",
-    description: "Read a project file (a visiting buffer's unsaved text if any); long files are paged by lines.",
+    description: "Read a project file (a visiting buffer's unsaved text if any), paged by lines.",
     parameters: {
       path: filePath,
       offset: { type: "integer", description: "First line, 1-based (default 1).", minimum: 1 },
-      limit: { type: "integer", description: "Number of lines (default: up to the cap).", minimum: 1 },
+      limit: { type: "integer", description: "Lines to read (default: up to the cap).", minimum: 1 },
     },
     required: ["path"],
     review: "target",
@@ -81,7 +81,7 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "read_buffer",
-    description: "A buffer's text, or positions start to end (1-based).",
+    description: "A buffer's text, or from start to end (1-based).",
     parameters: {
       buffer: { type: "string", description: "Buffer (default: user's last one)." },
       start: { type: "integer", description: "Start position.", minimum: 1 },
@@ -176,10 +176,10 @@ export const emacsTools: Tool[] = [
   }),
   defineTool({
     name: "buffer_create",
-    description: "Create a buffer (visiting no file) with initial content.",
+    description: "Create a buffer (visiting no file).",
     parameters: {
-      buffer_name: { type: "string", description: "Name for the new buffer." },
-      content: { type: "string", description: "Initial content." },
+      buffer_name: { type: "string", description: "Its name." },
+      content: { type: "string", description: "Its initial content." },
       mode: { type: "string", description: "Major mode, e.g. lisp-mode." },
     },
     required: ["buffer_name", "content"],
@@ -222,9 +222,9 @@ export const emacsTools: Tool[] = [
     name: "directory_list",
     description: "List a project directory.",
     parameters: {
-      directory_path: { type: "string", description: "Directory relative to the project root (default: the root)." },
+      directory_path: { type: "string", description: "Relative to the project root (default: the root)." },
       recursive: { type: "boolean", description: "Recurse into subdirectories." },
-      pattern: { type: "string", description: "Only names matching this wildcard (*.lisp)." },
+      pattern: { type: "string", description: "Only names matching a wildcard (*.lisp)." },
     },
     review: "target",
     safety: "safe",

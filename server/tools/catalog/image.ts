@@ -7,7 +7,7 @@ import { defineTool, type ParamSpec, type Tool } from "../tool.js";
 /** The package argument of the tools that read Lisp names. */
 export const pkg: ParamSpec = {
   type: "string",
-  description: "Package to read names in (default: the REPL's).",
+  description: "Package to read in (default: the REPL's).",
 };
 const symbolName = (what: string): ParamSpec => ({
   type: "string",
@@ -20,7 +20,7 @@ export const imageTools: Tool[] = [
   defineTool({
     name: "describe_symbol",
     description:
-      "Describe a symbol in the image: what it names (function, macro, variable, class...), documentation, arglist, value, source.",
+      "What a symbol names in the image (function, macro, variable, class...): documentation, arglist, value, source.",
     parameters: { symbol: symbolName("Symbol"), package: pkg },
     required: ["symbol"],
     safety: "safe",
@@ -134,7 +134,7 @@ export const imageTools: Tool[] = [
   defineTool({
     name: "eval_form",
     description:
-      "Evaluate the forms in order in the image. Returns the last one's values and the output; on error the condition, message and backtrace (no debugger). Times out.",
+      "Evaluate forms in order in the image: the last one's values and the output; on error the condition, message and backtrace (no debugger). Times out.",
     parameters: {
       form: { type: "string", description: "Forms, as Lisp source text.", lisp: true },
       package: { type: "string", description: "Package to read and evaluate in (default: the REPL's)." },
@@ -159,7 +159,7 @@ export const imageTools: Tool[] = [
   defineTool({
     name: "compile_form",
     description:
-      "Compile and load definitions (defun, defmethod...) with the file compiler's checks. Returns warnings and notes with their forms.",
+      "Compile and load definitions (defun, defmethod...) with the file compiler's checks: warnings and notes with their forms.",
     parameters: {
       form: { type: "string", description: "Top-level forms, as Lisp source text.", lisp: true },
       package: { type: "string", description: "Package to read and compile in (default: the REPL's)." },

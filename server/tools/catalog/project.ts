@@ -15,7 +15,7 @@ import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } fr
 
 const projectPath: ParamSpec = { type: "string", description: "File relative to the project root." };
 const ref: ParamSpec = { type: "string", description: "A branch, tag or commit (HEAD~2, main, a hash)." };
-const maxLines: ParamSpec = { type: "integer", description: "Most lines of output (default 400).", minimum: 1 };
+const maxLines: ParamSpec = { type: "integer", description: "Most output lines (default 400).", minimum: 1 };
 const startLine: ParamSpec = { type: "integer", description: "First line of the range.", minimum: 1 };
 const endLine: ParamSpec = { type: "integer", description: "Last line of the range.", minimum: 1 };
 
@@ -136,15 +136,15 @@ export const projectTools: Tool[] = [
   defineTool({
     name: "search_project",
     description:
-      "Search project files on disk (.gitignore respected) for a regexp or text: matching lines (file:line:column), their neighbours and enclosing Lisp form.",
+      "Search project files on disk (.gitignore respected): matching lines (file:line:column) with neighbours and enclosing Lisp form.",
     parameters: {
       pattern: { type: "string", description: "JavaScript regexp (text if literal)." },
       literal: { type: "boolean", description: "The pattern is plain text." },
-      glob: { type: "string", description: "Only files matching this glob (*.lisp, src/**/*.asd)." },
+      glob: { type: "string", description: "Only files matching (*.lisp, src/**/*.asd)." },
       case: { type: "string", enum: ["smart", "sensitive", "insensitive"], description: "smart (default): insensitive unless the pattern has a capital." },
       whole_word: { type: "boolean", description: "Not inside a longer symbol." },
-      max_results: { type: "integer", description: `Most matching lines shown (default 50, at most ${MAX_MAX_RESULTS}).`, minimum: 1 },
-      offset: { type: "integer", description: "Matching lines to skip (paging).", minimum: 0 },
+      max_results: { type: "integer", description: `Most lines shown (default 50, at most ${MAX_MAX_RESULTS}).`, minimum: 1 },
+      offset: { type: "integer", description: "Lines to skip (paging).", minimum: 0 },
     },
     required: ["pattern"],
     safety: "safe",
@@ -158,7 +158,7 @@ export const projectTools: Tool[] = [
     name: "find_files",
     description: "Project files matching a glob (.gitignore respected), newest first or by name.",
     parameters: {
-      glob: { type: "string", description: "Glob (**/*.asd, src/**/*.lisp); without a slash it matches names at any depth." },
+      glob: { type: "string", description: "Glob (src/**/*.lisp); one without a slash (*.asd) matches names at any depth." },
       sort: { type: "string", enum: ["newest", "name"], description: "newest (default) or name." },
       max_results: { type: "integer", description: `Most files shown (default ${DEFAULT_FILES}).`, minimum: 1 },
       offset: { type: "integer", description: "Files to skip (paging).", minimum: 0 },
@@ -214,8 +214,8 @@ export const projectTools: Tool[] = [
   }),
   defineTool({
     name: "git_show",
-    description: "git show of a commit: its message, files changed and patch (bounded).",
-    parameters: { ref: { ...ref, description: "The commit (default HEAD)." }, path: { ...projectPath, description: "Only this file's change." }, max_lines: maxLines },
+    description: "git show: a commit's message, files changed and patch.",
+    parameters: { ref: { ...ref, description: "Commit (default HEAD)." }, path: { ...projectPath, description: "Only this file." }, max_lines: maxLines },
     safety: "safe",
     categories: ["vcs"],
     runtime: "node",

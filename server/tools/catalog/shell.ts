@@ -103,7 +103,7 @@ export const shellTools: Tool[] = [
   defineTool({
     name: "run_command",
     description:
-      "Run one of the project's commands (make test, a build or lint script) in the project root and get its exit status and output (head and tail). Asks the user first. No standard input; give argv, not a shell line.",
+      "Run one of the project's commands (make test, a build or lint script) in the project root and get its exit status and output (head and tail). No standard input; give argv, not a shell line.",
     parameters: {
       argv: { type: "array", items: { type: "string" }, description: "The program and its arguments, e.g. [\"make\", \"test\"]; run without a shell." },
       shell: { type: "string", description: "A shell line (pipes, redirections), only when the user allows shells; else use argv." },

@@ -11,8 +11,8 @@ import { projectRoot } from "../project/root.js";
 import { defineTool, ToolError, type ParamSpec, type Tool, type ToolContext } from "../tool.js";
 
 
-const symbol: ParamSpec = { type: "string", description: "Definition's name, e.g. app::parse-input." };
-const which: ParamSpec = { type: "string", description: "Which definition, as find_definition labels it (when several)." };
+const symbol: ParamSpec = { type: "string", description: "Name, e.g. app::parse-input." };
+const which: ParamSpec = { type: "string", description: "Which one, as find_definition labels it (when several)." };
 const system: ParamSpec = { type: "string", description: "ASDF system name." };
 const description: ParamSpec = { type: "string", description: "One line telling the user why." };
 const acceptedHunks: ParamSpec = { type: "array", items: { type: "integer" }, description: "Set by the user's review; leave it out.", notOffered: true };
@@ -266,7 +266,7 @@ export const sourceTools: Tool[] = [
   }),
   defineTool({
     name: "read_definition",
-    description: "The source form of a definition, from its file (or the buffer visiting it).",
+    description: "A definition's source form, from its file (or the buffer visiting it).",
     parameters: { symbol, package: pkg, definition: which },
     required: ["symbol"],
     safety: "safe",
@@ -277,7 +277,7 @@ export const sourceTools: Tool[] = [
   }),
   defineTool({
     name: "replace_definition",
-    description: "Replace a definition's form in its file (reviewed as a diff), then compile it from the file.",
+    description: "Replace a definition's form in its file (reviewed as a diff), then compile it from there.",
     parameters: {
       symbol,
       new_text: { type: "string", description: "The complete new form." },

@@ -9,7 +9,7 @@ export const ADD_TOOLS = "add_tools";
 export const toolSetTools: Tool[] = [
   defineTool({
     name: ADD_TOOLS,
-    description: "Add the tools of a category the system prompt lists, from your next step on, for the rest of the conversation.",
+    description: "Add the tools of a listed category from your next step on, for the rest of the conversation.",
     parameters: { category: { type: "string", description: "Category, e.g. debugger." } },
     required: ["category"],
     safety: "safe",
