@@ -29,7 +29,7 @@
 ;;   (:decision "modified" :arguments ARGS) run it with other arguments
 ;;
 ;; Before anyone is asked, the call is prepared the way the tool would
-;; do it (`sly-agent-q-tools-preview'): a call the tool would refuse
+;; do it (`sly-agent-q-tool-preview'): a call the tool would refuse
 ;; (a path outside the project, a buffer it may not change...) is
 ;; answered with that error and never put to the user.  The approval
 ;; shows the resolved path and every argument in the order received;
@@ -187,7 +187,7 @@ hunks accepted of the edit.  Anything else is a denial saying so."
                  :reason (format "the approval function gave an invalid decision: %S" decision))))))))
 
 (defun sly-agent-q-approval--hunks (proposal)
-  "The hunks of PROPOSAL as a request shows them: (:index :header :text) each."
+  "Return the hunks of PROPOSAL for a request: (:index :header :text) each."
   (vconcat (mapcar (lambda (h) (list :index (plist-get h :index)
                                      :header (plist-get h :header)
                                      :text (plist-get h :text)))
@@ -195,7 +195,7 @@ hunks accepted of the edit.  Anything else is a denial saying so."
 
 (defun sly-agent-q-approval--request (params preview &optional proposal)
   "The approval request, from call PARAMS, as every decider sees it.
-PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
+PREVIEW is what `sly-agent-q-tool-preview' prepared: its :path
 \(resolved, relative to the root), :buffer, and for what writes
 :diff (against what is there now) are added.  PROPOSAL, for a file
 edit reviewed hunk by hunk, gives :hunks and the diff of those hunks.
@@ -272,7 +272,7 @@ server sent is \"diff\" or \"form\") in its hunk-by-hunk review."
       (let ((preview (condition-case err
                          ;; Against the root the server judged the call by.
                          (let ((sly-agent-q-project-root (sly-agent-q-files-call-root projectRoot)))
-                           (cons :ok (sly-agent-q-tools-preview capability arguments review)))
+                           (cons :ok (sly-agent-q-tool-preview capability arguments review)))
                        (sly-agent-q-tool-error (cons :refused (cadr err))))))
         (if (eq (car preview) :refused)
             (sly-agent-q-call-fail call (cdr preview))
@@ -289,13 +289,13 @@ edited arguments, of what they act on at the decision); the call runs
 only if what it acts on is still that."
   (let ((target
          (pcase (plist-get decision :decision)
-           ("approved" (sly-agent-q-tools-digest preview))
+           ("approved" (sly-agent-q-tool-preview-digest preview))
            ("modified" (let ((arguments (plist-get decision :arguments)))
                          (and (listp arguments)
                               (condition-case nil
                                   (let ((sly-agent-q-project-root
                                          (sly-agent-q-files-call-root (plist-get params :projectRoot))))
-                                    (sly-agent-q-tools-target (plist-get params :capability) arguments
+                                    (sly-agent-q-tool-preview-target (plist-get params :capability) arguments
                                                               (plist-get params :review)))
                                 (sly-agent-q-tool-error nil))))))))
     (if target (append decision (list :target target)) decision)))

@@ -163,7 +163,7 @@ call is cancelled meanwhile (`sly-agent-q-diff-review-cancel')."
       ;; Its text is drawn, never typed: undo would copy each redraw of a
       ;; large edit, megabytes of garbage.
       (buffer-disable-undo)
-      (setq default-directory (sly-agent-q-tools-project-root)))
+      (setq default-directory (sly-agent-q-files-project-root)))
     buffer))
 
 (defconst sly-agent-q-diff-review--syntax-max-chars 10000
@@ -518,7 +518,7 @@ Then ask for the next."
       (message "No previous hunk"))))
 
 (defun sly-agent-q-diff-review-showing-p (buffer)
-  "Non-nil when BUFFER shows a review (its hunks came)."
+  "Non-nil when the hunks of the review BUFFER came and are drawn."
   (and (buffer-live-p buffer) (buffer-local-value 'sly-agent-q-diff-review--current buffer) t))
 
 (defun sly-agent-q-diff-review--end (answer)

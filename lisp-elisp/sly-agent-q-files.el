@@ -48,11 +48,7 @@
 (require 'project)
 (require 'seq)
 (require 'subr-x)
-
-(defgroup sly-agent-q-tools nil
-  "Buffer, file and navigation tools of the sly-agent-q agent."
-  :prefix "sly-agent-q-"
-  :group 'sly-agent-q)
+(require 'sly-agent-q-tool-error)
 
 (defcustom sly-agent-q-project-root nil
   "Directory that the agent's relative paths are resolved against.
@@ -184,8 +180,11 @@ A plist: :privateFilePatterns, the translated ones (a vector), and
   :type 'coding-system
   :group 'sly-agent-q-tools)
 
-(defvar sly-agent-q-tools-default-buffer-function
-  #'sly-agent-q-tools-last-user-buffer
+(define-obsolete-variable-alias 'sly-agent-q-tools-default-buffer-function
+  'sly-agent-q-files-default-buffer-function "0.2.0")
+
+(defvar sly-agent-q-files-default-buffer-function
+  #'sly-agent-q-files-last-user-buffer
   "Function of no arguments returning the buffer the user was last in.
 The tools use it when a call names no buffer, and to find the
 project root when `sly-agent-q-project-root' is nil.  The
@@ -204,15 +203,7 @@ variable `sly-agent-q-protected-buffer' to non-nil."
 (defvar-local sly-agent-q-protected-buffer nil
   "Non-nil in a buffer that the agent's tools may not write.")
 
-(define-error 'sly-agent-q-tool-error "Tool error")
-
-(defun sly-agent-q-tool-fail (format-string &rest args)
-  "Signal `sly-agent-q-tool-error' with a message for the model.
-The message is (apply #\\='format FORMAT-STRING ARGS)."
-  (signal 'sly-agent-q-tool-error
-          (list (apply #'format format-string args))))
-
-(defun sly-agent-q--occurrences (needle haystack)
+(defun sly-agent-q-files--occurrences (needle haystack)
   "Return the start indexes of every occurrence of NEEDLE in HAYSTACK.
 Matching is literal and case-sensitive; occurrences do not overlap."
   (let ((start 0) (found nil) pos)
@@ -228,7 +219,7 @@ WHAT names HAYSTACK in the message of the tool error signalled when
 NEEDLE occurs zero or several times."
   (when (or (not (stringp needle)) (string-empty-p needle))
     (sly-agent-q-tool-fail "old_text must be a non-empty string."))
-  (let ((found (sly-agent-q--occurrences needle haystack)))
+  (let ((found (sly-agent-q-files--occurrences needle haystack)))
     (cond
      ((null found)
       (sly-agent-q-tool-fail
@@ -306,7 +297,7 @@ which the user's save of the base buffer writes: every check of a
 buffer's file goes through this."
   (buffer-local-value 'buffer-file-name (or (buffer-base-buffer buffer) buffer)))
 
-(defun sly-agent-q-tools-last-user-buffer ()
+(defun sly-agent-q-files-last-user-buffer ()
   "Return the most recent buffer that is neither internal nor the agent's."
   (or (cl-find-if (lambda (b) (not (sly-agent-q-protected-buffer-p b)))
                   (buffer-list))
@@ -314,12 +305,12 @@ buffer's file goes through this."
 
 (defun sly-agent-q-files-default-buffer ()
   "Return the buffer the user was last in, a live buffer."
-  (let ((b (ignore-errors (funcall sly-agent-q-tools-default-buffer-function))))
-    (if (buffer-live-p b) b (sly-agent-q-tools-last-user-buffer))))
+  (let ((b (ignore-errors (funcall sly-agent-q-files-default-buffer-function))))
+    (if (buffer-live-p b) b (sly-agent-q-files-last-user-buffer))))
 
 ;;;; Roots and confinement
 
-(defun sly-agent-q-tools-project-root ()
+(defun sly-agent-q-files-project-root ()
   "Return the project root the agent works in, as a directory name.
 See `sly-agent-q-project-root'.  The connection code can send it to
 the server as the project root of the editor context."
@@ -355,7 +346,7 @@ would differ, or the agent would work outside the root the user chose."
        (abbreviate-file-name sly-agent-q-project-root) (abbreviate-file-name root)))
     (file-name-as-directory root)))
 
-(defun sly-agent-q--existing-p (file)
+(defun sly-agent-q-files--existing-p (file)
   "Return non-nil when FILE exists, a dangling symbolic link included."
   (or (file-exists-p file) (file-symlink-p file)))
 
@@ -366,7 +357,7 @@ The deepest existing ancestor of FILE is resolved with
 appended to it."
   (let ((file (directory-file-name (expand-file-name file)))
         (missing nil))
-    (while (and (not (sly-agent-q--existing-p file))
+    (while (and (not (sly-agent-q-files--existing-p file))
                 (not (equal file (directory-file-name
                                   (file-name-directory file)))))
       (push (file-name-nondirectory file) missing)
@@ -378,7 +369,7 @@ appended to it."
         (setq true (concat (file-name-as-directory true) part)))
       true)))
 
-(defun sly-agent-q--inside-p (file dir)
+(defun sly-agent-q-files--inside-p (file dir)
   "Return non-nil when FILE is DIR or inside it (both true names)."
   (let ((dir (file-name-as-directory dir)))
     (or (string-prefix-p dir (file-name-as-directory file))
@@ -387,14 +378,14 @@ appended to it."
 (defun sly-agent-q-files-roots ()
   "Return the true names of the directories the agent may use.
 The project root comes first."
-  (cons (sly-agent-q-files-truename (sly-agent-q-tools-project-root))
+  (cons (sly-agent-q-files-truename (sly-agent-q-files-project-root))
         (mapcar #'sly-agent-q-files-truename sly-agent-q-allowed-directories)))
 
 (defun sly-agent-q-files-relative (file)
   "Return FILE relative to the project root when inside it, else FILE."
-  (let ((root (sly-agent-q-files-truename (sly-agent-q-tools-project-root)))
+  (let ((root (sly-agent-q-files-truename (sly-agent-q-files-project-root)))
         (true (sly-agent-q-files-truename file)))
-    (if (sly-agent-q--inside-p true root)
+    (if (sly-agent-q-files--inside-p true root)
         (let* ((rel (file-relative-name true root))
                ;; A name of the project starting with `~' reads as the home
                ;; directory: shown as ./~ instead.
@@ -463,7 +454,7 @@ under `sly-agent-q-read-only-paths'."
   (sly-agent-q-files--refuse-remote path path)
   ;; The roots are the user's, not the model's: found as before, with
   ;; the handlers the user has.
-  (let ((root (sly-agent-q-tools-project-root))
+  (let ((root (sly-agent-q-files-project-root))
         (roots (sly-agent-q-files-roots)))
     (sly-agent-q-files--resolve-in (sly-agent-q-files--home-path path) for-write root roots
                                    path)))
@@ -490,10 +481,10 @@ PATH is what it means (a leading `~' expanded).  No file name handler
 runs."
   (sly-agent-q-files--without-handlers
     (let* ((home (and given (not (equal given path))))
-           (lexical (expand-file-name (sly-agent-q--literal-path path) root))
+           (lexical (expand-file-name (sly-agent-q-files--literal-path path) root))
            (true (progn (sly-agent-q-files--refuse-remote path lexical)
                         (sly-agent-q-files-truename lexical)))
-           (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
+           (inside (cl-find-if (lambda (r) (sly-agent-q-files--inside-p true r)) roots)))
       (when (equal (car roots) "/")
         (sly-agent-q-tool-fail
          "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
@@ -525,7 +516,7 @@ runs."
       (when for-write
         (dolist (ro sly-agent-q-read-only-paths)
           (let ((ro-true (sly-agent-q-files-truename (expand-file-name ro root))))
-            (when (sly-agent-q--inside-p true ro-true)
+            (when (sly-agent-q-files--inside-p true ro-true)
               (sly-agent-q-tool-fail
                "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
                path (sly-agent-q-files-relative ro-true))))))
@@ -540,7 +531,7 @@ writing, inside the agent's roots."
       (progn (sly-agent-q-files-resolve file t) t)
     (sly-agent-q-tool-error nil)))
 
-(defun sly-agent-q--literal-path (path)
+(defun sly-agent-q-files--literal-path (path)
   "Return PATH so that `expand-file-name' takes it literally.
 Whatever starts with `~' here is meant relative to the root
 \(`sly-agent-q-files--home-path' has read a leading `~' already)."
@@ -555,7 +546,7 @@ Whatever starts with `~' here is meant relative to the root
   (let ((b (find-buffer-visiting file)))
     (and (buffer-live-p b) b)))
 
-(defun sly-agent-q--check-size (file)
+(defun sly-agent-q-files--check-size (file)
   "Signal a tool error when FILE is too large to read."
   (let ((size (file-attribute-size (file-attributes file))))
     (when (and size (> size sly-agent-q-max-file-size))
@@ -581,7 +572,7 @@ or binary."
     (sly-agent-q-tool-fail "%s %s." (sly-agent-q-files-relative file)
                        (if (file-exists-p file) "is not readable"
                          "does not exist")))
-  (sly-agent-q--check-size file)
+  (sly-agent-q-files--check-size file)
   (with-temp-buffer
     (let ((coding-system-for-read nil))
       (insert-file-contents file))
@@ -619,7 +610,7 @@ disk is newer.  A file that does not exist has empty :text."
             :exists (file-exists-p file)
             :buffer buffer
             :modified (buffer-modified-p buffer)))
-     ((sly-agent-q--existing-p file)
+     ((sly-agent-q-files--existing-p file)
       (let ((read (sly-agent-q-files-read-disk file)))
         (list :text (car read) :coding (cdr read) :exists t
               :buffer nil :modified nil)))
@@ -809,7 +800,10 @@ Return the coding system used."
 
 ;;;; The buffers the agent may use
 
-(defcustom sly-agent-q-tools-allow-hidden-buffers nil
+(define-obsolete-variable-alias 'sly-agent-q-tools-allow-hidden-buffers
+  'sly-agent-q-files-allow-hidden-buffers "0.2.0")
+
+(defcustom sly-agent-q-files-allow-hidden-buffers nil
   "Non-nil lets the agent read internal buffers (names starting with a space).
 They may hold process output, credentials included; the agent never
 writes them."
@@ -829,7 +823,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
         (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
                            (buffer-name buffer))))
     (when (and (sly-agent-q-hidden-buffer-p buffer)
-               (or for-write (not sly-agent-q-tools-allow-hidden-buffers)))
+               (or for-write (not sly-agent-q-files-allow-hidden-buffers)))
       (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
                          (buffer-name buffer)))
     (when for-write
@@ -869,7 +863,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
                   sly-agent-q-private-file-regexps
                   sly-agent-q-max-file-size
                   sly-agent-q-protected-buffer-regexps
-                  sly-agent-q-tools-allow-hidden-buffers))
+                  sly-agent-q-files-allow-hidden-buffers))
   (put option 'risky-local-variable t)
   ;; A value marked safe for good (`!') before the option was known to
   ;; be risky would be applied without a question: it is forgotten.

@@ -42,7 +42,7 @@
             (dolist (case '(("outside" (:kind "outside" :path "/usr/share/common-lisp/source/alexandria/lists.lisp"))
                             ("rule" (:kind "rule" :rule (:action "ask" :tool "read_definition")))))
               (sly-agent-q-approval--start
-               (sly-agent-q--make-call
+               (sly-agent-q-dispatch--make-call
                 :id (car case) :kind "approval"
                 :params (list :tool "read_definition" :capability "read_definition" :review "arguments"
                               :arguments '(:symbol "alexandria:flatten")
@@ -98,11 +98,11 @@ a long argument cut short says how many arguments follow it."
          (decisions nil))
     (unwind-protect
         (with-current-buffer (sly-agent-q-chat-buffer)
-          (sly-agent-q-approval--ask (sly-agent-q--make-call :id "A" :kind "approval")
+          (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "A" :kind "approval")
                                      '(:tool "write_file" :arguments (:path "secret-a.txt" :content "first call")
                                              :safetyLevel "dangerous" :callId "A")
                                      (lambda (d) (push (cons "A" d) decisions)))
-          (sly-agent-q-approval--ask (sly-agent-q--make-call :id "B" :kind "approval")
+          (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "B" :kind "approval")
                                      '(:tool "write_file" :arguments (:path "b.txt" :content "second call")
                                              :safetyLevel "dangerous" :callId "B")
                                      (lambda (d) (push (cons "B" d) decisions)))
@@ -142,7 +142,7 @@ left unchanged it approves the call as it was, edited it sends the edited argv."
     (unwind-protect
         (with-current-buffer (sly-agent-q-chat-buffer)
           (dolist (edit '(nil t))
-            (sly-agent-q-approval--ask (sly-agent-q--make-call :id "R" :kind "approval") params
+            (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "R" :kind "approval") params
                                        (lambda (d) (push d decisions)))
             (sly-agent-q-edit-arguments (car (sly-agent-q-approval--pending (current-buffer))))
             (with-current-buffer "*sly-agent-q arguments*"

@@ -675,7 +675,7 @@ The approval was asked once the hunks came, for a call already
 dropped: it stayed pending in the chat, and nothing could answer it."
   (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
-    (let ((call (sly-agent-q--make-call
+    (let ((call (sly-agent-q-dispatch--make-call
                  :id "e1" :kind "approval"
                  :params (list :tool "write_file" :capability "write_file" :callId "c1"
                                :arguments (list :path "a.lisp" :content (sly-agent-q-diff-test-new)))))
@@ -1097,7 +1097,7 @@ land later, whole or in part, and Emacs must not wait on it."
     (let* ((sly-agent-q-permission-rules '((:action allow :tool "propose_file_edit")))
            (sly-agent-q-server-auto-restart t)
            ;; Its restart is not counted against the other tests' (three a minute).
-           (sly-agent-q--restart-times nil)
+           (sly-agent-q-server--restart-times nil)
            (file (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old)))
            (script
             (sly-agent-q-diff-test-edit-script)))
@@ -1138,7 +1138,7 @@ report away (the chat still showed the turn going, and its entry waiting)."
   (sly-agent-q-tools-test--with-project
     (let* ((sly-agent-q-server-auto-restart t)
            ;; Its restart is not counted against the other tests' (three a minute).
-           (sly-agent-q--restart-times nil)
+           (sly-agent-q-server--restart-times nil)
            (outcome nil)
            (script
             (sly-agent-q-diff-test-edit-script)))

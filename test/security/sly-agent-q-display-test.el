@@ -148,7 +148,7 @@ starts with the frame too, never at column 0."
 
 (defun sly-agent-q-display-test--make-call ()
   "A call object as the server's emacs/call makes one."
-  (sly-agent-q--make-call :id (format "c%d" (random 100000)) :kind "approval"))
+  (sly-agent-q-dispatch--make-call :id (format "c%d" (random 100000)) :kind "approval"))
 
 (defun sly-agent-q-display-test--approvals (r)
   "Approval requests of every kind, with random strings from R (a function)."
