@@ -186,6 +186,57 @@ Wait for the first: the hunks come from the server."
       (should (equal (sly-agent-q-diff-test-expected '(1 3)) (sly-agent-q-tools-test--contents "src/a.lisp")))
       (should-not (sly-agent-q-tools-test--temp-files)))))
 
+(ert-deftest sly-agent-q-diff-test-request-of-a-file-edit ()
+  "A file edit goes the approval's one route to an approval function:
+the documented request, the server's keys with :review, :path, :hunks
+\(:index :header :text each, nothing else) and the :diff of those
+hunks; the accepted hunks come back as the decision the server gets,
+bound to what was reviewed."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((arguments (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
+                            :description "Three changes"))
+           (request nil) (reply nil)
+           (sly-agent-q-approval-function
+            (lambda (r callback) (setq request r) (funcall callback '(:accepted_hunks [3 1])))))
+      (cl-letf (((symbol-function 'sly-agent-q-call-reply)
+                 (lambda (_call result) (setq reply result))))
+        (sly-agent-q-approval--start
+         (sly-agent-q-dispatch--make-call
+          :id "P1" :kind "approval"
+          :params (list :tool "propose_file_edit" :capability "propose_file_edit" :review "diff"
+                        :arguments arguments :safetyLevel "dangerous"
+                        :description "Propose a file change." :callId "P1"
+                        :reason '(:kind "level"))))
+        (sly-agent-q-test-wait (lambda () reply) 20 "the approval's reply"))
+      ;; The keys, in the documented order, and nothing else.
+      (should (equal (cl-loop for (key _) on request by #'cddr collect key)
+                     '(:tool :arguments :safetyLevel :description :callId :reason :review
+                             :path :diff :new-file :hunks)))
+      (should (equal (plist-get request :tool) "propose_file_edit"))
+      (should (equal (plist-get request :arguments) arguments))
+      (should (equal (plist-get request :description) "Propose a file change."))
+      (should (equal (plist-get request :review) "diff"))
+      (should (equal (plist-get request :path) "src/a.lisp"))
+      (should-not (plist-get request :new-file))
+      (let ((hunks (plist-get request :hunks)))
+        (should (vectorp hunks))
+        (should (= 3 (length hunks)))
+        (dotimes (i 3)
+          (should (equal (cl-loop for (key _) on (aref hunks i) by #'cddr collect key)
+                         '(:index :header :text)))
+          (should (= (1+ i) (plist-get (aref hunks i) :index)))
+          ;; The diff is those hunks.
+          (should (string-search (concat (plist-get (aref hunks i) :header) "\n"
+                                         (plist-get (aref hunks i) :text))
+                                 (plist-get request :diff)))))
+      (should (string-prefix-p "--- a/src/a.lisp\n+++ b/src/a.lisp\n" (plist-get request :diff)))
+      ;; The answer, normalized: the hunks sorted, on the call's own arguments.
+      (should (equal (plist-get reply :decision) "modified"))
+      (should (equal (plist-get (plist-get reply :arguments) :accepted_hunks) [1 3]))
+      (should (equal (plist-get (plist-get reply :arguments) :description) "Three changes"))
+      (should (stringp (plist-get reply :target))))))
+
 (ert-deftest sly-agent-q-diff-test-scripted-short-answers ()
   (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
