@@ -296,7 +296,7 @@ only if what it acts on is still that."
                                   (let ((sly-agent-q-project-root
                                          (sly-agent-q-files-call-root (plist-get params :projectRoot))))
                                     (sly-agent-q-tool-preview-target (plist-get params :capability) arguments
-                                                              (plist-get params :review)))
+                                                                     (plist-get params :review)))
                                 (sly-agent-q-tool-error nil))))))))
     (if target (append decision (list :target target)) decision)))
 
@@ -310,7 +310,11 @@ without waiting."
       (let ((review (sly-agent-q-approval--review-edit params preview reply)))
         (when (bufferp review)
           (sly-agent-q-call-on-cancel
-           call (lambda (_reason) (sly-agent-q-diff-review-cancel review)))))
+           call (lambda (_reason)
+                  ;; A review shown was remembered (its hunks, for the apply).
+                  (when (sly-agent-q-diff-review-showing-p review)
+                    (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
+                  (sly-agent-q-diff-review-cancel review)))))
     (let ((answer (sly-agent-q-approval--answerer params reply)))
       (sly-agent-q-diff-fetch-hunks
        (plist-get preview :old) (plist-get preview :new)
@@ -334,7 +338,8 @@ reviewed edit that is denied is forgotten (see
     (lambda (request)
       (lambda (decision)
         (let ((decision (sly-agent-q-approval--normalize decision request)))
-          (when (and (plist-get request :hunks) (equal (plist-get decision :decision) "denied"))
+          (when (and (member (plist-get params :review) '("diff" "form"))
+                     (equal (plist-get decision :decision) "denied"))
             (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
           (funcall reply (if (and (equal (plist-get params :review) "form")
                                   (equal (plist-get decision :decision) "modified"))

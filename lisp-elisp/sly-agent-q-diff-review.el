@@ -264,7 +264,7 @@ and split the keys from what they name."
   (sly-agent-q-diff-review--button "[Reject all]" #'sly-agent-q-diff-review-reject-all "Reject every hunk")
   (insert " ")
   (sly-agent-q-diff-review--button "[Finish]" #'sly-agent-q-diff-review-finish
-                            "Send the decision; undecided hunks count as rejected")
+                                   "Send the decision; undecided hunks count as rejected")
   (insert " ")
   (sly-agent-q-diff-review--button "[Abort]" #'sly-agent-q-diff-review-abort "Reject the whole edit")
   (insert "\n\n"))
@@ -283,10 +283,10 @@ The pretty-printer of the review's ewoc, one node per hunk."
                                 ('rejected 'error)
                                 (_ 'warning))))
     (sly-agent-q-diff-review--button "[Accept]" (lambda () (sly-agent-q-diff-review-accept-hunk index))
-                              "Accept this hunk")
+                                     "Accept this hunk")
     (insert " ")
     (sly-agent-q-diff-review--button "[Reject]" (lambda () (sly-agent-q-diff-review-reject-hunk index))
-                              "Reject this hunk")
+                                     "Reject this hunk")
     (insert "\n" (plist-get hunk :header) "\n" (sly-agent-q-display-text (plist-get hunk :text)))
     (put-text-property start (point) 'sly-agent-q-diff-hunk index)))
 
@@ -579,7 +579,7 @@ not thrown away without a yes."
   (let ((review sly-agent-q-diff-review--current))
     (when (and review (not (sly-agent-q-diff-review--review-done review)))
       (sly-agent-q-diff-review--answer review (list :decision "denied"
-                                             :reason "The user closed the review without deciding"))
+                                                    :reason "The user closed the review without deciding"))
       (message "sly-agent-q: rejected the whole proposed edit of %s"
                (sly-agent-q-display-line
                 (plist-get (sly-agent-q-diff-review--review-proposal review) :rel))))))

@@ -567,11 +567,11 @@ Signal a tool error when FILE is a directory, unreadable, too large
 or binary."
   (when (file-directory-p file)
     (sly-agent-q-tool-fail "%s is a directory; use directory_list."
-                       (sly-agent-q-files-relative file)))
+                           (sly-agent-q-files-relative file)))
   (unless (file-readable-p file)
     (sly-agent-q-tool-fail "%s %s." (sly-agent-q-files-relative file)
-                       (if (file-exists-p file) "is not readable"
-                         "does not exist")))
+                           (if (file-exists-p file) "is not readable"
+                             "does not exist")))
   (sly-agent-q-files--check-size file)
   (with-temp-buffer
     (let ((coding-system-for-read nil))
@@ -581,7 +581,7 @@ or binary."
                 (save-excursion (goto-char (point-min))
                                 (search-forward "\0" nil t)))
         (sly-agent-q-tool-fail "%s looks like a binary file; the agent reads text files only."
-                           (sly-agent-q-files-relative file)))
+                               (sly-agent-q-files-relative file)))
       (cons (buffer-substring-no-properties (point-min) (point-max))
             (sly-agent-q-files-normalize-coding coding)))))
 
@@ -817,15 +817,15 @@ FOR-WRITE is non-nil, when the agent may not write it."
   (let ((buffer (if name (get-buffer name) (sly-agent-q-files-default-buffer))))
     (unless (buffer-live-p buffer)
       (sly-agent-q-tool-fail "There is no buffer named %S; buffer_list shows the open buffers."
-                         name))
+                             name))
     (let ((file (sly-agent-q-files-buffer-file buffer)))
       (when (and file (sly-agent-q-files-private-p (file-truename file)))
         (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
-                           (buffer-name buffer))))
+                               (buffer-name buffer))))
     (when (and (sly-agent-q-hidden-buffer-p buffer)
                (or for-write (not sly-agent-q-files-allow-hidden-buffers)))
       (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
-                         (buffer-name buffer)))
+                             (buffer-name buffer)))
     (when for-write
       (let ((file (sly-agent-q-files-buffer-file buffer)))
         (when (and file (not (sly-agent-q-files-inside-root-p file)))

@@ -106,7 +106,7 @@ VALUE is made of plists, lists and vectors."
            ;; Encoded on its own step: encoding megabytes takes tens of ms.
            (let ((json (json-serialize message :false-object :json-false :null-object nil)))
              (sly-agent-q-connection-log conn "%s: %d bytes, sent in pieces"
-                               (plist-get message :method) (string-bytes json))
+                                         (plist-get message :method) (string-bytes json))
              ;; Cut as they go: cutting megabytes at once took 20 ms more.
              (push (cons json 0) (sly-agent-q-connection-outbox conn))
              (push (format "Content-Length: %d\r\n\r\n" (string-bytes json))

@@ -62,8 +62,8 @@ changed in files and buffers, for rewinding (see
         (let ((handler (plist-get (sly-agent-q-tool-declaration capability) :handler)))
           (unless handler
             (sly-agent-q-tool-fail "Emacs has no tool capability %S (it knows: %s)."
-                               capability
-                               (string-join (sly-agent-q-tool-call-capabilities) ", ")))
+                                   capability
+                                   (string-join (sly-agent-q-tool-call-capabilities) ", ")))
           (unless (and (listp args) (cl-evenp (length args)))
             (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." capability))
           (setq before (sly-agent-q-tool-rewind-snapshot capability args))

@@ -73,7 +73,7 @@ an approved call: the call runs only on the target the user approved."
   (let ((tool (plist-get approved :tool))
         (now (condition-case err
                  (sly-agent-q-tool-preview-target (plist-get approved :tool)
-                                           (plist-get approved :arguments))
+                                                  (plist-get approved :arguments))
                (sly-agent-q-tool-error (cadr err)))))
     (unless (equal now (plist-get approved :target))
       (sly-agent-q-tool-fail "%s was not run: what it acts on changed while the approval waited, so it is no longer what the user approved.  Look again and ask again." tool))))
