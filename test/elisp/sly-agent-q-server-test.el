@@ -1217,8 +1217,9 @@ told after the result changes nothing."
          (sly-agent-q-project-root (make-temp-file "agent-q-routing" t)))
     (cl-letf (((symbol-function 'sly-agent-q-call-reply)
                (lambda (_call result) (push result replies)))
-              ((symbol-function 'sly-agent-q-diff-review)
-               (lambda (args cb &optional _tool _call-id) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
+              ;; The review route of the approval (hunks, then the approval function or the review buffer).
+              ((symbol-function 'sly-agent-q-approval--review-edit)
+               (lambda (params _preview cb) (setq reviewed (plist-get params :arguments)) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
       (let ((sly-agent-q-approval-function
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
         ;; Started at once, not from the timer the method uses.
