@@ -51,7 +51,7 @@
             (sly-agent-q-server-hold-collections)
             (sly-agent-q-handle-notification conn method params))
         (sly-agent-q-connection-log conn "ignored %s: not a notification of protocol %d"
-                          method sly-agent-q-protocol-version))
+                          method sly-agent-q-protocol-table-version))
     (error
      (setq sly-agent-q-server-last-handler-error err)
      (sly-agent-q-connection-log conn "handler for %s failed: %s" method (error-message-string err)))))

@@ -228,14 +228,6 @@ for each other name, OWNER being the module its prefix names."
     ("sly-agent-q-locate" sly-agent-q-server-locate "sly-agent-q-server")
     ("sly-agent-q-locate" sly-agent-q-server-package-candidates "sly-agent-q-server")
     ("sly-agent-q-locate" sly-agent-q-server-version-advice "sly-agent-q-server")
-    ;; Generated (scripts/protocol-doc.mjs): the protocol's tables.
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-call-kinds "sly-agent-q-protocol")
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-error-codes "sly-agent-q-protocol")
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-methods "sly-agent-q-protocol")
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-shape-types "sly-agent-q-protocol")
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-shapes "sly-agent-q-protocol")
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-tool-categories "sly-agent-q-protocol")
-    ("sly-agent-q-protocol-table" sly-agent-q-protocol-version "sly-agent-q-protocol")
     ("sly-agent-q-redact" sly-agent-q-server-redact "sly-agent-q-server")
     ("sly-agent-q-redact" sly-agent-q-server-secrets "sly-agent-q-server"))
   "The names still defined outside the file their prefix names.

@@ -122,10 +122,10 @@
   "A trust level on any category the catalog has is sent as that category's level.
 \"systems\", \"debugger\", \"threads\" and \"tools\" were sent as levels of
 tools of those names, which nothing took: system_info still ran unasked."
-  (let* ((sly-agent-q-trust-levels (mapcar (lambda (c) (cons c 'dangerous)) sly-agent-q-protocol-tool-categories))
+  (let* ((sly-agent-q-trust-levels (mapcar (lambda (c) (cons c 'dangerous)) sly-agent-q-protocol-table-tool-categories))
          (config (sly-agent-q-server-configuration)))
-    (should (member "systems" sly-agent-q-protocol-tool-categories))
-    (dolist (c sly-agent-q-protocol-tool-categories)
+    (should (member "systems" sly-agent-q-protocol-table-tool-categories))
+    (dolist (c sly-agent-q-protocol-table-tool-categories)
       (should (equal (gethash c (plist-get config :categoryLevels)) "dangerous"))
       (should-not (gethash c (plist-get config :safetyOverrides))))))
 
