@@ -33,7 +33,8 @@
 ;; wait for the Lisp image (the debugger's) or for the server (the hunks
 ;; of an unreviewed propose_file_edit): their handlers return a function
 ;; that answers later.  The user's review of
-;; propose_file_edit happens before, in `sly-agent-q-diff-review'.
+;; propose_file_edit happens before, in its approval
+;; (`sly-agent-q-approval-review-edit').
 ;;
 ;; Paths are confined to the project root (see sly-agent-q-files.el),
 ;; long results are paged with a note saying how to read on, and
@@ -43,10 +44,11 @@
 ;;
 ;; - `sly-agent-q-tool-call-run' answers emacs/call of kind "tool";
 ;;   `sly-agent-q-tool-call-capabilities' lists what it knows.
-;; - `sly-agent-q-diff-review' (sly-agent-q-diff.el) is the approval of
-;;   propose_file_edit.  It returns the review buffer, or nil when it
-;;   answered at once; `sly-agent-q-diff-review-cancel' closes that
-;;   buffer without answering when the server gives up (emacs/cancel).
+;; - `sly-agent-q-approval-review-edit' (sly-agent-q-approval.el) is the
+;;   approval of propose_file_edit.  It returns the review buffer (drawn
+;;   by sly-agent-q-diff-review.el), or nil when it answered at once;
+;;   `sly-agent-q-diff-review-cancel' closes that buffer without
+;;   answering when the server gives up (emacs/cancel).
 ;; - `sly-agent-q-files-default-buffer-function' may be set to return
 ;;   the buffer the user was last in (the default is the most recent
 ;;   buffer that is neither internal nor the agent's).
