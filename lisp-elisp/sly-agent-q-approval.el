@@ -29,28 +29,30 @@
 ;;   (:decision "modified" :arguments ARGS) run it with other arguments
 ;;
 ;; Before anyone is asked, the call is prepared the way the tool would
-;; do it (`sly-agent-q-tools-preview'): a call the tool would refuse
+;; do it (`sly-agent-q-tool-preview'): a call the tool would refuse
 ;; (a path outside the project, a buffer it may not change...) is
 ;; answered with that error and never put to the user.  The approval
 ;; shows the resolved path and every argument in the order received;
 ;; a value shortened in the chat says so, and v shows them whole.  For
 ;; what writes, d shows the diff against what is there now.
 ;;
-;; Who decides: `sly-agent-q-diff-review' for propose_file_edit (the
-;; reviewed file edit, in sly-agent-q-diff-review.el); otherwise
-;; `sly-agent-q-approval-function' when set (scripts, tests); otherwise
-;; the user, inline in the chat buffer: buttons and the keys y (approve),
-;; n (deny with a reason), e (edit the arguments), a (always allow this
-;; tool for the session) on the approval, and C-c C-r anywhere in the
-;; chat, a prompt offering the same answers, where point may be in the
-;; input and y would insert a y.
+;; Every call makes one request (`sly-agent-q-approval--request'), a
+;; file edit's with its hunks.  Who decides: `sly-agent-q-approval-function'
+;; when set (scripts, tests); otherwise the user: a file edit in its
+;; review, hunk by hunk (sly-agent-q-diff-review.el draws it and hands
+;; back the accepted hunks), anything else inline in the chat buffer:
+;; buttons and the keys y (approve), n (deny with a reason), e (edit
+;; the arguments), a (always allow this tool for the session) on the
+;; approval, and C-c C-r anywhere in the chat, a prompt offering the
+;; same answers, where point may be in the input and y would insert a
+;; y.  Every answer goes through one normalizer and one once-only
+;; guard; the approvals waiting are kept in a list in the chat buffer.
 
 ;;; Code:
 
 (require 'cl-lib)
 (require 'subr-x)
 (require 'button)
-(require 'text-property-search)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-tools)
@@ -63,22 +65,32 @@
 
 (defcustom sly-agent-q-approval-function nil
   "Function deciding approvals instead of the interactive UI, or nil.
-nil means ask the user in the chat buffer.  Otherwise it is called
-as (FUNCTION REQUEST CALLBACK): REQUEST is a plist (:tool
-:arguments :safetyLevel :description :callId, and when the tool
-touches a file or buffer :path, the resolved path relative to the
-project root, or :buffer, and for what writes :diff, the unified
-diff against what is there now; :detail, a line saying what the call
-acts on, such as the restart debugger_invoke_restart invokes; :reason,
-what made it ask: a plist whose :kind is \"level\", \"rule\", for a
-read outside the project \"outside\" with its :path, or for a write
-to a protected file \"protected\" with its :path and :why), CALLBACK
-must be called once, now or later, with a decision plist (:decision
-\"approved\", \"denied\" or \"modified\", :reason STRING, :arguments
-PLIST for \"modified\", :always t to allow the tool for the rest of
-the session (a command of run_command, marked :alwaysCommand t: that
-exact command alone); a rule, a read outside the project and a protected file
-ask each time, and the last two take only \"approved\" or \"denied\")."
+nil means ask the user: in the chat buffer, or for a file edit in its
+review.  Otherwise it is called as (FUNCTION REQUEST CALLBACK) for
+every call that asks, a file edit too.  REQUEST is one plist shape:
+:tool, :arguments, :safetyLevel, :description (what the tool does)
+and :callId always; when the tool touches a file or buffer :path,
+the resolved path relative to the project root, or :buffer, and for
+what writes :diff, the unified diff against what is there now, and
+:new-file; :detail, a line saying what the call acts on, such as the
+restart debugger_invoke_restart invokes; :reason, what made it ask: a
+plist whose :kind is \"level\", \"rule\", for a read outside the
+project \"outside\" with its :path, or for a write to a protected
+file \"protected\" with its :path and :why; :client, the MCP client
+that asks; :lispArguments and :shownOnly, the arguments that are Lisp
+source and those only shown.  A file edit reviewed hunk by hunk
+\(propose_file_edit, replace_definition, insert_form) has :review
+\(\"diff\" or \"form\") and :hunks, a vector of (:index N :header
+\"@@ ...\" :text DIFF-LINES), its :diff being those hunks.
+CALLBACK must be called once, now or later, with a decision plist
+\(:decision \"approved\", \"denied\" or \"modified\", :reason STRING,
+:arguments PLIST for \"modified\", :always t to allow the tool for
+the rest of the session (a command of run_command, marked
+:alwaysCommand t: that exact command alone); a rule, a read outside
+the project and a protected file ask each time, and the last two take
+only \"approved\" or \"denied\").  For a request with :hunks, the
+decision may be just (:accepted_hunks [N ...]): the hunks to apply,
+none denying the edit.  A function that signals denies the call."
   :type '(choice (const :tag "Ask in the chat buffer" nil) function)
   :group 'sly-agent-q)
 
@@ -94,35 +106,102 @@ approval shows every argument whole."
   :type 'integer
   :group 'sly-agent-q)
 
-(cl-defstruct (sly-agent-q-approval (:constructor sly-agent-q--make-approval))
+(cl-defstruct (sly-agent-q-approval (:constructor sly-agent-q-approval--make))
   "An approval waiting for the user, drawn as the chat section SECTION."
   request callback (status 'pending) detail section buffer)
 
-(defun sly-agent-q-approval--normalize (decision)
-  "DECISION (a plist from the UI or a user function) as the protocol's object."
-  (let* ((d (plist-get decision :decision))
-         (name (if (symbolp d) (and d (symbol-name d)) d)))
-    (pcase name
-      ("approved" (if (plist-get decision :always)
-                      (list :decision "approved" :always t)
-                    (list :decision "approved")))
-      ("modified" (let ((args (plist-get decision :arguments)))
-                    (list :decision "modified"
-                          :arguments (or args (make-hash-table :test #'equal)))))
-      ;; No reason, no stand-in: the server says "The user denied TOOL." then.
-      ("denied" (let ((reason (plist-get decision :reason)))
-                  (if (and reason (not (string-blank-p (format "%s" reason))))
-                      (list :decision "denied" :reason (format "%s" reason))
-                    (list :decision "denied"))))
-      (_ (list :decision "denied"
-               :reason (format "the approval function gave an invalid decision: %S" decision))))))
+;;;; The request
 
-(defun sly-agent-q-approval--request (params preview)
-  "The approval request plist handed to approval functions, from call PARAMS.
-PREVIEW is what `sly-agent-q-tools-preview' prepared: its :path
+;; One request, built in one place (`sly-agent-q-approval--request'),
+;; is what every decider sees: `sly-agent-q-approval-function', the
+;; approval in the chat, and the review of a file edit, which only
+;; draws the request's :hunks and answers with the accepted ones.  Its
+;; keys (documented in `sly-agent-q-approval-function'):
+;;
+;;   :tool :arguments :safetyLevel :description :callId   always
+;;   :reason :lispArguments :shownOnly :client :alwaysCommand
+;;                                         as the server sent them
+;;   :review                               "diff" or "form": a file edit
+;;                                         reviewed hunk by hunk
+;;   :path or :buffer, :detail              what the call acts on
+;;   :diff :new-file                        for what writes
+;;   :hunks                                 for a reviewed edit: a vector
+;;                                         of (:index N :header "@@..."
+;;                                         :text "...")
+;;
+;; Every answer, from whichever decider, goes through one normalizer
+;; (`sly-agent-q-approval--normalize') and one once-only guard
+;; (`sly-agent-q-approval--once').
+
+(defun sly-agent-q-approval--once (function)
+  "Return a function calling FUNCTION with its argument the first time only.
+Later calls do nothing.  An error in FUNCTION is reported, not
+signalled: the decider that answered (a button, a timer, a user's
+approval function) is not the place to fail."
+  (let ((called nil))
+    (lambda (decision)
+      (unless called
+        (setq called t)
+        (condition-case err
+            (funcall function decision)
+          (error (message "sly-agent-q: answering the approval failed: %s"
+                          (sly-agent-q-display-line (error-message-string err)))))))))
+
+(defun sly-agent-q-approval--accepted (arguments hunks)
+  "The decision running the call of ARGUMENTS with the accepted HUNKS.
+HUNKS is a list or vector of hunk numbers; none accepted denies it."
+  (let ((accepted (sort (delete-dups (append hunks nil)) #'<)))
+    (if accepted
+        (list :decision "modified"
+              :arguments (plist-put (copy-sequence arguments) :accepted_hunks (vconcat accepted)))
+      (list :decision "denied" :reason "The user rejected every hunk"))))
+
+(defun sly-agent-q-approval--normalize (decision &optional request)
+  "DECISION, from any decider, as the protocol's object, for REQUEST.
+DECISION is a plist (:decision \"approved\", \"denied\" or
+\"modified\", a string or a symbol, :reason, :arguments, :always); on a
+request with :hunks it may also be just (:accepted_hunks [N ...]), the
+hunks accepted of the edit.  Anything else is a denial saying so."
+  (let* ((d (plist-get decision :decision))
+         (name (if (symbolp d) (and d (symbol-name d)) d))
+         (hunks (plist-get decision :accepted_hunks)))
+    (cond
+     ((and (plist-get request :hunks) (member name '(nil "modified"))
+           (or (vectorp hunks) (and hunks (listp hunks)))
+           (not (plist-get decision :arguments)))
+      (sly-agent-q-approval--accepted (plist-get request :arguments) hunks))
+     (t
+      (pcase name
+        ("approved" (if (plist-get decision :always)
+                        (list :decision "approved" :always t)
+                      (list :decision "approved")))
+        ("modified" (let ((args (plist-get decision :arguments)))
+                      (list :decision "modified"
+                            :arguments (or args (make-hash-table :test #'equal)))))
+        ;; No reason, no stand-in: the server says "The user denied TOOL." then.
+        ("denied" (let ((reason (plist-get decision :reason)))
+                    (if (and reason (not (string-blank-p (format "%s" reason))))
+                        (list :decision "denied" :reason (format "%s" reason))
+                      (list :decision "denied"))))
+        (_ (list :decision "denied"
+                 :reason (format "the approval function gave an invalid decision: %S" decision))))))))
+
+(defun sly-agent-q-approval--hunks (proposal)
+  "Return the hunks of PROPOSAL for a request: (:index :header :text) each."
+  (vconcat (mapcar (lambda (h) (list :index (plist-get h :index)
+                                     :header (plist-get h :header)
+                                     :text (plist-get h :text)))
+                   (plist-get proposal :hunks))))
+
+(defun sly-agent-q-approval--request (params preview &optional proposal)
+  "The approval request, from call PARAMS, as every decider sees it.
+PREVIEW is what `sly-agent-q-tool-preview' prepared: its :path
 \(resolved, relative to the root), :buffer, and for what writes
-:diff (against what is there now) are added.  :alwaysCommand t marks a
-command, which \"always\" allows again alone, never the whole tool."
+:diff (against what is there now) are added.  PROPOSAL, for a file
+edit reviewed hunk by hunk, gives :hunks and the diff of those hunks.
+:alwaysCommand t marks a command, which \"always\" allows again alone,
+never the whole tool.  The keys are documented in
+`sly-agent-q-approval-function'."
   (append
    (list :tool (plist-get params :tool)
          :arguments (plist-get params :arguments)
@@ -140,18 +219,30 @@ command, which \"always\" allows again alone, never the whole tool."
    (and (plist-get params :client) (list :client (plist-get params :client)))
    ;; A command: "always" would allow that exact command, not the tool.
    (and (eq (plist-get params :alwaysCommand) t) (list :alwaysCommand t))
+   (and proposal (list :review (plist-get params :review)))
    (and (plist-get preview :detail) (list :detail (plist-get preview :detail)))
-   (and (plist-get preview :path) (list :path (plist-get preview :path)))
+   (let ((path (or (plist-get preview :path) (plist-get proposal :rel))))
+     (and path (list :path path)))
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
-   (and (plist-member preview :new)
-        ;; The name on the diff's own lines is drawn as data: a name
-        ;; holding a newline would otherwise draw a header of its own.
-        (list :diff (sly-agent-q-diff-text
-                     (sly-agent-q-display-line
-                      (or (plist-get preview :path) (plist-get preview :buffer)) t)
-                     (plist-get preview :old) (plist-get preview :new))
-              :new-file (and (plist-get preview :path)
-                             (equal (plist-get preview :old) ""))))))
+   (cond
+    (proposal
+     (list :diff (sly-agent-q-diff-unified
+                  (list :rel (sly-agent-q-display-line (plist-get proposal :rel) t)
+                        :hunks (plist-get proposal :hunks)))
+           :new-file (and (not (plist-get (plist-get proposal :current) :exists))
+                          (not (plist-get (plist-get proposal :current) :buffer)))
+           :hunks (sly-agent-q-approval--hunks proposal)))
+    ((plist-member preview :new)
+     ;; The name on the diff's own lines is drawn as data: a name
+     ;; holding a newline would otherwise draw a header of its own.
+     (list :diff (sly-agent-q-diff-text
+                  (sly-agent-q-display-line
+                   (or (plist-get preview :path) (plist-get preview :buffer)) t)
+                  (plist-get preview :old) (plist-get preview :new))
+           :new-file (and (plist-get preview :path)
+                          (equal (plist-get preview :old) "")))))))
+
+;;;; Who decides
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql approval)) call)
   "Decide the approval CALL, from a timer (see `sly-agent-q-approval--start')."
@@ -163,9 +254,9 @@ command, which \"always\" allows again alone, never the whole tool."
   "Decide the approval CALL, unless it was cancelled before it started.
 The call is first prepared as the tool would do it; if the tool would
 refuse it, CALL is answered with that error and nobody is asked.
-Otherwise the diff review decides for a call reviewed as a diff or a
-form (the review kind the server sent), else
-`sly-agent-q-approval-function', else the user."
+Otherwise its request is put to `sly-agent-q-approval-function', else
+to the user: in the chat, or for a file edit (the review kind the
+server sent is \"diff\" or \"form\") in its hunk-by-hunk review."
   (unless (sly-agent-q-call-done call)
     (condition-case err
         (sly-agent-q-approval--prepare call)
@@ -178,22 +269,18 @@ form (the review kind the server sent), else
   "Prepare the approval CALL and put it to whoever decides."
   (let ((params (sly-agent-q-call-params call)))
     (cl-destructuring-bind (&key capability arguments review projectRoot &allow-other-keys) params
-      (let* ((preview (condition-case err
-                          ;; Against the root the server judged the call by.
-                          (let ((sly-agent-q-project-root (sly-agent-q-files-call-root projectRoot)))
-                            (cons :ok (sly-agent-q-tools-preview capability arguments review)))
-                        (sly-agent-q-tool-error (cons :refused (cadr err)))))
-             (answered nil)
-             (callback (lambda (decision)
-                         (unless answered
-                           (setq answered t)
-                           (sly-agent-q-call-reply
-                            call (sly-agent-q-approval--bind
-                                  params (cdr preview)
-                                  (sly-agent-q-approval--normalize decision)))))))
+      (let ((preview (condition-case err
+                         ;; Against the root the server judged the call by.
+                         (let ((sly-agent-q-project-root (sly-agent-q-files-call-root projectRoot)))
+                           (cons :ok (sly-agent-q-tool-preview capability arguments review)))
+                       (sly-agent-q-tool-error (cons :refused (cadr err))))))
         (if (eq (car preview) :refused)
             (sly-agent-q-call-fail call (cdr preview))
-          (sly-agent-q-approval--route call params (cdr preview) callback))))))
+          (sly-agent-q-approval--route
+           call params (cdr preview)
+           (lambda (decision)
+             (sly-agent-q-call-reply
+              call (sly-agent-q-approval--bind params (cdr preview) decision)))))))))
 
 (defun sly-agent-q-approval--bind (params preview decision)
   "DECISION on the call of PARAMS, with the :target it was given for.
@@ -202,68 +289,165 @@ edited arguments, of what they act on at the decision); the call runs
 only if what it acts on is still that."
   (let ((target
          (pcase (plist-get decision :decision)
-           ("approved" (sly-agent-q-tools-digest preview))
+           ("approved" (sly-agent-q-tool-preview-digest preview))
            ("modified" (let ((arguments (plist-get decision :arguments)))
                          (and (listp arguments)
                               (condition-case nil
                                   (let ((sly-agent-q-project-root
                                          (sly-agent-q-files-call-root (plist-get params :projectRoot))))
-                                    (sly-agent-q-tools-target (plist-get params :capability) arguments
-                                                              (plist-get params :review)))
+                                    (sly-agent-q-tool-preview-target (plist-get params :capability) arguments
+                                                                     (plist-get params :review)))
                                 (sly-agent-q-tool-error nil))))))))
     (if target (append decision (list :target target)) decision)))
 
-(defun sly-agent-q-approval--edit-decision (arguments decision)
-  "Return the decision on a call with ARGUMENTS from DECISION on its edit.
-A review accepting hunks answers the edit's arguments with
-:accepted_hunks; the call gets them with its own ARGUMENTS."
-  (if (equal (plist-get decision :decision) "modified")
-      (list :decision "modified"
-            :arguments (plist-put (copy-sequence arguments) :accepted_hunks
-                                  (plist-get (plist-get decision :arguments) :accepted_hunks)))
-    decision))
-
-(defun sly-agent-q-approval--route (call params preview callback)
+(defun sly-agent-q-approval--route (call params preview reply)
   "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.
-CALLBACK gets the decision.  The request, with its diff, is made only
-for whoever needs it: a diff review computes its own hunks, and a
-second diff of a large file would cost as much again."
-  (cond
-     ((and (equal (plist-get params :review) "diff")
-           (fboundp 'sly-agent-q-diff-review))
-      (let ((review (sly-agent-q-diff-review (plist-get params :arguments) callback
-                                             (plist-get params :tool) (plist-get params :callId))))
-        (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
+REPLY gets the decision, normalized, once.  A file edit (review kind
+\"diff\" or \"form\") is reviewed hunk by hunk; the hunks of anything
+else that writes only make its :diff.  Both are the server's, asked
+without waiting."
+  (if (member (plist-get params :review) '("diff" "form"))
+      (let ((review (sly-agent-q-approval--review-edit params preview reply)))
+        (when (bufferp review)
           (sly-agent-q-call-on-cancel
-           call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
-     ((and (equal (plist-get params :review) "form")
-           (fboundp 'sly-agent-q-diff-review))
-      ;; The edit the server computed (:edit) is reviewed as a
-      ;; propose_file_edit; the accepted hunks go back with the call's
-      ;; own arguments.
-      (let* ((arguments (plist-get params :arguments))
-             (review (sly-agent-q-diff-review
-                      (plist-get arguments :edit)
-                      (lambda (decision)
-                        (funcall callback
-                                 (sly-agent-q-approval--edit-decision arguments decision)))
-                      (plist-get params :tool) (plist-get params :callId))))
-        (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
-          (sly-agent-q-call-on-cancel
-           call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))
-     (t
-      ;; The diff of what a call writes is the server's, asked without waiting.
-      (let ((approver sly-agent-q-approval-function))
-        (sly-agent-q-diff-fetch-hunks
-         (plist-get preview :old) (plist-get preview :new)
-         (lambda ()
-           ;; A call cancelled (or whose server died) while the hunks came is
-           ;; put to no one: nothing would answer it.
-           (unless (sly-agent-q-call-done call)
-             (if approver
-                 (funcall approver (sly-agent-q-approval--request params preview) callback)
-               (sly-agent-q-approval--ask call (sly-agent-q-approval--request params preview)
-                                          callback)))))))))
+           call (lambda (_reason)
+                  ;; A review shown was remembered (its hunks, for the apply).
+                  (when (sly-agent-q-diff-review-showing-p review)
+                    (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
+                  (sly-agent-q-diff-review-cancel review)))))
+    (let ((answer (sly-agent-q-approval--answerer params reply)))
+      (sly-agent-q-diff-fetch-hunks
+       (plist-get preview :old) (plist-get preview :new)
+       (lambda ()
+         ;; A call cancelled (or whose server died) while the hunks came is
+         ;; put to no one: nothing would answer it.
+         (unless (sly-agent-q-call-done call)
+           (let ((request (sly-agent-q-approval--request params preview)))
+             (sly-agent-q-approval--put request (funcall answer request)
+                                        (lambda (request answer)
+                                          (sly-agent-q-approval--ask call request answer))))))))))
+
+(defun sly-agent-q-approval--answerer (params reply)
+  "A function of a request, returning the function that answers it.
+The answer, whoever gives it, is normalized for that request, and
+for a Lisp form's edit (review kind \"form\" in PARAMS) carries the
+accepted hunks with the call's own arguments; REPLY gets it once.  A
+reviewed edit that is denied is forgotten (see
+`sly-agent-q-diff-forget-review')."
+  (let ((reply (sly-agent-q-approval--once reply)))
+    (lambda (request)
+      (lambda (decision)
+        (let ((decision (sly-agent-q-approval--normalize decision request)))
+          (when (and (member (plist-get params :review) '("diff" "form"))
+                     (equal (plist-get decision :decision) "denied"))
+            (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
+          (funcall reply (if (and (equal (plist-get params :review) "form")
+                                  (equal (plist-get decision :decision) "modified"))
+                             ;; Only the hunks are the review's: the form's
+                             ;; other arguments stay the call's own.
+                             (list :decision "modified"
+                                   :arguments (plist-put (copy-sequence (plist-get params :arguments))
+                                                         :accepted_hunks
+                                                         (plist-get (plist-get decision :arguments)
+                                                                    :accepted_hunks)))
+                           decision)))))))
+
+(defun sly-agent-q-approval--put (request answer ask)
+  "Put REQUEST to `sly-agent-q-approval-function', or else to ASK.
+ANSWER takes the decision; ASK is called with REQUEST and ANSWER to
+ask the user.  An approval function that signals denies the call,
+saying why."
+  (let ((approver sly-agent-q-approval-function))
+    (if (not approver)
+        (funcall ask request answer)
+      (condition-case err
+          (funcall approver request answer)
+        (error
+         (funcall answer (list :decision "denied"
+                               :reason (format "The approval function failed: %s"
+                                               (error-message-string err)))))))))
+
+(defun sly-agent-q-approval--edit (params)
+  "The file edit the call of PARAMS proposes (propose_file_edit's arguments).
+A Lisp form's edit (review kind \"form\") is the one the server computed."
+  (let ((arguments (plist-get params :arguments)))
+    (if (equal (plist-get params :review) "form") (plist-get arguments :edit) arguments)))
+
+(defun sly-agent-q-approval--review-edit (params preview reply)
+  "Put the file edit of the call of PARAMS, with PREVIEW, to whoever decides.
+Its hunks come from the server, asked without waiting; then its
+request, with :hunks, goes to `sly-agent-q-approval-function' or to
+the user's review (`sly-agent-q-diff-review-show').  REPLY gets the
+decision once.  A proposal that cannot be computed, or changes
+nothing, is answered with no hunk accepted, so that the tool itself
+tells the model why.  Return the review buffer (shown once the hunks
+are there), or nil when none is shown.  Never signals."
+  (let* ((answer (sly-agent-q-approval--answerer params reply))
+         (arguments (plist-get params :arguments))
+         (none (lambda () (funcall (funcall answer nil)
+                                   (list :decision "modified"
+                                         :arguments (plist-put (copy-sequence arguments)
+                                                               :accepted_hunks [])))))
+         (fail (lambda (err)
+                 (funcall (funcall answer nil)
+                          (list :decision "denied"
+                                :reason (format "The proposed edit could not be reviewed: %s"
+                                                (error-message-string err))))))
+         (edit (sly-agent-q-approval--edit params))
+         ;; Bound by the caller now, maybe not when the server answers.
+         (approver sly-agent-q-approval-function)
+         (display sly-agent-q-diff-review-display-function))
+    (condition-case err
+        (let* ((texts (sly-agent-q-diff-proposal edit t))
+               (buffer (unless approver (sly-agent-q-diff-review-buffer (plist-get texts :rel))))
+               (call-id (plist-get params :callId)))
+          (sly-agent-q-diff-fetch-hunks
+           (plist-get texts :old) (plist-get texts :new)
+           (lambda ()
+             (condition-case err
+                 (let ((proposal (sly-agent-q-diff-proposal edit)))
+                   (sly-agent-q-diff-remember-review edit proposal)
+                   (if (null (plist-get proposal :hunks))
+                       (funcall none)
+                     (let* ((request (sly-agent-q-approval--request params preview proposal))
+                            (sly-agent-q-approval-function approver))
+                       (sly-agent-q-approval--put
+                        request (funcall answer request)
+                        (lambda (_request answer)
+                          (if (buffer-live-p buffer)
+                              (sly-agent-q-diff-review-show buffer proposal answer display)
+                            (funcall answer (list :decision "denied"
+                                                  :reason "The user closed the review without deciding"))))))))
+               (sly-agent-q-tool-error (funcall none))
+               (error (funcall fail err)))
+             (when (and (buffer-live-p buffer) (not (sly-agent-q-diff-review-showing-p buffer)))
+               ;; Answered without a review (no change): nothing to show.
+               (kill-buffer buffer)))
+           (let ((current (plist-get texts :current)))
+             ;; The text on disk is the one reviewed: the server can read it itself.
+             (and call-id (plist-get current :exists) (not (plist-get current :modified))
+                  (list :callId call-id :file (plist-get texts :file)))))
+          (and (buffer-live-p buffer) buffer))
+      ;; Let the tool run and report the problem itself, applying nothing.
+      (sly-agent-q-tool-error (funcall none) nil)
+      (error (funcall fail err) nil))))
+
+(defun sly-agent-q-approval-review-edit (arguments callback &optional tool call-id)
+  "Put the file edit ARGUMENTS of a call of TOOL to whoever decides.
+ARGUMENTS are a propose_file_edit's.  CALLBACK is called once with
+the decision: (:decision \"modified\" :arguments ARGUMENTS+:accepted_hunks)
+or (:decision \"denied\" :reason ...).  The request, with its
+:hunks, goes to `sly-agent-q-approval-function' when it is set, else
+to the review buffer.  CALL-ID names the call whose approval this
+is: the server then finds the texts itself (see
+`sly-agent-q-diff-fetch-hunks').  Return the review buffer, or nil
+when none is shown.  Never signals."
+  (sly-agent-q-approval--review-edit
+   (list :tool tool :arguments arguments :callId call-id :review "diff")
+   nil callback))
+
+(define-obsolete-function-alias 'sly-agent-q-diff-review
+  #'sly-agent-q-approval-review-edit "0.2.0")
 
 ;;;; The interactive UI
 
@@ -345,18 +529,30 @@ Its target, or the start of its Lisp form."
                                            (plist-get (plist-get request :arguments) lisp))
                  60)))))
 
+(defvar-local sly-agent-q-approval--waiting nil
+  "The approvals waiting in this chat buffer for the user, newest first.
+Kept as the chat keeps its tool entries: an approval leaves the list
+when it is answered, withdrawn or denied with the buffer.")
+
 (defun sly-agent-q-approval--pending (buffer)
   "The approvals waiting in BUFFER, oldest first."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (save-excursion
-        (goto-char (point-min))
-        (let (match found)
-          (while (setq match (text-property-search-forward 'sly-agent-q-approval nil nil))
-            (let ((a (prop-match-value match)))
-              (when (and (eq (sly-agent-q-approval-status a) 'pending) (not (memq a found)))
-                (push a found))))
-          (nreverse found))))))
+      ;; An approval answered by a path that did not remove it is not waiting.
+      (setq sly-agent-q-approval--waiting
+            (cl-remove-if-not (lambda (a) (eq (sly-agent-q-approval-status a) 'pending))
+                              sly-agent-q-approval--waiting))
+      (reverse sly-agent-q-approval--waiting))))
+
+(defun sly-agent-q-approval--settle (approval status &optional detail)
+  "Record STATUS (and DETAIL) for APPROVAL, no longer waiting, and redraw it."
+  (setf (sly-agent-q-approval-status approval) status
+        (sly-agent-q-approval-detail approval) detail)
+  (let ((buffer (sly-agent-q-approval-buffer approval)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (setq sly-agent-q-approval--waiting (delq approval sly-agent-q-approval--waiting)))
+      (sly-agent-q-approval--redraw approval))))
 
 (define-button-type 'sly-agent-q-approval
   'keymap sly-agent-q-approval-map
@@ -366,18 +562,17 @@ Its target, or the start of its Lisp form."
   "Show REQUEST in the chat buffer; CALLBACK gets the decision.
 CALL's cancellation marks it cancelled."
   (let* ((buf (sly-agent-q-chat-buffer))
-         (approval (sly-agent-q--make-approval :request request :callback callback :buffer buf)))
+         (approval (sly-agent-q-approval--make :request request :callback callback :buffer buf)))
     (with-current-buffer buf
       (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
+      (push approval sly-agent-q-approval--waiting)
       (setf (sly-agent-q-approval-section approval)
             (sly-agent-q-chat-insert-section
              (lambda () (sly-agent-q-approval--render approval)))))
     (sly-agent-q-call-on-cancel
      call (lambda (reason)
             (when (eq (sly-agent-q-approval-status approval) 'pending)
-              (setf (sly-agent-q-approval-status approval) 'cancelled
-                    (sly-agent-q-approval-detail approval) reason)
-              (sly-agent-q-approval--redraw approval))))
+              (sly-agent-q-approval--settle approval 'cancelled reason))))
     (when (and sly-agent-q-approval-display (not noninteractive))
       (display-buffer buf))
     (message "sly-agent-q: %s needs your approval: C-c C-r in %s answers it (%s)"
@@ -398,15 +593,11 @@ CALL's cancellation marks it cancelled."
 
 (defun sly-agent-q-approval--deny-all ()
   "Deny every approval still waiting in the current buffer (it is being killed)."
-  (save-excursion
-    (goto-char (point-min))
-    (let (match)
-      (while (setq match (text-property-search-forward 'sly-agent-q-approval nil nil))
-        (let ((a (prop-match-value match)))
-          (when (eq (sly-agent-q-approval-status a) 'pending)
-            (setf (sly-agent-q-approval-status a) 'denied)
-            (funcall (sly-agent-q-approval-callback a)
-                     (list :decision "denied" :reason "the user closed the chat buffer"))))))))
+  (dolist (a (sly-agent-q-approval--pending (current-buffer)))
+    (setf (sly-agent-q-approval-status a) 'denied)
+    (funcall (sly-agent-q-approval-callback a)
+             (list :decision "denied" :reason "the user closed the chat buffer")))
+  (setq sly-agent-q-approval--waiting nil))
 
 (defun sly-agent-q-approval--render (approval)
   "Insert APPROVAL's text at point."
@@ -661,26 +852,13 @@ Return the buffer."
   "Record STATUS for APPROVAL and send DECISION (with DETAIL shown)."
   (unless (eq (sly-agent-q-approval-status approval) 'pending)
     (user-error "This approval was already answered"))
-  (setf (sly-agent-q-approval-status approval) status
-        (sly-agent-q-approval-detail approval) detail)
-  (sly-agent-q-approval--redraw approval)
+  (sly-agent-q-approval--settle approval status detail)
   (funcall (sly-agent-q-approval-callback approval) decision))
 
 (defun sly-agent-q-approval--at-point-or-pending ()
   "The approval at point, or the oldest pending one in the chat buffer."
   (or (get-text-property (point) 'sly-agent-q-approval)
-      (let ((buf (sly-agent-q-chat-buffer t)) found)
-        (when buf
-          (with-current-buffer buf
-            (save-excursion
-              (goto-char (point-min))
-              (let (match)
-                (while (and (not found)
-                            (setq match (text-property-search-forward 'sly-agent-q-approval nil nil)))
-                  (let ((a (prop-match-value match)))
-                    (when (eq (sly-agent-q-approval-status a) 'pending)
-                      (setq found a))))))))
-        found)
+      (car (sly-agent-q-approval--pending (sly-agent-q-chat-buffer t)))
       (user-error "No approval is waiting")))
 
 (defun sly-agent-q-approve (&optional approval)

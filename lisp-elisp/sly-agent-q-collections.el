@@ -54,14 +54,14 @@ See `sly-agent-q-gc-cons-threshold'."
   :type 'number
   :group 'sly-agent-q)
 
-(defvar sly-agent-q--gc-held nil
+(defvar sly-agent-q-collections--gc-held nil
   "While collections are held off, (USER-VALUE . RAISED-VALUE).
 Of `gc-cons-threshold': USER-VALUE is the one given back.")
 
-(defvar sly-agent-q--gc-last-traffic 0.0
+(defvar sly-agent-q-collections--gc-last-traffic 0.0
   "When the server's traffic was last seen, a `float-time'.")
 
-(defvar sly-agent-q--gc-timer nil
+(defvar sly-agent-q-collections--gc-timer nil
   "The one timer that ends the holding off of collections.")
 
 (defun sly-agent-q-server-hold-collections ()
@@ -69,35 +69,35 @@ Of `gc-cons-threshold': USER-VALUE is the one given back.")
 See `sly-agent-q-gc-cons-threshold'.  The global (top-level) value is
 the one changed: a `let' of `gc-cons-threshold' around the caller is
 neither changed nor restored by mistake."
-  (setq sly-agent-q--gc-last-traffic (float-time))
-  (when (and sly-agent-q-gc-cons-threshold (not sly-agent-q--gc-held))
+  (setq sly-agent-q-collections--gc-last-traffic (float-time))
+  (when (and sly-agent-q-gc-cons-threshold (not sly-agent-q-collections--gc-held))
     (let ((user (default-toplevel-value 'gc-cons-threshold)))
       (when (< user sly-agent-q-gc-cons-threshold)
-        (setq sly-agent-q--gc-held (cons user sly-agent-q-gc-cons-threshold))
+        (setq sly-agent-q-collections--gc-held (cons user sly-agent-q-gc-cons-threshold))
         (set-default-toplevel-value 'gc-cons-threshold sly-agent-q-gc-cons-threshold)
-        (sly-agent-q--gc-arm sly-agent-q-gc-quiet-time)))))
+        (sly-agent-q-collections--gc-arm sly-agent-q-gc-quiet-time)))))
 
-(defun sly-agent-q--gc-arm (seconds)
+(defun sly-agent-q-collections--gc-arm (seconds)
   "Check in SECONDS whether the server has gone quiet."
-  (when sly-agent-q--gc-timer (cancel-timer sly-agent-q--gc-timer))
-  (setq sly-agent-q--gc-timer (run-with-timer seconds nil #'sly-agent-q--gc-check)))
+  (when sly-agent-q-collections--gc-timer (cancel-timer sly-agent-q-collections--gc-timer))
+  (setq sly-agent-q-collections--gc-timer (run-with-timer seconds nil #'sly-agent-q-collections--gc-check)))
 
-(defun sly-agent-q--gc-check ()
+(defun sly-agent-q-collections--gc-check ()
   "Release collections once the server and the user have been quiet long enough.
 Until then, check again later: one timer, re-armed, as a timer per
 message would cost more than it saves.  The collection held off
 marks the whole heap (tens of milliseconds): it is made while the
 user is idle, not on the key they type next."
-  (setq sly-agent-q--gc-timer nil)
-  (let ((quiet (- (float-time) sly-agent-q--gc-last-traffic))
+  (setq sly-agent-q-collections--gc-timer nil)
+  (let ((quiet (- (float-time) sly-agent-q-collections--gc-last-traffic))
         (idle (if noninteractive
                   sly-agent-q-gc-quiet-time
                 (let ((time (current-idle-time))) (if time (float-time time) 0)))))
     (cond ((< quiet sly-agent-q-gc-quiet-time)
-           (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time quiet)))
+           (sly-agent-q-collections--gc-arm (- sly-agent-q-gc-quiet-time quiet)))
           ((< idle sly-agent-q-gc-quiet-time)
-           (sly-agent-q--gc-arm (- sly-agent-q-gc-quiet-time idle)))
-          (t (when sly-agent-q--gc-held
+           (sly-agent-q-collections--gc-arm (- sly-agent-q-gc-quiet-time idle)))
+          (t (when sly-agent-q-collections--gc-held
                (sly-agent-q-server-release-collections)
                (garbage-collect))))))
 
@@ -105,11 +105,11 @@ user is idle, not on the key they type next."
   "Give `gc-cons-threshold' back its value from before the server's traffic.
 A value that something else set meanwhile is left as it is.  The
 collection held off happens at Emacs's next allocation check."
-  (when sly-agent-q--gc-timer
-    (cancel-timer sly-agent-q--gc-timer)
-    (setq sly-agent-q--gc-timer nil))
-  (pcase-let ((`(,user . ,raised) sly-agent-q--gc-held))
-    (setq sly-agent-q--gc-held nil)
+  (when sly-agent-q-collections--gc-timer
+    (cancel-timer sly-agent-q-collections--gc-timer)
+    (setq sly-agent-q-collections--gc-timer nil))
+  (pcase-let ((`(,user . ,raised) sly-agent-q-collections--gc-held))
+    (setq sly-agent-q-collections--gc-held nil)
     (when (and raised (eql (default-toplevel-value 'gc-cons-threshold) raised))
       (set-default-toplevel-value 'gc-cons-threshold user))))
 

@@ -28,12 +28,12 @@
 (require 'cl-lib)
 (require 'sly-agent-q-options)
 
-(declare-function sly-agent-q-tools-project-root "sly-agent-q-files" ())
+(declare-function sly-agent-q-files-project-root "sly-agent-q-files" ())
 (declare-function auth-source-search "auth-source" (&rest spec))
 (declare-function url-host "url-parse" (cl-x))
 (declare-function url-generic-parse-url "url-parse" (url))
 
-(defun sly-agent-q--provider-host ()
+(defun sly-agent-q-configuration--provider-host ()
   "Return the host of the `auth-source' entry with the API key."
   (or (and sly-agent-q-base-url
            (progn (require 'url-parse)
@@ -50,17 +50,17 @@
         ((functionp sly-agent-q-api-key) (funcall sly-agent-q-api-key))
         ((getenv (sly-agent-q-configuration-key-variable)) nil)
         (t (require 'auth-source)
-           (let* ((found (car (auth-source-search :host (sly-agent-q--provider-host)
+           (let* ((found (car (auth-source-search :host (sly-agent-q-configuration--provider-host)
                                                   :max 1)))
                   (secret (plist-get found :secret)))
              (if (functionp secret) (funcall secret) secret)))))
 
 (defun sly-agent-q-server-project-root ()
   "The project root to tell the server about.
-The root the file tools confine to (`sly-agent-q-tools-project-root'):
+The root the file tools confine to (`sly-agent-q-files-project-root'):
 one lookup, so that the server and the tools never disagree."
-  (let ((root (or (and (fboundp 'sly-agent-q-tools-project-root)
-                       (ignore-errors (sly-agent-q-tools-project-root)))
+  (let ((root (or (and (fboundp 'sly-agent-q-files-project-root)
+                       (ignore-errors (sly-agent-q-files-project-root)))
                   default-directory)))
     (directory-file-name (expand-file-name root))))
 
@@ -68,7 +68,7 @@ one lookup, so that the server and the tools never disagree."
   "PLIST without the properties whose value is nil."
   (cl-loop for (k v) on plist by #'cddr when v append (list k v)))
 
-(defun sly-agent-q--levels-table (categories)
+(defun sly-agent-q-configuration--levels-table (categories)
   "The trust levels of `sly-agent-q-trust-levels' as a hash table.
 CATEGORIES non-nil: the entries naming a category, else the others."
   (let ((h (make-hash-table :test #'equal)))
@@ -78,13 +78,13 @@ CATEGORIES non-nil: the entries naming a category, else the others."
                   (and categories t))
           (puthash name (format "%s" (cdr e)) h))))))
 
-(defun sly-agent-q--thinking-table ()
+(defun sly-agent-q-configuration--thinking-table ()
   "The settings of `sly-agent-q-thinking' as a hash table of model to setting."
   (let ((h (make-hash-table :test #'equal)))
     (dolist (e sly-agent-q-thinking h)
       (puthash (format "%s" (car e)) (if (numberp (cdr e)) (cdr e) (format "%s" (cdr e))) h))))
 
-(defun sly-agent-q--permission-rules ()
+(defun sly-agent-q-configuration--permission-rules ()
   "The permission rules to send, a vector of plists with string values."
   (vconcat
    (mapcar (lambda (rule)
@@ -139,10 +139,10 @@ setting left out would keep an old one in force."
           :conversationDirectory (sly-agent-q-server-conversation-directory)
           :contextWindow sly-agent-q-context-window
           :logLevel sly-agent-q-server-log-level))
-   (list :safetyOverrides (sly-agent-q--levels-table nil)
-         :categoryLevels (sly-agent-q--levels-table t)
-         :permissionRules (sly-agent-q--permission-rules)
-         :thinking (sly-agent-q--thinking-table))
+   (list :safetyOverrides (sly-agent-q-configuration--levels-table nil)
+         :categoryLevels (sly-agent-q-configuration--levels-table t)
+         :permissionRules (sly-agent-q-configuration--permission-rules)
+         :thinking (sly-agent-q-configuration--thinking-table))
    ;; Defined in sly-agent-q-files.el, loaded with the tools.
    (and (fboundp 'sly-agent-q-files-private-patterns)
         (funcall 'sly-agent-q-files-private-patterns))

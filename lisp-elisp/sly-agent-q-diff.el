@@ -41,7 +41,6 @@
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-display)
 
-(defvar sly-agent-q-approval-function)
 (defvar sly-agent-q-current-connection)
 (declare-function sly-agent-q-server-ready-p "sly-agent-q-server" ())
 (declare-function sly-agent-q-server-live-p "sly-agent-q-connection" (&optional conn))
@@ -554,7 +553,7 @@ Return the model's answer (see `sly-agent-q-diff-apply-proposal') when
 they are, because the user reviewed them or the server computed them;
 otherwise a function of one argument, a function of (CONTENT ERROR),
 which asks the server for them without waiting and answers it once
-they came, for `sly-agent-q-tools-call' (it returns the function that
+they came, for `sly-agent-q-tool-call-run' (it returns the function that
 stops it).  Signal `sly-agent-q-tool-error' at once when ARGS are
 unusable.  When the server that asked dies before the hunks came,
 nothing is applied: the call died with it, and no one would answer

@@ -51,7 +51,7 @@
             (sly-agent-q-server-hold-collections)
             (sly-agent-q-handle-notification conn method params))
         (sly-agent-q-connection-log conn "ignored %s: not a notification of protocol %d"
-                          method sly-agent-q-protocol-version))
+                          method sly-agent-q-protocol-table-version))
     (error
      (setq sly-agent-q-server-last-handler-error err)
      (sly-agent-q-connection-log conn "handler for %s failed: %s" method (error-message-string err)))))
@@ -62,7 +62,7 @@
 
 (cl-defmethod sly-agent-q-handle-notification (conn (_method (eql emacs/call)) params)
   "Start the `emacs/call' PARAMS from CONN."
-  (sly-agent-q--handle-call conn params))
+  (sly-agent-q-dispatch--handle-call conn params))
 
 (cl-defmethod sly-agent-q-handle-notification (conn (_method (eql emacs/cancel)) params)
   "The server no longer wants an answer to the call in PARAMS from CONN."
@@ -73,14 +73,14 @@
 
 ;;;; emacs/call objects
 
-(cl-defstruct (sly-agent-q-call (:constructor sly-agent-q--make-call))
+(cl-defstruct (sly-agent-q-call (:constructor sly-agent-q-dispatch--make-call))
   "One pending `emacs/call' from the server."
   id kind params conn done cancel-functions (start (float-time)))
 
-(defun sly-agent-q--handle-call (conn params)
+(defun sly-agent-q-dispatch--handle-call (conn params)
   "Start the `emacs/call' PARAMS from CONN through its kind's method."
   (cl-destructuring-bind (&key id kind ((:params call-params)) &allow-other-keys) params
-    (let ((call (sly-agent-q--make-call :id id :kind kind :conn conn :params call-params))
+    (let ((call (sly-agent-q-dispatch--make-call :id id :kind kind :conn conn :params call-params))
           (known (sly-agent-q-protocol-call-kind kind))
           (earlier (gethash id (sly-agent-q-connection-calls conn))))
       ;; A call sent again under its id takes the earlier one's place: the
@@ -115,7 +115,7 @@
   "Run FUNCTION with a reason if CALL is cancelled or its server dies."
   (push function (sly-agent-q-call-cancel-functions call)))
 
-(defun sly-agent-q--call-send (call reply)
+(defun sly-agent-q-dispatch--call-send (call reply)
   "Send REPLY (a plist) for CALL unless it was answered or dropped already.
 Known secrets are redacted first: the reply goes to the events
 buffer, the chat and the model."
@@ -134,11 +134,11 @@ buffer, the chat and the model."
 (defun sly-agent-q-call-reply (call result)
   "Answer CALL with RESULT (a plist, sent as a JSON object).
 Return non-nil if the answer was sent; a second answer is ignored."
-  (sly-agent-q--call-send call (list :result result)))
+  (sly-agent-q-dispatch--call-send call (list :result result)))
 
 (defun sly-agent-q-call-fail (call message)
   "Answer CALL with an error MESSAGE (written for the model)."
-  (sly-agent-q--call-send call (list :error (list :message (format "%s" message)))))
+  (sly-agent-q-dispatch--call-send call (list :error (list :message (format "%s" message)))))
 
 (defun sly-agent-q-call-pending (&optional kind)
   "Return what the current connection waits for (of KIND if given)."
@@ -151,14 +151,14 @@ Return non-nil if the answer was sent; a second answer is ignored."
 
 ;;;; Emacs-runtime tools (the buffer and file tools live in sly-agent-q-tools.el)
 
-(declare-function sly-agent-q-tools-call "sly-agent-q-tool-call" (capability args callback &optional changes-callback))
-(declare-function sly-agent-q-tools-check-approved "sly-agent-q-tool-preview" (approved))
+(declare-function sly-agent-q-tool-call-run "sly-agent-q-tool-call" (capability args callback &optional changes-callback))
+(declare-function sly-agent-q-tool-preview-check-approved "sly-agent-q-tool-preview" (approved))
 (declare-function sly-agent-q-files-call-root "sly-agent-q-files" (root))
 (declare-function sly-agent-q-files-check-visit "sly-agent-q-files" (visit))
 (defvar sly-agent-q-project-root)
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
-  "Run the Emacs capability asked for by CALL through `sly-agent-q-tools-call'."
+  "Run the Emacs capability asked for by CALL through `sly-agent-q-tool-call-run'."
   (cl-destructuring-bind (&key tool arguments approved projectRoot visits &allow-other-keys)
       (sly-agent-q-call-params call)
     ;; The root the server judged the call against is the one it runs
@@ -172,13 +172,13 @@ Return non-nil if the answer was sent; a second answer is ignored."
       (cond
        ((eq (car-safe sly-agent-q-project-root) :refused)
         (sly-agent-q-call-fail call (cadr sly-agent-q-project-root)))
-       ((not (fboundp 'sly-agent-q-tools-call))
+       ((not (fboundp 'sly-agent-q-tool-call-run))
         (sly-agent-q-call-fail call "The Emacs buffer and file tools are not loaded (sly-agent-q-tools)."))
        ;; An approved call runs only on the target approved, checked here,
        ;; in the same command that runs it.
        ((and approved
              (condition-case err
-                 (progn (sly-agent-q-tools-check-approved approved) nil)
+                 (progn (sly-agent-q-tool-preview-check-approved approved) nil)
                (sly-agent-q-tool-error (sly-agent-q-call-fail call (cadr err)) t))))
        ;; A buffer's text is changed only while the buffer visits the file
        ;; the server judged the write by: checked here too, as it runs.
@@ -189,7 +189,7 @@ Return non-nil if the answer was sent; a second answer is ignored."
        (t
         (let* (changes
                (cancel
-                (sly-agent-q-tools-call
+                (sly-agent-q-tool-call-run
                  tool arguments
                  (lambda (content error)
                    (if error

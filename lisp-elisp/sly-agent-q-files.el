@@ -48,11 +48,7 @@
 (require 'project)
 (require 'seq)
 (require 'subr-x)
-
-(defgroup sly-agent-q-tools nil
-  "Buffer, file and navigation tools of the sly-agent-q agent."
-  :prefix "sly-agent-q-"
-  :group 'sly-agent-q)
+(require 'sly-agent-q-tool-error)
 
 (defcustom sly-agent-q-project-root nil
   "Directory that the agent's relative paths are resolved against.
@@ -184,8 +180,11 @@ A plist: :privateFilePatterns, the translated ones (a vector), and
   :type 'coding-system
   :group 'sly-agent-q-tools)
 
-(defvar sly-agent-q-tools-default-buffer-function
-  #'sly-agent-q-tools-last-user-buffer
+(define-obsolete-variable-alias 'sly-agent-q-tools-default-buffer-function
+  'sly-agent-q-files-default-buffer-function "0.2.0")
+
+(defvar sly-agent-q-files-default-buffer-function
+  #'sly-agent-q-files-last-user-buffer
   "Function of no arguments returning the buffer the user was last in.
 The tools use it when a call names no buffer, and to find the
 project root when `sly-agent-q-project-root' is nil.  The
@@ -204,15 +203,7 @@ variable `sly-agent-q-protected-buffer' to non-nil."
 (defvar-local sly-agent-q-protected-buffer nil
   "Non-nil in a buffer that the agent's tools may not write.")
 
-(define-error 'sly-agent-q-tool-error "Tool error")
-
-(defun sly-agent-q-tool-fail (format-string &rest args)
-  "Signal `sly-agent-q-tool-error' with a message for the model.
-The message is (apply #\\='format FORMAT-STRING ARGS)."
-  (signal 'sly-agent-q-tool-error
-          (list (apply #'format format-string args))))
-
-(defun sly-agent-q--occurrences (needle haystack)
+(defun sly-agent-q-files--occurrences (needle haystack)
   "Return the start indexes of every occurrence of NEEDLE in HAYSTACK.
 Matching is literal and case-sensitive; occurrences do not overlap."
   (let ((start 0) (found nil) pos)
@@ -228,7 +219,7 @@ WHAT names HAYSTACK in the message of the tool error signalled when
 NEEDLE occurs zero or several times."
   (when (or (not (stringp needle)) (string-empty-p needle))
     (sly-agent-q-tool-fail "old_text must be a non-empty string."))
-  (let ((found (sly-agent-q--occurrences needle haystack)))
+  (let ((found (sly-agent-q-files--occurrences needle haystack)))
     (cond
      ((null found)
       (sly-agent-q-tool-fail
@@ -324,7 +315,7 @@ to a file nobody judged, perhaps a protected one: it is not changed."
        "Buffer %S now visits %s, not %s, the file it visited when the write was judged (and asked about); the buffer was not changed."
        name (or now "no file") (or judged "no file")))))
 
-(defun sly-agent-q-tools-last-user-buffer ()
+(defun sly-agent-q-files-last-user-buffer ()
   "Return the most recent buffer that is neither internal nor the agent's."
   (or (cl-find-if (lambda (b) (not (sly-agent-q-protected-buffer-p b)))
                   (buffer-list))
@@ -332,12 +323,12 @@ to a file nobody judged, perhaps a protected one: it is not changed."
 
 (defun sly-agent-q-files-default-buffer ()
   "Return the buffer the user was last in, a live buffer."
-  (let ((b (ignore-errors (funcall sly-agent-q-tools-default-buffer-function))))
-    (if (buffer-live-p b) b (sly-agent-q-tools-last-user-buffer))))
+  (let ((b (ignore-errors (funcall sly-agent-q-files-default-buffer-function))))
+    (if (buffer-live-p b) b (sly-agent-q-files-last-user-buffer))))
 
 ;;;; Roots and confinement
 
-(defun sly-agent-q-tools-project-root ()
+(defun sly-agent-q-files-project-root ()
   "Return the project root the agent works in, as a directory name.
 See `sly-agent-q-project-root'.  The connection code can send it to
 the server as the project root of the editor context."
@@ -373,7 +364,7 @@ would differ, or the agent would work outside the root the user chose."
        (abbreviate-file-name sly-agent-q-project-root) (abbreviate-file-name root)))
     (file-name-as-directory root)))
 
-(defun sly-agent-q--existing-p (file)
+(defun sly-agent-q-files--existing-p (file)
   "Return non-nil when FILE exists, a dangling symbolic link included."
   (or (file-exists-p file) (file-symlink-p file)))
 
@@ -384,7 +375,7 @@ The deepest existing ancestor of FILE is resolved with
 appended to it."
   (let ((file (directory-file-name (expand-file-name file)))
         (missing nil))
-    (while (and (not (sly-agent-q--existing-p file))
+    (while (and (not (sly-agent-q-files--existing-p file))
                 (not (equal file (directory-file-name
                                   (file-name-directory file)))))
       (push (file-name-nondirectory file) missing)
@@ -396,7 +387,7 @@ appended to it."
         (setq true (concat (file-name-as-directory true) part)))
       true)))
 
-(defun sly-agent-q--inside-p (file dir)
+(defun sly-agent-q-files--inside-p (file dir)
   "Return non-nil when FILE is DIR or inside it (both true names)."
   (let ((dir (file-name-as-directory dir)))
     (or (string-prefix-p dir (file-name-as-directory file))
@@ -405,14 +396,14 @@ appended to it."
 (defun sly-agent-q-files-roots ()
   "Return the true names of the directories the agent may use.
 The project root comes first."
-  (cons (sly-agent-q-files-truename (sly-agent-q-tools-project-root))
+  (cons (sly-agent-q-files-truename (sly-agent-q-files-project-root))
         (mapcar #'sly-agent-q-files-truename sly-agent-q-allowed-directories)))
 
 (defun sly-agent-q-files-relative (file)
   "Return FILE relative to the project root when inside it, else FILE."
-  (let ((root (sly-agent-q-files-truename (sly-agent-q-tools-project-root)))
+  (let ((root (sly-agent-q-files-truename (sly-agent-q-files-project-root)))
         (true (sly-agent-q-files-truename file)))
-    (if (sly-agent-q--inside-p true root)
+    (if (sly-agent-q-files--inside-p true root)
         (let* ((rel (file-relative-name true root))
                ;; A name of the project starting with `~' reads as the home
                ;; directory: shown as ./~ instead.
@@ -481,7 +472,7 @@ under `sly-agent-q-read-only-paths'."
   (sly-agent-q-files--refuse-remote path path)
   ;; The roots are the user's, not the model's: found as before, with
   ;; the handlers the user has.
-  (let ((root (sly-agent-q-tools-project-root))
+  (let ((root (sly-agent-q-files-project-root))
         (roots (sly-agent-q-files-roots)))
     (sly-agent-q-files--resolve-in (sly-agent-q-files--home-path path) for-write root roots
                                    path)))
@@ -508,10 +499,10 @@ PATH is what it means (a leading `~' expanded).  No file name handler
 runs."
   (sly-agent-q-files--without-handlers
     (let* ((home (and given (not (equal given path))))
-           (lexical (expand-file-name (sly-agent-q--literal-path path) root))
+           (lexical (expand-file-name (sly-agent-q-files--literal-path path) root))
            (true (progn (sly-agent-q-files--refuse-remote path lexical)
                         (sly-agent-q-files-truename lexical)))
-           (inside (cl-find-if (lambda (r) (sly-agent-q--inside-p true r)) roots)))
+           (inside (cl-find-if (lambda (r) (sly-agent-q-files--inside-p true r)) roots)))
       (when (equal (car roots) "/")
         (sly-agent-q-tool-fail
          "The project root is /, which would open the whole file system to the agent, so %s was refused.  The user should visit a file of the project or set sly-agent-q-project-root."
@@ -543,7 +534,7 @@ runs."
       (when for-write
         (dolist (ro sly-agent-q-read-only-paths)
           (let ((ro-true (sly-agent-q-files-truename (expand-file-name ro root))))
-            (when (sly-agent-q--inside-p true ro-true)
+            (when (sly-agent-q-files--inside-p true ro-true)
               (sly-agent-q-tool-fail
                "%s is read-only for the agent (it is under %s, listed in sly-agent-q-read-only-paths)."
                path (sly-agent-q-files-relative ro-true))))))
@@ -558,7 +549,7 @@ writing, inside the agent's roots."
       (progn (sly-agent-q-files-resolve file t) t)
     (sly-agent-q-tool-error nil)))
 
-(defun sly-agent-q--literal-path (path)
+(defun sly-agent-q-files--literal-path (path)
   "Return PATH so that `expand-file-name' takes it literally.
 Whatever starts with `~' here is meant relative to the root
 \(`sly-agent-q-files--home-path' has read a leading `~' already)."
@@ -573,7 +564,7 @@ Whatever starts with `~' here is meant relative to the root
   (let ((b (find-buffer-visiting file)))
     (and (buffer-live-p b) b)))
 
-(defun sly-agent-q--check-size (file)
+(defun sly-agent-q-files--check-size (file)
   "Signal a tool error when FILE is too large to read."
   (let ((size (file-attribute-size (file-attributes file))))
     (when (and size (> size sly-agent-q-max-file-size))
@@ -594,12 +585,12 @@ Signal a tool error when FILE is a directory, unreadable, too large
 or binary."
   (when (file-directory-p file)
     (sly-agent-q-tool-fail "%s is a directory; use directory_list."
-                       (sly-agent-q-files-relative file)))
+                           (sly-agent-q-files-relative file)))
   (unless (file-readable-p file)
     (sly-agent-q-tool-fail "%s %s." (sly-agent-q-files-relative file)
-                       (if (file-exists-p file) "is not readable"
-                         "does not exist")))
-  (sly-agent-q--check-size file)
+                           (if (file-exists-p file) "is not readable"
+                             "does not exist")))
+  (sly-agent-q-files--check-size file)
   (with-temp-buffer
     (let ((coding-system-for-read nil))
       (insert-file-contents file))
@@ -608,7 +599,7 @@ or binary."
                 (save-excursion (goto-char (point-min))
                                 (search-forward "\0" nil t)))
         (sly-agent-q-tool-fail "%s looks like a binary file; the agent reads text files only."
-                           (sly-agent-q-files-relative file)))
+                               (sly-agent-q-files-relative file)))
       (cons (buffer-substring-no-properties (point-min) (point-max))
             (sly-agent-q-files-normalize-coding coding)))))
 
@@ -637,7 +628,7 @@ disk is newer.  A file that does not exist has empty :text."
             :exists (file-exists-p file)
             :buffer buffer
             :modified (buffer-modified-p buffer)))
-     ((sly-agent-q--existing-p file)
+     ((sly-agent-q-files--existing-p file)
       (let ((read (sly-agent-q-files-read-disk file)))
         (list :text (car read) :coding (cdr read) :exists t
               :buffer nil :modified nil)))
@@ -827,7 +818,10 @@ Return the coding system used."
 
 ;;;; The buffers the agent may use
 
-(defcustom sly-agent-q-tools-allow-hidden-buffers nil
+(define-obsolete-variable-alias 'sly-agent-q-tools-allow-hidden-buffers
+  'sly-agent-q-files-allow-hidden-buffers "0.2.0")
+
+(defcustom sly-agent-q-files-allow-hidden-buffers nil
   "Non-nil lets the agent read internal buffers (names starting with a space).
 They may hold process output, credentials included; the agent never
 writes them."
@@ -841,15 +835,15 @@ FOR-WRITE is non-nil, when the agent may not write it."
   (let ((buffer (if name (get-buffer name) (sly-agent-q-files-default-buffer))))
     (unless (buffer-live-p buffer)
       (sly-agent-q-tool-fail "There is no buffer named %S; buffer_list shows the open buffers."
-                         name))
+                             name))
     (let ((file (sly-agent-q-files-buffer-file buffer)))
       (when (and file (sly-agent-q-files-private-p (file-truename file)))
         (sly-agent-q-tool-fail "Buffer %s visits a file holding credentials; the agent may not use it."
-                           (buffer-name buffer))))
+                               (buffer-name buffer))))
     (when (and (sly-agent-q-hidden-buffer-p buffer)
-               (or for-write (not sly-agent-q-tools-allow-hidden-buffers)))
+               (or for-write (not sly-agent-q-files-allow-hidden-buffers)))
       (sly-agent-q-tool-fail "%S is an internal Emacs buffer; the agent may not use it."
-                         (buffer-name buffer)))
+                             (buffer-name buffer)))
     (when for-write
       (let ((file (sly-agent-q-files-buffer-file buffer)))
         (when (and file (not (sly-agent-q-files-inside-root-p file)))
@@ -887,7 +881,7 @@ FOR-WRITE is non-nil, when the agent may not write it."
                   sly-agent-q-private-file-regexps
                   sly-agent-q-max-file-size
                   sly-agent-q-protected-buffer-regexps
-                  sly-agent-q-tools-allow-hidden-buffers))
+                  sly-agent-q-files-allow-hidden-buffers))
   (put option 'risky-local-variable t)
   ;; A value marked safe for good (`!') before the option was known to
   ;; be risky would be applied without a question: it is forgotten.

@@ -33,15 +33,15 @@
 
 ;;;; Locating things
 
-(defconst sly-agent-q--lisp-directory
+(defconst sly-agent-q-locate--lisp-directory
   (file-name-directory (or load-file-name buffer-file-name default-directory))
   "The directory this file was loaded from.")
 
 (defun sly-agent-q-server-package-candidates (&rest relatives)
   "Existing files among RELATIVES, tried from the package directory and its parent."
-  (cl-loop for base in (list sly-agent-q--lisp-directory
+  (cl-loop for base in (list sly-agent-q-locate--lisp-directory
                              (file-name-directory
-                              (directory-file-name sly-agent-q--lisp-directory)))
+                              (directory-file-name sly-agent-q-locate--lisp-directory)))
            append (cl-loop for rel in relatives
                            for f = (expand-file-name rel base)
                            when (file-exists-p f) collect f)))
@@ -94,7 +94,7 @@ M-x sly-agent-q-install-server, then M-x sly-agent-q-restart-server."
           "In a source checkout run `make build'; otherwise reinstall the sly-agent-q package, \
 or delete that file and run M-x sly-agent-q-install-server; then M-x sly-agent-q-restart-server."))))))
 
-(defvar sly-agent-q--node-checked nil
+(defvar sly-agent-q-locate--node-checked nil
   "Cons (PROGRAM . PATH) of the last Node program found good enough.")
 
 (defun sly-agent-q-locate-node ()
@@ -104,7 +104,7 @@ or delete that file and run M-x sly-agent-q-install-server; then M-x sly-agent-q
       (user-error "Cannot find Node.js for sly-agent-q (`sly-agent-q-node-program' is %S); \
 install Node.js 20 or newer, or set that option to its full path"
                   sly-agent-q-node-program))
-    (unless (equal sly-agent-q--node-checked (cons sly-agent-q-node-program path))
+    (unless (equal sly-agent-q-locate--node-checked (cons sly-agent-q-node-program path))
       (let* ((out (condition-case err
                       (car (process-lines path "--version"))
                     (error (user-error "Running %s --version failed: %s"
@@ -114,7 +114,7 @@ install Node.js 20 or newer, or set that option to its full path"
         (unless (and major (>= major 20))
           (user-error "The Node.js program %s is Node.js %s; version 20 or newer is needed"
                       path (or out "of an unknown version")))
-        (setq sly-agent-q--node-checked (cons sly-agent-q-node-program path))))
+        (setq sly-agent-q-locate--node-checked (cons sly-agent-q-node-program path))))
     path))
 
 (provide 'sly-agent-q-locate)

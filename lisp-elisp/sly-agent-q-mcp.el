@@ -224,7 +224,7 @@ state file at each start: no secret is written into .mcp.json."
 
 (defun sly-agent-q-mcp--project-file ()
   "The .mcp.json at the root of the project the agent works in."
-  (expand-file-name ".mcp.json" (sly-agent-q-tools-project-root)))
+  (expand-file-name ".mcp.json" (sly-agent-q-files-project-root)))
 
 (defun sly-agent-q-mcp-write-claude-config (file)
   "Add the sly-agent-q entry to the mcpServers of the .mcp.json FILE.

@@ -99,7 +99,7 @@ turn: a turn keeps one setting."
   "Wall-clock limit of one turn in seconds, or nil for the server's default."
   :type '(choice (const :tag "Default" nil) number))
 
-(defconst sly-agent-q-tool-categories sly-agent-q-protocol-tool-categories
+(defconst sly-agent-q-tool-categories sly-agent-q-protocol-table-tool-categories
   "The tool categories the server knows (generated from its catalog).
 A key of `sly-agent-q-trust-levels' that is one of them names a
 category, any other key a tool.")

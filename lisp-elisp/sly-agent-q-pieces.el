@@ -32,19 +32,19 @@
 
 ;;;; Large messages, in pieces
 
-(defconst sly-agent-q--piece-size 65536
+(defconst sly-agent-q-pieces--piece-size 65536
   "Characters of a large message written to the server at a time.")
 
-(defconst sly-agent-q--piece-pause 0.001
+(defconst sly-agent-q-pieces--piece-pause 0.001
   "Seconds between two pieces of a large message: time to read a key.")
 
 (cl-defmethod jsonrpc-connection-send :around ((conn sly-agent-q-connection) &rest _)
   "Send after what waits in CONN's outbox, if anything does: in order."
   (if (sly-agent-q-connection-outbox conn)
-      (sly-agent-q--outbox-add conn (list (lambda () (cl-call-next-method))))
+      (sly-agent-q-pieces--outbox-add conn (list (lambda () (cl-call-next-method))))
     (cl-call-next-method)))
 
-(defconst sly-agent-q--unencodable
+(defconst sly-agent-q-pieces--unencodable
   (rx (any (#xD800 . #xDFFF) (#x3FFF80 . #x3FFFFF)))
   "Characters JSON cannot carry: surrogate codes and raw bytes.")
 
@@ -55,8 +55,8 @@ buffer holding raw bytes): the reply would be lost and its call wait
 for its timeout.  VALUE is made of strings, plists, lists and vectors."
   (cond
    ((stringp value)
-    (if (string-match-p sly-agent-q--unencodable value)
-        (replace-regexp-in-string sly-agent-q--unencodable "\ufffd" value t t)
+    (if (string-match-p sly-agent-q-pieces--unencodable value)
+        (replace-regexp-in-string sly-agent-q-pieces--unencodable "\ufffd" value t t)
       value))
    ((consp value)
     (let ((head (sly-agent-q-pieces-wire-safe (car value)))
@@ -74,29 +74,29 @@ for its timeout.  VALUE is made of strings, plists, lists and vectors."
 deaf for half a second (benchmarks, figure 7).  A large message is
 encoded, then written a piece at a time, each step from a timer, and
 keys are read between them."
-  (if (<= (sly-agent-q--text-size params) sly-agent-q--piece-size)
+  (if (<= (sly-agent-q-pieces--text-size params) sly-agent-q-pieces--piece-size)
       (jsonrpc-notify conn method params)
-    (sly-agent-q--outbox-add
+    (sly-agent-q-pieces--outbox-add
      conn (list (cons :message (list :jsonrpc "2.0" :method (symbol-name method) :params params))))))
 
-(defun sly-agent-q--text-size (value)
+(defun sly-agent-q-pieces--text-size (value)
   "The characters of the strings in VALUE: about the size of its JSON.
 VALUE is made of plists, lists and vectors."
   (cond ((stringp value) (length value))
         ((consp value) (cl-loop for tail on value
-                                sum (sly-agent-q--text-size (car tail))
+                                sum (sly-agent-q-pieces--text-size (car tail))
                                 while (consp (cdr tail))))
-        ((vectorp value) (cl-loop for v across value sum (sly-agent-q--text-size v)))
+        ((vectorp value) (cl-loop for v across value sum (sly-agent-q-pieces--text-size v)))
         (t 0)))
 
-(defun sly-agent-q--outbox-add (conn items)
+(defun sly-agent-q-pieces--outbox-add (conn items)
   "Queue ITEMS on CONN's outbox and see that they are written."
   (setf (sly-agent-q-connection-outbox conn) (append (sly-agent-q-connection-outbox conn) items))
   (unless (sly-agent-q-connection-outbox-timer conn)
     (setf (sly-agent-q-connection-outbox-timer conn)
-          (run-at-time 0 nil #'sly-agent-q--outbox-write conn))))
+          (run-at-time 0 nil #'sly-agent-q-pieces--outbox-write conn))))
 
-(defun sly-agent-q--outbox-write (conn)
+(defun sly-agent-q-pieces--outbox-write (conn)
   "Write the next piece of CONN's outbox, or run the next send; then come back."
   (setf (sly-agent-q-connection-outbox-timer conn) nil)
   (let ((item (pop (sly-agent-q-connection-outbox conn))))
@@ -106,14 +106,14 @@ VALUE is made of plists, lists and vectors."
            ;; Encoded on its own step: encoding megabytes takes tens of ms.
            (let ((json (json-serialize message :false-object :json-false :null-object nil)))
              (sly-agent-q-connection-log conn "%s: %d bytes, sent in pieces"
-                               (plist-get message :method) (string-bytes json))
+                                         (plist-get message :method) (string-bytes json))
              ;; Cut as they go: cutting megabytes at once took 20 ms more.
              (push (cons json 0) (sly-agent-q-connection-outbox conn))
              (push (format "Content-Length: %d\r\n\r\n" (string-bytes json))
                    (sly-agent-q-connection-outbox conn))))
           ((pred stringp) (process-send-string (jsonrpc--process conn) item))
           (`(,(and (pred stringp) string) . ,from)
-           (let ((to (min (length string) (+ from sly-agent-q--piece-size))))
+           (let ((to (min (length string) (+ from sly-agent-q-pieces--piece-size))))
              (when (< to (length string))
                (push (cons string to) (sly-agent-q-connection-outbox conn)))
              (process-send-string (jsonrpc--process conn) (substring string from to))))
@@ -126,7 +126,7 @@ VALUE is made of plists, lists and vectors."
     ;; Not 0: Emacs runs timers that are due one after another before it
     ;; reads a key or redraws, and a chain of them kept keys waiting.
     (setf (sly-agent-q-connection-outbox-timer conn)
-          (run-at-time sly-agent-q--piece-pause nil #'sly-agent-q--outbox-write conn))))
+          (run-at-time sly-agent-q-pieces--piece-pause nil #'sly-agent-q-pieces--outbox-write conn))))
 
 (provide 'sly-agent-q-pieces)
 ;;; sly-agent-q-pieces.el ends here

@@ -25,10 +25,10 @@
 
 ;;; Code:
 
-(defconst sly-agent-q-protocol-version 1
+(defconst sly-agent-q-protocol-table-version 1
   "The protocol version this Emacs speaks (the server's PROTOCOL_VERSION).")
 
-(defconst sly-agent-q-protocol-methods
+(defconst sly-agent-q-protocol-table-methods
   '((initialize            emacs->server request)
     (shutdown              emacs->server request)
     (tools/list            emacs->server request)
@@ -75,17 +75,17 @@
 The server sends Emacs notifications only: what may wait goes through
 `emacs/call' and `emacs/reply'.")
 
-(defconst sly-agent-q-protocol-tool-categories
+(defconst sly-agent-q-protocol-table-tool-categories
   '("buffer" "clos" "debugger" "diff" "evaluation" "execution" "filesystem"
     "introspection" "navigation" "packages" "project" "shell" "systems"
     "threads" "tools" "vcs" "xref")
   "The categories of the server's tools, from its catalog.
 A trust level or a permission rule naming one covers every tool in it.")
 
-(defconst sly-agent-q-protocol-call-kinds '(tool image approval)
+(defconst sly-agent-q-protocol-table-call-kinds '(tool image approval)
   "The kinds of `emacs/call', each answered by a `sly-agent-q-handle-call' method.")
 
-(defconst sly-agent-q-protocol-error-codes
+(defconst sly-agent-q-protocol-table-error-codes
   '((not-initialized . -32002)
     (unknown-conversation . -32010)
     (turn-running . -32011)
@@ -93,7 +93,7 @@ A trust level or a permission rule naming one covers every tool in it.")
     (saved-conversation . -32013))
   "The server's own JSON-RPC error codes, by name.")
 
-(defconst sly-agent-q-protocol-shapes
+(defconst sly-agent-q-protocol-table-shapes
   '(("initialize"
      :params (("clientInfo" . "object?") ("capabilities" . "object?") ("configuration" . "Configuration?")
       ("context" . "object?"))
@@ -267,11 +267,11 @@ Each entry is (NAME :params SHAPE :result SHAPE), NAME a method or
 \"emacs/call:KIND\" for the params and reply result of that kind of
 call.  A SHAPE is a list of (KEY . TYPE), TYPE one of \"string\",
 \"number\", \"boolean\", \"object\", \"array\" or \"any\", or the
-name of a shape of `sly-agent-q-protocol-shape-types' for an object
+name of a shape of `sly-agent-q-protocol-table-shape-types' for an object
 whose keys are checked too, ending in \"?\" when the key may be
 absent; nil when the message carries no object.")
 
-(defconst sly-agent-q-protocol-shape-types
+(defconst sly-agent-q-protocol-table-shape-types
   '(("Configuration"
      . (("provider" . "string?") ("model" . "string?") ("apiKey" . "string?")
        ("baseUrl" . "string?") ("maxTokens" . "number?") ("temperature" . "number?")
@@ -285,7 +285,7 @@ absent; nil when the message carries no object.")
        ("projectRoot" . "string?") ("privateFilePatterns" . "array?")
        ("privateFilePatternsUntranslated" . "array?") ("auditLogFile" . "string?")
        ("conversationDirectory" . "string?") ("logLevel" . "string?"))))
-  "The shapes that keys of `sly-agent-q-protocol-shapes' name, by name.")
+  "The shapes that keys of `sly-agent-q-protocol-table-shapes' name, by name.")
 
 (provide 'sly-agent-q-protocol-table)
 ;;; sly-agent-q-protocol-table.el ends here

@@ -44,20 +44,37 @@
 
 (require 'sly-agent-q-protocol-table)
 
+;; The tables' names before they carried their file's prefix.
+(define-obsolete-variable-alias 'sly-agent-q-protocol-call-kinds
+  'sly-agent-q-protocol-table-call-kinds "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-protocol-error-codes
+  'sly-agent-q-protocol-table-error-codes "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-protocol-methods
+  'sly-agent-q-protocol-table-methods "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-protocol-shape-types
+  'sly-agent-q-protocol-table-shape-types "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-protocol-shapes
+  'sly-agent-q-protocol-table-shapes "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-protocol-tool-categories
+  'sly-agent-q-protocol-table-tool-categories "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-protocol-version
+  'sly-agent-q-protocol-table-version "0.2.0")
+
 (defun sly-agent-q-protocol-error-code (name)
-  "The JSON-RPC error code NAME (a symbol of `sly-agent-q-protocol-error-codes')."
-  (or (alist-get name sly-agent-q-protocol-error-codes)
+  "The JSON-RPC error code NAME.
+NAME is a symbol of `sly-agent-q-protocol-table-error-codes'."
+  (or (alist-get name sly-agent-q-protocol-table-error-codes)
       (error "No sly-agent-q protocol error code %s" name)))
 
 (defun sly-agent-q-protocol-method-p (method direction kind)
   "Non-nil if METHOD is a KIND of message going in DIRECTION.
 DIRECTION is `emacs->server' or `server->emacs', KIND `request' or
 `notification'."
-  (equal (cdr (assq method sly-agent-q-protocol-methods)) (list direction kind)))
+  (equal (cdr (assq method sly-agent-q-protocol-table-methods)) (list direction kind)))
 
 (defun sly-agent-q-protocol-call-kind (name)
   "The symbol of the `emacs/call' kind NAME (a string), or nil if there is none."
-  (cl-find name sly-agent-q-protocol-call-kinds :key #'symbol-name :test #'equal))
+  (cl-find name sly-agent-q-protocol-table-call-kinds :key #'symbol-name :test #'equal))
 
 ;;;; Messages in shape
 
@@ -91,7 +108,7 @@ DIRECTION is `emacs->server' or `server->emacs', KIND `request' or
 
 (defun sly-agent-q-protocol-check-shape (shape value where)
   "What is wrong with VALUE as SHAPE: a list of messages naming WHERE.
-SHAPE is as in `sly-agent-q-protocol-shapes'; VALUE a JSON object as
+SHAPE is as in `sly-agent-q-protocol-table-shapes'; VALUE a JSON object as
 jsonrpc.el reads or writes one (a plist with keyword keys)."
   (cond
    ((null shape) nil)
@@ -105,7 +122,7 @@ jsonrpc.el reads or writes one (a plist with keyword keys)."
      (cl-loop for (key . field) in shape
               for optional = (string-suffix-p "?" field)
               for type = (string-remove-suffix "?" field)
-              for named = (cdr (assoc type sly-agent-q-protocol-shape-types))
+              for named = (cdr (assoc type sly-agent-q-protocol-table-shape-types))
               for got = (sly-agent-q-protocol--get value key)
               ;; nil is JSON null (or an empty object, or an absent key): what optional keys may be.
               if (null got)
@@ -120,8 +137,8 @@ jsonrpc.el reads or writes one (a plist with keyword keys)."
   "What is wrong with the PART (:params or :result) VALUE of message NAME.
 NAME is a method, or \"emacs/call:KIND\" for a kind of `emacs/call'.
 Return a list of messages, nil when VALUE has the shape server/protocol.ts
-declares (see `sly-agent-q-protocol-shapes')."
-  (let ((entry (cdr (assoc name sly-agent-q-protocol-shapes))))
+declares (see `sly-agent-q-protocol-table-shapes')."
+  (let ((entry (cdr (assoc name sly-agent-q-protocol-table-shapes))))
     (if (null entry)
         (list (format "%s: not a message of the protocol" name))
       (append

@@ -35,7 +35,7 @@ Remembered so that replies can be redacted without asking
 auth-source again.")
 
 
-(defvar sly-agent-q--secrets-cache nil
+(defvar sly-agent-q-redact--secrets-cache nil
   "(KEY ENVIRONMENT SECRETS): the last answer of `sly-agent-q-server-secrets'.
 KEY and ENVIRONMENT are copies of what it was computed from.")
 
@@ -46,10 +46,10 @@ characters or more) of the environment variables whose names end in
 _KEY, _TOKEN or _SECRET or contain PASSWORD; a Lisp image started
 from this Emacs inherits them.  Every reply is redacted with them, so
 the answer is kept until the key or the environment changes."
-  (if (and sly-agent-q--secrets-cache
-           (equal (nth 0 sly-agent-q--secrets-cache) sly-agent-q-redact-server-key)
-           (equal (nth 1 sly-agent-q--secrets-cache) process-environment))
-      (nth 2 sly-agent-q--secrets-cache)
+  (if (and sly-agent-q-redact--secrets-cache
+           (equal (nth 0 sly-agent-q-redact--secrets-cache) sly-agent-q-redact-server-key)
+           (equal (nth 1 sly-agent-q-redact--secrets-cache) process-environment))
+      (nth 2 sly-agent-q-redact--secrets-cache)
     (let ((found (and sly-agent-q-redact-server-key (list sly-agent-q-redact-server-key)))
           (case-fold-search t))
       (dolist (entry process-environment)
@@ -58,24 +58,24 @@ the answer is kept until the key or the environment changes."
             (when (string-match-p "\\(?:_KEY\\|_TOKEN\\|_SECRET\\)\\'\\|PASSWORD" name)
               (push (cons name (match-string 2 entry)) found)))))
       (let ((secrets (sort (delete-dups found) (lambda (a b) (> (length (cdr a)) (length (cdr b)))))))
-        (setq sly-agent-q--secrets-cache
+        (setq sly-agent-q-redact--secrets-cache
               (list (copy-tree sly-agent-q-redact-server-key) (copy-sequence process-environment) secrets))
         secrets))))
 
-(defun sly-agent-q--secret-in-p (value secrets)
+(defun sly-agent-q-redact--secret-in-p (value secrets)
   "Look for SECRETS in the strings of VALUE; return non-nil if one is there.
 VALUE is as for `sly-agent-q-server-redact'."
   (cond ((stringp value)
          (let (hit)
            (dolist (s secrets hit)
              (unless hit (setq hit (string-search (cdr s) value))))))
-        ((consp value) (or (sly-agent-q--secret-in-p (car value) secrets)
-                           (sly-agent-q--secret-in-p (cdr value) secrets)))
+        ((consp value) (or (sly-agent-q-redact--secret-in-p (car value) secrets)
+                           (sly-agent-q-redact--secret-in-p (cdr value) secrets)))
         ((vectorp value)
-         (cl-loop for v across value thereis (sly-agent-q--secret-in-p v secrets)))
+         (cl-loop for v across value thereis (sly-agent-q-redact--secret-in-p v secrets)))
         ((hash-table-p value)
          (catch 'found
-           (maphash (lambda (_k v) (when (sly-agent-q--secret-in-p v secrets) (throw 'found t))) value)
+           (maphash (lambda (_k v) (when (sly-agent-q-redact--secret-in-p v secrets) (throw 'found t))) value)
            nil))))
 
 (defun sly-agent-q-server-redact (value &optional secrets)
@@ -85,11 +85,11 @@ VALUE is a string, or a plist, list, vector or hash table of them
 A secret becomes [secret NAME redacted].  VALUE itself is returned,
 not a copy, when it holds no secret (every reply is redacted)."
   (let ((secrets (or secrets (sly-agent-q-server-secrets))))
-    (if (and secrets (sly-agent-q--secret-in-p value secrets))
-        (sly-agent-q--redact value secrets)
+    (if (and secrets (sly-agent-q-redact--secret-in-p value secrets))
+        (sly-agent-q-redact--redact value secrets)
       value)))
 
-(defun sly-agent-q--redact (value secrets)
+(defun sly-agent-q-redact--redact (value secrets)
   "A copy of VALUE with each of SECRETS replaced by a marker."
   (cond
    ((stringp value)
@@ -98,13 +98,13 @@ not a copy, when it holds no secret (every reply is redacted)."
         (setq value (string-replace (cdr s) (format "[secret %s redacted]" (car s))
                                     value)))))
    ((consp value)
-    (cons (sly-agent-q--redact (car value) secrets)
-          (sly-agent-q--redact (cdr value) secrets)))
+    (cons (sly-agent-q-redact--redact (car value) secrets)
+          (sly-agent-q-redact--redact (cdr value) secrets)))
    ((vectorp value)
-    (vconcat (mapcar (lambda (v) (sly-agent-q--redact v secrets)) value)))
+    (vconcat (mapcar (lambda (v) (sly-agent-q-redact--redact v secrets)) value)))
    ((hash-table-p value)
     (let ((copy (make-hash-table :test (hash-table-test value))))
-      (maphash (lambda (k v) (puthash k (sly-agent-q--redact v secrets) copy)) value)
+      (maphash (lambda (k v) (puthash k (sly-agent-q-redact--redact v secrets) copy)) value)
       copy))
    (t value)))
 

@@ -61,13 +61,13 @@
 
 (declare-function sly-agent-q-bridge-current-package "sly-agent-q-bridge" ())
 (declare-function url-generic-parse-url "url-parse" (url))
-(defun sly-agent-q--capabilities ()
+(defun sly-agent-q-server--capabilities ()
   "What this Emacs can do for the server."
-  (list :tools (if (fboundp 'sly-agent-q-tools-call) t :json-false)
+  (list :tools (if (fboundp 'sly-agent-q-tool-call-run) t :json-false)
         :image t
         :approvals t))
 
-(defvar sly-agent-q--restart-times nil
+(defvar sly-agent-q-server--restart-times nil
   "Times of the recent automatic restarts.")
 
 (defcustom sly-agent-q-read-process-output-max (* 1024 1024)
@@ -80,7 +80,7 @@ and leaves it so; nil leaves it alone."
   :type '(choice (const :tag "Leave read-process-output-max alone" nil) integer)
   :group 'sly-agent-q)
 
-(defun sly-agent-q--make-process (node file)
+(defun sly-agent-q-server--make-process (node file)
   "Start NODE running the server FILE, the API key in its environment."
   (when (and sly-agent-q-read-process-output-max
              (< read-process-output-max sly-agent-q-read-process-output-max))
@@ -106,7 +106,7 @@ and leaves it so; nil leaves it alone."
      :file-handler nil
      :stderr (get-buffer-create "*sly-agent-q stderr*"))))
 
-(defun sly-agent-q--events-buffer-initargs (size)
+(defun sly-agent-q-server--events-buffer-initargs (size)
   "The initargs that cap the connection's events buffer at SIZE characters.
 Newer jsonrpc.el takes `:events-buffer-config' and warns at every start
 about `:events-buffer-scrollback-size', the only one 1.0.14 (Emacs 28)
@@ -131,9 +131,9 @@ Return the new connection; it becomes ready asynchronously."
                  :name "sly-agent-q"
                  :notification-dispatcher #'sly-agent-q-dispatch-notification
                  :request-dispatcher #'sly-agent-q-dispatch-request
-                 :on-shutdown #'sly-agent-q--on-shutdown
-                 :process (lambda () (sly-agent-q--make-process node file))
-                 (sly-agent-q--events-buffer-initargs sly-agent-q-events-buffer-size))))
+                 :on-shutdown #'sly-agent-q-server--on-shutdown
+                 :process (lambda () (sly-agent-q-server--make-process node file))
+                 (sly-agent-q-server--events-buffer-initargs sly-agent-q-events-buffer-size))))
       (setq sly-agent-q-current-connection conn)
       (setf (sly-agent-q-connection-found conn) found)
       (sly-agent-q-connection-log conn "started %s %s" node file)
@@ -144,29 +144,29 @@ Return the new connection; it becomes ready asynchronously."
        conn 'initialize
        (list :clientInfo (list :name "sly-agent-q.el"
                                :version (or (bound-and-true-p sly-agent-q-version) "0"))
-             :capabilities (sly-agent-q--capabilities)
+             :capabilities (sly-agent-q-server--capabilities)
              :configuration (sly-agent-q-server-configuration)
              :context (sly-agent-q-server-plist-compact
                        (list :projectRoot (sly-agent-q-server-project-root)
                              :currentPackage
                              (and (fboundp 'sly-agent-q-bridge-current-package)
                                   (ignore-errors (sly-agent-q-bridge-current-package))))))
-       :success-fn (lambda (result) (sly-agent-q--initialized conn result nil))
-       :error-fn (lambda (err) (sly-agent-q--initialized
+       :success-fn (lambda (result) (sly-agent-q-server--initialized conn result nil))
+       :error-fn (lambda (err) (sly-agent-q-server--initialized
                                 conn nil (or (plist-get err :message) (format "%S" err))))
-       :timeout-fn (lambda () (sly-agent-q--initialized
+       :timeout-fn (lambda () (sly-agent-q-server--initialized
                                conn nil "the server did not answer initialize"))
        :timeout sly-agent-q-request-timeout))
       conn)))
 
-(defun sly-agent-q--initialized (conn result error)
+(defun sly-agent-q-server--initialized (conn result error)
   "Record initialize's RESULT or ERROR for CONN and run its ready callbacks."
   (if (and error (not (jsonrpc-running-p conn)))
-      ;; The process died: `sly-agent-q--on-shutdown' reports it, with its stderr.
+      ;; The process died: `sly-agent-q-server--on-shutdown' reports it, with its stderr.
       nil
-    (sly-agent-q--initialized-1 conn result error)))
+    (sly-agent-q-server--initialized-1 conn result error)))
 
-(defun sly-agent-q--initialized-1 (conn result error)
+(defun sly-agent-q-server--initialized-1 (conn result error)
   "Record initialize's RESULT or ERROR for CONN and run its ready callbacks."
   (setf (sly-agent-q-connection-status conn) (if error 'failed 'ready))
   (setf (sly-agent-q-connection-init-result conn) result)
@@ -209,7 +209,7 @@ Start it when it is not running.  On failure CALLBACK gets (nil MESSAGE).
 CALLBACK may be called before this function returns.
 Called while the current server's death is being handled (from a
 request's error handler, which jsonrpc runs before
-`sly-agent-q--on-shutdown'), it waits until that is done: a server
+`sly-agent-q-server--on-shutdown'), it waits until that is done: a server
 started then would take the dead one's place before its death was
 reported, and the chat would never be told."
   (let ((c sly-agent-q-current-connection))
@@ -239,7 +239,7 @@ See `sly-agent-q-server-ensure'."
         ('starting (push callback (sly-agent-q-connection-ready-callbacks conn)))
         (_ (funcall callback nil "The server is not available; M-x sly-agent-q-restart-server starts it again."))))))
 
-(defun sly-agent-q--check-method (method kind)
+(defun sly-agent-q-server--check-method (method kind)
   "Signal unless METHOD is a KIND Emacs may send (see sly-agent-q-protocol.el)."
   (unless (sly-agent-q-protocol-method-p method 'emacs->server kind)
     (error "sly-agent-q: %s is not a %s of the protocol" method kind)))
@@ -247,7 +247,7 @@ See `sly-agent-q-server-ensure'."
 (defun sly-agent-q-server-async-request (conn method params &rest args)
   "Send request METHOD with PARAMS on CONN; ARGS go to `jsonrpc-async-request'.
 METHOD must be a request of the protocol."
-  (sly-agent-q--check-method method 'request)
+  (sly-agent-q-server--check-method method 'request)
   (apply #'jsonrpc-async-request conn method params args))
 
 (defun sly-agent-q-server-request (method params success &optional failure)
@@ -255,7 +255,7 @@ METHOD must be a request of the protocol."
 Call SUCCESS with the result, or FAILURE (if given) with a message;
 a request that cannot be written to the server (its process stopped
 by a signal) fails too, rather than signalling."
-  (sly-agent-q--check-method method 'request)
+  (sly-agent-q-server--check-method method 'request)
   (let ((fail (lambda (msg)
                 (if failure (funcall failure msg)
                   (message "sly-agent-q: %s failed: %s" method (sly-agent-q-display-line msg))))))
@@ -273,7 +273,7 @@ by a signal) fails too, rather than signalling."
 
 (defun sly-agent-q-server-notify (method params)
   "Send notification METHOD with PARAMS if the server is running."
-  (sly-agent-q--check-method method 'notification)
+  (sly-agent-q-server--check-method method 'notification)
   (when (sly-agent-q-server-live-p)
     (jsonrpc-notify sly-agent-q-current-connection method params)))
 
@@ -322,7 +322,7 @@ is set: the configuration goes from a timer, once for a burst."
   "Shut the server down cleanly: shutdown, exit, then `jsonrpc-shutdown'.
 Waits at most about three seconds, so it is for commands only: never
 call it from a process filter, a timer or `kill-emacs-hook' (see
-`sly-agent-q--kill-emacs')."
+`sly-agent-q-server--kill-emacs')."
   (interactive)
   (let ((conn sly-agent-q-current-connection))
     (when (and conn (jsonrpc-running-p conn))
@@ -372,11 +372,12 @@ With a prefix argument ALL, show every registered tool."
     (message "The events log is off; %s turns it on"
              (substitute-command-keys "\\[sly-agent-q-toggle-events-log]"))))
 
-(defun sly-agent-q--set-events-log (conn size)
+(defun sly-agent-q-server--set-events-log (conn size)
   "Make CONN log up to SIZE characters of events from now on (0: none).
-The connection's slot is set the way `sly-agent-q--events-buffer-initargs'
-chose it at the start, so the running server need not restart."
-  (let ((initargs (sly-agent-q--events-buffer-initargs size)))
+The connection's slot is set the way
+`sly-agent-q-server--events-buffer-initargs' chose it at the start, so
+the running server need not restart."
+  (let ((initargs (sly-agent-q-server--events-buffer-initargs size)))
     (if (eq (car initargs) :events-buffer-config)
         (setf (slot-value conn '-events-buffer-config) (cadr initargs))
       (setf (slot-value conn '-events-buffer-scrollback-size) size))))
@@ -388,7 +389,7 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
   (setq sly-agent-q-events-buffer-size
         (if (equal sly-agent-q-events-buffer-size 0) sly-agent-q-events-log-on-size 0))
   (when sly-agent-q-current-connection
-    (sly-agent-q--set-events-log sly-agent-q-current-connection sly-agent-q-events-buffer-size))
+    (sly-agent-q-server--set-events-log sly-agent-q-current-connection sly-agent-q-events-buffer-size))
   (message "sly-agent-q: the events log is %s"
            (if (equal sly-agent-q-events-buffer-size 0) "off" "on")))
 
@@ -400,7 +401,7 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
     (unless (buffer-live-p buf) (user-error "No sly-agent-q server log"))
     (display-buffer buf)))
 
-(defun sly-agent-q--on-shutdown (conn)
+(defun sly-agent-q-server--on-shutdown (conn)
   "Clean up after the death of CONN's process; tell the user, maybe restart."
   (let* ((proc (jsonrpc--process conn))
          (status (sly-agent-q-connection-status conn))
@@ -423,25 +424,25 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
          0.2 nil
          (lambda ()
            (let ((why (format "%s before it was ready%s; see M-x sly-agent-q-stderr-buffer."
-                              msg (sly-agent-q--stderr-tail conn))))
+                              msg (sly-agent-q-server--stderr-tail conn))))
              (dolist (cb callbacks)
                (sly-agent-q-server-call-safely cb nil why)))))))
     (when (eq conn sly-agent-q-current-connection)
       (unless expected
         (let* ((now (float-time))
-               (recent (cl-remove-if (lambda (tm) (< tm (- now 60))) sly-agent-q--restart-times))
+               (recent (cl-remove-if (lambda (tm) (< tm (- now 60))) sly-agent-q-server--restart-times))
                (restart (and sly-agent-q-server-auto-restart
                              (eq status 'ready)
                              (< (length recent) 3))))
-          (setq sly-agent-q--restart-times recent)
+          (setq sly-agent-q-server--restart-times recent)
           (sly-agent-q-server-run-safely sly-agent-q-server-died-functions
                                    (concat msg (if restart "; restarting it."
                                                  "; M-x sly-agent-q-restart-server starts it again.")))
           (when restart
-            (push now sly-agent-q--restart-times)
-            (run-with-timer 0 nil #'sly-agent-q--auto-restart conn)))))))
+            (push now sly-agent-q-server--restart-times)
+            (run-with-timer 0 nil #'sly-agent-q-server--auto-restart conn)))))))
 
-(defun sly-agent-q--stderr-tail (conn)
+(defun sly-agent-q-server--stderr-tail (conn)
   "The last lines CONN's server wrote to stderr after a colon, or the empty string."
   (let ((buf (ignore-errors (jsonrpc-stderr-buffer conn))))
     (if (not (buffer-live-p buf)) ""
@@ -453,14 +454,14 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
                                   (point-max)))))
           (if (string-empty-p text) "" (concat ": " text)))))))
 
-(defun sly-agent-q--auto-restart (dead)
+(defun sly-agent-q-server--auto-restart (dead)
   "Start the server again unless something replaced DEAD already."
   (when (and (eq sly-agent-q-current-connection dead) (not (sly-agent-q-server-live-p)))
     (sly-agent-q-server-ensure
      (lambda (_conn err)
        (when err (message "sly-agent-q: restart failed: %s" (sly-agent-q-display-line err)))))))
 
-(defun sly-agent-q--kill-emacs ()
+(defun sly-agent-q-server--kill-emacs ()
   "Tell the server to shut down when Emacs exits, without waiting for it.
 Waiting here hangs an Emacs whose terminal is gone (SIGHUP): it kept
 running, busy, after its terminal closed.  The server reads shutdown
@@ -473,7 +474,7 @@ and exit from the pipe and exits on its own."
                                :success-fn #'ignore :error-fn #'ignore :timeout-fn #'ignore))
       (ignore-errors (jsonrpc-notify conn 'exit nil)))))
 
-(add-hook 'kill-emacs-hook #'sly-agent-q--kill-emacs)
+(add-hook 'kill-emacs-hook #'sly-agent-q-server--kill-emacs)
 
 (provide 'sly-agent-q-server)
 ;;; sly-agent-q-server.el ends here

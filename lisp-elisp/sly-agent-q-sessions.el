@@ -228,7 +228,7 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
 
 ;;;; Rewind
 
-(declare-function sly-agent-q-tools-rewind-change "sly-agent-q-tool-rewind" (kind name before expected))
+(declare-function sly-agent-q-tool-rewind-change "sly-agent-q-tool-rewind" (kind name before expected))
 
 (defun sly-agent-q-sessions--first-words (text)
   "The start of TEXT's first line, drawn as data, cut at about 60 columns."
@@ -305,7 +305,7 @@ CURRENT) the user changed since), :failed (list of (NAME MESSAGE))."
         (if (eq (plist-get item :tooLarge) t)
             (push (list name "too large to have been kept") failed)
           (condition-case err
-              (let ((current (sly-agent-q-tools-rewind-change
+              (let ((current (sly-agent-q-tool-rewind-change
                               (plist-get item :kind) name
                               (plist-get item :before) (plist-get item :expected))))
                 (if current

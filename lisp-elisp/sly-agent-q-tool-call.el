@@ -19,7 +19,7 @@
 
 ;;; Commentary:
 
-;; `sly-agent-q-tools-call' runs a tool declared with
+;; `sly-agent-q-tool-call-run' runs a tool declared with
 ;; `sly-agent-q-define-tool': it snapshots what the call will change (for
 ;; a rewind), calls the handler, and answers its callback exactly once,
 ;; at once or, for a handler that must wait, later.  It never signals.
@@ -36,38 +36,38 @@
 
 ;;;; Dispatch
 
-(defun sly-agent-q-tools--keywords (args)
+(defun sly-agent-q-tool-call--keywords (args)
   "Return ARGS (a JSON object as jsonrpc.el gives it) with JSON false as nil."
   (cl-loop for (key value) on args by #'cddr
            nconc (list key (if (eq value :json-false) nil value))))
 
-(defun sly-agent-q-tools-capabilities ()
+(defun sly-agent-q-tool-call-capabilities ()
   "Return the names of the capabilities Emacs answers."
   (sly-agent-q-tool-names))
 
-(defun sly-agent-q-tools-call (capability args callback &optional changes-callback)
+(defun sly-agent-q-tool-call-run (capability args callback &optional changes-callback)
   "Run the tool CAPABILITY with ARGS and call CALLBACK with the result.
 CAPABILITY is a tool declared with `sly-agent-q-define-tool',
 ARGS a plist with keyword keys as jsonrpc.el parses JSON objects.
 CALLBACK is called exactly once, as (CALLBACK CONTENT nil) on success
 or (CALLBACK nil ERROR-MESSAGE): before this function returns, unless
 the handler returned a function to answer later (see
-`sly-agent-q-tools--call-deferred').  Return nil, or for a call
+`sly-agent-q-tool-call--deferred').  Return nil, or for a call
 answered later a function of no arguments that stops it.
 CHANGES-CALLBACK, if non-nil, is called first with what the call
 changed in files and buffers, for rewinding (see
-`sly-agent-q-tools-changes'), when it answers.  Never signals."
+`sly-agent-q-tool-rewind-changes'), when it answers.  Never signals."
   (let ((content nil) (message nil) (before nil) (deferred nil))
     (condition-case err
         (let ((handler (plist-get (sly-agent-q-tool-declaration capability) :handler)))
           (unless handler
             (sly-agent-q-tool-fail "Emacs has no tool capability %S (it knows: %s)."
-                               capability
-                               (string-join (sly-agent-q-tools-capabilities) ", ")))
+                                   capability
+                                   (string-join (sly-agent-q-tool-call-capabilities) ", ")))
           (unless (and (listp args) (cl-evenp (length args)))
             (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." capability))
-          (setq before (sly-agent-q-tools-snapshot capability args))
-          (let ((result (apply handler (sly-agent-q-tools--keywords args))))
+          (setq before (sly-agent-q-tool-rewind-snapshot capability args))
+          (let ((result (apply handler (sly-agent-q-tool-call--keywords args))))
             (if (and (functionp result) (not (symbolp result)))
                 (setq deferred result)
               (setq content (if (stringp result) result (format "%s" result))))))
@@ -78,18 +78,18 @@ changed in files and buffers, for rewinding (see
                     (condition-case err
                         (progn
                           (when changes-callback
-                            (funcall changes-callback (sly-agent-q-tools-changes before)))
+                            (funcall changes-callback (sly-agent-q-tool-rewind-changes before)))
                           (if message
                               (funcall callback nil message)
                             (funcall callback content nil)))
                       (t (message "sly-agent-q: the callback of %s failed: %s" capability
                                   (sly-agent-q-display-line (error-message-string err))))))))
       (if (and deferred (not message))
-          (sly-agent-q-tools--call-deferred capability deferred answer)
+          (sly-agent-q-tool-call--deferred capability deferred answer)
         (funcall answer content message)
         nil))))
 
-(defun sly-agent-q-tools--call-deferred (capability deferred callback)
+(defun sly-agent-q-tool-call--deferred (capability deferred callback)
   "Let DEFERRED, what the handler of CAPABILITY returned, answer CALLBACK later.
 A handler that must wait (for the Lisp image, for the server's hunks)
 returns a function of one argument, a function of (CONTENT ERROR); it

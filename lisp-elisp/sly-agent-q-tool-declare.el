@@ -65,7 +65,7 @@ DECLARATION is a plist:
           keywords (nil when absent); it returns the string for the
           model, or signals `sly-agent-q-tool-error', or returns a
           function of one argument that answers later (see
-          `sly-agent-q-tools-call').
+          `sly-agent-q-tool-call-run').
 :changes  nil when the tool changes no file or buffer; else a function
           of the arguments (a plist) returning the list of
           \(file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME) the call

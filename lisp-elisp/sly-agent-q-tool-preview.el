@@ -36,7 +36,7 @@
 
 ;;;; What an approval is about
 
-(defun sly-agent-q-tools-disk-text (file)
+(defun sly-agent-q-tool-preview-disk-text (file)
   "Return the text of FILE on disk, \"\" when it does not exist.
 A file that cannot be read as text gives a note instead."
   (cond ((not (file-exists-p file)) "")
@@ -45,40 +45,40 @@ A file that cannot be read as text gives a note instead."
              (sly-agent-q-tool-error
               (format "[%s  It would be replaced whole.]\n" (cadr err)))))))
 
-(defun sly-agent-q-tools--plain (value)
+(defun sly-agent-q-tool-preview--plain (value)
   "VALUE with its strings stripped of text properties, for a digest."
   (cond ((stringp value) (substring-no-properties value))
-        ((consp value) (cons (sly-agent-q-tools--plain (car value))
-                             (sly-agent-q-tools--plain (cdr value))))
-        ((vectorp value) (vconcat (mapcar #'sly-agent-q-tools--plain value)))
+        ((consp value) (cons (sly-agent-q-tool-preview--plain (car value))
+                             (sly-agent-q-tool-preview--plain (cdr value))))
+        ((vectorp value) (vconcat (mapcar #'sly-agent-q-tool-preview--plain value)))
         (t value)))
 
-(defun sly-agent-q-tools-target (tool args &optional review)
+(defun sly-agent-q-tool-preview-target (tool args &optional review)
   "The identity of what TOOL with ARGS acts on now: a digest of its preview.
-REVIEW is the review kind the server sent (see `sly-agent-q-tools-preview').
+REVIEW is the review kind the server sent (see `sly-agent-q-tool-preview').
 The preview names the resolved target and, for what writes, the text
 there and the text to be written, or the debugger, thread, level and
 restart; an approval is bound to this digest, and the call runs only
 if it is still the same.  Signal the tool's error when it would refuse."
-  (sly-agent-q-tools-digest (sly-agent-q-tools-preview tool args review)))
+  (sly-agent-q-tool-preview-digest (sly-agent-q-tool-preview tool args review)))
 
-(defun sly-agent-q-tools-digest (preview)
-  "The digest of PREVIEW, as `sly-agent-q-tools-target' gives it."
-  (secure-hash 'sha256 (prin1-to-string (sly-agent-q-tools--plain preview))))
+(defun sly-agent-q-tool-preview-digest (preview)
+  "The digest of PREVIEW, as `sly-agent-q-tool-preview-target' gives it."
+  (secure-hash 'sha256 (prin1-to-string (sly-agent-q-tool-preview--plain preview))))
 
-(defun sly-agent-q-tools-check-approved (approved)
+(defun sly-agent-q-tool-preview-check-approved (approved)
   "Signal a tool error unless the target of APPROVED is what it was.
 APPROVED is the plist (:tool :arguments :target) the server sends with
 an approved call: the call runs only on the target the user approved."
   (let ((tool (plist-get approved :tool))
         (now (condition-case err
-                 (sly-agent-q-tools-target (plist-get approved :tool)
-                                           (plist-get approved :arguments))
+                 (sly-agent-q-tool-preview-target (plist-get approved :tool)
+                                                  (plist-get approved :arguments))
                (sly-agent-q-tool-error (cadr err)))))
     (unless (equal now (plist-get approved :target))
       (sly-agent-q-tool-fail "%s was not run: what it acts on changed while the approval waited, so it is no longer what the user approved.  Look again and ask again." tool))))
 
-(defun sly-agent-q-tools-preview (tool args &optional review)
+(defun sly-agent-q-tool-preview (tool args &optional review)
   "Prepare the call of TOOL with ARGS for approval, without running it.
 TOOL is the primary tool's name and ARGS are under its parameter
 names, as the server sends them.  REVIEW is the call's review kind
@@ -94,28 +94,28 @@ that would be refused is never put to the user."
   (unless (and (listp args) (cl-evenp (length args)))
     (sly-agent-q-tool-fail "The arguments of %s must be a JSON object." tool))
   (if (equal review "form")
-      (sly-agent-q-tools--preview-form tool args)
+      (sly-agent-q-tool-preview--form tool args)
     (let ((preview (plist-get (sly-agent-q-tool-declaration tool) :preview)))
       (and preview (funcall preview args)))))
 
-(defun sly-agent-q-tools--preview-form (tool args)
+(defun sly-agent-q-tool-preview--form (tool args)
   "The preview of TOOL's edit of one Lisp form, from ARGS :form and :edit.
 The server located the form and computed the edit; the new text is
 checked here too, with Emacs's own scanner."
-  (sly-agent-q-tools-check-one-form (plist-get args :form))
+  (sly-agent-q-tool-preview-check-one-form (plist-get args :form))
   (let ((edit (plist-get args :edit)))
     (unless (and (listp edit) (plist-get edit :path))
       (sly-agent-q-tool-fail "%s came without the edit it would make." tool))
-    (sly-agent-q-tools-preview-proposal edit)))
+    (sly-agent-q-tool-preview-proposal edit)))
 
-(defun sly-agent-q-tools-preview-proposal (args)
+(defun sly-agent-q-tool-preview-proposal (args)
   "The preview of the file edit ARGS (a propose_file_edit's arguments)."
   (let ((proposal (sly-agent-q-diff-proposal args t)))
     (list :path (plist-get proposal :rel)
           :old (plist-get proposal :old) :new (plist-get proposal :new))))
 
 
-(defun sly-agent-q-tools-check-one-form (text)
+(defun sly-agent-q-tool-preview-check-one-form (text)
   "Signal `sly-agent-q-tool-error' unless TEXT is exactly one balanced form.
 TEXT is scanned with Emacs's sexp scanner in `lisp-mode' syntax:
 parentheses must balance, strings and comments must end."

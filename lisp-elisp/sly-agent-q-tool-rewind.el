@@ -34,13 +34,16 @@
 
 ;;;; What a call changed, for rewinding
 
-(defcustom sly-agent-q-tools-rewind-max-chars 2000000
+(define-obsolete-variable-alias 'sly-agent-q-tools-rewind-max-chars
+  'sly-agent-q-tool-rewind-max-chars "0.2.0")
+
+(defcustom sly-agent-q-tool-rewind-max-chars 2000000
   "Largest file or buffer text kept to rewind a change the agent made.
 Larger texts are changed without a way back through `sly-agent-q-rewind'."
   :type 'integer
   :group 'sly-agent-q-tools)
 
-(defun sly-agent-q-tools--targets (capability args)
+(defun sly-agent-q-tool-rewind--targets (capability args)
   "Return the files and buffers a call of CAPABILITY with ARGS would alter.
 A list of (file . ABSOLUTE-NAME) and (buffer . BUFFER-NAME), as the
 tool's declaration gives it; nil when the call will be refused
@@ -48,37 +51,37 @@ anyway (the tool reports why)."
   (let ((changes (plist-get (sly-agent-q-tool-declaration capability) :changes)))
     (and changes (ignore-errors (funcall changes args)))))
 
-(defun sly-agent-q-tools-file-target (file)
+(defun sly-agent-q-tool-rewind-file-target (file)
   "Return the rewind target of FILE, for a tool's declaration."
   (list (cons 'file file)))
 
-(defun sly-agent-q-tools-buffer-target (name)
+(defun sly-agent-q-tool-rewind-buffer-target (name)
   "Return the rewind target of the buffer the agent may write named NAME.
 NAME nil is the user's last buffer, as the buffer tools take it."
   (list (cons 'buffer (buffer-name (sly-agent-q-files-agent-buffer name t)))))
 
-(defun sly-agent-q-tools--text-of (target)
+(defun sly-agent-q-tool-rewind--text-of (target)
   "The text of TARGET now: a string, nil if it does not exist, or `too-large'."
   (pcase-let ((`(,kind . ,name) target))
     (let ((text (pcase kind
                   ('file (and (file-regular-p name)
                               (if (> (file-attribute-size (file-attributes name))
-                                     sly-agent-q-tools-rewind-max-chars)
+                                     sly-agent-q-tool-rewind-max-chars)
                                   'too-large
                                 (ignore-errors (car (sly-agent-q-files-read-disk name))))))
                   ('buffer (let ((b (get-buffer name)))
-                             (and b (if (> (buffer-size b) sly-agent-q-tools-rewind-max-chars)
+                             (and b (if (> (buffer-size b) sly-agent-q-tool-rewind-max-chars)
                                         'too-large
                                       (sly-agent-q-files-buffer-text b))))))))
-      (if (and (stringp text) (> (length text) sly-agent-q-tools-rewind-max-chars)) 'too-large text))))
+      (if (and (stringp text) (> (length text) sly-agent-q-tool-rewind-max-chars)) 'too-large text))))
 
-(defun sly-agent-q-tools-snapshot (capability args)
+(defun sly-agent-q-tool-rewind-snapshot (capability args)
   "Return the texts of what a call of CAPABILITY with ARGS would change.
-A list of (TARGET . TEXT) (see `sly-agent-q-tools--text-of')."
-  (mapcar (lambda (target) (cons target (sly-agent-q-tools--text-of target)))
-          (sly-agent-q-tools--targets capability args)))
+A list of (TARGET . TEXT) (see `sly-agent-q-tool-rewind--text-of')."
+  (mapcar (lambda (target) (cons target (sly-agent-q-tool-rewind--text-of target)))
+          (sly-agent-q-tool-rewind--targets capability args)))
 
-(defun sly-agent-q-tools-changes (before)
+(defun sly-agent-q-tool-rewind-changes (before)
   "What changed since the snapshot BEFORE was taken, as a vector for JSON.
 Each change is a plist (:kind \"file\" or \"buffer\" :name NAME :before
 TEXT-OR-NIL :after TEXT-OR-NIL); a text too large to keep is replaced
@@ -87,7 +90,7 @@ by :tooLarge t."
    (delq nil
          (mapcar
           (pcase-lambda (`(,target . ,old))
-            (let ((new (sly-agent-q-tools--text-of target)))
+            (let ((new (sly-agent-q-tool-rewind--text-of target)))
               (unless (and (stringp old) (stringp new) (string= old new))
                 (unless (and (null old) (null new))
                   (if (or (eq old 'too-large) (eq new 'too-large))
@@ -96,7 +99,7 @@ by :tooLarge t."
                           :before old :after new))))))
           before))))
 
-(defun sly-agent-q-tools-rewind-change (kind name before expected)
+(defun sly-agent-q-tool-rewind-change (kind name before expected)
   "Put back file or buffer NAME (KIND \"file\" or \"buffer\") to BEFORE.
 BEFORE nil means it did not exist: the file is deleted, the buffer
 killed.  EXPECTED is the text the agent left there (nil: none).  When

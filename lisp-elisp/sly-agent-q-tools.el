@@ -23,7 +23,7 @@
 ;; The server declares the tools (server/tools/catalog/emacs.ts) and
 ;; forwards each call as a "capability" with a plist of arguments:
 ;;
-;;   (sly-agent-q-tools-call CAPABILITY ARGS CALLBACK)
+;;   (sly-agent-q-tool-call-run CAPABILITY ARGS CALLBACK)
 ;;
 ;; looks CAPABILITY up in its declaration (`sly-agent-q-define-tool') and calls
 ;; CALLBACK exactly once, with (CONTENT nil) on success or (nil ERROR),
@@ -33,7 +33,8 @@
 ;; wait for the Lisp image (the debugger's) or for the server (the hunks
 ;; of an unreviewed propose_file_edit): their handlers return a function
 ;; that answers later.  The user's review of
-;; propose_file_edit happens before, in `sly-agent-q-diff-review'.
+;; propose_file_edit happens before, in its approval
+;; (`sly-agent-q-approval-review-edit').
 ;;
 ;; Paths are confined to the project root (see sly-agent-q-files.el),
 ;; long results are paged with a note saying how to read on, and
@@ -41,16 +42,17 @@
 ;;
 ;; For the connection and approvals code:
 ;;
-;; - `sly-agent-q-tools-call' answers emacs/call of kind "tool";
-;;   `sly-agent-q-tools-capabilities' lists what it knows.
-;; - `sly-agent-q-diff-review' (sly-agent-q-diff.el) is the approval of
-;;   propose_file_edit.  It returns the review buffer, or nil when it
-;;   answered at once; `sly-agent-q-diff-review-cancel' closes that
-;;   buffer without answering when the server gives up (emacs/cancel).
-;; - `sly-agent-q-tools-default-buffer-function' may be set to return
+;; - `sly-agent-q-tool-call-run' answers emacs/call of kind "tool";
+;;   `sly-agent-q-tool-call-capabilities' lists what it knows.
+;; - `sly-agent-q-approval-review-edit' (sly-agent-q-approval.el) is the
+;;   approval of propose_file_edit.  It returns the review buffer (drawn
+;;   by sly-agent-q-diff-review.el), or nil when it answered at once;
+;;   `sly-agent-q-diff-review-cancel' closes that buffer without
+;;   answering when the server gives up (emacs/cancel).
+;; - `sly-agent-q-files-default-buffer-function' may be set to return
 ;;   the buffer the user was last in (the default is the most recent
 ;;   buffer that is neither internal nor the agent's).
-;; - `sly-agent-q-tools-project-root' is the root the tools confine
+;; - `sly-agent-q-files-project-root' is the root the tools confine
 ;;   paths to; send it to the server as the editor context's root.
 ;; - Buffers named by `sly-agent-q-protected-buffer-regexps', or with
 ;;   `sly-agent-q-protected-buffer' set, are never written.
@@ -66,6 +68,30 @@
 (require 'sly-agent-q-tool-call)
 (require 'sly-agent-q-tool-rewind)
 (require 'sly-agent-q-tool-preview)
+
+(defgroup sly-agent-q-tools nil
+  "Buffer, file and navigation tools of the sly-agent-q agent."
+  :prefix "sly-agent-q-"
+  :group 'sly-agent-q)
+
+;; The names these functions had in sly-agent-q-tools.el, before each
+;; file defined only names of its own prefix.
+(define-obsolete-function-alias 'sly-agent-q-tools-last-user-buffer #'sly-agent-q-files-last-user-buffer "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-project-root #'sly-agent-q-files-project-root "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-call #'sly-agent-q-tool-call-run "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-capabilities #'sly-agent-q-tool-call-capabilities "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-check-approved #'sly-agent-q-tool-preview-check-approved "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-check-one-form #'sly-agent-q-tool-preview-check-one-form "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-digest #'sly-agent-q-tool-preview-digest "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-disk-text #'sly-agent-q-tool-preview-disk-text "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-preview #'sly-agent-q-tool-preview "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-preview-proposal #'sly-agent-q-tool-preview-proposal "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-target #'sly-agent-q-tool-preview-target "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-buffer-target #'sly-agent-q-tool-rewind-buffer-target "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-changes #'sly-agent-q-tool-rewind-changes "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-file-target #'sly-agent-q-tool-rewind-file-target "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-rewind-change #'sly-agent-q-tool-rewind-change "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-tools-snapshot #'sly-agent-q-tool-rewind-snapshot "0.2.0")
 
 (defcustom sly-agent-q-tools-max-chars 20000
   "Most characters of text a buffer or file tool returns in one call.
@@ -101,7 +127,7 @@ allow without a review waits for the server's hunks, without blocking."
   "The preview of writing ARGS :content (appended when :append) to file :path."
   (let* ((content (plist-get args :content))
          (target (sly-agent-q-tools--write-target (plist-get args :path)))
-         (old (sly-agent-q-tools-disk-text (plist-get target :file))))
+         (old (sly-agent-q-tool-preview-disk-text (plist-get target :file))))
     (list :path (plist-get target :rel) :old old
           :new (if (eq (plist-get args :append) t) (concat old content) content))))
 
@@ -111,7 +137,7 @@ allow without a review waits for the server's hunks, without blocking."
                                                 (plist-get args :file_path))))
     (list :path (plist-get target :rel)
           :buffer (buffer-name (plist-get target :buffer))
-          :old (sly-agent-q-tools-disk-text (plist-get target :file))
+          :old (sly-agent-q-tool-preview-disk-text (plist-get target :file))
           :new (sly-agent-q-files-buffer-text (plist-get target :buffer)))))
 
 (defun sly-agent-q-tools--preview-path (key)
@@ -312,7 +338,7 @@ With RECURSIVE, those of its subdirectories too."
   "Capability current_directory: the project root and the other allowed roots."
   (concat
    (format "Project root: %s (relative paths are resolved against it)."
-           (sly-agent-q-tools-project-root))
+           (sly-agent-q-files-project-root))
    (if sly-agent-q-allowed-directories
        (format "\nAlso allowed, with absolute paths: %s."
                (mapconcat #'expand-file-name sly-agent-q-allowed-directories ", "))
@@ -747,7 +773,7 @@ nothing of the region."
 (sly-agent-q-define-tool "write_file"
   :handler #'sly-agent-q-tools--write-file
   :changes (lambda (args)
-             (sly-agent-q-tools-file-target
+             (sly-agent-q-tool-rewind-file-target
               (plist-get (sly-agent-q-tools--write-target (plist-get args :path)) :file)))
   :preview #'sly-agent-q-tools--preview-write)
 
@@ -761,7 +787,7 @@ nothing of the region."
 
 (sly-agent-q-define-tool "write_to_buffer"
   :handler #'sly-agent-q-tools--write-to-buffer
-  :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer)))
+  :changes (lambda (args) (sly-agent-q-tool-rewind-buffer-target (plist-get args :buffer)))
   :preview (sly-agent-q-tools--preview-buffer :buffer))
 
 (sly-agent-q-define-tool "search_in_buffer"
@@ -770,12 +796,12 @@ nothing of the region."
 
 (sly-agent-q-define-tool "buffer_append"
   :handler #'sly-agent-q-tools--buffer-append
-  :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer_name)))
+  :changes (lambda (args) (sly-agent-q-tool-rewind-buffer-target (plist-get args :buffer_name)))
   :preview (sly-agent-q-tools--preview-buffer :buffer_name))
 
 (sly-agent-q-define-tool "buffer_edit"
   :handler #'sly-agent-q-tools--buffer-edit
-  :changes (lambda (args) (sly-agent-q-tools-buffer-target (plist-get args :buffer_name)))
+  :changes (lambda (args) (sly-agent-q-tool-rewind-buffer-target (plist-get args :buffer_name)))
   :preview #'sly-agent-q-tools--preview-edit)
 
 (sly-agent-q-define-tool "buffer_file"
@@ -789,7 +815,7 @@ nothing of the region."
 (sly-agent-q-define-tool "buffer_save"
   :handler #'sly-agent-q-tools--buffer-save
   :changes (lambda (args)
-             (sly-agent-q-tools-file-target
+             (sly-agent-q-tool-rewind-file-target
               (plist-get (sly-agent-q-tools--save-target (plist-get args :buffer_name)
                                                          (plist-get args :file_path))
                          :file)))
@@ -820,8 +846,8 @@ nothing of the region."
 (sly-agent-q-define-tool "propose_file_edit"
   :handler #'sly-agent-q-tools--propose-file-edit
   :changes (lambda (args)
-             (sly-agent-q-tools-file-target (sly-agent-q-files-resolve (plist-get args :path) t)))
-  :preview #'sly-agent-q-tools-preview-proposal)
+             (sly-agent-q-tool-rewind-file-target (sly-agent-q-files-resolve (plist-get args :path) t)))
+  :preview #'sly-agent-q-tool-preview-proposal)
 
 (provide 'sly-agent-q-tools)
 ;;; sly-agent-q-tools.el ends here

@@ -69,41 +69,41 @@ ${licenseHeader()};;; Commentary:
 
 ;;; Code:
 
-(defconst sly-agent-q-protocol-version ${protocol.version}
+(defconst sly-agent-q-protocol-table-version ${protocol.version}
   "The protocol version this Emacs speaks (the server's PROTOCOL_VERSION).")
 
-(defconst sly-agent-q-protocol-methods
+(defconst sly-agent-q-protocol-table-methods
   '(${methods.map((m, i) => (i === 0 ? `(${m})` : `    (${m})`)).join("\n")})
   "Every method of the protocol: (METHOD DIRECTION KIND).
 The server sends Emacs notifications only: what may wait goes through
 \`emacs/call' and \`emacs/reply'.")
 
-(defconst sly-agent-q-protocol-tool-categories
+(defconst sly-agent-q-protocol-table-tool-categories
   '(${toolCategories(tools)})
   "The categories of the server's tools, from its catalog.
 A trust level or a permission rule naming one covers every tool in it.")
 
-(defconst sly-agent-q-protocol-call-kinds '(${protocol.emacsCallKinds.join(" ")})
+(defconst sly-agent-q-protocol-table-call-kinds '(${protocol.emacsCallKinds.join(" ")})
   "The kinds of \`emacs/call', each answered by a \`sly-agent-q-handle-call' method.")
 
-(defconst sly-agent-q-protocol-error-codes
+(defconst sly-agent-q-protocol-table-error-codes
   '(${codes.join("\n    ")})
   "The server's own JSON-RPC error codes, by name.")
 ${protocol.shapes ? `
-(defconst sly-agent-q-protocol-shapes
+(defconst sly-agent-q-protocol-table-shapes
   '(${elispShapes(protocol.shapes)})
   "The keys of each message and their types, as server/protocol.ts declares them.
 Each entry is (NAME :params SHAPE :result SHAPE), NAME a method or
 \\"emacs/call:KIND\\" for the params and reply result of that kind of
 call.  A SHAPE is a list of (KEY . TYPE), TYPE one of \\"string\\",
 \\"number\\", \\"boolean\\", \\"object\\", \\"array\\" or \\"any\\", or the
-name of a shape of \`sly-agent-q-protocol-shape-types' for an object
+name of a shape of \`sly-agent-q-protocol-table-shape-types' for an object
 whose keys are checked too, ending in \\"?\\" when the key may be
 absent; nil when the message carries no object.")
 
-(defconst sly-agent-q-protocol-shape-types
+(defconst sly-agent-q-protocol-table-shape-types
   '(${Object.entries(protocol.shapeTypes).map(([name, s]) => `(${JSON.stringify(name)}\n     . ${wrap(elispShape(s), "       ")})`).join("\n    ")})
-  "The shapes that keys of \`sly-agent-q-protocol-shapes' name, by name.")
+  "The shapes that keys of \`sly-agent-q-protocol-table-shapes' name, by name.")
 ` : ""}
 (provide 'sly-agent-q-protocol-table)
 ;;; sly-agent-q-protocol-table.el ends here

@@ -1295,7 +1295,7 @@ live image after the agent loaded the helpers there."
                 'finished))
     (let ((catalog (e2e-catalog)))
       (should (equal (e2e-implementations catalog "emacs")
-                     (sort (copy-sequence (sly-agent-q-tools-capabilities)) #'string<)))
+                     (sort (copy-sequence (sly-agent-q-tool-call-capabilities)) #'string<)))
       (should-not (e2e-parameter-mismatches catalog))
       (should (equal (e2e-implementations catalog "image")
                      (e2e-eval '(cl:funcall (cl:find-symbol "TOOL-NAMES" "SLY-AGENT-Q"))))))))

@@ -42,7 +42,7 @@
             (dolist (case '(("outside" (:kind "outside" :path "/usr/share/common-lisp/source/alexandria/lists.lisp"))
                             ("rule" (:kind "rule" :rule (:action "ask" :tool "read_definition")))))
               (sly-agent-q-approval--start
-               (sly-agent-q--make-call
+               (sly-agent-q-dispatch--make-call
                 :id (car case) :kind "approval"
                 :params (list :tool "read_definition" :capability "read_definition" :review "arguments"
                               :arguments '(:symbol "alexandria:flatten")
@@ -98,11 +98,11 @@ a long argument cut short says how many arguments follow it."
          (decisions nil))
     (unwind-protect
         (with-current-buffer (sly-agent-q-chat-buffer)
-          (sly-agent-q-approval--ask (sly-agent-q--make-call :id "A" :kind "approval")
+          (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "A" :kind "approval")
                                      '(:tool "write_file" :arguments (:path "secret-a.txt" :content "first call")
                                              :safetyLevel "dangerous" :callId "A")
                                      (lambda (d) (push (cons "A" d) decisions)))
-          (sly-agent-q-approval--ask (sly-agent-q--make-call :id "B" :kind "approval")
+          (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "B" :kind "approval")
                                      '(:tool "write_file" :arguments (:path "b.txt" :content "second call")
                                              :safetyLevel "dangerous" :callId "B")
                                      (lambda (d) (push (cons "B" d) decisions)))
@@ -142,7 +142,7 @@ left unchanged it approves the call as it was, edited it sends the edited argv."
     (unwind-protect
         (with-current-buffer (sly-agent-q-chat-buffer)
           (dolist (edit '(nil t))
-            (sly-agent-q-approval--ask (sly-agent-q--make-call :id "R" :kind "approval") params
+            (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "R" :kind "approval") params
                                        (lambda (d) (push d decisions)))
             (sly-agent-q-edit-arguments (car (sly-agent-q-approval--pending (current-buffer))))
             (with-current-buffer "*sly-agent-q arguments*"
@@ -161,6 +161,78 @@ left unchanged it approves the call as it was, edited it sends the edited argv."
           (should-not (plist-member (plist-get (nth 0 decisions) :arguments) :command_line)))
       (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
       (when (get-buffer "*sly-agent-q arguments*") (kill-buffer "*sly-agent-q arguments*"))
+      (delete-directory sly-agent-q-project-root t))))
+
+;;;; The one request
+
+(defun sly-agent-q-approval-test--decide (params approver)
+  "Put the approval of PARAMS, as the server sends it, to APPROVER; return the reply.
+The call goes the real route (`sly-agent-q-approval--start'); the
+reply is what Emacs would send the server."
+  (let ((reply nil)
+        (sly-agent-q-approval-function approver))
+    (cl-letf (((symbol-function 'sly-agent-q-call-reply)
+               (lambda (_call result) (setq reply result))))
+      (sly-agent-q-approval--start
+       (sly-agent-q-dispatch--make-call :id (plist-get params :callId) :kind "approval" :params params))
+      (sly-agent-q-test-wait (lambda () reply) 20 "the approval's reply"))
+    reply))
+
+(ert-deftest sly-agent-q-approval-request-of-an-evaluation ()
+  "An evaluation is put to an approval function as the documented request:
+the server's keys, no target, no diff, no hunks; a decision given as
+a symbol is sent as the protocol's string."
+  (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+         (request nil)
+         (reply (sly-agent-q-approval-test--decide
+                 (list :tool "eval_form" :capability "eval_form" :review "arguments"
+                       :arguments '(:form "(delete-file \"x\")" :package "CL-USER")
+                       :lispArguments ["form"] :safetyLevel "cautious"
+                       :description "Evaluate forms in the image." :callId "E1"
+                       :reason '(:kind "level"))
+                 (lambda (r callback) (setq request r) (funcall callback '(:decision approved))))))
+    (unwind-protect
+        (progn
+          (should (equal request
+                         '(:tool "eval_form" :arguments (:form "(delete-file \"x\")" :package "CL-USER")
+                                 :safetyLevel "cautious" :description "Evaluate forms in the image."
+                                 :callId "E1" :reason (:kind "level") :lispArguments ["form"])))
+          (should (equal (plist-get reply :decision) "approved")))
+      (delete-directory sly-agent-q-project-root t))))
+
+(ert-deftest sly-agent-q-approval-pending-kept-in-a-list ()
+  "The approvals waiting are the chat's list, oldest first: answered or
+withdrawn, one leaves it; the chat buffer killed denies those left."
+  (let* ((sly-agent-q-project-root (make-temp-file "agent-q-root" t))
+         (sly-agent-q-chat-buffer-name "*sly-agent-q approval list test*")
+         (decisions nil)
+         (calls (mapcar (lambda (id) (sly-agent-q-dispatch--make-call :id id :kind "approval"))
+                        '("A" "B" "C"))))
+    (unwind-protect
+        (let ((buffer (sly-agent-q-chat-buffer)))
+          (dolist (call calls)
+            (let ((id (sly-agent-q-call-id call)))
+              (sly-agent-q-approval--ask call (list :tool "write_file" :arguments (list :path id)
+                                                    :safetyLevel "dangerous" :callId id)
+                                         (lambda (d) (push (cons id d) decisions)))))
+          (should (equal (mapcar (lambda (a) (plist-get (sly-agent-q-approval-request a) :callId))
+                                 (sly-agent-q-approval--pending buffer))
+                         '("A" "B" "C")))
+          ;; C-c C-r and y answer the oldest.
+          (with-current-buffer buffer
+            (goto-char (point-max))
+            (sly-agent-q-approve))
+          (should (equal (cdr (assoc "A" decisions)) '(:decision "approved")))
+          ;; The server withdraws B.
+          (sly-agent-q-call-drop (nth 1 calls) "timeout")
+          (should (equal (mapcar (lambda (a) (plist-get (sly-agent-q-approval-request a) :callId))
+                                 (sly-agent-q-approval--pending buffer))
+                         '("C")))
+          (kill-buffer buffer)
+          (should (equal (cdr (assoc "C" decisions))
+                         '(:decision "denied" :reason "the user closed the chat buffer")))
+          (should-not (assoc "B" decisions)))
+      (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
       (delete-directory sly-agent-q-project-root t))))
 
 (provide 'sly-agent-q-approval-test)

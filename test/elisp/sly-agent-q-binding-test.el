@@ -44,7 +44,7 @@
   (declare (indent 1))
   `(let* ((,var (file-name-as-directory (make-temp-file "agent-q-root" t)))
           (sly-agent-q-project-root ,var))
-     (unless (fboundp 'sly-agent-q-tools-call)
+     (unless (fboundp 'sly-agent-q-tool-call-run)
        (ert-skip "sly-agent-q-tools.el is not there"))
      ,@body))
 

@@ -27,6 +27,8 @@
 (require 'sly-agent-q-test-helper
          (expand-file-name "sly-agent-q-test-helper"
                            (file-name-directory (or load-file-name buffer-file-name))))
+;; The approvals drawn are found the way a user scanning the buffer would.
+(require 'text-property-search)
 
 (defun sly-agent-q-test--text (text &rest more)
   "A text content block of TEXT (and MORE concatenated)."
@@ -46,7 +48,7 @@
 
 (ert-deftest sly-agent-q-chat-streams-and-runs-a-tool ()
   "A turn streams text, runs a tool in Emacs and finishes with the final text."
-  (let* ((tools (fboundp 'sly-agent-q-tools-call))
+  (let* ((tools (fboundp 'sly-agent-q-tool-call-run))
          (tool (if tools "current_directory" "describe_symbol"))
          (root (make-temp-file "agent-q-root" t))
          (sly-agent-q-project-root root))
@@ -149,7 +151,7 @@
   (declare (indent 1))
   `(let* ((,var (file-name-as-directory (make-temp-file "agent-q-root" t)))
           (sly-agent-q-project-root ,var))
-     (unless (fboundp 'sly-agent-q-tools-call)
+     (unless (fboundp 'sly-agent-q-tool-call-run)
        (ert-skip "sly-agent-q-tools.el is not there"))
      ,@body))
 
@@ -557,7 +559,7 @@ Its answer is a successful tool call: the mark comes from its status line."
   "Shutting down (as on kill-emacs) ends the server with exit status 0."
   (sly-agent-q-test-with-server (sly-agent-q-test--script)
     (let ((proc (jsonrpc--process (sly-agent-q-server-connection))))
-      (sly-agent-q--kill-emacs)
+      (sly-agent-q-server--kill-emacs)
       (sly-agent-q-test-wait (lambda () (not (process-live-p proc))) 5 "the server to exit")
       (should (eq (process-status proc) 'exit))
       (should (= 0 (process-exit-status proc)))
@@ -683,7 +685,7 @@ Its answer is a successful tool call: the mark comes from its status line."
 (ert-deftest sly-agent-q-chat-events-buffer-initargs ()
   "The events buffer is configured with what the running jsonrpc.el knows."
   (let ((slots (mapcar #'eieio-slot-descriptor-name (eieio-class-slots 'jsonrpc-connection))))
-    (should (equal (sly-agent-q--events-buffer-initargs 1000)
+    (should (equal (sly-agent-q-server--events-buffer-initargs 1000)
                    (if (memq '-events-buffer-config slots)
                        '(:events-buffer-config (:size 1000 :format full))
                      '(:events-buffer-scrollback-size 1000)))))

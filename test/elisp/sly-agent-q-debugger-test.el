@@ -58,14 +58,14 @@
 (defun sly-agent-q-debugger-test--call (capability args)
   "Run CAPABILITY with ARGS through the tools' dispatch; return (CONTENT ERROR)."
   (let (answer)
-    (sly-agent-q-tools-call capability args (lambda (content error) (setq answer (list content error))))
+    (sly-agent-q-tool-call-run capability args (lambda (content error) (setq answer (list content error))))
     answer))
 
 (ert-deftest sly-agent-q-debugger-capabilities-registered ()
   "Every debugger tool has its Emacs handler."
   (dolist (name '("debugger_state" "debugger_frame_locals" "debugger_eval_in_frame"
                   "debugger_inspect_local" "debugger_invoke_restart"))
-    (should (member name (sly-agent-q-tools-capabilities)))))
+    (should (member name (sly-agent-q-tool-call-capabilities)))))
 
 (ert-deftest sly-agent-q-debugger-none-open ()
   "Without a debugger the tools say so; nothing waits."
@@ -93,13 +93,13 @@
 (ert-deftest sly-agent-q-debugger-approval-names-the-restart ()
   "The approval's first line names the restart, its description, thread, level and condition."
   (sly-agent-q-debugger-test--with-debugger
-    (let* ((preview (sly-agent-q-tools-preview "debugger_invoke_restart" '(:restart 0)))
+    (let* ((preview (sly-agent-q-tool-preview "debugger_invoke_restart" '(:restart 0)))
            (detail (plist-get preview :detail)))
       (should (string-match-p "restart 0 \\[RETRY-PARSE\\] Parse the input again" detail))
       (should (string-match-p "thread 7, level 2" detail))
       (should (string-match-p "no non-whitespace" detail)))
     ;; A restart the debugger lacks is refused before anyone is asked.
-    (should-error (sly-agent-q-tools-preview "debugger_invoke_restart" '(:restart 9))
+    (should-error (sly-agent-q-tool-preview "debugger_invoke_restart" '(:restart 9))
                   :type 'sly-agent-q-tool-error)))
 
 (ert-deftest sly-agent-q-debugger-ask-fills-the-chat-input ()
@@ -143,13 +143,13 @@ condition's text stays as the image gave it."
     (sly-agent-q-define-tool "test_broken"
       :handler (cl-function (lambda (&key _x) (lambda (_answer) (error "Boom"))))
       :changes nil)
-    (sly-agent-q-tools-call "test_later" nil (lambda (c e) (push (list c e) answers)))
+    (sly-agent-q-tool-call-run "test_later" nil (lambda (c e) (push (list c e) answers)))
     (should-not answers)
     (funcall later "done" nil)
     (funcall later "again" nil)
     (should (equal answers '(("done" nil))))
     (setq answers nil)
-    (sly-agent-q-tools-call "test_broken" nil (lambda (c e) (push (list c e) answers)))
+    (sly-agent-q-tool-call-run "test_broken" nil (lambda (c e) (push (list c e) answers)))
     (should (= (length answers) 1))
     (should (string-match-p "Boom" (cadr (car answers))))))
 
@@ -161,7 +161,7 @@ condition's text stays as the image gave it."
       :handler (cl-function (lambda (&key _x)
                               (lambda (answer) (setq later answer) (lambda () (cl-incf stopped)))))
       :changes nil)
-    (let ((stop (sly-agent-q-tools-call "test_stoppable" nil (lambda (c e) (push (list c e) answers)))))
+    (let ((stop (sly-agent-q-tool-call-run "test_stoppable" nil (lambda (c e) (push (list c e) answers)))))
       (should (functionp stop))
       (funcall stop)
       (funcall stop)
@@ -169,7 +169,7 @@ condition's text stays as the image gave it."
       (should (= stopped 1))
       (should (equal answers '((nil "The call was cancelled.")))))
     ;; A call answered at once returns nil.
-    (should-not (sly-agent-q-tools-call "debugger_state" nil #'ignore))))
+    (should-not (sly-agent-q-tool-call-run "debugger_state" nil #'ignore))))
 
 (ert-deftest sly-agent-q-debugger-approval-summary-shows-detail ()
   "The approval in the chat shows what the restart acts on as its target, drawn by the product."
@@ -201,12 +201,12 @@ recent debugger is no longer the one shown, so the call is refused."
                           ("debugger_inspect_local" :frame 0 :local 0)))
             (setq open (list mine))
             (let* ((tool (car call)) (args (cdr call))
-                   (approved (sly-agent-q-tools-target tool args)))
+                   (approved (sly-agent-q-tool-preview-target tool args)))
               ;; The same debugger at the run: it runs.
-              (sly-agent-q-tools-check-approved (list :tool tool :arguments args :target approved))
+              (sly-agent-q-tool-preview-check-approved (list :tool tool :arguments args :target approved))
               ;; Thread 9 stops in the debugger while the approval waits.
               (setq open (list other mine))
-              (let ((err (should-error (sly-agent-q-tools-check-approved
+              (let ((err (should-error (sly-agent-q-tool-preview-check-approved
                                         (list :tool tool :arguments args :target approved))
                                        :type 'sly-agent-q-tool-error)))
                 (should (string-match-p "changed while the approval waited" (cadr err)))))))

@@ -34,7 +34,7 @@
 (require 'cl-lib)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-tools-test)
-(require 'sly-agent-q-diff-review)
+(require 'sly-agent-q-approval)
 (require 'sly-agent-q-test-helper)
 
 ;; The helpers come from sly-agent-q-tools-test.el; its tests run from
@@ -85,7 +85,7 @@
 Wait for the first: the hunks come from the server."
   (let ((decisions nil)
         (sly-agent-q-approval-function approver))
-    (sly-agent-q-diff-review args (lambda (d) (push d decisions)) "propose_file_edit")
+    (sly-agent-q-approval-review-edit args (lambda (d) (push d decisions)) "propose_file_edit")
     (sly-agent-q-test-wait (lambda () decisions) 20 "the review's decision")
     decisions))
 
@@ -186,6 +186,57 @@ Wait for the first: the hunks come from the server."
       (should (equal (sly-agent-q-diff-test-expected '(1 3)) (sly-agent-q-tools-test--contents "src/a.lisp")))
       (should-not (sly-agent-q-tools-test--temp-files)))))
 
+(ert-deftest sly-agent-q-diff-test-request-of-a-file-edit ()
+  "A file edit goes the approval's one route to an approval function:
+the documented request, the server's keys with :review, :path, :hunks
+\(:index :header :text each, nothing else) and the :diff of those
+hunks; the accepted hunks come back as the decision the server gets,
+bound to what was reviewed."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((arguments (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
+                            :description "Three changes"))
+           (request nil) (reply nil)
+           (sly-agent-q-approval-function
+            (lambda (r callback) (setq request r) (funcall callback '(:accepted_hunks [3 1])))))
+      (cl-letf (((symbol-function 'sly-agent-q-call-reply)
+                 (lambda (_call result) (setq reply result))))
+        (sly-agent-q-approval--start
+         (sly-agent-q-dispatch--make-call
+          :id "P1" :kind "approval"
+          :params (list :tool "propose_file_edit" :capability "propose_file_edit" :review "diff"
+                        :arguments arguments :safetyLevel "dangerous"
+                        :description "Propose a file change." :callId "P1"
+                        :reason '(:kind "level"))))
+        (sly-agent-q-test-wait (lambda () reply) 20 "the approval's reply"))
+      ;; The keys, in the documented order, and nothing else.
+      (should (equal (cl-loop for (key _) on request by #'cddr collect key)
+                     '(:tool :arguments :safetyLevel :description :callId :reason :review
+                             :path :diff :new-file :hunks)))
+      (should (equal (plist-get request :tool) "propose_file_edit"))
+      (should (equal (plist-get request :arguments) arguments))
+      (should (equal (plist-get request :description) "Propose a file change."))
+      (should (equal (plist-get request :review) "diff"))
+      (should (equal (plist-get request :path) "src/a.lisp"))
+      (should-not (plist-get request :new-file))
+      (let ((hunks (plist-get request :hunks)))
+        (should (vectorp hunks))
+        (should (= 3 (length hunks)))
+        (dotimes (i 3)
+          (should (equal (cl-loop for (key _) on (aref hunks i) by #'cddr collect key)
+                         '(:index :header :text)))
+          (should (= (1+ i) (plist-get (aref hunks i) :index)))
+          ;; The diff is those hunks.
+          (should (string-search (concat (plist-get (aref hunks i) :header) "\n"
+                                         (plist-get (aref hunks i) :text))
+                                 (plist-get request :diff)))))
+      (should (string-prefix-p "--- a/src/a.lisp\n+++ b/src/a.lisp\n" (plist-get request :diff)))
+      ;; The answer, normalized: the hunks sorted, on the call's own arguments.
+      (should (equal (plist-get reply :decision) "modified"))
+      (should (equal (plist-get (plist-get reply :arguments) :accepted_hunks) [1 3]))
+      (should (equal (plist-get (plist-get reply :arguments) :description) "Three changes"))
+      (should (stringp (plist-get reply :target))))))
+
 (ert-deftest sly-agent-q-diff-test-scripted-short-answers ()
   (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
@@ -222,17 +273,17 @@ Wait for the first: the hunks come from the server."
   "Open the review buffer for ARGS; return (BUFFER . DECISIONS-CELL)."
   (let* ((cell (list nil))
          (sly-agent-q-approval-function nil)
-         (sly-agent-q-diff-display-function #'display-buffer)
-         (buffer (sly-agent-q-diff-review args (lambda (d) (push d (car cell))))))
+         (sly-agent-q-diff-review-display-function #'display-buffer)
+         (buffer (sly-agent-q-approval-review-edit args (lambda (d) (push d (car cell))))))
     (should (bufferp buffer))
     ;; The review shows once the server's hunks came.
-    (sly-agent-q-test-wait (lambda () (and (buffer-local-value 'sly-agent-q-diff--current buffer)
+    (sly-agent-q-test-wait (lambda () (and (buffer-local-value 'sly-agent-q-diff-review--current buffer)
                                            (get-buffer-window buffer)))
                            20 "the review to show")
     ;; A large review's hunks are drawn in steps.
-    (let ((review (buffer-local-value 'sly-agent-q-diff--current buffer)))
-      (sly-agent-q-test-wait (lambda () (= (sly-agent-q-diff--review-drawn review)
-                                           (length (sly-agent-q-diff--review-states review))))
+    (let ((review (buffer-local-value 'sly-agent-q-diff-review--current buffer)))
+      (sly-agent-q-test-wait (lambda () (= (sly-agent-q-diff-review--review-drawn review)
+                                           (length (sly-agent-q-diff-review--review-states review))))
                              10 "every hunk drawn"))
     (should (null (car cell)))
     (cons buffer cell)))
@@ -253,7 +304,7 @@ Wait for the first: the hunks come from the server."
         (should (string-match-p "^## Hunk 2 of 3: PENDING" (buffer-string)))
         ;; Point starts on hunk 1; accept it at point: point moves to hunk 2.
         (should (= 1 (get-text-property (point) 'sly-agent-q-diff-hunk)))
-        (sly-agent-q-diff-accept-hunk)
+        (sly-agent-q-diff-review-accept-hunk)
         (should (= 2 (get-text-property (point) 'sly-agent-q-diff-hunk)))
         (should (string-match-p "^## Hunk 1 of 3: ACCEPTED" (buffer-string)))
         ;; Reject hunk 2 at point, then accept hunk 3 with its key.
@@ -274,13 +325,13 @@ Wait for the first: the hunks come from the server."
         (push-button (match-beginning 1))
         (should (string-match-p "^## Hunk 3 of 3: ACCEPTED" (buffer-string)))
         ;; RET shows the file at the hunk.
-        (sly-agent-q-diff--goto-hunk 3)
+        (sly-agent-q-diff-review--goto-hunk 3)
         (forward-line 2)
         (call-interactively (key-binding (kbd "RET")))
         (let ((visiting (find-buffer-visiting (sly-agent-q-tools-test--file "src/a.lisp"))))
           (should visiting)
           (should (= 25 (with-current-buffer visiting (line-number-at-pos)))))
-        (sly-agent-q-diff-finish))
+        (sly-agent-q-diff-review-finish))
       (should-not (buffer-live-p buffer))
       (should (= 1 (length (car cell))))
       (let ((decision (caar cell)))
@@ -299,16 +350,16 @@ Wait for the first: the hunks come from the server."
       ;; Reject all, then finish.
       (let* ((opened (sly-agent-q-diff-test-open-review args)))
         (with-current-buffer (car opened)
-          (sly-agent-q-diff-accept-hunk 2)
-          (sly-agent-q-diff-reject-all)
+          (sly-agent-q-diff-review-accept-hunk 2)
+          (sly-agent-q-diff-review-reject-all)
           (call-interactively (key-binding (kbd "C-c C-c"))))
         (should (equal '((:decision "denied" :reason "The user rejected every hunk"))
                        (cadr opened))))
       ;; Undecided hunks count as rejected.
       (let* ((opened (sly-agent-q-diff-test-open-review args)))
         (with-current-buffer (car opened)
-          (sly-agent-q-diff-accept-hunk 3)
-          (sly-agent-q-diff-finish))
+          (sly-agent-q-diff-review-accept-hunk 3)
+          (sly-agent-q-diff-review-finish))
         (should (equal [3] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))
       ;; Accept all, with the header's buttons.
       (let* ((opened (sly-agent-q-diff-test-open-review args)))
@@ -352,8 +403,8 @@ Said yes (or with nothing accepted), the echo area says the edit was rejected."
                  (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
         (let ((opened (sly-agent-q-diff-test-open-review args)))
           (with-current-buffer (car opened)
-            (sly-agent-q-diff-accept-hunk 1)
-            (sly-agent-q-diff-accept-hunk 3)
+            (sly-agent-q-diff-review-accept-hunk 1)
+            (sly-agent-q-diff-review-accept-hunk 3)
             (call-interactively (key-binding "q")))
           ;; Asked, naming what would be lost; answered no: nothing sent, still open.
           (should (= 1 (length asked)))
@@ -394,7 +445,7 @@ thrown away without a word."
                  (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
         (let ((opened (sly-agent-q-diff-test-open-review args)))
           (with-current-buffer (car opened)
-            (sly-agent-q-diff-accept-hunk 2))
+            (sly-agent-q-diff-review-accept-hunk 2))
           (kill-buffer (car opened))
           ;; Asked, naming what would be lost; answered no: nothing sent, still open.
           (should (= 1 (length asked)))
@@ -431,7 +482,7 @@ thrown away without a word."
 (defun sly-agent-q-diff-test-hunk-bounds (index)
   "The (START . END) of hunk INDEX's text in the review buffer."
   (save-excursion
-    (should (sly-agent-q-diff--goto-hunk index))
+    (should (sly-agent-q-diff-review--goto-hunk index))
     (cons (point) (next-single-property-change (point) 'sly-agent-q-diff-hunk nil (point-max)))))
 
 (ert-deftest sly-agent-q-diff-test-review-redraws-one-hunk ()
@@ -449,7 +500,7 @@ thrown away without a word."
                (changes nil)
                (record (lambda (beg end _len) (push (cons beg end) changes))))
           (add-hook 'after-change-functions record nil t)
-          (unwind-protect (sly-agent-q-diff-accept-hunk 2)
+          (unwind-protect (sly-agent-q-diff-review-accept-hunk 2)
             (remove-hook 'after-change-functions record t))
           (should changes)
           (let ((second (sly-agent-q-diff-test-hunk-bounds 2))
@@ -472,11 +523,11 @@ thrown away without a word."
             (should (equal text (buffer-substring-no-properties (point-min) (point-max))))
             (should (= line (line-number-at-pos))))
           ;; Deciding after g still redraws that hunk alone.
-          (sly-agent-q-diff-reject-hunk 1)
+          (sly-agent-q-diff-review-reject-hunk 1)
           (should (equal third (funcall text-of 3)))
           (should (string-match-p "^## Hunk 1 of 3: REJECTED" (buffer-string)))
           (should (string-match-p "\n## 2 of 3 hunks decided, 1 accepted\\.\n\\'" (buffer-string))))
-        (sly-agent-q-diff-finish))
+        (sly-agent-q-diff-review-finish))
       (should (equal [2] (plist-get (plist-get (car (cadr opened)) :arguments) :accepted_hunks))))))
 
 (ert-deftest sly-agent-q-diff-test-large-review-drawn-in-steps ()
@@ -487,26 +538,26 @@ counts every hunk, and g while the hunks are drawn starts again with
 none drawn twice."
   (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
-    (let ((sly-agent-q-diff--hunks-per-step 1)
+    (let ((sly-agent-q-diff-review--hunks-per-step 1)
           (steps nil))
-      (advice-add 'sly-agent-q-diff--draw-more :after
+      (advice-add 'sly-agent-q-diff-review--draw-more :after
                   (lambda (review ewoc)
                     ;; A step of a chain g replaced draws nothing, and is not counted.
-                    (when (eq ewoc (sly-agent-q-diff--review-ewoc review))
-                      (push (sly-agent-q-diff--review-drawn review) steps)
+                    (when (eq ewoc (sly-agent-q-diff-review--review-ewoc review))
+                      (push (sly-agent-q-diff-review--review-drawn review) steps)
                       (pcase (length steps)
                         ;; Keys pressed between the steps.
                         (1 (should (= 1 (how-many "^## Hunk " (point-min) (point-max))))
-                           (sly-agent-q-diff-accept-all))
+                           (sly-agent-q-diff-review-accept-all))
                         (2 (should (= 2 (how-many "^## Hunk " (point-min) (point-max))))
-                           (sly-agent-q-diff-redisplay)))))
+                           (sly-agent-q-diff-review-redisplay)))))
                   '((name . record-steps)))
       (unwind-protect
           (let ((opened (sly-agent-q-diff-test-open-review
                          (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)))))
             (with-current-buffer (car opened)
               (sly-agent-q-test-wait
-               (lambda () (= 3 (sly-agent-q-diff--review-drawn sly-agent-q-diff--current)))
+               (lambda () (= 3 (sly-agent-q-diff-review--review-drawn sly-agent-q-diff-review--current)))
                10 "every hunk drawn")
               ;; The chain g left behind drew nothing more.
               (sly-agent-q-test-sleep 0.1)
@@ -514,10 +565,10 @@ none drawn twice."
               (should (= 3 (how-many "^## Hunk " (point-min) (point-max))))
               (should (= 3 (how-many "^## Hunk [0-9] of 3: ACCEPTED" (point-min) (point-max))))
               (should (string-match-p "\n## 3 of 3 hunks decided, 3 accepted\\.\n\\'" (buffer-string)))
-              (sly-agent-q-diff-finish))
+              (sly-agent-q-diff-review-finish))
             (should (equal [1 2 3] (plist-get (plist-get (car (cadr opened)) :arguments)
                                               :accepted_hunks))))
-        (advice-remove 'sly-agent-q-diff--draw-more 'record-steps)))))
+        (advice-remove 'sly-agent-q-diff-review--draw-more 'record-steps)))))
 
 ;;;; A broken server's hunks
 
@@ -556,10 +607,10 @@ were written."
             (should (string-match-p "^@@ -13,6 \\+12,7 @@$" (buffer-string)))
             (should (string-match-p "^\\+(inserted after 15)$" (buffer-string)))
             (should (string-match-p "^-(line 28)\n\\+(line 28 changed)$" (buffer-string)))
-            (sly-agent-q-diff-accept-hunk 3)
-            (sly-agent-q-diff-reject-hunk 1)
-            (sly-agent-q-diff-reject-hunk 2)
-            (sly-agent-q-diff-finish))
+            (sly-agent-q-diff-review-accept-hunk 3)
+            (sly-agent-q-diff-review-reject-hunk 1)
+            (sly-agent-q-diff-review-reject-hunk 2)
+            (sly-agent-q-diff-review-finish))
           ;; What is written is what the review showed of hunk 3.
           (let ((decision (car (car cell))))
             (should (equal [3] (plist-get (plist-get decision :arguments) :accepted_hunks)))
@@ -591,7 +642,7 @@ a large edit's review held Emacs for the whole screen's hunks at once."
              (window (get-buffer-window buffer)))
         (should window)
         (with-current-buffer buffer
-          (should (= 60 (length (sly-agent-q-diff--review-states sly-agent-q-diff--current))))
+          (should (= 60 (length (sly-agent-q-diff-review--review-states sly-agent-q-diff-review--current))))
           ;; Fontifying the whole review, as redisplay would, refines nothing
           ;; (timers may have refined hunks in view while the hunks were drawn).
           (let ((refined (lambda () (cl-loop for i from 1 to 60
@@ -612,11 +663,11 @@ a large edit's review held Emacs for the whole screen's hunks at once."
                                  "hunk 60's words refined once in view")
           ;; A hunk redrawn when decided is refined again.
           (set-window-start window (point-min))
-          (sly-agent-q-diff-accept-hunk 1)
+          (sly-agent-q-diff-review-accept-hunk 1)
           (should-not (sly-agent-q-diff-test-refined-p 1))
           (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10
                                  "hunk 1 refined again after its redraw")
-          (sly-agent-q-diff-abort))))))
+          (sly-agent-q-diff-review-abort))))))
 
 (ert-deftest sly-agent-q-diff-test-review-without-diff-program ()
   "Without a `diff' program the review shows, decides and refines nothing, silently.
@@ -634,13 +685,13 @@ Each hunk in view ran the missing program again and logged its error."
           ;; The refinement ran over the hunks in view and stopped.
           (sly-agent-q-test-wait (lambda () (and (get-text-property (car (sly-agent-q-diff-test-hunk-bounds 1))
                                                                     'sly-agent-q-diff-refined)
-                                                 (not sly-agent-q-diff--refine-timer)))
+                                                 (not sly-agent-q-diff-review--refine-timer)))
                                  10 "the hunks in view done")
           (should-not (sly-agent-q-diff-test-refined-p 1))
-          (sly-agent-q-diff-accept-hunk 1)
+          (sly-agent-q-diff-review-accept-hunk 1)
           (should (string-match-p "^## Hunk 1 of 10: ACCEPTED" (buffer-string)))
-          (sly-agent-q-test-wait (lambda () (not sly-agent-q-diff--refine-timer)) 10 "the refinement idle")
-          (sly-agent-q-diff-abort))
+          (sly-agent-q-test-wait (lambda () (not sly-agent-q-diff-review--refine-timer)) 10 "the refinement idle")
+          (sly-agent-q-diff-review-abort))
         (should-not (string-match-p "diff-program\\|Refining"
                                     (with-current-buffer (messages-buffer)
                                       (buffer-substring logged (point-max)))))))))
@@ -657,7 +708,7 @@ Refining one hunk of a long line held Emacs in one timer for seconds
       (sly-agent-q-tools-test--write "long.lisp" old)
       (let ((buffer (car (sly-agent-q-diff-test-open-review (list :path "long.lisp" :new_content new)))))
         (with-current-buffer buffer
-          (should (= 2 (length (sly-agent-q-diff--review-states sly-agent-q-diff--current))))
+          (should (= 2 (length (sly-agent-q-diff-review--review-states sly-agent-q-diff-review--current))))
           (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-test-refined-p 1)) 10 "hunk 1's words refined")
           (let ((window (get-buffer-window buffer))
                 (start (car (sly-agent-q-diff-test-hunk-bounds 2))))
@@ -667,7 +718,7 @@ Refining one hunk of a long line held Emacs in one timer for seconds
                                                                'sly-agent-q-diff-refined))
                                  60 "hunk 2 done")
           (should-not (sly-agent-q-diff-test-refined-p 2))
-          (sly-agent-q-diff-abort))))))
+          (sly-agent-q-diff-review-abort))))))
 
 (ert-deftest sly-agent-q-diff-test-approval-of-a-dropped-call-not-asked ()
   "A call cancelled while its diff's hunks were on their way is not put to the user.
@@ -675,7 +726,7 @@ The approval was asked once the hunks came, for a call already
 dropped: it stayed pending in the chat, and nothing could answer it."
   (sly-agent-q-diff-test--with-server
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
-    (let ((call (sly-agent-q--make-call
+    (let ((call (sly-agent-q-dispatch--make-call
                  :id "e1" :kind "approval"
                  :params (list :tool "write_file" :capability "write_file" :callId "c1"
                                :arguments (list :path "a.lisp" :content (sly-agent-q-diff-test-new)))))
@@ -712,14 +763,14 @@ first display for seconds, and again each time the hunk was redrawn."
                         (list :path "short.lisp" :new_content (sly-agent-q-diff-test-new))))))
       (with-current-buffer buffer
         (should (sly-agent-q-diff-test-colored-p 1))
-        (sly-agent-q-diff-abort)))
+        (sly-agent-q-diff-review-abort)))
     (let ((buffer (car (sly-agent-q-diff-test-open-review
                         (list :path "new.lisp"
                               :new_content (sly-agent-q-tools-test--lines 2000 "(defun f%d (x) (list x))\n"))))))
       (with-current-buffer buffer
         (should (string-match-p "^\\+(defun f1999 (x) (list x))$" (buffer-string)))
         (should-not (sly-agent-q-diff-test-colored-p 1))
-        (sly-agent-q-diff-abort)))))
+        (sly-agent-q-diff-review-abort)))))
 
 ;;;; Changes between review and apply
 
@@ -749,15 +800,15 @@ first had written, and a hunk its user had rejected was written."
                       (list :path "a.lisp" :new_content (sly-agent-q-diff-test-new)
                             :description (cadr descriptions)))))
         (with-current-buffer (car first)
-          (sly-agent-q-diff-accept-hunk 1) (sly-agent-q-diff-reject-hunk 2) (sly-agent-q-diff-reject-hunk 3)
-          (sly-agent-q-diff-finish))
+          (sly-agent-q-diff-review-accept-hunk 1) (sly-agent-q-diff-review-reject-hunk 2) (sly-agent-q-diff-review-reject-hunk 3)
+          (sly-agent-q-diff-review-finish))
         (apply #'sly-agent-q-tools-test--ok "propose_file_edit"
                (plist-get (car (car (cdr first))) :arguments))
         (should (equal (sly-agent-q-diff-test-expected '(1)) (sly-agent-q-tools-test--contents "a.lisp")))
         ;; The second review showed hunk 2 as the line inserted after 15.
         (with-current-buffer (car second)
-          (sly-agent-q-diff-reject-hunk 1) (sly-agent-q-diff-accept-hunk 2) (sly-agent-q-diff-reject-hunk 3)
-          (sly-agent-q-diff-finish))
+          (sly-agent-q-diff-review-reject-hunk 1) (sly-agent-q-diff-review-accept-hunk 2) (sly-agent-q-diff-review-reject-hunk 3)
+          (sly-agent-q-diff-review-finish))
         (let ((msg (apply #'sly-agent-q-tools-test--fails "propose_file_edit"
                           (plist-get (car (car (cdr second))) :arguments))))
           (should (string-match-p "changed after the user reviewed the proposed edit, so nothing was applied" msg)))
@@ -1097,7 +1148,7 @@ land later, whole or in part, and Emacs must not wait on it."
     (let* ((sly-agent-q-permission-rules '((:action allow :tool "propose_file_edit")))
            (sly-agent-q-server-auto-restart t)
            ;; Its restart is not counted against the other tests' (three a minute).
-           (sly-agent-q--restart-times nil)
+           (sly-agent-q-server--restart-times nil)
            (file (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old)))
            (script
             (sly-agent-q-diff-test-edit-script)))
@@ -1138,7 +1189,7 @@ report away (the chat still showed the turn going, and its entry waiting)."
   (sly-agent-q-tools-test--with-project
     (let* ((sly-agent-q-server-auto-restart t)
            ;; Its restart is not counted against the other tests' (three a minute).
-           (sly-agent-q--restart-times nil)
+           (sly-agent-q-server--restart-times nil)
            (outcome nil)
            (script
             (sly-agent-q-diff-test-edit-script)))

@@ -129,7 +129,7 @@
             (list (expand-file-name "lisp-elisp" sly-agent-q-test-root))
             '(progn (require 'sly-agent-q)
                     (princ (list (featurep 'sly) (featurep 'slime)
-                                 (fboundp 'sly-agent-q) (fboundp 'sly-agent-q-tools-call)))))))
+                                 (fboundp 'sly-agent-q) (fboundp 'sly-agent-q-tool-call-run)))))))
     (should (equal r '(0 . "(nil nil t t)")))))
 
 (defun sly-agent-q-test--release-versions (root)

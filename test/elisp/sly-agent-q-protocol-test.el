@@ -42,24 +42,24 @@
 (ert-deftest sly-agent-q-protocol-matches-the-server ()
   "Every method, direction and kind, the call kinds and the error codes agree."
   (let ((server (sly-agent-q-protocol-test--server)))
-    (should (eql (alist-get 'version server) sly-agent-q-protocol-version))
+    (should (eql (alist-get 'version server) sly-agent-q-protocol-table-version))
     (should (equal (sly-agent-q-protocol-test--sorted
                     (mapcar (lambda (m)
                               (list (intern (alist-get 'method m))
                                     (intern (alist-get 'direction m))
                                     (intern (alist-get 'kind m))))
                             (alist-get 'methods server)))
-                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-methods)))
+                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-table-methods)))
     (should (equal (sly-agent-q-protocol-test--sorted (mapcar #'intern (alist-get 'emacsCallKinds server)))
-                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-call-kinds)))
+                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-table-call-kinds)))
     (should (equal (sly-agent-q-protocol-test--sorted
                     (mapcar (lambda (c) (cons (sly-agent-q-protocol-test--kebab (symbol-name (car c))) (cdr c)))
                             (alist-get 'errorCodes server)))
-                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-error-codes)))))
+                   (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-table-error-codes)))))
 
 (ert-deftest sly-agent-q-protocol-every-notification-has-a-method ()
   "Each notification the server may send has its method, and each method a notification."
-  (let ((sent (cl-loop for (method direction kind) in sly-agent-q-protocol-methods
+  (let ((sent (cl-loop for (method direction kind) in sly-agent-q-protocol-table-methods
                        when (and (eq direction 'server->emacs) (eq kind 'notification))
                        collect method))
         (handled (sly-agent-q-protocol-test--eql-methods 'sly-agent-q-handle-notification 1)))
@@ -73,7 +73,7 @@
   "Each kind of emacs/call has its method, and no method answers another kind."
   (should (equal (sly-agent-q-protocol-test--sorted
                   (sly-agent-q-protocol-test--eql-methods 'sly-agent-q-handle-call 0))
-                 (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-call-kinds))))
+                 (sly-agent-q-protocol-test--sorted sly-agent-q-protocol-table-call-kinds))))
 
 (ert-deftest sly-agent-q-protocol-undeclared-methods-are-refused ()
   "Emacs sends no method the protocol lacks, and ignores one it receives."
@@ -94,7 +94,7 @@
   "The generated shapes are those the server describes (--protocol's shapes)."
   (let ((server (sly-agent-q-protocol-test--server)))
     (should (equal (sort (mapcar (lambda (s) (symbol-name (car s))) (alist-get 'shapes server)) #'string<)
-                   (sort (mapcar #'car sly-agent-q-protocol-shapes) #'string<)))))
+                   (sort (mapcar #'car sly-agent-q-protocol-table-shapes) #'string<)))))
 
 (ert-deftest sly-agent-q-protocol-renamed-key-fails ()
   "The configuration Emacs writes out is in shape; renamed in the description, a key fails the check."
@@ -104,10 +104,10 @@
     (should (plist-get (plist-get params :configuration) :model))
     (should-not (sly-agent-q-protocol-check "configuration/change" :params params))
     ;; The description with "model" renamed: the same message no longer passes.
-    (let ((types (copy-tree sly-agent-q-protocol-shape-types)))
+    (let ((types (copy-tree sly-agent-q-protocol-table-shape-types)))
       (setcar (assoc "model" (cdr (assoc "Configuration" types))) "modelRenamed")
       (setq renamed types))
-    (let ((sly-agent-q-protocol-shape-types renamed))
+    (let ((sly-agent-q-protocol-table-shape-types renamed))
       (should (member "configuration/change :params.configuration: unknown key model"
                       (sly-agent-q-protocol-check "configuration/change" :params params))))
     ;; And a key Emacs would misspell is caught against the real description.

@@ -52,7 +52,7 @@
 (ert-deftest sly-agent-q-server-node-missing ()
   "A missing node gives a clear message."
   (let ((sly-agent-q-node-program "/nonexistent/node-xyz")
-        (sly-agent-q--node-checked nil))
+        (sly-agent-q-locate--node-checked nil))
     (let ((err (should-error (sly-agent-q-locate-node) :type 'user-error)))
       (should (string-match-p "cannot find Node.js" (cadr err)))
       (should (string-match-p "20 or newer" (cadr err))))))
@@ -61,7 +61,7 @@
   "A node older than 20 gives a clear message."
   (let* ((dir (make-temp-file "agent-q-node" t))
          (fake (expand-file-name "node" dir))
-         (sly-agent-q--node-checked nil))
+         (sly-agent-q-locate--node-checked nil))
     (with-temp-file fake (insert "#!/bin/sh\necho v18.19.0\n"))
     (set-file-modes fake #o755)
     (let ((sly-agent-q-node-program fake))
@@ -82,12 +82,12 @@
     ;; Installed package: at the root, or in server/.
     (dolist (rel '("sly-agent-q-server.js" "server/sly-agent-q-server.js"))
       (let* ((pkg (file-name-as-directory (make-temp-file "agent-q-pkg" t)))
-             (sly-agent-q--lisp-directory pkg))
+             (sly-agent-q-locate--lisp-directory pkg))
         (make-directory (file-name-directory (expand-file-name rel pkg)) t)
         (write-region "" nil (expand-file-name rel pkg))
         (should (equal (sly-agent-q-server-locate) (expand-file-name rel pkg)))))
     (let* ((empty (file-name-as-directory (make-temp-file "agent-q-empty" t)))
-           (sly-agent-q--lisp-directory (expand-file-name "sub/" empty)))
+           (sly-agent-q-locate--lisp-directory (expand-file-name "sub/" empty)))
       (should-error (sly-agent-q-server-locate) :type 'user-error)))
   (let ((sly-agent-q-server-file "/nonexistent/server.js"))
     (should-error (sly-agent-q-server-locate) :type 'user-error)))
@@ -122,10 +122,10 @@
   "A trust level on any category the catalog has is sent as that category's level.
 \"systems\", \"debugger\", \"threads\" and \"tools\" were sent as levels of
 tools of those names, which nothing took: system_info still ran unasked."
-  (let* ((sly-agent-q-trust-levels (mapcar (lambda (c) (cons c 'dangerous)) sly-agent-q-protocol-tool-categories))
+  (let* ((sly-agent-q-trust-levels (mapcar (lambda (c) (cons c 'dangerous)) sly-agent-q-protocol-table-tool-categories))
          (config (sly-agent-q-server-configuration)))
-    (should (member "systems" sly-agent-q-protocol-tool-categories))
-    (dolist (c sly-agent-q-protocol-tool-categories)
+    (should (member "systems" sly-agent-q-protocol-table-tool-categories))
+    (dolist (c sly-agent-q-protocol-table-tool-categories)
       (should (equal (gethash c (plist-get config :categoryLevels)) "dangerous"))
       (should-not (gethash c (plist-get config :safetyOverrides))))))
 
@@ -396,7 +396,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
   "Show an approval (VAR bound to it) in a fresh chat; DECISION gets the answer."
   (declare (indent 2))
   `(sly-agent-q-test--with-chat
-     (let* ((call (sly-agent-q--make-call :id "e1" :kind "approval"))
+     (let* ((call (sly-agent-q-dispatch--make-call :id "e1" :kind "approval"))
             (request '(:tool "write_file" :arguments (:path "a.lisp" :content "(+ 1 2)")
                              :safetyLevel "dangerous" :description "Write" :callId "c1")))
        (sly-agent-q-approval--ask call request (lambda (d) (setq ,decision d)))
@@ -443,7 +443,7 @@ nor an edit of its arguments; the tool's level both.  Asked for anyway, they say
       (let ((decision nil)
             (request (list :tool "write_file" :arguments '(:path "a.lisp" :content "x")
                            :safetyLevel "dangerous" :callId (car case) :reason (nth 1 case))))
-        (sly-agent-q-approval--ask (sly-agent-q--make-call :id (car case) :kind "approval") request
+        (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id (car case) :kind "approval") request
                                    (lambda (d) (setq decision d)))
         (let* ((a (save-excursion (goto-char (point-max)) (search-backward "needs your approval")
                                   (get-text-property (point) 'sly-agent-q-approval)))
@@ -489,7 +489,7 @@ its process filter."
   "A Lisp form's edit buffer, left with C-c C-k, says it edits nothing at C-c C-c."
   (sly-agent-q-test--with-chat
     (let (decision)
-      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+      (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "e1" :kind "approval")
                                  '(:tool "eval_form" :arguments (:form "(+ 1 2)")
                                    :safetyLevel "cautious" :callId "c1")
                                  (lambda (d) (setq decision d)))
@@ -512,7 +512,7 @@ its process filter."
       (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
       (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
                                                             :arguments (:path "a.lisp") :safetyLevel "dangerous"))
-      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+      (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "e1" :kind "approval")
                                  '(:tool "write_file" :arguments (:path "a.lisp")
                                    :safetyLevel "dangerous" :callId "c1")
                                  (lambda (d) (setq decision d)))
@@ -539,7 +539,7 @@ its process filter."
   (let ((said nil) (cell (list nil)))
     (cl-letf (((symbol-function 'message)
                (lambda (fmt &rest r) (when fmt (push (apply #'format fmt r) said)))))
-      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+      (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "e1" :kind "approval")
                                  request (lambda (d) (setcar cell d))))
     (cons said cell)))
 
@@ -958,7 +958,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
                                         :arguments (:path "a.lisp" :content "x") :safetyLevel "dangerous"))
       (sly-agent-q-handle-notification nil 'chat/approvalNeeded '(:turnId "t1" :callId "c1" :name "write_file"))
       (should (string-match-p "write_file (dangerous) .*waiting for approval" (buffer-string)))
-      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+      (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "e1" :kind "approval")
                                  '(:tool "write_file" :arguments (:path "a.lisp" :content "x")
                                    :safetyLevel "dangerous" :callId "c1")
                                  (lambda (d) (setq decision d)))
@@ -1205,7 +1205,7 @@ told after the result changes nothing."
   "Killing the chat buffer denies the approvals waiting in it."
   (let (decision)
     (let ((sly-agent-q-chat-buffer-name "*sly-agent-q kill test*"))
-      (sly-agent-q-approval--ask (sly-agent-q--make-call :id "e1" :kind "approval")
+      (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "e1" :kind "approval")
                                  '(:tool "write_file" :arguments (:path "a") :safetyLevel "dangerous" :callId "c1")
                                  (lambda (d) (setq decision d)))
       (kill-buffer sly-agent-q-chat-buffer-name))
@@ -1217,18 +1217,19 @@ told after the result changes nothing."
          (sly-agent-q-project-root (make-temp-file "agent-q-routing" t)))
     (cl-letf (((symbol-function 'sly-agent-q-call-reply)
                (lambda (_call result) (push result replies)))
-              ((symbol-function 'sly-agent-q-diff-review)
-               (lambda (args cb &optional _tool _call-id) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
+              ;; The review route of the approval (hunks, then the approval function or the review buffer).
+              ((symbol-function 'sly-agent-q-approval--review-edit)
+               (lambda (params _preview cb) (setq reviewed (plist-get params :arguments)) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
       (let ((sly-agent-q-approval-function
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
         ;; Started at once, not from the timer the method uses.
         (sly-agent-q-approval--start
-         (sly-agent-q--make-call :id "e1" :kind "approval"
+         (sly-agent-q-dispatch--make-call :id "e1" :kind "approval"
                                  :params '(:tool "propose_file_edit" :capability "propose_file_edit" :review "diff"
                                            :arguments (:path "f.lisp" :new_content "x\n")
                                            :callId "c1")))
         (sly-agent-q-approval--start
-         (sly-agent-q--make-call :id "e2" :kind "approval"
+         (sly-agent-q-dispatch--make-call :id "e2" :kind "approval"
                                  :params '(:tool "x" :arguments (:a 1) :callId "c2")))))
     (delete-directory sly-agent-q-project-root t)
     (should (equal reviewed '(:path "f.lisp" :new_content "x\n")))
@@ -1236,7 +1237,7 @@ told after the result changes nothing."
                    ;; An approval carries the digest of what it was given for (its target).
                    `((:decision "denied" :reason "no hunks")
                      (:decision "approved" :always t
-                                :target ,(sly-agent-q-tools-digest nil)))))))
+                                :target ,(sly-agent-q-tool-preview-digest nil)))))))
 
 (ert-deftest sly-agent-q-server-dies-at-start ()
   "A server script that dies at once: the sender learns why, with its stderr."

@@ -312,7 +312,7 @@ chat says the server exited."
          (sly-agent-q-project-root root)
          (sly-agent-q-server-auto-restart t)
          ;; Its restart is not counted against the other tests' (three a minute).
-         (sly-agent-q--restart-times nil)
+         (sly-agent-q-server--restart-times nil)
          (approve (lambda (_request callback) (funcall callback '(:decision "approved")))))
     (sly-agent-q-test-with-server
         (sly-agent-q-sessions-test--script
@@ -416,9 +416,9 @@ chat says the server exited."
   (let* ((root (file-name-as-directory (make-temp-file "agent-q-root" t)))
          (outside (make-temp-file "agent-q-outside" nil nil "precious\n"))
          (sly-agent-q-project-root root))
-    (should-error (sly-agent-q-tools-rewind-change "file" outside "forged\n" "precious\n")
+    (should-error (sly-agent-q-tool-rewind-change "file" outside "forged\n" "precious\n")
                   :type 'sly-agent-q-tool-error)
-    (should-error (sly-agent-q-tools-rewind-change "file" outside nil "precious\n")
+    (should-error (sly-agent-q-tool-rewind-change "file" outside nil "precious\n")
                   :type 'sly-agent-q-tool-error)
     (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string)) "precious\n"))
     (let ((outcome (sly-agent-q-sessions-apply-rewind

@@ -198,7 +198,7 @@ whole history."
 
 (defmacro sly-agent-q-test-checking-protocol (&rest body)
   "Run BODY, then fail if a message either end sent meanwhile is out of shape.
-The shapes are server/protocol.ts's (`sly-agent-q-protocol-shapes')."
+The shapes are server/protocol.ts's (`sly-agent-q-protocol-table-shapes')."
   (declare (indent 0) (debug t))
   `(let ((sly-agent-q-test-protocol-problems nil)
          (sly-agent-q-test--call-kinds nil))

@@ -64,8 +64,8 @@
           (sly-agent-q-approval-function nil)
           (sly-agent-q-tools-max-chars 20000)
           (sly-agent-q-tools-max-lines 2000)
-          (sly-agent-q-tools-default-buffer-function
-           #'sly-agent-q-tools-last-user-buffer)
+          (sly-agent-q-files-default-buffer-function
+           #'sly-agent-q-files-last-user-buffer)
           (default-directory sly-agent-q-tools-test--root))
      (unwind-protect
          (progn ,@body)
@@ -103,7 +103,7 @@ A capability that answers later (the hunks of an edit come from the
 server) is waited for."
   (let ((calls 0) content error
         (deadline (+ (float-time) 20)))
-    (sly-agent-q-tools-call capability args
+    (sly-agent-q-tool-call-run capability args
                             (lambda (c e) (cl-incf calls) (setq content c error e)))
     (while (and (= calls 0) (< (float-time) deadline))
       (accept-process-output nil 0.05))
@@ -141,7 +141,7 @@ server) is waited for."
     (should (string-match-p "no tool capability \"frobnicate\""
                             (sly-agent-q-tools-test--fails "frobnicate")))
     (let ((calls 0) error)
-      (sly-agent-q-tools-call "read_file" 42 (lambda (_c e) (cl-incf calls) (setq error e)))
+      (sly-agent-q-tool-call-run "read_file" 42 (lambda (_c e) (cl-incf calls) (setq error e)))
       (should (= calls 1))
       (should (string-match-p "JSON object" error)))))
 
@@ -149,7 +149,7 @@ server) is waited for."
   (sly-agent-q-tools-test--with-project
     (sly-agent-q-tools-test--write "a.txt" "hello\n")
     (let ((calls 0))
-      (should-not (sly-agent-q-tools-call "read_file" '(:path "a.txt")
+      (should-not (sly-agent-q-tool-call-run "read_file" '(:path "a.txt")
                                           (lambda (_c _e) (cl-incf calls) (error "Boom"))))
       (should (= calls 1)))))
 
@@ -275,13 +275,13 @@ it reaches Emacs (test/server/catalog-validation.test.ts)."
     (unwind-protect
         (with-temp-buffer
           (setq default-directory dir)
-          (let ((sly-agent-q-tools-default-buffer-function
+          (let ((sly-agent-q-files-default-buffer-function
                  (let ((b (current-buffer))) (lambda () b))))
-            (should (equal dir (sly-agent-q-tools-project-root)))
+            (should (equal dir (sly-agent-q-files-project-root)))
             (make-directory (expand-file-name ".git" dir))
             (make-directory (expand-file-name "src" dir))
             (setq default-directory (expand-file-name "src/" dir))
-            (should (equal dir (file-truename (sly-agent-q-tools-project-root))))))
+            (should (equal dir (file-truename (sly-agent-q-files-project-root))))))
       (delete-directory dir t))))
 
 ;;;; read_file
@@ -567,7 +567,7 @@ what to do; buffer and file are as they were."
              (out (sly-agent-q-tools-test--ok "read_region" :buffer "saq-test-region")))
         (should (string-match-p "\\]\nline\n\\[Cut at position 19 by the 4-character limit: 10 more characters; call read_buffer with start 19 and end 29" out)))
       ;; It changes nothing: no rewind snapshot, no approval preview.
-      (should-not (sly-agent-q-tools-preview "read_region" '(:buffer "saq-test-region"))))))
+      (should-not (sly-agent-q-tool-preview "read_region" '(:buffer "saq-test-region"))))))
 
 (ert-deftest sly-agent-q-tools-test-read-buffer ()
   (sly-agent-q-tools-test--with-project
@@ -598,14 +598,14 @@ what to do; buffer and file are as they were."
       (unwind-protect
           (progn
             (should (string-match-p "internal" (sly-agent-q-tools-test--fails "read_buffer" :buffer " saq-test-hidden")))
-            (let ((sly-agent-q-tools-allow-hidden-buffers t))
+            (let ((sly-agent-q-files-allow-hidden-buffers t))
               (sly-agent-q-tools-test--ok "read_buffer" :buffer " saq-test-hidden")))
         (kill-buffer hidden)))))
 
 (ert-deftest sly-agent-q-tools-test-default-buffer ()
   (sly-agent-q-tools-test--with-project
     (let* ((b (get-buffer-create "saq-test-default"))
-           (sly-agent-q-tools-default-buffer-function (lambda () b)))
+           (sly-agent-q-files-default-buffer-function (lambda () b)))
       (with-current-buffer b (insert "the user's text"))
       (should (string-match-p "\\`\\[buffer saq-test-default .*\\]\nthe user's text\\'"
                               (sly-agent-q-tools-test--ok "read_buffer")))
@@ -617,7 +617,7 @@ what to do; buffer and file are as they were."
       (unwind-protect
           (progn
             (switch-to-buffer chat)
-            (should-not (eq chat (sly-agent-q-tools-last-user-buffer))))
+            (should-not (eq chat (sly-agent-q-files-last-user-buffer))))
         (kill-buffer chat)))))
 
 (ert-deftest sly-agent-q-tools-test-write-to-buffer ()
@@ -869,14 +869,14 @@ what to do; buffer and file are as they were."
 
 (ert-deftest sly-agent-q-tools-test-one-form-check ()
   "The new form of a definition edit must be one balanced form, by Emacs's sexp scanner."
-  (sly-agent-q-tools-check-one-form "(defun f (x)\n  \"a (string\" #\\( (list x)) ; done\n")
+  (sly-agent-q-tool-preview-check-one-form "(defun f (x)\n  \"a (string\" #\\( (list x)) ; done\n")
   (dolist (case '(("(defun f (x) (list x)" . "1 ( not closed")
                   ("(defun f (x) x))" . "1 ) too many")
                   ("(defun f (x) \"open)" . "inside a string")
                   ("(defun f ()) (defun g ())" . "more than one form")
                   ("  ; only a comment\n" . "no form")
                   ("f" . "not a parenthesized form")))
-    (let ((message (cadr (should-error (sly-agent-q-tools-check-one-form (car case))
+    (let ((message (cadr (should-error (sly-agent-q-tool-preview-check-one-form (car case))
                                        :type 'sly-agent-q-tool-error))))
       (should (string-match-p "refused" message))
       (should (string-match-p (regexp-quote (cdr case)) message)))))
@@ -891,14 +891,14 @@ what to do; buffer and file are as they were."
                        :form "(defun f (x)\n  (1+ x))"
                        :edit (list :path file :old_text "(defun f (x)\n  x)"
                                    :new_text "(defun f (x)\n  (1+ x))")))
-           (preview (sly-agent-q-tools-preview "replace_definition" args "form")))
+           (preview (sly-agent-q-tool-preview "replace_definition" args "form")))
       (should (equal (plist-get preview :path) "src/a.lisp"))
       (should (equal (plist-get preview :new) "(defun f (x)\n  (1+ x))\n"))
-      (should-error (sly-agent-q-tools-preview "replace_definition"
+      (should-error (sly-agent-q-tool-preview "replace_definition"
                                                (plist-put (copy-sequence args) :form "(defun f (x)")
                                                "form")
                     :type 'sly-agent-q-tool-error)
-      (should-error (sly-agent-q-tools-preview
+      (should-error (sly-agent-q-tool-preview
                      "replace_definition"
                      (plist-put (copy-sequence args) :edit
                                 (list :path "/etc/passwd" :old_text "root" :new_text "(x)"))
@@ -969,12 +969,12 @@ position now falls elsewhere, so the target is no longer the same."
     (unwind-protect
         (progn
           (with-current-buffer buffer (insert "(defun a ())\n(defun b ())\n"))
-          (let ((approved (sly-agent-q-tools-target "write_to_buffer" args)))
-            (should (equal approved (sly-agent-q-tools-target "write_to_buffer" args)))
+          (let ((approved (sly-agent-q-tool-preview-target "write_to_buffer" args)))
+            (should (equal approved (sly-agent-q-tool-preview-target "write_to_buffer" args)))
             (with-current-buffer buffer
               (goto-char (point-min))
               (insert ";; typed while the approval waited\n"))
-            (should-not (equal approved (sly-agent-q-tools-target "write_to_buffer" args)))))
+            (should-not (equal approved (sly-agent-q-tool-preview-target "write_to_buffer" args)))))
       (kill-buffer buffer))))
 
 (provide 'sly-agent-q-tools-test)

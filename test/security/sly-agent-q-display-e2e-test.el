@@ -19,6 +19,7 @@
                            (file-name-directory (or load-file-name buffer-file-name))))
 (require 'sly-agent-q-approval)
 (require 'sly-agent-q-mcp)
+(require 'text-property-search)
 
 (declare-function slime-start "ext:slime")
 (declare-function slime-connected-p "ext:slime")

@@ -27,7 +27,7 @@
 (require 'sly-agent-q-sessions)
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-debugger)
-(require 'sly-agent-q-diff-review)
+(require 'sly-agent-q-approval)
 
 (defconst sly-agent-q-display-test--pieces
   (list "a" "b" "Z" "path/to/file.txt" " " "é" "日本" "🙂"
@@ -148,7 +148,7 @@ starts with the frame too, never at column 0."
 
 (defun sly-agent-q-display-test--make-call ()
   "A call object as the server's emacs/call makes one."
-  (sly-agent-q--make-call :id (format "c%d" (random 100000)) :kind "approval"))
+  (sly-agent-q-dispatch--make-call :id (format "c%d" (random 100000)) :kind "approval"))
 
 (defun sly-agent-q-display-test--approvals (r)
   "Approval requests of every kind, with random strings from R (a function)."
@@ -293,7 +293,7 @@ starts with the frame too, never at column 0."
           (let* ((file (expand-file-name "review.txt" sly-agent-q-project-root))
                  (review (progn
                            (with-temp-file file (insert "hello\nworld\n"))
-                           (sly-agent-q-diff-review
+                           (sly-agent-q-approval-review-edit
                             (list :path "review.txt" :old_text "hello"
                                   :new_text (concat "hi " (funcall r)) :description (funcall r))
                             #'ignore))))

@@ -62,7 +62,7 @@ visiting a plain file is edited unasked."
             (setq buffers (mapcar #'find-file-noselect (list link agent-q cased plain))))
           (let* ((last-user-buffer (nth 1 buffers))
                  (sly-agent-q-project-root root)
-                 (sly-agent-q-tools-default-buffer-function (lambda () last-user-buffer))
+                 (sly-agent-q-files-default-buffer-function (lambda () last-user-buffer))
                  (approve (lambda (request callback)
                             (push request asked)
                             (funcall callback '(:decision "denied" :reason "no")))))
@@ -128,7 +128,7 @@ last one became right after (one visiting AGENT-Q.md), unasked."
           (let* ((asked-for 0)
                  (sly-agent-q-project-root root)
                  ;; The user's last buffer: the plain one when first asked, AGENT-Q.md's after.
-                 (sly-agent-q-tools-default-buffer-function
+                 (sly-agent-q-files-default-buffer-function
                   (lambda () (nth (min 1 (1- (cl-incf asked-for))) buffers)))
                  (approve (lambda (request callback)
                             (push request asked)
@@ -218,7 +218,7 @@ protected) and an allow rule lets run unasked, must not write B's
                  ;; The root follows the user's buffer (no project: its directory).
                  (sly-agent-q-project-root nil)
                  (project-find-functions nil)
-                 (sly-agent-q-tools-default-buffer-function (lambda () current))
+                 (sly-agent-q-files-default-buffer-function (lambda () current))
                  (sly-agent-q-permission-rules '((:action allow :tool "write_file")))
                  (approve (lambda (request callback)
                             (push request asked)
@@ -232,7 +232,7 @@ protected) and an allow rule lets run unasked, must not write B's
                 (sly-agent-q-send "Write notes.el" (lambda (plist) (setq outcome plist)))
                 ;; The turn was sent with A as its root; the user moves to B.
                 (setq current (nth 1 buffers))
-                (should (equal (file-name-as-directory (file-truename (sly-agent-q-tools-project-root))) b))
+                (should (equal (file-name-as-directory (file-truename (sly-agent-q-files-project-root))) b))
                 (sly-agent-q-test-wait (lambda () outcome) 60 "the turn")
                 (should (eq (plist-get outcome :status) 'finished)))))
           ;; B's .dir-locals.el, never judged, is untouched: the write went to A, where it was judged.
@@ -269,11 +269,11 @@ same root under another spelling (a link to it) is the same root."
           ;; Through the dispatch: the call is answered with the refusal, and nothing runs.
           (let* ((sly-agent-q-project-root b)
                  (answer nil)
-                 (call (sly-agent-q--make-call :id "x" :kind 'tool
+                 (call (sly-agent-q-dispatch--make-call :id "x" :kind 'tool
                                                :params (list :tool "write_file"
                                                              :arguments (list :path "notes.el" :content "x")
                                                              :projectRoot a))))
-            (cl-letf (((symbol-function 'sly-agent-q--call-send) (lambda (_call reply) (setq answer reply))))
+            (cl-letf (((symbol-function 'sly-agent-q-dispatch--call-send) (lambda (_call reply) (setq answer reply))))
               (sly-agent-q-handle-call 'tool call))
             (should (string-match-p "it was not run" (plist-get (plist-get answer :error) :message)))
             (should-not (file-exists-p (expand-file-name "notes.el" a)))

@@ -29,7 +29,7 @@
           (sly-agent-q-allowed-directories nil)
           (sly-agent-q-read-only-paths '(".git"))
           (sly-agent-q-approval-function nil)
-          (sly-agent-q-tools-default-buffer-function #'sly-agent-q-tools-last-user-buffer)
+          (sly-agent-q-files-default-buffer-function #'sly-agent-q-files-last-user-buffer)
           (default-directory sly-agent-q-security-test--root))
      (unwind-protect
          (progn ,@body)
@@ -66,7 +66,7 @@
 (defun sly-agent-q-security-test--call (capability &rest args)
   "Run CAPABILITY with the plist ARGS; return (CONTENT . ERROR)."
   (let (result)
-    (sly-agent-q-tools-call capability args
+    (sly-agent-q-tool-call-run capability args
                             (lambda (content error) (setq result (cons content error))))
     result))
 
@@ -178,7 +178,7 @@ own folder, and every result names it ./~ so it cannot read as home."
     (sly-agent-q-read-only-paths . nil)
     (sly-agent-q-private-file-regexps . nil)
     (sly-agent-q-protected-buffer-regexps . nil)
-    (sly-agent-q-tools-allow-hidden-buffers . t)
+    (sly-agent-q-files-allow-hidden-buffers . t)
     (sly-agent-q-approval-function . ignore)
     (sly-agent-q-trust-levels . ((eval_form . safe)))
     (sly-agent-q-permission-rules . (((action . "allow") (tool . "write_file"))))
