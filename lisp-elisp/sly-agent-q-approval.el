@@ -129,6 +129,10 @@ command, which \"always\" allows again alone, never the whole tool."
          :safetyLevel (plist-get params :safetyLevel)
          :description (plist-get params :description)
          :callId (plist-get params :callId))
+   ;; The conversation that asked: its chat shows the approval.
+   (and (plist-get params :conversationId)
+        (list :conversationId (plist-get params :conversationId)
+              :turnId (plist-get params :turnId)))
    ;; What made it ask (the tool's level, a rule, a read outside the
    ;; project): which answers the server honours.
    (and (plist-get params :reason) (list :reason (plist-get params :reason)))
@@ -227,7 +231,16 @@ A review accepting hunks answers the edit's arguments with
   "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.
 CALLBACK gets the decision.  The request, with its diff, is made only
 for whoever needs it: a diff review computes its own hunks, and a
-second diff of a large file would cost as much again."
+second diff of a large file would cost as much again.
+Run in the chat whose conversation asked, when one holds it: the
+review and the approval are that chat's."
+  (with-current-buffer (or (sly-agent-q-chats-of-conversation (plist-get params :conversationId))
+                           (current-buffer))
+    (sly-agent-q-approval--route-here call params preview callback)))
+
+(defun sly-agent-q-approval--route-here (call params preview callback)
+  "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides; CALLBACK.
+See `sly-agent-q-approval--route'."
   (cond
      ((and (equal (plist-get params :review) "diff")
            (fboundp 'sly-agent-q-diff-review))
@@ -363,9 +376,9 @@ Its target, or the start of its Lisp form."
   'follow-link t)
 
 (defun sly-agent-q-approval--ask (call request callback)
-  "Show REQUEST in the chat buffer; CALLBACK gets the decision.
+  "Show REQUEST in the chat whose conversation asked; CALLBACK gets the decision.
 CALL's cancellation marks it cancelled."
-  (let* ((buf (sly-agent-q-chat-buffer))
+  (let* ((buf (sly-agent-q-chat-for-request request))
          (approval (sly-agent-q--make-approval :request request :callback callback :buffer buf)))
     (with-current-buffer buf
       (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)

@@ -438,6 +438,9 @@ export interface EmacsToolParams {
   /** The project root the server judged the call against (protected files, its approval): Emacs
    *  resolves and confines the call's paths against this root, so the two never disagree. */
   projectRoot?: string;
+  /** The conversation whose turn made the call (none for tools/call and MCP): Emacs runs it for
+   *  that conversation's chat. */
+  conversationId?: string;
 }
 
 /** The reply to kind "tool": the text for the model, and what the call changed (for rewinding). */
@@ -462,6 +465,9 @@ export interface EmacsImageParams {
   tool: string;
   arguments: Record<string, unknown>;
   package?: string;
+  /** The conversation whose turn made the call (none for tools/call and MCP): Emacs runs it in the
+   *  Lisp of that conversation's chat, never in whichever connection is current. */
+  conversationId?: string;
 }
 
 /**
