@@ -382,10 +382,11 @@ to read it again or choose a restart there."
 
 ;;;###autoload
 (defun sly-agent-q-debugger-ask (&optional buffer)
-  "Put the frames of debugger BUFFER into the input of CHAT, when they come."
+  "Ask the agent about the error in the debugger BUFFER (default: this one).
 The condition, its type, the restarts and the top frames go to the
 input of the chat talking to the debugger's Lisp, to edit and send;
-the agent's debugger tools can dig further.  The frames are the image's own (as debugger_state gives
+the agent's debugger tools can dig further.  The frames are the
+image's own (as debugger_state gives
 them), asked of the debugged thread, not the debugger buffer's text
 with its folds; they arrive in the input a moment later.  The chat
 opens in another window: the debugger stays where it was."
@@ -402,7 +403,7 @@ opens in another window: the debugger stays where it was."
       (sly-agent-q-debugger--ask-frames buffer chat))))
 
 (defun sly-agent-q-debugger--ask-frames (buffer chat)
-  "Put the image's frames of debugger BUFFER into the input of CHAT, when they come."
+  "Put the frames of debugger BUFFER into the input of CHAT, when they come."
   (with-current-buffer chat
     ;; The message without its frames is not the message: RET waits for them
     ;; (the image answers within its timeout, or the call fails and says so).
