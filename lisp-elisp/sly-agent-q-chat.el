@@ -1155,8 +1155,6 @@ and the state is what the user looks there for."
         (state (sly-agent-q-chat--header-state)))
     (concat
      " " (propertize state 'face 'mode-line-emphasis)
-     ;; Which project and which Lisp: with two chats side by side, the first thing told apart.
-     " │ " (string-replace "%" "%%" (sly-agent-q-display-line (sly-agent-q-chats-label) 80))
      " │ "
      ;; The model's name comes from the provider; "%" would be a mode-line construct.
      (string-replace "%" "%%" (sly-agent-q-display-line
@@ -1165,6 +1163,8 @@ and the state is what the user looks there for."
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
      (format " │ $%.4f" (or sly-agent-q-chat--cost 0))
+     ;; Which project and which Lisp; last, so that the state and the cost fit 80 columns.
+     " │ " (string-replace "%" "%%" (sly-agent-q-display-line (sly-agent-q-chats-label) 80))
      (if sly-agent-q-chat--attachments
          (format " │ [%d attached]" (length sly-agent-q-chat--attachments))
        ""))))
