@@ -219,9 +219,26 @@ the Lisp exited rather than that the evaluation was aborted.")
                                  'unknown))))
   "The adapters, SLY's first.")
 
+(defvar sly-agent-q-bridge-lisp-function nil
+  "Function choosing the Lisp an image call runs in, or nil.
+Called with the call's params (a plist: :tool, :arguments,
+:conversationId...); returns (ADAPTER . CONNECTION), a string (why
+the call cannot run: it fails with that message), or nil (the Lisp
+current now).  The chats set it: a chat's calls run in its own Lisp.")
+
 (defun sly-agent-q-bridge-current ()
   "Return (ADAPTER . CONNECTION) for the Lisp to use.
+While an Emacs tool call of a chat's turn starts
+\(`sly-agent-q-call-conversation-id'), that chat's Lisp when it is open.
 Return nil when no Lisp is connected."
+  (or (let ((chosen (and sly-agent-q-call-conversation-id sly-agent-q-bridge-lisp-function
+                         (funcall sly-agent-q-bridge-lisp-function
+                                  (list :conversationId sly-agent-q-call-conversation-id)))))
+        (and (consp chosen) (sly-agent-q-bridge--live (cdr chosen)) chosen))
+      (sly-agent-q-bridge--current-of-mode)))
+
+(defun sly-agent-q-bridge--current-of-mode ()
+  "Return (ADAPTER . CONNECTION) for the Lisp mode's current connection, or nil."
   (let ((adapters (if sly-agent-q-prefer-sly sly-agent-q-bridge-adapters
                     (reverse sly-agent-q-bridge-adapters))))
     (cl-loop for a in adapters
@@ -251,13 +268,6 @@ LISP is (ADAPTER . CONNECTION); nil means the Lisp current now
                              (and (featurep 'slime) (bound-and-true-p slime-net-processes)))
            append (cl-loop for p in processes
                            when (sly-agent-q-bridge--live p) collect (cons a p))))
-
-(defvar sly-agent-q-bridge-lisp-function nil
-  "Function choosing the Lisp an image call runs in, or nil.
-Called with the call's params (a plist: :tool, :arguments,
-:conversationId...); returns (ADAPTER . CONNECTION), a string (why
-the call cannot run: it fails with that message), or nil (the Lisp
-current now).  The chats set it: a chat's calls run in its own Lisp.")
 
 ;;;; Asynchronous evaluation
 

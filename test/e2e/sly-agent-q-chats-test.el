@@ -30,7 +30,8 @@
 ;;   arrives;
 ;; - an approval appears in the chat that asked, and the write lands in
 ;;   that chat's project;
-;; - the debugger's "ask the agent" of one image goes to that image's chat;
+;; - the debugger's "ask the agent" of one image goes to that image's chat,
+;;   and that chat's debugger tools look at that image;
 ;; - the server killed while both turns run is said in both chats, and
 ;;   both go on after the restart.
 
@@ -151,12 +152,15 @@ for another one is refused by the Lisp modes."
         ((content . [((type . "tool_use") (name . "write_file")
                       (input . ((path . "note.txt") (content . "from beta\n"))))]))
         ((content . [((type . "text") (text . "Written."))]))
-        ;; 5-6: an evaluation in each, when the server is killed.
+        ;; 5-6, alpha: its debugger's state, asked while beta's Lisp is current.
+        ((content . [((type . "tool_use") (name . "debugger_state") (input . ((frames . 3))))]))
+        ((content . [((type . "text") (text . "Alpha's debugger: {{last_tool_result}}"))]))
+        ;; 7-8: an evaluation in each, when the server is killed.
         ((content . [((type . "tool_use") (name . "eval_form")
                       (input . ((form . "(sleep 8)") (package . "CL-USER"))))]))
         ((content . [((type . "tool_use") (name . "eval_form")
                       (input . ((form . "(sleep 8)") (package . "CL-USER"))))]))
-        ;; 7-8: after the restart.
+        ;; 9-10: after the restart.
         ((content . [((type . "text") (text . "Alpha goes on."))]))
         ((content . [((type . "text") (text . "Beta goes on."))]))]))
   "What the model says, in the order the two chats ask.")
@@ -228,7 +232,13 @@ for another one is refused by the Lisp modes."
                   (sly-agent-q-test-sleep 1)
                   (with-current-buffer debugger (sly-agent-q-debugger-ask))
                   (should (string-match-p "Boom in alpha" (with-current-buffer chat-a (sly-agent-q-chat-input-text))))
-                  (should (equal (with-current-buffer chat-b (sly-agent-q-chat-input-text)) "")))
+                  (should (equal (with-current-buffer chat-b (sly-agent-q-chat-input-text)) ""))
+                  ;; Alpha's debugger tools look at alpha's image, though beta's is current.
+                  (with-current-buffer chat-a (sly-agent-q-chat-set-input ""))
+                  (let ((a (chats-test-send chat-a "What does the debugger say?")))
+                    (sly-agent-q-test-wait a 30 "alpha's debugger turn")
+                    (should (eq (plist-get (funcall a) :status) 'finished))
+                    (should (string-match-p "Boom in alpha" (plist-get (funcall a) :text)))))
               (with-current-buffer chat-a (sly-agent-q-chat-set-input ""))
               (when (buffer-live-p debugger)
                 (with-current-buffer debugger (if (chats-test-sly-p) (sly-db-abort) (sldb-abort))))))
