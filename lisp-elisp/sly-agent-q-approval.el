@@ -208,6 +208,10 @@ never the whole tool.  The keys are documented in
          :safetyLevel (plist-get params :safetyLevel)
          :description (plist-get params :description)
          :callId (plist-get params :callId))
+   ;; The conversation that asked: its chat shows the approval.
+   (and (plist-get params :conversationId)
+        (list :conversationId (plist-get params :conversationId)
+              :turnId (plist-get params :turnId)))
    ;; What made it ask (the tool's level, a rule, a read outside the
    ;; project): which answers the server honours.
    (and (plist-get params :reason) (list :reason (plist-get params :reason)))
@@ -300,7 +304,16 @@ only if what it acts on is still that."
                                 (sly-agent-q-tool-error nil))))))))
     (if target (append decision (list :target target)) decision)))
 
-(defun sly-agent-q-approval--route (call params preview reply)
+(defun sly-agent-q-approval--route (call params preview callback)
+  "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.
+CALLBACK gets the decision, normalized, once.
+Run in the chat whose conversation asked, when one holds it: the
+review and the approval are that chat's."
+  (with-current-buffer (or (sly-agent-q-chats-of-conversation (plist-get params :conversationId))
+                           (current-buffer))
+    (sly-agent-q-approval--route-here call params preview callback)))
+
+(defun sly-agent-q-approval--route-here (call params preview reply)
   "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.
 REPLY gets the decision, normalized, once.  A file edit (review kind
 \"diff\" or \"form\") is reviewed hunk by hunk; the hunks of anything
@@ -559,9 +572,9 @@ when it is answered, withdrawn or denied with the buffer.")
   'follow-link t)
 
 (defun sly-agent-q-approval--ask (call request callback)
-  "Show REQUEST in the chat buffer; CALLBACK gets the decision.
+  "Show REQUEST in the chat whose conversation asked; CALLBACK gets the decision.
 CALL's cancellation marks it cancelled."
-  (let* ((buf (sly-agent-q-chat-buffer))
+  (let* ((buf (sly-agent-q-chat-for-request request))
          (approval (sly-agent-q-approval--make :request request :callback callback :buffer buf)))
     (with-current-buffer buf
       (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)

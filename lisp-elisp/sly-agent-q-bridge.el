@@ -138,6 +138,7 @@ the Lisp exited rather than that the evaluation was aborted.")
   repl-package  ; (CONN) -> the REPL's current package name, or nil
   inferior      ; (CONN) -> the Lisp's process when Emacs started it, or nil
   close-hook    ; the hook run with a connection when it closes
+  connection-name ; (CONN) -> the connection's name as the Lisp mode shows it, or nil
   style)        ; (CONN) -> the backend's communication style (:spawn with threads), or `unknown'
 
 (defun sly-agent-q-bridge--live (conn)
@@ -198,6 +199,8 @@ the Lisp exited rather than that the evaluation was aborted.")
          :inferior (lambda (conn) (and (fboundp 'sly-inferior-process)
                                        (ignore-errors (sly-inferior-process conn))))
          :close-hook 'sly-net-process-close-hooks
+         :connection-name (lambda (conn) (and (fboundp 'sly-connection-name)
+                                              (ignore-errors (sly-connection-name conn))))
          :style (lambda (conn) (if (fboundp 'sly-communication-style)
                                    (ignore-errors (sly-communication-style conn))
                                  'unknown)))
@@ -209,24 +212,62 @@ the Lisp exited rather than that the evaluation was aborted.")
          :inferior (lambda (conn) (and (fboundp 'slime-inferior-process)
                                        (ignore-errors (slime-inferior-process conn))))
          :close-hook 'slime-net-process-close-hooks
+         :connection-name (lambda (conn) (and (fboundp 'slime-connection-name)
+                                              (ignore-errors (slime-connection-name conn))))
          :style (lambda (conn) (if (fboundp 'slime-communication-style)
                                    (ignore-errors (slime-communication-style conn))
                                  'unknown))))
   "The adapters, SLY's first.")
 
+(defvar sly-agent-q-bridge-lisp-function nil
+  "Function choosing the Lisp an image call runs in, or nil.
+Called with the call's params (a plist: :tool, :arguments,
+:conversationId...); returns (ADAPTER . CONNECTION), a string (why
+the call cannot run: it fails with that message), or nil (the Lisp
+current now).  The chats set it: a chat's calls run in its own Lisp.")
+
 (defun sly-agent-q-bridge-current ()
   "Return (ADAPTER . CONNECTION) for the Lisp to use.
+While an Emacs tool call of a chat's turn starts
+\(`sly-agent-q-call-conversation-id'), that chat's Lisp when it is open.
 Return nil when no Lisp is connected."
+  (or (let ((chosen (and sly-agent-q-call-conversation-id sly-agent-q-bridge-lisp-function
+                         (funcall sly-agent-q-bridge-lisp-function
+                                  (list :conversationId sly-agent-q-call-conversation-id)))))
+        (and (consp chosen) (sly-agent-q-bridge--live (cdr chosen)) chosen))
+      (sly-agent-q-bridge--current-of-mode)))
+
+(defun sly-agent-q-bridge--current-of-mode ()
+  "Return (ADAPTER . CONNECTION) for the Lisp mode's current connection, or nil."
   (let ((adapters (if sly-agent-q-prefer-sly sly-agent-q-bridge-adapters
                     (reverse sly-agent-q-bridge-adapters))))
     (cl-loop for a in adapters
              for conn = (funcall (sly-agent-q-bridge-adapter-connection a))
              when conn return (cons a conn))))
 
-(defun sly-agent-q-bridge-current-package ()
-  "The current package of the connected Lisp's REPL, or nil."
-  (let ((cur (sly-agent-q-bridge-current)))
-    (and cur (funcall (sly-agent-q-bridge-adapter-repl-package (car cur)) (cdr cur)))))
+(defun sly-agent-q-bridge-current-package (&optional lisp)
+  "The current package of the REPL of LISP, or nil.
+LISP is (ADAPTER . CONNECTION); nil means the Lisp current now
+\(`sly-agent-q-bridge-current')."
+  (let ((cur (or lisp (sly-agent-q-bridge-current))))
+    (and cur (sly-agent-q-bridge--live (cdr cur))
+         (funcall (sly-agent-q-bridge-adapter-repl-package (car cur)) (cdr cur)))))
+
+(defun sly-agent-q-bridge-lisp-name (lisp)
+  "LISP, (ADAPTER . CONNECTION), named for the user: \"sbcl (SLY)\"."
+  (format "%s (%s)"
+          (or (funcall (sly-agent-q-bridge-adapter-connection-name (car lisp)) (cdr lisp))
+              (process-name (cdr lisp)))
+          (sly-agent-q-bridge-adapter-name (car lisp))))
+
+(defun sly-agent-q-bridge-lisps ()
+  "Every open Lisp connection: a list of (ADAPTER . CONNECTION)."
+  (cl-loop for a in sly-agent-q-bridge-adapters
+           for processes = (if (equal (sly-agent-q-bridge-adapter-name a) "SLY")
+                               (and (featurep 'sly) (bound-and-true-p sly-net-processes))
+                             (and (featurep 'slime) (bound-and-true-p slime-net-processes)))
+           append (cl-loop for p in processes
+                           when (sly-agent-q-bridge--live p) collect (cons a p))))
 
 ;;;; Asynchronous evaluation
 
@@ -658,18 +699,26 @@ its request waited for, stop waiting."
       (when (zerop (sly-agent-q-bridge--batch-live batch))
         (funcall (sly-agent-q-bridge--batch-stop batch) message)))))
 
-(defun sly-agent-q-bridge-call-tool (tool arguments package callback)
+(defun sly-agent-q-bridge-call-tool (tool arguments package callback &optional lisp)
   "Run helper TOOL with ARGUMENTS (a JSON plist) in the image, asynchronously.
 PACKAGE is the package to read and evaluate in (nil: the REPL's).
 CALLBACK gets (CONTENT nil) on success or (nil MESSAGE).
+LISP, (ADAPTER . CONNECTION), is the Lisp to run it in (nil: the
+current one); when its connection is closed, the call fails saying so.
 Calls made together go to the image in one request.
 Return a function of no arguments that cancels the call: the image
 interrupts its evaluation, and CALLBACK gets an error."
-  (let ((cur (sly-agent-q-bridge-current))
+  (let ((cur (or lisp (sly-agent-q-bridge-current)))
         (call-id (format "saq-%d-%d" (emacs-pid) (cl-incf sly-agent-q-bridge--call-counter)))
         cancelled job)
-    (if (not cur)
-        (progn (funcall callback nil sly-agent-q-bridge-no-lisp-message) #'ignore)
+    (cond
+     ((not cur)
+      (funcall callback nil sly-agent-q-bridge-no-lisp-message) #'ignore)
+     ((not (sly-agent-q-bridge--live (cdr cur)))
+      (funcall callback nil (format "The Lisp connection %s of this chat is closed; connect it again, or choose another Lisp from the chat's menu (C-c C-m)."
+                                    (sly-agent-q-bridge-lisp-name cur)))
+      #'ignore)
+     (t
       (let ((adapter (car cur)) (conn (cdr cur)))
         (sly-agent-q-bridge-ensure-helpers
          adapter conn
@@ -694,7 +743,7 @@ interrupts its evaluation, and CALLBACK gets an error."
                 ;; Still loading the helpers: the call is never sent.
                 (funcall callback nil "The call was cancelled before it was sent to the image.")
               (sly-agent-q-bridge--cancel-job
-               adapter conn job (sly-agent-q-bridge--cancel-message adapter conn)))))))))
+               adapter conn job (sly-agent-q-bridge--cancel-message adapter conn))))))))))
 
 (defun sly-agent-q-bridge--cancel-message (adapter conn)
   "What a cancelled call answers on CONN, whose backend ADAPTER asks.
@@ -711,12 +760,15 @@ answer says the evaluation goes on, bounded by the image timeout."
   "Answer the server's image CALL through the connected Lisp."
   (cl-destructuring-bind (&key tool arguments package &allow-other-keys)
       (sly-agent-q-call-params call)
-    (let ((cancel (sly-agent-q-bridge-call-tool
-                   tool arguments package
-                   (lambda (content error)
+    (let* ((lisp (and sly-agent-q-bridge-lisp-function
+                      (funcall sly-agent-q-bridge-lisp-function (sly-agent-q-call-params call))))
+           (answer (lambda (content error)
                      (if error
                          (sly-agent-q-call-fail call error)
-                       (sly-agent-q-call-reply call (list :content content)))))))
+                       (sly-agent-q-call-reply call (list :content content)))))
+           (cancel (if (stringp lisp)
+                       (progn (funcall answer nil lisp) #'ignore)
+                     (sly-agent-q-bridge-call-tool tool arguments package answer lisp))))
       ;; The server's emacs/cancel (a cancelled turn or call, its timeout)
       ;; stops the evaluation in the image, not only the wait for it.
       (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel))))))

@@ -19,7 +19,8 @@
 
 ;;; Commentary:
 
-;; The chat buffer *sly-agent-q*: a read-only transcript above an input
+;; A chat buffer (*sly-agent-q*, then *sly-agent-q: PROJECT*; see
+;; sly-agent-q-chats.el): a read-only transcript above an input
 ;; area.  RET (or C-c C-c) sends; streamed text is coalesced and inserted
 ;; on a short timer; each tool call is a one-line entry that TAB or RET
 ;; expands; C-c C-k cancels the running turn; M-p / M-n walk the input
@@ -50,6 +51,7 @@
 (require 'sly-agent-q-display)
 (require 'sly-agent-q-markdown)
 (require 'sly-agent-q-faces)
+(require 'sly-agent-q-chats)
 
 (declare-function json-pretty-print-buffer "json" (&optional minimize))
 (autoload 'sly-agent-q-menu "sly-agent-q-menu" nil t)
@@ -57,7 +59,7 @@
 ;;;; Options
 
 (defcustom sly-agent-q-chat-buffer-name "*sly-agent-q*"
-  "Name of the chat buffer."
+  "Name of the first chat buffer; the others are named after their project."
   :type 'string
   :group 'sly-agent-q)
 
@@ -291,17 +293,29 @@ Nothing waits, and no server is started for it."
     (setq sly-agent-q-chat--conversation-id nil)))
 
 (defun sly-agent-q-chat-buffer (&optional no-create)
-  "The chat buffer; create it unless NO-CREATE."
-  (let ((buf (get-buffer sly-agent-q-chat-buffer-name)))
-    (if (or buf no-create) buf
-      (with-current-buffer (get-buffer-create sly-agent-q-chat-buffer-name)
-        (sly-agent-q-chat-mode)
-        (current-buffer)))))
+  "The chat a command acts on; create one unless NO-CREATE.
+In a chat buffer, that chat.  Elsewhere the chat of the current
+project, else the chat used last, else (unless NO-CREATE) a new chat
+for the current project and Lisp."
+  (cond ((sly-agent-q-chats-p) (current-buffer))
+        ((let ((chats (sly-agent-q-chats-list)))
+           (and chats
+                (or (sly-agent-q-chats-of-root (sly-agent-q-chats-root-here))
+                    (car chats)))))
+        (no-create nil)
+        (t (sly-agent-q-chats-create))))
+
+(defun sly-agent-q-chat-for-request (params)
+  "The chat a request of the server, with PARAMS, is for.
+The chat holding its conversation (:conversationId); a request of no
+chat's conversation (an MCP client's call) goes to the chat of the
+current project, else the one used last, else a new one."
+  (or (sly-agent-q-chats-of-conversation (plist-get params :conversationId))
+      (sly-agent-q-chat-buffer)))
 
 (defun sly-agent-q-chat--buffers ()
   "The live chat buffers."
-  (cl-remove-if-not (lambda (b) (eq (buffer-local-value 'major-mode b) 'sly-agent-q-chat-mode))
-                    (buffer-list)))
+  (sly-agent-q-chats-list))
 
 ;;;; Writing into the transcript
 
@@ -1149,6 +1163,8 @@ and the state is what the user looks there for."
              (sly-agent-q-chat--format-tokens (plist-get usage :inputTokens))
              (sly-agent-q-chat--format-tokens (plist-get usage :outputTokens)))
      (format " │ $%.4f" (or sly-agent-q-chat--cost 0))
+     ;; Which project and which Lisp; last, so that the state and the cost fit 80 columns.
+     " │ " (string-replace "%" "%%" (sly-agent-q-display-line (sly-agent-q-chats-label) 80))
      (if sly-agent-q-chat--attachments
          (format " │ [%d attached]" (length sly-agent-q-chat--attachments))
        ""))))
@@ -1254,10 +1270,10 @@ runs into the text being streamed or into the input."
 ;;;; Turns
 
 (defun sly-agent-q-chat--context ()
-  "The editor context sent with a message."
+  "The editor context sent with a message: this chat's Lisp's package and its root."
   (sly-agent-q-server-plist-compact
-   (list :currentPackage (ignore-errors (sly-agent-q-bridge-current-package))
-         :projectRoot (sly-agent-q-server-project-root))))
+   (list :currentPackage (ignore-errors (sly-agent-q-bridge-current-package (sly-agent-q-chats-lisp)))
+         :projectRoot (directory-file-name (sly-agent-q-chats-root)))))
 
 (defun sly-agent-q-chat--attachment-text ()
   "The attachments of the next message, as text to put before it."
@@ -1479,15 +1495,27 @@ and whether it was the last."
     (unless user (sly-agent-q-chat--end-text))
     (when after-block (funcall after-block drawn t))))
 
+(defun sly-agent-q-chat--history-buffer (conversation-id)
+  "The chat to show the saved conversation CONVERSATION-ID in.
+The chat holding it already; else the chat a command would act on,
+when it holds no conversation yet; else a new chat, for that chat's
+project and Lisp: each conversation in its own chat."
+  (or (sly-agent-q-chats-of-conversation conversation-id)
+      (let ((chat (sly-agent-q-chat-buffer)))
+        (if (or (null (sly-agent-q-chat-conversation-id chat))
+                (equal (sly-agent-q-chat-conversation-id chat) conversation-id))
+            chat
+          (sly-agent-q-chats-create (sly-agent-q-chats-root chat) (sly-agent-q-chats-lisp chat))))))
+
 (defun sly-agent-q-chat-show-history (conversation-id title messages &rest options)
-  "Show saved conversation CONVERSATION-ID, called TITLE, in the chat buffer.
+  "Show saved conversation CONVERSATION-ID, called TITLE, in its own chat.
 MESSAGES is its whole history (the server's conversation/resume
 answer).  OPTIONS are :usage, :cost, :model, :calls (how each tool call
 ran, a plist keyed by call id) and :turn-ends (how each turn ended, with
 the number of messages before its end).  The buffer's
 transcript is replaced; the next message continues the conversation.
 Return the chat buffer."
-  (let ((buffer (sly-agent-q-chat-buffer))
+  (let ((buffer (sly-agent-q-chat--history-buffer conversation-id))
         (results (make-hash-table :test #'equal)))
     (with-current-buffer buffer
       (when sly-agent-q-chat--turn (user-error "A turn is running; C-c C-k cancels it"))
@@ -1558,7 +1586,8 @@ Return the chat buffer."
            (sly-agent-q-chat--end-turn turn 'cancelled :message msg)))))))
 
 (defun sly-agent-q-cancel ()
-  "Cancel the running turn."
+  "Cancel the running turn of this chat (elsewhere: of `sly-agent-q-chat-buffer').
+The other chats' turns and evaluations go on."
   (interactive)
   (with-current-buffer (or (sly-agent-q-chat-buffer t) (user-error "No chat buffer"))
     (let ((turn sly-agent-q-chat--turn))
@@ -1833,6 +1862,7 @@ data, DETAILS framed (`sly-agent-q-display-framed'), hidden at first."
         (sly-agent-q-chat--end-turn sly-agent-q-chat--turn 'failed :message message :said t)))))
 
 (add-hook 'sly-agent-q-server-died-functions #'sly-agent-q-chat--on-server-died)
+(add-hook 'sly-agent-q-chats-changed-hook #'sly-agent-q-chat--refresh-header)
 
 ;;;; Input
 

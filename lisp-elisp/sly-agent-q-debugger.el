@@ -52,6 +52,7 @@
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-tool-declare)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-chats)
 (require 'sly-agent-q-display)
 
 (declare-function sldb-invoke-restart "ext:slime" (&optional number))
@@ -363,11 +364,18 @@ approval, so the call never runs in a debugger opened meanwhile."
           (sly-agent-q-display-text (sly-agent-q-debugger--header buffer) 20000)
           (sly-agent-q-display-text (string-trim-right frames) 20000)))
 
-(defun sly-agent-q-debugger--show-chat ()
-  "Show the chat in a window other than the selected one, and select it.
+(defun sly-agent-q-debugger--chat (buffer)
+  "The chat to ask about debugger BUFFER: the chat talking to its Lisp.
+Else the chat a command would act on (`sly-agent-q-chat-buffer')."
+  (let ((conn (sly-agent-q-debugger--get buffer :connection)))
+    (or (and conn (sly-agent-q-chats-of-connection conn))
+        (sly-agent-q-chat-buffer))))
+
+(defun sly-agent-q-debugger--show-chat (chat)
+  "Show CHAT in a window other than the selected one, and select it.
 The debugger's window keeps showing the debugger: the user may want
 to read it again or choose a restart there."
-  (pop-to-buffer (sly-agent-q-chat-buffer)
+  (pop-to-buffer chat
                  '((display-buffer-reuse-window display-buffer-use-some-window
                                                 display-buffer-at-bottom)
                    (inhibit-same-window . t))))
@@ -376,8 +384,9 @@ to read it again or choose a restart there."
 (defun sly-agent-q-debugger-ask (&optional buffer)
   "Ask the agent about the error in the debugger BUFFER (default: this one).
 The condition, its type, the restarts and the top frames go to the
-chat's input, to edit and send; the agent's debugger tools can dig
-further.  The frames are the image's own (as debugger_state gives
+input of the chat talking to the debugger's Lisp, to edit and send;
+the agent's debugger tools can dig further.  The frames are the
+image's own (as debugger_state gives
 them), asked of the debugged thread, not the debugger buffer's text
 with its folds; they arrive in the input a moment later.  The chat
 opens in another window: the debugger stays where it was."
@@ -385,9 +394,17 @@ opens in another window: the debugger stays where it was."
   (let ((buffer (or buffer (current-buffer))))
     (unless (and (sly-agent-q-debugger--kind buffer) (sly-agent-q-debugger--get buffer :level))
       (user-error "Not in a Lisp debugger buffer (sly-db or sldb)"))
-    (sly-agent-q-chat-set-input (sly-agent-q-debugger--ask-text buffer sly-agent-q-debugger--asking))
-    (sly-agent-q-debugger--show-chat)
-    (with-current-buffer (sly-agent-q-chat-buffer) (goto-char (point-max)))
+    (let ((chat (sly-agent-q-debugger--chat buffer)))
+      ;; Every chat function below acts on the chat current: this one.
+      (with-current-buffer chat
+        (sly-agent-q-chat-set-input (sly-agent-q-debugger--ask-text buffer sly-agent-q-debugger--asking)))
+      (sly-agent-q-debugger--show-chat chat)
+      (with-current-buffer chat (goto-char (point-max)))
+      (sly-agent-q-debugger--ask-frames buffer chat))))
+
+(defun sly-agent-q-debugger--ask-frames (buffer chat)
+  "Put the frames of debugger BUFFER into the input of CHAT, when they come."
+  (with-current-buffer chat
     ;; The message without its frames is not the message: RET waits for them
     ;; (the image answers within its timeout, or the call fails and says so).
     (let ((hold (sly-agent-q-chat-hold-input
@@ -398,13 +415,15 @@ opens in another window: the debugger stays where it was."
       (sly-agent-q-debugger--run
        buffer "backtrace" `(("count" . ,sly-agent-q-debugger-ask-frames))
        (lambda (content error)
-         (sly-agent-q-chat-release-input hold)
-         ;; Only the placeholder changes: what the user typed around it is theirs.
-         (sly-agent-q-chat-replace-in-input
-          sly-agent-q-debugger--asking
-          (if content
-              (sly-agent-q-display-text (string-trim-right content) 20000)
-            (format "  (not available: %s)" (sly-agent-q-display-line error)))))))))
+         (when (buffer-live-p chat)
+           (with-current-buffer chat
+             (sly-agent-q-chat-release-input hold)
+             ;; Only the placeholder changes: what the user typed around it is theirs.
+             (sly-agent-q-chat-replace-in-input
+              sly-agent-q-debugger--asking
+              (if content
+                  (sly-agent-q-display-text (string-trim-right content) 20000)
+                (format "  (not available: %s)" (sly-agent-q-display-line error)))))))))))
 
 (provide 'sly-agent-q-debugger)
 ;;; sly-agent-q-debugger.el ends here

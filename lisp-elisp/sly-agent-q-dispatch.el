@@ -157,13 +157,19 @@ Return non-nil if the answer was sent; a second answer is ignored."
 (declare-function sly-agent-q-files-check-visit "sly-agent-q-files" (visit))
 (defvar sly-agent-q-project-root)
 
+(defvar sly-agent-q-call-conversation-id nil
+  "The conversation whose turn made the Emacs tool call being run, or nil.
+Bound while the call starts: a tool that talks to the Lisp (the
+debugger's) finds that conversation's chat's Lisp through it.")
+
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql tool)) call)
   "Run the Emacs capability asked for by CALL through `sly-agent-q-tool-call-run'."
-  (cl-destructuring-bind (&key tool arguments approved projectRoot visits &allow-other-keys)
+  (cl-destructuring-bind (&key tool arguments approved projectRoot visits conversationId &allow-other-keys)
       (sly-agent-q-call-params call)
     ;; The root the server judged the call against is the one it runs
     ;; against (a capability that answers later resolved its paths here).
-    (let ((sly-agent-q-project-root
+    (let ((sly-agent-q-call-conversation-id conversationId)
+          (sly-agent-q-project-root
            (condition-case err
                (if (fboundp 'sly-agent-q-files-call-root)
                    (sly-agent-q-files-call-root projectRoot)

@@ -33,6 +33,7 @@
 (require 'transient)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-chats)
 (require 'sly-agent-q-sessions)
 (require 'sly-agent-q-mcp)
 (require 'sly-agent-q-display)
@@ -208,7 +209,11 @@ so that the menu and the header line say the same."
   [["Context"
     ("f" "Attach a file" sly-agent-q-attach-file)
     ("b" "Attach a buffer" sly-agent-q-attach-buffer)
-    ("x" "Clear the attachments" sly-agent-q-clear-attachments)]
+    ("x" "Clear the attachments" sly-agent-q-clear-attachments)
+    ("L" sly-agent-q-chats-choose-lisp
+     :description (lambda () (concat "Lisp of this chat: "
+                                     (let ((lisp (sly-agent-q-chats-lisp)))
+                                       (if lisp (sly-agent-q-bridge-lisp-name lisp) "none")))))]
    ["MCP servers"
     ("M c" "Connect the configured" sly-agent-q-mcp-connect-servers)
     ("M s" "Start one" sly-agent-q-mcp-start)

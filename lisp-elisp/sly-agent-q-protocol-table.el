@@ -249,10 +249,11 @@ A trust level or a permission rule naming one covers every tool in it.")
      :result nil)
     ("emacs/call:tool"
      :params (("tool" . "string") ("arguments" . "object") ("approved" . "object?")
-      ("projectRoot" . "string?") ("visits" . "object?"))
+      ("projectRoot" . "string?") ("visits" . "object?") ("conversationId" . "string?"))
      :result (("content" . "string") ("changes" . "array?")))
     ("emacs/call:image"
-     :params (("tool" . "string") ("arguments" . "object") ("package" . "string?"))
+     :params (("tool" . "string") ("arguments" . "object") ("package" . "string?")
+      ("conversationId" . "string?"))
      :result (("content" . "string")))
     ("emacs/call:approval"
      :params (("callId" . "string") ("tool" . "string") ("arguments" . "object") ("review" . "string")

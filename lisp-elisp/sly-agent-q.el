@@ -31,7 +31,9 @@
 ;; and compiles code there, edits buffers and files with your approval,
 ;; and iterates until the task is done.
 ;;
-;; M-x sly-agent-q opens the chat buffer.  The agent's commands for
+;; M-x sly-agent-q opens the chat of the current project (C-u M-x
+;; sly-agent-q a new one); each chat has its project and its Lisp
+;; connection, named in its header line.  The agent's commands for
 ;; Lisp buffers are in `sly-agent-q-command-map', bound to no key by
 ;; default (C-c and a letter are yours); for example, under C-c q:
 ;;
@@ -94,6 +96,7 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-chats)
 (require 'sly-agent-q-approval)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-mcp)
@@ -112,11 +115,17 @@
 ;;;###autoload (autoload 'sly-agent-q-attach-file "sly-agent-q" nil t)
 
 ;;;###autoload
-(defun sly-agent-q ()
-  "Open the sly-agent-q chat buffer, starting the server if needed.
-When no server is found, offer to install it with npm first."
-  (interactive)
-  (let* ((buf (sly-agent-q-chat-buffer))
+(defun sly-agent-q (&optional new)
+  "Open the chat of the current project, starting the server if needed.
+In a chat, that chat.  With a prefix argument NEW, or when no chat
+works in this project, a new chat: for this project and the Lisp
+connection current now (see `sly-agent-q-chats-create').  When no
+server is found, offer to install it with npm first."
+  (interactive "P")
+  (let* ((buf (cond (new (sly-agent-q-chats-create))
+                    ((sly-agent-q-chats-p) (current-buffer))
+                    ((sly-agent-q-chats-of-root (sly-agent-q-chats-root-here)))
+                    (t (sly-agent-q-chats-create))))
          (report (lambda (_conn err)
                    (when (and err (buffer-live-p buf))
                      (with-current-buffer buf

@@ -94,11 +94,11 @@ export const METHOD_SHAPES: Readonly<Record<string, MethodShape>> = {
 /** Each kind of emacs/call: its params and the result of Emacs's emacs/reply. */
 export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape } = {
   tool: {
-    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?", projectRoot: "string?", visits: "object?" }),
+    params: shape<P.EmacsToolParams>({ tool: "string", arguments: "object", approved: "object?", projectRoot: "string?", visits: "object?", conversationId: "string?" }),
     result: shape<P.EmacsToolResult>({ content: "string", changes: "array?" }),
   },
   image: {
-    params: shape<P.EmacsImageParams>({ tool: "string", arguments: "object", package: "string?" }),
+    params: shape<P.EmacsImageParams>({ tool: "string", arguments: "object", package: "string?", conversationId: "string?" }),
     result: shape<P.EmacsImageResult>({ content: "string" }),
   },
   approval: {

@@ -442,6 +442,9 @@ export interface EmacsToolParams {
    *  the server judged the write (protected files). Emacs runs it only if that buffer still visits
    *  that file: one made to visit another while an approval waited is not changed. */
   visits?: BufferVisit;
+  /** The conversation whose turn made the call (none for tools/call and MCP): Emacs runs it for
+   *  that conversation's chat. */
+  conversationId?: string;
 }
 
 /** A buffer and the file it visits (none: absent). */
@@ -472,6 +475,9 @@ export interface EmacsImageParams {
   tool: string;
   arguments: Record<string, unknown>;
   package?: string;
+  /** The conversation whose turn made the call (none for tools/call and MCP): Emacs runs it in the
+   *  Lisp of that conversation's chat, never in whichever connection is current. */
+  conversationId?: string;
 }
 
 /**

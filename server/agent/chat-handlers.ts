@@ -303,7 +303,12 @@ export class ChatService {
       notices,
       ...(prompt.note ? { note: prompt.note } : {}),
       // The root this message named (Emacs's when it was sent), the one its prompt states too.
-      executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow()), undefined, context.projectRoot ?? config.projectRoot),
+      // Its calls carry the conversation (Emacs runs them for its chat, in that chat's Lisp) and the
+      // package of that chat's REPL, not the last one any chat or Lisp told the server.
+      executor: this.server.executor.withPolicy(() => this.server.policyFor(configNow()), undefined, context.projectRoot ?? config.projectRoot, {
+        conversationId: conversation.id,
+        ...(context.currentPackage ? { currentPackage: context.currentPackage } : {}),
+      }),
       settings: {
         provider: resolved.provider,
         model: resolved.model,

@@ -79,7 +79,7 @@ export interface ExecutorOptions {
   audit?: (entry: AuditEntry) => void;
   hooks?: ToolHook[];
   /** What handlers get besides the call's own signal and timeout (the Emacs port, the current package). */
-  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot" | "commands" | "privateFiles">;
+  context?: () => Pick<ToolContext, "emacs" | "currentPackage" | "projectRoot" | "commands" | "privateFiles" | "conversationId">;
 }
 
 export interface ExecuteOptions {
@@ -190,10 +190,17 @@ export class Executor {
    * This executor under POLICY (a turn's configuration): hooks, session allowances and everything else
    * are shared, so the offered list and the check come from the same object. PROJECT_ROOT, when given,
    * is the root the turn's message named: its calls are judged against it (and carry it to Emacs).
+   * TURN, when given, is the turn's own context: its conversation (its calls go to that conversation's
+   * chat and Lisp in Emacs) and the package its message named (the REPL's of that chat's Lisp).
    */
-  withPolicy(policy: ToolPolicy | (() => ToolPolicy), approve?: ApprovalFn, projectRoot?: string): Executor {
+  withPolicy(policy: ToolPolicy | (() => ToolPolicy), approve?: ApprovalFn, projectRoot?: string, turn?: { conversationId: string; currentPackage?: string }): Executor {
     const outer = this.options.context;
-    const context = projectRoot !== undefined && outer ? () => ({ ...outer(), projectRoot }) : outer;
+    const own = {
+      ...(projectRoot !== undefined ? { projectRoot } : {}),
+      ...(turn ? { conversationId: turn.conversationId } : {}),
+      ...(turn?.currentPackage ? { currentPackage: turn.currentPackage } : {}),
+    };
+    const context = Object.keys(own).length > 0 && outer ? () => ({ ...outer(), ...own }) : outer;
     const scoped = new Executor({ ...this.options, policy, ...(approve ? { approve } : {}), ...(context ? { context } : {}) });
     scoped.options.hooks = this.options.hooks;
     scoped.compiler = this.compiler;

@@ -15,7 +15,7 @@ export function emacsTool(capability: string, mapArgs?: (args: Record<string, un
     const emacs = requireEmacs(ctx);
     const result = await emacs.call(
       "tool",
-      { tool: capability, arguments: mapArgs ? mapArgs(args) : args, ...(ctx.approved ? { approved: ctx.approved } : {}), ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}), ...(ctx.bufferVisit ? { visits: ctx.bufferVisit } : {}) },
+      { tool: capability, arguments: mapArgs ? mapArgs(args) : args, ...(ctx.approved ? { approved: ctx.approved } : {}), ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}), ...(ctx.bufferVisit ? { visits: ctx.bufferVisit } : {}), ...conversationOf(ctx) },
       { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
     );
     const changes = result && typeof result === "object" && "changes" in result ? (result as { changes: unknown }).changes : undefined;
@@ -35,7 +35,7 @@ export const BUFFER_FILE = "buffer_file";
 export async function visitedFile(ctx: ToolContext, buffer: string | undefined): Promise<{ buffer: string; file?: string }> {
   const answer = unwrapContent(await requireEmacs(ctx).call(
     "tool",
-    { tool: BUFFER_FILE, arguments: buffer !== undefined ? { buffer } : {}, ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}) },
+    { tool: BUFFER_FILE, arguments: buffer !== undefined ? { buffer } : {}, ...(ctx.projectRoot ? { projectRoot: ctx.projectRoot } : {}), ...conversationOf(ctx) },
     { signal: ctx.signal, timeoutMs: ctx.timeoutMs },
   ));
   let parsed: unknown;
@@ -53,7 +53,7 @@ export async function visitedFile(ctx: ToolContext, buffer: string | undefined):
 export function imageTool(name: string): ToolHandler {
   return async (args, ctx) => {
     const emacs = requireEmacs(ctx);
-    const params: EmacsImageParams = { tool: name, arguments: args, ...(ctx.currentPackage ? { package: ctx.currentPackage } : {}) };
+    const params: EmacsImageParams = { tool: name, arguments: args, ...(ctx.currentPackage ? { package: ctx.currentPackage } : {}), ...conversationOf(ctx) };
     const result = await emacs.call("image", params, { signal: ctx.signal, timeoutMs: ctx.timeoutMs });
     return unwrapContent(result);
   };
@@ -62,6 +62,11 @@ export function imageTool(name: string): ToolHandler {
 /** A tool's runtime, implementation and handler when it runs in the Lisp image as lisp-cl's tool NAME. */
 export function inImage(name: string) {
   return { runtime: "image" as const, implementation: name, handler: imageTool(name) };
+}
+
+/** The conversationId of a call of a turn, for its emacs/call: Emacs runs it for that conversation's chat. */
+function conversationOf(ctx: ToolContext): { conversationId?: string } {
+  return ctx.conversationId ? { conversationId: ctx.conversationId } : {};
 }
 
 /** Emacs answers {content: string}; anything else is shown as it came. */

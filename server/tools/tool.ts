@@ -29,6 +29,9 @@ export interface ToolContext {
   timeoutMs: number;
   /** The way to Emacs (buffer and file tools, the image). Undefined when no client is attached. */
   emacs?: EmacsPort;
+  /** The conversation whose turn runs the call (undefined for tools/call and MCP): Emacs and the
+   *  image calls it makes go to that conversation's chat and its Lisp. */
+  conversationId?: string;
   /** The REPL's current package, as Emacs last told us; the image helpers' default package. */
   currentPackage?: string;
   /** The project root the call's paths are relative to, as Emacs last told the server (its context,

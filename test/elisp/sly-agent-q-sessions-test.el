@@ -484,10 +484,14 @@ completion alike (icomplete, fido), each as number, first words, time."
                       ((symbol-function 'sly-agent-q-sessions-export) #'ignore))
               (call-interactively #'sly-agent-q-export))
             (should (equal default "why-does-my-parser-loop.org")))
-          ;; A resumed conversation has the title it was saved with.
-          (sly-agent-q-chat-show-history "c-2" "Fix the reader" [])
-          (should (equal (sly-agent-q-chat-title) "Fix the reader")))
-      (kill-buffer sly-agent-q-chat-buffer-name))))
+          ;; A resumed conversation has the title it was saved with; it opens in a chat of its own.
+          (let ((resumed (sly-agent-q-chat-show-history "c-2" "Fix the reader" [])))
+            (should-not (eq resumed (current-buffer)))
+            (should (equal (sly-agent-q-chat-conversation-id) "c-1"))
+            (with-current-buffer resumed
+              (should (equal (sly-agent-q-chat-title) "Fix the reader")))))
+      (dolist (chat (sly-agent-q-chats-list))
+        (kill-buffer chat)))))
 
 ;;;; What the model is told
 
