@@ -247,7 +247,8 @@ second diff of a large file would cost as much again."
                       (lambda (decision)
                         (funcall callback
                                  (sly-agent-q-approval--edit-decision arguments decision)))
-                      (plist-get params :tool) (plist-get params :callId))))
+                      (plist-get params :tool) (plist-get params :callId)
+                      (plist-get arguments :read_time_evaluation))))
         (when (and (bufferp review) (fboundp 'sly-agent-q-diff-review-cancel))
           (sly-agent-q-call-on-cancel
            call (lambda (_reason) (sly-agent-q-diff-review-cancel review))))))

@@ -106,6 +106,7 @@ ONCE gets the decision.  Return nil: no review buffer is shown."
                  :arguments args
                  :path (plist-get proposal :rel)
                  :description (plist-get proposal :description)
+                 :read_time_evaluation (plist-get proposal :read-eval)
                  :hunks (vconcat
                          (mapcar (lambda (h)
                                    (list :index (plist-get h :index)
@@ -117,15 +118,18 @@ ONCE gets the decision.  Return nil: no review buffer is shown."
              (funcall once (sly-agent-q-diff--normalize args decision))))
   nil)
 
-(defun sly-agent-q-diff-review (args callback &optional tool call-id)
+(defun sly-agent-q-diff-review (args callback &optional tool call-id read-eval)
   "Ask the user to review the file edit ARGS of a call of TOOL, hunk by hunk.
 ARGS is a propose_file_edit's argument plist.  CALLBACK is called once with the
 decision: (:decision \"modified\" :arguments ARGS+:accepted_hunks) or
 \(:decision \"denied\" :reason ...).  When
 `sly-agent-q-approval-function' is non-nil it is called with a
-request plist (:tool :arguments :path :description :hunks :diff)
-and a callback instead of showing the review buffer.  A proposal
-that cannot be computed, or changes nothing, is answered with no hunk
+request plist (:tool :arguments :path :description
+:read_time_evaluation :hunks :diff) and a callback instead of showing
+the review buffer.  READ-EVAL, a list or vector of strings, is the
+read-time forms (each #.FORM) a Lisp form's edit adds: the review
+shows them above the diff, as code run when the text is read.  A
+proposal that cannot be computed, or changes nothing, is answered with no hunk
 accepted, so that the tool itself tells the model why.  The hunks
 come from the server, asked without waiting: the decision may come
 after this returns.  Return the review buffer (shown once the hunks
@@ -142,7 +146,7 @@ approval this is: the server then finds the texts itself (see
           (sly-agent-q-diff-fetch-hunks
            (plist-get texts :old) (plist-get texts :new)
            (lambda ()
-             (sly-agent-q-diff--decide args once tool approver
+             (sly-agent-q-diff--decide args once tool approver read-eval
                                                 (lambda (proposal)
                                                   (if (buffer-live-p buffer)
                                                       (sly-agent-q-diff--show args proposal once buffer display)
@@ -168,13 +172,15 @@ approval this is: the server then finds the texts itself (see
                                            (error-message-string err))))
        nil))))
 
-(defun sly-agent-q-diff--decide (args once tool approver show)
+(defun sly-agent-q-diff--decide (args once tool approver read-eval show)
   "Review ARGS of TOOL, whose hunks are now known; ONCE gets the decision.
 APPROVER is the approval function, if any; else SHOW is called with
-the proposal."
+the proposal.  READ-EVAL is the read-time forms (#.FORM) the edit adds."
   (condition-case err
       (let* ((proposal (sly-agent-q-diff-proposal args))
              (hunks (plist-get proposal :hunks)))
+        (when (> (length read-eval) 0)
+          (setq proposal (plist-put proposal :read-eval (append read-eval nil))))
         (sly-agent-q-diff-remember-review args proposal)
         (cond
          ((null hunks)
@@ -324,6 +330,27 @@ CALLBACK gets the decision."
     (unless (string-empty-p line) (push line lines))
     (mapconcat (lambda (l) (concat l "\n")) (nreverse lines) "")))
 
+(defun sly-agent-q-diff--insert-read-eval (forms width)
+  "Insert a warning naming FORMS (each #.FORM), in WIDTH columns, if any.
+Such a form is code the Lisp reader runs as it reads the text: accepting
+the edit runs it when the form is compiled, and at every load of the file."
+  (when forms
+    (insert (propertize (truncate-string-to-width
+                         (format "READ-TIME EVALUATION: %d new #. form%s, code run as the text is read"
+                                 (length forms) (if (cdr forms) "s" ""))
+                         width nil nil "…")
+                        'face 'warning)
+            "\n"
+            (propertize (truncate-string-to-width
+                         "(when compiled, once you accept, and at each load of the file):"
+                         width nil nil "…")
+                        'face 'warning)
+            "\n")
+    ;; The forms are the model's: drawn as data, each whole (what runs is what is shown),
+    ;; every line indented so that none can pass for a line of the review's own.
+    (dolist (form forms)
+      (insert "  " (replace-regexp-in-string "\n" "\n  " (sly-agent-q-display-text form)) "\n"))))
+
 (defun sly-agent-q-diff--insert-preamble (proposal)
   "Insert the title, keys and buttons above the diff of PROPOSAL's review.
 Each line fits the window: a wrapped header would push the hunks down
@@ -335,6 +362,7 @@ and split the keys from what they name."
                           ""))))
     ;; The path and the description are the model's: drawn as data, cut to the window.
     (insert (propertize (truncate-string-to-width title width nil nil "…") 'face 'bold) "\n")
+    (sly-agent-q-diff--insert-read-eval (plist-get proposal :read-eval) width)
     (when (plist-get (plist-get proposal :current) :modified)
       (insert (truncate-string-to-width
                (concat "(computed against the unsaved text of buffer "

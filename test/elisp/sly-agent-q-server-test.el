@@ -1218,7 +1218,7 @@ told after the result changes nothing."
     (cl-letf (((symbol-function 'sly-agent-q-call-reply)
                (lambda (_call result) (push result replies)))
               ((symbol-function 'sly-agent-q-diff-review)
-               (lambda (args cb &optional _tool _call-id) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
+               (lambda (args cb &optional _tool _call-id _read-eval) (setq reviewed args) (funcall cb '(:decision "denied" :reason "no hunks")) nil)))
       (let ((sly-agent-q-approval-function
              (lambda (req cb) (funcall cb (list :decision "approved" :always (equal (plist-get req :tool) "x"))))))
         ;; Started at once, not from the timer the method uses.
