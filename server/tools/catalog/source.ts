@@ -222,7 +222,7 @@ async function applyAndCompile(planner: EditPlanner, args: Record<string, unknow
   }
   try {
     const compiled = await imageTool("compile_file_form")({ path: edit.file, text: edit.form }, ctx);
-    const ran = edit.readEval.length ? `\nIts new #. forms, approved as read-time evaluation, ran as it was read: ${edit.readEval.join(", ")}` : "";
+    const ran = edit.readEval.length ? `\nIts new #. forms ran as it was read (read-time evaluation): ${edit.readEval.join(", ")}` : "";
     return `${applied}\n${String(compiled)}${ran}`;
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
