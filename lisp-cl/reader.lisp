@@ -161,14 +161,15 @@ the REPL's reader would."
 
 ;;;; The #. forms of a text, found without evaluating them
 
-(defun read-eval-forms (text)
+(defun read-eval-forms (text &key partial)
   "The texts of the #. forms in TEXT (what follows each #.), in the
 order the reader meets them, found by reading TEXT as the reader would
 but with *READ-SUPPRESS*: nothing is interned or evaluated.  Both
 branches of every #+ and #- are read, so that a #. behind a feature
 test counts whether or not this Lisp would read it (ECL's reader skips
-every conditional under *READ-SUPPRESS*).  Reading stops quietly where
-TEXT stops reading: CHECK-ONE-FORM reports that."
+every conditional under *READ-SUPPRESS*).  Where TEXT stops reading,
+FAILs, unless PARTIAL: then the forms found so far (a #. missed would
+run unshown; one missed in the form an edit replaces is shown)."
   (let ((found '())
         (*readtable* (copy-readtable)))
     (set-dispatch-macro-character
@@ -190,9 +191,13 @@ TEXT stops reading: CHECK-ONE-FORM reports that."
                   (read stream t nil t) ; the form, read whatever the feature says
                   (values))))
     (let ((*read-suppress* t) (*read-eval* nil))
-      (ignore-errors
-       (with-input-from-string (in text)
-         (loop until (eq (read in nil in) in)))))
+      (handler-case
+          (with-input-from-string (in text)
+            (loop until (eq (read in nil in) in)))
+        (error (c)
+          (unless partial
+            (fail "The new text is refused: its #. forms (read-time evaluation) cannot be told ~
+                   apart, reading it stopped: ~A" (condition-message c))))))
     (nreverse found)))
 
 (defun normalize-form-text (text)
@@ -229,7 +234,7 @@ layout compare equal; any other difference, a comment's too, counts."
   "The #. forms of the text NEW that the text OLD does not have, as
 written in NEW: OLD's forms (compared by NORMALIZE-FORM-TEXT) each
 match one of NEW's once."
-  (let ((left (mapcar #'normalize-form-text (read-eval-forms old))))
+  (let ((left (mapcar #'normalize-form-text (read-eval-forms old :partial t))))
     (loop for form in (read-eval-forms new)
           for key = (normalize-form-text form)
           if (member key left :test #'string=)

@@ -1671,6 +1671,12 @@ FiveAM's run of the suite), and load the changed .asd."
         (let ((*read-eval* nil))
           (is (has (tool "compile_file_form" "path" (namestring file) "text" new) "Compiled")))
         (is (eql 5 (funcall (find-symbol "SAQ-DECLARED" "MY-APP") 3)))
+        ;; A text whose reading stops cannot say which #. forms it has: refused, unless for the
+        ;; form an edit replaces, whose forms found so far are kept (the others are then shown).
+        (is (search "cannot be told apart"
+                    (handler-case (progn (sly-agent-q::read-eval-forms "(a #.*x* (b #.(c)") "read")
+                      (sly-agent-q::tool-error (e) (sly-agent-q::tool-error-message e)))))
+        (is (equal '("*x*" "(c)") (sly-agent-q::read-eval-forms "(a #.*x* (b #.(c)" :partial t)))
         (is (equal "Two more than X." (documentation (find-symbol "SAQ-DECLARED" "MY-APP") 'function)))))))
 
 (deftest definition-edit-finds-a-definition-moved-in-its-file
