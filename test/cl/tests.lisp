@@ -1566,7 +1566,9 @@ FiveAM's run of the suite), and load the changed .asd."
                "(split-on-commas string)))\"}"))
       (is (not (has r "(defun process-data"))))
     ;; Only checking a text.
-    (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true}"))
+    (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true,\"readEval\":[]}"))
+    (is (has (tool "definition_edit" "text" "(defun new-one () (declare #.*x*) #.(y))")
+             "{\"checked\":true,\"readEval\":[\"*x*\",\"(y)\"]}"))
     (is (has (tool "definition_edit" "text" "(defun new-one () 1") "refused"))
     ;; Defined at the REPL: no source.
     (tool "compile_form" "form" "(defun cl-user::saq-repl-only () 1)")
