@@ -611,12 +611,14 @@ Saved as the answer asks, the edit of the new helper is reviewed, lands and is c
   "Debian's cl-ppcre (scripts/ensure-deps.sh installs it): every function declares
 #.*standard-optimize-settings*.")
 
-(defun e2e-ppcre-load (file fasl)
-  "Compile cl-ppcre's FILE to FASL and load it, after loading cl-ppcre itself."
+(defun e2e-ppcre-load (file &optional beside)
+  "Compile cl-ppcre's FILE and load it, after loading cl-ppcre itself.
+The fasl is FILE's own (CLISP finds a definition's source beside its fasl),
+or BESIDE's when given."
   (e2e-eval `(cl:progn (cl:require "asdf")
                        (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "cl-ppcre")
                        (cl:let ((cl:*compile-verbose* nil) (cl:*compile-print* nil))
-                         (cl:load (cl:compile-file ,file :output-file ,fasl)))
+                         (cl:load (cl:compile-file ,file :output-file (cl:compile-file-pathname ,(or beside file)))))
                        t)))
 
 (defun e2e-ppcre-count (regex text)
@@ -655,7 +657,7 @@ marker stays; approved, it runs as the form is compiled from the file (the marke
             (copy-file e2e-ppcre-api file)
             (write-region "" nil marker)
             (e2e-eval `(cl:progn (cl:defparameter cl-user::*saq-read-eval-marker* ,marker) t))
-            (e2e-ppcre-load file (expand-file-name "api.fasl" root))
+            (e2e-ppcre-load file)
             (should (= (e2e-ppcre-count "a*" "baaab") 4))
             (let* ((original (e2e-file-text file))
                    (start (string-match "^(defun count-matches " original))
@@ -701,7 +703,7 @@ match REGEX."))
               (should (equal (e2e-ppcre-doc) "Counts the non-empty matches of REGEX in TARGET-STRING."))
               (should-not (file-exists-p marker))))
         ;; The library's own definitions back, for the tests after.
-        (ignore-errors (e2e-ppcre-load e2e-ppcre-api (expand-file-name "original.fasl" root)))))))
+        (ignore-errors (e2e-ppcre-load e2e-ppcre-api (expand-file-name "original.lisp" root)))))))
 
 (ert-deftest e2e-replace-definition-in-a-file-changed-on-disk-behind-emacs ()
   "The file changed on disk behind the back of the unmodified buffer visiting it (a checkout, another
