@@ -158,3 +158,85 @@ the REPL's reader would."
           (fail "~A takes exactly one form, but there is more after the first: ~A"
                 tool (form-excerpt text rest (length text) 60))))
       form)))
+
+;;;; The #. forms of a text, found without evaluating them
+
+(defun read-eval-forms (text &key partial)
+  "The texts of the #. forms in TEXT (what follows each #.), in the
+order the reader meets them, found by reading TEXT as the reader would
+but with *READ-SUPPRESS*: nothing is interned or evaluated.  Both
+branches of every #+ and #- are read, so that a #. behind a feature
+test counts whether or not this Lisp would read it (ECL's reader skips
+every conditional under *READ-SUPPRESS*).  Where TEXT stops reading,
+FAILs, unless PARTIAL: then the forms found so far (a #. missed would
+run unshown; one missed in the form an edit replaces is shown)."
+  (let ((found '())
+        (*readtable* (copy-readtable)))
+    (set-dispatch-macro-character
+     #\# #\. (lambda (stream char arg)
+               (declare (ignore char arg))
+               ;; FILE-POSITION of a WITH-INPUT-FROM-STRING stream read from
+               ;; its start is the index in TEXT on SBCL, ECL and CLISP.
+               (let ((start (file-position stream)))
+                 (read stream t nil t)
+                 (push (string-trim '(#\Space #\Tab #\Newline #\Return #\Linefeed #\Page)
+                                    (subseq text start (file-position stream)))
+                       found))
+               nil))
+    (dolist (sign '(#\+ #\-))
+      (set-dispatch-macro-character
+       #\# sign (lambda (stream char arg)
+                  (declare (ignore char arg))
+                  (read stream t nil t) ; the feature expression
+                  (read stream t nil t) ; the form, read whatever the feature says
+                  (values))))
+    (let ((*read-suppress* t) (*read-eval* nil))
+      (handler-case
+          (with-input-from-string (in text)
+            (loop until (eq (read in nil in) in)))
+        (error (c)
+          (unless partial
+            (fail "The new text is refused: its #. forms (read-time evaluation) cannot be told ~
+                   apart, reading it stopped: ~A" (condition-message c))))))
+    (nreverse found)))
+
+(defun normalize-form-text (text)
+  "TEXT with each run of blanks outside strings and |symbols| made one
+space, and none next to a parenthesis: two #. forms that differ only in
+layout compare equal; any other difference, a comment's too, counts."
+  (with-output-to-string (out)
+    (let ((i 0) (n (length text)) (pending nil) (last nil))
+      (flet ((emit (char)
+               (when (and pending last (char/= last #\() (char/= char #\)))
+                 (write-char #\Space out))
+               (setf pending nil last char)
+               (write-char char out)))
+        (loop while (< i n)
+              do (let ((char (char text i)))
+                   (cond ((blank-char-p char) (setf pending t) (incf i))
+                         ((member char '(#\" #\|))
+                          ;; Copied whole, escapes included.
+                          (emit char) (incf i)
+                          (loop while (< i n)
+                                do (let ((c (char text i)))
+                                     (write-char c out) (incf i)
+                                     (cond ((char= c #\\)
+                                            (when (< i n) (write-char (char text i) out) (incf i)))
+                                           ((char= c char) (return)))))
+                          (setf last char))
+                         ((and (char= char #\#) (< (1+ i) n) (char= (char text (1+ i)) #\\))
+                          ;; A character object: the one after #\ is itself.
+                          (emit #\#) (write-char #\\ out) (incf i 2)
+                          (when (< i n) (write-char (char text i) out) (setf last (char text i)) (incf i)))
+                         (t (emit char) (incf i)))))))))
+
+(defun new-read-eval-forms (new old)
+  "The #. forms of the text NEW that the text OLD does not have, as
+written in NEW: OLD's forms (compared by NORMALIZE-FORM-TEXT) each
+match one of NEW's once."
+  (let ((left (mapcar #'normalize-form-text (read-eval-forms old :partial t))))
+    (loop for form in (read-eval-forms new)
+          for key = (normalize-form-text form)
+          if (member key left :test #'string=)
+            do (setf left (remove key left :test #'string= :count 1))
+          else collect form)))

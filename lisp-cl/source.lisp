@@ -258,15 +258,17 @@ that definition's form.  FAILs otherwise."
 (defun check-one-form (text)
   "FAIL unless TEXT reads as exactly one form with balanced parentheses
 and strings.  It is scanned with *READ-SUPPRESS* and *READ-EVAL* NIL:
-nothing is interned or evaluated."
+nothing is interned or evaluated, a #. form included (read, never run:
+READ-EVAL-FORMS says which there are)."
   (multiple-value-bind (spans condition start)
       (let ((*readtable* (copy-readtable)))
-        ;; Called even under *READ-SUPPRESS*: a #. anywhere is refused.
+        ;; Called even under *READ-SUPPRESS*, and for a #+ feature test read
+        ;; without it: the form after #. is read suppressed, whatever the Lisp's own #. does.
         (set-dispatch-macro-character
          #\# #\. (lambda (stream char arg)
-                   (declare (ignore stream char arg))
-                   (fail "The new text is refused: it contains #. (read-time evaluation); ~
-                          write the form it would produce instead.")))
+                   (declare (ignore char arg))
+                   (let ((*read-suppress* t)) (read stream t nil t))
+                   nil))
         (scan-forms text))
     (cond ((typep condition 'tool-error) (error condition))
           ((typep condition 'end-of-file)
@@ -287,11 +289,13 @@ nothing is interned or evaluated."
 (define-tool "definition_edit" (&key symbol package definition text)
   "Locate SYMBOL's definition (for read_definition, replace_definition and
 insert_form), first checking that TEXT, when given, is one form: JSON for
-the server.  Without SYMBOL, only TEXT is checked."
+the server.  Without SYMBOL, only TEXT is checked.  TEXT's #. forms are
+read, never evaluated: \"readEval\" lists them all, \"readEvalNew\"
+those the definition's form does not have (what a replacement adds)."
   (when text
     (check-one-form text))
   (if (and text (or (null symbol) (every #'blank-char-p symbol)))
-      "{\"checked\":true}"
+      (format nil "{\"checked\":true,\"readEval\":~A}" (json-strings (read-eval-forms text)))
       (let* ((package (tool-package package))
              (symbol (resolve-symbol (nonblank symbol "symbol" "a symbol's name") package))
              (form (locate-form symbol package definition))
@@ -303,9 +307,13 @@ the server.  Without SYMBOL, only TEXT is checked."
           (setf old (format nil "~A~%... (~D more characters; read_file shows the rest)"
                             (subseq old 0 *definition-text-limit*)
                             (- (length old) *definition-text-limit*))))
-        (format nil "{\"file\":~A,\"line\":~D,\"label\":~A,\"old\":~A}"
+        (format nil "{\"file\":~A,\"line\":~D,\"label\":~A,\"old\":~A~@[,\"readEval\":~A~]~@[,\"readEvalNew\":~A~]}"
                 (json-string (located-file form)) (located-line form)
-                (json-string (located-label form)) (json-string old)))))
+                (json-string (located-label form)) (json-string old)
+                (and text (json-strings (read-eval-forms text)))
+                (and text (json-strings (new-read-eval-forms
+                                         text (subseq (located-text form) (located-start form)
+                                                      (located-end form)))))))))
 
 
 ;;;; Compiling a form from its file
@@ -376,7 +384,10 @@ the list of (SEVERITY MESSAGE) notes."
     (unless (compile-string-function)
       (fail "This Lisp's backend cannot compile a string with its file recorded."))
     (multiple-value-bind (ok notes)
-        (let ((*package* (file-package-at contents index)))
+        ;; Read as loading the file reads it: a #. runs now, as it will at every load.  The
+        ;; server calls this only after the user approved the edit, shown with any new #. form.
+        (let ((*package* (file-package-at contents index))
+              (*read-eval* t))
           (compile-string-from-file text file contents index))
       (let ((summary (format nil "~{~A~^~%~}"
                              (loop for (severity message) in notes

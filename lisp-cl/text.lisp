@@ -172,6 +172,10 @@ KEYWORD package, gives fully qualified names such as MY-APP::FOO."
                       (write-char c out)))))
     (write-char #\" out)))
 
+(defun json-strings (strings)
+  "STRINGS as a JSON array of strings."
+  (format nil "[~{~A~^,~}]" (mapcar #'json-string strings)))
+
 (defun listing-name (name &optional (max 100))
   "NAME (a package's name or nickname, say) for one line of a listing:
 as it is when it is plain (printable ASCII, no space, no quote), else

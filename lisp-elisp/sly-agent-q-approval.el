@@ -81,7 +81,9 @@ that asks; :lispArguments and :shownOnly, the arguments that are Lisp
 source and those only shown.  A file edit reviewed hunk by hunk
 \(propose_file_edit, replace_definition, insert_form) has :review
 \(\"diff\" or \"form\") and :hunks, a vector of (:index N :header
-\"@@ ...\" :text DIFF-LINES), its :diff being those hunks.
+\"@@ ...\" :text DIFF-LINES), its :diff being those hunks; a Lisp
+form's edit that adds #. forms has :read_time_evaluation, a vector
+of \"#.FORM\" strings: code the reader runs as the text is read.
 CALLBACK must be called once, now or later, with a decision plist
 \(:decision \"approved\", \"denied\" or \"modified\", :reason STRING,
 :arguments PLIST for \"modified\", :always t to allow the tool for
@@ -128,6 +130,9 @@ approval shows every argument whole."
 ;;   :hunks                                 for a reviewed edit: a vector
 ;;                                         of (:index N :header "@@..."
 ;;                                         :text "...")
+;;   :read_time_evaluation                 for a Lisp form's edit adding
+;;                                         #. forms: a vector of "#.FORM"
+;;   :conversationId :turnId               the conversation that asked
 ;;
 ;; Every answer, from whichever decider, goes through one normalizer
 ;; (`sly-agent-q-approval--normalize') and one once-only guard
@@ -230,12 +235,16 @@ never the whole tool.  The keys are documented in
    (and (plist-get preview :buffer) (list :buffer (plist-get preview :buffer)))
    (cond
     (proposal
+     (append
      (list :diff (sly-agent-q-diff-unified
                   (list :rel (sly-agent-q-display-line (plist-get proposal :rel) t)
                         :hunks (plist-get proposal :hunks)))
            :new-file (and (not (plist-get (plist-get proposal :current) :exists))
                           (not (plist-get (plist-get proposal :current) :buffer)))
-           :hunks (sly-agent-q-approval--hunks proposal)))
+           :hunks (sly-agent-q-approval--hunks proposal))
+     ;; The #. forms a Lisp form's edit adds (each "#.FORM").
+     (and (plist-get proposal :read-eval)
+          (list :read_time_evaluation (vconcat (plist-get proposal :read-eval))))))
     ((plist-member preview :new)
      ;; The name on the diff's own lines is drawn as data: a name
      ;; holding a newline would otherwise draw a header of its own.
@@ -418,7 +427,12 @@ are there), or nil when none is shown.  Never signals."
            (plist-get texts :old) (plist-get texts :new)
            (lambda ()
              (condition-case err
-                 (let ((proposal (sly-agent-q-diff-proposal edit)))
+                 (let ((proposal (sly-agent-q-diff-proposal edit))
+                       (read-eval (plist-get arguments :read_time_evaluation)))
+                   ;; A Lisp form's edit adding #. forms: code run as the
+                   ;; text is read, shown above its diff.
+                   (when (> (length read-eval) 0)
+                     (setq proposal (plist-put proposal :read-eval (append read-eval nil))))
                    (sly-agent-q-diff-remember-review edit proposal)
                    (if (null (plist-get proposal :hunks))
                        (funcall none)

@@ -229,6 +229,27 @@ review (see `sly-agent-q-approval--normalize')."
     (unless (string-empty-p line) (push line lines))
     (mapconcat (lambda (l) (concat l "\n")) (nreverse lines) "")))
 
+(defun sly-agent-q-diff-review--insert-read-eval (forms width)
+  "Insert a warning naming FORMS (each #.FORM), in WIDTH columns, if any.
+Such a form is code the Lisp reader runs as it reads the text: accepting
+the edit runs it when the form is compiled, and at every load of the file."
+  (when forms
+    (insert (propertize (truncate-string-to-width
+                         (format "READ-TIME EVALUATION: %d new #. form%s, code run as the text is read"
+                                 (length forms) (if (cdr forms) "s" ""))
+                         width nil nil "…")
+                        'face 'warning)
+            "\n"
+            (propertize (truncate-string-to-width
+                         "(when compiled, once you accept, and at each load of the file):"
+                         width nil nil "…")
+                        'face 'warning)
+            "\n")
+    ;; The forms are the model's: drawn as data, each whole (what runs is what is shown),
+    ;; every line indented so that none can pass for a line of the review's own.
+    (dolist (form forms)
+      (insert "  " (replace-regexp-in-string "\n" "\n  " (sly-agent-q-display-text form)) "\n"))))
+
 (defun sly-agent-q-diff-review--insert-preamble (proposal)
   "Insert the title, keys and buttons above the diff of PROPOSAL's review.
 Each line fits the window: a wrapped header would push the hunks down
@@ -240,6 +261,7 @@ and split the keys from what they name."
                           ""))))
     ;; The path and the description are the model's: drawn as data, cut to the window.
     (insert (propertize (truncate-string-to-width title width nil nil "…") 'face 'bold) "\n")
+    (sly-agent-q-diff-review--insert-read-eval (plist-get proposal :read-eval) width)
     (when (plist-get (plist-get proposal :current) :modified)
       (insert (truncate-string-to-width
                (concat "(computed against the unsaved text of buffer "

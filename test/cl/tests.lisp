@@ -1566,7 +1566,9 @@ FiveAM's run of the suite), and load the changed .asd."
                "(split-on-commas string)))\"}"))
       (is (not (has r "(defun process-data"))))
     ;; Only checking a text.
-    (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true}"))
+    (is (has (tool "definition_edit" "text" "(defun new-one () 1)") "{\"checked\":true,\"readEval\":[]}"))
+    (is (has (tool "definition_edit" "text" "(defun new-one () (declare #.*x*) #.(y))")
+             "{\"checked\":true,\"readEval\":[\"*x*\",\"(y)\"]}"))
     (is (has (tool "definition_edit" "text" "(defun new-one () 1") "refused"))
     ;; Defined at the REPL: no source.
     (tool "compile_form" "form" "(defun cl-user::saq-repl-only () 1)")
@@ -1630,12 +1632,18 @@ FiveAM's run of the suite), and load the changed .asd."
              "refused" "unterminated string"))
     (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" "(defun a ()) (defun b ())")
              "refused" "2 forms"))
+    ;; A #. form is read, never evaluated: named as new (the old form has none), nothing interned.
     (let ((before (symbol-function (find-symbol "PARSE-INPUT" "MY-APP"))))
-      (is (has (tool "definition_edit" "symbol" "my-app:parse-input"
-                     "text" "(defun parse-input (s) #.(progn (setf cl-user::*saq-evaluated* t) s))")
-               "refused" "#."))
+      (dolist (text '("(defun parse-input (s) #.(progn (setf cl-user::*saq-evaluated* t) s))"
+                      "(defun parse-input (s) #+saq-no-such-feature #.(setf cl-user::*saq-evaluated* t) s)"
+                      "(defun parse-input (s) #+#.(setf cl-user::*saq-evaluated* t) s s)"))
+        (let ((r (tool "definition_edit" "symbol" "my-app:parse-input" "text" text)))
+          (is (ok-p r))
+          (is (has r "\"readEvalNew\":[\"" "(setf cl-user::*saq-evaluated* t"))))
       (is (null (find-symbol "*SAQ-EVALUATED*" "COMMON-LISP-USER")))
       (is (eq before (symbol-function (find-symbol "PARSE-INPUT" "MY-APP")))))
+    (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" *fixed-parse-input*)
+             "\"readEval\":[],\"readEvalNew\":[]"))
     ;; The file changed since it was loaded, and the definition is no longer in it.
     (let ((text (file-text (project-file "my-app.lisp"))))
       (write-text (project-file "my-app.lisp")
@@ -1643,6 +1651,35 @@ FiveAM's run of the suite), and load the changed .asd."
                                (replace-all text "(defun parse-input " "(defun parse-input-renamed ")))
       (is (has (tool "definition_edit" "symbol" "my-app:parse-input" "text" *fixed-parse-input*)
                "not the definition of MY-APP:PARSE-INPUT any more")))))
+
+(deftest definition-edit-keeps-the-files-read-time-forms
+  ;; A definition declaring #.*SETTINGS* (as cl-ppcre's do): an edit with the same #. forms, laid out
+  ;; differently, has none new; one with another is named; compiled from the file, the #. is read
+  ;; as loading the file reads it.
+  (with-project ()
+    (let ((file (project-file "my-app.lisp")))
+      (append-text file (format nil "~%(eval-when (:compile-toplevel :load-toplevel :execute)~%  (defparameter *saq-settings* '(optimize (speed 1))))~%~%~
+                                     (defun saq-declared (x)~%  (declare #.*saq-settings*)~%  (1+ x))~%"))
+      (is (has (tool "load_system" "system" "my-app") "Loaded my-app"))
+      (let* ((new (format nil "(defun saq-declared (x)~%  \"Two more than X.\"~%  (declare #.*saq-settings*   )~%  (+ x 2))"))
+             (r (tool "definition_edit" "symbol" "my-app::saq-declared" "text" new)))
+        (is (ok-p r))
+        (is (has r "\"readEval\":[\"*saq-settings*\"],\"readEvalNew\":[]"))
+        (is (has (tool "definition_edit" "symbol" "my-app::saq-declared"
+                       "text" "(defun saq-declared (x) (declare #.*saq-other*) (declare #.*saq-settings*) x)")
+                 "\"readEvalNew\":[\"*saq-other*\"]"))
+        (let ((text (file-text file)))
+          (write-text file (replace-all text (format nil "(defun saq-declared (x)~%  (declare #.*saq-settings*)~%  (1+ x))") new)))
+        (let ((*read-eval* nil))
+          (is (has (tool "compile_file_form" "path" (namestring file) "text" new) "Compiled")))
+        (is (eql 5 (funcall (find-symbol "SAQ-DECLARED" "MY-APP") 3)))
+        ;; A text whose reading stops cannot say which #. forms it has: refused, unless for the
+        ;; form an edit replaces, whose forms found so far are kept (the others are then shown).
+        (is (search "cannot be told apart"
+                    (handler-case (progn (sly-agent-q::read-eval-forms "(a #.*x* (b #.(c)") "read")
+                      (sly-agent-q::tool-error (e) (sly-agent-q::tool-error-message e)))))
+        (is (equal '("*x*" "(c)") (sly-agent-q::read-eval-forms "(a #.*x* (b #.(c)" :partial t)))
+        (is (equal "Two more than X." (documentation (find-symbol "SAQ-DECLARED" "MY-APP") 'function)))))))
 
 (deftest definition-edit-finds-a-definition-moved-in-its-file
   ;; Text added above a definition after it was loaded (a checkout, another editor) moves it: the

@@ -604,6 +604,110 @@ Saved as the answer asks, the edit of the new helper is reviewed, lands and is c
         (e2e-forget-project)
         (e2e-forget-buffer buffer)))))
 
+;;;; Definitions that use #. (read-time evaluation)
+
+(defconst e2e-ppcre-api
+  "/usr/share/common-lisp/source/cl-ppcre/api.lisp"
+  "Debian's cl-ppcre (scripts/ensure-deps.sh installs it): every function declares
+#.*standard-optimize-settings*.")
+
+(defun e2e-ppcre-load (file &optional beside)
+  "Compile cl-ppcre's FILE and load it, after loading cl-ppcre itself.
+The fasl is FILE's own (CLISP finds a definition's source beside its fasl),
+or BESIDE's when given."
+  (e2e-eval `(cl:progn (cl:require "asdf")
+                       (cl:funcall (cl:find-symbol "LOAD-SYSTEM" "ASDF") "cl-ppcre")
+                       (cl:let ((cl:*compile-verbose* nil) (cl:*compile-print* nil))
+                         (cl:load (cl:compile-file ,file :output-file (cl:compile-file-pathname ,(or beside file)))))
+                       t)))
+
+(defun e2e-ppcre-count (regex text)
+  "What the image's CL-PPCRE:COUNT-MATCHES answers for REGEX in TEXT."
+  (e2e-eval `(cl:funcall (cl:find-symbol "COUNT-MATCHES" "CL-PPCRE") ,regex ,text)))
+
+(defun e2e-ppcre-doc ()
+  "The image's docstring of CL-PPCRE:COUNT-MATCHES."
+  (e2e-eval '(cl:documentation (cl:find-symbol "COUNT-MATCHES" "CL-PPCRE") 'cl:function)))
+
+(ert-deftest e2e-replace-definition-keeps-the-librarys-read-time-declaration ()
+  "replace_definition of cl-ppcre's COUNT-MATCHES, which declares #.*standard-optimize-settings*, in
+a copy of the library's file in the project: the same #. as the form it replaces is reviewed as a
+plain edit, written byte for byte and compiled into the image from the file.  A new #. form (one
+that deletes a marker file) is shown in the review as read-time evaluation; it never ran before the
+answer (the marker is there while the review is open); denied, file and image are unchanged and the
+marker stays; approved, it runs as the form is compiled from the file (the marker is gone)."
+  (unless (file-readable-p e2e-ppcre-api)
+    (ert-skip "Debian's cl-ppcre is not installed (scripts/ensure-deps.sh installs it)"))
+  (when (equal (getenv "SLY_AGENT_Q_TEST_PROGRAM") "ecl")
+    (ert-skip "ECL compiles cl-ppcre and its api.lisp through its C compiler, some ten minutes here: the CL suite's definition-edit-keeps-the-files-read-time-forms checks the same on ECL"))
+  (e2e-with-agent "replace-definition-read-eval.json"
+    (let* ((file (expand-file-name "api.lisp" root))
+           (marker (expand-file-name "marker" root))
+           (script (json-read-file (expand-file-name "replace-definition-read-eval.json" e2e-scripts)))
+           (new-text (lambda (step)
+                       (cdr (assq 'new_text (cdr (assq 'input (aref (cdr (assq 'content (aref (cdr (assq 'steps script)) step))) 1)))))))
+           (reviews nil)
+           (sly-agent-q-approval-function
+            (lambda (request callback)
+              (push (list (plist-get request :tool) (plist-get request :read_time_evaluation)
+                          (file-exists-p marker) (e2e-file-text file))
+                    reviews)
+              (funcall callback (if (= (length reviews) 2)
+                                    '(:decision "denied" :reason "not that")
+                                  (e2e-every-hunk request))))))
+      (unwind-protect
+          (progn
+            (copy-file e2e-ppcre-api file)
+            (write-region "" nil marker)
+            (e2e-eval `(cl:progn (cl:defparameter cl-user::*saq-read-eval-marker* ,marker) t))
+            (e2e-ppcre-load file)
+            (should (= (e2e-ppcre-count "a*" "baaab") 4))
+            (let* ((original (e2e-file-text file))
+                   (start (string-match "^(defun count-matches " original))
+                   (end (+ (string-match (regexp-quote "(incf count))))") original start)
+                           (length "(incf count))))")))
+                   (first-edit (concat (substring original 0 start) (funcall new-text 0) (substring original end)))
+                   (second-edit (concat (substring original 0 start) (funcall new-text 1) (substring original end))))
+              (should (string-match-p "(declare #\\.\\*standard-optimize-settings\\*)"
+                                      (substring original start end)))
+              (should (eq (plist-get (e2e-send "COUNT-MATCHES should not count empty matches" 180) :status)
+                          'finished))
+              ;; Denied: the file and the image have the first edit alone, the marker is there.
+              (should (equal (e2e-file-text file) first-edit))
+              (should (= (e2e-ppcre-count "a*" "baaab") 1))
+              (should (equal (e2e-ppcre-doc) "Returns a count of all non-empty substrings of TARGET-STRING which
+match REGEX."))
+              (should (file-exists-p marker))
+              (should (eq (plist-get (e2e-send "Ask me again" 180) :status) 'finished))
+              (let ((results (sly-agent-q-test-tool-results)))
+                (should (= (length results) 3))
+                (should (string-match-p "Applied all" (car (nth 0 results))))
+                (should (string-match-p "Compiled" (car (nth 0 results))))
+                (should-not (string-match-p "read-time" (car (nth 0 results))))
+                (should-not (cdr (nth 0 results)))
+                (should (cdr (nth 1 results)))
+                (should (string-match-p "not that" (car (nth 1 results))))
+                (should (string-match-p "Compiled" (car (nth 2 results))))
+                (should (string-match-p "ran as it was read" (car (nth 2 results)))))
+              (setq reviews (nreverse reviews))
+              (should (equal (mapcar #'car reviews) '("replace_definition" "replace_definition" "replace_definition")))
+              ;; 1: the library's own #. is no news.
+              (should-not (nth 1 (nth 0 reviews)))
+              (should (equal (nth 3 (nth 0 reviews)) original))
+              ;; 2 and 3: the new #. form is shown as it is written, and has not run.
+              (dolist (review (cdr reviews))
+                (should (equal (nth 1 review)
+                               '("#.(progn (delete-file cl-user::*saq-read-eval-marker*) *standard-optimize-settings*)")))
+                (should (nth 2 review))
+                (should (equal (nth 3 review) first-edit)))
+              ;; Approved: the file says it, the image has it (its docstring), and it ran as it was read.
+              (should (equal (e2e-file-text file) second-edit))
+              (should (= (e2e-ppcre-count "a*" "baaab") 1))
+              (should (equal (e2e-ppcre-doc) "Counts the non-empty matches of REGEX in TARGET-STRING."))
+              (should-not (file-exists-p marker))))
+        ;; The library's own definitions back, for the tests after.
+        (ignore-errors (e2e-ppcre-load e2e-ppcre-api (expand-file-name "original.lisp" root)))))))
+
 (ert-deftest e2e-replace-definition-in-a-file-changed-on-disk-behind-emacs ()
   "The file changed on disk behind the back of the unmodified buffer visiting it (a checkout, another
 editor): replace_definition edits the file as it is on disk, keeping that change, and the buffer shows

@@ -269,12 +269,15 @@ bound to what was reviewed."
 
 ;;;; Review in the review buffer
 
-(defun sly-agent-q-diff-test-open-review (args)
-  "Open the review buffer for ARGS; return (BUFFER . DECISIONS-CELL)."
+(defun sly-agent-q-diff-test-open-review (args &optional read-eval)
+  "Open the review buffer for ARGS; return (BUFFER . DECISIONS-CELL).
+READ-EVAL: the #. forms the edit adds, as a form's edit gives them."
   (let* ((cell (list nil))
          (sly-agent-q-approval-function nil)
          (sly-agent-q-diff-review-display-function #'display-buffer)
-         (buffer (sly-agent-q-approval-review-edit args (lambda (d) (push d (car cell))))))
+         (buffer (sly-agent-q-approval-review-edit
+                  (append args (and read-eval (list :read_time_evaluation read-eval)))
+                  (lambda (d) (push d (car cell))) "replace_definition")))
     (should (bufferp buffer))
     ;; The review shows once the server's hunks came.
     (sly-agent-q-test-wait (lambda () (and (buffer-local-value 'sly-agent-q-diff-review--current buffer)
@@ -287,6 +290,37 @@ bound to what was reviewed."
                              10 "every hunk drawn"))
     (should (null (car cell)))
     (cons buffer cell)))
+
+(ert-deftest sly-agent-q-diff-test-review-shows-read-time-evaluation ()
+  "The #. forms a form's edit adds are shown above the diff as read-time evaluation, each line
+indented (a form's line cannot pass for the review's own), and given to an approval function."
+  (sly-agent-q-diff-test--with-server
+    (sly-agent-q-tools-test--write "src/a.lisp" (sly-agent-q-diff-test-old))
+    (let* ((args (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)))
+           (forms ["#.(delete-file \"marker\")" "#.(progn\n## Hunk 1 of 3: ACCEPTED\n t)"])
+           (opened (sly-agent-q-diff-test-open-review args forms))
+           (buffer (car opened)))
+      (with-current-buffer buffer
+        (should (string-match-p "^READ-TIME EVALUATION: 2 new #\\. forms, code run as the text is read$"
+                                (buffer-string)))
+        (should (string-match-p "^  #\\.(delete-file \"marker\")$" (buffer-string)))
+        (should (string-match-p "^  ## Hunk 1 of 3: ACCEPTED$" (buffer-string)))
+        (should-not (string-match-p "^## Hunk 1 of 3: ACCEPTED" (buffer-string))))
+      (with-current-buffer buffer (sly-agent-q-diff-abort)))
+    ;; Without any, no such line.
+    (let* ((opened (sly-agent-q-diff-test-open-review
+                    (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new))))
+           (buffer (car opened)))
+      (should-not (string-match-p "READ-TIME" (with-current-buffer buffer (buffer-string))))
+      (with-current-buffer buffer (sly-agent-q-diff-abort)))
+    (let* ((request nil) (decided nil)
+           (sly-agent-q-approval-function
+            (lambda (r callback) (setq request r) (funcall callback '(:decision "denied")))))
+      (sly-agent-q-approval-review-edit (list :path "src/a.lisp" :new_content (sly-agent-q-diff-test-new)
+                                              :read_time_evaluation ["#.(evil)"])
+                                        (lambda (d) (setq decided d)) "replace_definition")
+      (sly-agent-q-test-wait (lambda () decided) 20 "the decision")
+      (should (equal (plist-get request :read_time_evaluation) ["#.(evil)"])))))
 
 (ert-deftest sly-agent-q-diff-test-review-buffer-accept-1-and-3 ()
   (sly-agent-q-diff-test--with-server

@@ -95,6 +95,25 @@ describe("replace_definition", () => {
     expect(tools()).not.toContain("image:compile_file_form");
   });
 
+  it("shows the #. forms the new text adds as read-time evaluation, and none when they are the old form's", async () => {
+    const { run, fake, asked, tools } = setup(() => ({ decision: "denied", reason: "not that" }));
+    const located = { file: FILE, line: 3, label: "(DEFUN F)", old: OLD };
+    fake.answers["image:definition_edit"] = () => JSON.stringify({ ...located, readEval: ["*settings*", '(delete-file "x")'], readEvalNew: ['(delete-file "x")'] });
+    const denied = await run("replace_definition", { symbol: "f", new_text: NEW });
+    expect(denied.success).toBe(false);
+    expect(asked[0].arguments.read_time_evaluation).toEqual(['#.(delete-file "x")']);
+    // Denied: no edit reached Emacs, nothing was compiled.
+    expect(tools()).toEqual(["image:definition_edit", "tool:read_file"]);
+    // The same #. forms as the definition it replaces: nothing to show.
+    fake.answers["image:definition_edit"] = () => JSON.stringify({ ...located, readEval: ["*settings*"], readEvalNew: [] });
+    await run("replace_definition", { symbol: "f", new_text: NEW });
+    expect(asked).toHaveLength(2);
+    expect(asked[1].arguments).not.toHaveProperty("read_time_evaluation");
+    // insert_form adds every #. form of its text.
+    await run("insert_form", { after: "f", text: "(defun g () (declare #.*settings*) 2)" });
+    expect(asked[2].arguments.read_time_evaluation).toEqual(["#.*settings*"]);
+  });
+
   it("denied, changes nothing", async () => {
     const { run, tools } = setup(() => ({ decision: "denied", reason: "no" }));
     const result = await run("replace_definition", { symbol: "f", new_text: NEW });

@@ -26,7 +26,13 @@ interface DefinitionPlan {
   line: number;
   label: string;
   old: string;
+  /** The new text's #. forms (what follows each #.), read by the image without evaluating them. */
+  readEval?: string[];
+  /** Those of readEval the definition's form does not have: what a replacement adds. */
+  readEvalNew?: string[];
 }
+
+const strings = (value: unknown): string[] => (Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : []);
 
 function isPlan(value: unknown): value is DefinitionPlan {
   if (!value || typeof value !== "object") return false;
@@ -58,12 +64,31 @@ async function locate(name: unknown, text: unknown, args: Record<string, unknown
   return plan;
 }
 
-/** An edit of a file: where (FILE, absolute), what Emacs's propose_file_edit gets, the form to compile. */
+/** An edit of a file: where (FILE, absolute), what Emacs's propose_file_edit gets, the form to compile,
+ *  and the #. forms it brings that the file did not have there (each "#.FORM"), which compiling evaluates. */
 interface FileEdit {
   file: string;
   label: string;
   change: Record<string, unknown>;
   form: string;
+  readEval: string[];
+}
+
+/** The #. forms FORMS as written ("#." and what follows). */
+const withSharpDot = (forms: string[]): string[] => forms.map((f) => `#.${f}`);
+
+/**
+ * What the approval of EDIT shows besides the diff: the #. forms it adds, labelled as what they are.
+ * The same #. forms as the definition it replaces (a shared declaration such as cl-ppcre's
+ * #.*standard-optimize-settings*) add nothing: the file's loading runs them already.
+ */
+function preview(edit: FileEdit, form: unknown): Record<string, unknown> {
+  return {
+    edit: edit.change,
+    form,
+    // Emacs's review says what these are (code run as the text is read), above the diff.
+    ...(edit.readEval.length ? { read_time_evaluation: edit.readEval } : {}),
+  };
 }
 
 type EditPlanner = (args: Record<string, unknown>, ctx: ToolContext) => Promise<FileEdit>;
@@ -138,7 +163,7 @@ const replaceEdit: EditPlanner = async (args, ctx) => {
   const form = String(args.new_text).trim();
   const plan = await locate(args.symbol, form, args, ctx);
   await refuseUnsavedBuffer(plan.file, ctx);
-  return { file: plan.file, label: plan.label, form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
+  return { file: plan.file, label: plan.label, form, readEval: withSharpDot(strings(plan.readEvalNew)), change: withDescription({ path: plan.file, old_text: plan.old, new_text: form }, args) };
 };
 
 
@@ -158,25 +183,31 @@ const insertEdit: EditPlanner = async (args, ctx) => {
   if (str(args.after)) {
     const plan = await locate(args.after, form, args, ctx);
     await refuseUnsavedBuffer(plan.file, ctx);
-    return { file: plan.file, label: form.split("\n")[0], form, change: withDescription({ path: plan.file, old_text: plan.old, new_text: `${plan.old}\n\n${form}` }, args) };
+    return { file: plan.file, label: form.split("\n")[0], form, readEval: withSharpDot(strings(plan.readEval)), change: withDescription({ path: plan.file, old_text: plan.old, new_text: `${plan.old}\n\n${form}` }, args) };
   }
   const path = str(args.path);
   if (!path) throw new ToolError("Give after (the definition to insert after) or path (a project file to append to).");
   // The image checks the form (it does not read the file); Emacs reads the file as the user sees it.
-  await imageTool("definition_edit")({ text: form }, ctx);
+  const checked = await imageTool("definition_edit")({ text: form }, ctx);
+  let readEval: string[] = [];
+  try {
+    readEval = withSharpDot(strings((JSON.parse(String(checked)) as Record<string, unknown>).readEval));
+  } catch {
+    throw new ToolError(`The image's answer checking the form was not understood: ${String(checked).slice(0, 200)}`);
+  }
   const file = isAbsolute(path) ? path : resolve(await projectRoot(ctx, "the file was not edited"), path);
   const read = String(await emacsTool("read_file")({ path: file }, ctx));
   const newline = read.indexOf("\n");
   const header = newline < 0 ? read : read.slice(0, newline);
   refuseUnsaved(header, file);
-  if (/: empty file/.test(header)) return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, new_content: `${form}\n` }, args) };
+  if (/: empty file/.test(header)) return { file, label: form.split("\n")[0], form, readEval, change: withDescription({ path: file, new_content: `${form}\n` }, args) };
   const text = read.slice(newline + 1);
   if (/more lines?; call read_file/.test(text) || /was cut\.\]/.test(text)) {
     throw new ToolError(`${path} is too long to append to this way: use insert_form with after, or propose_file_edit.`);
   }
   const tail = uniqueTail(text);
   if (!tail) throw new ToolError(`The end of ${path} could not be told apart from the rest: use insert_form with after, or propose_file_edit.`);
-  return { file, label: form.split("\n")[0], form, change: withDescription({ path: file, old_text: tail, new_text: `${tail}\n\n${form}` }, args) };
+  return { file, label: form.split("\n")[0], form, readEval, change: withDescription({ path: file, old_text: tail, new_text: `${tail}\n\n${form}` }, args) };
 };
 
 /** Applies the reviewed edit in Emacs, then compiles the new form from the file in the image. */
@@ -191,7 +222,8 @@ async function applyAndCompile(planner: EditPlanner, args: Record<string, unknow
   }
   try {
     const compiled = await imageTool("compile_file_form")({ path: edit.file, text: edit.form }, ctx);
-    return `${applied}\n${String(compiled)}`;
+    const ran = edit.readEval.length ? `\nIts new #. forms ran as it was read (read-time evaluation): ${edit.readEval.join(", ")}` : "";
+    return `${applied}\n${String(compiled)}${ran}`;
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
     throw new ToolError(`${applied}\nBut compiling it failed: ${why}`);
@@ -277,7 +309,8 @@ export const sourceTools: Tool[] = [
   }),
   defineTool({
     name: "replace_definition",
-    description: "Replace a definition's form in its file (reviewed as a diff), then compile it from there.",
+    description:
+      "Replace a definition's form in its file (reviewed as a diff), then compile it from there. New #. forms are shown to the user as read-time evaluation.",
     parameters: {
       symbol,
       new_text: { type: "string", description: "The complete new form." },
@@ -292,7 +325,7 @@ export const sourceTools: Tool[] = [
     runtime: "node",
     timeoutMs: EDIT_TIMEOUT_MS,
     review: "form",
-    preview: async (args, ctx) => ({ edit: (await replaceEdit(args, ctx)).change, form: args.new_text }),
+    preview: async (args, ctx) => preview(await replaceEdit(args, ctx), args.new_text),
     handler: (args, ctx) => applyAndCompile(replaceEdit, args, ctx),
   }),
   defineTool({
@@ -314,7 +347,7 @@ export const sourceTools: Tool[] = [
     runtime: "node",
     timeoutMs: EDIT_TIMEOUT_MS,
     review: "form",
-    preview: async (args, ctx) => ({ edit: (await insertEdit(args, ctx)).change, form: args.text }),
+    preview: async (args, ctx) => preview(await insertEdit(args, ctx), args.text),
     handler: (args, ctx) => applyAndCompile(insertEdit, args, ctx),
   }),
   defineTool({
