@@ -82,7 +82,7 @@ source and those only shown.  A file edit reviewed hunk by hunk
 \(propose_file_edit, replace_definition, insert_form) has :review
 \(\"diff\" or \"form\") and :hunks, a vector of (:index N :header
 \"@@ ...\" :text DIFF-LINES), its :diff being those hunks; a Lisp
-form's edit that adds #. forms has :read_time_evaluation, a vector
+form's edit that adds read-time (#.) forms has :read_time_evaluation, a vector
 of \"#.FORM\" strings: code the reader runs as the text is read.
 CALLBACK must be called once, now or later, with a decision plist
 \(:decision \"approved\", \"denied\" or \"modified\", :reason STRING,

@@ -97,8 +97,9 @@ is reserved (`sly-agent-q-display-frame-characters').")
          (#x200B . #x200F) (#x2028 . #x202E) (#x2060 . #x206F)
          #xFEFF (#xFFF9 . #xFFFB) #x110BD #x110CD (#x13430 . #x1343F)
          (#x1BCA0 . #x1BCA3) (#x1D173 . #x1D17A) #xE0001 (#xE0020 . #xE007F))
-  "Format characters: bidi embeddings, overrides, isolates and marks,
-zero-width characters, the soft hyphen, the BOM, the tags...")
+  "Format characters, which text from outside never shows raw.
+Bidi embeddings, overrides, isolates and marks, zero-width
+characters, the soft hyphen, the BOM, the tags...")
 
 (defconst sly-agent-q-display--frame-look-alikes
   `(,@(string-to-list sly-agent-q-display-frame-characters)
