@@ -151,9 +151,11 @@ the ones that ran.  TIME-MS is the run's own time; WAIT-MS the wait
 for the user's approval.  STATUS is `queued' (announced, waiting for the
 calls before it), `approval', `running', `ok' or `error'.  OUTPUT is
 the last bytes a running call has output so far (a command's), from
-chat/toolOutput, and OUTPUT-BYTES how many it has output in all."
+chat/toolOutput, and OUTPUT-BYTES how many it has output in all.
+NOTE, while the call has not ended, says what it waits for, when
+something outside it holds it up (the helpers' load into the image)."
   call-id name arguments safety (status 'queued) content error time-ms
-  approved expanded section ran-arguments wait-ms output output-bytes)
+  approved expanded section ran-arguments wait-ms output output-bytes note)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
@@ -849,8 +851,12 @@ line), not by the tool's name, which only the catalog names."
 A mark in the face of its meaning, then meta text."
   (let ((status (sly-agent-q-entry-status entry)))
     (pcase status
-      ('queued (propertize "… queued" 'face 'sly-agent-q-meta-face))
-      ('running (propertize "… running" 'face 'sly-agent-q-meta-face))
+      ((or 'queued 'running)
+       (let ((note (sly-agent-q-entry-note entry)))
+         (concat (propertize (if (eq status 'queued) "… queued" "… running") 'face 'sly-agent-q-meta-face)
+                 (if note
+                     (propertize (concat " · " (sly-agent-q-display-line note 120)) 'face 'sly-agent-q-waiting-face)
+                   ""))))
       ('approval (propertize "… waiting for approval" 'face 'sly-agent-q-waiting-face))
       ('ok (let ((failed (sly-agent-q-chat--command-failure entry)))
              (concat (if failed

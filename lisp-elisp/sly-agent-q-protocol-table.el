@@ -252,7 +252,7 @@ A trust level or a permission rule naming one covers every tool in it.")
       ("projectRoot" . "string?"))
      :result (("content" . "string") ("changes" . "array?")))
     ("emacs/call:image"
-     :params (("tool" . "string") ("arguments" . "object") ("package" . "string?"))
+     :params (("tool" . "string") ("arguments" . "object") ("package" . "string?") ("callId" . "string?"))
      :result (("content" . "string")))
     ("emacs/call:approval"
      :params (("callId" . "string") ("tool" . "string") ("arguments" . "object") ("review" . "string")

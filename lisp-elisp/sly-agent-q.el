@@ -94,6 +94,7 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-helpers-load)
 (require 'sly-agent-q-approval)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-mcp)

@@ -462,6 +462,8 @@ export interface EmacsImageParams {
   tool: string;
   arguments: Record<string, unknown>;
   package?: string;
+  /** The chat's id of the tool call: its entry says when the call waits for the helpers' load. */
+  callId?: string;
 }
 
 /**
