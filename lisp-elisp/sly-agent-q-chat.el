@@ -1039,8 +1039,18 @@ The rest of the transcript is not touched."
   "Redraw ENTRY in place."
   (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))
 
+(defvar sly-agent-q-chat-entry-note-functions nil
+  "Functions asked, with a tool call's id, for the note of its new entry.
+The first non-nil answer is the entry's NOTE (`sly-agent-q-entry'): a
+call may wait for something (the helpers' load) before its entry is
+drawn.")
+
 (defun sly-agent-q-chat--add-entry (entry)
   "Insert ENTRY at the end of the transcript."
+  (unless (sly-agent-q-entry-note entry)
+    (setf (sly-agent-q-entry-note entry)
+          (run-hook-with-args-until-success 'sly-agent-q-chat-entry-note-functions
+                                            (sly-agent-q-entry-call-id entry))))
   (setf (sly-agent-q-entry-section entry)
         (sly-agent-q-chat-insert-section (lambda () (sly-agent-q-chat--render-entry entry))))
   (puthash (sly-agent-q-entry-call-id entry) entry sly-agent-q-chat--entries))

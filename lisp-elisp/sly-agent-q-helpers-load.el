@@ -192,7 +192,14 @@ See `sly-agent-q-bridge-helpers-functions'."
                (cl-set-difference sly-agent-q-helpers-load--waiting done))
          (dolist (w done) (sly-agent-q-helpers-load--note (cdr w) nil)))))))
 
+(defun sly-agent-q-helpers-load--entry-note (call-id)
+  "The note of a new tool entry of CALL-ID: whether its call waits for a load.
+The image call may come before its entry is drawn."
+  (and (rassoc call-id sly-agent-q-helpers-load--waiting)
+       sly-agent-q-helpers-load-waiting-note))
+
 (add-hook 'sly-agent-q-bridge-helpers-functions #'sly-agent-q-helpers-load--event)
+(add-hook 'sly-agent-q-chat-entry-note-functions #'sly-agent-q-helpers-load--entry-note)
 
 ;;;; When the load starts
 
