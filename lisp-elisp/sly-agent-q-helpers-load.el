@@ -65,10 +65,12 @@ The chat's estimate while they load again; nil keeps nothing."
   :group 'sly-agent-q)
 
 (defconst sly-agent-q-helpers-load-first-seconds
-  '(("ECL" . 40) ("CLISP" . 10) ("SBCL" . 5) ("Clozure Common Lisp" . 5))
+  '(("ECL" . 40) ("CLISP" . 10) ("SBCL" . 8) ("Clozure Common Lisp" . 8))
   "About how long the helpers' first load (a compile) takes, by implementation.
 The key is how the image names its implementation (`lisp-implementation-type');
-measured on a laptop, where ECL compiles through gcc.  Others: 20 s.")
+others: 20 s.  Rough: ECL compiles through gcc (28 s where issue 45 was
+found; 157 s, and SBCL 14 s, on two cores shared by a dozen processes);
+after one load on a Lisp, that load's own time is the estimate.")
 
 (defconst sly-agent-q-helpers-load-times-kept 20
   "How many Lisps `sly-agent-q-helpers-load-times-file' remembers.")
@@ -225,11 +227,11 @@ Return non-nil when a load started."
     (sly-agent-q-helpers-load--soon)))
 
 (add-hook 'sly-agent-q-chat-mode-hook #'sly-agent-q-helpers-load--chat-opened)
-;; Only into the hook of the Lisp mode that is loaded, once it is.
-(with-eval-after-load 'sly
-  (add-hook 'sly-connected-hook #'sly-agent-q-helpers-load--lisp-connected))
-(with-eval-after-load 'slime
-  (add-hook 'slime-connected-hook #'sly-agent-q-helpers-load--lisp-connected))
+;; As the bridge does: both hooks default to nil, and the hook of a Lisp
+;; mode that is not loaded never runs (package-lint refuses
+;; `with-eval-after-load' in a package).
+(add-hook 'sly-connected-hook #'sly-agent-q-helpers-load--lisp-connected)
+(add-hook 'slime-connected-hook #'sly-agent-q-helpers-load--lisp-connected)
 
 (provide 'sly-agent-q-helpers-load)
 ;;; sly-agent-q-helpers-load.el ends here
