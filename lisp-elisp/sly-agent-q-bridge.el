@@ -25,9 +25,11 @@
 ;;
 ;; - one code path, with a thin adapter (`sly-agent-q-bridge-adapter')
 ;;   holding the few functions that differ between SLY and SLIME;
-;; - on first use per connection it loads lisp-cl/load.lisp into the
-;;   image, then calls (sly-agent-q:call-tool NAME ARGS :package P
-;;   :timeout N), the form built as data from the JSON arguments;
+;; - it loads lisp-cl/load.lisp into the image when the connection
+;;   opens while the agent is in use (sly-agent-q-helpers-load.el), or
+;;   at the first call, which waits for a load that runs; then it
+;;   calls (sly-agent-q:call-tool NAME ARGS :package P :timeout N),
+;;   the form built as data from the JSON arguments;
 ;; - evaluation is always asynchronous (an :emacs-rex event with our own
 ;;   continuation, so an :abort becomes an error reply and never a
 ;;   message in the echo area), guarded by a deadline (one timer serves
@@ -501,19 +503,86 @@ INFERIOR is its Lisp process, or nil when Emacs did not start it."
      (cl:serious-condition (c)
        (cl:list :ok nil :error (cl:format nil "~A: ~A" (cl:type-of c) c)))))
 
-(defun sly-agent-q-bridge-ensure-helpers (adapter conn callback)
+(defvar sly-agent-q-bridge-helpers-functions nil
+  "Functions told how a load of the helpers into an image goes.
+Each is called with EVENT, CONN (the connection) and more:
+- `started' LISP: the load starts in LISP (implementation and version,
+  e.g. \"SBCL 2.2.9\");
+- `waiting' CALL-ID: a tool call (the chat's CALL-ID, or nil when it
+  has none) waits for the load instead of running now;
+- `finished' LISP SECONDS ERROR: the load ended after SECONDS, with
+  ERROR a message when it failed, nil when the helpers are loaded.
+The chat shows them (sly-agent-q-helpers-load.el).")
+
+(defun sly-agent-q-bridge--helpers-event (event conn &rest args)
+  "Tell `sly-agent-q-bridge-helpers-functions' about EVENT on CONN with ARGS.
+A failing function is logged, never in the way of the load."
+  (apply #'sly-agent-q-server-run-safely sly-agent-q-bridge-helpers-functions event conn args))
+
+(defconst sly-agent-q-bridge--implementation-form
+  '(cl:format nil "~A ~A" (cl:lisp-implementation-type) (cl:lisp-implementation-version))
+  "The implementation and version of an image, as one string.")
+
+(defun sly-agent-q-bridge-helpers-loading-p (conn)
+  "Non-nil while the helpers load into CONN's image."
+  (eq (car-safe (process-get conn 'sly-agent-q-helpers)) 'loading))
+
+(defconst sly-agent-q-bridge-helpers-missing-message
+  "The sly-agent-q Lisp helpers (lisp-cl/load.lisp) cannot be found; set sly-agent-q-lisp-cl-directory."
+  "The answer to an image call when lisp-cl/load.lisp is not found.")
+
+(defun sly-agent-q-bridge-ensure-helpers (adapter conn callback &optional call-id)
   "Load the helpers into CONN's image through ADAPTER unless done.
-Then call CALLBACK with nil on success or an error message."
+Then call CALLBACK with nil on success or an error message.  A load
+that runs already is waited for, never started twice; a call that
+waits says so to `sly-agent-q-bridge-helpers-functions' with CALL-ID,
+the chat's id of the tool call (nil when it has none)."
   (let ((state (process-get conn 'sly-agent-q-helpers)))
     (pcase state
       ('loaded (funcall callback nil))
-      (`(loading . ,_) (process-put conn 'sly-agent-q-helpers
-                                    (append state (list callback))))
+      (`(loading . ,_)
+       (process-put conn 'sly-agent-q-helpers (append state (list callback)))
+       (sly-agent-q-bridge--helpers-event 'waiting conn call-id))
       (_
        (let ((file (sly-agent-q-bridge-helpers-file)))
          (if (not file)
-             (funcall callback "The sly-agent-q Lisp helpers (lisp-cl/load.lisp) cannot be found; set sly-agent-q-lisp-cl-directory.")
+             (funcall callback sly-agent-q-bridge-helpers-missing-message)
            (process-put conn 'sly-agent-q-helpers (list 'loading callback))
+           (sly-agent-q-bridge--helpers-event 'waiting conn call-id)
+           (sly-agent-q-bridge--load-helpers adapter conn file)))))))
+
+(defun sly-agent-q-bridge-start-helpers (adapter conn)
+  "Start loading the helpers into CONN's image through ADAPTER, ahead of any call.
+Nothing is done when they are loaded or loading; calls that come
+meanwhile wait for this load.  Return non-nil when a load started."
+  (let ((file (and (process-live-p conn)
+                   (null (process-get conn 'sly-agent-q-helpers))
+                   (sly-agent-q-bridge-helpers-file))))
+    (when file
+      (process-put conn 'sly-agent-q-helpers (list 'loading))
+      (sly-agent-q-bridge--load-helpers adapter conn file)
+      t)))
+
+(defun sly-agent-q-bridge--load-helpers (adapter conn file)
+  "Load FILE, the helpers, into CONN's image through ADAPTER; answer the waiting.
+First the image says what it is (for the chat's notice and its
+estimate), then the load runs, timed.  Both are asynchronous
+evaluations: Emacs never waits, and an error is an answer, never the
+user's debugger."
+  (let ((finish
+         (lambda (lisp seconds error)
+           (let ((waiting (cdr (process-get conn 'sly-agent-q-helpers))))
+             (process-put conn 'sly-agent-q-helpers (and (not error) 'loaded))
+             (sly-agent-q-bridge--helpers-event 'finished conn lisp seconds error)
+             (dolist (cb waiting) (sly-agent-q-server-call-safely cb error))))))
+    (sly-agent-q-bridge-eval
+     adapter conn sly-agent-q-bridge--implementation-form "CL-USER" sly-agent-q-helpers-load-timeout
+     (lambda (value error)
+       (if error
+           (funcall finish nil 0 (format "Loading the sly-agent-q helpers into the image failed: %s" error))
+         (let ((lisp (format "%s" value))
+               (start (float-time)))
+           (sly-agent-q-bridge--helpers-event 'started conn lisp)
            (sly-agent-q-bridge-eval
             adapter conn (sly-agent-q-bridge--load-form file) "CL-USER"
             sly-agent-q-helpers-load-timeout
@@ -521,11 +590,9 @@ Then call CALLBACK with nil on success or an error message."
               (let* ((ok (and (not error) (plist-get value :ok)))
                      (msg (unless ok
                             (format "Loading the sly-agent-q helpers into the image failed: %s"
-                                    (or error (plist-get value :error) "no reason given"))))
-                     (waiting (cdr (process-get conn 'sly-agent-q-helpers))))
-                (process-put conn 'sly-agent-q-helpers (and ok 'loaded))
+                                    (or error (plist-get value :error) "no reason given")))))
                 (when msg (message "sly-agent-q: %s" (sly-agent-q-display-line msg)))
-                (dolist (cb waiting) (sly-agent-q-server-call-safely cb msg)))))))))))
+                (funcall finish lisp (- (float-time) start) msg))))))))))
 
 ;;;; Image calls
 
@@ -699,12 +766,14 @@ its request waited for, stop waiting."
       (when (zerop (sly-agent-q-bridge--batch-live batch))
         (funcall (sly-agent-q-bridge--batch-stop batch) message)))))
 
-(defun sly-agent-q-bridge-call-tool (tool arguments package callback &optional lisp)
+(defun sly-agent-q-bridge-call-tool (tool arguments package callback &optional lisp chat-call-id)
   "Run helper TOOL with ARGUMENTS (a JSON plist) in the image, asynchronously.
 PACKAGE is the package to read and evaluate in (nil: the REPL's).
 CALLBACK gets (CONTENT nil) on success or (nil MESSAGE).
 LISP, (ADAPTER . CONNECTION), is the Lisp to run it in (nil: the
 current one); when its connection is closed, the call fails saying so.
+CHAT-CALL-ID, the chat's id of the tool call, names the call when it
+waits for the helpers' load (`sly-agent-q-bridge-helpers-functions').
 Calls made together go to the image in one request.
 Return a function of no arguments that cancels the call: the image
 interrupts its evaluation, and CALLBACK gets an error."
@@ -735,7 +804,8 @@ interrupts its evaluation, and CALLBACK gets an error."
                                      (funcall (sly-agent-q-bridge-adapter-repl-package adapter) conn)
                                      "CL-USER")
                         :timeout sly-agent-q-image-timeout :call-id call-id :deliver callback))
-             (sly-agent-q-bridge--enqueue adapter conn job)))))
+             (sly-agent-q-bridge--enqueue adapter conn job))))
+         chat-call-id)
         (lambda ()
           (unless cancelled
             (setq cancelled t)
@@ -758,7 +828,7 @@ answer says the evaluation goes on, bounded by the image timeout."
 
 (cl-defmethod sly-agent-q-handle-call ((_kind (eql image)) call)
   "Answer the server's image CALL through the connected Lisp."
-  (cl-destructuring-bind (&key tool arguments package &allow-other-keys)
+  (cl-destructuring-bind (&key tool arguments package callId &allow-other-keys)
       (sly-agent-q-call-params call)
     (let* ((lisp (and sly-agent-q-bridge-lisp-function
                       (funcall sly-agent-q-bridge-lisp-function (sly-agent-q-call-params call))))
@@ -768,7 +838,8 @@ answer says the evaluation goes on, bounded by the image timeout."
                        (sly-agent-q-call-reply call (list :content content)))))
            (cancel (if (stringp lisp)
                        (progn (funcall answer nil lisp) #'ignore)
-                     (sly-agent-q-bridge-call-tool tool arguments package answer lisp))))
+                     (sly-agent-q-bridge-call-tool tool arguments package answer lisp
+                                                   (and (stringp callId) callId)))))
       ;; The server's emacs/cancel (a cancelled turn or call, its timeout)
       ;; stops the evaluation in the image, not only the wait for it.
       (sly-agent-q-call-on-cancel call (lambda (_reason) (funcall cancel))))))

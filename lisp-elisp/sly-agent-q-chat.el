@@ -153,9 +153,11 @@ the ones that ran.  TIME-MS is the run's own time; WAIT-MS the wait
 for the user's approval.  STATUS is `queued' (announced, waiting for the
 calls before it), `approval', `running', `ok' or `error'.  OUTPUT is
 the last bytes a running call has output so far (a command's), from
-chat/toolOutput, and OUTPUT-BYTES how many it has output in all."
+chat/toolOutput, and OUTPUT-BYTES how many it has output in all.
+NOTE, while the call has not ended, says what it waits for, when
+something outside it holds it up (the helpers' load into the image)."
   call-id name arguments safety (status 'queued) content error time-ms
-  approved expanded section ran-arguments wait-ms output output-bytes)
+  approved expanded section ran-arguments wait-ms output output-bytes note)
 
 (defvar-local sly-agent-q-chat--turn nil "The running `sly-agent-q-turn', or nil.")
 (defvar-local sly-agent-q-chat--conversation-id nil "The server's id of this conversation.")
@@ -863,8 +865,12 @@ line), not by the tool's name, which only the catalog names."
 A mark in the face of its meaning, then meta text."
   (let ((status (sly-agent-q-entry-status entry)))
     (pcase status
-      ('queued (propertize "… queued" 'face 'sly-agent-q-meta-face))
-      ('running (propertize "… running" 'face 'sly-agent-q-meta-face))
+      ((or 'queued 'running)
+       (let ((note (sly-agent-q-entry-note entry)))
+         (concat (propertize (if (eq status 'queued) "… queued" "… running") 'face 'sly-agent-q-meta-face)
+                 (if note
+                     (propertize (concat " · " (sly-agent-q-display-line note 120)) 'face 'sly-agent-q-waiting-face)
+                   ""))))
       ('approval (propertize "… waiting for approval" 'face 'sly-agent-q-waiting-face))
       ('ok (let ((failed (sly-agent-q-chat--command-failure entry)))
              (concat (if failed
@@ -1047,8 +1053,18 @@ The rest of the transcript is not touched."
   "Redraw ENTRY in place."
   (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))
 
+(defvar sly-agent-q-chat-entry-note-functions nil
+  "Functions asked, with a tool call's id, for the note of its new entry.
+The first non-nil answer is the entry's NOTE (`sly-agent-q-entry'): a
+call may wait for something (the helpers' load) before its entry is
+drawn.")
+
 (defun sly-agent-q-chat--add-entry (entry)
   "Insert ENTRY at the end of the transcript."
+  (unless (sly-agent-q-entry-note entry)
+    (setf (sly-agent-q-entry-note entry)
+          (run-hook-with-args-until-success 'sly-agent-q-chat-entry-note-functions
+                                            (sly-agent-q-entry-call-id entry))))
   (setf (sly-agent-q-entry-section entry)
         (sly-agent-q-chat-insert-section (lambda () (sly-agent-q-chat--render-entry entry))))
   (puthash (sly-agent-q-entry-call-id entry) entry sly-agent-q-chat--entries))

@@ -253,7 +253,7 @@ A trust level or a permission rule naming one covers every tool in it.")
      :result (("content" . "string") ("changes" . "array?")))
     ("emacs/call:image"
      :params (("tool" . "string") ("arguments" . "object") ("package" . "string?")
-      ("conversationId" . "string?"))
+      ("conversationId" . "string?") ("callId" . "string?"))
      :result (("content" . "string")))
     ("emacs/call:approval"
      :params (("callId" . "string") ("tool" . "string") ("arguments" . "object") ("review" . "string")

@@ -97,6 +97,7 @@
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-chat)
 (require 'sly-agent-q-chats)
+(require 'sly-agent-q-helpers-load)
 (require 'sly-agent-q-approval)
 (require 'sly-agent-q-tools)
 (require 'sly-agent-q-mcp)

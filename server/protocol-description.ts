@@ -98,7 +98,7 @@ export const EMACS_CALL_SHAPES: { readonly [K in P.EmacsCallKind]: MethodShape }
     result: shape<P.EmacsToolResult>({ content: "string", changes: "array?" }),
   },
   image: {
-    params: shape<P.EmacsImageParams>({ tool: "string", arguments: "object", package: "string?", conversationId: "string?" }),
+    params: shape<P.EmacsImageParams>({ tool: "string", arguments: "object", package: "string?", conversationId: "string?", callId: "string?" }),
     result: shape<P.EmacsImageResult>({ content: "string" }),
   },
   approval: {

@@ -478,6 +478,8 @@ export interface EmacsImageParams {
   /** The conversation whose turn made the call (none for tools/call and MCP): Emacs runs it in the
    *  Lisp of that conversation's chat, never in whichever connection is current. */
   conversationId?: string;
+  /** The chat's id of the tool call: its entry says when the call waits for the helpers' load. */
+  callId?: string;
 }
 
 /**

@@ -53,7 +53,7 @@ export async function visitedFile(ctx: ToolContext, buffer: string | undefined):
 export function imageTool(name: string): ToolHandler {
   return async (args, ctx) => {
     const emacs = requireEmacs(ctx);
-    const params: EmacsImageParams = { tool: name, arguments: args, ...(ctx.currentPackage ? { package: ctx.currentPackage } : {}), ...conversationOf(ctx) };
+    const params: EmacsImageParams = { tool: name, arguments: args, ...(ctx.currentPackage ? { package: ctx.currentPackage } : {}), ...conversationOf(ctx), ...(ctx.callId ? { callId: ctx.callId } : {}) };
     const result = await emacs.call("image", params, { signal: ctx.signal, timeoutMs: ctx.timeoutMs });
     return unwrapContent(result);
   };

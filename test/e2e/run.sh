@@ -38,6 +38,23 @@ else
   ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi
 
+# The helpers' load when a Lisp connects, said in the chat, a call waiting for it: each test needs a
+# Lisp that connects while it watches, so a group of its own (a fresh Emacs) per Lisp mode; and on
+# ECL, whose first load compiles through gcc (the cache is warm by now: the ECL group above built
+# it). Not on CLISP: without threads, nothing can be asked of the image while the load runs.
+ert_run "e2e helpers load slime" "$here/sly-agent-q-helpers-load-test.el" SLY_AGENT_Q_E2E_LISP=slime
+if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
+  ert_run "e2e helpers load sly" "$here/sly-agent-q-helpers-load-test.el" SLY_AGENT_Q_E2E_LISP=sly
+else
+  ert_skip "e2e helpers load sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
+fi
+case " ${SAQ_E2E_OTHER_LISPS:-} " in
+  *" ecl "*)
+    ecl_cache_lock
+    ert_run "e2e helpers load slime ecl" "$here/sly-agent-q-helpers-load-test.el" SLY_AGENT_Q_E2E_LISP=slime SLY_AGENT_Q_TEST_PROGRAM=ecl
+    ecl_cache_unlock ;;
+esac
+
 # The fault-injection suite: the server killed after each protocol message of a scripted
 # conversation (the image and the Emacs side at a sample); every conversation must go on and lose
 # nothing the user saw. About two minutes; it prints its table.
