@@ -67,6 +67,8 @@ export EMACS="$gui_emacs"
 export ERT_FILE_TIMEOUT="${ERT_FILE_TIMEOUT:-300}"
 if [ "$#" -gt 0 ]; then files=("$@"); else files=("$here"/*-test.el); fi
 for f in "${files[@]}"; do
-  ert_run "gui $(basename "$f" .el)" "$f" DISPLAY="$display"
+  # A home of its own: what GTK and Emacs keep there (caches, settings) stays out of the user's.
+  mkdir -p "$work/home"
+  ert_run "gui $(basename "$f" .el)" "$f" DISPLAY="$display" HOME="$work/home"
 done
 ert_summary gui

@@ -46,6 +46,8 @@
 
 ;;;; Running ERT in a graphic Emacs
 
+(defvar sly-agent-q-gui--shot-directory nil "Where this run's screenshots are written.")
+
 (defun sly-agent-q-gui--message-to-stderr (message &rest args)
   "Call MESSAGE with ARGS, and print what it shows on standard error too."
   (let ((text (apply message args)))
@@ -69,6 +71,8 @@ when every result was expected."
                 (setq status (if (zerop (ert-stats-completed-unexpected stats)) 0 1))))
           ;; `debug': a test's failure goes to ERT's debugger first, as in a batch run.
           ((debug error) (princ (format "GUI test run failed: %S\n" err))))
+      (when sly-agent-q-gui--shot-directory
+        (delete-directory sly-agent-q-gui--shot-directory t))
       (kill-emacs status))))
 
 ;;;; The frame
@@ -136,8 +140,6 @@ Fail when Emacs has no graphic frame (started with --batch or -nw)."
                                 :height (string-to-number (match-string 2))
                                 :offset (1- (match-end 0))
                                 :pixels (buffer-string))))
-
-(defvar sly-agent-q-gui--shot-directory nil "Where this run's screenshots are written.")
 
 (defun sly-agent-q-gui-screenshot (&optional name)
   "Take the screen as it is drawn now (`import'); return it as a `sly-agent-q-gui-shot'.
