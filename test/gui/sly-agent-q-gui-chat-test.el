@@ -160,6 +160,13 @@ too.  WHAT names the check in a failure."
                 shot (sly-agent-q-gui-at "eval_form ([a-z]+).*  \\(✗\\)" 1) 'error (list theme "the failure mark"))))
       (should (< (sly-agent-q-gui-distance ink failure) (sly-agent-q-gui-distance ink success))))
     (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "^(1 tool step") 'shadow (list theme "the usage"))
+    ;; The heading: taller than body text and than the label "Agent:", in a colour of its own.
+    (let ((heading (sly-agent-q-gui-char-box (sly-agent-q-gui-at "^## \\(P\\)lan" 1)))
+          (label (sly-agent-q-gui-char-box (sly-agent-q-gui-at "^Agent:")))
+          (body (sly-agent-q-gui-char-box (sly-agent-q-gui-at "^Evaluate"))))
+      (should (equal (list theme "heading taller" (> (nth 3 heading) (nth 3 body)) (> (nth 3 heading) (nth 3 label)))
+                     (list theme "heading taller" t t)))
+      (should-not (equal (sly-agent-q-gui-ink shot heading) (sly-agent-q-gui-ink shot label))))
     ;; The code block's band: under every character of its lines, fences and tokens included, the
     ;; pixels are the band's colour, and the band runs on to the window's right edge.
     (let* ((start (sly-agent-q-gui-at "^```lisp"))
