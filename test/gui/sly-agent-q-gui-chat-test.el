@@ -204,8 +204,9 @@ too.  WHAT names the check in a failure."
 On the screen: a success mark in the success colour, not an error's; a
 failure in the error colour; waiting in the warning colour; the
 approval's frame in one colour, drawn again where a line wraps; its form
-in Lisp's colours; a code block's band whole under its tokens; a
-table's rows of one width.  The screens are the README's captures."
+in Lisp's colours; a heading taller than a label; a code block's band
+whole under its tokens; a table's rows of one width.  The screens are
+the README's captures."
   (let* ((sly-agent-q-trust-levels '(("eval_form" . dangerous)))
          (root (make-temp-file "agent-q-gui" t))
          (sly-agent-q-project-root root))
