@@ -5,7 +5,7 @@
 BUNDLE := dist/sly-agent-q-server.js
 EMACS  ?= emacs
 
-.PHONY: all build deps generate check test test-server test-cl test-elisp test-e2e test-security test-tui screens lint typecheck run package release bench clean
+.PHONY: all build deps generate check test test-server test-cl test-elisp test-e2e test-security test-tui test-gui screens gui-screens lint typecheck run package release bench clean
 
 all: build
 
@@ -51,6 +51,14 @@ test-security: build
 # The chat on a real terminal: make run under tmux, the screen captured and asserted (test/tui).
 test-tui: build
 	@bash -c '. scripts/vendor-sly.sh; exec test/tui/run.sh'
+
+# The chat in a GUI frame (Emacs with X on Xvfb), light and dark: its faces and its pixels checked (test/gui).
+test-gui: build
+	@test/gui/run.sh
+
+# The README's pictures of the chat in a GUI frame (doc/screenshots/), taken by the GUI suite.
+gui-screens: build
+	@SAQ_GUI_SCREENSHOTS=doc/screenshots test/gui/run.sh
 
 # The README's text captures of the chat, rewritten from the screens the terminal suite keeps.
 screens: build

@@ -29,10 +29,11 @@ export SAQ_CL_OTHER_LISPS="${SAQ_CL_OTHER_LISPS-clisp ecl}"
 export SAQ_E2E_OTHER_LISPS="${SAQ_E2E_OTHER_LISPS-ecl clisp}"
 
 suites=("server:scripts/test-server.sh" "cl:test/cl/run.sh" "elisp:test/elisp/run.sh" "e2e:test/e2e/run.sh"
-        "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh")
-# The two lanes (suites by name) of a run of every suite: e2e, emacs30 and security (about 9, 8 and 1
-# minutes alone on a quiet machine) beside cl, tui, elisp and server (8, 7, 3 and 2).
-lanes=("e2e emacs30 security" "cl tui elisp server")
+        "security:test/security/run.sh" "tui:test/tui/run.sh" "emacs30:scripts/test-emacs30.sh"
+        "gui:test/gui/run.sh")
+# The two lanes (suites by name) of a run of every suite: e2e, emacs30, security and gui (about 9, 8, 1
+# and 1 minutes alone on a quiet machine) beside cl, tui, elisp and server (8, 7, 3 and 2).
+lanes=("e2e emacs30 security gui" "cl tui elisp server")
 if [ "$#" -gt 0 ]; then
   suites=("$@") lanes=()
   jobs_max="${SAQ_JOBS:-1}"

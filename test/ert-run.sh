@@ -3,8 +3,13 @@
 # and the test helpers on the load path, prints what failed and a one-line summary, and adds the
 # counts to $passed, $failed and $skipped. Every skipped test is named with its reason in a line
 # "SKIP: LABEL: TEST: REASON" (test/ert-skip-reasons.el); ert_skip names a skip of a whole run.
+# ert_emacs_mode and ert_run_function say how Emacs runs and which function runs the tests (it takes
+# ERT_SELECTOR's regexp, or none for every test): a batch Emacs and ERT's own by default; the GUI
+# suite (test/gui/run.sh) sets them for a graphic frame, whose runner prints as a batch run does.
 
 passed=0 failed=0 skipped=0
+ert_emacs_mode=(--batch)
+ert_run_function=ert-run-tests-batch-and-exit
 ert_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 ert_run() {
@@ -63,11 +68,11 @@ ert__attempt() {
   # run's own, not the user's (a history another run half-wrote stops SLIME at a question).
   local conversations
   conversations="$(mktemp -d "${TMPDIR:-/tmp}/saq-conversations-XXXXXX")"
-  local run=(-f ert-run-tests-batch-and-exit)
-  [ -n "${ERT_SELECTOR:-}" ] && run=(--eval "(ert-run-tests-batch-and-exit \"$ERT_SELECTOR\")")
+  local run=(-f "$ert_run_function")
+  [ -n "${ERT_SELECTOR:-}" ] && run=(--eval "($ert_run_function \"$ERT_SELECTOR\")")
   # SIGPIPE ignored, as an interactive Emacs runs: a batch Emacs dies of a write to a server killed an
   # instant before (test/elisp/sly-agent-q-harness-test.el).
-  out="$(trap '' PIPE; env "$@" timeout "${ERT_FILE_TIMEOUT:-900}" "${EMACS:-emacs}" -Q --batch -L "$ert_root/lisp-elisp" -L "$ert_root/test/elisp" \
+  out="$(trap '' PIPE; env "$@" timeout "${ERT_FILE_TIMEOUT:-900}" "${EMACS:-emacs}" -Q "${ert_emacs_mode[@]}" -L "$ert_root/lisp-elisp" -L "$ert_root/test/elisp" \
            --eval "(setq sly-agent-q-conversation-directory \"$conversations/\")" \
            --eval "(setq slime-repl-history-file \"$conversations/slime-history.eld\" sly-mrepl-history-file-name \"$conversations/sly-history.eld\")" \
            -l "$ert_root/test/ert-skip-reasons.el" -l "$file" "${run[@]}" 2>&1)"
