@@ -697,7 +697,7 @@ match REGEX."))
               ;; 2 and 3: the new #. form is shown as it is written, and has not run.
               (dolist (review (cdr reviews))
                 (should (equal (nth 1 review)
-                               '("#.(progn (delete-file cl-user::*saq-read-eval-marker*) *standard-optimize-settings*)")))
+                               ["#.(progn (delete-file cl-user::*saq-read-eval-marker*) *standard-optimize-settings*)"]))
                 (should (nth 2 review))
                 (should (equal (nth 3 review) first-edit)))
               ;; Approved: the file says it, the image has it (its docstring), and it ran as it was read.
