@@ -493,15 +493,24 @@ INFERIOR is its Lisp process, or nil when Emacs did not start it."
     (car (sly-agent-q-server-package-candidates "lisp-cl/load.lisp"))))
 
 (defun sly-agent-q-bridge--load-form (file)
-  "Return a form to load FILE and report how it went, never debugging."
-  `(cl:handler-case
-       (cl:progn
-         (cl:load ,file)
-         (cl:if (cl:find-package "SLY-AGENT-Q")
-                (cl:list :ok t)
-                (cl:list :ok nil :error ,(format "%s did not define the package SLY-AGENT-Q." file))))
-     (cl:serious-condition (c)
-       (cl:list :ok nil :error (cl:format nil "~A: ~A" (cl:type-of c) c)))))
+  "Return a form to load FILE and report how it went, never debugging.
+One load at a time in an image: a load that outlived Emacs's wait for
+it (`sly-agent-q-helpers-load-timeout') still runs there, and a second
+one beside it would compile the same files at once; the next waits for
+it, marked on a keyword's property list (nothing interned elsewhere)."
+  `(cl:progn
+     (cl:loop :while (cl:get :sly-agent-q-helpers :loading) :do (cl:sleep 0.2))
+     (cl:setf (cl:get :sly-agent-q-helpers :loading) t)
+     (cl:unwind-protect
+          (cl:handler-case
+              (cl:progn
+                (cl:load ,file)
+                (cl:if (cl:find-package "SLY-AGENT-Q")
+                       (cl:list :ok t)
+                       (cl:list :ok nil :error ,(format "%s did not define the package SLY-AGENT-Q." file))))
+            (cl:serious-condition (c)
+              (cl:list :ok nil :error (cl:format nil "~A: ~A" (cl:type-of c) c))))
+       (cl:setf (cl:get :sly-agent-q-helpers :loading) nil))))
 
 (defvar sly-agent-q-bridge-helpers-functions nil
   "Functions told how a load of the helpers into an image goes.

@@ -45,6 +45,7 @@
 (require 'subr-x)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-chats)
 (require 'sly-agent-q-display)
 
 (defcustom sly-agent-q-helpers-load-early t
@@ -142,16 +143,44 @@ LISP is \"IMPLEMENTATION VERSION\" as the image says it."
 (defvar sly-agent-q-helpers-load--waiting nil
   "The chat's ids of the tool calls waiting for a load, as (CONNECTION . CALL-ID).")
 
-(defun sly-agent-q-helpers-load--chat-buffers ()
-  "The live chat buffers."
-  (cl-remove-if-not (lambda (b) (eq (buffer-local-value 'major-mode b) 'sly-agent-q-chat-mode))
-                    (buffer-list)))
+(defun sly-agent-q-helpers-load--chat-buffers (&optional conn)
+  "The live chat buffers talking to the Lisp CONN (nil: every chat)."
+  (cl-remove-if-not (lambda (b) (or (null conn) (eq (cdr (sly-agent-q-chats-lisp b)) conn)))
+                    (sly-agent-q-chats-list)))
 
-(defun sly-agent-q-helpers-load--notice (text &optional face)
-  "Say TEXT, in FACE, in every chat buffer."
+(defvar-local sly-agent-q-helpers-load--lines nil
+  "The notice lines of loads in this chat, as (CONNECTION . (SECTION . TEXT-CELL)).
+A load's line is drawn when it starts and rewritten in place when it
+ends, so that its end never splits an answer being written.")
+
+(defun sly-agent-q-helpers-load--notice (conn text &optional face)
+  "Say TEXT, in FACE, in the chats talking to the Lisp CONN.
+A chat that shows the line of CONN's load has it rewritten in place;
+another gets a new line."
+  (dolist (buffer (sly-agent-q-helpers-load--chat-buffers conn))
+    (with-current-buffer buffer
+      (let* ((line (cdr (assq conn sly-agent-q-helpers-load--lines)))
+             (section (car line)))
+        (if (and section (buffer-live-p (ewoc-buffer section)))
+            (progn (setcar (cdr line) (cons text face))
+                   (sly-agent-q-chat-redraw-section section))
+          (let ((cell (list (cons text face))))
+            (push (cons conn
+                        (cons (sly-agent-q-chat-insert-section
+                               (lambda ()
+                                 (insert (propertize
+                                          (sly-agent-q-display-line (car (car cell)) 2000)
+                                          'face (or (cdr (car cell)) 'sly-agent-q-meta-face))
+                                         "\n")))
+                              cell))
+                  sly-agent-q-helpers-load--lines)))))))
+
+(defun sly-agent-q-helpers-load--forget-line (conn)
+  "Forget the notice lines of CONN's load: the next load draws its own."
   (dolist (buffer (sly-agent-q-helpers-load--chat-buffers))
     (with-current-buffer buffer
-      (sly-agent-q-chat-notice text face))))
+      (setq sly-agent-q-helpers-load--lines
+            (assq-delete-all conn sly-agent-q-helpers-load--lines)))))
 
 (defun sly-agent-q-helpers-load--note (call-id note)
   "Set the NOTE of the tool entry of CALL-ID (nil takes it away), and redraw it."
@@ -168,7 +197,9 @@ See `sly-agent-q-bridge-helpers-functions'."
   (pcase event
     ('started
      (let ((lisp (sly-agent-q-display-line (car args) 80)))
+       (sly-agent-q-helpers-load--forget-line conn)
        (sly-agent-q-helpers-load--notice
+        conn
         (format "[Loading the agent's helpers into %s (%s)…]"
                 lisp (sly-agent-q-helpers-load-estimate (car args))))))
     ('waiting
@@ -183,10 +214,12 @@ See `sly-agent-q-bridge-helpers-functions'."
        (let ((in (if lisp (format " into %s" (sly-agent-q-display-line lisp 80)) "")))
          (if error
              (sly-agent-q-helpers-load--notice
+              conn
               (format "Error: %s (after %s).  The next image call tries again."
                       error (sly-agent-q-helpers-load--seconds-text seconds))
               'sly-agent-q-error-face)
            (sly-agent-q-helpers-load--notice
+            conn
             (format "[The agent's helpers are loaded%s (%s).]"
                     in (sly-agent-q-helpers-load--seconds-text seconds)))))
        (let ((done (cl-remove-if-not (lambda (w) (eq (car w) conn)) sly-agent-q-helpers-load--waiting)))
@@ -205,16 +238,24 @@ The image call may come before its entry is drawn."
 
 ;;;; When the load starts
 
-(defun sly-agent-q-helpers-load-start ()
-  "Start loading the helpers into the connected Lisp, unless loaded or loading.
-Return non-nil when a load started."
-  (let ((cur (sly-agent-q-bridge-current)))
+(defun sly-agent-q-helpers-load-start (&optional lisp)
+  "Start loading the helpers into LISP, unless loaded or loading.
+LISP is (ADAPTER . CONNECTION); nil: the connected Lisp.  Return
+non-nil when a load started."
+  (let ((cur (or lisp (sly-agent-q-bridge-current))))
     (and cur (sly-agent-q-bridge-start-helpers (car cur) (cdr cur)))))
 
-(defun sly-agent-q-helpers-load--soon ()
-  "Start the helpers' load once Emacs is back from the hook that asked for it."
+(defun sly-agent-q-helpers-load--soon (&optional chat)
+  "Start the helpers' load once Emacs is back from the hook that asked for it.
+Into the Lisp of the chat buffer CHAT, when given (known once the
+chat is made), else into the connected Lisp."
   (when sly-agent-q-helpers-load-early
-    (run-at-time 0 nil (lambda () (sly-agent-q-server-call-safely #'sly-agent-q-helpers-load-start)))))
+    (run-at-time 0 nil
+                 (lambda ()
+                   (sly-agent-q-server-call-safely
+                    (lambda ()
+                      (sly-agent-q-helpers-load-start
+                       (and chat (buffer-live-p chat) (sly-agent-q-chats-lisp chat)))))))))
 
 (defun sly-agent-q-helpers-load--lisp-connected (&rest _)
   "A Lisp connected: load the helpers if the agent is in use (a chat is open)."
@@ -222,9 +263,9 @@ Return non-nil when a load started."
     (sly-agent-q-helpers-load--soon)))
 
 (defun sly-agent-q-helpers-load--chat-opened ()
-  "A chat buffer opened: load the helpers if a Lisp is connected."
+  "A chat buffer opened: load the helpers into its Lisp if one is connected."
   (when (sly-agent-q-bridge-current)
-    (sly-agent-q-helpers-load--soon)))
+    (sly-agent-q-helpers-load--soon (current-buffer))))
 
 (add-hook 'sly-agent-q-chat-mode-hook #'sly-agent-q-helpers-load--chat-opened)
 ;; As the bridge does: both hooks default to nil, and the hook of a Lisp

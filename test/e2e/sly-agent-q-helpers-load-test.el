@@ -157,7 +157,11 @@ the model's call made during the load waits for it (one load) and its entry says
             (let ((text (sly-agent-q-test-chat-text)))
               (should (string-match-p "\\[The agent's helpers are loaded into [^(]+ ([0-9.]+ s)\\.\\]" text))
               (should (string-match-p "describe_symbol (safe).*✓" text))
-              (should-not (string-match-p "waiting for the agent's helpers" text)))
+              (should-not (string-match-p "waiting for the agent's helpers" text))
+              ;; The load's line is rewritten in place: its end, which came
+              ;; while the answer was being written, never splits the answer.
+              (should-not (string-match-p "Loading the agent's helpers" text))
+              (should (< (string-match "helpers are loaded" text) (string-match "You:" text))))
             ;; One load, the connection's: the call waited for it.
             (should (eql 1 (helpers-load-test-eval 'cl-user::*saq-helpers-loads*)))
             (should (helpers-load-test-eval '(cl:and (cl:find-package "SLY-AGENT-Q") t)))
@@ -228,6 +232,86 @@ why, no debugger opens; the next image call loads them."
     (sly-agent-q-helpers-load--lisp-connected)
     (sly-agent-q-test-sleep 0.5)
     (should-not (process-get conn 'sly-agent-q-helpers))))
+
+;;;; Found by a red team
+
+(defun helpers-load-test--counting-dir (seconds)
+  "A loader that counts loads and the most loads running at once."
+  (helpers-load-test-dir
+   (format "(defvar cl-user::*saq-helpers-loads* 0)
+(defvar cl-user::*helpers-load-test--active* 0)
+(defvar cl-user::*helpers-load-test--max-active* 0)
+(incf cl-user::*saq-helpers-loads*)
+(incf cl-user::*helpers-load-test--active*)
+(setf cl-user::*helpers-load-test--max-active* (max cl-user::*helpers-load-test--max-active* cl-user::*helpers-load-test--active*))
+(unwind-protect (progn (sleep %s) (load %S)) (decf cl-user::*helpers-load-test--active*))
+" seconds helpers-load-test-real)))
+
+(defun helpers-load-test--reset-and-open-chat (dir)
+  "Lisp connected, helpers state forgotten, chat reopened with helpers DIR (starts a load)."
+  (sly-agent-q-test-connect-lisp)
+  (let ((conn (cdr (sly-agent-q-bridge-current))))
+    (sly-agent-q-test-wait (lambda () (not (sly-agent-q-bridge-helpers-loading-p conn))) 120 "earlier load")
+    (helpers-load-test-eval '(cl:progn (cl:defvar cl-user::*saq-helpers-loads* 0) (cl:setf cl-user::*saq-helpers-loads* 0)
+                                       (cl:defvar cl-user::*helpers-load-test--max-active* 0) (cl:setf cl-user::*helpers-load-test--max-active* 0)
+                                       (cl:defvar cl-user::*helpers-load-test--active* 0) (cl:setf cl-user::*helpers-load-test--active* 0) t))
+    (process-put conn 'sly-agent-q-helpers nil)
+    (when (get-buffer sly-agent-q-chat-buffer-name)
+      (let ((kill-buffer-query-functions nil)) (kill-buffer sly-agent-q-chat-buffer-name)))
+    (setq sly-agent-q-lisp-cl-directory dir)
+    (sly-agent-q-chat-buffer)
+    conn))
+
+(ert-deftest helpers-load-d-a-timed-out-load-never-runs-twice ()
+  "The load outlives `sly-agent-q-helpers-load-timeout' (ECL cold cache through gcc on a loaded
+machine): the chat says it failed, the next call must not start a second load while the first
+still runs in the image."
+  (helpers-load-test-with-times
+    (let* ((sly-agent-q-helpers-load-timeout 3)
+           (conn (helpers-load-test--reset-and-open-chat (helpers-load-test--counting-dir 8))))
+      (sly-agent-q-test-wait (lambda () (string-match-p "did not answer" (sly-agent-q-test-chat-text))) 30 "timeout said")
+      (let ((sly-agent-q-helpers-load-timeout 60) result)
+        (sly-agent-q-bridge-call-tool "describe_symbol" '(:symbol "car" :package "CL-USER") nil
+                                      (lambda (c e) (setq result (list c e))))
+        (sly-agent-q-test-wait (lambda () result) 120 "the call")
+        (message "RESULT %S" result)
+        (message "loads=%S max-active=%S state=%S"
+                 (helpers-load-test-eval 'cl-user::*saq-helpers-loads*)
+                 (helpers-load-test-eval 'cl-user::*helpers-load-test--max-active*)
+                 (process-get conn 'sly-agent-q-helpers))
+        (should (eql 1 (helpers-load-test-eval 'cl-user::*helpers-load-test--max-active*)))))))
+
+(ert-deftest helpers-load-e-a-chat-on-another-lisp-loads-that-lisp ()
+  "Two Lisps, no chat open; A is current.  A chat made on B (its Lisp) opens: the helpers should
+load into B, the chat's Lisp, and a chat on A should not hear about B's load."
+  (skip-unless (eq sly-agent-q-test-lisp 'slime))
+  (helpers-load-test-with-times
+    (when (get-buffer sly-agent-q-chat-buffer-name)
+      (let ((kill-buffer-query-functions nil)) (kill-buffer sly-agent-q-chat-buffer-name)))
+    (sly-agent-q-test-connect-lisp)
+    (let* ((lisp-a (sly-agent-q-bridge-current))
+           (before (copy-sequence slime-net-processes)))
+      (slime-start :program "sbcl" :program-args '("--noinform") :buffer "*inferior-lisp-helpers-load-b*")
+      (sly-agent-q-test-wait (lambda () (cl-set-difference slime-net-processes before)) 120 "B")
+      (sly-agent-q-test-sleep 3)
+      (let* ((conn-b (car (cl-set-difference slime-net-processes before)))
+             (lisp-b (cons (car lisp-a) conn-b))
+             (alpha (file-name-as-directory (make-temp-file "alpha" t)))
+             (beta (file-name-as-directory (make-temp-file "beta" t))))
+        (process-put (cdr lisp-a) 'sly-agent-q-helpers nil)
+        (process-put conn-b 'sly-agent-q-helpers nil)
+        (setq slime-default-connection (cdr lisp-a))
+        (sly-agent-q-test-with-server '((steps . []))
+          (let ((chat-b (sly-agent-q-chats-create beta lisp-b)))
+            (sly-agent-q-test-wait (lambda () (and (process-get conn-b 'sly-agent-q-helpers)
+                                                   (not (sly-agent-q-bridge-helpers-loading-p conn-b))))
+                                   120 "B's load")
+            ;; Its line is in B's chat, naming the load there.
+            (should (string-match-p "helpers are loaded"
+                                    (with-current-buffer chat-b (buffer-string))))
+            (let ((b-state (process-get conn-b 'sly-agent-q-helpers))
+                  (a-state (process-get (cdr lisp-a) 'sly-agent-q-helpers)))
+              (should (equal (list 'b b-state 'a a-state) (list 'b 'loaded 'a nil))))))))))
 
 (provide 'sly-agent-q-helpers-load-test)
 ;;; sly-agent-q-helpers-load-test.el ends here
