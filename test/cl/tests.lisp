@@ -1725,11 +1725,13 @@ FiveAM's run of the suite), and load the changed .asd."
   ;; a feature expression without suppression: the tools that must not run code refuse it.
   (setf cl-user::*saq-constructed* 0)
   (dolist (text '("(defun f () #+#S(cl-user::saq-trap) 1 2)"
-                  "(defun f () #-(and #S(cl-user::saq-trap)) 1)"
-                  "(defun f () (list #S(cl-user::saq-trap)))"))
-    (is (has (tool "definition_edit" "text" text) "refused" "#S")))
-  (is (has (tool "macroexpand_form" "form" "(list #S(cl-user::saq-trap))") "#S"))
-  (is (has (tool "macroexpand_form" "form" "(list #+#S(cl-user::saq-trap) 1)") "#S"))
+                  "(defun f () #-(and #S(cl-user::saq-trap)) 1)"))
+    (is (has (tool "definition_edit" "text" text) "#S(...) calls a structure's constructor")))
+  ;; Read suppressed, as definition_edit checks a form, #S constructs nothing: the text is shown
+  ;; for approval before it is compiled.
+  (is (ok-p (tool "definition_edit" "text" "(defun f () (list #S(cl-user::saq-trap)))")))
+  (is (has (tool "macroexpand_form" "form" "(list #S(cl-user::saq-trap))") "#S(...) calls"))
+  (is (has (tool "macroexpand_form" "form" "(list #+#S(cl-user::saq-trap) 1)") "#S(...) calls"))
   (is (eql 0 cl-user::*saq-constructed*)))
 
 (deftest definition-edit-finds-a-definition-moved-in-its-file
