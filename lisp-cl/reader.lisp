@@ -4,7 +4,9 @@
 ;;; *READ-EVAL* bound to NIL, so "#." is refused instead of run.  The
 ;;; tools that run code first scan the whole text with *READ-SUPPRESS*
 ;;; (which interns nothing and evaluates no "#."), so that unbalanced
-;;; parentheses are reported before the first form has run.
+;;; parentheses are reported before the first form has run.  #S, which
+;;; calls a structure's constructor even with *READ-EVAL* NIL, is refused
+;;; wherever such text is read unsuppressed (MODEL-TEXT-READTABLE).
 
 (in-package #:sly-agent-q)
 
