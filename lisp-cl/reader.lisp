@@ -4,7 +4,9 @@
 ;;; *READ-EVAL* bound to NIL, so "#." is refused instead of run.  The
 ;;; tools that run code first scan the whole text with *READ-SUPPRESS*
 ;;; (which interns nothing and evaluates no "#."), so that unbalanced
-;;; parentheses are reported before the first form has run.
+;;; parentheses are reported before the first form has run.  #S, which
+;;; calls a structure's constructor even with *READ-EVAL* NIL, is refused
+;;; wherever such text is read unsuppressed (MODEL-TEXT-READTABLE).
 
 (in-package #:sly-agent-q)
 
@@ -71,11 +73,36 @@ without it (the feature expression is read in the keyword package)."
               ((string= operator "NOT") (not (feature-true-p (first rest))))
               (t (error "~S is not a feature expression." expression))))))
 
+(defun refuse-constructing-reads (readtable)
+  "READTABLE, changed so that #S refuses to read unless suppressed: #S
+calls a structure's constructor, whose slot initforms are code, even
+with *READ-EVAL* NIL, and SBCL reads a #+ feature expression without
+*READ-SUPPRESS* even inside a suppressed read.  Suppressed, #S reads
+its list as the standard one does, constructing nothing."
+  (set-dispatch-macro-character
+   #\# #\S (lambda (stream char arg)
+             (declare (ignore char arg))
+             (if *read-suppress*
+                 (progn (read stream t nil t) nil)
+                 (fail "#S(...) calls a structure's constructor as it is read (its slots' ~
+                        initforms run): text from the model is not read with it. Write ~
+                        (make-NAME ...) instead.")))
+   readtable)
+  readtable)
+
+(defun model-text-readtable ()
+  "A copy of the current readtable for reading text from the model in a
+tool that must not run code: #. never runs (with *READ-EVAL* NIL) and
+#S refuses (REFUSE-CONSTRUCTING-READS)."
+  (refuse-constructing-reads (copy-readtable)))
+
 (defun scan-forms (text)
   "Find the top-level forms of TEXT without interning or evaluating.
 Returns a list of (START . END) spans, and, if the scan stopped early,
-the reader condition and the start of the form it stopped in."
-  (let ((*read-suppress* t)
+the reader condition and the start of the form it stopped in.  #S
+constructs nothing (MODEL-TEXT-READTABLE)."
+  (let ((*readtable* (model-text-readtable))
+        (*read-suppress* t)
         (*read-eval* nil)
         (spans '())
         (position 0))
@@ -139,9 +166,11 @@ the REPL's reader would."
          (lambda ()
            (handler-case
                (let ((*package* package)
+                     (*readtable* (model-text-readtable))
                      (*read-eval* nil)
                      (*read-suppress* nil))
                  (read-from-string text t nil :start start))
+             (tool-error (c) (error c))
              (end-of-file ()
                (fail "~A" (unbalanced-message text start 1)))
              (reader-error (c)
@@ -161,17 +190,21 @@ the REPL's reader would."
 
 ;;;; The #. forms of a text, found without evaluating them
 
-(defun read-eval-forms (text &key partial)
-  "The texts of the #. forms in TEXT (what follows each #.), in the
-order the reader meets them, found by reading TEXT as the reader would
-but with *READ-SUPPRESS*: nothing is interned or evaluated.  Both
-branches of every #+ and #- are read, so that a #. behind a feature
-test counts whether or not this Lisp would read it (ECL's reader skips
-every conditional under *READ-SUPPRESS*).  Where TEXT stops reading,
+(defun read-eval-forms (text &key partial unconditional)
+  "The texts of the #. forms in TEXT (what follows each #., exactly as
+written but for the blanks around it), in the order the reader meets
+them, found by reading TEXT as the reader would but with
+*READ-SUPPRESS*: nothing is interned or evaluated.  Both branches of
+every #+ and #- are read, so that a #. behind a feature test counts
+whether or not this Lisp would read it (ECL's reader skips every
+conditional under *READ-SUPPRESS*); with UNCONDITIONAL, a #. in a
+feature test or its form is left out (for the form an edit replaces: a
+dormant #+nil #. there was never evaluated).  Where TEXT stops reading,
 FAILs, unless PARTIAL: then the forms found so far (a #. missed would
 run unshown; one missed in the form an edit replaces is shown)."
   (let ((found '())
-        (*readtable* (copy-readtable)))
+        (conditional 0)
+        (*readtable* (model-text-readtable)))
     (set-dispatch-macro-character
      #\# #\. (lambda (stream char arg)
                (declare (ignore char arg))
@@ -179,16 +212,18 @@ run unshown; one missed in the form an edit replaces is shown)."
                ;; its start is the index in TEXT on SBCL, ECL and CLISP.
                (let ((start (file-position stream)))
                  (read stream t nil t)
-                 (push (string-trim '(#\Space #\Tab #\Newline #\Return #\Linefeed #\Page)
-                                    (subseq text start (file-position stream)))
-                       found))
+                 (unless (and unconditional (plusp conditional))
+                   (push (trim-form-text (subseq text start (file-position stream))) found)))
                nil))
     (dolist (sign '(#\+ #\-))
       (set-dispatch-macro-character
        #\# sign (lambda (stream char arg)
                   (declare (ignore char arg))
-                  (read stream t nil t) ; the feature expression
-                  (read stream t nil t) ; the form, read whatever the feature says
+                  (incf conditional)
+                  (unwind-protect
+                       (progn (read stream t nil t) ; the feature expression
+                              (read stream t nil t)) ; the form, read whatever the feature says
+                    (decf conditional))
                   (values))))
     (let ((*read-suppress* t) (*read-eval* nil))
       (handler-case
@@ -200,43 +235,25 @@ run unshown; one missed in the form an edit replaces is shown)."
                    apart, reading it stopped: ~A" (condition-message c))))))
     (nreverse found)))
 
-(defun normalize-form-text (text)
-  "TEXT with each run of blanks outside strings and |symbols| made one
-space, and none next to a parenthesis: two #. forms that differ only in
-layout compare equal; any other difference, a comment's too, counts."
-  (with-output-to-string (out)
-    (let ((i 0) (n (length text)) (pending nil) (last nil))
-      (flet ((emit (char)
-               (when (and pending last (char/= last #\() (char/= char #\)))
-                 (write-char #\Space out))
-               (setf pending nil last char)
-               (write-char char out)))
-        (loop while (< i n)
-              do (let ((char (char text i)))
-                   (cond ((blank-char-p char) (setf pending t) (incf i))
-                         ((member char '(#\" #\|))
-                          ;; Copied whole, escapes included.
-                          (emit char) (incf i)
-                          (loop while (< i n)
-                                do (let ((c (char text i)))
-                                     (write-char c out) (incf i)
-                                     (cond ((char= c #\\)
-                                            (when (< i n) (write-char (char text i) out) (incf i)))
-                                           ((char= c char) (return)))))
-                          (setf last char))
-                         ((and (char= char #\#) (< (1+ i) n) (char= (char text (1+ i)) #\\))
-                          ;; A character object: the one after #\ is itself.
-                          (emit #\#) (write-char #\\ out) (incf i 2)
-                          (when (< i n) (write-char (char text i) out) (setf last (char text i)) (incf i)))
-                         (t (emit char) (incf i)))))))))
+(defun trim-form-text (text)
+  "TEXT without the blanks before and after it, but for an escaped one
+(\\<space> is part of a symbol)."
+  (let ((start (or (position-if-not #'blank-char-p text) (length text)))
+        (end (length text)))
+    (loop while (and (> end (1+ start)) (blank-char-p (char text (1- end)))
+                     (char/= #\\ (char text (- end 2))))
+          do (decf end))
+    (subseq text start end)))
 
 (defun new-read-eval-forms (new old)
-  "The #. forms of the text NEW that the text OLD does not have, as
-written in NEW: OLD's forms (compared by NORMALIZE-FORM-TEXT) each
-match one of NEW's once."
-  (let ((left (mapcar #'normalize-form-text (read-eval-forms old :partial t))))
+  "The #. forms of the text NEW that the text OLD does not evaluate, as
+written in NEW: each of OLD's forms outside #+ and #- matches one of
+NEW's once, when their texts are the same character for character.  A
+form laid out anew counts as new: shown once more, never missed (a
+comment's end or an escaped character makes text that looks alike read
+differently)."
+  (let ((left (read-eval-forms old :partial t :unconditional t)))
     (loop for form in (read-eval-forms new)
-          for key = (normalize-form-text form)
-          if (member key left :test #'string=)
-            do (setf left (remove key left :test #'string= :count 1))
+          if (member form left :test #'string=)
+            do (setf left (remove form left :test #'string= :count 1))
           else collect form)))

@@ -319,14 +319,20 @@ those the definition's form does not have (what a replacement adds)."
 ;;;; Compiling a form from its file
 
 (defun file-package-at (text index)
-  "The package named by the last (in-package ...) before INDEX in TEXT,
-or CL-USER."
-  (let ((at nil) (from 0))
-    (loop for hit = (search "(in-package" text :start2 from :end2 index :test #'char-equal)
-          while hit
-          do (setf at hit from (1+ hit)))
+  "The package named by the last top-level (in-package ...) form before
+INDEX in TEXT, or CL-USER.  The forms are found by reading TEXT
+suppressed with the standard readtable (SCAN-FORMS-PLAINLY): one named
+in a comment, a string or a #| |# does not count."
+  (let ((at nil))
+    (loop for (start . nil) in (ignore-errors (scan-forms-plainly (subseq text 0 index)))
+          for form = (ignore-errors
+                      (let ((*readtable* (refuse-constructing-reads (copy-readtable nil))))
+                        (skip-feature-conditionals text start)))
+          when (and form (< form index) (char= (char text form) #\()
+                    (token-names-p (token-at text (1+ form)) 'in-package))
+            do (setf at (nth-value 1 (token-at text (1+ form)))))
     (or (and at
-             (let* ((token (token-at text (+ at (length "(in-package"))))
+             (let* ((token (token-at text at))
                     (name (string-left-trim "#:" token)))
                (and (plusp (length name))
                     (find-package-leniently (if (find #\" name)
@@ -380,6 +386,11 @@ the list of (SEVERITY MESSAGE) notes."
                     (fail "~A does not hold the form's text (an unsaved buffer?), so it was not ~
                            compiled." file)))
          (line (line-of contents index)))
+    ;; Compiled at a guessed one of two places, it would be read in that place's package.
+    (when (search text contents :start2 (1+ index))
+      (fail "~A holds the form's text more than once (first at line ~D), so which one the edit ~
+             wrote is not known: it was not compiled. Make the definitions differ, or load the file."
+            file line))
     (check-one-form text)
     (unless (compile-string-function)
       (fail "This Lisp's backend cannot compile a string with its file recorded."))

@@ -1681,6 +1681,59 @@ FiveAM's run of the suite), and load the changed .asd."
         (is (equal '("*x*" "(c)") (sly-agent-q::read-eval-forms "(a #.*x* (b #.(c)" :partial t)))
         (is (equal "Two more than X." (documentation (find-symbol "SAQ-DECLARED" "MY-APP") 'function)))))))
 
+(deftest read-eval-new-compares-the-forms-exactly
+  ;; A #. the old form never evaluates, or one differing from the old in anything but where it
+  ;; stands, is new: shown in the approval (red team rt61: each of these was counted as kept).
+  (flet ((new (new old) (sly-agent-q::new-read-eval-forms new old)))
+    ;; Dormant behind #+nil in the old form; the new one enables it.
+    (is (equal '("(progn (evil) 1)")
+               (new "(defun f () #.(progn (evil) 1))" "(defun f () #+nil #.(progn (evil) 1) 1)")))
+    ;; The newline ending a ; comment moved: (evil) leaves the comment.
+    (is (new (format nil "(defun f () #.(progn ;~% (evil) 1))")
+             (format nil "(defun f () #.(progn ; (evil)~% 1))")))
+    ;; An escaped \" and a string whose inner layout changed.
+    (is (new (format nil "(defun f () #.(progn '\\\" (eval (read-from-string \"(progn ;~% (evil))\"))))")
+             (format nil "(defun f () #.(progn '\\\" (eval (read-from-string \"(progn ; (evil)~%)\"))))")))
+    ;; An escaped blank in a symbol: 'evil\  x is not 'evil\ x.
+    (is (new "(defun f () #.(list 'evil\\  x))" "(defun f () #.(list 'evil\\ x))"))
+    ;; The same text, kept, is not new; the same #. kept once of twice is new once.
+    (is (null (new "(defun f () #.(progn (evil) 1))" "(defun f () #.(progn (evil) 1) 2)")))
+    (is (equal '("*x*") (new "(f #.*x* #.*x*)" "(f #.*x*)")))))
+
+(deftest compile-file-form-reads-in-the-files-own-package
+  ;; The package is the last real (in-package ...) form before the form, never one in a comment,
+  ;; a string or a #| |#; and a text the file holds twice is not compiled at a guessed place.
+  (with-project ()
+    (let ((file (project-file "saq-package.lisp"))
+          (text "(defun saq-rt-h () #.(package-name *package*))"))
+      (write-text file (format nil "(in-package :cl-user)~%;; formerly lived in (in-package :sb-impl)~%~
+                                    #| (in-package :keyword) |#~%(defvar *saq-s* \"(in-package :cl)\")~%~A~%"
+                               text))
+      (is (has (tool "compile_file_form" "path" (namestring file) "text" text) "Compiled"))
+      (is (equal "COMMON-LISP-USER" (funcall (find-symbol "SAQ-RT-H" "COMMON-LISP-USER"))))
+      (is (null (find-symbol "SAQ-RT-H" "COMMON-LISP")))
+      (let ((twice "(defun saq-rt-twice () 1)"))
+        (write-text file (format nil "(in-package :cl-user)~%~A~%(in-package :my-app)~%~A~%" twice twice))
+        (is (has (tool "compile_file_form" "path" (namestring file) "text" twice) "more than once"))
+        (is (null (find-symbol "SAQ-RT-TWICE" "COMMON-LISP-USER")))))))
+
+(defvar cl-user::*saq-constructed* 0)
+(defstruct (cl-user::saq-trap) (x (incf cl-user::*saq-constructed*)))
+
+(deftest model-text-never-constructs-a-structure-as-it-is-read
+  ;; #S calls a structure's constructor (its initforms run) even with *READ-EVAL* NIL, and SBCL reads
+  ;; a feature expression without suppression: the tools that must not run code refuse it.
+  (setf cl-user::*saq-constructed* 0)
+  (dolist (text '("(defun f () #+#S(cl-user::saq-trap) 1 2)"
+                  "(defun f () #-(and #S(cl-user::saq-trap)) 1)"))
+    (is (has (tool "definition_edit" "text" text) "#S(...) calls a structure's constructor")))
+  ;; Read suppressed, as definition_edit checks a form, #S constructs nothing: the text is shown
+  ;; for approval before it is compiled.
+  (is (ok-p (tool "definition_edit" "text" "(defun f () (list #S(cl-user::saq-trap)))")))
+  (is (has (tool "macroexpand_form" "form" "(list #S(cl-user::saq-trap))") "#S(...) calls"))
+  (is (has (tool "macroexpand_form" "form" "(list #+#S(cl-user::saq-trap) 1)") "#S(...) calls"))
+  (is (eql 0 cl-user::*saq-constructed*)))
+
 (deftest definition-edit-finds-a-definition-moved-in-its-file
   ;; Text added above a definition after it was loaded (a checkout, another editor) moves it: the
   ;; recorded position is stale (ECL records a character position, SBCL a top-level form's number).
