@@ -127,3 +127,82 @@ it("a hooksPath spelled NFC matches a write spelled NFD (macOS APFS/HFS+ open bo
   expect(p("h\u00f3oks/pre-commit"), "control NFC").toBeDefined();
   expect(p("ho\u0301oks/pre-commit"), "NFD").toBeDefined();
 });
+
+for (const [setting, file] of [
+  ['[trailer "x"]\n\tcommand = tools/tc.sh\n', "tools/tc.sh"],
+  ["[sendemail]\n\tsmtpServer = tools/smtp.sh\n", "tools/smtp.sh"],
+  ['[remote "o"]\n\treceivepack = tools/rp.sh\n', "tools/rp.sh"],
+  ['[man "x"]\n\tcmd = tools/man.sh\n', "tools/man.sh"],
+  ['[man "x"]\n\tpath = tools/man2.sh\n', "tools/man2.sh"],
+  ['[browser "x"]\n\tpath = tools/br2.sh\n', "tools/br2.sh"],
+  ["[web]\n\tbrowser = tools/wb.sh\n", "tools/wb.sh"],
+  ["[imap]\n\ttunnel = tools/tun.sh\n", "tools/tun.sh"],
+  ["[uploadpack]\n\tpackObjectsHook = tools/poh.sh\n", "tools/poh.sh"],
+  ['[some "new"]\n\tfutureCommand = tools/future.sh\n', "tools/future.sh"],
+  ["[unknown]\n\tanything = !tools/bang.sh\n", "tools/bang.sh"],
+  ["[alias]\n\tx = !bash -c \"sh -c 'tools/deep.sh'\"\n", "tools/deep.sh"],
+  ["[core]\n\tpager = f() { tools/fn.sh; }; f\n", "tools/fn.sh"],
+  ["[core]\n\teditor = X=tools/envprog.sh sh -c '$X'\n", "tools/envprog.sh"],
+] as const) {
+  it(`also: ${setting.replace(/\n\t?/gu, " ").trim()} protects ${file}`, () => {
+    gitConfig(setting);
+    expect(p(file)).toBeDefined();
+  });
+}
+
+it("a bare program name inside quotes is still looked up in PATH, not taken as a project file", () => {
+  gitConfig("[core]\n\tpager = sh -c 'less -R'\n");
+  expect(p("less")).toBeUndefined();
+  expect(p("tools/p.sh")).toBeUndefined();
+});
+
+it("a ~user of no known user is read as written, and the rest of the config still counts", () => {
+  gitConfig("[core]\n\thooksPath = ~no-such-user-pgs/hk\n\tpager = tools/p.sh\n[include]\n\tpath = ~no-such-user-pgs/inc\n");
+  expect(p("tools/p.sh")).toBeDefined();
+  expect(p("src/x.txt")).toBeUndefined();
+});
+
+it("a config the environment includes (GIT_CONFIG_KEY_n = include.path) is read", () => {
+  writeFileSync(join(root, "env.cfg"), "[core]\n\tpager = tools/envinc.sh\n");
+  const e = { ...env, GIT_CONFIG_COUNT: "2", GIT_CONFIG_KEY_0: "alias.q", GIT_CONFIG_VALUE_0: "!tools/q.sh", GIT_CONFIG_KEY_1: "include.path", GIT_CONFIG_VALUE_1: join(root, "env.cfg") };
+  expect(protectedWrite("tools/q.sh", root, e)).toBeDefined();
+  expect(protectedWrite("env.cfg", root, e)).toBeDefined();
+  expect(protectedWrite("tools/envinc.sh", root, e)).toBeDefined();
+});
+
+it("the config of a git directory a .git file names is read", () => {
+  rmSync(join(root, ".git"), { recursive: true, force: true });
+  mkdirSync(join(root, "gd"));
+  writeFileSync(join(root, "gd", "config"), "[core]\n\tpager = tools/gdp.sh\n");
+  writeFileSync(join(root, ".git"), "gitdir: gd\n");
+  expect(p("tools/gdp.sh")).toBeDefined();
+  expect(p("gd/anything-new")).toBeDefined();
+});
+
+it("the home's Git files when the project is the home: config, attributes and ignore", () => {
+  const home = mkdtempSync(join(tmpdir(), "pgs-home-"));
+  try {
+    const e = { ...env, HOME: home, XDG_CONFIG_HOME: "" };
+    for (const f of [".gitconfig", ".config/git/config", ".config/git/attributes", ".config/git/ignore"]) expect(protectedWrite(f, home, e), f).toBeDefined();
+    expect(protectedWrite("notes.txt", home, e)).toBeUndefined();
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+it("a hooksPath spelled NFD matches a write spelled NFC, and a deep .vscode link leads its tasks", () => {
+  gitConfig("[core]\n\thooksPath = ho\u0301oks\n");
+  expect(p("h\u00f3oks/pre-commit")).toBeDefined();
+  mkdirSync(join(root, "src", "deep", "er"), { recursive: true });
+  mkdirSync(join(root, "cfg"));
+  symlinkSync("../../../cfg", join(root, "src", "deep", "er", ".vscode"));
+  expect(p("cfg/tasks.json")).toBeDefined();
+  expect(p("cfg/other.json")).toBeUndefined();
+});
+
+it("names folded by NFKC: fullwidth letters are the letters, a decomposed name the composed one", () => {
+  expect(p("\uFF21\uFF27\uFF25\uFF2E\uFF34\uFF33.md")).toBeDefined(); // Fullwidth AGENTS.
+  expect(p(".\uFF45nvrc")).toBeDefined();
+  expect(p("src/.Dir-Locals.EL")).toBeDefined();
+  expect(p("A\u0262ENTS.md")).toBeUndefined(); // A small capital G is no G: folding is not blanket.
+});
