@@ -5,6 +5,7 @@
 // whatever their condition (a condition that holds later, or in another working tree, still counts).
 
 import { readFileSync, realpathSync, statSync } from "node:fs";
+import { userInfo } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 
 /** One `name = value` of a config file: section and key lower-cased, the subsection as written. */
@@ -117,10 +118,56 @@ export function parseGitConfig(text: string, file: string): GitConfigEntry[] {
 /** How deep includes are followed, as Git does (it stops with an error past it). */
 export const MAX_INCLUDE_DEPTH = 10;
 
-/** PATH as Git reads a pathname value: `~/` is the home directory; `:(optional)` dropped. */
+/** PATH as Git reads a pathname value: `~/` is the home directory, `~user/` that user's (from the
+ *  password database, as Git reads it); `:(optional)` dropped. A `~user` of no known user stays as
+ *  written (Git refuses it). */
 export function expandGitPath(path: string, home: string): string {
   const p = path.startsWith(":(optional)") ? path.slice(":(optional)".length) : path;
-  return p === "~" || p.startsWith("~/") ? join(home, p.slice(1)) : p;
+  if (p === "~" || p.startsWith("~/")) return join(home, p.slice(1));
+  const m = /^~([^/]+)(\/.*)?$/u.exec(p);
+  const userHome = m ? homeOfUser(m[1]!) : undefined;
+  return userHome !== undefined ? join(userHome, m?.[2] ?? "") : p;
+}
+
+/** The home directory of the user NAME in the password database, or undefined. */
+export function homeOfUser(name: string): string | undefined {
+  try {
+    const me = userInfo();
+    if (me.username === name && me.homedir) return me.homedir;
+  } catch {
+    // No entry for the current user: look it up as any other.
+  }
+  try {
+    for (const line of readFileSync("/etc/passwd", "utf8").split("\n")) {
+      const f = line.split(":");
+      if (f[0] === name && f.length >= 6 && isAbsolute(f[5]!)) return f[5];
+    }
+  } catch {
+    // No password file (not a Unix-like system): unknown.
+  }
+  return undefined;
+}
+
+/** The settings the environment gives git (GIT_CONFIG_COUNT, GIT_CONFIG_KEY_n, GIT_CONFIG_VALUE_n),
+ *  as entries of a file named after the variable. */
+export function environmentConfig(env: NodeJS.ProcessEnv): GitConfigEntry[] {
+  const count = Number.parseInt(env.GIT_CONFIG_COUNT ?? "", 10);
+  const entries: GitConfigEntry[] = [];
+  for (let n = 0; Number.isFinite(count) && n < Math.min(count, 10000); n++) {
+    const name = env[`GIT_CONFIG_KEY_${n}`];
+    if (typeof name !== "string") continue;
+    const first = name.indexOf(".");
+    const last = name.lastIndexOf(".");
+    if (first < 0) continue;
+    entries.push({
+      section: name.slice(0, first).toLowerCase(),
+      subsection: last > first ? name.slice(first + 1, last) : undefined,
+      key: name.slice(last + 1).toLowerCase(),
+      value: env[`GIT_CONFIG_VALUE_${n}`] ?? "",
+      file: `GIT_CONFIG_KEY_${n}`,
+    });
+  }
+  return entries;
 }
 
 export interface GitConfigRead {
@@ -136,7 +183,7 @@ export interface GitConfigRead {
  * reached less deep, where its own includes may still be followed; includes deeper than
  * MAX_INCLUDE_DEPTH are not followed.
  */
-export function readGitConfig(files: readonly string[], home: string): GitConfigRead {
+export function readGitConfig(files: readonly string[], home: string, extra: readonly GitConfigEntry[] = []): GitConfigRead {
   const entries: GitConfigEntry[] = [];
   const named = new Set<string>();
   const depthRead = new Map<string, number>();
@@ -166,5 +213,11 @@ export function readGitConfig(files: readonly string[], home: string): GitConfig
     }
   };
   for (const f of files) read(f, 0);
+  // Settings given otherwise (the environment's): their includes are followed as a file's.
+  for (const e of extra) {
+    entries.push(e);
+    if (e.key !== "path" || !e.value || (e.section !== "include" && e.section !== "includeif")) continue;
+    read(resolve(expandGitPath(e.value, home)), 1);
+  }
   return { entries, files: [...named] };
 }

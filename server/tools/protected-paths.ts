@@ -7,7 +7,7 @@
 import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { readGitConfig } from "./git-config.js";
+import { environmentConfig, readGitConfig } from "./git-config.js";
 import { INCLUDED, namedBySetting } from "./git-settings.js";
 
 /** A write that must ask: the path it resolves to (relative to the root when inside it), the name
@@ -61,6 +61,9 @@ const BY_PARENT_AND_NAME: Readonly<Record<string, Readonly<Record<string, string
 const BY_LOWER_NAME = new Map(Object.entries(BY_NAME).map(([name, why]) => [name.toLowerCase(), why]));
 const BY_LOWER_PARENT = new Map(Object.entries(BY_PARENT_AND_NAME).map(([parent, names]) => [parent.toLowerCase(), new Map(Object.entries(names).map(([n, why]) => [n.toLowerCase(), why]))]));
 
+const GIT_USER = "your Git config, attributes and ignore files: git obeys them at every git command, and they may name programs it runs";
+const GIT_DIR = "Git's own files (the git directory a `.git` file names): its hooks run and its config is obeyed at the next git command";
+
 const FASLS = "compiled Lisp code: a Lisp image loads it, and runs it, in place of its source";
 
 /** Directories and files under the home directory that are protected whole, and why. */
@@ -85,6 +88,10 @@ function homeTrees(home: string, env: NodeJS.ProcessEnv): { path: string; why: s
     { path: join(home, ".swank.lisp"), why: "SLIME's Lisp side loads it into the image when it starts" },
     { path: join(home, ".emacs.d"), why: emacs },
     { path: join(config, "emacs"), why: emacs },
+    // Git's own config for the user: it may name programs git runs (the project may be the home).
+    { path: join(home, ".gitconfig"), why: GIT_USER },
+    { path: join(config, "git"), why: GIT_USER },
+    { path: join(home, ".config", "git"), why: GIT_USER },
   ];
 }
 
@@ -152,9 +159,13 @@ function globalGitConfigs(home: string, env: NodeJS.ProcessEnv): string[] {
 function gitTrees(root: string, home: string, env: NodeJS.ProcessEnv): { path: string; why: string }[] {
   const repo = gitDirs(root);
   const files = [...globalGitConfigs(home, env), ...(repo ? [join(repo.commonDir, "config"), join(repo.gitDir, "config.worktree")] : [])];
-  const read = readGitConfig(files, home);
+  const read = readGitConfig(files, home, environmentConfig(env));
   const top = repo?.workTree ?? root;
   const trees: { path: string; why: string }[] = [];
+  // A `.git` file may name a git directory anywhere, the working tree too: it is .git under another name.
+  for (const dir of repo ? new Set([repo.gitDir, repo.commonDir]) : []) {
+    if (!inside(dir, root)) trees.push({ path: dir, why: GIT_DIR });
+  }
   for (const file of read.files) {
     // An include naming the project's folder or one above it names no file of its own.
     if (!files.includes(file) && !inside(resolve(file), root)) trees.push({ path: resolve(file), why: INCLUDED });
@@ -168,30 +179,46 @@ function gitTrees(root: string, home: string, env: NodeJS.ProcessEnv): { path: s
 /** Whether NAME (one component) is protected by its name, alone or as the folder of a protected name. */
 const protectedName = (name: string): boolean => BY_LOWER_NAME.has(foldedName(name)) || BY_LOWER_PARENT.has(foldedName(name));
 
+/** How many directory entries the search for links with a protected name looks at, at most. */
+export const LINK_SCAN_LIMIT = 20000;
+/** Folders the search for links does not enter: others' code and build output, not the project's. */
+const UNSCANNED = new Set(["node_modules", ".git", ".hg", ".svn", ".deps", ".cache"]);
+
 /**
- * The links with a protected name (`.vscode`, `AGENT-Q.md`...) at the top of the project and of its
- * working tree, and where each leads: a repository may hold `.vscode` as a link to `cfg/`, and then
- * `cfg/tasks.json` is the tasks file VS Code runs. (A link deeper in the tree is judged only when the
- * path written goes through it.)
+ * The links with a protected name (`.vscode`, `AGENT-Q.md`, `src/.dir-locals.el`...) in the project
+ * and its working tree, and where each leads: a repository may hold `.vscode` as a link to `cfg/`, and
+ * then `cfg/tasks.json` is the tasks file VS Code runs. Searched breadth first, links to folders not
+ * entered, at most LINK_SCAN_LIMIT entries (a link deeper in a larger tree is judged only when the
+ * path written goes through it).
  */
 function protectedLinks(root: string): { link: string; target: string }[] {
   const tops = new Set([root, gitDirs(root)?.workTree ?? root]);
   const links: { link: string; target: string }[] = [];
-  for (const top of tops) {
-    let names: string[];
+  const seen = new Set<string>();
+  const queue = [...tops];
+  let budget = LINK_SCAN_LIMIT;
+  while (queue.length > 0 && budget > 0) {
+    const dir = queue.shift()!;
+    if (seen.has(dir)) continue;
+    seen.add(dir);
+    let entries: import("node:fs").Dirent[];
     try {
-      names = readdirSync(top);
+      entries = readdirSync(dir, { withFileTypes: true });
     } catch {
       continue;
     }
-    for (const name of names.filter(protectedName)) {
-      const link = join(top, name);
-      try {
-        if (!lstatSync(link).isSymbolicLink()) continue;
-        // A dangling link leads to the file a write would create.
-        links.push({ link, target: trueName(resolve(top, readlinkSync(link))) });
-      } catch {
-        // Gone meanwhile.
+    for (const entry of entries) {
+      if (--budget <= 0) break;
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) {
+        if (!UNSCANNED.has(entry.name)) queue.push(path);
+      } else if (entry.isSymbolicLink() && protectedName(entry.name)) {
+        try {
+          // A dangling link leads to the file a write would create.
+          links.push({ link: path, target: trueName(resolve(dir, readlinkSync(path))) });
+        } catch {
+          // Gone meanwhile.
+        }
       }
     }
   }
@@ -230,8 +257,10 @@ function trueName(path: string): string {
 // A file system that ignores case (macOS's, Windows's) or default ignorable characters (HFS+ drops
 // U+200C) opens .G\u200cIT as .git, and Windows's drops a name's trailing dots and spaces (`.git.`):
 // names are compared as such a file system reads them.
+// Names are compared composed and compatibility-folded (NFKC: `ſ` is `s`, a decomposed `ó` the composed
+// one, as APFS and HFS+ open them) and case-folded (upper then lower case: `ß` and `ss` alike).
 const foldedName = (name: string): string => {
-  const plain = name.replace(/\p{Default_Ignorable_Code_Point}/gu, "").toLowerCase();
+  const plain = name.normalize("NFKC").replace(/\p{Default_Ignorable_Code_Point}/gu, "").toUpperCase().toLowerCase().normalize("NFKC");
   const trimmed = plain.replace(/[. ]+$/u, "");
   // `.`, `..` and a name all dots stay what they are.
   return trimmed === "" ? plain : trimmed;
