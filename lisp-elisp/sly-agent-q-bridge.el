@@ -231,13 +231,19 @@ current now).  The chats set it: a chat's calls run in its own Lisp.")
 (defun sly-agent-q-bridge-current ()
   "Return (ADAPTER . CONNECTION) for the Lisp to use.
 While an Emacs tool call of a chat's turn starts
-\(`sly-agent-q-call-conversation-id'), that chat's Lisp when it is open.
-Return nil when no Lisp is connected."
-  (or (let ((chosen (and sly-agent-q-call-conversation-id sly-agent-q-bridge-lisp-function
-                         (funcall sly-agent-q-bridge-lisp-function
-                                  (list :conversationId sly-agent-q-call-conversation-id)))))
-        (and (consp chosen) (sly-agent-q-bridge--live (cdr chosen)) chosen))
-      (sly-agent-q-bridge--current-of-mode)))
+\(`sly-agent-q-call-conversation-id'), that chat's Lisp, even when its
+connection is closed: its calls then fail naming it, never reaching
+whichever Lisp is current.  Return nil when no Lisp is connected."
+  (let ((chosen (and sly-agent-q-call-conversation-id sly-agent-q-bridge-lisp-function
+                     (funcall sly-agent-q-bridge-lisp-function
+                              (list :conversationId sly-agent-q-call-conversation-id)))))
+    (if (consp chosen) chosen (sly-agent-q-bridge--current-of-mode))))
+
+(defun sly-agent-q-bridge-closed-message (lisp)
+  "Why a call of a chat whose Lisp, LISP, closed cannot run; nil while it is open."
+  (and lisp (not (sly-agent-q-bridge--live (cdr lisp)))
+       (format "The Lisp connection %s of this chat is closed; connect it again, or choose another Lisp from the chat's menu (C-c C-m)."
+               (sly-agent-q-bridge-lisp-name lisp))))
 
 (defun sly-agent-q-bridge--current-of-mode ()
   "Return (ADAPTER . CONNECTION) for the Lisp mode's current connection, or nil."
@@ -792,9 +798,8 @@ interrupts its evaluation, and CALLBACK gets an error."
     (cond
      ((not cur)
       (funcall callback nil sly-agent-q-bridge-no-lisp-message) #'ignore)
-     ((not (sly-agent-q-bridge--live (cdr cur)))
-      (funcall callback nil (format "The Lisp connection %s of this chat is closed; connect it again, or choose another Lisp from the chat's menu (C-c C-m)."
-                                    (sly-agent-q-bridge-lisp-name cur)))
+     ((sly-agent-q-bridge-closed-message cur)
+      (funcall callback nil (sly-agent-q-bridge-closed-message cur))
       #'ignore)
      (t
       (let ((adapter (car cur)) (conn (cdr cur)))

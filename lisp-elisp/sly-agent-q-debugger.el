@@ -89,8 +89,12 @@
 
 (defun sly-agent-q-debugger-buffers ()
   "Return the live debugger buffers (sly-db, sldb) of the agent's Lisp.
-Most recently shown first."
-  (let ((conn (cdr (sly-agent-q-bridge-current))))
+Most recently shown first.  A chat whose Lisp closed has none: its
+tools fail naming that Lisp (a tool error), never reading another's."
+  (let* ((lisp (sly-agent-q-bridge-current))
+         (closed (sly-agent-q-bridge-closed-message lisp))
+         (conn (cdr lisp)))
+    (when closed (sly-agent-q-tool-fail "%s" closed))
     (cl-remove-if-not (lambda (b)
                         (and (sly-agent-q-debugger--kind b)
                              (sly-agent-q-debugger--get b :level)
