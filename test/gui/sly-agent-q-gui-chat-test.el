@@ -104,12 +104,14 @@ too.  WHAT names the check in a failure."
                 shot (sly-agent-q-gui-at "current_directory (safe).*  \\(✓\\) [0-9]+ ms" 1) 'success
                 (list theme "the success mark"))))
       (should (< (sly-agent-q-gui-distance ink success) (sly-agent-q-gui-distance ink failure))))
-    ;; Waiting is drawn as waiting; the frame in its one colour, corner and bar alike.
+    ;; Waiting is drawn as waiting; the frame in its one colour, corner and bar alike: the
+    ;; theme's colour of what waits for the user (`warning'), checked against that face, not
+    ;; against the frame's own (which would pass whatever it inherits).
     (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "… waiting for approval") 'warning
                                          (list theme "waiting"))
-    (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "^  \\(┏\\)" 1) 'sly-agent-q-approval-frame-face
+    (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "^  \\(┏\\)" 1) 'warning
                                          (list theme "the frame's corner"))
-    (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "^  \\(┃\\) tool:" 1) 'sly-agent-q-approval-frame-face
+    (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "^  \\(┃\\) tool:" 1) 'warning
                                          (list theme "the frame's bar"))
     ;; What the user decides on is body text; the form is in Lisp's faces.
     (sly-agent-q-gui-chat-test--drawn-in shot (sly-agent-q-gui-at "┃ tool: \\(eval_form\\)" 1) 'default
