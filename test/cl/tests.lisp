@@ -1726,7 +1726,11 @@ FiveAM's run of the suite), and load the changed .asd."
   (setf cl-user::*saq-constructed* 0)
   (dolist (text '("(defun f () #+#S(cl-user::saq-trap) 1 2)"
                   "(defun f () #-(and #S(cl-user::saq-trap)) 1)"))
-    (is (has (tool "definition_edit" "text" text) "#S(...) calls a structure's constructor")))
+    (let ((result (tool "definition_edit" "text" text)))
+      ;; ECL reads a feature expression skipped as the form it guards is: its #S builds
+      ;; nothing, and the text is accepted (the count below says nothing was constructed).
+      (is (or (has result "#S(...) calls a structure's constructor")
+              #+ecl (ok-p result)))))
   ;; Read suppressed, as definition_edit checks a form, #S constructs nothing: the text is shown
   ;; for approval before it is compiled.
   (is (ok-p (tool "definition_edit" "text" "(defun f () (list #S(cl-user::saq-trap)))")))
