@@ -1352,16 +1352,6 @@ Every result comes back bounded, the debugger is as it was and the image answers
                                               (plist-get tool :name))))))
         #'string<))
 
-(defun e2e-handler-parameters (function)
-  "The JSON names of the keyword arguments FUNCTION (a `cl-defun') takes."
-  (let ((usage (car (help-split-fundoc (documentation function t) function))))
-    (when usage
-      (cl-loop for arg in (cdr (memq '&key (car (read-from-string (downcase usage)))))
-               collect (substring (symbol-name (cond ((consp (car-safe arg)) (caar arg))
-                                                     ((consp arg) (car arg))
-                                                     (t arg)))
-                                  (if (consp (car-safe arg)) 1 0))))))
-
 (defun e2e-tool-parameters (tool)
   "The parameter names CATALOG entry TOOL's handler gets.
 A name TOOL's argumentNames renames reaches the handler as its target."
@@ -1373,20 +1363,8 @@ A name TOOL's argumentNames renames reaches the handler as its target."
 
 (defun e2e-parameter-mismatches (catalog)
   "Where CATALOG's Emacs tools and their handlers' keywords disagree.
-A primary tool's every parameter must be a keyword of its handler; a
-handler's every keyword must be a parameter of a tool it implements
-\(an alias may add one, as file_write adds append)."
-  (cl-loop for capability in (e2e-implementations catalog "emacs")
-           for handler = (plist-get (sly-agent-q-tool-declaration capability) :handler)
-           for taken = (e2e-handler-parameters handler)
-           for tools = (cl-remove-if-not (lambda (tool) (equal (plist-get tool :implementation) capability))
-                                         catalog)
-           for declared = (delete-dups (mapcan #'e2e-tool-parameters tools))
-           for primary = (cl-find-if-not (lambda (tool) (plist-get tool :aliasOf)) tools)
-           for untaken = (cl-set-difference (e2e-tool-parameters primary) taken :test #'equal)
-           for undeclared = (cl-set-difference taken declared :test #'equal)
-           when (or untaken undeclared)
-           collect (list capability :not-taken untaken :not-declared undeclared)))
+See `sly-agent-q-test-handler-mismatches'."
+  (sly-agent-q-test-handler-mismatches catalog #'e2e-tool-parameters))
 
 (ert-deftest e2e-catalog-and-handlers-agree ()
   "Each tool the catalog declares has a handler where it runs, and no side has a handler it does not declare.

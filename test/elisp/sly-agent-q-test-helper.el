@@ -422,5 +422,36 @@ Skip the test when the Lisp or the Lisp mode is not there."
       (sly-agent-q-test-wait (lambda () (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p)))
                              (if (equal (car program) "sbcl") 120 900) "the Lisp to connect"))))
 
+(defun sly-agent-q-test-handler-keywords (function)
+  "The JSON names of the keyword arguments FUNCTION (a `cl-defun') takes."
+  (let ((usage (car (help-split-fundoc (documentation function t) function))))
+    (when usage
+      (cl-loop for arg in (cdr (memq '&key (car (read-from-string (downcase usage)))))
+               collect (substring (symbol-name (cond ((consp (car-safe arg)) (caar arg))
+                                                     ((consp arg) (car arg))
+                                                     (t arg)))
+                                  (if (consp (car-safe arg)) 1 0))))))
+
+(declare-function sly-agent-q-tool-declaration "sly-agent-q-tool-declare" (name))
+
+(defun sly-agent-q-test-handler-mismatches (catalog parameters)
+  "Where CATALOG's Emacs tools and their handlers' keywords disagree.
+PARAMETERS gives the parameter names a catalog entry's handler gets.
+A primary tool's every parameter must be a keyword of its handler; a
+handler's every keyword must be a parameter of a tool it implements
+\(an alias may add one, as file_write adds append)."
+  (let ((emacs (cl-remove-if-not (lambda (tool) (equal (plist-get tool :runtime) "emacs")) catalog)))
+    (cl-loop for capability in (delete-dups (mapcar (lambda (tool) (plist-get tool :implementation)) emacs))
+             for handler = (plist-get (sly-agent-q-tool-declaration capability) :handler)
+             for taken = (sly-agent-q-test-handler-keywords handler)
+             for tools = (cl-remove-if-not (lambda (tool) (equal (plist-get tool :implementation) capability))
+                                           emacs)
+             for declared = (delete-dups (mapcan (lambda (tool) (copy-sequence (funcall parameters tool))) tools))
+             for primary = (cl-find-if-not (lambda (tool) (plist-get tool :aliasOf)) tools)
+             for untaken = (cl-set-difference (funcall parameters primary) taken :test #'equal)
+             for undeclared = (cl-set-difference taken declared :test #'equal)
+             when (or untaken undeclared)
+             collect (list capability :not-taken untaken :not-declared undeclared))))
+
 (provide 'sly-agent-q-test-helper)
 ;;; sly-agent-q-test-helper.el ends here

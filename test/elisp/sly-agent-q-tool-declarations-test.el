@@ -77,16 +77,6 @@ the server sends; a category that shares a tool's name (xref) is a category."
     (should (> (length names) 40))
     (should-not (sly-agent-q-tool-declarations-test--named names))))
 
-(defun sly-agent-q-tool-declarations-test--keywords (function)
-  "The JSON names of the keyword arguments FUNCTION (a `cl-defun') takes."
-  (let ((usage (car (help-split-fundoc (documentation function t) function))))
-    (when usage
-      (cl-loop for arg in (cdr (memq '&key (car (read-from-string (downcase usage)))))
-               collect (substring (symbol-name (cond ((consp (car-safe arg)) (caar arg))
-                                                     ((consp arg) (car arg))
-                                                     (t arg)))
-                                  (if (consp (car-safe arg)) 1 0))))))
-
 (defun sly-agent-q-tool-declarations-test--parameters (tool)
   "The parameter names catalog entry TOOL's handler gets.
 A name TOOL's argumentNames renames reaches the handler as its target."
@@ -97,22 +87,8 @@ A name TOOL's argumentNames renames reaches the handler as its target."
 
 (defun sly-agent-q-tool-declarations-test--mismatches (catalog)
   "Where CATALOG's Emacs tools and their handlers' keywords disagree.
-A primary tool's every parameter must be a keyword of its handler; a
-handler's every keyword must be a parameter of a tool it implements
-\(an alias may add one, as file_write adds append)."
-  (let ((emacs (cl-remove-if-not (lambda (tool) (equal (plist-get tool :runtime) "emacs")) catalog)))
-    (cl-loop for capability in (delete-dups (mapcar (lambda (tool) (plist-get tool :implementation)) emacs))
-             for handler = (plist-get (sly-agent-q-tool-declaration capability) :handler)
-             for taken = (sly-agent-q-tool-declarations-test--keywords handler)
-             for tools = (cl-remove-if-not (lambda (tool) (equal (plist-get tool :implementation) capability))
-                                           emacs)
-             for declared = (delete-dups (mapcan #'sly-agent-q-tool-declarations-test--parameters tools))
-             for primary = (cl-find-if-not (lambda (tool) (plist-get tool :aliasOf)) tools)
-             for untaken = (cl-set-difference (sly-agent-q-tool-declarations-test--parameters primary)
-                                              taken :test #'equal)
-             for undeclared = (cl-set-difference taken declared :test #'equal)
-             when (or untaken undeclared)
-             collect (list capability :not-taken untaken :not-declared undeclared))))
+See `sly-agent-q-test-handler-mismatches'."
+  (sly-agent-q-test-handler-mismatches catalog #'sly-agent-q-tool-declarations-test--parameters))
 
 (ert-deftest sly-agent-q-tool-declarations-handlers-take-the-catalog-parameters ()
   "Each Emacs tool's handler takes the catalog's parameters as its keywords, and no others.
