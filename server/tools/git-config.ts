@@ -148,24 +148,84 @@ export function homeOfUser(name: string): string | undefined {
   return undefined;
 }
 
-/** The settings the environment gives git (GIT_CONFIG_COUNT, GIT_CONFIG_KEY_n, GIT_CONFIG_VALUE_n),
- *  as entries of a file named after the variable. */
-export function environmentConfig(env: NodeJS.ProcessEnv): GitConfigEntry[] {
-  const count = Number.parseInt(env.GIT_CONFIG_COUNT ?? "", 10);
+/** An entry for NAME (`section.sub.key`) of VALUE, read from the environment variable FILE names. */
+function environmentEntry(name: string, value: string, file: string): GitConfigEntry | undefined {
+  const first = name.indexOf(".");
+  const last = name.lastIndexOf(".");
+  if (first < 0) return undefined;
+  return {
+    section: name.slice(0, first).toLowerCase(),
+    subsection: last > first ? name.slice(first + 1, last) : undefined,
+    key: name.slice(last + 1).toLowerCase(),
+    value,
+    file,
+  };
+}
+
+/**
+ * One single-quoted word of TEXT at START, as git's sq_quote writes it (a quote inside as `'\''`, a
+ * `!` as `'\!'`): its text and where the rest starts; undefined when there is none.
+ */
+function singleQuoted(text: string, start: number): { word: string; end: number } | undefined {
+  if (text[start] !== "'") return undefined;
+  let word = "";
+  for (let i = start + 1; i < text.length; i++) {
+    if (text[i] !== "'") {
+      word += text[i];
+      continue;
+    }
+    // Out of the quotes: `\'` or `\!` followed by a quote goes on with that character quoted.
+    if (text[i + 1] === "\\" && (text[i + 2] === "'" || text[i + 2] === "!") && text[i + 3] === "'") {
+      word += text[i + 2];
+      i += 3;
+      continue;
+    }
+    return { word, end: i + 1 };
+  }
+  return undefined;
+}
+
+/**
+ * The settings of GIT_CONFIG_PARAMETERS (what `git -c` passes to the git programs it runs, and what a
+ * user's environment may hold): `'key'='value'` words, or git's older `'key=value'`, apart by spaces.
+ * Git refuses the whole variable when a word is malformed (and then runs nothing); the words read
+ * before it are kept, which can only protect more.
+ */
+function parameterEntries(text: string): GitConfigEntry[] {
   const entries: GitConfigEntry[] = [];
+  const file = "GIT_CONFIG_PARAMETERS";
+  let at = 0;
+  const space = (i: number): boolean => /\s/.test(text[i] ?? "");
+  for (;;) {
+    while (at < text.length && space(at)) at++;
+    if (at >= text.length) return entries;
+    const key = singleQuoted(text, at);
+    if (!key) return entries;
+    at = key.end;
+    let entry: GitConfigEntry | undefined;
+    if (text[at] === "=") {
+      const value = singleQuoted(text, at + 1);
+      entry = environmentEntry(key.word, value?.word ?? "", file);
+      at = value ? value.end : at + 1;
+    } else {
+      const eq = key.word.indexOf("=");
+      entry = eq < 0 ? environmentEntry(key.word, "", file) : environmentEntry(key.word.slice(0, eq), key.word.slice(eq + 1), file);
+    }
+    if (entry) entries.push(entry);
+    if (at < text.length && !space(at)) return entries;
+  }
+}
+
+/** The settings the environment gives git: GIT_CONFIG_PARAMETERS, then GIT_CONFIG_COUNT with
+ *  GIT_CONFIG_KEY_n and GIT_CONFIG_VALUE_n, as entries of a file named after the variable. */
+export function environmentConfig(env: NodeJS.ProcessEnv): GitConfigEntry[] {
+  const entries = parameterEntries(env.GIT_CONFIG_PARAMETERS ?? "");
+  const count = Number.parseInt(env.GIT_CONFIG_COUNT ?? "", 10);
   for (let n = 0; Number.isFinite(count) && n < Math.min(count, 10000); n++) {
     const name = env[`GIT_CONFIG_KEY_${n}`];
     if (typeof name !== "string") continue;
-    const first = name.indexOf(".");
-    const last = name.lastIndexOf(".");
-    if (first < 0) continue;
-    entries.push({
-      section: name.slice(0, first).toLowerCase(),
-      subsection: last > first ? name.slice(first + 1, last) : undefined,
-      key: name.slice(last + 1).toLowerCase(),
-      value: env[`GIT_CONFIG_VALUE_${n}`] ?? "",
-      file: `GIT_CONFIG_KEY_${n}`,
-    });
+    const entry = environmentEntry(name, env[`GIT_CONFIG_VALUE_${n}`] ?? "", `GIT_CONFIG_KEY_${n}`);
+    if (entry) entries.push(entry);
   }
   return entries;
 }

@@ -80,6 +80,18 @@ it("GIT_CONFIG_COUNT/KEY/VALUE in the environment (git obeys them) are read", ()
   expect(protectedWrite("hk/pre-commit", root, e)).toBeDefined();
 });
 
+it("GIT_CONFIG_PARAMETERS (git -c, exported to every git a program runs) is read, both of git's spellings", () => {
+  // New style 'key'='value', old style 'key=value', a quote inside written '\'' as git's sq_quote writes it.
+  const e = { ...env, GIT_CONFIG_PARAMETERS: `'core.hooksPath'='hk2' 'alias.q=!tools/q2.sh'  'core.hooksPath'='h'\\''k' 'Include.Path'` };
+  expect(protectedWrite("hk2/pre-commit", root, e), "new style").toBeDefined();
+  expect(protectedWrite("tools/q2.sh", root, e), "old style").toBeDefined();
+  expect(protectedWrite("h'k/pre-commit", root, e), "quote inside").toBeDefined();
+  expect(protectedWrite("hk/pre-commit", root, e), "only what it names").toBeUndefined();
+  // A value git rejects as a whole (it then runs nothing) still protects what was read before it.
+  const bad = { ...env, GIT_CONFIG_PARAMETERS: `'core.hooksPath'='hk3' garbage` };
+  expect(protectedWrite("hk3/pre-commit", root, bad)).toBeDefined();
+});
+
 it("a name a case-insensitive file system folds to AGENTS.md / .sbclrc (U+017F long s) is protected", () => {
   // Unicode case folding (APFS, NTFS upcase): U+017F folds/uppercases to S.
   expect(p("AGENT\u017F.md")).toBeDefined();
