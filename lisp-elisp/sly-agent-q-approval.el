@@ -274,7 +274,7 @@ server sent is \"diff\" or \"form\") in its hunk-by-hunk review."
     (condition-case err
         (sly-agent-q-approval--prepare call)
       (error
-       (setq sly-agent-q-server-last-handler-error err)
+       (setq sly-agent-q-connection-last-handler-error err)
        (sly-agent-q-call-fail call (format "Emacs failed to start the approval: %s"
                                            (error-message-string err)))))))
 

@@ -48,12 +48,12 @@
   (condition-case err
       (if (sly-agent-q-protocol-method-p method 'server->emacs 'notification)
           (progn
-            (sly-agent-q-server-hold-collections)
+            (sly-agent-q-collections-hold)
             (sly-agent-q-handle-notification conn method params))
         (sly-agent-q-connection-log conn "ignored %s: not a notification of protocol %d"
                           method sly-agent-q-protocol-table-version))
     (error
-     (setq sly-agent-q-server-last-handler-error err)
+     (setq sly-agent-q-connection-last-handler-error err)
      (sly-agent-q-connection-log conn "handler for %s failed: %s" method (error-message-string err)))))
 
 (cl-defmethod sly-agent-q-handle-notification (conn method _params)
@@ -94,7 +94,7 @@
         (condition-case err
             (sly-agent-q-handle-call known call)
           (error
-           (setq sly-agent-q-server-last-handler-error err)
+           (setq sly-agent-q-connection-last-handler-error err)
            (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
                                                kind (error-message-string err)))))))))
 
@@ -109,7 +109,7 @@
     (when (sly-agent-q-call-conn call)
       (remhash (sly-agent-q-call-id call) (sly-agent-q-connection-calls (sly-agent-q-call-conn call))))
     (dolist (fn (sly-agent-q-call-cancel-functions call))
-      (sly-agent-q-server-call-safely fn reason))))
+      (sly-agent-q-connection-call-safely fn reason))))
 
 (defun sly-agent-q-call-on-cancel (call function)
   "Run FUNCTION with a reason if CALL is cancelled or its server dies."
@@ -125,10 +125,10 @@ buffer, the chat and the model."
       (when conn
         (remhash (sly-agent-q-call-id call) (sly-agent-q-connection-calls conn)))
       (when (and conn (jsonrpc-running-p conn))
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         (sly-agent-q-pieces-notify conn 'emacs/reply
                                    (append (list :id (sly-agent-q-call-id call))
-                                           (sly-agent-q-pieces-wire-safe (sly-agent-q-server-redact reply))))
+                                           (sly-agent-q-pieces-wire-safe (sly-agent-q-redact reply))))
         t))))
 
 (defun sly-agent-q-call-reply (call result)
@@ -202,7 +202,7 @@ debugger's) finds that conversation's chat's Lisp through it.")
                        (sly-agent-q-call-fail call error)
                      ;; The changes go with the result, so that the server keeps
                      ;; them in the saved conversation for a rewind.
-                     (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
+                     (sly-agent-q-call-reply call (sly-agent-q-configuration-plist-compact
                                                    (list :content (format "%s" (or content ""))
                                                          :changes (and (> (length changes) 0) changes))))))
                  (lambda (c) (setq changes c)))))
