@@ -77,6 +77,20 @@
   "One pending `emacs/call' from the server."
   id kind params conn done cancel-functions (start (float-time)))
 
+(defvar sly-agent-q-dispatch-refusal-function nil
+  "Function saying why a call must not run at all, or nil.
+Called with the call's params (a plist: :conversationId...); returns
+a message (the call fails with it, nothing of it runs) or nil.  The
+chats set it: the late calls of a killed chat's conversation run
+nowhere (see `sly-agent-q-dispatch-refusal').")
+
+(defun sly-agent-q-dispatch-refusal (params)
+  "Why the call of PARAMS must not run, or nil.
+Asked as each call arrives, and again by what starts it later (an
+approval is put to someone from a timer)."
+  (and sly-agent-q-dispatch-refusal-function
+       (funcall sly-agent-q-dispatch-refusal-function params)))
+
 (defun sly-agent-q-dispatch--handle-call (conn params)
   "Start the `emacs/call' PARAMS from CONN through its kind's method."
   (cl-destructuring-bind (&key id kind ((:params call-params)) &allow-other-keys) params
@@ -89,14 +103,18 @@
       (when earlier
         (sly-agent-q-call-drop earlier "sent again under its id"))
       (puthash id call (sly-agent-q-connection-calls conn))
-      (if (not known)
-          (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))
-        (condition-case err
-            (sly-agent-q-handle-call known call)
-          (error
-           (setq sly-agent-q-connection-last-handler-error err)
-           (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
-                                               kind (error-message-string err)))))))))
+      (condition-case err
+          (let ((refused (and known (sly-agent-q-dispatch-refusal call-params))))
+            (cond
+             ((not known)
+              (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind)))
+             ;; One check for every kind (image, tool, approval), before any runs.
+             (refused (sly-agent-q-call-fail call refused))
+             (t (sly-agent-q-handle-call known call))))
+        (error
+         (setq sly-agent-q-connection-last-handler-error err)
+         (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
+                                             kind (error-message-string err))))))))
 
 (cl-defmethod sly-agent-q-handle-call (kind call)
   "Fail CALL, whose KIND nothing here answers (its module is not loaded)."
