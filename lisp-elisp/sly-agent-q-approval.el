@@ -274,7 +274,7 @@ server sent is \"diff\" or \"form\") in its hunk-by-hunk review."
     (condition-case err
         (sly-agent-q-approval--prepare call)
       (error
-       (setq sly-agent-q-server-last-handler-error err)
+       (setq sly-agent-q-connection-last-handler-error err)
        (sly-agent-q-call-fail call (format "Emacs failed to start the approval: %s"
                                            (error-message-string err)))))))
 
@@ -317,10 +317,14 @@ only if what it acts on is still that."
   "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.
 CALLBACK gets the decision, normalized, once.
 Run in the chat whose conversation asked, when one holds it: the
-review and the approval are that chat's."
-  (with-current-buffer (or (sly-agent-q-chats-of-conversation (plist-get params :conversationId))
-                           (current-buffer))
-    (sly-agent-q-approval--route-here call params preview callback)))
+review and the approval are that chat's.  When that chat was killed
+since the call came, the call fails and nobody is asked."
+  (let ((refused (sly-agent-q-dispatch-refusal params)))
+    (if refused
+        (sly-agent-q-call-fail call refused)
+      (with-current-buffer (or (sly-agent-q-chats-of-conversation (plist-get params :conversationId))
+                               (current-buffer))
+        (sly-agent-q-approval--route-here call params preview callback)))))
 
 (defun sly-agent-q-approval--route-here (call params preview reply)
   "Put the approval CALL, with PARAMS and PREVIEW, to whoever decides.

@@ -332,7 +332,7 @@ LISP is (ADAPTER . CONNECTION); nil means the Lisp current now
     (when sly-agent-q-bridge--deadlines
       (sly-agent-q-bridge--arm (apply #'min (mapcar #'car sly-agent-q-bridge--deadlines))))
     (dolist (d (nreverse due))
-      (sly-agent-q-server-call-safely (cdr d)))))
+      (sly-agent-q-connection-call-safely (cdr d)))))
 
 (defun sly-agent-q-bridge--exited-or-reset (inferior finish)
   "Call FINISH with the message for a connection closed after an abort.
@@ -378,7 +378,7 @@ names it) to evaluate in; otherwise a worker thread of its own."
                      (sly-agent-q-bridge--drop-deadline deadline)
                      (setq sly-agent-q-bridge--pending
                            (delq entry sly-agent-q-bridge--pending))
-                     (sly-agent-q-server-call-safely callback value error)))))
+                     (sly-agent-q-connection-call-safely callback value error)))))
     (setq entry (cons conn (lambda (msg)
                              (if aborted
                                  (progn
@@ -393,7 +393,7 @@ names it) to evaluate in; otherwise a worker thread of its own."
                     timeout
                     (lambda ()
                       (setq deadline nil)
-                      (when on-timeout (sly-agent-q-server-call-safely on-timeout))
+                      (when on-timeout (sly-agent-q-connection-call-safely on-timeout))
                       (funcall finish nil (format "The Lisp image did not answer within %s seconds." timeout)))))
     (condition-case err
         (funcall (sly-agent-q-bridge-adapter-dispatch adapter) conn
@@ -496,7 +496,7 @@ INFERIOR is its Lisp process, or nil when Emacs did not start it."
   (if sly-agent-q-lisp-cl-directory
       (let ((f (expand-file-name "load.lisp" sly-agent-q-lisp-cl-directory)))
         (and (file-exists-p f) f))
-    (car (sly-agent-q-server-package-candidates "lisp-cl/load.lisp"))))
+    (car (sly-agent-q-locate-package-files "lisp-cl/load.lisp"))))
 
 (defun sly-agent-q-bridge--load-form (file)
   "Return a form to load FILE and report how it went, never debugging.
@@ -532,7 +532,7 @@ The chat shows them (sly-agent-q-helpers-load.el).")
 (defun sly-agent-q-bridge--helpers-event (event conn &rest args)
   "Tell `sly-agent-q-bridge-helpers-functions' about EVENT on CONN with ARGS.
 A failing function is logged, never in the way of the load."
-  (apply #'sly-agent-q-server-run-safely sly-agent-q-bridge-helpers-functions event conn args))
+  (apply #'sly-agent-q-connection-run-safely sly-agent-q-bridge-helpers-functions event conn args))
 
 (defconst sly-agent-q-bridge--implementation-form
   '(cl:format nil "~A ~A" (cl:lisp-implementation-type) (cl:lisp-implementation-version))
@@ -589,7 +589,7 @@ user's debugger."
            (let ((waiting (cdr (process-get conn 'sly-agent-q-helpers))))
              (process-put conn 'sly-agent-q-helpers (and (not error) 'loaded))
              (sly-agent-q-bridge--helpers-event 'finished conn lisp seconds error)
-             (dolist (cb waiting) (sly-agent-q-server-call-safely cb error))))))
+             (dolist (cb waiting) (sly-agent-q-connection-call-safely cb error))))))
     (sly-agent-q-bridge-eval
      adapter conn sly-agent-q-bridge--implementation-form "CL-USER" sly-agent-q-helpers-load-timeout
      (lambda (value error)
@@ -692,7 +692,7 @@ CALL-ID names the call for the helpers' cancel-call."
     (setf (sly-agent-q-bridge--job-answered job) t)
     (let ((batch (sly-agent-q-bridge--job-batch job)))
       (when batch (cl-decf (sly-agent-q-bridge--batch-live batch))))
-    (sly-agent-q-server-call-safely (sly-agent-q-bridge--job-deliver job) content error)))
+    (sly-agent-q-connection-call-safely (sly-agent-q-bridge--job-deliver job) content error)))
 
 (defun sly-agent-q-bridge--result (value)
   "The (CONTENT . ERROR) of VALUE, a result plist of CALL-TOOL."
@@ -860,7 +860,7 @@ answer says the evaluation goes on, bounded by the image timeout."
 
 (defun sly-agent-q-bridge--lisp-connected (&rest _)
   "Tell the server the current package of a Lisp that just connected."
-  (when (sly-agent-q-server-ready-p)
+  (when (sly-agent-q-connection-ready-p)
     (let ((pkg (ignore-errors (sly-agent-q-bridge-current-package))))
       (when pkg
         (sly-agent-q-server-notify 'context/change (list :currentPackage pkg))))))

@@ -41,6 +41,7 @@
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-bridge)
 (require 'sly-agent-q-files)
+(require 'sly-agent-q-display)
 
 (defvar sly-agent-q-chat-buffer-name)
 (defvar sly-net-process-close-hooks)
@@ -192,6 +193,41 @@ call: the current Lisp)."
     (and chat (buffer-local-value 'sly-agent-q-chats--lisp chat))))
 
 (setq sly-agent-q-bridge-lisp-function #'sly-agent-q-chats--lisp-for-call)
+
+;;;; The conversations of killed chats
+
+(defvar sly-agent-q-chats--killed (make-hash-table :test #'equal)
+  "The conversations of the chats killed: conversation id to the chat's name.
+A call the server sent before it saw a killed chat's cancel finds no
+chat: without this, it would run in whichever Lisp is current.")
+
+(defun sly-agent-q-chats--note-killed ()
+  "The chat being killed: remember its conversation as a killed chat's."
+  (let ((id (sly-agent-q-chat-conversation-id)))
+    (when id (puthash id (buffer-name) sly-agent-q-chats--killed))))
+
+(defun sly-agent-q-chats--watch-kill ()
+  "Note this chat's conversation when the chat is killed.
+Before the chat's own kill hook, which forgets the conversation."
+  (add-hook 'kill-buffer-hook #'sly-agent-q-chats--note-killed -90 t))
+
+(add-hook 'sly-agent-q-chat-mode-hook #'sly-agent-q-chats--watch-kill)
+
+(defun sly-agent-q-chats-killed-message (conversation-id)
+  "Why a call of CONVERSATION-ID must not run: its chat was killed; or nil.
+Nil too when a live chat holds the conversation again (resumed), and for
+a conversation no chat ever held (an MCP client's): those run as before."
+  (let ((name (and conversation-id (gethash conversation-id sly-agent-q-chats--killed))))
+    (and name (not (sly-agent-q-chats-of-conversation conversation-id))
+         (format "The chat %s of this conversation was killed: its calls are refused, and this one did not run."
+                 (sly-agent-q-display-line name)))))
+
+(defun sly-agent-q-chats--refusal (params)
+  "Refuse the call of PARAMS if its chat was killed.
+For `sly-agent-q-dispatch-refusal-function'."
+  (sly-agent-q-chats-killed-message (plist-get params :conversationId)))
+
+(setq sly-agent-q-dispatch-refusal-function #'sly-agent-q-chats--refusal)
 
 (defun sly-agent-q-chats--lisp-connected (&rest _)
   "A Lisp connected: chats without a Lisp, or whose Lisp closed, take it."

@@ -28,6 +28,13 @@
 
 (require 'sly-agent-q-options)
 
+;; Obsolete names (issue 46): these were named sly-agent-q-server-* before
+;; sly-agent-q-server.el was split; kept for users who call them.
+(define-obsolete-function-alias 'sly-agent-q-server-hold-collections
+  #'sly-agent-q-collections-hold "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-release-collections
+  #'sly-agent-q-collections-release "0.2.0")
+
 
 (defcustom sly-agent-q-gc-cons-threshold (* 16 1024 1024)
   "The `gc-cons-threshold' while the server's traffic lasts, or nil.
@@ -64,7 +71,7 @@ Of `gc-cons-threshold': USER-VALUE is the one given back.")
 (defvar sly-agent-q-collections--gc-timer nil
   "The one timer that ends the holding off of collections.")
 
-(defun sly-agent-q-server-hold-collections ()
+(defun sly-agent-q-collections-hold ()
   "Hold garbage collections off while the server's traffic lasts.
 See `sly-agent-q-gc-cons-threshold'.  The global (top-level) value is
 the one changed: a `let' of `gc-cons-threshold' around the caller is
@@ -98,10 +105,10 @@ user is idle, not on the key they type next."
           ((< idle sly-agent-q-gc-quiet-time)
            (sly-agent-q-collections--gc-arm (- sly-agent-q-gc-quiet-time idle)))
           (t (when sly-agent-q-collections--gc-held
-               (sly-agent-q-server-release-collections)
+               (sly-agent-q-collections-release)
                (garbage-collect))))))
 
-(defun sly-agent-q-server-release-collections ()
+(defun sly-agent-q-collections-release ()
   "Give `gc-cons-threshold' back its value from before the server's traffic.
 A value that something else set meanwhile is left as it is.  The
 collection held off happens at Emacs's next allocation check."

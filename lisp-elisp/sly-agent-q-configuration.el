@@ -28,6 +28,17 @@
 (require 'cl-lib)
 (require 'sly-agent-q-options)
 
+;; Obsolete names (issue 46): these were named sly-agent-q-server-* before
+;; sly-agent-q-server.el was split; kept for users who call them.
+(define-obsolete-function-alias 'sly-agent-q-server-configuration
+  #'sly-agent-q-configuration-for-server "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-conversation-directory
+  #'sly-agent-q-configuration-conversation-directory "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-plist-compact
+  #'sly-agent-q-configuration-plist-compact "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-project-root
+  #'sly-agent-q-configuration-project-root "0.2.0")
+
 (declare-function sly-agent-q-files-project-root "sly-agent-q-files" ())
 (declare-function auth-source-search "auth-source" (&rest spec))
 (declare-function url-host "url-parse" (cl-x))
@@ -55,7 +66,7 @@
                   (secret (plist-get found :secret)))
              (if (functionp secret) (funcall secret) secret)))))
 
-(defun sly-agent-q-server-project-root ()
+(defun sly-agent-q-configuration-project-root ()
   "The project root to tell the server about.
 The root the file tools confine to (`sly-agent-q-files-project-root'):
 one lookup, so that the server and the tools never disagree."
@@ -64,7 +75,7 @@ one lookup, so that the server and the tools never disagree."
                   default-directory)))
     (directory-file-name (expand-file-name root))))
 
-(defun sly-agent-q-server-plist-compact (plist)
+(defun sly-agent-q-configuration-plist-compact (plist)
   "PLIST without the properties whose value is nil."
   (cl-loop for (k v) on plist by #'cddr when v append (list k v)))
 
@@ -95,7 +106,7 @@ CATEGORIES non-nil: the entries naming a category, else the others."
                    (and sly-agent-q-ask-before-evaluating
                         (list (list :action 'ask :category "evaluation")))))))
 
-(defun sly-agent-q-server-conversation-directory ()
+(defun sly-agent-q-configuration-conversation-directory ()
   "The local directory conversations are saved in, or nil.
 The server runs on this machine: a remote directory (TRAMP) is not
 used, so that it never writes to a local path of the same spelling."
@@ -107,13 +118,13 @@ used, so that it never writes to a local path of the same spelling."
            nil)
           (t (file-name-as-directory (expand-file-name dir))))))
 
-(defun sly-agent-q-server-configuration ()
+(defun sly-agent-q-configuration-for-server ()
   "The configuration sent to the server, from the customization options.
 Never contains the API key.  The trust settings are always sent,
 empty when unset: the server replaces its configuration, and a
 setting left out would keep an old one in force."
   (append
-   (sly-agent-q-server-plist-compact
+   (sly-agent-q-configuration-plist-compact
     (list :provider sly-agent-q-provider
           :model sly-agent-q-model
           :baseUrl sly-agent-q-base-url
@@ -135,8 +146,8 @@ setting left out would keep an old one in force."
           :allowShellCommands (and sly-agent-q-allow-shell-commands t)
           :commandTimeoutMs (and sly-agent-q-command-timeout
                                  (round (* 1000 sly-agent-q-command-timeout)))
-          :projectRoot (sly-agent-q-server-project-root)
-          :conversationDirectory (sly-agent-q-server-conversation-directory)
+          :projectRoot (sly-agent-q-configuration-project-root)
+          :conversationDirectory (sly-agent-q-configuration-conversation-directory)
           :contextWindow sly-agent-q-context-window
           :logLevel sly-agent-q-server-log-level))
    (list :safetyOverrides (sly-agent-q-configuration--levels-table nil)
@@ -158,7 +169,7 @@ setting left out would keep an old one in force."
     sly-agent-q-image-timeout sly-agent-q-helpers-load-timeout
     sly-agent-q-allow-shell-commands sly-agent-q-command-timeout
     sly-agent-q-private-file-regexps)
-  "The options `sly-agent-q-server-configuration' reads, kept beside it.
+  "The options `sly-agent-q-configuration-for-server' reads, kept beside it.
 Setting one sends the configuration to a running server again.")
 
 (provide 'sly-agent-q-configuration)

@@ -32,6 +32,27 @@
 (require 'sly-agent-q-display)
 (require 'sly-agent-q-options)
 
+;; Obsolete names (issue 46): these were named sly-agent-q-server-* before
+;; sly-agent-q-server.el was split; kept for users who call them.
+(define-obsolete-function-alias 'sly-agent-q-server-call-safely
+  #'sly-agent-q-connection-call-safely "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-connection
+  #'sly-agent-q-connection-current "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-server-died-functions
+  'sly-agent-q-connection-died-functions "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-server-last-handler-error
+  'sly-agent-q-connection-last-handler-error "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-live-p
+  #'sly-agent-q-connection-live-p "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-log
+  #'sly-agent-q-connection-log-current "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-ready-p
+  #'sly-agent-q-connection-ready-p "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-run-safely
+  #'sly-agent-q-connection-run-safely "0.2.0")
+(define-obsolete-variable-alias 'sly-agent-q-server-started-functions
+  'sly-agent-q-connection-started-functions "0.2.0")
+
 (defclass sly-agent-q-connection (jsonrpc-process-connection)
   ((status :initform 'starting :accessor sly-agent-q-connection-status
            :documentation "starting, ready, failed or stopping.")
@@ -47,7 +68,7 @@ a plist (:model NAME :thinks \"yes\", \"no\" or \"if-set\" :how TEXT), or nil.")
    (started :initform (float-time) :accessor sly-agent-q-connection-started
             :documentation "When the server was started, a `float-time'.")
    (found :initform nil :accessor sly-agent-q-connection-found
-          :documentation "The server's (FILE . SOURCE), from `sly-agent-q-server-find'.")
+          :documentation "The server's (FILE . SOURCE), from `sly-agent-q-locate-find-server'.")
    (outbox :initform nil :accessor sly-agent-q-connection-outbox
            :documentation "What waits to be written, in order: (:message . PLIST) to
 encode, strings, (STRING . FROM) for the rest of STRING from FROM, and
@@ -60,13 +81,13 @@ Non-nil while a large message goes out in pieces.")
 (defvar sly-agent-q-current-connection nil
   "The current `sly-agent-q-connection', or nil.")
 
-(defvar sly-agent-q-server-died-functions nil
+(defvar sly-agent-q-connection-died-functions nil
   "Functions called with a message when the server died unexpectedly.")
 
-(defvar sly-agent-q-server-started-functions nil
+(defvar sly-agent-q-connection-started-functions nil
   "Functions called with the connection once the server is initialized.")
 
-(defvar sly-agent-q-server-last-handler-error nil
+(defvar sly-agent-q-connection-last-handler-error nil
   "The last error signalled by a notification or call handler (for debugging).")
 
 (defun sly-agent-q-connection-log (conn format-string &rest args)
@@ -77,39 +98,39 @@ Non-nil while a large message goes out in pieces.")
         (goto-char (point-max))
         (insert "[sly-agent-q] " (apply #'format format-string args) "\n")))))
 
-(defun sly-agent-q-server-log (format-string &rest args)
+(defun sly-agent-q-connection-log-current (format-string &rest args)
   "Write FORMAT-STRING and ARGS to the events buffer of the current connection.
 Without a connection, nothing is written."
   (apply #'sly-agent-q-connection-log sly-agent-q-current-connection format-string args))
 
-(defun sly-agent-q-server-live-p (&optional conn)
+(defun sly-agent-q-connection-live-p (&optional conn)
   "Non-nil if CONN (default: the current connection) has a running process."
   (let ((c (or conn sly-agent-q-current-connection)))
     (and c (jsonrpc-running-p c))))
 
-(defun sly-agent-q-server-ready-p ()
+(defun sly-agent-q-connection-ready-p ()
   "Non-nil if the server is running and initialized."
-  (and (sly-agent-q-server-live-p)
+  (and (sly-agent-q-connection-live-p)
        (eq (sly-agent-q-connection-status sly-agent-q-current-connection) 'ready)))
 
-(defun sly-agent-q-server-connection ()
+(defun sly-agent-q-connection-current ()
   "The current connection, or nil."
   sly-agent-q-current-connection)
 
-(defun sly-agent-q-server-call-safely (fn &rest args)
+(defun sly-agent-q-connection-call-safely (fn &rest args)
   "Call FN with ARGS; log an error instead of letting it escape."
   (condition-case err
       (apply fn args)
-    (error (setq sly-agent-q-server-last-handler-error err)
+    (error (setq sly-agent-q-connection-last-handler-error err)
            ;; The error may name what a peer sent: drawn as one line of data.
            (message "sly-agent-q: %s" (sly-agent-q-display-line (error-message-string err)))
            nil)))
 
-(defun sly-agent-q-server-run-safely (functions &rest args)
+(defun sly-agent-q-connection-run-safely (functions &rest args)
   "Call each of FUNCTIONS (a hook value) with ARGS, containing errors."
   (dolist (fn (if (functionp functions) (list functions) functions))
     (unless (eq fn t)
-      (apply #'sly-agent-q-server-call-safely fn args))))
+      (apply #'sly-agent-q-connection-call-safely fn args))))
 
 (provide 'sly-agent-q-connection)
 ;;; sly-agent-q-connection.el ends here

@@ -42,8 +42,8 @@
 (require 'sly-agent-q-display)
 
 (defvar sly-agent-q-current-connection)
-(declare-function sly-agent-q-server-ready-p "sly-agent-q-server" ())
-(declare-function sly-agent-q-server-live-p "sly-agent-q-connection" (&optional conn))
+(declare-function sly-agent-q-connection-ready-p "sly-agent-q-connection" ())
+(declare-function sly-agent-q-connection-live-p "sly-agent-q-connection" (&optional conn))
 (declare-function sly-agent-q-server-request "sly-agent-q-server" (method params success &optional failure))
 
 (defcustom sly-agent-q-diff-context-lines 3
@@ -316,14 +316,14 @@ texts are sent."
                          ;; Asked again with the texts only if the server refused to
                          ;; read them: a request failing with the server's death
                          ;; would otherwise start a server, auto-restart or not.
-                         (if (sly-agent-q-server-ready-p)
+                         (if (sly-agent-q-connection-ready-p)
                              (sly-agent-q-server-request
                               'diff/hunks
                               (list :old old :new new :context sly-agent-q-diff-context-lines)
                               keep fail)
                            (funcall then)))))
       (cond
-       ((not (and (fboundp 'sly-agent-q-server-ready-p) (sly-agent-q-server-ready-p)))
+       ((not (and (fboundp 'sly-agent-q-connection-ready-p) (sly-agent-q-connection-ready-p)))
         (funcall then))
        ((and (plist-get source :callId) (plist-get source :file))
         (sly-agent-q-server-request
@@ -583,7 +583,7 @@ the model or keep the change for a rewind."
                     (let ((sly-agent-q-project-root root))
                       (cond
                        (stopped)
-                       ((and asker (not (sly-agent-q-server-live-p asker)))
+                       ((and asker (not (sly-agent-q-connection-live-p asker)))
                         ;; Answered for the form's sake: the call is dropped with its server.
                         (setq stopped t)
                         (funcall answer nil (format "The server exited before the hunks of the edit of %s came; nothing was applied."

@@ -48,12 +48,12 @@
   (condition-case err
       (if (sly-agent-q-protocol-method-p method 'server->emacs 'notification)
           (progn
-            (sly-agent-q-server-hold-collections)
+            (sly-agent-q-collections-hold)
             (sly-agent-q-handle-notification conn method params))
         (sly-agent-q-connection-log conn "ignored %s: not a notification of protocol %d"
                           method sly-agent-q-protocol-table-version))
     (error
-     (setq sly-agent-q-server-last-handler-error err)
+     (setq sly-agent-q-connection-last-handler-error err)
      (sly-agent-q-connection-log conn "handler for %s failed: %s" method (error-message-string err)))))
 
 (cl-defmethod sly-agent-q-handle-notification (conn method _params)
@@ -77,6 +77,20 @@
   "One pending `emacs/call' from the server."
   id kind params conn done cancel-functions (start (float-time)))
 
+(defvar sly-agent-q-dispatch-refusal-function nil
+  "Function saying why a call must not run at all, or nil.
+Called with the call's params (a plist: :conversationId...); returns
+a message (the call fails with it, nothing of it runs) or nil.  The
+chats set it: the late calls of a killed chat's conversation run
+nowhere (see `sly-agent-q-dispatch-refusal').")
+
+(defun sly-agent-q-dispatch-refusal (params)
+  "Why the call of PARAMS must not run, or nil.
+Asked as each call arrives, and again by what starts it later (an
+approval is put to someone from a timer)."
+  (and sly-agent-q-dispatch-refusal-function
+       (funcall sly-agent-q-dispatch-refusal-function params)))
+
 (defun sly-agent-q-dispatch--handle-call (conn params)
   "Start the `emacs/call' PARAMS from CONN through its kind's method."
   (cl-destructuring-bind (&key id kind ((:params call-params)) &allow-other-keys) params
@@ -89,14 +103,18 @@
       (when earlier
         (sly-agent-q-call-drop earlier "sent again under its id"))
       (puthash id call (sly-agent-q-connection-calls conn))
-      (if (not known)
-          (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind))
-        (condition-case err
-            (sly-agent-q-handle-call known call)
-          (error
-           (setq sly-agent-q-server-last-handler-error err)
-           (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
-                                               kind (error-message-string err)))))))))
+      (condition-case err
+          (let ((refused (and known (sly-agent-q-dispatch-refusal call-params))))
+            (cond
+             ((not known)
+              (sly-agent-q-call-fail call (format "Emacs cannot answer calls of kind %s." kind)))
+             ;; One check for every kind (image, tool, approval), before any runs.
+             (refused (sly-agent-q-call-fail call refused))
+             (t (sly-agent-q-handle-call known call))))
+        (error
+         (setq sly-agent-q-connection-last-handler-error err)
+         (sly-agent-q-call-fail call (format "Emacs failed to start the %s call: %s"
+                                             kind (error-message-string err))))))))
 
 (cl-defmethod sly-agent-q-handle-call (kind call)
   "Fail CALL, whose KIND nothing here answers (its module is not loaded)."
@@ -109,7 +127,7 @@
     (when (sly-agent-q-call-conn call)
       (remhash (sly-agent-q-call-id call) (sly-agent-q-connection-calls (sly-agent-q-call-conn call))))
     (dolist (fn (sly-agent-q-call-cancel-functions call))
-      (sly-agent-q-server-call-safely fn reason))))
+      (sly-agent-q-connection-call-safely fn reason))))
 
 (defun sly-agent-q-call-on-cancel (call function)
   "Run FUNCTION with a reason if CALL is cancelled or its server dies."
@@ -125,10 +143,10 @@ buffer, the chat and the model."
       (when conn
         (remhash (sly-agent-q-call-id call) (sly-agent-q-connection-calls conn)))
       (when (and conn (jsonrpc-running-p conn))
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         (sly-agent-q-pieces-notify conn 'emacs/reply
                                    (append (list :id (sly-agent-q-call-id call))
-                                           (sly-agent-q-pieces-wire-safe (sly-agent-q-server-redact reply))))
+                                           (sly-agent-q-pieces-wire-safe (sly-agent-q-redact reply))))
         t))))
 
 (defun sly-agent-q-call-reply (call result)
@@ -202,7 +220,7 @@ debugger's) finds that conversation's chat's Lisp through it.")
                        (sly-agent-q-call-fail call error)
                      ;; The changes go with the result, so that the server keeps
                      ;; them in the saved conversation for a rewind.
-                     (sly-agent-q-call-reply call (sly-agent-q-server-plist-compact
+                     (sly-agent-q-call-reply call (sly-agent-q-configuration-plist-compact
                                                    (list :content (format "%s" (or content ""))
                                                          :changes (and (> (length changes) 0) changes))))))
                  (lambda (c) (setq changes c)))))

@@ -252,7 +252,7 @@ chat is made), else into the connected Lisp."
   (when sly-agent-q-helpers-load-early
     (run-at-time 0 nil
                  (lambda ()
-                   (sly-agent-q-server-call-safely
+                   (sly-agent-q-connection-call-safely
                     (lambda ()
                       (sly-agent-q-helpers-load-start
                        (and chat (buffer-live-p chat) (sly-agent-q-chats-lisp chat)))))))))

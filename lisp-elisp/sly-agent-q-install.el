@@ -23,7 +23,7 @@
 ;; sly-agent-q-server: one bundled file, no dependencies).  A package
 ;; built from the git tree (MELPA) carries no server, so
 ;; M-x sly-agent-q-install-server installs the exact version this Elisp
-;; speaks to, `sly-agent-q-server-version', with npm into
+;; speaks to, `sly-agent-q-install-server-version', with npm into
 ;; `sly-agent-q-install-directory' (under `user-emacs-directory'), the
 ;; way copilot.el installs its server.  npm runs asynchronously; its
 ;; output goes to the buffer *sly-agent-q install*.
@@ -39,7 +39,12 @@
 (require 'json)
 (require 'subr-x)
 
-(defconst sly-agent-q-server-version "0.1.0"
+;; Obsolete names (issue 46): these were named sly-agent-q-server-* before
+;; sly-agent-q-server.el was split; kept for users who call them.
+(define-obsolete-variable-alias 'sly-agent-q-server-version
+  'sly-agent-q-install-server-version "0.2.0")
+
+(defconst sly-agent-q-install-server-version "0.1.0"
   "The version of the server this Elisp speaks to.
 The server reports its version when it is initialized; a different one
 is reported to the user with what to run.  `sly-agent-q-install-server'
@@ -60,7 +65,7 @@ installs exactly this version.")
 
 (defcustom sly-agent-q-server-package-spec nil
   "What `sly-agent-q-install-server' gives npm to install.
-nil means the registry's sly-agent-q at `sly-agent-q-server-version'.
+nil means the registry's sly-agent-q at `sly-agent-q-install-server-version'.
 A string is any npm package spec: a tarball made by `npm pack', a
 directory, or NAME@VERSION from another registry."
   :type '(choice (const :tag "The registry's, at the version this package needs" nil)
@@ -139,7 +144,7 @@ killed install's; a newer one may be another Emacs's install under way."
 (defun sly-agent-q-install--spec ()
   "The npm package spec installed by default."
   (or sly-agent-q-server-package-spec
-      (format "%s@%s" sly-agent-q-install-npm-name sly-agent-q-server-version)))
+      (format "%s@%s" sly-agent-q-install-npm-name sly-agent-q-install-server-version)))
 
 (defun sly-agent-q-install--log (format-string &rest args)
   "Append a line made of FORMAT-STRING and ARGS to the install buffer."
@@ -243,9 +248,10 @@ STATUS and OUTPUT are the exit status and output of PROGRAM --version."
 ;;;###autoload
 (defun sly-agent-q-install-server (&optional spec callback)
   "Install the sly-agent-q server with npm into `sly-agent-q-install-directory'.
-It installs the version this package needs, `sly-agent-q-server-version',
-from the npm registry, or SPEC when given (interactively, with a prefix
-argument): any npm package spec, such as a tarball made by `npm pack'.
+It installs the version this package needs,
+`sly-agent-q-install-server-version', from the npm registry, or SPEC
+when given (interactively, with a prefix argument): any npm package
+spec, such as a tarball made by `npm pack'.
 Runs asynchronously, showing npm's output in *sly-agent-q install*;
 CALLBACK, when non-nil, is called at the end with nil or an error
 message.  Return the process."
@@ -288,7 +294,7 @@ directory writable, or set `sly-agent-q-install-directory' to a directory you ca
       (let ((inhibit-read-only t)) (erase-buffer))
       (special-mode))
     (sly-agent-q-install--log "Installing the sly-agent-q server %s (%s) into %s\n"
-                              sly-agent-q-server-version spec dir)
+                              sly-agent-q-install-server-version spec dir)
     (display-buffer sly-agent-q-install-buffer-name)
     (sly-agent-q-install--run
      "sly-agent-q-node-version" (list node "--version")

@@ -30,6 +30,17 @@
 (require 'sly-agent-q-install)
 (require 'sly-agent-q-options)
 
+;; Obsolete names (issue 46): these were named sly-agent-q-server-* before
+;; sly-agent-q-server.el was split; kept for users who call them.
+(define-obsolete-function-alias 'sly-agent-q-server-find
+  #'sly-agent-q-locate-find-server "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-locate
+  #'sly-agent-q-locate-server "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-package-candidates
+  #'sly-agent-q-locate-package-files "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-version-advice
+  #'sly-agent-q-locate-version-advice "0.2.0")
+
 
 ;;;; Locating things
 
@@ -37,7 +48,7 @@
   (file-name-directory (or load-file-name buffer-file-name default-directory))
   "The directory this file was loaded from.")
 
-(defun sly-agent-q-server-package-candidates (&rest relatives)
+(defun sly-agent-q-locate-package-files (&rest relatives)
   "Existing files among RELATIVES, tried from the package directory and its parent."
   (cl-loop for base in (list sly-agent-q-locate--lisp-directory
                              (file-name-directory
@@ -46,7 +57,7 @@
                            for f = (expand-file-name rel base)
                            when (file-exists-p f) collect f)))
 
-(defun sly-agent-q-server-find ()
+(defun sly-agent-q-locate-find-server ()
   "Return the server script to run and where it was found, or nil.
 The value is (FILE . SOURCE), SOURCE one of `setting' (the user's
 `sly-agent-q-server-file'), `package' (a bundle shipped with this
@@ -57,39 +68,39 @@ the setting names a file that does not exist."
       (let ((f (expand-file-name sly-agent-q-server-file)))
         (if (file-readable-p f) (cons f 'setting)
           (user-error "The file `sly-agent-q-server-file' names, %s, does not exist" f)))
-    (let ((bundled (car (sly-agent-q-server-package-candidates
+    (let ((bundled (car (sly-agent-q-locate-package-files
                          "sly-agent-q-server.js" "server/sly-agent-q-server.js"
                          "dist/sly-agent-q-server.js")))
           (installed (sly-agent-q-install-server-file)))
       (cond (bundled (cons bundled 'package))
             (installed (cons installed 'installed))))))
 
-(defun sly-agent-q-server-locate ()
+(defun sly-agent-q-locate-server ()
   "Return the server script to run, or signal a `user-error' saying why not."
-  (or (car (sly-agent-q-server-find))
+  (or (car (sly-agent-q-locate-find-server))
       (user-error "The sly-agent-q server is not installed: M-x sly-agent-q-install-server \
 installs it with npm (version %s, into %s); in a source checkout `make build' builds it"
-                  sly-agent-q-server-version
+                  sly-agent-q-install-server-version
                   (abbreviate-file-name sly-agent-q-install-directory))))
 
-(defun sly-agent-q-server-version-advice (version found)
+(defun sly-agent-q-locate-version-advice (version found)
   "What to tell the user when the server is VERSION, not the one needed.
-FOUND is the server's (FILE . SOURCE) from `sly-agent-q-server-find'.
+FOUND is the server's (FILE . SOURCE) from `sly-agent-q-locate-find-server'.
 Return nil when VERSION is the needed one."
-  (unless (equal version sly-agent-q-server-version)
+  (unless (equal version sly-agent-q-install-server-version)
     (let ((head (format "The sly-agent-q server %s is version %s, but this sly-agent-q needs %s."
                         (abbreviate-file-name (or (car found) "?"))
-                        (or version "unknown") sly-agent-q-server-version)))
+                        (or version "unknown") sly-agent-q-install-server-version)))
       (concat
        head " "
        (pcase (cdr found)
          ('installed
           (format "Run M-x sly-agent-q-install-server to install %s, then M-x sly-agent-q-restart-server."
-                  sly-agent-q-server-version))
+                  sly-agent-q-install-server-version))
          ('setting
           (format "Point `sly-agent-q-server-file' at a %s server, or set it to nil and run \
 M-x sly-agent-q-install-server, then M-x sly-agent-q-restart-server."
-                  sly-agent-q-server-version))
+                  sly-agent-q-install-server-version))
          (_
           "In a source checkout run `make build'; otherwise reinstall the sly-agent-q package, \
 or delete that file and run M-x sly-agent-q-install-server; then M-x sly-agent-q-restart-server."))))))

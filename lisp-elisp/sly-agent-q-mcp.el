@@ -140,7 +140,7 @@ line of data (`sly-agent-q-display-line')."
   "Log the MCP call PARAMS (an mcp/call notification)."
   (cl-destructuring-bind (&key phase client tool arguments success ((:safetyLevel level)) summary
                               &allow-other-keys)
-      (sly-agent-q-server-redact params)
+      (sly-agent-q-redact params)
     ;; The client's name is its own word: quoted, so that it cannot read
     ;; as the start of another entry ("x calls write_file ...").
     (setq client (sly-agent-q-display-name (or client "")))
@@ -192,7 +192,7 @@ line of data (`sly-agent-q-display-line')."
 (defun sly-agent-q-mcp-stop ()
   "Stop serving MCP; the state file is removed."
   (interactive)
-  (if (not (sly-agent-q-server-ready-p))
+  (if (not (sly-agent-q-connection-ready-p))
       (message "sly-agent-q: the server is not running")
     (sly-agent-q-server-request
      'mcp/stop nil
@@ -204,7 +204,7 @@ line of data (`sly-agent-q-display-line')."
 (defun sly-agent-q-mcp--stdio-args ()
   "The arguments of the stdio entry point.
 The server file, --mcp-stdio, and the state file when not the default."
-  (append (list (expand-file-name (sly-agent-q-server-locate)) "--mcp-stdio")
+  (append (list (expand-file-name (sly-agent-q-locate-server)) "--mcp-stdio")
           (unless (equal (expand-file-name sly-agent-q-mcp-state-file)
                          (sly-agent-q-mcp-default-state-file))
             (list "--mcp-state" (expand-file-name sly-agent-q-mcp-state-file)))))
@@ -300,7 +300,7 @@ values, headers) never pass through Emacs's events buffer."
   (when (or sly-agent-q-mcp-server-files sly-agent-q-mcp-servers)
     (sly-agent-q-mcp-connect-servers)))
 
-(add-hook 'sly-agent-q-server-started-functions #'sly-agent-q-mcp--on-server-started)
+(add-hook 'sly-agent-q-connection-started-functions #'sly-agent-q-mcp--on-server-started)
 
 ;; Options that widen what the agent may do (or what runs, where data
 ;; goes) are marked risky, so that a .dir-locals.el planted in a cloned

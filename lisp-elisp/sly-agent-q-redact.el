@@ -28,6 +28,13 @@
 (require 'cl-lib)
 (require 'subr-x)
 
+;; Obsolete names (issue 46): these were named sly-agent-q-server-* before
+;; sly-agent-q-server.el was split; kept for users who call them.
+(define-obsolete-function-alias 'sly-agent-q-server-redact
+  #'sly-agent-q-redact "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-server-secrets
+  #'sly-agent-q-redact-secrets "0.2.0")
+
 
 (defvar sly-agent-q-redact-server-key nil
   "(VARIABLE . KEY): the API key handed to the running server, or nil.
@@ -36,10 +43,10 @@ auth-source again.")
 
 
 (defvar sly-agent-q-redact--secrets-cache nil
-  "(KEY ENVIRONMENT SECRETS): the last answer of `sly-agent-q-server-secrets'.
+  "(KEY ENVIRONMENT SECRETS): the last answer of `sly-agent-q-redact-secrets'.
 KEY and ENVIRONMENT are copies of what it was computed from.")
 
-(defun sly-agent-q-server-secrets ()
+(defun sly-agent-q-redact-secrets ()
   "Return the known secrets as an alist of (NAME . VALUE), longest first.
 They are the API key handed to the server, and the values (of 8
 characters or more) of the environment variables whose names end in
@@ -64,7 +71,7 @@ the answer is kept until the key or the environment changes."
 
 (defun sly-agent-q-redact--secret-in-p (value secrets)
   "Look for SECRETS in the strings of VALUE; return non-nil if one is there.
-VALUE is as for `sly-agent-q-server-redact'."
+VALUE is as for `sly-agent-q-redact'."
   (cond ((stringp value)
          (let (hit)
            (dolist (s secrets hit)
@@ -78,13 +85,13 @@ VALUE is as for `sly-agent-q-server-redact'."
            (maphash (lambda (_k v) (when (sly-agent-q-redact--secret-in-p v secrets) (throw 'found t))) value)
            nil))))
 
-(defun sly-agent-q-server-redact (value &optional secrets)
+(defun sly-agent-q-redact (value &optional secrets)
   "Return VALUE with every known secret replaced by a marker.
 VALUE is a string, or a plist, list, vector or hash table of them
-\(as sent in JSON).  SECRETS defaults to `sly-agent-q-server-secrets'.
+\(as sent in JSON).  SECRETS defaults to `sly-agent-q-redact-secrets'.
 A secret becomes [secret NAME redacted].  VALUE itself is returned,
 not a copy, when it holds no secret (every reply is redacted)."
-  (let ((secrets (or secrets (sly-agent-q-server-secrets))))
+  (let ((secrets (or secrets (sly-agent-q-redact-secrets))))
     (if (and secrets (sly-agent-q-redact--secret-in-p value secrets))
         (sly-agent-q-redact--redact value secrets)
       value)))

@@ -37,7 +37,7 @@
 ;; environment (ANTHROPIC_API_KEY or OPENAI_API_KEY).
 ;;
 ;; When the server dies unexpectedly, pending calls are dropped, the
-;; functions in `sly-agent-q-server-died-functions' run (the chat buffer
+;; functions in `sly-agent-q-connection-died-functions' run (the chat buffer
 ;; prints a notice) and the server is started again.
 
 ;;; Code:
@@ -121,9 +121,9 @@ version."
   "Start the server (stopping a running one) and initialize it.
 Return the new connection; it becomes ready asynchronously."
   (let* ((node (sly-agent-q-locate-node))
-         (found (or (sly-agent-q-server-find) (sly-agent-q-server-locate)))
+         (found (or (sly-agent-q-locate-find-server) (sly-agent-q-locate-server)))
          (file (car found)))
-    (when (sly-agent-q-server-live-p)
+    (when (sly-agent-q-connection-live-p)
       (sly-agent-q-server-stop))
     (let ((conn (apply
                  #'make-instance
@@ -145,9 +145,9 @@ Return the new connection; it becomes ready asynchronously."
        (list :clientInfo (list :name "sly-agent-q.el"
                                :version (or (bound-and-true-p sly-agent-q-version) "0"))
              :capabilities (sly-agent-q-server--capabilities)
-             :configuration (sly-agent-q-server-configuration)
-             :context (sly-agent-q-server-plist-compact
-                       (list :projectRoot (sly-agent-q-server-project-root)
+             :configuration (sly-agent-q-configuration-for-server)
+             :context (sly-agent-q-configuration-plist-compact
+                       (list :projectRoot (sly-agent-q-configuration-project-root)
                              :currentPackage
                              (and (fboundp 'sly-agent-q-bridge-current-package)
                                   (ignore-errors (sly-agent-q-bridge-current-package))))))
@@ -179,10 +179,10 @@ Return the new connection; it becomes ready asynchronously."
   (let ((callbacks (reverse (sly-agent-q-connection-ready-callbacks conn))))
     (setf (sly-agent-q-connection-ready-callbacks conn) nil)
     (unless error
-      (sly-agent-q-server-run-safely sly-agent-q-server-started-functions conn))
+      (sly-agent-q-connection-run-safely sly-agent-q-connection-started-functions conn))
     (dolist (cb callbacks)
-      (sly-agent-q-server-call-safely cb (and (not error) conn)
-                                (and error (format "The server failed to initialize: %s" error))))))
+      (sly-agent-q-connection-call-safely cb (and (not error) conn)
+                                          (and error (format "The server failed to initialize: %s" error))))))
 
 (defun sly-agent-q-server-lisp-arguments (tool)
   "The names (strings) of the arguments of TOOL that hold Lisp source, or nil.
@@ -199,7 +199,7 @@ which at initialize."
 CONN defaults to the current connection."
   (let ((c (or conn sly-agent-q-current-connection)))
     (and c (sly-agent-q-connection-init-result c)
-         (sly-agent-q-server-version-advice
+         (sly-agent-q-locate-version-advice
           (plist-get (plist-get (sly-agent-q-connection-init-result c) :serverInfo) :version)
           (sly-agent-q-connection-found c)))))
 
@@ -223,7 +223,7 @@ reported, and the chat would never be told."
 See `sly-agent-q-server-ensure'."
   (let* ((problem nil)
          (conn (condition-case err
-                   (if (and (sly-agent-q-server-live-p)
+                   (if (and (sly-agent-q-connection-live-p)
                             (not (eq (sly-agent-q-connection-status sly-agent-q-current-connection) 'failed)))
                        sly-agent-q-current-connection
                      ;; Not running, or initialize failed (a bad option?): start afresh.
@@ -274,7 +274,7 @@ by a signal) fails too, rather than signalling."
 (defun sly-agent-q-server-notify (method params)
   "Send notification METHOD with PARAMS if the server is running."
   (sly-agent-q-server--check-method method 'notification)
-  (when (sly-agent-q-server-live-p)
+  (when (sly-agent-q-connection-live-p)
     (jsonrpc-notify sly-agent-q-current-connection method params)))
 
 (defun sly-agent-q-server-reconfigure (&optional interactive)
@@ -283,10 +283,10 @@ INTERACTIVE non-nil (as when called as a command) says so in the echo
 area once the server took them; the answer comes in a callback, where
 `called-interactively-p' would always be nil."
   (interactive (list t))
-  (if (sly-agent-q-server-ready-p)
+  (if (sly-agent-q-connection-ready-p)
       (let ((conn sly-agent-q-current-connection))
         (sly-agent-q-server-request 'configuration/change
-                                    (list :configuration (sly-agent-q-server-configuration))
+                                    (list :configuration (sly-agent-q-configuration-for-server))
                                     (lambda (result)
                                       ;; What the model now in use thinks: the menu says it.
                                       (when conn
@@ -410,7 +410,7 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
                       (process-status proc) (process-exit-status proc))))
     (setf (sly-agent-q-connection-status conn) 'dead)
     ;; No more traffic is coming: the user's threshold is back at once.
-    (sly-agent-q-server-release-collections)
+    (sly-agent-q-collections-release)
     (when (sly-agent-q-connection-outbox-timer conn) (cancel-timer (sly-agent-q-connection-outbox-timer conn)))
     (setf (sly-agent-q-connection-outbox conn) nil)
     (maphash (lambda (_id call) (sly-agent-q-call-drop call "the server exited"))
@@ -426,7 +426,7 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
            (let ((why (format "%s before it was ready%s; see M-x sly-agent-q-stderr-buffer."
                               msg (sly-agent-q-server--stderr-tail conn))))
              (dolist (cb callbacks)
-               (sly-agent-q-server-call-safely cb nil why)))))))
+               (sly-agent-q-connection-call-safely cb nil why)))))))
     (when (eq conn sly-agent-q-current-connection)
       (unless expected
         (let* ((now (float-time))
@@ -435,9 +435,9 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
                              (eq status 'ready)
                              (< (length recent) 3))))
           (setq sly-agent-q-server--restart-times recent)
-          (sly-agent-q-server-run-safely sly-agent-q-server-died-functions
-                                   (concat msg (if restart "; restarting it."
-                                                 "; M-x sly-agent-q-restart-server starts it again.")))
+          (sly-agent-q-connection-run-safely sly-agent-q-connection-died-functions
+                                             (concat msg (if restart "; restarting it."
+                                                           "; M-x sly-agent-q-restart-server starts it again.")))
           (when restart
             (push now sly-agent-q-server--restart-times)
             (run-with-timer 0 nil #'sly-agent-q-server--auto-restart conn)))))))
@@ -456,7 +456,7 @@ See `sly-agent-q-events-buffer-size'; \\[sly-agent-q-events-buffer] shows the lo
 
 (defun sly-agent-q-server--auto-restart (dead)
   "Start the server again unless something replaced DEAD already."
-  (when (and (eq sly-agent-q-current-connection dead) (not (sly-agent-q-server-live-p)))
+  (when (and (eq sly-agent-q-current-connection dead) (not (sly-agent-q-connection-live-p)))
     (sly-agent-q-server-ensure
      (lambda (_conn err)
        (when err (message "sly-agent-q: restart failed: %s" (sly-agent-q-display-line err)))))))

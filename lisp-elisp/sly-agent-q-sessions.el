@@ -144,7 +144,7 @@ happened, and what, in the text's help-echo."
   (let ((buffer (current-buffer)))
     (sly-agent-q-server-request
      'conversation/saved
-     (sly-agent-q-server-plist-compact (list :projectRoot sly-agent-q-sessions--project))
+     (sly-agent-q-configuration-plist-compact (list :projectRoot sly-agent-q-sessions--project))
      (lambda (result) (sly-agent-q-sessions--show buffer result))
      (lambda (msg) (message "sly-agent-q: cannot list the saved conversations: %s"
                           (sly-agent-q-display-line msg))))))
@@ -157,7 +157,7 @@ continues it with the model seeing the same history."
   (interactive)
   (unless sly-agent-q-conversation-directory
     (user-error "Conversations are not saved: `sly-agent-q-conversation-directory' is nil"))
-  (let ((project (sly-agent-q-server-project-root))
+  (let ((project (sly-agent-q-configuration-project-root))
         (buffer (get-buffer-create sly-agent-q-conversations-buffer-name)))
     (with-current-buffer buffer
       (sly-agent-q-conversations-mode)
@@ -519,7 +519,7 @@ invisible or direction-changing is shown escaped."
   (interactive)
   (let* ((buffer (sly-agent-q-chat-buffer t))
          (id (and buffer (sly-agent-q-chat-conversation-id buffer)))
-         (root (sly-agent-q-server-project-root)))
+         (root (sly-agent-q-configuration-project-root)))
     (sly-agent-q-server-request
      'prompt/show
      (append (and id (list :conversationId id))

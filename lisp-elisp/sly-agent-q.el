@@ -131,11 +131,11 @@ server is found, offer to install it with npm first."
                    (when (and err (buffer-live-p buf))
                      (with-current-buffer buf
                        (sly-agent-q-chat-error-notice err)))))
-         (missing (condition-case nil (null (sly-agent-q-server-find)) (user-error nil))))
+         (missing (condition-case nil (null (sly-agent-q-locate-find-server)) (user-error nil))))
     (if (and missing
              (called-interactively-p 'interactive)
              (y-or-n-p (format "The sly-agent-q server is not installed.  Install version %s with npm now? "
-                               sly-agent-q-server-version)))
+                               sly-agent-q-install-server-version)))
         (progn
           (with-current-buffer buf
             (sly-agent-q-chat-notice (format "Installing the server with npm (progress in %s)..."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make release: checks and builds everything a release publishes, and says what to publish.
-#   1. The three versions agree: package.json's, the Elisp's sly-agent-q-server-version (what
+#   1. The three versions agree: package.json's, the Elisp's sly-agent-q-install-server-version (what
 #      M-x sly-agent-q-install-server installs) and the package header of lisp-elisp/sly-agent-q.el.
 #   2. The npm tarball (npm pack; its prepack builds the bundle) and the Elisp package tar (make package).
 #   3. package-lint, the current release (scripts/ensure-package-lint.sh), on every Elisp file.
@@ -12,10 +12,10 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 versions() {
   local root="$1" npm elisp header
   npm="$(node -p 'require(process.argv[1]).version' "$root/package.json")"
-  elisp="$(sed -nE 's/^\(defconst sly-agent-q-server-version "([^"]+)".*/\1/p' "$root/lisp-elisp/sly-agent-q-install.el")"
+  elisp="$(sed -nE 's/^\(defconst sly-agent-q-install-server-version "([^"]+)".*/\1/p' "$root/lisp-elisp/sly-agent-q-install.el")"
   header="$(sed -nE 's/^;; Version: *([^ ]+) *$/\1/p' "$root/lisp-elisp/sly-agent-q.el")"
   echo "package.json:                          ${npm:-?}"
-  echo "sly-agent-q-server-version (install.el): ${elisp:-?}"
+  echo "sly-agent-q-install-server-version (install.el): ${elisp:-?}"
   echo "package header (sly-agent-q.el):         ${header:-?}"
   if [ -z "$npm" ] || [ "$npm" != "$elisp" ] || [ "$npm" != "$header" ]; then
     echo "release: the versions disagree; make them one before releasing." >&2

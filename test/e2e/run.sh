@@ -32,10 +32,12 @@ ert_run "e2e slime" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=slime
 # Two chats on two projects, each with its own SBCL image.
 ert_run "e2e chats slime" "$here/sly-agent-q-chats-test.el" SLY_AGENT_Q_E2E_LISP=slime
 ERT_SELECTOR=chats-zz ert_run "e2e chats closed slime" "$here/sly-agent-q-chats-closed-test.el" SLY_AGENT_Q_E2E_LISP=slime
+ERT_SELECTOR=chats-zz-killed ert_run "e2e chats killed slime" "$here/sly-agent-q-chats-killed-test.el" SLY_AGENT_Q_E2E_LISP=slime
 if [ -n "${SLY_DIR:-}" ] && [ -d "${SLY_DIR}" ]; then
   ert_run "e2e sly" "$here/sly-agent-q-e2e-test.el" SLY_AGENT_Q_E2E_LISP=sly
   ert_run "e2e chats sly" "$here/sly-agent-q-chats-test.el" SLY_AGENT_Q_E2E_LISP=sly
   ERT_SELECTOR=chats-zz ert_run "e2e chats closed sly" "$here/sly-agent-q-chats-closed-test.el" SLY_AGENT_Q_E2E_LISP=sly
+  ERT_SELECTOR=chats-zz-killed ert_run "e2e chats killed sly" "$here/sly-agent-q-chats-killed-test.el" SLY_AGENT_Q_E2E_LISP=sly
 else
   ert_skip "e2e sly" "SLY's source is not available (set SLY_DIR to a SLY checkout)"
 fi

@@ -250,7 +250,7 @@ for another one is refused by the Lisp modes."
             (setq b (chats-test-send chat-b "Sleep again"))
             (sly-agent-q-test-wait (lambda () (>= (chats-test-requests) (+ asked 2))) 20 "beta's request")
             (sly-agent-q-test-sleep 1)
-            (signal-process (jsonrpc--process (sly-agent-q-server-connection)) 'kill)
+            (signal-process (jsonrpc--process (sly-agent-q-connection-current)) 'kill)
             (sly-agent-q-test-wait (lambda () (and (funcall a) (funcall b))) 20 "both turns to end")
             (should (eq (plist-get (funcall a) :status) 'failed))
             (should (eq (plist-get (funcall b) :status) 'failed))

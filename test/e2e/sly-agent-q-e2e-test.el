@@ -1447,7 +1447,7 @@ live image after the agent loaded the helpers there."
   "sly-agent-q-image-timeout of 2 s: the image interrupts a long evaluation at 2 s, with its message."
   (let ((sly-agent-q-image-timeout 2))
     ;; The one setting goes to the server too, whose deadline is derived from it.
-    (should (equal (plist-get (sly-agent-q-server-configuration) :imageTimeoutMs) 2000))
+    (should (equal (plist-get (sly-agent-q-configuration-for-server) :imageTimeoutMs) 2000))
     (e2e-with-agent "image-timeout.json"
       (e2e-eval '(cl:progn (cl:defvar cl-user::*saq-probe* nil) t))
       (let* ((start (float-time))
@@ -1553,7 +1553,7 @@ Return the client's JSON output, a vector of alists."
                 :stderr (get-buffer-create " *e2e mcp client stderr*")
                 :command (list "node" (expand-file-name "test/fixtures/mcp/client.mjs" sly-agent-q-test-root)
                                mode sly-agent-q-mcp-state-file (json-encode calls)
-                               (sly-agent-q-server-locate)))))
+                               (sly-agent-q-locate-server)))))
     (unwind-protect
         (progn
           (sly-agent-q-test-wait (lambda () (when poll (funcall poll)) (not (process-live-p proc)))

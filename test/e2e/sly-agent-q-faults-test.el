@@ -110,7 +110,7 @@
 
 (defun faults--server-process ()
   "The server's process."
-  (let ((conn (sly-agent-q-server-connection)))
+  (let ((conn (sly-agent-q-connection-current)))
     (and conn (jsonrpc--process conn))))
 
 (defvar faults--in-text nil "Non-nil once this answer's streamed text was counted.")
@@ -233,7 +233,7 @@ Return a plist: :messages counted, :continued, :lost (the texts the
 user saw that the saved conversation lacks)."
   (faults-connect)
   (faults--fresh-chat)
-  (unless (sly-agent-q-server-ready-p) (faults--ensure-server))
+  (unless (sly-agent-q-connection-ready-p) (faults--ensure-server))
   (faults-set-script faults-script)
   ;; Each run writes notes.lisp afresh, so each run's diffs are those of the last.
   (let ((notes (expand-file-name "notes.lisp" sly-agent-q-project-root)))
@@ -247,13 +247,13 @@ user saw that the saved conversation lacks)."
     ;; The user goes on once the chat said the server died (its sentinel ran).
     (when faults--victim
       (faults--wait (lambda () (and (not (process-live-p faults--victim))
-                                    (not (sly-agent-q-server-ready-p))))
+                                    (not (sly-agent-q-connection-ready-p))))
                     10))
     ;; After the fault: a server again, and for a lost Emacs a new chat resumed from its file.
     (when (eq (cdr kill) 'emacs)
       (sly-agent-q-server-stop)
       (faults--fresh-chat))
-    (unless (sly-agent-q-server-ready-p) (faults--ensure-server))
+    (unless (sly-agent-q-connection-ready-p) (faults--ensure-server))
     (when (and id (eq (cdr kill) 'emacs))
       (let (shown)
         (sly-agent-q-sessions-resume id (lambda (b) (setq shown b)))
@@ -327,7 +327,7 @@ was not run, and nothing was written."
                 (sly-agent-q-base-url url) (sly-agent-q-provider "anthropic") (sly-agent-q-api-key "test-key")
                 saved shown outcome)
             (faults--fresh-chat)
-            (when (sly-agent-q-server-ready-p) (sly-agent-q-server-stop))
+            (when (sly-agent-q-connection-ready-p) (sly-agent-q-server-stop))
             (should (faults--ensure-server))
             (sly-agent-q-server-request 'conversation/saved nil (lambda (r) (setq saved r)) (lambda (_) (setq saved :error)))
             (sly-agent-q-test-wait (lambda () saved) 10 "the saved list")
@@ -347,7 +347,7 @@ was not run, and nothing was written."
                              (sly-agent-q-test-tool-results)))))
       (when (process-live-p child) (delete-process child))
       ;; The server this test started holds its temporary configuration: the next test starts its own.
-      (when (sly-agent-q-server-ready-p) (sly-agent-q-server-stop))
+      (when (sly-agent-q-connection-ready-p) (sly-agent-q-server-stop))
       (sly-agent-q-test-stop-mock)
       (faults--fresh-chat)
       (delete-directory dir t))))
@@ -430,7 +430,7 @@ would refuse it); the chat shows the new thinking section."
       (setq faults--on-thinking (lambda () (signal-process victim 'kill)))
       (sly-agent-q-send "Is *x* raised?" (lambda (o) (setq outcome o)))
       (should (faults--wait (lambda () (not (process-live-p victim))) 30))
-      (faults--wait (lambda () (not (sly-agent-q-server-ready-p))) 10))
+      (faults--wait (lambda () (not (sly-agent-q-connection-ready-p))) 10))
     (should (faults--ensure-server))
     (faults-set-script `((steps . [,(faults--thinking-step "Read it now." (faults--read-notes))
                                    ,(faults--thinking-step "It says 1." (faults--text "*x* is 1, not raised."))])))
@@ -482,7 +482,7 @@ thinks finishes on the history the file kept (signatures intact)."
                                             (when (process-live-p victim) (process-send-eof victim))))
       (sly-agent-q-send "Raise it" (lambda (o) (setq outcome o)))
       (should (faults--wait (lambda () (not (process-live-p victim))) 30))
-      (faults--wait (lambda () (not (sly-agent-q-server-ready-p))) 10)
+      (faults--wait (lambda () (not (sly-agent-q-connection-ready-p))) 10)
       (sly-agent-q-server-stop)
       (faults--fresh-chat)
       (setq sly-agent-q-approval-function #'faults--approve)

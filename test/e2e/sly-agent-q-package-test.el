@@ -71,7 +71,7 @@
                           (princ (format "STATUS=%s\nLIBRARY=%s\nSERVER=%s\nHELPERS=%s\nTEXT=%s\n"
                                          (plist-get outcome :status)
                                          (locate-library "sly-agent-q")
-                                         (sly-agent-q-server-locate)
+                                         (sly-agent-q-locate-server)
                                          (file-exists-p (expand-file-name
                                                          "lisp-cl/load.lisp"
                                                          (file-name-directory (locate-library "sly-agent-q"))))
@@ -201,7 +201,7 @@ installs it from an npm pack tarball, and a turn completes against the mock."
                          (princ (format "STATUS=%s\nLIBRARY=%s\nFOUND=%S\nPROBLEM=%S\nHELPERS=%s\nTEXT=%s\n"
                                         (plist-get outcome :status)
                                         (locate-library "sly-agent-q")
-                                        (sly-agent-q-server-find)
+                                        (sly-agent-q-locate-find-server)
                                         (sly-agent-q-server-version-problem)
                                         (file-exists-p (expand-file-name
                                                         "lisp-cl/load.lisp"
@@ -408,7 +408,7 @@ and leaves the server installed before untouched; an unreachable registry says s
                             (sly-agent-q-send "Where am I?" (lambda (o) (setq outcome o)))
                             (e2e-wait (lambda () outcome) 60)
                             (princ (format "STATUS=%s\nFOUND=%S\nPROBLEM=%S\n"
-                                           (plist-get outcome :status) (sly-agent-q-server-find)
+                                           (plist-get outcome :status) (sly-agent-q-locate-find-server)
                                            (sly-agent-q-server-version-problem))))
                           (sly-agent-q-server-stop))))))
           (should (equal (e2e-package-field "OLD" before) "nil"))
@@ -477,7 +477,7 @@ lisp-elisp/: the package loads, says how to get the server, installs it and comp
                             sly-agent-q-provider "anthropic" sly-agent-q-base-url ,url
                             sly-agent-q-api-key "test-key" sly-agent-q-project-root ,project)
                       (princ (format "LIBRARY=%s\n" (locate-library "sly-agent-q")))
-                      (princ (format "BEFORE=%s\n" (condition-case e (sly-agent-q-server-locate)
+                      (princ (format "BEFORE=%s\n" (condition-case e (sly-agent-q-locate-server)
                                                       (user-error (error-message-string e)))))
                       ,(e2e-package-install-form tarball "INSTALL")
                       (sly-agent-q)

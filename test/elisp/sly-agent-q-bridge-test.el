@@ -446,7 +446,7 @@ A call cancelled before it was sent never runs."
         (delete-process (slime-inferior-process conn))
         (sly-agent-q-test-wait (lambda () outcome) 60
                                (lambda () (format "the turn; chat:\n%s\nevents:\n%s" (sly-agent-q-test-chat-text)
-                                       (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-server-connection))
+                                       (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-connection-current))
                                          (buffer-substring-no-properties (max (point-min) (- (point-max) 3000)) (point-max))))))
         (should (eq (plist-get outcome :status) 'finished))
         (should (string-match-p "connection to the Lisp image closed" (plist-get outcome :text)))

@@ -363,7 +363,7 @@ happens.  The chat's periodic check of the turn is off throughout."
           (let (outcome)
             (sly-agent-q-send "think" (lambda (p) (setq outcome p)))
             (sly-agent-q-test-wait (lambda () (string-match-p "Thinking" (sly-agent-q-test-chat-text))) 10 "streamed text")
-            (setq proc (jsonrpc--process (sly-agent-q-server-connection)))
+            (setq proc (jsonrpc--process (sly-agent-q-connection-current)))
             (signal-process proc 'STOP)
             (sly-agent-q-test-wait (lambda () (eq (process-status proc) 'stop)) 5 "the stopped server")
             (with-current-buffer (sly-agent-q-chat-buffer)
@@ -434,7 +434,7 @@ from the server): the cancel is sent again within seconds, not at the turn's per
        (append (sly-agent-q-test--step (sly-agent-q-test--text "Partial answer before the crash"))
                '((chunk_delay_ms . 20) (hang_after_chunks . 5)))
        (sly-agent-q-test--step (sly-agent-q-test--text "Back again.")))
-    (let ((old (sly-agent-q-server-connection))
+    (let ((old (sly-agent-q-connection-current))
           outcome)
       (sly-agent-q-send "go" (lambda (p) (setq outcome p)))
       (sly-agent-q-test-wait (lambda () (string-match-p "Partial" (sly-agent-q-test-chat-text))) 10 "streamed text")
@@ -450,8 +450,8 @@ from the server): the cancel is sent again within seconds, not at the turn's per
         (should (= 1 (cl-count-if (lambda (line) (string-match-p "server exited" line))
                                   (split-string text "\n"))))
         (should-not (string-match-p "^Error: .*exited" text)))
-      (sly-agent-q-test-wait (lambda () (and (sly-agent-q-server-ready-p)
-                                             (not (eq old (sly-agent-q-server-connection)))))
+      (sly-agent-q-test-wait (lambda () (and (sly-agent-q-connection-ready-p)
+                                             (not (eq old (sly-agent-q-connection-current)))))
                              20 "the restarted server")
       (should (eq (plist-get (sly-agent-q-test-send "again") :status) 'finished))
       (should (string-match-p "Back again\\." (sly-agent-q-test-chat-text))))))
@@ -535,7 +535,7 @@ Its answer is a successful tool call: the mark comes from its status line."
   (sly-agent-q-test-with-server
       (sly-agent-q-test--script (sly-agent-q-test--step (sly-agent-q-test--text "hi")))
     (should (eq (plist-get (sly-agent-q-test-send "hello") :status) 'finished))
-    (let ((events (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-server-connection))
+    (let ((events (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-connection-current))
                     (buffer-string))))
       (should (string-match-p "initialize" events))
       (should (string-match-p "chat/textDelta" events)))
@@ -547,7 +547,7 @@ Its answer is a successful tool call: the mark comes from its status line."
           (goto-char (point-min))
           (should-not (search-forward sly-agent-q-test-api-key nil t)))))
     (should-not (string-match-p (regexp-quote sly-agent-q-test-api-key)
-                                (format "%S" (sly-agent-q-server-configuration))))
+                                (format "%S" (sly-agent-q-configuration-for-server))))
     ;; The mock saw the key, so it travelled.
     (let ((req (aref (sly-agent-q-test-mock-requests) 0)))
       (should (string-match-p (regexp-quote sly-agent-q-test-api-key)
@@ -558,12 +558,12 @@ Its answer is a successful tool call: the mark comes from its status line."
 (ert-deftest sly-agent-q-chat-clean-shutdown ()
   "Shutting down (as on kill-emacs) ends the server with exit status 0."
   (sly-agent-q-test-with-server (sly-agent-q-test--script)
-    (let ((proc (jsonrpc--process (sly-agent-q-server-connection))))
+    (let ((proc (jsonrpc--process (sly-agent-q-connection-current))))
       (sly-agent-q-server--kill-emacs)
       (sly-agent-q-test-wait (lambda () (not (process-live-p proc))) 5 "the server to exit")
       (should (eq (process-status proc) 'exit))
       (should (= 0 (process-exit-status proc)))
-      (should-not (sly-agent-q-server-live-p)))))
+      (should-not (sly-agent-q-connection-live-p)))))
 
 (ert-deftest sly-agent-q-chat-ret-sends-and-conversation-continues ()
   "M-x sly-agent-q, then RET in the input: two turns of one conversation."
@@ -603,7 +603,7 @@ Its answer is a successful tool call: the mark comes from its status line."
 (defun sly-agent-q-test--server-conversations ()
   "The ids of the conversations the server holds (a synchronous request: tests only)."
   (mapcar (lambda (c) (plist-get c :conversationId))
-          (plist-get (jsonrpc-request (sly-agent-q-server-connection) 'conversation/list nil)
+          (plist-get (jsonrpc-request (sly-agent-q-connection-current) 'conversation/list nil)
                      :conversations)))
 
 (ert-deftest sly-agent-q-chat-frees-conversations ()
@@ -629,7 +629,7 @@ Its answer is a successful tool call: the mark comes from its status line."
       (kill-buffer (sly-agent-q-chat-buffer)))
     (sly-agent-q-test-wait (lambda () (null (sly-agent-q-test--server-conversations)))
                            10 "killing the buffer to free the conversation")
-    (should (sly-agent-q-server-live-p))))
+    (should (sly-agent-q-connection-live-p))))
 
 (ert-deftest sly-agent-q-chat-no-key-says-how-to-give-one ()
   "With no key anywhere, the chat names the option, the variable, auth-source and the restart."
@@ -698,16 +698,16 @@ Its answer is a successful tool call: the mark comes from its status line."
 (ert-deftest sly-agent-q-chat-stop-is-clean ()
   "M-x sly-agent-q-server-stop: the server exits with status 0 and the connection is cleaned up."
   (sly-agent-q-test-with-server (sly-agent-q-test--script)
-    (let* ((conn (sly-agent-q-server-connection))
+    (let* ((conn (sly-agent-q-connection-current))
            (proc (jsonrpc--process conn))
            (died nil)
-           (sly-agent-q-server-died-functions (list (lambda (m) (setq died m)))))
+           (sly-agent-q-connection-died-functions (list (lambda (m) (setq died m)))))
       (sly-agent-q-server-stop)
       (should-not (process-live-p proc))
       (should (eq (process-status proc) 'exit))
       (should (= 0 (process-exit-status proc)))
       (should (process-get proc 'jsonrpc-sentinel-cleanup-started))
-      (should-not (sly-agent-q-server-connection))
+      (should-not (sly-agent-q-connection-current))
       (should-not died))))
 
 ;; How a turn ends, in words
@@ -727,7 +727,7 @@ Its answer is a successful tool call: the mark comes from its status line."
 
 (ert-deftest sly-agent-q-chat-stream-idle-timeout ()
   "`sly-agent-q-stream-idle-timeout' reaches the server: a stall after text fails the turn saying so."
-  (should (equal (plist-get (sly-agent-q-server-configuration) :streamIdleTimeoutMs)
+  (should (equal (plist-get (sly-agent-q-configuration-for-server) :streamIdleTimeoutMs)
                  (round (* 1000 sly-agent-q-stream-idle-timeout))))
   ;; Long enough that the answer's first bytes always come before it: a stall before any text is
   ;; retried, and under load 0.3 s ran out before the first chunk (the script then ran out).
@@ -760,7 +760,7 @@ Its answer is a successful tool call: the mark comes from its status line."
           (let ((sly-agent-q-trust-levels '(("eval_form" . dangerous))) ready)
             (sly-agent-q-server-ensure (lambda (conn err) (setq ready (or conn err))))
             (sly-agent-q-test-wait (lambda () ready) 20 "the restarted server")
-            (should (sly-agent-q-server-ready-p))))
+            (should (sly-agent-q-connection-ready-p))))
       (sly-agent-q-server-stop)
       (kill-buffer sly-agent-q-chat-buffer-name))))
 

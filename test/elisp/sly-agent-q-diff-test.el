@@ -149,7 +149,7 @@ Wait for the first: the hunks come from the server."
   (should (equal "@@ -0,0 +1 @@" (plist-get (car (sly-agent-q-diff--whole-hunks "" "x\n")) :header)))
   (sly-agent-q-tools-test--with-project
     (setq sly-agent-q-diff--hunk-cache nil)
-    (should-not (sly-agent-q-server-ready-p))
+    (should-not (sly-agent-q-connection-ready-p))
     (sly-agent-q-tools-test--write "a.lisp" (sly-agent-q-diff-test-old))
     (should (equal "Applied all 1 hunk to a.lisp."
                    (sly-agent-q-tools-test--ok "propose_file_edit" :path "a.lisp"
@@ -1198,7 +1198,7 @@ land later, whole or in part, and Emacs must not wait on it."
               (sly-agent-q-test-wait (lambda () (not (process-live-p sly-agent-q-test-killed-server)))
                                      10 "the server's death")
               (sly-agent-q-test-wait (lambda ()
-                                       (and (sly-agent-q-server-ready-p)
+                                       (and (sly-agent-q-connection-ready-p)
                                             (not (eq (jsonrpc--process sly-agent-q-current-connection)
                                                      sly-agent-q-test-killed-server))))
                                      20 "the server started again")
@@ -1275,7 +1275,7 @@ Nor does one start when the user stops the server once the death is seen."
             (sly-agent-q-server-stop)
             (sly-agent-q-test-sleep 1)
             (should (= started 0))
-            (should-not (sly-agent-q-server-live-p))
+            (should-not (sly-agent-q-connection-live-p))
             (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp"))))
         (advice-remove 'sly-agent-q-server-start 'sly-agent-q-diff-test-count-starts)
         (sly-agent-q-test-stop-killing)))))

@@ -45,7 +45,7 @@
 (ert-deftest sly-agent-q-install-version-is-package-json-version ()
   "The version the Elisp needs is the npm package's version."
   (let ((pkg (json-read-file (expand-file-name "package.json" sly-agent-q-test-root))))
-    (should (equal sly-agent-q-server-version (cdr (assq 'version pkg))))
+    (should (equal sly-agent-q-install-server-version (cdr (assq 'version pkg))))
     (should (equal sly-agent-q-install-npm-name (cdr (assq 'name pkg))))
     ;; What npm installs is what the server runs.
     (should (equal (cdr (assq 'sly-agent-q-server (cdr (assq 'bin pkg)))) "dist/sly-agent-q-server.js"))))
@@ -63,10 +63,10 @@
           (should (equal (cdr (sly-agent-q-install-test--install tarball dir)) nil))
           (let ((file (sly-agent-q-install-server-file)))
             (should (string-prefix-p (file-truename dir) (file-truename file)))
-            (should (equal (sly-agent-q-install-installed-version) sly-agent-q-server-version))
+            (should (equal (sly-agent-q-install-installed-version) sly-agent-q-install-server-version))
             ;; npm linked the bin, and the installed server runs and says its version.
             (should (file-executable-p (expand-file-name "bin/sly-agent-q-server" dir)))
-            (should (string-match-p (concat "sly-agent-q " (regexp-quote sly-agent-q-server-version))
+            (should (string-match-p (concat "sly-agent-q " (regexp-quote sly-agent-q-install-server-version))
                                     (car (process-lines "node" file "--help")))))
           (with-current-buffer sly-agent-q-install-buffer-name
             (should (string-match-p "npm install\\|\\$ .*npm" (buffer-string)))
@@ -180,16 +180,16 @@ registry answers once an older release is published): said as such, with the way
   (let ((sly-agent-q-server-file nil)
         (sly-agent-q-install-directory (make-temp-file "agent-q-install" t)))
     (unwind-protect
-        (cl-letf (((symbol-function 'sly-agent-q-server-package-candidates) #'ignore))
-          (should-not (sly-agent-q-server-find))
-          (let ((err (should-error (sly-agent-q-server-locate) :type 'user-error)))
+        (cl-letf (((symbol-function 'sly-agent-q-locate-package-files) #'ignore))
+          (should-not (sly-agent-q-locate-find-server))
+          (let ((err (should-error (sly-agent-q-locate-server) :type 'user-error)))
             (should (string-match-p "M-x sly-agent-q-install-server installs it with npm (version 0\\.1\\.0"
                                     (cadr err)))))
       (delete-directory sly-agent-q-install-directory t))))
 
 (ert-deftest sly-agent-q-install-version-handshake ()
   "A server of another version: the user is told what to run."
-  (let ((sly-agent-q-server-version "9.9.9"))
+  (let ((sly-agent-q-install-server-version "9.9.9"))
     (sly-agent-q-test-with-server '((steps . []))
       (let ((problem (sly-agent-q-server-version-problem)))
         ;; The server said its real version at initialize; this checkout's bundle is a `package' one.
@@ -199,9 +199,9 @@ registry answers once an older release is published): said as such, with the way
           (should (string-search problem (buffer-string))))))
     (should (string-match-p
              "Run M-x sly-agent-q-install-server to install 9\\.9\\.9, then M-x sly-agent-q-restart-server"
-             (sly-agent-q-server-version-advice "0.1.0" '("/x/sly-agent-q-server.js" . installed))))
+             (sly-agent-q-locate-version-advice "0.1.0" '("/x/sly-agent-q-server.js" . installed))))
     (should (string-match-p "Point `sly-agent-q-server-file' at a 9\\.9\\.9 server"
-                            (sly-agent-q-server-version-advice "0.1.0" '("/x/s.js" . setting)))))
+                            (sly-agent-q-locate-version-advice "0.1.0" '("/x/s.js" . setting)))))
   ;; The right version: nothing to say.
   (sly-agent-q-test-with-server '((steps . []))
     (should-not (sly-agent-q-server-version-problem))))

@@ -513,7 +513,7 @@ a third of a second: a long answer froze Emacs for minutes)."
   "Before the first message no \"server not running\"; after the server died, it says so."
   (sly-agent-q-markdown-test--with-chat
     (setq sly-agent-q-chat--turn nil)
-    (should-not (sly-agent-q-server-live-p))
+    (should-not (sly-agent-q-connection-live-p))
     (should-not (string-match-p "server" (sly-agent-q-chat--header-line)))
     (should (string-match-p "\\` \\[ready\\]" (sly-agent-q-chat--header-line)))
     (sly-agent-q-chat--on-server-died "The server exited.")

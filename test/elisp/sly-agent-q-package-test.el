@@ -140,11 +140,12 @@
       (cons status (buffer-string)))))
 
 (ert-deftest sly-agent-q-package-release-versions-agree ()
-  "package.json, `sly-agent-q-server-version' and the package header say one version;
+  "package.json, `sly-agent-q-install-server-version' and the package header say one version;
 `make release' refuses when any of them differs."
   (should (equal (car (sly-agent-q-test--release-versions sly-agent-q-test-root)) 0))
   (dolist (edit '(("package.json" "\"version\": \"[^\"]+\"" "\"version\": \"9.9.9\"")
-                  ("lisp-elisp/sly-agent-q-install.el" "server-version \"[^\"]+\"" "server-version \"9.9.9\"")
+                  ("lisp-elisp/sly-agent-q-install.el" "^(defconst sly-agent-q-install-server-version \"[^\"]+\""
+                   "(defconst sly-agent-q-install-server-version \"9.9.9\"")
                   ("lisp-elisp/sly-agent-q.el" "^;; Version: .*$" ";; Version: 9.9.9")))
     (let ((root (make-temp-file "agent-q-release" t)))
       (unwind-protect

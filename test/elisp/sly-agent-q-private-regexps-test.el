@@ -70,7 +70,7 @@ Each JS-SOURCE is compiled as the server compiles it."
 (ert-deftest sly-agent-q-private-regexps-test-untranslatable-sent-as-such ()
   "A regexp outside the translated part is sent as untranslated, not dropped."
   (let ((sly-agent-q-private-file-regexps '("\\.env\\'" "\\_<secret\\_>" "\\s-key" "\\bword")))
-    (let ((config (sly-agent-q-server-configuration)))
+    (let ((config (sly-agent-q-configuration-for-server)))
       (should (equal (plist-get config :privateFilePatterns) ["\\.env$"]))
       (should (equal (plist-get config :privateFilePatternsUntranslated)
                      ["\\_<secret\\_>" "\\s-key" "\\bword"])))))

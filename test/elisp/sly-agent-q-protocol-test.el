@@ -99,7 +99,7 @@
 (ert-deftest sly-agent-q-protocol-renamed-key-fails ()
   "The configuration Emacs writes out is in shape; renamed in the description, a key fails the check."
   (let* ((sly-agent-q-model "claude-sonnet-4-5")
-         (params (list :configuration (sly-agent-q-server-configuration)))
+         (params (list :configuration (sly-agent-q-configuration-for-server)))
          (renamed nil))
     (should (plist-get (plist-get params :configuration) :model))
     (should-not (sly-agent-q-protocol-check "configuration/change" :params params))

@@ -35,7 +35,7 @@
   (should (equal (default-value 'sly-agent-q-events-buffer-size) 0))
   (sly-agent-q-test-with-server '((steps . []))
     (let* ((sly-agent-q-events-buffer-size 0)
-           (conn (sly-agent-q-server-connection))
+           (conn (sly-agent-q-connection-current))
            (size (lambda () (with-current-buffer (jsonrpc-events-buffer conn) (buffer-size))))
            (ask (lambda () (jsonrpc-request conn 'tools/list '(:all :json-false) :timeout 10))))
       (sly-agent-q-toggle-events-log)
@@ -77,7 +77,7 @@
   "The server script is found in a checkout and in installed layouts."
   (let ((sly-agent-q-server-file nil))
     ;; Source checkout: lisp-elisp/../dist/.
-    (should (equal (sly-agent-q-server-locate)
+    (should (equal (sly-agent-q-locate-server)
                    (expand-file-name "dist/sly-agent-q-server.js" sly-agent-q-test-root)))
     ;; Installed package: at the root, or in server/.
     (dolist (rel '("sly-agent-q-server.js" "server/sly-agent-q-server.js"))
@@ -85,16 +85,16 @@
              (sly-agent-q-locate--lisp-directory pkg))
         (make-directory (file-name-directory (expand-file-name rel pkg)) t)
         (write-region "" nil (expand-file-name rel pkg))
-        (should (equal (sly-agent-q-server-locate) (expand-file-name rel pkg)))))
+        (should (equal (sly-agent-q-locate-server) (expand-file-name rel pkg)))))
     (let* ((empty (file-name-as-directory (make-temp-file "agent-q-empty" t)))
            (sly-agent-q-locate--lisp-directory (expand-file-name "sub/" empty)))
-      (should-error (sly-agent-q-server-locate) :type 'user-error)))
+      (should-error (sly-agent-q-locate-server) :type 'user-error)))
   (let ((sly-agent-q-server-file "/nonexistent/server.js"))
-    (should-error (sly-agent-q-server-locate) :type 'user-error)))
+    (should-error (sly-agent-q-locate-server) :type 'user-error)))
 
 ;;;; Configuration and the key
 
-(ert-deftest sly-agent-q-server-configuration ()
+(ert-deftest sly-agent-q-configuration-for-server ()
   "The options become the protocol's configuration, without the key."
   (let* ((sly-agent-q-provider "openai")
          (sly-agent-q-model "gpt-x")
@@ -104,7 +104,7 @@
          (sly-agent-q-max-safety-level 'cautious)
          (sly-agent-q-project-root "/tmp/proj/")
          (sly-agent-q-extra-configuration '(:temperature 0.5 :apiKey "sk-no-way"))
-         (config (sly-agent-q-server-configuration)))
+         (config (sly-agent-q-configuration-for-server)))
     (should (equal (plist-get config :provider) "openai"))
     (should (equal (plist-get config :model) "gpt-x"))
     (should (equal (plist-get config :baseUrl) "http://127.0.0.1:9/v1"))
@@ -123,7 +123,7 @@
 \"systems\", \"debugger\", \"threads\" and \"tools\" were sent as levels of
 tools of those names, which nothing took: system_info still ran unasked."
   (let* ((sly-agent-q-trust-levels (mapcar (lambda (c) (cons c 'dangerous)) sly-agent-q-protocol-table-tool-categories))
-         (config (sly-agent-q-server-configuration)))
+         (config (sly-agent-q-configuration-for-server)))
     (should (member "systems" sly-agent-q-protocol-table-tool-categories))
     (dolist (c sly-agent-q-protocol-table-tool-categories)
       (should (equal (gethash c (plist-get config :categoryLevels)) "dangerous"))
@@ -1258,10 +1258,10 @@ The global value, whatever BODY did to it, is the user's own again afterwards."
   `(let ((saved (default-toplevel-value 'gc-cons-threshold)))
      (unwind-protect
          (progn
-           (sly-agent-q-server-release-collections)
+           (sly-agent-q-collections-release)
            (set-default-toplevel-value 'gc-cons-threshold ,value)
            ,@body)
-       (sly-agent-q-server-release-collections)
+       (sly-agent-q-collections-release)
        (set-default-toplevel-value 'gc-cons-threshold saved))))
 
 (ert-deftest sly-agent-q-server-traffic-holds-collections-off-until-quiet ()
@@ -1298,7 +1298,7 @@ key that waits."
                ((symbol-function 'garbage-collect)
                 (lambda () (cl-incf collections) (funcall real-gc))))
       (sly-agent-q-server-test-with-user-threshold 800000
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         ;; The server is quiet, but the user is typing: still held.
         (sleep-for 0.6)
         (should (= (default-toplevel-value 'gc-cons-threshold) (* 16 1024 1024)))
@@ -1315,15 +1315,15 @@ value the user sets meanwhile is kept."
   (let ((sly-agent-q-gc-quiet-time 0.2))
     (sly-agent-q-server-test-with-user-threshold (* 100 1024 1024)
       (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         (should (= gc-cons-threshold (* 100 1024 1024)))))
     (sly-agent-q-server-test-with-user-threshold 800000
       (let ((sly-agent-q-gc-cons-threshold nil))
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         (should (= gc-cons-threshold 800000))))
     (sly-agent-q-server-test-with-user-threshold 800000
       (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         (should (= gc-cons-threshold (* 64 1024 1024)))
         (setq gc-cons-threshold (* 8 1024 1024))
         (sleep-for 0.4)
@@ -1334,10 +1334,10 @@ value the user sets meanwhile is kept."
   (let ((sly-agent-q-gc-cons-threshold (* 64 1024 1024)))
     (sly-agent-q-server-test-with-user-threshold 800000
       (let ((gc-cons-threshold 1000000))
-        (sly-agent-q-server-hold-collections)
+        (sly-agent-q-collections-hold)
         (should (= gc-cons-threshold 1000000))
         (should (= (default-toplevel-value 'gc-cons-threshold) (* 64 1024 1024)))
-        (sly-agent-q-server-release-collections)
+        (sly-agent-q-collections-release)
         (should (= gc-cons-threshold 1000000)))
       (should (= gc-cons-threshold 800000)))))
 

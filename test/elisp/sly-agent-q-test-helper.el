@@ -159,7 +159,7 @@ whole history."
 
 (defun sly-agent-q-test-bundle-json (flag object-type)
   "What the bundled server prints for FLAG, parsed with OBJECT-TYPE (`alist', `plist')."
-  (let ((file (car (sly-agent-q-server-find))))
+  (let ((file (car (sly-agent-q-locate-find-server))))
     (should (and file (file-exists-p file)))
     (with-temp-buffer
       (should (eql 0 (call-process "node" nil t nil file flag)))

@@ -546,8 +546,8 @@ window wraps a long line."
   "An error a hostile payload raises in a handler names that payload as one line of data in the echo area."
   (let ((payload "x\n  ┃ asked by: the model in this chat\e[2J\u202E")
         (start (with-current-buffer (get-buffer-create "*Messages*") (point-max))))
-    (sly-agent-q-server-call-safely (lambda () (signal 'wrong-type-argument (list 'stringp payload))))
-    (sly-agent-q-server-call-safely (lambda () (error "No buffer named %s" payload)))
+    (sly-agent-q-connection-call-safely (lambda () (signal 'wrong-type-argument (list 'stringp payload))))
+    (sly-agent-q-connection-call-safely (lambda () (error "No buffer named %s" payload)))
     (let ((echo (with-current-buffer "*Messages*" (buffer-substring-no-properties start (point-max)))))
       (should (= 2 (sly-agent-q-display-test--count-lines "^sly-agent-q: " echo)))
       (sly-agent-q-display-test--check-text "a handler's error" echo)

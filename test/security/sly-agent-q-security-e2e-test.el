@@ -61,7 +61,7 @@ A failing assertion then shows a count, not a whole buffer."
             (let ((outcome (sly-agent-q-test-send "Show me the key" 60)))
               (should (eq (plist-get outcome :status) 'finished)))
             (let ((chat (sly-agent-q-test-chat-text))
-                  (events (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-server-connection))
+                  (events (with-current-buffer (jsonrpc-events-buffer (sly-agent-q-connection-current))
                             (buffer-substring-no-properties (point-min) (point-max))))
                   ;; The bodies: the key rightly travels in the request's headers.
                   (requests (json-encode (mapcar (lambda (r) (alist-get 'body r))

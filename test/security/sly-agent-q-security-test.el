@@ -417,7 +417,7 @@ answer is forgotten, and the next visit asks (answered no here)."
 (defun sly-agent-q-security-test--reconfigure ()
   "Send the configuration as `sly-agent-q-server-reconfigure' does, and wait."
   (sly-agent-q-security-test--request
-   'configuration/change (list :configuration (sly-agent-q-server-configuration))))
+   'configuration/change (list :configuration (sly-agent-q-configuration-for-server))))
 
 (ert-deftest sly-agent-q-security-revoked-override-revoked ()
   "Attack 3: clearing a trust level and reconfiguring brings the tool's own level back."
@@ -438,7 +438,7 @@ answer is forgotten, and the next visit asks (answered no here)."
   (let ((sly-agent-q-trust-levels nil)
         (sly-agent-q-permission-rules nil)
         (sly-agent-q-ask-before-evaluating nil))
-    (let ((json (json-serialize (sly-agent-q-server-configuration))))
+    (let ((json (json-serialize (sly-agent-q-configuration-for-server))))
       (should (string-search "\"safetyOverrides\":{}" json))
       (should (string-search "\"categoryLevels\":{}" json))
       (should (string-search "\"permissionRules\":[]" json)))
@@ -447,7 +447,7 @@ answer is forgotten, and the next visit asks (answered no here)."
           sly-agent-q-permission-rules
           '((:action deny :tool "write_file" :argument "path" :pattern "\\.asd$"))
           sly-agent-q-ask-before-evaluating t)
-    (let ((json (json-serialize (sly-agent-q-server-configuration))))
+    (let ((json (json-serialize (sly-agent-q-configuration-for-server))))
       (should (string-search "\"safetyOverrides\":{\"eval_form\":\"dangerous\"}" json))
       (should (string-search "\"categoryLevels\":{\"evaluation\":\"dangerous\",\"filesystem\":\"cautious\"}" json))
       (should (string-search
@@ -654,7 +654,7 @@ the user's review sees every hunk and its answer alone says what is applied."
                    "DB_PASSWORD_FILE=/run/secrets/db-password" "MY_KEY=short"
                    "KEYBOARD=not-a-secret-at-all" "HOME_DIR_NAME=/home/someone")
                  process-environment)))
-    (let ((out (sly-agent-q-server-redact
+    (let ((out (sly-agent-q-redact
                 (list :content "token ghp_abcdefgh12345678 and aws-secret-value-1"
                       :nested (vector (list :error "pw /run/secrets/db-password")
                                       "short /home/someone not-a-secret-at-all")))))
