@@ -103,55 +103,59 @@ to the transcript (`sly-agent-q-transcript-end-text-hook')."
 
 (defun sly-agent-q-stream--cancel-timer ()
   "Cancel the flush timer of the current buffer."
-  (when (sly-agent-q-stream-flush-timer sly-agent-q-stream--state)
-    (cancel-timer (sly-agent-q-stream-flush-timer sly-agent-q-stream--state))
-    (setf (sly-agent-q-stream-flush-timer sly-agent-q-stream--state) nil)))
+  (let ((stream sly-agent-q-stream--state))
+    (when (sly-agent-q-stream-flush-timer stream)
+      (cancel-timer (sly-agent-q-stream-flush-timer stream))
+      (setf (sly-agent-q-stream-flush-timer stream) nil))))
 
 (defun sly-agent-q-stream-add-text (text)
   "Queue streamed TEXT; it is inserted by the next flush.
 TEXT comes from the model: it is drawn as data (`sly-agent-q-display-text')."
-  (setf (sly-agent-q-stream-pending sly-agent-q-stream--state) (concat (sly-agent-q-stream-pending sly-agent-q-stream--state)
-                                          (sly-agent-q-display-text text)))
-  (unless (sly-agent-q-stream-flush-timer sly-agent-q-stream--state)
-    (let ((buf (current-buffer)))
-      (setf (sly-agent-q-stream-flush-timer sly-agent-q-stream--state)
-            (run-with-timer sly-agent-q-stream-flush-interval nil
-                            (lambda ()
-                              (when (buffer-live-p buf)
-                                (with-current-buffer buf
-                                  (setf (sly-agent-q-stream-flush-timer sly-agent-q-stream--state) nil)
-                                  (sly-agent-q-stream-flush)))))))))
+  (let ((stream sly-agent-q-stream--state))
+    (setf (sly-agent-q-stream-pending stream)
+          (concat (sly-agent-q-stream-pending stream) (sly-agent-q-display-text text)))
+    (unless (sly-agent-q-stream-flush-timer stream)
+      (let ((buf (current-buffer)))
+        (setf (sly-agent-q-stream-flush-timer stream)
+              (run-with-timer sly-agent-q-stream-flush-interval nil
+                              (lambda ()
+                                (when (buffer-live-p buf)
+                                  (with-current-buffer buf
+                                    (setf (sly-agent-q-stream-flush-timer stream) nil)
+                                    (sly-agent-q-stream-flush))))))))))
 
 (defun sly-agent-q-stream-flush ()
   "Insert the queued streamed text now."
   (sly-agent-q-stream--cancel-timer)
-  (unless (string-empty-p (sly-agent-q-stream-pending sly-agent-q-stream--state))
-    (let ((text (sly-agent-q-stream-pending sly-agent-q-stream--state)))
-      (setf (sly-agent-q-stream-pending sly-agent-q-stream--state) "")
-      (unless (sly-agent-q-stream-segment sly-agent-q-stream--state)
-        (sly-agent-q-transcript-fresh-line)
-        (setf (sly-agent-q-stream-segment sly-agent-q-stream--state) (copy-marker (sly-agent-q-transcript-end) nil)
-              (sly-agent-q-stream-rendered sly-agent-q-stream--state) (copy-marker (sly-agent-q-transcript-end) nil)))
-      (sly-agent-q-transcript-insert text)
-      ;; The lines complete now are rendered now; the last, partial one waits.
-      (let ((end (save-excursion
-                   (goto-char (sly-agent-q-transcript-end))
-                   (and (search-backward "\n" (sly-agent-q-stream-rendered sly-agent-q-stream--state) t) (1+ (point))))))
-        (when end (sly-agent-q-stream--render (sly-agent-q-stream-rendered sly-agent-q-stream--state) end))))))
+  (let ((stream sly-agent-q-stream--state))
+    (unless (string-empty-p (sly-agent-q-stream-pending stream))
+      (let ((text (sly-agent-q-stream-pending stream)))
+        (setf (sly-agent-q-stream-pending stream) "")
+        (unless (sly-agent-q-stream-segment stream)
+          (sly-agent-q-transcript-fresh-line)
+          (setf (sly-agent-q-stream-segment stream) (copy-marker (sly-agent-q-transcript-end) nil)
+                (sly-agent-q-stream-rendered stream) (copy-marker (sly-agent-q-transcript-end) nil)))
+        (sly-agent-q-transcript-insert text)
+        ;; The lines complete now are rendered now; the last, partial one waits.
+        (let ((end (save-excursion
+                     (goto-char (sly-agent-q-transcript-end))
+                     (and (search-backward "\n" (sly-agent-q-stream-rendered stream) t) (1+ (point))))))
+          (when end (sly-agent-q-stream--render (sly-agent-q-stream-rendered stream) end)))))))
 
 (defun sly-agent-q-stream--render (start end &optional complete)
   "Render the Markdown of the agent's text from START to END.
 With COMPLETE, the run of text ends at END: its code blocks are
 fontified after.  What is more than a step's worth is rendered later
 \=(`sly-agent-q-stream--render-step-chars'), in order."
-  (setf (sly-agent-q-stream-render-queue sly-agent-q-stream--state)
-        (nconc (sly-agent-q-stream-render-queue sly-agent-q-stream--state)
-               (list (list (copy-marker (sly-agent-q-stream-segment sly-agent-q-stream--state)) (copy-marker start)
-                           (copy-marker end)
-                           (and complete (copy-marker (sly-agent-q-stream-segment sly-agent-q-stream--state)))))))
-  (set-marker (sly-agent-q-stream-rendered sly-agent-q-stream--state) end)
-  (unless (sly-agent-q-stream-render-timer sly-agent-q-stream--state)
-    (sly-agent-q-stream--render-some)))
+  (let* ((stream sly-agent-q-stream--state)
+         (segment (sly-agent-q-stream-segment stream)))
+    (setf (sly-agent-q-stream-render-queue stream)
+          (nconc (sly-agent-q-stream-render-queue stream)
+                 (list (list (copy-marker segment) (copy-marker start) (copy-marker end)
+                             (and complete (copy-marker segment))))))
+    (set-marker (sly-agent-q-stream-rendered stream) end)
+    (unless (sly-agent-q-stream-render-timer stream)
+      (sly-agent-q-stream--render-some))))
 
 (defvar sly-agent-q-stream--markdown-mode-step-chars 1000
   "Most characters rendered in one step when markdown-mode renders.
@@ -208,11 +212,12 @@ Return the budget left; a job done leaves the queue."
 
 (defun sly-agent-q-stream-end-segment ()
   "The agent's current run of text is complete: fontify its code blocks."
-  (when (sly-agent-q-stream-segment sly-agent-q-stream--state)
-    (sly-agent-q-stream--render (sly-agent-q-stream-rendered sly-agent-q-stream--state) (sly-agent-q-transcript-end) t)
-    (set-marker (sly-agent-q-stream-rendered sly-agent-q-stream--state) nil)
-    (set-marker (sly-agent-q-stream-segment sly-agent-q-stream--state) nil)
-    (setf (sly-agent-q-stream-segment sly-agent-q-stream--state) nil)))
+  (let ((stream sly-agent-q-stream--state))
+    (when (sly-agent-q-stream-segment stream)
+      (sly-agent-q-stream--render (sly-agent-q-stream-rendered stream) (sly-agent-q-transcript-end) t)
+      (set-marker (sly-agent-q-stream-rendered stream) nil)
+      (set-marker (sly-agent-q-stream-segment stream) nil)
+      (setf (sly-agent-q-stream-segment stream) nil))))
 
 ;;;; Code blocks
 

@@ -188,7 +188,7 @@ Nothing waits, and no server is started for it."
 
 (defun sly-agent-q-turn-header-state ()
   "What the chat is doing, in a few words, for the header line."
-  (let ((turn (sly-agent-q-turn-chat-running sly-agent-q-turn--chat)))
+  (let ((turn (sly-agent-q-turn-running)))
     (cond (turn (sly-agent-q-turn--header-turn turn))
           ;; Said only once the server has died: before its first use it
           ;; is not running, and that is no news.
@@ -272,7 +272,7 @@ another state than the chat saw last, is logged."
 (defun sly-agent-q-turn-send (text callback)
   "Send TEXT as a new turn of this buffer's conversation.
 CALLBACK, if non-nil, gets the outcome plist."
-  (when (sly-agent-q-turn-chat-running sly-agent-q-turn--chat)
+  (when (sly-agent-q-turn-running)
     (user-error "A turn is running; C-c C-k cancels it"))
   (let* ((buf (current-buffer))
          (attachments (sly-agent-q-input-take-attachments))
@@ -287,7 +287,7 @@ CALLBACK, if non-nil, gets the outcome plist."
        (when (buffer-live-p buf)
          (with-current-buffer buf
            (cond
-            ((not (eq (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)))
+            ((not (eq (sly-agent-q-turn-running) turn)))
             (err (sly-agent-q-turn--end turn 'failed :message err))
             (t
              (sly-agent-q-server-async-request
@@ -326,7 +326,7 @@ CALLBACK, if non-nil, gets the outcome plist."
       (sly-agent-q-transcript-save-error-notice (plist-get result :saveError)))
     (setf (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat) (plist-get result :conversationId))
     (setf (sly-agent-q-turn-conversation-id turn) (plist-get result :conversationId))
-    (when (eq (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+    (when (eq (sly-agent-q-turn-running) turn)
       (setf (sly-agent-q-turn-id turn) (plist-get result :turnId))
       (when (eq (sly-agent-q-turn-state turn) 'sending)
         (setf (sly-agent-q-turn-state turn) 'running))
@@ -364,7 +364,7 @@ went wrong, so no failure notice is added.  Runs the turn's
 callback and `sly-agent-q-turn-finished-hook'."
   (when (sly-agent-q-turn-watchdog turn)
     (cancel-timer (sly-agent-q-turn-watchdog turn)))
-  (when (eq (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+  (when (eq (sly-agent-q-turn-running) turn)
     (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) nil)
     (setf (sly-agent-q-turn-state turn) status)
     (sly-agent-q-header-refresh)
@@ -421,12 +421,12 @@ END is a plist of conversation/resume's turnEnds."
        (setf (sly-agent-q-turn-cancel-unsent turn) nil)
        (sly-agent-q-turn--in buf
          ;; Nothing was running any more: end the turn here.
-         (when (and (eq (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+         (when (and (eq (sly-agent-q-turn-running) turn)
                     (not (eq (plist-get result :cancelled) t)))
            (sly-agent-q-turn--end turn 'cancelled))))
      (lambda (msg)
        (sly-agent-q-turn--in buf
-         (if (and (eq (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn) (sly-agent-q-server-live-p))
+         (if (and (eq (sly-agent-q-turn-running) turn) (sly-agent-q-server-live-p))
              ;; The server lives but could not be written to (stopped by a
              ;; signal): the turn goes on there, so the cancel is sent again
              ;; a second later (or as soon as the server speaks), until the
@@ -460,7 +460,7 @@ A buffer whose turn is still being sent adopts the turn id."
                              buffers)))
           (when b
             (with-current-buffer b
-              (setf (sly-agent-q-turn-id (sly-agent-q-turn-chat-running sly-agent-q-turn--chat)) turn-id)
+              (setf (sly-agent-q-turn-id (sly-agent-q-turn-running)) turn-id)
               (when conv (setf (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat) conv))))
           b)
         (and conv (cl-find-if (lambda (b) (equal (sly-agent-q-turn-conversation b)
@@ -474,7 +474,7 @@ Notifications of turns that are over are ignored."
   `(let ((buf (sly-agent-q-turn--buffer-for ,params)))
      (when buf
        (with-current-buffer buf
-         (let ((turn (sly-agent-q-turn-chat-running sly-agent-q-turn--chat)))
+         (let ((turn (sly-agent-q-turn-running)))
            (when (and turn (equal (sly-agent-q-turn-id turn) (plist-get ,params :turnId)))
              ;; The server speaks again: a cancel it could not take goes now.
              (sly-agent-q-turn--resend-cancel turn)
@@ -485,7 +485,7 @@ Notifications of turns that are over are ignored."
 Nothing is sent when the cancel went already."
   (when (buffer-live-p buf)
     (with-current-buffer buf
-      (when (eq (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+      (when (eq (sly-agent-q-turn-running) turn)
         (sly-agent-q-turn--resend-cancel turn)))))
 
 (defun sly-agent-q-turn--resend-cancel (turn)
@@ -648,9 +648,9 @@ button that shows them."
          'sly-agent-q-error-face)
         (setf (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat) nil))
       (sly-agent-q-entry-fail-unfinished "the server exited")
-      (when (sly-agent-q-turn-chat-running sly-agent-q-turn--chat)
+      (when (sly-agent-q-turn-running)
         ;; The notice above said it: not again as the turn's error.
-        (sly-agent-q-turn--end (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) 'failed :message message :said t)))))
+        (sly-agent-q-turn--end (sly-agent-q-turn-running) 'failed :message message :said t)))))
 
 (add-hook 'sly-agent-q-server-died-functions #'sly-agent-q-turn--on-server-died)
 
