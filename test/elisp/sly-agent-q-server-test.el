@@ -1139,6 +1139,39 @@ told after the result changes nothing."
       (should (string-match-p "\n> draft!\\'" (buffer-string)))
       (should (equal (sly-agent-q-input-text) "draft!")))))
 
+(ert-deftest sly-agent-q-chat-turn-has-one-state ()
+  "A turn's one state goes sending, running, then the server's; the send's answer never undoes a server state.
+The server may speak of a turn (chat/turnState) before its answer to
+chat/send reaches the chat: that answer then leaves the state as the
+server said it."
+  (sly-agent-q-test--with-chat
+    (let ((turn (sly-agent-q-turn-create)))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+      (should (eq (sly-agent-q-turn-state turn) 'sending))
+      (should (string-match-p "\\` \\[sending · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      ;; Before the send's answer: the turn adopts the id the notification names.
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (should (equal (sly-agent-q-turn-id turn) "t1"))
+      (should (eq (sly-agent-q-turn-state turn) 'requesting))
+      (sly-agent-q-turn--sent (current-buffer) turn '(:conversationId "k1" :turnId "t1"))
+      (should (eq (sly-agent-q-turn-state turn) 'requesting))
+      (should (string-match-p "\\` \\[waiting for the model · C-c C-k cancels\\]"
+                              (sly-agent-q-chat--header-line)))
+      (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t1" :kind "cancelled"))
+      (should (eq (sly-agent-q-turn-state turn) 'cancelled))
+      (should-not (sly-agent-q-turn-running)))
+    ;; The send's answer first: running, until the server's first state.
+    (let ((turn (sly-agent-q-turn-create)))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+      (sly-agent-q-turn--sent (current-buffer) turn '(:conversationId "k1" :turnId "t1"))
+      (should (eq (sly-agent-q-turn-state turn) 'running))
+      (should (string-match-p "\\` \\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (should (eq (sly-agent-q-turn-state turn) 'requesting))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "done" :stopReason "end_turn"))
+      (should (eq (sly-agent-q-turn-state turn) 'finished))
+      (should-not (sly-agent-q-turn-running)))))
+
 (ert-deftest sly-agent-q-chat-turn-state-cleared-when-turn-fails ()
   "A turn that fails or is cancelled mid-state leaves the plain prompt."
   (sly-agent-q-test--with-chat
@@ -1155,7 +1188,7 @@ told after the result changes nothing."
       (should (equal (sly-agent-q-test--prompt) "> "))
       (should (string-match-p (concat (cdr end) "\n> \\'") (buffer-string))))))
 
-(ert-deftest sly-agent-q-turn-transitions ()
+(ert-deftest sly-agent-q-chat-turn-transitions ()
   "The chat's table of transitions is the server's graph; an unexpected one is logged, not an error."
   (should (equal (cdr (assq 'requesting sly-agent-q-turn-transitions))
                  '(streaming running-tools finished failed cancelled)))
