@@ -598,7 +598,7 @@ CALL's cancellation marks it cancelled."
       (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
       (push approval sly-agent-q-approval--waiting)
       (setf (sly-agent-q-approval-section approval)
-            (sly-agent-q-chat-insert-section
+            (sly-agent-q-transcript-insert-section
              (lambda () (sly-agent-q-approval--render approval)))))
     (sly-agent-q-call-on-cancel
      call (lambda (reason)
@@ -877,7 +877,7 @@ Return the buffer."
 
 (defun sly-agent-q-approval--redraw (approval)
   "Redraw APPROVAL in place, alone."
-  (sly-agent-q-chat-redraw-section (sly-agent-q-approval-section approval)))
+  (sly-agent-q-transcript-redraw-section (sly-agent-q-approval-section approval)))
 
 (defun sly-agent-q-approval--decide (approval status decision &optional detail)
   "Record STATUS for APPROVAL and send DECISION (with DETAIL shown)."
@@ -989,7 +989,7 @@ is edited as JSON.  \\<sly-agent-q-edit-arguments-mode-map>\\[sly-agent-q-edit-a
           (progn
             (insert (plist-get (plist-get request :arguments) lisp))
             (indent-region (point-min) (point-max)))
-        (insert (sly-agent-q-chat-json (sly-agent-q-approval--editable-arguments request)) "\n"))
+        (insert (sly-agent-q-entry-json (sly-agent-q-approval--editable-arguments request)) "\n"))
       ;; The buffer is reused: its undo starts here, with nothing of the
       ;; last call's edit, nor the arguments just drawn, to undo.
       (setq buffer-undo-list nil)

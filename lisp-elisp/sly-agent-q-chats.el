@@ -48,7 +48,7 @@
 (defvar slime-net-process-close-hooks)
 (declare-function sly-agent-q-chat-mode "sly-agent-q-chat" ())
 (declare-function sly-agent-q-chat-conversation-id "sly-agent-q-chat" (&optional buffer))
-(declare-function sly-agent-q-chat-notice "sly-agent-q-chat" (text &optional face))
+(declare-function sly-agent-q-transcript-notice "sly-agent-q-transcript" (text &optional face))
 
 (defvar-local sly-agent-q-chats--root nil
   "The project root this chat works in, a directory name.")
@@ -182,7 +182,7 @@ Interactively, read NAME among the open SLY and SLIME connections."
                        :test #'equal)))
     (unless lisp (user-error "No open Lisp connection is named %s" name))
     (sly-agent-q-chats-set-lisp lisp)
-    (sly-agent-q-chat-notice (format "[This chat now talks to the Lisp %s.]" name))))
+    (sly-agent-q-transcript-notice (format "[This chat now talks to the Lisp %s.]" name))))
 
 (defun sly-agent-q-chats--lisp-for-call (params)
   "Return the Lisp to run an image call of PARAMS in.
@@ -239,7 +239,7 @@ For `sly-agent-q-dispatch-refusal-function'."
             (with-current-buffer chat
               (setq sly-agent-q-chats--lisp new)
               (when own
-                (sly-agent-q-chat-notice
+                (sly-agent-q-transcript-notice
                  (format "[Its Lisp had closed: this chat now talks to %s.]"
                          (sly-agent-q-bridge-lisp-name new))))
               (sly-agent-q-chats--changed chat))))))))

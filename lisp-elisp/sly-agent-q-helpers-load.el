@@ -163,10 +163,10 @@ another gets a new line."
              (section (car line)))
         (if (and section (buffer-live-p (ewoc-buffer section)))
             (progn (setcar (cdr line) (cons text face))
-                   (sly-agent-q-chat-redraw-section section))
+                   (sly-agent-q-transcript-redraw-section section))
           (let ((cell (list (cons text face))))
             (push (cons conn
-                        (cons (sly-agent-q-chat-insert-section
+                        (cons (sly-agent-q-transcript-insert-section
                                (lambda ()
                                  (insert (propertize
                                           (sly-agent-q-display-line (car (car cell)) 2000)
@@ -186,10 +186,10 @@ another gets a new line."
   "Set the NOTE of the tool entry of CALL-ID (nil takes it away), and redraw it."
   (dolist (buffer (sly-agent-q-helpers-load--chat-buffers))
     (with-current-buffer buffer
-      (let ((entry (sly-agent-q-chat-entry call-id)))
+      (let ((entry (sly-agent-q-entry-of call-id)))
         (when (and entry (not (equal (sly-agent-q-entry-note entry) note)))
           (setf (sly-agent-q-entry-note entry) note)
-          (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))))))
+          (sly-agent-q-transcript-redraw-section (sly-agent-q-entry-section entry)))))))
 
 (defun sly-agent-q-helpers-load--event (event conn &rest args)
   "Show in the chat the EVENT of a load of the helpers on CONN, with ARGS.
@@ -234,7 +234,7 @@ The image call may come before its entry is drawn."
        sly-agent-q-helpers-load-waiting-note))
 
 (add-hook 'sly-agent-q-bridge-helpers-functions #'sly-agent-q-helpers-load--event)
-(add-hook 'sly-agent-q-chat-entry-note-functions #'sly-agent-q-helpers-load--entry-note)
+(add-hook 'sly-agent-q-entry-note-functions #'sly-agent-q-helpers-load--entry-note)
 
 ;;;; When the load starts
 

@@ -191,11 +191,11 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
                     :turn-ends (plist-get result :turnEnds))))
        (when (eq (plist-get result :truncated) t)
          (with-current-buffer buffer
-           (sly-agent-q-chat-notice
+           (sly-agent-q-transcript-notice
             "[The file's last record was cut off (a crash while writing); it is left out.]")))
        (when (plist-get result :repaired)
          (with-current-buffer buffer
-           (sly-agent-q-chat-repaired-notice (plist-get result :repaired))))
+           (sly-agent-q-transcript-repaired-notice (plist-get result :repaired))))
        (unless noninteractive (pop-to-buffer buffer))
        (when callback (funcall callback buffer))))
    (lambda (msg) (message "sly-agent-q: cannot resume the conversation: %s" (sly-agent-q-display-line msg)))))
@@ -440,7 +440,7 @@ itself when the history nears the model's context window."
            (message "sly-agent-q: too few turns to compact")
          (when (buffer-live-p buffer)
            (with-current-buffer buffer
-             (sly-agent-q-chat-compacted-notice (plist-get result :replacedMessages)
+             (sly-agent-q-transcript-compacted-notice (plist-get result :replacedMessages)
                                                 (plist-get result :tokensBefore)
                                                 (plist-get result :tokensAfter))))
          (message "sly-agent-q: compacted")))

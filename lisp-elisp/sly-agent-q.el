@@ -130,7 +130,7 @@ server is found, offer to install it with npm first."
          (report (lambda (_conn err)
                    (when (and err (buffer-live-p buf))
                      (with-current-buffer buf
-                       (sly-agent-q-chat-error-notice err)))))
+                       (sly-agent-q-transcript-error-notice err)))))
          (missing (condition-case nil (null (sly-agent-q-locate-find-server)) (user-error nil))))
     (if (and missing
              (called-interactively-p 'interactive)
@@ -138,7 +138,7 @@ server is found, offer to install it with npm first."
                                sly-agent-q-install-server-version)))
         (progn
           (with-current-buffer buf
-            (sly-agent-q-chat-notice (format "Installing the server with npm (progress in %s)..."
+            (sly-agent-q-transcript-notice (format "Installing the server with npm (progress in %s)..."
                                              sly-agent-q-install-buffer-name)))
           (sly-agent-q-install-server
            nil (lambda (err)

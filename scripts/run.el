@@ -116,7 +116,7 @@ Side by side (the Lisp on the left) in a frame of at least
         (chat (sly-agent-q)))
     (delete-other-windows (get-buffer-window chat))
     (with-current-buffer chat
-      (sly-agent-q-chat-notice
+      (sly-agent-q-transcript-notice
        (pcase mode
          ('sly "Starting SBCL with SLY...")
          ('slime "Starting SBCL with SLIME...")
@@ -124,7 +124,7 @@ Side by side (the Lisp on the left) in a frame of at least
       (unless (sly-agent-q-run--model-configured-p)
         ;; A notice is one line of data (newlines shown escaped): one notice a line.
         (dolist (line (split-string sly-agent-q-run--no-key-help "\n"))
-          (sly-agent-q-chat-notice line))))
+          (sly-agent-q-transcript-notice line))))
     (when mode
       (setq inferior-lisp-program "sbcl")
       ;; The Lisp mode shows its REPL when connected; then lay out REPL | chat, chat selected.
@@ -133,7 +133,7 @@ Side by side (the Lisp on the left) in a frame of at least
                   ;; The "Starting..." notice above is followed by what became of it.
                   (when (buffer-live-p chat)
                     (with-current-buffer chat
-                      (sly-agent-q-chat-notice
+                      (sly-agent-q-transcript-notice
                        (if (eq mode 'sly) "SBCL is connected with SLY." "SBCL is connected with SLIME."))))
                   (run-at-time 0 nil #'sly-agent-q-run--layout chat))
                 t)

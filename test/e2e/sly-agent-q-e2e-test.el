@@ -49,7 +49,7 @@
 (declare-function sldb-abort "ext:slime")
 (declare-function slime-compile-defun "ext:slime")
 (declare-function sly-compile-defun "ext:sly")
-(defvar sly-agent-q-chat--turn)
+(declare-function sly-agent-q-turn-running "sly-agent-q-turn" ())
 
 (defconst e2e-lisp sly-agent-q-test-lisp
   "Which Lisp mode these tests drive: `slime' or `sly'.")
@@ -1032,8 +1032,8 @@ nothing is sent, and the user is told the frames are coming; once they are in, R
           (let ((err (should-error (sly-agent-q-chat-return) :type 'user-error)))
             (should (string-match-p "frames" (cadr err))))
           ;; Nothing was sent: no turn, the input still there, nothing in the transcript.
-          (should-not sly-agent-q-chat--turn)
-          (should-not (string-match-p "^You:" (buffer-substring-no-properties (point-min) sly-agent-q-chat--input))))
+          (should-not (sly-agent-q-turn-running))
+          (should-not (string-match-p "^You:" (buffer-substring-no-properties (point-min) (sly-agent-q-transcript-input-start)))))
         (sly-agent-q-test-wait (lambda () (string-match-p "TOTAL-INPUT" (sly-agent-q-chat-input-text)))
                                20 "the image's frames in the chat's input")
         (let* ((outcome nil)

@@ -160,7 +160,7 @@ SLY_AGENT_Q_TEST_PROGRAM says another); return (ADAPTER . CONNECTION)."
     (should (string-match-p "aborted" (cadr r))))
   (should-not (get-buffer "*sldb sbcl/1*"))
   (should (equal (sly-agent-q-bridge-current-package) "COMMON-LISP-USER"))
-  (should (equal (plist-get (sly-agent-q-chat--context) :currentPackage) "COMMON-LISP-USER")))
+  (should (equal (plist-get (sly-agent-q-turn--context) :currentPackage) "COMMON-LISP-USER")))
 
 (ert-deftest sly-agent-q-bridge-slime-requests-left-out-of-its-event-log ()
   "The bridge's requests are not pretty-printed into *slime-events* unless asked."

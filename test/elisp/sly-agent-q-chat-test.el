@@ -410,13 +410,13 @@ from the server): the cancel is sent again within seconds, not at the turn's per
          (sly-agent-q-test--step (sly-agent-q-test--text "Looking. ")
                                  (sly-agent-q-test--tool "current_directory" nil))
          (sly-agent-q-test--step (sly-agent-q-test--text "Done.")))
-      (cl-letf* ((enter (symbol-function 'sly-agent-q-chat--enter-state))
-                 ((symbol-function 'sly-agent-q-chat--enter-state)
+      (cl-letf* ((enter (symbol-function 'sly-agent-q-turn--enter-state))
+                 ((symbol-function 'sly-agent-q-turn--enter-state)
                   (lambda (turn state previous)
                     (push state seen)
                     (funcall enter turn state previous)))
-                 (log (symbol-function 'sly-agent-q-chat--log-unexpected))
-                 ((symbol-function 'sly-agent-q-chat--log-unexpected)
+                 (log (symbol-function 'sly-agent-q-turn--log-unexpected))
+                 ((symbol-function 'sly-agent-q-turn--log-unexpected)
                   (lambda (&rest args) (push args unexpected) (apply log args))))
         (should (eq (plist-get (sly-agent-q-test-send "where?") :status) 'finished)))
       (should (equal (nreverse seen) '(requesting streaming running-tools requesting streaming finished)))
@@ -492,9 +492,9 @@ Cut to its first line, drawn as data; other strings stay quoted."
 (defun sly-agent-q-chat-test--render (&rest slots)
   "The text of a tool entry made of SLOTS, as the chat draws it."
   (with-temp-buffer
-    (sly-agent-q-chat--render-entry
+    (sly-agent-q-entry--render
      ;; SLOTS first: the first value of a keyword is the one taken.
-     (apply #'sly-agent-q--make-entry
+     (apply #'sly-agent-q-entry-create
             (append slots
                     (list :call-id "c1" :name "run_command" :arguments '(:argv ["make" "test"])
                           :safety "dangerous" :approved t :time-ms 12))))
@@ -580,7 +580,7 @@ Its answer is a successful tool call: the mark comes from its status line."
         (insert "first question")
         (call-interactively (key-binding (kbd "RET")))
         (sly-agent-q-test-wait (lambda () outcomes) 20 "the first turn")
-        (should (equal (sly-agent-q-chat--input-text) ""))
+        (should (equal (sly-agent-q-input-text) ""))
         (goto-char (point-max))
         (insert "second question")
         (call-interactively (key-binding (kbd "C-c C-c")))
@@ -591,7 +591,7 @@ Its answer is a successful tool call: the mark comes from its status line."
                        (plist-get (cadr outcomes) :conversationId)))
         (should (string-match-p "\n([0-9,]+ in / [0-9,]+ out · \\$[0-9.]+)\n" (buffer-string)))
         (call-interactively (key-binding (kbd "M-p")))
-        (should (equal (sly-agent-q-chat--input-text) "second question"))))
+        (should (equal (sly-agent-q-input-text) "second question"))))
     ;; The second request carried the first exchange.
     (let* ((reqs (sly-agent-q-test-mock-requests))
            (messages (cdr (assq 'messages (cdr (assq 'body (aref reqs 1)))))))
@@ -614,7 +614,7 @@ Its answer is a successful tool call: the mark comes from its status line."
        (append (sly-agent-q-test--step (sly-agent-q-test--text "Two, thinking for a long time"))
                '((hang_after_chunks . 5))))
     (should (eq (plist-get (sly-agent-q-test-send "one") :status) 'finished))
-    (let ((first (buffer-local-value 'sly-agent-q-chat--conversation-id (sly-agent-q-chat-buffer))))
+    (let ((first (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer))))
       (should (stringp first))
       (should (equal (sly-agent-q-test--server-conversations) (list first)))
       (with-current-buffer (sly-agent-q-chat-buffer)

@@ -1244,7 +1244,7 @@ report away (the chat still showed the turn going, and its entry waiting)."
                 (sly-agent-q-test-wait (lambda () outcome) 10 "the turn to end")
                 (should (eq (plist-get outcome :status) 'failed))
                 (with-current-buffer (sly-agent-q-chat-buffer)
-                  (should-not sly-agent-q-chat--turn))
+                  (should-not (sly-agent-q-turn-running)))
                 ;; The edit did not land.
                 (should (equal (sly-agent-q-diff-test-old) (sly-agent-q-tools-test--contents "src/a.lisp")))))
            t)

@@ -136,7 +136,7 @@
                          (mapcar (lambda (a) (sly-agent-q-faces-test--attribute agent a))
                                  '(:foreground :underline :height))))
       (should (string-match-p "^Some words first\\.\n\nPlan$"
-                              (sly-agent-q-faces-test--visible (point-min) sly-agent-q-chat--output))))
+                              (sly-agent-q-faces-test--visible (point-min) (sly-agent-q-transcript-end)))))
     ;; *results* is a Lisp name: its asterisks shown, not slanted; *then* is emphasis.
     (let ((results (sly-agent-q-faces-test--at "\\*results\\*")))
       (should (equal (sly-agent-q-faces-test--visible results (+ results 9)) "*results*"))
@@ -274,10 +274,10 @@ paragraph's first line not read as metadata; a heading unlike a label."
             (sly-agent-q-deny (get-text-property (point) 'sly-agent-q-approval) "")
             (sly-agent-q-test-wait (lambda () outcome) 30 "the turn to end")
             (should (eq (plist-get outcome :status) 'finished))
-            (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+            (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 10 "the rendering")
             ;; The eval_form entry opened: its form shown as Lisp, in Lisp's faces.
             (goto-char (sly-agent-q-faces-test--at "▸ \\(eval_form\\)" 1))
-            (sly-agent-q-chat-toggle-entry)
+            (sly-agent-q-entry-toggle)
             (let* ((start (sly-agent-q-faces-test--at "▾ eval_form"))
                    (end (save-excursion (goto-char start) (re-search-forward "^    error:") (point)))
                    (text (buffer-substring-no-properties start end)))
@@ -310,17 +310,17 @@ handler, as a model's answer comes."
       (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
       (unwind-protect
           (with-current-buffer (sly-agent-q-chat-buffer)
-            (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
-            (sly-agent-q-chat--insert-user-message "Plan it")
+            (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
+            (sly-agent-q-transcript-user-message "Plan it")
             (let ((text sly-agent-q-faces-test--answer) (i 0))
               (while (< i (length text))
                 (sly-agent-q-handle-notification
                  nil 'chat/textDelta (list :turnId "t1" :text (substring text i (min (length text) (+ i 7)))))
-                (sly-agent-q-chat--flush)
+                (sly-agent-q-stream-flush)
                 (setq i (+ i 7))))
             (sly-agent-q-handle-notification nil 'chat/turnFinished
                                              '(:turnId "t1" :text "" :stopReason "end_turn" :steps 1))
-            (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+            (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 10 "the rendering")
             (dolist (theme sly-agent-q-faces-test--themes)
               (sly-agent-q-faces-test--use-theme theme)
               (sly-agent-q-faces-test--check-answer theme)))
@@ -333,7 +333,7 @@ A propose_file_edit summary was cut at 160 characters in the middle
 of its own \"…[22 more characters]\"."
   (let* ((args (list :path "src/a-rather-long-directory-name/and-a-file-name.lisp"
                      :old (make-string 62 ?o) :new (make-string 90 ?n) :reason (make-string 50 ?r)))
-         (summary (sly-agent-q-chat--summarize-arguments args)))
+         (summary (sly-agent-q-entry--summarize-arguments args)))
     (should (<= (string-width summary) 162))
     (should (string-match-p "old=\"o\\{40\\}\"…\\[22 more characters\\]" summary))
     ;; An argument that does not fit is left out whole, and the ellipsis says so.

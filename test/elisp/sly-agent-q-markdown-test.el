@@ -63,15 +63,15 @@
      (when (get-buffer sly-agent-q-chat-buffer-name) (kill-buffer sly-agent-q-chat-buffer-name))
      (unwind-protect
          (with-current-buffer (sly-agent-q-chat-buffer)
-           (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+           (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
            ,@body)
        (kill-buffer sly-agent-q-chat-buffer-name))))
 
 (defun sly-agent-q-markdown-test--whole-answer (id text)
   "Turn ID answers TEXT in one piece and ends, as the server tells the chat."
-  (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id id :status 'running))
+  (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id id :state 'running))
   (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId id :text text))
-  (sly-agent-q-chat--flush)
+  (sly-agent-q-stream-flush)
   (sly-agent-q-handle-notification nil 'chat/turnFinished
                                    (list :turnId id :text "" :stopReason "end_turn")))
 
@@ -81,7 +81,7 @@
     (while (< i (length text))
       (sly-agent-q-handle-notification
        nil 'chat/textDelta (list :turnId "t1" :text (substring text i (min (length text) (+ i chunk)))))
-      (sly-agent-q-chat--flush)
+      (sly-agent-q-stream-flush)
       (setq i (+ i chunk)))))
 
 (defun sly-agent-q-markdown-test--check-rendering ()
@@ -90,16 +90,16 @@
     (goto-char (point-max))
     (insert "my draft")
     (goto-char (- (point-max) 3))
-    (let ((point (- (point) sly-agent-q-chat--input)))
+    (let ((point (- (point) (sly-agent-q-transcript-input-start))))
       (sly-agent-q-markdown-test--stream sly-agent-q-markdown-test--answer 7)
       ;; Rendered while streaming: the heading's line is complete, so it is drawn already.
-      (should (string-match-p "^Plan$" (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+      (should (string-match-p "^Plan$" (sly-agent-q-markdown-test--visible (point-min) (sly-agent-q-transcript-end))))
       (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "" :stopReason "end_turn"))
       ;; Point stayed where the user left it in the input, which is unchanged.
-      (should (= (- (point) sly-agent-q-chat--input) point))
-      (should (equal (sly-agent-q-chat--input-text) "my draft")))
-    (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output))
-          (text (buffer-substring-no-properties (point-min) sly-agent-q-chat--output)))
+      (should (= (- (point) (sly-agent-q-transcript-input-start)) point))
+      (should (equal (sly-agent-q-input-text) "my draft")))
+    (let ((screen (sly-agent-q-markdown-test--visible (point-min) (sly-agent-q-transcript-end)))
+          (text (buffer-substring-no-properties (point-min) (sly-agent-q-transcript-end))))
       ;; The text is the model's, unchanged: only its display is rendered.
       (should (string-match-p (regexp-quote sly-agent-q-markdown-test--answer) text))
       (should (string-match-p "^Plan$" screen))
@@ -130,19 +130,19 @@ Check that a step's worth was rendered before the turn's end returned,
 and the rest after."
   (sly-agent-q-markdown-test--with-chat
     (sly-agent-q-markdown-test--whole-answer "t1" text)
-    (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
-      (if (> (length text) sly-agent-q-chat--render-step-chars)
+    (let ((screen (sly-agent-q-markdown-test--visible (point-min) (sly-agent-q-transcript-end))))
+      (if (> (length text) sly-agent-q-stream--render-step-chars)
           (progn
             ;; The first heading is drawn, the last answer's markup still shows.
             (should (string-match-p "^Plan$" screen))
             (should (string-match-p "\\*\\*MAPCAR\\*\\*" screen)))
-        (should-not sly-agent-q-chat--render-queue)))
-    (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+        (should (sly-agent-q-stream-rendered-p))))
+    (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 10 "the rendering")
     (goto-char (point-max))
     (search-backward "(defun")
     ;; The last code block is fontified too.
     (should (get-text-property (1+ (point)) 'face))
-    (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+    (sly-agent-q-markdown-test--visible (point-min) (sly-agent-q-transcript-end))))
 
 (ert-deftest sly-agent-q-markdown-long-answer-rendered-in-steps ()
   "A long answer that came at once is rendered a step at a time, as it would be at once.
@@ -151,9 +151,9 @@ over 100 ms; the rest is rendered from timers."
   (let* ((sly-agent-q-markdown-use-markdown-mode nil)
          (text (mapconcat #'identity (make-list 500 sly-agent-q-markdown-test--answer) "\n"))
          (in-steps (sly-agent-q-markdown-test--at-once text))
-         (at-once (let ((sly-agent-q-chat--render-step-chars most-positive-fixnum))
+         (at-once (let ((sly-agent-q-stream--render-step-chars most-positive-fixnum))
                     (sly-agent-q-markdown-test--at-once text))))
-    (should (> (length text) (* 4 sly-agent-q-chat--render-step-chars)))
+    (should (> (length text) (* 4 sly-agent-q-stream--render-step-chars)))
     (should (equal in-steps at-once))
     (should-not (string-match-p "\\*\\*" in-steps))))
 
@@ -200,8 +200,8 @@ the buffer, its timer never asked for again."
       (sly-agent-q-markdown-test--with-chat
         (sly-agent-q-markdown-test--whole-answer "t1" "Poison **here**.\n")
         (sly-agent-q-markdown-test--whole-answer "t2" "Next **answer**.\n")
-        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
-        (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+        (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 10 "the rendering")
+        (let ((screen (sly-agent-q-markdown-test--visible (point-min) (sly-agent-q-transcript-end))))
           (should (= failed 1))
           (should (string-match-p "^Poison \\*\\*here\\*\\*\\.$" screen))
           (should (string-match-p "^Next answer\\.$" screen)))))))
@@ -213,21 +213,21 @@ stopped that step, and every later one of the buffer (the timer was
 never asked for again), and the kept buffer, named in the mode, passed
 for set up after."
   (let ((sly-agent-q-markdown-use-markdown-mode nil)
-        (code-mode (symbol-function 'sly-agent-q-chat--code-mode))
+        (code-mode (symbol-function 'sly-agent-q-stream--code-mode))
         (text (concat "```broken\n(a b)\n```\n"
                       (mapconcat #'identity (make-list 300 sly-agent-q-markdown-test--answer) "\n")
                       "\n```broken\n(c d)\n```\nLast **word**.")))
-    (should (> (length text) (* 2 sly-agent-q-chat--render-step-chars)))
-    (cl-letf (((symbol-function 'sly-agent-q-chat--code-mode)
+    (should (> (length text) (* 2 sly-agent-q-stream--render-step-chars)))
+    (cl-letf (((symbol-function 'sly-agent-q-stream--code-mode)
                (lambda (lang) (if (equal lang "broken") #'sly-agent-q-markdown-test--broken-mode
                                 (funcall code-mode lang)))))
       (sly-agent-q-markdown-test--with-chat
         (sly-agent-q-markdown-test--whole-answer "t1" text)
-        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
+        (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 20 "the rendering")
         ;; The next answer is rendered too.
         (sly-agent-q-markdown-test--whole-answer "t2" "Next **answer**.\n```lisp\n(defun g ())\n```\n")
-        (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 20 "the rendering")
-        (let ((screen (sly-agent-q-markdown-test--visible (point-min) sly-agent-q-chat--output)))
+        (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 20 "the rendering")
+        (let ((screen (sly-agent-q-markdown-test--visible (point-min) (sly-agent-q-transcript-end))))
           (should (string-match-p "^Last word\\.$" screen))
           (should (string-match-p "^Next answer\\.$" screen))
           (should (string-match-p "^(c d)$" screen)))
@@ -254,7 +254,7 @@ is given in each step, not timed; the answer ends rendered all the same."
                   (ignore answer)
                   (setq given (+ given (- end start))))))
     (advice-add 'sly-agent-q-markdown--with-markdown-mode :before count)
-    (advice-add 'sly-agent-q-chat--render-some :around
+    (advice-add 'sly-agent-q-stream--render-some :around
                 (lambda (orig) (setq given 0) (funcall orig) (setq most (max most given)))
                 '((name . sly-agent-q-markdown-test--step)))
     (unwind-protect
@@ -263,7 +263,7 @@ is given in each step, not timed; the answer ends rendered all the same."
           (should (> most 0))
           (should (<= most 2000)))
       (advice-remove 'sly-agent-q-markdown--with-markdown-mode count)
-      (advice-remove 'sly-agent-q-chat--render-some 'sly-agent-q-markdown-test--step))))
+      (advice-remove 'sly-agent-q-stream--render-some 'sly-agent-q-markdown-test--step))))
 
 (ert-deftest sly-agent-q-markdown-markdown-mode-never-sees-a-long-line-before ()
   "The text after a very long line is rendered without markdown-mode seeing that line.
@@ -491,18 +491,18 @@ a third of a second: a long answer froze Emacs for minutes)."
     (should-not (string-match-p "answering" (buffer-substring-no-properties (point-min) (point-max))))
     (should (string-match-p "\\` \\[answering" (sly-agent-q-chat--header-line)))
     ;; The screen: a line break is drawn before the prompt.
-    (let ((breaks (cl-loop for ov in (overlays-in (1- sly-agent-q-chat--output) (1+ sly-agent-q-chat--output))
+    (let ((breaks (cl-loop for ov in (overlays-in (1- (sly-agent-q-transcript-end)) (1+ (sly-agent-q-transcript-end)))
                            for s = (overlay-get ov 'before-string)
                            when s collect s)))
       (should (equal breaks '("\n"))))
     (sly-agent-q-markdown-test--stream "ld.\n" 10)
-    (should-not (cl-loop for ov in (overlays-in (1- sly-agent-q-chat--output) (1+ sly-agent-q-chat--output))
+    (should-not (cl-loop for ov in (overlays-in (1- (sly-agent-q-transcript-end)) (1+ (sly-agent-q-transcript-end)))
                          thereis (overlay-get ov 'before-string)))))
 
 (ert-deftest sly-agent-q-chat-header-state-first-within-80-columns ()
   "The header line starts with the state, and the state fits in 80 columns with a long model name."
   (sly-agent-q-markdown-test--with-chat
-    (setq sly-agent-q-chat--model (make-string 120 ?m))
+    (setf (sly-agent-q-turn-chat-model sly-agent-q-turn--chat) (make-string 120 ?m))
     (sly-agent-q-handle-notification nil 'chat/turnState
                                      '(:conversationId "k1" :turnId "t1" :state "requesting"))
     (let ((header (sly-agent-q-chat--header-line)))
@@ -512,18 +512,18 @@ a third of a second: a long answer froze Emacs for minutes)."
 (ert-deftest sly-agent-q-chat-header-says-no-server-news-before-first-use ()
   "Before the first message no \"server not running\"; after the server died, it says so."
   (sly-agent-q-markdown-test--with-chat
-    (setq sly-agent-q-chat--turn nil)
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) nil)
     (should-not (sly-agent-q-connection-live-p))
     (should-not (string-match-p "server" (sly-agent-q-chat--header-line)))
     (should (string-match-p "\\` \\[ready\\]" (sly-agent-q-chat--header-line)))
-    (sly-agent-q-chat--on-server-died "The server exited.")
+    (sly-agent-q-turn--on-server-died "The server exited.")
     (should (string-match-p "\\` \\[server stopped" (sly-agent-q-chat--header-line)))))
 
 (ert-deftest sly-agent-q-chat-cancelling-is-cleared ()
   "C-c C-k shows \"cancelling…\" in the header line, not the echo area; the turn's end clears it."
   (sly-agent-q-markdown-test--with-chat
     (let ((messages nil))
-      (cl-letf (((symbol-function 'sly-agent-q-chat--send-cancel) #'ignore)
+      (cl-letf (((symbol-function 'sly-agent-q-turn--send-cancel) #'ignore)
                 ((symbol-function 'message)
                  (lambda (fmt &rest args) (when fmt (push (apply #'format fmt args) messages)))))
         (sly-agent-q-cancel))

@@ -185,21 +185,21 @@ what it is: trust levels."
   "M-r finds the previous message matching a regexp; again goes further back; none left says so."
   (sly-agent-q-menu-test--with-chat
     (should (eq (key-binding (kbd "M-r")) #'sly-agent-q-chat-previous-matching-input))
-    (setq sly-agent-q-chat--history (list "define bar" "explain mapcar" "define foo"))
+    (setf (sly-agent-q-input-history sly-agent-q-input--state) (list "define bar" "explain mapcar" "define foo"))
     (goto-char (point-max))
     (insert "draft")
     (sly-agent-q-chat-previous-matching-input "^define")
-    (should (equal (sly-agent-q-chat--input-text) "define bar"))
+    (should (equal (sly-agent-q-input-text) "define bar"))
     (sly-agent-q-chat-previous-matching-input "^define")
-    (should (equal (sly-agent-q-chat--input-text) "define foo"))
+    (should (equal (sly-agent-q-input-text) "define foo"))
     (should-error (sly-agent-q-chat-previous-matching-input "^define") :type 'user-error)
-    (should (equal (sly-agent-q-chat--input-text) "define foo"))
+    (should (equal (sly-agent-q-input-text) "define foo"))
     (sly-agent-q-chat-next-matching-input "mapcar")
-    (should (equal (sly-agent-q-chat--input-text) "explain mapcar"))
+    (should (equal (sly-agent-q-input-text) "explain mapcar"))
     ;; M-n walks back to the draft.
     (sly-agent-q-chat-next-input)
     (sly-agent-q-chat-next-input)
-    (should (equal (sly-agent-q-chat--input-text) "draft"))))
+    (should (equal (sly-agent-q-input-text) "draft"))))
 
 (provide 'sly-agent-q-menu-test)
 ;;; sly-agent-q-menu-test.el ends here

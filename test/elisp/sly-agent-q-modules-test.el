@@ -199,13 +199,7 @@ for each other name, OWNER being the module its prefix names."
     (sort found (lambda (a b) (string< (format "%S" a) (format "%S" b))))))
 
 (defconst sly-agent-q-modules-test--misnamed-still
-  '(;; The chat's structs and helpers: named by the chat's split into
-    ;; one concept per file (issue 46), not renamed in place meanwhile.
-    ("sly-agent-q-chat" sly-agent-q--attach "sly-agent-q")
-    ("sly-agent-q-chat" sly-agent-q--describe-source "sly-agent-q")
-    ("sly-agent-q-chat" sly-agent-q--fence-language "sly-agent-q")
-    ("sly-agent-q-chat" sly-agent-q--make-entry "sly-agent-q")
-    ("sly-agent-q-chat" sly-agent-q--make-turn "sly-agent-q"))
+  '()
   "The names still defined outside the file their prefix names.
 Only ever shorter: a name renamed or moved leaves this list, and the
 test fails while it is still listed.")

@@ -181,32 +181,32 @@ Neither a `let' binding nor a buffer-local value sends anything."
 (ert-deftest sly-agent-q-chat-transcript-read-only ()
   "The transcript and prompt are read-only; the input is not."
   (sly-agent-q-test--with-chat
-    (sly-agent-q-chat-insert "Some transcript text\n")
+    (sly-agent-q-transcript-insert "Some transcript text\n")
     (goto-char (point-min))
     (should-error (insert "x") :type 'text-read-only)
-    (goto-char sly-agent-q-chat--output)
+    (goto-char (sly-agent-q-transcript-end))
     (should-error (insert "x") :type 'text-read-only)
     (goto-char (point-max))
     (insert "my question")
-    (should (equal (sly-agent-q-chat--input-text) "my question"))
+    (should (equal (sly-agent-q-input-text) "my question"))
     ;; More transcript goes above the prompt; the input stays.
-    (sly-agent-q-chat-notice "a notice")
-    (should (equal (sly-agent-q-chat--input-text) "my question"))
+    (sly-agent-q-transcript-notice "a notice")
+    (should (equal (sly-agent-q-input-text) "my question"))
     (should (string-match-p "a notice\n> my question\\'" (buffer-string)))))
 
 (ert-deftest sly-agent-q-chat-input-history ()
   "M-p and M-n walk the messages sent, keeping the draft."
   (sly-agent-q-test--with-chat
-    (setq sly-agent-q-chat--history '("third" "second" "first"))
+    (setf (sly-agent-q-input-history sly-agent-q-input--state) '("third" "second" "first"))
     (goto-char (point-max))
     (insert "draft")
     (sly-agent-q-chat-previous-input)
-    (should (equal (sly-agent-q-chat--input-text) "third"))
+    (should (equal (sly-agent-q-input-text) "third"))
     (sly-agent-q-chat-previous-input)
-    (should (equal (sly-agent-q-chat--input-text) "second"))
+    (should (equal (sly-agent-q-input-text) "second"))
     (sly-agent-q-chat-next-input)
     (sly-agent-q-chat-next-input)
-    (should (equal (sly-agent-q-chat--input-text) "draft"))
+    (should (equal (sly-agent-q-input-text) "draft"))
     (should (eq (key-binding (kbd "M-p")) #'sly-agent-q-chat-previous-input))
     (should (eq (key-binding (kbd "RET")) #'sly-agent-q-chat-return))
     (should (eq (key-binding (kbd "C-c C-c")) #'sly-agent-q-chat-send-input))
@@ -217,24 +217,24 @@ Neither a `let' binding nor a buffer-local value sends anything."
   "RET in the input starts a turn with the text and empties the input."
   (sly-agent-q-test--with-chat
     (let (sent)
-      (cl-letf (((symbol-function 'sly-agent-q-chat--start-turn)
+      (cl-letf (((symbol-function 'sly-agent-q-turn-send)
                  (lambda (text cb) (setq sent (list text cb)))))
         (goto-char (point-max))
         (should-error (sly-agent-q-chat-return) :type 'user-error)
         (insert "  explain this  ")
         (sly-agent-q-chat-return)
         (should (equal sent '("explain this" nil)))
-        (should (equal (sly-agent-q-chat--input-text) ""))
-        (should (equal (car sly-agent-q-chat--history) "explain this"))))))
+        (should (equal (sly-agent-q-input-text) ""))
+        (should (equal (car (sly-agent-q-input-history sly-agent-q-input--state)) "explain this"))))))
 
 (ert-deftest sly-agent-q-chat-streaming-is-coalesced ()
   "Many deltas are inserted together on the timer, not one by one."
   (sly-agent-q-test--with-chat
     (let ((inserts 0)
           (sly-agent-q-stream-flush-interval 0.05))
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
-      (cl-letf* ((orig (symbol-function 'sly-agent-q-chat-insert))
-                 ((symbol-function 'sly-agent-q-chat-insert)
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
+      (cl-letf* ((orig (symbol-function 'sly-agent-q-transcript-insert))
+                 ((symbol-function 'sly-agent-q-transcript-insert)
                   (lambda (&rest s) (cl-incf inserts) (apply orig s))))
         (dotimes (i 200)
           (sly-agent-q-handle-notification nil 'chat/textDelta (list :turnId "t1" :text (format "w%d " i))))
@@ -246,7 +246,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
 (ert-deftest sly-agent-q-chat-code-blocks-fontified ()
   "Code blocks in an answer are fontified as Lisp."
   (sly-agent-q-test--with-chat
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (sly-agent-q-handle-notification nil 'chat/textDelta
      '(:turnId "t1" :text "Try:\n```lisp\n(defun square (x) \"Square X.\" (* x x))\n```\nDone."))
     (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "x" :stopReason "end_turn"))
@@ -266,7 +266,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
 (ert-deftest sly-agent-q-chat-huge-results-stay-out-of-the-window ()
   "A 1 MB one-line result and a 50,000-line one: the expanded entry shows a bounded preview; o opens the whole."
   (sly-agent-q-test--with-chat
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (let ((one-line (make-string 1000000 ?x))
           (many-lines (mapconcat (lambda (i) (format "line %d" i)) (number-sequence 1 50000) "\n")))
       (pcase-dolist (`(,id ,content) (list (list "c1" one-line) (list "c2" many-lines)))
@@ -277,10 +277,10 @@ Neither a `let' binding nor a buffer-local value sends anything."
       ;; Collapsed: nothing of either result is in the buffer.
       (should (< (buffer-size) 2000))
       (dolist (id '("c1" "c2"))
-        (let ((entry (sly-agent-q-chat-entry id)))
+        (let ((entry (sly-agent-q-entry-of id)))
           (goto-char (point-min))
           (search-forward (concat "read_file") nil t (if (equal id "c1") 1 2))
-          (sly-agent-q-chat-toggle-entry)
+          (sly-agent-q-entry-toggle)
           (should (sly-agent-q-entry-expanded entry))))
       (let ((text (buffer-string)))
         (should (< (length text) (+ 2000 (* 2 (+ 250 (* 20 210))))))
@@ -293,7 +293,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
       ;; o on the first entry: the whole result, in a buffer of its own.
       (goto-char (point-min))
       (search-forward "read_file")
-      (let ((full (sly-agent-q-chat-open-entry)))
+      (let ((full (sly-agent-q-entry-open)))
         (unwind-protect
             (with-current-buffer full
               ;; Framed as outside text, as in the chat.
@@ -305,7 +305,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
   "A code block over `sly-agent-q-fontify-max-chars' is left plain; a small one is fontified."
   (sly-agent-q-test--with-chat
     (let ((sly-agent-q-fontify-max-chars 500))
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (sly-agent-q-handle-notification
        nil 'chat/textDelta
        (list :turnId "t1"
@@ -314,7 +314,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
                            "\n```\n")))
       (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "x" :stopReason "end_turn"))
       ;; A long answer is rendered in steps.
-      (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+      (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 10 "the rendering")
       (goto-char (point-min))
       (search-forward "(defun small")
       (should (eq (car (get-text-property (1+ (match-beginning 0)) 'face)) 'font-lock-keyword-face))
@@ -328,7 +328,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
   (sly-agent-q-test--with-chat
     (let ((sly-agent-q-header-refresh-interval 0.2)
           (computed 0))
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (cl-letf* ((orig (symbol-function 'sly-agent-q-chat--header-line))
                  ((symbol-function 'sly-agent-q-chat--header-line)
                   (lambda () (cl-incf computed) (funcall orig))))
@@ -350,9 +350,9 @@ Neither a `let' binding nor a buffer-local value sends anything."
   (sly-agent-q-test--with-chat
     (let* ((seen nil)
            (sly-agent-q-turn-finished-hook (list (lambda (p) (push (cons 'hook p) seen))))
-           (turn (sly-agent-q--make-turn :id "t9" :status 'running
+           (turn (sly-agent-q-turn-create :id "t9" :state 'running
                                          :callback (lambda (p) (push (cons 'cb p) seen)))))
-      (setq sly-agent-q-chat--turn turn)
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
       (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t9" :kind "provider" :message "rate limited"
                                          :usage (:inputTokens 1 :outputTokens 0)))
       (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t9" :kind "provider" :message "again"))
@@ -360,7 +360,7 @@ Neither a `let' binding nor a buffer-local value sends anything."
       (should (eq (plist-get (cdr (assq 'hook seen)) :status) 'failed))
       (should (equal (plist-get (cdr (assq 'cb seen)) :message) "rate limited"))
       (should (string-match-p "Error: rate limited" (buffer-string)))
-      (should-not sly-agent-q-chat--turn))))
+      (should-not (sly-agent-q-turn-running)))))
 
 (ert-deftest sly-agent-q-chat-attachments ()
   "Attached regions, defuns and files go before the next message."
@@ -375,8 +375,8 @@ Neither a `let' binding nor a buffer-local value sends anything."
             (sly-agent-q-attach-defun)
             (sly-agent-q-attach-region (point-min) (+ (point-min) 14)))
           (with-current-buffer (sly-agent-q-chat-buffer)
-            (should (= 2 (length sly-agent-q-chat--attachments)))
-            (let ((text (sly-agent-q-chat--attachment-text)))
+            (should (= 2 (sly-agent-q-input-attachment-count)))
+            (let ((text (sly-agent-q-input-attachment-text)))
               (should (string-match-p "Attached the form at line 3 of .*:\n```lisp\n(defun b ()\n  2)\n```" text))
               (should (string-match-p "Attached the region of .* (lines 1-1):\n```lisp\n(defun a () 1)\n```" text)))
             (should (string-match-p "\\[2 attached\\]" (sly-agent-q-chat--header-line)))))
@@ -509,14 +509,14 @@ its process filter."
   "Answering an approval redraws it alone: the entry before it and the text after it are not touched."
   (let (decision)
     (sly-agent-q-test--with-chat
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
                                                             :arguments (:path "a.lisp") :safetyLevel "dangerous"))
       (sly-agent-q-approval--ask (sly-agent-q-dispatch--make-call :id "e1" :kind "approval")
                                  '(:tool "write_file" :arguments (:path "a.lisp")
                                    :safetyLevel "dangerous" :callId "c1")
                                  (lambda (d) (setq decision d)))
-      (sly-agent-q-chat-notice "after")
+      (sly-agent-q-transcript-notice "after")
       (let* ((entry-line (buffer-substring-no-properties
                           (car (sly-agent-q-test--line-bounds "▸ write_file"))
                           (cdr (sly-agent-q-test--line-bounds "▸ write_file"))))
@@ -735,7 +735,7 @@ on by `lisp-mode-hook' and binds the same key)."
 (ert-deftest sly-agent-q-chat-entry-shows-run-time-wait-and-edited-arguments ()
   "A tool entry shows the run time, the approval's wait apart, and the arguments that ran."
   (sly-agent-q-test--with-chat
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "eval_form"
                                       :arguments (:form "(delete-file \"x\")") :safetyLevel "dangerous"))
     (sly-agent-q-handle-notification nil 'chat/toolResult
@@ -755,7 +755,7 @@ on by `lisp-mode-hook' and binds the same key)."
     ;; Expanded, both argument sets are there, each named.
     (goto-char (point-min))
     (search-forward "▸ eval_form")
-    (sly-agent-q-chat-toggle-entry)
+    (sly-agent-q-entry-toggle)
     (should (string-match-p "arguments that ran (edited by the user):\n[^:]*:[^:]*probe-file" (buffer-string)))
     (should (string-match-p "the model's arguments:\n[^:]*:[^:]*delete-file" (buffer-string)))))
 
@@ -792,7 +792,7 @@ on by `lisp-mode-hook' and binds the same key)."
 
 (defun sly-agent-q-test--transcript ()
   "The chat's transcript from its first \"You:\" to the prompt, without text properties."
-  (let ((text (buffer-substring-no-properties (point-min) sly-agent-q-chat--output)))
+  (let ((text (buffer-substring-no-properties (point-min) (sly-agent-q-transcript-end))))
     (substring text (string-match "^You:" text))))
 
 (ert-deftest sly-agent-q-chat-resumed-conversation-looks-as-live ()
@@ -800,8 +800,8 @@ on by `lisp-mode-hook' and binds the same key)."
   (let (live)
     (sly-agent-q-test--with-chat
       (let ((usage1 '(:inputTokens 1200 :outputTokens 80)) (usage2 '(:inputTokens 300 :outputTokens 5)))
-        (sly-agent-q-chat--insert-user-message "go")
-        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+        (sly-agent-q-transcript-user-message "go")
+        (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
         (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
         (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "tu1" :name "describe_symbol"
                                                               :arguments (:symbol "car") :safetyLevel "safe"))
@@ -810,11 +810,11 @@ on by `lisp-mode-hook' and binds the same key)."
         (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "CAR is a function."))
         (sly-agent-q-handle-notification nil 'chat/turnFinished
                                          `(:turnId "t1" :stopReason "end_turn" :steps 1 :usage ,usage1 :costUsd 0.0123))
-        (sly-agent-q-chat--insert-user-message "and cdr?")
-        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t2" :status 'running))
+        (sly-agent-q-transcript-user-message "and cdr?")
+        (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t2" :state 'running))
         (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t2" :kind "cancelled" :message "cancelled by the user"))
-        (sly-agent-q-chat--insert-user-message "well?")
-        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t3" :status 'running))
+        (sly-agent-q-transcript-user-message "well?")
+        (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t3" :state 'running))
         (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t3" :text "CDR too."))
         (sly-agent-q-handle-notification nil 'chat/turnFinished
                                          `(:turnId "t3" :stopReason "max_tokens" :steps 0 :usage ,usage2 :costUsd 0.001))
@@ -834,8 +834,8 @@ on by `lisp-mode-hook' and binds the same key)."
   "The model's reasoning, resumed, is folded above its answer as it was live, redacted too."
   (let (live)
     (sly-agent-q-test--with-chat
-      (sly-agent-q-chat--insert-user-message "go")
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (sly-agent-q-transcript-user-message "go")
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (sly-agent-q-handle-notification nil 'chat/thinkingDelta '(:turnId "t1" :text "Which frame? "))
       (sly-agent-q-handle-notification nil 'chat/thinkingDelta '(:turnId "t1" :text "The top one."))
       (sly-agent-q-handle-notification nil 'chat/thinkingDelta '(:turnId "t1" :text "" :redacted t))
@@ -860,8 +860,8 @@ on by `lisp-mode-hook' and binds the same key)."
   "A notice with details (image_changes' listing at a turn's end) has a button that shows them,
 hidden at first, framed and drawn as data: a line of the image's cannot pass for the product's."
   (sly-agent-q-test--with-chat
-    (sly-agent-q-chat--insert-user-message "go")
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-transcript-user-message "go")
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (sly-agent-q-handle-notification
      nil 'chat/notice
      '(:turnId "t1" :text "2 definitions in the image differ from their files"
@@ -877,7 +877,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
         (should-not (string-match-p "^\\[approved\\]" details))
         (should-not (string-match-p "[\e\u202e]" details)))
       (goto-char (button-start button))
-      (sly-agent-q-chat-toggle-details)
+      (sly-agent-q-transcript-toggle-details)
       (should-not (overlay-get overlay 'invisible))
       (button-activate button)
       (should (overlay-get overlay 'invisible)))))
@@ -901,15 +901,15 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
 (ert-deftest sly-agent-q-chat-text-after-a-call-shows-after-its-entry ()
   "The text an answer wrote after its calls (sent after their announcement) shows below their entries."
   (sly-agent-q-test--with-chat
-    (sly-agent-q-chat--insert-user-message "go")
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (sly-agent-q-transcript-user-message "go")
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
     (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "tu1" :name "describe_symbol"
                                                           :arguments (:symbol "car") :safetyLevel "safe"))
     (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "\n\nAfter the call."))
     (sly-agent-q-handle-notification nil 'chat/toolResult '(:turnId "t1" :callId "tu1" :name "describe_symbol" :success t
                                                             :content "CAR names a function" :executionTimeMs 3.2 :approved t))
-    (sly-agent-q-chat--flush)
+    (sly-agent-q-stream-flush)
     (let ((shown (sly-agent-q-test--transcript)))
       (should (< (string-match "Looking\\." shown) (string-match "describe_symbol" shown)
                  (string-match "After the call\\." shown))))))
@@ -953,7 +953,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
   "A tool entry and the approval after it redraw without eating each other."
   (let (decision)
     (sly-agent-q-test--with-chat
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (sly-agent-q-handle-notification nil 'chat/toolCall '(:turnId "t1" :callId "c1" :name "write_file"
                                         :arguments (:path "a.lisp" :content "x") :safetyLevel "dangerous"))
       (sly-agent-q-handle-notification nil 'chat/approvalNeeded '(:turnId "t1" :callId "c1" :name "write_file"))
@@ -962,7 +962,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
                                  '(:tool "write_file" :arguments (:path "a.lisp" :content "x")
                                    :safetyLevel "dangerous" :callId "c1")
                                  (lambda (d) (setq decision d)))
-      (sly-agent-q-chat-notice "after")
+      (sly-agent-q-transcript-notice "after")
       (sly-agent-q-approve (progn (goto-char (point-min)) (search-forward "needs your approval")
                                   (get-text-property (point) 'sly-agent-q-approval)))
       (should (equal decision '(:decision "approved")))
@@ -974,7 +974,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
       ;; Expanding the entry keeps the approval line after it.
       (goto-char (point-min))
       (search-forward "▸ write_file")
-      (sly-agent-q-chat-toggle-entry)
+      (sly-agent-q-entry-toggle)
       (should (string-match-p "result:\n      ╎ Wrote a.lisp\n    time: 3 ms\n  ✓ approved write_file\nafter\n"
                               (buffer-string))))))
 
@@ -997,7 +997,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
 (ert-deftest sly-agent-q-chat-entry-redraws-alone ()
   "A tool result redraws its entry alone: the text around it and the next entry are not touched."
   (sly-agent-q-test--with-chat
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (sly-agent-q-handle-notification nil 'chat/textDelta '(:turnId "t1" :text "Looking."))
     (dolist (id '("c1" "c2"))
       (sly-agent-q-handle-notification nil 'chat/toolCall
@@ -1005,7 +1005,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
                                              :arguments (list :path (concat id ".lisp"))
                                              :safetyLevel "safe")))
     (sly-agent-q-handle-notification nil 'chat/toolStarted '(:turnId "t1" :callId "c1" :name "read_file"))
-    (sly-agent-q-chat-notice "after")
+    (sly-agent-q-transcript-notice "after")
     (let* ((second (save-excursion (goto-char (point-min)) (search-forward "c2.lisp")
                                    (copy-marker (match-beginning 0))))
            (changes (sly-agent-q-test--changes-during
@@ -1043,7 +1043,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
       ;; Expanding the first entry puts its details between the two.
       (goto-char (point-min))
       (search-forward "▸ read_file (safe) path=\"c1")
-      (sly-agent-q-chat-toggle-entry)
+      (sly-agent-q-entry-toggle)
       (should (string-match-p (concat "▾ read_file (safe) path=\"c1.lisp\"  ✓ 2 ms\n"
                                       "    arguments:\n      ╎ {\n      ╎   \"path\": \"c1.lisp\"\n      ╎ }\n"
                                       "    result:\n      ╎ (defun a ())\n"
@@ -1056,7 +1056,7 @@ hidden at first, framed and drawn as data: a line of the image's cannot pass for
 streamed), waiting while approval is asked, running once started, and its result after; a start
 told after the result changes nothing."
   (sly-agent-q-test--with-chat
-    (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+    (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
     (dolist (call '(("c0" "read_file" "safe" t) ("c1" "write_file" "dangerous" nil) ("c2" "read_file" "safe" nil)))
       (sly-agent-q-handle-notification nil 'chat/toolCall
                                        (append (list :turnId "t1" :callId (car call) :name (cadr call)
@@ -1093,13 +1093,13 @@ told after the result changes nothing."
 
 (defun sly-agent-q-test--prompt ()
   "The text between the transcript and the input."
-  (buffer-substring-no-properties sly-agent-q-chat--output sly-agent-q-chat--input))
+  (buffer-substring-no-properties (sly-agent-q-transcript-end) (sly-agent-q-transcript-input-start)))
 
 (ert-deftest sly-agent-q-chat-turn-states-in-header-and-prompt ()
   "Each chat/turnState shows first in the header line, never in the prompt; the input stays; the end clears it."
   (sly-agent-q-test--with-chat
     (let ((sly-agent-q-prompt "> "))
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (goto-char (point-max))
       (insert "draft")
       (should (string-match-p "\\` \\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
@@ -1120,13 +1120,13 @@ told after the result changes nothing."
                               (sly-agent-q-chat--header-line)))
       (should (string-match-p "… queued\n> draft\\'" (buffer-string)))
       ;; The prompt stays read-only and the input editable.
-      (goto-char sly-agent-q-chat--output)
+      (goto-char (sly-agent-q-transcript-end))
       (should-error (insert "x") :type 'text-read-only)
       (goto-char (point-max))
       (insert "!")
-      (should (equal (sly-agent-q-chat--input-text) "draft!"))
+      (should (equal (sly-agent-q-input-text) "draft!"))
       ;; Transcript text still goes above the prompt.
-      (sly-agent-q-chat-notice "a notice")
+      (sly-agent-q-transcript-notice "a notice")
       (should (string-match-p "a notice\n> draft!\\'" (buffer-string)))
       (sly-agent-q-test--turn-state "running-tools" "awaiting-approval")
       (sly-agent-q-test--turn-state "finished" "running-tools")
@@ -1134,16 +1134,49 @@ told after the result changes nothing."
       (should (equal (sly-agent-q-test--prompt) "> "))
       (sly-agent-q-handle-notification nil 'chat/turnFinished
                                        '(:turnId "t1" :text "done" :stopReason "end_turn"))
-      (should-not sly-agent-q-chat--turn)
+      (should-not (sly-agent-q-turn-running))
       (should-not (string-match-p "\\[running\\|\\[finished" (sly-agent-q-chat--header-line)))
       (should (string-match-p "\n> draft!\\'" (buffer-string)))
-      (should (equal (sly-agent-q-chat--input-text) "draft!")))))
+      (should (equal (sly-agent-q-input-text) "draft!")))))
+
+(ert-deftest sly-agent-q-chat-turn-has-one-state ()
+  "A turn's one state goes sending, running, then the server's; the send's answer never undoes a server state.
+The server may speak of a turn (chat/turnState) before its answer to
+chat/send reaches the chat: that answer then leaves the state as the
+server said it."
+  (sly-agent-q-test--with-chat
+    (let ((turn (sly-agent-q-turn-create)))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+      (should (eq (sly-agent-q-turn-state turn) 'sending))
+      (should (string-match-p "\\` \\[sending · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      ;; Before the send's answer: the turn adopts the id the notification names.
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (should (equal (sly-agent-q-turn-id turn) "t1"))
+      (should (eq (sly-agent-q-turn-state turn) 'requesting))
+      (sly-agent-q-turn--sent (current-buffer) turn '(:conversationId "k1" :turnId "t1"))
+      (should (eq (sly-agent-q-turn-state turn) 'requesting))
+      (should (string-match-p "\\` \\[waiting for the model · C-c C-k cancels\\]"
+                              (sly-agent-q-chat--header-line)))
+      (sly-agent-q-handle-notification nil 'chat/turnFailed '(:turnId "t1" :kind "cancelled"))
+      (should (eq (sly-agent-q-turn-state turn) 'cancelled))
+      (should-not (sly-agent-q-turn-running)))
+    ;; The send's answer first: running, until the server's first state.
+    (let ((turn (sly-agent-q-turn-create)))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) turn)
+      (sly-agent-q-turn--sent (current-buffer) turn '(:conversationId "k1" :turnId "t1"))
+      (should (eq (sly-agent-q-turn-state turn) 'running))
+      (should (string-match-p "\\` \\[running · C-c C-k cancels\\]" (sly-agent-q-chat--header-line)))
+      (sly-agent-q-test--turn-state "requesting" nil)
+      (should (eq (sly-agent-q-turn-state turn) 'requesting))
+      (sly-agent-q-handle-notification nil 'chat/turnFinished '(:turnId "t1" :text "done" :stopReason "end_turn"))
+      (should (eq (sly-agent-q-turn-state turn) 'finished))
+      (should-not (sly-agent-q-turn-running)))))
 
 (ert-deftest sly-agent-q-chat-turn-state-cleared-when-turn-fails ()
   "A turn that fails or is cancelled mid-state leaves the plain prompt."
   (sly-agent-q-test--with-chat
     (dolist (end '(("provider" . "Error: rate limited") ("cancelled" . "\\[cancelled\\]")))
-      (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+      (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
       (sly-agent-q-test--turn-state "requesting" nil)
       (sly-agent-q-test--turn-state "running-tools" "requesting")
       (sly-agent-q-test--turn-state "awaiting-approval" "running-tools")
@@ -1151,22 +1184,22 @@ told after the result changes nothing."
         (should (string-match-p "\\` \\[awaiting approval" (sly-agent-q-chat--header-line)))
       (sly-agent-q-handle-notification nil 'chat/turnFailed
                                        (list :turnId "t1" :kind (car end) :message "rate limited"))
-      (should-not sly-agent-q-chat--turn)
+      (should-not (sly-agent-q-turn-running))
       (should (equal (sly-agent-q-test--prompt) "> "))
       (should (string-match-p (concat (cdr end) "\n> \\'") (buffer-string))))))
 
 (ert-deftest sly-agent-q-chat-turn-transitions ()
   "The chat's table of transitions is the server's graph; an unexpected one is logged, not an error."
-  (should (equal (cdr (assq 'requesting sly-agent-q-chat-turn-transitions))
+  (should (equal (cdr (assq 'requesting sly-agent-q-turn-transitions))
                  '(streaming running-tools finished failed cancelled)))
-  (should (equal (cdr (assq 'streaming sly-agent-q-chat-turn-transitions))
+  (should (equal (cdr (assq 'streaming sly-agent-q-turn-transitions))
                  '(running-tools finished failed cancelled)))
-  (should (equal (cdr (assq 'running-tools sly-agent-q-chat-turn-transitions))
+  (should (equal (cdr (assq 'running-tools sly-agent-q-turn-transitions))
                  '(awaiting-approval requesting failed cancelled finished)))
-  (should (equal (cdr (assq 'awaiting-approval sly-agent-q-chat-turn-transitions))
+  (should (equal (cdr (assq 'awaiting-approval sly-agent-q-turn-transitions))
                  '(running-tools failed cancelled)))
   (dolist (s '(finished failed cancelled))
-    (should (null (cdr (assq s sly-agent-q-chat-turn-transitions)))))
+    (should (null (cdr (assq s sly-agent-q-turn-transitions)))))
   (sly-agent-q-test--with-chat
     (let ((logged nil))
       (cl-letf* ((real-message (symbol-function 'message))
@@ -1176,7 +1209,7 @@ told after the result changes nothing."
                       (when (and text (string-prefix-p "sly-agent-q: turn" text))
                         (push text logged)))
                     (apply real-message fmt args))))
-        (setq sly-agent-q-chat--turn (sly-agent-q--make-turn :id "t1" :status 'running))
+        (setf (sly-agent-q-turn-chat-running sly-agent-q-turn--chat) (sly-agent-q-turn-create :id "t1" :state 'running))
         ;; The expected path logs nothing.
         (sly-agent-q-test--turn-state "requesting" nil)
         (sly-agent-q-test--turn-state "streaming" "requesting")
@@ -1198,7 +1231,7 @@ told after the result changes nothing."
         (sly-agent-q-handle-notification nil 'chat/turnState
                                          '(:conversationId "k2" :turnId "t2" :state "streaming"
                                            :previous "requesting"))
-        (should (eq (sly-agent-q-turn-state sly-agent-q-chat--turn) 'cancelled))
+        (should (eq (sly-agent-q-turn-state (sly-agent-q-turn-running)) 'cancelled))
         (should-not logged)))))
 
 (ert-deftest sly-agent-q-approval-denied-when-chat-killed ()

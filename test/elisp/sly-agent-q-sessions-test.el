@@ -365,7 +365,7 @@ chat says the server exited."
       ;; The user edits c.txt after the agent wrote it.
       (with-temp-file (expand-file-name "c.txt" root) (insert "the user's c\n"))
       (let* ((id (sly-agent-q-chat-conversation-id (sly-agent-q-chat-buffer)))
-             (cost (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)))
+             (cost (plist-get (sly-agent-q-chat-spending (sly-agent-q-chat-buffer)) :cost))
              (header (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)))
              (turns nil) (outcome nil) (diffs nil))
         (should (> cost 0))
@@ -396,7 +396,7 @@ chat says the server exited."
           (should (string-match-p "^-agent's c$" (buffer-string)))
           (should (string-match-p "^\\+the user's c$" (buffer-string))))
         ;; What was spent stays spent: the header line's cost, tokens and model are as before.
-        (should (equal (buffer-local-value 'sly-agent-q-chat--cost (sly-agent-q-chat-buffer)) cost))
+        (should (equal (plist-get (sly-agent-q-chat-spending (sly-agent-q-chat-buffer)) :cost) cost))
         (should (equal (with-current-buffer (sly-agent-q-chat-buffer) (sly-agent-q-chat--header-line)) header))
         ;; The conversation ends before turn 2: the chat shows turn 1 only, the model gets turn 1 only.
         (let ((chat (sly-agent-q-test-chat-text)))
@@ -476,8 +476,8 @@ completion alike (icomplete, fido), each as number, first words, time."
   (let ((sly-agent-q-chat-buffer-name "*sly-agent-q export test*"))
     (unwind-protect
         (with-current-buffer (sly-agent-q-chat-buffer)
-          (setq sly-agent-q-chat--conversation-id "c-1")
-          (push "Why does my parser loop?" sly-agent-q-chat--history)
+          (setf (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat) "c-1")
+          (push "Why does my parser loop?" (sly-agent-q-input-history sly-agent-q-input--state))
           (let (default)
             (cl-letf (((symbol-function 'read-file-name)
                        (lambda (_prompt _dir _default _mustmatch initial &rest _) (setq default initial) "x.org"))

@@ -227,7 +227,7 @@ the README's captures."
                 (sly-agent-q-deny (get-text-property (point) 'sly-agent-q-approval) "")
                 (sly-agent-q-test-wait (lambda () outcome) 30 "the turn to end")
                 (should (eq (plist-get outcome :status) 'finished))
-                (sly-agent-q-test-wait (lambda () (null sly-agent-q-chat--render-queue)) 10 "the rendering")
+                (sly-agent-q-test-wait (lambda () (sly-agent-q-stream-rendered-p)) 10 "the rendering")
                 (sly-agent-q-test-wait (lambda () (string-match-p "\\`ready\\|\\[ready\\]" (format-mode-line header-line-format)))
                                        10 "the header line to say the chat is ready")
                 (dolist (theme sly-agent-q-gui-chat-test--themes)

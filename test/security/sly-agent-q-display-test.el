@@ -239,11 +239,11 @@ starts with the frame too, never at column 0."
           ;; Every tool entry expanded: its arguments and result drawn too.
           (maphash (lambda (_ entry)
                      (setf (sly-agent-q-entry-expanded entry) t)
-                     (sly-agent-q-chat-redraw-section (sly-agent-q-entry-section entry)))
-                   sly-agent-q-chat--entries)
+                     (sly-agent-q-transcript-redraw-section (sly-agent-q-entry-section entry)))
+                   sly-agent-q-entry--table)
           ;; Notices (errors, titles...).
-          (sly-agent-q-chat-notice (funcall r))
-          (sly-agent-q-chat-notice (concat "Error: " (funcall r)) 'sly-agent-q-error-face))
+          (sly-agent-q-transcript-notice (funcall r))
+          (sly-agent-q-transcript-notice (concat "Error: " (funcall r)) 'sly-agent-q-error-face))
         ;; Approvals of every kind, one after another, waiting.
         (let ((requests (sly-agent-q-display-test--approvals r)))
           (dolist (request requests)
@@ -323,14 +323,14 @@ starts with the frame too, never at column 0."
               (maphash (lambda (_ entry)
                          (goto-char (ewoc-location (ewoc-nth (sly-agent-q-entry-section entry) 0)))
                          (skip-chars-forward " ")
-                         (let ((opened (sly-agent-q-chat-open-entry)))
+                         (let ((opened (sly-agent-q-entry-open)))
                            (unwind-protect
                                (progn
                                  (sly-agent-q-display-test--check-text "an opened entry"
                                                                        (with-current-buffer opened (buffer-string)))
                                  (should (> (sly-agent-q-display-test--check-framed "an opened entry" opened) 0)))
                              (kill-buffer opened))))
-                       sly-agent-q-chat--entries))
+                       sly-agent-q-entry--table))
             (sly-agent-q-display-test--check-framed "the MCP log" (sly-agent-q-mcp-log-buffer))
             (with-current-buffer (sly-agent-q-mcp-log-buffer)
               (goto-char (point-min))
@@ -387,13 +387,13 @@ window wraps a long line."
                       ("c3" "eval_form" error ,(concat "The value NIL is not of type NUMBER\n" hostile))
                       ;; The debugger's restarts, their descriptions the image's.
                       ("c4" "debugger_state" ok ,(concat "Restarts:\n  0: [ABORT] " hostile))))
-        (let ((entry (sly-agent-q--make-entry :call-id (nth 0 spec) :name (nth 1 spec) :safety "safe"
+        (let ((entry (sly-agent-q-entry-create :call-id (nth 0 spec) :name (nth 1 spec) :safety "safe"
                                               :arguments (list :form hostile) :expanded t
                                               :status (nth 2 spec) :time-ms 3)))
           (if (eq (nth 2 spec) 'ok)
               (setf (sly-agent-q-entry-content entry) (nth 3 spec))
             (setf (sly-agent-q-entry-error entry) (nth 3 spec)))
-          (sly-agent-q-chat--add-entry entry))))
+          (sly-agent-q-entry-add entry))))
     ;; An MCP server's stderr, as its status reports it, and a client's call.
     (sly-agent-q-handle-notification nil 'mcp/serverStatus
                                      (list :name "srv" :status "exited" :message hostile))
@@ -412,7 +412,7 @@ window wraps a long line."
     (with-current-buffer (sly-agent-q-chat-buffer)
       (goto-char (point-min))
       (search-forward "▾ mcp__srv__lookup")
-      (let ((opened (sly-agent-q-chat-open-entry)))
+      (let ((opened (sly-agent-q-entry-open)))
         (unwind-protect
             (let ((text (with-current-buffer opened (buffer-string))))
               (should (= 0 (sly-agent-q-display-test--imitated-lines text)))

@@ -377,9 +377,9 @@ describe("doc/turn-states.md", () => {
 });
 
 describe("the chat's view of the turn", () => {
-  it("is the server's transitions table (sly-agent-q-chat-turn-transitions in lisp-elisp/sly-agent-q-chat.el)", () => {
-    const source = readFileSync(new URL("../../lisp-elisp/sly-agent-q-chat.el", import.meta.url), "utf8");
-    const start = source.indexOf("(defconst sly-agent-q-chat-turn-transitions");
+  it("is the server's transitions table (sly-agent-q-turn-transitions in lisp-elisp/sly-agent-q-turn.el)", () => {
+    const source = readFileSync(new URL("../../lisp-elisp/sly-agent-q-turn.el", import.meta.url), "utf8");
+    const start = source.indexOf("(defconst sly-agent-q-turn-transitions");
     expect(start).toBeGreaterThanOrEqual(0);
     const body = source.slice(start, source.indexOf('"', start));
     const rows = [...body.matchAll(/\(([a-z-]+(?: [a-z-]+)*)\)/g)].map((m) => m[1]!.split(" "));
