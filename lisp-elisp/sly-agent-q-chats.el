@@ -197,14 +197,25 @@ call: the current Lisp)."
 ;;;; The conversations of killed chats
 
 (defvar sly-agent-q-chats--killed (make-hash-table :test #'equal)
-  "The conversations of the chats killed: conversation id to the chat's name.
-A call the server sent before it saw a killed chat's cancel finds no
-chat: without this, it would run in whichever Lisp is current.")
+  "The conversations chats killed or left: conversation id to (NAME . HOW).
+NAME is the chat's name, HOW `killed' or `left' (a new conversation
+began there).  A call the server sent before it saw the chat's cancel
+finds no chat: without this, it would run in whichever Lisp is current.")
+
+(defun sly-agent-q-chats-note-killed (conversation-id name)
+  "Remember CONVERSATION-ID as the conversation of the chat NAME, killed."
+  (puthash conversation-id (cons name 'killed) sly-agent-q-chats--killed))
+
+(defun sly-agent-q-chats-note-left (conversation-id name)
+  "Remember CONVERSATION-ID as a conversation the chat NAME left.
+A kill noted first stays what it says."
+  (unless (gethash conversation-id sly-agent-q-chats--killed)
+    (puthash conversation-id (cons name 'left) sly-agent-q-chats--killed)))
 
 (defun sly-agent-q-chats--note-killed ()
   "The chat being killed: remember its conversation as a killed chat's."
   (let ((id (sly-agent-q-chat-conversation-id)))
-    (when id (puthash id (buffer-name) sly-agent-q-chats--killed))))
+    (when id (sly-agent-q-chats-note-killed id (buffer-name)))))
 
 (defun sly-agent-q-chats--watch-kill ()
   "Note this chat's conversation when the chat is killed.
@@ -214,13 +225,15 @@ Before the chat's own kill hook, which forgets the conversation."
 (add-hook 'sly-agent-q-chat-mode-hook #'sly-agent-q-chats--watch-kill)
 
 (defun sly-agent-q-chats-killed-message (conversation-id)
-  "Why a call of CONVERSATION-ID must not run: its chat was killed; or nil.
+  "Why a call of CONVERSATION-ID must not run: its chat was killed or left it; or nil.
 Nil too when a live chat holds the conversation again (resumed), and for
 a conversation no chat ever held (an MCP client's): those run as before."
-  (let ((name (and conversation-id (gethash conversation-id sly-agent-q-chats--killed))))
-    (and name (not (sly-agent-q-chats-of-conversation conversation-id))
-         (format "The chat %s of this conversation was killed: its calls are refused, and this one did not run."
-                 (sly-agent-q-display-line name)))))
+  (let ((noted (and conversation-id (gethash conversation-id sly-agent-q-chats--killed))))
+    (and noted (not (sly-agent-q-chats-of-conversation conversation-id))
+         (format (if (eq (cdr noted) 'killed)
+                     "The chat %s of this conversation was killed: its calls are refused, and this one did not run."
+                   "The chat %s has left this conversation for a new one: its calls are refused, and this one did not run.")
+                 (sly-agent-q-display-line (car noted))))))
 
 (defun sly-agent-q-chats--refusal (params)
   "Refuse the call of PARAMS if its chat was killed.

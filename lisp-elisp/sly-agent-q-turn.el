@@ -164,6 +164,8 @@ Nothing waits, and no server is started for it."
 (defun sly-agent-q-turn-free-conversation ()
   "Tell the server to forget this buffer's conversation, and forget its id here."
   (when (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat)
+    ;; A late call of it (sent before the server saw it go) must not run here or elsewhere.
+    (sly-agent-q-chats-note-left (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat) (buffer-name))
     (sly-agent-q-turn--fire-and-forget
      'conversation/delete (list :conversationId (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat)))
     (setf (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat) nil)))
@@ -275,6 +277,7 @@ CALLBACK, if non-nil, gets the outcome plist."
   (when (sly-agent-q-turn-running)
     (user-error "A turn is running; C-c C-k cancels it"))
   (let* ((buf (current-buffer))
+         (name (buffer-name))
          (attachments (sly-agent-q-input-take-attachments))
          (attached (car attachments))
          (turn (sly-agent-q-turn-create :callback callback)))
@@ -296,7 +299,10 @@ CALLBACK, if non-nil, gets the outcome plist."
                (list :conversationId (sly-agent-q-turn-chat-conversation-id sly-agent-q-turn--chat)
                      :text (concat attached text)
                      :context (sly-agent-q-turn--context)))
-              :success-fn (lambda (result) (sly-agent-q-turn--sent buf turn result))
+              :success-fn (lambda (result)
+                            (if (buffer-live-p buf)
+                                (sly-agent-q-turn--sent buf turn result)
+                              (sly-agent-q-turn--sent-to-killed name result)))
               :error-fn (lambda (e)
                           (sly-agent-q-turn--in buf
                             (when (eql (plist-get e :code)
@@ -336,6 +342,15 @@ CALLBACK, if non-nil, gets the outcome plist."
       (when (sly-agent-q-turn-cancel-requested turn)
         (sly-agent-q-turn--send-cancel turn)))
     (sly-agent-q-header-refresh)))
+
+(defun sly-agent-q-turn--sent-to-killed (name result)
+  "The server accepted a turn of the chat NAME, killed meanwhile, with RESULT.
+The kill knew no conversation to free: its calls are refused from now
+on, and the server frees it (cancelling its turn), as a kill does."
+  (let ((id (plist-get result :conversationId)))
+    (when (stringp id)
+      (sly-agent-q-chats-note-killed id name)
+      (sly-agent-q-turn--fire-and-forget 'conversation/delete (list :conversationId id)))))
 
 (defun sly-agent-q-turn--check (buf turn)
   "Ask the server about TURN of BUF; end it with an error if it is over.

@@ -51,6 +51,14 @@ CONVERSATION-ID nil: a new conversation, which no chat holds."
     (sly-agent-q-test-wait (lambda () sent) 20 "the late chat/send's answer")
     (should (eq (car sent) :ok))))
 
+(defun chats-test--new-conversation-unheard (chat)
+  "Start a new conversation in CHAT without the server hearing of it."
+  (let ((sly-agent-q-current-connection nil))
+    (with-current-buffer chat (sly-agent-q-new-conversation))))
+
+(defvar chats-test--leave #'chats-test--kill-unheard
+  "How alpha's chat leaves its conversation in `chats-test--with-killed-alpha'.")
+
 (defmacro chats-test--with-killed-alpha (&rest body)
   "Run BODY with alpha's chat killed unheard, beta's chat and image current.
 Bound in BODY: LISP-A, LISP-B, CHAT-B, ID-A (the killed chat's conversation)."
@@ -76,7 +84,7 @@ Bound in BODY: LISP-A, LISP-B, CHAT-B, ID-A (the killed chat's conversation)."
                (should (eq (plist-get (funcall a) :status) 'finished)))
              (setq id-a (sly-agent-q-chat-conversation-id chat-a))
              (should (stringp id-a))
-             (chats-test--kill-unheard chat-a)
+             (funcall chats-test--leave chat-a)
              ;; Whatever is current is beta's: a call run there lands in beta's image.
              (chats-test-make-current lisp-b)
              (with-current-buffer chat-b
@@ -133,6 +141,85 @@ current (beta's)."
                              30 "the late approval's outcome")
       (should-not (chats-test-has-approval-p chat-b))
       (chats-test--late-refused lisp-a lisp-b))))
+
+(ert-deftest chats-zz-killed-a-conversation-left-for-a-new-one-runs-nowhere ()
+  "Alpha's chat starts a new conversation; the old one's late eval_form must run in no image.
+Before: no chat held the old conversation any more, and the call ran in
+the Lisp current (beta's)."
+  (let ((chats-test--leave #'chats-test--new-conversation-unheard))
+    (chats-test--with-killed-alpha
+      (chats-test--late-turn id-a)
+      (sly-agent-q-test-wait (lambda () (>= (chats-test-requests) 3)) 30 "the late calls' results to reach the model")
+      (let ((results (last (sly-agent-q-test-tool-results) 2)))
+        (should (= (length results) 2))
+        (dolist (result results)
+          (should (string-match-p "\\`Error: The chat \\*sly-agent-q[^*]*\\* has left this conversation for a new one: its calls are refused, and this one did not run\\.\\'"
+                                  (car result)))))
+      (should-not (chats-test-bound-p lisp-a "*LATE*"))
+      (should-not (chats-test-bound-p lisp-b "*LATE*")))))
+
+;; A chat killed while its first message is on its way: its conversation's
+;; id is not known when it is killed, only when the server's answer comes.
+(defconst chats-test--in-flight-script
+  `((steps . [;; 0, the killed chat's first turn: an evaluation, streamed
+              ;; slowly so that the answer to its send comes first.
+              ((content . [((type . "tool_use") (name . "eval_form")
+                            (input . ((form . "(progn (defparameter cl-user::*late* 1) :late)")
+                                      (package . "CL-USER"))))])
+               (chunk_delay_ms . 300))
+              ((content . [((type . "text") (text . "Late: {{last_tool_result}}"))]))])))
+
+(defun chats-test--conversations ()
+  "The conversations the server holds now."
+  (let (answer)
+    (sly-agent-q-server-request 'conversation/list nil
+                                (lambda (r) (setq answer (list :ok r)))
+                                (lambda (e) (setq answer (list :error e))))
+    (sly-agent-q-test-wait (lambda () answer) 20 "conversation/list's answer")
+    (should (eq (car answer) :ok))
+    (append (plist-get (cadr answer) :conversations) nil)))
+
+(ert-deftest chats-zz-killed-a-chat-killed-while-its-first-message-is-sent ()
+  "A chat killed before the answer to its first chat/send: its turn runs nowhere.
+Before: the kill knew no conversation to free or cancel, and the turn's
+evaluation ran in the Lisp current (beta's)."
+  (sly-agent-q-test-connect-lisp)
+  (let* ((lisp-a (sly-agent-q-bridge-current))
+         (lisp-b (chats-test-second-image))
+         (alpha (file-name-as-directory (make-temp-file "alpha" t)))
+         (beta (file-name-as-directory (make-temp-file "beta" t)))
+         (sly-agent-q-project-root nil))
+    (unwind-protect
+        (sly-agent-q-test-with-server chats-test--in-flight-script
+          (let ((chat-a (sly-agent-q-chats-create alpha lisp-a))
+                (chat-b (sly-agent-q-chats-create beta lisp-b)))
+            (ignore chat-b)
+            (dolist (lisp (list lisp-a lisp-b))
+              (chats-test-eval lisp '(cl:makunbound (cl:intern "*LATE*" "COMMON-LISP-USER"))))
+            (chats-test-make-current lisp-b)
+            ;; Sent, and killed before the answer is read.
+            (chats-test-send chat-a "Set it")
+            (let ((kill-buffer-query-functions nil))
+              (kill-buffer chat-a))
+            ;; The server frees the conversation (its turn cancelled) once the answer tells its id.
+            (sly-agent-q-test-wait (lambda () (null (chats-test--conversations))) 20
+                                   "the killed chat's conversation to be freed")
+            ;; Past the slow stream's end: nothing ran anywhere.
+            (sleep-for 2)
+            (should-not (chats-test-bound-p lisp-a "*LATE*"))
+            (should-not (chats-test-bound-p lisp-b "*LATE*"))))
+      (let ((kill-buffer-query-functions nil))
+        (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat)))
+      (let ((inferior (ignore-errors (funcall (sly-agent-q-bridge-adapter-inferior (car lisp-b)) (cdr lisp-b)))))
+        (when (process-live-p inferior)
+          (kill-process inferior)
+          (sly-agent-q-test-wait (lambda () (not (process-live-p inferior))) 20 "beta's image to end"))
+        (when (and (processp inferior) (buffer-live-p (process-buffer inferior)))
+          (let ((kill-buffer-query-functions nil))
+            (kill-buffer (process-buffer inferior)))))
+      (chats-test-make-current lisp-a)
+      (delete-directory alpha t)
+      (delete-directory beta t))))
 
 (provide 'sly-agent-q-chats-killed-test)
 ;;; sly-agent-q-chats-killed-test.el ends here
