@@ -225,7 +225,7 @@ Before the chat's own kill hook, which forgets the conversation."
 (add-hook 'sly-agent-q-chat-mode-hook #'sly-agent-q-chats--watch-kill)
 
 (defun sly-agent-q-chats-killed-message (conversation-id)
-  "Why a call of CONVERSATION-ID must not run: its chat was killed or left it; or nil.
+  "Why a call of CONVERSATION-ID must not run: its chat killed or left; or nil.
 Nil too when a live chat holds the conversation again (resumed), and for
 a conversation no chat ever held (an MCP client's): those run as before."
   (let ((noted (and conversation-id (gethash conversation-id sly-agent-q-chats--killed))))
