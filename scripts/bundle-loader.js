@@ -14,6 +14,8 @@
 // takes the built-in modules from whatever the Node at hand offers.
 
 const PROGRAM_KEY = "__PROGRAM_KEY__";
+// The names of the packages the program requires from the deferred program (scripts/build.mjs).
+const DEFERRED_IDS = ["__DEFERRED_IDS__"];
 
 // A cache file: MAGIC, then the SHA-256 of the cache's name (which holds PROGRAM_KEY) and of V8's data,
 // then V8's data. V8 checks a cache's version, flags and source length but, in release builds, not its
@@ -77,83 +79,83 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
   // V8's version names the cache (node:v8's cachedDataVersionTag, which covers the flags too, costs a
   // start more to load than it saves: a cache of other flags is refused and written again).
   const prefix = `server-${PROGRAM_KEY}-${process.versions.v8.replace(/[^0-9a-z]+/gi, "_")}-${process.arch}-`;
-  const base = `${prefix}${process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio"}.v8cache`;
-  const file = useCache ? path.join(dir, base) : undefined;
-  const digest = (data) => crypto.createHash("sha256").update(base).update(data).digest();
-  let cachedData;
-  let trial;
-  if (useCache && dirExists) {
-    // A start that used the cache leaves BASE.<pid>.trial until its start is done: one of a process
-    // that is gone crashed or was killed on the way, perhaps by the cache (a V8 bug, damage the hash
-    // missed). That cache is not used again: no cache can stop every start.
-    let failed = false;
-    try {
-      for (const f of fs.readdirSync(dir)) {
-        const m = f.startsWith(base) ? /^\.(\d+)\.trial$/.exec(f.slice(base.length)) : null;
-        if (!m) continue;
-        let alive = true;
-        try {
-          process.kill(Number(m[1]), 0);
-        } catch (e) {
-          alive = e.code !== "ESRCH";
-        }
-        if (!alive) {
-          failed = true;
-          remove(path.join(dir, f));
-        }
-      }
-    } catch {
-      failed = true;
-    }
-    if (failed) remove(file);
-    else {
-      // Non-blocking and not through a link: a FIFO or a link at the name does not hang or mislead the start.
-      let fd;
+  const way = process.argv.includes("--mcp-stdio") ? "mcp-stdio" : "stdio";
+  // SOURCE compiled as the program of this way of running, or its deferred part (ROLE "-deferred"),
+  // with the cache of that name when there is a good one; what to do when its start is done.
+  const compile = (source, role) => {
+    const base = `${prefix}${way}${role}.v8cache`;
+    const file = useCache ? path.join(dir, base) : undefined;
+    const digest = (data) => crypto.createHash("sha256").update(base).update(data).digest();
+    let cachedData;
+    let trial;
+    if (useCache && dirExists) {
+      // A start that used the cache leaves BASE.<pid>.trial until its start is done: one of a process
+      // that is gone crashed or was killed on the way, perhaps by the cache (a V8 bug, damage the hash
+      // missed). That cache is not used again: no cache can stop every start.
+      let failed = false;
       try {
-        fd = fs.openSync(file, O_RDONLY | (O_NONBLOCK ?? 0) | nofollow);
-        const st = fs.fstatSync(fd);
-        if (st.isFile() && ours(st) && st.size > HEADER && st.size <= Math.min(MAX_CACHE, 4 * program.length + HEADER)) {
-          const all = Buffer.alloc(st.size);
-          let n = 0;
-          while (n < all.length) {
-            const r = fs.readSync(fd, all, n, all.length - n, n);
-            if (r === 0) break;
-            n += r;
+        for (const f of fs.readdirSync(dir)) {
+          const m = f.startsWith(base) ? /^\.(\d+)\.trial$/.exec(f.slice(base.length)) : null;
+          if (!m) continue;
+          let alive = true;
+          try {
+            process.kill(Number(m[1]), 0);
+          } catch (e) {
+            alive = e.code !== "ESRCH";
           }
-          const data = all.subarray(HEADER);
-          if (n === all.length && all.toString("latin1", 0, MAGIC.length) === MAGIC && digest(data).equals(all.subarray(MAGIC.length, HEADER))) cachedData = data;
+          if (!alive) {
+            failed = true;
+            remove(path.join(dir, f));
+          }
         }
       } catch {
-        cachedData = undefined; // none yet, or unreadable: compiled afresh
-      } finally {
-        if (fd !== undefined) fs.closeSync(fd);
+        failed = true;
       }
-      if (cachedData !== undefined) {
-        trial = `${file}.${process.pid}.trial`;
+      if (failed) remove(file);
+      else {
+        // Non-blocking and not through a link: a FIFO or a link at the name does not hang or mislead the start.
+        let fd;
         try {
-          fs.closeSync(fs.openSync(trial, O_WRONLY | O_CREAT | O_EXCL | nofollow, 0o600));
+          fd = fs.openSync(file, O_RDONLY | (O_NONBLOCK ?? 0) | nofollow);
+          const st = fs.fstatSync(fd);
+          if (st.isFile() && ours(st) && st.size > HEADER && st.size <= Math.min(MAX_CACHE, 4 * source.length + HEADER)) {
+            const all = Buffer.alloc(st.size);
+            let n = 0;
+            while (n < all.length) {
+              const r = fs.readSync(fd, all, n, all.length - n, n);
+              if (r === 0) break;
+              n += r;
+            }
+            const data = all.subarray(HEADER);
+            if (n === all.length && all.toString("latin1", 0, MAGIC.length) === MAGIC && digest(data).equals(all.subarray(MAGIC.length, HEADER))) cachedData = data;
+          }
         } catch {
-          // no trial without its mark: compiled afresh
-          cachedData = undefined;
-          trial = undefined;
+          cachedData = undefined; // none yet, or unreadable: compiled afresh
+        } finally {
+          if (fd !== undefined) fs.closeSync(fd);
+        }
+        if (cachedData !== undefined) {
+          trial = `${file}.${process.pid}.trial`;
+          try {
+            fs.closeSync(fs.openSync(trial, O_WRONLY | O_CREAT | O_EXCL | nofollow, 0o600));
+          } catch {
+            // no trial without its mark: compiled afresh
+            cachedData = undefined;
+            trial = undefined;
+          }
         }
       }
     }
-  }
-  const script = new vm.Script(program, { filename, cachedData });
-  const write = useCache && (cachedData === undefined || script.cachedDataRejected);
-  if (trial !== undefined) {
-    // A run that ends well before its start is done (--version) passed its trial too.
-    process.on("exit", (code) => {
-      if (code === 0 && trial !== undefined) remove(trial);
-    });
-  }
-  if (write || trial !== undefined) {
-    // Written when the program says its start is done (server/start-done.ts): the cache then holds
-    // the functions the start compiled too, not only the top level.
-    const hook = Symbol.for("sly-agent-q.startDone");
-    globalThis[hook] = (beforeAnswer) => {
-      delete globalThis[hook];
+    const script = new vm.Script(source, { filename, cachedData });
+    const write = useCache && (cachedData === undefined || script.cachedDataRejected);
+    if (trial !== undefined) {
+      // A run that ends well before its start is done (--version) passed its trial too.
+      process.on("exit", (code) => {
+        if (code === 0 && trial !== undefined) remove(trial);
+      });
+    }
+    // The trial passed, the cache written when there was none: as the start's first answer is made.
+    const done = (beforeAnswer) => {
       if (trial !== undefined) {
         remove(trial);
         trial = undefined;
@@ -166,9 +168,46 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
       if (beforeAnswer) writeNow();
       else setImmediate(writeNow);
     };
+    return { script, done };
+  };
+  const main = compile(program, "");
+  // The deferred program (scripts/build.mjs): the packages a start does not need, compressed in the
+  // comment of deferredText, decompressed and compiled, with a cache of their own, when the program
+  // first requires one of them. Its cache is done with the start's when the start needed it (the MCP
+  // stdio shim), else right after the request that needed it first has run its first step.
+  const baseRequire = requireFor(filename);
+  let deferred;
+  let startIsDone = false;
+  const loadDeferred = () => {
+    if (deferred !== undefined) return deferred;
+    const zlib = baseRequire("node:zlib");
+    const packed = deferredText.toString();
+    const mark = "/*" + "DEFERRED\n";
+    const source = zlib.brotliDecompressSync(Buffer.from(packed.slice(packed.indexOf(mark) + mark.length, packed.lastIndexOf("\n*/")), "base64")).toString("utf8");
+    const part = compile(source, "-deferred");
+    const m = { exports: {} };
+    part.script.runInThisContext()(m.exports, baseRequire, m, filename, path.dirname(filename));
+    deferred = m.exports;
+    if (startIsDone) setImmediate(() => part.done(false));
+    else deferredDone = part.done;
+    return deferred;
+  };
+  let deferredDone;
+  const deferredIds = new Set(DEFERRED_IDS);
+  const programRequire = Object.assign((id) => (deferredIds.has(id) ? loadDeferred()(id) : baseRequire(id)), { resolve: baseRequire.resolve, main: baseRequire.main, cache: baseRequire.cache });
+  if (useCache) {
+    // Written when the program says its start is done (server/start-done.ts): the cache then holds
+    // the functions the start compiled too, not only the top level.
+    const hook = Symbol.for("sly-agent-q.startDone");
+    globalThis[hook] = (beforeAnswer) => {
+      delete globalThis[hook];
+      startIsDone = true;
+      main.done(beforeAnswer);
+      if (deferredDone !== undefined) deferredDone(beforeAnswer);
+    };
   }
   const module = { exports: {} };
-  script.runInThisContext()(module.exports, requireFor(filename), module, filename, path.dirname(filename));
+  main.script.runInThisContext()(module.exports, programRequire, module, filename, path.dirname(filename));
 }
 
 function writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, createFlags) {
