@@ -9,6 +9,7 @@
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
+import { resolve } from "node:path";
 import { brotliCompressSync, constants as zlib } from "node:zlib";
 import { build } from "esbuild";
 
@@ -44,6 +45,19 @@ const deferred = await build({
     resolveDir: ".",
     sourcefile: "deferred-modules.js",
   },
+  // Each package as the program imported it (its ES module build, which esbuild bundled before the
+  // split), not its CommonJS build, which is larger (nearly twice the bytes in all).
+  plugins: [
+    {
+      name: "deferred-as-imported",
+      setup(b) {
+        b.onResolve({ filter: /.*/ }, (args) => {
+          if (args.importer !== resolve("deferred-modules.js") || args.pluginData?.asImported) return undefined;
+          return b.resolve(args.path, { kind: "import-statement", resolveDir: args.resolveDir, pluginData: { asImported: true } });
+        });
+      },
+    },
+  ],
   metafile: true,
 });
 const deferredProgram = deferred.outputFiles[0].text;
@@ -62,13 +76,15 @@ const loader = readFileSync(new URL("./bundle-loader.js", import.meta.url), "utf
 const key = createHash("sha256").update(program).update("\0").update(deferredProgram).digest("hex").slice(0, 16);
 // The deferred program, wrapped as the program is, compressed (Brotli: a third of the bytes every start
 // reads) and in Base64, which has no "*/", into a comment in the body of deferredText, before programText.
+const deferredNonAscii = /[^\x00-\x7f]/.exec(deferredProgram);
+if (deferredNonAscii) throw new Error(`the deferred program has a non-ASCII character: ${JSON.stringify(deferredProgram.slice(Math.max(0, deferredNonAscii.index - 60), deferredNonAscii.index + 10))}`);
 const deferredWrapped = Buffer.from(`(function (exports, require, module, __filename, __dirname) {${deferredProgram}\n})`, "utf8");
 const packed = brotliCompressSync(deferredWrapped, { params: { [zlib.BROTLI_PARAM_QUALITY]: 11, [zlib.BROTLI_PARAM_SIZE_HINT]: deferredWrapped.length } }).toString("base64");
 // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
 // The program goes wrapped as a CommonJS module's function into a comment in the body of programText
 // (the loader takes it from there with Function.prototype.toString, without reading the file again).
 const wrapped = `(function (exports, require, module, __filename, __dirname) {${program}\n})`;
-const filledLoader = loader.replace("__PROGRAM_KEY__", key).replace('["__DEFERRED_IDS__"]', JSON.stringify(deferredIds));
+const filledLoader = loader.replace("__PROGRAM_KEY__", key).replace('["__DEFERRED_IDS__"]', JSON.stringify(deferredIds)).replace('"__DEFERRED_LENGTH__"', String(deferredWrapped.length));
 const out = `#!/usr/bin/env node\n${filledLoader}\nfunction deferredText() {/*DEFERRED\n${packed}\n*/}\nfunction programText() {/*PROGRAM\n${wrapped.replaceAll("*/", "*\x01/")}\n*/}\n`;
 // dist/ is not tracked: a fresh clone has none. Written aside and renamed, so that a server starting
 // meanwhile reads the old bundle or the new one, never half of one. The aside name is this process's

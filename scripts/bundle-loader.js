@@ -16,6 +16,8 @@
 const PROGRAM_KEY = "__PROGRAM_KEY__";
 // The names of the packages the program requires from the deferred program (scripts/build.mjs).
 const DEFERRED_IDS = ["__DEFERRED_IDS__"];
+// Its length, decompressed (ASCII, as the program): decompressed into one buffer of that size, no copy.
+const DEFERRED_LENGTH = "__DEFERRED_LENGTH__";
 
 // A cache file: MAGIC, then the SHA-256 of the cache's name (which holds PROGRAM_KEY) and of V8's data,
 // then V8's data. V8 checks a cache's version, flags and source length but, in release builds, not its
@@ -183,7 +185,7 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
     const zlib = baseRequire("node:zlib");
     const packed = deferredText.toString();
     const mark = "/*" + "DEFERRED\n";
-    const source = zlib.brotliDecompressSync(Buffer.from(packed.slice(packed.indexOf(mark) + mark.length, packed.lastIndexOf("\n*/")), "base64")).toString("utf8");
+    const source = zlib.brotliDecompressSync(Buffer.from(packed.slice(packed.indexOf(mark) + mark.length, packed.lastIndexOf("\n*/")), "base64"), { chunkSize: DEFERRED_LENGTH + 1 }).toString("latin1");
     const part = compile(source, "-deferred");
     const m = { exports: {} };
     part.script.runInThisContext()(m.exports, baseRequire, m, filename, path.dirname(filename));
