@@ -19,16 +19,24 @@ const DEFERRED_IDS = ["__DEFERRED_IDS__"];
 // Its length, decompressed (ASCII, as the program): decompressed into one buffer of that size, no copy.
 const DEFERRED_LENGTH = "__DEFERRED_LENGTH__";
 
-// A cache file: MAGIC, then the SHA-256 of the cache's name (which holds PROGRAM_KEY) and of V8's data,
+// A cache file: MAGIC, then the CRC-32 of the cache's name (which holds PROGRAM_KEY) and of V8's data,
 // then V8's data. V8 checks a cache's version, flags and source length but, in release builds, not its
-// data: one damaged byte crashed every start. The hash refuses a damaged file and another program's.
-const MAGIC = "SAQV8C1\n";
-const HEADER = MAGIC.length + 32;
+// data: one damaged byte crashed every start. The check refuses a damaged file and another program's.
+// A CRC-32 (node:zlib's, native; the first four bytes of a SHA-256 on a Node before 20.15, which has
+// none): node:crypto, for the SHA-256 this was, cost a start 3-6 ms to load, and the program loads it
+// only when it first needs it. Nothing here is a secret: whoever can write the file can write a hash.
+const MAGIC = "SAQV8C2\n";
+const HEADER = MAGIC.length + 4;
 // A file, a directory or anything else at the cache's name larger than this is not a cache of ours.
 const MAX_CACHE = 64 << 20;
 
-function runProgram(fs, path, os, vm, requireFor, crypto, self) {
+function runProgram(fs, path, os, vm, requireFor, zlib, self) {
   const filename = path.resolve(self);
+  const baseRequire = requireFor(filename);
+  // node:crypto, loaded at its first use: by the loader (a cache's temporary name), by the program
+  // (through the stand-in its require gives, below), by the deferred program (its own require).
+  let crypto;
+  const loadCrypto = () => (crypto ??= baseRequire("node:crypto"));
   // The program, wrapped as a CommonJS module's function: the comment in the body of programText,
   // which scripts/build.mjs declares at the end of this file, its "*/" written "*\x01/" there. Taken
   // from the source Node compiled (Function.prototype.toString: a slice of it, not a copy), not read
@@ -87,7 +95,12 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
   const compile = (source, role) => {
     const base = `${prefix}${way}${role}.v8cache`;
     const file = useCache ? path.join(dir, base) : undefined;
-    const digest = (data) => crypto.createHash("sha256").update(base).update(data).digest();
+    const digest = (data) => {
+      const check = Buffer.alloc(4);
+      if (typeof zlib.crc32 === "function") check.writeUInt32BE(zlib.crc32(data, zlib.crc32(base)));
+      else loadCrypto().createHash("sha256").update(base).update(data).digest().copy(check, 0, 0, 4);
+      return check;
+    };
     let cachedData;
     let trial;
     if (useCache && dirExists) {
@@ -163,7 +176,7 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
         trial = undefined;
       }
       if (!write) return;
-      const writeNow = () => writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
+      const writeNow = () => writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
       // The server's: after the answer is written (the hook is called as it is being made), with what
       // the answer compiled. The MCP stdio shim's before its answer: a client may kill it as soon as it
       // has the answer, which left no cache at all (every start of the shim compiled afresh).
@@ -177,12 +190,10 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
   // comment of deferredText, decompressed and compiled, with a cache of their own, when the program
   // first requires one of them. Its cache is done with the start's when the start needed it (the MCP
   // stdio shim), else right after the request that needed it first has run its first step.
-  const baseRequire = requireFor(filename);
   let deferred;
   let startIsDone = false;
   const loadDeferred = () => {
     if (deferred !== undefined) return deferred;
-    const zlib = baseRequire("node:zlib");
     const packed = deferredText.toString();
     const mark = "/*" + "DEFERRED\n";
     const source = zlib.brotliDecompressSync(Buffer.from(packed.slice(packed.indexOf(mark) + mark.length, packed.lastIndexOf("\n*/")), "base64"), { chunkSize: DEFERRED_LENGTH + 1 }).toString("latin1");
@@ -196,7 +207,25 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
   };
   let deferredDone;
   const deferredIds = new Set(DEFERRED_IDS);
-  const programRequire = Object.assign((id) => (deferredIds.has(id) ? loadDeferred()(id) : baseRequire(id)), { resolve: baseRequire.resolve, main: baseRequire.main, cache: baseRequire.cache });
+  // node:crypto for the program: a stand-in that loads it at the first use of one of its members (the
+  // program's modules and vscode-jsonrpc require it as they are evaluated, and use it later).
+  const lazyCrypto = new Proxy(
+    {},
+    {
+      get: (_, k) => loadCrypto()[k],
+      has: (_, k) => k in loadCrypto(),
+      ownKeys: () => Reflect.ownKeys(loadCrypto()),
+      getOwnPropertyDescriptor: (_, k) => {
+        const d = Reflect.getOwnPropertyDescriptor(loadCrypto(), k);
+        return d && { ...d, configurable: true };
+      },
+    },
+  );
+  const programRequire = Object.assign((id) => (deferredIds.has(id) ? loadDeferred()(id) : id === "node:crypto" || id === "crypto" ? lazyCrypto : baseRequire(id)), {
+    resolve: baseRequire.resolve,
+    main: baseRequire.main,
+    cache: baseRequire.cache,
+  });
   if (useCache) {
     // Written when the program says its start is done (server/start-done.ts): the cache then holds
     // the functions the start compiled too, not only the top level.
@@ -212,7 +241,7 @@ function runProgram(fs, path, os, vm, requireFor, crypto, self) {
   main.script.runInThisContext()(module.exports, programRequire, module, filename, path.dirname(filename));
 }
 
-function writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOurs, remove, createFlags) {
+function writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, dirIsOurs, remove, createFlags) {
   // Into a directory of this user's that no one else may write, checked now: another user may have
   // made it (a shared XDG_CACHE_HOME) since the start looked. The temporary file has a name no one can
   // guess and is made afresh, never through a link, then renamed over the cache.
@@ -226,7 +255,7 @@ function writeCache(fs, path, crypto, script, dir, file, prefix, digest, dirIsOu
     }
     if (!dirIsOurs()) return;
     const data = script.createCachedData();
-    tmp = `${file}.${crypto.randomBytes(8).toString("hex")}.tmp`;
+    tmp = `${file}.${loadCrypto().randomBytes(8).toString("hex")}.tmp`;
     const fd = fs.openSync(tmp, createFlags, 0o600);
     try {
       fs.writeSync(fd, Buffer.concat([Buffer.from(MAGIC, "latin1"), digest(data), data]));
@@ -258,12 +287,12 @@ const ownRequire = typeof require === "function" ? require : undefined;
 if (typeof process.getBuiltinModule === "function") {
   const get = process.getBuiltinModule;
   const requireFor = ownRequire ? () => ownRequire : (f) => get("node:module").createRequire(f);
-  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), requireFor, get("node:crypto"), self);
+  runProgram(get("node:fs"), get("node:path"), get("node:os"), get("node:vm"), requireFor, get("node:zlib"), self);
 } else if (ownRequire) {
-  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), () => ownRequire, require("node:crypto"), self);
+  runProgram(require("node:fs"), require("node:path"), require("node:os"), require("node:vm"), () => ownRequire, require("node:zlib"), self);
 } else {
   // An ES module on a Node before 20.16: the built-ins come a moment later.
-  Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:vm"), import("node:module"), import("node:crypto")]).then(([fs, path, os, vm, nodeModule, crypto]) =>
-    runProgram(fs, path, os, vm, (f) => nodeModule.createRequire(f), crypto, self),
+  Promise.all([import("node:fs"), import("node:path"), import("node:os"), import("node:vm"), import("node:module"), import("node:zlib")]).then(([fs, path, os, vm, nodeModule, zlib]) =>
+    runProgram(fs, path, os, vm, (f) => nodeModule.createRequire(f), zlib, self),
   );
 }
