@@ -11,7 +11,7 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import { resolve } from "node:path";
 import { brotliCompressSync, constants as zlib } from "node:zlib";
-import { build } from "esbuild";
+import { build, transform } from "esbuild";
 
 // The packages a start never evaluates (the providers' SDKs, the MCP SDK, Ajv: each loaded by the first
 // request that needs it) go into a second program, the deferred one, which the loader decompresses and
@@ -70,8 +70,14 @@ if (both.length > 0) throw new Error(`packages bundled in both the program and t
 // writes it except inside a regular expression literal (write \uXXXX there).
 const nonAscii = /[^\x00-\x7f]/.exec(program);
 if (nonAscii) throw new Error(`the bundled program has a non-ASCII character: ${JSON.stringify(program.slice(Math.max(0, nonAscii.index - 60), nonAscii.index + 10))}`);
-// Inside the comment, every "*/" of the program is written as "*\x01/" (the program has no \x01; the loader undoes it).
-if (program.includes("\x01")) throw new Error("the bundled program has a \\x01 character");
+// Inside the comment the program must have no "*/": each one is in a string or template (the glob
+// examples of the tool descriptions), written "*\/" there, the same text. esbuild printing both alike
+// proves it: it writes a string's "\/" as "/", and a regular expression or a tagged template as it is.
+// So the loader takes the program as it stands in the source Node compiled, with no copy to undo an
+// escape (a third of a megabyte a start allocated and collected).
+const safeProgram = program.replaceAll("*/", "*\\/");
+const print = async (code) => (await transform(code, { minify: true, logLevel: "silent" })).code;
+if (safeProgram !== program && (await print(safeProgram)) !== (await print(program))) throw new Error('a "*/" of the bundled program is not in a string or an untagged template: it cannot go into a comment');
 const loader = readFileSync(new URL("./bundle-loader.js", import.meta.url), "utf8");
 const key = createHash("sha256").update(program).update("\0").update(deferredProgram).digest("hex").slice(0, 16);
 // The deferred program, wrapped as the program is, compressed (Brotli: a third of the bytes every start
@@ -83,9 +89,9 @@ const packed = brotliCompressSync(deferredWrapped, { params: { [zlib.BROTLI_PARA
 // The shebang makes the bundle the npm package's `sly-agent-q-server` bin.
 // The program goes wrapped as a CommonJS module's function into a comment in the body of programText
 // (the loader takes it from there with Function.prototype.toString, without reading the file again).
-const wrapped = `(function (exports, require, module, __filename, __dirname) {${program}\n})`;
+const wrapped = `(function (exports, require, module, __filename, __dirname) {${safeProgram}\n})`;
 const filledLoader = loader.replace("__PROGRAM_KEY__", key).replace('["__DEFERRED_IDS__"]', JSON.stringify(deferredIds)).replace('"__DEFERRED_LENGTH__"', String(deferredWrapped.length));
-const out = `#!/usr/bin/env node\n${filledLoader}\nfunction deferredText() {/*DEFERRED\n${packed}\n*/}\nfunction programText() {/*PROGRAM\n${wrapped.replaceAll("*/", "*\x01/")}\n*/}\n`;
+const out = `#!/usr/bin/env node\n${filledLoader}\nfunction deferredText() {/*DEFERRED\n${packed}\n*/}\nfunction programText() {/*PROGRAM\n${wrapped}\n*/}\n`;
 // dist/ is not tracked: a fresh clone has none. Written aside and renamed, so that a server starting
 // meanwhile reads the old bundle or the new one, never half of one. The aside name is this process's
 // own: two builds at once (each `make run` builds; make test runs two suites at once) would otherwise

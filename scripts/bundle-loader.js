@@ -41,14 +41,14 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
   let crypto;
   const loadCrypto = () => (crypto ??= baseRequire("node:crypto"));
   // The program, wrapped as a CommonJS module's function: the comment in the body of programText,
-  // which scripts/build.mjs declares at the end of this file, its "*/" written "*\x01/" there. Taken
+  // which scripts/build.mjs declares at the end of this file (with no "*/" in it: see there). Taken
   // from the source Node compiled (Function.prototype.toString: a slice of it, not a copy), not read
   // from the file again: reading and decoding 1.3 MB a second time, and the copy the wrapper's
   // concatenation made, were a tenth of a start's own time on a loaded machine. It is also the very
   // text Node ran, whatever has been written at the file's name since.
   const text = programText.toString();
   const mark = "/*" + "PROGRAM\n";
-  const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\n*/")).replaceAll("*\x01/", "*/");
+  const program = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\n*/"));
   // Only an absolute directory: a relative one (or an empty HOME) would read code from the working directory.
   const xdg = process.env.XDG_CACHE_HOME;
   const home = os.homedir();

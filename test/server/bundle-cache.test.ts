@@ -283,7 +283,7 @@ function plantedCache(marker: string): Buffer {
     const fs = require("node:fs"), vm = require("node:vm");
     const text = fs.readFileSync(process.argv[1], "latin1");
     const mark = "/*" + "PROGRAM\\n";
-    const real = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\\n*/")).replaceAll("*\\x01/", "*/");
+    const real = text.slice(text.indexOf(mark) + mark.length, text.lastIndexOf("\\n*/"));
     let evil = "(function (exports, require, module, __filename, __dirname) {require('node:fs').writeFileSync(" + JSON.stringify(process.argv[2]) + ", 'ran');";
     evil += " ".repeat(real.length - evil.length - 3) + "\\n})";
     process.stdout.write(new vm.Script(evil, { filename: process.argv[1] }).createCachedData().toString("base64"));`;
