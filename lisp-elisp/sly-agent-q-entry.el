@@ -232,17 +232,25 @@ A mark in the face of its meaning, then meta text."
            (add-face-text-property 0 (length state) 'sly-agent-q-error-face t state)
            state)))))
 
-(defun sly-agent-q-entry--arguments-preview (arguments lisp)
-  "The tool ARGUMENTS (a plist) framed for an expanded entry, bounded.
-LISP names the arguments (strings) that hold Lisp source: each is
-shown as Lisp, in its own framed block fontified as `lisp-mode'
-fontifies it (never as a JSON string with \\n); the others as JSON."
+(defun sly-agent-q-entry--split-arguments (arguments lisp)
+  "ARGUMENTS (a plist) split into (JSON . FORMS) for drawing.
+FORMS are (NAME . TEXT) of the arguments LISP names that are strings
+(Lisp source, drawn as Lisp), in their order; JSON the plist of the
+others."
   (let ((json nil) (forms nil))
     (cl-loop for (k v) on (and (listp arguments) arguments) by #'cddr
              for name = (substring (symbol-name k) 1)
              do (if (and (stringp v) (member name lisp))
                     (push (cons name v) forms)
                   (setq json (plist-put json k v))))
+    (cons json (nreverse forms))))
+
+(defun sly-agent-q-entry--arguments-preview (arguments lisp)
+  "The tool ARGUMENTS (a plist) framed for an expanded entry, bounded.
+LISP names the arguments (strings) that hold Lisp source: each is
+shown as Lisp, in its own framed block fontified as `lisp-mode'
+fontifies it (never as a JSON string with \\n); the others as JSON."
+  (pcase-let ((`(,json . ,forms) (sly-agent-q-entry--split-arguments arguments lisp)))
     (mapconcat
      #'identity
      (append
@@ -254,7 +262,7 @@ fontifies it (never as a JSON string with \\n); the others as JSON."
                                     'face 'sly-agent-q-meta-face)
                         "\n"
                         (sly-agent-q-entry--preview (cdr form) t)))
-              (nreverse forms)))
+              forms))
      "\n")))
 
 (defcustom sly-agent-q-chat-live-output-lines 8
@@ -436,12 +444,7 @@ They go to a buffer of their own."
   "The tool ARGUMENTS (a plist) whole and framed, for an entry opened.
 LISP names the arguments (strings) that hold Lisp source: each is
 shown as Lisp, fontified as `lisp-mode' fontifies it; the others as JSON."
-  (let ((json nil) (forms nil))
-    (cl-loop for (k v) on (and (listp arguments) arguments) by #'cddr
-             for name = (substring (symbol-name k) 1)
-             do (if (and (stringp v) (member name lisp))
-                    (push (cons name v) forms)
-                  (setq json (plist-put json k v))))
+  (pcase-let ((`(,json . ,forms) (sly-agent-q-entry--split-arguments arguments lisp)))
     (mapconcat #'identity
                (append (and (or json (null forms))
                             (list (sly-agent-q-display-framed (sly-agent-q-entry--json json) "")))
@@ -449,7 +452,7 @@ shown as Lisp, fontified as `lisp-mode' fontifies it; the others as JSON."
                                  (concat (sly-agent-q-display-line (car form) 30) ":\n"
                                          (sly-agent-q-display-framed (cdr form) "" nil
                                                                      (sly-agent-q-faces-lisp (cdr form)))))
-                               (nreverse forms)))
+                               forms))
                "\n")))
 
 (defun sly-agent-q-entry--longest-line (text)

@@ -157,17 +157,25 @@ faces are a help to read, never a condition to show it."
       (unless (eq major-mode 'lisp-mode)
         (condition-case nil (delay-mode-hooks (lisp-mode)) (error nil)))
       (when (eq major-mode 'lisp-mode)
-        (let ((inhibit-read-only t) (buffer-undo-list t))
-          (erase-buffer)
-          (insert text))
-        (setq font-lock-fontified nil)
-        (ignore-errors (font-lock-ensure))
-        (let ((pos (point-min)))
-          (while (< pos (point-max))
-            (let ((next (next-single-property-change pos 'face nil (point-max)))
-                  (face (get-text-property pos 'face)))
-              (when face (push (list (1- pos) (1- next) face) runs))
-              (setq pos next)))))))
+        (setq runs (sly-agent-q-faces-fontify text)))))
+    runs))
+
+(defun sly-agent-q-faces-fontify (text)
+  "The faces the current buffer's font lock gives TEXT, as (FROM TO FACE).
+The buffer, a hidden one set up in the mode wanted, gets TEXT as its
+whole text.  FROM and TO are offsets in TEXT."
+  (let ((inhibit-read-only t) (buffer-undo-list t) (runs nil))
+    (erase-buffer)
+    (insert text)
+    ;; Else a buffer fontified once counts as fontified for good.
+    (setq font-lock-fontified nil)
+    (ignore-errors (font-lock-ensure))
+    (let ((pos (point-min)))
+      (while (< pos (point-max))
+        (let ((next (next-single-property-change pos 'face nil (point-max)))
+              (face (get-text-property pos 'face)))
+          (when face (push (list (1- pos) (1- next) face) runs))
+          (setq pos next))))
     (nreverse runs)))
 
 (provide 'sly-agent-q-faces)

@@ -277,21 +277,9 @@ fontifying it (the way Org fontifies source blocks)."
 
 (defun sly-agent-q-stream--fontify-as (mode start end)
   "Give the text between START and END the faces MODE's font lock gives it."
-  (let ((code (buffer-substring-no-properties start end))
-        (faces nil))
-    (with-current-buffer (sly-agent-q-stream--fontify-buffer mode)
-      (let ((inhibit-read-only t) (buffer-undo-list t))
-        (erase-buffer)
-        (insert code))
-      ;; Else a buffer fontified once counts as fontified for good.
-      (setq font-lock-fontified nil)
-      (ignore-errors (font-lock-ensure))
-      (let ((pos (point-min)))
-        (while (< pos (point-max))
-          (let ((next (next-single-property-change pos 'face nil (point-max)))
-                (face (get-text-property pos 'face)))
-            (when face (push (list (1- pos) (1- next) face) faces))
-            (setq pos next)))))
+  (let* ((code (buffer-substring-no-properties start end))
+         (faces (with-current-buffer (sly-agent-q-stream--fontify-buffer mode)
+                  (sly-agent-q-faces-fontify code))))
     (dolist (f faces)
       (put-text-property (+ start (nth 0 f)) (+ start (nth 1 f)) 'face (nth 2 f)))))
 

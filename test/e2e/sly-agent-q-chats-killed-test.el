@@ -34,6 +34,18 @@
                                       (package . "CL-USER"))))]))
               ((content . [((type . "text") (text . "Unheld: {{last_tool_result}}"))]))])))
 
+(defun chats-test--end-image (lisp)
+  "End the image of LISP for good, its buffer too.
+So that the next test starts its own (the Lisp mode asks before
+starting one beside a live one)."
+  (let ((inferior (ignore-errors (funcall (sly-agent-q-bridge-adapter-inferior (car lisp)) (cdr lisp)))))
+    (when (process-live-p inferior)
+      (kill-process inferior)
+      (sly-agent-q-test-wait (lambda () (not (process-live-p inferior))) 20 "the second image to end"))
+    (when (and (processp inferior) (buffer-live-p (process-buffer inferior)))
+      (let ((kill-buffer-query-functions nil))
+        (kill-buffer (process-buffer inferior))))))
+
 (defun chats-test--kill-unheard (chat)
   "Kill CHAT without the server hearing of it (its cancel not sent yet)."
   (let ((sly-agent-q-current-connection nil)
@@ -91,15 +103,7 @@ Bound in BODY: LISP-A, LISP-B, CHAT-B, ID-A (the killed chat's conversation)."
                ,@body))
          (let ((kill-buffer-query-functions nil))
            (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat)))
-         ;; Beta's image gone for good, so that the next test starts its own
-         ;; (the Lisp mode asks before starting one beside a live one).
-         (let ((inferior (ignore-errors (funcall (sly-agent-q-bridge-adapter-inferior (car lisp-b)) (cdr lisp-b)))))
-           (when (process-live-p inferior)
-             (kill-process inferior)
-             (sly-agent-q-test-wait (lambda () (not (process-live-p inferior))) 20 "beta's image to end"))
-           (when (and (processp inferior) (buffer-live-p (process-buffer inferior)))
-             (let ((kill-buffer-query-functions nil))
-               (kill-buffer (process-buffer inferior)))))
+         (chats-test--end-image lisp-b)
          ;; The next test starts from alpha's image, current again.
          (chats-test-make-current lisp-a)
          (delete-directory alpha t)
@@ -210,13 +214,7 @@ evaluation ran in the Lisp current (beta's)."
             (should-not (chats-test-bound-p lisp-b "*LATE*"))))
       (let ((kill-buffer-query-functions nil))
         (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat)))
-      (let ((inferior (ignore-errors (funcall (sly-agent-q-bridge-adapter-inferior (car lisp-b)) (cdr lisp-b)))))
-        (when (process-live-p inferior)
-          (kill-process inferior)
-          (sly-agent-q-test-wait (lambda () (not (process-live-p inferior))) 20 "beta's image to end"))
-        (when (and (processp inferior) (buffer-live-p (process-buffer inferior)))
-          (let ((kill-buffer-query-functions nil))
-            (kill-buffer (process-buffer inferior)))))
+      (chats-test--end-image lisp-b)
       (chats-test-make-current lisp-a)
       (delete-directory alpha t)
       (delete-directory beta t))))
