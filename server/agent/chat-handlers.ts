@@ -107,11 +107,14 @@ export class ChatService {
     return this.start(configuration).conversation;
   }
 
-  /** A new conversation, saved as it happens when a conversationDirectory is configured. */
-  private start(configuration: Configuration = {}): { conversation: Conversation; saveError?: string } {
+  /**
+   * A new conversation, saved as it happens when a conversationDirectory is configured, under
+   * PROJECTROOT: the root of the chat that began it (each chat has its own), else the server's.
+   */
+  private start(configuration: Configuration = {}, projectRoot?: string): { conversation: Conversation; saveError?: string } {
     const c = new Conversation(`c-${randomUUID()}`, { ...configuration });
     this.conversations.set(c.id, c);
-    const saveError = this.saved.startSaving(c, { ...this.server.configuration, ...configuration });
+    const saveError = this.saved.startSaving(c, { ...this.server.configuration, ...configuration }, projectRoot);
     return { conversation: c, ...(saveError ? { saveError } : {}) };
   }
 
@@ -124,7 +127,7 @@ export class ChatService {
     let saveError: string | undefined;
     let repaired: string[] | undefined;
     if (p.conversationId === undefined || p.conversationId === null) {
-      ({ conversation, saveError } = this.start());
+      ({ conversation, saveError } = this.start({}, typeof p.context?.projectRoot === "string" ? p.context.projectRoot : undefined));
     } else {
       // One this server does not hold may be saved: the server restarted, or it is being resumed.
       ({ conversation, repaired } = this.saved.loadReporting(p.conversationId));

@@ -67,15 +67,16 @@ export class SavedConversations {
   }
 
   /**
-   * Starts saving C, a new conversation. Returns why it cannot be saved, if it cannot (the chat
+   * Starts saving C, a new conversation, under CHATROOT (the project of the chat that began it)
+   * or else the server's project. Returns why it cannot be saved, if it cannot (the chat
    * goes on unsaved and the user is told).
    */
-  startSaving(c: Conversation, config: Configuration): string | undefined {
+  startSaving(c: Conversation, config: Configuration, chatRoot?: string): string | undefined {
     const store = this.store();
     if (!store) return undefined;
     try {
       store.ensureDirectory();
-      const projectRoot = this.server.context.projectRoot ?? config.projectRoot;
+      const projectRoot = chatRoot ?? this.server.context.projectRoot ?? config.projectRoot;
       const journal = ConversationJournal.create(store, {
         v: STORE_VERSION,
         type: "header",

@@ -93,6 +93,22 @@ describe("saved conversations", () => {
     expect(other.conversations).toEqual([]);
   });
 
+  it("are saved under the project of the chat that began them (its message's context), not the server's", async () => {
+    dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
+    mock.setScript({ steps: [{ content: [{ type: "text", text: "B here." }] }, { content: [{ type: "text", text: "A here." }] }] });
+    const a = await server();
+    // A second chat, on another project: its messages carry its root.
+    const b: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "In project B", context: { projectRoot: "/proj-b" } });
+    expect((await a.ended(b.turnId)).method).toBe("chat/turnFinished");
+    const first: ChatSendResult = await a.b.connection.sendRequest("chat/send", { text: "In the first project" });
+    expect((await a.ended(first.turnId)).method).toBe("chat/turnFinished");
+    const ofB: ConversationSavedResult = await a.b.connection.sendRequest("conversation/saved", { projectRoot: "/proj-b" });
+    expect(ofB.conversations.map((c) => c.conversationId)).toEqual([b.conversationId]);
+    expect(ofB.conversations[0]).toMatchObject({ projectRoot: "/proj-b" });
+    const ofServer: ConversationSavedResult = await a.b.connection.sendRequest("conversation/saved", { projectRoot: "/proj" });
+    expect(ofServer.conversations.map((c) => c.conversationId)).toEqual([first.conversationId]);
+  });
+
   it("keep the model's thinking across a server killed mid-loop: shown again without its signature, sent back unchanged", async () => {
     dir = mkdtempSync(join(tmpdir(), "saq-saved-"));
     const thought = "Look at the symbol before answering.";
