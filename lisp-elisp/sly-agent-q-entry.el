@@ -66,6 +66,9 @@ something outside it holds it up (the helpers' load into the image)."
 
 ;;;; Tool entries
 
+;; Obsolete name (issue 46), kept for users who name it.
+(define-obsolete-variable-alias 'sly-agent-q-chat-entry-map
+  'sly-agent-q-entry-map "0.2.0")
 (defvar sly-agent-q-entry-map
   (let ((map (make-sparse-keymap)))
     (set-keymap-parent map button-map)
@@ -372,6 +375,9 @@ they edited the model's."
   "Redraw ENTRY in place."
   (sly-agent-q-transcript-redraw-section (sly-agent-q-entry-section entry)))
 
+;; Obsolete name (issue 46), kept for users who name it.
+(define-obsolete-variable-alias 'sly-agent-q-chat-entry-note-functions
+  'sly-agent-q-entry-note-functions "0.2.0")
 (defvar sly-agent-q-entry-note-functions nil
   "Functions asked, with a tool call's id, for the note of its new entry.
 The first non-nil answer is the entry's NOTE (`sly-agent-q-entry'): a
@@ -476,6 +482,17 @@ shown as Lisp, fontified as `lisp-mode' fontifies it; the others as JSON."
                      (sly-agent-q-entry-error entry) message)
                (sly-agent-q-entry-redraw entry)))
            sly-agent-q-entry--table))
+
+;; Obsolete names (issue 46): these were sly-agent-q-chat-* before the
+;; chat was split into a file per concept; kept for users who name them.
+(define-obsolete-function-alias 'sly-agent-q-chat-toggle-entry
+  #'sly-agent-q-entry-toggle "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-open-entry
+  #'sly-agent-q-entry-open "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-entry
+  #'sly-agent-q-entry-of "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-json
+  #'sly-agent-q-entry-json "0.2.0")
 
 (provide 'sly-agent-q-entry)
 ;;; sly-agent-q-entry.el ends here

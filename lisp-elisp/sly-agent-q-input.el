@@ -140,6 +140,9 @@ See `sly-agent-q-input-put-hold'."
             (t (setf (sly-agent-q-input-history-index input) i)
                (sly-agent-q-input-set (nth i (sly-agent-q-input-history input))))))))
 
+;; Obsolete name (issue 46), kept for users who name it.
+(define-obsolete-variable-alias 'sly-agent-q-chat-matching-input-history
+  'sly-agent-q-input-matching-history "0.2.0")
 (defvar sly-agent-q-input-matching-history nil
   "The regexps given to \\[sly-agent-q-chat-previous-matching-input].")
 
@@ -205,6 +208,9 @@ LABELS name them, oldest first."
                (mapcar (lambda (a) (plist-get a :label))
                        (reverse (sly-agent-q-input-attachments sly-agent-q-input--state))))
     (setf (sly-agent-q-input-attachments sly-agent-q-input--state) nil)))
+
+;; Obsolete names (issue 46): these were sly-agent-q-chat-* before the
+;; chat was split into a file per concept; kept for users who name them.
 
 (provide 'sly-agent-q-input)
 ;;; sly-agent-q-input.el ends here

@@ -285,6 +285,9 @@ fontifying it (the way Org fontifies source blocks)."
 
 ;;;; The model's reasoning
 
+;; Obsolete name (issue 46), kept for users who name it.
+(define-obsolete-variable-alias 'sly-agent-q-chat-thinking-map
+  'sly-agent-q-stream-thinking-map "0.2.0")
 (defvar sly-agent-q-stream-thinking-map
   (let ((map (make-sparse-keymap)))
     (set-keymap-parent map button-map)
@@ -369,6 +372,11 @@ from the model: drawn as data (`sly-agent-q-display-text')."
     (when (overlayp overlay)
       (overlay-put overlay 'invisible (not (overlay-get overlay 'invisible)))
       (sly-agent-q-stream--draw-thinking-header (button-start button) overlay))))
+
+;; Obsolete names (issue 46): these were sly-agent-q-chat-* before the
+;; chat was split into a file per concept; kept for users who name them.
+(define-obsolete-function-alias 'sly-agent-q-chat-toggle-thinking
+  #'sly-agent-q-stream-toggle-thinking "0.2.0")
 
 (provide 'sly-agent-q-stream)
 ;;; sly-agent-q-stream.el ends here

@@ -277,6 +277,9 @@ history when it read it back."
            (sly-agent-q-transcript-format-tokens before) (sly-agent-q-transcript-format-tokens after)
            (sly-agent-q-transcript-format-tokens (- before after)))))
 
+;; Obsolete name (issue 46), kept for users who name it.
+(define-obsolete-variable-alias 'sly-agent-q-chat-details-map
+  'sly-agent-q-transcript-details-map "0.2.0")
 (defvar sly-agent-q-transcript-details-map
   (let ((map (make-sparse-keymap)))
     (set-keymap-parent map button-map)
@@ -315,6 +318,25 @@ data, DETAILS framed (`sly-agent-q-display-framed'), hidden at first."
          (overlay (and button (button-get button 'sly-agent-q-details))))
     (when (overlayp overlay)
       (overlay-put overlay 'invisible (not (overlay-get overlay 'invisible))))))
+
+;; Obsolete names (issue 46): these were sly-agent-q-chat-* before the
+;; chat was split into a file per concept; kept for users who name them.
+(define-obsolete-function-alias 'sly-agent-q-chat-toggle-details
+  #'sly-agent-q-transcript-toggle-details "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-notice
+  #'sly-agent-q-transcript-notice "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-error-notice
+  #'sly-agent-q-transcript-error-notice "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-compacted-notice
+  #'sly-agent-q-transcript-compacted-notice "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-repaired-notice
+  #'sly-agent-q-transcript-repaired-notice "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-insert
+  #'sly-agent-q-transcript-insert "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-insert-section
+  #'sly-agent-q-transcript-insert-section "0.2.0")
+(define-obsolete-function-alias 'sly-agent-q-chat-redraw-section
+  #'sly-agent-q-transcript-redraw-section "0.2.0")
 
 (provide 'sly-agent-q-transcript)
 ;;; sly-agent-q-transcript.el ends here

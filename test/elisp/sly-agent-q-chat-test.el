@@ -46,6 +46,48 @@
   "A mock script of STEPS."
   `((steps . ,(vconcat steps))))
 
+;; The public names the chat's split into files renamed (issue 46): a
+;; user's init or key binding may name them.
+(defconst sly-agent-q-chat-test--renamed
+  '((sly-agent-q-chat-toggle-entry . sly-agent-q-entry-toggle)
+    (sly-agent-q-chat-open-entry . sly-agent-q-entry-open)
+    (sly-agent-q-chat-toggle-details . sly-agent-q-transcript-toggle-details)
+    (sly-agent-q-chat-toggle-thinking . sly-agent-q-stream-toggle-thinking)
+    (sly-agent-q-chat-notice . sly-agent-q-transcript-notice)
+    (sly-agent-q-chat-error-notice . sly-agent-q-transcript-error-notice)
+    (sly-agent-q-chat-compacted-notice . sly-agent-q-transcript-compacted-notice)
+    (sly-agent-q-chat-repaired-notice . sly-agent-q-transcript-repaired-notice)
+    (sly-agent-q-chat-entry . sly-agent-q-entry-of)
+    (sly-agent-q-chat-insert . sly-agent-q-transcript-insert)
+    (sly-agent-q-chat-insert-section . sly-agent-q-transcript-insert-section)
+    (sly-agent-q-chat-redraw-section . sly-agent-q-transcript-redraw-section)
+    (sly-agent-q-chat-json . sly-agent-q-entry-json))
+  "Old function name to new.")
+
+(defconst sly-agent-q-chat-test--renamed-variables
+  '((sly-agent-q-chat-entry-map . sly-agent-q-entry-map)
+    (sly-agent-q-chat-details-map . sly-agent-q-transcript-details-map)
+    (sly-agent-q-chat-thinking-map . sly-agent-q-stream-thinking-map)
+    (sly-agent-q-chat-entry-note-functions . sly-agent-q-entry-note-functions)
+    (sly-agent-q-chat-matching-input-history . sly-agent-q-input-matching-history))
+  "Old variable name to new.")
+
+(ert-deftest sly-agent-q-chat-old-names-still-work ()
+  "The chat's public names renamed by its split are obsolete aliases of the new ones.
+A user's binding of `sly-agent-q-chat-open-entry' in
+`sly-agent-q-chat-entry-map' and a hook added to
+`sly-agent-q-chat-entry-note-functions' keep working."
+  (pcase-dolist (`(,old . ,new) sly-agent-q-chat-test--renamed)
+    (should (fboundp new))
+    (should (eq (indirect-function old) (indirect-function new)))
+    (should (get old 'byte-obsolete-info))
+    (should (eq (commandp old) (commandp new))))
+  (pcase-dolist (`(,old . ,new) sly-agent-q-chat-test--renamed-variables)
+    (should (boundp new))
+    (should (eq (indirect-variable old) new))
+    (should (get old 'byte-obsolete-variable)))
+  (should (eq (symbol-value 'sly-agent-q-chat-entry-map) sly-agent-q-entry-map)))
+
 (ert-deftest sly-agent-q-chat-streams-and-runs-a-tool ()
   "A turn streams text, runs a tool in Emacs and finishes with the final text."
   (let* ((tools (fboundp 'sly-agent-q-tool-call-run))
