@@ -233,13 +233,16 @@ and whether it was the last."
     (unless user (sly-agent-q-transcript-end-text))
     (when after-block (funcall after-block drawn t))))
 
-(defun sly-agent-q-chat--history-buffer (conversation-id)
+(defun sly-agent-q-chat--history-buffer (conversation-id &optional root)
   "The chat to show the saved conversation CONVERSATION-ID in.
-The chat holding it already; else the chat a command would act on,
-when it holds no conversation yet; else a new chat, for that chat's
-project and Lisp: each conversation in its own chat."
+The chat holding it already; else the chat a command would act on (with
+ROOT, the chat of that project, made if there is none), when it holds no
+conversation yet; else a new chat, for that chat's project and Lisp:
+each conversation in its own chat."
   (or (sly-agent-q-chats-of-conversation conversation-id)
-      (let ((chat (sly-agent-q-chat-buffer)))
+      (let ((chat (if root
+                      (or (sly-agent-q-chats-of-root root) (sly-agent-q-chats-create root))
+                    (sly-agent-q-chat-buffer))))
         (if (or (null (sly-agent-q-chat-conversation-id chat))
                 (equal (sly-agent-q-chat-conversation-id chat) conversation-id))
             chat
@@ -250,10 +253,11 @@ project and Lisp: each conversation in its own chat."
 MESSAGES is its whole history (the server's conversation/resume
 answer).  OPTIONS are :usage, :cost, :model, :calls (how each tool call
 ran, a plist keyed by call id) and :turn-ends (how each turn ended, with
-the number of messages before its end).  The buffer's
+the number of messages before its end) and :root (the project it is
+resumed for: it opens in a chat of that project).  The buffer's
 transcript is replaced; the next message continues the conversation.
 Return the chat buffer."
-  (let ((buffer (sly-agent-q-chat--history-buffer conversation-id))
+  (let ((buffer (sly-agent-q-chat--history-buffer conversation-id (plist-get options :root)))
         (results (make-hash-table :test #'equal)))
     (with-current-buffer buffer
       (when (sly-agent-q-turn-running) (user-error "A turn is running; C-c C-k cancels it"))

@@ -39,6 +39,7 @@
 (require 'diff-mode)
 (require 'sly-agent-q-server)
 (require 'sly-agent-q-chat)
+(require 'sly-agent-q-chats)
 (require 'sly-agent-q-files)
 (require 'sly-agent-q-diff)
 (require 'sly-agent-q-display)
@@ -157,7 +158,8 @@ continues it with the model seeing the same history."
   (interactive)
   (unless sly-agent-q-conversation-directory
     (user-error "Conversations are not saved: `sly-agent-q-conversation-directory' is nil"))
-  (let ((project (sly-agent-q-configuration-project-root))
+  ;; In a chat, its own project; elsewhere the project the buffer is in.
+  (let ((project (directory-file-name (expand-file-name (sly-agent-q-chats-root-here))))
         (buffer (get-buffer-create sly-agent-q-conversations-buffer-name)))
     (with-current-buffer buffer
       (sly-agent-q-conversations-mode)
@@ -172,11 +174,14 @@ continues it with the model seeing the same history."
 (defun sly-agent-q-conversations-resume ()
   "Reopen the conversation at point in the chat buffer."
   (interactive)
-  (sly-agent-q-sessions-resume (plist-get (sly-agent-q-sessions--at-point) :conversationId)))
+  (sly-agent-q-sessions-resume (plist-get (sly-agent-q-sessions--at-point) :conversationId)
+                               nil sly-agent-q-sessions--project))
 
-(defun sly-agent-q-sessions-resume (conversation-id &optional callback)
+(defun sly-agent-q-sessions-resume (conversation-id &optional callback root)
   "Reopen saved conversation CONVERSATION-ID in the chat buffer.
-CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
+CALLBACK, if non-nil, is called with the chat buffer once it is drawn.
+ROOT, if non-nil, is the project it is resumed for (the list's): it
+opens in a chat of that project."
   (sly-agent-q-server-request
    'conversation/resume (list :conversationId conversation-id)
    (lambda (result)
@@ -188,7 +193,8 @@ CALLBACK, if non-nil, is called with the chat buffer once it is drawn."
                     :cost (plist-get result :costUsd)
                     :model (plist-get result :model)
                     :calls (plist-get result :calls)
-                    :turn-ends (plist-get result :turnEnds))))
+                    :turn-ends (plist-get result :turnEnds)
+                    :root root)))
        (when (eq (plist-get result :truncated) t)
          (with-current-buffer buffer
            (sly-agent-q-transcript-notice
@@ -519,7 +525,8 @@ invisible or direction-changing is shown escaped."
   (interactive)
   (let* ((buffer (sly-agent-q-chat-buffer t))
          (id (and buffer (sly-agent-q-chat-conversation-id buffer)))
-         (root (sly-agent-q-configuration-project-root)))
+         (root (directory-file-name (expand-file-name (if buffer (sly-agent-q-chats-root buffer)
+                                                          (sly-agent-q-chats-root-here))))))
     (sly-agent-q-server-request
      'prompt/show
      (append (and id (list :conversationId id))

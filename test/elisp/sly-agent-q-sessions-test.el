@@ -108,6 +108,66 @@ The marks move to the newest message from one request to the next."
             (should (equal (aref next (1+ (length first)))
                            '((role . "user") (content . [((type . "text") (text . "Still?"))]))))))))))
 
+(defun sly-agent-q-sessions-test--listed ()
+  "The conversation ids `sly-agent-q-resume' lists, typed in the current buffer."
+  (sly-agent-q-resume)
+  (let ((project (buffer-local-value 'sly-agent-q-sessions--project
+                                     (get-buffer sly-agent-q-conversations-buffer-name)))
+        answer)
+    ;; The list's own request is answered later; the same request, waited for.
+    (sly-agent-q-server-request 'conversation/saved (list :projectRoot project)
+                                (lambda (r) (setq answer (list :ok r)))
+                                (lambda (e) (setq answer (list :error e))))
+    (sly-agent-q-test-wait (lambda () answer) 10 "conversation/saved's answer")
+    (mapcar (lambda (c) (plist-get c :conversationId)) (plist-get (cadr answer) :conversations))))
+
+(ert-deftest sly-agent-q-sessions-each-chat-lists-and-resumes-its-own-project ()
+  "Two chats on two projects: each lists its own saved conversations and a
+conversation resumes in a chat of its project, wherever the list was typed."
+  (let* ((alpha (file-name-as-directory (make-temp-file "agent-q-alpha" t)))
+         (beta (file-name-as-directory (make-temp-file "agent-q-beta" t)))
+         (sly-agent-q-project-root nil))
+    (sly-agent-q-test-with-server
+     (sly-agent-q-sessions-test--script '(((type . "text") (text . "Beta here."))))
+     (let ((chat-a (sly-agent-q-chats-create alpha))
+           (chat-b (sly-agent-q-chats-create beta))
+           id)
+       (unwind-protect
+           (progn
+             (with-current-buffer chat-b
+               (should (eq (plist-get (sly-agent-q-test-send "In beta") :status) 'finished))
+               (setq id (sly-agent-q-chat-conversation-id chat-b))
+               (should id)
+               (should (equal (sly-agent-q-sessions-test--listed) (list id))))
+             (with-current-buffer chat-a
+               (should (equal (sly-agent-q-sessions-test--listed) nil)))
+             (let ((kill-buffer-query-functions nil))
+               (kill-buffer chat-b))
+             ;; Listed from a buffer of beta and resumed there with RET: it opens in
+             ;; a chat of beta, not in alpha's (the chat used last, with no conversation).
+             (with-current-buffer (get-buffer-create "beta notes")
+               (setq default-directory beta)
+               (should (equal (sly-agent-q-sessions-test--listed) (list id))))
+             (kill-buffer "beta notes")
+             (with-current-buffer sly-agent-q-conversations-buffer-name
+               (sly-agent-q-test-wait (lambda () tabulated-list-entries) 10 "the list")
+               (goto-char (point-min))
+               (while (and (not (tabulated-list-get-id)) (zerop (forward-line 1))))
+               (sly-agent-q-conversations-resume))
+             (sly-agent-q-test-wait (lambda () (sly-agent-q-chats-of-conversation id)) 10 "the resumed chat")
+             (let ((shown (sly-agent-q-chats-of-conversation id)))
+               (should-not (eq shown chat-a))
+               (should (equal (sly-agent-q-chats-root shown) beta))
+               (should (string-match-p "You: In beta" (with-current-buffer shown (buffer-string))))
+               (should-not (sly-agent-q-chat-conversation-id chat-a))))
+         ;; Other tests find no chat of these.
+         (let ((kill-buffer-query-functions nil))
+           (mapc #'kill-buffer (sly-agent-q-chats-list))
+           (when (get-buffer sly-agent-q-conversations-buffer-name)
+             (kill-buffer sly-agent-q-conversations-buffer-name))))))
+    (delete-directory alpha t)
+    (delete-directory beta t)))
+
 (ert-deftest sly-agent-q-sessions-a-new-emacs-resumes-it ()
   "Saved here, Emacs and server gone; another Emacs resumes it and the model gets the same history."
   (let ((root (make-temp-file "agent-q-root" t))
