@@ -11,7 +11,7 @@ import { createDefaultRegistry } from "../../server/tools/catalog/index.js";
 import { Executor, type ExecuteOptions } from "../../server/tools/executor.js";
 import { approvalParams } from "../../server/tools/approval.js";
 import type { CommandSettings } from "../../server/tools/tool.js";
-import { killLeftovers, quoteWord } from "../../server/tools/project/command.js";
+import { commandDirectory, killLeftovers, quoteWord } from "../../server/tools/project/command.js";
 import { CORE_TOOLS, LeanToolSet, moreToolsSection } from "../../server/agent/tool-set.js";
 
 const root = mkdtempSync(join(tmpdir(), "agent-q-run-"));
@@ -220,5 +220,19 @@ describe("run_command", () => {
     const tool = createDefaultRegistry().get("run_command")!;
     const params = approvalParams({ callId: "a", tool, arguments: { argv: ["make"], command_line: "make", program: "/usr/bin/make", directory: root }, safetyLevel: "dangerous", reason: { kind: "level", level: "dangerous" } });
     expect(params.shownOnly).toEqual(["command_line", "program"]);
+  });
+});
+
+describe("commandDirectory", () => {
+  it("names the project root and where the directory leads when it is outside", () => {
+    const outside = mkdtempSync(join(tmpdir(), "agent-q-other-"));
+    let message = "";
+    try {
+      commandDirectory(root, outside);
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toContain(`is outside the project root (${root})`);
+    expect(message).toContain(`it is ${outside}`);
   });
 });

@@ -89,7 +89,7 @@ export function commandDirectory(root: string, directory: unknown): string {
   }
   const rel = relative(root, real);
   if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel)) {
-    throw new ToolError(`The directory ${JSON.stringify(directory)} is outside the project root (${real}); commands run only inside it. Nothing was run.`);
+    throw new ToolError(`The directory ${JSON.stringify(directory)} is outside the project root (${root}): it is ${real}; commands run only inside the root. Nothing was run.`);
   }
   if (!statSync(real).isDirectory()) throw new ToolError(`${JSON.stringify(directory)} is not a directory; nothing was run.`);
   return real;
