@@ -67,20 +67,23 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
   const uid = typeof process.getuid === "function" ? process.getuid() : undefined;
   const ours = (st) => uid === undefined || (st.uid === uid && (st.mode & 0o022) === 0);
   const steady = (st) => (st.uid === uid || st.uid === 0) && (st.isSymbolicLink() || (st.mode & 0o022) === 0 || (st.mode & 0o1000) !== 0);
-  // P and the directories above it, by lstat: a handful of calls.
+  // P and the directories above it, by lstat (a handful of calls): false when one is not steady,
+  // else whether one of them is a link.
   const steadyUp = (p) => {
+    let link = false;
     for (let q = p; ; q = path.dirname(q)) {
-      if (!steady(fs.lstatSync(q))) return false;
-      if (path.dirname(q) === q) return true;
+      const st = fs.lstatSync(q);
+      if (!steady(st)) return false;
+      link ||= st.isSymbolicLink();
+      if (path.dirname(q) === q) return { link };
     }
   };
   // Whether no one else can change what the path P names: as given, and as it really is.
   const steadyPath = (p) => {
     if (uid === undefined) return true;
     try {
-      if (!steadyUp(p)) return false;
-      const real = fs.realpathSync.native(p);
-      return real === p || steadyUp(real);
+      const given = steadyUp(p);
+      return given !== false && (!given.link || steadyUp(fs.realpathSync.native(p)) !== false);
     } catch {
       return false;
     }
