@@ -56,15 +56,57 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
   const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NONBLOCK, O_NOFOLLOW } = fs.constants;
   const nofollow = O_NOFOLLOW ?? 0;
   // The cache is code this process runs: only from a directory and a file of this user's that no one
-  // else may write, never through a link (lstat, O_NOFOLLOW). A directory that fails is neither read
-  // nor written (checked again when writing: it may have come meanwhile); a file that fails is replaced.
-  const ours = (st) => typeof process.getuid !== "function" || (st.uid === process.getuid() && (st.mode & 0o022) === 0);
+  // else may write, never through a link (lstat, O_NOFOLLOW), and only while no one else can change
+  // what the directory's path names (a TOCTOU: between the check and the open by path, whoever may
+  // write a parent could swap the directory for a link, and the cache would be read from, or written
+  // into, a directory of their choosing). Every directory above it, on the path as given and on the
+  // real one, is root's or the user's (a link too: the owner of a link in /tmp may replace it) and
+  // no one else may write it, unless it is sticky (/tmp: others may add names there, not replace
+  // ours). With that, what was checked stays so. A directory that fails is neither read nor written
+  // (checked again when writing: it may have come meanwhile); a file that fails is replaced.
+  const uid = typeof process.getuid === "function" ? process.getuid() : undefined;
+  const ours = (st) => uid === undefined || (st.uid === uid && (st.mode & 0o022) === 0);
+  const steady = (st) => (st.uid === uid || st.uid === 0) && (st.isSymbolicLink() || (st.mode & 0o022) === 0 || (st.mode & 0o1000) !== 0);
+  // P and the directories above it, by lstat (a handful of calls): false when one is not steady,
+  // else whether one of them is a link.
+  const steadyUp = (p) => {
+    let link = false;
+    for (let q = p; ; q = path.dirname(q)) {
+      const st = fs.lstatSync(q);
+      if (!steady(st)) return false;
+      link ||= st.isSymbolicLink();
+      if (path.dirname(q) === q) return { link };
+    }
+  };
+  // Whether no one else can change what the path P names: as given, and as it really is.
+  const steadyPath = (p) => {
+    if (uid === undefined) return true;
+    try {
+      const given = steadyUp(p);
+      return given !== false && (!given.link || steadyUp(fs.realpathSync.native(p)) !== false);
+    } catch {
+      return false;
+    }
+  };
   const dirIsOurs = () => {
     try {
+      if (!steadyPath(path.dirname(dir))) return false;
       const st = fs.lstatSync(dir);
       return st.isDirectory() && ours(st);
     } catch {
       return false;
+    }
+  };
+  // Whether the cache's directory may be made: the nearest directory there is above it is on a steady path.
+  const mayMakeDir = () => {
+    for (let q = path.dirname(dir); ; q = path.dirname(q)) {
+      try {
+        fs.lstatSync(q);
+      } catch (e) {
+        if (e.code === "ENOENT" && path.dirname(q) !== q) continue;
+        return false;
+      }
+      return steadyPath(q);
     }
   };
   // unlinkSync, not rmSync: every name removed is a file's, and rmSync loads Node's rimraf (a few ms
@@ -81,11 +123,11 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
   let dirExists = false;
   if (useCache) {
     try {
-      const st = fs.lstatSync(dir);
+      fs.lstatSync(dir);
       dirExists = true;
-      useCache = st.isDirectory() && ours(st);
+      useCache = dirIsOurs();
     } catch {
-      // none yet: made 0700 when the cache is written
+      // none yet: made 0700 when the cache is written, where the path to it is steady
     }
   }
   // A cache per way of running: the MCP stdio shim's start compiles other functions than the server's.
@@ -164,7 +206,13 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
         }
       }
     }
-    const script = new vm.Script(source, { filename, cachedData });
+    let script;
+    try {
+      script = new vm.Script(source, { filename, cachedData });
+    } catch (e) {
+      if (trial !== undefined) remove(trial); // a compile that threw is no crash the cache caused
+      throw e;
+    }
     const write = useCache && (cachedData === undefined || script.cachedDataRejected);
     if (trial !== undefined) {
       // A run that ends well before its start is done (--version) passed its trial too.
@@ -179,7 +227,7 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
         trial = undefined;
       }
       if (!write) return;
-      const writeNow = () => writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
+      const writeNow = () => writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, mayMakeDir, dirIsOurs, remove, O_WRONLY | O_CREAT | O_EXCL | nofollow);
       // The server's: after the answer is written (the hook is called as it is being made), with what
       // the answer compiled. The MCP stdio shim's before its answer: a client may kill it as soon as it
       // has the answer, which left no cache at all (every start of the shim compiled afresh).
@@ -199,10 +247,19 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
     if (deferred !== undefined) return deferred;
     const packed = deferredText.toString();
     const mark = "/*" + "DEFERRED\n";
-    const source = zlib.brotliDecompressSync(Buffer.from(packed.slice(packed.indexOf(mark) + mark.length, packed.lastIndexOf("\n*/")), "base64"), { chunkSize: DEFERRED_LENGTH + 1 }).toString("latin1");
-    const part = compile(source, "-deferred");
+    let part;
     const m = { exports: {} };
-    part.script.runInThisContext()(m.exports, baseRequire, m, filename, path.dirname(filename));
+    try {
+      const source = zlib.brotliDecompressSync(Buffer.from(packed.slice(packed.indexOf(mark) + mark.length, packed.lastIndexOf("\n*/")), "base64"), { chunkSize: DEFERRED_LENGTH + 1 }).toString("latin1");
+      part = compile(source, "-deferred");
+      part.script.runInThisContext()(m.exports, baseRequire, m, filename, path.dirname(filename));
+    } catch (e) {
+      // Said as what it is (the program's own packages), not as the failure of the request that
+      // needed them (server/llm/errors.ts says that nothing was sent). The next require tries again.
+      const err = new Error(`The server's bundled packages (the providers' SDKs, the MCP SDK, Ajv) could not be loaded: ${e?.message ?? String(e)}`, { cause: e });
+      err.code = "ERR_SAQ_BUNDLED_PACKAGES";
+      throw err;
+    }
     deferred = m.exports;
     if (startIsDone) setImmediate(() => part.done(false));
     else deferredDone = part.done;
@@ -244,12 +301,15 @@ function runProgram(fs, path, os, vm, requireFor, zlib, self) {
   main.script.runInThisContext()(module.exports, programRequire, module, filename, path.dirname(filename));
 }
 
-function writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, dirIsOurs, remove, createFlags) {
-  // Into a directory of this user's that no one else may write, checked now: another user may have
-  // made it (a shared XDG_CACHE_HOME) since the start looked. The temporary file has a name no one can
-  // guess and is made afresh, never through a link, then renamed over the cache.
+function writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, mayMakeDir, dirIsOurs, remove, createFlags) {
+  // Into a directory of this user's that no one else may write, on a path no one else can change,
+  // checked now: another user may have made it (a shared XDG_CACHE_HOME) since the start looked. The
+  // temporary file has a name no one can guess and is made afresh, never through a link, written
+  // whole (a full disk writes fewer bytes and says nothing: that file is removed, never renamed in),
+  // then renamed over the cache.
   let tmp;
   try {
+    if (!mayMakeDir()) return;
     try {
       fs.mkdirSync(path.dirname(dir), { recursive: true, mode: 0o700 });
       fs.mkdirSync(dir, { mode: 0o700 });
@@ -261,7 +321,12 @@ function writeCache(fs, path, loadCrypto, script, dir, file, prefix, digest, dir
     tmp = `${file}.${loadCrypto().randomBytes(8).toString("hex")}.tmp`;
     const fd = fs.openSync(tmp, createFlags, 0o600);
     try {
-      fs.writeSync(fd, Buffer.concat([Buffer.from(MAGIC, "latin1"), digest(data), data]));
+      const all = Buffer.concat([Buffer.from(MAGIC, "latin1"), digest(data), data]);
+      for (let n = 0; n < all.length; ) {
+        const w = fs.writeSync(fd, all, n, all.length - n, n);
+        if (!(w > 0)) throw new Error("the cache could not be written whole");
+        n += w;
+      }
     } finally {
       fs.closeSync(fd);
     }

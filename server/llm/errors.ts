@@ -9,7 +9,7 @@ import type { APIError as OpenAIAPIError } from "openai/core/error";
 import type { TurnFailureKind } from "../protocol.js";
 import { redact } from "../log.js";
 import { sentence } from "../text.js";
-import { loadedSdks } from "./sdks.js";
+import { loadedSdks, SdkLoadError } from "./sdks.js";
 
 export class ProviderError extends Error {
   constructor(
@@ -118,6 +118,10 @@ const STREAM_ERROR_TYPES: Record<string, Failure> = {
 export function toProviderError(err: unknown, ctx: ErrorContext): ProviderError {
   if (err instanceof ProviderError) return err;
   const who = `${ctx.provider} (${ctx.baseUrl})`;
+  if (err instanceof SdkLoadError) {
+    // Not the provider's failure, nor the network's: the request never left.
+    return new ProviderError("internal", `${sentence(err.message)} Nothing was sent to ${who}.`, false);
+  }
   if (err instanceof MalformedStreamError || err instanceof SyntaxError) {
     return new ProviderError(
       "provider",

@@ -15,10 +15,36 @@ export const loadedSdks: { anthropic?: AnthropicSdk; openai?: OpenAISdk } = {};
 let anthropic: Promise<AnthropicSdk> | undefined;
 let openai: Promise<OpenAISdk> | undefined;
 
+/**
+ * An SDK could not be loaded: the request was never sent. In the bundle, the loader's own error says
+ * what failed (its code ERR_SAQ_BUNDLED_PACKAGES: the packages it carries compressed, scripts/bundle-loader.js).
+ */
+export class SdkLoadError extends Error {
+  constructor(pkg: string, cause: unknown) {
+    const bundled = (cause as { code?: unknown })?.code === "ERR_SAQ_BUNDLED_PACKAGES";
+    const why = (cause as Error)?.message ?? String(cause);
+    super(bundled ? why : `The package ${pkg} could not be loaded: ${why}`, { cause });
+    this.name = "SdkLoadError";
+  }
+}
+
+// A failed load is not kept: the next request tries again.
 export function loadAnthropicSdk(): Promise<AnthropicSdk> {
-  return (anthropic ??= import("@anthropic-ai/sdk").then((m) => (loadedSdks.anthropic = m.default)));
+  return (anthropic ??= import("@anthropic-ai/sdk").then(
+    (m) => (loadedSdks.anthropic = m.default),
+    (err: unknown) => {
+      anthropic = undefined;
+      throw new SdkLoadError("@anthropic-ai/sdk", err);
+    },
+  ));
 }
 
 export function loadOpenAISdk(): Promise<OpenAISdk> {
-  return (openai ??= import("openai").then((m) => (loadedSdks.openai = m.default)));
+  return (openai ??= import("openai").then(
+    (m) => (loadedSdks.openai = m.default),
+    (err: unknown) => {
+      openai = undefined;
+      throw new SdkLoadError("openai", err);
+    },
+  ));
 }

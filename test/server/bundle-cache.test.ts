@@ -505,3 +505,100 @@ describe("the code cache, damaged or attacked", () => {
     expect(readFileSync(recent, "utf8")).toBe("a cache being written");
   }, 60_000);
 });
+
+/** FILE's content as the loader writes a cache named NAME: MAGIC, the CRC-32 of the name and of DATA, DATA. */
+function hashed(name: string, data: Buffer): Buffer {
+  const check = Buffer.alloc(4);
+  check.writeUInt32BE(crc32(data, crc32(name)));
+  return Buffer.concat([Buffer.from("SAQV8C2\n", "latin1"), check, data]);
+}
+
+describe("the code cache's path", () => {
+  it("is neither read nor written when anyone else may change the path to it (a parent they may write, as given or as it really is), and used under a sticky one", async () => {
+    const name = await cacheName();
+    const marker = join(root, "ran-under-shared-parent");
+    // A cache of another program, hashed as the loader hashes: only the path's check keeps it from running.
+    const planted = hashed(name, plantedCache(marker));
+    const shared = mkdtempSync(join(root, "group-writable-"));
+    const dir = join(shared, "sly-agent-q");
+    mkdirSync(dir, { mode: 0o700 });
+    writeFileSync(join(dir, name), planted, { mode: 0o600 });
+    // The cache directory is the user's, but the group may swap it for a link (no sticky bit).
+    chmodSync(shared, 0o770);
+    expect((await tryStart(alone, { XDG_CACHE_HOME: shared })).ok).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+    expect(readdirSync(dir)).toEqual([name]);
+    expect(readFileSync(join(dir, name)).equals(planted)).toBe(true);
+    // The path as given is the user's alone, the real one is not.
+    const link = join(mkdtempSync(join(root, "own-")), "cache-link");
+    symlinkSync(shared, link);
+    expect((await tryStart(alone, { XDG_CACHE_HOME: link })).ok).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+    expect(readdirSync(dir)).toEqual([name]);
+    // Nor is a cache directory made there.
+    const fresh = mkdtempSync(join(root, "group-writable-"));
+    chmodSync(fresh, 0o775);
+    expect(await start(alone, { XDG_CACHE_HOME: join(fresh, "below") })).toMatchObject({ code: 0, stderr: "" });
+    expect(readdirSync(fresh)).toEqual([]);
+    // The very same file, once the parent is the user's alone again, is read: the checks above could fail.
+    chmodSync(shared, 0o700);
+    await tryStart(alone, { XDG_CACHE_HOME: link });
+    expect(existsSync(marker)).toBe(true);
+    // Sticky and world-writable (as /tmp): others may add names there, not replace the user's: used.
+    const sticky = mkdtempSync(join(root, "sticky-"));
+    chmodSync(sticky, 0o1777);
+    const first = await start(alone, { XDG_CACHE_HOME: sticky });
+    expect(first).toMatchObject({ code: 0, stderr: "" });
+    const [file] = caches(sticky);
+    const before = statSync(file!);
+    expect(await start(alone, { XDG_CACHE_HOME: sticky })).toEqual(first);
+    const after = statSync(file!);
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+  }, 120_000);
+});
+
+describe("the code cache on a full disk", () => {
+  /** A preload: fs.writeSync into a cache's temporary file writes at most LIMIT bytes a call; with FULL, the call after the first fails as a full disk does. */
+  function shortWrites(limit: number, full: boolean): string {
+    const preload = join(root, `short-writes-${limit}-${full}.cjs`);
+    writeFileSync(
+      preload,
+      `const fs = require("node:fs");
+const open = fs.openSync, write = fs.writeSync, close = fs.closeSync;
+const tmps = new Map();
+fs.openSync = function (p, ...a) { const fd = open.call(this, p, ...a); if (/\\.v8cache\\.[0-9a-f]+\\.tmp$/.test(String(p))) tmps.set(fd, 0); return fd; };
+fs.closeSync = function (fd) { tmps.delete(fd); return close.call(this, fd); };
+fs.writeSync = function (fd, buf, ...a) {
+  if (!tmps.has(fd) || !Buffer.isBuffer(buf)) return write.call(this, fd, buf, ...a);
+  const calls = tmps.get(fd) + 1;
+  tmps.set(fd, calls);
+  if (${full} && calls > 1) throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC", errno: -28, syscall: "write" });
+  const offset = a[0] ?? 0, length = a[1] ?? buf.length - offset, position = a[2] ?? null;
+  return write.call(this, fd, buf, offset, Math.min(length, ${limit}), position);
+};
+`,
+    );
+    return preload;
+  }
+
+  it("leaves no cache and no temporary file when the disk fills as the cache is written, and the server answers", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    const preload = shortWrites(4096, true);
+    const s = await start(alone, { XDG_CACHE_HOME: cache }, ["--require", preload]);
+    expect(s).toMatchObject({ code: 0, stderr: "" });
+    expect(s.tools).toBeGreaterThan(40);
+    expect(readdirSync(join(cache, "sly-agent-q"))).toEqual([]);
+  }, 60_000);
+
+  it("is written whole when each write takes only part of it, and used by the next start", async () => {
+    const cache = mkdtempSync(join(root, "xdg-"));
+    expect(await start(alone, { XDG_CACHE_HOME: cache }, ["--require", shortWrites(65536, false)])).toMatchObject({ code: 0, stderr: "" });
+    const [file] = caches(cache);
+    expect(readdirSync(join(cache, "sly-agent-q"))).toEqual([file!.split("/").pop()]);
+    expect(statSync(file!).size).toBeGreaterThan(100_000);
+    const before = statSync(file!);
+    expect(await start(alone, { XDG_CACHE_HOME: cache })).toMatchObject({ code: 0, stderr: "" });
+    const after = statSync(file!);
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+  }, 60_000);
+});
