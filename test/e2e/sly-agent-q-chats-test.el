@@ -271,5 +271,78 @@ for another one is refused by the Lisp modes."
       (delete-directory alpha t)
       (delete-directory beta t))))
 
+;;;; Found by a red team
+
+(defun chats-test-file-text (file)
+  "The text of FILE on disk."
+  (with-temp-buffer (insert-file-contents file) (buffer-string)))
+
+(defun chats-test-review-buffer ()
+  "The review buffer of a proposed edit shown now, or nil."
+  (cl-find-if (lambda (b) (string-prefix-p "*sly-agent-q-diff" (buffer-name b))) (buffer-list)))
+
+(defconst chats-test--review-script
+  `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "a.txt") (old_text . "alpha one") (new_text . "EDITED"))))]))
+              ((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "only-alpha.txt") (old_text . "first") (new_text . "EDITED"))))]))
+              ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+
+(defun chats-test--review-and-accept (what)
+  "Wait for the review of WHAT, accept it whole.
+Return what it showed: (TEXT . ITS-DEFAULT-DIRECTORY)."
+  (let (review)
+    (sly-agent-q-test-wait (lambda () (setq review (chats-test-review-buffer))) 20 (format "the review of %s" what))
+    ;; Its hunks come from the server: the review is drawn once they are there.
+    (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-review-showing-p review)) 20 (format "the hunks of %s" what))
+    (with-current-buffer review
+      (prog1 (cons (buffer-substring-no-properties (point-min) (point-max)) default-directory)
+        (sly-agent-q-diff-review-accept-all)
+        (sly-agent-q-diff-review-finish)))))
+
+(ert-deftest chats-a-chats-edit-is-reviewed-and-written-in-its-own-root ()
+  "A chat on alpha proposes an edit of a.txt while the user's buffer visits beta's a.txt.
+The review must show alpha's a.txt, the one written; beta's is left
+alone.  Before: the review was drawn from beta's a.txt (the user's
+current project) while alpha's was written; and an edit of a file
+beta lacks showed no review and was not applied."
+  (sly-agent-q-test-connect-lisp)
+  (let* ((lisp-a (sly-agent-q-bridge-current))
+         (alpha (file-name-as-directory (make-temp-file "alpha" t)))
+         (beta (file-name-as-directory (make-temp-file "beta" t)))
+         (sly-agent-q-project-root nil)
+         (user-buffer (progn (with-temp-file (expand-file-name "a.txt" beta)
+                               (insert "alpha one\nBETA-PRIVATE line\n"))
+                             (find-file-noselect (expand-file-name "a.txt" beta))))
+         ;; The user works in beta.
+         (sly-agent-q-files-default-buffer-function (lambda () user-buffer))
+         (sly-agent-q-diff-review-display-function #'ignore))
+    (with-temp-file (expand-file-name "a.txt" alpha) (insert "alpha one\nalpha two\n"))
+    (with-temp-file (expand-file-name "only-alpha.txt" alpha) (insert "first\nsecond\n"))
+    (unwind-protect
+        (sly-agent-q-test-with-server chats-test--review-script
+          (let* ((chat (sly-agent-q-chats-create alpha lisp-a))
+                 (turn (chats-test-send chat "Edit a.txt and only-alpha.txt")))
+            (let ((shown (chats-test--review-and-accept "a.txt")))
+              (should-not (string-match-p "BETA-PRIVATE" (car shown)))
+              (should (string-match-p "alpha two" (car shown)))
+              (should (equal (cdr shown) alpha)))
+            (let ((shown (chats-test--review-and-accept "only-alpha.txt")))
+              (should (string-match-p "second" (car shown)))
+              (should (equal (cdr shown) alpha)))
+            (sly-agent-q-test-wait turn 30 "the turn")
+            (should (eq (plist-get (funcall turn) :status) 'finished))
+            (should (equal (chats-test-file-text (expand-file-name "a.txt" alpha)) "EDITED\nalpha two\n"))
+            (should (equal (chats-test-file-text (expand-file-name "only-alpha.txt" alpha)) "EDITED\nsecond\n"))
+            (should (equal (chats-test-file-text (expand-file-name "a.txt" beta)) "alpha one\nBETA-PRIVATE line\n"))
+            (should (equal (with-current-buffer user-buffer (buffer-string)) "alpha one\nBETA-PRIVATE line\n"))
+            (should-not (file-exists-p (expand-file-name "only-alpha.txt" beta)))
+            (should (equal (mapcar #'cdr (sly-agent-q-test-tool-results)) '(nil nil)))))
+      (let ((kill-buffer-query-functions nil))
+        (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat))
+        (kill-buffer user-buffer))
+      (delete-directory alpha t)
+      (delete-directory beta t))))
+
 (provide 'sly-agent-q-chats-test)
 ;;; sly-agent-q-chats-test.el ends here
