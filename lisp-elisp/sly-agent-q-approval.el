@@ -612,7 +612,6 @@ CALL's cancellation marks it cancelled."
   (let* ((buf (sly-agent-q-chat-for-request request))
          (approval (sly-agent-q-approval--make :request request :callback callback :buffer buf)))
     (with-current-buffer buf
-      (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
       (push approval sly-agent-q-approval--waiting)
       (setf (sly-agent-q-approval-section approval)
             (sly-agent-q-transcript-insert-section
@@ -640,12 +639,16 @@ CALL's cancellation marks it cancelled."
     "the model in this chat"))
 
 (defun sly-agent-q-approval--deny-all ()
-  "Deny every approval still waiting in the current buffer (it is being killed)."
+  "Deny every approval still waiting in the current buffer (it is being killed).
+Run by the chat's kill after its turn's cancel was sent (see
+`sly-agent-q-chat-kill-hook'), never before."
   (dolist (a (sly-agent-q-approval--pending (current-buffer)))
     (setf (sly-agent-q-approval-status a) 'denied)
     (funcall (sly-agent-q-approval-callback a)
              (list :decision "denied" :reason "the user closed the chat buffer")))
   (setq sly-agent-q-approval--waiting nil))
+
+(add-hook 'sly-agent-q-chat-kill-hook #'sly-agent-q-approval--deny-all)
 
 (defun sly-agent-q-approval--render (approval)
   "Insert APPROVAL's text at point."

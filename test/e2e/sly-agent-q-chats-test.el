@@ -344,5 +344,43 @@ beta lacks showed no review and was not applied."
       (delete-directory alpha t)
       (delete-directory beta t))))
 
+(defconst chats-test--kill-while-approval-script
+  `((steps . [((content . [((type . "text") (text . "Hello."))]))
+              ((content . [((type . "tool_use") (name . "write_file")
+                            (input . ((path . "note.txt") (content . "never\n"))))]))
+              ;; What the model would do next, given the denial: paid for, and run.
+              ((content . [((type . "tool_use") (name . "eval_form")
+                            (input . ((form . "(defparameter cl-user::*after-kill* t)") (package . "CL-USER"))))]))
+              ((content . [((type . "text") (text . "Went on: {{last_tool_result}}"))]))])))
+
+(ert-deftest chats-a-chat-killed-while-its-approval-waits-asks-the-model-nothing-more ()
+  "A chat is killed while its write waits for approval: its turn ends there.
+No request more to the model, nothing run in the image, nothing
+written.  Before: the approval's denial reached the server before the
+chat's cancel, and the turn went on to the model."
+  (sly-agent-q-test-connect-lisp)
+  (let* ((lisp-a (sly-agent-q-bridge-current))
+         (alpha (file-name-as-directory (make-temp-file "alpha" t)))
+         (sly-agent-q-project-root nil))
+    (unwind-protect
+        (sly-agent-q-test-with-server chats-test--kill-while-approval-script
+          (chats-test-eval lisp-a '(cl:makunbound (cl:intern "*AFTER-KILL*" "COMMON-LISP-USER")))
+          (let ((chat (sly-agent-q-chats-create alpha lisp-a)))
+            (let ((turn (chats-test-send chat "Hello")))
+              (sly-agent-q-test-wait turn 30 "the first turn"))
+            (chats-test-send chat "Write a note")
+            (sly-agent-q-test-wait (lambda () (chats-test-has-approval-p chat)) 20 "the approval")
+            (should (= (chats-test-requests) 2))
+            (let ((kill-buffer-query-functions nil))
+              (kill-buffer chat))
+            ;; The extra request came at once (well under a second): wait past it.
+            (sly-agent-q-test-sleep 3)
+            (should (= (chats-test-requests) 2))
+            (should-not (chats-test-bound-p lisp-a "*AFTER-KILL*"))
+            (should-not (file-exists-p (expand-file-name "note.txt" alpha)))))
+      (let ((kill-buffer-query-functions nil))
+        (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat)))
+      (delete-directory alpha t))))
+
 (provide 'sly-agent-q-chats-test)
 ;;; sly-agent-q-chats-test.el ends here
