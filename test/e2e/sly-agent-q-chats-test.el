@@ -286,10 +286,13 @@ for another one is refused by the Lisp modes."
                             (input . ((path . "a.txt") (old_text . "alpha one") (new_text . "EDITED"))))]))
               ((content . [((type . "tool_use") (name . "propose_file_edit")
                             (input . ((path . "only-alpha.txt") (old_text . "first") (new_text . "EDITED"))))]))
+              ;; Rejected by the user.
+              ((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "a.txt") (old_text . "alpha two") (new_text . "REJECTED"))))]))
               ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
 
-(defun chats-test--review-and-accept (what)
-  "Wait for the review of WHAT, accept it whole.
+(defun chats-test--review-and-accept (what &optional reject)
+  "Wait for the review of WHAT, accept it whole (REJECT non-nil: reject it).
 Return what it showed: (TEXT . ITS-DEFAULT-DIRECTORY)."
   (let (review)
     (sly-agent-q-test-wait (lambda () (setq review (chats-test-review-buffer))) 20 (format "the review of %s" what))
@@ -297,13 +300,15 @@ Return what it showed: (TEXT . ITS-DEFAULT-DIRECTORY)."
     (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-review-showing-p review)) 20 (format "the hunks of %s" what))
     (with-current-buffer review
       (prog1 (cons (buffer-substring-no-properties (point-min) (point-max)) default-directory)
-        (sly-agent-q-diff-review-accept-all)
-        (sly-agent-q-diff-review-finish)))))
+        (if reject
+            (sly-agent-q-diff-review-abort)
+          (sly-agent-q-diff-review-accept-all)
+          (sly-agent-q-diff-review-finish))))))
 
 (ert-deftest chats-a-chats-edit-is-reviewed-and-written-in-its-own-root ()
   "A chat on alpha proposes an edit of a.txt while the user's buffer visits beta's a.txt.
 The review must show alpha's a.txt, the one written; beta's is left
-alone.  Before: the review was drawn from beta's a.txt (the user's
+alone; a review rejected is forgotten, the one of alpha's a.txt.  Before: the review was drawn from beta's a.txt (the user's
 current project) while alpha's was written; and an edit of a file
 beta lacks showed no review and was not applied."
   (sly-agent-q-test-connect-lisp)
@@ -330,6 +335,7 @@ beta lacks showed no review and was not applied."
             (let ((shown (chats-test--review-and-accept "only-alpha.txt")))
               (should (string-match-p "second" (car shown)))
               (should (equal (cdr shown) alpha)))
+            (should (string-match-p "REJECTED" (car (chats-test--review-and-accept "a.txt again" t))))
             (sly-agent-q-test-wait turn 30 "the turn")
             (should (eq (plist-get (funcall turn) :status) 'finished))
             (should (equal (chats-test-file-text (expand-file-name "a.txt" alpha)) "EDITED\nalpha two\n"))
@@ -337,7 +343,9 @@ beta lacks showed no review and was not applied."
             (should (equal (chats-test-file-text (expand-file-name "a.txt" beta)) "alpha one\nBETA-PRIVATE line\n"))
             (should (equal (with-current-buffer user-buffer (buffer-string)) "alpha one\nBETA-PRIVATE line\n"))
             (should-not (file-exists-p (expand-file-name "only-alpha.txt" beta)))
-            (should (equal (mapcar #'cdr (sly-agent-q-test-tool-results)) '(nil nil)))))
+            (should (equal (mapcar #'cdr (sly-agent-q-test-tool-results)) '(nil nil t)))
+            ;; The rejected review was forgotten: the one of alpha's a.txt.
+            (should (zerop (hash-table-count sly-agent-q-diff--reviews)))))
       (let ((kill-buffer-query-functions nil))
         (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat))
         (kill-buffer user-buffer))
