@@ -34,6 +34,11 @@
 ;;   and that chat's debugger tools look at that image;
 ;; - the server killed while both turns run is said in both chats, and
 ;;   both go on after the restart.
+;;
+;; Found by a red team, with one image: a chat's file edit is reviewed
+;; and written in the chat's root while the user's buffer is in another
+;; project; a chat killed while its approval waits asks the model
+;; nothing more.
 
 ;;; Code:
 
