@@ -279,21 +279,29 @@ server sent is \"diff\" or \"form\") in its hunk-by-hunk review."
                                            (error-message-string err)))))))
 
 (defun sly-agent-q-approval--prepare (call)
-  "Prepare the approval CALL and put it to whoever decides."
+  "Prepare the approval CALL and put it to whoever decides.
+All of it runs against the root the server judged the call by, the
+chat's (`sly-agent-q-files-call-root' of its projectRoot): the preview,
+the review of a file edit and its hunks, and each step that comes
+later (`sly-agent-q-files-keeping-root').  The file the user reviews
+is then the file written, whatever project the user's current buffer
+is in."
   (let ((params (sly-agent-q-call-params call)))
     (cl-destructuring-bind (&key capability arguments review projectRoot &allow-other-keys) params
-      (let ((preview (condition-case err
-                         ;; Against the root the server judged the call by.
-                         (let ((sly-agent-q-project-root (sly-agent-q-files-call-root projectRoot)))
-                           (cons :ok (sly-agent-q-tool-preview capability arguments review)))
-                       (sly-agent-q-tool-error (cons :refused (cadr err))))))
-        (if (eq (car preview) :refused)
-            (sly-agent-q-call-fail call (cdr preview))
-          (sly-agent-q-approval--route
-           call params (cdr preview)
-           (lambda (decision)
-             (sly-agent-q-call-reply
-              call (sly-agent-q-approval--bind params (cdr preview) decision)))))))))
+      (pcase (condition-case err
+                 (let ((sly-agent-q-project-root (sly-agent-q-files-call-root projectRoot)))
+                   (list :ok sly-agent-q-project-root
+                         (sly-agent-q-tool-preview capability arguments review)))
+               (sly-agent-q-tool-error (list :refused (cadr err))))
+        (`(:refused ,why) (sly-agent-q-call-fail call why))
+        (`(:ok ,root ,preview)
+         (let ((sly-agent-q-project-root root))
+           (sly-agent-q-approval--route
+            call params preview
+            (sly-agent-q-files-keeping-root
+             (lambda (decision)
+               (sly-agent-q-call-reply
+                call (sly-agent-q-approval--bind params preview decision)))))))))))
 
 (defun sly-agent-q-approval--bind (params preview decision)
   "DECISION on the call of PARAMS, with the :target it was given for.
@@ -336,22 +344,24 @@ without waiting."
       (let ((review (sly-agent-q-approval--review-edit params preview reply)))
         (when (bufferp review)
           (sly-agent-q-call-on-cancel
-           call (lambda (_reason)
-                  ;; A review shown was remembered (its hunks, for the apply).
-                  (when (sly-agent-q-diff-review-showing-p review)
-                    (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
-                  (sly-agent-q-diff-review-cancel review)))))
+           call (sly-agent-q-files-keeping-root
+                 (lambda (_reason)
+                   ;; A review shown was remembered (its hunks, for the apply).
+                   (when (sly-agent-q-diff-review-showing-p review)
+                     (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
+                   (sly-agent-q-diff-review-cancel review))))))
     (let ((answer (sly-agent-q-approval--answerer params reply)))
       (sly-agent-q-diff-fetch-hunks
        (plist-get preview :old) (plist-get preview :new)
-       (lambda ()
-         ;; A call cancelled (or whose server died) while the hunks came is
-         ;; put to no one: nothing would answer it.
-         (unless (sly-agent-q-call-done call)
-           (let ((request (sly-agent-q-approval--request params preview)))
-             (sly-agent-q-approval--put request (funcall answer request)
-                                        (lambda (request answer)
-                                          (sly-agent-q-approval--ask call request answer))))))))))
+       (sly-agent-q-files-keeping-root
+        (lambda ()
+          ;; A call cancelled (or whose server died) while the hunks came is
+          ;; put to no one: nothing would answer it.
+          (unless (sly-agent-q-call-done call)
+            (let ((request (sly-agent-q-approval--request params preview)))
+              (sly-agent-q-approval--put request (funcall answer request)
+                                         (lambda (request answer)
+                                           (sly-agent-q-approval--ask call request answer)))))))))))
 
 (defun sly-agent-q-approval--answerer (params reply)
   "A function of a request, returning the function that answers it.
@@ -361,22 +371,26 @@ accepted hunks with the call's own arguments; REPLY gets it once.  A
 reviewed edit that is denied is forgotten (see
 `sly-agent-q-diff-forget-review')."
   (let ((reply (sly-agent-q-approval--once reply)))
-    (lambda (request)
-      (lambda (decision)
-        (let ((decision (sly-agent-q-approval--normalize decision request)))
-          (when (and (member (plist-get params :review) '("diff" "form"))
-                     (equal (plist-get decision :decision) "denied"))
-            (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
-          (funcall reply (if (and (equal (plist-get params :review) "form")
-                                  (equal (plist-get decision :decision) "modified"))
-                             ;; Only the hunks are the review's: the form's
-                             ;; other arguments stay the call's own.
-                             (list :decision "modified"
-                                   :arguments (plist-put (copy-sequence (plist-get params :arguments))
-                                                         :accepted_hunks
-                                                         (plist-get (plist-get decision :arguments)
-                                                                    :accepted_hunks)))
-                           decision)))))))
+    ;; The answer comes later (the user's decision): the review it
+    ;; forgets is of the file of the call's root.
+    (sly-agent-q-files-keeping-root
+     (lambda (request)
+       (sly-agent-q-files-keeping-root
+        (lambda (decision)
+          (let ((decision (sly-agent-q-approval--normalize decision request)))
+            (when (and (member (plist-get params :review) '("diff" "form"))
+                       (equal (plist-get decision :decision) "denied"))
+              (ignore-errors (sly-agent-q-diff-forget-review (sly-agent-q-approval--edit params))))
+            (funcall reply (if (and (equal (plist-get params :review) "form")
+                                    (equal (plist-get decision :decision) "modified"))
+                               ;; Only the hunks are the review's: the form's
+                               ;; other arguments stay the call's own.
+                               (list :decision "modified"
+                                     :arguments (plist-put (copy-sequence (plist-get params :arguments))
+                                                           :accepted_hunks
+                                                           (plist-get (plist-get decision :arguments)
+                                                                      :accepted_hunks)))
+                             decision)))))))))
 
 (defun sly-agent-q-approval--put (request answer ask)
   "Put REQUEST to `sly-agent-q-approval-function', or else to ASK.
@@ -429,31 +443,34 @@ are there), or nil when none is shown.  Never signals."
                (call-id (plist-get params :callId)))
           (sly-agent-q-diff-fetch-hunks
            (plist-get texts :old) (plist-get texts :new)
-           (lambda ()
-             (condition-case err
-                 (let ((proposal (sly-agent-q-diff-proposal edit))
-                       (read-eval (plist-get arguments :read_time_evaluation)))
-                   ;; A Lisp form's edit adding #. forms: code run as the
-                   ;; text is read, shown above its diff.
-                   (when (> (length read-eval) 0)
-                     (setq proposal (plist-put proposal :read-eval (append read-eval nil))))
-                   (sly-agent-q-diff-remember-review edit proposal)
-                   (if (null (plist-get proposal :hunks))
-                       (funcall none)
-                     (let* ((request (sly-agent-q-approval--request params preview proposal))
-                            (sly-agent-q-approval-function approver))
-                       (sly-agent-q-approval--put
-                        request (funcall answer request)
-                        (lambda (_request answer)
-                          (if (buffer-live-p buffer)
-                              (sly-agent-q-diff-review-show buffer proposal answer display)
-                            (funcall answer (list :decision "denied"
-                                                  :reason "The user closed the review without deciding"))))))))
-               (sly-agent-q-tool-error (funcall none))
-               (error (funcall fail err)))
-             (when (and (buffer-live-p buffer) (not (sly-agent-q-diff-review-showing-p buffer)))
-               ;; Answered without a review (no change): nothing to show.
-               (kill-buffer buffer)))
+           ;; The proposal computed again when the hunks came is of the
+           ;; same file: the one the texts were read from.
+           (sly-agent-q-files-keeping-root
+            (lambda ()
+              (condition-case err
+                  (let ((proposal (sly-agent-q-diff-proposal edit))
+                        (read-eval (plist-get arguments :read_time_evaluation)))
+                    ;; A Lisp form's edit adding #. forms: code run as the
+                    ;; text is read, shown above its diff.
+                    (when (> (length read-eval) 0)
+                      (setq proposal (plist-put proposal :read-eval (append read-eval nil))))
+                    (sly-agent-q-diff-remember-review edit proposal)
+                    (if (null (plist-get proposal :hunks))
+                        (funcall none)
+                      (let* ((request (sly-agent-q-approval--request params preview proposal))
+                             (sly-agent-q-approval-function approver))
+                        (sly-agent-q-approval--put
+                         request (funcall answer request)
+                         (lambda (_request answer)
+                           (if (buffer-live-p buffer)
+                               (sly-agent-q-diff-review-show buffer proposal answer display)
+                             (funcall answer (list :decision "denied"
+                                                   :reason "The user closed the review without deciding"))))))))
+                (sly-agent-q-tool-error (funcall none))
+                (error (funcall fail err)))
+              (when (and (buffer-live-p buffer) (not (sly-agent-q-diff-review-showing-p buffer)))
+                ;; Answered without a review (no change): nothing to show.
+                (kill-buffer buffer))))
            (let ((current (plist-get texts :current)))
              ;; The text on disk is the one reviewed: the server can read it itself.
              (and call-id (plist-get current :exists) (not (plist-get current :modified))
@@ -595,7 +612,6 @@ CALL's cancellation marks it cancelled."
   (let* ((buf (sly-agent-q-chat-for-request request))
          (approval (sly-agent-q-approval--make :request request :callback callback :buffer buf)))
     (with-current-buffer buf
-      (add-hook 'kill-buffer-hook #'sly-agent-q-approval--deny-all nil t)
       (push approval sly-agent-q-approval--waiting)
       (setf (sly-agent-q-approval-section approval)
             (sly-agent-q-transcript-insert-section
@@ -623,12 +639,16 @@ CALL's cancellation marks it cancelled."
     "the model in this chat"))
 
 (defun sly-agent-q-approval--deny-all ()
-  "Deny every approval still waiting in the current buffer (it is being killed)."
+  "Deny every approval still waiting in the current buffer (it is being killed).
+Run by the chat's kill after its turn's cancel was sent (see
+`sly-agent-q-chat-kill-hook'), never before."
   (dolist (a (sly-agent-q-approval--pending (current-buffer)))
     (setf (sly-agent-q-approval-status a) 'denied)
     (funcall (sly-agent-q-approval-callback a)
              (list :decision "denied" :reason "the user closed the chat buffer")))
   (setq sly-agent-q-approval--waiting nil))
+
+(add-hook 'sly-agent-q-chat-kill-hook #'sly-agent-q-approval--deny-all)
 
 (defun sly-agent-q-approval--render (approval)
   "Insert APPROVAL's text at point."

@@ -122,10 +122,20 @@ On a tool entry TAB shows or hides its details, RET or o opens them.
   (sly-agent-q-markdown-setup)
   (add-hook 'kill-buffer-hook #'sly-agent-q-chat--on-kill nil t))
 
+(defvar sly-agent-q-chat-kill-hook nil
+  "Run in a chat buffer being killed, once its turn's cancel was sent.
+What still waits for the user there is answered here (an approval is
+denied).  Answered before the cancel, the answer would reach the
+server first and the turn would go on with it: one more request to
+the model, paid for, its calls refused.")
+
 (defun sly-agent-q-chat--on-kill ()
-  "The chat buffer is being killed: stop its timer, its turn, its conversation."
+  "The chat buffer is being killed: stop its timer, its turn, its conversation.
+In this order: the server hears of the cancel before any answer to
+what waits in the chat (`sly-agent-q-chat-kill-hook')."
   (sly-agent-q-stream-stop)
-  (sly-agent-q-turn-release))
+  (sly-agent-q-turn-release)
+  (run-hooks 'sly-agent-q-chat-kill-hook))
 
 (defun sly-agent-q-chat-buffer (&optional no-create)
   "The chat a command acts on; create one unless NO-CREATE.

@@ -559,10 +559,7 @@ unusable.  When the server that asked dies before the hunks came,
 nothing is applied: the call died with it, and no one would answer
 the model or keep the change for a rewind."
   (let ((texts (sly-agent-q-diff-proposal args t))
-        (asker (and (boundp 'sly-agent-q-current-connection) sly-agent-q-current-connection))
-        ;; The root the call runs against (the server's, bound for it): the
-        ;; edit applied later resolves its path against the same one.
-        (root sly-agent-q-project-root))
+        (asker (and (boundp 'sly-agent-q-current-connection) sly-agent-q-current-connection)))
     (if (or (sly-agent-q-diff--reviewed-hunks args (plist-get texts :file) (plist-get texts :old))
             (sly-agent-q-diff--fetched (plist-get texts :old) (plist-get texts :new)))
         (sly-agent-q-diff-apply-proposal args)
@@ -570,34 +567,36 @@ the model or keep the change for a rewind."
         (let ((stopped nil) (tries 0))
           (cl-labels
               ((apply-now ()
-                 (condition-case err
-                     (funcall answer (sly-agent-q-diff-apply-proposal args) nil)
-                   (sly-agent-q-tool-error (funcall answer nil (cadr err)))
-                   (error (funcall answer nil (format "propose_file_edit failed in Emacs: %s"
-                                                      (error-message-string err))))))
+                          (condition-case err
+                              (funcall answer (sly-agent-q-diff-apply-proposal args) nil)
+                            (sly-agent-q-tool-error (funcall answer nil (cadr err)))
+                            (error (funcall answer nil (format "propose_file_edit failed in Emacs: %s"
+                                                               (error-message-string err))))))
                (fetch (texts)
-                 (cl-incf tries)
-                 (sly-agent-q-diff-fetch-hunks
-                  (plist-get texts :old) (plist-get texts :new)
-                  (lambda ()
-                    (let ((sly-agent-q-project-root root))
-                      (cond
-                       (stopped)
-                       ((and asker (not (sly-agent-q-connection-live-p asker)))
-                        ;; Answered for the form's sake: the call is dropped with its server.
-                        (setq stopped t)
-                        (funcall answer nil (format "The server exited before the hunks of the edit of %s came; nothing was applied."
-                                                    (plist-get texts :rel))))
-                       (t
-                        ;; The file may have changed meanwhile: the hunks of its new
-                        ;; text are asked for (a few times at most).
-                        (let ((now (condition-case nil (sly-agent-q-diff-proposal args t)
-                                     (sly-agent-q-tool-error nil))))
-                          (if (and now (< tries sly-agent-q-diff--fetch-tries)
-                                   (not (and (equal (plist-get now :old) (plist-get texts :old))
-                                             (equal (plist-get now :new) (plist-get texts :new)))))
-                              (fetch now)
-                            (apply-now))))))))))
+                      (cl-incf tries)
+                      (sly-agent-q-diff-fetch-hunks
+                       (plist-get texts :old) (plist-get texts :new)
+                       ;; The root the call runs against (the server's, bound for
+                       ;; it): the edit applied later resolves its path against it.
+                       (sly-agent-q-files-keeping-root
+                        (lambda ()
+                          (cond
+                           (stopped)
+                           ((and asker (not (sly-agent-q-connection-live-p asker)))
+                            ;; Answered for the form's sake: the call is dropped with its server.
+                            (setq stopped t)
+                            (funcall answer nil (format "The server exited before the hunks of the edit of %s came; nothing was applied."
+                                                        (plist-get texts :rel))))
+                           (t
+                            ;; The file may have changed meanwhile: the hunks of its new
+                            ;; text are asked for (a few times at most).
+                            (let ((now (condition-case nil (sly-agent-q-diff-proposal args t)
+                                         (sly-agent-q-tool-error nil))))
+                              (if (and now (< tries sly-agent-q-diff--fetch-tries)
+                                       (not (and (equal (plist-get now :old) (plist-get texts :old))
+                                                 (equal (plist-get now :new) (plist-get texts :new)))))
+                                  (fetch now)
+                                (apply-now))))))))))
             (fetch texts))
           (lambda () (setq stopped t)))))))
 

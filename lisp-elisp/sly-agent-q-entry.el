@@ -237,8 +237,8 @@ A mark in the face of its meaning, then meta text."
 
 (defun sly-agent-q-entry--split-arguments (arguments lisp)
   "ARGUMENTS (a plist) split into (JSON . FORMS) for drawing.
-FORMS are (NAME . TEXT) of the arguments LISP names that are strings
-(Lisp source, drawn as Lisp), in their order; JSON the plist of the
+FORMS are (NAME . TEXT) of the arguments LISP names that are strings,
+Lisp source drawn as Lisp, in their order; JSON the plist of the
 others."
   (let ((json nil) (forms nil))
     (cl-loop for (k v) on (and (listp arguments) arguments) by #'cddr

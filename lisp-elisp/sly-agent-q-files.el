@@ -364,6 +364,19 @@ would differ, or the agent would work outside the root the user chose."
        (abbreviate-file-name sly-agent-q-project-root) (abbreviate-file-name root)))
     (file-name-as-directory root)))
 
+(defun sly-agent-q-files-keeping-root (function)
+  "Return FUNCTION, to be run later against the project root bound now.
+A step of a call that runs later (on a timer, at the server's answer,
+at the user's decision) resolves its paths against the root the call
+runs against, `sly-agent-q-project-root' as its handler bound it
+from `sly-agent-q-files-call-root', never against the one the user's
+current buffer gives by then: another chat's project, and another
+file of the same name."
+  (let ((root sly-agent-q-project-root))
+    (lambda (&rest arguments)
+      (let ((sly-agent-q-project-root root))
+        (apply function arguments)))))
+
 (defun sly-agent-q-files--existing-p (file)
   "Return non-nil when FILE exists, a dangling symbolic link included."
   (or (file-exists-p file) (file-symlink-p file)))

@@ -348,38 +348,44 @@ definitions) cannot be rewound."
   "Rewind CONVERSATION-ID to before its turn TURN-ID.
 With TRUNCATE, also drop that turn and the later ones.
 CALLBACK, if non-nil, gets the plist of `sly-agent-q-sessions-apply-rewind',
-after the diffs of what was left alone are shown."
-  (sly-agent-q-server-request
-   'conversation/rewind (list :conversationId conversation-id :turnId turn-id :truncate (if truncate t :json-false))
-   (lambda (result)
-     (let ((outcome (sly-agent-q-sessions-apply-rewind (plist-get result :restore))))
-       (when (plist-get result :messages)
-         ;; What was spent stays spent: the header line keeps the usage and the cost.
-         (apply #'sly-agent-q-chat-show-history conversation-id
-                (or (sly-agent-q-chat-title (sly-agent-q-chat-buffer)) "rewound")
-                (plist-get result :messages)
-                :calls (plist-get result :calls)
-                :turn-ends (plist-get result :turnEnds)
-                (sly-agent-q-chat-spending (sly-agent-q-chat-buffer))))
-       (message "sly-agent-q: put back %d file(s) and buffer(s)%s%s%s.  What the agent did inside the Lisp image cannot be rewound."
-                (length (plist-get outcome :restored))
-                (if (plist-get outcome :refused)
-                    (format "; left %d you changed since (see the diffs)" (length (plist-get outcome :refused)))
-                  "")
-                (if (plist-get outcome :failed)
-                    (format "; could not put back %s"
-                            (mapconcat (lambda (f) (format "%s (%s)" (sly-agent-q-display-line (car f))
-                                                                     (sly-agent-q-display-line (cadr f))))
-                                       (plist-get outcome :failed) ", "))
-                  "")
-                (if truncate "; the conversation now ends before that turn" ""))
-       (cond ((plist-get outcome :refused)
-              ;; The callback comes once the diffs are shown.
-              (sly-agent-q-sessions--refused-diff
-               (plist-get outcome :refused)
-               (and callback (lambda () (funcall callback outcome)))))
-             (callback (funcall callback outcome)))))
-   (lambda (msg) (message "sly-agent-q: cannot rewind: %s" (sly-agent-q-display-line msg)))))
+after the diffs of what was left alone are shown.
+The files are put back in the root of the chat holding the
+conversation, whatever project the user's current buffer is in, and
+that chat keeps its own title and spending."
+  (let* ((chat (sly-agent-q-chats-of-conversation conversation-id))
+         (root (if chat (sly-agent-q-chats-root chat) sly-agent-q-project-root)))
+    (sly-agent-q-server-request
+     'conversation/rewind (list :conversationId conversation-id :turnId turn-id :truncate (if truncate t :json-false))
+     (lambda (result)
+       (let ((outcome (let ((sly-agent-q-project-root root))
+                        (sly-agent-q-sessions-apply-rewind (plist-get result :restore)))))
+         (when (plist-get result :messages)
+           ;; What was spent stays spent: the header line keeps the usage and the cost.
+           (apply #'sly-agent-q-chat-show-history conversation-id
+                  (or (sly-agent-q-chat-title (if (buffer-live-p chat) chat (sly-agent-q-chat-buffer))) "rewound")
+                  (plist-get result :messages)
+                  :calls (plist-get result :calls)
+                  :turn-ends (plist-get result :turnEnds)
+                  (sly-agent-q-chat-spending (if (buffer-live-p chat) chat (sly-agent-q-chat-buffer)))))
+         (message "sly-agent-q: put back %d file(s) and buffer(s)%s%s%s.  What the agent did inside the Lisp image cannot be rewound."
+                  (length (plist-get outcome :restored))
+                  (if (plist-get outcome :refused)
+                      (format "; left %d you changed since (see the diffs)" (length (plist-get outcome :refused)))
+                    "")
+                  (if (plist-get outcome :failed)
+                      (format "; could not put back %s"
+                              (mapconcat (lambda (f) (format "%s (%s)" (sly-agent-q-display-line (car f))
+                                                             (sly-agent-q-display-line (cadr f))))
+                                         (plist-get outcome :failed) ", "))
+                    "")
+                  (if truncate "; the conversation now ends before that turn" ""))
+         (cond ((plist-get outcome :refused)
+                ;; The callback comes once the diffs are shown.
+                (sly-agent-q-sessions--refused-diff
+                 (plist-get outcome :refused)
+                 (and callback (lambda () (funcall callback outcome)))))
+               (callback (funcall callback outcome)))))
+     (lambda (msg) (message "sly-agent-q: cannot rewind: %s" (sly-agent-q-display-line msg))))))
 
 ;;;; Export
 

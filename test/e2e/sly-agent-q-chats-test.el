@@ -34,6 +34,11 @@
 ;;   and that chat's debugger tools look at that image;
 ;; - the server killed while both turns run is said in both chats, and
 ;;   both go on after the restart.
+;;
+;; Found by a red team, with one image: a chat's file edit is reviewed
+;; and written in the chat's root while the user's buffer is in another
+;; project; a chat killed while its approval waits asks the model
+;; nothing more.
 
 ;;; Code:
 
@@ -270,6 +275,125 @@ for another one is refused by the Lisp modes."
         (when (process-live-p inferior) (kill-process inferior)))
       (delete-directory alpha t)
       (delete-directory beta t))))
+
+;;;; Found by a red team
+
+(defun chats-test-file-text (file)
+  "The text of FILE on disk."
+  (with-temp-buffer (insert-file-contents file) (buffer-string)))
+
+(defun chats-test-review-buffer ()
+  "The review buffer of a proposed edit shown now, or nil."
+  (cl-find-if (lambda (b) (string-prefix-p "*sly-agent-q-diff" (buffer-name b))) (buffer-list)))
+
+(defconst chats-test--review-script
+  `((steps . [((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "a.txt") (old_text . "alpha one") (new_text . "EDITED"))))]))
+              ((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "only-alpha.txt") (old_text . "first") (new_text . "EDITED"))))]))
+              ;; Rejected by the user.
+              ((content . [((type . "tool_use") (name . "propose_file_edit")
+                            (input . ((path . "a.txt") (old_text . "alpha two") (new_text . "REJECTED"))))]))
+              ((content . [((type . "text") (text . "Result: {{last_tool_result}}"))]))])))
+
+(defun chats-test--review-and-accept (what &optional reject)
+  "Wait for the review of WHAT, accept it whole (REJECT non-nil: reject it).
+Return what it showed: (TEXT . ITS-DEFAULT-DIRECTORY)."
+  (let (review)
+    (sly-agent-q-test-wait (lambda () (setq review (chats-test-review-buffer))) 20 (format "the review of %s" what))
+    ;; Its hunks come from the server: the review is drawn once they are there.
+    (sly-agent-q-test-wait (lambda () (sly-agent-q-diff-review-showing-p review)) 20 (format "the hunks of %s" what))
+    (with-current-buffer review
+      (prog1 (cons (buffer-substring-no-properties (point-min) (point-max)) default-directory)
+        (if reject
+            (sly-agent-q-diff-review-abort)
+          (sly-agent-q-diff-review-accept-all)
+          (sly-agent-q-diff-review-finish))))))
+
+(ert-deftest chats-a-chats-edit-is-reviewed-and-written-in-its-own-root ()
+  "A chat on alpha proposes an edit of a.txt while the user's buffer visits beta's a.txt.
+The review must show alpha's a.txt, the one written; beta's is left
+alone; a review rejected is forgotten, the one of alpha's a.txt.  Before: the review was drawn from beta's a.txt (the user's
+current project) while alpha's was written; and an edit of a file
+beta lacks showed no review and was not applied."
+  (sly-agent-q-test-connect-lisp)
+  (let* ((lisp-a (sly-agent-q-bridge-current))
+         (alpha (file-name-as-directory (make-temp-file "alpha" t)))
+         (beta (file-name-as-directory (make-temp-file "beta" t)))
+         (sly-agent-q-project-root nil)
+         (user-buffer (progn (with-temp-file (expand-file-name "a.txt" beta)
+                               (insert "alpha one\nBETA-PRIVATE line\n"))
+                             (find-file-noselect (expand-file-name "a.txt" beta))))
+         ;; The user works in beta.
+         (sly-agent-q-files-default-buffer-function (lambda () user-buffer))
+         (sly-agent-q-diff-review-display-function #'ignore))
+    (with-temp-file (expand-file-name "a.txt" alpha) (insert "alpha one\nalpha two\n"))
+    (with-temp-file (expand-file-name "only-alpha.txt" alpha) (insert "first\nsecond\n"))
+    (unwind-protect
+        (sly-agent-q-test-with-server chats-test--review-script
+          (let* ((chat (sly-agent-q-chats-create alpha lisp-a))
+                 (turn (chats-test-send chat "Edit a.txt and only-alpha.txt")))
+            (let ((shown (chats-test--review-and-accept "a.txt")))
+              (should-not (string-match-p "BETA-PRIVATE" (car shown)))
+              (should (string-match-p "alpha two" (car shown)))
+              (should (equal (cdr shown) alpha)))
+            (let ((shown (chats-test--review-and-accept "only-alpha.txt")))
+              (should (string-match-p "second" (car shown)))
+              (should (equal (cdr shown) alpha)))
+            (should (string-match-p "REJECTED" (car (chats-test--review-and-accept "a.txt again" t))))
+            (sly-agent-q-test-wait turn 30 "the turn")
+            (should (eq (plist-get (funcall turn) :status) 'finished))
+            (should (equal (chats-test-file-text (expand-file-name "a.txt" alpha)) "EDITED\nalpha two\n"))
+            (should (equal (chats-test-file-text (expand-file-name "only-alpha.txt" alpha)) "EDITED\nsecond\n"))
+            (should (equal (chats-test-file-text (expand-file-name "a.txt" beta)) "alpha one\nBETA-PRIVATE line\n"))
+            (should (equal (with-current-buffer user-buffer (buffer-string)) "alpha one\nBETA-PRIVATE line\n"))
+            (should-not (file-exists-p (expand-file-name "only-alpha.txt" beta)))
+            (should (equal (mapcar #'cdr (sly-agent-q-test-tool-results)) '(nil nil t)))
+            ;; The rejected review was forgotten: the one of alpha's a.txt.
+            (should (zerop (hash-table-count sly-agent-q-diff--reviews)))))
+      (let ((kill-buffer-query-functions nil))
+        (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat))
+        (kill-buffer user-buffer))
+      (delete-directory alpha t)
+      (delete-directory beta t))))
+
+(defconst chats-test--kill-while-approval-script
+  `((steps . [((content . [((type . "text") (text . "Hello."))]))
+              ((content . [((type . "tool_use") (name . "write_file")
+                            (input . ((path . "note.txt") (content . "never\n"))))]))
+              ;; What the model would do next, given the denial: paid for, and run.
+              ((content . [((type . "tool_use") (name . "eval_form")
+                            (input . ((form . "(defparameter cl-user::*after-kill* t)") (package . "CL-USER"))))]))
+              ((content . [((type . "text") (text . "Went on: {{last_tool_result}}"))]))])))
+
+(ert-deftest chats-a-chat-killed-while-its-approval-waits-asks-the-model-nothing-more ()
+  "A chat is killed while its write waits for approval: its turn ends there.
+No request more to the model, nothing run in the image, nothing
+written.  Before: the approval's denial reached the server before the
+chat's cancel, and the turn went on to the model."
+  (sly-agent-q-test-connect-lisp)
+  (let* ((lisp-a (sly-agent-q-bridge-current))
+         (alpha (file-name-as-directory (make-temp-file "alpha" t)))
+         (sly-agent-q-project-root nil))
+    (unwind-protect
+        (sly-agent-q-test-with-server chats-test--kill-while-approval-script
+          (chats-test-eval lisp-a '(cl:makunbound (cl:intern "*AFTER-KILL*" "COMMON-LISP-USER")))
+          (let ((chat (sly-agent-q-chats-create alpha lisp-a)))
+            (let ((turn (chats-test-send chat "Hello")))
+              (sly-agent-q-test-wait turn 30 "the first turn"))
+            (chats-test-send chat "Write a note")
+            (sly-agent-q-test-wait (lambda () (chats-test-has-approval-p chat)) 20 "the approval")
+            (should (= (chats-test-requests) 2))
+            (let ((kill-buffer-query-functions nil))
+              (kill-buffer chat))
+            ;; The extra request came at once (well under a second): wait past it.
+            (sly-agent-q-test-sleep 3)
+            (should (= (chats-test-requests) 2))
+            (should-not (chats-test-bound-p lisp-a "*AFTER-KILL*"))
+            (should-not (file-exists-p (expand-file-name "note.txt" alpha)))))
+      (let ((kill-buffer-query-functions nil))
+        (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat)))
+      (delete-directory alpha t))))
 
 (provide 'sly-agent-q-chats-test)
 ;;; sly-agent-q-chats-test.el ends here

@@ -471,6 +471,45 @@ chat says the server exited."
           (should (= (length sent) 5))
           (should (equal (aref sent 4) '((role . "user") (content . [((type . "text") (text . "again"))])))))))))
 
+;; Found with the red team's diff review: a later step resolving against
+;; the user's current project instead of the chat's root.
+(ert-deftest sly-agent-q-sessions-rewind-puts-back-the-chats-files-from-another-project ()
+  "A chat on alpha wrote a.txt; rewound while the user's buffer is in beta, alpha's a.txt goes.
+Beta's a.txt stays.  Before: the rewind resolved alpha's file against
+beta (the user's current project) and refused it as outside the project."
+  (let* ((alpha (file-name-as-directory (make-temp-file "agent-q-alpha" t)))
+         (beta (file-name-as-directory (make-temp-file "agent-q-beta" t)))
+         (sly-agent-q-project-root nil)
+         (user-buffer (progn (with-temp-file (expand-file-name "a.txt" beta) (insert "beta's\n"))
+                             (find-file-noselect (expand-file-name "a.txt" beta))))
+         (sly-agent-q-files-default-buffer-function (lambda () user-buffer))
+         (approve (lambda (_request callback) (funcall callback '(:decision "approved")))))
+    (unwind-protect
+        (sly-agent-q-test-with-server
+            (sly-agent-q-sessions-test--script
+             (list (sly-agent-q-sessions-test--write "a.txt" "alpha's\n"))
+             '(((type . "text") (text . "Wrote a."))))
+          (let ((chat (sly-agent-q-chats-create alpha)) outcome turns)
+            (let ((sly-agent-q-approval-function approve))
+              (with-current-buffer chat
+                (should (eq (plist-get (sly-agent-q-test-send "write") :status) 'finished))))
+            (should (equal (sly-agent-q-sessions-test--file alpha "a.txt") "alpha's\n"))
+            (let ((id (sly-agent-q-chat-conversation-id chat)))
+              (sly-agent-q-server-request 'conversation/turns (list :conversationId id)
+                                          (lambda (r) (setq turns (append (plist-get r :turns) nil))))
+              (sly-agent-q-test-wait (lambda () turns) 10 "the turns")
+              (sly-agent-q-sessions-rewind id (plist-get (car turns) :turnId) nil (lambda (o) (setq outcome o)))
+              (sly-agent-q-test-wait (lambda () outcome) 10 "the rewind"))
+            (should-not (plist-get outcome :failed))
+            (should (equal (plist-get outcome :restored) (list (expand-file-name "a.txt" alpha))))
+            (should-not (sly-agent-q-sessions-test--file alpha "a.txt"))
+            (should (equal (sly-agent-q-sessions-test--file beta "a.txt") "beta's\n"))))
+      (let ((kill-buffer-query-functions nil))
+        (dolist (chat (sly-agent-q-chats-list)) (kill-buffer chat))
+        (kill-buffer user-buffer))
+      (delete-directory alpha t)
+      (delete-directory beta t))))
+
 (ert-deftest sly-agent-q-sessions-rewind-stays-inside-the-project ()
   "A rewind puts back nothing outside the project root, whatever the saved file says."
   (let* ((root (file-name-as-directory (make-temp-file "agent-q-root" t)))
