@@ -68,7 +68,7 @@
       (unless (string-match-p "exit status 0" (buffer-string))
         ;; The entry is folded: its result is in the entry's struct.
         (unless (cl-some (lambda (e) (string-match-p "exit status 0" (or (sly-agent-q-entry-content e) "")))
-                         (hash-table-values sly-agent-q-chat--entries))
+                         (hash-table-values sly-agent-q-entry--table))
           (error "The command's result is not in the chat"))))
     (bench-record :figure "12. run_command printing 50 MB: largest input gap" :unit "ms"
                   :samples (vconcat gaps) :target "<= 100 ms" :ratio (/ (bench-median gaps) 100.0)
