@@ -200,6 +200,9 @@ Nothing waits, and no server is started for it."
 
 ;;;; The turn's states, as the server reports them
 
+;; Obsolete name (issue 46), kept for users who name it.
+(define-obsolete-variable-alias 'sly-agent-q-chat-turn-transitions
+  'sly-agent-q-turn-transitions "0.2.0")
 (defconst sly-agent-q-turn-transitions
   '((nil requesting)
     (requesting streaming running-tools finished failed cancelled)

@@ -69,7 +69,8 @@
     (sly-agent-q-chat-details-map . sly-agent-q-transcript-details-map)
     (sly-agent-q-chat-thinking-map . sly-agent-q-stream-thinking-map)
     (sly-agent-q-chat-entry-note-functions . sly-agent-q-entry-note-functions)
-    (sly-agent-q-chat-matching-input-history . sly-agent-q-input-matching-history))
+    (sly-agent-q-chat-matching-input-history . sly-agent-q-input-matching-history)
+    (sly-agent-q-chat-turn-transitions . sly-agent-q-turn-transitions))
   "Old variable name to new.")
 
 (ert-deftest sly-agent-q-chat-old-names-still-work ()
