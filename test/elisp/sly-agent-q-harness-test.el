@@ -30,6 +30,9 @@
 ;;; Code:
 
 (require 'ert)
+(require 'sly-agent-q-test-helper
+         (expand-file-name "sly-agent-q-test-helper"
+                           (file-name-directory (or load-file-name buffer-file-name))))
 
 (ert-deftest sly-agent-q-harness-write-to-a-closed-pipe-is-an-error ()
   "A write to a live process that closed its input signals an error; Emacs goes on."
@@ -41,6 +44,19 @@
           (should (process-live-p p))
           (should-error (dotimes (_ 3) (process-send-string p (make-string 70000 ?x)))))
       (delete-process p))))
+
+(ert-deftest sly-agent-q-harness-backend-failing-while-connecting-is-seen ()
+  "SWANK's own failure to set up a connection (ECL) is seen from what it printed
+since this start, not from an earlier Lisp's text in a reused buffer."
+  (let ((buffer (get-buffer-create "*inferior-lisp*")))
+    (unwind-protect
+        (with-current-buffer buffer
+          (insert ";; swank:close-connection: an earlier Lisp's\n")
+          (let ((sly-agent-q-test--connect-from (list (cons buffer (buffer-size)))))
+            (should-not (sly-agent-q-test--backend-failed-connecting))
+            (insert ";; Swank started at port: 42519.\n> ;; swank:close-connection: NIL fell through ETYPECASE expression.\n")
+            (should (string-match-p "NIL fell through" (sly-agent-q-test--backend-failed-connecting)))))
+      (kill-buffer buffer))))
 
 (provide 'sly-agent-q-harness-test)
 ;;; sly-agent-q-harness-test.el ends here

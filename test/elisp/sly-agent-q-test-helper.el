@@ -393,6 +393,9 @@ A test that then finds no connection (\"Not connected.\") is explained in the lo
                    (buffer-substring-no-properties (max (point-min) (- (point-max) 2000)) (point-max)))
                "(no Lisp buffer)"))))
 
+(defvar sly-agent-q-test--connect-from nil
+  "The Lisp buffers as a start found them: (BUFFER . SIZE) each.")
+
 (defun sly-agent-q-test-connect-lisp ()
   "Make sure the Lisp is connected through the Lisp mode under test.
 Skip the test when the Lisp or the Lisp mode is not there."
@@ -411,6 +414,9 @@ Skip the test when the Lisp or the Lisp mode is not there."
               #'sly-agent-q-test--lisp-ready)
     (let* ((program (sly-agent-q-test--lisp-program))
            (process-environment (sly-agent-q-test--lisp-environment (car program))))
+      ;; What an earlier Lisp printed in a reused buffer is not this one's.
+      (setq sly-agent-q-test--connect-from
+            (mapcar (lambda (b) (cons b (buffer-size b))) (sly-agent-q-test--inferior-buffers)))
       (cond ((eq sly-agent-q-test-lisp 'sly)
              (sly-start :program (car program) :program-args (cdr program)))
             ((equal (car program) "ecl")
@@ -419,8 +425,35 @@ Skip the test when the Lisp or the Lisp mode is not there."
             (t (slime-start :program (car program) :program-args (cdr program))))
       (sly-agent-q-test--watch-for-crash (car program))
       ;; ECL compiles the backend through its C compiler the first time.
-      (sly-agent-q-test-wait (lambda () (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p)))
-                             (if (equal (car program) "sbcl") 120 900) "the Lisp to connect"))))
+      (sly-agent-q-test-wait (lambda () (or (and sly-agent-q-test--lisp-ready (sly-agent-q-test-lisp-connected-p))
+                                            (sly-agent-q-test--backend-failed-connecting)))
+                             (if (equal (car program) "sbcl") 120 900) "the Lisp to connect")
+      (let ((failed (sly-agent-q-test--backend-failed-connecting)))
+        (when (and failed (not sly-agent-q-test--lisp-ready))
+          ;; Its backend's own defect, not a test's: the runner runs the group once more.
+          (message "\nLISP-CRASH: %s's backend failed while connecting (%s)" (car program) failed)
+          (error "The Lisp's backend failed while connecting: %s" failed))))))
+
+(defun sly-agent-q-test--backend-failed-connecting ()
+  "What the Lisp's backend said when it failed to set up the connection, or nil.
+SWANK on ECL sometimes fails in its own connection set-up (a worker
+thread handles the first request before the connection is bound, and
+`close-connection' then fails on NIL): it prints that and answers
+nothing more, and the connection would be waited for until the group's
+time runs out."
+  (cl-some (lambda (inferior)
+             (with-current-buffer inferior
+               (save-excursion
+                 (goto-char (min (point-max)
+                                 (1+ (or (cdr (assq inferior sly-agent-q-test--connect-from)) 0))))
+                 (and (re-search-forward ";; \\(swank\\|slynk\\):close-connection: \\(.*\\)" nil t)
+                      (match-string 0)))))
+           (sly-agent-q-test--inferior-buffers)))
+
+(defun sly-agent-q-test--inferior-buffers ()
+  "The live buffers of Lisp processes started by SLIME or SLY."
+  (seq-filter (lambda (b) (string-match-p "\\*\\(inferior-lisp\\|sly-inferior-lisp\\)" (buffer-name b)))
+              (buffer-list)))
 
 (defun sly-agent-q-test-handler-keywords (function)
   "The JSON names of the keyword arguments FUNCTION (a `cl-defun') takes."
